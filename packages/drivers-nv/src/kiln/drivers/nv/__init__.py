@@ -1,0 +1,3 @@
+"""NVIDIA user-space driver: page tables, AddrSpace memory manager, simulated device."""
+
+__all__: list[str] = []

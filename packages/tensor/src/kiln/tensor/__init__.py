@@ -1,0 +1,3 @@
+"""Lazy Tensor, autograd, scheduler with fusion, realize engine."""
+
+__all__: list[str] = []

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The one test command of kiln (README "Run the tests"); .ci/run calls exactly this.
+# Runs: ruff lint + format check, file-length check, mypy --strict on strict-clean packages,
+# import-linter layer contracts, wheel packaging check, and pytest over every package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== ruff"
+uv run --locked ruff check .
+uv run --locked ruff format --check .
+
+echo "== file length"
+uv run --locked python scripts/check_file_length.py
+
+echo "== mypy --strict"
+# Packages listed here are strict-clean; a package joins the list once it passes.
+uv run --locked mypy $(cat scripts/mypy_strict_packages.txt | sed 's/^/-p /')
+
+echo "== lint-imports"
+uv run --locked lint-imports
+
+echo "== wheels"
+uv run --locked python scripts/check_wheels.py
+
+echo "== pytest"
+uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" "$@"
