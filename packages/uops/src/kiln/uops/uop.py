@@ -1,0 +1,570 @@
+"""The UOp: the one immutable, hash-consed node of the IR, with its builders and Python operators."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias
+
+from kiln.uops.args import AxisKind, RangeArg, SpecialArg, VarArg
+from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes, truncate
+from kiln.uops.ops import GroupOp, Ops
+
+Operand: TypeAlias = "UOp | int | float | bool"
+
+
+# Hash-consing table: content tuple -> weak reference to the one live UOp with that content. The reference's
+# callback removes the entry when the UOp is freed: the idea of weakref.WeakValueDictionary without its overhead
+# (a slotted ref subclass is built in C; KeyedRef or a partial callback cost an extra Python call or GC object).
+class _CacheRef(weakref.ref["UOp"]):
+    __slots__ = ("content",)
+    content: tuple[Any, ...]
+
+
+def _forget(reference: _CacheRef) -> None:
+    content = reference.content
+    if _live_uops.get(content) is reference:
+        del _live_uops[content]
+
+
+_live_uops: dict[tuple[Any, ...], _CacheRef] = {}
+
+
+def live_uop_count() -> int:
+    """How many distinct UOps are alive (entries of the hash-consing table); for tests and memory diagnostics."""
+    return len(_live_uops)
+
+
+def _normalized_arg(arg: Any) -> Any:
+    # 1 == 1.0 == True and 0.0 == -0.0 hash alike: tag floats and bools by type (and exact bits) so they stay distinct
+    kind = type(arg)
+    if kind is float:
+        return (float, arg.hex())
+    if kind is bool:
+        return (bool, arg)
+    if kind is tuple:
+        return tuple(_normalized_arg(item) for item in arg)
+    return arg
+
+
+_NORMALIZED_TYPES: Final = frozenset({float, bool, tuple})
+_KEEP: Final = object()
+
+
+class UOp:
+    """An immutable IR node: `op` applied to `src` producing a value of `dtype`, with payload `arg` and `tag`.
+
+    Building the same content twice returns the same object (hash-consing), so equality is identity and a UOp is
+    freed when nothing references it. `arg` and `tag` must be hashable.
+    """
+
+    __slots__ = ("__dict__", "__weakref__", "arg", "dtype", "op", "src", "tag")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+
+    def __new__(
+        cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None
+    ) -> UOp:
+        if type(src) is not tuple:
+            src = tuple(src)
+        content = (
+            op,
+            dtype,
+            src,
+            _normalized_arg(arg) if type(arg) in _NORMALIZED_TYPES else arg,
+            _normalized_arg(tag) if type(tag) in _NORMALIZED_TYPES else tag,
+        )
+        try:
+            reference = _live_uops.get(content)
+        except TypeError:
+            raise TypeError(f"UOp arg and tag must be hashable, got arg={arg!r} tag={tag!r} for {op!r}") from None
+        if reference is not None and (existing := reference()) is not None:
+            return existing
+        # validation runs only for new content; exact type checks are cheaper than isinstance
+        if type(op) is not Ops:
+            raise TypeError(f"UOp op must be an Ops member, got {op!r}")
+        if type(dtype) is not DType and not isinstance(dtype, DType):
+            raise TypeError(f"UOp dtype must be a DType, got {dtype!r} for {op!r}")
+        for source in src:
+            if type(source) is not UOp:
+                raise TypeError(f"UOp sources must be UOps, got {source!r} in the sources of {op!r}")
+        # fill the fields through a mutable twin class, then become a UOp (much faster than object.__setattr__)
+        node: UOp = object.__new__(_MutableUOp)
+        node.op = op
+        node.dtype = dtype
+        node.src = src
+        node.arg = arg
+        node.tag = tag
+        node.__class__ = UOp
+        reference = _CacheRef(node, _forget)
+        reference.content = content
+        _live_uops[content] = reference
+        return node
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable: cannot set {name!r}; use .replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # unpickling rebuilds through __new__, so a pickled graph is hash-consed again on load
+        return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+
+    def __copy__(self) -> UOp:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> UOp:
+        return self
+
+    def __repr__(self) -> str:
+        from kiln.uops.printing import nested_repr
+
+        return nested_repr(self)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # graph structure
+    # ----------------------------------------------------------------------------------------------------------
+
+    def toposort(self, gate: Callable[[UOp], bool] | None = None) -> list[UOp]:
+        """Every UOp this one depends on, itself last; sources come before their users, in source order.
+
+        `gate(node)` False stops the walk from descending into `node`'s sources (the node itself is listed).
+        """
+        visited: set[UOp] = set()
+        order: list[UOp] = []
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if node in visited:
+                continue
+            visited.add(node)
+            stack.append((node, True))
+            if gate is None or gate(node):
+                stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+        return order
+
+    def substitute(self, mapping: Mapping[UOp, UOp]) -> UOp:
+        """This graph with each key of `mapping` replaced by its value (replacements are not searched again)."""
+        if not mapping:
+            return self
+        rebuilt: dict[UOp, UOp] = {}
+        for node in self.toposort(gate=lambda node: node not in mapping):
+            if node in mapping:
+                rebuilt[node] = mapping[node]
+                continue
+            new_src = tuple(rebuilt[source] for source in node.src)
+            changed = any(new is not old for new, old in zip(new_src, node.src))
+            rebuilt[node] = node.replace(src=new_src) if changed else node
+        return rebuilt[self]
+
+    def replace(
+        self,
+        *,
+        op: Ops | None = None,
+        dtype: DType | None = None,
+        src: tuple[UOp, ...] | None = None,
+        arg: Any = _KEEP,
+        tag: Any = _KEEP,
+    ) -> UOp:
+        """This UOp with the given fields changed (the same object when nothing changes)."""
+        return UOp(
+            self.op if op is None else op,
+            self.dtype if dtype is None else dtype,
+            self.src if src is None else src,
+            self.arg if arg is _KEEP else arg,
+            self.tag if tag is _KEEP else tag,
+        )
+
+    @property
+    def key(self) -> bytes:
+        """A sha256 content hash of the graph, stable across processes (args need a stable repr)."""
+        cached = self.__dict__.get("_key")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        from kiln.uops.printing import stable_repr
+
+        for node in self.toposort(gate=lambda node: "_key" not in node.__dict__):
+            if "_key" in node.__dict__:
+                continue
+            digest = hashlib.sha256()
+            digest.update(f"{node.op.name}|{node.dtype!r}|{stable_repr(node.arg)}|{stable_repr(node.tag)}".encode())
+            for source in node.src:
+                digest.update(source.__dict__["_key"])
+            node.__dict__["_key"] = digest.digest()
+        return self.__dict__["_key"]  # type: ignore[no-any-return]
+
+    # ----------------------------------------------------------------------------------------------------------
+    # range analysis and symbolic helpers (implemented in sibling modules, imported lazily)
+    # ----------------------------------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _bounds(self) -> tuple[ConstType, ConstType]:
+        from kiln.uops.range_analysis import bounds
+
+        return bounds(self)
+
+    @property
+    def vmin(self) -> ConstType:
+        """The proven smallest value of this UOp over every assignment of its variables (range analysis)."""
+        return self._bounds[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """The proven largest value of this UOp over every assignment of its variables (range analysis)."""
+        return self._bounds[1]
+
+    def simplify(self) -> UOp:
+        """This expression rewritten to a fixed point by the symbolic simplifier."""
+        from kiln.uops.symbolic import simplify
+
+        result: UOp = simplify(self)
+        return result
+
+    def render(self) -> str:
+        """A C-like string of a symbolic expression, e.g. '((a*4)+b)'."""
+        from kiln.uops.symbolic import render
+
+        text: str = render(self)
+        return text
+
+    # ----------------------------------------------------------------------------------------------------------
+    # builders
+    # ----------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def const(cls, dtype: DType, value: ConstType | tuple[ConstType, ...]) -> UOp:
+        """A constant of `dtype` holding `value` truncated to it (a vector dtype or a tuple gives VCONST)."""
+        if isinstance(dtype, PtrDType) or not isinstance(dtype, DType) or dtype.scalar() == dtypes.void:
+            raise TypeError(f"constants need a bool, int or float dtype, got {dtype!r}")
+        if isinstance(value, (tuple, list)):
+            if dtype.count not in (1, len(value)):
+                raise ValueError(
+                    f"vector constant {value!r} has {len(value)} lanes but dtype {dtype!r} has {dtype.count}"
+                )
+            scalar = dtype.scalar()
+            lanes = tuple(truncate(scalar, _check_const(item)) for item in value)
+            return UOp(Ops.VCONST, scalar.vec(len(lanes)), (), lanes)
+        truncated = truncate(dtype, _check_const(value))
+        if dtype.count > 1:
+            return UOp(Ops.VCONST, dtype, (), (truncated,) * dtype.count)
+        return UOp(Ops.CONST, dtype, (), truncated)
+
+    def const_like(self, value: ConstType | tuple[ConstType, ...]) -> UOp:
+        """A constant of this UOp's dtype."""
+        return UOp.const(self.dtype, value)
+
+    @classmethod
+    def variable(cls, name: str, lo: int, hi: int, dtype: DType = dtypes.index) -> UOp:
+        """A symbolic integer variable `name` with inclusive bounds lo <= value <= hi (DEFINE_VAR)."""
+        if not dtypes.is_int(dtype):
+            raise TypeError(f"variable {name!r} needs an integer dtype, got {dtype!r}")
+        return UOp(Ops.DEFINE_VAR, dtype, (), VarArg(name, lo, hi))
+
+    @classmethod
+    def range(cls, size: UOp | int, axis: int, kind: AxisKind = AxisKind.LOOP) -> UOp:
+        """A loop variable running 0..size-1 on `axis` of the given `kind` (RANGE)."""
+        size_uop = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+        return UOp(Ops.RANGE, dtypes.index, (size_uop,), RangeArg(axis, kind))
+
+    @classmethod
+    def special(cls, size: UOp | int, name: str) -> UOp:
+        """A hardware index such as 'gidx0' or 'lidx1' running 0..size-1 (SPECIAL)."""
+        size_uop = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+        return UOp(Ops.SPECIAL, dtypes.index, (size_uop,), SpecialArg(name))
+
+    def bind(self, value: int) -> UOp:
+        """This DEFINE_VAR bound to a concrete value (BIND)."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"only DEFINE_VAR can be bound, got {self.op!r}")
+        if not self.arg.lo <= value <= self.arg.hi:
+            raise ValueError(f"value {value} is outside the bounds [{self.arg.lo}, {self.arg.hi}] of {self.arg.name!r}")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def sink(self, *srcs: UOp) -> UOp:
+        """A SINK of this UOp and `srcs`; also callable as `UOp.sink(a, b, ...)`."""
+        return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+
+    @classmethod
+    def vectorize(cls, *uops: UOp) -> UOp:
+        """A vector whose lanes are `uops` (VECTORIZE); a single UOp is returned unchanged."""
+        if not uops:
+            raise ValueError("vectorize needs at least one UOp")
+        if len(uops) == 1:
+            return uops[0]
+        return UOp(Ops.VECTORIZE, uops[0].dtype.vec(len(uops)), uops)
+
+    def gep(self, lanes: int | tuple[int, ...]) -> UOp:
+        """The lanes `lanes` of this vector (GEP); lane 0 of a scalar is the scalar itself."""
+        indices = (lanes,) if isinstance(lanes, int) else tuple(lanes)
+        for lane in indices:
+            if not 0 <= lane < self.dtype.count:
+                raise ValueError(f"lane {lane} is out of range for {self.dtype!r}")
+        if self.dtype.count == 1:
+            return self
+        return UOp(Ops.GEP, self.dtype.scalar().vec(len(indices)), (self,), indices)
+
+    def index(self, *indices: UOp | int, gate: UOp | None = None) -> UOp:
+        """The address of element `indices` of this buffer, optionally valid only where `gate` is true (INDEX)."""
+        index_uops = tuple(i if isinstance(i, UOp) else UOp.const(dtypes.index, i) for i in indices)
+        return UOp(Ops.INDEX, self.dtype, (self, *index_uops) if gate is None else (self, *index_uops, gate))
+
+    def load(self, *srcs: UOp, dtype: DType | None = None) -> UOp:
+        """The value loaded from this address (LOAD); the dtype defaults to the pointer's element dtype."""
+        if dtype is None:
+            dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+        return UOp(Ops.LOAD, dtype, (self, *srcs))
+
+    def store(self, value: UOp, *srcs: UOp) -> UOp:
+        """Store `value` at this address (STORE)."""
+        return UOp(Ops.STORE, dtypes.void, (self, value, *srcs))
+
+    def reduce(self, *ranges: UOp, op: Ops = Ops.ADD) -> UOp:
+        """This value reduced with `op` over `ranges` (REDUCE)."""
+        if op not in (Ops.ADD, Ops.MUL, Ops.MAX):
+            raise ValueError(f"reduce op must be Ops.ADD, Ops.MUL or Ops.MAX, got {op!r}")
+        return UOp(Ops.REDUCE, self.dtype, (self, *ranges), op)
+
+    def end(self, *ranges: UOp) -> UOp:
+        """Close the loops `ranges` after this UOp (END)."""
+        return UOp(Ops.END, dtypes.void, (self, *ranges))
+
+    # ----------------------------------------------------------------------------------------------------------
+    # ALU builders
+    # ----------------------------------------------------------------------------------------------------------
+
+    def alu(self, op: Ops, *others: UOp) -> UOp:
+        """The ALU op `op` applied to this UOp and `others`; comparisons give bool, WHERE the branches' dtype."""
+        srcs = (self, *others)
+        expected = 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3 if op in GroupOp.Ternary else 0
+        if expected == 0:
+            raise ValueError(f"{op!r} is not an ALU op")
+        if len(srcs) != expected:
+            raise ValueError(f"{op!r} takes {expected} operands, got {len(srcs)}")
+        if op is Ops.WHERE:
+            if self.dtype.scalar() != dtypes.bool:
+                raise TypeError(f"WHERE condition must be bool, got {self.dtype!r}")
+            operands: tuple[UOp, ...] = others
+        else:
+            operands = srcs
+        if any(operand.dtype != operands[0].dtype for operand in operands):
+            raise TypeError(f"{op!r} operands must share one dtype, got {[o.dtype for o in operands]!r}")
+        if op in GroupOp.Comparison:
+            out_dtype = dtypes.bool.vec(self.dtype.count)
+        else:
+            out_dtype = operands[0].dtype
+        return UOp(op, out_dtype, srcs)
+
+    def _operand(self, value: object) -> UOp:
+        # a Python constant joins an expression in the expression's dtype
+        if isinstance(value, UOp):
+            return value
+        if isinstance(value, float) and not dtypes.is_float(self.dtype):
+            raise TypeError(f"cannot combine the float constant {value!r} with a {self.dtype!r} UOp; cast first")
+        if isinstance(value, (int, float)):
+            return self.const_like(value)
+        raise TypeError(f"cannot combine {value!r} of type {type(value).__name__} with a UOp")
+
+    def _require_int(self, what: str) -> None:
+        if not (dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype)):
+            raise TypeError(f"{what} needs an integer or bool dtype, got {self.dtype!r}")
+
+    def cast(self, dtype: DType) -> UOp:
+        """This value converted to `dtype` (CAST); a cast to the same dtype returns self."""
+        return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        """This value's bits reinterpreted as `dtype` of the same size (BITCAST)."""
+        if dtype.nbytes != self.dtype.nbytes:
+            raise TypeError(
+                f"bitcast needs equal sizes: {self.dtype!r} has {self.dtype.nbytes} bytes, {dtype!r} {dtype.nbytes}"
+            )
+        return self if dtype == self.dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+    def where(self, if_true: Operand, if_false: Operand) -> UOp:
+        """`if_true` where this bool is true, else `if_false` (WHERE)."""
+        anchor = if_true if isinstance(if_true, UOp) else if_false
+        if not isinstance(anchor, UOp):
+            raise TypeError("where needs at least one UOp branch to take the dtype from")
+        return self.alu(Ops.WHERE, anchor._operand(if_true), anchor._operand(if_false))
+
+    def lt(self, other: Operand) -> UOp:
+        """self < other (CMPLT)."""
+        return self.alu(Ops.CMPLT, self._operand(other))
+
+    def ne(self, other: Operand) -> UOp:
+        """self != other (CMPNE)."""
+        return self.alu(Ops.CMPNE, self._operand(other))
+
+    def eq(self, other: Operand) -> UOp:
+        """self == other (CMPEQ)."""
+        return self.alu(Ops.CMPEQ, self._operand(other))
+
+    def logical_not(self) -> UOp:
+        """not self, for a bool UOp."""
+        return self.ne(True)
+
+    def maximum(self, other: Operand) -> UOp:
+        """max(self, other) (MAX)."""
+        return self.alu(Ops.MAX, self._operand(other))
+
+    def minimum(self, other: Operand) -> UOp:
+        """min(self, other), built as a WHERE over a comparison."""
+        other_uop = self._operand(other)
+        return self.lt(other_uop).where(self, other_uop)
+
+    def idiv(self, other: Operand) -> UOp:
+        """Integer division truncating toward zero (IDIV, C semantics)."""
+        self._require_int("idiv")
+        return self.alu(Ops.IDIV, self._operand(other))
+
+    def mod(self, other: Operand) -> UOp:
+        """Remainder with the dividend's sign (MOD, C semantics)."""
+        self._require_int("mod")
+        return self.alu(Ops.MOD, self._operand(other))
+
+    def reciprocal(self) -> UOp:
+        """1 / self (RECIPROCAL)."""
+        return self.alu(Ops.RECIPROCAL)
+
+    def exp2(self) -> UOp:
+        """2 ** self (EXP2)."""
+        return self.alu(Ops.EXP2)
+
+    def log2(self) -> UOp:
+        """log2(self) (LOG2)."""
+        return self.alu(Ops.LOG2)
+
+    def sin(self) -> UOp:
+        """sin(self) (SIN)."""
+        return self.alu(Ops.SIN)
+
+    def sqrt(self) -> UOp:
+        """sqrt(self) (SQRT)."""
+        return self.alu(Ops.SQRT)
+
+    def trunc(self) -> UOp:
+        """self rounded toward zero (TRUNC)."""
+        return self.alu(Ops.TRUNC)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Python operators (== and != stay identity: use .eq / .ne)
+    # ----------------------------------------------------------------------------------------------------------
+
+    def __add__(self, other: Operand) -> UOp:
+        return self.alu(Ops.ADD, self._operand(other))
+
+    def __radd__(self, other: Operand) -> UOp:
+        return self._operand(other).alu(Ops.ADD, self)
+
+    def __sub__(self, other: Operand) -> UOp:
+        return self.alu(Ops.SUB, self._operand(other))
+
+    def __rsub__(self, other: Operand) -> UOp:
+        return self._operand(other).alu(Ops.SUB, self)
+
+    def __mul__(self, other: Operand) -> UOp:
+        return self.alu(Ops.MUL, self._operand(other))
+
+    def __rmul__(self, other: Operand) -> UOp:
+        return self._operand(other).alu(Ops.MUL, self)
+
+    def __floordiv__(self, other: Operand) -> UOp:
+        return self.idiv(other)
+
+    def __rfloordiv__(self, other: Operand) -> UOp:
+        return self._operand(other).idiv(self)
+
+    def __mod__(self, other: Operand) -> UOp:
+        return self.mod(other)
+
+    def __rmod__(self, other: Operand) -> UOp:
+        return self._operand(other).mod(self)
+
+    def __truediv__(self, other: Operand) -> UOp:
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"'/' builds FDIV and needs a float dtype, got {self.dtype!r}; use '//' for ints")
+        return self.alu(Ops.FDIV, self._operand(other))
+
+    def __rtruediv__(self, other: Operand) -> UOp:
+        return self._operand(other).__truediv__(self)
+
+    def __pow__(self, other: Operand) -> UOp:
+        return self.alu(Ops.POW, self._operand(other))
+
+    def __rpow__(self, other: Operand) -> UOp:
+        return self._operand(other).alu(Ops.POW, self)
+
+    def __and__(self, other: Operand) -> UOp:
+        self._require_int("'&'")
+        return self.alu(Ops.AND, self._operand(other))
+
+    def __rand__(self, other: Operand) -> UOp:
+        return self._operand(other).__and__(self)
+
+    def __or__(self, other: Operand) -> UOp:
+        self._require_int("'|'")
+        return self.alu(Ops.OR, self._operand(other))
+
+    def __ror__(self, other: Operand) -> UOp:
+        return self._operand(other).__or__(self)
+
+    def __xor__(self, other: Operand) -> UOp:
+        self._require_int("'^'")
+        return self.alu(Ops.XOR, self._operand(other))
+
+    def __rxor__(self, other: Operand) -> UOp:
+        return self._operand(other).__xor__(self)
+
+    def __lshift__(self, other: Operand) -> UOp:
+        self._require_int("'<<'")
+        return self.alu(Ops.SHL, self._operand(other))
+
+    def __rlshift__(self, other: Operand) -> UOp:
+        return self._operand(other).__lshift__(self)
+
+    def __rshift__(self, other: Operand) -> UOp:
+        self._require_int("'>>'")
+        return self.alu(Ops.SHR, self._operand(other))
+
+    def __rrshift__(self, other: Operand) -> UOp:
+        return self._operand(other).__rshift__(self)
+
+    def __neg__(self) -> UOp:
+        return self.alu(Ops.NEG)
+
+    def __invert__(self) -> UOp:
+        self._require_int("'~'")
+        return self ^ self.const_like(-1)
+
+    def __lt__(self, other: Operand) -> UOp:
+        return self.lt(other)
+
+    def __gt__(self, other: Operand) -> UOp:
+        return self._operand(other).lt(self)
+
+    def __le__(self, other: Operand) -> UOp:
+        return self._operand(other).lt(self).logical_not()
+
+    def __ge__(self, other: Operand) -> UOp:
+        return self.lt(other).logical_not()
+
+
+class _MutableUOp(UOp):
+    # same memory layout as UOp, with ordinary attribute assignment; only UOp.__new__ uses it, for a moment
+    __slots__ = ()
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
+
+
+def _check_const(value: object) -> ConstType:
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"a constant must be an int, float or bool, got {value!r} of type {type(value).__name__}")
+    return value
