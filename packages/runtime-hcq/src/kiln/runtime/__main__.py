@@ -1,0 +1,70 @@
+"""`python -m kiln.runtime`: lists every known device kind, whether it opens here, and its renderers."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from kiln.runtime.device import Device, DeviceBase, DeviceRegistry
+
+__all__ = ["DeviceReport", "main", "survey"]
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """What `python -m kiln.runtime` prints for one device kind."""
+
+    kind: str
+    origin: str
+    opens: str
+    renderers: str
+    smoke_test: str
+
+
+def _describe_renderers(device: DeviceBase) -> str:
+    if not device.renderers:
+        return "none"
+    described = []
+    for renderer_class in device.renderers:
+        try:
+            renderer = device.create_renderer(renderer_class)
+            compiler = getattr(renderer, "compiler", None)
+            compiler_name = "none" if compiler is None else type(compiler).__name__
+            described.append(f"{renderer_class.__name__} (compiler: {compiler_name})")
+        except Exception as error:
+            described.append(f"{renderer_class.__name__} (unusable: {type(error).__name__}: {error})")
+    return "; ".join(described)
+
+
+def survey(registry: DeviceRegistry = Device) -> list[DeviceReport]:
+    """Opens each known device kind and reports on it; never raises for a device that fails to open."""
+    reports = []
+    for info in registry.kind_infos():
+        try:
+            if info.problem is not None:
+                info.load()  # raises DeviceUnavailable describing the problem
+            device = registry[info.kind]
+        except Exception as error:  # a broken plugin must not stop the listing of the others
+            reports.append(DeviceReport(info.kind, info.origin, f"no: {type(error).__name__}: {error}", "-", "-"))
+            continue
+        # Running a kernel needs codegen and the renderers, which the runtime does not drive yet.
+        reports.append(DeviceReport(info.kind, info.origin, "yes", _describe_renderers(device), "n/a"))
+    return reports
+
+
+def main() -> int:
+    """Prints the device survey; returns the process exit status."""
+    reports = survey()
+    if not reports:
+        print("no device kinds are known (no built-in device and no package registers a 'kiln.devices' entry point)")
+        return 0
+    for report in reports:
+        print(f"{report.kind}  [{report.origin}]")
+        print(f"    opens:      {report.opens}")
+        print(f"    renderers:  {report.renderers}")
+        print(f"    smoke test: {report.smoke_test}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

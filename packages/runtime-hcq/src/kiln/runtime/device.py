@@ -1,0 +1,320 @@
+"""The device registry: device names, discovery of device kinds, lazy opening, and the device base class.
+
+A device name is `KIND` or `KIND:suffix` ("CPU", "CUDA:1", "AM:sim"). A kind is provided either by the built-in
+table of this package or by another distribution through an entry point of group "kiln.devices"
+(name = kind, value = "module:Class"); the class is constructed with the canonical device name. The runtime never
+imports a driver package, so a driver that is not installed is simply a kind that is not listed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.runtime.allocator import Allocator
+from kiln.runtime.knobs import default_device, renderer_knob
+from kiln.uops import DType, dtypes
+
+__all__ = [
+    "BUILTIN_DEVICES",
+    "ENTRY_POINT_GROUP",
+    "Device",
+    "DeviceBase",
+    "DeviceKind",
+    "DeviceRegistry",
+    "DeviceUnavailable",
+]
+
+ENTRY_POINT_GROUP = "kiln.devices"
+
+# The devices this package provides itself: kind -> "module:Class". Order matters: with no DEV set, the default
+# device is the first kind (this table first, then entry points by name) whose device opens.
+# The CPU, PYTHON and CUDA devices are added here when they are built.
+BUILTIN_DEVICES: dict[str, str] = {}
+
+_KIND_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+DeviceFactory = Callable[[str], "DeviceBase"]
+
+
+class DeviceUnavailable(RuntimeError):
+    """A device exists as a kind but cannot be opened here (no hardware, driver missing, broken plugin ...)."""
+
+
+class DeviceBase:
+    """What every device is: a name, an allocator, the renderers that target it and the dtypes it stores.
+
+    Devices that run kernels list their renderers, best first; each renderer owns its compiler. The environment
+    variable `<KIND>_RENDERER` (e.g. `CPU_RENDERER=llvm`) picks another one of the list by class name.
+    Devices that cannot run kernels (simulated drivers) leave `renderers` empty.
+    """
+
+    renderers: tuple[type[Any], ...] = ()
+    supported_dtypes: frozenset[DType] = frozenset(dtypes.all)
+
+    def __init__(self, name: str, allocator: Allocator[Any]) -> None:
+        self.name = name
+        self.allocator = allocator
+        self._renderer: Any = None
+
+    @property
+    def kind(self) -> str:
+        """The kind of the device: "CUDA" for "CUDA:1"."""
+        return self.name.partition(":")[0]
+
+    def synchronize(self) -> None:
+        """Waits until all work queued on the device is done; devices that run work asynchronously override it."""
+
+    @property
+    def renderer_class(self) -> type[Any]:
+        """The renderer class in use: the first of `renderers`, or the one named by `<KIND>_RENDERER`."""
+        if not self.renderers:
+            raise RuntimeError(f"device {self.name!r} has no renderers: it can hold buffers but cannot run kernels")
+        knob = renderer_knob(self.kind)
+        choice = knob.value().strip()
+        if not choice:
+            return self.renderers[0]
+        wanted = choice.lower().removesuffix("renderer")
+        for renderer in self.renderers:
+            if renderer.__name__.lower().removesuffix("renderer") == wanted:
+                return renderer
+        names = ", ".join(renderer.__name__ for renderer in self.renderers)
+        raise ValueError(f"{knob.env}={choice!r} names no renderer of device {self.name!r}; expected one of: {names}")
+
+    @property
+    def renderer(self) -> Any:
+        """The renderer instance in use (created on first use by `create_renderer`)."""
+        renderer_class = self.renderer_class
+        if type(self._renderer) is not renderer_class:
+            self._renderer = self.create_renderer(renderer_class)
+        return self._renderer
+
+    def create_renderer(self, renderer_class: type[Any]) -> Any:
+        """Builds a renderer of this device; devices whose renderers need arguments (an arch) override it."""
+        return renderer_class()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """One known device kind and where it comes from.
+
+    Attributes:
+        kind: the canonical kind, upper case ("CPU", "AM").
+        target: "module:Class" of the device class, or a description for devices registered at run time.
+        origin: "built-in", "entry point <name> of <distribution>", or "registered".
+        factory: the device constructor when already known (registered at run time), else None (imported lazily).
+        problem: why the kind cannot be loaded at all (provided twice, invalid name), reported when it is opened.
+    """
+
+    kind: str
+    target: str
+    origin: str
+    factory: DeviceFactory | None = None
+    problem: str | None = None
+
+    def load(self) -> DeviceFactory:
+        """Imports and returns the device class; raises DeviceUnavailable naming the entry point if that fails."""
+        if self.problem is not None:
+            raise DeviceUnavailable(f"device kind {self.kind!r} ({self.origin}, {self.target!r}): {self.problem}")
+        if self.factory is not None:
+            return self.factory
+        module_name, _, attribute = self.target.partition(":")
+        try:
+            loaded: Any = importlib.import_module(module_name)
+            for part in attribute.split(".") if attribute else ():
+                loaded = getattr(loaded, part)
+        except Exception as error:
+            raise DeviceUnavailable(
+                f"device kind {self.kind!r} ({self.origin}, {self.target!r}) could not be loaded: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        if not callable(loaded) or not attribute:
+            raise DeviceUnavailable(
+                f"device kind {self.kind!r} ({self.origin}) names {self.target!r}, which is not a device class"
+            )
+        factory: DeviceFactory = loaded
+        return factory
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    if not isinstance(name, str):
+        raise TypeError(f"a device name must be a str, got {type(name).__name__} {name!r}")
+    kind, colon, suffix = name.strip().partition(":")
+    if not _KIND_PATTERN.fullmatch(kind) or (colon and not suffix.strip()):
+        raise ValueError(f"bad device name {name!r}: expected KIND or KIND:suffix, e.g. 'CPU', 'CUDA:1', 'AM:sim'")
+    # KIND:0 is the same device as KIND (the first of its kind).
+    if suffix.isdigit() and int(suffix) == 0:
+        suffix = ""
+    return kind.upper(), suffix.strip()
+
+
+class DeviceRegistry:
+    """Finds device kinds, opens devices on first use and caches them per canonical name.
+
+    `Device["CPU"]` returns the opened device; `Device.DEFAULT` the default device name; `Device.kinds()` every
+    known kind. A separate registry can be built for tests (`DeviceRegistry(builtins={...})`).
+    """
+
+    def __init__(self, builtins: Mapping[str, str] | None = None, entry_point_group: str = ENTRY_POINT_GROUP) -> None:
+        self._builtins = dict(BUILTIN_DEVICES if builtins is None else builtins)
+        self._group = entry_point_group
+        self._registered: dict[str, DeviceKind] = {}
+        self._known: dict[str, DeviceKind] | None = None
+        self._opened: dict[str, DeviceBase] = {}
+        self._canonical: dict[str, str] = {}
+        self._default: str | None = None
+        self._probed_default: str | None = None
+        self._lock = threading.RLock()
+
+    # -- discovery ---------------------------------------------------------------------------------------------------
+    def _discover(self) -> dict[str, DeviceKind]:
+        if self._known is not None:
+            return self._known
+        known: dict[str, DeviceKind] = {}
+        for kind, target in self._builtins.items():
+            known[kind.upper()] = DeviceKind(kind.upper(), target, "built-in")
+        discovered: dict[str, list[DeviceKind]] = {}
+        for entry_point in importlib.metadata.entry_points(group=self._group):
+            distribution = entry_point.dist.name if entry_point.dist is not None else "an unknown distribution"
+            kind = entry_point.name.upper()
+            origin = f"entry point {entry_point.name!r} of {distribution}"
+            discovered.setdefault(kind, []).append(DeviceKind(kind, entry_point.value, origin))
+        for kind in sorted(discovered):
+            first, *others = discovered[kind]
+            if kind in known:
+                continue  # a built-in kind cannot be replaced by a plugin
+            problem = None
+            if others:
+                also = ", ".join(f"{other.origin} ({other.target!r})" for other in others)
+                problem = f"provided twice, also by {also}; uninstall one of them"
+            elif not _KIND_PATTERN.fullmatch(kind):
+                problem = "not a valid kind name (letters, digits and '_', starting with a letter)"
+            known[kind] = DeviceKind(kind, first.target, first.origin, problem=problem)
+        known.update(self._registered)
+        self._known = known
+        return known
+
+    def refresh(self) -> None:
+        """Forgets discovered kinds (not opened devices) so newly installed entry points are seen."""
+        with self._lock:
+            self._known = None
+            self._canonical.clear()
+            self._probed_default = None
+
+    def register(self, kind: str, factory: DeviceFactory, description: str = "") -> None:
+        """Adds (or replaces) a device kind at run time; `factory(device_name)` builds the device."""
+        canonical_kind, suffix = _split_name(kind)
+        if suffix:
+            raise ValueError(f"register() takes a device kind without a suffix, got {kind!r}")
+        target = description or getattr(factory, "__qualname__", repr(factory))
+        with self._lock:
+            self._registered[canonical_kind] = DeviceKind(canonical_kind, target, "registered", factory)
+            self.refresh()
+
+    def kinds(self) -> list[str]:
+        """Every known device kind: built-ins in table order, then entry points by name, then registered kinds."""
+        with self._lock:
+            return list(self._discover())
+
+    def kind_infos(self) -> list[DeviceKind]:
+        """Every known kind with its origin, in `kinds()` order (including kinds that cannot be loaded)."""
+        with self._lock:
+            return list(self._discover().values())
+
+    def kind_info(self, kind: str) -> DeviceKind:
+        """Where a kind comes from; raises ValueError naming the known kinds if it is unknown."""
+        return self._lookup(_split_name(kind)[0], kind)
+
+    def _lookup(self, canonical_kind: str, name: str) -> DeviceKind:
+        with self._lock:
+            known = self._discover()
+        if canonical_kind not in known:
+            listing = ", ".join(known) or "none (no device package is installed)"
+            raise ValueError(f"unknown device kind {canonical_kind!r} (from {name!r}); known kinds: {listing}")
+        return known[canonical_kind]
+
+    # -- names -------------------------------------------------------------------------------------------------------
+    def canonicalize(self, name: str) -> str:
+        """The canonical form of a device name: "cpu" -> "CPU", "CPU:0" -> "CPU", "am:sim" -> "AM:sim".
+
+        Raises ValueError for a malformed name or an unknown kind (naming the known kinds).
+        """
+        cached = self._canonical.get(name) if isinstance(name, str) else None
+        if cached is not None:
+            return cached
+        kind, suffix = _split_name(name)
+        self._lookup(kind, name)
+        canonical = f"{kind}:{suffix}" if suffix else kind
+        self._canonical[name] = canonical
+        return canonical
+
+    # -- opening -----------------------------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> DeviceBase:
+        """The opened device `name` (opened on first use); raises DeviceUnavailable if it cannot be opened."""
+        canonical = self.canonicalize(name)
+        opened = self._opened.get(canonical)
+        if opened is not None:
+            return opened
+        with self._lock:
+            opened = self._opened.get(canonical)
+            if opened is None:
+                factory = self.kind_info(canonical).load()
+                device = factory(canonical)
+                if not isinstance(device, DeviceBase):
+                    raise TypeError(
+                        f"device kind {canonical.partition(':')[0]!r} built {type(device).__name__}, "
+                        "which is not a DeviceBase"
+                    )
+                self._opened[canonical] = opened = device
+        return opened
+
+    def is_open(self, name: str) -> bool:
+        """Whether the device has been opened already (without opening it)."""
+        return self.canonicalize(name) in self._opened
+
+    def forget(self, name: str) -> None:
+        """Drops an opened device from the cache (after synchronizing it); the next lookup opens it again."""
+        device = self._opened.pop(self.canonicalize(name), None)
+        if device is not None:
+            device.synchronize()
+
+    # -- the default device ----------------------------------------------------------------------------------------
+    @property
+    def DEFAULT(self) -> str:
+        """The default device: set explicitly, else env var DEV, else the first known kind whose device opens."""
+        if self._default is not None:
+            return self._default
+        requested = default_device()
+        if requested:
+            return self.canonicalize(requested)
+        with self._lock:
+            if self._probed_default is None:
+                self._probed_default = self._probe_default()
+            return self._probed_default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str | None) -> None:
+        self._default = None if name is None else self.canonicalize(name)
+
+    def _probe_default(self) -> str:
+        reasons = []
+        for kind in self.kinds():
+            try:
+                self[kind]
+            except DeviceUnavailable as error:
+                reasons.append(f"{kind}: {error}")
+                continue
+            return kind
+        listing = "; ".join(reasons) or "no device kinds are known"
+        raise DeviceUnavailable(f"no device could be opened ({listing}); set DEV to choose one")
+
+
+Device = DeviceRegistry()

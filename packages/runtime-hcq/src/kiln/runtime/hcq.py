@@ -1,0 +1,160 @@
+"""`HCQCompiled`: the base class of devices that run work through hardware command queues.
+
+Each device owns a timeline signal. Every submission waits for the previous timeline value and signals the next one,
+so the work of one device is totally ordered even across its compute and copy queues, and `synchronize()` is a
+single wait for the last value handed out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.runtime.allocator import Allocator
+from kiln.runtime.command_queue import ExecCommand, HCQCommand, HCQQueue, QueueTarget, SymbolicInt
+from kiln.runtime.device import DeviceBase
+from kiln.runtime.kernel_args import HCQArgsState
+from kiln.runtime.knobs import profiling_enabled
+from kiln.runtime.profile import ProfileEvent, profiler
+from kiln.runtime.signal import TimelineSignal
+
+__all__ = ["HCQCompiled"]
+
+
+@dataclass(frozen=True)
+class _PendingProfile:
+    name: str
+    category: str
+    queue: str
+    start: TimelineSignal
+    end: TimelineSignal
+
+
+class HCQCompiled(DeviceBase):
+    """A device driven through command queues: a compute queue engine and an optional copy queue engine.
+
+    Subclasses provide the allocator, the engines (hardware queues or `ThreadQueueEngine`s) and the ordered
+    `renderers` (each owning its compiler; `<KIND>_RENDERER` picks another, see `DeviceBase`).
+
+    Args:
+        name: the canonical device name.
+        allocator: the device's allocator.
+        compute_engine: runs exec commands (and copies when there is no copy engine).
+        copy_engine: a separate DMA queue, if the device has one.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        allocator: Allocator[Any],
+        compute_engine: QueueTarget,
+        copy_engine: QueueTarget | None = None,
+    ) -> None:
+        super().__init__(name, allocator)
+        self.compute_engine = compute_engine
+        self.copy_engine = copy_engine
+        self.timeline_signal = TimelineSignal(0, name=f"{name} timeline")
+        self.timeline_value = 1  # the value the next submission signals
+        self._pending_profile: list[_PendingProfile] = []
+        # Handing out a timeline value and submitting must be one step, or two host threads could submit out of order.
+        self._submit_lock = threading.Lock()
+
+    def next_timeline(self) -> int:
+        """Hands out the next timeline value (call with the submission it belongs to)."""
+        value = self.timeline_value
+        self.timeline_value += 1
+        return value
+
+    def submit_commands(self, commands: Sequence[HCQCommand]) -> None:
+        """Submits raw commands to the compute engine (no timeline bookkeeping)."""
+        self.compute_engine.submit_commands(commands)
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Waits for every submission so far; raises TimeoutError, or RuntimeError if a queue failed."""
+        # The host synchronizes before every host access to device memory: keep the idle case cheap.
+        if self.timeline_signal.value < self.timeline_value - 1:
+            self.timeline_signal.wait(self.timeline_value - 1, timeout)
+        if self._pending_profile:
+            self._collect_profile()
+
+    def _submit_timed(
+        self,
+        engine: QueueTarget,
+        queue_name: str,
+        record: tuple[str, str] | None,
+        body: HCQQueue,
+        var_vals: Mapping[str, int] | None,
+    ) -> _PendingProfile | None:
+        """Submits `body` between a wait for the previous and a signal of the next timeline value."""
+        queue = HCQQueue()
+        pending = None
+        with self._submit_lock:
+            queue.wait(self.timeline_signal, self.timeline_value - 1).memory_barrier()
+            if record is not None:
+                name, category = record
+                pending = _PendingProfile(
+                    name, category, queue_name, TimelineSignal(name=f"{name} start"), TimelineSignal(name=f"{name} end")
+                )
+                queue.timestamp(pending.start)
+            queue.extend(body)
+            if pending is not None:
+                queue.timestamp(pending.end)
+            queue.signal(self.timeline_signal, self.next_timeline()).submit(engine, var_vals)
+            if pending is not None and profiling_enabled():
+                self._pending_profile.append(pending)
+        return pending
+
+    def execute(
+        self,
+        program: object,
+        args: HCQArgsState,
+        global_size: Sequence[SymbolicInt],
+        local_size: Sequence[SymbolicInt] = (1,),
+        *,
+        var_vals: Mapping[str, int] | None = None,
+        name: str | None = None,
+        wait: bool = False,
+    ) -> float | None:
+        """Launches `program` after all earlier work of the device.
+
+        Returns the kernel's run time in seconds when `wait` is true (after synchronizing), else None. With PROFILE on
+        the launch is recorded as a profile event when the device is next synchronized.
+        """
+        body = HCQQueue().exec(program, args, global_size, local_size, name)
+        command = body.commands[0]
+        assert isinstance(command, ExecCommand)
+        label = command.name
+        timed = wait or profiling_enabled()
+        pending = self._submit_timed(
+            self.compute_engine, "compute", (label, "program") if timed else None, body, var_vals
+        )
+        if not wait:
+            return None
+        self.synchronize()
+        assert pending is not None
+        return (pending.end.timestamp - pending.start.timestamp) / 1e6
+
+    def copy(self, dest: int, src: int, size: int, name: str = "copy") -> None:
+        """Copies `size` bytes between device addresses after all earlier work (on the copy engine if there is one)."""
+        engine, queue_name = (
+            (self.copy_engine, "copy") if self.copy_engine is not None else (self.compute_engine, "compute")
+        )
+        record = (f"{name} {size} bytes", "copy") if profiling_enabled() else None
+        self._submit_timed(engine, queue_name, record, HCQQueue().copy(dest, src, size), None)
+
+    def _collect_profile(self) -> None:
+        with self._submit_lock:
+            done, self._pending_profile = self._pending_profile, []
+        for pending in done:
+            profiler.record(
+                ProfileEvent(
+                    self.name,
+                    pending.name,
+                    pending.category,
+                    pending.start.timestamp,
+                    pending.end.timestamp,
+                    pending.queue,
+                )
+            )

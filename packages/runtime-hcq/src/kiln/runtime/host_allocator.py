@@ -1,0 +1,112 @@
+"""Host-memory allocator: page-aligned anonymous mappings, the memory of the CPU and PYTHON devices."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.runtime.allocator import Allocator, BufferSpec, LRUAllocator
+
+__all__ = ["HostAllocator", "HostMemory"]
+
+
+def _mapping_address(mapping: mmap.mmap) -> int:
+    # A ctypes object over the mapping yields its address; dropping it at once releases the buffer export,
+    # so the mapping can still be closed later.
+    anchor = ctypes.c_char.from_buffer(mapping)
+    address = ctypes.addressof(anchor)
+    del anchor
+    return address
+
+
+@dataclass(frozen=True, eq=False)
+class HostMemory:
+    """A block of host memory: `size` bytes at byte `offset` of an anonymous mapping.
+
+    Sub-buffers are `HostMemory` objects over the same mapping at another offset, so they alias the base block.
+    """
+
+    mapping: mmap.mmap
+    offset: int
+    size: int
+    base_address: int
+
+    @property
+    def address(self) -> int:
+        """The host address of the first byte (what a compiled CPU kernel receives as a pointer)."""
+        return self.base_address + self.offset
+
+    def view(self) -> memoryview:
+        """A writable memoryview (format "B") of the block."""
+        return memoryview(self.mapping)[self.offset : self.offset + self.size]
+
+
+class HostAllocator(LRUAllocator[HostMemory]):
+    """Allocates page-aligned host memory from anonymous mmaps.
+
+    Args:
+        device: the device name, used in error messages.
+        synchronize: called before the host touches memory (copies, host views) so that work a device has queued
+            on that memory is finished first; None for devices that never run work asynchronously.
+        max_bytes: a cap on the bytes allocated at once (not counting the cache); exceeding it raises MemoryError,
+            which the LRU layer answers by emptying its cache. None means only the OS limits allocations.
+    """
+
+    def __init__(
+        self, device: str = "", synchronize: Callable[[], None] | None = None, max_bytes: int | None = None
+    ) -> None:
+        super().__init__(device)
+        self._synchronize = synchronize
+        self.max_bytes = max_bytes
+        self.allocated_bytes = 0
+
+    def _sync(self) -> None:
+        if self._synchronize is not None:
+            self._synchronize()
+
+    def _alloc(self, size: int, options: BufferSpec) -> HostMemory:
+        if self.max_bytes is not None and self.allocated_bytes + size > self.max_bytes:
+            raise MemoryError(
+                f"{size} bytes requested, {self.allocated_bytes} of the {self.max_bytes}-byte limit already in use"
+            )
+        try:
+            mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as error:
+            raise MemoryError(f"mmap of {size} bytes failed: {error}") from error
+        self.allocated_bytes += size
+        return HostMemory(mapping, 0, size, _mapping_address(mapping))
+
+    def _free(self, opaque: HostMemory, options: BufferSpec) -> None:
+        self.allocated_bytes -= opaque.size
+        # A host view (e.g. a numpy array) may still export the mapping; then it is unmapped when the last view dies.
+        with contextlib.suppress(BufferError):
+            opaque.mapping.close()
+
+    def _copyin(self, dest: HostMemory, src: memoryview) -> None:
+        self._sync()
+        dest.view()[:] = src
+
+    def _copyout(self, dest: memoryview, src: HostMemory) -> None:
+        self._sync()
+        dest[:] = src.view()
+
+    def _offset(self, opaque: HostMemory, size: int, offset: int) -> HostMemory:
+        return HostMemory(opaque.mapping, opaque.offset + offset, size, opaque.base_address)
+
+    def _as_buffer(self, opaque: HostMemory) -> memoryview:
+        self._sync()
+        return opaque.view()
+
+    def supports_transfer_from(self, source: Allocator[Any]) -> bool:
+        """Host memory can be copied directly from any other host allocator."""
+        return isinstance(source, HostAllocator)
+
+    def _transfer(self, dest: HostMemory, src: object, size: int, source: Allocator[Any]) -> None:
+        assert isinstance(src, HostMemory) and isinstance(source, HostAllocator)
+        source._sync()
+        self._sync()
+        ctypes.memmove(dest.address, src.address, size)

@@ -1,0 +1,134 @@
+"""Kernel arguments: the byte layout of a program's parameters and the argument block a launch reads.
+
+A kernel receives its parameters as one block of memory: buffer addresses (8-byte pointers) and variable values
+(4-byte signed ints), each at its natural alignment, in the program's parameter order, little-endian. That is how
+a C compiler lays out a struct of those fields, so a kernel can take the block as a struct pointer.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["ArgKind", "HCQArgsState", "KernelArgLayout"]
+
+
+class ArgKind(enum.Enum):
+    """The kind of one kernel parameter; its value is its size, which is also its alignment."""
+
+    POINTER = 8
+    INT32 = 4
+
+
+_FORMATS = {ArgKind.POINTER: "<Q", ArgKind.INT32: "<i"}
+_RANGES = {ArgKind.POINTER: (0, 2**64 - 1), ArgKind.INT32: (-(2**31), 2**31 - 1)}
+
+
+@dataclass(frozen=True)
+class KernelArgLayout:
+    """Where each parameter of a kernel sits in its argument block.
+
+    Attributes:
+        kinds: the parameters in order.
+        offsets: the byte offset of each parameter (natural alignment).
+        size: the block's size, rounded up to the largest alignment (as a struct is).
+    """
+
+    kinds: tuple[ArgKind, ...]
+    offsets: tuple[int, ...] = field(init=False)
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        offsets = []
+        position = 0
+        for kind in self.kinds:
+            if not isinstance(kind, ArgKind):
+                raise TypeError(f"kernel parameter kinds must be ArgKind values, got {kind!r}")
+            position = _align(position, kind.value)
+            offsets.append(position)
+            position += kind.value
+        largest = max((kind.value for kind in self.kinds), default=1)
+        object.__setattr__(self, "offsets", tuple(offsets))
+        object.__setattr__(self, "size", _align(position, largest))
+
+    @classmethod
+    def buffers_then_variables(cls, buffer_count: int, variable_count: int) -> KernelArgLayout:
+        """The usual layout: every buffer pointer, then every variable value."""
+        return cls((ArgKind.POINTER,) * buffer_count + (ArgKind.INT32,) * variable_count)
+
+    def positions(self, kind: ArgKind) -> tuple[int, ...]:
+        """Parameter indices of the given kind, in order."""
+        return tuple(index for index, each in enumerate(self.kinds) if each is kind)
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+class HCQArgsState:
+    """A kernel's argument block in host-visible memory, filled with buffer addresses and variable values.
+
+    Args:
+        layout: the kernel's parameter layout.
+        memory: writable memory of at least `layout.size` bytes (a slice of the device's argument area).
+        buffer_addresses: one address per POINTER parameter, in order.
+        variable_values: one value per INT32 parameter, in order.
+        address: the device address of `memory` (what the kernel launch passes), if the device needs one.
+    """
+
+    def __init__(
+        self,
+        layout: KernelArgLayout,
+        memory: memoryview,
+        buffer_addresses: Sequence[int],
+        variable_values: Sequence[int] = (),
+        address: int = 0,
+    ) -> None:
+        if memory.readonly or memory.nbytes < layout.size:
+            raise ValueError(f"argument memory must be writable and hold {layout.size} bytes, got {memory.nbytes}")
+        self.layout = layout
+        self.memory = memory.cast("B") if memory.format != "B" else memory
+        self.address = address
+        self._pointers = layout.positions(ArgKind.POINTER)
+        self._variables = layout.positions(ArgKind.INT32)
+        if len(buffer_addresses) != len(self._pointers) or len(variable_values) != len(self._variables):
+            raise ValueError(
+                f"the layout takes {len(self._pointers)} buffer(s) and {len(self._variables)} variable(s), got "
+                f"{len(buffer_addresses)} and {len(variable_values)}"
+            )
+        for index, address_value in enumerate(buffer_addresses):
+            self.update_buffer(index, address_value)
+        for index, value in enumerate(variable_values):
+            self.update_variable(index, value)
+
+    def _write(self, parameter: int, value: int, what: str) -> None:
+        kind = self.layout.kinds[parameter]
+        low, high = _RANGES[kind]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{what} must be an int in [{low}, {high}] ({kind.name}), got {value!r}")
+        struct.pack_into(_FORMATS[kind], self.memory, self.layout.offsets[parameter], value)
+
+    def _read(self, parameter: int) -> int:
+        kind = self.layout.kinds[parameter]
+        value: int = struct.unpack_from(_FORMATS[kind], self.memory, self.layout.offsets[parameter])[0]
+        return value
+
+    def update_buffer(self, index: int, address: int) -> None:
+        """Writes the address of buffer parameter `index` (e.g. to relaunch on other buffers)."""
+        self._write(self._pointers[index], address, f"buffer address {index}")
+
+    def update_variable(self, index: int, value: int) -> None:
+        """Writes the value of variable parameter `index`."""
+        self._write(self._variables[index], value, f"variable value {index}")
+
+    @property
+    def buffer_addresses(self) -> tuple[int, ...]:
+        """The buffer addresses as stored in the block."""
+        return tuple(self._read(parameter) for parameter in self._pointers)
+
+    @property
+    def variable_values(self) -> tuple[int, ...]:
+        """The variable values as stored in the block."""
+        return tuple(self._read(parameter) for parameter in self._variables)

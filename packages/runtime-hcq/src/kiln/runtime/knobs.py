@@ -1,0 +1,41 @@
+"""The runtime's configuration knobs, registered in kiln.uops' knob registry.
+
+DEV (default device) and PROFILE are kiln.uops knobs; the runtime adds LRU and one `<KIND>_RENDERER` knob per
+device kind, registered when a device of that kind first picks its renderer (or when its module registers it).
+"""
+
+from __future__ import annotations
+
+from kiln.uops import Knob, knobs, register_knob
+
+__all__ = ["default_device", "lru_enabled", "profiling_enabled", "renderer_knob"]
+
+_LRU = register_knob(
+    "LRU", bool, True, "Keep freed device memory in a cache for reuse by allocations of the same size."
+)
+
+
+def default_device() -> str:
+    """The device named by DEV ("" when unset)."""
+    return knobs.DEVICE.strip()
+
+
+def profiling_enabled() -> bool:
+    """Whether PROFILE is on."""
+    return knobs.PROFILE
+
+
+def lru_enabled() -> bool:
+    """Whether LRU is on (allocators cache freed blocks)."""
+    return _LRU.value()
+
+
+def renderer_knob(kind: str) -> Knob[str]:
+    """The `<KIND>_RENDERER` knob: the renderer a device of `kind` uses instead of its first one."""
+    return register_knob(
+        f"{kind}_RENDERER",
+        str,
+        "",
+        f"Renderer of {kind} devices, by class name (e.g. 'llvm' for LLVMRenderer); empty: the device's first.",
+        owner="kiln.runtime.device",  # a section of its own in docs/knobs.md: one knob per kind known at import
+    )

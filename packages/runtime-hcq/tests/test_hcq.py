@@ -1,0 +1,154 @@
+"""HCQCompiled on a software-serviced device: the timeline, launches, copies, profiling and cross-device waits."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kiln.runtime import Buffer, HCQArgsState, HCQCompiled, HCQQueue, KernelArgLayout, profiler
+from kiln.uops import Context, UOp, dtypes
+
+Launch = tuple[int, int, int]
+
+
+def no_args() -> HCQArgsState:
+    return HCQArgsState(KernelArgLayout(()), memoryview(bytearray(8)), [])
+
+
+def observer(
+    device: HCQCompiled, seen: list[int], delay: float = 0.0
+) -> Callable[[HCQArgsState, Launch, Launch], None]:
+    """A kernel that records the device's timeline value at the moment it runs."""
+
+    def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        time.sleep(delay)
+        seen.append(device.timeline_signal.value)
+
+    return kernel
+
+
+def test_each_submission_advances_the_timeline_by_one(host_device: HCQCompiled) -> None:
+    seen: list[int] = []
+    for _ in range(20):
+        host_device.execute(observer(host_device, seen), no_args(), (1,))
+    host_device.synchronize(timeout=5.0)
+    # Kernel k runs after submission k-1 signalled k-1 and before its own signal k.
+    assert seen == list(range(20))
+    assert host_device.timeline_signal.value == host_device.timeline_value - 1 == 20
+
+
+def test_synchronize_waits_for_queued_work(host_device: HCQCompiled) -> None:
+    seen: list[int] = []
+    host_device.execute(observer(host_device, seen, delay=0.05), no_args(), (1,))
+    assert seen == []  # execute() does not block
+    host_device.synchronize(timeout=5.0)
+    assert seen == [0]
+
+
+def test_synchronize_times_out_with_a_clear_error(host_device: HCQCompiled) -> None:
+    host_device.execute(observer(host_device, [], delay=0.3), no_args(), (1,))
+    with pytest.raises(TimeoutError, match=r"TESTHOST:fresh timeline did not reach 1 within 0.01 s"):
+        host_device.synchronize(timeout=0.01)
+    host_device.synchronize(timeout=5.0)
+
+
+def test_execute_with_wait_returns_the_kernel_time(host_device: HCQCompiled) -> None:
+    elapsed = host_device.execute(observer(host_device, [], delay=0.02), no_args(), (1,), wait=True)
+    assert elapsed is not None and 0.02 <= elapsed < 2.0
+
+
+def test_kernel_failure_surfaces_at_synchronize(host_device: HCQCompiled) -> None:
+    def crash(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise IndexError("out of bounds store")
+
+    host_device.execute(crash, no_args(), (1,))
+    with pytest.raises(RuntimeError, match="out of bounds store"):
+        host_device.synchronize(timeout=5.0)
+
+
+def test_symbolic_launch_sizes_resolve_per_launch(host_device: HCQCompiled) -> None:
+    sizes: list[Launch] = []
+
+    def record(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        sizes.append(global_size)
+
+    n = UOp.variable("n", 1, 64)
+    for value in (2, 7):
+        host_device.execute(record, no_args(), (n, 3), var_vals={"n": value})
+    host_device.synchronize(timeout=5.0)
+    assert sizes == [(2, 3, 1), (7, 3, 1)]
+
+
+def test_device_copy_is_ordered_after_the_kernel_that_writes_the_source(host_device: HCQCompiled) -> None:
+    source = Buffer("TESTHOST", 256, dtypes.uint8).copyin(np.zeros(256, np.uint8))
+    dest = Buffer("TESTHOST", 256, dtypes.uint8).copyin(np.zeros(256, np.uint8))
+    source_view = source.numpy()
+
+    def fill(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        time.sleep(0.02)  # the copy would read zeros if it did not wait for this kernel
+        source_view[:] = np.arange(256, dtype=np.uint8)
+
+    host_device.execute(fill, no_args(), (1,))
+    host_device.copy(dest.opaque.address, source.opaque.address, 256)
+    host_device.synchronize(timeout=5.0)
+    np.testing.assert_array_equal(dest.numpy(), np.arange(256, dtype=np.uint8))
+
+
+def test_cross_device_wait_orders_work_on_two_devices(host_device: HCQCompiled) -> None:
+    other = type(host_device)("TESTHOST:other")
+    try:
+        log: list[str] = []
+
+        def step(label: str, delay: float = 0.0) -> Callable[[HCQArgsState, Launch, Launch], None]:
+            def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+                time.sleep(delay)
+                log.append(label)
+
+            return kernel
+
+        host_device.execute(step("producer", delay=0.05), no_args(), (1,))
+        produced = host_device.timeline_value - 1
+        # The consumer device waits on the producer device's timeline before its own work.
+        HCQQueue().wait(host_device.timeline_signal, produced).submit(other)
+        other.execute(step("consumer"), no_args(), (1,))
+        other.synchronize(timeout=5.0)
+        assert log == ["producer", "consumer"]
+    finally:
+        other.engine.close(timeout=5.0)  # type: ignore[attr-defined]
+
+
+def test_profile_events_are_recorded_and_exported(host_device: HCQCompiled, tmp_path: Path) -> None:
+    profiler.clear()
+    buffer = Buffer("TESTHOST", 64, dtypes.uint8).allocate()
+    with Context(PROFILE=True):
+        host_device.execute(observer(host_device, [], delay=0.01), no_args(), (1,), name="slow_kernel")
+        host_device.copy(buffer.opaque.address, buffer.opaque.address + 32, 32, name="shift")
+        host_device.synchronize(timeout=5.0)
+    host_device.execute(observer(host_device, []), no_args(), (1,), name="unprofiled")
+    host_device.synchronize(timeout=5.0)
+    events = [event for event in profiler.events if event.device == "TESTHOST:fresh"]
+    assert [(event.name, event.category) for event in events] == [
+        ("slow_kernel", "program"),
+        ("shift 32 bytes", "copy"),
+    ]
+    kernel, copy = events
+    assert kernel.duration_us >= 10_000 * 0.9
+    assert kernel.end_us <= copy.start_us <= copy.end_us
+    trace = json.loads(profiler.save(tmp_path / "profile.json").read_text())
+    exported = [event for event in trace["traceEvents"] if event["pid"] == "TESTHOST:fresh"]
+    assert exported[0] == {
+        "name": "slow_kernel",
+        "cat": "program",
+        "ph": "X",
+        "ts": kernel.start_us,
+        "dur": kernel.duration_us,
+        "pid": "TESTHOST:fresh",
+        "tid": "compute",
+    }
+    profiler.clear()
+    assert profiler.events == []

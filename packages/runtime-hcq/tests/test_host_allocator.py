@@ -1,0 +1,91 @@
+"""HostAllocator: page-aligned host memory, copies, views, the byte cap and direct transfers."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+from kiln.runtime import BufferSpec, HostAllocator, OutOfMemoryError
+
+
+def test_blocks_are_page_aligned_and_distinct() -> None:
+    allocator = HostAllocator("HOST")
+    blocks = [allocator.alloc(size) for size in (1, 100, 4096, 5000)]
+    addresses = [block.address for block in blocks]
+    assert all(address % mmap.PAGESIZE == 0 for address in addresses)
+    assert len(set(addresses)) == len(addresses)
+
+
+def test_copy_in_and_out_round_trip() -> None:
+    allocator = HostAllocator("HOST")
+    payload = os.urandom(10_000)
+    block = allocator.alloc(len(payload))
+    allocator._copyin(block, memoryview(payload))
+    out = bytearray(len(payload))
+    allocator._copyout(memoryview(out), block)
+    assert bytes(out) == payload
+    # The memory at the block's address holds the bytes too (ctypes reads it independently of the allocator).
+    assert ctypes.string_at(block.address, len(payload)) == payload
+
+
+def test_offset_views_alias_the_block() -> None:
+    allocator = HostAllocator("HOST")
+    block = allocator.alloc(256)
+    view = allocator._offset(block, 16, 100)
+    assert view.address == block.address + 100
+    allocator._copyin(view, memoryview(bytes(range(16))))
+    assert bytes(allocator._as_buffer(block)[100:116]) == bytes(range(16))
+    assert bytes(allocator._as_buffer(block)[:100]) == bytes(100)
+
+
+def test_as_buffer_is_zero_copy() -> None:
+    allocator = HostAllocator("HOST")
+    block = allocator.alloc(64)
+    host = np.frombuffer(allocator._as_buffer(block), dtype=np.uint8)
+    host[:] = np.arange(64, dtype=np.uint8)
+    assert ctypes.string_at(block.address, 64) == bytes(range(64))
+
+
+def test_synchronize_hook_runs_before_host_access() -> None:
+    calls: list[str] = []
+    allocator = HostAllocator("HOST", synchronize=lambda: calls.append("sync"))
+    block = allocator.alloc(8)
+    allocator._copyin(block, memoryview(bytes(8)))
+    allocator._copyout(memoryview(bytearray(8)), block)
+    allocator._as_buffer(block)
+    assert calls == ["sync"] * 3
+
+
+def test_max_bytes_cap_triggers_cache_flush_then_out_of_memory() -> None:
+    allocator = HostAllocator("HOST:capped", max_bytes=3 * 4096)
+    first = allocator.alloc(4096)
+    allocator.free(first, 4096)
+    big = allocator.alloc(3 * 4096)  # needs the cached page back
+    assert allocator.allocated_bytes == 3 * 4096 and allocator.cached_bytes == 0
+    with pytest.raises(OutOfMemoryError, match=r"HOST:capped.*4096 bytes"):
+        allocator.alloc(4096)
+    allocator.free(big, 3 * 4096, BufferSpec(nolru=True))
+    assert allocator.allocated_bytes == 0
+
+
+def test_freeing_a_block_with_a_live_host_view_keeps_the_view_valid() -> None:
+    allocator = HostAllocator("HOST")
+    block = allocator.alloc(32)
+    allocator._copyin(block, memoryview(b"k" * 32))
+    view = allocator._as_buffer(block)
+    allocator.free(block, 32, BufferSpec(nolru=True))  # cannot unmap yet: the view still exports the mapping
+    assert bytes(view) == b"k" * 32
+
+
+def test_transfer_between_host_allocators_copies_bytes() -> None:
+    source, dest = HostAllocator("A"), HostAllocator("B")
+    assert dest.supports_transfer_from(source)
+    src_block, dest_block = source.alloc(1000), dest.alloc(1000)
+    payload = os.urandom(1000)
+    source._copyin(src_block, memoryview(payload))
+    dest._transfer(dest_block, src_block, 1000, source)
+    assert bytes(dest._as_buffer(dest_block)) == payload

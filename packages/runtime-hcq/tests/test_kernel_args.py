@@ -1,0 +1,89 @@
+"""Kernel-argument layout and packing, checked against ctypes structures (the C compiler's layout rules)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kiln.runtime import ArgKind, HCQArgsState, KernelArgLayout
+
+_CTYPES = {ArgKind.POINTER: ctypes.c_uint64, ArgKind.INT32: ctypes.c_int32}
+
+
+def struct_of(kinds: tuple[ArgKind, ...]) -> type[ctypes.Structure]:
+    """The C struct a kernel taking these parameters would declare."""
+    return type("Args", (ctypes.Structure,), {"_fields_": [(f"f{i}", _CTYPES[kind]) for i, kind in enumerate(kinds)]})
+
+
+@given(st.lists(st.sampled_from(list(ArgKind)), max_size=12))
+def test_layout_matches_a_c_struct(kind_list: list[ArgKind]) -> None:
+    kinds = tuple(kind_list)
+    layout = KernelArgLayout(kinds)
+    c_struct = struct_of(kinds)
+    assert layout.offsets == tuple(getattr(c_struct, f"f{i}").offset for i in range(len(kinds)))
+    if kinds:
+        assert layout.size == ctypes.sizeof(c_struct)
+
+
+def test_buffers_then_variables_layout_by_hand() -> None:
+    layout = KernelArgLayout.buffers_then_variables(3, 3)
+    assert layout.offsets == (0, 8, 16, 24, 28, 32)
+    assert layout.size == 40  # 36 rounded up to the 8-byte alignment of the pointers
+    assert KernelArgLayout.buffers_then_variables(0, 3).size == 12
+
+
+@given(
+    st.lists(st.sampled_from(list(ArgKind)), max_size=10).flatmap(
+        lambda kinds: st.tuples(
+            st.just(tuple(kinds)),
+            st.lists(
+                st.integers(0, 2**64 - 1), min_size=kinds.count(ArgKind.POINTER), max_size=kinds.count(ArgKind.POINTER)
+            ),
+            st.lists(
+                st.integers(-(2**31), 2**31 - 1),
+                min_size=kinds.count(ArgKind.INT32),
+                max_size=kinds.count(ArgKind.INT32),
+            ),
+        )
+    )
+)
+def test_packed_values_read_back_through_a_c_struct(case: tuple[tuple[ArgKind, ...], list[int], list[int]]) -> None:
+    kinds, addresses, values = case
+    layout = KernelArgLayout(kinds)
+    memory = bytearray(layout.size + 8)
+    state = HCQArgsState(layout, memoryview(memory), addresses, values)
+    assert state.buffer_addresses == tuple(addresses) and state.variable_values == tuple(values)
+    c_args = struct_of(kinds).from_buffer(memory)
+    pointers, ints = iter(addresses), iter(values)
+    for index, kind in enumerate(kinds):
+        expected = next(pointers) if kind is ArgKind.POINTER else next(ints)
+        assert getattr(c_args, f"f{index}") == expected
+
+
+def test_updates_rewrite_one_parameter() -> None:
+    layout = KernelArgLayout((ArgKind.INT32, ArgKind.POINTER, ArgKind.INT32))
+    memory = bytearray(layout.size)
+    state = HCQArgsState(layout, memoryview(memory), [0x1000], [1, 2])
+    state.update_buffer(0, 0xDEAD_BEEF_0000)
+    state.update_variable(1, -5)
+    c_args = struct_of(layout.kinds).from_buffer(memory)
+    assert (c_args.f0, c_args.f1, c_args.f2) == (1, 0xDEAD_BEEF_0000, -5)
+
+
+def test_bad_arguments_raise() -> None:
+    layout = KernelArgLayout.buffers_then_variables(1, 1)
+    with pytest.raises(ValueError, match="takes 1 buffer\\(s\\) and 1 variable\\(s\\), got 2 and 1"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [1, 2], [3])
+    with pytest.raises(ValueError, match="hold 16 bytes, got 8"):
+        HCQArgsState(layout, memoryview(bytearray(8)), [1], [3])
+    with pytest.raises(ValueError, match="writable"):
+        HCQArgsState(layout, memoryview(bytes(16)), [1], [3])
+    with pytest.raises(ValueError, match=r"variable value 0 must be an int in \[-2147483648, 2147483647\]"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [1], [2**31])
+    with pytest.raises(ValueError, match="buffer address 0 must be an int"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [-1], [0])
+    with pytest.raises(TypeError, match="ArgKind"):
+        KernelArgLayout(("pointer",))  # type: ignore[arg-type]

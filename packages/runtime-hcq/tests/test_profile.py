@@ -1,0 +1,45 @@
+"""Profile events and their Chrome trace-event export."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from kiln.runtime import ProfileEvent, Profiler
+
+
+def test_event_duration_and_trace_form() -> None:
+    event = ProfileEvent("CUDA:1", "matmul", "program", 100.5, 130.0, "compute")
+    assert event.duration_us == 29.5
+    assert event.to_trace_event() == {
+        "name": "matmul",
+        "cat": "program",
+        "ph": "X",
+        "ts": 100.5,
+        "dur": 29.5,
+        "pid": "CUDA:1",
+        "tid": "compute",
+    }
+
+
+def test_profiler_collects_from_threads_and_saves_json(tmp_path: Path) -> None:
+    profiler = Profiler()
+
+    def record(worker: int) -> None:
+        for index in range(100):
+            profiler.record(ProfileEvent(f"DEV:{worker}", f"k{index}", "program", index, index + 1.0))
+
+    threads = [threading.Thread(target=record, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(profiler.events) == 400
+    for worker in range(4):
+        names = [event.name for event in profiler.events if event.device == f"DEV:{worker}"]
+        assert names == [f"k{index}" for index in range(100)]
+    saved = json.loads(profiler.save(tmp_path / "trace.json").read_text())
+    assert len(saved["traceEvents"]) == 400 and saved["traceEvents"][0]["ph"] == "X"
+    profiler.clear()
+    assert profiler.events == []

@@ -1,0 +1,196 @@
+"""ThreadQueueEngine: in-order execution, cross-queue signal ordering, failures that reach every waiter."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from kiln.runtime import EngineClosed, HCQArgsState, HCQQueue, KernelArgLayout, ThreadQueueEngine, TimelineSignal
+
+Launch = tuple[int, int, int]
+
+
+@pytest.fixture
+def engines() -> Iterator[list[ThreadQueueEngine]]:
+    created = [ThreadQueueEngine(f"engine{index}") for index in range(4)]
+    yield created
+    for engine in created:
+        engine.close(timeout=5.0)
+
+
+def no_args() -> HCQArgsState:
+    return HCQArgsState(KernelArgLayout(()), memoryview(bytearray(8)), [])
+
+
+def appender(log: list[str], label: str, delay: float = 0.0) -> Callable[[HCQArgsState, Launch, Launch], None]:
+    def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        time.sleep(delay)
+        log.append(label)
+
+    kernel.__name__ = label
+    return kernel
+
+
+def test_lists_and_commands_run_in_submission_order(engines: list[ThreadQueueEngine]) -> None:
+    log: list[str] = []
+    done = TimelineSignal(0, name="done")
+    for batch in range(3):
+        queue = HCQQueue()
+        for index in range(3):
+            queue.exec(appender(log, f"{batch}.{index}", delay=0.001 * (3 - index)), no_args(), (1,))
+        queue.signal(done, batch + 1).submit(engines[0])
+    done.wait(3, timeout=5.0)
+    assert log == [f"{batch}.{index}" for batch in range(3) for index in range(3)]
+
+
+def test_queue_waiting_on_another_queue_runs_after_it(engines: list[ThreadQueueEngine]) -> None:
+    log: list[str] = []
+    produced, consumed = TimelineSignal(0, name="produced"), TimelineSignal(0, name="consumed")
+    # B is submitted first but waits for A's signal; A is slow, so without the wait B would run first.
+    HCQQueue().wait(produced, 1).exec(appender(log, "B"), no_args(), (1,)).signal(consumed, 1).submit(engines[1])
+    HCQQueue().exec(appender(log, "A", delay=0.05), no_args(), (1,)).signal(produced, 1).submit(engines[0])
+    consumed.wait(1, timeout=5.0)
+    assert log == ["A", "B"]
+
+
+def test_chain_of_queues_submitted_in_reverse_runs_in_chain_order(engines: list[ThreadQueueEngine]) -> None:
+    log: list[str] = []
+    signals = [TimelineSignal(0, name=f"link{index}") for index in range(len(engines) + 1)]
+    signals[0].set(1)
+    for index in reversed(range(len(engines))):  # the last link is submitted first
+        queue = HCQQueue().wait(signals[index], 1).exec(appender(log, f"link{index}", delay=0.005), no_args(), (1,))
+        queue.signal(signals[index + 1], 1).submit(engines[index])
+    signals[-1].wait(1, timeout=5.0)
+    assert log == [f"link{index}" for index in range(len(engines))]
+
+
+def test_ping_pong_between_two_queues_interleaves_exactly(engines: list[ThreadQueueEngine]) -> None:
+    log: list[str] = []
+    ping, pong = TimelineSignal(0, name="ping"), TimelineSignal(0, name="pong")
+    rounds = 5
+    queue_a, queue_b = HCQQueue(), HCQQueue()
+    for step in range(1, rounds + 1):
+        queue_a.wait(pong, step - 1).exec(appender(log, f"a{step}"), no_args(), (1,)).signal(ping, step)
+        queue_b.wait(ping, step).exec(appender(log, f"b{step}"), no_args(), (1,)).signal(pong, step)
+    queue_b.submit(engines[1])
+    queue_a.submit(engines[0])
+    pong.wait(rounds, timeout=5.0)
+    assert log == [name for step in range(1, rounds + 1) for name in (f"a{step}", f"b{step}")]
+
+
+def test_exec_passes_arguments_and_launch_sizes(engines: list[ThreadQueueEngine]) -> None:
+    # A software "add" kernel that finds its buffers through the packed argument block.
+    n = 64
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
+    out = np.zeros(n, np.float32)
+    seen: list[tuple[Launch, Launch]] = []
+
+    def add(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        out_address, a_address, b_address = args.buffer_addresses
+        (count,) = args.variable_values
+        views = [
+            np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_float)), (count,))
+            for address in (out_address, a_address, b_address)
+        ]
+        views[0][:] = views[1] + views[2]
+        seen.append((global_size, local_size))
+
+    layout = KernelArgLayout.buffers_then_variables(3, 1)
+    args = HCQArgsState(
+        layout, memoryview(bytearray(layout.size)), [out.ctypes.data, a.ctypes.data, b.ctypes.data], [n]
+    )
+    done = TimelineSignal()
+    HCQQueue().exec(add, args, (n // 16,), (16,)).signal(done, 1).submit(engines[0])
+    done.wait(1, timeout=5.0)
+    np.testing.assert_array_equal(out, a + b)
+    assert seen == [((4, 1, 1), (16, 1, 1))]
+
+
+def test_copy_command_moves_bytes(engines: list[ThreadQueueEngine]) -> None:
+    source = np.random.default_rng(0).integers(0, 255, 1000, dtype=np.uint8)
+    dest = np.zeros(1000, np.uint8)
+    done = TimelineSignal()
+    HCQQueue().copy(dest.ctypes.data + 10, source.ctypes.data, 990).signal(done, 1).submit(engines[0])
+    done.wait(1, timeout=5.0)
+    np.testing.assert_array_equal(dest[10:], source[:990])
+    assert not dest[:10].any()
+
+
+def test_timestamps_follow_execution_order(engines: list[ThreadQueueEngine]) -> None:
+    first, second, done = TimelineSignal(), TimelineSignal(), TimelineSignal()
+    log: list[str] = []
+    queue = HCQQueue().timestamp(first).exec(appender(log, "work", delay=0.01), no_args(), (1,)).timestamp(second)
+    queue.signal(done, 1).submit(engines[0])
+    done.wait(1, timeout=5.0)
+    assert second.timestamp - first.timestamp >= 10_000 * 0.9  # microseconds
+
+
+def test_failure_stops_the_engine_and_fails_every_pending_signal(engines: list[ThreadQueueEngine]) -> None:
+    log: list[str] = []
+
+    def crash(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise ZeroDivisionError("bad kernel")
+
+    mine, later, downstream = (
+        TimelineSignal(0, name="mine"),
+        TimelineSignal(0, name="later"),
+        TimelineSignal(0, name="downstream"),
+    )
+    HCQQueue().exec(crash, no_args(), (1,)).exec(appender(log, "skipped"), no_args(), (1,)).signal(mine, 1).submit(
+        engines[0]
+    )
+    HCQQueue().exec(appender(log, "after"), no_args(), (1,)).signal(later, 1).submit(engines[0])
+    # Another engine waiting on the failed one must not hang either.
+    HCQQueue().wait(mine, 1).exec(appender(log, "dependent"), no_args(), (1,)).signal(downstream, 1).submit(engines[1])
+    for signal in (mine, later, downstream):
+        with pytest.raises(RuntimeError, match="will not reach 1") as raised:
+            signal.wait(1, timeout=5.0)
+        assert "bad kernel" in str(raised.value)
+    assert log == []
+    with pytest.raises(RuntimeError, match="engine 'engine0' failed: ZeroDivisionError: bad kernel"):
+        HCQQueue().signal(later, 2).submit(engines[0])
+
+
+def test_exec_of_a_non_callable_fails_the_engine(engines: list[ThreadQueueEngine]) -> None:
+    done = TimelineSignal()
+    HCQQueue().exec(object(), no_args(), (1,), name="thing").signal(done, 1).submit(engines[0])
+    with pytest.raises(RuntimeError, match="runs Python callables, got object for thing"):
+        done.wait(1, timeout=5.0)
+
+
+def test_close_releases_a_worker_blocked_on_a_wait() -> None:
+    engine = ThreadQueueEngine("blocked")
+    never = TimelineSignal(0, name="never")
+    HCQQueue().wait(never, 1).submit(engine)
+    time.sleep(0.02)
+    engine.close(timeout=5.0)
+    assert engine._thread is not None and not engine._thread.is_alive()
+    assert isinstance(engine.error, EngineClosed)
+    with pytest.raises(RuntimeError, match="failed: EngineClosed"):
+        engine.submit_commands([])
+
+
+def test_many_host_threads_submitting_concurrently_lose_nothing(engines: list[ThreadQueueEngine]) -> None:
+    counter = [0]
+    done = TimelineSignal()
+
+    def bump(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        counter[0] += 1  # only the worker thread runs kernels, so no lock is needed
+
+    def submit_many() -> None:
+        for _ in range(50):
+            HCQQueue().exec(bump, no_args(), (1,)).submit(engines[0])
+
+    threads = [threading.Thread(target=submit_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    HCQQueue().signal(done, 1).submit(engines[0])
+    done.wait(1, timeout=5.0)
+    assert counter[0] == 200
