@@ -1,0 +1,48 @@
+"""What the AM memory manager needs from a device: its VRAM, its registers and where it sits on the bus and fabric."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kiln.drivers.am.gfx_generation import GfxGeneration
+from kiln.drivers.am.registers import AMRegister, Hub
+from kiln.runtime.memory import PhysicalMemory
+
+
+class AMHardware(Protocol):
+    """One AMD GPU as the driver sees it (the simulator implements this; a PCI-backed device would too).
+
+    Attributes:
+        generation: the GC IP generation (selects the page-table layout).
+        vram: byte access to VRAM by offset (a BAR mapping on hardware).
+        vram_size: bytes of VRAM.
+        bar_address: bus address of the VRAM BAR (how peers without XGMI and the host reach this VRAM).
+        bar_size: bytes of VRAM visible through the BAR.
+        hive_id: identifies the XGMI hive this GPU belongs to; None when it is in none.
+    """
+
+    @property
+    def generation(self) -> GfxGeneration: ...
+
+    @property
+    def vram(self) -> PhysicalMemory: ...
+
+    @property
+    def vram_size(self) -> int: ...
+
+    @property
+    def bar_address(self) -> int: ...
+
+    @property
+    def bar_size(self) -> int: ...
+
+    @property
+    def hive_id(self) -> int | None: ...
+
+    def read_register(self, hub: Hub, register: AMRegister) -> int:
+        """Read a 32-bit register of `hub`."""
+        ...
+
+    def write_register(self, hub: Hub, register: AMRegister, value: int) -> None:
+        """Write a 32-bit register of `hub`."""
+        ...
