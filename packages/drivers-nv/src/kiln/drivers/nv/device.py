@@ -1,0 +1,196 @@
+"""The NV device kind: simulated NVIDIA GPUs ("NV:sim", "NV:sim1", ...) behind kiln's Device registry.
+
+A simulated device holds buffers (it cannot run kernels): allocation, copies and cross-device mappings go through
+the real NVMemoryManager and the simulated GPU's MMU, so every byte copied in or out is translated by decoding the
+page tables the manager wrote. All simulated NV devices of a process sit in one simulated machine: they share the
+host memory (bus addresses) and reach each other's VRAM through the PEER aperture, each pair under a peer id.
+
+Real NVIDIA GPUs ("NV", "NV:0", ...) are not supported by kiln's NV driver yet (it would need GSP firmware boot and
+RM calls); opening one raises DeviceUnavailable.
+
+Knobs: NV_SIM_VRAM_MIB (VRAM of each simulated GPU, MiB, default 16384) and NV_SIM_MMU (page-table format version,
+2 = Ampere, 3 = Hopper; default 2), read when a device opens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.drivers.nv.memory_manager import NVMemoryManager
+from kiln.drivers.nv.simulated_gpu import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
+from kiln.drivers.nv.simulated_memory import SimulatedMemory
+from kiln.runtime import Allocator, BufferSpec, DeviceBase, DeviceUnavailable, LRUAllocator
+from kiln.runtime.memory import TLSFAllocator, VirtMapping
+from kiln.uops import register_knob
+
+__all__ = ["NVAllocation", "NVAllocator", "NVBuffer", "NVDevice", "SimulatedMachine"]
+
+SIM_VRAM_MIB = register_knob(
+    "NV_SIM_VRAM_MIB", int, 16384, "VRAM of each simulated NV GPU (NV:sim...), in MiB.", owner="kiln.drivers.nv"
+)
+SIM_MMU = register_knob(
+    "NV_SIM_MMU",
+    int,
+    2,
+    "Page-table format of simulated NV GPUs: 2 = Ampere (5 levels), 3 = Hopper (6 levels).",
+    owner="kiln.drivers.nv",
+)
+
+_SIM_NAME = re.compile(r"sim(\d*)")
+MAX_SIMULATED_GPUS = 9  # peer ids are 3 bits: each GPU can reach 8 others
+HOST_BUS_BASE = 1 << 32  # where the simulated host hands out bus addresses for pinned buffers
+
+
+class SimulatedMachine:
+    """The simulated host of all NV:sim devices of a process: shared host memory and the peer-id wiring."""
+
+    def __init__(self) -> None:
+        self.host_memory = SimulatedMemory(DEFAULT_HOST_MEMORY_BYTES, "host memory")
+        self.host_allocator = TLSFAllocator(DEFAULT_HOST_MEMORY_BYTES - HOST_BUS_BASE, base=HOST_BUS_BASE)
+        self.devices: list[NVDevice] = []
+        self.peer_ids: dict[tuple[str, str], int] = {}  # (importer, owner) -> peer id in the importer's PTEs
+
+    def attach(self, device: NVDevice) -> None:
+        """Connect a new GPU to every GPU already present, in both directions."""
+        if len(self.devices) >= MAX_SIMULATED_GPUS:
+            raise DeviceUnavailable(f"{device.name}: at most {MAX_SIMULATED_GPUS} simulated NV GPUs (3-bit peer ids)")
+        for other in self.devices:
+            self._connect(device, other)
+            self._connect(other, device)
+        self.devices.append(device)
+
+    def device(self, name: str) -> NVDevice:
+        """The simulated NV device called `name`."""
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise KeyError(f"no simulated NV device {name!r}")
+
+    def _connect(self, importer: NVDevice, owner: NVDevice) -> None:
+        peer_id = len(importer.gpu.peers)
+        importer.gpu.connect_peer(peer_id, owner.gpu)
+        self.peer_ids[(importer.name, owner.name)] = peer_id
+
+
+MACHINE = SimulatedMachine()
+
+
+@dataclass
+class NVAllocation:
+    """One block of device (or pinned host) memory and every device it is mapped into (at the same VA)."""
+
+    owner: NVDevice
+    mapping: VirtMapping
+    host_chunks: tuple[tuple[int, int], ...] = ()
+    imports: dict[str, VirtMapping] = field(default_factory=dict)  # device name -> mapping in that device
+
+
+@dataclass(frozen=True)
+class NVBuffer:
+    """The opaque handle of the NV allocator: a byte range of an allocation (sub-buffers share the allocation)."""
+
+    allocation: NVAllocation
+    offset: int
+    size: int
+
+    @property
+    def va_addr(self) -> int:
+        """The GPU virtual address of the first byte (the same on every device the allocation is mapped into)."""
+        return self.allocation.mapping.va_addr + self.offset
+
+
+class NVAllocator(LRUAllocator[NVBuffer]):
+    """Allocates through the device's NVMemoryManager and copies through its simulated MMU."""
+
+    def __init__(self, name: str, device: NVDevice) -> None:
+        super().__init__(name)
+        self.nv_device = device
+
+    def _alloc(self, size: int, options: BufferSpec) -> NVBuffer:
+        memory_manager = self.nv_device.memory_manager
+        if options.host:
+            size = -(-size // 4096) * 4096
+            bus_address = MACHINE.host_allocator.alloc(size, 4096)
+            try:
+                mapping = memory_manager.map_system([(bus_address, size)], snooped=True, uncached=options.uncached)
+            except BaseException:
+                MACHINE.host_allocator.free(bus_address)
+                raise
+            return NVBuffer(NVAllocation(self.nv_device, mapping, ((bus_address, size),)), 0, size)
+        mapping = memory_manager.valloc(size, uncached=options.uncached)
+        return NVBuffer(NVAllocation(self.nv_device, mapping), 0, size)
+
+    def _free(self, opaque: NVBuffer, options: BufferSpec) -> None:
+        allocation = opaque.allocation
+        for name, imported in allocation.imports.items():
+            MACHINE.device(name).memory_manager.unmap(imported)
+        allocation.imports.clear()
+        self.nv_device.memory_manager.vfree(allocation.mapping)
+        for bus_address, _ in allocation.host_chunks:
+            MACHINE.host_allocator.free(bus_address)
+
+    def _copyin(self, dest: NVBuffer, src: memoryview) -> None:
+        self.nv_device.gpu.write_virtual(dest.va_addr, src.tobytes())
+
+    def _copyout(self, dest: memoryview, src: NVBuffer) -> None:
+        dest[:] = self.nv_device.gpu.read_virtual(src.va_addr, src.size)
+
+    def _offset(self, opaque: NVBuffer, size: int, offset: int) -> NVBuffer:
+        if offset < 0 or offset + size > opaque.size:
+            raise ValueError(f"sub-buffer [{offset}, +{size}) leaves the {opaque.size}-byte buffer")
+        return NVBuffer(opaque.allocation, opaque.offset + offset, size)
+
+    def supports_transfer_from(self, source: Allocator[Any]) -> bool:
+        """Direct copies from any simulated NV device: the source is mapped here through the PEER aperture."""
+        return isinstance(source, NVAllocator)
+
+    def _transfer(self, dest: NVBuffer, src: object, size: int, source: Allocator[Any]) -> None:
+        if not isinstance(src, NVBuffer):
+            raise TypeError(f"expected an NVBuffer to copy from, got {type(src).__name__}")
+        self.nv_device.map(src)
+        gpu = self.nv_device.gpu
+        gpu.write_virtual(dest.va_addr, gpu.read_virtual(src.va_addr, size))
+
+
+class NVDevice(DeviceBase):
+    """An NV device. Only simulated GPUs ("NV:sim", "NV:sim<N>") open; real ones raise DeviceUnavailable."""
+
+    def __init__(self, name: str) -> None:
+        kind, _, suffix = name.partition(":")
+        if _SIM_NAME.fullmatch(suffix) is None:
+            raise DeviceUnavailable(
+                f"{name}: kiln's NV driver cannot open real NVIDIA GPUs yet (it has no GSP boot / RM support); "
+                f"open a simulated one instead, e.g. '{kind}:sim' (VRAM from NV_SIM_VRAM_MIB, format from NV_SIM_MMU)"
+            )
+        vram_mib, version = SIM_VRAM_MIB.value(), SIM_MMU.value()
+        if version not in (2, 3):
+            raise ValueError(f"NV_SIM_MMU={version} is not a page-table format; expected 2 (Ampere) or 3 (Hopper)")
+        if vram_mib < 128:
+            raise ValueError(f"NV_SIM_VRAM_MIB={vram_mib} is too small; a simulated NV GPU needs at least 128 MiB")
+        self.gpu = SimulatedNVGPU(vram_mib << 20, version, host_memory=MACHINE.host_memory, name=name)
+        self.memory_manager = NVMemoryManager(self.gpu, vram_mib << 20, mmu_version=version)
+        super().__init__(name, NVAllocator(name, self))
+        MACHINE.attach(self)
+
+    def map(self, buffer: NVBuffer) -> VirtMapping:
+        """Make `buffer` (of any simulated NV device, or pinned host memory) usable here, at its own VA."""
+        allocation = buffer.allocation
+        if allocation.owner is self:
+            return allocation.mapping
+        existing = allocation.imports.get(self.name)
+        if existing is not None:
+            return existing
+        if allocation.host_chunks:
+            mapping = self.memory_manager.map_system(
+                allocation.host_chunks, vaddr=allocation.mapping.va_addr, uncached=allocation.mapping.uncached
+            )
+        else:
+            mapping = self.memory_manager.map_peer(allocation.mapping, self.peer_id(allocation.owner))
+        allocation.imports[self.name] = mapping
+        return mapping
+
+    def peer_id(self, owner: NVDevice) -> int:
+        """The peer id under which this GPU's PTEs reach `owner`'s VRAM."""
+        return MACHINE.peer_ids[(self.name, owner.name)]
