@@ -147,6 +147,60 @@ def bench_tracing_overhead(calls: int, repeats: int) -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# symbolic simplification
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def index_expressions(count: int, offset: int) -> list[UOp]:
+    """Kernel-like index expressions: a flat index split into digits and recombined, gated, divided, clamped."""
+    gidx, lidx = UOp.special(64, "gidx0"), UOp.special(16, "lidx0")
+    loop, upcast = UOp.range(32, 0), UOp.range(4, 1)
+    width = UOp.variable("width", 1, 512)
+    expressions = []
+    for i in range(offset, offset + count):
+        flat = (gidx * 16 + lidx) * 4 + upcast + i % 7
+        digits = ((flat // 4) % 16) * 4 + flat % 4 + (flat // 64) * 64
+        gate = (loop * 4 + upcast + i % 3).lt(64 + i % 50)
+        strided = (flat * 3 + loop * width) // 3 + (flat * 2 + 1) % 2
+        expressions.append(gate.where(digits + strided.maximum(0), (loop + i) // 8 * 8 + (loop + i) % 8))
+    return expressions
+
+
+def bench_symbolic(count: int, repeats: int) -> list[str]:
+    """Expressions simplified per second by pm_symbolic and pm_symbolic_simple, against a rewrite with no rules."""
+    from kiln.uops import pm_symbolic, pm_symbolic_simple
+
+    no_rules = PatternMatcher([])
+    timings: dict[str, float] = {}
+    nodes_in = nodes_out = 0
+    for name, matcher in (("full", pm_symbolic), ("simple", pm_symbolic_simple), ("none", no_rules)):
+        best = float("inf")
+        for repeat in range(repeats):
+            # fresh expressions every run: nothing cached on the nodes (bounds, canonical sums) from an earlier run
+            corpus = index_expressions(count, offset=1000 * repeat + 100_000 * len(timings))
+            gc.collect()
+            start = time.process_time()
+            results = [graph_rewrite(expression, matcher) for expression in corpus]
+            best = min(best, time.process_time() - start)
+            if name == "full":
+                nodes_in = sum(len(expression.toposort()) for expression in corpus)
+                nodes_out = sum(len(result.toposort()) for result in results)
+        timings[name] = best
+    variables = [UOp.variable(f"v{i:03d}", 0, 100) for i in range(100)]
+    long_sum = variables[0]
+    for variable in variables[1:]:
+        long_sum = long_sum + variable * 3 + 1
+    long_time = best_time(lambda: graph_rewrite(long_sum, pm_symbolic), 1)
+    return [
+        f"simplify (pm_symbolic), index expressions  {count / timings['full']:9.0f} expressions/s"
+        f"  ({nodes_in / count:.0f} -> {nodes_out / count:.0f} nodes each)",
+        f"pm_symbolic_simple on the same             {count / timings['simple']:9.0f} expressions/s",
+        f"  reference: graph_rewrite with no rules   {count / timings['none']:9.0f} expressions/s",
+        f"simplify a 100-term sum built term by term {long_time * 1e3:9.1f} ms",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
@@ -157,6 +211,7 @@ def main() -> None:
         ("UOp creation", lambda: bench_creation(100_000 // scale, repeats)),
         ("graph_rewrite", lambda: bench_graph_rewrite(100_000 // scale, repeats)),
         ("tracing overhead", lambda: bench_tracing_overhead(20_000 // scale, repeats)),
+        ("symbolic simplification", lambda: bench_symbolic(1000 // scale, repeats)),
     ]
     for title, run in sections:
         print(f"== {title}")

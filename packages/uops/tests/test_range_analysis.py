@@ -90,10 +90,10 @@ def test_fixed_width_bounds_cover_wrapped_values(
     op: Ops, dtype: DType, low_a: int, width_a: int, low_b: int, width_b: int
 ) -> None:
     lowest, highest = int(dtypes.min(dtype)), int(dtypes.max(dtype))
-    first = (max(lowest, min(low_a + lowest, highest - width_a)),) * 2
-    second = (max(lowest, min(low_b + lowest, highest - width_b)),) * 2
-    a = UOp.variable("a", first[0], first[0] + width_a, dtype)
-    b = UOp.variable("b", second[0], second[0] + width_b, dtype)
+    start_a = min(lowest + low_a, highest - width_a)  # an interval inside the dtype
+    start_b = min(lowest + low_b, highest - width_b)
+    a = UOp.variable("a", start_a, start_a + width_a, dtype)
+    b = UOp.variable("b", start_b, start_b + width_b, dtype)
     node = a.alu(op, b)
     values = enumerate_values(op, dtype, a, b)
     if values:
@@ -122,6 +122,9 @@ def test_leaves() -> None:
     assert bounds(UOp.range(n, 1)) == (0, 63)  # a symbolic loop size
     assert bounds(UOp.range(n * 4, 1)) == (0, 255)
     assert bounds(n.bind(5)) == (1, 64)
+    lanes = UOp.vectorize(n, n * 2 + 200)
+    assert bounds(lanes) == (1, 328)
+    assert bounds(lanes.gep(1)) == (1, 328)  # a lane is bounded by the whole vector
 
 
 def test_unknown_values_get_the_dtype_range() -> None:

@@ -1,17 +1,21 @@
 """Fuzzing the symbolic simplifier against an independent C-semantics evaluator written here.
 
 Random integer expressions over 1-4 bounded variables (+ - * // % min max < == != where, constants) are evaluated
-before and after `simplify()` under many assignments of the variables; the values must agree, and every
-subexpression of both graphs must lie within its range analysis bounds [vmin, vmax]. The evaluator below is plain
-Python and does not use kiln's exec_alu.
+before and after `simplify()` under many assignments of the variables; the values must agree, every subexpression of
+both graphs must lie within its range analysis bounds [vmin, vmax], and the simplified form must be a fixed point.
+The evaluator below is plain Python (numpy float32 for the float expressions) and does not use kiln's exec_alu.
+Dtypes: index (exact), int32 with large constants (wrap-around), uint32/int8/uint8 over their whole range, float32.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Callable
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,9 +44,11 @@ def make_wrap(dtype: DType) -> Callable[[int], int]:
         return lambda v: v
     bits = dtype.itemsize * 8
 
+    signed = not dtypes.is_unsigned(dtype)
+
     def wrap(v: int) -> int:
         v &= (1 << bits) - 1
-        return v - (1 << bits) if v >= 1 << (bits - 1) else v
+        return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
 
     return wrap
 
@@ -202,3 +208,134 @@ def test_simplify_preserves_index_values(case: tuple[UOp, list[UOp], int]) -> No
 @given(int32_cases())
 def test_simplify_preserves_wrapping_int32_values(case: tuple[UOp, list[UOp], int]) -> None:
     check(*case)
+
+
+# ---- float expressions: only exact identities may fire -------------------------------------------------------------
+
+FLOAT_CONSTANTS = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, math.inf, -math.inf, math.nan, 1e30, 1e-30]
+
+
+def evaluate_float(root: UOp, env: dict[str, int]) -> dict[UOp, float | bool | int]:
+    """Every node's value with numpy float32 arithmetic (IEEE, correctly rounded), independent of kiln's exec_alu."""
+    values: dict[UOp, float | bool | int] = {}
+    with np.errstate(all="ignore"):
+        for node in root.toposort():
+            s = [values[x] for x in node.src]
+            f = [np.float32(v) for v in s] if node.dtype == dtypes.float32 else s
+            op = node.op
+            if op is Ops.CONST:
+                v: float | bool | int = node.arg
+            elif op is Ops.DEFINE_VAR:
+                v = env[node.arg.name]
+            elif op is Ops.CAST:
+                v = float(np.float32(s[0]))
+            elif op is Ops.ADD:
+                v = float(f[0] + f[1])
+            elif op is Ops.SUB:
+                v = float(f[0] - f[1])
+            elif op is Ops.MUL:
+                v = float(f[0] * f[1])
+            elif op is Ops.FDIV:
+                v = float(np.divide(f[0], f[1]))
+            elif op is Ops.MAX and f[0] == f[1] == 0:
+                v = 0.0 if math.copysign(1.0, f[0]) > 0 or math.copysign(1.0, f[1]) > 0 else -0.0
+            elif op is Ops.MAX:
+                v = float(np.fmax(f[0], f[1]))
+            elif op is Ops.NEG:
+                v = float(-f[0])
+            elif op is Ops.SQRT:
+                v = float(np.sqrt(f[0]))
+            elif op is Ops.RECIPROCAL:
+                v = float(np.reciprocal(f[0]))
+            elif op is Ops.TRUNC:
+                v = float(np.trunc(f[0]))
+            elif op is Ops.CMPLT:
+                v = bool(s[0] < s[1])
+            elif op is Ops.CMPNE:
+                v = bool(s[0] != s[1])
+            elif op is Ops.CMPEQ:
+                v = bool(s[0] == s[1])
+            elif op is Ops.WHERE:
+                v = s[1] if s[0] else s[2]
+            else:
+                raise AssertionError(f"the float evaluator does not know {op}")
+            values[node] = v
+    return values
+
+
+def float_expression(draw: st.DrawFn, leaves: list[UOp], depth: int) -> UOp:
+    if depth == 0 or draw(st.integers(0, 4)) == 0:
+        if draw(st.booleans()):
+            return UOp.const(dtypes.float32, draw(st.sampled_from(FLOAT_CONSTANTS)))
+        return draw(st.sampled_from(leaves)).cast(dtypes.float32)
+
+    def sub() -> UOp:
+        return float_expression(draw, leaves, depth - 1)
+
+    kind = draw(st.sampled_from(["add", "sub", "mul", "div", "max", "min", "neg", "sqrt", "recip", "trunc", "where"]))
+    if kind in ("add", "sub", "mul", "div", "max"):
+        left, right = sub(), sub()
+        if draw(st.integers(0, 3)) == 0:
+            right = left  # x-x, x/x, max(x,x): identities that are wrong for inf and nan
+        op = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max": Ops.MAX}[kind]
+        return left.alu(op, right)
+    if kind == "min":
+        return sub().minimum(sub())
+    if kind in ("neg", "sqrt", "recip", "trunc"):
+        return sub().alu({"neg": Ops.NEG, "sqrt": Ops.SQRT, "recip": Ops.RECIPROCAL, "trunc": Ops.TRUNC}[kind])
+    left = sub()
+    right = left if draw(st.booleans()) else sub()
+    condition = draw(st.sampled_from([left.lt(right), left.ne(right), left.eq(right)]))
+    return condition.where(sub(), sub())
+
+
+def same_value(got: float | bool | int, want: float | bool | int) -> bool:
+    if isinstance(want, float) and math.isnan(want):
+        return isinstance(got, float) and math.isnan(got)
+    return got == want and (not isinstance(want, float) or math.copysign(1, got) == math.copysign(1, want))
+
+
+@st.composite
+def float_cases(draw: st.DrawFn) -> tuple[UOp, list[UOp], int]:
+    leaves = draw(variables(dtypes.index, 4))
+    return float_expression(draw, leaves, 3), leaves, draw(st.integers(0, 2**32))
+
+
+def check_float(root: UOp, leaves: list[UOp], seed: int) -> None:
+    simplified = root.simplify()
+    for env in assignments(leaves, seed, 10):
+        before, after = evaluate_float(root, env), evaluate_float(simplified, env)
+        assert same_value(after[simplified], before[root]), (env, root.render(), simplified.render())
+        for values in (before, after):
+            for node, value in values.items():
+                if not (isinstance(value, float) and math.isnan(value)):
+                    assert node.vmin <= value <= node.vmax, f"{node.render()} = {value} not in bounds"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(float_cases())
+def test_simplify_preserves_float_values_bit_for_bit(case: tuple[UOp, list[UOp], int]) -> None:
+    check_float(*case)
+
+
+@st.composite
+def narrow_cases(draw: st.DrawFn, dtype: DType) -> tuple[UOp, list[UOp], int]:
+    # variables anywhere in the dtype's range, so that unsigned and 8/16-bit arithmetic wraps around
+    lowest, highest = int(dtypes.min(dtype)), int(dtypes.max(dtype))
+    leaves = []
+    for name in "abc"[: draw(st.integers(1, 3))]:
+        width = draw(st.sampled_from([0, 1, 2, 3, 7, 20, 100]))
+        low = min(draw(st.integers(lowest, highest)), highest - width)
+        leaves.append(UOp.variable(name, low, low + width, dtype))
+    constants = st.integers(lowest, highest) if draw(st.booleans()) else st.integers(max(lowest, -9), 9)
+    return expression(draw, leaves, 3, dtype, constants), leaves, draw(st.integers(0, 2**32))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.uint32, dtypes.int8, dtypes.uint8], ids=lambda d: d.name)
+def test_simplify_preserves_narrow_and_unsigned_values(dtype: DType) -> None:
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(narrow_cases(dtype))
+    def run(case: tuple[UOp, list[UOp], int]) -> None:
+        check(*case)
+
+    run()

@@ -7,7 +7,8 @@ like C; floats follow IEEE 754 (inf and nan included) and are rounded to the dty
 Choices where C leaves the result undefined or the hardware differs (documented, tested):
 - integer division or modulo by zero raises `ZeroDivisionError` (C: undefined behaviour);
 - a shift count outside [0, bits) is clamped like PTX does: SHL gives 0, SHR gives 0 or -1 (the sign);
-- float MAX ignores a nan operand like C's `fmax`, CUDA's `fmaxf` and PTX's `max.f32`;
+- float MAX ignores a nan operand like C's `fmax`, CUDA's `fmaxf` and PTX's `max.f32`, and orders -0.0 below
+  +0.0 (IEEE 754-2019 maximumNumber), so that it is commutative;
 - float MOD is C's `fmod` (sign follows the dividend);
 - MULACC on floats is fused (one rounding), like C's `fma` and PTX's `fma.rn`;
 - NEG on bool is logical not;
@@ -20,12 +21,9 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import TypeAlias
 
-from kiln.uops.dtype import DType, dtypes, truncate
+from kiln.uops.dtype import ConstType, DType, dtypes, truncate
 from kiln.uops.ops import GroupOp, Ops
-
-Scalar: TypeAlias = int | float | bool
 
 
 def truncated_div(numerator: int, denominator: int) -> int:
@@ -98,7 +96,9 @@ def _float_max(a: float, b: float) -> float:
         return b
     if math.isnan(b):
         return a
-    return a if a >= b else b
+    if a == b == 0:
+        return b if math.copysign(1.0, a) < 0 else a  # -0.0 < +0.0, so MAX stays commutative
+    return a if a > b else b
 
 
 def _is_odd_integer(y: float) -> bool:
@@ -236,14 +236,14 @@ _INT_BINARY: dict[Ops, Callable[[int, int], int]] = {
     Ops.XOR: lambda a, b: a ^ b,
 }
 
-_COMPARISONS: dict[Ops, Callable[[Scalar, Scalar], bool]] = {
+_COMPARISONS: dict[Ops, Callable[[ConstType, ConstType], bool]] = {
     Ops.CMPLT: lambda a, b: a < b,
     Ops.CMPNE: lambda a, b: a != b,
     Ops.CMPEQ: lambda a, b: a == b,
 }
 
 
-def _exec_scalar(op: Ops, dtype: DType, operands: Sequence[Scalar]) -> Scalar:
+def _exec_scalar(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
     if op in _COMPARISONS:
         return _COMPARISONS[op](operands[0], operands[1])
     if op is Ops.WHERE:
@@ -299,7 +299,9 @@ _ARITY: dict[Ops, int] = {
 }
 
 
-def exec_alu(op: Ops, dtype: DType, operands: Sequence[Scalar | tuple[Scalar, ...]]) -> Scalar | tuple[Scalar, ...]:
+def exec_alu(
+    op: Ops, dtype: DType, operands: Sequence[ConstType | tuple[ConstType, ...]]
+) -> ConstType | tuple[ConstType, ...]:
     """Evaluate ALU `op` on constant `operands`; `dtype` is the result's dtype (bool for comparisons).
 
     For a vector dtype every operand is a tuple with one value per lane (or a scalar used for every lane) and the

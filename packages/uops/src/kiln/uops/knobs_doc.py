@@ -7,23 +7,35 @@ the knobs they register appear too.
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import pathlib
 import sys
 
 from kiln.uops.knobs import knobs_markdown
 
 
+def _package_names(prefix: str, paths: list[str]) -> list[str]:
+    """Dotted names of the regular packages under namespace `prefix`, descending into nested namespaces
+    (e.g. kiln.drivers, which has no __init__.py and so is invisible to pkgutil.iter_modules)."""
+    names: list[str] = []
+    children: dict[str, list[str]] = {}
+    for path in paths:
+        for entry in sorted(pathlib.Path(path).iterdir()):
+            if entry.is_dir() and entry.name.isidentifier():
+                children.setdefault(entry.name, []).append(str(entry))
+    for child, child_paths in sorted(children.items()):
+        if any((pathlib.Path(p) / "__init__.py").exists() for p in child_paths):
+            names.append(f"{prefix}.{child}")
+        elif any(any(pathlib.Path(p).glob("*/__init__.py")) for p in child_paths):
+            names.extend(_package_names(f"{prefix}.{child}", child_paths))
+    return names
+
+
 def import_kiln_packages() -> list[str]:
-    """Import every installed kiln package (and kiln.drivers.*); returns the names imported."""
+    """Import every installed kiln package (kiln.drivers.* included); returns the names imported."""
     import kiln
 
-    names = [f"kiln.{info.name}" for info in pkgutil.iter_modules(kiln.__path__)]
-    if "kiln.drivers" in names:
-        drivers = importlib.import_module("kiln.drivers")
-        names.remove("kiln.drivers")
-        names.extend(f"kiln.drivers.{info.name}" for info in pkgutil.iter_modules(drivers.__path__))
     imported = []
-    for name in sorted(names):
+    for name in _package_names("kiln", list(kiln.__path__)):
         try:
             importlib.import_module(name)
         except Exception as error:  # a half-built package must not stop the documentation of the others

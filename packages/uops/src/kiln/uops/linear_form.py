@@ -3,7 +3,7 @@
 `linear_form` reads a sum through ADD/SUB/NEG/MUL-by-constant; `build_sum` writes the canonical form back (terms in
 a fixed order, like terms combined, the constant last). `normalize_sum` is the rewrite rule that keeps every integer
 sum canonical, which is what lets the symbolic simplifier combine like terms and see through reassociation.
-The helpers here are shared by the symbolic modules; the public names are re-exported by `kiln.uops.symbolic`.
+The helpers here are internal to the symbolic modules (symbolic.py, division_folding.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
-from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes
+from kiln.uops.dtype import ConstType, DType, dtypes
 from kiln.uops.ops import Ops
 from kiln.uops.range_analysis import fits
 from kiln.uops.uop import UOp
@@ -19,23 +19,30 @@ from kiln.uops.uop import UOp
 # ---- shared helpers ------------------------------------------------------------------------------------------------
 
 
+# scalar dtypes compare by value and PtrDType never equals a DType, so membership is one hash lookup
+_INT_SCALARS = frozenset((*dtypes.ints, dtypes.index))
+_EXACT_SCALARS = _INT_SCALARS | {dtypes.bool}
+
+
 def is_int_scalar(uop: UOp) -> bool:
     """A scalar integer (index included) value: the domain of the exact integer rules."""
-    return uop.dtype.count == 1 and not isinstance(uop.dtype, PtrDType) and dtypes.is_int(uop.dtype)
+    return uop.dtype in _INT_SCALARS
 
 
 def is_exact_scalar(uop: UOp) -> bool:
     """Scalar ints and bools: values for which x == x always holds (no nan)."""
-    return is_int_scalar(uop) or (uop.dtype.count == 1 and dtypes.is_bool(uop.dtype))
+    return uop.dtype in _EXACT_SCALARS
 
 
 def make_const(dtype: DType, value: ConstType) -> UOp:
+    """UOp.const, with a fast path for index integers (already exact, nothing to truncate)."""
     if dtype is dtypes.index and type(value) is int:
         return UOp(Ops.CONST, dtype, (), value)  # the common case needs no truncation
     return UOp.const(dtype, value)
 
 
 def bool_const(like: UOp, value: bool) -> UOp:
+    """A bool constant with as many lanes as `like` (the result of a comparison of `like`)."""
     return UOp.const(dtypes.bool.vec(like.dtype.count), value)
 
 
@@ -271,6 +278,7 @@ def _fits_shifted(dtype: DType, base: UOp, start: int, size: int) -> bool:
 
 
 def split_constant(uop: UOp) -> tuple[UOp, int]:
+    """`uop` as (rest, constant) when it is a canonical `rest + c` / `rest - c`, else (uop, 0)."""
     if uop.op is Ops.ADD and uop.src[1].op is Ops.CONST:
         return uop.src[0], int(uop.src[1].arg)
     if uop.op is Ops.SUB and uop.src[1].op is Ops.CONST:
@@ -298,6 +306,7 @@ def normalize_sum(root: UOp) -> UOp | None:
 
 
 def order_commutative(root: UOp) -> UOp | None:
+    """Swap the operands of a commutative op into `order_key` order (constants last); integer sums excepted."""
     if len(root.src) != 2 or (root.op is Ops.ADD and is_int_scalar(root)):
         return None  # integer sums are ordered by normalize_sum
     first, second = root.src

@@ -113,6 +113,8 @@ def _int_or_bool(uop: UOp) -> bool:
 
 _x = UPat.var("x")
 _CONSTS = (Ops.CONST, Ops.VCONST)
+_TRUE = UPat.const(dtypes.bool, True)  # typed: a bare True would also match the integer 1
+_FALSE = UPat.const(dtypes.bool, False)
 
 pm_symbolic_simple = PatternMatcher(
     [
@@ -133,7 +135,7 @@ pm_symbolic_simple = PatternMatcher(
         (_x << 0, lambda x: x),
         (_x >> 0, lambda x: x),
         (_x & UPat.cvar("c", vec=False), lambda x, c: x if _all_ones(x, c) else None),
-        (UPat((Ops.TRUNC, Ops.CAST), name="root", src=(_x,)), lambda root, x: x if root.dtype == x.dtype else None),
+        (UPat(Ops.TRUNC, src=(_x,)), lambda x: x if _int_or_bool(x) else None),  # integers are whole already
         # ** absorbing elements **
         (_x * 0, lambda x: x.const_like(0) if _int_or_bool(x) else None),
         (_x & 0, lambda x: x.const_like(0) if _int_or_bool(x) else None),
@@ -159,8 +161,8 @@ pm_symbolic_simple = PatternMatcher(
         (UPat.var("x", dtypes.bool).eq(True), lambda x: x),
         (UPat.var("x", dtypes.bool).eq(False), lambda x: x.ne(True)),
         (UPat.var("x", dtypes.bool) ^ True, lambda x: x.ne(True)),
-        (UPat.var("x", dtypes.bool).where(True, False), lambda x: x),
-        (UPat.var("x", dtypes.bool).where(False, True), lambda x: x.ne(True)),
+        (UPat.var("x", dtypes.bool).where(_TRUE, _FALSE), lambda x: x),
+        (UPat.var("x", dtypes.bool).where(_FALSE, _TRUE), lambda x: x.ne(True)),
         (UPat.var("c", dtypes.bool).ne(True).where(UPat.var("t"), UPat.var("f")), lambda c, t, f: c.where(f, t)),
         # ** casts **
         (
