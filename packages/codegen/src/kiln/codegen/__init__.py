@@ -1,3 +1,65 @@
 """Kernel sink -> optimized sink -> LINEAR -> PROGRAM lifecycle; Renderer/Compiler interfaces; reference interpreter."""
 
-__all__: list[str] = []
+from kiln.codegen.compiler import Compiler
+from kiln.codegen.disk_cache import DiskCache, cache_root
+from kiln.codegen.estimates import Estimates
+from kiln.codegen.interpreter import DataRaceError, Interpreter, InterpreterError, run_program
+from kiln.codegen.kernel_info import KernelInfo, KernelOptError, Opt, OptOps
+from kiln.codegen.lifecycle import get_program, pm_program_lifecycle
+from kiln.codegen.linearizer import format_linear, linearize
+from kiln.codegen.lowering.pipeline import LOWERING_PASSES, LoweringPass, lower
+from kiln.codegen.opt import (
+    Timer,
+    apply_opt,
+    apply_opts,
+    beam_search,
+    candidate_opts,
+    choose_opts,
+    hand_coded_optimizations,
+    optimize_kernel,
+)
+from kiln.codegen.program import Program, retarget
+from kiln.codegen.renderer import Renderer, TensorCore
+from kiln.codegen.spec import pm_spec_kernel, pm_spec_linear, pm_spec_program, verify_linear, verify_program
+from kiln.codegen.transcendental import pm_transcendental, transcendental_rewrites
+
+__all__ = [
+    "LOWERING_PASSES",
+    "Compiler",
+    "DataRaceError",
+    "DiskCache",
+    "Estimates",
+    "Interpreter",
+    "InterpreterError",
+    "KernelInfo",
+    "KernelOptError",
+    "LoweringPass",
+    "Opt",
+    "OptOps",
+    "Program",
+    "Renderer",
+    "TensorCore",
+    "Timer",
+    "apply_opt",
+    "apply_opts",
+    "beam_search",
+    "cache_root",
+    "candidate_opts",
+    "choose_opts",
+    "format_linear",
+    "get_program",
+    "hand_coded_optimizations",
+    "linearize",
+    "lower",
+    "optimize_kernel",
+    "pm_program_lifecycle",
+    "pm_spec_kernel",
+    "pm_spec_linear",
+    "pm_spec_program",
+    "pm_transcendental",
+    "retarget",
+    "run_program",
+    "transcendental_rewrites",
+    "verify_linear",
+    "verify_program",
+]

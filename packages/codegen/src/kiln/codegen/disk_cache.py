@@ -1,0 +1,74 @@
+"""A small on-disk key -> bytes cache that several processes may share (compiled binaries, BEAM results).
+
+Each entry is one file written to a temporary name and moved into place with `os.replace`, which is atomic on
+POSIX and Windows: a reader sees the old entry, the new one, or none, never half a file. Entries carry a sha256 of
+their payload, so a truncated or corrupted file reads as missing (and is rewritten by the next `put`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from kiln.uops import knobs
+
+_MAGIC = b"KILNDC1\n"
+_DIGEST_SIZE = 32
+
+
+def cache_root() -> Path:
+    """The directory kiln caches live in: the CACHEDIR knob (default: the user's cache directory + /kiln)."""
+    return Path(knobs.CACHEDIR).expanduser()
+
+
+class DiskCache:
+    """A namespace of the cache root: `get(key)` / `put(key, value)` with string keys and bytes values."""
+
+    def __init__(self, namespace: str, root: Path | None = None) -> None:
+        if not namespace or "/" in namespace or namespace.startswith("."):
+            raise ValueError(f"cache namespace must be a plain directory name, got {namespace!r}")
+        self.namespace = namespace
+        self._root = root
+
+    @property
+    def directory(self) -> Path:
+        """Where this namespace's entries live (the root is read when used, so knob changes apply)."""
+        return (self._root if self._root is not None else cache_root()) / self.namespace
+
+    def path_of(self, key: str) -> Path:
+        """The file holding `key` (keys are hashed, so any string is a valid key)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return self.directory / digest[:2] / f"{digest}.bin"
+
+    def get(self, key: str) -> bytes | None:
+        """The stored value of `key`, or None when it is missing, truncated or corrupted."""
+        try:
+            data = self.path_of(key).read_bytes()
+        except OSError:
+            return None
+        header = len(_MAGIC) + _DIGEST_SIZE
+        if len(data) < header or not data.startswith(_MAGIC):
+            return None
+        payload = data[header:]
+        if hashlib.sha256(payload).digest() != data[len(_MAGIC) : header]:
+            return None
+        return payload
+
+    def put(self, key: str, value: bytes) -> None:
+        """Store `value` under `key` atomically; an unwritable cache directory is silently skipped (it is a cache)."""
+        path = self.path_of(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
+        except OSError:
+            return
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(_MAGIC + hashlib.sha256(value).digest() + value)
+            os.replace(temporary, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)

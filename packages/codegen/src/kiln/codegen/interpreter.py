@@ -1,0 +1,783 @@
+"""Reference interpreter of linear programs on numpy buffers: the living definition of the linear IR.
+
+All threads of a launch run in lock-step, vectorized with numpy: a value is an array with one row per thread
+(shape (threads,) for a scalar, (threads, lanes) for a vector) or a single row (shape (1,) / (1, lanes)) while it is
+the same for every thread. Lock-step execution satisfies every BARRIER trivially (all threads of a block reach it
+together), so the interpreter *checks* what lock-step would otherwise hide:
+
+- data races: a thread reading a global or local element that another thread wrote since the last barrier of their
+  block (or in another block), two threads writing different values to one element, and (local memory) a thread
+  overwriting an element another thread of its block read since the last barrier raise `DataRaceError`;
+- a BARRIER reached by only part of a block (inside divergent control flow) raises `InterpreterError`;
+- out-of-bounds accesses and reads of never-written local or register memory raise `InterpreterError`
+  (gated-off lanes and threads that do not run never touch memory).
+
+Control flow runs with a mask of running threads: IF narrows it, ENDIF restores it, a RANGE whose size differs per
+thread runs to the largest size with the finished threads masked off. Value semantics (bit-exact floats, wrapping
+integers, emulated bfloat16/fp8) are those of `kiln.codegen.numpy_semantics`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kiln.codegen.numpy_semantics import (
+    Array,
+    alu_kernel,
+    bitcast,
+    cast,
+    compute_dtype,
+    constant_array,
+    from_storage,
+    storage_dtype,
+    to_storage,
+)
+from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes
+
+
+class InterpreterError(RuntimeError):
+    """A linear program did something undefined while it ran (out-of-bounds access, divergent barrier, ...)."""
+
+
+class DataRaceError(InterpreterError):
+    """Two threads touched one memory element without a barrier ordering them (a result would depend on timing)."""
+
+
+_SPECIAL_NAMES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2", "core_id")
+
+
+@dataclass(frozen=True)
+class LaunchGrid:
+    """The threads of one launch: `cores` x global blocks x local threads, thread ids running fastest over lidx0."""
+
+    global_size: tuple[int, int, int]
+    local_size: tuple[int, int, int]
+    cores: int = 1
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.local_size)
+
+    @property
+    def blocks(self) -> int:
+        return self.cores * math.prod(self.global_size)
+
+    @property
+    def threads(self) -> int:
+        return self.blocks * self.threads_per_block
+
+    def special_values(self) -> dict[str, Array]:
+        """The value of every SPECIAL name for every thread."""
+        thread = np.arange(self.threads, dtype=np.int64)
+        local, block = thread % self.threads_per_block, thread // self.threads_per_block
+        grid_block = block % math.prod(self.global_size)
+        values: dict[str, Array] = {"core_id": block // math.prod(self.global_size)}
+        for dim in range(3):
+            values[f"lidx{dim}"] = local % self.local_size[dim]
+            local = local // self.local_size[dim]
+            values[f"gidx{dim}"] = grid_block % self.global_size[dim]
+            grid_block = grid_block // self.global_size[dim]
+        return values
+
+
+@dataclass
+class _Memory:
+    """One memory object: `data` has a row per instance (1 global, 1 per block local, 1 per thread register)."""
+
+    name: str
+    dtype: DType
+    scope: MemoryScope
+    data: Array
+    row_of_thread: Array
+    initialized: Array | None = None
+    writer: Array | None = None
+    write_epoch: Array | None = None
+    reader: Array | None = None
+    read_epoch: Array | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.data.shape[1])
+
+
+@dataclass(frozen=True)
+class _Pointer:
+    memory: _Memory
+    offset: Array  # (rows,) scalar offsets, or (rows, lanes) one address per lane
+    gate: Array | None
+
+
+@dataclass
+class _Loop:
+    range_position: int
+    iteration: int
+    stop: int
+    size: Array
+    outer_mask: Array | None
+
+
+@dataclass
+class _State:
+    grid: LaunchGrid
+    values: list[Any]
+    mask: Array | None = None
+    mask_stack: list[Array | None] = field(default_factory=list)
+    loops: list[_Loop] = field(default_factory=list)
+    epoch: int = 0
+
+
+def run_program(
+    program: Sequence[UOp] | Any,
+    buffers: Sequence[np.ndarray],
+    var_vals: Mapping[str, int] | None = None,
+    global_size: Sequence[int] | None = None,
+    local_size: Sequence[int] | None = None,
+) -> None:
+    """Run a linear program on numpy `buffers` (in place), one buffer per DEFINE_GLOBAL slot.
+
+    Args:
+        program: the linear uops in order, or an object with a `uops` attribute (codegen's `Program` view).
+        buffers: contiguous numpy arrays; each is viewed as its DEFINE_GLOBAL's element dtype (same item size, or
+            raw uint8 bytes; bfloat16/fp8 buffers hold raw bits: uint16 / uint8).
+        var_vals: values of the DEFINE_VARs by name (each within its bounds).
+        global_size / local_size: the launch dimensions; None takes them from the program's SPECIAL sizes.
+
+    Raises InterpreterError (DataRaceError for races) when the program does something undefined, ValueError or
+    TypeError for bad arguments, ZeroDivisionError for an integer division by zero in a running thread.
+    """
+    uops = list(program.uops if hasattr(program, "uops") else program)
+    Interpreter(uops).run(buffers, var_vals, global_size, local_size)
+
+
+class Interpreter:
+    """A linear program prepared once (sources resolved, jumps matched) and runnable many times."""
+
+    def __init__(self, uops: Sequence[UOp]) -> None:
+        self.uops = list(uops)
+        self.position = {uop: i for i, uop in enumerate(self.uops)}
+        self.sources: list[tuple[int, ...]] = []
+        for i, uop in enumerate(self.uops):
+            for source in uop.src:
+                if self.position.get(source, len(self.uops)) >= i:
+                    raise ValueError(f"uop {i} ({uop.op!r}) uses a source that is not defined before it: {source!r}")
+            self.sources.append(tuple(self.position[s] for s in uop.src))
+        self.jump = self._match_blocks()
+        self.var_vals: dict[str, int] = {}
+        self.buffers: Sequence[np.ndarray] = ()
+        self.specials: dict[str, Array] | None = None
+        self.track = False
+        self.steps: list[Callable[[_State], None] | None] = [self._compile(i, u) for i, u in enumerate(self.uops)]
+
+    def _match_blocks(self) -> dict[int, int]:
+        # RANGE -> position of its END (END -> the RANGEs it closes is read at run time), IF -> its ENDIF
+        jump: dict[int, int] = {}
+        for i, uop in enumerate(self.uops):
+            if uop.op is Ops.END:
+                for source in uop.src:
+                    if source.op is Ops.RANGE:
+                        jump[self.position[source]] = i
+            if uop.op is Ops.ENDIF:
+                jump[self.sources[i][0]] = i
+        for i, uop in enumerate(self.uops):
+            if uop.op in (Ops.RANGE, Ops.IF) and i not in jump:
+                raise ValueError(
+                    f"uop {i} ({uop.op!r}) is never closed by an {'END' if uop.op is Ops.RANGE else 'ENDIF'}"
+                )
+        return jump
+
+    # ---- launch ------------------------------------------------------------------------------------------------
+
+    def launch_grid(
+        self,
+        var_vals: Mapping[str, int],
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> LaunchGrid:
+        """The launch grid: the given sizes, or the SPECIAL sizes of the program; checked against the SPECIALs."""
+        declared: dict[str, int] = {}
+        for uop in self.uops:
+            if uop.op is Ops.SPECIAL:
+                name = uop.arg.name
+                if name not in _SPECIAL_NAMES:
+                    raise ValueError(f"unknown SPECIAL {name!r}; expected one of {_SPECIAL_NAMES}")
+                declared[name] = int(_evaluate_uniform(uop.src[0], var_vals))
+        cores = declared.get("core_id", 1)
+        if "core_id" in declared and global_size is not None:
+            # CPU programs launch their cores as the global size (codegen's Program.global_size says the same)
+            if tuple(int(s) for s in global_size) + (1,) * (3 - len(global_size)) != (cores, 1, 1):
+                raise ValueError(
+                    f"a program with {cores} core_id threads launches as ({cores}, 1, 1), got {global_size!r}"
+                )
+            global_size = None
+        sizes = {}
+        for prefix, given in (("gidx", global_size), ("lidx", local_size)):
+            if given is None:
+                dims = tuple(declared.get(f"{prefix}{d}", 1) for d in range(3))
+            else:
+                dims = tuple(int(s) for s in given) + (1,) * (3 - len(given))
+                for d in range(3):
+                    name = f"{prefix}{d}"
+                    if name in declared and declared[name] != dims[d]:
+                        raise ValueError(
+                            f"launch size {dims[d]} for {name} differs from the program's {declared[name]}"
+                        )
+            if len(dims) != 3 or any(s < 1 for s in dims):
+                raise ValueError(f"launch sizes must be 1 to 3 positive ints, got {given!r}")
+            sizes[prefix] = dims
+        global_dims, local_dims = sizes["gidx"], sizes["lidx"]
+        return LaunchGrid(
+            (global_dims[0], global_dims[1], global_dims[2]), (local_dims[0], local_dims[1], local_dims[2]), cores
+        )
+
+    def run(
+        self,
+        buffers: Sequence[np.ndarray],
+        var_vals: Mapping[str, int] | None = None,
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
+        """Run the program once on `buffers` (see `run_program`)."""
+        var_vals = dict(var_vals or {})
+        grid = self.launch_grid(var_vals, global_size, local_size)
+        state = _State(grid, [None] * len(self.uops))
+        self.var_vals = var_vals
+        self.buffers = buffers
+        self.specials = grid.special_values() if grid.threads > 1 else None
+        self.track = grid.threads > 1
+        with np.errstate(all="ignore"):
+            self._execute(state)
+
+    def _execute(self, state: _State) -> None:
+        steps, uops, jump = self.steps, self.uops, self.jump
+        pc, count = 0, len(uops)
+        while pc < count:
+            step = steps[pc]
+            if step is not None:
+                step(state)
+                pc += 1
+                continue
+            op = uops[pc].op
+            if op is Ops.RANGE:
+                pc = self._enter_range(state, pc)
+            elif op is Ops.END:
+                pc = self._end_range(state, pc)
+            elif op is Ops.IF:
+                condition = state.values[self.sources[pc][0]]
+                running = _combine(state.mask, np.broadcast_to(condition, (state.grid.threads,)))
+                if running is not None and not running.any():
+                    pc = jump[pc] + 1  # nobody enters: skip the body
+                    continue
+                state.mask_stack.append(state.mask)
+                state.mask = running
+                pc += 1
+            elif op is Ops.ENDIF:
+                state.mask = state.mask_stack.pop()
+                pc += 1
+            else:  # BARRIER
+                self._barrier(state, pc)
+                pc += 1
+
+    def _enter_range(self, state: _State, pc: int) -> int:
+        size = state.values[self.sources[pc][0]]
+        running = state.mask
+        stop = int(size.max()) if running is None or size.shape[0] == 1 else int(size[running].max(initial=0))
+        if stop <= 0:
+            return self.jump[pc] + 1
+        loop = _Loop(pc, 0, stop, size, running)
+        state.loops.append(loop)
+        self._start_iteration(state, loop)
+        return pc + 1
+
+    def _start_iteration(self, state: _State, loop: _Loop) -> None:
+        state.values[loop.range_position] = np.array([loop.iteration], dtype=loop.size.dtype)
+        if loop.size.shape[0] > 1:  # per-thread trip counts: threads past their count stop running
+            state.mask = _combine(loop.outer_mask, loop.iteration < loop.size)
+        else:
+            state.mask = loop.outer_mask
+
+    def _end_range(self, state: _State, pc: int) -> int:
+        closes = {self.position[s] for s in self.uops[pc].src if s.op is Ops.RANGE}
+        while state.loops and state.loops[-1].range_position in closes:
+            loop = state.loops[-1]
+            loop.iteration += 1
+            if loop.iteration < loop.stop:
+                self._start_iteration(state, loop)
+                return loop.range_position + 1
+            state.loops.pop()
+            state.mask = loop.outer_mask
+        return pc + 1
+
+    def _barrier(self, state: _State, pc: int) -> None:
+        if state.mask is not None:
+            per_block = state.mask.reshape(state.grid.blocks, state.grid.threads_per_block)
+            if np.any(per_block.any(axis=1) & ~per_block.all(axis=1)):
+                raise InterpreterError(f"BARRIER (uop {pc}) reached by only part of a block (divergent control flow)")
+        state.epoch += 1
+
+    # ---- compilation of straight-line uops ---------------------------------------------------------------------
+
+    def _compile(self, i: int, uop: UOp) -> Callable[[_State], None] | None:
+        op, sources = uop.op, self.sources[i]
+        if op in (Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER):
+            return None
+        if op in GroupOp.ALU:
+            operand = uop.src[1].dtype if op is Ops.WHERE else uop.src[0].dtype
+            kernel = alu_kernel(op, uop.dtype, operand)
+
+            def run_alu(state: _State) -> None:
+                state.values[i] = kernel(tuple(state.values[s] for s in sources), state.mask)
+
+            return run_alu
+        builder = _BUILDERS.get(op)
+        if builder is None:
+            raise ValueError(f"the interpreter cannot run {op!r} (uop {i}); is the program fully lowered?")
+        return builder(self, i, uop, sources)
+
+    def _memory_for(self, i: int, uop: UOp, state: _State) -> _Memory:
+        dtype = uop.dtype
+        assert isinstance(dtype, PtrDType)
+        element = dtype.base.scalar()
+        size = dtype.size * dtype.base.count
+        grid = state.grid
+        if uop.op is Ops.DEFINE_GLOBAL:
+            return self._global_memory(uop, element, size)
+        if size < 0:
+            raise ValueError(f"{uop.op!r} (uop {i}) needs a known size, got {dtype!r}")
+        if uop.op is Ops.DEFINE_LOCAL:
+            rows, row_of_thread = grid.blocks, np.arange(grid.threads) // grid.threads_per_block
+        else:
+            rows, row_of_thread = grid.threads, np.arange(grid.threads)
+        memory = _Memory(
+            f"{uop.op.name}[{uop.arg}]",
+            element,
+            dtype.scope,
+            np.zeros((rows, size), storage_dtype(element)),
+            row_of_thread.astype(np.int64),
+        )
+        memory.initialized = np.zeros((rows, size), dtype=bool)
+        if self.track and uop.op is Ops.DEFINE_LOCAL:
+            _start_tracking(memory, readers=True)
+        return memory
+
+    def _global_memory(self, uop: UOp, element: DType, size: int) -> _Memory:
+        slot = uop.arg
+        if not isinstance(slot, int) or not 0 <= slot < len(self.buffers):
+            raise ValueError(f"DEFINE_GLOBAL slot {slot!r} has no buffer: {len(self.buffers)} buffers were given")
+        buffer = self.buffers[slot]
+        if not isinstance(buffer, np.ndarray) or not buffer.flags.c_contiguous:
+            raise TypeError(f"buffer {slot} must be a C-contiguous numpy array, got {type(buffer).__name__}")
+        storage = storage_dtype(element)
+        if buffer.dtype.itemsize != storage.itemsize and buffer.dtype != np.uint8:
+            raise TypeError(f"buffer {slot} has dtype {buffer.dtype}, expected {element!r} ({storage} items) or uint8")
+        flat = buffer.reshape(-1).view(storage)
+        if size >= 0 and flat.shape[0] < size:
+            raise ValueError(f"buffer {slot} holds {flat.shape[0]} elements, the program declares {size}")
+        memory = _Memory(f"buffer {slot}", element, MemoryScope.GLOBAL, flat.reshape(1, -1), np.zeros(1, np.int64))
+        if self.track:
+            _start_tracking(memory, readers=False)
+        return memory
+
+    # ---- memory access -----------------------------------------------------------------------------------------
+
+    def access(
+        self, state: _State, pointer: _Pointer, lanes: int, gate: Array | None
+    ) -> tuple[Array, Array, Array | None, Array | None]:
+        """Rows, addresses, running lanes (None: all) and thread ids (None: untracked) of an access, all (n, lanes)."""
+        memory = pointer.memory
+        offset = pointer.offset.astype(np.int64)
+        addresses = offset if offset.ndim == 2 else offset[:, None] + np.arange(lanes, dtype=np.int64)
+        rows = memory.row_of_thread[:, None]
+        running = _all_of(pointer.gate, gate, state.mask)
+        shapes = [addresses.shape, rows.shape] + ([running.shape] if running is not None else [])
+        threads = None
+        if self.track and memory.writer is not None:
+            shapes.append((state.grid.threads, 1))
+        shape = np.broadcast_shapes(*shapes)
+        addresses, rows = np.broadcast_to(addresses, shape), np.broadcast_to(rows, shape)
+        if running is not None:
+            running = np.broadcast_to(running, shape)
+            if running.all():
+                running = None
+        if self.track and memory.writer is not None:
+            threads = np.broadcast_to(np.arange(state.grid.threads)[:, None], shape)
+        outside = (addresses < 0) | (addresses >= memory.size)
+        if running is not None:
+            outside = outside & running
+        if outside.any():
+            where = np.argwhere(outside)[0]
+            raise InterpreterError(
+                f"out-of-bounds access to {memory.name} (size {memory.size}): address {addresses[tuple(where)]} "
+                f"in thread row {where[0]}"
+            )
+        if running is not None:
+            addresses = np.where(running, addresses, 0)
+        return rows, addresses, running, threads
+
+    def contiguous(self, state: _State, pointer: _Pointer, lanes: int, gate: Array | None) -> slice | None:
+        """The elements of an ungated, unmasked, untracked access at one address (one thread in loops)."""
+        offset = pointer.offset
+        if self.track or state.mask is not None or pointer.gate is not None or gate is not None:
+            return None
+        if offset.ndim != 1 or offset.shape[0] != 1 or pointer.memory.row_of_thread.shape[0] != 1:
+            return None
+        start = int(offset[0])
+        if start < 0 or start + lanes > pointer.memory.size:
+            raise InterpreterError(
+                f"out-of-bounds access to {pointer.memory.name} (size {pointer.memory.size}): address {start}"
+            )
+        return slice(start, start + lanes)
+
+    def load(
+        self, state: _State, pointer: _Pointer, dtype: DType, alternative: Array | None, gate: Array | None
+    ) -> Array:
+        """The values a LOAD of `dtype` through `pointer` reads (gated-off lanes give `alternative`, default 0)."""
+        memory = pointer.memory
+        lanes = dtype.count
+        elements = self.contiguous(state, pointer, lanes, gate)
+        if elements is not None:
+            row = int(memory.row_of_thread[0])
+            if memory.initialized is not None and not memory.initialized[row, elements].all():
+                raise InterpreterError(f"read of never-written {memory.name} at addresses {elements.start}..")
+            values = from_storage(memory.data[row, elements].copy(), memory.dtype)  # a copy: later stores must not show
+            return values[None, :] if dtype.count > 1 else values
+        if memory.size == 0:
+            raw = np.zeros((1, lanes), storage_dtype(memory.dtype))
+            rows = addresses = np.zeros((1, lanes), np.int64)
+            running: Array | None = np.zeros((1, lanes), bool)
+            threads = None
+        else:
+            rows, addresses, running, threads = self.access(state, pointer, lanes, gate)
+            raw = memory.data[rows, addresses]
+        if memory.initialized is not None:
+            uninitialized = ~memory.initialized[rows, addresses]
+            if running is not None:
+                uninitialized &= running
+            if uninitialized.any():
+                raise InterpreterError(f"read of never-written {memory.name} at address {addresses[uninitialized][0]}")
+        if threads is not None:
+            _check_read(memory, rows, addresses, running, threads, state)
+        values = from_storage(raw, memory.dtype)
+        enabled = _all_of(pointer.gate, gate)
+        if enabled is not None:
+            fallback = alternative if alternative is not None else np.zeros(1, compute_dtype(dtype))
+            values = np.where(enabled, values, fallback if fallback.ndim == 2 else fallback[:, None])
+        return values if dtype.count > 1 else values[:, 0]
+
+    def store(self, state: _State, pointer: _Pointer, value: Array, dtype: DType, gate: Array | None) -> None:
+        """Write `value` through `pointer` for every running, gated-on lane."""
+        memory = pointer.memory
+        elements = self.contiguous(state, pointer, dtype.count, gate)
+        if elements is not None:
+            row = int(memory.row_of_thread[0])
+            memory.data[row, elements] = to_storage(value, memory.dtype).reshape(-1)
+            if memory.initialized is not None:
+                memory.initialized[row, elements] = True
+            return
+        if memory.size == 0:
+            return
+        rows, addresses, running, threads = self.access(state, pointer, dtype.count, gate)
+        raw = to_storage(value if value.ndim == 2 else value[:, None], memory.dtype)
+        raw = np.broadcast_to(raw, rows.shape)
+        if running is not None:
+            rows, addresses, raw = rows[running], addresses[running], raw[running]
+            threads = threads[running] if threads is not None else None
+        if threads is not None:
+            _check_write(memory, rows.reshape(-1), addresses.reshape(-1), raw.reshape(-1), threads.reshape(-1), state)
+        memory.data[rows, addresses] = raw
+        if memory.initialized is not None:
+            memory.initialized[rows, addresses] = True
+
+
+def _all_of(*conditions: Array | None) -> Array | None:
+    """The lanes where every given condition holds, as (rows, lanes) or (rows, 1); None when none is given."""
+    result: Array | None = None
+    for condition in conditions:
+        if condition is not None:
+            condition = condition if condition.ndim == 2 else condition[:, None]
+            result = condition if result is None else result & condition
+    return result
+
+
+def _combine(mask: Array | None, condition: Array) -> Array | None:
+    condition = np.asarray(condition, dtype=bool)
+    if mask is None:
+        return None if condition.shape[0] == 1 and bool(condition[0]) else condition
+    return mask & condition
+
+
+def _evaluate_uniform(uop: UOp, var_vals: Mapping[str, int]) -> int:
+    """The value of a launch-size expression (CONSTs, DEFINE_VARs and ALU ops over them)."""
+    values: dict[UOp, Array] = {}
+    for node in uop.toposort():
+        if node.op is Ops.CONST:
+            values[node] = constant_array(node.dtype, node.arg)
+        elif node.op is Ops.DEFINE_VAR:
+            values[node] = _variable_value(node, var_vals)
+        elif node.op in GroupOp.ALU or node.op is Ops.CAST:
+            operands = tuple(values[s] for s in node.src)
+            if node.op is Ops.CAST:
+                values[node] = cast(operands[0], node.src[0].dtype, node.dtype)
+            else:
+                operand = node.src[1].dtype if node.op is Ops.WHERE else node.src[0].dtype
+                values[node] = alu_kernel(node.op, node.dtype, operand)(operands, None)
+        else:
+            raise ValueError(f"a launch size must be built from constants and variables, found {node.op!r}")
+    return int(values[uop][0])
+
+
+def _variable_value(uop: UOp, var_vals: Mapping[str, int]) -> Array:
+    name, lo, hi = uop.arg.name, uop.arg.lo, uop.arg.hi
+    if name not in var_vals:
+        raise ValueError(f"no value for variable {name!r}: var_vals has {sorted(var_vals)}")
+    value = var_vals[name]
+    if not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ValueError(f"variable {name!r} = {value!r} is outside its bounds [{lo}, {hi}]")
+    return np.array([value], dtype=compute_dtype(uop.dtype))
+
+
+# ---- race tracking (only when more than one thread runs) -----------------------------------------------------------
+
+
+def _start_tracking(memory: _Memory, readers: bool) -> None:
+    shape = memory.data.shape
+    memory.writer = np.full(shape, -1, np.int64)
+    memory.write_epoch = np.zeros(shape, np.int64)
+    if readers:
+        memory.reader = np.full(shape, -1, np.int64)
+        memory.read_epoch = np.zeros(shape, np.int64)
+
+
+def _unordered(state: _State, earlier: Array, earlier_epoch: Array, thread: Array) -> Array:
+    # an earlier access by another thread is ordered before this one only by a barrier of their common block
+    per_block = state.grid.threads_per_block
+    ordered = (earlier // per_block == thread // per_block) & (earlier_epoch < state.epoch)
+    return np.asarray((earlier >= 0) & (earlier != thread) & ~ordered)
+
+
+def _check_read(
+    memory: _Memory, rows: Array, addresses: Array, running: Array | None, threads: Array, state: _State
+) -> None:
+    if running is not None:
+        rows, addresses, threads = rows[running], addresses[running], threads[running]
+    rows, addresses, threads = rows.reshape(-1), addresses.reshape(-1), threads.reshape(-1)
+    assert memory.writer is not None and memory.write_epoch is not None
+    writer = memory.writer[rows, addresses]
+    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads)
+    if racing.any():
+        k = int(np.argmax(racing))
+        raise DataRaceError(
+            f"thread {threads[k]} reads {memory.name}[{addresses[k]}] written by thread {writer[k]} "
+            f"without a barrier between them"
+        )
+    if memory.reader is None or memory.read_epoch is None or threads.size == 0:
+        return
+    # remember who read each element in this barrier interval: one thread id, or -2 for several
+    previous = np.where(memory.read_epoch[rows, addresses] == state.epoch, memory.reader[rows, addresses], -1)
+    keys = rows * memory.size + addresses
+    unique, inverse = np.unique(keys, return_inverse=True)
+    low = np.full(unique.shape, np.iinfo(np.int64).max)
+    high = np.full(unique.shape, -1)
+    np.minimum.at(low, inverse, threads)
+    np.maximum.at(high, inverse, threads)
+    several = (low[inverse] != high[inverse]) | ((previous != -1) & (previous != threads))
+    memory.reader[rows, addresses] = np.where(several, -2, threads)
+    memory.read_epoch[rows, addresses] = state.epoch
+
+
+def _check_write(memory: _Memory, rows: Array, addresses: Array, raw: Array, threads: Array, state: _State) -> None:
+    assert memory.writer is not None and memory.write_epoch is not None
+    if threads.size == 0:
+        return
+    bits = raw.view(np.dtype(f"u{raw.dtype.itemsize}")) if raw.dtype != np.bool_ else raw
+    old = memory.data[rows, addresses]
+    old_bits = old.view(np.dtype(f"u{old.dtype.itemsize}")) if old.dtype != np.bool_ else old
+    changes = bits != old_bits
+    writer = memory.writer[rows, addresses]
+    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads) & changes
+    what = "writes a different value than thread {other} wrote"
+    if memory.reader is not None and memory.read_epoch is not None:
+        reader = memory.reader[rows, addresses]
+        current = memory.read_epoch[rows, addresses] == state.epoch
+        read_race = current & (reader != -1) & (reader != threads) & changes
+        if read_race.any() and not racing.any():
+            racing, writer, what = read_race, reader, "overwrites a value thread {other} (-2: several) read"
+    # two threads of this very step writing different values to one element
+    keys = rows * memory.size + addresses
+    order = np.lexsort((threads, keys))
+    same = keys[order][1:] == keys[order][:-1]
+    clash = same & (bits[order][1:] != bits[order][:-1]) & (threads[order][1:] != threads[order][:-1])
+    if clash.any() and not racing.any():
+        k = int(order[1:][np.argmax(clash)])
+        other = int(threads[order[:-1][np.argmax(clash)]])
+        racing = np.zeros_like(racing)
+        racing[k] = True
+        writer = np.full_like(writer, other)
+        what = "writes a different value than thread {other} in the same step"
+    if racing.any():
+        k = int(np.argmax(racing))
+        raise DataRaceError(
+            f"thread {threads[k]} {what.format(other=writer[k])} to {memory.name}[{addresses[k]}] without a barrier"
+        )
+    memory.writer[rows, addresses] = threads
+    memory.write_epoch[rows, addresses] = state.epoch
+
+
+# ---- builders of straight-line steps -------------------------------------------------------------------------------
+
+Builder = Callable[[Interpreter, int, UOp, tuple[int, ...]], Callable[[_State], None]]
+
+
+def _build_define(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    def define(state: _State) -> None:
+        if state.values[i] is None:  # allocated once even inside a loop
+            state.values[i] = interpreter._memory_for(i, uop, state)
+
+    return define
+
+
+def _build_constant(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    value = constant_array(uop.dtype, uop.arg)
+
+    def constant(state: _State) -> None:
+        state.values[i] = value
+
+    return constant
+
+
+def _build_variable(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    def variable(state: _State) -> None:
+        state.values[i] = _variable_value(uop, interpreter.var_vals)
+
+    return variable
+
+
+def _build_special(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    dtype = compute_dtype(uop.dtype)
+
+    def special(state: _State) -> None:
+        specials = interpreter.specials
+        values = specials[uop.arg.name] if specials is not None else np.zeros(1, np.int64)
+        state.values[i] = values.astype(dtype)
+
+    return special
+
+
+def _build_index(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    if len(sources) not in (2, 3):
+        raise ValueError(f"INDEX (uop {i}) needs (pointer, offset[, gate]) after lowering, got {len(sources)} sources")
+
+    def index(state: _State) -> None:
+        base = state.values[sources[0]]
+        gate = state.values[sources[2]] if len(sources) == 3 else None
+        if isinstance(base, _Pointer):  # an INDEX of an INDEX adds offsets
+            offset = base.offset + state.values[sources[1]]
+            gate = base.gate if gate is None else gate if base.gate is None else base.gate & gate
+            base = base.memory
+        else:
+            offset = state.values[sources[1]]
+        state.values[i] = _Pointer(base, np.asarray(offset), gate)
+
+    return index
+
+
+def _build_load(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    # void sources (a STORE, an END, a BARRIER) only order the load after them
+    sources = tuple(s for s, source in zip(sources, uop.src) if source.dtype != dtypes.void)
+    if len(sources) not in (1, 3):
+        raise ValueError(f"LOAD (uop {i}) takes (index) or (index, alternative, gate), got {len(sources)} sources")
+
+    def load(state: _State) -> None:
+        pointer = state.values[sources[0]]
+        alternative = state.values[sources[1]] if len(sources) == 3 else None
+        gate = state.values[sources[2]] if len(sources) == 3 else None
+        state.values[i] = interpreter.load(state, pointer, uop.dtype, alternative, gate)
+
+    return load
+
+
+def _build_store(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    if len(sources) not in (2, 3):
+        raise ValueError(f"STORE (uop {i}) takes (index, value[, gate]), got {len(sources)} sources")
+    dtype = uop.src[1].dtype
+
+    def store(state: _State) -> None:
+        gate = state.values[sources[2]] if len(sources) == 3 else None
+        interpreter.store(state, state.values[sources[0]], state.values[sources[1]], dtype, gate)
+
+    return store
+
+
+def _build_cast(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    source_dtype, convert = uop.src[0].dtype, cast if uop.op is Ops.CAST else bitcast
+
+    def run(state: _State) -> None:
+        state.values[i] = convert(state.values[sources[0]], source_dtype, uop.dtype)
+
+    return run
+
+
+def _build_vectorize(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    def vectorize(state: _State) -> None:
+        lanes = [state.values[s] for s in sources]
+        if uop.op is Ops.CAT:
+            lanes = [lane if lane.ndim == 2 else lane[:, None] for lane in lanes]
+            rows = max(lane.shape[0] for lane in lanes)
+            state.values[i] = np.concatenate([np.broadcast_to(lane, (rows, lane.shape[1])) for lane in lanes], axis=1)
+        else:
+            state.values[i] = np.stack(np.broadcast_arrays(*lanes), axis=-1)
+
+    return vectorize
+
+
+def _build_gep(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    lanes = tuple(uop.arg) if isinstance(uop.arg, tuple) else (uop.arg,)
+    select: int | list[int] = lanes[0] if len(lanes) == 1 else list(lanes)
+    scalar_source = uop.src[0].dtype.count == 1
+
+    def gep(state: _State) -> None:
+        value = state.values[sources[0]]
+        if scalar_source:  # lane 0 of a scalar, repeated
+            state.values[i] = value if isinstance(select, int) else np.stack([value] * len(lanes), axis=-1)
+        else:
+            state.values[i] = value[:, select]
+
+    return gep
+
+
+def _build_after(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    # AFTER(value, *effects) is its first source, placed after the effects (the linearizer already ordered them)
+    def after(state: _State) -> None:
+        state.values[i] = state.values[sources[0]]
+
+    return after
+
+
+def _build_vconst(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    return _build_constant(interpreter, i, uop, sources)
+
+
+_BUILDERS: dict[Ops, Builder] = {
+    Ops.DEFINE_GLOBAL: _build_define,
+    Ops.DEFINE_LOCAL: _build_define,
+    Ops.DEFINE_REG: _build_define,
+    Ops.CONST: _build_constant,
+    Ops.VCONST: _build_vconst,
+    Ops.DEFINE_VAR: _build_variable,
+    Ops.SPECIAL: _build_special,
+    Ops.INDEX: _build_index,
+    Ops.LOAD: _build_load,
+    Ops.STORE: _build_store,
+    Ops.CAST: _build_cast,
+    Ops.BITCAST: _build_cast,
+    Ops.VECTORIZE: _build_vectorize,
+    Ops.CAT: _build_vectorize,
+    Ops.GEP: _build_gep,
+    Ops.AFTER: _build_after,
+}
+
+__all__ = ["DataRaceError", "Interpreter", "InterpreterError", "LaunchGrid", "run_program"]

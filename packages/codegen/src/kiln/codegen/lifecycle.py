@@ -1,0 +1,88 @@
+"""The PROGRAM lifecycle: `get_program` grows PROGRAM(SINK, DEVICE) one stage at a time, one rule per stage.
+
+PROGRAM(SINK, DEVICE)                          optimized kernel sink, target device name
+PROGRAM(SINK, DEVICE, LINEAR)                  LINEAR.src = the lowered, linearized uops
+PROGRAM(SINK, DEVICE, LINEAR, SOURCE)          SOURCE.arg = renderer.render(uops)
+PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY)  BINARY.arg = renderer.compiler.compile_cached(source)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kiln.codegen.kernel_info import Opt
+from kiln.codegen.linearizer import format_linear, linearize
+from kiln.codegen.lowering.pipeline import lower
+from kiln.codegen.opt.optimize import optimize_kernel
+from kiln.codegen.renderer import Renderer
+from kiln.codegen.spec import pm_spec_kernel, pm_spec_program, verify_linear
+from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, type_verify
+
+
+def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp:
+    uops = linearize(lower(sink, ctx))
+    verify_linear(uops)
+    return program.replace(src=(sink, device, UOp(Ops.LINEAR, src=tuple(uops))))
+
+
+def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:
+    source = ctx.render(list(linear.src))
+    if not isinstance(source, str):
+        raise TypeError(f"{type(ctx).__name__}.render must return str, got {type(source).__name__}")
+    return program.replace(src=(*program.src, UOp(Ops.SOURCE, arg=source)))
+
+
+def _compile_stage(ctx: Renderer, program: UOp, source: UOp) -> UOp | None:
+    if ctx.compiler is None:
+        return None
+    return program.replace(src=(*program.src, UOp(Ops.BINARY, arg=ctx.compiler.compile_cached(source.arg))))
+
+
+_sink_device = (UPat(Ops.SINK), UPat(Ops.DEVICE))
+pm_program_lifecycle = PatternMatcher(
+    [
+        (
+            UPat(Ops.PROGRAM, src=(UPat(Ops.SINK, name="sink"), UPat(Ops.DEVICE, name="device")), name="program"),
+            _linearize_stage,
+        ),
+        (UPat(Ops.PROGRAM, src=(*_sink_device, UPat(Ops.LINEAR, name="linear")), name="program"), _render_stage),
+        (
+            UPat(Ops.PROGRAM, src=(*_sink_device, UPat(Ops.LINEAR), UPat(Ops.SOURCE, name="source")), name="program"),
+            _compile_stage,
+        ),
+    ]
+)
+"""One rule per stage of the PROGRAM lifecycle (ctx: the Renderer)."""
+
+
+def _grow(program: UOp, renderer: Renderer) -> UOp:
+    # apply the stage rules to the PROGRAM node only, checking each stage
+    while (grown := pm_program_lifecycle.rewrite(program, ctx=renderer)) is not None:
+        type_verify([grown, *grown.src[1:]], pm_spec_program)
+        program = grown
+    return program
+
+
+def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None) -> UOp:
+    """The PROGRAM uop of kernel sink `ast` for `renderer`, optimized with `opts` (see `choose_opts` when None).
+
+    Read the result through `Program(...)`; only codegen builds or indexes PROGRAM uops.
+    """
+    if not isinstance(ast, UOp) or ast.op is not Ops.SINK:
+        raise TypeError(f"get_program needs a kernel SINK, got {ast!r}")
+    if not isinstance(renderer, Renderer):
+        raise TypeError(f"get_program needs a Renderer, got {renderer!r}")
+    type_verify(ast, pm_spec_kernel)
+    sink = optimize_kernel(ast, renderer, opts)
+    if knobs.DEBUG >= 3:
+        print(f"{sink.arg.name}: applied opts {list(sink.arg.applied_opts)}")
+    if knobs.DEBUG >= 5:
+        print(print_graph(sink))
+    program = UOp(Ops.PROGRAM, src=(sink, UOp(Ops.DEVICE, arg=renderer.device)))
+    type_verify([program, program.src[1]], pm_spec_program)
+    program = _grow(program, renderer)
+    if knobs.DEBUG >= 6:
+        print(format_linear(list(program.src[2].src)))
+    if knobs.DEBUG >= 4:
+        print(program.src[3].arg)
+    return program

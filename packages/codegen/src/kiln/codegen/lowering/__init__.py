@@ -1,0 +1,1 @@
+"""Lowering passes: optimized kernel sink -> a graph the linearizer can order (see `pipeline.py`)."""

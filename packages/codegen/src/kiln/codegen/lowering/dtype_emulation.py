@@ -1,0 +1,101 @@
+"""Dtypes a renderer cannot compute in, emulated: bfloat16 values live in float32 registers and uint16 memory.
+
+Every bfloat16 value of the kernel is carried as the float32 of the same value. Memory keeps the 16-bit pattern:
+a load widens it (bits << 16), a store narrows it (round to nearest even, NaN stays NaN). Each bfloat16 ALU result
+is rounded back to bfloat16 precision, so the program computes exactly what a native bfloat16 ALU would (one
+rounding per op, as numpy's ml_dtypes and torch do). Other dtypes outside `Renderer.native_dtypes` raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kiln.codegen.lowering.vector_folding import lane_of
+from kiln.codegen.renderer import Renderer
+from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
+
+_EMULATED = dtypes.bfloat16
+_STORAGE = dtypes.uint16
+_COMPUTE = dtypes.float32
+
+
+def bfloat16_bits(value: UOp) -> UOp:
+    """The bfloat16 bit pattern (uint16) nearest to float32 `value` (ties to even; NaN stays a quiet NaN)."""
+    bits = value.bitcast(dtypes.uint32)
+    rounding = bits + UOp.const(dtypes.uint32, 0x7FFF) + ((bits >> 16) & 1)
+    quiet_nan = (bits >> 16) | 0x40
+    return value.ne(value).where(quiet_nan, rounding >> 16).cast(_STORAGE)
+
+
+def bfloat16_value(bits: UOp) -> UOp:
+    """The float32 holding the bfloat16 with bit pattern `bits` (uint16)."""
+    return (bits.cast(dtypes.uint32) << 16).bitcast(_COMPUTE)
+
+
+def _round(value: UOp) -> UOp:
+    return bfloat16_value(bfloat16_bits(value))
+
+
+def _map_lanes(value: UOp, function: Callable[[UOp], UOp]) -> UOp:
+    if value.dtype.count == 1:
+        return function(value)
+    return UOp.vectorize(*(function(lane_of(value, lane)) for lane in range(value.dtype.count)))
+
+
+def _storage_dtype(dtype: DType) -> DType:
+    if isinstance(dtype, PtrDType):
+        if dtype.base.scalar() != _EMULATED:
+            return dtype
+        base = _STORAGE.vec(dtype.base.count)
+        pointer = base.ptr(dtype.size, dtype.scope)
+        return pointer.vec(dtype.count) if dtype.count > 1 else pointer
+    return _COMPUTE.vec(dtype.count) if dtype.scalar() == _EMULATED else dtype
+
+
+def _emulate(node: UOp, src: tuple[UOp, ...]) -> UOp:
+    emulated = not isinstance(node.dtype, PtrDType) and node.dtype.scalar() == _EMULATED
+    if node.op is Ops.LOAD and emulated:
+        raw = UOp(Ops.LOAD, _STORAGE.vec(node.dtype.count), (src[0],))
+        return _map_lanes(raw, bfloat16_value)
+    if node.op is Ops.STORE and node.src[1].dtype.scalar() == _EMULATED:
+        return node.replace(src=(src[0], _map_lanes(src[1], bfloat16_bits), *src[2:]))
+    if node.op is Ops.CONST and emulated:
+        return UOp.const(_COMPUTE, float(node.arg))
+    if node.op is Ops.CAST:
+        value = src[0]
+        if emulated:
+            return _map_lanes(value.cast(_COMPUTE.vec(value.dtype.count)), _round)
+        return value.cast(node.dtype)
+    if node.op is Ops.BITCAST:
+        if emulated:
+            return _map_lanes(src[0].bitcast(_STORAGE.vec(node.dtype.count)), bfloat16_value)
+        if node.src[0].dtype.scalar() == _EMULATED:
+            return _map_lanes(src[0], bfloat16_bits).bitcast(node.dtype)
+    if node.op in GroupOp.ALU and emulated and node.op is not Ops.WHERE:
+        return _map_lanes(UOp(node.op, _COMPUTE.vec(node.dtype.count), src, node.arg), _round)
+    return UOp(node.op, _storage_dtype(node.dtype), src, node.arg, node.tag)
+
+
+def emulate_dtypes(sink: UOp, renderer: Renderer) -> UOp:
+    """`sink` with every dtype outside `renderer.native_dtypes` emulated (bfloat16) or a ValueError naming it."""
+    native = renderer.native_dtypes
+    if native is None:
+        return sink
+    nodes = sink.toposort()
+    used = {(n.dtype.base if isinstance(n.dtype, PtrDType) else n.dtype).scalar() for n in nodes} - {dtypes.void}
+    missing = {d for d in used if d not in native and d != dtypes.index}
+    if not missing:
+        return sink
+    unsupported = missing - {_EMULATED}
+    if unsupported or _COMPUTE not in native or _STORAGE not in native:
+        names = sorted(d.name for d in unsupported or missing)
+        raise ValueError(f"{renderer!r} cannot compute in {names} and kiln can only emulate bfloat16 (via float32)")
+    rebuilt: dict[UOp, UOp] = {}
+    for node in nodes:
+        src = tuple(rebuilt[s] for s in node.src)
+        touches = node.dtype != _storage_dtype(node.dtype) or any(s.dtype != o.dtype for s, o in zip(src, node.src))
+        if touches or node.op in (Ops.CAST, Ops.BITCAST):
+            rebuilt[node] = _emulate(node, src)
+        else:
+            rebuilt[node] = node.replace(src=src) if src != node.src else node
+    return rebuilt[sink]

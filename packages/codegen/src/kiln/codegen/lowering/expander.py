@@ -1,0 +1,150 @@
+"""UPCAST / UNROLL ranges -> vector lanes.
+
+An UPCAST or UNROLL RANGE of size n becomes UNROLL(VCONST(0..n-1), arg=((axis, n),)): "this value has one lane per
+iteration of axis". Every op with an UNROLL source is rebuilt on vectors: its sources are swizzled (GEP) or
+broadcast to the union of their axes, lanes in row-major order of the axes sorted by axis number, and the result
+is wrapped in UNROLL again. A REDUCE folds the lanes of its UNROLL axes together (a horizontal reduce, in loop
+order) and keeps looping over its other ranges; an END forgets the axes it closed. A STORE takes vectors directly:
+after this pass no UNROLL is left, and loads/stores address memory through vectors of pointers (one per lane),
+which the devectorizer turns into real (possibly wide) accesses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from kiln.uops import AxisKind, GroupOp, Ops, PatternMatcher, UOp, UPat
+
+Axes = tuple[tuple[int, int], ...]
+"""(axis number, size) pairs sorted by axis number: the lanes of an expanded value, row-major."""
+
+EXPANDED_KINDS = frozenset({AxisKind.UPCAST, AxisKind.UNROLL})
+
+
+def merge_axes(*axes_list: Axes) -> Axes:
+    """The union of several axis lists, sorted by axis number."""
+    merged: dict[int, int] = {}
+    for axes in axes_list:
+        for axis, size in axes:
+            if merged.setdefault(axis, size) != size:
+                raise ValueError(f"axis {axis} is expanded with two sizes {merged[axis]} and {size}")
+    return tuple(sorted(merged.items()))
+
+
+def _strides(axes: Axes) -> dict[int, int]:
+    strides: dict[int, int] = {}
+    stride = 1
+    for axis, size in reversed(axes):
+        strides[axis] = stride
+        stride *= size
+    return strides
+
+
+def lane_map(target: Axes, source: Axes) -> tuple[int, ...]:
+    """For every lane of `target`, the lane of `source` (a subset of its axes) with the same coordinates."""
+    strides = _strides(source)
+    lanes = []
+    for coordinates in itertools.product(*(range(size) for _, size in target)):
+        lanes.append(sum(c * strides[axis] for (axis, _), c in zip(target, coordinates) if axis in strides))
+    return tuple(lanes)
+
+
+def _broadcast(value: UOp, count: int) -> UOp:
+    if count == 1:
+        return value
+    if value.op is Ops.CONST:
+        return UOp.const(value.dtype.vec(count), value.arg)
+    return UOp(Ops.VECTORIZE, value.dtype.vec(count), (value,) * count)
+
+
+def swizzle(value: UOp, source: Axes, target: Axes) -> UOp:
+    """`value` (lanes over `source`) rearranged to lanes over `target` (a superset of `source`)."""
+    if source == target:
+        return value
+    if not source:
+        return _broadcast(value, math.prod(size for _, size in target))
+    return value.gep(lane_map(target, source))
+
+
+def _expand_range(rng: UOp) -> UOp | None:
+    if rng.arg.kind not in EXPANDED_KINDS:
+        return None
+    size = rng.src[0]
+    if size.op is not Ops.CONST:
+        raise ValueError(f"{rng.arg.kind.name} axis {rng.arg.axis} needs a constant size, got {size.render()}")
+    lanes = UOp.const(rng.dtype.vec(size.arg), tuple(range(size.arg))) if size.arg > 1 else UOp.const(rng.dtype, 0)
+    return UOp(Ops.UNROLL, rng.dtype, (lanes,), ((rng.arg.axis, size.arg),))
+
+
+def _expand_op(node: UOp) -> UOp | None:
+    if not any(source.op is Ops.UNROLL for source in node.src):
+        return None
+    if node.op is Ops.BARRIER:  # its sources only order it: any lanes will do
+        return node.replace(src=tuple(s.src[0] if s.op is Ops.UNROLL else s for s in node.src))
+    axes = merge_axes(*(source.arg for source in node.src if source.op is Ops.UNROLL))
+    count = math.prod(size for _, size in axes)
+    sources: list[UOp] = []
+    for position, source in enumerate(node.src):
+        if source.op is Ops.UNROLL:
+            sources.append(swizzle(source.src[0], source.arg, axes))
+        elif node.op is Ops.INDEX and position == 0:
+            sources.append(source)  # the buffer: lane k addresses buffer + offset[k]
+        elif source.op is Ops.INDEX:
+            # a store of many lanes to one address: every lane gets the same pointer
+            broadcast = tuple(_broadcast(s, count) for s in source.src[1:])
+            sources.append(source.replace(dtype=source.dtype.vec(count), src=(source.src[0], *broadcast)))
+        else:
+            sources.append(_broadcast(source, count))
+    if node.op is Ops.STORE:
+        return node.replace(src=tuple(sources))
+    expanded = UOp(node.op, node.dtype.vec(count), tuple(sources), node.arg)
+    return UOp(Ops.UNROLL, node.dtype, (expanded,), axes)
+
+
+def _expand_reduce(reduction: UOp) -> UOp | None:
+    value, ranges = reduction.src[0], reduction.src[1:]
+    unrolled = [r for r in ranges if r.op is Ops.UNROLL]
+    if not unrolled and value.op is not Ops.UNROLL:
+        return None
+    loops = tuple(r for r in ranges if r.op is not Ops.UNROLL)
+    reduce_axes = merge_axes(*(r.arg for r in unrolled))
+    value_axes: Axes = value.arg if value.op is Ops.UNROLL else ()
+    vector = value.src[0] if value.op is Ops.UNROLL else value
+    reduced = {axis for axis, _ in reduce_axes}
+    out_axes = tuple((axis, size) for axis, size in value_axes if axis not in reduced)
+    all_axes = merge_axes(out_axes, reduce_axes)
+    full = swizzle(vector, value_axes, all_axes)
+    strides = _strides(all_axes)
+    out_coordinates = list(itertools.product(*(range(size) for _, size in out_axes)))
+    parts = []
+    for reduce_coordinates in itertools.product(*(range(size) for _, size in reduce_axes)):
+        lanes = []
+        for out in out_coordinates:
+            lane = sum(c * strides[axis] for (axis, _), c in zip(out_axes, out))
+            lane += sum(c * strides[axis] for (axis, _), c in zip(reduce_axes, reduce_coordinates))
+            lanes.append(lane)
+        parts.append(full.gep(tuple(lanes)))
+    combined = parts[0]
+    for part in parts[1:]:
+        combined = combined.alu(reduction.arg, part)
+    result = UOp(Ops.REDUCE, combined.dtype, (combined, *loops), reduction.arg) if loops else combined
+    return UOp(Ops.UNROLL, reduction.dtype, (result,), out_axes) if out_axes else result
+
+
+def _expand_end(end: UOp) -> UOp | None:
+    if not any(r.op is Ops.UNROLL for r in end.src[1:]):
+        return None
+    loops = tuple(r for r in end.src[1:] if r.op is not Ops.UNROLL)
+    return end.replace(src=(end.src[0], *loops)) if loops else end.src[0]
+
+
+pm_expand = PatternMatcher(
+    [
+        (UPat(Ops.RANGE, name="rng"), _expand_range),
+        (UPat(Ops.REDUCE, name="reduction"), _expand_reduce),
+        (UPat(Ops.END, name="end"), _expand_end),
+        (UPat(GroupOp.Elementwise | {Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.BARRIER}, name="node"), _expand_op),
+    ]
+)
+"""UPCAST/UNROLL ranges -> vectors (see the module docstring)."""

@@ -1,0 +1,138 @@
+"""Loads and stores through vectors of pointers -> real accesses of the widths the renderer supports.
+
+Each lane's address is split into a root expression and a constant (`root + c`). Lanes with the same root and the
+same gate whose constants are consecutive form a run; a run of a supported width w becomes one wide access when
+its alignment is proven: c and the root are multiples of w (buffers are assumed aligned to w elements). Other
+lanes become scalar accesses. Register memory (accumulators) is always accessed lane by lane. Lanes reading the
+same address share one load; of lanes writing the same address the last one wins, as in the loop it came from.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kiln.codegen.lowering.vector_folding import lane_of
+from kiln.codegen.renderer import Renderer
+from kiln.uops import DType, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+Run = tuple[UOp | None, int, int, UOp | None]
+"""(root, first constant, width, gate) of one access."""
+
+
+def _split_offset(offset: UOp) -> tuple[UOp | None, int]:
+    if offset.op is Ops.CONST:
+        return None, offset.arg
+    if offset.op is Ops.ADD:
+        left, right = offset.src
+        if right.op is Ops.CONST:
+            return left, right.arg
+        if left.op is Ops.CONST:
+            return right, left.arg
+    return offset, 0
+
+
+def known_factor(expression: UOp) -> int:
+    """A positive integer that provably divides `expression` (1 when nothing better is known)."""
+    if expression.op is Ops.CONST:
+        return abs(int(expression.arg)) or 1 << 62
+    if expression.op is Ops.MUL:
+        return known_factor(expression.src[0]) * known_factor(expression.src[1])
+    if expression.op in (Ops.ADD, Ops.SUB):
+        return math.gcd(known_factor(expression.src[0]), known_factor(expression.src[1]))
+    if expression.op is Ops.SHL and expression.src[1].op is Ops.CONST:
+        return known_factor(expression.src[0]) << int(expression.src[1].arg)
+    return 1
+
+
+def _widths(pointer: DType, renderer: Renderer) -> list[int]:
+    if not isinstance(pointer, PtrDType) or pointer.scope is MemoryScope.REG or pointer.base == dtypes.bool:
+        return []
+    return sorted((w for w in renderer.vector_widths if w > 1), reverse=True)
+
+
+def _plan(offsets: list[UOp], gates: list[UOp | None], widths: list[int]) -> tuple[list[Run], list[tuple[int, int]]]:
+    """The accesses covering every lane, and for each lane (access number, lane within the access)."""
+    groups: dict[tuple[UOp | None, UOp | None], dict[int, list[int]]] = {}
+    for lane, (offset, gate) in enumerate(zip(offsets, gates)):
+        root, constant = _split_offset(offset)
+        groups.setdefault((root, gate), {}).setdefault(constant, []).append(lane)
+    runs: list[Run] = []
+    placement: list[tuple[int, int]] = [(0, 0)] * len(offsets)
+    for (root, gate), by_constant in groups.items():
+        factor = 1 << 62 if root is None else known_factor(root)
+        constants = sorted(by_constant)
+        present = set(constants)
+        position = 0
+        while position < len(constants):
+            first = constants[position]
+            width = next(
+                (
+                    w
+                    for w in widths
+                    if first % w == 0 and factor % w == 0 and all(first + j in present for j in range(w))
+                ),
+                1,
+            )
+            for j in range(width):
+                for lane in by_constant[first + j]:
+                    placement[lane] = (len(runs), j)
+            runs.append((root, first, width, gate))
+            position += width
+    return runs, placement
+
+
+def _address(pointer: UOp, run: Run) -> UOp:
+    root, constant, width, gate = run
+    offset = UOp.const(dtypes.index, constant) if root is None else (root + constant if constant else root)
+    dtype = pointer.dtype
+    assert isinstance(dtype, PtrDType)
+    wide = dtype if width == 1 else dtype.base.vec(width).ptr(dtype.size, dtype.scope)
+    return UOp(Ops.INDEX, wide, (pointer, offset) if gate is None else (pointer, offset, gate))
+
+
+def _lanes(index: UOp) -> tuple[list[UOp], list[UOp | None]]:
+    count = index.dtype.count
+    offsets = [lane_of(index.src[1], lane) for lane in range(count)]
+    if len(index.src) == 3:
+        return offsets, [lane_of(index.src[2], lane) for lane in range(count)]
+    return offsets, [None] * count
+
+
+def _legalize_load(ctx: Renderer, load: UOp, index: UOp) -> UOp | None:
+    if index.dtype.count == 1:
+        return None
+    pointer = index.src[0]
+    offsets, gates = _lanes(index)
+    runs, placement = _plan(offsets, gates, _widths(pointer.dtype, ctx))
+    scalar = load.dtype.scalar()
+    loads = [UOp(Ops.LOAD, scalar.vec(run[2]), (_address(pointer, run),)) for run in runs]
+    return UOp.vectorize(*(loads[access].gep(lane) for access, lane in placement))
+
+
+def _legalize_store(ctx: Renderer, store: UOp, index: UOp, value: UOp) -> UOp | None:
+    if index.dtype.count == 1:
+        return None
+    pointer = index.src[0]
+    offsets, gates = _lanes(index)
+    # a later lane storing to the same address wins: keep only the last lane of each address
+    last: dict[tuple[UOp, UOp | None], int] = {}
+    for lane, key in enumerate(zip(offsets, gates)):
+        last[key] = lane
+    kept = sorted(last.values())
+    runs, placement = _plan([offsets[k] for k in kept], [gates[k] for k in kept], _widths(pointer.dtype, ctx))
+    values: list[list[UOp]] = [[] for _ in runs]
+    for (access, _), lane in sorted(zip(placement, kept), key=lambda item: item[0]):
+        values[access].append(lane_of(value, lane))
+    stores = [
+        UOp(Ops.STORE, dtypes.void, (_address(pointer, run), UOp.vectorize(*lanes))) for run, lanes in zip(runs, values)
+    ]
+    return stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+
+
+pm_memory_access = PatternMatcher(
+    [
+        (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="index"),), name="load"), _legalize_load),
+        (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="index"), UPat.var("value")), name="store"), _legalize_store),
+    ]
+)
+"""LOAD/STORE through a vector of pointers -> scalar and wide accesses (ctx: the Renderer)."""

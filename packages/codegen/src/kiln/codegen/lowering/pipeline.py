@@ -1,0 +1,95 @@
+"""The lowering pipeline: an optimized kernel sink -> a graph the linearizer orders, as a list of named passes.
+
+Tracing, timing and the golden tests iterate the same list (`LOWERING_PASSES`); `lower` runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kiln.codegen.lowering.accumulators import RegisterSlots, pm_reduce_to_accumulator
+from kiln.codegen.lowering.decompositions import decomposition_rewrites
+from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
+from kiln.codegen.lowering.expander import pm_expand
+from kiln.codegen.lowering.gates import pm_gated_loads
+from kiln.codegen.lowering.gpu_dims import map_hardware_dims
+from kiln.codegen.lowering.group_reduce import lower_group_reduces
+from kiln.codegen.lowering.index_dtype import lower_index_dtype
+from kiln.codegen.lowering.loop_ends import normalize_ends
+from kiln.codegen.lowering.memory_access import pm_memory_access
+from kiln.codegen.lowering.vector_folding import pm_scalarize_alu, pm_vector_folding
+from kiln.codegen.renderer import Renderer
+from kiln.uops import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, pm_symbolic
+
+
+@dataclass(frozen=True)
+class LoweringPass:
+    """One named step of the pipeline: `run(sink, renderer) -> sink`."""
+
+    name: str
+    run: Callable[[UOp, Renderer], UOp]
+    description: str
+
+
+def _lanes_to_vectorize(vector: UOp) -> UOp:
+    scalar = vector.dtype.scalar()
+    return UOp(Ops.VECTORIZE, vector.dtype, tuple(UOp.const(scalar, value) for value in vector.arg))
+
+
+pm_linear_form = PatternMatcher([(UPat(Ops.VCONST, name="vector"), _lanes_to_vectorize)])
+"""Last touches for the linear format: vector constants become VECTORIZEs of CONSTs."""
+
+
+def _simplify_index_math(x: UOp) -> UOp | None:
+    return pm_symbolic.rewrite(x)
+
+
+# the symbolic simplifier on integer and bool nodes only: index math needs it, data math does not (and is larger)
+pm_index_symbolic = PatternMatcher([(UPat(dtype=(dtypes.index, dtypes.bool), name="x"), _simplify_index_math)])
+"""pm_symbolic restricted to dtypes.index and bool uops (scalar or vector)."""
+
+_pm_devectorize = pm_scalarize_alu + pm_vector_folding + pm_index_symbolic
+_pm_memory = pm_memory_access + pm_vector_folding + pm_index_symbolic
+
+
+def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPass:
+    return LoweringPass(name, lambda sink, renderer: graph_rewrite(sink, pm, name=name), description)
+
+
+LOWERING_PASSES: tuple[LoweringPass, ...] = (
+    _rewrite_pass("simplify", pm_index_symbolic, "symbolic simplification of the index math the opts produced"),
+    LoweringPass("group reduce", lambda sink, renderer: lower_group_reduces(sink), "GROUP_REDUCE -> local memory"),
+    _rewrite_pass("expand", pm_expand, "UPCAST/UNROLL ranges -> vectors"),
+    LoweringPass(
+        "accumulators",
+        lambda sink, renderer: graph_rewrite(sink, pm_reduce_to_accumulator, ctx=RegisterSlots(), name="accumulators"),
+        "REDUCE -> DEFINE_REG accumulators and reduce loops",
+    ),
+    LoweringPass("hardware dims", map_hardware_dims, "GLOBAL/LOCAL/THREAD ranges -> SPECIAL indices"),
+    _rewrite_pass("devectorize", _pm_devectorize, "vector ALU -> scalar ALU; lane algebra folded; indices simplified"),
+    LoweringPass(
+        "memory access",
+        lambda sink, renderer: graph_rewrite(sink, _pm_memory, ctx=renderer, name="memory access"),
+        "vector-of-pointer loads/stores -> scalar and aligned wide accesses of the renderer's widths",
+    ),
+    _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),
+    LoweringPass("dtype emulation", emulate_dtypes, "dtypes the renderer lacks -> computed through float32"),
+    LoweringPass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
+    # last of the passes that build ALU ops, so that no later simplification brings a decomposed op back
+    LoweringPass(
+        "decompositions",
+        lambda sink, renderer: graph_rewrite(sink, decomposition_rewrites(renderer.native_ops), name="decompositions"),
+        "ops the renderer lacks -> ops it has (transcendentals included)",
+    ),
+    _rewrite_pass("linear form", pm_linear_form, "VCONST -> VECTORIZE"),
+    LoweringPass("loop ends", lambda sink, renderer: normalize_ends(sink), "one single-range END per RANGE"),
+)
+"""The lowering passes, in order."""
+
+
+def lower(sink: UOp, renderer: Renderer) -> UOp:
+    """Run every pass of `LOWERING_PASSES` on an optimized kernel sink."""
+    for lowering_pass in LOWERING_PASSES:
+        sink = lowering_pass.run(sink, renderer)
+    return sink

@@ -1,0 +1,212 @@
+"""`apply_opts`: each optimization rewrites the kernel's RANGE structure; illegal ones raise KernelOptError.
+
+Most opts split one RANGE r of size s by an amount a into two: `r -> outer * a + inner` (the inner part gets the
+new kind) or, for the "top" variants (GROUPTOP, THREAD), `r -> inner * (s / a) + outer`. The remaining part keeps
+r's axis number and kind; the new part takes the next unused axis number (a split by the whole size just changes
+the axis's kind). END and REDUCE range lists follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from kiln.codegen.kernel_info import KernelInfo, KernelOptError, Opt, OptOps
+from kiln.codegen.loop_structure import kernel_ranges, range_by_axis, replace_ranges
+from kiln.codegen.lowering.accumulators import reduce_identity
+from kiln.codegen.lowering.gpu_dims import hardware_indices
+from kiln.codegen.opt.kernel_axes import (
+    MAX_LANES,
+    axes_of,
+    constant_size,
+    kernel_info,
+    lane_count,
+    product_of_sizes,
+    reduces_of,
+    uses_nolocals,
+)
+from kiln.codegen.renderer import Renderer
+from kiln.uops import AxisKind, Ops, UOp
+
+_SPLIT_KIND = {
+    OptOps.UPCAST: AxisKind.UPCAST,
+    OptOps.UNROLL: AxisKind.UNROLL,
+    OptOps.LOCAL: AxisKind.LOCAL,
+    OptOps.GROUP: AxisKind.GROUP_REDUCE,
+    OptOps.GROUPTOP: AxisKind.GROUP_REDUCE,
+    OptOps.THREAD: AxisKind.THREAD,
+}
+_ALLOWED_KINDS = {
+    OptOps.UPCAST: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.LOCAL),
+    OptOps.UNROLL: (AxisKind.REDUCE,),
+    OptOps.LOCAL: (AxisKind.GLOBAL,),
+    OptOps.GROUP: (AxisKind.REDUCE,),
+    OptOps.GROUPTOP: (AxisKind.REDUCE,),
+    OptOps.THREAD: (AxisKind.LOOP,),
+    OptOps.PADTO: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE),
+    OptOps.SWAP: (AxisKind.GLOBAL,),
+}
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise KernelOptError(message)
+
+
+def prepare_axes(sink: UOp, renderer: Renderer) -> UOp:
+    """Loops become GLOBAL axes on renderers with local threads (GLOBAL become loops on the others)."""
+    source, target = (AxisKind.LOOP, AxisKind.GLOBAL) if renderer.has_local else (AxisKind.GLOBAL, AxisKind.LOOP)
+    values = {r: UOp.range(r.src[0], r.arg.axis, target) for r in kernel_ranges(sink) if r.arg.kind is source}
+    return replace_ranges(sink, values) if values else sink
+
+
+def _record(sink: UOp, opt: Opt) -> UOp:
+    info = kernel_info(sink)
+    return sink.replace(arg=dataclasses.replace(info, applied_opts=(*info.applied_opts, opt)))
+
+
+def _split(sink: UOp, rng: UOp, amount: int, kind: AxisKind, top: bool) -> UOp:
+    size = constant_size(rng)
+    assert size is not None and size % amount == 0
+    remaining_size = size // amount
+    if remaining_size == 1:
+        # the whole axis changes kind and keeps its number
+        return replace_ranges(sink, {rng: UOp.range(amount, rng.arg.axis, kind)})
+    inner = UOp.range(amount, max(r.arg.axis for r in kernel_ranges(sink)) + 1, kind)
+    remaining = UOp.range(remaining_size, rng.arg.axis, rng.arg.kind)
+    value = inner * remaining_size + remaining if top else remaining * amount + inner
+    return replace_ranges(sink, {rng: value}, {rng: (remaining, inner)})
+
+
+def _pad(sink: UOp, rng: UOp, amount: int) -> UOp:
+    size = constant_size(rng)
+    assert size is not None
+    padded = UOp.range(-(-size // amount) * amount, rng.arg.axis, rng.arg.kind)
+    valid = padded.lt(size)
+    depends: dict[UOp, bool] = {}
+    rebuilt: dict[UOp, UOp] = {}
+    for node in sink.toposort():
+        depends[node] = node is rng or any(depends[s] for s in node.src)
+        src = tuple(rebuilt[s] for s in node.src)
+        if node is rng:
+            rebuilt[node] = padded
+            continue
+        if node.op is Ops.INDEX and depends[node]:
+            gate = valid if len(src) == 2 else src[2] & valid
+            src = (src[0], src[1], gate)
+        elif node.op is Ops.REDUCE and rng in node.src[1:]:
+            identity = UOp.const(node.dtype, reduce_identity(node.arg, node.dtype))
+            src = (valid.where(src[0], identity), *src[1:])
+        elif node.op is Ops.END and rng in node.src[1:] and src[0].op is Ops.STORE and not depends[node.src[0].src[0]]:
+            index = src[0].src[0]
+            gate = valid if len(index.src) == 2 else index.src[2] & valid
+            src = (src[0].replace(src=(index.replace(src=(*index.src[:2], gate)), *src[0].src[1:])), *src[1:])
+        rebuilt[node] = node.replace(src=src) if src != node.src else node
+    return rebuilt[sink]
+
+
+def _local_indices_fit(sink: UOp, renderer: Renderer) -> None:
+    local = axes_of(sink, AxisKind.LOCAL, AxisKind.GROUP_REDUCE)
+    threads = product_of_sizes(local)
+    _check(
+        threads <= renderer.local_size_max, f"{threads} threads per block exceed the limit {renderer.local_size_max}"
+    )
+    try:
+        hardware_indices(sorted(local, key=lambda r: r.arg.axis), renderer.local_max or (), "lidx")
+    except ValueError as error:
+        raise KernelOptError(f"local axes do not fit the renderer: {error}") from None
+
+
+def _shared_memory_fits(sink: UOp, renderer: Renderer) -> None:
+    # one buffer per grouped REDUCE, one slot per thread of the block and upcast lane (an upper bound)
+    lanes = product_of_sizes(axes_of(sink, AxisKind.LOCAL, AxisKind.GROUP_REDUCE, AxisKind.UPCAST))
+    grouped = [r for r in reduces_of(sink) if any(s.arg.kind is AxisKind.GROUP_REDUCE for s in r.src[1:])]
+    needed = lanes * sum(r.dtype.itemsize for r in grouped)
+    _check(
+        needed <= renderer.shared_max,
+        f"group reduce needs {needed} bytes of shared memory, the renderer has {renderer.shared_max}",
+    )
+
+
+def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
+    """`sink` with one optimization applied and recorded in KernelInfo.applied_opts; KernelOptError if illegal."""
+    if not isinstance(opt, Opt):
+        raise TypeError(f"expected an Opt, got {opt!r}")
+    if opt.op is OptOps.NOLOCALS:
+        _check(opt.axis is None and opt.arg is None, f"NOLOCALS takes no axis or arg, got {opt}")
+        _check(renderer.has_local, f"NOLOCALS needs a renderer with local threads; {renderer!r} has none")
+        _check(not uses_nolocals(sink), "NOLOCALS is already applied")
+        _check(not axes_of(sink, AxisKind.LOCAL, AxisKind.GROUP_REDUCE), "NOLOCALS after LOCAL or GROUP axes exist")
+        return _record(sink, opt)
+    if opt.op is OptOps.TC:
+        _check(bool(renderer.tensor_cores), f"TC needs a renderer with tensor cores; {renderer!r} has none")
+        raise KernelOptError("TC is not supported by this version of kiln.codegen")
+    axes = range_by_axis(sink)
+    _check(
+        isinstance(opt.axis, int) and opt.axis in axes, f"{opt.op.name}: no axis {opt.axis!r}; axes are {sorted(axes)}"
+    )
+    assert isinstance(opt.axis, int)
+    rng = axes[opt.axis]
+    kind, size = rng.arg.kind, constant_size(rng)
+    allowed = _ALLOWED_KINDS[opt.op]
+    _check(
+        kind in allowed,
+        f"{opt.op.name} needs a {' or '.join(k.name for k in allowed)} axis; axis {opt.axis} is {kind.name}",
+    )
+    if opt.op is OptOps.SWAP:
+        other = axes.get(opt.arg) if isinstance(opt.arg, int) else None
+        _check(
+            other is not None and other is not rng and other.arg.kind is AxisKind.GLOBAL,
+            f"SWAP needs another GLOBAL axis as arg, got {opt.arg!r}",
+        )
+        assert other is not None
+        swapped = {
+            rng: UOp.range(rng.src[0], other.arg.axis, AxisKind.GLOBAL),
+            other: UOp.range(other.src[0], rng.arg.axis, AxisKind.GLOBAL),
+        }
+        return _record(replace_ranges(sink, swapped), opt)
+    _check(
+        isinstance(opt.arg, int) and not isinstance(opt.arg, bool),
+        f"{opt.op.name} needs an int amount, got {opt.arg!r}",
+    )
+    assert isinstance(opt.arg, int)
+    _check(size is not None, f"{opt.op.name}: axis {opt.axis} has the symbolic size {rng.src[0].render()}")
+    assert size is not None
+    amount = size if opt.arg == 0 else opt.arg
+    if opt.op is OptOps.PADTO:
+        _check(amount > 1, f"PADTO needs an amount > 1, got {amount}")
+        padded = -(-size // amount) * amount
+        _check(padded != size, f"PADTO: axis {opt.axis} of size {size} is already a multiple of {amount}")
+        _check(padded <= 2 * size, f"PADTO: padding axis {opt.axis} from {size} to {padded} more than doubles it")
+        return _record(_pad(sink, rng, amount), opt)
+    _check(amount > 1, f"{opt.op.name} needs an amount > 1, got {opt.arg}")
+    _check(size % amount == 0, f"{opt.op.name}: amount {amount} does not divide axis {opt.axis} of size {size}")
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+        _check(renderer.has_local, f"{opt.op.name} needs a renderer with local threads; {renderer!r} has none")
+        _check(not uses_nolocals(sink), f"{opt.op.name} after NOLOCALS")
+    if opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+        _check(renderer.has_shared, f"{opt.op.name} needs shared memory; {renderer!r} has none")
+    if opt.op is OptOps.THREAD:
+        _check(renderer.has_threads, f"THREAD needs a renderer with CPU threads; {renderer!r} has none")
+        _check(not axes_of(sink, AxisKind.THREAD), "THREAD: the kernel already has a THREAD axis")
+        _check(amount <= renderer.thread_max, f"THREAD: {amount} threads exceed the limit {renderer.thread_max}")
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+        lanes = lane_count(sink) * amount
+        _check(lanes <= MAX_LANES, f"{opt.op.name} by {amount} makes {lanes} vector lanes (limit {MAX_LANES})")
+    top = opt.op in (OptOps.GROUPTOP, OptOps.THREAD)
+    result = _split(sink, rng, amount, _SPLIT_KIND[opt.op], top)
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+        _local_indices_fit(result, renderer)
+    if opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+        _shared_memory_fits(result, renderer)
+    return _record(result, opt)
+
+
+def apply_opts(sink: UOp, opts: Sequence[Opt], renderer: Renderer) -> UOp:
+    """`sink` with `opts` applied in order for `renderer` (after `prepare_axes`); KernelOptError if one is illegal."""
+    if sink.op is not Ops.SINK:
+        raise TypeError(f"apply_opts needs a kernel SINK, got {sink.op!r}")
+    sink = prepare_axes(sink if isinstance(sink.arg, KernelInfo) else sink.replace(arg=KernelInfo()), renderer)
+    for opt in opts:
+        sink = apply_opt(sink, opt, renderer)
+    return sink

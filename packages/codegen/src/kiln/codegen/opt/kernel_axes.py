@@ -1,0 +1,83 @@
+"""Read-only facts about a kernel sink's axes that the optimizations, the heuristic and BEAM ask about."""
+
+from __future__ import annotations
+
+import math
+
+from kiln.codegen.kernel_info import KernelInfo, Opt, OptOps
+from kiln.codegen.loop_structure import kernel_ranges
+from kiln.uops import AxisKind, Ops, UOp
+
+MAX_LANES = 256
+"""Largest number of vector lanes (product of UPCAST and UNROLL sizes) a kernel may expand to."""
+
+
+def kernel_info(sink: UOp) -> KernelInfo:
+    """The KernelInfo of a kernel sink (a default one when the sink has none)."""
+    return sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo()
+
+
+def applied_opts(sink: UOp) -> tuple[Opt, ...]:
+    """The optimizations already applied to `sink`."""
+    return kernel_info(sink).applied_opts
+
+
+def axes_of(sink: UOp, *kinds: AxisKind) -> list[UOp]:
+    """The RANGEs of the given kinds in nesting order (all RANGEs when no kind is given)."""
+    ranges = kernel_ranges(sink)
+    return ranges if not kinds else [r for r in ranges if r.arg.kind in kinds]
+
+
+def constant_size(rng: UOp) -> int | None:
+    """The size of a RANGE when it is a constant."""
+    size = rng.src[0]
+    return size.arg if size.op is Ops.CONST else None
+
+
+def product_of_sizes(ranges: list[UOp]) -> int:
+    """The product of constant RANGE sizes (symbolic sizes count by their upper bound)."""
+    return math.prod(int(r.src[0].vmax) for r in ranges)
+
+
+def lane_count(sink: UOp) -> int:
+    """How many vector lanes the kernel expands to: the product of its UPCAST and UNROLL sizes."""
+    return product_of_sizes(axes_of(sink, AxisKind.UPCAST, AxisKind.UNROLL))
+
+
+def uses_nolocals(sink: UOp) -> bool:
+    """True once NOLOCALS was applied."""
+    return any(opt.op is OptOps.NOLOCALS for opt in applied_opts(sink))
+
+
+def reduces_of(sink: UOp) -> list[UOp]:
+    """The REDUCE uops of the kernel in graph order."""
+    return [node for node in sink.toposort() if node.op is Ops.REDUCE]
+
+
+def buffer_accesses(sink: UOp) -> list[UOp]:
+    """Every INDEX into a global buffer (loads and stores)."""
+    return [node for node in sink.toposort() if node.op is Ops.INDEX and node.src[0].op is Ops.DEFINE_GLOBAL]
+
+
+def stride_of(index_expression: UOp, rng: UOp) -> int | None:
+    """How much `index_expression` grows when `rng` grows by one, if that is a constant (0: independent of rng)."""
+    if rng not in index_expression.toposort():
+        return 0
+    shifted = index_expression.substitute({rng: rng + 1})
+    difference = (shifted - index_expression).simplify()
+    return difference.arg if difference.op is Ops.CONST else None
+
+
+def kernel_name(sink: UOp) -> str:
+    """A readable C identifier from the loop shape: 'r_' for kernels that reduce ('E_' otherwise), then the sizes."""
+    ranges = kernel_ranges(sink)
+    prefix = (
+        "r" if any(r.arg.kind in (AxisKind.REDUCE, AxisKind.GROUP_REDUCE, AxisKind.UNROLL) for r in ranges) else "E"
+    )
+    parts = [prefix]
+    for rng in ranges:
+        size = rng.src[0]
+        parts.append(
+            str(size.arg) if size.op is Ops.CONST else "".join(c if c.isalnum() else "_" for c in size.render())
+        )
+    return "_".join(parts) if len(parts) > 1 else f"{prefix}_scalar"

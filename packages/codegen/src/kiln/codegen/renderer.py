@@ -1,0 +1,97 @@
+"""The `Renderer` interface: what a target can do (capabilities and limits) and how it turns uops into source."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kiln.uops import DType, GroupOp, Ops, UOp
+
+if TYPE_CHECKING:
+    from kiln.codegen.compiler import Compiler
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """One matrix-multiply-accumulate unit of a target: D[M][N] = A[M][K] @ B[K][N] + C[M][N] per warp.
+
+    dims                  (N, M, K) of one tile
+    threads               threads of a warp that compute one tile together
+    elements_per_thread   (A, B, C) lanes each thread holds of the A, B and accumulator tiles
+    dtype_in, dtype_out   element dtypes of A/B and of C/D
+    opts                  how the tile's N and M axes map onto threads and lanes, outermost split first:
+                          "l0"/"l1" splits N/M (axis 0/1) by 2 onto local threads, "u0"/"u1" onto upcast lanes
+    """
+
+    dims: tuple[int, int, int]
+    threads: int
+    elements_per_thread: tuple[int, int, int]
+    dtype_in: DType
+    dtype_out: DType
+    opts: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        n, m, k = self.dims
+        a, b, c = self.elements_per_thread
+        if a * self.threads != m * k or b * self.threads != k * n or c * self.threads != m * n:
+            raise ValueError(
+                f"tensor core {self.dims} with {self.threads} threads cannot hold {self.elements_per_thread}"
+            )
+
+    def __str__(self) -> str:
+        n, m, k = self.dims
+        return f"WMMA_{n}_{m}_{k}_{self.dtype_in.name}_{self.dtype_out.name}"
+
+
+class Renderer(ABC):
+    """A code generation target: capability flags and limits that steer lowering, `render`, and its own compiler.
+
+    Concrete renderers (kiln.renderers) set the class attributes below and implement `render`. Lowering reads the
+    attributes only; it never asks which concrete renderer it has.
+    """
+
+    device: str = "NONE"
+    """Device name programs are built for, e.g. "CPU" or "CUDA" (an optional ":n" picks one device of a kind)."""
+
+    has_local: bool = False
+    """Threads grouped into blocks: GLOBAL ranges become gidx, LOCAL ranges become lidx."""
+    has_shared: bool = False
+    """Block-shared memory (DEFINE_LOCAL) and BARRIER; needed by GROUP/GROUPTOP."""
+    has_threads: bool = False
+    """Kernels may spread a loop over CPU cores (THREAD axes, read as SPECIAL "core_id")."""
+    global_max: tuple[int, ...] | None = None
+    """Largest size of each global dimension (the count of dimensions too); None: no global dims."""
+    local_max: tuple[int, ...] | None = None
+    """Largest size of each local dimension; None: no local dims."""
+    local_size_max: int = 1
+    """Largest product of the local dimensions (threads per block)."""
+    shared_max: int = 0
+    """Bytes of shared memory a block may use."""
+    thread_max: int = 1
+    """Largest THREAD split (CPU cores a kernel may use)."""
+    vector_widths: tuple[int, ...] = (1,)
+    """Lane counts of the vector loads and stores it renders (1 is always allowed)."""
+    vector_alu: bool = False
+    """ALU ops may stay vectors of a width in `vector_widths` (otherwise they are split into scalars)."""
+    native_dtypes: frozenset[DType] | None = None
+    """Dtypes it computes in directly; None means every dtype. Others are emulated (e.g. bfloat16 via float32)."""
+    native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
+    """ALU ops it renders directly; others are decomposed (transcendentals, MULACC, POW ...)."""
+    tensor_cores: tuple[TensorCore, ...] = ()
+    """Matrix units the TC optimization may target."""
+
+    compiler: Compiler | None = None
+    """The compiler that turns `render`'s source into a binary (None: the source is the program)."""
+
+    @abstractmethod
+    def render(self, uops: list[UOp]) -> str:
+        """Source code of one kernel from its linearized uops (the linear program format of the README)."""
+
+    @property
+    def device_kind(self) -> str:
+        """The device name without its ":n" suffix."""
+        return self.device.split(":", 1)[0]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} for {self.device}>"

@@ -1,0 +1,143 @@
+"""The expander (UPCAST/UNROLL -> vectors): lane maps, and golden text of the pass on small kernels."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from renderers_for_tests import CPULikeRenderer, ScalarRenderer
+from sinks_for_tests import buffer, kernel
+
+from kiln.codegen import Opt, OptOps, apply_opts
+from kiln.codegen.lowering.expander import lane_map, merge_axes, pm_expand
+from kiln.uops import AxisKind, Ops, UOp, graph_rewrite, print_graph
+
+
+def upcast_store() -> UOp:
+    """out[i] = a[i] * 2 with i = 4 * outer + lane."""
+    out, a = buffer(0, 8), buffer(1, 8)
+    i = UOp.range(8, 0)
+    sink = kernel(out.index(i).store(a.index(i).load() * 2.0).end(i))
+    return apply_opts(sink, [Opt(OptOps.UPCAST, 0, 4)], CPULikeRenderer())
+
+
+def unroll_reduce() -> UOp:
+    """out[i] = sum_j a[4 i + j] with j fully unrolled."""
+    out, a = buffer(0, 2), buffer(1, 8)
+    i, j = UOp.range(2, 0), UOp.range(4, 1, AxisKind.REDUCE)
+    sink = kernel(out.index(i).store(a.index(i * 4 + j).load().reduce(j)).end(i))
+    return apply_opts(sink, [Opt(OptOps.UNROLL, 1, 0)], ScalarRenderer())
+
+
+UPCAST_STORE_BEFORE = """\
+%0 = DEFINE_GLOBAL float32.ptr(8) arg=0
+%1 = CONST index arg=2
+%2 = RANGE index %1 arg=RangeArg(axis=0, kind=AxisKind.LOOP)
+%3 = CONST index arg=4
+%4 = MUL index %2 %3
+%5 = RANGE index %3 arg=RangeArg(axis=1, kind=AxisKind.UPCAST)
+%6 = ADD index %4 %5
+%7 = INDEX float32.ptr(8) %0 %6
+%8 = DEFINE_GLOBAL float32.ptr(8) arg=1
+%9 = INDEX float32.ptr(8) %8 %6
+%10 = LOAD float32 %9
+%11 = CONST float32 arg=2.0
+%12 = MUL float32 %10 %11
+%13 = STORE void %7 %12
+%14 = END void %13 %2 %5
+%15 = SINK void %14 arg=KernelInfo(name='', opts_to_apply=None, applied_opts=(Opt(op=OptOps.UPCAST, axis=0, arg=4),))"""
+
+UPCAST_STORE_AFTER = """\
+%0 = DEFINE_GLOBAL float32.ptr(8) arg=0
+%1 = CONST index arg=2
+%2 = RANGE index %1 arg=RangeArg(axis=0, kind=AxisKind.LOOP)
+%3 = CONST index arg=4
+%4 = MUL index %2 %3
+%5 = VECTORIZE index.vec(4) %4 %4 %4 %4
+%6 = VCONST index.vec(4) arg=(0, 1, 2, 3)
+%7 = ADD index.vec(4) %5 %6
+%8 = INDEX float32.ptr(8).vec(4) %0 %7
+%9 = DEFINE_GLOBAL float32.ptr(8) arg=1
+%10 = INDEX float32.ptr(8).vec(4) %9 %7
+%11 = LOAD float32.vec(4) %10
+%12 = VCONST float32.vec(4) arg=(2.0, 2.0, 2.0, 2.0)
+%13 = MUL float32.vec(4) %11 %12
+%14 = STORE void %8 %13
+%15 = END void %14 %2
+%16 = SINK void %15 arg=KernelInfo(name='', opts_to_apply=None, applied_opts=(Opt(op=OptOps.UPCAST, axis=0, arg=4),))"""
+
+UNROLL_REDUCE_BEFORE = """\
+%0 = DEFINE_GLOBAL float32.ptr(2) arg=0
+%1 = CONST index arg=2
+%2 = RANGE index %1 arg=RangeArg(axis=0, kind=AxisKind.LOOP)
+%3 = INDEX float32.ptr(2) %0 %2
+%4 = DEFINE_GLOBAL float32.ptr(8) arg=1
+%5 = CONST index arg=4
+%6 = MUL index %2 %5
+%7 = RANGE index %5 arg=RangeArg(axis=1, kind=AxisKind.UNROLL)
+%8 = ADD index %6 %7
+%9 = INDEX float32.ptr(8) %4 %8
+%10 = LOAD float32 %9
+%11 = REDUCE float32 %10 %7 arg=ADD
+%12 = STORE void %3 %11
+%13 = END void %12 %2
+%14 = SINK void %13 arg=KernelInfo(name='', opts_to_apply=None, applied_opts=(Opt(op=OptOps.UNROLL, axis=1, arg=0),))"""
+
+UNROLL_REDUCE_AFTER = """\
+%0 = DEFINE_GLOBAL float32.ptr(2) arg=0
+%1 = CONST index arg=2
+%2 = RANGE index %1 arg=RangeArg(axis=0, kind=AxisKind.LOOP)
+%3 = INDEX float32.ptr(2) %0 %2
+%4 = DEFINE_GLOBAL float32.ptr(8) arg=1
+%5 = CONST index arg=4
+%6 = MUL index %2 %5
+%7 = VECTORIZE index.vec(4) %6 %6 %6 %6
+%8 = VCONST index.vec(4) arg=(0, 1, 2, 3)
+%9 = ADD index.vec(4) %7 %8
+%10 = INDEX float32.ptr(8).vec(4) %4 %9
+%11 = LOAD float32.vec(4) %10
+%12 = GEP float32 %11 arg=(0,)
+%13 = GEP float32 %11 arg=(1,)
+%14 = ADD float32 %12 %13
+%15 = GEP float32 %11 arg=(2,)
+%16 = ADD float32 %14 %15
+%17 = GEP float32 %11 arg=(3,)
+%18 = ADD float32 %16 %17
+%19 = STORE void %3 %18
+%20 = END void %19 %2
+%21 = SINK void %20 arg=KernelInfo(name='', opts_to_apply=None, applied_opts=(Opt(op=OptOps.UNROLL, axis=1, arg=0),))"""
+
+
+def test_upcast_store_golden() -> None:
+    # the index becomes a vector (4 outer + lanes 0..3), load/multiply/store act on 4 lanes, END forgets the lanes
+    assert print_graph(upcast_store()) == UPCAST_STORE_BEFORE
+    assert print_graph(graph_rewrite(upcast_store(), pm_expand)) == UPCAST_STORE_AFTER
+
+
+def test_unroll_reduce_golden() -> None:
+    # the reduce over the unrolled axis becomes a horizontal sum of the lanes, in loop order; no REDUCE is left
+    assert print_graph(unroll_reduce()) == UNROLL_REDUCE_BEFORE
+    assert print_graph(graph_rewrite(unroll_reduce(), pm_expand)) == UNROLL_REDUCE_AFTER
+
+
+def test_no_unroll_is_left_after_expansion() -> None:
+    for sink in (upcast_store(), unroll_reduce()):
+        ops = {node.op for node in graph_rewrite(sink, pm_expand).toposort()}
+        assert Ops.UNROLL not in ops and Ops.REDUCE not in ops
+
+
+def test_lane_map_broadcasts_missing_axes() -> None:
+    # target axes (axis 1 size 2, axis 3 size 3), row-major; a source over axis 3 only repeats for each axis-1 lane
+    assert lane_map(((1, 2), (3, 3)), ((3, 3),)) == (0, 1, 2, 0, 1, 2)
+    assert lane_map(((1, 2), (3, 3)), ((1, 2),)) == (0, 0, 0, 1, 1, 1)
+    assert lane_map(((1, 2), (3, 3)), ((1, 2), (3, 3))) == tuple(range(6))
+
+
+def test_merge_axes_sorts_and_checks_sizes() -> None:
+    assert merge_axes(((3, 2),), ((1, 4), (3, 2))) == ((1, 4), (3, 2))
+    with pytest.raises(ValueError, match="axis 3 is expanded with two sizes 2 and 4"):
+        merge_axes(((3, 2),), ((3, 4),))

@@ -1,0 +1,87 @@
+"""hand_coded_optimizations: the documented recipe, checked step by step on a CPU-like and a GPU-like renderer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
+from sinks_for_tests import elementwise_add, matmul, row_sum
+
+from kiln.codegen import Opt, OptOps, Program, Renderer, get_program, hand_coded_optimizations, run_program
+from kiln.uops import Context
+
+CPU, GPU, SCALAR = CPULikeRenderer(), GPULikeRenderer(), ScalarRenderer()
+UPCAST, UNROLL, LOCAL, THREAD, GROUPTOP = OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.THREAD, OptOps.GROUPTOP
+
+
+def test_matmul_on_cpu_blocks_registers_and_spreads_over_cores() -> None:
+    # c[i, j] = sum_k a[i, k] b[k, j]: b does not depend on i, a not on j -> upcast j then i by 4 (4x4 register
+    # block), unroll k by 4; 64*64*64 iterations >= 2**14 -> THREAD the outer loop (64/4 = 16 left) by 8 cores
+    opts = hand_coded_optimizations(matmul(64, 64, 64), CPU)
+    assert opts == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 4), Opt(THREAD, 0, 8))
+
+
+def test_matmul_on_gpu_blocks_registers_and_uses_locals() -> None:
+    # same register block; then locals innermost first within 128 threads: j (16 left) by 16, i (16 left) by 8
+    opts = hand_coded_optimizations(matmul(64, 64, 64), GPU)
+    assert opts == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 4), Opt(LOCAL, 1, 16), Opt(LOCAL, 0, 8))
+
+
+def test_small_matmul_gets_no_threads() -> None:
+    # 16*16*16 = 4096 iterations is below the THREAD threshold
+    assert hand_coded_optimizations(matmul(16, 16, 16), CPU) == (
+        Opt(UPCAST, 1, 4),
+        Opt(UPCAST, 0, 4),
+        Opt(UNROLL, 2, 4),
+    )
+
+
+def test_matmul_with_odd_sizes_skips_what_does_not_divide() -> None:
+    # n = 6 is not a multiple of 4: only i is blocked; k = 7 cannot be unrolled by 4, but is short: fully unrolled
+    assert hand_coded_optimizations(matmul(8, 6, 7), SCALAR) == (Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 0))
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"), [(4096, (Opt(UPCAST, 0, 8),)), (65536, (Opt(UPCAST, 0, 8), Opt(THREAD, 0, 8)))]
+)
+def test_elementwise_on_cpu_uses_the_widest_vector(size: int, expected: tuple[Opt, ...]) -> None:
+    assert hand_coded_optimizations(elementwise_add(size), CPU) == expected
+
+
+def test_elementwise_on_gpu_uses_vectors_then_locals() -> None:
+    # float4 (GPU widths 2/4), then 1024/4 = 256 left -> LOCAL 32
+    assert hand_coded_optimizations(elementwise_add(1024), GPU) == (Opt(UPCAST, 0, 4), Opt(LOCAL, 0, 32))
+
+
+def test_long_reduce_with_small_output_groups_on_gpu_only() -> None:
+    assert hand_coded_optimizations(row_sum(4, 4096), GPU) == (Opt(GROUPTOP, 1, 256),)
+    # a CPU has no shared memory: the 4 contiguous outputs become one vector, the reduce is unrolled by 4
+    assert hand_coded_optimizations(row_sum(4, 4096), CPU) == (Opt(UPCAST, 0, 4), Opt(UNROLL, 1, 4))
+
+
+def test_short_reduce_is_unrolled_fully() -> None:
+    assert hand_coded_optimizations(row_sum(16, 8), SCALAR) == (Opt(UNROLL, 1, 0),)
+
+
+def test_noopt_and_given_opts_override_the_heuristic() -> None:
+    with Context(NOOPT=True):
+        assert Program(get_program(matmul(16, 16, 16), CPU)).applied_opts == ()
+    given = (Opt(UPCAST, 0, 2),)
+    assert Program(get_program(matmul(16, 16, 16), CPU, given)).applied_opts == given
+
+
+@pytest.mark.parametrize("renderer", [CPU, GPU], ids=["cpu", "gpu"])
+def test_heuristic_programs_compute_the_matmul(renderer: Renderer) -> None:
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((64, 64), np.float32), rng.standard_normal((64, 64), np.float32)
+    out = np.zeros(64 * 64, np.float32)
+    program = Program(get_program(matmul(64, 64, 64), renderer))
+    assert program.applied_opts == hand_coded_optimizations(matmul(64, 64, 64), renderer)
+    run_program(program, [out, a.ravel(), b.ravel()])
+    np.testing.assert_allclose(out.reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)

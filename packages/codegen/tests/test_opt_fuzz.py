@@ -1,0 +1,95 @@
+"""Random legal opt sequences over the corpus: each optimized program must compute what the unoptimized one does.
+
+Hypothesis draws a corpus kernel, a test renderer and up to four opts; illegal opts (KernelOptError) are skipped
+while drawing, so every example runs a non-empty legal sequence. 500 examples per run; the interpreter's race,
+barrier and bounds checks catch lowering bugs the values alone would not show.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))  # the corpus and the test renderers live beside this file
+
+from corpus import CORPUS, KernelCase, assert_matches, run_case
+from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
+
+from kiln.codegen import KernelOptError, Opt, OptOps, Renderer, apply_opt
+from kiln.codegen.loop_structure import range_by_axis
+from kiln.codegen.opt.apply import prepare_axes
+from kiln.codegen.opt.kernel_axes import constant_size
+from kiln.uops import AxisKind, UOp
+
+RENDERERS: list[Renderer] = [ScalarRenderer(), CPULikeRenderer(), GPULikeRenderer()]
+# conv2d runs too long per example on serial targets; the others keep a run well under a minute
+CASES = [case for case in CORPUS if case.name != "conv2d"]
+FUZZED_OPS = [op for op in OptOps if op is not OptOps.TC]
+EXAMPLES = 500
+_REDUCE = (AxisKind.REDUCE,)
+_OUTPUT = (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.LOCAL)
+AXIS_KINDS = {
+    OptOps.UNROLL: _REDUCE,
+    OptOps.GROUP: _REDUCE,
+    OptOps.GROUPTOP: _REDUCE,
+    OptOps.UPCAST: _OUTPUT,
+    OptOps.LOCAL: (AxisKind.GLOBAL,),
+    OptOps.SWAP: (AxisKind.GLOBAL,),
+    OptOps.THREAD: (AxisKind.LOOP,),
+}
+
+
+@functools.cache
+def inputs_of(case_index: int) -> list[np.ndarray]:
+    return CASES[case_index].inputs(np.random.default_rng(case_index))
+
+
+@functools.cache
+def unoptimized(case_index: int, renderer_index: int) -> list[np.ndarray]:
+    return run_case(CASES[case_index], RENDERERS[renderer_index], [], inputs_of(case_index))
+
+
+def draw_opt(data: st.DataObject, sink: UOp) -> Opt:
+    """A plausible opt for `sink`: an existing axis and (mostly) a divisor of its size."""
+    op = data.draw(st.sampled_from(FUZZED_OPS), label="op")
+    if op is OptOps.NOLOCALS:
+        return Opt(op)
+    axes = range_by_axis(sink)
+    # mostly an axis of a kind the op works on (apply_opt is the judge; this only avoids wasted draws)
+    fitting = sorted(a for a, r in axes.items() if r.arg.kind in AXIS_KINDS.get(op, ()))
+    axis = data.draw(st.sampled_from(fitting or sorted(axes)), label="axis")
+    if op is OptOps.SWAP:
+        return Opt(op, axis, data.draw(st.sampled_from(sorted(axes)), label="other axis"))
+    size = constant_size(axes[axis]) or 1
+    divisors = [d for d in range(2, min(size, 32) + 1) if size % d == 0]
+    amount = data.draw(st.sampled_from([0, 2, 3, 4, 5, 8, *divisors]), label="amount")
+    return Opt(op, axis, amount)
+
+
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+@given(data=st.data())
+def test_random_legal_opt_sequences_keep_results(data: st.DataObject) -> None:
+    case_index = data.draw(st.integers(0, len(CASES) - 1), label="case")
+    renderer_index = data.draw(st.integers(0, len(RENDERERS) - 1), label="renderer")
+    case: KernelCase = CASES[case_index]
+    renderer = RENDERERS[renderer_index]
+    sink = prepare_axes(case.sink, renderer)  # what apply_opts starts from (loops -> GLOBAL on GPUs)
+    opts: list[Opt] = []
+    for _ in range(data.draw(st.integers(1, 4), label="length")):
+        opt = draw_opt(data, sink)
+        try:
+            sink = apply_opt(sink, opt, renderer)
+        except KernelOptError:
+            continue
+        opts.append(opt)
+        event(f"{renderer.device} {opt.op.name}")
+    assume(opts)
+    got = run_case(case, renderer, opts, inputs_of(case_index))
+    assert_matches(case, got, unoptimized(case_index, renderer_index), exact=case.exact)
