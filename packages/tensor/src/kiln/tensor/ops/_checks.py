@@ -1,0 +1,122 @@
+"""Argument checks shared by the Tensor methods: axes, shapes, broadcasting, dtypes and devices.
+
+Every check raises at the user's call (when the op is built, not when it runs) with a message that names the bad
+value and what was expected.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.uops import DType, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = [
+    "AxisError",
+    "broadcast_shapes",
+    "check_dtype",
+    "check_int",
+    "check_same_device",
+    "normalize_axes",
+    "normalize_axis",
+    "pick_axis",
+    "shape_argument",
+]
+
+
+class AxisError(ValueError, IndexError):
+    """An axis (dim) argument outside the tensor's dims; both a ValueError and an IndexError (like numpy's)."""
+
+
+def check_int(value: object, what: str) -> int:
+    """`value` as an int; TypeError for bools, floats and other non-integers (numpy integers are accepted)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what} must be an int, got {value!r} of type {type(value).__name__}")
+    return operator.index(value)
+
+
+def normalize_axis(axis: object, shape: Sequence[int], what: str = "axis") -> int:
+    """`axis` (negative counts from the end) as an index into `shape`.
+
+    A 0-dim tensor accepts the axes 0 and -1, like PyTorch (callers treat it as one dim of size 1).
+    """
+    index = check_int(axis, what)
+    ndim = max(len(shape), 1)
+    if not -ndim <= index < ndim:
+        raise AxisError(
+            f"{what} {index} is out of range for a tensor of shape {tuple(shape)}; expected {-ndim} <= {what} < {ndim}"
+        )
+    return index + ndim if index < 0 else index
+
+
+def normalize_axes(axis: int | Sequence[int] | None, shape: Sequence[int], what: str = "axis") -> tuple[int, ...]:
+    """`axis` (an int, a sequence of ints or None for every dim) as sorted unique non-negative dims of `shape`."""
+    if axis is None:
+        return tuple(range(len(shape)))
+    items = [axis] if not isinstance(axis, (tuple, list)) else list(axis)
+    result = [normalize_axis(item, shape, what) for item in items]
+    if len(set(result)) != len(result):
+        raise ValueError(f"{what} {tuple(items)} repeats a dim of shape {tuple(shape)}")
+    if not shape:
+        return ()  # the axes 0 / -1 of a 0-dim tensor name no real dim
+    return tuple(sorted(result))
+
+
+def pick_axis(axis: Any, dim: Any, default: Any = None) -> Any:
+    """The axis argument given either as `axis` (tinygrad's name) or `dim` (PyTorch's); TypeError for both."""
+    if axis is not None and dim is not None:
+        raise TypeError(f"pass the axis once: got axis={axis!r} and dim={dim!r}")
+    if axis is not None:
+        return axis
+    return dim if dim is not None else default
+
+
+def shape_argument(shape: tuple[Any, ...], what: str = "shape") -> tuple[int, ...]:
+    """A shape given as separate ints (`zeros(2, 3)`) or as one tuple / list (`zeros((2, 3))`), checked."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    result = tuple(check_int(size, f"{what} entry") for size in shape)
+    if any(size < 0 for size in result):
+        raise ValueError(f"{what} must not have negative sizes, got {result}")
+    return result
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape `shapes` broadcast to under numpy's rules (align on the right; size-1 dims stretch)."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for position, sizes in enumerate(zip(*padded)):
+        grown = {size for size in sizes if size != 1}
+        if len(grown) > 1:
+            names = " and ".join(str(tuple(shape)) for shape in shapes)
+            raise ValueError(
+                f"cannot broadcast shapes {names}: sizes {sorted(grown)} differ at dim {position - ndim} "
+                "(each dim must match or be 1)"
+            )
+        result.append(grown.pop() if grown else 1)
+    return tuple(result)
+
+
+def check_dtype(dtype: object, what: str = "dtype") -> DType:
+    """`dtype` as a storable scalar DType; TypeError for anything else (strings are accepted by name)."""
+    if isinstance(dtype, str):
+        try:
+            dtype = dtypes.from_name(dtype)
+        except ValueError as error:
+            raise TypeError(str(error)) from None
+    if not isinstance(dtype, DType) or dtype.count != 1 or dtype in (dtypes.void, dtypes.index):
+        raise TypeError(f"{what} must be a scalar kiln dtype such as dtypes.float32, got {dtype!r}")
+    return dtype
+
+
+def check_same_device(what: str, *tensors: Tensor) -> str:
+    """The device all `tensors` are on; ValueError naming the devices when they differ."""
+    devices = [tensor.device for tensor in tensors]
+    if any(device != devices[0] for device in devices):
+        raise ValueError(f"{what}: tensors must be on one device (move them with .to(device)), got {devices}")
+    return devices[0]

@@ -1,0 +1,508 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`CreationMixin`: new tensors (zeros, ones, full, arange, linspace, eye, random tensors, *_like) and dtype casts.
+
+Constant tensors are CONST nodes broadcast to a shape: they take no memory and fuse into their consumers. `arange`
+is built without memory too (`iota`). Random tensors come from the counter-based Threefry generator of
+`kiln.tensor.ops.random`, so a seed gives the same numbers on every device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kiln.tensor import graph
+from kiln.tensor.device import canonical_device
+from kiln.tensor.ops._checks import check_dtype, check_int, shape_argument
+from kiln.tensor.ops.promotion import scalar_dtype, scalar_value
+from kiln.tensor.ops.random import random_state, threefry2x32
+from kiln.tensor.realize.buffers import attach_buffer
+from kiln.uops import ConstType, DType, Ops, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["CreationMixin", "DTypeMixin", "iota"]
+
+ShapeArgument = int | Sequence[int]
+
+
+def tensor_class() -> type[Tensor]:
+    """The Tensor class (imported on use: this module is imported while kiln.tensor.tensor loads)."""
+    from kiln.tensor.tensor import Tensor
+
+    return Tensor
+
+
+def iota(size: int, device: str | None = None) -> Tensor:
+    """The int32 tensor [0, 1, ..., size - 1], built from constants and movement ops only (no memory, no reduce).
+
+    The value of position i is the sum of its binary digits: plane k is the vector [0, 2**k] padded from a constant
+    and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
+    consumer.
+    """
+    tensor = tensor_class()
+    if size <= 1:
+        return tensor._const(0, (size,), dtypes.int32, device)
+    if size > 2**31:
+        raise ValueError(f"iota supports at most 2**31 elements, got {size}")
+    bits = (size - 1).bit_length()
+    total: Tensor | None = None
+    for bit in range(bits):
+        digit = tensor._const(1 << bit, (1,), dtypes.int32, device)._movement(Ops.PAD, ((1, 0),))
+        plane_shape = [1] * bits
+        plane_shape[bits - 1 - bit] = 2  # the most significant digit is the outermost dim (row-major order)
+        plane = digit._movement(Ops.RESHAPE, tuple(plane_shape))._movement(Ops.EXPAND, (2,) * bits)
+        total = plane if total is None else total._binary(Ops.ADD, plane)
+    assert total is not None
+    return total._movement(Ops.RESHAPE, (1 << bits,))._movement(Ops.SHRINK, ((0, size),))
+
+
+def _float_dtype(dtype: DType | None, what: str) -> DType:
+    result = dtypes.default_float if dtype is None else check_dtype(dtype)
+    if not dtypes.is_float(result):
+        raise TypeError(f"{what} makes floating-point tensors, got dtype {result!r}")
+    return result
+
+
+def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+    if requires_grad is not None:
+        tensor.requires_grad = requires_grad
+    return tensor
+
+
+def _random_words(count: int, device: str | None) -> tuple[Tensor, Tensor]:
+    """Two uint32 words per element of a (count,) tensor: Threefry of the counter (position, call number)."""
+    key0, key1, call = random_state.next_stream()
+    block = iota(count, device)._cast(dtypes.uint32)
+    # the call number comes from memory, not a constant, so every call runs the same (cached) kernel
+    stream = tensor_class()(np.array([call], dtype=np.uint32), device=device)
+    stream = stream._movement(Ops.EXPAND, (count,))
+    return threefry2x32(block, stream, key0, key1)
+
+
+def _random_bits(count: int, device: str | None) -> Tensor:
+    """`count` random uint32 words: both Threefry outputs of ceil(count / 2) counters, first words first."""
+    half = (count + 1) // 2
+    first, second = _random_words(half, device)
+    both = first._movement(Ops.PAD, ((0, half),))._binary(Ops.OR, second._movement(Ops.PAD, ((half, 0),)))
+    return both._movement(Ops.SHRINK, ((0, count),))
+
+
+def _unit_interval(bits: Tensor, dtype: DType) -> Tensor:
+    """Floats in [0, 1) of `dtype` from uint32 `bits`: the top k bits times 2**-k, k = the dtype's precision.
+
+    Every value is exact in `dtype`, so rounding can never produce 1.0 (float64 gets 32 random bits).
+    """
+    precision = min(dtypes.finfo(dtype)[1] + 1, 32)
+    compute = dtypes.float64 if dtype == dtypes.float64 else dtypes.float32
+    top = bits
+    if precision < 32:
+        top = bits._binary(Ops.SHR, bits._const(32 - precision, bits.shape, dtypes.uint32, bits.device))
+    scaled = top._cast(compute)._binary(Ops.MUL, bits._const(2.0**-precision, bits.shape, compute, bits.device))
+    return scaled._cast(dtype)
+
+
+class DTypeMixin:
+    """Casts between dtypes (kept apart so the method names float/int/bool never shadow the builtins)."""
+
+    def cast(self: Tensor, dtype: DType) -> Tensor:
+        """This tensor's values converted to `dtype` (floats to ints truncate toward zero; ints wrap around).
+
+        Example:
+            >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
+            [1, -1]
+        """
+        return self._cast(check_dtype(dtype))
+
+    def bitcast(self: Tensor, dtype: DType) -> Tensor:
+        """This tensor's bits reinterpreted as `dtype` of the same item size.
+
+        Example:
+            >>> Tensor([1.0]).bitcast(dtypes.uint32).tolist()
+            [1065353216]
+        """
+        target = check_dtype(dtype)
+        if target.itemsize != self.dtype.itemsize:
+            raise TypeError(
+                f"bitcast needs dtypes of one item size: {self.dtype!r} has {self.dtype.itemsize} bytes, "
+                f"{target!r} has {target.itemsize}"
+            )
+        return self._bitcast(target)
+
+    def float(self: Tensor) -> Tensor:
+        """This tensor as float32."""
+        return self._cast(dtypes.float32)
+
+    def half(self: Tensor) -> Tensor:
+        """This tensor as float16."""
+        return self._cast(dtypes.float16)
+
+    def double(self: Tensor) -> Tensor:
+        """This tensor as float64."""
+        return self._cast(dtypes.float64)
+
+    def int(self: Tensor) -> Tensor:
+        """This tensor as int32."""
+        return self._cast(dtypes.int32)
+
+    def long(self: Tensor) -> Tensor:
+        """This tensor as int64."""
+        return self._cast(dtypes.int64)
+
+    def bool(self: Tensor) -> Tensor:
+        """This tensor as bool (nonzero is True)."""
+        return self._cast(dtypes.bool)
+
+
+class CreationMixin(DTypeMixin):
+    """Constructors of new tensors (static methods) and the *_like methods."""
+
+    # ------------------------------------------------------------------------------------------------------------
+    # constants
+    # ------------------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def empty(
+        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """A tensor of `shape` in new, uninitialized memory.
+
+        Example:
+            >>> Tensor.empty(2, 3).shape
+            (2, 3)
+        """
+        from kiln.runtime import Buffer
+
+        dims = shape_argument(shape)
+        target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
+        target = canonical_device(device)
+        size = math.prod(dims)
+        node = graph.buffer_uop(target, size, target_dtype)
+        attach_buffer(node, Buffer(target, size, target_dtype).allocate())
+        return _with_grad(tensor_class()._from_uop(graph.reshape(node, dims)), requires_grad)
+
+    @staticmethod
+    def full(
+        shape: ShapeArgument,
+        fill_value: ConstType,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (dtype: the value's, unless given).
+
+        Example:
+            >>> Tensor.full((2,), 7).tolist()
+            [7, 7]
+        """
+        value = scalar_value(fill_value)
+        target_dtype = scalar_dtype(value) if dtype is None else check_dtype(dtype)
+        if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(target_dtype):
+            raise ValueError(f"cannot fill a {target_dtype!r} tensor with {value!r}")
+        dims = shape_argument((shape,))
+        return _with_grad(tensor_class()._const(value, dims, target_dtype, device), requires_grad)
+
+    @staticmethod
+    def zeros(
+        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """A tensor of `shape` filled with zeros (default dtype: `dtypes.default_float`).
+
+        Example:
+            >>> Tensor.zeros(2, 2).tolist()
+            [[0.0, 0.0], [0.0, 0.0]]
+        """
+        return tensor_class().full(shape_argument(shape), 0, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def ones(
+        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """A tensor of `shape` filled with ones (default dtype: `dtypes.default_float`).
+
+        Example:
+            >>> Tensor.ones(3).tolist()
+            [1.0, 1.0, 1.0]
+        """
+        return tensor_class().full(shape_argument(shape), 1, dtype or dtypes.default_float, device, requires_grad)
+
+    @staticmethod
+    def arange(
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """The values start, start + step, ... below `stop` (one argument: 0 .. start - 1), like PyTorch.
+
+        The dtype is `default_float` when any argument is a float, else `default_int`.
+
+        Example:
+            >>> Tensor.arange(1, 10, 3).tolist()
+            [1, 4, 7]
+        """
+        if stop is None:
+            start, stop = 0, start
+        values = [scalar_value(v) for v in (start, stop, step)]
+        if any(isinstance(v, bool) for v in values):
+            raise TypeError(f"arange takes int or float arguments, got start={start!r} stop={stop!r} step={step!r}")
+        first, last, increment = values
+        if increment == 0:
+            raise ValueError("arange step must not be zero")
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"arange needs finite arguments, got start={first} stop={last} step={increment}")
+        natural = dtypes.default_float if any(isinstance(v, float) for v in values) else dtypes.default_int
+        target_dtype = natural if dtype is None else check_dtype(dtype)
+        size = max(0, math.ceil((last - first) / increment))
+        positions = iota(size, device)
+        compute = target_dtype if dtypes.is_float(target_dtype) or natural == dtypes.default_int else natural
+        result = positions._cast(compute)
+        if increment != 1:
+            result = result._binary(Ops.MUL, result._const(increment, result.shape, compute, result.device))
+        if first != 0:
+            result = result._binary(Ops.ADD, result._const(first, result.shape, compute, result.device))
+        return _with_grad(result._cast(target_dtype), requires_grad)
+
+    @staticmethod
+    def linspace(
+        start: int | float,
+        end: int | float,
+        steps: int,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """`steps` evenly spaced values from `start` to `end` inclusive (computed from both ends, like PyTorch).
+
+        Example:
+            >>> Tensor.linspace(0, 1, 5).tolist()
+            [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
+        count = check_int(steps, "linspace steps")
+        if count < 0:
+            raise ValueError(f"linspace steps must be >= 0, got {count}")
+        low, high = float(scalar_value(start)), float(scalar_value(end))
+        target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
+        compute = target_dtype if dtypes.is_float(target_dtype) else dtypes.default_float
+        tensor = tensor_class()
+        if count <= 1:
+            return _with_grad(tensor.full((count,), low, compute, device)._cast(target_dtype), requires_grad)
+        step = (high - low) / (count - 1)
+        index = iota(count, device)._cast(compute)
+        shape, where = index.shape, index.device
+        from_start = index._binary(Ops.MUL, tensor._const(step, shape, compute, where))._binary(
+            Ops.ADD, tensor._const(low, shape, compute, where)
+        )
+        # the upper half counts back from `end` so that the last value is exactly `end`
+        remaining = tensor._const(count - 1, shape, compute, where)._binary(Ops.SUB, index)
+        from_end = tensor._const(high, shape, compute, where)._binary(
+            Ops.SUB, remaining._binary(Ops.MUL, tensor._const(step, shape, compute, where))
+        )
+        lower_half = index._binary(Ops.CMPLT, tensor._const(count // 2, shape, compute, where))
+        return _with_grad(lower_half._ternary(Ops.WHERE, from_start, from_end)._cast(target_dtype), requires_grad)
+
+    @staticmethod
+    def eye(
+        n: int,
+        m: int | None = None,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """The n x m identity matrix (m defaults to n).
+
+        Example:
+            >>> Tensor.eye(2).tolist()
+            [[1.0, 0.0], [0.0, 1.0]]
+        """
+        rows = check_int(n, "eye n")
+        columns = rows if m is None else check_int(m, "eye m")
+        if rows < 0 or columns < 0:
+            raise ValueError(f"eye sizes must be >= 0, got n={rows} m={columns}")
+        target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
+        row = iota(rows, device)._movement(Ops.RESHAPE, (rows, 1))._movement(Ops.EXPAND, (rows, columns))
+        column = iota(columns, device)._movement(Ops.RESHAPE, (1, columns))._movement(Ops.EXPAND, (rows, columns))
+        return _with_grad(row._binary(Ops.CMPEQ, column)._cast(target_dtype), requires_grad)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # random
+    # ------------------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seeds the random tensor functions; the same seed gives the same numbers on every device.
+
+        Example:
+            >>> Tensor.manual_seed(1); a = Tensor.rand(3).tolist(); Tensor.manual_seed(1)
+            >>> a == Tensor.rand(3).tolist()
+            True
+        """
+        random_state.reset(seed)
+
+    @staticmethod
+    def rand(
+        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Uniform random numbers in [0, 1).
+
+        Example:
+            >>> values = Tensor.rand(100).numpy(); bool(((values >= 0) & (values < 1)).all())
+            True
+        """
+        dims = shape_argument(shape)
+        target_dtype = _float_dtype(dtype, "rand")
+        count = math.prod(dims)
+        values = _unit_interval(_random_bits(count, device), target_dtype)
+        return _with_grad(values._movement(Ops.RESHAPE, dims), requires_grad)
+
+    @staticmethod
+    def randn(
+        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Standard normal random numbers (Box-Muller transform of two uniform numbers per element).
+
+        Example:
+            >>> bool(abs(Tensor.randn(10000).numpy().mean()) < 0.05)
+            True
+        """
+        dims = shape_argument(shape)
+        target_dtype = _float_dtype(dtype, "randn")
+        count = math.prod(dims)
+        first, second = _random_words(count, device)
+        radius_uniform = _unit_interval(first, dtypes.float32)
+        angle_uniform = _unit_interval(second, dtypes.float32)
+        # 1 - u lies in (0, 1], so the logarithm is finite
+        radius = ((1.0 - radius_uniform).log() * -2.0).sqrt()
+        values = radius * (angle_uniform * (2.0 * math.pi)).cos()
+        return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
+
+    @staticmethod
+    def randint(
+        *shape: ShapeArgument,
+        low: int = 0,
+        high: int = 10,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """Uniform random integers in [low, high) (at most 2**32 distinct values).
+
+        Example:
+            >>> values = Tensor.randint(1000, low=-2, high=3).numpy(); (int(values.min()), int(values.max()))
+            (-2, 2)
+        """
+        dims = shape_argument(shape)
+        lowest, highest = check_int(low, "randint low"), check_int(high, "randint high")
+        span = highest - lowest
+        if not 0 < span <= 2**32:
+            raise ValueError(f"randint needs low < high with at most 2**32 values, got low={lowest} high={highest}")
+        target_dtype = dtypes.default_int if dtype is None else check_dtype(dtype)
+        if not dtypes.is_int(target_dtype):
+            raise TypeError(f"randint makes integer tensors, got dtype {target_dtype!r}")
+        if lowest < dtypes.min(target_dtype) or highest - 1 > dtypes.max(target_dtype):
+            raise ValueError(f"randint range [{lowest}, {highest}) does not fit in {target_dtype!r}")
+        count = math.prod(dims)
+        bits = _random_bits(count, device)._cast(dtypes.uint64)
+        # (bits * span) >> 32 maps the 2**32 words onto [0, span) with at most one count of bias per value
+        scaled = bits._binary(Ops.MUL, bits._const(span, bits.shape, dtypes.uint64, bits.device))
+        offset = scaled._binary(Ops.SHR, bits._const(32, bits.shape, dtypes.uint64, bits.device))
+        values = offset._cast(dtypes.int64)._binary(Ops.ADD, bits._const(lowest, bits.shape, dtypes.int64, bits.device))
+        return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
+
+    @staticmethod
+    def uniform(
+        *shape: ShapeArgument,
+        low: float = 0.0,
+        high: float = 1.0,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """Uniform random numbers in [low, high).
+
+        Example:
+            >>> float(Tensor.uniform(1000, low=2.0, high=3.0).numpy().min()) >= 2.0
+            True
+        """
+        values = tensor_class().rand(*shape, dtype=dtype, device=device)
+        return _with_grad(values * (high - low) + low, requires_grad)
+
+    @staticmethod
+    def normal(
+        *shape: ShapeArgument,
+        mean: float = 0.0,
+        std: float = 1.0,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """Normal random numbers with the given mean and standard deviation.
+
+        Example:
+            >>> bool(abs(Tensor.normal(10000, mean=5.0, std=0.1).numpy().mean() - 5.0) < 0.01)
+            True
+        """
+        values = tensor_class().randn(*shape, dtype=dtype, device=device)
+        return _with_grad(values * std + mean, requires_grad)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # *_like
+    # ------------------------------------------------------------------------------------------------------------
+
+    def full_like(
+        self: Tensor,
+        fill_value: ConstType,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """A tensor of this one's shape (and dtype and device, unless given) filled with `fill_value`.
+
+        Example:
+            >>> Tensor([1, 2]).full_like(5).tolist()
+            [5, 5]
+        """
+        return self.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
+
+    def zeros_like(
+        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Zeros of this tensor's shape (and dtype and device, unless given)."""
+        return self.full_like(0, dtype, device, requires_grad)
+
+    def ones_like(
+        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Ones of this tensor's shape (and dtype and device, unless given)."""
+        return self.full_like(1, dtype, device, requires_grad)
+
+    def empty_like(
+        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Uninitialized memory of this tensor's shape (and dtype and device, unless given)."""
+        return self.empty(
+            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
+        )
+
+    def rand_like(
+        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Uniform [0, 1) random numbers of this tensor's shape (and float dtype and device, unless given)."""
+        return self.rand(
+            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
+        )
+
+    def randn_like(
+        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Tensor:
+        """Standard normal random numbers of this tensor's shape (and float dtype and device, unless given)."""
+        return self.randn(
+            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
+        )

@@ -1,0 +1,544 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`ElementwiseMixin`: binary and ternary elementwise math with PyTorch's broadcasting and type promotion.
+
+Operands are broadcast (numpy rules) and promoted (`kiln.tensor.ops.promotion`) before the primitive node is built,
+so the tensor graph only ever sees operands of one shape and dtype. Division follows PyTorch: `/` is true division
+(integers give `dtypes.default_float`), `//` floors and `%` takes the divisor's sign (Python's rules), both built on
+the C-semantics IDIV / MOD primitives.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, TypeGuard
+
+from kiln.tensor.ops._checks import broadcast_shapes
+from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
+from kiln.tensor.ops.promotion import result_type, scalar_value, true_divide_dtype
+from kiln.tensor.ops.unary import UnaryMixin
+from kiln.uops import ConstType, DType, Ops, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["ElementwiseMixin"]
+
+
+def _is_tensor(value: object) -> TypeGuard[Tensor]:
+    from kiln.tensor.tensor import Tensor
+
+    return isinstance(value, Tensor)
+
+
+class ElementwiseMixin(UnaryMixin):
+    """Binary and ternary elementwise Tensor methods and operators."""
+
+    # ------------------------------------------------------------------------------------------------------------
+    # operands: broadcasting and promotion
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _operand(self: Tensor, value: Tensor | ConstType, dtype: DType, shape: tuple[int, ...], what: str) -> Tensor:
+        """`value` (a Tensor on this tensor's device, or a Python scalar) as `dtype`, broadcast to `shape`."""
+        if _is_tensor(value):
+            tensor = value
+            if tensor.device != self.device:
+                raise ValueError(
+                    f"{what}: operands are on different devices, {self.device!r} and {tensor.device!r}; "
+                    "move one with .to(device)"
+                )
+            return tensor._cast(dtype)._broadcast_to(shape)
+        number = scalar_value(value)
+        if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
+            raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
+        return self._const(number, shape, dtype, self.device)
+
+    def _operands(
+        self: Tensor, other: Tensor | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`."""
+        target = result_type(self, other) if dtype is None else dtype
+        other_shape = other.shape if _is_tensor(other) else ()
+        try:
+            shape = broadcast_shapes(self.shape, other_shape)
+        except ValueError as error:
+            raise ValueError(f"{what}: {error}") from None
+        left = self._cast(target)._broadcast_to(shape)
+        right = self._operand(other, target, shape, what)
+        return (right, left) if reverse else (left, right)
+
+    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""
+        if self.shape == shape:
+            return self
+        missing = len(shape) - self.ndim
+        if missing < 0:
+            raise ValueError(f"cannot broadcast shape {self.shape} to the smaller shape {shape}")
+        aligned = self._movement(Ops.RESHAPE, (1,) * missing + self.shape)
+        try:
+            return aligned._movement(Ops.EXPAND, shape)
+        except ValueError:
+            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}") from None
+
+    def _arithmetic(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+        left, right = self._operands(other, what, reverse)
+        return left._binary(op, right)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # arithmetic
+    # ------------------------------------------------------------------------------------------------------------
+
+    def add(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+        """self + alpha * other (bools: logical or).
+
+        Example:
+            >>> Tensor([1, 2]).add(Tensor([10, 20])).tolist()
+            [11, 22]
+        """
+        return self._arithmetic(Ops.ADD, other if alpha is None else other * alpha, "add")
+
+    def sub(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+        """self - alpha * other (not defined for two bool operands, like PyTorch).
+
+        Example:
+            >>> Tensor([5, 5]).sub(Tensor([1, 2])).tolist()
+            [4, 3]
+        """
+        return self._subtract(other if alpha is None else other * alpha, reverse=False)
+
+    def _subtract(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+        left, right = self._operands(other, "sub", reverse)
+        if left.dtype == dtypes.bool:
+            raise TypeError("subtracting bool tensors is not supported; use logical_xor or ~ instead")
+        return left._binary(Ops.SUB, right)
+
+    def mul(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self * other (bools: logical and).
+
+        Example:
+            >>> Tensor([1.5, 2.0]).mul(2).tolist()
+            [3.0, 4.0]
+        """
+        return self._arithmetic(Ops.MUL, other, "mul")
+
+    def div(self: Tensor, other: Tensor | ConstType, rounding_mode: str | None = None, reverse: bool = False) -> Tensor:
+        """self / other: true division (integers give `default_float`), or rounded with `rounding_mode`
+        'trunc' (toward zero, C's integer division) or 'floor' (toward -inf, Python's `//`).
+
+        Example:
+            >>> Tensor([7, -7]).div(2).tolist()
+            [3.5, -3.5]
+            >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
+            [3, -4]
+        """
+        if rounding_mode == "floor":
+            return self._floor_divide(other, reverse)
+        if rounding_mode == "trunc":
+            left, right = self._operands(other, "div", reverse)
+            if dtypes.is_float(left.dtype):
+                return left._binary(Ops.FDIV, right).trunc()
+            if left.dtype == dtypes.bool:
+                raise TypeError("integer division of bool tensors is not supported")
+            return left._binary(Ops.IDIV, right)
+        if rounding_mode is not None:
+            raise ValueError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        target = true_divide_dtype(result_type(self, other))
+        left, right = self._operands(other, "div", reverse, dtype=target)
+        return left._binary(Ops.FDIV, right)
+
+    def _floor_divide(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+        left, right = self._operands(other, "floor_divide", reverse)
+        if left.dtype == dtypes.bool:
+            raise TypeError("floor division of bool tensors is not supported")
+        if dtypes.is_float(left.dtype):
+            return float_floor_divide(left, right)
+        quotient = left._binary(Ops.IDIV, right)
+        if dtypes.is_unsigned(left.dtype):
+            return quotient
+        # C truncates toward zero: step down by one where the remainder is nonzero and the signs differ
+        return quotient - sign_mismatch(truncated_remainder(left, right), right).cast(left.dtype)
+
+    def floor_divide(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self // other, rounded toward -inf (Python's and PyTorch's rule).
+
+        Example:
+            >>> Tensor([7, -7]).floor_divide(2).tolist()
+            [3, -4]
+        """
+        return self._floor_divide(other, reverse=False)
+
+    def remainder(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self % other with the sign of the divisor (Python's and PyTorch's rule).
+
+        Example:
+            >>> Tensor([7, -7]).remainder(3).tolist()
+            [1, 2]
+        """
+        return self._remainder(other, reverse=False)
+
+    def _remainder(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+        left, right = self._operands(other, "remainder", reverse)
+        if left.dtype == dtypes.bool:
+            raise TypeError("remainder of bool tensors is not supported")
+        truncated = truncated_remainder(left, right)  # C's remainder: the dividend's sign
+        if dtypes.is_unsigned(left.dtype):
+            return truncated
+        return sign_mismatch(truncated, right)._ternary(Ops.WHERE, truncated._binary(Ops.ADD, right), truncated)
+
+    def fmod(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """C's remainder (sign of the dividend), like `torch.fmod`.
+
+        Example:
+            >>> Tensor([7, -7]).fmod(3).tolist()
+            [1, -1]
+        """
+        left, right = self._operands(other, "fmod")
+        if left.dtype == dtypes.bool:
+            raise TypeError("fmod of bool tensors is not supported")
+        return truncated_remainder(left, right)
+
+    def pow(self: Tensor, exponent: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        """self ** exponent (integers to negative integer powers are an error, like PyTorch).
+
+        Example:
+            >>> Tensor([2.0, 3.0]).pow(2).tolist()
+            [4.0, 9.0]
+        """
+        left, right = self._operands(exponent, "pow", reverse)
+        if left.dtype == dtypes.bool:
+            raise TypeError("pow of bool tensors is not supported; cast to an integer or float dtype first")
+        integer_exponent = not _is_tensor(exponent) and not dtypes.is_float(left.dtype) and not reverse
+        if integer_exponent and scalar_value(exponent) < 0:
+            raise ValueError(f"integers to negative integer powers are not allowed, got exponent {exponent!r}")
+        if dtypes.is_float(left.dtype):
+            return left._binary(Ops.POW, right)
+        return integer_power(left, right)
+
+    def maximum(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """The elementwise larger value; NaN wins (like PyTorch).
+
+        Example:
+            >>> Tensor([1, 5]).maximum(Tensor([3, 2])).tolist()
+            [3, 5]
+        """
+        left, right = self._operands(other, "maximum")
+        return _nan_propagating_max(left, right)
+
+    def minimum(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """The elementwise smaller value; NaN wins (like PyTorch).
+
+        Example:
+            >>> Tensor([1, 5]).minimum(Tensor([3, 2])).tolist()
+            [1, 2]
+        """
+        left, right = self._operands(other, "minimum")
+        if dtypes.is_float(left.dtype):
+            return -_nan_propagating_max(-left, -right)
+        return right._binary(Ops.CMPLT, left)._ternary(Ops.WHERE, right, left)
+
+    def clamp(self: Tensor, min: Tensor | ConstType | None = None, max: Tensor | ConstType | None = None) -> Tensor:
+        """Values limited to [min, max] (either may be None; min > max gives max everywhere, like PyTorch).
+
+        Example:
+            >>> Tensor([-2.0, 0.5, 3.0]).clamp(-1, 1).tolist()
+            [-1.0, 0.5, 1.0]
+        """
+        if min is None and max is None:
+            raise ValueError("clamp needs at least one of min and max")
+        target = result_type(self, *(bound for bound in (min, max) if bound is not None))
+        result = self._cast(target)
+        if min is not None:
+            result = result.maximum(min)
+        if max is not None:
+            result = result.minimum(max)
+        return result
+
+    def clip(self: Tensor, min: Tensor | ConstType | None = None, max: Tensor | ConstType | None = None) -> Tensor:
+        """Alias of `clamp`."""
+        return self.clamp(min, max)
+
+    def lerp(self: Tensor, end: Tensor | ConstType, weight: Tensor | ConstType) -> Tensor:
+        """self + weight * (end - self), exact at weight 1 (PyTorch's two-sided formula).
+
+        Example:
+            >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.25).tolist()
+            [2.5, 12.5]
+        """
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"lerp needs a floating-point tensor, got {self.dtype!r}")
+        start, stop = self._operands(end, "lerp")
+        difference = stop - start
+        low = start + weight * difference
+        high = stop - difference * (1 - weight)
+        small_weight = (weight < 0.5) if _is_tensor(weight) else abs(scalar_value(weight)) < 0.5
+        if isinstance(small_weight, bool):
+            return low if small_weight else high
+        return small_weight.where(low, high)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # comparisons (bool results)
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _compare(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+        left, right = self._operands(other, what, reverse)
+        return left._binary(op, right)
+
+    def eq(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self == other, elementwise (a bool tensor)."""
+        return self._compare(Ops.CMPEQ, other, "eq")
+
+    def ne(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self != other, elementwise (a bool tensor)."""
+        return self._compare(Ops.CMPNE, other, "ne")
+
+    def lt(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self < other, elementwise (a bool tensor)."""
+        return self._compare(Ops.CMPLT, other, "lt")
+
+    def gt(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self > other, elementwise (a bool tensor)."""
+        return self._compare(Ops.CMPLT, other, "gt", reverse=True)
+
+    def le(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self <= other, elementwise (a bool tensor; False where either is NaN)."""
+        left, right = self._operands(other, "le")
+        return left._binary(Ops.CMPLT, right)._binary(Ops.OR, left._binary(Ops.CMPEQ, right))
+
+    def ge(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self >= other, elementwise (a bool tensor; False where either is NaN)."""
+        left, right = self._operands(other, "ge")
+        return right._binary(Ops.CMPLT, left)._binary(Ops.OR, left._binary(Ops.CMPEQ, right))
+
+    def __eq__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+        return self.eq(other)  # type: ignore[arg-type]
+
+    def __ne__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+        return self.ne(other)  # type: ignore[arg-type]
+
+    __hash__ = object.__hash__  # `==` builds a tensor, so hashing stays by identity (like PyTorch)
+
+    def __lt__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self.lt(other)
+
+    def __le__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self.le(other)
+
+    def __gt__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self.gt(other)
+
+    def __ge__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self.ge(other)
+
+    def __bool__(self: Tensor) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements (shape {self.shape}) is ambiguous; "
+                "use .any() or .all()"
+            )
+        return bool(self.item())
+
+    # ------------------------------------------------------------------------------------------------------------
+    # logic and bits
+    # ------------------------------------------------------------------------------------------------------------
+
+    def _logical(self: Tensor, op: Ops, other: Tensor | ConstType, what: str) -> Tensor:
+        left, right = self._operands(other, what, dtype=dtypes.bool)
+        return left._binary(op, right)
+
+    def logical_and(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise `and` of the truth values (nonzero is True)."""
+        return self._logical(Ops.AND, other, "logical_and")
+
+    def logical_or(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise `or` of the truth values (nonzero is True)."""
+        return self._logical(Ops.OR, other, "logical_or")
+
+    def logical_xor(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise `xor` of the truth values (nonzero is True)."""
+        return self._logical(Ops.XOR, other, "logical_xor")
+
+    def logical_not(self: Tensor) -> Tensor:
+        """Elementwise `not` of the truth values (nonzero is True)."""
+        truth = self._cast(dtypes.bool)
+        return truth._binary(Ops.CMPNE, self._const(True, self.shape, dtypes.bool, self.device))
+
+    def _bitwise(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+        left, right = self._operands(other, what, reverse)
+        if dtypes.is_float(left.dtype):
+            raise TypeError(f"{what} needs integer or bool operands, got {left.dtype!r}")
+        if op in (Ops.SHL, Ops.SHR) and left.dtype == dtypes.bool:
+            raise TypeError(f"{what} needs integer operands, got {left.dtype!r}")
+        return left._binary(op, right)
+
+    def bitwise_and(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise bitwise and (integers and bools)."""
+        return self._bitwise(Ops.AND, other, "bitwise_and")
+
+    def bitwise_or(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise bitwise or (integers and bools)."""
+        return self._bitwise(Ops.OR, other, "bitwise_or")
+
+    def bitwise_xor(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """Elementwise bitwise xor (integers and bools)."""
+        return self._bitwise(Ops.XOR, other, "bitwise_xor")
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        """Elementwise bitwise not (integers; bools: logical not)."""
+        if dtypes.is_float(self.dtype):
+            raise TypeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype!r}")
+        ones = self._const(True if self.dtype == dtypes.bool else -1, self.shape, self.dtype, self.device)
+        return self._binary(Ops.XOR, ones)
+
+    def lshift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self << other (integers)."""
+        return self._bitwise(Ops.SHL, other, "lshift")
+
+    def rshift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        """self >> other (integers; arithmetic shift for signed dtypes)."""
+        return self._bitwise(Ops.SHR, other, "rshift")
+
+    # ------------------------------------------------------------------------------------------------------------
+    # selection
+    # ------------------------------------------------------------------------------------------------------------
+
+    def where(self: Tensor, if_true: Tensor | ConstType, if_false: Tensor | ConstType) -> Tensor:
+        """`if_true` where this (condition) tensor is nonzero, else `if_false`; all three broadcast.
+
+        `Tensor.where(condition, x, y)` reads like `torch.where(condition, x, y)` (this is tinygrad's method form:
+        the tensor the method is called on is the condition).
+
+        Example:
+            >>> x = Tensor([-1.0, 2.0]); (x > 0).where(x, 0.0).tolist()
+            [0.0, 2.0]
+        """
+        target = result_type(if_true, if_false)
+        shapes = [self.shape] + [value.shape for value in (if_true, if_false) if _is_tensor(value)]
+        try:
+            shape = broadcast_shapes(*shapes)
+        except ValueError as error:
+            raise ValueError(f"where: {error}") from None
+        condition = self._cast(dtypes.bool)._broadcast_to(shape)
+        chosen = self._operand(if_true, target, shape, "where")
+        otherwise = self._operand(if_false, target, shape, "where")
+        return condition._ternary(Ops.WHERE, chosen, otherwise)
+
+    def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+        """This tensor with `value` (cast to this dtype) where the bool `mask` (broadcast) is True.
+
+        Example:
+            >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+            [0, 2, 0]
+        """
+        if not _is_tensor(mask):
+            raise TypeError(f"masked_fill mask must be a bool Tensor, got {type(mask).__name__}")
+        if mask.dtype != dtypes.bool:
+            raise TypeError(f"masked_fill mask must be a bool tensor, got {mask.dtype!r}")
+        if _is_tensor(value) and value.ndim != 0:
+            raise ValueError(f"masked_fill value must be a scalar or a 0-dim tensor, got shape {value.shape}")
+        try:
+            shape = broadcast_shapes(self.shape, mask.shape)
+        except ValueError as error:
+            raise ValueError(f"masked_fill: {error}") from None
+        if shape != self.shape:
+            raise ValueError(
+                f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}"
+            )
+        fill = self._operand(value, self.dtype, shape, "masked_fill")
+        return mask._broadcast_to(shape)._ternary(Ops.WHERE, fill, self)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Python operators
+    # ------------------------------------------------------------------------------------------------------------
+
+    def __add__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._arithmetic(Ops.ADD, other, "add")
+
+    def __radd__(self: Tensor, other: ConstType) -> Tensor:
+        return self._arithmetic(Ops.ADD, other, "add", reverse=True)
+
+    def __sub__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._subtract(other, reverse=False)
+
+    def __rsub__(self: Tensor, other: ConstType) -> Tensor:
+        return self._subtract(other, reverse=True)
+
+    def __mul__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._arithmetic(Ops.MUL, other, "mul")
+
+    def __rmul__(self: Tensor, other: ConstType) -> Tensor:
+        return self._arithmetic(Ops.MUL, other, "mul", reverse=True)
+
+    def __truediv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self.div(other)
+
+    def __rtruediv__(self: Tensor, other: ConstType) -> Tensor:
+        return self.div(other, reverse=True)
+
+    def __floordiv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._floor_divide(other, reverse=False)
+
+    def __rfloordiv__(self: Tensor, other: ConstType) -> Tensor:
+        return self._floor_divide(other, reverse=True)
+
+    def __mod__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._remainder(other, reverse=False)
+
+    def __rmod__(self: Tensor, other: ConstType) -> Tensor:
+        return self._remainder(other, reverse=True)
+
+    def __pow__(self: Tensor, exponent: Tensor | ConstType) -> Tensor:
+        return self.pow(exponent)
+
+    def __rpow__(self: Tensor, base: ConstType) -> Tensor:
+        return self.pow(base, reverse=True)
+
+    def __and__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._bitwise(Ops.AND, other, "bitwise_and")
+
+    def __rand__(self: Tensor, other: ConstType) -> Tensor:
+        return self._bitwise(Ops.AND, other, "bitwise_and", reverse=True)
+
+    def __or__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._bitwise(Ops.OR, other, "bitwise_or")
+
+    def __ror__(self: Tensor, other: ConstType) -> Tensor:
+        return self._bitwise(Ops.OR, other, "bitwise_or", reverse=True)
+
+    def __xor__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._bitwise(Ops.XOR, other, "bitwise_xor")
+
+    def __rxor__(self: Tensor, other: ConstType) -> Tensor:
+        return self._bitwise(Ops.XOR, other, "bitwise_xor", reverse=True)
+
+    def __lshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._bitwise(Ops.SHL, other, "lshift")
+
+    def __rlshift__(self: Tensor, other: ConstType) -> Tensor:
+        return self._bitwise(Ops.SHL, other, "lshift", reverse=True)
+
+    def __rshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+        return self._bitwise(Ops.SHR, other, "rshift")
+
+    def __rrshift__(self: Tensor, other: ConstType) -> Tensor:
+        return self._bitwise(Ops.SHR, other, "rshift", reverse=True)
+
+    def __invert__(self: Tensor) -> Tensor:
+        return self.bitwise_not()
+
+    def __neg__(self: Tensor) -> Tensor:
+        return self.neg()
+
+    def __pos__(self: Tensor) -> Tensor:
+        return self
+
+    def __abs__(self: Tensor) -> Tensor:
+        return self.abs()
+
+
+def _nan_propagating_max(left: Tensor, right: Tensor) -> Tensor:
+    """max(left, right) where a NaN operand gives NaN (the MAX primitive ignores NaN, like C's fmax)."""
+    largest = left._binary(Ops.MAX, right)
+    if not dtypes.is_float(left.dtype):
+        return largest
+    with_right_nan = right._binary(Ops.CMPNE, right)._ternary(Ops.WHERE, right, largest)
+    return left._binary(Ops.CMPNE, left)._ternary(Ops.WHERE, left, with_right_nan)

@@ -1,0 +1,496 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`MovementMixin`: reshape, expand, permute, flip, shrink, pad, cat, stack, split and friends.
+
+They map onto the movement primitives (RESHAPE, EXPAND, PERMUTE, PAD, SHRINK, FLIP), so none of them copies data
+until a kernel reads it; `cat` is a sum of zero-padded pieces and `pad` with a value or a mode other than
+'constant' is composed from shrinks, flips and cats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.promotion import result_type
+from kiln.uops import ConstType, Ops, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["MovementMixin"]
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _int_arguments(arguments: tuple[Any, ...], what: str) -> tuple[int, ...]:
+    """Ints given separately (`f(2, 3)`) or as one tuple / list (`f((2, 3))`)."""
+    if len(arguments) == 1 and isinstance(arguments[0], (tuple, list)):
+        arguments = tuple(arguments[0])
+    return tuple(check_int(value, what) for value in arguments)
+
+
+class MovementMixin:
+    """Methods that rearrange elements without computing new values."""
+
+    # ------------------------------------------------------------------------------------------------------------
+    # shape
+    # ------------------------------------------------------------------------------------------------------------
+
+    def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """The same elements (row-major order) in `shape`; one size may be -1 (inferred).
+
+        Example:
+            >>> Tensor.arange(6).reshape(2, -1).shape
+            (2, 3)
+        """
+        sizes = _int_arguments(shape, "reshape size")
+        unknown = [i for i, size in enumerate(sizes) if size == -1]
+        if len(unknown) > 1 or any(size < -1 for size in sizes):
+            raise ValueError(f"reshape sizes must be >= 0 with at most one -1, got {sizes}")
+        if unknown:
+            known = math.prod(size for size in sizes if size != -1)
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {sizes}")
+            sizes = tuple(self.numel() // known if size == -1 else size for size in sizes)
+        if math.prod(sizes) != self.numel():
+            raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {sizes}")
+        return self._movement(Ops.RESHAPE, sizes)
+
+    def view(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """Alias of `reshape` (kiln tensors have no strides, so every reshape is a view)."""
+        return self.reshape(*shape)
+
+    def expand(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+        """This tensor with size-1 dims repeated to `shape` (-1 keeps a size; new dims are added in front).
+
+        Example:
+            >>> Tensor([[1], [2]]).expand(2, 3).tolist()
+            [[1, 1, 1], [2, 2, 2]]
+        """
+        sizes = _int_arguments(shape, "expand size")
+        extra = len(sizes) - self.ndim
+        if extra < 0:
+            raise ValueError(f"expand shape {sizes} has fewer dims than the tensor's shape {self.shape}")
+        resolved = []
+        for position, size in enumerate(sizes):
+            if size == -1:
+                if position < extra:
+                    raise ValueError(f"expand shape {sizes}: -1 is not allowed for the new leading dim {position}")
+                size = self.shape[position - extra]
+            if size < 0:
+                raise ValueError(f"expand sizes must be >= 0 or -1, got {sizes}")
+            old = 1 if position < extra else self.shape[position - extra]
+            if old != 1 and old != size:
+                raise ValueError(
+                    f"cannot expand shape {self.shape} to {sizes}: dim {position - extra} has size {old}, "
+                    "only size-1 dims can be expanded"
+                )
+            resolved.append(size)
+        return self._broadcast_to(tuple(resolved))
+
+    def broadcast_to(self: Tensor, shape: Sequence[int]) -> Tensor:
+        """This tensor broadcast to `shape` (numpy rules)."""
+        return self.expand(tuple(shape))
+
+    def permute(self: Tensor, *order: int | Sequence[int]) -> Tensor:
+        """The dims reordered: dim i of the result is dim order[i] of this tensor.
+
+        Example:
+            >>> Tensor.zeros(2, 3, 4).permute(2, 0, 1).shape
+            (4, 2, 3)
+        """
+        axes = _int_arguments(order, "permute dim")
+        if len(axes) != self.ndim:
+            raise ValueError(f"permute needs {self.ndim} dims for shape {self.shape}, got {axes}")
+        normalized = tuple(normalize_axis(axis, self.shape, "permute dim") for axis in axes)
+        if sorted(normalized) != list(range(self.ndim)):
+            raise ValueError(f"permute order {axes} is not a permutation of the {self.ndim} dims of shape {self.shape}")
+        return self._movement(Ops.PERMUTE, normalized)
+
+    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Dims `dim0` and `dim1` swapped.
+
+        Example:
+            >>> Tensor.zeros(2, 3).transpose(0, 1).shape
+            (3, 2)
+        """
+        if self.ndim == 0:
+            normalize_axis(dim0, self.shape, "transpose dim")
+            normalize_axis(dim1, self.shape, "transpose dim")
+            return self
+        first = normalize_axis(dim0, self.shape, "transpose dim")
+        second = normalize_axis(dim1, self.shape, "transpose dim")
+        order = list(range(self.ndim))
+        order[first], order[second] = order[second], order[first]
+        return self._movement(Ops.PERMUTE, tuple(order))
+
+    @property
+    def T(self: Tensor) -> Tensor:
+        """All dims in reverse order."""
+        return self._movement(Ops.PERMUTE, tuple(reversed(range(self.ndim))))
+
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Dims start_dim..end_dim (inclusive) merged into one (a 0-dim tensor becomes shape (1,)).
+
+        Example:
+            >>> Tensor.zeros(2, 3, 4).flatten(1).shape
+            (2, 12)
+        """
+        if self.ndim == 0:
+            return self.reshape(1)
+        start = normalize_axis(start_dim, self.shape, "flatten start_dim")
+        end = normalize_axis(end_dim, self.shape, "flatten end_dim")
+        if start > end:
+            raise ValueError(f"flatten start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+        merged = math.prod(self.shape[start : end + 1])
+        return self.reshape(*self.shape[:start], merged, *self.shape[end + 1 :])
+
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Dim `dim` split into `sizes` (one may be -1).
+
+        Example:
+            >>> Tensor.zeros(2, 12).unflatten(1, (3, -1)).shape
+            (2, 3, 4)
+        """
+        index = normalize_axis(dim, self.shape, "unflatten dim")
+        parts = _int_arguments((sizes,), "unflatten size")
+        inner = self.shape[index]
+        if -1 in parts:
+            known = math.prod(size for size in parts if size != -1)
+            if known == 0 or inner % known:
+                raise ValueError(f"cannot unflatten dim {dim} of size {inner} into {parts}")
+            parts = tuple(inner // known if size == -1 else size for size in parts)
+        if math.prod(parts) != inner:
+            raise ValueError(f"cannot unflatten dim {dim} of size {inner} into {parts} ({math.prod(parts)} elements)")
+        return self.reshape(*self.shape[:index], *parts, *self.shape[index + 1 :])
+
+    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Size-1 dims removed (all, or those of `dim`; a named dim of another size is kept, like PyTorch).
+
+        Example:
+            >>> Tensor.zeros(1, 3, 1).squeeze().shape
+            (3,)
+        """
+        if dim is None:
+            targets = set(range(self.ndim))
+        else:
+            items = list(dim) if isinstance(dim, (tuple, list)) else [dim]
+            targets = {normalize_axis(item, self.shape, "squeeze dim") for item in items}
+        if self.ndim == 0:
+            return self
+        return self.reshape(tuple(size for i, size in enumerate(self.shape) if not (i in targets and size == 1)))
+
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        """A size-1 dim inserted at `dim` (-1: at the end).
+
+        Example:
+            >>> Tensor.zeros(3).unsqueeze(0).shape
+            (1, 3)
+        """
+        index = normalize_axis(dim, (*self.shape, 1), "unsqueeze dim")
+        return self.reshape(*self.shape[:index], 1, *self.shape[index:])
+
+    # ------------------------------------------------------------------------------------------------------------
+    # windows
+    # ------------------------------------------------------------------------------------------------------------
+
+    def flip(self: Tensor, *axis: int | Sequence[int]) -> Tensor:
+        """The elements reversed along `axis` (one or more dims).
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).flip(1).tolist()
+            [[2, 1], [4, 3]]
+        """
+        axes = _int_arguments(axis, "flip dim")
+        if not axes:
+            raise ValueError("flip needs at least one dim")
+        normalized = {normalize_axis(item, self.shape, "flip dim") for item in axes}
+        if len(normalized) != len(axes):
+            raise ValueError(f"flip dims {axes} repeat a dim of shape {self.shape}")
+        if self.ndim == 0:
+            return self
+        return self._movement(Ops.FLIP, tuple(i in normalized for i in range(self.ndim)))
+
+    def shrink(self: Tensor, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+        """The window [start, end) along each dim (None keeps the whole dim).
+
+        Example:
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).shrink((None, (1, 3))).tolist()
+            [[2, 3], [5, 6]]
+        """
+        if len(bounds) != self.ndim:
+            raise ValueError(f"shrink needs one (start, end) or None per dim of shape {self.shape}, got {bounds}")
+        pairs = tuple((0, size) if pair is None else (pair[0], pair[1]) for pair, size in zip(bounds, self.shape))
+        for (start, end), size in zip(pairs, self.shape):
+            check_int(start, "shrink start")
+            check_int(end, "shrink end")
+            if not 0 <= start <= end <= size:
+                raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {self.shape}")
+        return self._movement(Ops.SHRINK, pairs)
+
+    def pad(
+        self: Tensor,
+        padding: Sequence[int] | Sequence[tuple[int, int] | None],
+        mode: str = "constant",
+        value: ConstType = 0.0,
+    ) -> Tensor:
+        """This tensor padded. `padding` is PyTorch's flat form (last dim first: (left, right, top, bottom, ...))
+        or one (before, after) pair (or None) per dim. Modes: 'constant' (with `value`; negative amounts crop),
+        'reflect' (mirror without the edge), 'replicate' (repeat the edge), 'circular' (wrap around).
+
+        Example:
+            >>> Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
+            [3, 2, 1, 2, 3, 2]
+        """
+        pairs = _padding_pairs(padding, self.shape)
+        if mode not in _PAD_MODES:
+            raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
+        if mode == "constant":
+            return _constant_pad(self, pairs, value)
+        if any(before < 0 or after < 0 for before, after in pairs):
+            raise ValueError(f"pad mode {mode!r} needs non-negative amounts, got {pairs}")
+        result = self
+        for axis, (before, after) in enumerate(pairs):
+            if before or after:
+                result = _mode_pad_dim(result, axis, before, after, mode)
+        return result
+
+    # ------------------------------------------------------------------------------------------------------------
+    # joining and splitting
+    # ------------------------------------------------------------------------------------------------------------
+
+    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `others` joined along `dim` (dtypes promoted; other dims must match).
+
+        `Tensor.cat(a, b, dim=1)` reads like `torch.cat([a, b], dim=1)`.
+
+        Example:
+            >>> Tensor([1, 2]).cat(Tensor([3])).tolist()
+            [1, 2, 3]
+        """
+        tensors = (self, *others)
+        _check_tensors(tensors, "cat")
+        if self.ndim == 0:
+            raise ValueError("cat needs tensors with at least one dim; 0-dim tensors cannot be joined (use stack)")
+        index = normalize_axis(dim, self.shape, "cat dim")
+        for position, tensor in enumerate(tensors):
+            if tensor.ndim != self.ndim or any(
+                a != b for i, (a, b) in enumerate(zip(tensor.shape, self.shape)) if i != index
+            ):
+                raise ValueError(
+                    f"cat: tensor {position} has shape {tensor.shape}, but all tensors must match shape "
+                    f"{self.shape} except in dim {index}"
+                )
+        target = result_type(*tensors)
+        total = sum(tensor.shape[index] for tensor in tensors)
+        pieces = []
+        offset = 0
+        for tensor in tensors:
+            size = tensor.shape[index]
+            if size or len(tensors) == 1:
+                padding = [(0, 0)] * self.ndim
+                padding[index] = (offset, total - offset - size)
+                pieces.append(tensor._cast(target)._movement(Ops.PAD, tuple(padding)))
+            offset += size
+        if not pieces:
+            shape = list(self.shape)
+            shape[index] = 0
+            return self._const(0, tuple(shape), target, self.device)
+        joined = pieces[0]
+        combine = Ops.OR if target == dtypes.bool else Ops.ADD
+        for piece in pieces[1:]:
+            joined = joined._binary(combine, piece)
+        return joined
+
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `others` (all of one shape) joined along a new dim `dim`.
+
+        Example:
+            >>> Tensor([1, 2]).stack(Tensor([3, 4])).tolist()
+            [[1, 2], [3, 4]]
+        """
+        tensors = (self, *others)
+        _check_tensors(tensors, "stack")
+        for position, tensor in enumerate(tensors):
+            if tensor.shape != self.shape:
+                raise ValueError(
+                    f"stack needs tensors of one shape: tensor 0 has {self.shape}, {position} has {tensor.shape}"
+                )
+        index = normalize_axis(dim, (*self.shape, 1), "stack dim")
+        expanded = [tensor.unsqueeze(index) for tensor in tensors]
+        return expanded[0].cat(*expanded[1:], dim=index)
+
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces along `dim`: of `sizes` elements each (the last may be smaller), or of the listed sizes.
+
+        Example:
+            >>> [piece.tolist() for piece in Tensor([1, 2, 3, 4, 5]).split(2)]
+            [[1, 2], [3, 4], [5]]
+        """
+        if self.ndim == 0:
+            raise ValueError("split needs a tensor with at least one dim")
+        index = normalize_axis(dim, self.shape, "split dim")
+        length = self.shape[index]
+        if isinstance(sizes, (list, tuple)):
+            parts = [check_int(size, "split size") for size in sizes]
+            if any(size < 0 for size in parts) or sum(parts) != length:
+                raise ValueError(f"split sizes {parts} must be >= 0 and sum to the dim size {length} (dim {index})")
+        else:
+            step = check_int(sizes, "split size")
+            if step <= 0:
+                raise ValueError(f"split size must be positive, got {step}")
+            parts = [min(step, length - start) for start in range(0, length, step)] or [0]
+        pieces = []
+        start = 0
+        for size in parts:
+            bounds: list[tuple[int, int] | None] = [None] * self.ndim
+            bounds[index] = (start, start + size)
+            pieces.append(self.shrink(bounds))
+            start += size
+        return tuple(pieces)
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """About `chunks` equal pieces along `dim` (each ceil(size / chunks); fewer when the size runs out).
+
+        Example:
+            >>> [piece.shape for piece in Tensor.zeros(5).chunk(3)]
+            [(2,), (2,), (1,)]
+        """
+        count = check_int(chunks, "chunk count")
+        if count <= 0:
+            raise ValueError(f"chunk count must be positive, got {count}")
+        if self.ndim == 0:
+            raise ValueError("chunk needs a tensor with at least one dim")
+        length = self.shape[normalize_axis(dim, self.shape, "chunk dim")]
+        return self.split(max(1, -(-length // count)), dim)
+
+    def repeat(self: Tensor, *repeats: int | Sequence[int]) -> Tensor:
+        """The whole tensor tiled `repeats` times along each dim (extra leading repeats add dims), like PyTorch.
+
+        Example:
+            >>> Tensor([1, 2]).repeat(2).tolist()
+            [1, 2, 1, 2]
+        """
+        counts = _int_arguments(repeats, "repeat count")
+        if len(counts) < self.ndim or any(count < 0 for count in counts):
+            raise ValueError(f"repeat needs >= {self.ndim} non-negative counts for shape {self.shape}, got {counts}")
+        shape = (1,) * (len(counts) - self.ndim) + self.shape
+        interleaved = tuple(size for pair in ((1, size) for size in shape) for size in pair)
+        grown = tuple(size for pair in zip(counts, shape) for size in pair)
+        tiled = self.reshape(interleaved)._broadcast_to(grown)
+        return tiled.reshape(tuple(count * size for count, size in zip(counts, shape)))
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        """The lower triangle of the last two dims (column - row <= diagonal kept, the rest zero).
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+            [[1, 0], [3, 4]]
+        """
+        return _triangle(self, check_int(diagonal, "tril diagonal"), lower=True)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        """The upper triangle of the last two dims (column - row >= diagonal kept, the rest zero).
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
+            [[1, 2], [0, 4]]
+        """
+        return _triangle(self, check_int(diagonal, "triu diagonal"), lower=False)
+
+
+def _check_tensors(tensors: tuple[Any, ...], what: str) -> None:
+    from kiln.tensor.tensor import Tensor
+
+    for position, tensor in enumerate(tensors):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{what} takes Tensors, got {type(tensor).__name__} at position {position}")
+    devices = [tensor.device for tensor in tensors]
+    if any(device != devices[0] for device in devices):
+        raise ValueError(f"{what}: tensors must be on one device, got {devices}")
+
+
+def _padding_pairs(padding: Any, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Either padding form as one (before, after) pair per dim."""
+    if not isinstance(padding, (tuple, list)):
+        raise TypeError(f"pad padding must be a tuple, got {padding!r}")
+    items = list(padding)
+    if all(not isinstance(item, (tuple, list)) and item is not None for item in items):
+        amounts = [check_int(item, "pad amount") for item in items]
+        if len(amounts) % 2 or len(amounts) > 2 * len(shape):
+            raise ValueError(
+                f"flat pad amounts (last dim first) need an even count of at most {2 * len(shape)} for shape "
+                f"{shape}, got {tuple(amounts)}"
+            )
+        pairs = [(0, 0)] * len(shape)
+        for k in range(len(amounts) // 2):
+            pairs[len(shape) - 1 - k] = (amounts[2 * k], amounts[2 * k + 1])
+        return pairs
+    if len(items) != len(shape):
+        raise ValueError(f"pad needs one (before, after) pair or None per dim of shape {shape}, got {tuple(items)}")
+    pairs = []
+    for item in items:
+        if item is None:
+            pairs.append((0, 0))
+            continue
+        if len(item) != 2:
+            raise ValueError(f"pad pairs must be (before, after), got {item!r}")
+        pairs.append((check_int(item[0], "pad amount"), check_int(item[1], "pad amount")))
+    return pairs
+
+
+def _constant_pad(x: Tensor, pairs: list[tuple[int, int]], value: ConstType) -> Tensor:
+    # negative amounts crop first (like PyTorch)
+    bounds = tuple((max(0, -before), size - max(0, -after)) for (before, after), size in zip(pairs, x.shape))
+    for start, end in bounds:
+        if start > end:
+            raise ValueError(f"pad amounts {tuple(pairs)} crop more than the shape {x.shape} holds")
+    if any(pair != (0, size) for pair, size in zip(bounds, x.shape)):
+        x = x._movement(Ops.SHRINK, bounds)
+    grow = tuple((max(0, before), max(0, after)) for before, after in pairs)
+    padded = x._movement(Ops.PAD, grow)
+    if value == 0 or padded is x:
+        return padded
+    inside = x._const(True, x.shape, dtypes.bool, x.device)._movement(Ops.PAD, grow)
+    fill = x._const(value, padded.shape, x.dtype, x.device)
+    return inside._ternary(Ops.WHERE, padded, fill)
+
+
+def _take(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+    bounds: list[tuple[int, int] | None] = [None] * x.ndim
+    bounds[axis] = (start, end)
+    return x.shrink(bounds)
+
+
+def _mode_pad_dim(x: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
+    size = x.shape[axis]
+    if mode == "reflect":
+        if before >= size or after >= size:
+            raise ValueError(f"reflect padding ({before}, {after}) must be smaller than the dim size {size}")
+        head = _take(x, axis, 1, before + 1).flip(axis)
+        tail = _take(x, axis, size - 1 - after, size - 1).flip(axis)
+    elif mode == "replicate":
+        if size == 0:
+            raise ValueError("replicate padding needs a non-empty dim")
+        head = _take(x, axis, 0, 1).repeat(*[before if i == axis else 1 for i in range(x.ndim)])
+        tail = _take(x, axis, size - 1, size).repeat(*[after if i == axis else 1 for i in range(x.ndim)])
+    else:
+        if before > size or after > size:
+            raise ValueError(f"circular padding ({before}, {after}) must not exceed the dim size {size}")
+        head = _take(x, axis, size - before, size)
+        tail = _take(x, axis, 0, after)
+    return head.cat(x, tail, dim=axis)
+
+
+def _triangle(x: Tensor, diagonal: int, lower: bool) -> Tensor:
+    if x.ndim < 2:
+        raise ValueError(f"{'tril' if lower else 'triu'} needs a tensor with at least 2 dims, got shape {x.shape}")
+    rows, columns = x.shape[-2:]
+    offset = iota(columns, x.device).reshape(1, columns) - iota(rows, x.device).reshape(rows, 1)
+    keep = (offset <= diagonal) if lower else (offset >= diagonal)
+    zero = x._const(0, x.shape, x.dtype, x.device)
+    return keep._broadcast_to(x.shape)._ternary(Ops.WHERE, x, zero)
