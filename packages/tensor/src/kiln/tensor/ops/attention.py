@@ -1,0 +1,119 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`AttentionMixin`: scaled_dot_product_attention with PyTorch's arguments, composed from matmul and softmax.
+
+softmax(query @ key^T * scale + mask) @ value: two matmuls (each one fused reduce) and a softmax over the last dim.
+A bool mask keeps the positions where it is True (the others get -inf before the softmax); a float mask is added.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from kiln.tensor.ops._checks import broadcast_shapes, check_same_device
+from kiln.tensor.ops.creation import iota
+from kiln.uops import dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["AttentionMixin"]
+
+
+def _require(value: object, what: str) -> Tensor:
+    from kiln.tensor.tensor import Tensor
+
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{what} must be a Tensor, got {type(value).__name__}")
+    return value
+
+
+def _grouped(tensor: Tensor, heads: int, what: str) -> Tensor:
+    """`tensor` (..., kv_heads, sequence, features) with each head repeated to `heads` heads (grouped-query)."""
+    kv_heads = tensor.shape[-3]
+    if heads % kv_heads:
+        raise ValueError(
+            f"scaled_dot_product_attention enable_gqa: {what} heads ({kv_heads}) must divide the query heads ({heads})"
+        )
+    repeats = heads // kv_heads
+    expanded = tensor.unsqueeze(-3)._broadcast_to((*tensor.shape[:-2], repeats, *tensor.shape[-2:]))
+    return expanded.reshape(*tensor.shape[:-3], heads, *tensor.shape[-2:])
+
+
+class AttentionMixin:
+    """Attention."""
+
+    def scaled_dot_product_attention(
+        self: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> Tensor:
+        """Attention of queries `self` (..., L, E) over `key` (..., S, E) and `value` (..., S, Ev), like
+        `torch.nn.functional.scaled_dot_product_attention`; the batch dims broadcast.
+
+        Args:
+            attn_mask: (..., L, S), broadcast: bool (True = may attend) or float (added to the scores).
+            dropout_p: probability of dropping an attention weight (uses the global random generator).
+            is_causal: query i attends to keys 0..i only (the top-left aligned lower triangle); not with attn_mask.
+            scale: the score factor (default 1 / sqrt(E)).
+            enable_gqa: key and value may have fewer heads (dim -3) than the query, each shared by a group.
+
+        Example:
+            >>> q = Tensor([[1.0, 0.0]]); kv = Tensor([[1.0, 0.0], [0.0, 1.0]])
+            >>> [round(v, 4) for v in q.scaled_dot_product_attention(kv, kv, scale=0.0).tolist()[0]]
+            [0.5, 0.5]
+        """
+        key = _require(key, "scaled_dot_product_attention key")
+        value = _require(value, "scaled_dot_product_attention value")
+        name = "scaled_dot_product_attention"
+        check_same_device(name, self, key, value)
+        if self.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+            raise ValueError(
+                f"{name} needs query, key and value with at least 2 dims (..., sequence, features), got "
+                f"{self.shape}, {key.shape} and {value.shape}"
+            )
+        if self.shape[-1] != key.shape[-1]:
+            raise ValueError(
+                f"{name}: query features {self.shape[-1]} must equal key features {key.shape[-1]} "
+                f"(shapes {self.shape} and {key.shape})"
+            )
+        if key.shape[-2] != value.shape[-2]:
+            raise ValueError(
+                f"{name}: key and value must have one sequence length, got shapes {key.shape} and {value.shape}"
+            )
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"{name} needs floating-point tensors, got query dtype {self.dtype!r}")
+        if not isinstance(is_causal, bool) or not isinstance(enable_gqa, bool):
+            raise TypeError(f"{name} is_causal and enable_gqa must be bools, got {is_causal!r} and {enable_gqa!r}")
+        if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
+            raise ValueError(f"{name} dropout_p must be in [0, 1], got {dropout_p!r}")
+        if is_causal and attn_mask is not None:
+            raise ValueError(f"{name}: pass either attn_mask or is_causal=True, not both")
+        if enable_gqa and min(self.ndim, key.ndim, value.ndim) >= 3:
+            key = _grouped(key, self.shape[-3], "key")
+            value = _grouped(value, self.shape[-3], "value")
+        queries, keys = self.shape[-2], key.shape[-2]
+        factor = 1.0 / math.sqrt(self.shape[-1]) if scale is None else scale
+        scores = (self @ key.transpose(-2, -1)) * factor
+        if is_causal:
+            allowed = iota(keys, self.device).reshape(1, keys) <= iota(queries, self.device).reshape(queries, 1)
+            scores = allowed.where(scores, -math.inf)
+        if attn_mask is not None:
+            mask = _require(attn_mask, f"{name} attn_mask")
+            try:
+                broadcast_shapes(mask.shape, scores.shape)
+            except ValueError:
+                raise ValueError(
+                    f"{name}: attn_mask of shape {mask.shape} does not broadcast to the scores {scores.shape}"
+                ) from None
+            scores = mask.where(scores, -math.inf) if mask.dtype == dtypes.bool else scores + mask
+        weights = scores.softmax(-1)
+        if dropout_p > 0:
+            weights = weights.dropout(dropout_p)
+        return weights @ value

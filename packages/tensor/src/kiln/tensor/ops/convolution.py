@@ -1,0 +1,357 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`ConvolutionMixin`: conv1d / conv2d / conv3d and conv_transpose1d / 2d / 3d with PyTorch's arguments.
+
+A convolution is sliding windows (`kiln.tensor.ops.windows`: movement ops only) multiplied by the weight and summed
+over (in_channels / groups, *kernel): one broadcast multiply and one ADD reduce, which the scheduler turns into a single
+reduce kernel that reads the input through index arithmetic (no im2col buffer). A transposed convolution is the
+convolution of the input spread out by the stride (zeros in between), padded by dilation * (kernel - 1) - padding,
+with the kernel flipped and its channel dims swapped within each group.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import check_int, check_same_device
+from kiln.tensor.ops.linalg import multiply_sum, product_dtype
+from kiln.tensor.ops.windows import int_tuple, sliding_windows
+from kiln.uops import Ops
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["ConvolutionMixin"]
+
+Padding = int | tuple[int, ...] | str
+_NAMES = {1: "conv1d", 2: "conv2d", 3: "conv3d"}
+
+
+def _check_layout(x: Tensor, weight: object, spatial: int, name: str, weight_layout: str) -> tuple[Tensor, bool]:
+    """(weight as a Tensor, whether the input lacks the batch dim); errors name the expected layouts."""
+    from kiln.tensor.tensor import Tensor
+
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"{name} weight must be a Tensor, got {type(weight).__name__}")
+    if weight.ndim != spatial + 2:
+        raise ValueError(f"{name} weight must have {spatial + 2} dims {weight_layout}, got shape {weight.shape}")
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(
+            f"{name} input must have {spatial + 2} dims (batch, channels, *spatial) or {spatial + 1} without the "
+            f"batch dim, got shape {x.shape}"
+        )
+    check_same_device(name, x, weight)
+    return weight, x.ndim == spatial + 1
+
+
+def _check_bias(bias: object, channels: int, name: str) -> Tensor | None:
+    from kiln.tensor.tensor import Tensor
+
+    if bias is None:
+        return None
+    if not isinstance(bias, Tensor):
+        raise TypeError(f"{name} bias must be a Tensor or None, got {type(bias).__name__}")
+    if bias.shape != (channels,):
+        raise ValueError(f"{name} bias must have shape ({channels},) (one value per output channel), got {bias.shape}")
+    return bias
+
+
+def _check_groups(groups: object, name: str) -> int:
+    count = check_int(groups, f"{name} groups")
+    if count < 1:
+        raise ValueError(f"{name} groups must be >= 1, got {count}")
+    return count
+
+
+def _padding_pairs(
+    padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], name: str
+) -> tuple[tuple[int, int], ...]:
+    """(before, after) zero padding per spatial dim for an int, a tuple or 'same' / 'valid'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return tuple((0, 0) for _ in kernel)
+        if padding == "same":
+            if any(step != 1 for step in stride):
+                raise ValueError(f"{name} padding='same' needs stride 1, got stride {stride}")
+            # the odd element of an even total goes after (PyTorch's choice)
+            totals = [rate * (size - 1) for size, rate in zip(kernel, dilation)]
+            return tuple((total // 2, total - total // 2) for total in totals)
+        raise ValueError(f"{name} padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
+    amounts = int_tuple(padding, len(kernel), f"{name} padding")
+    return tuple((amount, amount) for amount in amounts)
+
+
+def _convolve(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    name: str,
+) -> Tensor:
+    """The convolution of batched `x` (batch, in_channels, *spatial) with `weight` (checked arguments)."""
+    spatial = len(stride)
+    batch, in_channels = x.shape[:2]
+    out_channels, group_channels = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if in_channels % groups or out_channels % groups or group_channels * groups != in_channels:
+        raise ValueError(
+            f"{name}: input of shape {x.shape} has {in_channels} channels, but weight of shape {weight.shape} with "
+            f"groups={groups} expects {group_channels} * {groups} = {group_channels * groups} input channels and "
+            f"out_channels ({out_channels}) divisible by groups"
+        )
+    if any(size == 0 for size in kernel):
+        raise ValueError(f"{name}: kernel sizes must be >= 1, got weight shape {weight.shape}")
+    padded_sizes = tuple(size + before + after for size, (before, after) in zip(x.shape[2:], padding))
+    spans = tuple(rate * (size - 1) + 1 for size, rate in zip(kernel, dilation))
+    if any(span > size for span, size in zip(spans, padded_sizes)):
+        raise ValueError(
+            f"{name}: the kernel (size {tuple(kernel)}, dilation {dilation}: spans {spans}) is larger than the padded "
+            f"input {padded_sizes} (input shape {x.shape}, padding {padding})"
+        )
+    dtype = product_dtype(name, x, weight, *([bias] if bias is not None else []))
+    padded = x._cast(dtype)._movement(Ops.PAD, ((0, 0), (0, 0), *padding))
+    windows = sliding_windows(padded, kernel, stride, dilation)  # (batch, in_channels, *out, *kernel)
+    out = windows.shape[2 : 2 + spatial]
+    out_per_group = out_channels // groups
+    # (batch, groups, 1, group_channels, *out, *kernel) -> (batch, groups, out_per_group, *out, group_channels, *kernel)
+    grouped = windows.reshape(batch, groups, 1, group_channels, *out, *kernel)
+    full = (batch, groups, out_per_group, group_channels, *out, *kernel)
+    order = (0, 1, 2, *range(4, 4 + spatial), 3, *range(4 + spatial, 4 + 2 * spatial))
+    inputs = grouped._broadcast_to(full).permute(*order)
+    filters = weight._cast(dtype).reshape(1, groups, out_per_group, *((1,) * spatial), group_channels, *kernel)
+    filters = filters._broadcast_to(inputs.shape)
+    summed_axes = tuple(range(3 + spatial, inputs.ndim))
+    result = multiply_sum(inputs, filters, summed_axes).reshape(batch, out_channels, *out)
+    if bias is not None:
+        result = result + bias._cast(dtype).reshape(1, out_channels, *((1,) * spatial))
+    return result
+
+
+def _convolution(
+    x: Tensor, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any, spatial: int
+) -> Tensor:
+    name = _NAMES[spatial]
+    weight, unbatched = _check_layout(x, weight, spatial, name, "(out_channels, in_channels / groups, *kernel)")
+    strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
+    dilations = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
+    pads = _padding_pairs(padding, weight.shape[2:], strides, dilations, name)
+    count = _check_groups(groups, name)
+    checked_bias = _check_bias(bias, weight.shape[0], name)
+    batched = x.unsqueeze(0) if unbatched else x
+    result = _convolve(batched, weight, checked_bias, strides, pads, dilations, count, name)
+    return result.reshape(result.shape[1:]) if unbatched else result
+
+
+def _transposed_convolution(
+    x: Tensor,
+    weight: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    groups: Any,
+    dilation: Any,
+    spatial: int,
+) -> Tensor:
+    name = f"conv_transpose{spatial}d"
+    weight, unbatched = _check_layout(x, weight, spatial, name, "(in_channels, out_channels / groups, *kernel)")
+    strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
+    dilations = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
+    pads = int_tuple(padding, spatial, f"{name} padding")
+    extra = int_tuple(output_padding, spatial, f"{name} output_padding")
+    count = _check_groups(groups, name)
+    for amount, step, rate in zip(extra, strides, dilations):
+        if amount >= max(step, rate):
+            raise ValueError(
+                f"{name} output_padding {extra} must be smaller than max(stride, dilation) in each dim "
+                f"(stride {strides}, dilation {dilations})"
+            )
+    batched = x.unsqueeze(0) if unbatched else x
+    in_channels = batched.shape[1]
+    out_per_group = weight.shape[1]
+    kernel = weight.shape[2:]
+    if weight.shape[0] != in_channels or in_channels % count:
+        raise ValueError(
+            f"{name}: input of shape {x.shape} has {in_channels} channels, but weight of shape {weight.shape} "
+            f"(in_channels, out_channels / groups, *kernel) has {weight.shape[0]} input channels, which groups={count} "
+            "must divide"
+        )
+    if any(size == 0 for size in batched.shape[2:]):
+        raise ValueError(f"{name}: spatial dims must be non-empty, got input shape {x.shape}")
+    out_sizes = tuple(
+        (size - 1) * step - 2 * pad + rate * (taps - 1) + more + 1
+        for size, step, pad, rate, taps, more in zip(batched.shape[2:], strides, pads, dilations, kernel, extra)
+    )
+    if any(size <= 0 for size in out_sizes):
+        raise ValueError(f"{name}: the output size {out_sizes} is not positive (input {x.shape}, padding {pads})")
+    out_channels = out_per_group * count
+    checked_bias = _check_bias(bias, out_channels, name)
+    spread = _spread(batched, strides)
+    # a transposed convolution's full output is a stride-1 convolution over dilation * (kernel - 1) of zeros on each
+    # side; `padding` takes that much back (a negative amount crops)
+    amounts = tuple(rate * (taps - 1) - pad for rate, taps, pad in zip(dilations, kernel, pads))
+    pairs = ((0, 0), (0, 0), *((amount, amount + more) for amount, more in zip(amounts, extra)))
+    framed = spread.pad(pairs)
+    # (in_channels, out_per_group, *kernel) -> (out_channels, in_channels / groups, *kernel), kernel flipped
+    grouped = weight.reshape(count, in_channels // count, out_per_group, *kernel).permute(
+        0, 2, 1, *range(3, 3 + spatial)
+    )
+    filters = grouped.reshape(out_channels, in_channels // count, *kernel).flip(*range(2, 2 + spatial))
+    no_padding = tuple((0, 0) for _ in range(spatial))
+    result = _convolve(framed, filters, checked_bias, (1,) * spatial, no_padding, dilations, count, name)
+    return result.reshape(result.shape[1:]) if unbatched else result
+
+
+def _spread(x: Tensor, stride: tuple[int, ...]) -> Tensor:
+    """`x` with stride - 1 zeros between neighbours along each spatial dim (batch and channel dims untouched)."""
+    result = x
+    for position, step in enumerate(stride):
+        if step == 1:
+            continue
+        axis = 2 + position
+        size = result.shape[axis]
+        shape = result.shape
+        # (.., size, ..) -> (.., size, 1, ..) padded to (.., size, step, ..) -> (.., size * step, ..), cut the tail
+        column = result.reshape(*shape[: axis + 1], 1, *shape[axis + 1 :])
+        padding = tuple((0, step - 1) if index == axis + 1 else (0, 0) for index in range(column.ndim))
+        flat = column._movement(Ops.PAD, padding).reshape(*shape[:axis], size * step, *shape[axis + 1 :])
+        bounds = tuple(
+            (0, (size - 1) * step + 1) if index == axis else (0, extent) for index, extent in enumerate(flat.shape)
+        )
+        result = flat._movement(Ops.SHRINK, bounds)
+    return result
+
+
+class ConvolutionMixin:
+    """Convolutions (PyTorch's `torch.nn.functional.conv*` with the input as `self`)."""
+
+    def conv1d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int] = 1,
+        padding: Padding = 0,
+        dilation: int | tuple[int] = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """1-D convolution (cross-correlation) of (batch, in_channels, length) with weight
+        (out_channels, in_channels / groups, kernel); see `conv2d` for the arguments.
+
+        Example:
+            >>> Tensor([[[1.0, 2.0, 3.0]]]).conv1d(Tensor([[[1.0, 1.0]]])).tolist()
+            [[[3.0, 5.0]]]
+        """
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, 1)
+
+    def conv2d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: Padding = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """2-D convolution (cross-correlation), like `torch.nn.functional.conv2d`.
+
+        Args:
+            weight: (out_channels, in_channels / groups, kernel_height, kernel_width).
+            bias: (out_channels,) or None.
+            stride: step between windows, an int or one per spatial dim.
+            padding: zeros added on both sides (int or per dim), or 'valid' (none) or 'same' (output size = input
+                size; needs stride 1; an odd total puts the extra zero after).
+            dilation: spacing between kernel taps.
+            groups: in and out channels split into this many independent groups.
+
+        The input is (batch, in_channels, height, width) or (in_channels, height, width); the result is
+        (batch, out_channels, out_height, out_width) with out = (in + 2 * padding - dilation * (kernel - 1) - 1)
+        // stride + 1.
+
+        Example:
+            >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+            [[[[4.0, 4.0], [4.0, 4.0]]]]
+        """
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, 2)
+
+    def conv3d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int, int, int] = 1,
+        padding: Padding = 0,
+        dilation: int | tuple[int, int, int] = 1,
+        groups: int = 1,
+    ) -> Tensor:
+        """3-D convolution of (batch, in_channels, depth, height, width); see `conv2d` for the arguments.
+
+        Example:
+            >>> Tensor.ones(1, 1, 2, 2, 2).conv3d(Tensor.ones(1, 1, 2, 2, 2)).item()
+            8.0
+        """
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, 3)
+
+    def conv_transpose1d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int] = 1,
+        padding: int | tuple[int] = 0,
+        output_padding: int | tuple[int] = 0,
+        groups: int = 1,
+        dilation: int | tuple[int] = 1,
+    ) -> Tensor:
+        """1-D transposed convolution; see `conv_transpose2d`.
+
+        Example:
+            >>> Tensor([[[1.0, 2.0]]]).conv_transpose1d(Tensor([[[1.0, 1.0]]])).tolist()
+            [[[1.0, 3.0, 2.0]]]
+        """
+        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 1)
+
+    def conv_transpose2d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        output_padding: int | tuple[int, int] = 0,
+        groups: int = 1,
+        dilation: int | tuple[int, int] = 1,
+    ) -> Tensor:
+        """2-D transposed convolution (the gradient of conv2d with respect to its input), like
+        `torch.nn.functional.conv_transpose2d`.
+
+        Args:
+            weight: (in_channels, out_channels / groups, kernel_height, kernel_width).
+            bias: (out_channels,) or None.
+            stride, padding, dilation, groups: as for the conv2d this transposes.
+            output_padding: extra size added on the far side of each output dim (< max(stride, dilation)).
+
+        The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1.
+
+        Example:
+            >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2), stride=2).shape
+            (1, 1, 4, 4)
+        """
+        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+
+    def conv_transpose3d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int] = 0,
+        output_padding: int | tuple[int, int, int] = 0,
+        groups: int = 1,
+        dilation: int | tuple[int, int, int] = 1,
+    ) -> Tensor:
+        """3-D transposed convolution; see `conv_transpose2d`.
+
+        Example:
+            >>> Tensor.ones(1, 1, 1, 1, 1).conv_transpose3d(Tensor.ones(1, 2, 2, 2, 2)).shape
+            (1, 2, 2, 2, 2)
+        """
+        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 3)

@@ -1,0 +1,326 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`LinalgMixin`: matmul / `@`, dot, einsum and linear, each a broadcast multiply followed by one ADD reduce.
+
+There is no matmul primitive: (n, k) @ (k, m) is (n, 1, k) * (1, m, k) summed over k, which the scheduler fuses into
+one reduce kernel (elementwise work on the inputs and the output fuses into the same kernel). Products accumulate in
+the operands' promoted dtype, except 16-bit floats, which accumulate in float32 and round once at the end.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import broadcast_shapes, check_same_device
+from kiln.tensor.ops.creation import tensor_class
+from kiln.tensor.ops.promotion import result_type
+from kiln.uops import DType, Ops, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["LinalgMixin", "accumulated_sum", "multiply_sum", "product_dtype"]
+
+_LETTERS = frozenset(string.ascii_letters)
+
+
+def product_dtype(what: str, *operands: Tensor) -> DType:
+    """The promoted dtype of a product of `operands`; TypeError for bool, which has no sum."""
+    target = result_type(*operands)
+    if target == dtypes.bool:
+        raise TypeError(f"{what} is not defined for bool tensors; cast them to an integer or float dtype first")
+    return target
+
+
+def multiply_sum(left: Tensor, right: Tensor, axes: Sequence[int]) -> Tensor:
+    """sum(left * right) over `axes` (kept as size 1) for operands of one shape and dtype.
+
+    16-bit floats multiply and accumulate in float32; the result has the operands' dtype.
+    """
+    compute = _accumulate_dtype(left.dtype)
+    product = left._cast(compute)._binary(Ops.MUL, right._cast(compute))
+    return product._reduce(Ops.ADD, tuple(axes))._cast(left.dtype)
+
+
+def accumulated_sum(x: Tensor, axes: Sequence[int]) -> Tensor:
+    """sum(x) over `axes` (kept as size 1) in x's dtype (16-bit floats accumulate in float32)."""
+    return x._cast(_accumulate_dtype(x.dtype))._reduce(Ops.ADD, tuple(axes))._cast(x.dtype)
+
+
+def _accumulate_dtype(dtype: DType) -> DType:
+    return dtypes.float32 if dtypes.is_float(dtype) and dtype.itemsize < 4 else dtype
+
+
+def _require_tensor(value: object, what: str) -> Tensor:
+    from kiln.tensor.tensor import Tensor
+
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{what} takes Tensors, got {type(value).__name__}")
+    return value
+
+
+class LinalgMixin:
+    """Matrix products."""
+
+    def matmul(self: Tensor, other: Tensor) -> Tensor:
+        """The matrix product with PyTorch's rules: 1-D operands act as a row (left) or column (right) vector that is
+        dropped from the result, and the dims before the last two broadcast (batched matmul).
+
+        Example:
+            >>> (Tensor([[1.0, 2.0], [3.0, 4.0]]) @ Tensor([1.0, 1.0])).tolist()
+            [3.0, 7.0]
+        """
+        other = _require_tensor(other, "matmul")
+        if self.ndim == 0 or other.ndim == 0:
+            raise ValueError(
+                f"matmul needs operands with at least 1 dim, got shapes {self.shape} and {other.shape} "
+                "(use * to multiply by a scalar)"
+            )
+        check_same_device("matmul", self, other)
+        dtype = product_dtype("matmul", self, other)
+        left = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
+        right = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
+        inner, rows, columns = left.shape[-1], left.shape[-2], right.shape[-1]
+        if right.shape[-2] != inner:
+            raise ValueError(
+                f"matmul: shapes {self.shape} and {other.shape} do not line up: the left operand's last dim ({inner}) "
+                f"must equal the right operand's {'only' if other.ndim == 1 else 'second-to-last'} dim "
+                f"({right.shape[-2]})"
+            )
+        try:
+            batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"matmul: the batch dims of shapes {self.shape} and {other.shape} do not broadcast "
+                f"({left.shape[:-2]} vs {right.shape[:-2]})"
+            ) from None
+        full = (*batch, rows, columns, inner)
+        # (..., n, k) -> (..., n, 1, k); (..., k, m) -> (..., 1, m, k)
+        left_view = left._cast(dtype).unsqueeze(-2)._broadcast_to(full)
+        right_view = right._cast(dtype).transpose(-1, -2).unsqueeze(-3)._broadcast_to(full)
+        result = multiply_sum(left_view, right_view, (len(full) - 1,)).reshape(*batch, rows, columns)
+        if self.ndim == 1:
+            result = result.reshape(*result.shape[:-2], columns)
+        if other.ndim == 1:
+            result = result.reshape(result.shape[:-1])
+        return result
+
+    def __matmul__(self: Tensor, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+    def __rmatmul__(self: Tensor, other: Any) -> Tensor:
+        return tensor_class()(other, device=self.device).matmul(self)
+
+    def dot(self: Tensor, other: Tensor) -> Tensor:
+        """The inner product of two 1-D tensors of one length (a 0-dim tensor), like `torch.dot`.
+
+        Example:
+            >>> Tensor([1, 2, 3]).dot(Tensor([4, 5, 6])).item()
+            32
+        """
+        other = _require_tensor(other, "dot")
+        if self.ndim != 1 or other.ndim != 1 or self.shape != other.shape:
+            raise ValueError(f"dot needs two 1-D tensors of one length, got shapes {self.shape} and {other.shape}")
+        check_same_device("dot", self, other)
+        dtype = product_dtype("dot", self, other)
+        return multiply_sum(self._cast(dtype), other._cast(dtype), (0,)).reshape(())
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """self @ weight.T + bias, like `torch.nn.functional.linear`: weight is (out_features, in_features) (or 1-D:
+        (in_features,), which drops the feature dim) and bias broadcasts to the result.
+
+        Example:
+            >>> Tensor([[1.0, 2.0]]).linear(Tensor([[1.0, 0.0], [1.0, 1.0]]), Tensor([0.5, 0.5])).tolist()
+            [[1.5, 3.5]]
+        """
+        weight = _require_tensor(weight, "linear")
+        if weight.ndim not in (1, 2):
+            raise ValueError(f"linear weight must be (out_features, in_features) or 1-D, got shape {weight.shape}")
+        if self.ndim == 0 or self.shape[-1] != weight.shape[-1]:
+            raise ValueError(
+                f"linear: input shape {self.shape} must end with in_features = {weight.shape[-1]} "
+                f"(weight shape {weight.shape})"
+            )
+        result = self.matmul(weight.T)
+        if bias is None:
+            return result
+        bias = _require_tensor(bias, "linear bias")
+        try:
+            broadcast_shapes(result.shape, bias.shape)
+        except ValueError:
+            raise ValueError(
+                f"linear bias of shape {bias.shape} does not broadcast to the output {result.shape}"
+            ) from None
+        return result + bias
+
+    @staticmethod
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+        """Einstein summation over `operands`, like `torch.einsum`: each operand gets one letter per dim; letters
+        missing from the output are summed; a letter repeated in one operand takes the diagonal; `...` stands for
+        broadcast dims; without `->` the output is `...` and then the letters used once, in alphabetical order.
+
+        Example:
+            >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
+            [3, 7]
+            >>> Tensor.einsum("ii", Tensor([[1, 2], [3, 4]])).item()
+            5
+        """
+        tensors = _einsum_operands(operands)
+        return _einsum(formula, tensors)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# einsum
+# ---------------------------------------------------------------------------------------------------------------
+
+Label = str  # a letter, or "...<k>" (k < 0, counted from the right) for a broadcast dim of the ellipsis
+
+
+def _einsum_operands(operands: tuple[Any, ...]) -> list[Tensor]:
+    from kiln.tensor.tensor import Tensor
+
+    items = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    for position, item in enumerate(items):
+        if not isinstance(item, Tensor):
+            raise TypeError(f"einsum operands must be Tensors, got {type(item).__name__} at position {position}")
+    if not items:
+        raise ValueError("einsum needs at least one operand")
+    return items
+
+
+def _einsum(formula: str, tensors: list[Tensor]) -> Tensor:
+    if not isinstance(formula, str):
+        raise TypeError(f"einsum formula must be a str such as 'ij,jk->ik', got {formula!r}")
+    text = formula.replace(" ", "")
+    if text.count("->") > 1:
+        raise ValueError(f"einsum {formula!r}: at most one '->' is allowed")
+    inputs_text, arrow, output_text = text.partition("->")
+    terms = inputs_text.split(",")
+    if len(terms) != len(tensors):
+        raise ValueError(f"einsum {formula!r} has {len(terms)} operand terms but {len(tensors)} operands were given")
+    check_same_device("einsum", *tensors)
+    dtype = product_dtype("einsum", *tensors)
+    labeled: list[tuple[Tensor, list[Label]]] = []
+    for term, tensor in zip(terms, tensors):
+        letters = _parse_term(term, formula)
+        labels = _expand_ellipsis(letters, term, formula, tensor.shape)
+        labeled.append(_diagonal(tensor._cast(dtype), labels, formula))
+    sizes = _label_sizes(labeled, formula)
+    ellipsis = sorted((label for label in sizes if label.startswith("...")), key=lambda label: int(label[3:]))
+    if arrow:
+        output_letters = _parse_term(output_text, formula)
+        for letter in output_letters:
+            if letter != "." and letter not in sizes:
+                raise ValueError(f"einsum {formula!r}: output letter {letter!r} does not appear in any operand")
+            if letter != "." and output_letters.count(letter) > 1:
+                raise ValueError(f"einsum {formula!r}: output letter {letter!r} appears more than once")
+        # the ellipsis dims are summed when the output leaves them out (PyTorch's rule)
+        output = [label for letter in output_letters for label in (ellipsis if letter == "." else [letter])]
+    else:
+        counts: dict[str, int] = {}
+        for term in terms:
+            for letter in _parse_term(term, formula):
+                counts[letter] = counts.get(letter, 0) + 1
+        output = ellipsis + sorted(letter for letter, count in counts.items() if count == 1 and letter in _LETTERS)
+    return _contract(labeled, output, sizes)
+
+
+def _parse_term(term: str, formula: str) -> list[str]:
+    """The letters of one subscript term, with "." marking where its ellipsis (if any) stands."""
+    if term.count("...") > 1 or term.replace("...", "").count("."):
+        raise ValueError(f"einsum {formula!r}: term {term!r} may hold one '...' and no other '.'")
+    letters = list(term.replace("...", "."))
+    for character in letters:
+        if character != "." and character not in _LETTERS:
+            raise ValueError(f"einsum {formula!r}: subscripts must be letters a-z / A-Z or '...', got {character!r}")
+    return letters
+
+
+def _expand_ellipsis(letters: list[str], term: str, formula: str, shape: tuple[int, ...]) -> list[Label]:
+    """The label of each dim of an operand of `shape` (its ellipsis becomes right-aligned "...k" labels, k < 0)."""
+    named = [letter for letter in letters if letter != "."]
+    hidden = len(shape) - len(named)
+    if hidden < 0 or (hidden > 0 and "." not in letters):
+        raise ValueError(f"einsum {formula!r}: term {term!r} names {len(named)} dims but its operand has shape {shape}")
+    labels: list[Label] = []
+    for letter in letters:
+        labels.extend([f"...{k}" for k in range(-hidden, 0)] if letter == "." else [letter])
+    return labels
+
+
+def _label_sizes(labeled: list[tuple[Tensor, list[Label]]], formula: str) -> dict[Label, int]:
+    """The size of each label over all operands (size-1 dims broadcast; other sizes must agree)."""
+    sizes: dict[Label, int] = {}
+    for tensor, labels in labeled:
+        for label, size in zip(labels, tensor.shape):
+            known = sizes.get(label)
+            if known is None or known == 1:
+                sizes[label] = size
+            elif size not in (1, known):
+                name = "the '...' dims" if label.startswith("...") else f"subscript {label!r}"
+                raise ValueError(
+                    f"einsum {formula!r}: {name} has size {known} in one operand and {size} in another "
+                    f"(operand shapes {[t.shape for t, _ in labeled]})"
+                )
+    return sizes
+
+
+def _diagonal(tensor: Tensor, labels: list[Label], formula: str) -> tuple[Tensor, list[Label]]:
+    """`tensor` with every repeated label reduced to its diagonal (one dim per label)."""
+    while len(set(labels)) != len(labels):
+        label = next(label for label in labels if labels.count(label) > 1)
+        first = labels.index(label)
+        second = labels.index(label, first + 1)
+        size = tensor.shape[first]
+        if tensor.shape[second] != size:
+            raise ValueError(
+                f"einsum {formula!r}: repeated subscript {label!r} needs equal dims, got sizes {size} and "
+                f"{tensor.shape[second]} in shape {tensor.shape}"
+            )
+        rest = [axis for axis in range(tensor.ndim) if axis not in (first, second)]
+        lead = tuple(tensor.shape[axis] for axis in rest)
+        # the diagonal of an (n, n) block is every (n + 1)-th element of its flattened form
+        flat = tensor.permute(*rest, first, second).reshape(*lead, size * size)
+        flat = flat._movement(Ops.PAD, (*((0, 0) for _ in lead), (0, size)))
+        rows = flat.reshape(*lead, size, size + 1)
+        column = rows._movement(Ops.SHRINK, (*((0, extent) for extent in lead), (0, size), (0, 1)))
+        tensor = column.reshape(*lead, size)
+        labels = [labels[axis] for axis in rest] + [label]
+    return tensor, labels
+
+
+def _aligned(tensor: Tensor, labels: list[Label], order: list[Label], sizes: dict[Label, int]) -> Tensor:
+    """`tensor` (unique `labels`) permuted to `order`, with size-1 dims for missing labels, broadcast to `sizes`."""
+    present = [label for label in order if label in labels]
+    moved = tensor.permute(*[labels.index(label) for label in present]) if tensor.ndim else tensor
+    view = tuple(moved.shape[present.index(label)] if label in labels else 1 for label in order)
+    return moved.reshape(view)._broadcast_to(tuple(sizes[label] for label in order))
+
+
+def _contract(labeled: list[tuple[Tensor, list[Label]]], output: list[Label], sizes: dict[Label, int]) -> Tensor:
+    """Multiplies the operands left to right, summing each label as soon as no later operand and no output needs it
+    (so a chain like 'ij,jk,kl->il' never builds the full i * j * k * l product).
+    """
+    current, current_labels = labeled[0]
+    for position in range(1, len(labeled) + 1):
+        later = {label for _, labels in labeled[position:] for label in labels}
+        incoming = labeled[position] if position < len(labeled) else None
+        union = list(current_labels)
+        if incoming is not None:
+            union += [label for label in incoming[1] if label not in current_labels]
+        summed = [label for label in union if label not in later and label not in output]
+        kept = [label for label in union if label not in summed]
+        order = kept + summed
+        axes = tuple(range(len(kept), len(order)))
+        left = _aligned(current, current_labels, order, sizes)
+        if incoming is not None:
+            current = multiply_sum(left, _aligned(incoming[0], incoming[1], order, sizes), axes)
+        elif axes:
+            current = accumulated_sum(left, axes)
+        else:
+            current = left
+        current = current.reshape(tuple(sizes[label] for label in kept))
+        current_labels = kept
+    return _aligned(current, current_labels, output, sizes)

@@ -1,0 +1,352 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`LossMixin`: PyTorch's loss functions with the prediction as `self`, and `one_hot` for class targets.
+
+Class-index targets pick their class with a one-hot comparison (target == arange(classes)) inside a sum, so no gather
+is needed and the pick fuses into the loss's reduce. Like PyTorch, the 'mean' of a weighted class loss divides by the
+sum of the picked weights, and ignored targets (`ignore_index`) count neither in the sum nor in the divisor.
+Targets outside [0, classes) that are not `ignore_index` cannot be detected without reading the data (the graph is
+lazy): they pick no class and contribute zero.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_same_device
+from kiln.tensor.ops.creation import iota
+from kiln.uops import dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["LossMixin"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _require(value: object, what: str) -> Tensor:
+    from kiln.tensor.tensor import Tensor
+
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{what} must be a Tensor, got {type(value).__name__}")
+    return value
+
+
+def _check_reduction(reduction: object, what: str, allowed: tuple[str, ...] = _REDUCTIONS) -> str:
+    if reduction not in allowed:
+        raise ValueError(f"{what} reduction must be one of {allowed}, got {reduction!r}")
+    return str(reduction)
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _floating_pair(prediction: Tensor, target: Any, what: str, same_shape: bool) -> tuple[Tensor, Tensor]:
+    """(prediction, target) as one floating dtype; shapes equal (`same_shape`) or broadcast to one shape."""
+    target = _require(target, f"{what} target")
+    check_same_device(what, prediction, target)
+    if same_shape and prediction.shape != target.shape:
+        raise ValueError(f"{what}: target shape {target.shape} must equal the input shape {prediction.shape}")
+    try:
+        shape = broadcast_shapes(prediction.shape, target.shape)
+    except ValueError:
+        raise ValueError(
+            f"{what}: target shape {target.shape} does not broadcast with input shape {prediction.shape}"
+        ) from None
+    dtype = prediction.dtype if dtypes.is_float(prediction.dtype) else dtypes.default_float
+    if dtypes.is_float(target.dtype) and target.dtype.itemsize > dtype.itemsize:
+        dtype = target.dtype
+    return prediction._cast(dtype)._broadcast_to(shape), target._cast(dtype)._broadcast_to(shape)
+
+
+def _class_shapes(prediction: Tensor, target: Tensor, what: str) -> None:
+    """Checks (classes,) with (), (batch, classes) with (batch,) or (batch, classes, *d) with (batch, *d)."""
+    if prediction.ndim == 0:
+        raise ValueError(f"{what}: input must have a class dim, got a 0-dim tensor")
+    expected = prediction.shape[:1] + prediction.shape[2:] if prediction.ndim > 1 else ()
+    if target.shape != expected:
+        raise ValueError(
+            f"{what}: class-index target shape {target.shape} must be {expected} for input shape {prediction.shape} "
+            "(the input's shape without its class dim, dim 1)"
+        )
+
+
+def _class_weight(weight: object, classes: int, what: str) -> Tensor | None:
+    if weight is None:
+        return None
+    checked = _require(weight, f"{what} weight")
+    if checked.shape != (classes,):
+        raise ValueError(f"{what} weight must have shape ({classes},) (one value per class), got {checked.shape}")
+    return checked
+
+
+def _class_axis_view(values: Tensor, ndim: int) -> Tensor:
+    """A (classes,) tensor shaped to broadcast along dim 1 of an `ndim`-dim input (dim 0 when ndim == 1)."""
+    if ndim == 1:
+        return values
+    return values.reshape(1, values.shape[0], *((1,) * (ndim - 2)))
+
+
+def _picked_weights(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int) -> Tensor:
+    """The input-shaped tensor holding weight[t] (1 without weights) at each kept target's class t, else 0."""
+    class_dim = 0 if log_probabilities.ndim == 1 else 1
+    classes = log_probabilities.shape[class_dim]
+    positions = _class_axis_view(iota(classes, target.device)._cast(target.dtype), log_probabilities.ndim)
+    hits = (target.unsqueeze(class_dim) == positions) & (target != ignore_index).unsqueeze(class_dim)
+    dtype = log_probabilities.dtype
+    scale = _class_axis_view(weight._cast(dtype), log_probabilities.ndim) if weight is not None else 1.0
+    return hits.where(scale, 0.0)._cast(dtype)
+
+
+def _nll(log_probabilities: Tensor, picked: Tensor, reduction: str) -> Tensor:
+    """PyTorch's nll_loss over checked arguments, given `_picked_weights`."""
+    class_dim = 0 if log_probabilities.ndim == 1 else 1
+    # where, not a product: a -inf log-probability of a class that is not picked must not turn into NaN
+    losses = -(picked != 0).where(log_probabilities * picked, 0.0).sum(class_dim)
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    return losses.sum() / picked.sum()
+
+
+class LossMixin:
+    """Loss functions (`torch.nn.functional.*_loss` with the input as `self`)."""
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """An int64 tensor with a trailing dim of `num_classes` that is 1 at each value's position, like
+        `torch.nn.functional.one_hot` (-1 infers max + 1, which reads the data).
+
+        Example:
+            >>> Tensor([0, 2]).one_hot(3).tolist()
+            [[1, 0, 0], [0, 0, 1]]
+        """
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs an integer tensor of class indices, got {self.dtype!r}")
+        classes = check_int(num_classes, "one_hot num_classes")
+        if classes == -1:
+            if self.numel() == 0:
+                raise ValueError("one_hot cannot infer num_classes from an empty tensor; pass num_classes")
+            low, high = int(self.min().item()), int(self.max().item())
+            if low < 0:
+                raise ValueError(f"one_hot class values must be non-negative, got {low}")
+            classes = high + 1
+        elif classes < 0:
+            raise ValueError(f"one_hot num_classes must be -1 (infer) or >= 0, got {classes}")
+        positions = iota(classes, self.device)._cast(self.dtype)
+        return (self.unsqueeze(-1) == positions)._cast(dtypes.int64)
+
+    def nll_loss(
+        self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> Tensor:
+        """The negative log likelihood of class-index `target` under log-probabilities `self` (classes in dim 1, or
+        dim 0 for an unbatched (classes,) input), like `torch.nn.functional.nll_loss`.
+
+        Example:
+            >>> Tensor([[-1.0, -2.0], [-3.0, -0.5]]).nll_loss(Tensor([0, 1])).item()
+            0.75
+        """
+        target = _require(target, "nll_loss target")
+        if not dtypes.is_int(target.dtype):
+            raise TypeError(f"nll_loss target must hold integer class indices, got {target.dtype!r}")
+        _class_shapes(self, target, "nll_loss")
+        check_same_device("nll_loss", self, target)
+        mode = _check_reduction(reduction, "nll_loss")
+        classes = self.shape[0 if self.ndim == 1 else 1]
+        checked = _class_weight(weight, classes, "nll_loss")
+        log_probabilities = self._floating()
+        ignore = check_int(ignore_index, "nll_loss ignore_index")
+        return _nll(log_probabilities, _picked_weights(log_probabilities, target, checked, ignore), mode)
+
+    def cross_entropy(
+        self: Tensor,
+        target: Tensor,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> Tensor:
+        """Cross entropy between logits `self` (classes in dim 1, or dim 0 unbatched) and `target`, like
+        `torch.nn.functional.cross_entropy`.
+
+        `target` is either integer class indices (the input's shape without the class dim; `ignore_index` skips
+        entries) or class probabilities (the input's shape, floating point). `label_smoothing` mixes the target
+        with the uniform distribution over classes.
+
+        Example:
+            >>> round(Tensor([[0.0, 0.0]]).cross_entropy(Tensor([1])).item(), 5)
+            0.69315
+        """
+        target = _require(target, "cross_entropy target")
+        check_same_device("cross_entropy", self, target)
+        mode = _check_reduction(reduction, "cross_entropy")
+        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+            raise TypeError(f"cross_entropy label_smoothing must be a float, got {label_smoothing!r}")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"cross_entropy label_smoothing must be in [0, 1], got {label_smoothing}")
+        if self.ndim == 0:
+            raise ValueError("cross_entropy: input must have a class dim, got a 0-dim tensor")
+        class_dim = 0 if self.ndim == 1 else 1
+        classes = self.shape[class_dim]
+        checked = _class_weight(weight, classes, "cross_entropy")
+        log_probabilities = self._floating().log_softmax(class_dim)
+        scale = _class_axis_view(checked._cast(log_probabilities.dtype), self.ndim) if checked is not None else None
+        if dtypes.is_float(target.dtype):
+            if target.shape != self.shape:
+                raise ValueError(
+                    f"cross_entropy: probability target shape {target.shape} must equal the input shape {self.shape}"
+                )
+            probabilities = target._cast(log_probabilities.dtype)
+            if label_smoothing > 0:
+                probabilities = probabilities * (1 - label_smoothing) + label_smoothing / classes
+            weighted = log_probabilities * scale if scale is not None else log_probabilities
+            return _reduce(-(weighted * probabilities).sum(class_dim), mode)
+        if not dtypes.is_int(target.dtype):
+            raise TypeError(
+                f"cross_entropy target must be class indices (integer) or probabilities (float), got {target.dtype!r}"
+            )
+        _class_shapes(self, target, "cross_entropy")
+        ignore = check_int(ignore_index, "cross_entropy ignore_index")
+        picked = _picked_weights(log_probabilities, target, checked, ignore)
+        loss = _nll(log_probabilities, picked, mode)
+        if label_smoothing == 0:
+            return loss
+        # PyTorch: (1 - s) * nll + s / classes * (the summed log-probabilities, weighted, of the kept entries)
+        kept = target != ignore
+        weighted = log_probabilities * scale if scale is not None else log_probabilities
+        smooth = -kept.where(weighted.sum(class_dim), 0.0)
+        if mode == "none":
+            smoothed = smooth
+        elif mode == "sum":
+            smoothed = smooth.sum()
+        else:
+            smoothed = smooth.sum() / picked.sum()
+        return loss * (1 - label_smoothing) + smoothed * (label_smoothing / classes)
+
+    def binary_cross_entropy(
+        self: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
+    ) -> Tensor:
+        """-(t * log(p) + (1 - t) * log(1 - p)) for probabilities `self` and targets `t` of one shape, with each log
+        clamped at -100 like `torch.nn.functional.binary_cross_entropy`; `weight` broadcasts to the input.
+
+        Example:
+            >>> round(Tensor([0.5]).binary_cross_entropy(Tensor([1.0])).item(), 5)
+            0.69315
+        """
+        prediction, truth = _floating_pair(self, target, "binary_cross_entropy", same_shape=True)
+        mode = _check_reduction(reduction, "binary_cross_entropy")
+        log_p = prediction.log().maximum(-100.0)
+        log_not_p = (1 - prediction).log().maximum(-100.0)
+        losses = -(truth * log_p + (1 - truth) * log_not_p)
+        if weight is not None:
+            losses = losses * _require(weight, "binary_cross_entropy weight")
+        return _reduce(losses, mode)
+
+    def binary_cross_entropy_with_logits(
+        self: Tensor,
+        target: Tensor,
+        weight: Tensor | None = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> Tensor:
+        """binary_cross_entropy(sigmoid(self), target) computed stably from logits, like
+        `torch.nn.functional.binary_cross_entropy_with_logits`; `pos_weight` scales the positive term per class
+        (broadcast along the last dim).
+
+        Example:
+            >>> round(Tensor([0.0]).binary_cross_entropy_with_logits(Tensor([1.0])).item(), 5)
+            0.69315
+        """
+        logits, truth = _floating_pair(self, target, "binary_cross_entropy_with_logits", same_shape=True)
+        mode = _check_reduction(reduction, "binary_cross_entropy_with_logits")
+        # log(1 + exp(-x)) without overflow: max(-x, 0) + log(1 + exp(-|x|))
+        softplus_negative = (-logits).maximum(0.0) + (1 + (-logits.abs()).exp()).log()
+        if pos_weight is not None:
+            positive = _require(pos_weight, "binary_cross_entropy_with_logits pos_weight")
+            losses = (1 - truth) * logits + (1 + (positive - 1) * truth) * softplus_negative
+        else:
+            losses = (1 - truth) * logits + softplus_negative
+        if weight is not None:
+            losses = losses * _require(weight, "binary_cross_entropy_with_logits weight")
+        return _reduce(losses, mode)
+
+    def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        """(self - target) ** 2, reduced, like `torch.nn.functional.mse_loss` (shapes broadcast).
+
+        Example:
+            >>> Tensor([1.0, 2.0]).mse_loss(Tensor([0.0, 0.0])).item()
+            2.5
+        """
+        prediction, truth = _floating_pair(self, target, "mse_loss", same_shape=False)
+        difference = prediction - truth
+        return _reduce(difference * difference, _check_reduction(reduction, "mse_loss"))
+
+    def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        """|self - target|, reduced, like `torch.nn.functional.l1_loss` (shapes broadcast).
+
+        Example:
+            >>> Tensor([1.0, -2.0]).l1_loss(Tensor([0.0, 0.0])).item()
+            1.5
+        """
+        prediction, truth = _floating_pair(self, target, "l1_loss", same_shape=False)
+        return _reduce((prediction - truth).abs(), _check_reduction(reduction, "l1_loss"))
+
+    def smooth_l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+        """0.5 * d ** 2 / beta where |d| < beta, else |d| - 0.5 * beta (d = self - target), like
+        `torch.nn.functional.smooth_l1_loss`; beta = 0 is the L1 loss.
+
+        Example:
+            >>> Tensor([0.5, 3.0]).smooth_l1_loss(Tensor([0.0, 0.0])).item()
+            1.3125
+        """
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0:
+            raise ValueError(f"smooth_l1_loss beta must be a non-negative number, got {beta!r}")
+        prediction, truth = _floating_pair(self, target, "smooth_l1_loss", same_shape=False)
+        distance = (prediction - truth).abs()
+        if beta == 0:
+            losses = distance
+        else:
+            losses = (distance < beta).where(distance * distance * (0.5 / beta), distance - 0.5 * beta)
+        return _reduce(losses, _check_reduction(reduction, "smooth_l1_loss"))
+
+    def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+        """0.5 * d ** 2 where |d| <= delta, else delta * (|d| - 0.5 * delta), like
+        `torch.nn.functional.huber_loss` (delta times smooth_l1 with beta = delta).
+
+        Example:
+            >>> Tensor([0.5, 3.0]).huber_loss(Tensor([0.0, 0.0]), delta=2.0).item()
+            2.0625
+        """
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
+            raise ValueError(f"huber_loss delta must be a positive number, got {delta!r}")
+        prediction, truth = _floating_pair(self, target, "huber_loss", same_shape=False)
+        distance = (prediction - truth).abs()
+        losses = (distance <= delta).where(distance * distance * 0.5, (distance - 0.5 * delta) * delta)
+        return _reduce(losses, _check_reduction(reduction, "huber_loss"))
+
+    def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+        """The Kullback-Leibler divergence with the input as log-probabilities: target * (log(target) - self)
+        (0 where target is 0), like `torch.nn.functional.kl_div`; 'batchmean' divides the sum by the batch size.
+
+        Example:
+            >>> round(Tensor([-0.5]).kl_div(Tensor([0.5]), reduction="sum").item(), 5)
+            -0.09657
+        """
+        if not isinstance(log_target, bool):
+            raise TypeError(f"kl_div log_target must be a bool, got {log_target!r}")
+        mode = _check_reduction(reduction, "kl_div", (*_REDUCTIONS, "batchmean"))
+        prediction, truth = _floating_pair(self, target, "kl_div", same_shape=False)
+        if log_target:
+            losses = truth.exp() * (truth - prediction)
+        else:
+            # xlogy: 0 * log(0) counts as 0
+            losses = (truth == 0).where(0.0, truth * (truth.log() - prediction))
+        if mode == "batchmean":
+            return losses.sum() / (prediction.shape[0] if prediction.ndim else 1)
+        return _reduce(losses, mode)

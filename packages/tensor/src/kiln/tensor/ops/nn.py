@@ -1,0 +1,72 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`NNMixin`: the neural-network functions of Tensor, gathered from one mixin per concept, plus `dropout`.
+
+| module | methods |
+| --- | --- |
+| linalg | matmul, @, dot, einsum, linear |
+| convolution | conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d |
+| pooling | max_pool1d/2d/3d, avg_pool1d/2d/3d |
+| interpolation | interpolate |
+| sorting | sort, argsort, topk |
+| losses | one_hot, cross_entropy, nll_loss, binary_cross_entropy(_with_logits), mse_loss, l1_loss, smooth_l1_loss, |
+| | huber_loss, kl_div |
+| normalization | layer_norm, batch_norm, group_norm, rms_norm |
+| attention | scaled_dot_product_attention |
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kiln.tensor.ops.attention import AttentionMixin
+from kiln.tensor.ops.convolution import ConvolutionMixin
+from kiln.tensor.ops.creation import tensor_class
+from kiln.tensor.ops.interpolation import InterpolationMixin
+from kiln.tensor.ops.linalg import LinalgMixin
+from kiln.tensor.ops.losses import LossMixin
+from kiln.tensor.ops.normalization import NormalizationMixin
+from kiln.tensor.ops.pooling import PoolingMixin
+from kiln.tensor.ops.sorting import SortingMixin
+from kiln.uops import dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["NNMixin"]
+
+
+class NNMixin(
+    LinalgMixin,
+    ConvolutionMixin,
+    PoolingMixin,
+    InterpolationMixin,
+    SortingMixin,
+    LossMixin,
+    NormalizationMixin,
+    AttentionMixin,
+):
+    """Neural-network functions: linear algebra, convolution, pooling, resizing, sorting, losses, normalization,
+    attention and dropout."""
+
+    def dropout(self: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+        """Each element zeroed with probability `p` and the rest scaled by 1 / (1 - p), like
+        `torch.nn.functional.dropout`; the identity when not `training` or p = 0. The mask comes from the global
+        random generator (`Tensor.manual_seed`), so it is the same on every device.
+
+        Example:
+            >>> Tensor.ones(4).dropout(0.0).tolist()
+            [1.0, 1.0, 1.0, 1.0]
+        """
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability p must be in [0, 1], got {p!r}")
+        if not isinstance(training, bool):
+            raise TypeError(f"dropout training must be a bool, got {training!r}")
+        if not training or p == 0:
+            return self
+        if not dtypes.is_float(self.dtype):
+            raise TypeError(f"dropout needs a floating-point tensor, got {self.dtype!r}")
+        if p == 1:
+            return self * 0
+        keep = tensor_class().rand(*self.shape, device=self.device) >= p
+        return keep.where(self * (1.0 / (1.0 - p)), 0.0)._cast(self.dtype)

@@ -1,0 +1,211 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`NormalizationMixin`: layer_norm, batch_norm, group_norm and rms_norm in PyTorch's functional form.
+
+Each normalizes by statistics over some dims, (x - mean) / sqrt(var + eps) with the biased variance, then applies an
+optional per-feature weight and bias. 16-bit floats compute their statistics in float32 and round once at the end.
+batch_norm in training mode also updates the running statistics in place (`Tensor.assign`, realized with them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kiln.tensor.ops._checks import check_int, check_same_device
+from kiln.uops import DType, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["NormalizationMixin"]
+
+
+def _require_optional(value: object, what: str) -> Tensor | None:
+    from kiln.tensor.tensor import Tensor
+
+    if value is not None and not isinstance(value, Tensor):
+        raise TypeError(f"{what} must be a Tensor or None, got {type(value).__name__}")
+    return value
+
+
+def _check_parameter(value: object, shape: tuple[int, ...], what: str) -> Tensor | None:
+    tensor = _require_optional(value, what)
+    if tensor is not None and tensor.shape != shape:
+        raise ValueError(f"{what} must have shape {shape}, got {tensor.shape}")
+    return tensor
+
+
+def _check_eps(eps: object, what: str) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"{what} eps must be a non-negative number, got {eps!r}")
+    return float(eps)
+
+
+def _compute_dtype(x: Tensor, what: str) -> DType:
+    if not dtypes.is_float(x.dtype):
+        raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype!r}; cast first")
+    return dtypes.float32 if x.dtype.itemsize < 4 else x.dtype
+
+
+def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    """(x - mean) / sqrt(var + eps) with statistics over `axes` (biased variance)."""
+    mean = x.mean(axes, keepdim=True)
+    centered = x - mean
+    variance = (centered * centered).mean(axes, keepdim=True)
+    return centered * (variance + eps).rsqrt()
+
+
+def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, view: Sequence[int]) -> Tensor:
+    """x * weight + bias with the parameters reshaped to `view` (None skips one)."""
+    if weight is not None:
+        x = x * weight._cast(x.dtype).reshape(*view)
+    if bias is not None:
+        x = x + bias._cast(x.dtype).reshape(*view)
+    return x
+
+
+class NormalizationMixin:
+    """Normalization layers in functional form (the input is `self`)."""
+
+    def layer_norm(
+        self: Tensor,
+        normalized_shape: int | Sequence[int],
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        eps: float = 1e-5,
+    ) -> Tensor:
+        """Normalizes over the last dims given by `normalized_shape`, then scales by `weight` and shifts by `bias`
+        (both of that shape), like `torch.nn.functional.layer_norm`.
+
+        Example:
+            >>> [round(v, 4) for v in Tensor([1.0, 3.0]).layer_norm(2).tolist()]
+            [-1.0, 1.0]
+        """
+        items = list(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else [normalized_shape]
+        shape = tuple(check_int(item, "layer_norm normalized_shape") for item in items)
+        if not shape or len(shape) > self.ndim or self.shape[self.ndim - len(shape) :] != shape:
+            raise ValueError(
+                f"layer_norm normalized_shape {shape} must be non-empty and match the last dims of the input "
+                f"{self.shape}"
+            )
+        checked_weight = _check_parameter(weight, shape, "layer_norm weight")
+        checked_bias = _check_parameter(bias, shape, "layer_norm bias")
+        compute = _compute_dtype(self, "layer_norm")
+        axes = tuple(range(self.ndim - len(shape), self.ndim))
+        result = _normalized(self._cast(compute), axes, _check_eps(eps, "layer_norm"))
+        return _affine(result, checked_weight, checked_bias, shape)._cast(self.dtype)
+
+    def batch_norm(
+        self: Tensor,
+        running_mean: Tensor | None,
+        running_var: Tensor | None,
+        weight: Tensor | None = None,
+        bias: Tensor | None = None,
+        training: bool = False,
+        momentum: float = 0.1,
+        eps: float = 1e-5,
+    ) -> Tensor:
+        """Normalizes each channel (dim 1) of (batch, channels, *) over every other dim, like
+        `torch.nn.functional.batch_norm`.
+
+        With `training=False` the running statistics normalize. With `training=True` the batch's statistics
+        normalize and, when given, the running statistics are updated in place:
+        running = (1 - momentum) * running + momentum * batch statistic (the variance unbiased).
+
+        Example:
+            >>> Tensor([[1.0], [3.0]]).batch_norm(None, None, training=True, eps=0.0).tolist()
+            [[-1.0], [1.0]]
+        """
+        if self.ndim < 2:
+            raise ValueError(f"batch_norm needs a (batch, channels, *) input with at least 2 dims, got {self.shape}")
+        if not isinstance(training, bool):
+            raise TypeError(f"batch_norm training must be a bool, got {training!r}")
+        channels = (self.shape[1],)
+        mean_in = _check_parameter(running_mean, channels, "batch_norm running_mean")
+        var_in = _check_parameter(running_var, channels, "batch_norm running_var")
+        checked_weight = _check_parameter(weight, channels, "batch_norm weight")
+        checked_bias = _check_parameter(bias, channels, "batch_norm bias")
+        given = [tensor for tensor in (mean_in, var_in, checked_weight, checked_bias) if tensor is not None]
+        check_same_device("batch_norm", self, *given)
+        compute = _compute_dtype(self, "batch_norm")
+        epsilon = _check_eps(eps, "batch_norm")
+        view = (1, channels[0], *((1,) * (self.ndim - 2)))
+        axes = (0, *range(2, self.ndim))
+        x = self._cast(compute)
+        if not training:
+            if mean_in is None or var_in is None:
+                raise ValueError("batch_norm with training=False needs running_mean and running_var")
+            mean = mean_in._cast(compute).reshape(*view)
+            scale = (var_in._cast(compute).reshape(*view) + epsilon).rsqrt()
+            return _affine((x - mean) * scale, checked_weight, checked_bias, view)._cast(self.dtype)
+        count = math.prod(self.shape[axis] for axis in axes)
+        if count <= 1:
+            raise ValueError(f"batch_norm training needs more than 1 value per channel, got input shape {self.shape}")
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
+            raise TypeError(f"batch_norm momentum must be a number, got {momentum!r}")
+        result = _affine(_normalized(x, axes, epsilon), checked_weight, checked_bias, view)._cast(self.dtype)
+        statistics = x.detach()
+        batch_mean = statistics.mean(axes)
+        if mean_in is not None:
+            mean_in.assign((mean_in._cast(compute) * (1 - momentum) + batch_mean * momentum)._cast(mean_in.dtype))
+        if var_in is not None:
+            unbiased = statistics.var(axes, correction=1)
+            var_in.assign((var_in._cast(compute) * (1 - momentum) + unbiased * momentum)._cast(var_in.dtype))
+        return result
+
+    def group_norm(
+        self: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+    ) -> Tensor:
+        """Normalizes each of `num_groups` groups of channels (dim 1) of (batch, channels, *) over the group's
+        channels and the other dims, then applies the per-channel `weight` and `bias`, like
+        `torch.nn.functional.group_norm`.
+
+        Example:
+            >>> Tensor([[1.0, 3.0]]).group_norm(1, eps=0.0).tolist()
+            [[-1.0, 1.0]]
+        """
+        if self.ndim < 2:
+            raise ValueError(f"group_norm needs a (batch, channels, *) input with at least 2 dims, got {self.shape}")
+        groups = check_int(num_groups, "group_norm num_groups")
+        channels = self.shape[1]
+        if groups < 1 or channels % groups:
+            raise ValueError(f"group_norm num_groups {groups} must be >= 1 and divide the {channels} channels")
+        checked_weight = _check_parameter(weight, (channels,), "group_norm weight")
+        checked_bias = _check_parameter(bias, (channels,), "group_norm bias")
+        compute = _compute_dtype(self, "group_norm")
+        grouped = self._cast(compute).reshape(self.shape[0], groups, -1)
+        result = _normalized(grouped, (2,), _check_eps(eps, "group_norm")).reshape(self.shape)
+        view = (1, channels, *((1,) * (self.ndim - 2)))
+        return _affine(result, checked_weight, checked_bias, view)._cast(self.dtype)
+
+    def rms_norm(
+        self: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
+    ) -> Tensor:
+        """x / sqrt(mean(x ** 2) + eps) over the last dims given by `normalized_shape`, times `weight`, like
+        `torch.nn.functional.rms_norm` (eps defaults to the dtype's machine epsilon).
+
+        Example:
+            >>> [round(v, 4) for v in Tensor([3.0, 4.0]).rms_norm(2, eps=0.0).tolist()]
+            [0.8485, 1.1314]
+        """
+        items = list(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else [normalized_shape]
+        shape = tuple(check_int(item, "rms_norm normalized_shape") for item in items)
+        if not shape or len(shape) > self.ndim or self.shape[self.ndim - len(shape) :] != shape:
+            raise ValueError(
+                f"rms_norm normalized_shape {shape} must be non-empty and match the last dims of the input {self.shape}"
+            )
+        checked_weight = _check_parameter(weight, shape, "rms_norm weight")
+        compute = _compute_dtype(self, "rms_norm")
+        epsilon = _machine_epsilon(self.dtype) if eps is None else _check_eps(eps, "rms_norm")
+        axes = tuple(range(self.ndim - len(shape), self.ndim))
+        x = self._cast(compute)
+        result = x * ((x * x).mean(axes, keepdim=True) + epsilon).rsqrt()
+        return _affine(result, checked_weight, None, shape)._cast(self.dtype)
+
+
+def _machine_epsilon(dtype: DType) -> float:
+    """The gap between 1 and the next representable value of float `dtype`."""
+    mantissa = dtypes.finfo(dtype)[1]
+    return 2.0**-mantissa

@@ -1,0 +1,139 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`SortingMixin`: sort, argsort and topk along one dim, composed from comparisons and sums (no sort primitive).
+
+Sorting by counting: the rank of element i is how many elements come before it,
+
+    rank[i] = #{j : x[j] before x[i]} + #{j < i : x[j] ties x[i]},
+
+which is a stable order (ties keep their positions). Output slot r then takes the element whose rank is r:
+values[r] = sum_i where(rank[i] == r, x[i], 0). Both steps are broadcast compares + one ADD reduce, so a sort of
+length n costs O(n**2) work per row in a few fused reduce kernels, whatever the data; it suits the short rows of
+top-k over logits or sorting a few thousand values, not sorting millions. NaN sorts above every number (last when
+ascending, first when descending), like PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kiln.tensor.ops._checks import check_int, normalize_axis, pick_axis
+from kiln.tensor.ops.creation import iota
+from kiln.uops import Ops, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["SortingMixin"]
+
+
+def _comparable(x: Tensor) -> Tensor:
+    """`x` in a dtype the comparisons accept (bools compare as uint8)."""
+    return x._cast(dtypes.uint8) if x.dtype == dtypes.bool else x
+
+
+def _ranks(x: Tensor, descending: bool) -> Tensor:
+    """The int32 rank of each element of `x` along its last dim in the stable (descending) order."""
+    values = _comparable(x)
+    size = values.shape[-1]
+    full = (*values.shape, size)
+    mine = values.unsqueeze(-1)._broadcast_to(full)  # [..., i, j] = x[i]
+    other = values.unsqueeze(-2)._broadcast_to(full)  # [..., i, j] = x[j]
+    before = other > mine if descending else other < mine
+    ties = other == mine
+    if dtypes.is_float(values.dtype):
+        # NaN is the largest value and ties with NaN
+        mine_nan, other_nan = mine.isnan(), other.isnan()
+        before = before | ((other_nan & mine_nan.logical_not()) if descending else (mine_nan & other_nan.logical_not()))
+        ties = ties | (mine_nan & other_nan)
+    positions = iota(size, x.device)
+    earlier = positions.reshape(1, size) < positions.reshape(size, 1)  # [i, j] = j < i
+    counted = before | (ties & earlier._broadcast_to(full))
+    return counted._cast(dtypes.int32)._reduce(Ops.ADD, (len(full) - 1,)).reshape(values.shape)
+
+
+def _pick_by_rank(x: Tensor, ranks: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """(values, int64 positions) of the elements with ranks 0 .. count - 1 along the last dim."""
+    size = x.shape[-1]
+    full = (*x.shape[:-1], count, size)
+    slots = iota(count, x.device).reshape(count, 1)._broadcast_to(full)
+    hits = ranks.unsqueeze(-2)._broadcast_to(full) == slots  # [..., r, i]: element i goes to slot r
+    values = _comparable(x)
+    zero = values._const(0, full, values.dtype, values.device)
+    picked = hits._ternary(Ops.WHERE, values.unsqueeze(-2)._broadcast_to(full), zero)
+    chosen = picked._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])._cast(x.dtype)
+    positions = iota(size, x.device)._cast(dtypes.int64).reshape(1, size)._broadcast_to(full)
+    no_position = positions._const(0, full, dtypes.int64, positions.device)
+    where = hits._ternary(Ops.WHERE, positions, no_position)._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])
+    return chosen, where
+
+
+def _sorted_last(x: Tensor, descending: bool, count: int) -> tuple[Tensor, Tensor]:
+    """The first `count` (values, positions) of x's last dim in (descending) order."""
+    if x.shape[-1] == 0 or count == 0:
+        shape = (*x.shape[:-1], count)
+        return x._const(0, shape, x.dtype, x.device), x._const(0, shape, dtypes.int64, x.device)
+    return _pick_by_rank(x, _ranks(x, descending), count)
+
+
+class SortingMixin:
+    """Sorting along one dim."""
+
+    def sort(
+        self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(sorted values, their int64 positions in the input) along `dim`, like `torch.sort`.
+
+        The order is always stable (equal values keep their input order), so `stable` changes nothing. O(n**2) work
+        per row of length n (see the module docstring).
+
+        Example:
+            >>> values, positions = Tensor([3, 1, 2]).sort()
+            >>> values.tolist(), positions.tolist()
+            ([1, 2, 3], [1, 2, 0])
+        """
+        if not isinstance(descending, bool) or not isinstance(stable, bool):
+            raise TypeError(f"sort descending and stable must be bools, got {descending!r} and {stable!r}")
+        if self.ndim == 0:
+            return self, self._const(0, (), dtypes.int64, self.device)
+        index = normalize_axis(pick_axis(axis, dim), self.shape, "sort dim")
+        last = self.transpose(index, -1)
+        values, positions = _sorted_last(last, descending, last.shape[-1])
+        return values.transpose(index, -1), positions.transpose(index, -1)
+
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+        """The int64 positions that sort this tensor along `dim` (stable), like `torch.argsort`.
+
+        Example:
+            >>> Tensor([3.0, 1.0, 2.0]).argsort(descending=True).tolist()
+            [0, 2, 1]
+        """
+        return self.sort(dim, descending, stable)[1]
+
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+        """(the k largest (or smallest) values along `dim`, their int64 positions), like `torch.topk`.
+
+        The values come in order (largest first, or smallest first when `largest=False`); among equal values the
+        earlier position comes first. O(n * (n + k)) work per row of length n.
+
+        Example:
+            >>> values, positions = Tensor([1.0, 5.0, 3.0, 4.0]).topk(2)
+            >>> values.tolist(), positions.tolist()
+            ([5.0, 4.0], [1, 3])
+        """
+        count = check_int(k, "topk k")
+        if not isinstance(largest, bool) or not isinstance(sorted, bool):
+            raise TypeError(f"topk largest and sorted must be bools, got {largest!r} and {sorted!r}")
+        if self.ndim == 0:
+            if count not in (0, 1):
+                raise ValueError(f"topk k={count} is out of range for a 0-dim tensor (expected 0 or 1)")
+            if count == 1:
+                return self, self._const(0, (), dtypes.int64, self.device)
+            return self._const(0, (0,), self.dtype, self.device), self._const(0, (0,), dtypes.int64, self.device)
+        index = normalize_axis(dim, self.shape, "topk dim")
+        size = self.shape[index]
+        if not 0 <= count <= size:
+            raise ValueError(f"topk k={count} is out of range for dim {index} of size {size} (shape {self.shape})")
+        last = self.transpose(index, -1)
+        values, positions = _sorted_last(last, largest, count)
+        return values.transpose(index, -1), positions.transpose(index, -1)

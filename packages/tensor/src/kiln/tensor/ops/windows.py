@@ -1,0 +1,120 @@
+"""Sliding windows over the trailing dims of a tensor, built from movement ops only, and the argument checks that
+convolution and pooling share.
+
+`sliding_windows(x, kernel, stride, dilation)` turns a tensor of shape (*leading, *spatial) into one of shape
+(*leading, *out, *kernel) whose element [..., o, j] is x[..., o * stride + j * dilation]. It copies nothing: it is a
+chain of RESHAPE / EXPAND / SHRINK / PAD / PERMUTE nodes, so a multiply-sum over the window dims (a convolution) or a
+max over them (max pooling) becomes one reduce kernel whose loads index the input directly.
+
+How one dim of size `size` becomes (out, kernel) when windows overlap (kernel > stride) or are dilated:
+
+1. tile the dim `repeats` times (reshape to (1, size), expand, flatten): flat position p holds x[p mod size];
+2. cut the first kernel * width positions and view them as (kernel, width) with width = size * factor + dilation,
+   so element (j, m) holds x[(j * width + m) mod size] = x[(j * dilation + m) mod size];
+3. keep m < out * stride, view m as (out, stride) and keep the first of each stride: (j, o) holds
+   x[(j * dilation + o * stride) mod size] = x[j * dilation + o * stride], because every window lies inside the dim;
+4. swap to (out, kernel).
+
+Non-overlapping undilated windows (kernel <= stride) need only steps 3 and 4 on the (padded or cut) dim itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import check_int
+from kiln.uops import Ops
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["int_tuple", "output_size", "sliding_windows"]
+
+
+def int_tuple(value: Any, count: int, what: str, minimum: int = 0) -> tuple[int, ...]:
+    """`value` (an int, or a tuple / list of `count` ints) as `count` ints, each >= `minimum`.
+
+    Raises TypeError for non-integers and ValueError for a wrong count or a value below `minimum`, naming `what`.
+    """
+    items = list(value) if isinstance(value, (tuple, list)) else [value] * count
+    if len(items) != count:
+        raise ValueError(f"{what} needs 1 or {count} values (one per spatial dim), got {tuple(items)!r}")
+    result = tuple(check_int(item, what) for item in items)
+    if any(item < minimum for item in result):
+        raise ValueError(f"{what} must be >= {minimum}, got {result}")
+    return result
+
+
+def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
+    """How many windows of `kernel` taps (spaced `dilation` apart) fit in `size` at step `stride` (floor mode)."""
+    span = dilation * (kernel - 1) + 1
+    return 0 if size < span else (size - span) // stride + 1
+
+
+def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    """The windows of the last len(kernel) dims of `x`: shape (*leading, *out, *kernel) (see the module docstring).
+
+    Callers check the arguments: every kernel, stride and dilation is >= 1 and every window fits in its dim.
+    """
+    spatial = len(kernel)
+    leading = x.ndim - spatial
+    assert leading >= 0 and len(stride) == spatial and len(dilation) == spatial
+    result = x
+    for position in range(spatial):
+        # after `position` dims were split in two, spatial dim `position` sits at leading + 2 * position
+        axis = leading + 2 * position
+        result = _window_dim(result, axis, kernel[position], stride[position], dilation[position])
+    order = (
+        *range(leading),
+        *(leading + 2 * position for position in range(spatial)),
+        *(leading + 2 * position + 1 for position in range(spatial)),
+    )
+    return result._movement(Ops.PERMUTE, order)
+
+
+def _resize_dim(x: Tensor, axis: int, length: int) -> Tensor:
+    """`x` with dim `axis` cut or zero-padded at its end to `length`."""
+    size = x.shape[axis]
+    if length <= size:
+        bounds = tuple((0, length if index == axis else extent) for index, extent in enumerate(x.shape))
+        return x._movement(Ops.SHRINK, bounds)
+    padding = tuple((0, length - size if index == axis else 0) for index in range(x.ndim))
+    return x._movement(Ops.PAD, padding)
+
+
+def _split_dim(x: Tensor, axis: int, sizes: tuple[int, ...]) -> Tensor:
+    return x._movement(Ops.RESHAPE, (*x.shape[:axis], *sizes, *x.shape[axis + 1 :]))
+
+
+def _window_dim(x: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+    """Dim `axis` of size `size` replaced by the two dims (out, kernel)."""
+    size = x.shape[axis]
+    out = output_size(size, kernel, stride, dilation)
+    assert out >= 1, "callers check that every window fits"
+    if kernel <= stride and dilation == 1:
+        # (out, stride) blocks, keep the first `kernel` of each block
+        blocks = _split_dim(_resize_dim(x, axis, out * stride), axis, (out, stride))
+        bounds = tuple((0, kernel) if index == axis + 1 else (0, extent) for index, extent in enumerate(blocks.shape))
+        return blocks._movement(Ops.SHRINK, bounds)
+    # width = size * factor + dilation must be >= out * stride so step 3 can cut out * stride positions
+    factor = max(1, -(-(out * stride - dilation) // size))
+    width = size * factor + dilation
+    repeats = -(-(kernel * width) // size)
+    tiled = _split_dim(x, axis, (1, size))
+    tiled = tiled._movement(Ops.EXPAND, (*x.shape[:axis], repeats, size, *x.shape[axis + 1 :]))
+    tiled = _merge_dims(tiled, axis)
+    rows = _split_dim(_resize_dim(tiled, axis, kernel * width), axis, (kernel, width))
+    rows = _split_dim(_resize_dim(rows, axis + 1, out * stride), axis + 1, (out, stride))
+    first = tuple((0, 1) if index == axis + 2 else (0, extent) for index, extent in enumerate(rows.shape))
+    picked = rows._movement(Ops.SHRINK, first)
+    picked = picked._movement(Ops.RESHAPE, (*picked.shape[: axis + 2], *picked.shape[axis + 3 :]))
+    order = list(range(picked.ndim))
+    order[axis], order[axis + 1] = axis + 1, axis
+    return picked._movement(Ops.PERMUTE, tuple(order))
+
+
+def _merge_dims(x: Tensor, axis: int) -> Tensor:
+    """Dims `axis` and `axis + 1` merged into one."""
+    shape = x.shape
+    return x._movement(Ops.RESHAPE, (*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]))
