@@ -21,6 +21,7 @@ from kiln.codegen.opt import (
 from kiln.codegen.program import Program, retarget
 from kiln.codegen.renderer import Renderer, TensorCore
 from kiln.codegen.spec import pm_spec_kernel, pm_spec_linear, pm_spec_program, verify_linear, verify_program
+from kiln.codegen.tensor_core import FragmentLayout, WmmaArg
 from kiln.codegen.transcendental import pm_transcendental, transcendental_rewrites
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "DataRaceError",
     "DiskCache",
     "Estimates",
+    "FragmentLayout",
     "Interpreter",
     "InterpreterError",
     "KernelInfo",
@@ -40,6 +42,7 @@ __all__ = [
     "Renderer",
     "TensorCore",
     "Timer",
+    "WmmaArg",
     "apply_opt",
     "apply_opts",
     "beam_search",

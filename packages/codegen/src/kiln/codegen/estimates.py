@@ -93,6 +93,10 @@ class Estimates:
                 trips.pop()
             elif uop.op in GroupOp.ALU and uop in data:
                 flops = _add(flops, _multiply(trips[-1], uop.dtype.count))
+            elif uop.op is Ops.WMMA:
+                # a multiply and an add per term of the tile product, shared by the lanes of the warp
+                m, n, k = uop.arg.dims
+                flops = _add(flops, _multiply(trips[-1], 2 * m * n * k // uop.arg.threads))
             elif uop.op in (Ops.LOAD, Ops.STORE):
                 scope = _memory_scope_of(uop.src[0])
                 if scope is not None:

@@ -37,6 +37,7 @@ from kiln.codegen.numpy_semantics import (
     storage_dtype,
     to_storage,
 )
+from kiln.codegen.tensor_core import FragmentLayout, WmmaArg
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes
 
 
@@ -761,6 +762,52 @@ def _build_vconst(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int
     return _build_constant(interpreter, i, uop, sources)
 
 
+def _fragment_positions(layout: FragmentLayout) -> tuple[Array, Array]:
+    """(rows, columns), each (threads, elements): where each register of each lane sits in the tile."""
+    coordinates = [[layout.coordinate(lane, e) for e in range(layout.elements)] for lane in range(layout.threads)]
+    positions = np.array(coordinates, dtype=np.int64)
+    return positions[..., 0], positions[..., 1]
+
+
+def _build_wmma(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+    # the warp-level product: gather each warp's tiles from its lanes' fragments, multiply, scatter D back
+    arg = uop.arg
+    if not isinstance(arg, WmmaArg) or len(sources) != 3:
+        raise ValueError(f"WMMA (uop {i}) needs (a, b, c) and a WmmaArg, got {len(sources)} sources and {arg!r}")
+    m, n, k = arg.dims
+    shapes = ((m, k), (k, n), (m, n))
+    positions = [_fragment_positions(layout) for layout in arg.layouts]
+    accumulate = compute_dtype(arg.dtype_out)
+
+    def tile(values: Array, which: int, warps: int) -> Array:
+        rows, columns = positions[which]
+        lanes = values.reshape(warps, arg.threads, -1).astype(accumulate)
+        matrix = np.zeros((warps, *shapes[which]), dtype=accumulate)
+        matrix[:, rows, columns] = lanes
+        return matrix
+
+    def wmma(state: _State) -> None:
+        grid = state.grid
+        if grid.threads_per_block % arg.threads:
+            raise InterpreterError(
+                f"WMMA (uop {i}) needs blocks of a multiple of {arg.threads} threads, got {grid.threads_per_block}"
+            )
+        threads, warps = grid.threads, grid.threads // arg.threads
+        a, b, c = (
+            np.broadcast_to(_as_lanes(state.values[s]), (threads, layout.elements))
+            for s, layout in zip(sources, arg.layouts)
+        )
+        product = np.matmul(tile(a, 0, warps), tile(b, 1, warps)) + tile(c, 2, warps)  # in dtype_out
+        rows, columns = positions[2]
+        state.values[i] = product[:, rows, columns].reshape(threads, -1).astype(compute_dtype(uop.dtype))
+
+    return wmma
+
+
+def _as_lanes(value: Array) -> Array:
+    return value if value.ndim == 2 else value[:, None]
+
+
 _BUILDERS: dict[Ops, Builder] = {
     Ops.DEFINE_GLOBAL: _build_define,
     Ops.DEFINE_LOCAL: _build_define,
@@ -778,6 +825,7 @@ _BUILDERS: dict[Ops, Builder] = {
     Ops.CAT: _build_vectorize,
     Ops.GEP: _build_gep,
     Ops.AFTER: _build_after,
+    Ops.WMMA: _build_wmma,
 }
 
 __all__ = ["DataRaceError", "Interpreter", "InterpreterError", "LaunchGrid", "run_program"]

@@ -3,45 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kiln.codegen.tensor_core import TensorCore as TensorCore  # re-exported: TensorCore used to live here
 from kiln.uops import DType, GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from kiln.codegen.compiler import Compiler
-
-
-@dataclass(frozen=True)
-class TensorCore:
-    """One matrix-multiply-accumulate unit of a target: D[M][N] = A[M][K] @ B[K][N] + C[M][N] per warp.
-
-    dims                  (N, M, K) of one tile
-    threads               threads of a warp that compute one tile together
-    elements_per_thread   (A, B, C) lanes each thread holds of the A, B and accumulator tiles
-    dtype_in, dtype_out   element dtypes of A/B and of C/D
-    opts                  how the tile's N and M axes map onto threads and lanes, outermost split first:
-                          "l0"/"l1" splits N/M (axis 0/1) by 2 onto local threads, "u0"/"u1" onto upcast lanes
-    """
-
-    dims: tuple[int, int, int]
-    threads: int
-    elements_per_thread: tuple[int, int, int]
-    dtype_in: DType
-    dtype_out: DType
-    opts: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        n, m, k = self.dims
-        a, b, c = self.elements_per_thread
-        if a * self.threads != m * k or b * self.threads != k * n or c * self.threads != m * n:
-            raise ValueError(
-                f"tensor core {self.dims} with {self.threads} threads cannot hold {self.elements_per_thread}"
-            )
-
-    def __str__(self) -> str:
-        n, m, k = self.dims
-        return f"WMMA_{n}_{m}_{k}_{self.dtype_in.name}_{self.dtype_out.name}"
 
 
 class Renderer(ABC):

@@ -7,6 +7,7 @@ Each is a PatternMatcher for `kiln.uops.type_verify`: every uop must match a rul
 from __future__ import annotations
 
 from kiln.codegen.kernel_info import KernelInfo
+from kiln.codegen.tensor_core import WmmaArg
 from kiln.uops import (
     AxisKind,
     DType,
@@ -83,6 +84,17 @@ def _define_global_ok(x: UOp) -> bool:
     return type(x.arg) is int and x.arg >= 0 and _is_pointer(x.dtype, MemoryScope.GLOBAL)
 
 
+def _wmma_ok(x: UOp) -> bool:
+    if not isinstance(x.arg, WmmaArg) or len(x.src) != 3:
+        return False
+    a_layout, b_layout, c_layout = x.arg.layouts
+    return (
+        x.src[0].dtype == x.arg.dtype_in.vec(a_layout.elements)
+        and x.src[1].dtype == x.arg.dtype_in.vec(b_layout.elements)
+        and x.src[2].dtype == x.dtype == x.arg.dtype_out.vec(c_layout.elements)
+    )
+
+
 _pm_memory = [
     (UPat(Ops.DEFINE_GLOBAL, src=(), name="x"), _define_global_ok),
     (UPat(Ops.LOAD, name="x"), _load_ok),
@@ -102,6 +114,7 @@ pm_spec_kernel = PatternMatcher(
         (UPat(Ops.RANGE, dtype=dtypes.index, src=(UPat(dtype=dtypes.index),), name="x"), _range_ok),
         (UPat(Ops.REDUCE, name="x"), _reduce_ok),
         (UPat(Ops.DEFINE_VAR, dtype=dtypes.index, src=()), lambda: True),
+        (UPat(Ops.WMMA, name="x"), _wmma_ok),
     ]
 )
 """The kernel sink format (README "Kernel sink format"), before and after optimization; extends pm_spec_alu."""
@@ -142,7 +155,7 @@ pm_spec_linear = PatternMatcher(
         (UPat(Ops.ENDIF, src=(UPat(Ops.IF),)), lambda: True),
         (UPat(Ops.BARRIER), lambda: True),
         (UPat(Ops.AFTER, name="x"), lambda x: len(x.src) >= 1 and x.dtype == x.src[0].dtype),
-        (UPat(Ops.WMMA, name="x"), lambda x: len(x.src) == 3 and x.dtype == x.src[2].dtype),
+        (UPat(Ops.WMMA, name="x"), _wmma_ok),
         (UPat((Ops.SINK, Ops.VCONST, Ops.REDUCE, Ops.UNROLL, Ops.CONTRACT, Ops.GROUP)), lambda: False),
     ]
 )

@@ -286,6 +286,32 @@ def split_constant(uop: UOp) -> tuple[UOp, int]:
     return uop, 0
 
 
+def _shift_canonical(dtype: DType, canonical: UOp, amount: int) -> UOp | None:
+    """build_sum of `canonical`'s terms with its constant moved by `amount`, reusing its chain of terms.
+
+    The fast path of `canonical + c` (every lane of an unrolled address is one): when the terms are already stable
+    under the digit and Hermite folds and start with a positive term, the canonical result is the same chain of
+    terms with only the trailing constant changed, so no sorting or rebuilding is needed. None: use the slow path.
+    """
+    terms, constant = _canonical_sums[canonical]
+    if not any(coefficient > 0 for coefficient in terms.values()):
+        return None  # the chain may start with the constant (c - x): its shape depends on the constant
+    if any(term.op in (Ops.MOD, Ops.IDIV) for term in terms):
+        return None  # the folds may apply: leave them to the slow path
+    chain = canonical
+    if constant != 0:
+        assert canonical.op in (Ops.ADD, Ops.SUB) and canonical.src[1].op is Ops.CONST
+        chain = canonical.src[0]
+    new_constant = _wrap_signed(dtype, constant + amount)
+    if new_constant == 0:
+        result = chain
+    else:
+        result = UOp(Ops.ADD if new_constant > 0 else Ops.SUB, dtype, (chain, make_const(dtype, abs(new_constant))))
+    if result.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and result not in _canonical_sums:
+        _canonical_sums[result] = (dict(terms), new_constant)
+    return result
+
+
 def normalize_sum(root: UOp) -> UOp | None:
     """Rewrite an integer ADD/SUB/NEG/MUL-by-constant tree into its canonical sum (see `build_sum`)."""
     if not is_int_scalar(root) or root in _canonical_sums or root in _canonical_prefixes:
@@ -298,6 +324,10 @@ def normalize_sum(root: UOp) -> UOp | None:
         and _split_factor(root.src[1])[1] == 1
     ):
         return None  # a plain product: only the order of its operands matters (see order_commutative)
+    if root.op in (Ops.ADD, Ops.SUB) and root.src[1].op is Ops.CONST and root.src[0] in _canonical_sums:
+        shifted = _shift_canonical(root.dtype, root.src[0], int(root.src[1].arg) * (1 if root.op is Ops.ADD else -1))
+        if shifted is not None:
+            return None if shifted is root else shifted
     terms, constant = linear_form(root)
     terms, constant = _recombine(root.dtype, terms, constant)
     terms, constant = _fold_hermite(root.dtype, terms, constant)

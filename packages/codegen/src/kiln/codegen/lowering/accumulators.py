@@ -8,6 +8,7 @@ becomes
     END(that store, r0, r1)
     LOAD(INDEX(AFTER(acc, END), lanes))                                  the result, read after the loop
 AFTER orders memory effects that hash-consing would otherwise merge (the three loads have the same address).
+A sum of WMMA(a, b, 0) updates with WMMA(a, b, running) instead (D = A @ B + C accumulates on the unit).
 A vector REDUCE gets one register per lane, addressed by a vector index (split into scalars by the devectorizer).
 """
 
@@ -59,6 +60,10 @@ def _after(pointer: UOp, *dependencies: UOp) -> UOp:
     return UOp(Ops.AFTER, pointer.dtype, (pointer, *dependencies)) if dependencies else pointer
 
 
+def _is_zero(value: UOp) -> bool:
+    return (value.op is Ops.CONST and value.arg == 0) or (value.op is Ops.VCONST and all(v == 0 for v in value.arg))
+
+
 def _reduce_to_accumulator(ctx: RegisterSlots, reduction: UOp) -> UOp:
     value, ranges = reduction.src[0], reduction.src[1:]
     if not ranges:
@@ -69,7 +74,11 @@ def _reduce_to_accumulator(ctx: RegisterSlots, reduction: UOp) -> UOp:
     identity = UOp.const(reduction.dtype, reduce_identity(reduction.arg, reduction.dtype))
     initialize = UOp(Ops.STORE, dtypes.void, (_address(_after(accumulator, *outer), lanes), identity))
     running = UOp(Ops.LOAD, reduction.dtype, (_address(_after(accumulator, initialize, *ranges), lanes),))
-    update = UOp(Ops.STORE, dtypes.void, (_address(accumulator, lanes), running.alu(reduction.arg, value)))
+    if value.op is Ops.WMMA and reduction.arg is Ops.ADD and _is_zero(value.src[2]):
+        updated = value.replace(src=(*value.src[:2], running))  # the tensor core adds the accumulator itself
+    else:
+        updated = running.alu(reduction.arg, value)
+    update = UOp(Ops.STORE, dtypes.void, (_address(accumulator, lanes), updated))
     loop = UOp(Ops.END, dtypes.void, (update, *ranges))
     return UOp(Ops.LOAD, reduction.dtype, (_address(_after(accumulator, loop), lanes),))
 

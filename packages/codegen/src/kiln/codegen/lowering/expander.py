@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from kiln.uops import AxisKind, GroupOp, Ops, PatternMatcher, UOp, UPat
+from kiln.uops import AxisKind, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 
 Axes = tuple[tuple[int, int], ...]
 """(axis number, size) pairs sorted by axis number: the lanes of an expanded value, row-major."""
@@ -77,9 +77,74 @@ def _expand_range(rng: UOp) -> UOp | None:
     return UOp(Ops.UNROLL, rng.dtype, (lanes,), ((rng.arg.axis, size.arg),))
 
 
+def _affine_lanes(source: UOp) -> tuple[UOp | None, Axes, tuple[int, ...]] | None:
+    """An index value as (scalar base or None, lane axes, per-lane constants): lane k is base + constants[k]."""
+    if source.op is not Ops.UNROLL:
+        return (source, (), (0,)) if source.op is not Ops.CONST else (None, (), (int(source.arg),))
+    vector = source.src[0]
+    if vector.op is Ops.VCONST:
+        return None, source.arg, tuple(vector.arg)
+    if vector.op is Ops.CONST:
+        return None, source.arg, (int(vector.arg),) * vector.dtype.count
+    if vector.op is Ops.ADD and vector.src[1].op is Ops.VCONST and vector.src[0].op is Ops.VECTORIZE:
+        lanes = vector.src[0].src
+        if all(lane is lanes[0] for lane in lanes):
+            return lanes[0], source.arg, tuple(vector.src[1].arg)
+    return None
+
+
+def _expand_index_math(node: UOp) -> UOp | None:
+    """ADD / SUB / MUL-by-constant of index values as `broadcast(base) + VCONST(lane constants)`.
+
+    Index math is exact, so every lane of an expanded address is one scalar base (simplified once, later) plus a
+    constant; without this, each lane would carry its own copy of the whole expression to simplify.
+    """
+    if node.dtype != dtypes.index or node.op not in (Ops.ADD, Ops.SUB, Ops.MUL):
+        return None
+    parts = [_affine_lanes(source) for source in node.src]
+    if parts[0] is None or parts[1] is None:
+        return None
+    (left_base, left_axes, left_lanes), (right_base, right_axes, right_lanes) = parts[0], parts[1]
+    axes = merge_axes(left_axes, right_axes)
+    if math.prod(size for _, size in axes) == 1:
+        return None  # one lane: nothing to share
+    left = [left_lanes[lane] for lane in lane_map(axes, left_axes)]
+    right = [right_lanes[lane] for lane in lane_map(axes, right_axes)]
+    base: UOp | None
+    if node.op is Ops.MUL:
+        # only a product with a plain constant stays affine
+        if right_base is None and right_axes == ():
+            factor, base, offsets = right_lanes[0], left_base, left
+        elif left_base is None and left_axes == ():
+            factor, base, offsets = left_lanes[0], right_base, right
+        else:
+            return None
+        base = None if base is None else base * factor
+        lanes = [offset * factor for offset in offsets]
+    else:
+        sign = 1 if node.op is Ops.ADD else -1
+        lanes = [a + sign * b for a, b in zip(left, right)]
+        if right_base is None:
+            base = left_base
+        elif left_base is None:
+            base = right_base if sign == 1 else -right_base
+        else:
+            base = UOp(node.op, dtypes.index, (left_base, right_base))
+    count = len(lanes)
+    offsets_vector = UOp.const(dtypes.index.vec(count), tuple(lanes))
+    vector = (
+        offsets_vector
+        if base is None
+        else UOp(Ops.ADD, offsets_vector.dtype, (_broadcast(base, count), offsets_vector))
+    )
+    return UOp(Ops.UNROLL, dtypes.index, (vector,), axes)
+
+
 def _expand_op(node: UOp) -> UOp | None:
     if not any(source.op is Ops.UNROLL for source in node.src):
         return None
+    if (affine := _expand_index_math(node)) is not None:
+        return affine
     if node.op is Ops.BARRIER:  # its sources only order it: any lanes will do
         return node.replace(src=tuple(s.src[0] if s.op is Ops.UNROLL else s for s in node.src))
     axes = merge_axes(*(source.arg for source in node.src if source.op is Ops.UNROLL))

@@ -5,6 +5,8 @@ whose neighbouring threads are launched together. When there are more axes than 
 dimension (the smallest products first); when a dimension is larger than its limit and a dimension is free, it is
 split in two. Each original axis is then recovered from its dimension(s) by division and modulo.
 THREAD axes (at most one) become SPECIAL "core_id". GLOBAL axes of a renderer without local threads stay loops.
+The lane axis of a WMMA's warp goes innermost, so a warp is made of threads whose linear ids differ only in their
+low bits (as on the hardware).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 
 from kiln.codegen.loop_structure import kernel_ranges, replace_ranges
 from kiln.codegen.renderer import Renderer
+from kiln.codegen.tensor_core import WARP_LANE_TAG
 from kiln.uops import AxisKind, Ops, UOp, dtypes
 
 
@@ -74,6 +77,11 @@ def _group_size(group: list[UOp]) -> UOp:
     return size.simplify()
 
 
+def warp_lane_ranges(sink: UOp) -> set[UOp]:
+    """The LOCAL ranges that number the lanes of a WMMA's warp (made by the TC opt, tagged WARP_LANE_TAG)."""
+    return {r for r in kernel_ranges(sink) if r.arg.kind is AxisKind.LOCAL and r.tag == WARP_LANE_TAG}
+
+
 def map_hardware_dims(sink: UOp, renderer: Renderer) -> UOp:
     """`sink` with its GLOBAL, LOCAL, GROUP_REDUCE and THREAD ranges replaced by SPECIAL-based indices."""
     ranges = kernel_ranges(sink)
@@ -87,7 +95,8 @@ def map_hardware_dims(sink: UOp, renderer: Renderer) -> UOp:
     local = by_kind[AxisKind.LOCAL] + by_kind[AxisKind.GROUP_REDUCE]
     if renderer.has_local:
         values.update(hardware_indices(by_kind[AxisKind.GLOBAL], renderer.global_max or (), "gidx"))
-        local.sort(key=lambda r: r.arg.axis)
+        lanes = warp_lane_ranges(sink)
+        local.sort(key=lambda r: (r in lanes, r.arg.axis))  # warp lanes last: the low bits of the thread id
         values.update(hardware_indices(local, renderer.local_max or (), "lidx"))
     else:
         if local:

@@ -5,6 +5,7 @@ Tracing, timing and the golden tests iterate the same list (`LOWERING_PASSES`); 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,8 +42,19 @@ pm_linear_form = PatternMatcher([(UPat(Ops.VCONST, name="vector"), _lanes_to_vec
 """Last touches for the linear format: vector constants become VECTORIZEs of CONSTs."""
 
 
+# Nodes pm_symbolic leaves alone. Its rules are functions of a node's graph alone, so a node none of them changed
+# once stays unchanged: later passes (which re-run the index simplifier over the whole kernel) skip it. Weak: an
+# entry dies with its node.
+_symbolic_fixed_points: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
 def _simplify_index_math(x: UOp) -> UOp | None:
-    return pm_symbolic.rewrite(x)
+    if x in _symbolic_fixed_points:
+        return None
+    simplified = pm_symbolic.rewrite(x)
+    if simplified is None:
+        _symbolic_fixed_points.add(x)
+    return simplified
 
 
 # the symbolic simplifier on integer and bool nodes only: index math needs it, data math does not (and is larger)

@@ -17,6 +17,7 @@ from kiln.codegen.lowering.accumulators import reduce_identity
 from kiln.codegen.lowering.gpu_dims import hardware_indices
 from kiln.codegen.opt.kernel_axes import (
     MAX_LANES,
+    applied_opts,
     axes_of,
     constant_size,
     kernel_info,
@@ -25,6 +26,7 @@ from kiln.codegen.opt.kernel_axes import (
     reduces_of,
     uses_nolocals,
 )
+from kiln.codegen.opt.tensor_core_opt import apply_tensor_core
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp
 
@@ -46,6 +48,10 @@ _ALLOWED_KINDS = {
     OptOps.PADTO: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE),
     OptOps.SWAP: (AxisKind.GLOBAL,),
 }
+
+
+# opts that keep the tile structure of a TC kernel intact (they only move whole tiles between blocks)
+_AFTER_TC = frozenset({OptOps.LOCAL, OptOps.SWAP})
 
 
 def _check(condition: bool, message: str) -> None:
@@ -139,8 +145,13 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
         _check(not axes_of(sink, AxisKind.LOCAL, AxisKind.GROUP_REDUCE), "NOLOCALS after LOCAL or GROUP axes exist")
         return _record(sink, opt)
     if opt.op is OptOps.TC:
-        _check(bool(renderer.tensor_cores), f"TC needs a renderer with tensor cores; {renderer!r} has none")
-        raise KernelOptError("TC is not supported by this version of kiln.codegen")
+        result = apply_tensor_core(sink, opt, renderer)
+        _local_indices_fit(result, renderer)
+        return _record(result, opt)
+    _check(
+        opt.op in _AFTER_TC or not any(applied.op is OptOps.TC for applied in applied_opts(sink)),
+        f"{opt.op.name} after TC is not supported (only {', '.join(sorted(op.name for op in _AFTER_TC))})",
+    )
     axes = range_by_axis(sink)
     _check(
         isinstance(opt.axis, int) and opt.axis in axes, f"{opt.op.name}: no axis {opt.axis!r}; axes are {sorted(axes)}"
