@@ -1,0 +1,294 @@
+"""`AutogradMixin`: the gradient methods of `Tensor`: `requires_grad`, `requires_grad_`, `backward`, `gradient`.
+
+Gradients are rewrites of the tensor graph (`kiln.tensor.gradient`): `backward()` and `gradient()` build lazy
+gradient graphs and never run anything themselves; the gradients are computed when they are realized.
+
+Leaves: a tensor that requires grad is a leaf when no other live tensor that requires grad lies below it in its graph
+(DETACH and ASSIGN start a new history: `w.detach().requires_grad_()` and a tensor after `assign` are leaves).
+Results of operations on leaves require grad too but are not leaves; `backward()` fills `.grad` of leaves only.
+
+Hash-consing makes equal graphs one node, so two tensors built the same way (`Tensor.zeros(3)` twice) share their
+node, and so does the literal 0.0 elsewhere. A tensor that starts requiring grad while its graph reads no buffer is
+realized into a buffer of its own, and so is any tensor given to `requires_grad_()` that is not plain data in a
+buffer, so the gradients of leaves never mix.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from typing import TYPE_CHECKING, Any, cast
+
+from kiln.tensor import graph
+from kiln.tensor.gradient import compute_gradient
+from kiln.tensor.realize.engine import realize_uops
+from kiln.uops import Ops, UOp, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["AutogradMixin"]
+
+# every live tensor whose requires_grad is True, by id (weak: tracking never keeps a tensor alive), and a counter
+# giving each one its place in creation order (a leaf is created before the results computed from it)
+_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_registrations = itertools.count()
+
+
+def _history(root: UOp) -> list[UOp]:
+    # the nodes a gradient of root can reach: DETACH stops it
+    return root.toposort(gate=lambda node: node.op is not Ops.DETACH)
+
+
+class AutogradMixin:
+    """Gradient tracking and reverse-mode differentiation for `Tensor`."""
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """Whether gradients are tracked for this tensor: True, False (explicitly not) or None (not set).
+
+        Results of operations require grad when any input does (outside `no_grad`).
+        """
+        value: bool | None = self.__dict__.get("_requires_grad")
+        return value
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"requires_grad must be a bool or None, got {value!r}")
+        uop: UOp | None = self.__dict__.get("uop")
+        newly = value is True and self.__dict__.get("_requires_grad") is not True
+        if newly and uop is not None and dtypes.is_float(uop.dtype) and not _has_buffer(uop) and _is_new_leaf(uop):
+            # a constant graph (zeros, randn ...) is hash-consed with every equal one: give the leaf its own buffer
+            self.__dict__["uop"] = _into_new_buffer(uop)
+        self.__dict__["_requires_grad"] = value
+        if value is True:
+            self.__dict__["_grad_order"] = next(_registrations)
+            _requiring_grad[id(self)] = cast("Tensor", self)
+        else:
+            _requiring_grad.pop(id(self), None)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Sets `requires_grad` in place and returns this tensor (only float tensors can require gradients).
+
+        A tensor that starts requiring grad here is a leaf: unless it is plain data in a buffer of its own (a tensor
+        made from host data or realized), its values are realized now into a new buffer, so it can never share its
+        graph node with another tensor built the same way.
+
+        Example:
+            >>> w = Tensor([1.0, 2.0]).requires_grad_()
+            >>> w.requires_grad
+            True
+        """
+        tensor = cast("Tensor", self)
+        if not isinstance(requires_grad, bool):
+            raise TypeError(f"requires_grad_ takes a bool, got {requires_grad!r}")
+        if requires_grad and not dtypes.is_float(tensor.dtype):
+            raise RuntimeError(f"only float tensors can require gradients, this tensor is {tensor.dtype!r}")
+        if requires_grad and tensor.requires_grad is not True and not _owns_its_node(tensor):
+            tensor.uop = _into_new_buffer(tensor.uop)
+        tensor.requires_grad = requires_grad
+        return tensor
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | Any | None = None) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets` (lazy tensors of the targets' shapes).
+
+        Args:
+            targets: float tensors this one was computed from (they need not require grad).
+            gradient: the gradient flowing into this tensor; optional for a one-element tensor (then 1).
+
+        Returns:
+            One gradient per target, in order. A target that is in the graph but that no gradient reaches (used only
+            through comparisons or integer ops) gets zeros. The gradients are graphs too: differentiating them
+            again gives higher derivatives.
+
+        Raises:
+            RuntimeError: a target is not in this tensor's graph (or only behind `detach()`); this tensor has more
+                than one element and no `gradient` is given.
+            ValueError: `gradient` has another shape than this tensor.
+
+        Example:
+            >>> x = Tensor([1.0, 2.0, 3.0])
+            >>> (x * x).sum().gradient(x)[0].tolist()
+            [2.0, 4.0, 6.0]
+        """
+        from kiln.tensor.tensor import Tensor
+
+        root = cast("Tensor", self)
+        if not targets:
+            raise TypeError("gradient() needs at least one target tensor")
+        for position, target in enumerate(targets):
+            if not isinstance(target, Tensor):
+                raise TypeError(f"gradient() targets must be Tensors, target {position} is {type(target).__name__}")
+            if not dtypes.is_float(target.dtype):
+                raise TypeError(f"only float tensors have gradients, target {position} is {target.dtype!r}")
+        if not dtypes.is_float(root.dtype):
+            raise TypeError(f"gradient() differentiates float tensors, this one is {root.dtype!r}")
+        root_gradient = _root_gradient(root, gradient, "gradient()")
+        reachable = set(_history(root.uop))
+        nodes = [_gradient_node(target.uop) for target in targets]
+        for position, (target, node) in enumerate(zip(targets, nodes)):
+            if node not in reachable:
+                raise RuntimeError(
+                    f"gradient(): target {position} ({target!r}) is not in the graph of {root!r} "
+                    "(or only behind detach())"
+                )
+        found = compute_gradient(root.uop, root_gradient, nodes)
+        return [Tensor._from_uop(_gradient_of(target, node, found.get(node))) for target, node in zip(targets, nodes)]
+
+    def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
+        """Adds the gradient of this tensor to `.grad` of every leaf tensor it was computed from that requires grad.
+
+        Args:
+            gradient: the gradient flowing into this tensor; optional for a one-element tensor (then 1).
+
+        Returns:
+            This tensor. The `.grad` tensors are lazy until realized; calling backward again adds to them (set
+            `.grad = None` to start over, as an optimizer's `zero_grad` does). Leaves no gradient reaches keep
+            their `.grad`.
+
+        Raises:
+            RuntimeError: this tensor does not require grad; it has more than one element and no `gradient` is
+                given; two leaves share one graph node.
+            ValueError: `gradient` has another shape than this tensor.
+
+        Example:
+            >>> w = Tensor([1.0, 2.0], requires_grad=True)
+            >>> (w * w).sum().backward().item()
+            5.0
+            >>> w.grad.tolist()
+            [2.0, 4.0]
+        """
+        from kiln.tensor.tensor import Tensor
+
+        root = cast("Tensor", self)
+        if root.requires_grad is not True:
+            raise RuntimeError(
+                f"backward() on {root!r}, which does not require grad: no tensor it was computed from has "
+                "requires_grad=True (or it was built inside no_grad())"
+            )
+        if not dtypes.is_float(root.dtype):
+            raise RuntimeError(f"backward() needs a float tensor, got {root.dtype!r}")
+        root_gradient = _root_gradient(root, gradient, "backward()")
+        leaves = _leaves(root.uop)
+        found = compute_gradient(root.uop, root_gradient, list(leaves))
+        for node, leaf in leaves.items():
+            gradient_uop = found.get(node)
+            if gradient_uop is None:
+                continue
+            gradient_uop = _gradient_of(leaf, node, gradient_uop)
+            if leaf.grad is not None:
+                gradient_uop = graph.alu(Ops.ADD, leaf.grad.uop, gradient_uop)
+            leaf.grad = Tensor._from_uop(gradient_uop)
+        return root
+
+
+def _gradient_node(uop: UOp) -> UOp:
+    """The node to differentiate for a tensor whose graph is `uop`.
+
+    graph.py builds a reshape of a reshape as one reshape of the base, so a data tensor's values can be used through
+    its BUFFER without passing its own RESHAPE node: the gradient is taken for the BUFFER and reshaped back.
+    """
+    if uop.op is Ops.RESHAPE and uop.src[0].op is Ops.BUFFER:
+        return uop.src[0]
+    return uop
+
+
+def _gradient_of(tensor: Tensor, node: UOp, gradient: UOp | None) -> UOp:
+    """`gradient` (of `node`, the tensor's gradient node) as a node of the tensor's shape; zeros for None."""
+    if gradient is None:
+        return graph.const(0.0, tensor.dtype, tensor.device, tensor.shape)
+    return graph.reshape(gradient, tensor.shape) if node is not tensor.uop else gradient
+
+
+def _owns_its_node(tensor: Tensor) -> bool:
+    """Whether the tensor is plain data in a BUFFER that no other tensor requiring grad is built on as itself."""
+    if _gradient_node(tensor.uop).op is not Ops.BUFFER:
+        return False
+    return not any(other is not tensor and other.uop is tensor.uop for other in list(_requiring_grad.values()))
+
+
+def _has_buffer(uop: UOp) -> bool:
+    """Whether `uop`'s graph reads a BUFFER (cached on each node, so results built one op at a time cost O(1))."""
+    slot = "autograd_has_buffer"
+    cached: bool | None = uop.__dict__.get(slot)
+    if cached is not None:
+        return cached
+    for node in uop.toposort(gate=lambda node: slot not in node.__dict__):
+        if slot not in node.__dict__:
+            node.__dict__[slot] = node.op is Ops.BUFFER or any(source.__dict__[slot] for source in node.src)
+    result: bool = uop.__dict__[slot]
+    return result
+
+
+def _is_new_leaf(uop: UOp) -> bool:
+    """Whether no live tensor that requires grad is part of `uop`'s graph (so `uop` is not a result of one)."""
+    requiring = {tensor.uop for tensor in list(_requiring_grad.values())}
+    return not any(node in requiring for node in uop.toposort())
+
+
+def _into_new_buffer(uop: UOp) -> UOp:
+    """Realizes `uop`'s values into a new buffer (ASSIGN: never shared through the engine's realized-node memory)."""
+    shape = graph.shape_of(uop)
+    target = graph.reshape(graph.buffer_uop(graph.device_of(uop), math.prod(shape), uop.dtype), shape)
+    return realize_uops([graph.assign(target, uop)])[0]
+
+
+def _root_gradient(root: Tensor, gradient: Tensor | Any | None, caller: str) -> UOp:
+    """The gradient flowing into `root` as a node of root's shape, dtype and device (ones for a scalar)."""
+    from kiln.tensor.tensor import Tensor
+
+    if gradient is None:
+        if root.numel() != 1:
+            raise RuntimeError(
+                f"{caller} without a gradient needs a tensor with one element, got shape {root.shape}; "
+                f"pass gradient= with shape {root.shape}"
+            )
+        return graph.const(1.0, root.dtype, root.device, root.shape)
+    if not isinstance(gradient, Tensor):
+        gradient = Tensor(gradient, dtype=root.dtype, device=root.device)
+    if gradient.shape != root.shape:
+        raise ValueError(f"{caller}: gradient shape {gradient.shape} must equal the tensor's shape {root.shape}")
+    if not dtypes.is_float(gradient.dtype):
+        raise TypeError(f"{caller}: gradient must be a float tensor, got {gradient.dtype!r}")
+    return graph.cast(graph.copy_to(gradient.uop, root.device), root.dtype)
+
+
+def _leaves(root: UOp) -> dict[UOp, Tensor]:
+    """The live leaf tensors that require grad in root's graph (not behind DETACH), by their gradient node."""
+    order = _history(root)
+    nodes = set(order)
+    groups: dict[UOp, list[Tensor]] = {}
+    for tensor in list(_requiring_grad.values()):
+        if tensor.requires_grad is not True or not dtypes.is_float(tensor.dtype):
+            continue
+        node = _gradient_node(tensor.uop)
+        if node in nodes:
+            groups.setdefault(node, []).append(tensor)
+    # whether a node has another requiring-grad node strictly below it; DETACH and ASSIGN start a new history
+    below: dict[UOp, bool] = {}
+    for node in order:
+        if node.op in (Ops.DETACH, Ops.ASSIGN):
+            below[node] = False
+            continue
+        below[node] = any(source in groups or below.get(source, False) for source in node.src)
+    leaves: dict[UOp, Tensor] = {}
+    for node, tensors in groups.items():
+        if below[node]:
+            continue
+        if not _has_buffer(node):
+            # a constant graph that never got a buffer of its own is the same node as every equal constant (the
+            # literal 2.0 in `x * 2.0`): it cannot be told apart from them, so it is not treated as a leaf
+            continue
+        # a folded reshape makes a result share its data tensor's node: the earliest tensor is the leaf
+        tensors.sort(key=lambda tensor: int(tensor.__dict__["_grad_order"]))
+        first = tensors[0]
+        twins = [tensor for tensor in tensors[1:] if tensor.uop is first.uop]
+        if twins:
+            raise RuntimeError(
+                f"backward(): {len(twins) + 1} leaf tensors share one graph node ({first!r}), so their gradients "
+                "cannot be told apart; make leaves with requires_grad_(), which gives each its own buffer"
+            )
+        leaves[node] = first
+    return leaves

@@ -1,0 +1,296 @@
+"""Reverse-mode differentiation of the tensor graph: one gradient rule per primitive op, and the backward walk.
+
+Each rule of `pm_gradient` matches one primitive (`ret`) and receives the gradient flowing into it (`ctx`, same shape
+and dtype as `ret`). It returns one entry per source of `ret`: the gradient for that source (a tensor-graph UOp of
+the source's shape and dtype) or None where no gradient flows (bool conditions, DEVICE sources, overwritten
+buffers, DETACH). Rules only build tensor-graph primitives, so a gradient is an ordinary lazy graph that the
+scheduler fuses like any other (and can itself be differentiated again).
+
+Choices where the derivative is not unique (the same as PyTorch's):
+- MAX of two tensors: on a tie each side gets half of the gradient.
+- REDUCE_AXIS MAX: the gradient is split evenly among all elements equal to the maximum (like `torch.amax`).
+- REDUCE_AXIS MUL: exact with zeros: a lone zero gets the product of the other elements, everything else in a group
+  with a zero gets 0.
+- POW: d/dx is 0 where the exponent is 0; d/dy is 0 where x == 0 and the exponent is >= 0.
+- TRUNC: zero everywhere (its derivative where it is defined). Comparisons, BITCAST and integer ops pass none.
+
+`compute_gradient` walks the graph from the root in reverse topological order, visiting only float nodes on a
+path to a target, and adds up the gradients of nodes used more than once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+from kiln.tensor import graph
+from kiln.uops import ConstType, Ops, PatternMatcher, UOp, UPat, dtypes
+
+__all__ = ["compute_gradient", "pm_gradient"]
+
+Gradients = tuple[UOp | None, ...]
+
+# ---------------------------------------------------------------------------------------------------------------
+# small builders over graph.py (every node keeps one shape, dtype and device)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _full_like(like: UOp, value: ConstType) -> UOp:
+    return graph.const(value, like.dtype, graph.device_of(like), graph.shape_of(like))
+
+
+def _add(a: UOp, b: UOp) -> UOp:
+    return graph.alu(Ops.ADD, a, b)
+
+
+def _sub(a: UOp, b: UOp) -> UOp:
+    return graph.alu(Ops.SUB, a, b)
+
+
+def _mul(a: UOp, b: UOp) -> UOp:
+    return graph.alu(Ops.MUL, a, b)
+
+
+def _div(a: UOp, b: UOp) -> UOp:
+    return graph.alu(Ops.FDIV, a, b)
+
+
+def _neg(a: UOp) -> UOp:
+    return graph.alu(Ops.NEG, a)
+
+
+def _scale(a: UOp, factor: float) -> UOp:
+    return _mul(a, _full_like(a, factor))
+
+
+def _where(condition: UOp, if_true: UOp, if_false: UOp) -> UOp:
+    return graph.alu(Ops.WHERE, condition, if_true, if_false)
+
+
+def _equal(a: UOp, b: UOp) -> UOp:
+    return graph.alu(Ops.CMPEQ, a, b)
+
+
+def _sum_to(x: UOp, axes: tuple[int, ...]) -> UOp:
+    return graph.reduce_axis(x, Ops.ADD, axes)
+
+
+def _grown_axes(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(axis for axis, (before, after) in enumerate(zip(small, big)) if before != after)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rules that need more than one line
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _max_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    lhs, rhs = ret.src
+    # the winning side takes the whole gradient, a tie splits it in half
+    lhs_share = _where(
+        graph.alu(Ops.CMPLT, rhs, lhs),
+        _full_like(ctx, 1.0),
+        _where(_equal(lhs, rhs), _full_like(ctx, 0.5), _full_like(ctx, 0.0)),
+    )
+    return _mul(ctx, lhs_share), _mul(ctx, _sub(_full_like(ctx, 1.0), lhs_share))
+
+
+def _pow_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    base, exponent = ret.src
+    zero = _full_like(ctx, 0.0)
+    # d/dbase = exponent * base**(exponent-1), defined as 0 for a zero exponent (0**-1 would give 0*inf)
+    power = graph.alu(Ops.POW, base, _sub(exponent, _full_like(exponent, 1.0)))
+    base_grad = _where(_equal(exponent, zero), zero, _mul(ctx, _mul(exponent, power)))
+    # d/dexponent = base**exponent * ln(base), defined as 0 at base 0 with exponent >= 0 (ln(0) gives nan or -inf)
+    log_base = _scale(graph.alu(Ops.LOG2, base), math.log(2.0))
+    full = _mul(ctx, _mul(ret, log_base))
+    at_zero_base = _where(graph.alu(Ops.CMPLT, exponent, zero), full, zero)
+    return base_grad, _where(_equal(base, zero), at_zero_base, full)
+
+
+def _reduce_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    source = ret.src[0]
+    shape = graph.shape_of(source)
+    axes: tuple[int, ...] = ret.arg.axes
+    upstream = graph.expand(ctx, shape)
+    if ret.arg.op is Ops.ADD:
+        return (upstream,)
+    if ret.arg.op is Ops.MAX:
+        hits = graph.cast(_equal(source, graph.expand(ret, shape)), source.dtype)
+        share = _div(ctx, _sum_to(hits, axes))
+        return (_mul(hits, graph.expand(share, shape)),)
+    assert ret.arg.op is Ops.MUL, f"unexpected reduce op {ret.arg.op!r}"
+    return (_product_gradient(upstream, source, axes),)
+
+
+def _product_gradient(upstream: UOp, source: UOp, axes: tuple[int, ...]) -> UOp:
+    # d(prod x)/dx_i is the product of the other elements; dividing the product by x_i fails at zeros, so the
+    # product is taken over the non-zero elements and the zeros of each group are counted
+    shape = graph.shape_of(source)
+    zero, one = _full_like(source, 0.0), _full_like(source, 1.0)
+    is_zero = _equal(source, zero)
+    nonzero_product = graph.expand(graph.reduce_axis(_where(is_zero, one, source), Ops.MUL, axes), shape)
+    zero_count = graph.expand(_sum_to(graph.cast(is_zero, source.dtype), axes), shape)
+    # no zero in the group: product / x_i; one zero: that zero gets the product of the rest; more: all 0
+    at_nonzero = _where(_equal(zero_count, zero), _div(nonzero_product, _where(is_zero, one, source)), zero)
+    at_zero = _where(_equal(zero_count, one), nonzero_product, zero)
+    return _mul(upstream, _where(is_zero, at_zero, at_nonzero))
+
+
+def _permute_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    order: tuple[int, ...] = ret.arg
+    inverse = tuple(sorted(range(len(order)), key=lambda axis: order[axis]))
+    return (graph.permute(ctx, inverse),)
+
+
+def _expand_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    return (_sum_to(ctx, _grown_axes(graph.shape_of(ret.src[0]), graph.shape_of(ret))),)
+
+
+def _pad_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    sizes = graph.shape_of(ret.src[0])
+    return (graph.shrink(ctx, tuple((before, before + size) for (before, _), size in zip(ret.arg, sizes))),)
+
+
+def _shrink_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    sizes = graph.shape_of(ret.src[0])
+    return (graph.pad(ctx, tuple((start, size - end) for (start, end), size in zip(ret.arg, sizes))),)
+
+
+def _cast_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    source = ret.src[0]
+    return (graph.cast(ctx, source.dtype) if dtypes.is_float(source.dtype) else None,)
+
+
+def _mod_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    # float MOD is C's fmod: a - trunc(a / b) * b
+    lhs, rhs = ret.src
+    return ctx, _neg(_mul(ctx, graph.alu(Ops.TRUNC, _div(lhs, rhs))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the rule table: one entry per primitive of the tensor graph
+# ---------------------------------------------------------------------------------------------------------------
+
+pm_gradient = PatternMatcher(
+    [
+        # elementwise arithmetic
+        (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),
+        (UPat(Ops.SUB, name="ret"), lambda ctx, ret: (ctx, _neg(ctx))),
+        (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (_mul(ctx, ret.src[1]), _mul(ctx, ret.src[0]))),
+        (UPat(Ops.FDIV, name="ret"), lambda ctx, ret: (_div(ctx, ret.src[1]), _neg(_div(_mul(ctx, ret), ret.src[1])))),
+        (UPat(Ops.MULACC, name="ret"), lambda ctx, ret: (_mul(ctx, ret.src[1]), _mul(ctx, ret.src[0]), ctx)),
+        (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (_neg(ctx),)),
+        (UPat(Ops.MAX, name="ret"), _max_gradient),
+        (UPat(Ops.POW, name="ret"), _pow_gradient),
+        (UPat(Ops.MOD, name="ret"), _mod_gradient),
+        (UPat(Ops.TRUNC, name="ret"), lambda ctx, ret: (_full_like(ctx, 0.0),)),
+        # transcendental
+        (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (_mul(ctx, _scale(ret, math.log(2.0))),)),
+        (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (_div(ctx, _scale(ret.src[0], math.log(2.0))),)),
+        (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (_div(ctx, _scale(ret, 2.0)),)),
+        (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (_neg(_mul(ctx, _mul(ret, ret))),)),
+        # cos(x) = sin(pi/2 - x): the graph has no COS
+        (
+            UPat(Ops.SIN, name="ret"),
+            lambda ctx, ret: (_mul(ctx, graph.alu(Ops.SIN, _sub(_full_like(ret, math.pi / 2), ret.src[0]))),),
+        ),
+        # selection and comparisons: the bool condition and comparison operands get nothing
+        (
+            UPat(Ops.WHERE, name="ret"),
+            lambda ctx, ret: (
+                None,
+                _where(ret.src[0], ctx, _full_like(ctx, 0.0)),
+                _where(ret.src[0], _full_like(ctx, 0.0), ctx),
+            ),
+        ),
+        (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), name="ret"), lambda ctx, ret: (None, None)),
+        # dtype changes
+        (UPat(Ops.CAST, name="ret"), _cast_gradient),
+        (UPat(Ops.BITCAST, name="ret"), lambda ctx, ret: (None,)),
+        # movement: each is undone on the gradient
+        (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (graph.reshape(ctx, graph.shape_of(ret.src[0])),)),
+        (UPat(Ops.PERMUTE, name="ret"), _permute_gradient),
+        (UPat(Ops.EXPAND, name="ret"), _expand_gradient),
+        (UPat(Ops.PAD, name="ret"), _pad_gradient),
+        (UPat(Ops.SHRINK, name="ret"), _shrink_gradient),
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (graph.flip(ctx, ret.arg),)),
+        # reductions
+        (UPat(Ops.REDUCE_AXIS, name="ret"), _reduce_gradient),
+        # buffers and devices
+        (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
+        (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,)),
+        (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (graph.copy_to(ctx, graph.device_of(ret.src[0])), None)),
+        # the overwritten target's old value does not reach the result; the written value does
+        (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
+        (UPat(Ops.CONST, name="ret"), lambda ctx, ret: (None,)),
+    ]
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the backward walk
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _differentiable(uop: UOp) -> bool:
+    return dtypes.is_float(uop.dtype)
+
+
+def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) -> dict[UOp, UOp]:
+    """The gradients of `root` with respect to each of `targets`, given the gradient `root_gradient` of `root`.
+
+    Args:
+        root: a tensor-graph node of a float dtype.
+        root_gradient: the gradient flowing into `root` (same shape and dtype as `root`; ones for d root / d x).
+        targets: float tensor-graph nodes.
+
+    Returns:
+        target -> its gradient (a tensor-graph node of the target's shape and dtype) for every target a gradient
+        reaches; targets off every differentiable path from `root` (not in its graph, behind DETACH, only used
+        through comparisons or integer ops) are left out.
+
+    Example:
+        >>> from kiln.tensor import graph
+        >>> x = graph.const(3.0, dtypes.float32, "PYTHON")
+        >>> compute_gradient(graph.alu(Ops.MUL, x, x), graph.const(1.0, dtypes.float32, "PYTHON"), [x])[x].op
+        Ops.ADD
+    """
+    if not _differentiable(root):
+        raise TypeError(f"only float results can be differentiated, got {root.dtype!r}")
+    if graph.shape_of(root_gradient) != graph.shape_of(root) or root_gradient.dtype != root.dtype:
+        raise ValueError(
+            f"the root gradient must match the root: expected shape {graph.shape_of(root)} dtype {root.dtype!r}, "
+            f"got shape {graph.shape_of(root_gradient)} dtype {root_gradient.dtype!r}"
+        )
+    target_set = set(targets)
+    for target in target_set:
+        if not _differentiable(target):
+            raise TypeError(f"only float tensors have gradients, got a target of {target.dtype!r}")
+    order = root.toposort()
+    # the float nodes a gradient can travel through from root to a target (a target's sources only if they lead on)
+    leads: set[UOp] = set()
+    for node in order:
+        if not _differentiable(node):
+            continue
+        if node in target_set or (node.op is not Ops.DETACH and any(source in leads for source in node.src)):
+            leads.add(node)
+    gradients: dict[UOp, UOp] = {root: root_gradient}
+    for node in reversed(order):
+        upstream = gradients.get(node)
+        if upstream is None or node not in leads or not any(source in leads for source in node.src):
+            continue
+        result, _ = pm_gradient.rewrite_with_rule(node, ctx=upstream)
+        if result is None:
+            raise RuntimeError(f"no gradient rule for {node.op!r} ({node.dtype!r}): it is not differentiable")
+        assert len(result) == len(node.src), f"gradient rule for {node.op!r} returned {len(result)} entries"
+        for source, gradient in zip(node.src, result):
+            if gradient is None or source not in leads:
+                continue
+            assert graph.shape_of(gradient) == graph.shape_of(source) and gradient.dtype == source.dtype, (
+                f"gradient rule for {node.op!r}: got {graph.shape_of(gradient)} {gradient.dtype!r} for a source of "
+                f"{graph.shape_of(source)} {source.dtype!r}"
+            )
+            previous = gradients.get(source)
+            gradients[source] = gradient if previous is None else _add(previous, gradient)
+    return {target: gradients[target] for target in targets if target in gradients}
