@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kiln.runtime import ArgKind, HCQArgsState, KernelArgLayout
 
-_CTYPES = {ArgKind.POINTER: ctypes.c_uint64, ArgKind.INT32: ctypes.c_int32}
+_CTYPES = {ArgKind.POINTER: ctypes.c_uint64, ArgKind.INT32: ctypes.c_int32, ArgKind.INT64: ctypes.c_int64}
 
 
 def struct_of(kinds: tuple[ArgKind, ...]) -> type[ctypes.Structure]:
@@ -33,6 +33,8 @@ def test_buffers_then_variables_layout_by_hand() -> None:
     assert layout.offsets == (0, 8, 16, 24, 28, 32)
     assert layout.size == 40  # 36 rounded up to the 8-byte alignment of the pointers
     assert KernelArgLayout.buffers_then_variables(0, 3).size == 12
+    wide = KernelArgLayout((ArgKind.INT32, ArgKind.INT64, ArgKind.INT32))
+    assert (wide.offsets, wide.size) == ((0, 8, 16), 24)  # the int64 is 8-aligned, the struct padded to 8
 
 
 @given(
@@ -42,15 +44,19 @@ def test_buffers_then_variables_layout_by_hand() -> None:
             st.lists(
                 st.integers(0, 2**64 - 1), min_size=kinds.count(ArgKind.POINTER), max_size=kinds.count(ArgKind.POINTER)
             ),
-            st.lists(
-                st.integers(-(2**31), 2**31 - 1),
-                min_size=kinds.count(ArgKind.INT32),
-                max_size=kinds.count(ArgKind.INT32),
+            st.tuples(
+                *(
+                    st.integers(-(2**31), 2**31 - 1) if kind is ArgKind.INT32 else st.integers(-(2**63), 2**63 - 1)
+                    for kind in kinds
+                    if kind is not ArgKind.POINTER
+                )
             ),
         )
     )
 )
-def test_packed_values_read_back_through_a_c_struct(case: tuple[tuple[ArgKind, ...], list[int], list[int]]) -> None:
+def test_packed_values_read_back_through_a_c_struct(
+    case: tuple[tuple[ArgKind, ...], list[int], tuple[int, ...]],
+) -> None:
     kinds, addresses, values = case
     layout = KernelArgLayout(kinds)
     memory = bytearray(layout.size + 8)
@@ -83,6 +89,8 @@ def test_bad_arguments_raise() -> None:
         HCQArgsState(layout, memoryview(bytes(16)), [1], [3])
     with pytest.raises(ValueError, match=r"variable value 0 must be an int in \[-2147483648, 2147483647\]"):
         HCQArgsState(layout, memoryview(bytearray(16)), [1], [2**31])
+    wide = HCQArgsState(KernelArgLayout((ArgKind.INT64,)), memoryview(bytearray(8)), [], [2**40])
+    assert wide.variable_values == (2**40,)
     with pytest.raises(ValueError, match="buffer address 0 must be an int"):
         HCQArgsState(layout, memoryview(bytearray(16)), [-1], [0])
     with pytest.raises(TypeError, match="ArgKind"):

@@ -9,6 +9,7 @@ import pytest
 
 from kiln.runtime import DeviceBase, DeviceRegistry, DeviceUnavailable, HostAllocator
 from kiln.runtime.__main__ import main, survey
+from kiln.uops import UOp
 
 
 class WorkingDevice(DeviceBase):
@@ -78,3 +79,29 @@ def test_module_runs_as_a_script() -> None:
         assert f"\n{kind}  [" in "\n" + result.stdout
     if not kinds:
         assert result.stdout.startswith("no device kinds are known")
+
+
+def test_survey_runs_a_smoke_test_per_renderer_of_the_builtin_devices() -> None:
+    reports = {report.kind: report for report in survey(DeviceRegistry(entry_point_group="kiln.test.no_such_group"))}
+    assert reports["CPU"].renderers == "LLVMRenderer (compiler: LLVMCompiler); CRenderer (compiler: CCompiler)"
+    assert reports["CPU"].smoke_test.startswith("LLVMRenderer: ok (compile ")
+    assert "; CRenderer: ok (compile " in reports["CPU"].smoke_test
+    assert reports["PYTHON"].smoke_test.startswith("PythonRenderer: ok (")
+    assert reports["CUDA"].opens == "yes" or reports["CUDA"].opens.startswith("no: DeviceUnavailable: CUDA: ")
+
+
+def test_a_failing_smoke_test_is_reported_not_raised() -> None:
+    from kiln.renderers import PythonRenderer
+    from kiln.runtime import Device
+    from kiln.runtime.smoke_test import smoke_test
+
+    class WrongSums(PythonRenderer):
+        """Renders the program with every float ADD turned into a SUB: the kernel runs but computes the wrong thing."""
+
+        def render(self, uops: list[UOp]) -> str:
+            return super().render(uops).replace('["ADD","float32"', '["SUB","float32"')
+
+    result = smoke_test(Device["PYTHON"], WrongSums())
+    assert not result.ok and str(result).startswith("FAILED: wrong result: out[")
+    broken = smoke_test(Device["CPU"], PythonRenderer())  # a PYTHON program cannot run on the CPU
+    assert str(broken).startswith("FAILED: ValueError: program 'kiln_smoke_test' was built for 'PYTHON'")

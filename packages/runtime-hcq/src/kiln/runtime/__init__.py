@@ -13,6 +13,8 @@ from kiln.runtime.command_queue import (
     TimestampCommand,
     WaitCommand,
 )
+from kiln.runtime.core_pool import CorePool
+from kiln.runtime.cpu_device import CPUDevice, CPUProgramRunner
 from kiln.runtime.device import (
     BUILTIN_DEVICES,
     ENTRY_POINT_GROUP,
@@ -21,8 +23,10 @@ from kiln.runtime.device import (
     DeviceKind,
     DeviceRegistry,
     DeviceUnavailable,
+    find_renderers,
 )
 from kiln.runtime.hcq import HCQCompiled
+from kiln.runtime.hcq_runner import HCQProgramRunner
 from kiln.runtime.host_allocator import HostAllocator, HostMemory
 from kiln.runtime.kernel_args import ArgKind, HCQArgsState, KernelArgLayout
 from kiln.runtime.memory import (
@@ -37,7 +41,10 @@ from kiln.runtime.memory import (
     TLSFAllocator,
     VirtMapping,
 )
+from kiln.runtime.native_kernel import NativeKernel, elf_type
 from kiln.runtime.profile import ProfileEvent, Profiler, profiler
+from kiln.runtime.program_runner import ProgramRunner, VariableSpec
+from kiln.runtime.python_device import InterpretedRunner, PythonDevice
 from kiln.runtime.signal import TimelineSignal
 from kiln.runtime.thread_engine import EngineClosed, SoftwareKernel, ThreadQueueEngine
 
@@ -49,7 +56,10 @@ __all__ = [
     "ArgKind",
     "Buffer",
     "BufferSpec",
+    "CPUDevice",
+    "CPUProgramRunner",
     "CopyCommand",
+    "CorePool",
     "DecodedEntry",
     "Device",
     "DeviceBase",
@@ -61,19 +71,24 @@ __all__ = [
     "HCQArgsState",
     "HCQCommand",
     "HCQCompiled",
+    "HCQProgramRunner",
     "HCQQueue",
     "HostAllocator",
     "HostMemory",
+    "InterpretedRunner",
     "KernelArgLayout",
     "LRUAllocator",
     "MappingError",
     "MemoryBarrierCommand",
     "MemoryManager",
+    "NativeKernel",
     "OutOfMemoryError",
     "PageTableFormat",
     "PhysicalMemory",
     "ProfileEvent",
     "Profiler",
+    "ProgramRunner",
+    "PythonDevice",
     "QueueTarget",
     "ReferencePageTableFormat",
     "SignalCommand",
@@ -83,9 +98,12 @@ __all__ = [
     "ThreadQueueEngine",
     "TimelineSignal",
     "TimestampCommand",
+    "VariableSpec",
     "VirtMapping",
     "WaitCommand",
     "copy_between",
+    "elf_type",
+    "find_renderers",
     "numpy_dtype",
     "profiler",
 ]

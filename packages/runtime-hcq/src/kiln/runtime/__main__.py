@@ -1,11 +1,14 @@
-"""`python -m kiln.runtime`: lists every known device kind, whether it opens here, and its renderers."""
+"""`python -m kiln.runtime`: lists every known device kind, whether it opens here, its renderers (each with the
+compiler it owns) and the result of a one-kernel smoke test per (device, renderer)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
+from kiln.codegen import Renderer
 from kiln.runtime.device import Device, DeviceBase, DeviceRegistry
+from kiln.runtime.smoke_test import smoke_test
 
 __all__ = ["DeviceReport", "main", "survey"]
 
@@ -21,22 +24,29 @@ class DeviceReport:
     smoke_test: str
 
 
-def _describe_renderers(device: DeviceBase) -> str:
+def _describe_renderers(device: DeviceBase, run_smoke_tests: bool) -> tuple[str, str]:
+    """("Renderer (compiler: Compiler); ...", "Renderer: ok (...); ...") for the device's renderers."""
     if not device.renderers:
-        return "none"
-    described = []
+        return "none", "n/a"
+    described, smoke = [], []
     for renderer_class in device.renderers:
         try:
             renderer = device.create_renderer(renderer_class)
-            compiler = getattr(renderer, "compiler", None)
-            compiler_name = "none" if compiler is None else type(compiler).__name__
-            described.append(f"{renderer_class.__name__} (compiler: {compiler_name})")
         except Exception as error:
             described.append(f"{renderer_class.__name__} (unusable: {type(error).__name__}: {error})")
-    return "; ".join(described)
+            smoke.append(f"{renderer_class.__name__}: not run")
+            continue
+        compiler = renderer.compiler if isinstance(renderer, Renderer) else getattr(renderer, "compiler", None)
+        compiler_name = "none" if compiler is None else type(compiler).__name__
+        described.append(f"{renderer_class.__name__} (compiler: {compiler_name})")
+        if run_smoke_tests and isinstance(renderer, Renderer):
+            smoke.append(f"{renderer_class.__name__}: {smoke_test(device, renderer)}")
+        else:
+            smoke.append(f"{renderer_class.__name__}: not run")
+    return "; ".join(described), "; ".join(smoke)
 
 
-def survey(registry: DeviceRegistry = Device) -> list[DeviceReport]:
+def survey(registry: DeviceRegistry = Device, run_smoke_tests: bool = True) -> list[DeviceReport]:
     """Opens each known device kind and reports on it; never raises for a device that fails to open."""
     reports = []
     for info in registry.kind_infos():
@@ -47,8 +57,8 @@ def survey(registry: DeviceRegistry = Device) -> list[DeviceReport]:
         except Exception as error:  # a broken plugin must not stop the listing of the others
             reports.append(DeviceReport(info.kind, info.origin, f"no: {type(error).__name__}: {error}", "-", "-"))
             continue
-        # Running a kernel needs codegen and the renderers, which the runtime does not drive yet.
-        reports.append(DeviceReport(info.kind, info.origin, "yes", _describe_renderers(device), "n/a"))
+        renderers, smoke = _describe_renderers(device, run_smoke_tests)
+        reports.append(DeviceReport(info.kind, info.origin, "yes", renderers, smoke))
     return reports
 
 

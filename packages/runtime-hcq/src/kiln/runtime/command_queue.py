@@ -8,7 +8,7 @@ values, so one recorded queue serves every value of a symbolic shape.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from kiln.runtime.kernel_args import HCQArgsState
@@ -136,11 +136,13 @@ class HCQQueue:
 
     def _add(self, command: HCQCommand) -> HCQQueue:
         self._commands.append(command)
-        self._symbolic = self._symbolic or any(isinstance(getattr(command, f.name), UOp) for f in fields(command))
-        if isinstance(command, ExecCommand):
-            self._symbolic = self._symbolic or any(
-                isinstance(each, UOp) for each in command.global_size + command.local_size
-            )
+        if not self._symbolic:  # remember whether any value needs resolving at submit (checked per command kind)
+            if isinstance(command, WaitCommand | SignalCommand):
+                self._symbolic = isinstance(command.value, UOp)
+            elif isinstance(command, CopyCommand):
+                self._symbolic = isinstance(command.size, UOp)
+            elif isinstance(command, ExecCommand):
+                self._symbolic = any(isinstance(each, UOp) for each in (*command.global_size, *command.local_size))
         return self
 
     def wait(self, signal: TimelineSignal, value: SymbolicInt) -> HCQQueue:

@@ -12,13 +12,18 @@ import importlib
 import importlib.metadata
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
 from kiln.runtime.knobs import default_device, renderer_knob
-from kiln.uops import DType, dtypes
+from kiln.uops import DType, UOp, dtypes
+
+if TYPE_CHECKING:
+    from kiln.runtime.program_runner import ProgramRunner
 
 __all__ = [
     "BUILTIN_DEVICES",
@@ -28,18 +33,38 @@ __all__ = [
     "DeviceKind",
     "DeviceRegistry",
     "DeviceUnavailable",
+    "find_renderers",
 ]
 
 ENTRY_POINT_GROUP = "kiln.devices"
 
 # The devices this package provides itself: kind -> "module:Class". Order matters: with no DEV set, the default
-# device is the first kind (this table first, then entry points by name) whose device opens.
-# The CPU, PYTHON and CUDA devices are added here when they are built.
-BUILTIN_DEVICES: dict[str, str] = {}
+# device is the first kind (this table first, then entry points by name, then kinds registered at run time) whose
+# device opens, so the CPU, which always opens, is the default of a plain installation.
+BUILTIN_DEVICES: dict[str, str] = {
+    "CPU": "kiln.runtime.cpu_device:CPUDevice",
+    "PYTHON": "kiln.runtime.python_device:PythonDevice",
+    "CUDA": "kiln.runtime.cuda.cuda_device:CUDADevice",
+}
 
 _KIND_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 DeviceFactory = Callable[[str], "DeviceBase"]
+
+
+def find_renderers(names: tuple[str, ...]) -> tuple[type[Renderer], ...]:
+    """The renderer classes kiln.renderers exports under these names, in order (missing ones are left out).
+
+    Looked up when a device opens, not at import: the renderers are another package, possibly built later.
+    """
+    import kiln.renderers as renderers_module
+
+    found = []
+    for name in names:
+        candidate = getattr(renderers_module, name, None)
+        if isinstance(candidate, type) and issubclass(candidate, Renderer):
+            found.append(candidate)
+    return tuple(found)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -51,16 +76,18 @@ class DeviceBase:
 
     Devices that run kernels list their renderers, best first; each renderer owns its compiler. The environment
     variable `<KIND>_RENDERER` (e.g. `CPU_RENDERER=llvm`) picks another one of the list by class name.
-    Devices that cannot run kernels (simulated drivers) leave `renderers` empty.
+    Devices that cannot run kernels (simulated drivers) leave `renderers` empty; devices that can override `runtime`.
     """
 
-    renderers: tuple[type[Any], ...] = ()
+    renderers: tuple[type[Renderer], ...] = ()
     supported_dtypes: frozenset[DType] = frozenset(dtypes.all)
 
     def __init__(self, name: str, allocator: Allocator[Any]) -> None:
         self.name = name
         self.allocator = allocator
-        self._renderer: Any = None
+        self._renderer: Renderer | None = None
+        self._runners: OrderedDict[UOp, ProgramRunner] = OrderedDict()
+        self._runners_lock = threading.Lock()
 
     @property
     def kind(self) -> str:
@@ -71,7 +98,7 @@ class DeviceBase:
         """Waits until all work queued on the device is done; devices that run work asynchronously override it."""
 
     @property
-    def renderer_class(self) -> type[Any]:
+    def renderer_class(self) -> type[Renderer]:
         """The renderer class in use: the first of `renderers`, or the one named by `<KIND>_RENDERER`."""
         if not self.renderers:
             raise RuntimeError(f"device {self.name!r} has no renderers: it can hold buffers but cannot run kernels")
@@ -87,16 +114,44 @@ class DeviceBase:
         raise ValueError(f"{knob.env}={choice!r} names no renderer of device {self.name!r}; expected one of: {names}")
 
     @property
-    def renderer(self) -> Any:
+    def renderer(self) -> Renderer:
         """The renderer instance in use (created on first use by `create_renderer`)."""
         renderer_class = self.renderer_class
         if type(self._renderer) is not renderer_class:
             self._renderer = self.create_renderer(renderer_class)
+        assert self._renderer is not None
         return self._renderer
 
-    def create_renderer(self, renderer_class: type[Any]) -> Any:
+    def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """Builds a renderer of this device; devices whose renderers need arguments (an arch) override it."""
         return renderer_class()
+
+    def runtime(self, program: Program) -> ProgramRunner:
+        """The program loaded on this device, ready to launch: `device.runtime(program)(buffers, var_vals)`.
+
+        Loaded once per program (cached on the device by the PROGRAM uop, which is hash-consed); raises RuntimeError
+        on a device that cannot run programs and TypeError if `program` is not a codegen `Program`.
+        """
+        if not isinstance(program, Program):
+            raise TypeError(f"runtime() takes a kiln.codegen Program, got {type(program).__name__}")
+        with self._runners_lock:
+            runner = self._runners.get(program.uop)
+            if runner is not None:
+                self._runners.move_to_end(program.uop)
+                return runner
+        runner = self.load_program(program)  # outside the lock: loading may compile or take long
+        with self._runners_lock:
+            self._runners[program.uop] = runner
+            while len(self._runners) > self.runner_cache_size:
+                self._runners.popitem(last=False)
+        return runner
+
+    runner_cache_size = 4096
+    """Programs kept loaded per device (least recently launched ones are dropped first)."""
+
+    def load_program(self, program: Program) -> ProgramRunner:
+        """Loads `program` for this device (uncached; `runtime` caches). Devices that run kernels override it."""
+        raise RuntimeError(f"device {self.name!r} cannot run programs (it has no program loader); got {program.name!r}")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

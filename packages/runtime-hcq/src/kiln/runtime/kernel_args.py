@@ -1,8 +1,9 @@
 """Kernel arguments: the byte layout of a program's parameters and the argument block a launch reads.
 
 A kernel receives its parameters as one block of memory: buffer addresses (8-byte pointers) and variable values
-(4-byte signed ints), each at its natural alignment, in the program's parameter order, little-endian. That is how
-a C compiler lays out a struct of those fields, so a kernel can take the block as a struct pointer.
+(4- or 8-byte signed ints), each at its natural alignment, in the program's parameter order, little-endian. That is
+how a C compiler lays out a struct of those fields, so a kernel can take the block as a struct pointer (and it is
+the parameter buffer CUDA's `cuLaunchKernel` accepts).
 """
 
 from __future__ import annotations
@@ -16,14 +17,24 @@ __all__ = ["ArgKind", "HCQArgsState", "KernelArgLayout"]
 
 
 class ArgKind(enum.Enum):
-    """The kind of one kernel parameter; its value is its size, which is also its alignment."""
+    """The kind of one kernel parameter: a buffer pointer, or a variable value of 32 or 64 bits."""
 
-    POINTER = 8
-    INT32 = 4
+    POINTER = "pointer"
+    INT32 = "int32"
+    INT64 = "int64"
+
+    @property
+    def size(self) -> int:
+        """Bytes of the parameter, which is also its alignment."""
+        return 4 if self is ArgKind.INT32 else 8
 
 
-_FORMATS = {ArgKind.POINTER: "<Q", ArgKind.INT32: "<i"}
-_RANGES = {ArgKind.POINTER: (0, 2**64 - 1), ArgKind.INT32: (-(2**31), 2**31 - 1)}
+_FORMATS = {ArgKind.POINTER: "<Q", ArgKind.INT32: "<i", ArgKind.INT64: "<q"}
+_RANGES = {
+    ArgKind.POINTER: (0, 2**64 - 1),
+    ArgKind.INT32: (-(2**31), 2**31 - 1),
+    ArgKind.INT64: (-(2**63), 2**63 - 1),
+}
 
 
 @dataclass(frozen=True)
@@ -46,21 +57,28 @@ class KernelArgLayout:
         for kind in self.kinds:
             if not isinstance(kind, ArgKind):
                 raise TypeError(f"kernel parameter kinds must be ArgKind values, got {kind!r}")
-            position = _align(position, kind.value)
+            position = _align(position, kind.size)
             offsets.append(position)
-            position += kind.value
-        largest = max((kind.value for kind in self.kinds), default=1)
+            position += kind.size
+        largest = max((kind.size for kind in self.kinds), default=1)
         object.__setattr__(self, "offsets", tuple(offsets))
         object.__setattr__(self, "size", _align(position, largest))
 
     @classmethod
-    def buffers_then_variables(cls, buffer_count: int, variable_count: int) -> KernelArgLayout:
-        """The usual layout: every buffer pointer, then every variable value."""
-        return cls((ArgKind.POINTER,) * buffer_count + (ArgKind.INT32,) * variable_count)
+    def buffers_then_variables(
+        cls, buffer_count: int, variable_count: int, variable_kind: ArgKind = ArgKind.INT32
+    ) -> KernelArgLayout:
+        """The usual layout: every buffer pointer, then every variable value (all of `variable_kind`)."""
+        return cls((ArgKind.POINTER,) * buffer_count + (variable_kind,) * variable_count)
 
     def positions(self, kind: ArgKind) -> tuple[int, ...]:
         """Parameter indices of the given kind, in order."""
         return tuple(index for index, each in enumerate(self.kinds) if each is kind)
+
+    @property
+    def variable_positions(self) -> tuple[int, ...]:
+        """Parameter indices of the variable values (every parameter that is not a pointer), in order."""
+        return tuple(index for index, each in enumerate(self.kinds) if each is not ArgKind.POINTER)
 
 
 def _align(value: int, alignment: int) -> int:
@@ -74,7 +92,7 @@ class HCQArgsState:
         layout: the kernel's parameter layout.
         memory: writable memory of at least `layout.size` bytes (a slice of the device's argument area).
         buffer_addresses: one address per POINTER parameter, in order.
-        variable_values: one value per INT32 parameter, in order.
+        variable_values: one value per INT32 / INT64 parameter, in order.
         address: the device address of `memory` (what the kernel launch passes), if the device needs one.
     """
 
@@ -92,7 +110,7 @@ class HCQArgsState:
         self.memory = memory.cast("B") if memory.format != "B" else memory
         self.address = address
         self._pointers = layout.positions(ArgKind.POINTER)
-        self._variables = layout.positions(ArgKind.INT32)
+        self._variables = layout.variable_positions
         if len(buffer_addresses) != len(self._pointers) or len(variable_values) != len(self._variables):
             raise ValueError(
                 f"the layout takes {len(self._pointers)} buffer(s) and {len(self._variables)} variable(s), got "

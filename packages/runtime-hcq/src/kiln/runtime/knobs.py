@@ -1,7 +1,8 @@
 """The runtime's configuration knobs, registered in kiln.uops' knob registry.
 
 DEV (default device) and PROFILE are kiln.uops knobs; the runtime adds LRU and one `<KIND>_RENDERER` knob per
-device kind, registered when a device of that kind first picks its renderer (or when its module registers it).
+device kind: the built-in kinds' at import (so docs/knobs.md lists them), other kinds' when a device of that kind
+first picks its renderer.
 """
 
 from __future__ import annotations
@@ -30,12 +31,25 @@ def lru_enabled() -> bool:
     return _LRU.value()
 
 
+_BUILTIN_RENDERER_HELP = {
+    "CPU": "Renderer of CPU devices: 'llvm' (LLVMRenderer, the default with llvmlite) or 'c' (CRenderer).",
+    "PYTHON": "Renderer of PYTHON devices: 'python' (PythonRenderer, the only one).",
+    "CUDA": "Renderer of CUDA devices: 'cuda' (CUDARenderer, the default) or 'ptx' (PTXRenderer).",
+}
+
+
 def renderer_knob(kind: str) -> Knob[str]:
     """The `<KIND>_RENDERER` knob: the renderer a device of `kind` uses instead of its first one."""
+    if kind in _BUILTIN_RENDERER_HELP:
+        return register_knob(f"{kind}_RENDERER", str, "", _BUILTIN_RENDERER_HELP[kind], owner="kiln.runtime")
     return register_knob(
         f"{kind}_RENDERER",
         str,
         "",
         f"Renderer of {kind} devices, by class name (e.g. 'llvm' for LLVMRenderer); empty: the device's first.",
-        owner="kiln.runtime.device",  # a section of its own in docs/knobs.md: one knob per kind known at import
+        owner="kiln.runtime.device",  # kinds of other packages and tests: registered when first used, not documented
     )
+
+
+for _kind in _BUILTIN_RENDERER_HELP:
+    renderer_knob(_kind)

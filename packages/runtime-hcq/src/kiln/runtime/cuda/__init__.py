@@ -1,0 +1,19 @@
+"""The CUDA device: NVIDIA GPUs through the CUDA driver API (libcuda.so via ctypes); no toolkit needed to run."""
+
+from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
+from kiln.runtime.cuda.cuda_device import CUDA_RENDERER_NAMES, CUDADevice, LaunchTimer, find_cuda_renderers
+from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
+from kiln.runtime.cuda.driver_api import CUDAError, DeviceAttribute, DriverAPI, load_driver_library
+
+__all__ = [
+    "CUDA_RENDERER_NAMES",
+    "CUDAAllocator",
+    "CUDADevice",
+    "CUDAError",
+    "CUDAProgramRunner",
+    "DeviceAttribute",
+    "DriverAPI",
+    "LaunchTimer",
+    "find_cuda_renderers",
+    "load_driver_library",
+]

@@ -1,0 +1,84 @@
+"""Native CPU kernels: compiled code in this process, called once per launch (or once per core) by the CPU queue.
+
+The renderers own the binary format and its loading (kiln.renderers' `HostCompiler.load` returns a `HostKernel`:
+a ctypes call taking the buffer pointers in slot order, the variables sorted by name, then `core_id` for a
+multi-core kernel). This module turns such a kernel into an exec command of the CPU device's software queue: it
+reads the launch's argument block and calls the kernel, in parallel over a `CorePool` when it takes a core id.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+
+from kiln.runtime.core_pool import CorePool
+from kiln.runtime.kernel_args import ArgKind, HCQArgsState
+from kiln.runtime.program_runner import VariableSpec
+
+__all__ = ["ELF_RELOCATABLE", "ELF_SHARED_OBJECT", "NativeKernel", "check_parameters", "elf_type"]
+
+LaunchSize = tuple[int, int, int]
+
+ELF_RELOCATABLE = 1
+"""ELF e_type of an object file (.o), what llvmlite emits."""
+ELF_SHARED_OBJECT = 3
+"""ELF e_type of a shared object (.so), what the C compilers link."""
+
+
+def elf_type(binary: bytes) -> int | None:
+    """The ELF `e_type` of `binary` (1 = relocatable object, 3 = shared object), or None if it is not ELF."""
+    if len(binary) < 18 or not binary.startswith(b"\x7fELF"):
+        return None
+    # EI_DATA (byte 5): 1 = little-endian, 2 = big-endian; e_type is the 16-bit field at byte 16
+    return int.from_bytes(binary[16:18], "little" if binary[5] == 1 else "big")
+
+
+_KINDS_OF_CTYPES: dict[object, ArgKind] = {
+    ctypes.c_void_p: ArgKind.POINTER,
+    ctypes.c_int32: ArgKind.INT32,
+    ctypes.c_int64: ArgKind.INT64,
+}
+
+
+def check_parameters(
+    name: str, parameters: Sequence[object], slots: Sequence[int], variables: Sequence[VariableSpec], core_id: bool
+) -> None:
+    """Raises RuntimeError unless a loaded kernel's parameters (HostKernel.parameters: kind, name, ctype) are what
+    the runtime passes: one pointer per used buffer slot, the variables in order with their widths, then core_id."""
+    expected = [("buffer", str(slot), ArgKind.POINTER) for slot in slots]
+    expected += [("variable", variable.name, variable.kind) for variable in variables]
+    expected += [("core_id", "core_id", ArgKind.INT32)] if core_id else []
+    found = [
+        (getattr(p, "kind", None), getattr(p, "name", None), _KINDS_OF_CTYPES.get(getattr(p, "ctype", None)))
+        for p in parameters
+    ]
+    if found != expected:
+        raise RuntimeError(
+            f"CPU program {name!r}: the loaded kernel takes {found}, but the runtime passes {expected} "
+            "(the renderer's calling convention and the Program disagree)"
+        )
+
+
+class NativeKernel:
+    """A loaded CPU kernel as an exec command: reads the argument block, calls the kernel once or once per core.
+
+    Args:
+        kernel: the loaded kernel, called with the buffer addresses, the variable values and (if `takes_core_id`)
+            the core number.
+        takes_core_id: whether the kernel is a multi-core one; a launch then runs `global_size[0]` cores.
+        pool: the threads that run the cores of a multi-core launch.
+    """
+
+    def __init__(self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool) -> None:
+        self.kernel = kernel
+        self.takes_core_id = takes_core_id
+        self.pool = pool
+
+    def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
+        arguments = (*args.buffer_addresses, *args.variable_values)
+        kernel = self.kernel
+        if not self.takes_core_id:
+            kernel(*arguments)
+            return
+        # A multi-core launch has its core count as global_size[0] (codegen's Program.global_size).
+        self.pool.run(lambda core: kernel(*arguments, core), global_size[0])

@@ -1,0 +1,137 @@
+"""The CPU device: multi-core kernels give the bits of single-core ones, binaries load through their renderer's
+compiler (chosen by ELF type), and loading problems raise clear errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's kernel corpus, by path
+
+from corpus import CASES_BY_NAME, KernelCase, to_storage
+
+from kiln.codegen import Compiler, Opt, OptOps, Program, Renderer, get_program
+from kiln.renderers import CRenderer, LLVMRenderer, cpu_renderers
+from kiln.runtime import Buffer, CPUDevice, Device, elf_type
+from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
+from kiln.runtime.program_runner import VariableSpec
+from kiln.uops import Context, UOp, dtypes
+
+CPU_RENDERERS = [CRenderer, LLVMRenderer]
+
+
+def run_raw(case: KernelCase, program: Program, seed: int = 0) -> list[np.ndarray]:
+    """The case's outputs (raw storage) after running `program` on the CPU device."""
+    inputs = case.inputs(np.random.default_rng(seed))
+    buffers = [Buffer("CPU", size, dtype) for dtype, size in case.buffers]
+    for buffer, values, (dtype, _) in zip(buffers[case.outputs :], inputs, case.buffers[case.outputs :]):
+        buffer.copyin(np.ascontiguousarray(to_storage(values, dtype)))
+    for buffer in buffers[: case.outputs]:
+        buffer.copyin(np.zeros(buffer.nbytes, np.uint8))
+    Device["CPU"].runtime(program)(buffers, case.var_vals, wait=True)
+    results = []
+    for buffer in buffers[: case.outputs]:
+        raw = np.empty(buffer.nbytes, np.uint8)
+        buffer.copyout(raw)
+        results.append(raw)
+    return results
+
+
+@pytest.mark.parametrize(
+    ("case_name", "cores"),
+    [
+        ("matmul", 2),
+        ("matmul", 8),
+        ("softmax", 4),
+        ("conv2d", 2),
+        ("transcendental_mix", 8),
+        ("elementwise_float16", 3),
+    ],
+)
+@pytest.mark.parametrize("renderer_class", CPU_RENDERERS, ids=lambda r: r.__name__)
+def test_multi_core_kernels_give_the_bits_of_single_core_ones(
+    renderer_class: type[Renderer], case_name: str, cores: int
+) -> None:
+    case = CASES_BY_NAME[case_name]
+    renderer = renderer_class()
+    renderer.thread_max = 8  # more cores than this machine has: the pool queues the extra calls
+    single = Program(get_program(case.sink, renderer, []))
+    threaded = Program(get_program(case.sink, renderer, [Opt(OptOps.THREAD, 0, cores)]))
+    assert single.global_size == (1, 1, 1) and threaded.global_size == (cores, 1, 1)
+    runner = Device["CPU"].runtime(threaded)
+    assert runner.takes_core_id  # type: ignore[attr-defined]
+    for expected, got in zip(run_raw(case, single), run_raw(case, threaded)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_binaries_are_loaded_by_their_renderers_compiler() -> None:
+    case = CASES_BY_NAME["outer_product"]
+    device = Device["CPU"]
+    assert isinstance(device, CPUDevice)
+    for renderer_class, kind in ((CRenderer, ELF_SHARED_OBJECT), (LLVMRenderer, ELF_RELOCATABLE)):
+        program = Program(get_program(case.sink, renderer_class(), None))
+        assert program.binary is not None and elf_type(program.binary) == kind
+        loader = device.loader_for(program.binary, program.name)
+        assert type(loader) is type(renderer_class().compiler)
+        inputs = case.inputs(np.random.default_rng(0))
+        (raw,) = run_raw(case, program)
+        np.testing.assert_array_equal(raw.view(np.float32), case.reference(inputs, {})[0])
+
+
+def test_the_renderer_defaults_to_llvm_and_cpu_renderer_picks_c() -> None:
+    device = Device["CPU"]
+    assert device.renderers == cpu_renderers() == (LLVMRenderer, CRenderer)  # llvmlite is a dev dependency
+    assert device.renderer_class is LLVMRenderer
+    with Context(CPU_RENDERER="c"):
+        assert device.renderer_class is CRenderer
+
+
+class BytesCompiler(Compiler):
+    """Returns fixed bytes as the "binary" of any source."""
+
+    def __init__(self, binary: bytes) -> None:
+        self.binary = binary
+        self.identity = f"fixed {binary!r}"
+
+    def compile(self, source: str) -> bytes:
+        return self.binary
+
+
+def program_with_binary(binary: bytes | None) -> Program:
+    """A CPU program whose "binary" is `binary` (None: no compiler, so no binary)."""
+
+    class Fixed(CRenderer):
+        compiler = BytesCompiler(binary) if binary is not None else None  # type: ignore[assignment]
+
+    return Program(get_program(CASES_BY_NAME["outer_product"].sink, Fixed(), []))
+
+
+def test_unloadable_programs_raise_clear_errors() -> None:
+    with pytest.raises(RuntimeError, match="has no binary: CPU programs must come from a renderer with a compiler"):
+        Device["CPU"].runtime(program_with_binary(None))
+    with pytest.raises(RuntimeError, match="neither an ELF shared object nor an ELF object file"):
+        Device["CPU"].runtime(program_with_binary(b"MZ not an elf file at all"))
+    executable = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + bytes(40)  # e_type 2: executable
+    with pytest.raises(RuntimeError, match="neither an ELF shared object nor an ELF object file"):
+        Device["CPU"].runtime(program_with_binary(executable))
+
+
+class Parameter:
+    def __init__(self, kind: str, name: str, ctype: object) -> None:
+        self.kind, self.name, self.ctype = kind, name, ctype
+
+
+def test_a_kernel_whose_parameters_disagree_with_the_program_is_refused() -> None:
+    import ctypes
+
+    variable = VariableSpec(UOp.variable("n", 1, 10, dtypes.int32))
+    good = [Parameter("buffer", "0", ctypes.c_void_p), Parameter("variable", "n", ctypes.c_int32)]
+    check_parameters("k", good, (0,), (variable,), core_id=False)
+    with pytest.raises(RuntimeError, match=r"'k': the loaded kernel takes .* but the runtime passes"):
+        check_parameters("k", good, (0,), (variable,), core_id=True)
+    wide = [Parameter("buffer", "0", ctypes.c_void_p), Parameter("variable", "n", ctypes.c_int64)]
+    with pytest.raises(RuntimeError, match="calling convention"):
+        check_parameters("k", wide, (0,), (variable,), core_id=False)
