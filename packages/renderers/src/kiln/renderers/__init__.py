@@ -1,3 +1,49 @@
-"""Concrete renderers (C, LLVM IR, Python, CUDA, PTX), each owning its compiler."""
+"""Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device.
 
-__all__: list[str] = []
+Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite) when first used and
+raises `ToolchainNotFoundError` naming what to install if it is missing.
+"""
+
+from kiln.renderers.c import CCompiler, CompileError, CRenderer
+from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
+from kiln.renderers.cpu_renderers import cpu_renderers
+from kiln.renderers.float_emulation import FLOAT_FORMATS, FloatFormat, emulate_floats
+from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
+from kiln.renderers.linear_rewrite import rewrite_linear
+from kiln.renderers.llvm_compiler import LLVMCompiler
+from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
+from kiln.renderers.multiply_add import exact_narrow_multiply_adds
+from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
+from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
+
+__all__ = [
+    "CPU_CC",
+    "ENTRY_NAME",
+    "FLOAT_FORMATS",
+    "CCompiler",
+    "CRenderer",
+    "CStyleRenderer",
+    "CStyleWriter",
+    "CToolchain",
+    "CompileError",
+    "FloatFormat",
+    "HostCompiler",
+    "HostKernel",
+    "KernelParameter",
+    "LLVMCompiler",
+    "LLVMRenderer",
+    "PythonCompiler",
+    "PythonRenderer",
+    "ToolchainNotFoundError",
+    "cpu_renderers",
+    "emulate_floats",
+    "exact_narrow_multiply_adds",
+    "find_c_compiler",
+    "kernel_parameters",
+    "load_shared_object",
+    "parse_linear",
+    "pm_c_style",
+    "pm_llvm_ir",
+    "render_linear",
+    "rewrite_linear",
+]

@@ -1,0 +1,177 @@
+"""The C renderer for CPUs and its compiler (clang or gcc, to a shared object the CPU device loads).
+
+The source is portable GNU C: GCC/Clang vector extensions for wide loads and stores, `restrict` buffers (`const`
+when only read), no headers. The compiler builds for the host CPU (`-march=native`) without changing numerics:
+no fast-math, `-ffp-contract=off` (the IR rounds every op; a fused multiply-add would not), `-fwrapv` (the IR's
+integers wrap around), `-fno-math-errno` (lets sqrt inline; no value changes).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
+from kiln.renderers.host_kernel import HostCompiler, HostKernel, load_shared_object
+from kiln.renderers.toolchain import CToolchain, find_c_compiler, host_cpu_signature
+from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
+
+C_FLAGS: tuple[str, ...] = (
+    "-O2",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fwrapv",
+    "-fno-math-errno",
+    "-fPIC",
+    "-shared",
+    "-nostartfiles",
+)
+"""Flags of every C compile (the GCC-only `-fexcess-precision=standard` is added for gcc: it makes _Float16
+results round at every assignment, which clang always does)."""
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected a kernel; the message has its diagnostics."""
+
+
+class CCompiler(HostCompiler):
+    """C source -> shared object bytes, with clang or gcc (the CPU_CC knob, or `choice`, picks one).
+
+    The toolchain is looked up on first use; a missing one raises `ToolchainNotFoundError` naming what to install.
+    Temporary files live in a private directory that is always removed.
+    """
+
+    def __init__(self, choice: str | None = None) -> None:
+        self.choice = choice
+        self._toolchain: CToolchain | None = None
+
+    @property
+    def toolchain(self) -> CToolchain:
+        """The C compiler this instance uses."""
+        if self._toolchain is None:
+            self._toolchain = find_c_compiler(self.choice)
+        return self._toolchain
+
+    @property
+    def identity(self) -> str:
+        """Compiler name, version and target, plus the host CPU (binaries are built for it)."""
+        return f"{self.toolchain.identity} cpu={host_cpu_signature()}"
+
+    @identity.setter
+    def identity(self, value: str) -> None:
+        raise AttributeError("a CCompiler's identity comes from its toolchain")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The compile flags (see C_FLAGS)."""
+        extra = ("-fexcess-precision=standard",) if self.toolchain.family == "gcc" else ()
+        return (*C_FLAGS, *extra)
+
+    @flags.setter
+    def flags(self, value: tuple[str, ...]) -> None:
+        raise AttributeError("a CCompiler's flags are C_FLAGS")
+
+    def compile(self, source: str) -> bytes:
+        """The shared object (.so file contents) of C `source`; CompileError with the compiler's messages."""
+        with tempfile.TemporaryDirectory(prefix="kiln-cc-") as directory:
+            output = Path(directory) / "kernel.so"
+            command = [self.toolchain.path, *self.flags, "-x", "c", "-", "-o", str(output), "-lm"]
+            result = subprocess.run(command, input=source, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise CompileError(
+                    f"{self.toolchain.family} failed (exit {result.returncode}):\n{result.stderr.strip()}\n"
+                    f"--- source ---\n{source}"
+                )
+            return output.read_bytes()
+
+    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+        """The kernel function of shared object `binary` (see host_kernel for the calling convention)."""
+        return load_shared_object(binary, uops)
+
+    def disassemble(self, binary: bytes) -> str:
+        """objdump's disassembly of `binary` (NotImplementedError without objdump)."""
+        objdump = shutil.which("objdump")
+        if objdump is None:
+            raise NotImplementedError("disassembling needs objdump (Debian/Ubuntu: `apt-get install binutils`)")
+        with tempfile.TemporaryDirectory(prefix="kiln-objdump-") as directory:
+            path = Path(directory) / "kernel.so"
+            path.write_bytes(binary)
+            result = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True)
+            return result.stdout
+
+    def supports_float16(self) -> bool:
+        """Whether this compiler has arithmetic on _Float16 for the host CPU (clang < 15 needs AVX512-FP16)."""
+        return _supports_float16(self.toolchain, self.flags)
+
+
+@functools.cache
+def _supports_float16(toolchain: CToolchain, flags: tuple[str, ...]) -> bool:
+    probe = "_Float16 kiln_probe(_Float16 a, _Float16 b) { return a * b + (_Float16)1; }\n"
+    command = [toolchain.path, *(f for f in flags if f.startswith(("-m", "-f"))), "-fsyntax-only", "-x", "c", "-"]
+    result = subprocess.run(command, input=probe, capture_output=True, text=True, check=False)
+    return result.returncode == 0
+
+
+class CRenderer(CStyleRenderer):
+    """C for the CPU device: scalar ALU ops (the C compiler vectorizes), wide loads/stores of 2, 4 or 8 lanes,
+    THREAD axes over the host's cores (`core_id` parameter). Owns a `CCompiler`, created on first use.
+
+    Native: every dtype but bfloat16 (codegen computes it through float32), fp8 emulated here, float16 as _Float16
+    (emulated where the compiler lacks it). Transcendentals (EXP2, LOG2, SIN, POW) are decomposed by codegen:
+    libm's results differ from the IR's reference; SQRT is the exact hardware instruction, MULACC a true fma.
+    """
+
+    device = "CPU"
+    has_threads = True
+    thread_max = os.cpu_count() or 1
+    vector_widths = (2, 4, 8)
+    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+
+    def __init__(self, compiler_choice: str | None = None) -> None:
+        self._compiler_choice = compiler_choice
+        self._compiler: CCompiler | None = None
+
+    @property
+    def compiler(self) -> CCompiler:
+        """The C compiler (clang or gcc), created on first use."""
+        if self._compiler is None:
+            self._compiler = CCompiler(self._compiler_choice)
+        return self._compiler
+
+    @compiler.setter
+    def compiler(self, compiler: CCompiler) -> None:
+        self._compiler = compiler
+
+    def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
+        """fp8 always; float16 too when the compiler has no _Float16 arithmetic for this CPU."""
+        emulated = super().emulated_dtypes(uops)
+        if any(_scalar_of(u.dtype) == dtypes.float16 for u in uops) and not self.compiler.supports_float16():
+            emulated |= {dtypes.float16}
+        return emulated
+
+    def special_is_parameter(self, uop: UOp) -> bool:
+        """core_id is the kernel's last parameter."""
+        return bool(uop.arg.name == "core_id")
+
+    def special(self, writer: CStyleWriter, uop: UOp) -> str:
+        """core_id (the CPU has no block or thread indices)."""
+        if uop.arg.name != "core_id":
+            raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only core_id (THREAD axes)")
+        return "core_id"
+
+    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+        """Buffers, variables, then `int core_id` when the kernel runs on several cores."""
+        declarations = super().parameters(writer, uops)
+        if any(u.op is Ops.SPECIAL and u.arg.name == "core_id" for u in uops):
+            declarations.append("int core_id")
+        return declarations
+
+
+def _scalar_of(dtype: DType) -> DType:
+    return (dtype.base if isinstance(dtype, PtrDType) else dtype).scalar()

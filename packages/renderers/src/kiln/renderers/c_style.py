@@ -1,0 +1,532 @@
+"""The C family of renderers: one string-rendering pattern table shared by C for CPUs and by CUDA.
+
+`CStyleRenderer.render` turns a linear program into one C function. Each uop becomes a string by the first rule of
+`pm_c_style` (or of a dialect's `extra_rules`) that matches it: an expression for values, a statement for effects.
+Values that are cheap and pure (constants, addresses, parameters, vector lanes) are used inline; every other value
+gets a typed local variable, so each ALU result is rounded to its dtype exactly once, as the IR says.
+
+A dialect (C, CUDA ...) subclasses `CStyleRenderer` and changes class attributes (keywords, type names) and the few
+methods that differ (vector types, lanes, casts, bit casts, hardware indices, parameters).
+
+Semantics the rendering keeps (those of `kiln.uops.exec_alu`, the definition of the IR):
+- integer ops wrap around: C compilers must get `-fwrapv` (signed overflow), shifts are written so no count is
+  undefined (a count outside [0, bits) gives 0, or the sign for SHR), IDIV/MOD by a non-constant divisor avoid
+  the INT_MIN / -1 trap and give 0 for a zero divisor (the interpreter raises; compiled code must not kill the
+  process);
+- float MAX ignores a NaN operand (fmax), float -> int conversion truncates, wraps around and
+  gives the target's minimum for NaN/inf (a helper function: C leaves it undefined);
+- floats must not be contracted into fused multiply-adds (`-ffp-contract=off`): the IR rounds every op; MULACC
+  is fused (fma for float32/float64, `multiply_add` for the narrower formats).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from kiln.codegen import Renderer
+from kiln.renderers.float_emulation import emulate_floats
+from kiln.renderers.multiply_add import exact_narrow_multiply_adds
+from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+ENTRY_NAME = "kiln_kernel"
+"""The name of the function every C-family renderer emits (one kernel per source)."""
+
+C_SCALAR_TYPES: dict[DType, str] = {
+    dtypes.bool: "_Bool",
+    dtypes.int8: "signed char",
+    dtypes.uint8: "unsigned char",
+    dtypes.int16: "short",
+    dtypes.uint16: "unsigned short",
+    dtypes.int32: "int",
+    dtypes.uint32: "unsigned int",
+    dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long",
+    dtypes.float16: "_Float16",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+"""C type of each scalar dtype (fp8 and bfloat16 are emulated before rendering)."""
+
+_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
+    (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",
+    (Ops.SQRT, dtypes.float64): "__builtin_sqrt",
+    (Ops.TRUNC, dtypes.float32): "__builtin_truncf",
+    (Ops.TRUNC, dtypes.float64): "__builtin_trunc",
+    (Ops.MULACC, dtypes.float32): "__builtin_fmaf",
+    (Ops.MULACC, dtypes.float64): "__builtin_fma",
+}
+"""Correctly rounded C builtins (no fast-math: each is exact or IEEE-exact)."""
+
+_COMMON_TEMPLATES: dict[Ops, str] = {
+    Ops.CMPLT: "({0}<{1})",
+    Ops.CMPNE: "({0}!={1})",
+    Ops.CMPEQ: "({0}=={1})",
+    Ops.WHERE: "({0}?{1}:{2})",
+    Ops.AND: "({0}&{1})",
+    Ops.OR: "({0}|{1})",
+    Ops.XOR: "({0}^{1})",
+}
+_BOOL_TEMPLATES: dict[Ops, str] = {
+    **_COMMON_TEMPLATES,
+    Ops.ADD: "({0}|{1})",
+    Ops.MUL: "({0}&{1})",
+    Ops.MAX: "({0}|{1})",
+    Ops.NEG: "(!{0})",
+    Ops.TRUNC: "{0}",
+}
+_INT_TEMPLATES: dict[Ops, str] = {
+    **_COMMON_TEMPLATES,
+    Ops.ADD: "({0}+{1})",
+    Ops.SUB: "({0}-{1})",
+    Ops.MUL: "({0}*{1})",
+    Ops.NEG: "(-{0})",
+    Ops.MAX: "(({0}>{1})?{0}:{1})",
+    Ops.TRUNC: "{0}",
+    Ops.MULACC: "(({0}*{1})+{2})",
+}
+_FLOAT_TEMPLATES: dict[Ops, str] = {
+    Ops.CMPLT: "({0}<{1})",
+    Ops.CMPNE: "({0}!={1})",
+    Ops.CMPEQ: "({0}=={1})",
+    Ops.WHERE: "({0}?{1}:{2})",
+    Ops.ADD: "({0}+{1})",
+    Ops.SUB: "({0}-{1})",
+    Ops.MUL: "({0}*{1})",
+    Ops.FDIV: "({0}/{1})",
+    Ops.NEG: "(-{0})",
+    Ops.RECIPROCAL: "(1/{0})",
+    Ops.MAX: "((({0}>={1})||({1}!={1}))?{0}:{1})",  # exec_alu's fmax: a NaN is ignored, ties give the first
+}
+
+_INLINE_OPS = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.GEP})
+_STATEMENT_OPS = frozenset(
+    {Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL}
+)
+_NAME_PREFIXES: dict[Ops, str] = {
+    Ops.LOAD: "val",
+    Ops.CAST: "cast",
+    Ops.BITCAST: "bits",
+    Ops.VECTORIZE: "vec",
+    Ops.GEP: "vec",
+    Ops.RANGE: "ridx",
+    Ops.DEFINE_REG: "acc",
+    Ops.DEFINE_LOCAL: "smem",
+    Ops.SPECIAL: "sidx",
+    Ops.WMMA: "wmma",
+}
+
+
+class CStyleWriter:
+    """The state of rendering one kernel: names of rendered uops, body lines, typedefs and helpers it needs."""
+
+    def __init__(self, language: CStyleRenderer) -> None:
+        self.language = language
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.typedefs: dict[str, str] = {}
+        self.helpers: dict[str, str] = {}
+        self._counters: dict[str, int] = {}
+
+    def __getitem__(self, uop: UOp) -> str:
+        return self.names[uop]
+
+    def fresh_name(self, prefix: str) -> str:
+        """A new local name `prefix<n>`."""
+        number = self._counters.get(prefix, 0)
+        self._counters[prefix] = number + 1
+        return f"{prefix}{number}"
+
+    def type_name(self, dtype: DType) -> str:
+        """The C type of a value of `dtype`, declaring its vector typedef if needed."""
+        if isinstance(dtype, PtrDType):
+            return self.type_name(dtype.base) + "*"
+        if dtype.count > 1:
+            name, declaration = self.language.vector_type(dtype)
+            if declaration:
+                self.typedefs.setdefault(name, declaration)
+            return name
+        return self.language.scalar_type(dtype)
+
+    def require_helper(self, name: str, make: Callable[[], str]) -> str:
+        """Declare helper function `name` (its definition made once by `make`); returns the name."""
+        if name not in self.helpers:
+            self.helpers[name] = make()
+        return name
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def add(self, uop: UOp) -> None:
+        """Render one uop of the linear program, in order."""
+        if uop.op is Ops.END or uop.op is Ops.ENDIF:
+            self.depth -= 1
+        if uop.op in (Ops.RANGE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
+            self.names[uop] = self.fresh_name(_NAME_PREFIXES[uop.op])
+        text = self.language.render_uop(self, uop)
+        if uop.op in _STATEMENT_OPS:
+            if text:
+                self.emit(text)
+        elif uop.op in _INLINE_OPS or (uop.op is Ops.SPECIAL and self.language.special_is_parameter(uop)):
+            self.names[uop] = text
+        else:
+            name = self.fresh_name(_NAME_PREFIXES.get(uop.op, "alu"))
+            self.emit(f"{self.type_name(uop.dtype)} {name} = {text};")
+            self.names[uop] = name
+        if uop.op is Ops.RANGE or uop.op is Ops.IF:
+            self.depth += 1
+
+
+# ---- the rules --------------------------------------------------------------------------------------------------
+
+
+def _index(ctx: CStyleWriter, x: UOp) -> str:
+    pointer, offset = ctx[x.src[0]], ctx[x.src[1]]
+    assert isinstance(x.dtype, PtrDType)
+    address = pointer if x.src[1].op is Ops.CONST and x.src[1].arg == 0 else f"({pointer}+{offset})"
+    if x.dtype.base.count > 1:
+        return f"(({ctx.type_name(x.dtype.base)}*){address})"
+    return address
+
+
+def _load(ctx: CStyleWriter, x: UOp) -> str:
+    if len(x.src) == 3:
+        return f"({ctx[x.src[2]]}?*{ctx[x.src[0]]}:{ctx[x.src[1]]})"
+    return f"(*{ctx[x.src[0]]})"
+
+
+def _range(ctx: CStyleWriter, x: UOp) -> str:
+    name = ctx[x]
+    return f"for ({ctx.type_name(x.dtype)} {name} = 0; {name} < {ctx[x.src[0]]}; {name}++) {{"
+
+
+def _memory(ctx: CStyleWriter, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType)
+    prefix = ctx.language.shared_prefix if x.dtype.scope is MemoryScope.LOCAL else ""
+    return f"{prefix}{ctx.type_name(x.dtype.base)} {ctx[x]}[{x.dtype.size}];"
+
+
+def _gep(ctx: CStyleWriter, x: UOp) -> str:
+    lanes = [ctx.language.lane(ctx[x.src[0]], x.src[0].dtype, lane) for lane in x.arg]
+    return lanes[0] if len(lanes) == 1 else ctx.language.vector_literal(ctx, x.dtype, lanes)
+
+
+def _barrier(ctx: CStyleWriter, x: UOp) -> str:
+    if ctx.language.barrier_statement is None:
+        raise ValueError(f"{ctx.language!r} has no BARRIER (no threads sharing memory)")
+    return ctx.language.barrier_statement
+
+
+def _wmma(ctx: CStyleWriter, x: UOp) -> str:
+    raise ValueError(f"{ctx.language!r} has no tensor cores; got WMMA {x.arg!r}")
+
+
+pm_c_style = PatternMatcher(
+    [
+        (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.language.constant(x.arg, x.dtype)),
+        (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda ctx, x: f"data{x.arg}"),
+        (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: variable_name(x.arg.name)),
+        (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: ctx.language.special(ctx, x)),
+        (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _memory),
+        (UPat(Ops.RANGE, name="x"), _range),
+        (UPat(Ops.END), lambda ctx: "}"),
+        (UPat(Ops.IF, name="x"), lambda ctx, x: f"if ({ctx[x.src[0]]}) {{"),
+        (UPat(Ops.ENDIF), lambda ctx: "}"),
+        (UPat(Ops.BARRIER, name="x"), _barrier),
+        (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx[x.src[0]]),
+        (UPat(Ops.INDEX, name="x"), _index),
+        (UPat(Ops.LOAD, name="x"), _load),
+        (UPat(Ops.STORE, name="x"), lambda ctx, x: f"*{ctx[x.src[0]]} = {ctx[x.src[1]]};"),
+        (UPat(GroupOp.ALU, name="x"), lambda ctx, x: ctx.language.alu(ctx, x)),
+        (UPat(Ops.CAST, name="x"), lambda ctx, x: ctx.language.cast(ctx, ctx[x.src[0]], x.src[0].dtype, x.dtype)),
+        (
+            UPat(Ops.BITCAST, name="x"),
+            lambda ctx, x: ctx.language.bitcast(ctx, ctx[x.src[0]], x.src[0].dtype, x.dtype),
+        ),
+        (
+            UPat(Ops.VECTORIZE, name="x"),
+            lambda ctx, x: ctx.language.vector_literal(ctx, x.dtype, [ctx[s] for s in x.src]),
+        ),
+        (UPat(Ops.GEP, name="x"), _gep),
+        (UPat(Ops.WMMA, name="x"), _wmma),
+    ]
+)
+"""uop -> C text (ctx: the CStyleWriter): an expression for values, a statement for effects."""
+
+
+def variable_name(name: str) -> str:
+    """The C parameter name of the symbolic variable `name` (any characters; prefixed so it never clashes)."""
+    return "var_" + re.sub(r"\W", "_", name)
+
+
+# ---- the renderer -----------------------------------------------------------------------------------------------
+
+
+class CStyleRenderer(Renderer):
+    """Base of the C-family renderers. Subclasses set the device, capabilities and dialect attributes."""
+
+    kernel_prefix: ClassVar[str] = ""
+    """Written before `void <entry>(...)`, e.g. `extern "C" __global__ ` for CUDA."""
+    helper_prefix: ClassVar[str] = "static inline "
+    """Written before each helper function (CUDA: `__device__ static inline `)."""
+    restrict_keyword: ClassVar[str] = "restrict"
+    shared_prefix: ClassVar[str] = ""
+    """Qualifier of block-shared arrays (DEFINE_LOCAL), e.g. `__shared__ `."""
+    barrier_statement: ClassVar[str | None] = None
+    """The statement of a BARRIER; None: the target has none."""
+    scalar_types: ClassVar[dict[DType, str]] = C_SCALAR_TYPES
+    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _FLOAT_FUNCTIONS
+    extra_rules: ClassVar[PatternMatcher | None] = None
+    """A dialect's own string rules, tried before `pm_c_style`."""
+
+    _rules_by_class: ClassVar[dict[type, PatternMatcher]] = {}
+
+    # ---- the entry point ----
+
+    def render(self, uops: list[UOp]) -> str:
+        """One C function named ENTRY_NAME computing the linear program `uops` (see the package README's ABI)."""
+        uops = emulate_floats(exact_narrow_multiply_adds(uops), self.emulated_dtypes(uops))
+        writer = CStyleWriter(self)
+        for uop in uops:
+            writer.add(uop)
+        parameters = self.parameters(writer, uops)
+        parts = [f"/* kiln {type(self).__name__} kernel */", *self.preamble(), *writer.typedefs.values()]
+        parts += writer.helpers.values()
+        parts.append(f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)}) {{")
+        parts += writer.lines
+        parts.append("}")
+        return "\n".join(parts) + "\n"
+
+    def render_uop(self, writer: CStyleWriter, uop: UOp) -> str:
+        """The C text of `uop` from the first matching string rule."""
+        rules = CStyleRenderer._rules_by_class.get(type(self))
+        if rules is None:
+            rules = pm_c_style if self.extra_rules is None else self.extra_rules + pm_c_style
+            CStyleRenderer._rules_by_class[type(self)] = rules
+        text, _ = rules.rewrite_with_rule(uop, writer)
+        if not isinstance(text, str):
+            raise ValueError(f"{type(self).__name__} cannot render {uop.op!r} of dtype {uop.dtype!r}")
+        return text
+
+    # ---- dialect hooks ----
+
+    def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
+        """Float formats the language lacks, emulated before rendering (`float_emulation`)."""
+        return frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})
+
+    def preamble(self) -> list[str]:
+        """Lines before the typedefs (includes, macros)."""
+        return []
+
+    def scalar_type(self, dtype: DType) -> str:
+        """The C type of scalar `dtype`."""
+        name = self.scalar_types.get(dtype)
+        if name is None:
+            raise ValueError(f"{type(self).__name__} has no C type for {dtype!r}")
+        return name
+
+    def vector_type(self, dtype: DType) -> tuple[str, str | None]:
+        """(name, typedef line or None) of vector `dtype`: a GCC/Clang vector extension type.
+
+        Its alignment is one element's (`aligned(itemsize)`): a wide access is then correct for any buffer, not
+        only for one aligned to the whole vector (codegen's contract), and costs the same on current CPUs.
+        """
+        scalar = dtype.scalar()
+        element = "unsigned char" if scalar == dtypes.bool else self.scalar_type(scalar)  # no vectors of _Bool
+        name = f"{scalar.name}x{dtype.count}"
+        size = scalar.itemsize * dtype.count
+        attributes = f"vector_size({size}), aligned({scalar.itemsize}), may_alias"
+        return name, f"typedef {element} {name} __attribute__(({attributes}));"
+
+    def vector_literal(self, writer: CStyleWriter, dtype: DType, lanes: list[str]) -> str:
+        """A vector value of `dtype` from lane expressions."""
+        return f"(({writer.type_name(dtype)}){{{','.join(lanes)}}})"
+
+    def lane(self, vector: str, dtype: DType, lane: int) -> str:
+        """Lane `lane` of the vector expression `vector`."""
+        return f"{vector}[{lane}]"
+
+    def special_is_parameter(self, uop: UOp) -> bool:
+        """Whether SPECIAL `uop` is a kernel parameter (used inline) rather than a computed local variable."""
+        return False
+
+    def special(self, writer: CStyleWriter, uop: UOp) -> str:
+        """The expression of a hardware index (SPECIAL)."""
+        raise ValueError(f"{type(self).__name__} has no hardware index {uop.arg.name!r}")
+
+    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+        """The kernel's parameter declarations: buffers by slot, then variables by name."""
+        stored = {_root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
+        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        declarations = []
+        for buffer in buffers:
+            assert isinstance(buffer.dtype, PtrDType)
+            constant = "" if buffer in stored else "const "
+            element = writer.type_name(buffer.dtype.base.scalar())
+            declarations.append(f"{constant}{element}* {self.restrict_keyword} {writer[buffer]}".replace("  ", " "))
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+        declarations += [f"{writer.type_name(v.dtype)} {writer[v]}" for v in variables]
+        return declarations
+
+    def constant(self, value: ConstType, dtype: DType) -> str:
+        """A C literal of `value` (already truncated to `dtype`)."""
+        scalar = dtype.scalar()
+        if dtype.count > 1:
+            raise ValueError(f"vector constants reach renderers as VECTORIZE, got a CONST of {dtype!r}")
+        if scalar == dtypes.bool:
+            return "1" if value else "0"
+        if dtypes.is_float(scalar):
+            return self.float_constant(float(value), scalar)
+        return self.int_constant(int(value), scalar)
+
+    def float_constant(self, value: float, dtype: DType) -> str:
+        """An exact float literal (hexadecimal), infinities and NaN by builtins."""
+        suffix = "" if dtype == dtypes.float64 else "f"
+        if math.isnan(value):
+            text = f'__builtin_nan{suffix}("")'
+        elif math.isinf(value):
+            text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"
+        else:
+            text = repr(value) + suffix  # the shortest decimal of the exact value converts back to it exactly
+        return text if dtype in (dtypes.float32, dtypes.float64) else f"(({self.scalar_type(dtype)}){text})"
+
+    def int_constant(self, value: int, dtype: DType) -> str:
+        """An integer literal of `dtype` (the most negative values written as an expression)."""
+        bits = dtype.itemsize * 8
+        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("ll" if bits == 64 else "")
+        if value == -(1 << (bits - 1)) and bits >= 32:
+            return f"({value + 1}{suffix}-1)"
+        return f"{value}{suffix}"
+
+    # ---- ALU ops ----
+
+    def alu(self, writer: CStyleWriter, uop: UOp) -> str:
+        """The C expression of ALU `uop`."""
+        operands = [writer[s] for s in uop.src]
+        kind = uop.src[-1].dtype if uop.op is not Ops.WHERE else uop.dtype
+        if kind.count > 1 or uop.dtype.count > 1:
+            raise ValueError(f"{type(self).__name__} renders scalar ALU ops only, got {uop.op!r} on {kind!r}")
+        if dtypes.is_float(kind):
+            return self.float_alu(writer, uop.op, kind, operands)
+        if dtypes.is_bool(kind):
+            template = _BOOL_TEMPLATES.get(uop.op)
+            if template is None:
+                raise ValueError(f"{uop.op!r} is not defined on bool")
+            return template.format(*operands)
+        return self.int_alu(writer, uop, kind, operands)
+
+    def float_alu(self, writer: CStyleWriter, op: Ops, dtype: DType, operands: list[str]) -> str:
+        """A float op: a template, or a builtin (narrow floats call the float32 one and convert back, exactly)."""
+        template = _FLOAT_TEMPLATES.get(op)
+        if template is not None:
+            return template.format(*operands)
+        function = self.float_functions.get((op, dtype))
+        if function is not None:
+            return f"{function}({','.join(operands)})"
+        wide = self.float_functions.get((op, dtypes.float32))
+        if wide is not None and dtype.itemsize < 4 and op is not Ops.MULACC:  # fma would round twice
+            return f"(({self.scalar_type(dtype)}){wide}({','.join(operands)}))"
+        raise ValueError(f"{type(self).__name__} has no native {op!r} for {dtype!r}; codegen should decompose it")
+
+    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
+        """An integer op with the IR's wrap-around semantics and no undefined C behaviour."""
+        op = uop.op
+        template = _INT_TEMPLATES.get(op)
+        if template is not None:
+            return template.format(*operands)
+        a, b = operands[0], operands[1]
+        bits = dtype.itemsize * 8
+        c_type = self.scalar_type(dtype)
+        wide_unsigned = "unsigned long long" if bits == 64 else "unsigned int"
+        count = uop.src[1]
+        constant_count = count.op is Ops.CONST and 0 <= count.arg < bits
+        if op is Ops.SHL:
+            shifted = f"({c_type})(({wide_unsigned})({a})<<({b}))"  # unsigned: no overflow of a signed shift
+            return shifted if constant_count else f"(((unsigned long long)({b})<{bits}u)?{shifted}:({c_type})0)"
+        if op is Ops.SHR:
+            if constant_count:
+                return f"({a}>>{b})"
+            outside = f"({a}>>{bits - 1})" if not dtypes.is_unsigned(dtype) else f"({c_type})0"
+            return f"(((unsigned long long)({b})<{bits}u)?({a}>>({b})):{outside})"
+        if op in (Ops.IDIV, Ops.MOD):
+            return self._division(uop, dtype, a, b)
+        if op is Ops.THREEFRY:
+            return f"(({c_type}){writer.require_helper('kiln_threefry2x32', self.threefry_helper)}({a},{b}))"
+        raise ValueError(f"{op!r} is not defined on integer dtype {dtype!r}")
+
+    def _division(self, uop: UOp, dtype: DType, a: str, b: str) -> str:
+        symbol = "/" if uop.op is Ops.IDIV else "%"
+        divisor = uop.src[1]
+        signed = not dtypes.is_unsigned(dtype)
+        if divisor.op is Ops.CONST and divisor.arg != 0 and not (signed and divisor.arg == -1):
+            return f"({a}{symbol}{b})"
+        c_type = self.scalar_type(dtype)
+        wide_unsigned = "unsigned long long" if dtype.itemsize == 8 else "unsigned int"
+        if signed and dtype.itemsize >= 4:
+            # INT_MIN / -1 overflows (and traps on x86): the quotient wraps to INT_MIN, the remainder is 0
+            minus_one = f"(({c_type})(0u-({wide_unsigned})({a})))" if uop.op is Ops.IDIV else f"({c_type})0"
+            return f"(({b})==0?({c_type})0:({b})==-1?{minus_one}:({a}{symbol}{b}))"
+        return f"(({b})==0?({c_type})0:({a}{symbol}{b}))"
+
+    # ---- conversions ----
+
+    def cast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
+        """A value conversion (CAST) with the IR's semantics."""
+        if source.count > 1 or target.count > 1:
+            raise ValueError(f"{type(self).__name__} casts scalars only, got {source!r} -> {target!r}")
+        if target == dtypes.bool:
+            return f"({value}!=0)"
+        if dtypes.is_float(source) and dtypes.is_int(target):
+            helper = writer.require_helper(f"kiln_to_{target.name}", lambda: self.float_to_int_helper(target))
+            return f"{helper}({value})"
+        return f"(({self.scalar_type(target)}){value})"
+
+    def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
+        """A reinterpretation of the bits of `value` (BITCAST), through a union (defined in C)."""
+        source_type, target_type = writer.type_name(source), writer.type_name(target)
+        return f"((union {{{source_type} from; {target_type} to;}}){{.from={value}}}).to"
+
+    # ---- helper functions ----
+
+    def float_to_int_helper(self, target: DType) -> str:
+        """C conversion of a float (as double) to integer `target`: truncate, wrap around, NaN/inf -> minimum."""
+        c_type = self.scalar_type(target)
+        minimum = self.int_constant(int(dtypes.min(target)), target)
+        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
+        return (
+            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
+            f"  if (!__builtin_isfinite(x)) return {minimum};\n"
+            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long long)x;\n"
+            f"  double wrapped = __builtin_fmod(__builtin_trunc(x), {two64});\n"
+            f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
+            f"  if (wrapped < -{two63}) wrapped += {two64};\n"
+            f"  return ({c_type})(long long)wrapped;\n"
+            "}"
+        )
+
+    def threefry_helper(self) -> str:
+        """Threefry-2x32 with 20 rounds (Salmon et al., SC'11; constants from Random123's threefry.h)."""
+        rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+        lines = [
+            f"{self.helper_prefix}unsigned long long kiln_threefry2x32(unsigned long long counter, "
+            "unsigned long long key) {",
+            "  unsigned int k0 = (unsigned int)key, k1 = (unsigned int)(key >> 32), k2 = k0 ^ k1 ^ 0x1BD11BDAu;",
+            "  unsigned int ks[3] = {k0, k1, k2};",
+            "  unsigned int x0 = (unsigned int)counter + k0, x1 = (unsigned int)(counter >> 32) + k1;",
+        ]
+        for group in range(5):
+            for rotation in rotations[group % 2]:
+                lines.append(f"  x0 += x1; x1 = ((x1 << {rotation}) | (x1 >> {32 - rotation})) ^ x0;")
+            lines.append(f"  x0 += ks[{(group + 1) % 3}]; x1 += ks[{(group + 2) % 3}] + {group + 1}u;")
+        lines += ["  return ((unsigned long long)x1 << 32) | x0;", "}"]
+        return "\n".join(lines)
+
+
+def _root_buffer(pointer: UOp) -> UOp:
+    # INDEX / AFTER chains end at the DEFINE_GLOBAL/LOCAL/REG they address
+    while pointer.op in (Ops.INDEX, Ops.AFTER):
+        pointer = pointer.src[0]
+    return pointer

@@ -1,0 +1,102 @@
+"""CPU kernels loaded into this process: the calling convention the C and LLVM IR renderers share, and loading.
+
+Every CPU kernel is one function named `ENTRY_NAME` returning void, with the parameters (in this order):
+- one pointer per DEFINE_GLOBAL, by ascending slot (`Program.globals`): the buffer's first element;
+- one integer per DEFINE_VAR, sorted by variable name (`Program.variables`), int32 or int64 as its dtype;
+- `int core_id` (int32) last, only if the program reads SPECIAL "core_id": run the function once per core id in
+  0..size-1 (`Program.global_size[0]`), concurrently.
+
+A compiler of such kernels is a `HostCompiler`: `load(binary)` returns a `HostKernel` (its address and argument
+types; calling it releases the GIL, so cores may run on Python threads).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kiln.codegen import Compiler
+from kiln.renderers.c_style import ENTRY_NAME
+from kiln.uops import Ops, UOp, dtypes
+
+CType = type[ctypes.c_void_p] | type[ctypes.c_int32] | type[ctypes.c_int64]
+
+
+@dataclass(frozen=True)
+class KernelParameter:
+    """One parameter of a CPU kernel: `kind` "buffer" (name: the slot), "variable" (its name) or "core_id"."""
+
+    kind: str
+    name: str
+    ctype: CType
+
+
+def kernel_parameters(uops: Sequence[UOp]) -> tuple[KernelParameter, ...]:
+    """The parameters of the CPU kernel of linear program `uops`, in call order."""
+    buffers = sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL)
+    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+    parameters = [KernelParameter("buffer", str(slot), ctypes.c_void_p) for slot in buffers]
+    for variable in variables:
+        ctype: CType = ctypes.c_int64 if variable.dtype.scalar() == dtypes.int64 else ctypes.c_int32
+        parameters.append(KernelParameter("variable", variable.arg.name, ctype))
+    if any(u.op is Ops.SPECIAL and u.arg.name == "core_id" for u in uops):
+        parameters.append(KernelParameter("core_id", "core_id", ctypes.c_int32))
+    return tuple(parameters)
+
+
+class HostKernel:
+    """A kernel function in this process's memory: `address`, and a ctypes call taking the parameters in order.
+
+    `keepalive` holds what owns the code (a loaded library, an execution engine); the code is valid while this
+    object lives.
+    """
+
+    def __init__(self, address: int, parameters: Sequence[KernelParameter], keepalive: object) -> None:
+        if not address:
+            raise RuntimeError(f"the kernel binary has no function {ENTRY_NAME!r}")
+        self.address = address
+        self.parameters = tuple(parameters)
+        self.keepalive = keepalive
+        prototype = ctypes.CFUNCTYPE(None, *(p.ctype for p in self.parameters))
+        self._function = prototype(address)
+
+    def __call__(self, *arguments: int) -> None:
+        """Run the kernel: buffer addresses, variable values, core id (see `kernel_parameters`)."""
+        if len(arguments) != len(self.parameters):
+            names = [f"{p.kind} {p.name}" for p in self.parameters]
+            raise TypeError(f"the kernel takes {len(self.parameters)} arguments ({names}), got {len(arguments)}")
+        self._function(*arguments)
+
+    def __repr__(self) -> str:
+        return f"<HostKernel at {self.address:#x} ({', '.join(p.name for p in self.parameters)})>"
+
+
+class HostCompiler(Compiler):
+    """A compiler whose binaries run in this process (the CPU device's renderers)."""
+
+    @abstractmethod
+    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+        """The kernel of `binary` (compiled from the rendering of linear program `uops`), ready to call."""
+
+
+def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+    """Load shared-object bytes (the C compiler's binary) with the dynamic loader; the file is deleted at once."""
+    handle, path = tempfile.mkstemp(prefix="kiln-kernel-", suffix=".so")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(binary)
+        library = ctypes.CDLL(path)
+    except OSError as error:
+        raise RuntimeError(f"cannot load the kernel's shared object: {error}") from error
+    finally:
+        os.unlink(path)
+    try:
+        entry = getattr(library, ENTRY_NAME)
+    except AttributeError as error:
+        raise RuntimeError(f"the kernel's shared object has no function {ENTRY_NAME!r}") from error
+    address = ctypes.cast(entry, ctypes.c_void_p).value
+    return HostKernel(address or 0, kernel_parameters(uops), library)

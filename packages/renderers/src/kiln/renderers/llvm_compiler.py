@@ -1,0 +1,132 @@
+"""The LLVM IR renderer's compiler: llvmlite in this process (no subprocess), and in-process loading.
+
+`LLVMCompiler.compile` parses the IR with llvmlite, optimizes it for the host CPU (the new pass manager at -O2, loop
+and SLP vectorization on) and returns a relocatable ELF object. A relocatable object cannot be handed to the
+system's dynamic loader, and linking it into a shared object needs an external linker (a subprocess), so
+`LLVMCompiler.load` links the object in process with LLVM's own runtime linker (MCJIT through llvmlite: it applies
+the relocations and resolves libm symbols such as fmod from this process) and returns the kernel's address; the
+execution engine stays alive with the returned `HostKernel`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import functools
+import hashlib
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from kiln.renderers.c_style import ENTRY_NAME
+from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters
+from kiln.renderers.toolchain import llvmlite_binding
+from kiln.uops import UOp
+
+
+class LLVMCompiler(HostCompiler):
+    """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (-O2, vectorizers on).
+
+    `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles
+    and loads are serialized by a lock.
+    """
+
+    optimization_level = 2
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._llvm: Any = None
+        self._target_machine: Any = None
+
+    @property
+    def llvm(self) -> Any:
+        """`llvmlite.binding`, initialized (ToolchainNotFoundError when llvmlite is missing)."""
+        if self._llvm is None:
+            self._llvm = llvmlite_binding()
+        return self._llvm
+
+    @property
+    def target_machine(self) -> Any:
+        """llvmlite's TargetMachine for the host CPU and its features (the compiler's own)."""
+        if self._target_machine is None:
+            self._target_machine = self._new_target_machine()
+        return self._target_machine
+
+    def _new_target_machine(self) -> Any:
+        llvm = self.llvm
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        return target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(),
+            features=llvm.get_host_cpu_features().flatten(),
+            opt=self.optimization_level,
+            reloc="pic",
+            codemodel="default",
+        )
+
+    @property
+    def identity(self) -> str:
+        """llvmlite and LLVM versions, the target triple and the host CPU with its features."""
+        import llvmlite
+
+        llvm = self.llvm
+        version = ".".join(str(part) for part in llvm.llvm_version_info)
+        features = llvm.get_host_cpu_features().flatten()
+        cpu = f"{llvm.get_host_cpu_name()}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
+        return f"llvmlite {llvmlite.__version__} LLVM {version} {llvm.get_process_triple()} cpu={cpu}"
+
+    @identity.setter
+    def identity(self, value: str) -> None:
+        raise AttributeError("an LLVMCompiler's identity comes from llvmlite and the host CPU")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The optimization level and vectorizers (every other option is LLVM's default)."""
+        return (f"-O{self.optimization_level}", "loop-vectorize", "slp-vectorize")
+
+    @flags.setter
+    def flags(self, value: tuple[str, ...]) -> None:
+        raise AttributeError("an LLVMCompiler's flags follow its optimization_level")
+
+    def compile(self, source: str) -> bytes:
+        """The ELF object of LLVM IR `source`; RuntimeError naming LLVM's message when the IR is invalid."""
+        llvm = self.llvm
+        with self._lock:
+            try:
+                module = llvm.parse_assembly(source)
+                module.verify()
+            except RuntimeError as error:
+                raise RuntimeError(f"LLVM rejected the kernel: {error}\n--- source ---\n{source}") from error
+            machine = self.target_machine
+            module.triple = machine.triple
+            module.data_layout = str(machine.target_data)
+            options = llvm.create_pipeline_tuning_options(speed_level=self.optimization_level)
+            options.loop_vectorization = True
+            options.slp_vectorization = True
+            builder = llvm.create_pass_builder(machine, options)
+            builder.getModulePassManager().run(module, builder)
+            return bytes(machine.emit_object(module))
+
+    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+        """Link object `binary` into this process (MCJIT) and return its kernel."""
+        llvm = self.llvm
+        with self._lock:
+            _load_runtime_library(llvm)
+            # the engine takes ownership of its target machine, so each engine gets a new one
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+            engine.finalize_object()
+            address = engine.get_function_address(ENTRY_NAME)
+        return HostKernel(address, kernel_parameters(uops), (engine, binary))
+
+    def disassemble(self, binary: bytes) -> str:
+        """The object's sections (llvmlite has no disassembler; objdump on the bytes gives one)."""
+        raise NotImplementedError("llvmlite cannot disassemble; write the object to a file and run objdump -d")
+
+
+@functools.cache
+def _load_runtime_library(llvm: Any) -> None:
+    # float16 conversions on CPUs without F16C / AVX512-FP16 call __extendhfsf2, __truncdfhf2 ... (libgcc)
+    library = ctypes.util.find_library("gcc_s")
+    if library is not None:
+        with contextlib.suppress(RuntimeError):
+            llvm.load_library_permanently(library)

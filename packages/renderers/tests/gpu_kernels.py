@@ -1,0 +1,198 @@
+"""Kernels the GPU renderer tests render and compile: codegen's corpus plus coverage sinks and a hand-built WMMA.
+
+The coverage sinks are elementwise kernels with one output per op (so one compile covers many ops): every ALU op
+valid for a dtype (the IR spec's rules), every cast and bit cast from one dtype, vector accesses, gated loads,
+symbolic sizes and a group reduce through shared memory.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, TensorCore
+from kiln.codegen.numpy_semantics import EMULATED, storage_dtype
+from kiln.uops import AxisKind, DType, Ops, UOp, VarArg, dtypes
+from kiln.uops.args import SpecialArg
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus, by path
+from corpus import CORPUS, from_storage, representable, to_storage
+
+SIZE = 16
+
+UNARY_FLOAT = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC)
+BINARY_FLOAT = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW)
+BINARY_INT = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR)
+BINARY_BOOL = (Ops.ADD, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR)
+COMPARISONS = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
+
+
+def _buffer(slot: int, dtype: DType, size: int = SIZE) -> UOp:
+    return UOp(Ops.DEFINE_GLOBAL, dtype.ptr(size), (), slot)
+
+
+def _kernel(name: str, outputs: list[tuple[DType, UOp]], loop: UOp) -> UOp:
+    """outputs[k] = (dtype, value at `loop`) -> a sink writing output k to slot k."""
+    effects = [_buffer(slot, dtype).index(loop).store(value).end(loop) for slot, (dtype, value) in enumerate(outputs)]
+    return UOp(Ops.SINK, dtypes.void, tuple(effects), KernelInfo(name))
+
+
+def alu_kernel(dtype: DType) -> UOp:
+    """Every ALU op valid on `dtype`, each to its own output (inputs a, b and a bool condition)."""
+    loop = UOp.range(SIZE, 0, AxisKind.LOOP)
+    values: list[tuple[DType, UOp]] = []
+
+    def ops_for() -> Iterator[tuple[DType, Ops, int]]:
+        if dtypes.is_float(dtype):
+            yield from ((dtype, op, 1) for op in UNARY_FLOAT)
+            yield from ((dtype, op, 2) for op in BINARY_FLOAT)
+        elif dtypes.is_bool(dtype):
+            yield from ((dtype, op, 2) for op in BINARY_BOOL)
+            yield (dtype, Ops.NEG, 1)
+        else:
+            yield from ((dtype, op, 2) for op in BINARY_INT)
+            yield from ((dtype, op, 1) for op in (Ops.NEG, Ops.TRUNC))
+            if dtype == dtypes.uint64:
+                yield (dtype, Ops.THREEFRY, 2)
+        yield from ((dtypes.bool, op, 2) for op in COMPARISONS)
+        yield (dtype, Ops.WHERE, 3)
+
+    planned = list(ops_for())
+    first_input = len(planned)
+    a = _buffer(first_input, dtype).index(loop).load()
+    b = _buffer(first_input + 1, dtype).index(loop).load()
+    condition = _buffer(first_input + 2, dtypes.bool).index(loop).load()
+    for out_dtype, op, arity in planned:
+        sources = {1: (a,), 2: (a, b), 3: (condition, a, b)}[arity]
+        values.append((out_dtype, UOp(op, out_dtype, sources)))
+    return _kernel(f"alu_{dtype.name}", values, loop)
+
+
+def cast_kernel(source: DType) -> UOp:
+    """`source` cast to every dtype and bit cast to every dtype of its size."""
+    loop = UOp.range(SIZE, 0, AxisKind.LOOP)
+    targets = [(t, False) for t in dtypes.all if t != source]
+    targets += [(t, True) for t in dtypes.all if t.itemsize == source.itemsize and t != source and t != dtypes.bool]
+    if source == dtypes.bool:
+        targets = [(t, False) for t in dtypes.all if t != source]
+    value = _buffer(len(targets), source).index(loop).load()
+    outputs = [(t, value.bitcast(t) if bits else value.cast(t)) for t, bits in targets]
+    return _kernel(f"casts_{source.name}", outputs, loop)
+
+
+def vector_kernel() -> tuple[UOp, list[Opt]]:
+    """out[i] = a[i] * b[i] + 1 over 64 float32 lanes, upcast by 4: wide loads and stores."""
+    loop = UOp.range(64, 0, AxisKind.LOOP)
+    a, b = _buffer(1, dtypes.float32, 64).index(loop).load(), _buffer(2, dtypes.float32, 64).index(loop).load()
+    store = _buffer(0, dtypes.float32, 64).index(loop).store(a * b + 1.0).end(loop)
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("vectors")), [Opt(OptOps.UPCAST, 0, 4)]
+
+
+def gated_kernel() -> UOp:
+    """out[i] = a[i - 2] where 2 <= i < 18, else 0 (a gated load) over 20 int32 outputs."""
+    loop = UOp.range(20, 0, AxisKind.LOOP)
+    gate = (loop >= 2) & (loop < 18)
+    value = _buffer(1, dtypes.int32, 16).index(loop - 2, gate=gate).load()
+    store = _buffer(0, dtypes.int32, 20).index(loop).store(value).end(loop)
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("gated"))
+
+
+def symbolic_kernel() -> UOp:
+    """out[i] = a[i] * 2 over a symbolic size n in [1, 1024]."""
+    n = UOp(Ops.DEFINE_VAR, dtypes.index, (), VarArg("n", 1, 1024))
+    loop = UOp.range(n, 0, AxisKind.LOOP)
+    value = _buffer(1, dtypes.float32, 1024).index(loop).load() * 2.0
+    store = _buffer(0, dtypes.float32, 1024).index(loop).store(value).end(loop)
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("symbolic"))
+
+
+def group_reduce_kernel() -> tuple[UOp, list[Opt]]:
+    """out[i] = max_j a[i*256 + j], the reduce split over 16 threads of a block (shared memory + barrier)."""
+    row, column = UOp.range(8, 0, AxisKind.LOOP), UOp.range(256, 1, AxisKind.REDUCE)
+    value = _buffer(1, dtypes.float32, 8 * 256).index(row * 256 + column).load().reduce(column, op=Ops.MAX)
+    store = _buffer(0, dtypes.float32, 8).index(row).store(value).end(row)
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("group_max")), [Opt(OptOps.GROUP, 1, 16)]
+
+
+def wmma_program(core: TensorCore) -> list[UOp]:
+    """A hand-built linear program: one warp loads its A, B, C fragments, runs one WMMA and stores D."""
+    a_lanes, b_lanes, c_lanes = core.elements_per_thread
+    a_buffer = _buffer(1, core.dtype_in, 32 * a_lanes)
+    b_buffer = _buffer(2, core.dtype_in, 32 * b_lanes)
+    c_buffer = _buffer(3, core.dtype_out, 32 * c_lanes)
+    out = _buffer(0, core.dtype_out, 32 * c_lanes)
+    lane = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 32),), SpecialArg("lidx0"))
+    uops = [out, a_buffer, b_buffer, c_buffer, lane.src[0], lane]
+
+    def fragment(buffer: UOp, lanes: int) -> UOp:
+        offset = UOp(Ops.MUL, dtypes.int32, (lane, UOp.const(dtypes.int32, lanes)))
+        index = UOp(Ops.INDEX, buffer.dtype.base.vec(lanes).ptr(32 * lanes), (buffer, offset))  # type: ignore[attr-defined]
+        load = UOp(Ops.LOAD, buffer.dtype.base.vec(lanes), (index,))  # type: ignore[attr-defined]
+        uops.extend([offset.src[1], offset, index, load])
+        return load
+
+    a, b, c = fragment(a_buffer, a_lanes), fragment(b_buffer, b_lanes), fragment(c_buffer, c_lanes)
+    result = UOp(Ops.WMMA, c.dtype, (a, b, c), core)
+    offset = UOp(Ops.MUL, dtypes.int32, (lane, UOp.const(dtypes.int32, c_lanes)))
+    index = UOp(Ops.INDEX, core.dtype_out.vec(c_lanes).ptr(32 * c_lanes), (out, offset))
+    uops += [result, index, UOp(Ops.STORE, dtypes.void, (index, result))]
+    return list(dict.fromkeys(uops))
+
+
+def coverage_sinks() -> list[tuple[str, UOp, list[Opt] | None]]:
+    """(name, sink, opts) of every coverage kernel, codegen's corpus first."""
+    cases: list[tuple[str, UOp, list[Opt] | None]] = [(case.name, case.sink, None) for case in CORPUS]
+    cases += [(f"alu_{d.name}", alu_kernel(d), []) for d in dtypes.all]
+    cases += [(f"casts_{d.name}", cast_kernel(d), []) for d in dtypes.all]
+    vector_sink, vector_opts = vector_kernel()
+    group_sink, group_opts = group_reduce_kernel()
+    cases += [
+        ("vectors", vector_sink, vector_opts),
+        ("gated", gated_kernel(), []),
+        ("symbolic", symbolic_kernel(), None),
+    ]
+    cases.append(("group_max", group_sink, group_opts))
+    return cases
+
+
+def _values(dtype: DType, rng: np.random.Generator, size: int, nonzero: bool) -> np.ndarray:
+    """Input values in storage form: random bits for integers, normal values plus ones beyond int64, inf, NaN."""
+    if dtype == dtypes.bool:
+        return rng.integers(0, 2, size).astype(np.bool_)
+    if dtypes.is_float(dtype):
+        if dtype in EMULATED or dtype == dtypes.float16:
+            values = representable(dtype)(rng, size)
+        else:
+            values = rng.standard_normal(size) * 4
+            values[:4] = [3.0e9, -7.0e19, 2.5, -0.0]  # beyond int32 and int64: float -> int wraps
+        if not nonzero:
+            values[4:7] = [math.inf, -math.inf, math.nan]
+        return to_storage(values, dtype)
+    info = np.iinfo(storage_dtype(dtype))
+    values = rng.integers(info.min, info.max, size, dtype=storage_dtype(dtype), endpoint=True)
+    if nonzero:
+        values[values == 0] = 3
+        values[:2] = [1, 2]  # small divisors and shift counts
+    return values
+
+
+def input_arrays(program: Program, rng: np.random.Generator, divisor_nonzero: bool) -> list[np.ndarray]:
+    """Buffers for an ALU or cast coverage kernel, by slot: zeroed outputs, random inputs (the second-to-last input,
+    the divisor `b` of `alu_kernel`, without zeros when `divisor_nonzero`)."""
+    arrays = []
+    slots = program.globals
+    for slot in slots:
+        pointer = program.buffer_dtypes[slot]
+        if slot in program.outs:
+            arrays.append(np.zeros(pointer.size, storage_dtype(pointer.base)))
+        else:
+            nonzero = divisor_nonzero and slot == slots[-2]
+            arrays.append(_values(pointer.base, rng, pointer.size, nonzero))
+    return arrays
+
+
+__all__ = ["CORPUS", "input_arrays", "coverage_sinks", "from_storage", "representable", "to_storage", "wmma_program"]

@@ -1,0 +1,180 @@
+"""Tests of float_emulation: fp8 / float16 computed in float32 with memory in raw bits, against numpy.
+
+The emulated conversions run as linear programs in codegen's interpreter; numpy (its float16 and the interpreter's
+bit-exact fp8 formats, `numpy_semantics.EMULATED`) is the oracle. Decoding is checked on every bit pattern, encoding
+on specials, every representable value, the midpoints between neighbours and their float neighbours.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln.codegen import run_program, verify_linear
+from kiln.codegen.numpy_semantics import EMULATED
+from kiln.renderers import FLOAT_FORMATS, emulate_floats
+from kiln.renderers.float_emulation import decode_python
+from kiln.uops import AxisKind, DType, Ops, RangeArg, SpecialArg, UOp, dtypes
+
+FORMATS = [dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16]
+WIDE = [dtypes.float32, dtypes.float64]
+
+
+def _cast_program(source: DType, target: DType, size: int) -> list[UOp]:
+    # one thread per element (SPECIAL gidx0): the interpreter runs threads vectorized, loops one step at a time
+    out, a = UOp(Ops.DEFINE_GLOBAL, target.ptr(size), arg=0), UOp(Ops.DEFINE_GLOBAL, source.ptr(size), arg=1)
+    count = UOp.const(dtypes.int32, size)
+    thread = UOp(Ops.SPECIAL, dtypes.int32, (count,), SpecialArg("gidx0"))
+    value = a.index(thread).load()
+    store = out.index(thread).store(value.cast(target))
+    return [out, a, count, thread, a.index(thread), value, out.index(thread), value.cast(target), store]
+
+
+def _codes(dtype: DType) -> np.ndarray:
+    storage = np.uint8 if dtype.itemsize == 1 else np.uint16
+    return np.arange(1 << (8 * dtype.itemsize)).astype(storage)
+
+
+def _values_of(dtype: DType, codes: np.ndarray) -> np.ndarray:
+    return codes.view(np.float16).astype(np.float64) if dtype == dtypes.float16 else EMULATED[dtype].decode(codes)
+
+
+def _run(uops: list[UOp], output: np.ndarray, source: np.ndarray) -> np.ndarray:
+    run_program(uops, [output, source], {}, (len(output), 1, 1), (1, 1, 1))
+    return output
+
+
+def assert_scoped(uops: list[UOp]) -> None:
+    """Every source is defined in a loop/IF that encloses its use (the rule C scopes and SSA dominance impose)."""
+    scope_of: dict[UOp, tuple[UOp, ...]] = {}
+    open_blocks: list[UOp] = []
+    for uop in uops:
+        if uop.op in (Ops.END, Ops.ENDIF):
+            open_blocks.pop()
+        here = tuple(open_blocks)
+        for source in uop.src:
+            assert here[: len(scope_of[source])] == scope_of[source], f"{uop.op} uses {source.op} out of its scope"
+        scope_of[uop] = here
+        if uop.op in (Ops.RANGE, Ops.IF):
+            open_blocks.append(uop)
+
+
+@pytest.mark.parametrize("wide", WIDE, ids=repr)
+@pytest.mark.parametrize("dtype", FORMATS, ids=repr)
+def test_decode_every_bit_pattern(dtype: DType, wide: DType) -> None:
+    codes = _codes(dtype)
+    uops = emulate_floats(_cast_program(dtype, wide, len(codes)), [dtype])
+    verify_linear(uops)
+    assert_scoped(uops)
+    assert not any(u.dtype == dtype for u in uops)
+    numpy_wide = np.float32 if wide == dtypes.float32 else np.float64
+    got = _run(uops, np.zeros(len(codes), numpy_wide), codes.copy())
+    with np.errstate(invalid="ignore"):
+        expected = _values_of(dtype, codes).astype(numpy_wide)
+    same = (got.view(np.uint8) == expected.view(np.uint8)).reshape(len(codes), -1).all(axis=1)
+    assert (same | (np.isnan(got) & np.isnan(expected))).all()
+    # bits are kept exactly (signed zeros, subnormals, infinities), and a NaN pattern decodes to a NaN
+    assert np.array_equal(np.isnan(got), np.isnan(expected))
+
+
+def _encode_inputs(dtype: DType, numpy_wide: type[np.floating]) -> np.ndarray:
+    values = _values_of(dtype, _codes(dtype))
+    finite = np.unique(values[np.isfinite(values)])
+    midpoints = (finite[1:] + finite[:-1]) / 2
+    largest = finite[-1]
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, largest * 1.0625, largest * 2, 1e-45, 1e300, -1e300]
+    rng = np.random.default_rng(4)
+    random = [rng.standard_normal(4000) * scale for scale in (1e-6, 1e-3, 1.0, 50.0, 1e4)]
+    candidates = np.concatenate([values, midpoints, np.array(specials), *random])
+    with np.errstate(over="ignore", invalid="ignore"):
+        candidates = candidates.astype(numpy_wide)
+        return np.concatenate([candidates, np.nextafter(candidates, np.inf), np.nextafter(candidates, -np.inf)])
+
+
+@pytest.mark.parametrize("wide", WIDE, ids=repr)
+@pytest.mark.parametrize("dtype", FORMATS, ids=repr)
+def test_encode_rounds_to_nearest_even_like_numpy(dtype: DType, wide: DType) -> None:
+    numpy_wide = np.float32 if wide == dtypes.float32 else np.float64
+    values = _encode_inputs(dtype, numpy_wide)
+    uops = emulate_floats(_cast_program(wide, dtype, len(values)), [dtype])
+    verify_linear(uops)
+    storage = np.uint8 if dtype.itemsize == 1 else np.uint16
+    got = _run(uops, np.zeros(len(values), storage), values.copy())
+    with np.errstate(all="ignore"):
+        if dtype == dtypes.float16:
+            expected = values.astype(np.float16).view(np.uint16)  # numpy rounds float64 -> float16 directly
+        else:
+            emulated = EMULATED[dtype]
+            expected = emulated.encode(emulated.round(values.astype(np.float64)))
+    wrong = np.nonzero(got != expected)[0]
+    assert len(wrong) == 0, [(values[k], hex(got[k]), hex(expected[k])) for k in wrong[:5]]
+
+
+@pytest.mark.parametrize("dtype", FORMATS, ids=repr)
+def test_constants_encode_to_their_bit_patterns(dtype: DType) -> None:
+    fmt = FLOAT_FORMATS[dtype]
+    codes = _codes(dtype)
+    expected = _values_of(dtype, codes)
+    for code, value in zip(codes.tolist(), expected.tolist()):
+        decoded = decode_python(fmt, code)
+        assert decoded == value or (np.isnan(decoded) and np.isnan(value))
+        if not np.isnan(value):
+            assert fmt.encode_constant(value) == code
+    assert fmt.encode_constant(float("nan")) == fmt.nan_bits
+
+
+def test_arithmetic_rounds_once_per_op() -> None:
+    # a * b in fp8e4m3 must round the exact product (computed in float32) once, like the interpreter's fp8
+    codes = _codes(dtypes.fp8e4m3)
+    a, b = np.repeat(codes, 4)[:1024], np.tile(codes, 4)[:1024]
+    size = len(a)
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(size), arg=0)
+    x, y = (UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(size), arg=slot) for slot in (1, 2))
+    count = UOp.const(dtypes.int32, size)
+    thread = UOp(Ops.SPECIAL, dtypes.int32, (count,), SpecialArg("gidx0"))
+    left, right = x.index(thread).load(), y.index(thread).load()
+    product = left * right
+    store = out.index(thread).store(product)
+    program = [out, x, y, count, thread, x.index(thread), left, y.index(thread), right, product, out.index(thread)]
+    program.append(store)
+    launch = ((size, 1, 1), (1, 1, 1))
+    native = np.zeros(size, np.uint8)
+    run_program(emulate_floats(program, [dtypes.fp8e4m3]), [native, a.copy(), b.copy()], {}, *launch)
+    reference = np.zeros(size, np.uint8)
+    run_program(program, [reference, a.copy(), b.copy()], {}, *launch)  # the interpreter's own fp8
+    np.testing.assert_array_equal(native, reference)
+
+
+def test_programs_without_emulated_dtypes_are_unchanged() -> None:
+    program = _cast_program(dtypes.float32, dtypes.int32, 8)
+    result = emulate_floats(program, FORMATS)
+    assert all(new is old for new, old in zip(result, program)) and len(result) == len(program)
+
+
+def test_unknown_formats_are_refused() -> None:
+    with pytest.raises(ValueError, match="bfloat16"):
+        emulate_floats([], [dtypes.bfloat16])
+
+
+def test_helper_values_are_not_shared_between_loops() -> None:
+    # one fp8 value stored in two sibling loops: each store gets its own encoding uops (hash-consing would otherwise
+    # reuse the uops placed in the first loop inside the second, outside the loop that defines them)
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(4), arg=0)
+    value_buffer = UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(1), arg=1)
+    zero = UOp.const(dtypes.int32, 0)
+    value = value_buffer.index(zero).load()
+    program: list[UOp] = [out, value_buffer, zero, value_buffer.index(zero), value]
+    for axis in range(2):
+        count = UOp.const(dtypes.int32, 2)
+        loop = UOp(Ops.RANGE, dtypes.int32, (count,), RangeArg(axis, AxisKind.LOOP))
+        position = loop + UOp.const(dtypes.int32, 2 * axis)
+        store = out.index(position).store(value)
+        program += [count, loop, position, out.index(position), store, loop.end()]
+    program = list(dict.fromkeys(program))  # the count constant is one uop
+    verify_linear(program)
+    emulated = emulate_floats(program, [dtypes.fp8e4m3])
+    verify_linear(emulated)
+    assert_scoped(emulated)
+    result = np.zeros(4, np.uint8)
+    run_program(emulated, [result, np.array([0x3C], np.uint8)], {}, (1, 1, 1), (1, 1, 1))
+    np.testing.assert_array_equal(result, [0x3C] * 4)

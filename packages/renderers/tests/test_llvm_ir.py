@@ -1,0 +1,102 @@
+"""Tests of the LLVM IR renderer and its llvmlite compiler (skipped without llvmlite).
+
+Every kernel is rendered, compiled in process to an object, linked in process (MCJIT) and run: codegen's corpus
+against each case's numpy reference, the coverage kernels against codegen's interpreter bit for bit.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import cpu_kernels as kernels
+
+pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'kiln-renderers[llvm]')")
+
+from kiln.codegen import Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
+from kiln.renderers import ENTRY_NAME, LLVMCompiler, LLVMRenderer, ToolchainNotFoundError, kernel_parameters
+from kiln.uops import Context, DType, UOp, dtypes
+
+CORPUS = kernels.load_corpus().CORPUS
+COVERAGE = kernels.coverage_cases()
+
+
+@pytest.fixture(autouse=True)
+def _compile_every_time() -> Iterator[None]:
+    with Context(DISABLE_COMPILER_CACHE=True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def renderer() -> LLVMRenderer:
+    return LLVMRenderer()
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[c.name for c in CORPUS])
+def test_corpus_runs_like_numpy(case: Any, renderer: LLVMRenderer) -> None:
+    kernels.run_corpus_case(case, renderer, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(("name", "sink", "opts", "var_vals"), COVERAGE, ids=[case[0] for case in COVERAGE])
+def test_coverage_kernel_matches_interpreter(
+    name: str, sink: UOp, opts: list[Opt] | None, var_vals: dict[str, int], renderer: LLVMRenderer
+) -> None:
+    kernels.check_against_reference(sink, renderer, opts, var_vals)
+
+
+@pytest.mark.parametrize("dtype", kernels.LINEAR_DTYPES, ids=lambda d: d.name)
+def test_hand_built_vector_program_matches_interpreter(dtype: DType, renderer: LLVMRenderer) -> None:
+    source = kernels.check_linear_program(kernels.vector_program(dtype), renderer)
+    assert (
+        "load <4 x i8>" in source if dtype in (dtypes.bool, dtypes.fp8e4m3, dtypes.fp8e5m2) else "load <4 x " in source
+    )
+
+
+def test_source_is_vector_ir_with_the_abi(renderer: LLVMRenderer) -> None:
+    sink, opts = kernels.wide_copy_kernel()
+    source = Program(get_program(sink, renderer, opts)).source
+    assert "load <4 x float>, ptr" in source and "store <4 x float>" in source
+    program = Program(get_program(kernels.symbolic_kernel(), renderer, [Opt(OptOps.THREAD, 0, 2)]))
+    header = next(line for line in program.source.splitlines() if line.startswith("define"))
+    assert header == (
+        f"define void @{ENTRY_NAME}(ptr noalias %data0, ptr noalias readonly %data1, i32 %var_m, i32 %var_n, "
+        "i32 %core_id) nounwind {"
+    )
+    assert [p.kind for p in kernel_parameters(program.uops)] == ["buffer", "buffer", "variable", "variable", "core_id"]
+
+
+def test_binary_is_a_relocatable_object_and_keys_name_llvm_and_cpu(renderer: LLVMRenderer) -> None:
+    program = Program(get_program(kernels.gated_kernel(), renderer))
+    assert program.binary is not None and program.binary[:4] == b"\x7fELF"
+    assert program.binary[16] == 1  # e_type ET_REL: linked in process, not by the dynamic loader
+    key = renderer.compiler.cache_key(program.source)
+    assert "LLVM" in key and "cpu=" in key and "-O2" in key
+
+
+def test_invalid_ir_names_the_problem(renderer: LLVMRenderer) -> None:
+    with pytest.raises(RuntimeError, match="LLVM rejected the kernel"):
+        renderer.compiler.compile("define void @kiln_kernel() {\nentry:\n  ret i32 0\n}\n")
+
+
+def test_missing_llvmlite_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def without_llvmlite(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("llvmlite"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_llvmlite)
+    renderer = LLVMRenderer()
+    sink = kernels.gated_kernel()
+    source = renderer.render(linearize(lower(optimize_kernel(sink, renderer, []), renderer)))  # needs no llvmlite
+    assert f"@{ENTRY_NAME}" in source
+    with pytest.raises(ToolchainNotFoundError, match=r"kiln-renderers\[llvm\]"):
+        LLVMCompiler().compile(source)
