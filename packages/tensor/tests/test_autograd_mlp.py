@@ -9,7 +9,6 @@ relu(x @ w1 + b1) @ w2 + b2 in one schedule takes at most
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from kiln.tensor import GlobalCounters, Tensor
 
@@ -75,12 +74,6 @@ def test_mlp_mse_gradients_and_kernel_count() -> None:
     assert kernels <= MLP_MSE_KERNELS, f"forward + backward took {kernels} kernels, stated at most {MLP_MSE_KERNELS}"
 
 
-@pytest.mark.xfail(
-    raises=RuntimeError,
-    strict=True,
-    reason="scheduler: 'dependency cycle' realizing a loss with its gradients, e.g. "
-    "loss = (w * w.sum(-1, keepdim=True)).sum() / 12; Tensor.realize_all(loss, loss.gradient(w)[0])",
-)
 def test_mlp_cross_entropy_gradients_and_kernel_count() -> None:
     kernels, _, gradients, expected = _run("cross_entropy")
     for name, gradient in gradients.items():

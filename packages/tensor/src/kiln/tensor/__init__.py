@@ -1,3 +1,9 @@
 """Lazy Tensor, autograd, scheduler with fusion, realize engine."""
 
-__all__: list[str] = []
+from kiln.runtime import Device
+from kiln.tensor.counters import GlobalCounters
+from kiln.tensor.device import default_device
+from kiln.tensor.tensor import Tensor
+from kiln.uops import dtypes
+
+__all__ = ["Device", "GlobalCounters", "Tensor", "default_device", "dtypes"]

@@ -1,0 +1,410 @@
+"""The tensor graph: the primitive UOps a `Tensor` is built from, their payloads, shape/device inference and builders.
+
+A tensor graph is an immutable, hash-consed graph of `kiln.uops.UOp` nodes made only of these primitives:
+
+| op | sources | arg | shape |
+| --- | --- | --- | --- |
+| BUFFER | () | `BufferArg(number, size, device)` | (size,) |
+| CONST | (DEVICE,) | the scalar value (already truncated to the dtype) | () |
+| DEVICE | () | device name | (not a value) |
+| ALU ops, CAST, BITCAST | operands of one shape | None | the operands' shape |
+| RESHAPE / EXPAND | (x,) | the new shape, tuple of ints | arg |
+| PERMUTE | (x,) | the order, a permutation of range(ndim) | x's dims reordered |
+| PAD | (x,) | ((before, after), ...) per dim, zero padding | dims grown |
+| SHRINK | (x,) | ((start, end), ...) per dim | end - start per dim |
+| FLIP | (x,) | tuple of bools, True = reverse that dim | x's shape |
+| REDUCE_AXIS | (x,) | `ReduceArg(op, axes)`, op in ADD / MUL / MAX | reduced dims kept as 1 |
+| CONTIGUOUS | (x,) | None | x's shape (forces a buffer) |
+| DETACH | (x,) | None | x's shape (stops gradients; identity otherwise) |
+| COPY | (x, DEVICE) | None | x's shape, on the DEVICE's device |
+| ASSIGN | (target, value) | None | target's shape (writes value into target's buffer) |
+
+The builders below check their operands and raise `ValueError` / `TypeError` naming the bad value; they also fold
+no-ops (a reshape to the same shape, an identity permute, ...) so graphs stay small. `shape_of` and `device_of` are
+cached on each node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
+
+Shape = tuple[int, ...]
+
+MOVEMENT_OPS: Final = GroupOp.Movement
+ELEMENTWISE_OPS: Final = GroupOp.Elementwise
+REDUCE_OPS: Final = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    """Payload of BUFFER: a realized device buffer known by its unique `number`, holding `size` elements on `device`.
+
+    The runtime Buffer object itself lives in a side table (`kiln.tensor.realize.buffers`), keyed by `number`.
+    """
+
+    number: int
+    size: int
+    device: str
+
+
+@dataclass(frozen=True)
+class ReduceArg:
+    """Payload of REDUCE_AXIS: reduce with `op` (ADD, MUL or MAX) over `axes` (sorted, unique; kept as size 1)."""
+
+    op: Ops
+    axes: tuple[int, ...]
+
+
+_buffer_numbers = itertools.count()
+
+
+def _fail_shape(uop: UOp, message: str) -> ValueError:
+    return ValueError(f"{uop.op.name}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shape and device inference
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def shape_of(uop: UOp) -> Shape:
+    """The shape of a tensor-graph node (cached on the node). Raises ValueError for nodes that have no shape."""
+    cached = uop.__dict__.get("tensor_shape")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    # iterative over the not-yet-cached part so deep graphs never hit the recursion limit
+    for node in uop.toposort(gate=lambda node: "tensor_shape" not in node.__dict__):
+        if "tensor_shape" not in node.__dict__:
+            node.__dict__["tensor_shape"] = _infer_shape(node)
+    return uop.__dict__["tensor_shape"]  # type: ignore[no-any-return]
+
+
+def _infer_shape(uop: UOp) -> Shape:
+    op = uop.op
+    if op is Ops.BUFFER:
+        return (uop.arg.size,)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
+        return ()
+    if op is Ops.DEVICE:
+        return ()
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return tuple(uop.arg)
+    sources: list[Shape] = [source.__dict__["tensor_shape"] for source in uop.src if source.op is not Ops.DEVICE]
+    if not sources:
+        raise _fail_shape(uop, "has no shaped source")
+    first = sources[0]
+    if op in ELEMENTWISE_OPS:
+        return first
+    if op is Ops.PERMUTE:
+        return tuple(first[axis] for axis in uop.arg)
+    if op is Ops.PAD:
+        return tuple(size + before + after for size, (before, after) in zip(first, uop.arg))
+    if op is Ops.SHRINK:
+        return tuple(end - start for start, end in uop.arg)
+    if op is Ops.REDUCE_AXIS:
+        return tuple(1 if axis in uop.arg.axes else size for axis, size in enumerate(first))
+    if op in (Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
+        return first
+    raise _fail_shape(uop, f"{op!r} is not a tensor-graph primitive")
+
+
+def device_of(uop: UOp) -> str:
+    """The device name a tensor-graph node lives on (cached on the node)."""
+    cached = uop.__dict__.get("tensor_device")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    for node in uop.toposort(gate=lambda node: "tensor_device" not in node.__dict__):
+        if "tensor_device" not in node.__dict__:
+            node.__dict__["tensor_device"] = _infer_device(node)
+    return uop.__dict__["tensor_device"]  # type: ignore[no-any-return]
+
+
+def _infer_device(uop: UOp) -> str:
+    if uop.op is Ops.DEVICE:
+        return str(uop.arg)
+    if uop.op is Ops.BUFFER:
+        return str(uop.arg.device)
+    if uop.op is Ops.COPY:
+        return str(uop.src[1].arg)
+    if not uop.src:
+        raise ValueError(f"{uop.op.name} node has no device: a CONST needs a DEVICE source")
+    return str(uop.src[0].__dict__["tensor_device"])
+
+
+def const_value(uop: UOp) -> ConstType | None:
+    """The value of a node that is a constant broadcast (movement ops over a CONST), else None."""
+    while uop.op in MOVEMENT_OPS or uop.op is Ops.DETACH:
+        if uop.op is Ops.PAD:
+            return None  # the padding is zero, not the constant
+        uop = uop.src[0]
+    if uop.op is not Ops.CONST:
+        return None
+    value: ConstType = uop.arg
+    return value
+
+
+def _shapes_match(uops: Sequence[UOp], what: str) -> Shape:
+    shapes = [shape_of(u) for u in uops]
+    if any(shape != shapes[0] for shape in shapes):
+        raise ValueError(f"{what}: operands must have one shape (broadcast first), got {shapes}")
+    return shapes[0]
+
+
+def _devices_match(uops: Sequence[UOp], what: str) -> str:
+    devices = [device_of(u) for u in uops]
+    if any(device != devices[0] for device in devices):
+        raise ValueError(f"{what}: operands must be on one device (use .to(device)), got {devices}")
+    return devices[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def device_uop(device: str) -> UOp:
+    """The DEVICE node naming `device`."""
+    if not isinstance(device, str) or not device:
+        raise TypeError(f"a device name must be a non-empty str, got {device!r}")
+    return UOp(Ops.DEVICE, arg=device)
+
+
+def buffer_uop(device: str, size: int, dtype: DType) -> UOp:
+    """A BUFFER node for a new (not yet attached) buffer of `size` elements of `dtype` on `device`."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"a buffer size must be a non-negative int, got {size!r}")
+    _check_storable(dtype)
+    return UOp(Ops.BUFFER, dtype, (), BufferArg(next(_buffer_numbers), size, device))
+
+
+def _check_storable(dtype: DType) -> None:
+    if not isinstance(dtype, DType):
+        raise TypeError(f"expected a DType such as dtypes.float32, got {dtype!r}")
+    if dtype.count != 1 or dtype in (dtypes.void, dtypes.index):
+        raise TypeError(f"tensors hold scalar storable dtypes, got {dtype!r}")
+
+
+_const_cache: dict[tuple[type, object, DType, str, Shape], UOp] = {}
+
+
+def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp:
+    """The scalar `value` (truncated to `dtype`) on `device`, broadcast to `shape` by RESHAPE + EXPAND."""
+    # constants are built on every scalar operation: remember recent ones (floats by their bits: 0.0 vs -0.0)
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(f"a constant must be a bool, int or float, got {value!r} of type {type(value).__name__}")
+    key = (type(value), value.hex() if isinstance(value, float) else value, dtype, device, tuple(shape))
+    found = _const_cache.get(key)
+    if found is not None:
+        return found
+    _check_storable(dtype)
+    if isinstance(value, float) and not dtypes.is_float(dtype) and not math.isfinite(value) and dtype != dtypes.bool:
+        raise ValueError(f"cannot represent {value!r} in {dtype!r}")
+    scalar = UOp.const(dtype, value).replace(src=(device_uop(device),))
+    checked = _check_shape(shape, "const shape")
+    result = expand(reshape(scalar, (1,) * len(checked)), checked) if checked else scalar
+    if len(_const_cache) > 4096:
+        _const_cache.clear()
+    _const_cache[key] = result
+    return result
+
+
+def _check_shape(shape: Sequence[int], what: str) -> Shape:
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{what} must be a tuple of ints, got {shape!r}")
+    for size in shape:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"{what} must be a tuple of ints, got {tuple(shape)!r}")
+        if size < 0:
+            raise ValueError(f"{what} must not have negative sizes, got {tuple(shape)!r}")
+    return tuple(shape)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def alu(op: Ops, *operands: UOp) -> UOp:
+    """The ALU op `op` over `operands` of one shape and device (and one dtype; WHERE takes a bool condition)."""
+    if op not in GroupOp.ALU:
+        raise ValueError(f"{op!r} is not an ALU op; expected one of GroupOp.ALU")
+    _shapes_match(operands, op.name)
+    _devices_match(operands, op.name)
+    return operands[0].alu(op, *operands[1:])
+
+
+def cast(x: UOp, dtype: DType) -> UOp:
+    """`x` converted to `dtype` (the same node when it already has it)."""
+    _check_storable(dtype)
+    return x if x.dtype == dtype else UOp(Ops.CAST, dtype, (x,))
+
+
+def bitcast(x: UOp, dtype: DType) -> UOp:
+    """`x`'s bits reinterpreted as `dtype` of the same item size."""
+    _check_storable(dtype)
+    if dtype.itemsize != x.dtype.itemsize:
+        raise TypeError(
+            f"bitcast needs equal item sizes: {x.dtype!r} has {x.dtype.itemsize}, {dtype!r} {dtype.itemsize}"
+        )
+    return x if x.dtype == dtype else UOp(Ops.BITCAST, dtype, (x,))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# movement
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def reshape(x: UOp, shape: Sequence[int]) -> UOp:
+    """`x` with the same elements in row-major order viewed as `shape`."""
+    old = shape_of(x)
+    new = _check_shape(shape, "reshape shape")
+    if math.prod(old) != math.prod(new):
+        raise ValueError(f"cannot reshape {old} ({math.prod(old)} elements) to {new} ({math.prod(new)} elements)")
+    if new == old:
+        return x
+    if x.op is Ops.RESHAPE:  # reshape of a reshape is one reshape
+        return reshape(x.src[0], new)
+    return UOp(Ops.RESHAPE, x.dtype, (x,), new)
+
+
+def permute(x: UOp, order: Sequence[int]) -> UOp:
+    """`x` with its dims reordered: dim i of the result is dim order[i] of x."""
+    shape = shape_of(x)
+    order = tuple(order)
+    if sorted(order) != list(range(len(shape))) or any(isinstance(axis, bool) for axis in order):
+        raise ValueError(f"permute order {order} is not a permutation of range({len(shape)}) for shape {shape}")
+    if order == tuple(range(len(shape))):
+        return x
+    if x.op is Ops.PERMUTE:  # compose two permutes
+        return permute(x.src[0], tuple(x.arg[axis] for axis in order))
+    return UOp(Ops.PERMUTE, x.dtype, (x,), order)
+
+
+def expand(x: UOp, shape: Sequence[int]) -> UOp:
+    """`x` with size-1 dims repeated to `shape` (same number of dims)."""
+    old = shape_of(x)
+    new = _check_shape(shape, "expand shape")
+    if len(new) != len(old) or any(o != n and o != 1 for o, n in zip(old, new)):
+        raise ValueError(f"cannot expand {old} to {new}: only size-1 dims can grow and the rank must match")
+    if new == old:
+        return x
+    if x.op is Ops.EXPAND:
+        return expand(x.src[0], new)
+    return UOp(Ops.EXPAND, x.dtype, (x,), new)
+
+
+def _check_pairs(x: UOp, pairs: Sequence[tuple[int, int]], what: str) -> tuple[tuple[int, int], ...]:
+    shape = shape_of(x)
+    try:
+        result = tuple((int(a), int(b)) for a, b in pairs)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} needs one (int, int) pair per dim, got {pairs!r}") from None
+    if len(result) != len(shape) or any(isinstance(v, bool) or not isinstance(v, int) for pair in pairs for v in pair):
+        raise ValueError(f"{what} needs one (int, int) pair per dim of shape {shape}, got {tuple(pairs)!r}")
+    return result
+
+
+def pad(x: UOp, padding: Sequence[tuple[int, int]]) -> UOp:
+    """`x` with `before` zeros in front and `after` zeros behind along each dim."""
+    pairs = _check_pairs(x, padding, "pad")
+    if any(before < 0 or after < 0 for before, after in pairs):
+        raise ValueError(f"pad amounts must be >= 0 (use shrink to cut), got {pairs}")
+    if all(before == 0 and after == 0 for before, after in pairs):
+        return x
+    return UOp(Ops.PAD, x.dtype, (x,), pairs)
+
+
+def shrink(x: UOp, bounds: Sequence[tuple[int, int]]) -> UOp:
+    """The window [start, end) of `x` along each dim."""
+    shape = shape_of(x)
+    pairs = _check_pairs(x, bounds, "shrink")
+    if any(not 0 <= start <= end <= size for (start, end), size in zip(pairs, shape)):
+        raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {shape}")
+    if all(start == 0 and end == size for (start, end), size in zip(pairs, shape)):
+        return x
+    return UOp(Ops.SHRINK, x.dtype, (x,), pairs)
+
+
+def flip(x: UOp, axes: Sequence[bool]) -> UOp:
+    """`x` reversed along each dim whose flag is True."""
+    shape = shape_of(x)
+    flags = tuple(axes)
+    if len(flags) != len(shape) or any(not isinstance(flag, bool) for flag in flags):
+        raise ValueError(f"flip needs one bool per dim of shape {shape}, got {flags!r}")
+    if not any(flags):
+        return x
+    return UOp(Ops.FLIP, x.dtype, (x,), flags)
+
+
+def movement(op: Ops, x: UOp, arg: object) -> UOp:
+    """The movement op `op` (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP) of `x` with payload `arg`."""
+    builder = _MOVEMENT_BUILDERS.get(op)
+    if builder is None:
+        raise ValueError(f"{op!r} is not a movement op; expected one of {sorted(o.name for o in MOVEMENT_OPS)}")
+    result: UOp = builder(x, arg)  # type: ignore[operator]
+    return result
+
+
+_MOVEMENT_BUILDERS: Final = {
+    Ops.RESHAPE: reshape,
+    Ops.PERMUTE: permute,
+    Ops.EXPAND: expand,
+    Ops.PAD: pad,
+    Ops.SHRINK: shrink,
+    Ops.FLIP: flip,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reduce and the rest
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def reduce_axis(x: UOp, op: Ops, axes: Sequence[int]) -> UOp:
+    """`x` reduced with `op` (ADD, MUL, MAX) over `axes`; reduced dims stay as size 1."""
+    if op not in REDUCE_OPS:
+        raise ValueError(f"reduce op must be Ops.ADD, Ops.MUL or Ops.MAX, got {op!r}")
+    shape = shape_of(x)
+    normalized = tuple(sorted(set(axes)))
+    if any(isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < len(shape) for axis in normalized):
+        raise ValueError(f"reduce axes {tuple(axes)} must be ints in range({len(shape)}) for shape {shape}")
+    # reducing only size-1 dims changes nothing
+    if all(shape[axis] == 1 for axis in normalized):
+        return x
+    return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), ReduceArg(op, normalized))
+
+
+def contiguous(x: UOp) -> UOp:
+    """`x` forced into its own buffer when scheduled."""
+    return x if x.op is Ops.CONTIGUOUS else UOp(Ops.CONTIGUOUS, x.dtype, (x,))
+
+
+def detach(x: UOp) -> UOp:
+    """`x` as a gradient stop (the identity for the scheduler)."""
+    return x if x.op is Ops.DETACH else UOp(Ops.DETACH, x.dtype, (x,))
+
+
+def copy_to(x: UOp, device: str) -> UOp:
+    """`x` copied to `device`."""
+    if device_of(x) == device:
+        return x
+    return UOp(Ops.COPY, x.dtype, (x, device_uop(device)))
+
+
+def assign(target: UOp, value: UOp) -> UOp:
+    """Write `value` into the buffer behind `target` (same shape, dtype and device); the node's value is `value`."""
+    if shape_of(target) != shape_of(value):
+        raise ValueError(f"assign: value shape {shape_of(value)} must equal the target shape {shape_of(target)}")
+    if target.dtype != value.dtype:
+        raise TypeError(f"assign: value dtype {value.dtype!r} must equal the target dtype {target.dtype!r}")
+    if device_of(target) != device_of(value):
+        raise ValueError(
+            f"assign: value device {device_of(value)!r} must equal the target device {device_of(target)!r}"
+        )
+    return UOp(Ops.ASSIGN, target.dtype, (target, value))

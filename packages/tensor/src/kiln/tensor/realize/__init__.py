@@ -1,0 +1,23 @@
+"""Running schedules: the method cache, launching kernels and copies, DEBUG output, buffers of BUFFER nodes."""
+
+from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
+from kiln.tensor.realize.engine import (
+    Method,
+    clear_method_cache,
+    compiled_program,
+    method_cache_size,
+    realize_uops,
+    run_plan,
+)
+
+__all__ = [
+    "Method",
+    "attach_buffer",
+    "buffer_of",
+    "clear_method_cache",
+    "compiled_program",
+    "has_buffer",
+    "method_cache_size",
+    "realize_uops",
+    "run_plan",
+]

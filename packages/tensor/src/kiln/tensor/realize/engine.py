@@ -1,0 +1,200 @@
+"""The realize engine: run a schedule plan on real buffers.
+
+For each kernel step: the program comes from the method cache (keyed by the kernel sink, the device and the
+renderer class; a miss runs codegen's `get_program` with the device's renderer) and is launched on the step's
+buffers. Copies go through the runtime. `DEBUG=1` prints each schedule's kernel count and time, `DEBUG=2` one line
+per kernel (name, launch size, time, GFLOP/s, GB/s). `GlobalCounters` accumulates the totals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kiln.codegen import Program, Renderer, get_program
+from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
+from kiln.tensor.counters import GlobalCounters
+from kiln.tensor.device import load, renderer_for
+from kiln.tensor.graph import BufferArg, buffer_uop
+from kiln.tensor.realize.buffers import attach_buffer, buffer_of
+from kiln.tensor.schedule import (
+    BufferRef,
+    BufferSource,
+    CopyStep,
+    InputSlot,
+    KernelStep,
+    OutputSlot,
+    SchedulePlan,
+    cached_plan,
+    normalize,
+    record_realized,
+)
+from kiln.uops import Ops, UOp, dtypes, knobs, sym_infer
+
+__all__ = ["Method", "clear_method_cache", "compiled_program", "method_cache_size", "realize_uops", "run_plan"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A kernel ready to launch: the program, the kernel slot each program parameter takes, the loaded runner and
+    the program's cost estimates."""
+
+    program: Program
+    slots: tuple[int, ...]
+    runner: ProgramRunner
+    flops: int
+    mem_bytes: int
+
+
+_methods: dict[tuple[UOp, str], Method] = {}
+_renderers: dict[str, Renderer] = {}
+_fresh_numbers = itertools.count(1 << 40)  # numbers for re-issued BUFFER nodes, disjoint from graph.buffer_uop's
+
+
+def compiled_program(ast: UOp, device: str) -> Method:
+    """The `Method` of kernel sink `ast` on `device`, built once per sink, device and renderer (the method cache)."""
+    method = _methods.get((ast, device))
+    if method is None:
+        renderer = _renderers.get(device)
+        if renderer is None:
+            renderer = _renderers[device] = renderer_for(device)
+        program, slots = _build(ast, renderer)
+        estimates = program.estimates
+        flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
+        method = _methods[(ast, device)] = Method(program, slots, load(program), int(flops), int(memory))
+    return method
+
+
+def _build(ast: UOp, renderer: Renderer) -> tuple[Program, tuple[int, ...]]:
+    program = Program(get_program(ast, renderer))
+    slots = sorted({u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL})
+    if list(program.globals) == slots:
+        return program, tuple(slots)
+    # codegen proved some buffers are never read (e.g. every load of one is gated off) and dropped them; number the
+    # kept buffers first so the program's parameters are 0..k-1 again, and pass only those
+    kept = [slot for slot in slots if slot in program.globals]
+    order = kept + [slot for slot in slots if slot not in program.globals]
+    renumber = {u: u.replace(arg=order.index(u.arg)) for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
+    program = Program(get_program(ast.substitute(renumber), renderer))
+    if list(program.globals) != list(range(len(kept))):
+        raise RuntimeError(f"codegen changed the buffer parameters of kernel {program.name!r} unexpectedly")
+    return program, tuple(kept)
+
+
+def clear_method_cache() -> None:
+    """Forgets every compiled program and the renderer of each device (the next launch builds them again)."""
+    _methods.clear()
+    _renderers.clear()
+
+
+def method_cache_size() -> int:
+    """How many programs the method cache holds."""
+    return len(_methods)
+
+
+class _Buffers:
+    """The runtime Buffers of one run of a plan."""
+
+    def __init__(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> None:
+        self.inputs = [buffer_of(node) for node in inputs]
+        self.output_nodes = [buffer_uop(spec.device, spec.size, spec.dtype) for spec in plan.outputs]
+        self.outputs = [buffer_of(node) for node in self.output_nodes]
+        for buffer in self.outputs:
+            if buffer.size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
+                buffer.allocate()
+        slots = [
+            Buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, max(1, size), dtypes.uint8)
+            for slot, size in enumerate(plan.slot_bytes)
+        ]
+        self.temporaries = [
+            slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)
+        ]
+
+    def get(self, ref: BufferRef) -> Buffer:
+        if ref.source is BufferSource.INPUT:
+            return self.inputs[ref.number]
+        if ref.source is BufferSource.OUTPUT:
+            return self.outputs[ref.number]
+        return self.temporaries[ref.number]
+
+
+def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
+    global_size, local_size = method.program.launch_dims({})
+    launch_text = f"global={list(global_size)} local={list(local_size)}"
+    seconds = max(seconds, 1e-9)
+    print(
+        f"*** {step.device:<7} {method.program.name:<32} {launch_text:<36} {seconds * 1e3:9.3f} ms"
+        f" {method.flops / seconds / 1e9:9.2f} GFLOP/s {method.mem_bytes / seconds / 1e9:9.2f} GB/s"
+    )
+
+
+def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
+    """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
+    buffers = _Buffers(plan, inputs)
+    debug = knobs.DEBUG
+    started = time.perf_counter_ns()
+    kernels = 0
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            method = compiled_program(step.ast, step.device)
+            arguments = [buffers.get(step.buffers[slot]) for slot in method.slots]
+            begin = time.perf_counter_ns()
+            seconds = method.runner(arguments, None, wait=debug >= 2)
+            elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+            kernels += 1
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.time_ns += elapsed
+            GlobalCounters.flops += method.flops
+            GlobalCounters.mem_bytes += method.mem_bytes
+            if debug >= 2:
+                _debug_kernel(step, method, elapsed / 1e9)
+        else:
+            assert isinstance(step, CopyStep)
+            destination, source = buffers.get(step.destination), buffers.get(step.source)
+            begin = time.perf_counter_ns()
+            copy_between(destination, source)
+            GlobalCounters.copies += 1
+            GlobalCounters.time_ns += time.perf_counter_ns() - begin
+            GlobalCounters.mem_bytes += 2 * source.nbytes
+    if debug >= 1 and plan.steps:
+        for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
+            Device[device].synchronize()
+        total = (time.perf_counter_ns() - started) / 1e6
+        print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
+    return _views(plan, inputs, buffers)
+
+
+def _views(plan: SchedulePlan, inputs: Sequence[UOp], buffers: _Buffers) -> list[UOp]:
+    # placeholders -> real BUFFER nodes; an overwritten input gets a fresh node, so graphs built on the old node
+    # (and values realized from them) are never mistaken for graphs of the new contents
+    replaced = list(inputs)
+    for position in plan.written_inputs:
+        old = inputs[position]
+        arg: BufferArg = old.arg
+        fresh = UOp(Ops.BUFFER, old.dtype, (), BufferArg(next(_fresh_numbers), arg.size, arg.device))
+        attach_buffer(fresh, buffer_of(old))
+        replaced[position] = fresh
+    results = []
+    for view in plan.views:
+        mapping: dict[UOp, UOp] = {}
+        for node in view.toposort():
+            if node.op is Ops.BUFFER:
+                slot = node.arg
+                if isinstance(slot, InputSlot):
+                    mapping[node] = replaced[slot.position]
+                elif isinstance(slot, OutputSlot):
+                    mapping[node] = buffers.output_nodes[slot.number]
+        results.append(view.substitute(mapping))
+    return results
+
+
+def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
+    """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views."""
+    normalized = normalize(uops)
+    plan = cached_plan(normalized.sink)
+    views = run_plan(plan, normalized.inputs)
+    for uop, view in zip(uops, views):
+        record_realized(uop, view)
+    return views

@@ -1,0 +1,36 @@
+"""The scheduler: tensor graphs -> kernels (codegen kernel sinks) and copies, with fusion and buffer planning."""
+
+from kiln.tensor.schedule.cache import ScheduleCacheInfo, cached_plan, clear_schedule_cache
+from kiln.tensor.schedule.items import (
+    BufferRef,
+    BufferSource,
+    BufferSpecification,
+    CopyStep,
+    InputSlot,
+    KernelStep,
+    OutputSlot,
+    SchedulePlan,
+    Step,
+)
+from kiln.tensor.schedule.normalize import NormalizedGraph, normalize, realized_view, record_realized
+from kiln.tensor.schedule.planner import plan_schedule
+
+__all__ = [
+    "BufferRef",
+    "BufferSource",
+    "BufferSpecification",
+    "CopyStep",
+    "InputSlot",
+    "KernelStep",
+    "NormalizedGraph",
+    "OutputSlot",
+    "ScheduleCacheInfo",
+    "SchedulePlan",
+    "Step",
+    "cached_plan",
+    "clear_schedule_cache",
+    "normalize",
+    "plan_schedule",
+    "realized_view",
+    "record_realized",
+]

@@ -1,0 +1,124 @@
+"""Rangeify: movement ops turned into index expressions.
+
+A value at position `indices` (one `dtypes.index` UOp per dim) of a movement op's result is the value of its source
+at other indices, possibly only where a `valid` condition holds (PAD). These functions compute the source indices
+with plain index math: no data is moved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from kiln.uops import Ops, UOp, dtypes
+
+Indices = tuple[UOp, ...]
+
+
+def index_const(value: int) -> UOp:
+    """An index-typed constant."""
+    return UOp.const(dtypes.index, value)
+
+
+ZERO = index_const(0)
+
+
+def strides_of(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major element strides of `shape`."""
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= size
+    return tuple(reversed(strides))
+
+
+def linear_index(indices: Sequence[UOp], shape: Sequence[int]) -> UOp:
+    """The row-major element offset of `indices` in a buffer of `shape` (size-1 dims contribute nothing)."""
+    total: UOp | None = None
+    for index, size, stride in zip(indices, shape, strides_of(shape)):
+        if size == 1:
+            continue
+        term = index if stride == 1 else index * stride
+        total = term if total is None else total + term
+    return ZERO if total is None else total
+
+
+def reshape_indices(indices: Indices, new_shape: Sequence[int], old_shape: Sequence[int]) -> Indices:
+    """Indices into `old_shape` of the element at `indices` of the same data reshaped to `new_shape`.
+
+    Dims are matched in groups of equal element count, so splitting or merging dims costs one div/mod per split dim
+    and dims that merely move between size-1 dims map straight through.
+    """
+    if math.prod(old_shape) == 0:
+        return tuple(ZERO for _ in old_shape)
+    new = [(size, index) for size, index in zip(new_shape, indices) if size != 1]
+    old_positions = [position for position, size in enumerate(old_shape) if size != 1]
+    result: list[UOp] = [ZERO] * len(old_shape)
+    i = j = 0
+    while i < len(old_positions):
+        old_group, old_product = [old_positions[i]], old_shape[old_positions[i]]
+        new_group, new_product = [new[j]], new[j][0]
+        i, j = i + 1, j + 1
+        while old_product != new_product:
+            if old_product < new_product:
+                old_group.append(old_positions[i])
+                old_product *= old_shape[old_positions[i]]
+                i += 1
+            else:
+                new_group.append(new[j])
+                new_product *= new[j][0]
+                j += 1
+        if len(old_group) == 1 and len(new_group) == 1:
+            result[old_group[0]] = new_group[0][1]
+            continue
+        flat = linear_index([index for _, index in new_group], [size for size, _ in new_group])
+        group_sizes = [old_shape[position] for position in old_group]
+        for position, size, stride in zip(old_group, group_sizes, strides_of(group_sizes)):
+            part = flat if stride == 1 else flat // stride
+            result[position] = part if position == old_group[0] else part % size
+    return tuple(result)
+
+
+def _and(gate: UOp | None, condition: UOp | None) -> UOp | None:
+    if condition is None:
+        return gate
+    return condition if gate is None else gate & condition
+
+
+def movement_indices(node: UOp, indices: Indices, source_shape: Sequence[int]) -> tuple[Indices, UOp | None]:
+    """(source indices, valid) for movement node `node` read at `indices`; valid is None when always true.
+
+    `valid` is only produced by PAD: the positions that come from the source rather than from the padding.
+    """
+    op, arg = node.op, node.arg
+    if op is Ops.RESHAPE:
+        return reshape_indices(indices, arg, source_shape), None
+    if op is Ops.PERMUTE:
+        source: list[UOp] = [ZERO] * len(indices)
+        for position, axis in enumerate(arg):
+            source[axis] = indices[position]
+        return tuple(source), None
+    if op is Ops.EXPAND:
+        return tuple(ZERO if size == 1 else index for index, size in zip(indices, source_shape)), None
+    if op is Ops.SHRINK:
+        return tuple(index if start == 0 else index + start for index, (start, _) in zip(indices, arg)), None
+    if op is Ops.FLIP:
+        return tuple(
+            index_const(size - 1) - index if flag else index for index, size, flag in zip(indices, source_shape, arg)
+        ), None
+    if op is Ops.PAD:
+        valid: UOp | None = None
+        shifted = []
+        for index, size, (before, after) in zip(indices, source_shape, arg):
+            if before:
+                valid = _and(valid, index_const(before - 1).lt(index))
+            if after:
+                valid = _and(valid, index.lt(before + size))
+            shifted.append(index - before if before else index)
+        return tuple(shifted), valid
+    raise ValueError(f"{op!r} is not a movement op")
+
+
+def and_gates(first: UOp | None, second: UOp | None) -> UOp | None:
+    """The conjunction of two optional conditions."""
+    return _and(first, second)

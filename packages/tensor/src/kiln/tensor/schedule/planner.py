@@ -1,0 +1,429 @@
+"""The scheduler proper: a normalized tensor graph -> a `SchedulePlan` of kernels and copies.
+
+0. Split reductions of very many elements into two stages (split_reduce.py).
+1. Decide where buffers must exist ("points"): requested values that are not already a buffer, CONTIGUOUS, COPY
+   (and its source), ASSIGN, a reduce or costly value read through an EXPAND (it would be recomputed for every
+   expanded element), a reduce nested in another reduce.
+2. Build one kernel per point (`KernelBuilder`); everything between points fuses into the kernel that reads it.
+   Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, or a node
+   needed at many index sets (a recomputation blow-up), becomes a point too, and the kernels are built again.
+3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels.
+4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
+   the rest: temporaries) and let temporaries with disjoint lifetimes share memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kiln.tensor.graph import MOVEMENT_OPS, const_value, device_of, reshape, shape_of
+from kiln.tensor.schedule.items import (
+    BufferRef,
+    BufferSource,
+    BufferSpecification,
+    CopyStep,
+    KernelStep,
+    OutputSlot,
+    SchedulePlan,
+    Step,
+)
+from kiln.tensor.schedule.kernel_builder import KernelBuilder, KernelOutput, KernelStats, KernelTooLarge, LeafBuffer
+from kiln.tensor.schedule.memory_planner import plan_temporaries
+from kiln.tensor.schedule.split_reduce import split_large_reductions
+from kiln.uops import GroupOp, Ops, UOp
+
+# ops whose recomputation for every element of an expand costs more than reading a buffer
+_COSTLY_OPS = frozenset(
+    {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.FDIV, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.THREEFRY}
+)
+_CHEAP_ALU_LIMIT = 8  # more ALU ops than this under an expand is costly too
+_COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times than this is cheaper than a kernel
+_MAX_ROUNDS = 64
+
+
+def _strip_detach(node: UOp) -> UOp:
+    while node.op is Ops.DETACH:
+        node = node.src[0]
+    return node
+
+
+def _is_placeholder(node: UOp) -> bool:
+    return node.op is Ops.BUFFER
+
+
+def contiguous_base(node: UOp) -> UOp | None:
+    """The BUFFER whose data `node` is exactly, row-major (only RESHAPE / DETACH / CONTIGUOUS on the way), or None."""
+    while node.op in (Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS):
+        node = node.src[0]
+    return node if node.op is Ops.BUFFER else None
+
+
+def _view_base(node: UOp) -> UOp | None:
+    # the BUFFER under a chain of movement ops (the target of an ASSIGN, maybe an earlier ASSIGN to it), or None
+    while node.op in MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN):
+        node = node.src[0]
+    return node if node.op is Ops.BUFFER else None
+
+
+def _value_node(point: UOp) -> UOp:
+    # what a point's kernel computes
+    if point.op is Ops.CONTIGUOUS:
+        return point.src[0]
+    if point.op is Ops.ASSIGN:
+        return point.src[1]
+    return point
+
+
+@dataclass
+class _Kernel:
+    members: list[UOp]
+    ast: UOp | None  # None: the build stopped at a recomputation blow-up
+    stats: KernelStats
+    slots: list[BufferRef]
+    device: str
+
+
+class _Planner:
+    def __init__(self, sink: UOp) -> None:
+        self.sink = split_large_reductions(_drop_bufferless_assigns(sink))
+        self.requested = list(self.sink.src)
+        self.order = self.sink.toposort()
+        self.position = {node: i for i, node in enumerate(self.order)}
+        self.points: dict[UOp, None] = {}
+
+    # -- step 1 -----------------------------------------------------------------------------------------------------
+    def initial_points(self) -> None:
+        for node in self.requested:
+            stripped = _strip_detach(node)
+            if stripped.op is not Ops.ASSIGN and contiguous_base(stripped) is not None:
+                continue  # already a buffer: nothing to compute
+            if const_value(stripped) is not None:
+                continue  # a broadcast constant stays a constant (CONTIGUOUS asks for a buffer)
+            self.points[stripped] = None
+        for node in self.order:
+            if node.op is Ops.CONTIGUOUS and contiguous_base(node) is None:
+                self.points[node] = None
+            elif node.op is Ops.COPY:
+                self.points[node] = None
+                source = _strip_detach(node.src[0])
+                if contiguous_base(source) is None:
+                    self.points[source] = None
+            elif node.op is Ops.ASSIGN:
+                self._check_assign(node)
+                self.points[node] = None
+        self._expand_rule()
+        self._nested_reduce_rule()
+
+    def _check_assign(self, node: UOp) -> None:
+        chain = node.src[0]
+        while chain.op is not Ops.BUFFER:
+            if chain.op in (Ops.PAD, Ops.EXPAND):
+                raise ValueError(f"cannot assign through {chain.op.name}: the target must be a plain view of a buffer")
+            chain = chain.src[0]
+
+    def _is_boundary(self, node: UOp) -> bool:
+        return node in self.points or node.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE)
+
+    def _subtree(self, node: UOp) -> Iterable[UOp]:
+        # the nodes a kernel computing `node` would evaluate (down to points and sources)
+        return node.toposort(gate=lambda n: n is node or not self._is_boundary(n))
+
+    def _expand_rule(self) -> None:
+        for node in self.order:
+            if node.op is not Ops.EXPAND:
+                continue
+            ratio = math.prod(node.arg) / max(1, math.prod(shape_of(node.src[0])))
+            source = node.src[0]
+            while source.op in MOVEMENT_OPS or source.op is Ops.DETACH:
+                source = source.src[0]
+            if self._is_boundary(source) or ratio <= 1:
+                continue
+            inner = [n for n in self._subtree(source) if not self._is_boundary(n) or n is source]
+            has_reduce = any(n.op is Ops.REDUCE_AXIS for n in inner)
+            alu = [n for n in inner if n.op in GroupOp.ALU]
+            costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
+            if has_reduce or (costly and ratio >= _COSTLY_EXPAND_RATIO):
+                self.points[source] = None
+
+    def _nested_reduce_rule(self) -> None:
+        for node in self.order:
+            if node.op is not Ops.REDUCE_AXIS or self._is_boundary(node.src[0]):
+                continue
+            for inner in self._subtree(node.src[0]):
+                if inner.op is Ops.REDUCE_AXIS and not self._is_boundary(inner):
+                    self.points[inner] = None
+
+    # -- step 2 -----------------------------------------------------------------------------------------------------
+    def computed_points(self) -> list[UOp]:
+        """Points computed by kernels, in graph order."""
+        ordered = sorted(self.points, key=self.position.__getitem__)
+        return [p for p in ordered if p.op is not Ops.COPY and math.prod(shape_of(p)) > 0]
+
+    def build_kernel(self, members: list[UOp], refs: dict[UOp, BufferRef]) -> _Kernel:
+        member_set = set(members)
+        leaves: dict[UOp, LeafBuffer] = {}
+        for node in self.order:
+            if node.op is Ops.BUFFER:
+                leaves[node] = LeafBuffer(refs[node], (node.arg.size,), node.arg.size, node.dtype)
+            elif node in self.points and node not in member_set and node.op is not Ops.ASSIGN:
+                shape = shape_of(node)
+                leaves[node] = LeafBuffer(refs[node], shape, math.prod(shape), node.dtype)
+        assigns = frozenset(p for p in self.points if p.op is Ops.ASSIGN and p not in member_set)
+        builder = KernelBuilder(leaves, assigns)
+        outputs = []
+        for member in members:
+            shape = shape_of(member)
+            target = member.src[0] if member.op is Ops.ASSIGN else None
+            size = target_base_size(member) if target is not None else math.prod(shape)
+            outputs.append(KernelOutput(member, _value_node(member), refs[member], shape, size, target))
+        try:
+            ast = builder.build(outputs)
+        except KernelTooLarge as too_large:
+            return _Kernel(members, None, too_large.stats, builder.slots, device_of(members[0]))
+        return _Kernel(members, ast, builder.stats, builder.slots, device_of(members[0]))
+
+    def find_recomputation(self, kernels: list[_Kernel]) -> set[UOp]:
+        """Nodes that should get a buffer because kernels would recompute them."""
+        found: set[UOp] = set()
+        reduce_users: dict[UOp, int] = {}
+        for kernel in kernels:
+            found.update(_value_node(assign) for assign in kernel.stats.racing_assigns)
+        for kernel in kernels:
+            for reduce in kernel.stats.reduces:
+                reduce_users[reduce] = reduce_users.get(reduce, 0) + 1
+                if kernel.stats.contexts.get(reduce, 0) > 1:
+                    found.add(reduce)
+        found.update(reduce for reduce, count in reduce_users.items() if count > 1)
+        if found:
+            return found
+        for kernel in kernels:
+            if kernel.ast is not None:
+                continue
+            contexts = kernel.stats.contexts
+            worst = [n for n, count in contexts.items() if n.op in GroupOp.Elementwise and count > 1]
+            if worst:
+                found.add(max(worst, key=lambda n: (contexts[n], self.position[n])))
+        return found
+
+    # -- steps 3 and 4 ----------------------------------------------------------------------------------------------
+    def assign_refs(self) -> tuple[dict[UOp, BufferRef], list[BufferSpecification], list[BufferSpecification]]:
+        refs: dict[UOp, BufferRef] = {}
+        outputs: list[BufferSpecification] = []
+        temporaries: list[BufferSpecification] = []
+        for node in self.order:
+            if node.op is Ops.BUFFER:
+                refs[node] = BufferRef(BufferSource.INPUT, node.arg.position)
+        requested = {_strip_detach(node) for node in self.requested}
+        for point in sorted(self.points, key=self.position.__getitem__):
+            shape = shape_of(point)
+            if point.op is Ops.ASSIGN:
+                base = _view_base(point.src[0])
+                assert base is not None
+                refs[point] = refs[base]
+                continue
+            spec = BufferSpecification(math.prod(shape), point.dtype, device_of(point))
+            if point in requested:
+                refs[point] = BufferRef(BufferSource.OUTPUT, len(outputs))
+                outputs.append(spec)
+            else:
+                refs[point] = BufferRef(BufferSource.TEMPORARY, len(temporaries))
+                temporaries.append(spec)
+        return refs, outputs, temporaries
+
+    def view_of(self, node: UOp, refs: dict[UOp, BufferRef], outputs: list[BufferSpecification]) -> UOp:
+        stripped = _strip_detach(node)
+        if stripped.op is Ops.ASSIGN:
+            return _target_view(stripped.src[0])
+        if stripped not in self.points:
+            while stripped.op in (Ops.DETACH, Ops.CONTIGUOUS):
+                stripped = stripped.src[0]
+            return stripped
+        ref = refs[stripped]
+        spec = outputs[ref.number]
+        buffer = UOp(Ops.BUFFER, stripped.dtype, (), OutputSlot(ref.number, spec.size, spec.device))
+        return reshape(buffer, shape_of(stripped))
+
+
+def _target_view(node: UOp) -> UOp:
+    # an ASSIGN target as a plain view of its buffer: earlier ASSIGNs to the same buffer are that buffer
+    movements = []
+    while node.op is not Ops.BUFFER:
+        if node.op in MOVEMENT_OPS:
+            movements.append(node)
+        node = node.src[0]
+    for movement in reversed(movements):
+        node = movement.replace(src=(node,))
+    return node
+
+
+def target_base_size(assign: UOp) -> int:
+    """Elements of the buffer an ASSIGN writes into."""
+    base = _view_base(assign.src[0])
+    assert base is not None
+    return int(base.arg.size)
+
+
+def _drop_bufferless_assigns(sink: UOp) -> UOp:
+    # assigning to a tensor that never had a buffer just gives it the value
+    replace = {n: n.src[1] for n in sink.toposort() if n.op is Ops.ASSIGN and _view_base(n.src[0]) is None}
+    return sink.substitute(replace) if replace else sink
+
+
+def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[UOp]]:
+    """Members of each multi-output kernel: same device and loop shape, no ASSIGN, and merging creates no cycle.
+
+    Points are visited in graph order, so everything a point reads is grouped already; a point joins a group only if
+    no group it reads from (directly or through other groups) depends on that group.
+    """
+    groups: list[list[UOp]] = []
+    group_of: dict[UOp, int] = {}
+    needs: list[set[int]] = []
+
+    def reads(point: UOp) -> set[UOp]:
+        if point.op is Ops.COPY:
+            source = _strip_detach(point.src[0])
+            return {source} if source in planner.points else set()
+        kernel = kernels.get(point)
+        return set() if kernel is None else {leaf for leaf in kernel.stats.leaves if leaf in planner.points}
+
+    def reaches(starts: set[int], target: int) -> bool:
+        stack, seen = list(starts), set(starts)
+        while stack:
+            current = stack.pop()
+            if current == target:
+                return True
+            for parent in needs[current] - seen:
+                seen.add(parent)
+                stack.append(parent)
+        return False
+
+    for point in sorted(planner.points, key=planner.position.__getitem__):
+        depends = {group_of[leaf] for leaf in reads(point) if leaf is not point}
+        chosen = None
+        if point in kernels and point.op is not Ops.ASSIGN:
+            for number, group in enumerate(groups):
+                first = group[0]
+                if (
+                    first in kernels
+                    and first.op is not Ops.ASSIGN
+                    and shape_of(first) == shape_of(point)
+                    and kernels[first].device == kernels[point].device
+                    and not reaches(depends, number)
+                ):
+                    chosen = number
+                    break
+        if chosen is None:
+            groups.append([point])
+            needs.append(set())
+            chosen = len(groups) - 1
+        else:
+            groups[chosen].append(point)
+        group_of[point] = chosen
+        needs[chosen] |= depends
+    return [group for group in groups if group[0] in kernels]
+
+
+def plan_schedule(sink: UOp) -> SchedulePlan:
+    """The plan that computes every source of `sink` (a SINK of normalized tensor-graph nodes)."""
+    planner = _Planner(sink)
+    planner.initial_points()
+    for _ in range(_MAX_ROUNDS):
+        refs, outputs, temporaries = planner.assign_refs()
+        kernels = {p: planner.build_kernel([p], refs) for p in planner.computed_points()}
+        extra = planner.find_recomputation(list(kernels.values()))
+        extra -= set(planner.points)
+        if not extra:
+            break
+        planner.points.update(dict.fromkeys(extra))
+    if any(kernel.ast is None for kernel in kernels.values()):
+        raise RuntimeError("the scheduler could not split a kernel whose value graph blows up; add .contiguous()")
+    groups = _group_kernels(planner, kernels)
+    merged: dict[UOp, _Kernel] = {}
+    for group in groups:
+        kernel = kernels[group[0]] if len(group) == 1 else planner.build_kernel(group, refs)
+        for member in group:
+            merged[member] = kernel
+    steps = _order_steps(planner, merged, refs)
+    views = tuple(planner.view_of(node, refs, outputs) for node in planner.requested)
+    slots, slot_bytes = plan_temporaries(steps, temporaries)
+    written = tuple(sorted({refs[p].number for p in planner.points if p.op is Ops.ASSIGN}))
+    return SchedulePlan(tuple(steps), tuple(outputs), tuple(temporaries), slots, slot_bytes, views, written)
+
+
+@dataclass
+class _Unit:
+    position: int
+    step: Step
+    produces: set[UOp]
+    needs: set[UOp]
+    reads: set[UOp]
+
+
+def _order_steps(planner: _Planner, kernels: dict[UOp, _Kernel], refs: dict[UOp, BufferRef]) -> list[Step]:
+    """Kernels and copies in an order that respects every dependency; reads of a buffer run before an ASSIGN that
+    overwrites it."""
+    units: list[_Unit] = []
+    seen: set[int] = set()
+    for point in sorted(planner.points, key=planner.position.__getitem__):
+        if point.op is Ops.COPY:
+            source = _strip_detach(point.src[0])
+            if source in planner.points:
+                units.append(
+                    _Unit(planner.position[point], CopyStep(refs[point], refs[source]), {point}, {source}, set())
+                )
+            else:
+                base = contiguous_base(source)
+                assert base is not None
+                units.append(_Unit(planner.position[point], CopyStep(refs[point], refs[base]), {point}, set(), {base}))
+            continue
+        kernel = kernels.get(point)
+        if kernel is None or id(kernel) in seen:
+            continue
+        seen.add(id(kernel))
+        assert kernel.ast is not None, "plan_schedule stops before ordering a kernel that failed to build"
+        step = KernelStep(kernel.ast, kernel.device, tuple(kernel.slots))
+        needs = {leaf for leaf in kernel.stats.leaves if leaf in planner.points} - set(kernel.members)
+        reads = {leaf for leaf in kernel.stats.leaves if leaf.op is Ops.BUFFER}
+        units.append(_Unit(planner.position[point], step, set(kernel.members), needs, reads))
+    producer = {node: number for number, unit in enumerate(units) for node in unit.produces}
+    edges: dict[int, set[int]] = {number: {producer[need] for need in unit.needs} for number, unit in enumerate(units)}
+    for number, unit in enumerate(units):
+        for node in unit.produces:
+            base = _view_base(node.src[0]) if node.op is Ops.ASSIGN else None
+            if base is None:
+                continue
+            for reader, other in enumerate(units):
+                if reader != number and base in other.reads and not _depends(edges, reader, number):
+                    edges[number].add(reader)
+    return [units[number].step for number in _topological(edges, [unit.position for unit in units])]
+
+
+def _depends(edges: dict[int, set[int]], start: int, target: int) -> bool:
+    stack, seen = [start], {start}
+    while stack:
+        current = stack.pop()
+        if current == target:
+            return True
+        for parent in edges[current]:
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return False
+
+
+def _topological(edges: dict[int, set[int]], priority: list[int]) -> list[int]:
+    # Kahn's algorithm, ties broken by graph position so the order is deterministic
+    remaining = {number: set(parents) for number, parents in edges.items()}
+    order: list[int] = []
+    while remaining:
+        ready = [number for number, parents in remaining.items() if not parents]
+        if not ready:
+            raise RuntimeError("the schedule has a dependency cycle (an ASSIGN reads and writes one buffer?)")
+        chosen = min(ready, key=lambda number: priority[number])
+        order.append(chosen)
+        del remaining[chosen]
+        for parents in remaining.values():
+            parents.discard(chosen)
+    return order

@@ -1,0 +1,352 @@
+"""`Tensor`: a lazy n-dimensional array; operations build a tensor graph (kiln.tensor.graph) that `realize()` runs.
+
+This module holds the core: construction, the private primitive builders the public methods are composed from, and
+the realize plumbing. The public math / movement / reduce / nn / indexing methods come from mixins in
+`kiln.tensor.ops`, the gradient methods from `kiln.tensor.autograd_mixin`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kiln.runtime import Buffer
+from kiln.tensor import graph
+from kiln.tensor.autograd_mixin import AutogradMixin
+from kiln.tensor.device import canonical_device
+from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
+from kiln.tensor.realize.buffers import attach_buffer, buffer_of
+from kiln.tensor.realize.engine import realize_uops
+from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
+
+__all__ = ["Tensor"]
+
+_NUMPY_TO_DTYPE: dict[str, DType] = {
+    "bool": dtypes.bool,
+    "int8": dtypes.int8,
+    "uint8": dtypes.uint8,
+    "int16": dtypes.int16,
+    "uint16": dtypes.uint16,
+    "int32": dtypes.int32,
+    "uint32": dtypes.uint32,
+    "int64": dtypes.int64,
+    "uint64": dtypes.uint64,
+    "float16": dtypes.float16,
+    "float32": dtypes.float32,
+    "float64": dtypes.float64,
+}
+
+TensorData = "Tensor | UOp | np.ndarray[Any, Any] | Sequence[Any] | ConstType | np.generic"
+
+
+def dtype_from_numpy(dtype: np.dtype[Any]) -> DType:
+    """The kiln dtype of a numpy dtype; TypeError for numpy dtypes kiln has no counterpart of."""
+    found = _NUMPY_TO_DTYPE.get(dtype.name)
+    if found is None:
+        raise TypeError(f"numpy dtype {dtype} has no kiln dtype; expected one of {sorted(_NUMPY_TO_DTYPE)}")
+    return found
+
+
+def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
+    """The numpy dtype of a kiln dtype; TypeError for bfloat16 / fp8 (numpy has none)."""
+    if dtype.fmt is None:
+        raise TypeError(f"numpy has no dtype for {dtype!r}")
+    return np.dtype(dtype.fmt)
+
+
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, IndexingMixin, AutogradMixin):
+    """A lazy n-dimensional array on a device.
+
+    Operations record a tensor graph (`self.uop`); `realize()` (or reading the data: `numpy()`, `tolist()`,
+    `item()`) schedules it into fused kernels and runs them.
+
+    Args:
+        data: a numpy array, a (nested) list / tuple, a Python or numpy scalar, or a Tensor (shares its graph).
+        dtype: the element dtype (default: the data's; Python floats -> dtypes.default_float, ints ->
+            dtypes.default_int, bools -> dtypes.bool).
+        device: the device name (default: `kiln.tensor.device.default_device()`).
+        requires_grad: whether gradients are tracked for this tensor (None: not set).
+
+    Example:
+        >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).numpy().sum()
+        10.0
+    """
+
+    no_grad: ClassVar[bool] = False
+    """While True, new tensors record no gradient requirement (set by the autograd helper's `no_grad` context)."""
+
+    uop: UOp
+    requires_grad: bool | None
+    grad: Tensor | None
+
+    def __init__(
+        self,
+        data: Any,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> None:
+        if dtype is not None and not isinstance(dtype, DType):
+            raise TypeError(f"dtype must be a kiln DType such as dtypes.float32, got {dtype!r}")
+        if requires_grad is not None and not isinstance(requires_grad, bool):
+            raise TypeError(f"requires_grad must be a bool or None, got {requires_grad!r}")
+        self.grad = None
+        self.requires_grad = requires_grad
+        if isinstance(data, UOp):
+            graph.shape_of(data)  # a tensor-graph node: check it has a shape
+            self.uop = data if dtype is None else graph.cast(data, dtype)
+            if device is not None and canonical_device(device) != graph.device_of(data):
+                self.uop = graph.copy_to(self.uop, canonical_device(device))
+            return
+        if isinstance(data, Tensor):
+            self.uop = data.uop if dtype is None else graph.cast(data.uop, dtype)
+            if device is not None:
+                self.uop = graph.copy_to(self.uop, canonical_device(device))
+            return
+        target = canonical_device(device)
+        if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+            scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
+            if requires_grad is not True:
+                self.uop = graph.const(data, scalar_dtype, target)
+                return
+            # a gradient leaf needs an identity of its own: equal constants are one hash-consed node
+            data = np.array(data, dtype=numpy_from_dtype(scalar_dtype) if scalar_dtype.fmt is not None else None)
+        self.uop = _uop_from_host(data, dtype, target)
+
+    # -----------------------------------------------------------------------------------------------------------
+    # construction from graph nodes and constants
+    # -----------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def _from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
+        """A Tensor wrapping tensor-graph node `uop` (no checks: callers build valid nodes)."""
+        tensor = cls.__new__(cls)
+        tensor.uop = uop
+        tensor.requires_grad = requires_grad
+        tensor.grad = None
+        return tensor
+
+    @classmethod
+    def _const(cls, value: ConstType, shape: Sequence[int], dtype: DType, device: str | None = None) -> Tensor:
+        """The scalar `value` of `dtype` broadcast to `shape` on `device` (no buffer is allocated)."""
+        return cls._from_uop(graph.const(value, dtype, canonical_device(device), tuple(shape)))
+
+    def _result(self, uop: UOp, *others: Tensor) -> Tensor:
+        # a result needs gradients when any input does (unless gradient recording is off)
+        wants = not Tensor.no_grad and (self.requires_grad is True or any(o.requires_grad is True for o in others))
+        return Tensor._from_uop(uop, True if wants else None)
+
+    # -----------------------------------------------------------------------------------------------------------
+    # primitive builders (operands already broadcast and promoted by the public methods)
+    # -----------------------------------------------------------------------------------------------------------
+
+    def _unary(self, op: Ops) -> Tensor:
+        """The unary ALU op `op` (EXP2, LOG2, SIN, SQRT, RECIPROCAL, NEG, TRUNC) of this tensor."""
+        if op not in GroupOp.Unary:
+            raise ValueError(f"{op!r} is not a unary ALU op")
+        return self._result(graph.alu(op, self.uop))
+
+    def _binary(self, op: Ops, other: Tensor) -> Tensor:
+        """The binary ALU op `op` of this tensor and `other` (same shape, dtype and device)."""
+        if op not in GroupOp.Binary:
+            raise ValueError(f"{op!r} is not a binary ALU op")
+        return self._result(graph.alu(op, self.uop, other.uop), other)
+
+    def _ternary(self, op: Ops, second: Tensor, third: Tensor) -> Tensor:
+        """The ternary ALU op `op` (WHERE: this bool tensor selects `second` or `third`; MULACC)."""
+        if op not in GroupOp.Ternary:
+            raise ValueError(f"{op!r} is not a ternary ALU op")
+        return self._result(graph.alu(op, self.uop, second.uop, third.uop), second, third)
+
+    def _cast(self, dtype: DType) -> Tensor:
+        """This tensor converted to `dtype` (the same tensor when it already has it)."""
+        if dtype == self.dtype:
+            return self
+        return self._result(graph.cast(self.uop, dtype))
+
+    def _bitcast(self, dtype: DType) -> Tensor:
+        """This tensor's bits reinterpreted as `dtype` of the same item size."""
+        if dtype == self.dtype:
+            return self
+        return self._result(graph.bitcast(self.uop, dtype))
+
+    def _movement(self, op: Ops, arg: Any) -> Tensor:
+        """The movement op `op` (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP) with payload `arg` (see graph.py)."""
+        uop = graph.movement(op, self.uop, arg)
+        return self if uop is self.uop else self._result(uop)
+
+    def _reduce(self, op: Ops, axes: Sequence[int]) -> Tensor:
+        """This tensor reduced with `op` (ADD, MUL, MAX) over `axes`, reduced dims kept as size 1."""
+        uop = graph.reduce_axis(self.uop, op, axes)
+        return self if uop is self.uop else self._result(uop)
+
+    def _assign_uop(self, value: Tensor) -> UOp:
+        return graph.assign(self.uop, value.uop)
+
+    # -----------------------------------------------------------------------------------------------------------
+    # properties
+    # -----------------------------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The size of each dim."""
+        return graph.shape_of(self.uop)
+
+    @property
+    def dtype(self) -> DType:
+        """The element dtype."""
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str:
+        """The canonical name of the device holding the data."""
+        return graph.device_of(self.uop)
+
+    @property
+    def ndim(self) -> int:
+        """The number of dims."""
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all elements."""
+        return self.numel() * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        grad = f", requires_grad={self.requires_grad}" if self.requires_grad is not None else ""
+        return f"<Tensor shape={self.shape} dtype={self.dtype!r} device={self.device!r}{grad}>"
+
+    # -----------------------------------------------------------------------------------------------------------
+    # realizing and reading data
+    # -----------------------------------------------------------------------------------------------------------
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Computes this tensor (and `others`, in one schedule) into buffers; returns self."""
+        Tensor.realize_all(self, *others)
+        return self
+
+    @staticmethod
+    def realize_all(*tensors: Tensor) -> list[UOp]:
+        """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
+        views = realize_uops([tensor.uop for tensor in tensors])
+        for tensor, view in zip(tensors, views):
+            # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it, and
+            # an assigned tensor always continues from its buffer (an assignment starts a new history)
+            if tensor.requires_grad is not True or tensor.uop.op is Ops.ASSIGN:
+                tensor.uop = view
+        return views
+
+    def _buffer_view(self) -> tuple[Buffer, tuple[int, ...]]:
+        # the realized data: the base buffer and this tensor's shape (realized views are contiguous)
+        base = Tensor.realize_all(self)[0]
+        while base.op not in (Ops.BUFFER, Ops.CONST):
+            base = base.src[0]
+        if base.op is Ops.CONST:  # a broadcast constant has no buffer: make one
+            return self.contiguous()._buffer_view()
+        return buffer_of(base), self.shape
+
+    def numpy(self) -> np.ndarray[Any, Any]:
+        """A new numpy array with this tensor's values (bfloat16 / fp8 are returned as float32)."""
+        if self.dtype.fmt is None:
+            return self._cast(dtypes.float32).numpy()
+        if self.numel() == 0:
+            return np.zeros(self.shape, dtype=numpy_from_dtype(self.dtype))
+        constant = graph.const_value(self.uop)
+        if constant is not None:
+            return np.full(self.shape, constant, dtype=numpy_from_dtype(self.dtype))
+        buffer, shape = self._buffer_view()
+        return np.array(buffer.numpy()[: math.prod(shape)].reshape(shape), copy=True)
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists; a Python scalar for a 0-dim tensor."""
+        return self.numpy().tolist()
+
+    def item(self) -> ConstType:
+        """The single value of a one-element tensor as a Python scalar."""
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        value: ConstType = self.numpy().reshape(()).item()
+        return value
+
+    def data_buffer(self) -> Buffer:
+        """The runtime Buffer holding this tensor's realized values (row-major, `numel()` elements)."""
+        return self._buffer_view()[0]
+
+    # -----------------------------------------------------------------------------------------------------------
+    # graph-level helpers every layer needs
+    # -----------------------------------------------------------------------------------------------------------
+
+    def contiguous(self) -> Tensor:
+        """This tensor forced into its own buffer when realized (a fusion boundary)."""
+        return self._result(graph.contiguous(self.uop))
+
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (the same tensor if it is there already)."""
+        target = canonical_device(device)
+        if target == self.device:
+            return self
+        result = self._result(graph.copy_to(self.uop, target))
+        return result
+
+    def detach(self) -> Tensor:
+        """This tensor's values with no gradient history (requires_grad is False)."""
+        return Tensor._from_uop(graph.detach(self.uop), False)
+
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Writes `value` (same shape and dtype) into this tensor's buffer when realized; returns self.
+
+        The tensor must be backed by a buffer (a realized tensor or a movement view of one).
+        """
+        if not isinstance(value, Tensor):
+            value = Tensor(value, dtype=self.dtype, device=self.device)
+        if value.shape != self.shape:
+            raise ValueError(f"assign: value shape {value.shape} must equal this tensor's shape {self.shape}")
+        if value.dtype != self.dtype:
+            raise TypeError(f"assign: value dtype {value.dtype!r} must equal this tensor's dtype {self.dtype!r}")
+        self.uop = self._assign_uop(value.to(self.device))
+        return self
+
+
+def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
+    """A BUFFER (reshaped to the data's shape) holding host data: a numpy array, numpy scalar or nested sequence."""
+    if isinstance(data, np.ndarray | np.generic):
+        array = np.asarray(data)
+        natural = dtype_from_numpy(array.dtype)
+    elif isinstance(data, (list, tuple)):
+        natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
+        try:
+            array = np.array(data, dtype=numpy_from_dtype(natural))
+        except ValueError as error:
+            raise ValueError(f"cannot build a tensor from ragged or mixed data: {error}") from None
+        if array.dtype == object:
+            raise ValueError("cannot build a tensor from ragged nested sequences")
+    else:
+        raise TypeError(
+            f"cannot build a Tensor from {type(data).__name__}; expected a numpy array, list, tuple, scalar or Tensor"
+        )
+    if dtype is not None and dtype != natural and dtype.fmt is not None:
+        array, natural = array.astype(numpy_from_dtype(dtype)), dtype
+    shape = array.shape
+    flat = np.ascontiguousarray(array).reshape(-1)
+    node = graph.buffer_uop(device, flat.size, natural)
+    buffer = Buffer(device, flat.size, natural)
+    buffer.copyin(flat.view(np.uint8) if flat.size else b"")
+    attach_buffer(node, buffer)
+    uop = graph.reshape(node, shape)
+    # a dtype numpy cannot hold (bfloat16, fp8) is reached by a cast on the device
+    return graph.cast(uop, dtype) if dtype is not None else uop
+
+
+def _has_items(data: Sequence[Any]) -> bool:
+    return any(not isinstance(item, (list, tuple)) or _has_items(item) for item in data)
