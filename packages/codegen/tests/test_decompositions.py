@@ -14,6 +14,7 @@ from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Program, get_program, run_program
 from kiln.uops import GroupOp, Ops, UOp, dtypes
+from kiln.uops.alu import exec_alu
 
 MISSING = frozenset({Ops.SUB, Ops.NEG, Ops.CMPEQ, Ops.MAX, Ops.MULACC, Ops.RECIPROCAL, Ops.SHL, Ops.SHR})
 
@@ -70,3 +71,24 @@ def test_non_negative_division_by_powers_of_two_uses_shifts_and_masks() -> None:
     run_program(program, [result, values])
     clipped = np.maximum(values, 0)
     np.testing.assert_array_equal(result, clipped // 8 + clipped % 4 + np.trunc(values / 4).astype(np.int32))
+
+
+def test_float_max_fallback_follows_exec_alu_for_signed_zeros_and_nan() -> None:
+    specials = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan")]
+    pairs = [(x, y) for x in specials for y in specials]
+    count = len(pairs)
+    out, a_buffer, b_buffer = buffer(0, count), buffer(1, count), buffer(2, count)
+    i = UOp.range(count, 0)
+    sink = kernel(out.index(i).store(a_buffer.index(i).load().maximum(b_buffer.index(i).load())).end(i))
+    program = Program(get_program(sink, BareRenderer(), []))
+    assert Ops.MAX not in {u.op for u in program.uops}
+    got = np.zeros(count, np.float32)
+    a = np.array([x for x, _ in pairs], np.float32)
+    b = np.array([y for _, y in pairs], np.float32)
+    run_program(program, [got, a, b])
+    for k, (x, y) in enumerate(pairs):
+        expected = float(exec_alu(Ops.MAX, dtypes.float32, (x, y)))
+        if np.isnan(expected):
+            assert np.isnan(got[k]), (x, y)
+        else:
+            assert got[k] == expected and np.signbit(got[k]) == np.signbit(expected), (x, y, got[k])

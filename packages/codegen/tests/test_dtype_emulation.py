@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from renderers_for_tests import ScalarRenderer
+from renderers_for_tests import GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Program, get_program, run_program
@@ -104,3 +104,27 @@ def test_native_renderers_are_untouched() -> None:
     sink = kernel(out.index(i).store(a.index(i).load() * UOp.const(dtypes.bfloat16, 2.0)).end(i))
     program = Program(get_program(sink, ScalarRenderer(), ()))
     assert any(u.op is Ops.MUL and u.dtype == dtypes.bfloat16 for u in program.uops)
+
+
+class NoBfloat16GpuRenderer(GPULikeRenderer):
+    device = "TESTNOBF16GPU"
+    native_dtypes = NO_BF16
+
+
+def test_bitcasts_and_copies_keep_every_bfloat16_bit_pattern() -> None:
+    # all 2**16 patterns, signalling and quiet NaN payloads included, through the emulation's loads and stores
+    count = 1 << 16
+    patterns = np.arange(count, dtype=np.uint16)
+    i = UOp.range(count, 0)
+    bf16_in, raw_in = buffer(3, count, dtypes.bfloat16), buffer(4, count, dtypes.uint16)
+    copy = buffer(0, count, dtypes.bfloat16).index(i).store(bf16_in.index(i).load())
+    to_bits = buffer(1, count, dtypes.int16).index(i).store(bf16_in.index(i).load().bitcast(dtypes.int16))
+    from_bits = buffer(2, count, dtypes.bfloat16).index(i).store(raw_in.index(i).load().bitcast(dtypes.bfloat16))
+    sink = kernel(copy.end(i), to_bits.end(i), from_bits.end(i))
+    program = Program(get_program(sink, NoBfloat16GpuRenderer()))
+    assert dtypes.bfloat16 not in {u.dtype.scalar() for u in program.uops if not isinstance(u.dtype, PtrDType)}
+    outputs = [np.zeros(count, np.uint16), np.zeros(count, np.int16), np.zeros(count, np.uint16)]
+    global_size, local_size = program.launch_dims({})
+    run_program(program, [*outputs, patterns.copy(), patterns.copy()], {}, global_size, local_size)
+    for output in outputs:
+        np.testing.assert_array_equal(output.view(np.uint16), patterns)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -256,3 +259,74 @@ def test_rewrites_remove_only_missing_ops_and_use_basic_ops() -> None:
         decompose(Ops.EXP2, UOp.const(dtypes.int32, 1))
     with pytest.raises(ValueError, match="no decomposition"):
         decompose(Ops.SQRT, x)
+
+
+# ---- float64 sin of large arguments against an exact oracle --------------------------------------------------
+
+_ORACLE_BITS = 1300  # fraction bits of pi: x < 2**1024 times pi's error stays far below 2**-200
+
+
+def _arctan_inverse_fixed(n: int, scale: int) -> int:
+    """atan(1/n) * 2**scale (truncated series; error a few units)."""
+    total, power, k = 0, (1 << scale) // n, 0
+    while power:
+        total += power // (2 * k + 1) if k % 2 == 0 else -(power // (2 * k + 1))
+        power //= n * n
+        k += 1
+    return total
+
+
+def _exact_sin(x: float) -> float:
+    """sin(x) correctly rounded to float64 (barring a double-rounding tie), by integer fixed-point arithmetic:
+    Machin's formula for pi, an exact reduction by the nearest multiple of pi/2, Taylor series at 2**-250."""
+    guard = 16
+    scale = _ORACLE_BITS + guard
+    pi = (16 * _arctan_inverse_fixed(5, scale) - 4 * _arctan_inverse_fixed(239, scale)) >> guard
+    half_pi = pi >> 1  # scaled by 2**_ORACLE_BITS
+    mantissa, exponent = math.frexp(abs(x))
+    numerator = int(mantissa * 2**53)
+    shift = exponent - 53 + _ORACLE_BITS
+    fixed = numerator << shift if shift >= 0 else numerator >> -shift
+    quotient = (2 * fixed + half_pi) // (2 * half_pi)  # nearest multiple of pi/2
+    remainder = (fixed - quotient * half_pi) >> (_ORACLE_BITS - 250)  # |r| <= pi/4, scaled by 2**250
+    one = 1 << 250
+
+    def series(start: int) -> int:
+        term = one if start == 0 else remainder
+        total, k = 0, start
+        while term:
+            total += term
+            term = -term * remainder * remainder // ((k + 1) * (k + 2) * one * one)
+            k += 2
+        return total
+
+    sine, cosine = series(1), series(0)
+    value = [sine, cosine, -sine, -cosine][quotient % 4]
+    result = float(Fraction(value, one))
+    return -result if x < 0 else result
+
+
+def test_exact_sin_oracle_on_known_values() -> None:
+    assert _exact_sin(math.pi / 6) == pytest.approx(0.5, abs=2**-52)
+    assert _exact_sin(1.0) == math.sin(1.0)
+    assert _exact_sin(-(2.0**40)) == -_exact_sin(2.0**40)
+    # the argument closest to a multiple of pi/2 (an odd one: sin is within 2**-60 of +-1), by cos**2 + sin**2 = 1
+    hardest = 6381956970095103 * 2.0**797
+    assert abs(abs(_exact_sin(hardest)) - 1.0) <= 2.0**-53
+    assert _exact_sin(hardest + math.ulp(hardest) * 2**40) != _exact_sin(hardest)
+
+
+def test_float64_sin_of_large_arguments_within_one_ulp() -> None:
+    # the README's 1 ulp, for large float64 arguments (every exponent from 2**20 to 2**1023, the conformance
+    # suite's +-2251799813691420.5 among them) against the exact result and against numpy
+    x64 = np.concatenate(
+        [
+            [2251799813691420.5, -2251799813691420.5, 2.0**51 + 0.5, 2.0**52 - 1, 6381956970095103 * 2.0**797],
+            RNG.uniform(1, 2, 1500) * 2.0 ** RNG.integers(20, 1024, 1500),
+        ]
+    )
+    x64[5::2] *= -1
+    got = evaluate(Ops.SIN, dtypes.float64, x64)
+    exact = np.array([_exact_sin(float(v)) for v in x64])
+    assert ulps(got, exact).max() <= 1
+    assert ulps(got, np.sin(x64)).max() <= 1

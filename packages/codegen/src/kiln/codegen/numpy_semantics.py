@@ -81,7 +81,18 @@ class EmulatedFloat:
         else:  # the "fn" formats spend only the all-ones pattern on NaN
             values = np.where((exponent == exponent_max) & (mantissa == mantissa_mask), np.nan, values)
         negative = (codes >> (self.bits - 1)) & 1
-        return np.where(negative == 1, -values, values)
+        values = np.where(negative == 1, -values, values)
+        # a NaN carries its own bit pattern in the float64 NaN's payload, so that BITCAST and copies keep it
+        tagged = (np.int64(self.nan_prefix) | codes).view(np.float64)
+        return np.where(np.isnan(values), tagged, values)
+
+    @property
+    def nan_prefix(self) -> int:
+        """The float64 NaN standing for this format's NaN pattern p is `nan_prefix | p` (p in the low 16 bits).
+
+        The marker and the format's tag sit in bits 16..28, which a conversion to float32 or float16 (that drops
+        the low 29 bits) clears, so a NaN that went through another format is not mistaken for a pattern."""
+        return _QUIET_NAN | _NAN_MARKER << 24 | ((self.exponent_bits << 4) | self.mantissa_bits) << 16
 
     @functools.cached_property
     def _magnitudes(self) -> Array:
@@ -111,13 +122,20 @@ class EmulatedFloat:
         values = np.asarray(values, dtype=np.float64)
         codes = np.searchsorted(self._magnitudes, np.abs(values)).astype(np.int64)
         codes = np.where(np.signbit(values), codes | (1 << (self.bits - 1)), codes)
-        codes = np.where(np.isnan(values), self.nan_bits, codes)
+        payload = values.view(np.int64)
+        own = (payload & np.int64(_PREFIX_MASK)) == np.int64(self.nan_prefix)
+        nan_codes = np.where(own, payload & np.int64(0xFFFF), self.nan_bits)
+        codes = np.where(np.isnan(values), nan_codes, codes)
         return codes.astype(self.storage)
 
     def decode(self, bits: Array) -> Array:
         """float64 values of the bit patterns `bits`."""
         return np.asarray(self.decode_table[np.asarray(bits).astype(np.int64)], dtype=np.float64)
 
+
+_QUIET_NAN = 0x7FF8_0000_0000_0000
+_NAN_MARKER = 0b10101  # bits 24..28 of an emulated format's NaN stand-in
+_PREFIX_MASK = 0x7FFF_FFFF_FFFF_0000
 
 EMULATED: dict[DType, EmulatedFloat] = {
     dtypes.bfloat16: EmulatedFloat(8, 7, True, float(np.ldexp(2.0 - 2.0**-7, 127)), np.uint16, 0x7FC0),
@@ -362,6 +380,13 @@ def _where(condition: Array, if_true: Array, if_false: Array) -> Array:
     return np.where(condition, if_true, if_false)
 
 
+def _float_maximum(a: Array, b: Array) -> Array:
+    # exec_alu: a NaN operand is ignored (fmax) and -0.0 orders below +0.0; np.fmax returns either zero
+    result = np.fmax(a, b)
+    both_zero = (a == 0) & (b == 0)
+    return np.where(both_zero, np.where(np.signbit(a), b, a), result)
+
+
 def _float_kernel(op: Ops, dtype: DType) -> Kernel:
     table: dict[Ops, Kernel] = {
         Ops.EXP2: np.exp2,
@@ -376,7 +401,7 @@ def _float_kernel(op: Ops, dtype: DType) -> Kernel:
         Ops.MUL: np.multiply,
         Ops.FDIV: np.divide,
         Ops.MOD: np.fmod,
-        Ops.MAX: np.fmax,
+        Ops.MAX: _float_maximum,
         Ops.POW: np.power,
         Ops.MULACC: lambda a, b, c: _fused_multiply_add(a, b, c, dtype),
     }

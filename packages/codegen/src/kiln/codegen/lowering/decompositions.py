@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from kiln.codegen.lowering.fused_multiply_add import fused_multiply_add
 from kiln.codegen.transcendental import transcendental_rewrites
 from kiln.uops import ConstType, Ops, PatternMatcher, UOp, UPat, dtypes
 
@@ -47,12 +48,24 @@ def _floor_divide(x: UOp, divisor: int) -> UOp:
     return x.lt(0).where(x - (divisor - 1), x).idiv(x.const_like(divisor))
 
 
+def _maximum(a: UOp, b: UOp) -> UOp:
+    if not dtypes.is_float(a.dtype):
+        return a.lt(b).where(b, a)
+    # kiln.uops.exec_alu: a NaN operand is ignored (fmax), and -0.0 orders below +0.0
+    pick_b = a.lt(b) | a.ne(a)
+    pick_a = b.lt(a) | b.ne(b)
+    zero = a.const_like(0.0)
+    equal = a.eq(zero).where(a + b, a)  # equal zeros: +0 unless both are -0, which is what their sum gives
+    return pick_b.where(b, pick_a.where(a, equal))
+
+
 _FALLBACKS: dict[Ops, tuple[UPat, _Rewrite]] = {
-    Ops.MULACC: (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), lambda a, b, c: a * b + c),
+    # exact, never a MUL and an ADD (two roundings): see fused_multiply_add.py
+    Ops.MULACC: (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), fused_multiply_add),
     Ops.SUB: (UPat(Ops.SUB, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a + b * b.const_like(_minus_one(b))),
     Ops.NEG: (UPat(Ops.NEG, src=(UPat.var("x"),)), lambda x: x * x.const_like(_minus_one(x))),
     Ops.CMPEQ: (UPat(Ops.CMPEQ, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a.ne(b).ne(True)),
-    Ops.MAX: (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a.lt(b).where(b, a)),
+    Ops.MAX: (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), _maximum),
     Ops.RECIPROCAL: (UPat(Ops.RECIPROCAL, src=(UPat.var("x"),)), lambda x: x.const_like(1.0).alu(Ops.FDIV, x)),
     Ops.FDIV: (UPat(Ops.FDIV, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a * b.reciprocal()),
     Ops.SHL: (

@@ -3,13 +3,15 @@
 Every bfloat16 value of the kernel is carried as the float32 of the same value. Memory keeps the 16-bit pattern:
 a load widens it (bits << 16), a store narrows it (round to nearest even, NaN stays NaN). Each bfloat16 ALU result
 is rounded back to bfloat16 precision, so the program computes exactly what a native bfloat16 ALU would (one
-rounding per op, as numpy's ml_dtypes and torch do). Other dtypes outside `Renderer.native_dtypes` raise.
+rounding per op, as numpy's ml_dtypes and torch do; MULACC rounds once, through float64, which the renderer must
+have). BITCAST and copies keep every bit, NaN payloads included. Other dtypes outside `Renderer.native_dtypes` raise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.codegen.lowering.fused_multiply_add import fused_multiply_add_to_odd_float32
 from kiln.codegen.lowering.vector_folding import lane_of
 from kiln.codegen.renderer import Renderer
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
@@ -20,11 +22,15 @@ _COMPUTE = dtypes.float32
 
 
 def bfloat16_bits(value: UOp) -> UOp:
-    """The bfloat16 bit pattern (uint16) nearest to float32 `value` (ties to even; NaN stays a quiet NaN)."""
+    """The bfloat16 bit pattern (uint16) nearest to float32 `value` (ties to even; NaN stays NaN).
+
+    A NaN whose low 16 bits are zero (every bfloat16 NaN, widened) keeps its bits, so BITCAST and plain copies move
+    bfloat16 NaN patterns untouched; other NaNs get the quiet bit so that dropping their low bits leaves a NaN."""
     bits = value.bitcast(dtypes.uint32)
     rounding = bits + UOp.const(dtypes.uint32, 0x7FFF) + ((bits >> 16) & 1)
-    quiet_nan = (bits >> 16) | 0x40
-    return value.ne(value).where(quiet_nan, rounding >> 16).cast(_STORAGE)
+    low_bits = (bits & 0xFFFF).ne(UOp.const(dtypes.uint32, 0))
+    nan_bits = (bits >> 16) | low_bits.where(UOp.const(dtypes.uint32, 0x40), UOp.const(dtypes.uint32, 0))
+    return value.ne(value).where(nan_bits, rounding >> 16).cast(_STORAGE)
 
 
 def bfloat16_value(bits: UOp) -> UOp:
@@ -40,6 +46,13 @@ def _map_lanes(value: UOp, function: Callable[[UOp], UOp]) -> UOp:
     if value.dtype.count == 1:
         return function(value)
     return UOp.vectorize(*(function(lane_of(value, lane)) for lane in range(value.dtype.count)))
+
+
+def _map_lanes_3(values: tuple[UOp, ...], function: Callable[[UOp, UOp, UOp], UOp]) -> UOp:
+    if values[0].dtype.count == 1:
+        return function(*values)
+    lanes = [function(*(lane_of(value, lane) for value in values)) for lane in range(values[0].dtype.count)]
+    return UOp.vectorize(*lanes)
 
 
 def _storage_dtype(dtype: DType) -> DType:
@@ -71,6 +84,9 @@ def _emulate(node: UOp, src: tuple[UOp, ...]) -> UOp:
             return _map_lanes(src[0].bitcast(_STORAGE.vec(node.dtype.count)), bfloat16_value)
         if node.src[0].dtype.scalar() == _EMULATED:
             return _map_lanes(src[0], bfloat16_bits).bitcast(node.dtype)
+    if node.op is Ops.MULACC and emulated:
+        # one rounding: a*b+c rounded to odd into float32 (exact via float64), then to nearest bfloat16
+        return _map_lanes_3(src, lambda a, b, c: _round(fused_multiply_add_to_odd_float32(a, b, c)))
     if node.op in GroupOp.ALU and emulated and node.op is not Ops.WHERE:
         return _map_lanes(UOp(node.op, _COMPUTE.vec(node.dtype.count), src, node.arg), _round)
     return UOp(node.op, _storage_dtype(node.dtype), src, node.arg, node.tag)
