@@ -12,6 +12,10 @@ uv run --locked ruff format --check .
 echo "== file length"
 uv run --locked python scripts/check_file_length.py
 
+echo "== knobs documentation is current"
+uv run --locked python -m kiln.uops.knobs_doc 2>/dev/null | diff -u docs/knobs.md - || {
+  echo "docs/knobs.md is stale: run 'uv run python -m kiln.uops.knobs_doc > docs/knobs.md'"; exit 1; }
+
 echo "== mypy --strict"
 # Packages listed here are strict-clean; a package joins the list once it passes.
 uv run --locked mypy $(cat scripts/mypy_strict_packages.txt | sed 's/^/-p /')
