@@ -23,7 +23,7 @@ import numpy as np
 from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, get_program, run_program
 from kiln.codegen.numpy_semantics import EMULATED, compute_dtype, storage_dtype, to_storage
 from kiln.renderers import HostCompiler
-from kiln.uops import AxisKind, DType, Ops, RangeArg, UOp, dtypes, truncate
+from kiln.uops import AxisKind, DType, Ops, RangeArg, UOp, dtypes, exec_alu, truncate
 
 SIZE = 64
 
@@ -383,3 +383,31 @@ def run_corpus_case(case: Any, renderer: Renderer, rng: np.random.Generator) -> 
     got = [corpus.from_storage(raw, dtype) for raw, (dtype, _) in zip(outputs, case.buffers)]
     corpus.assert_matches(case, got, case.reference(inputs, case.var_vals), case.exact)
     return program
+
+
+# ---- float MAX on special values -----------------------------------------------------------------------------------
+
+MAX_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
+
+
+def max_pairs_case(dtype: DType) -> tuple[UOp, list[np.ndarray], np.ndarray]:
+    """out = MAX(a, b) over every ordered pair of `special_values(dtype)` (zeros of both signs, infinities, NaN,
+    subnormals): the sink, its buffers (output zeroed, then a, b in storage form) and `exec_alu`'s results."""
+    values = special_values(dtype)
+    pairs = [(x, y) for x in values for y in values]
+    size = len(pairs)
+    loop = UOp.range(size, 0, AxisKind.LOOP)
+    a, b = (buffer(slot, dtype, size).index(loop).load() for slot in (1, 2))
+    store = buffer(0, dtype, size).index(loop).store(a.alu(Ops.MAX, b)).end(loop)
+    sink = UOp(Ops.SINK, dtypes.void, (store,), KernelInfo(f"max_pairs_{dtype.name}"))
+    storage = storage_dtype(dtype)
+    inputs = [np.array([pair[k] for pair in pairs], dtype=storage) for k in (0, 1)]
+    expected = np.array([exec_alu(Ops.MAX, dtype, pair) for pair in pairs], dtype=storage)
+    return sink, [np.zeros(size, dtype=storage), *inputs], expected
+
+
+def check_max_pairs(got: np.ndarray, expected: np.ndarray, dtype: DType, inputs: list[np.ndarray], what: str) -> None:
+    """Bit-exact comparison (any NaN equals any NaN) naming the operand pairs that differ."""
+    same = same_bits(dtype, got, expected)
+    wrong = [(a, b, g, e) for a, b, g, e, ok in zip(inputs[1], inputs[2], got, expected, same) if not ok]
+    assert same.all(), f"{what}: MAX(a, b) -> got, exec_alu: {wrong}"

@@ -376,6 +376,7 @@ def _float_op_quietly(name: str, values: list[float], type_name: str) -> float:
         wide = type_name == "f64"
         result = float(np.float64(a) / np.float64(b)) if wide else float(np.float32(a) / np.float32(b))
     elif name == "max":
+        # a tie (+0 / -0 included) gives the first operand: the renderer must not rely on max's order of zeros
         result = b if math.isnan(a) else a if math.isnan(b) else max(a, b)
     elif name == "neg":
         result = -a

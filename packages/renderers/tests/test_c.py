@@ -86,6 +86,19 @@ def test_float16_without_compiler_support_matches_interpreter(sink: UOp, compile
     assert "_Float16" not in program.source
 
 
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("emulated", [False, True], ids=["native", "emulated_half"])
+@pytest.mark.parametrize("dtype", kernels.MAX_DTYPES, ids=lambda d: d.name)
+def test_float_max_of_special_values_is_exec_alus(dtype: DType, emulated: bool, compiler: str) -> None:
+    if emulated and dtype != dtypes.float16:
+        pytest.skip("only float16 has an emulated form")
+    renderer = _EmulatedHalfRenderer(compiler) if emulated else CRenderer(compiler)
+    sink, buffers, expected = kernels.max_pairs_case(dtype)
+    program = Program(get_program(sink, renderer, []))
+    kernels.run_native(program, renderer.compiler, buffers, {})
+    kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"C ({compiler}) {dtype.name}")
+
+
 def _saxpy_sink(size: int) -> UOp:
     i = UOp.range(size, 0, AxisKind.LOOP)
     out, x, y = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot) for slot in range(3))

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cpu_kernels
 from cuda_on_host import compile_on_host, host_compiler, temporary_directory
 from gpu_kernels import (
     CORPUS,
@@ -25,16 +26,18 @@ from gpu_kernels import (
     coverage_sinks,
     from_storage,
     input_arrays,
+    matmul_sink,
     to_storage,
+    undefined_cast_lanes,
     wmma_program,
 )
 
-from kiln.codegen import Program, get_program, run_program
+from kiln.codegen import Opt, OptOps, Program, get_program, run_program
 from kiln.codegen.numpy_semantics import EMULATED
 from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer, architecture_number
 from kiln.renderers.nvrtc import NvrtcCompileError, NvrtcNotFoundError, load_nvrtc, nvrtc_available
 from kiln.renderers.ptx import PTXAssemblerError, PTXCompiler, find_ptxas
-from kiln.uops import Ops, dtypes
+from kiln.uops import DType, Ops, dtypes
 from kiln.uops.knobs import Context
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC missing: pip install 'kiln-renderers[cuda]'")
@@ -142,6 +145,61 @@ def test_tensor_cores_render_mma_and_compile(arch: str) -> None:
         CUDARenderer("sm_75").render(wmma_program(TENSOR_CORES_SM80[0]))
 
 
+def test_sm80_layouts_are_the_ptx_fragment_formulas() -> None:
+    # PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type", register by register
+    for core in TENSOR_CORES_SM80:
+        assert core.dims == (8, 16, 16) and core.layouts is not None
+        a, b, c = core.layouts
+        for lane in range(32):
+            group, thread_in_group = lane >> 2, lane % 4
+            for i in range(8):
+                expected = (group + 8 * (i in (2, 3, 6, 7)), 2 * thread_in_group + (i & 1) + 8 * (i >= 4))
+                assert a.coordinate(lane, i) == expected
+            for i in range(4):
+                assert b.coordinate(lane, i) == (2 * thread_in_group + (i & 1) + 8 * (i >= 2), group)
+                assert c.coordinate(lane, i) == (group + 8 * (i >= 2), 2 * thread_in_group + (i & 1))
+
+
+@pytest.mark.parametrize("core_number", [0, 1], ids=["f32_accumulator", "f16_accumulator"])
+def test_tensor_core_opt_on_a_matmul_computes_the_matmul(core_number: int) -> None:
+    # the program codegen builds for the CUDA renderer's units, run by the interpreter (WMMA through the layouts)
+    m, n, k = 32, 16, 48
+    dtype_out = TENSOR_CORES_SM80[core_number].dtype_out
+    program = Program(get_program(matmul_sink(m, n, k, dtype_out), HostCUDARenderer("sm_80"), [tc_opt(core_number)]))
+    assert sum(u.op is Ops.WMMA for u in program.uops) == 1
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((m, k), (k, n)))
+    out = np.zeros(m * n, np.float32 if dtype_out == dtypes.float32 else np.float16)
+    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    tolerance = 1e-5 if dtype_out == dtypes.float32 else 2e-2
+    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), expected, rtol=tolerance, atol=tolerance * k)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_tensor_core_opt_renders_mma_and_compiles(arch: str) -> None:
+    # compile-only: the host path runs threads one at a time and cannot run a warp's mma.sync
+    for core_number, core in enumerate(TENSOR_CORES_SM80):
+        renderer = CUDARenderer(arch, output="ptx")
+        sink = matmul_sink(32, 16, 32, core.dtype_out)
+        program = Program(get_program(sink, renderer, [tc_opt(core_number)]))
+        accumulate = "f32.f16.f16.f32" if core.dtype_out == dtypes.float32 else "f16.f16.f16.f16"
+        assert f"mma.sync.aligned.m16n8k16.row.col.{accumulate}" in program.source
+        assert program.binary is not None
+        ptx = program.binary.decode()
+        assert f".target {arch}" in ptx and f"mma.sync.aligned.m16n8k16.row.col.{accumulate}" in ptx
+        assert program.launch_dims({})[1] == (32, 1, 1)  # one warp per block: the lanes are the hardware lanes
+    cubin = CUDARenderer("sm_90", output="cubin")
+    binary = Program(get_program(matmul_sink(16, 8, 16, dtypes.float32), cubin, [tc_opt(0)])).binary
+    assert binary is not None and binary[:4] == b"\x7fELF"
+
+
+def tc_opt(core_number: int) -> Opt:
+    """The TC opt over the matmul's reduce axis (axis 2) with unit `core_number` of TENSOR_CORES_SM80."""
+    return Opt(OptOps.TC, 2, core_number)
+
+
 # ---- running the CUDA C on the host -----------------------------------------------------------------------------
 
 
@@ -152,6 +210,16 @@ def _run_on_host(programs: list[Program], buffers: list[list[np.ndarray]], var_v
             global_size, local_size = program.launch_dims(values)
             pointers = [array.ctypes.data for array in arrays]
             launch(global_size, local_size, *pointers, *(values[v.arg.name] for v in program.variables))
+
+
+@needs_host_compiler
+def test_float_max_of_special_values_on_the_host_is_exec_alus() -> None:
+    renderer = HostCUDARenderer("sm_80")
+    cases = [(dtype, *cpu_kernels.max_pairs_case(dtype)) for dtype in cpu_kernels.MAX_DTYPES]
+    programs = [Program(get_program(sink, renderer, [])) for _, sink, _, _ in cases]
+    _run_on_host(programs, [buffers for _, _, buffers, _ in cases], [{} for _ in cases])
+    for dtype, _, buffers, expected in cases:
+        cpu_kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"CUDA C on the host, {dtype.name}")
 
 
 @needs_host_compiler
@@ -204,4 +272,16 @@ def test_ops_and_casts_on_the_host_match_the_interpreter(kind: str) -> None:
                 tolerance = 2e-6 if element.itemsize >= 4 else 1e-2
                 np.testing.assert_allclose(got_values, want_values, rtol=tolerance, atol=0, err_msg=message)
             else:
-                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=message)
+                same = (got.view(np.uint8).reshape(got.size, -1) == want.view(np.uint8).reshape(want.size, -1)).all(1)
+                declared = declared_dtypes(program).get(slot, element)  # bfloat16 is stored as uint16 after emulation
+                if dtypes.is_float(declared):  # NaN payloads (and NaN signs) of casts are not part of the IR's meaning
+                    same |= np.isnan(from_storage(got, declared)) & np.isnan(from_storage(want, declared))
+                if kind == "casts":
+                    source = declared_dtypes(program)[len(host) - 1]
+                    same |= undefined_cast_lanes(source, slot, host[-1])
+                assert same.all(), f"{message}: got {got[~same]}, want {want[~same]}"
+
+
+def declared_dtypes(program: Program) -> dict[int, DType]:
+    """Element dtype of each buffer slot as the kernel sink declared it (before dtype emulation)."""
+    return {u.arg: u.dtype.base for u in program.sink.toposort() if u.op is Ops.DEFINE_GLOBAL}

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cpu_kernels
 from gpu_kernels import (
     CORPUS,
     alu_kernel,
@@ -26,6 +27,7 @@ from gpu_kernels import (
     from_storage,
     input_arrays,
     to_storage,
+    undefined_cast_lanes,
     wmma_program,
 )
 from ptx_model import PTXModel
@@ -35,7 +37,7 @@ from kiln.renderers import ptx as ptx_module
 from kiln.renderers.cuda import TENSOR_CORES_SM80
 from kiln.renderers.ptx import PTX_VERSION, PTXAssemblerError, PTXCompiler, PTXRenderer, find_ptxas, float_literal
 from kiln.renderers.toolchain import ToolchainNotFoundError
-from kiln.uops import Ops, PtrDType, dtypes
+from kiln.uops import DType, Ops, PtrDType, dtypes
 from kiln.uops.knobs import Context
 
 needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
@@ -137,6 +139,15 @@ def _run_model(program: Program, buffers: list[np.ndarray], var_vals: dict[str, 
     PTXModel(program.source).run(buffers, var_vals, global_size, local_size)
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_float_max_of_special_values_is_exec_alus(dtype: DType) -> None:
+    """The model's `max` returns its first operand on a tie (the ISA leaves +0 / -0 open): the PTX must not care."""
+    sink, buffers, expected = cpu_kernels.max_pairs_case(dtype)
+    program = Program(get_program(sink, TextPTXRenderer("sm_80"), []))
+    _run_model(program, buffers, {})
+    cpu_kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"PTX model {dtype.name}")
+
+
 def test_corpus_in_the_model_matches_numpy() -> None:
     renderer = TextPTXRenderer("sm_80")
     ran = 0
@@ -177,6 +188,15 @@ def test_ops_and_casts_in_the_model_match_the_interpreter(kind: str) -> None:
             message = f"{program.name} output {slot} ({element})"
             same_bits = got.view(np.uint8).reshape(got.size, -1) == want.view(np.uint8).reshape(want.size, -1)
             same = same_bits.all(axis=1)
-            if got.dtype.kind == "f":  # NaN payloads may differ; everything else is bit for bit (signed zeros too)
-                same |= np.isnan(got) & np.isnan(want)
+            declared = declared_dtypes(program).get(slot, element)  # bfloat16 is stored as uint16 after emulation
+            if dtypes.is_float(declared):  # NaN payloads may differ; everything else is bit for bit (signed zeros too)
+                same |= np.isnan(from_storage(got, declared)) & np.isnan(from_storage(want, declared))
+            if kind == "casts":
+                source = declared_dtypes(program)[len(arrays) - 1]
+                same |= undefined_cast_lanes(source, slot, arrays[-1])
             assert same.all(), f"{message}: got {got[~same]}, want {want[~same]}"
+
+
+def declared_dtypes(program: Program) -> dict[int, DType]:
+    """Element dtype of each buffer slot as the kernel sink declared it (before dtype emulation)."""
+    return {u.arg: u.dtype.base for u in program.sink.toposort() if u.op is Ops.DEFINE_GLOBAL}

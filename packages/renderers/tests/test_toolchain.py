@@ -59,12 +59,16 @@ def test_host_cpu_signature_names_the_machine_and_is_stable() -> None:
 
 
 def test_importing_the_package_loads_no_toolchain() -> None:
-    # a missing toolchain must not break `import kiln.renderers`: nothing runs compilers or imports llvmlite there
+    # a missing toolchain must not break `import kiln.renderers`: nothing runs compilers (ptxas included), imports
+    # llvmlite or loads a shared library (libnvrtc) there, although the GPU renderers are exported
     code = (
-        "import subprocess, sys\n"
+        "import ctypes, subprocess, sys\n"
         "calls = []\n"
         "subprocess.run = lambda *a, **k: calls.append(a)\n"
+        "subprocess.Popen = lambda *a, **k: calls.append(a)\n"
+        "ctypes.CDLL = lambda *a, **k: calls.append(a)\n"
         "import kiln.renderers\n"
+        "assert kiln.renderers.CUDARenderer and kiln.renderers.PTXRenderer and kiln.renderers.load_nvrtc\n"
         "assert not calls and 'llvmlite' not in sys.modules, (calls, sorted(m for m in sys.modules if 'llvm' in m))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE_ROOT)

@@ -1,18 +1,22 @@
-"""Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device.
+"""Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device, CUDA C
+(NVRTC) and PTX (ptxas) for NVIDIA GPUs.
 
-Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite) when first used and
-raises `ToolchainNotFoundError` naming what to install if it is missing.
+Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite, libnvrtc, ptxas) when
+first used and raises `ToolchainNotFoundError` naming what to install if it is missing.
 """
 
 from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
 from kiln.renderers.cpu_renderers import cpu_renderers
+from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer
 from kiln.renderers.float_emulation import FLOAT_FORMATS, FloatFormat, emulate_floats
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
 from kiln.renderers.linear_rewrite import rewrite_linear
 from kiln.renderers.llvm_compiler import LLVMCompiler
 from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
 from kiln.renderers.multiply_add import exact_narrow_multiply_adds
+from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundError, load_nvrtc
+from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
 from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
 
@@ -20,11 +24,16 @@ __all__ = [
     "CPU_CC",
     "ENTRY_NAME",
     "FLOAT_FORMATS",
+    "NVRTC_PATH",
+    "PTXAS",
+    "TENSOR_CORES_SM80",
     "CCompiler",
     "CRenderer",
     "CStyleRenderer",
     "CStyleWriter",
     "CToolchain",
+    "CUDACompiler",
+    "CUDARenderer",
     "CompileError",
     "FloatFormat",
     "HostCompiler",
@@ -32,6 +41,11 @@ __all__ = [
     "KernelParameter",
     "LLVMCompiler",
     "LLVMRenderer",
+    "NvrtcCompileError",
+    "NvrtcNotFoundError",
+    "PTXAssemblerError",
+    "PTXCompiler",
+    "PTXRenderer",
     "PythonCompiler",
     "PythonRenderer",
     "ToolchainNotFoundError",
@@ -40,6 +54,7 @@ __all__ = [
     "exact_narrow_multiply_adds",
     "find_c_compiler",
     "kernel_parameters",
+    "load_nvrtc",
     "load_shared_object",
     "parse_linear",
     "pm_c_style",

@@ -13,7 +13,7 @@ Semantics the rendering keeps (those of `kiln.uops.exec_alu`, the definition of 
   undefined (a count outside [0, bits) gives 0, or the sign for SHR), IDIV/MOD by a non-constant divisor avoid
   the INT_MIN / -1 trap and give 0 for a zero divisor (the interpreter raises; compiled code must not kill the
   process);
-- float MAX ignores a NaN operand (fmax), float -> int conversion truncates, wraps around and
+- float MAX ignores a NaN operand and orders -0 below +0 (exec_alu), float -> int conversion truncates, wraps around and
   gives the target's minimum for NaN/inf (a helper function: C leaves it undefined);
 - floats must not be contracted into fused multiply-adds (`-ffp-contract=off`): the IR rounds every op; MULACC
   is fused (fma for float32/float64, `multiply_add` for the narrower formats).
@@ -98,7 +98,9 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
     Ops.FDIV: "({0}/{1})",
     Ops.NEG: "(-{0})",
     Ops.RECIPROCAL: "(1/{0})",
-    Ops.MAX: "((({0}>={1})||({1}!={1}))?{0}:{1})",  # exec_alu's fmax: a NaN is ignored, ties give the first
+    # exec_alu's MAX: a NaN operand is ignored (both NaN: NaN) and -0 < +0. Two zeros compare equal both to each
+    # other and to each other's negation; their sum is +0 unless both are -0, the ordered maximum of the pair
+    Ops.MAX: "((({0}>{1})||({1}!={1}))?{0}:((({0}=={1})&&({0}==-{1}))?({0}+{1}):{1}))",
 }
 
 _INLINE_OPS = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.GEP})
@@ -281,6 +283,10 @@ class CStyleRenderer(Renderer):
     float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _FLOAT_FUNCTIONS
     extra_rules: ClassVar[PatternMatcher | None] = None
     """A dialect's own string rules, tried before `pm_c_style`."""
+    cplusplus: ClassVar[bool] = False
+    """Whether the dialect is C++ (CUDA): `bool` is spelled `bool` and BITCAST goes through memcpy, since C++ has
+    neither `_Bool` nor compound literals of unions (and reading a union member other than the last one written is
+    undefined in C++)."""
 
     _rules_by_class: ClassVar[dict[type, PatternMatcher]] = {}
 
@@ -295,7 +301,7 @@ class CStyleRenderer(Renderer):
         parameters = self.parameters(writer, uops)
         parts = [f"/* kiln {type(self).__name__} kernel */", *self.preamble(), *writer.typedefs.values()]
         parts += writer.helpers.values()
-        parts.append(f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)}) {{")
+        parts.append(f"{self.kernel_signature(uops, parameters)} {{")
         parts += writer.lines
         parts.append("}")
         return "\n".join(parts) + "\n"
@@ -321,8 +327,14 @@ class CStyleRenderer(Renderer):
         """Lines before the typedefs (includes, macros)."""
         return []
 
+    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
+        """The kernel function's declaration (without its body): `<kernel_prefix>void <ENTRY_NAME>(parameters)`."""
+        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
+
     def scalar_type(self, dtype: DType) -> str:
         """The C type of scalar `dtype`."""
+        if dtype == dtypes.bool and self.cplusplus:
+            return "bool"
         name = self.scalar_types.get(dtype)
         if name is None:
             raise ValueError(f"{type(self).__name__} has no C type for {dtype!r}")
@@ -485,9 +497,20 @@ class CStyleRenderer(Renderer):
         return f"(({self.scalar_type(target)}){value})"
 
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
-        """A reinterpretation of the bits of `value` (BITCAST), through a union (defined in C)."""
+        """A reinterpretation of the bits of `value` (BITCAST): through a union in C (defined there), through a
+        memcpy helper in C++ (where memcpy between trivially copyable objects is the defined way)."""
         source_type, target_type = writer.type_name(source), writer.type_name(target)
-        return f"((union {{{source_type} from; {target_type} to;}}){{.from={value}}}).to"
+        if not self.cplusplus:
+            return f"((union {{{source_type} from; {target_type} to;}}){{.from={value}}}).to"
+        name = f"kiln_bitcast_{source.name}{source.count}_{target.name}{target.count}"
+
+        def make() -> str:
+            return (
+                f"{self.helper_prefix}{target_type} {name}({source_type} x) {{\n"
+                f"  {target_type} y; memcpy(&y, &x, sizeof(y)); return y;\n}}"
+            )
+
+        return f"{writer.require_helper(name, make)}({value})"
 
     # ---- helper functions ----
 

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kiln.codegen import Compiler, TensorCore
+from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
 from kiln.renderers.c_style import C_SCALAR_TYPES, ENTRY_NAME, CStyleRenderer, CStyleWriter
 from kiln.renderers.nvrtc import Nvrtc, load_nvrtc
 from kiln.uops import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
@@ -28,7 +28,7 @@ from kiln.uops import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
 SUPPORTED_ARCHITECTURES = (75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
 """sm numbers the CUDA and PTX renderers target: Turing (sm_75, the oldest NVRTC 13 compiles for) and newer."""
 
-CUDA_SCALAR_TYPES: dict[DType, str] = {**C_SCALAR_TYPES, dtypes.bool: "bool"}
+CUDA_SCALAR_TYPES: dict[DType, str] = {**C_SCALAR_TYPES, dtypes.bool: "bool"}  # C++ spelling (also `cplusplus`)
 del CUDA_SCALAR_TYPES[dtypes.float16]  # emulated: no header provides `half` to NVRTC
 
 _CUDA_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
@@ -46,20 +46,32 @@ _CUDA_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
 }
 """CUDA's math library (no fast-math: sqrt/div correctly rounded, exp2/log2/sin within 2 ulps, CUDA guide App. E)."""
 
+# Fragment layouts of mma.sync.aligned.m16n8k16 with .f16 A/B (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+# floating point type"), groupID = lane >> 2, threadID_in_group = lane % 4:
+#   a_i (A, 16 x 16): row groupID (+8 for i in 2, 3, 6, 7), column 2 * threadID_in_group + (i & 1) (+8 for i >= 4)
+#   b_i (B, 16 x 8):  row 2 * threadID_in_group + (i & 1) (+8 for i >= 2), column groupID
+#   c_i (C/D, 16 x 8, .f32 and .f16 accumulators alike): row groupID (+8 for i >= 2), column 2 * threadID_in_group +
+#   (i & 1)
+# Written bit by bit: lane bits 0-1 are threadID_in_group, lane bits 2-4 groupID; element bits are those of i.
+_M16N8K16_A = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0), (0, 8)))
+_M16N8K16_B = FragmentLayout(((2, 0), (4, 0), (0, 1), (0, 2), (0, 4)), ((1, 0), (8, 0)))
+_M16N8K16_C = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0)))
+
 TENSOR_CORES_SM80: tuple[TensorCore, ...] = tuple(
     TensorCore(
-        dims=(8, 16, 16),
+        dims=(8, 16, 16),  # (N, M, K)
         threads=32,
         elements_per_thread=(8, 4, 4),
         dtype_in=dtypes.float16,
         dtype_out=dtype_out,
-        opts=("u0", "l0", "l0", "l1", "l1", "l1", "u1"),
+        layouts=(_M16N8K16_A, _M16N8K16_B, _M16N8K16_C),
     )
     for dtype_out in (dtypes.float32, dtypes.float16)
 )
-"""mma.sync.aligned.m16n8k16.row.col (PTX ISA "Matrix Fragments for mma.m16n8k16"): per thread 4 A registers of
-f16x2, 2 B registers, 4 float32 or 2 f16x2 accumulators. WMMA lanes are the fragment's elements in register order
-(A: a0..a7, B: b0..b3, C/D: c0..c3)."""
+"""mma.sync.aligned.m16n8k16.row.col with f16 inputs and f32 or f16 accumulators (sm_80+): per lane 8 A registers
+(four f16x2), 4 B registers (two f16x2), 4 accumulators (four f32 or two f16x2). A WMMA's vector lanes are the
+fragment's registers in layout order (A: a0..a7, B: b0..b3, C/D: c0..c3); a register pair 2r, 2r+1 is packed into
+one f16x2 with the even register in the low half (PTX ISA, same section)."""
 
 
 def architecture_number(arch: str) -> int:
@@ -164,6 +176,7 @@ class CUDARenderer(CStyleRenderer):
     scalar_types: ClassVar[dict[DType, str]] = CUDA_SCALAR_TYPES
     float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _CUDA_FLOAT_FUNCTIONS
     extra_rules: ClassVar[PatternMatcher | None] = pm_cuda
+    cplusplus: ClassVar[bool] = True
 
     def __init__(self, arch: str = "sm_80", output: str = "ptx", device: str = "CUDA") -> None:
         self.arch = f"sm_{architecture_number(arch)}"
@@ -175,12 +188,10 @@ class CUDARenderer(CStyleRenderer):
     def compiler(self) -> CUDACompiler:  # type: ignore[override]
         return CUDACompiler(self.arch, self.output)
 
-    def render(self, uops: list[UOp]) -> str:
-        source = super().render(uops)
-        signature = f"{self.kernel_prefix}void {ENTRY_NAME}("
-        bounded = f"{self.kernel_prefix}void __launch_bounds__({local_size(uops)}) {ENTRY_NAME}("
-        assert signature in source
-        return source.replace(signature, bounded, 1)
+    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
+        # __launch_bounds__ of the block size lets the compiler budget registers for exactly that many threads
+        bounds = f"__launch_bounds__({local_size(uops)})"
+        return f"{self.kernel_prefix}void {bounds} {ENTRY_NAME}({', '.join(parameters)})"
 
     def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
         return frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16})
@@ -214,18 +225,6 @@ class CUDARenderer(CStyleRenderer):
             return f"__uint_as_float({bits}u)"
         return super().float_constant(value, dtype)
 
-    def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
-        source_type, target_type = writer.type_name(source), writer.type_name(target)
-        name = f"kiln_bitcast_{source.name}{source.count}_{target.name}{target.count}"
-
-        def make() -> str:
-            return (
-                f"{self.helper_prefix}{target_type} {name}({source_type} x) {{\n"
-                f"  {target_type} y; memcpy(&y, &x, sizeof(y)); return y;\n}}"
-            )
-
-        return f"{writer.require_helper(name, make)}({value})"
-
     def float_to_int_helper(self, target: DType) -> str:
         """Truncate, wrap around, NaN/inf -> the minimum (CUDA's own conversion saturates instead)."""
         c_type = self.scalar_type(target)
@@ -245,9 +244,9 @@ class CUDARenderer(CStyleRenderer):
     # ---- tensor cores ----
 
     def tensor_core_of(self, uop: UOp) -> TensorCore:
-        """The tensor core a WMMA uop runs on (its arg names one of `tensor_cores`)."""
+        """The tensor core a WMMA uop runs on (its `WmmaArg` names one of `tensor_cores`, with the same layouts)."""
         for core in self.tensor_cores:
-            if uop.arg == core or str(uop.arg) == str(core):
+            if isinstance(uop.arg, WmmaArg) and uop.arg == core.wmma_arg():
                 return core
         raise ValueError(f"{self!r} ({self.arch}) has no tensor core {uop.arg!r}; it has {self.tensor_cores}")
 

@@ -5,7 +5,8 @@ rule per op in `pm_llvm_ir`; its compiler is `LLVMCompiler` (llvm_compiler.py: l
 file, loaded in process too).
 
 Semantics are those of the C renderer (see c_style): integer ops wrap, shifts and divisions have no undefined
-cases, float MAX is fmax, float -> int truncates and wraps, no fast-math flags (so no FMA contraction).
+cases, float MAX is exec_alu's (NaN ignored, -0 < +0), float -> int truncates and wraps, no fast-math flags (so
+no FMA contraction).
 """
 
 from __future__ import annotations
@@ -293,13 +294,22 @@ def _float_alu(ctx: LLVMWriter, name: str, op: Ops, dtype: DType, operands: list
         return f"{name} = fneg {type_name} {operands[0]}"
     if op is Ops.RECIPROCAL:
         return f"{name} = fdiv {type_name} {llvm_constant(1.0, dtype)}, {operands[0]}"
-    if op is Ops.MAX:  # exec_alu's fmax: a NaN operand is ignored, ties (+0, -0) give the first
+    if op is Ops.MAX:
+        # exec_alu's MAX: a NaN operand is ignored (both NaN: NaN) and -0 < +0. Equal operands have equal bits
+        # except +0 / -0, whose bitwise AND is +0, so a tie gives the AND of the bits (llvm.maxnum leaves it open)
         a, b = operands
+        bits = f"i{dtype.itemsize * 8}"
         return (
-            f"{name}.greater = fcmp oge {type_name} {a}, {b}\n"
+            f"{name}.greater = fcmp ogt {type_name} {a}, {b}\n"
             f"{name}.nan = fcmp uno {type_name} {b}, {b}\n"
             f"{name}.first = or i1 {name}.greater, {name}.nan\n"
-            f"{name} = select i1 {name}.first, {type_name} {a}, {type_name} {b}"
+            f"{name}.pick = select i1 {name}.first, {type_name} {a}, {type_name} {b}\n"
+            f"{name}.tie = fcmp oeq {type_name} {a}, {b}\n"
+            f"{name}.abits = bitcast {type_name} {a} to {bits}\n"
+            f"{name}.bbits = bitcast {type_name} {b} to {bits}\n"
+            f"{name}.andbits = and {bits} {name}.abits, {name}.bbits\n"
+            f"{name}.and = bitcast {bits} {name}.andbits to {type_name}\n"
+            f"{name} = select i1 {name}.tie, {type_name} {name}.and, {type_name} {name}.pick"
         )
     if op in (Ops.SQRT, Ops.TRUNC):
         function = ctx.intrinsic(op.name.lower(), dtype)

@@ -21,7 +21,7 @@ import struct
 import subprocess
 import tempfile
 
-from kiln.codegen import Compiler, Renderer, TensorCore
+from kiln.codegen import Compiler, Renderer, TensorCore, WmmaArg
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
 from kiln.renderers.cuda import TENSOR_CORES_SM80, architecture_number, local_size
 from kiln.renderers.float_emulation import emulate_floats
@@ -60,7 +60,7 @@ _STATE_SPACE = {MemoryScope.GLOBAL: "global", MemoryScope.LOCAL: "shared", Memor
 _SPECIAL_REGISTERS = {"gidx": "%ctaid", "lidx": "%tid"}
 
 _INT_BINARY = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul.lo", Ops.MAX: "max"}
-_FLOAT_BINARY = {Ops.ADD: "add.rn", Ops.SUB: "sub.rn", Ops.MUL: "mul.rn", Ops.FDIV: "div.rn", Ops.MAX: "max"}
+_FLOAT_BINARY = {Ops.ADD: "add.rn", Ops.SUB: "sub.rn", Ops.MUL: "mul.rn", Ops.FDIV: "div.rn"}
 _FLOAT_UNARY = {Ops.NEG: "neg", Ops.SQRT: "sqrt.rn", Ops.RECIPROCAL: "rcp.rn"}
 _BITWISE = {Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 _PREDICATE_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", **_BITWISE, Ops.CMPNE: "xor"}
@@ -242,6 +242,8 @@ def _alu(w: PTXWriter, uop: UOp) -> str:
     if dtypes.is_float(operand_dtype):
         if op in _FLOAT_BINARY:
             w.emit(f"{_FLOAT_BINARY[op]}.{typed} {result}, {operands[0]}, {operands[1]};")
+        elif op is Ops.MAX:
+            _float_max(w, operands, typed, result)
         elif op is Ops.TRUNC:
             w.emit(f"cvt.rzi.{typed}.{typed} {result}, {operands[0]};")
         elif op in _FLOAT_UNARY:
@@ -252,6 +254,22 @@ def _alu(w: PTXWriter, uop: UOp) -> str:
     _int_alu(w, uop, operands, kind, typed, result)
     w.normalize(result, uop.dtype)
     return result
+
+
+def _float_max(w: PTXWriter, operands: list[str], typed: str, result: str) -> None:
+    """exec_alu's MAX: a NaN operand is ignored (both NaN: NaN) and -0 < +0, whatever `max` does with ties.
+
+    `max.f32/.f64` returns the other operand when one is NaN (PTX ISA, "Floating Point Instructions: max"); the
+    order it gives +0 and -0 is not something older ISA versions promise, so a tie (operands that compare equal,
+    hence equal bits or +0 / -0) takes the bitwise AND of the operands instead, which is +0 for +0 / -0.
+    """
+    a, b = operands
+    bits = typed.replace("f", "b")
+    larger, tie = w.register(typed), w.register("pred")
+    a_bits, b_bits, both = w.register(bits), w.register(bits), w.register(typed)
+    w.emit(f"max.{typed} {larger}, {a}, {b};", f"setp.eq.{typed} {tie}, {a}, {b};")
+    w.emit(f"mov.{bits} {a_bits}, {a};", f"mov.{bits} {b_bits}, {b};", f"and.{bits} {a_bits}, {a_bits}, {b_bits};")
+    w.emit(f"mov.{bits} {both}, {a_bits};", f"selp.{typed} {result}, {both}, {larger}, {tie};")
 
 
 def _predicate_alu(w: PTXWriter, op: Ops, operands: list[str], result: str) -> str:
@@ -570,9 +588,9 @@ class PTXRenderer(Renderer):
         w.loop_labels[uop] = (start, end)
 
     def tensor_core_of(self, uop: UOp) -> TensorCore:
-        """The tensor core a WMMA uop runs on (its arg names one of `tensor_cores`)."""
+        """The tensor core a WMMA uop runs on (its `WmmaArg` names one of `tensor_cores`, with the same layouts)."""
         for core in self.tensor_cores:
-            if uop.arg == core or str(uop.arg) == str(core):
+            if isinstance(uop.arg, WmmaArg) and uop.arg == core.wmma_arg():
                 return core
         raise ValueError(f"{self!r} ({self.arch}) has no tensor core {uop.arg!r}; it has {self.tensor_cores}")
 
