@@ -21,25 +21,28 @@ UPCAST, UNROLL, LOCAL, THREAD, GROUPTOP = OptOps.UPCAST, OptOps.UNROLL, OptOps.L
 
 
 def test_matmul_on_cpu_blocks_registers_and_spreads_over_cores() -> None:
-    # c[i, j] = sum_k a[i, k] b[k, j]: b does not depend on i, a not on j -> upcast j then i by 4 (4x4 register
-    # block), unroll k by 4; 64*64*64 iterations >= 2**14 -> THREAD the outer loop (64/4 = 16 left) by 8 cores
+    # c[i, j] = sum_k a[i, k] b[k, j]: b does not depend on i, a not on j -> on a CPU upcast j then i by 8 (8x8
+    # register block, 8 divides 64), k stays rolled; 64*64*64 iterations >= 2**14 -> THREAD the outer loop
+    # (64/8 = 8 left) by 8 cores
     opts = hand_coded_optimizations(matmul(64, 64, 64), CPU)
-    assert opts == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 4), Opt(THREAD, 0, 8))
+    assert opts == (Opt(UPCAST, 1, 8), Opt(UPCAST, 0, 8), Opt(THREAD, 0, 8))
 
 
 def test_matmul_on_gpu_blocks_registers_and_uses_locals() -> None:
-    # same register block; then locals innermost first within 128 threads: j (16 left) by 16, i (16 left) by 8
+    # a 4x4 register block, k unrolled by 4; then locals innermost first within 128 threads: j (16 left) by 16,
+    # i (16 left) by 8
     opts = hand_coded_optimizations(matmul(64, 64, 64), GPU)
     assert opts == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 4), Opt(LOCAL, 1, 16), Opt(LOCAL, 0, 8))
 
 
 def test_small_matmul_gets_no_threads() -> None:
-    # 16*16*16 = 4096 iterations is below the THREAD threshold
-    assert hand_coded_optimizations(matmul(16, 16, 16), CPU) == (
-        Opt(UPCAST, 1, 4),
-        Opt(UPCAST, 0, 4),
-        Opt(UNROLL, 2, 4),
-    )
+    # 16*16*16 = 4096 iterations is below the THREAD threshold; the 8x8 CPU block alone
+    assert hand_coded_optimizations(matmul(16, 16, 16), CPU) == (Opt(UPCAST, 1, 8), Opt(UPCAST, 0, 8))
+
+
+def test_matmul_on_cpu_blocks_by_4_where_8_does_not_divide() -> None:
+    # j = 12: 12 % 8 != 0 -> 4; i = 16 -> 8; k stays rolled; 16*12*16 = 3072 iterations: no THREAD
+    assert hand_coded_optimizations(matmul(16, 12, 16), CPU) == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 8))
 
 
 def test_matmul_with_odd_sizes_skips_what_does_not_divide() -> None:
@@ -47,11 +50,16 @@ def test_matmul_with_odd_sizes_skips_what_does_not_divide() -> None:
     assert hand_coded_optimizations(matmul(8, 6, 7), SCALAR) == (Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 0))
 
 
-@pytest.mark.parametrize(
-    ("size", "expected"), [(4096, (Opt(UPCAST, 0, 8),)), (65536, (Opt(UPCAST, 0, 8), Opt(THREAD, 0, 8)))]
-)
-def test_elementwise_on_cpu_uses_the_widest_vector(size: int, expected: tuple[Opt, ...]) -> None:
+@pytest.mark.parametrize(("size", "expected"), [(4096, ()), (65536, (Opt(THREAD, 0, 8),))])
+def test_elementwise_on_cpu_is_left_to_the_loop_vectorizer(size: int, expected: tuple[Opt, ...]) -> None:
+    # no reduce, scalar ALU: no upcast (step 3 skipped); 65536 >= 2**14 iterations -> THREAD by 8 (thread_max)
     assert hand_coded_optimizations(elementwise_add(size), CPU) == expected
+
+
+def test_elementwise_on_cpu_with_vector_alu_uses_the_widest_vector() -> None:
+    vector_cpu = CPULikeRenderer()
+    vector_cpu.vector_alu = True
+    assert hand_coded_optimizations(elementwise_add(4096), vector_cpu) == (Opt(UPCAST, 0, 8),)
 
 
 def test_elementwise_on_gpu_uses_vectors_then_locals() -> None:

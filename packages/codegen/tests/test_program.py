@@ -203,14 +203,16 @@ def test_estimates_are_symbolic_over_variables() -> None:
 
 
 def test_debug_levels_print_opts_source_sink_and_uops(capsys: pytest.CaptureFixture[str]) -> None:
+    vector_cpu = CPULikeRenderer()
+    vector_cpu.vector_alu = True  # keeps the heuristic's UPCAST on this elementwise kernel
     with Context(DEBUG=2):
-        get_program(elementwise_add(8), CPU)
+        get_program(elementwise_add(8), vector_cpu)
     assert capsys.readouterr().out == ""
     with Context(DEBUG=3):
-        get_program(elementwise_add(8), CPU)
+        get_program(elementwise_add(8), vector_cpu)
     assert capsys.readouterr().out == "E_8: applied opts [Opt(op=OptOps.UPCAST, axis=0, arg=8)]\n"
     with Context(DEBUG=4):
-        program = Program(get_program(elementwise_add(8), CPU))
+        program = Program(get_program(elementwise_add(8), vector_cpu))
     assert program.source in capsys.readouterr().out
     with Context(DEBUG=6):
         get_program(elementwise_add(8), CPU)

@@ -163,10 +163,16 @@ class _Builder:
         """2**exponent for an int `exponent` within the normal range, built from its bits."""
         return ((exponent + self.i(self.fmt.bias)) << self.i(self.fmt.mantissa_bits)).bitcast(self.float)
 
-    def round_to_int(self, x: UOp) -> UOp:
-        """x rounded to the nearest int (ties away from zero) for |x| well inside the int range."""
-        half = x.lt(self.f(0.0)).where(self.f(-0.5), self.f(0.5))
-        return (x + half).cast(self.int)
+    def round_small(self, x: UOp) -> tuple[UOp, UOp]:
+        """x rounded to the nearest integer (ties to even) as (int, float), for |x| < 2**(mantissa_bits - 1).
+
+        Adding 1.5 * 2**mantissa_bits rounds x in the float unit (that sum's ulp is 1) and leaves the integer in
+        the low bits. Only ADD/SUB/BITCAST: no float-to-int conversion, whose range-checked form in some renderers
+        branches and keeps the CPU compilers from vectorizing the whole expression."""
+        magic = 1.5 * 2.0**self.fmt.mantissa_bits
+        shifted = x + self.f(magic)
+        magic_bits = UOp.const(self.float, magic).bitcast(self.int)
+        return shifted.bitcast(self.int) - magic_bits, shifted - self.f(magic)
 
     def reciprocal(self, d: UOp, low: float, high: float) -> UOp:
         """1/d for d in [low, high] by Newton's iteration from the chord through (low, 1/low), (high, 1/high)."""
@@ -189,11 +195,12 @@ class _Builder:
 def _exp2_pair(b: _Builder, high: UOp, low: UOp) -> UOp:
     """2**(high + low) for finite `high` (|low| << 1); overflows to inf and underflows through the subnormals."""
     fmt = b.fmt
-    lower = b.f(-fmt.exp2_clamp).maximum(high)
+    # `high` is never nan here, so a compare-and-select clamps like MAX without MAX's nan and signed-zero rules
+    lower = high.lt(b.f(-fmt.exp2_clamp)).where(b.f(-fmt.exp2_clamp), high)
     clamped = lower.lt(b.f(fmt.exp2_clamp)).where(lower, b.f(fmt.exp2_clamp))
-    whole = b.round_to_int(clamped)
+    whole, whole_float = b.round_small(clamped)
     low = clamped.ne(high).where(b.f(0.0), low)  # a clamped exponent over/underflows whatever its low part
-    fraction = (clamped - whole.cast(b.float)) + low  # the subtraction is exact
+    fraction = (clamped - whole_float) + low  # the subtraction is exact
     ln2 = _ln2()
     coefficients = [b.fmt.constant(ln2**k / _factorial(k)) for k in range(fmt.exp2_terms)]
     value = b.polynomial(fraction, coefficients)

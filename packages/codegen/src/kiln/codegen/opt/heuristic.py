@@ -5,9 +5,15 @@ The recipe, in order (each step is skipped when its opt is illegal):
    256/128/64/32/16 that divides it; the threads of a block share the reduce. Nothing else is applied.
 2. Matmul-shaped kernels (one REDUCE of a product of two loads): register blocking. Each output axis that one
    operand does not depend on (stride 0) is upcast by 4, at most two such axes, innermost first; then the reduce
-   axis is unrolled by 4. Each loaded value is then reused 4 times from registers.
+   axis is unrolled by 4. Each loaded value is then reused 4 times from registers. On CPU renderers (CPU threads)
+   each axis is upcast by 8 where 8 divides it (else 4) and the reduce is not unrolled (steps 2 and 4): an 8x8 block
+   of accumulators is what the registers hold, and it measured 2.5x the GFLOP/s of 4x4 with the reduce unrolled
+   (matmul 1024 in benchmarks/tensor_bench.py, LLVM renderer).
 3. Otherwise: the innermost output axis whose store is contiguous is upcast by the widest vector width of the
-   renderer that divides it (wide loads and stores).
+   renderer that divides it (wide loads and stores). Skipped for kernels without a reduce on CPU renderers (CPU
+   threads) that split vector ALU ops into scalars: their compiler's loop vectorizer turns the plain scalar loop
+   into full-width vector code, while the scalarized lanes of an upcast are only partly re-vectorized (measured
+   with benchmarks/tensor_bench.py: the fused exp2 chain ran 1.5x faster on LLVM, 1.2x on C).
 4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it.
 5. Renderers with local threads: LOCAL on the output axes, innermost first, by the largest of 32/16/8/4/2 that
    divides the axis while the block stays within 128 threads (and the renderer's limit); at most two axes.
@@ -104,12 +110,18 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
             rng = range_by_axis(build.sink)[axis]
             assert operands is not None
             strides = [stride_of(index.src[1], rng) for index in operands]
-            if blocked < 2 and strides.count(0) == 1 and build.attempt(Opt(OptOps.UPCAST, axis, 4)):
-                blocked += 1
-        if blocked:
+            if blocked < 2 and strides.count(0) == 1:
+                size = constant_size(rng) or 0
+                amount = 8 if renderer.has_threads and size % 8 == 0 else 4
+                if build.attempt(Opt(OptOps.UPCAST, axis, amount)):
+                    blocked += 1
+        if blocked and renderer.has_threads:
+            unrolled = True  # the 8x8 block already fills the registers: the reduce stays rolled
+        elif blocked:
             for rng in axes_of(build.sink, AxisKind.REDUCE):
                 unrolled = build.attempt(Opt(OptOps.UNROLL, rng.arg.axis, 4)) or unrolled
-    if not blocked:
+    loop_vectorized = renderer.has_threads and not renderer.vector_alu and not reduce_axes
+    if not blocked and not loop_vectorized:
         store_indices = _store_indices(build.sink)
         widths = tuple(w for w in renderer.vector_widths if w > 1)
         for rng in reversed(_output_axes(build.sink)):
