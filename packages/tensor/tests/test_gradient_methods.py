@@ -412,6 +412,7 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
             "rand",
             "rand_like",
             "randint",
+            "randint_like",
             "randn",
             "randn_like",
             "uniform",

@@ -92,9 +92,31 @@ def test_no_op_movements_fold() -> None:
     assert graph.pad(a, ((0, 0), (0, 0))) is a
     assert graph.shrink(a, ((0, 2), (0, 3))) is a
     assert graph.flip(a, (False, False)) is a
-    # chains of one kind collapse
-    assert graph.permute(graph.permute(a, (1, 0)), (1, 0)) is a
-    assert graph.reshape(graph.reshape(a, (6,)), (3, 2)).src[0] is a.src[0]
+    # chains are kept as built: the inner link may be a tensor someone differentiates with respect to
+    inner = graph.permute(a, (1, 0))
+    assert graph.permute(inner, (1, 0)).src[0] is inner
+    flat = graph.reshape(a, (6,))
+    assert graph.reshape(flat, (3, 2)).src[0] is flat
+
+
+def test_fold_movement_chains_merges_links_of_one_kind() -> None:
+    a = _buffer((2, 3, 4))
+    base = a.src[0]
+    twice = graph.reshape(graph.reshape(a, (6, 4)), (4, 6))
+    assert graph.fold_movement_chains(twice) is graph.reshape(base, (4, 6))
+    # permutes compose: (2,0,1) then (1,2,0) is the identity
+    assert graph.fold_movement_chains(graph.permute(graph.permute(a, (2, 0, 1)), (1, 2, 0))) is a
+    composed = graph.permute(graph.permute(a, (1, 0, 2)), (0, 2, 1))
+    assert graph.fold_movement_chains(composed) is graph.permute(a, (1, 2, 0))
+    ones = graph.reshape(a, (2, 3, 4, 1, 1))
+    grown = graph.expand(graph.expand(ones, (2, 3, 4, 5, 1)), (2, 3, 4, 5, 6))
+    assert graph.fold_movement_chains(grown) is graph.expand(graph.reshape(base, (2, 3, 4, 1, 1)), (2, 3, 4, 5, 6))
+    # links of different kinds stay, folding reaches below other ops, and a graph without chains is itself
+    mixed = graph.alu(Ops.NEG, graph.reshape(graph.shrink(twice, ((1, 3), (0, 6))), (12,)))
+    folded = graph.fold_movement_chains(mixed)
+    assert folded.src[0].src[0].src[0] is graph.reshape(base, (4, 6))
+    assert graph.fold_movement_chains(folded) is folded
+    assert shape_of(folded) == shape_of(mixed)
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,25 @@ def test_random_like_and_requires_grad() -> None:
     assert weights.requires_grad is True
 
 
+def test_randint_like_draws_from_the_reference_bits() -> None:
+    Tensor.manual_seed(11)
+    like = Tensor.zeros(3, 5, dtype=dtypes.int16)
+    integers = like.randint_like(-4, 9)
+    assert integers.shape == (3, 5) and integers.dtype is dtypes.int16
+    bits = np.array(_expected_bits(11, 0, 15), dtype=np.uint64)
+    expected = ((bits * np.uint64(13)) >> np.uint64(32)).astype(np.int64) - 4
+    np.testing.assert_array_equal(integers.numpy().reshape(-1), expected)
+    # one bound is the upper one (PyTorch's randint_like(x, high)); a float tensor gets float integers
+    Tensor.manual_seed(5)
+    floats = Tensor.zeros(400).randint_like(3)
+    assert floats.dtype is dtypes.float32 and set(np.unique(floats.numpy())) == {0.0, 1.0, 2.0}
+    assert like.randint_like(2, dtype=dtypes.int64, requires_grad=False).dtype is dtypes.int64
+    with pytest.raises(TypeError, match=r"dtypes\.bool"):
+        Tensor([True]).randint_like(2)
+    with pytest.raises(ValueError, match="low=5 high=5"):
+        like.randint_like(5, 5)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # constants, ranges, casts
 # ------------------------------------------------------------------------------------------------------------------

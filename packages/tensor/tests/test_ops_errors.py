@@ -167,6 +167,14 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], list[str]]] = [
     ("eye negative", lambda: Tensor.eye(-1), ValueError, ["n=-1"]),
     ("linspace steps", lambda: Tensor.linspace(0, 1, -2), ValueError, ["-2"]),
     ("manual_seed float", lambda: Tensor.manual_seed(1.5), TypeError, ["1.5"]),  # type: ignore[arg-type]
+    ("int floor division by 0", lambda: ints() // 0, ZeroDivisionError, ["floor_divide", "dtypes.int32"]),
+    ("int remainder by 0", lambda: ints() % 0, RuntimeError, ["remainder", "divisor 0"]),
+    ("int trunc division by 0", lambda: ints().div(0, rounding_mode="trunc"), RuntimeError, ["div", "divisor 0"]),
+    ("normal negative std", lambda: Tensor.normal(3, std=-0.5), ValueError, ["std=-0.5"]),
+    ("uniform reversed", lambda: Tensor.uniform(3, low=2.0, high=1.0), ValueError, ["low=2.0", "high=1.0"]),
+    ("uniform bound type", lambda: Tensor.uniform(3, low="0"), TypeError, ["'0'", "str"]),
+    ("int requires grad", lambda: Tensor([1, 2], requires_grad=True), RuntimeError, ["dtypes.int32"]),
+    ("int zeros requires grad", lambda: Tensor.zeros(2, dtype=dtypes.int8, requires_grad=True), RuntimeError, ["int8"]),
     (
         "full inf int",
         lambda: Tensor.full((2,), float("-inf"), dtype=dtypes.int32),
@@ -223,3 +231,71 @@ def test_errors_do_not_realize_anything(monkeypatch: pytest.MonkeyPatch) -> None
     for _, call, error, _ in CASES:
         with pytest.raises(error):
             call()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dtypes a device cannot store fail at the call that asks for them
+# ---------------------------------------------------------------------------------------------------------------
+
+_NARROW = frozenset({dtypes.bool, dtypes.int16, dtypes.int32, dtypes.uint32, dtypes.float32})
+
+DTYPE_CASES: list[tuple[str, Callable[[], Any], str]] = [
+    ("host data", lambda: Tensor([1.0, 2.0], dtype=dtypes.float64), "float64"),
+    ("numpy float64", lambda: Tensor(np.zeros(2)), "float64"),
+    ("scalar", lambda: Tensor(2.0, dtype=dtypes.float16), "float16"),
+    ("scalar int64", lambda: Tensor(5, dtype=dtypes.int64), "int64"),
+    ("tensor with dtype", lambda: Tensor(Tensor([1.0]), dtype=dtypes.float64), "float64"),
+    ("zeros", lambda: Tensor.zeros(3, dtype=dtypes.float64), "float64"),
+    ("full", lambda: Tensor.full((2,), 1, dtype=dtypes.int8), "int8"),
+    ("empty", lambda: Tensor.empty(2, dtype=dtypes.uint8), "uint8"),
+    ("arange", lambda: Tensor.arange(4, dtype=dtypes.int64), "int64"),
+    ("linspace", lambda: Tensor.linspace(0, 1, 3, dtype=dtypes.float64), "float64"),
+    ("eye", lambda: Tensor.eye(2, dtype=dtypes.float16), "float16"),
+    ("rand", lambda: Tensor.rand(3, dtype=dtypes.float64), "float64"),
+    ("randn", lambda: Tensor.randn(3, dtype=dtypes.float16), "float16"),
+    ("randint", lambda: Tensor.randint(3, low=0, high=4, dtype=dtypes.int8), "int8"),
+    ("zeros_like", lambda: Tensor([1.0]).zeros_like(dtype=dtypes.float64), "float64"),
+    ("randint_like", lambda: Tensor([1, 2]).randint_like(5, dtype=dtypes.int64), "int64"),
+    ("cast", lambda: Tensor([1.0]).cast(dtypes.float64), "float64"),
+    ("double", lambda: Tensor([1.0]).double(), "float64"),
+    ("bitcast", lambda: Tensor([1, 2], dtype=dtypes.int16).bitcast(dtypes.float16), "float16"),
+]
+
+
+@pytest.fixture
+def narrow_device() -> Iterator[None]:
+    # the PYTHON device pretends to store only five dtypes
+    device = Device[DEVICE]
+    saved = device.supported_dtypes
+    device.supported_dtypes = _NARROW
+    try:
+        yield
+    finally:
+        device.supported_dtypes = saved
+
+
+@pytest.mark.parametrize(("call", "dtype_name"), [case[1:] for case in DTYPE_CASES], ids=[c[0] for c in DTYPE_CASES])
+def test_unsupported_dtype_fails_at_creation(narrow_device: None, call: Callable[[], Any], dtype_name: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        call()
+    message = str(raised.value)
+    assert f"device {DEVICE!r}" in message and f"dtypes.{dtype_name}" in message, message
+    assert "float32" in message  # what the device does support
+
+
+def test_supported_dtypes_still_work_on_a_narrow_device(narrow_device: None) -> None:
+    assert Tensor.arange(4, dtype=dtypes.int32).tolist() == [0, 1, 2, 3]
+    assert Tensor([1.5, 2.5]).cast(dtypes.int32).tolist() == [1, 2]
+    assert Tensor([1.0]).bitcast(dtypes.uint32).tolist() == [1065353216]
+
+
+def test_moving_to_a_device_that_cannot_store_the_dtype() -> None:
+    data = Tensor(np.arange(3.0), device="CPU")
+    device = Device[DEVICE]
+    saved = device.supported_dtypes
+    device.supported_dtypes = _NARROW
+    try:
+        with pytest.raises(TypeError, match=r"device 'PYTHON' cannot store dtypes\.float64"):
+            data.to(DEVICE)
+    finally:
+        device.supported_dtypes = saved

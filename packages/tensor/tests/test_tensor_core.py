@@ -177,3 +177,18 @@ def test_repr_is_lazy() -> None:
     text = repr(x._binary(Ops.ADD, x))
     assert text == f"<Tensor shape=(2, 3) dtype=dtypes.float32 device={x.device!r}>"
     assert "requires_grad=True" in repr(Tensor([1.0], requires_grad=True))
+
+
+def test_repr_shows_the_values_of_small_realized_tensors() -> None:
+    data = np.array([[1.5, -2.0], [0.25, 4.0]], np.float32)
+    x = Tensor(data)
+    assert repr(x) == f"<Tensor {data.tolist()} shape=(2, 2) dtype=dtypes.float32 device={x.device!r}>"
+    doubled = x * 2.0
+    assert "[" not in repr(doubled)  # lazy: nothing runs for repr
+    doubled.realize()
+    assert repr(doubled).startswith(f"<Tensor {(data * 2).tolist()} shape=(2, 2)")
+    assert repr(Tensor.full((3,), 7)).startswith("<Tensor [7, 7, 7] shape=(3,) dtype=dtypes.int32")
+    assert repr(Tensor(2.5)).startswith("<Tensor 2.5 shape=()")
+    assert repr(Tensor([True, False])).startswith("<Tensor [True, False] shape=(2,)")
+    # more than 16 elements: shape only
+    assert repr(Tensor(np.arange(17.0))).startswith("<Tensor shape=(17,)")

@@ -58,6 +58,8 @@ class AutogradMixin:
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"requires_grad must be a bool or None, got {value!r}")
         uop: UOp | None = self.__dict__.get("uop")
+        if value is True and uop is not None and not dtypes.is_float(uop.dtype):
+            raise RuntimeError(f"only float tensors can require gradients, this tensor is {uop.dtype!r}")
         newly = value is True and self.__dict__.get("_requires_grad") is not True
         if newly and uop is not None and dtypes.is_float(uop.dtype) and not _has_buffer(uop) and _is_new_leaf(uop):
             # a constant graph (zeros, randn ...) is hash-consed with every equal one: give the leaf its own buffer
@@ -187,8 +189,9 @@ class AutogradMixin:
 def _gradient_node(uop: UOp) -> UOp:
     """The node to differentiate for a tensor whose graph is `uop`.
 
-    graph.py builds a reshape of a reshape as one reshape of the base, so a data tensor's values can be used through
-    its BUFFER without passing its own RESHAPE node: the gradient is taken for the BUFFER and reshaped back.
+    A data tensor is a RESHAPE of its BUFFER, and other views of that BUFFER can reach its values without passing
+    its RESHAPE node (a realized tensor's view, folded by `graph.fold_movement_chains` before scheduling): the
+    gradient is taken for the BUFFER and reshaped back.
     """
     if uop.op is Ops.RESHAPE and uop.src[0].op is Ops.BUFFER:
         return uop.src[0]
@@ -199,7 +202,12 @@ def _gradient_of(tensor: Tensor, node: UOp, gradient: UOp | None) -> UOp:
     """`gradient` (of `node`, the tensor's gradient node) as a node of the tensor's shape; zeros for None."""
     if gradient is None:
         return graph.const(0.0, tensor.dtype, tensor.device, tensor.shape)
-    return graph.reshape(gradient, tensor.shape) if node is not tensor.uop else gradient
+    if node is tensor.uop:
+        return gradient
+    # the BUFFER's gradient is the leaf's reshaped (by the leaf's RESHAPE rule), an internal node: undo it directly
+    if gradient.op is Ops.RESHAPE:
+        gradient = gradient.src[0]
+    return graph.reshape(gradient, tensor.shape)
 
 
 def _owns_its_node(tensor: Tensor) -> bool:
@@ -232,7 +240,7 @@ def _into_new_buffer(uop: UOp) -> UOp:
     """Realizes `uop`'s values into a new buffer (ASSIGN: never shared through the engine's realized-node memory)."""
     shape = graph.shape_of(uop)
     target = graph.reshape(graph.buffer_uop(graph.device_of(uop), math.prod(shape), uop.dtype), shape)
-    return realize_uops([graph.assign(target, uop)])[0]
+    return realize_uops([graph.fold_movement_chains(graph.assign(target, uop))])[0]
 
 
 def _root_gradient(root: Tensor, gradient: Tensor | Any | None, caller: str) -> UOp:

@@ -291,6 +291,9 @@ def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) ->
                 f"gradient rule for {node.op!r}: got {graph.shape_of(gradient)} {gradient.dtype!r} for a source of "
                 f"{graph.shape_of(source)} {source.dtype!r}"
             )
+            if 0 in graph.shape_of(source):
+                # an empty tensor's gradient is empty: a constant, so no kernel ever reduces over nothing
+                gradient = _full_like(source, 0.0)
             previous = gradients.get(source)
             gradients[source] = gradient if previous is None else _add(previous, gradient)
     return {target: gradients[target] for target in targets if target in gradients}

@@ -20,8 +20,10 @@ A tensor graph is an immutable, hash-consed graph of `kiln.uops.UOp` nodes made 
 | ASSIGN | (target, value) | None | target's shape (writes value into target's buffer) |
 
 The builders below check their operands and raise `ValueError` / `TypeError` naming the bad value; they also fold
-no-ops (a reshape to the same shape, an identity permute, ...) so graphs stay small. `shape_of` and `device_of` are
-cached on each node.
+no-ops (a reshape to the same shape, an identity permute, ...) so graphs stay small. They keep chains of movement
+ops (a reshape of a reshape) as built: each link may be a tensor the user holds and differentiates with respect to.
+`fold_movement_chains` collapses those chains into one op each before a graph is scheduled. `shape_of`,
+`device_of` and `fold_movement_chains` are cached on each node.
 """
 
 from __future__ import annotations
@@ -268,8 +270,6 @@ def reshape(x: UOp, shape: Sequence[int]) -> UOp:
         raise ValueError(f"cannot reshape {old} ({math.prod(old)} elements) to {new} ({math.prod(new)} elements)")
     if new == old:
         return x
-    if x.op is Ops.RESHAPE:  # reshape of a reshape is one reshape
-        return reshape(x.src[0], new)
     return UOp(Ops.RESHAPE, x.dtype, (x,), new)
 
 
@@ -281,8 +281,6 @@ def permute(x: UOp, order: Sequence[int]) -> UOp:
         raise ValueError(f"permute order {order} is not a permutation of range({len(shape)}) for shape {shape}")
     if order == tuple(range(len(shape))):
         return x
-    if x.op is Ops.PERMUTE:  # compose two permutes
-        return permute(x.src[0], tuple(x.arg[axis] for axis in order))
     return UOp(Ops.PERMUTE, x.dtype, (x,), order)
 
 
@@ -294,8 +292,6 @@ def expand(x: UOp, shape: Sequence[int]) -> UOp:
         raise ValueError(f"cannot expand {old} to {new}: only size-1 dims can grow and the rank must match")
     if new == old:
         return x
-    if x.op is Ops.EXPAND:
-        return expand(x.src[0], new)
     return UOp(Ops.EXPAND, x.dtype, (x,), new)
 
 
@@ -359,6 +355,76 @@ _MOVEMENT_BUILDERS: Final = {
     Ops.SHRINK: shrink,
     Ops.FLIP: flip,
 }
+
+
+_FOLDED = "tensor_folded"
+
+
+def fold_movement_chains(uop: UOp) -> UOp:
+    """`uop`'s graph with each reshape of a reshape, permute of a permute and expand of an expand made one op.
+
+    The builders keep such chains (every link can be a tensor the user holds); the scheduler indexes one movement op
+    at a time, and one merged op gives it simpler index math. The result is cached on each node, so folding a graph
+    built on an already folded one only visits the new nodes.
+    """
+    # iterative post-order walk over the nodes not folded yet (the cache entry doubles as the visited mark)
+    stack = [uop]
+    while stack:
+        node = stack[-1]
+        slots = node.__dict__
+        if _FOLDED in slots:
+            stack.pop()
+            continue
+        pending = [source for source in node.src if _FOLDED not in source.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        folded = node
+        if any(source.__dict__[_FOLDED] is not _UNCHANGED for source in node.src):
+            folded = node.replace(src=tuple([_folded(source) for source in node.src]))
+            # same sources' shapes and devices, so the same shape and device: keep the cached ones
+            for slot in ("tensor_shape", "tensor_device"):
+                if slot in slots and slot not in folded.__dict__:
+                    folded.__dict__[slot] = slots[slot]
+        if folded.src and folded.src[0].op is folded.op:
+            folded = merge_movement_link(folded)
+        # the unchanged marker avoids a node referring to itself (that would keep it alive until a gc cycle pass)
+        slots[_FOLDED] = _UNCHANGED if folded is node else folded
+    return _folded(uop)
+
+
+_UNCHANGED: Final = object()
+
+
+def _folded(node: UOp) -> UOp:
+    found = node.__dict__[_FOLDED]
+    result: UOp = node if found is _UNCHANGED else found
+    return result
+
+
+def merge_movement_link(node: UOp) -> UOp:
+    """`node` (a RESHAPE / PERMUTE / EXPAND of a node of the same op) as one op of that kind over the inner source.
+
+    Any other node comes back unchanged. `fold_movement_chains` applies it bottom-up, so chains of any length merge.
+    """
+    if not node.src or node.src[0].op is not node.op:
+        return node
+    source = node.src[0]
+    base = source.src[0]
+    if node.op is Ops.PERMUTE:
+        order = tuple(source.arg[axis] for axis in node.arg)
+        if order == tuple(range(len(order))):
+            return base
+        merged = UOp(Ops.PERMUTE, node.dtype, (base,), order)
+    elif node.op in (Ops.RESHAPE, Ops.EXPAND):
+        if shape_of(base) == node.arg:
+            return base
+        merged = UOp(node.op, node.dtype, (base,), node.arg)
+    else:
+        return node
+    merged.__dict__.setdefault("tensor_shape", shape_of(node))
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------------------------

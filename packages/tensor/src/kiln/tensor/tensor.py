@@ -18,8 +18,10 @@ from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
 from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
-from kiln.tensor.realize.buffers import attach_buffer, buffer_of
+from kiln.tensor.ops._checks import check_device_dtype
+from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.schedule import realized_view, record_realized
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor"]
@@ -38,6 +40,8 @@ _NUMPY_TO_DTYPE: dict[str, DType] = {
     "float32": dtypes.float32,
     "float64": dtypes.float64,
 }
+
+_REPR_VALUES_LIMIT = 16  # repr shows the values of realized tensors with at most this many elements
 
 TensorData = "Tensor | UOp | np.ndarray[Any, Any] | Sequence[Any] | ConstType | np.generic"
 
@@ -95,26 +99,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             raise TypeError(f"requires_grad must be a bool or None, got {requires_grad!r}")
         self.grad = None
         self.requires_grad = requires_grad
-        if isinstance(data, UOp):
-            graph.shape_of(data)  # a tensor-graph node: check it has a shape
-            self.uop = data if dtype is None else graph.cast(data, dtype)
-            if device is not None and canonical_device(device) != graph.device_of(data):
-                self.uop = graph.copy_to(self.uop, canonical_device(device))
-            return
-        if isinstance(data, Tensor):
-            self.uop = data.uop if dtype is None else graph.cast(data.uop, dtype)
-            if device is not None:
-                self.uop = graph.copy_to(self.uop, canonical_device(device))
-            return
-        target = canonical_device(device)
-        if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
-            scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
-            if requires_grad is not True:
-                self.uop = graph.const(data, scalar_dtype, target)
-                return
-            # a gradient leaf needs an identity of its own: equal constants are one hash-consed node
-            data = np.array(data, dtype=numpy_from_dtype(scalar_dtype) if scalar_dtype.fmt is not None else None)
-        self.uop = _uop_from_host(data, dtype, target)
+        self.uop = _initial_uop(data, dtype, device, requires_grad)
+        check_device_dtype(self.device, self.dtype)
+        if requires_grad is True and not dtypes.is_float(self.dtype):
+            raise RuntimeError(f"only float tensors can require gradients, this tensor is {self.dtype!r}")
 
     # -----------------------------------------------------------------------------------------------------------
     # construction from graph nodes and constants
@@ -135,8 +123,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return cls._from_uop(graph.const(value, dtype, canonical_device(device), tuple(shape)))
 
     def _result(self, uop: UOp, *others: Tensor) -> Tensor:
-        # a result needs gradients when any input does (unless gradient recording is off)
-        wants = not Tensor.no_grad and (self.requires_grad is True or any(o.requires_grad is True for o in others))
+        # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
+        # integer and bool results (comparisons, argmax) never do
+        wants = (
+            not Tensor.no_grad
+            and (self.requires_grad is True or any(o.requires_grad is True for o in others))
+            and dtypes.is_float(uop.dtype)
+        )
         return Tensor._from_uop(uop, True if wants else None)
 
     # -----------------------------------------------------------------------------------------------------------
@@ -225,7 +218,27 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def __repr__(self) -> str:
         grad = f", requires_grad={self.requires_grad}" if self.requires_grad is not None else ""
-        return f"<Tensor shape={self.shape} dtype={self.dtype!r} device={self.device!r}{grad}>"
+        values = self._realized_values()
+        shown = f" {values.tolist()}" if values is not None else ""
+        return f"<Tensor{shown} shape={self.shape} dtype={self.dtype!r} device={self.device!r}{grad}>"
+
+    def _realized_values(self) -> np.ndarray[Any, Any] | None:
+        """The values of a small tensor that needs no computation to read (data in a buffer, a constant), else None.
+
+        Never runs anything: `repr` of a lazy result stays lazy.
+        """
+        if self.numel() > _REPR_VALUES_LIMIT or self.dtype.fmt is None:
+            return None
+        node = realized_view(self.uop) or self.uop
+        constant = graph.const_value(node)
+        if constant is not None:
+            return np.full(self.shape, constant, dtype=numpy_from_dtype(self.dtype))
+        while node.op in (Ops.RESHAPE, Ops.DETACH):
+            node = node.src[0]
+        if node.op is not Ops.BUFFER or not has_buffer(node) or not buffer_of(node).is_allocated:
+            return None
+        flat = buffer_of(node).numpy()[: self.numel()]
+        return np.array(flat.reshape(self.shape), copy=True)
 
     # -----------------------------------------------------------------------------------------------------------
     # realizing and reading data
@@ -239,8 +252,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     @staticmethod
     def realize_all(*tensors: Tensor) -> list[UOp]:
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
-        views = realize_uops([tensor.uop for tensor in tensors])
-        for tensor, view in zip(tensors, views):
+        # graphs keep every movement op the user built (gradients may target any of them); the scheduler gets
+        # chains merged (a node remembers its folded form, so repeated realizes only fold new nodes)
+        folded = [graph.fold_movement_chains(tensor.uop) for tensor in tensors]
+        views = realize_uops(folded)
+        for tensor, node, view in zip(tensors, folded, views):
+            if node is not tensor.uop:
+                record_realized(tensor.uop, view)  # the node as built remembers its buffer too
             # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it, and
             # an assigned tensor always continues from its buffer (an assignment starts a new history)
             if tensor.requires_grad is not True or tensor.uop.op is Ops.ASSIGN:
@@ -296,6 +314,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         target = canonical_device(device)
         if target == self.device:
             return self
+        check_device_dtype(target, self.dtype)
         result = self._result(graph.copy_to(self.uop, target))
         return result
 
@@ -316,6 +335,28 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             raise TypeError(f"assign: value dtype {value.dtype!r} must equal this tensor's dtype {self.dtype!r}")
         self.uop = self._assign_uop(value.to(self.device))
         return self
+
+
+def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> UOp:
+    """The graph of a new Tensor made from `data` (see `Tensor`'s arguments)."""
+    if isinstance(data, UOp):
+        graph.shape_of(data)  # a tensor-graph node: check it has a shape
+        uop = data if dtype is None else graph.cast(data, dtype)
+        if device is not None and canonical_device(device) != graph.device_of(data):
+            uop = graph.copy_to(uop, canonical_device(device))
+        return uop
+    if isinstance(data, Tensor):
+        uop = data.uop if dtype is None else graph.cast(data.uop, dtype)
+        return uop if device is None else graph.copy_to(uop, canonical_device(device))
+    target = canonical_device(device)
+    if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
+        scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
+        if requires_grad is not True:
+            check_device_dtype(target, scalar_dtype)  # before const() builds anything of that dtype
+            return graph.const(data, scalar_dtype, target)
+        # a gradient leaf needs an identity of its own: equal constants are one hash-consed node
+        data = np.array(data, dtype=numpy_from_dtype(scalar_dtype) if scalar_dtype.fmt is not None else None)
+    return _uop_from_host(data, dtype, target)
 
 
 def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:

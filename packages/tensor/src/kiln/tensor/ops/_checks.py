@@ -10,6 +10,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kiln.runtime import Device
 from kiln.uops import DType, dtypes
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AxisError",
     "broadcast_shapes",
+    "check_device_dtype",
     "check_dtype",
     "check_int",
     "check_same_device",
@@ -120,3 +122,15 @@ def check_same_device(what: str, *tensors: Tensor) -> str:
     if any(device != devices[0] for device in devices):
         raise ValueError(f"{what}: tensors must be on one device (move them with .to(device)), got {devices}")
     return devices[0]
+
+
+def check_device_dtype(device: str, dtype: DType) -> None:
+    """TypeError naming both when `device` cannot store `dtype` (each device declares `supported_dtypes`).
+
+    Called where a user picks a dtype or a device (creation, `cast`, `bitcast`, `to`), so the error comes at that
+    call and not when a buffer is allocated at realize.
+    """
+    supported = Device[device].supported_dtypes
+    if dtype not in supported:
+        names = ", ".join(sorted(item.name for item in supported))
+        raise TypeError(f"device {device!r} cannot store {dtype!r}; it supports: {names}")

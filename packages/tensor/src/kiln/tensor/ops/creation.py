@@ -17,7 +17,7 @@ import numpy as np
 
 from kiln.tensor import graph
 from kiln.tensor.device import canonical_device
-from kiln.tensor.ops._checks import check_dtype, check_int, shape_argument
+from kiln.tensor.ops._checks import check_device_dtype, check_dtype, check_int, shape_argument
 from kiln.tensor.ops.promotion import scalar_dtype, scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
@@ -69,7 +69,16 @@ def _float_dtype(dtype: DType | None, what: str) -> DType:
     return result
 
 
+def _check_real(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{what} must be a real number, got {value!r} of type {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+
+
 def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+    # every creation function ends here: the device must be able to store the dtype asked for
+    check_device_dtype(tensor.device, tensor.dtype)
     if requires_grad is not None:
         tensor.requires_grad = requires_grad
     return tensor
@@ -117,7 +126,9 @@ class DTypeMixin:
             >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
             [1, -1]
         """
-        return self._cast(check_dtype(dtype))
+        target = check_dtype(dtype)
+        check_device_dtype(self.device, target)
+        return self._cast(target)
 
     def bitcast(self: Tensor, dtype: DType) -> Tensor:
         """This tensor's bits reinterpreted as `dtype` of the same item size.
@@ -132,31 +143,32 @@ class DTypeMixin:
                 f"bitcast needs dtypes of one item size: {self.dtype!r} has {self.dtype.itemsize} bytes, "
                 f"{target!r} has {target.itemsize}"
             )
+        check_device_dtype(self.device, target)
         return self._bitcast(target)
 
     def float(self: Tensor) -> Tensor:
         """This tensor as float32."""
-        return self._cast(dtypes.float32)
+        return self.cast(dtypes.float32)
 
     def half(self: Tensor) -> Tensor:
         """This tensor as float16."""
-        return self._cast(dtypes.float16)
+        return self.cast(dtypes.float16)
 
     def double(self: Tensor) -> Tensor:
         """This tensor as float64."""
-        return self._cast(dtypes.float64)
+        return self.cast(dtypes.float64)
 
     def int(self: Tensor) -> Tensor:
         """This tensor as int32."""
-        return self._cast(dtypes.int32)
+        return self.cast(dtypes.int32)
 
     def long(self: Tensor) -> Tensor:
         """This tensor as int64."""
-        return self._cast(dtypes.int64)
+        return self.cast(dtypes.int64)
 
     def bool(self: Tensor) -> Tensor:
         """This tensor as bool (nonzero is True)."""
-        return self._cast(dtypes.bool)
+        return self.cast(dtypes.bool)
 
 
 class CreationMixin(DTypeMixin):
@@ -431,6 +443,10 @@ class CreationMixin(DTypeMixin):
             >>> float(Tensor.uniform(1000, low=2.0, high=3.0).numpy().min()) >= 2.0
             True
         """
+        _check_real(low, "uniform low")
+        _check_real(high, "uniform high")
+        if not low <= high:
+            raise ValueError(f"uniform needs low <= high, got low={low!r} high={high!r}")
         values = tensor_class().rand(*shape, dtype=dtype, device=device)
         return _with_grad(values * (high - low) + low, requires_grad)
 
@@ -449,6 +465,10 @@ class CreationMixin(DTypeMixin):
             >>> bool(abs(Tensor.normal(10000, mean=5.0, std=0.1).numpy().mean() - 5.0) < 0.01)
             True
         """
+        _check_real(mean, "normal mean")
+        _check_real(std, "normal std")
+        if not std >= 0:
+            raise ValueError(f"normal needs std >= 0, got std={std!r}")
         values = tensor_class().randn(*shape, dtype=dtype, device=device)
         return _with_grad(values * std + mean, requires_grad)
 
@@ -506,3 +526,30 @@ class CreationMixin(DTypeMixin):
         return self.randn(
             self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
         )
+
+    def randint_like(
+        self: Tensor,
+        low: int = 0,
+        high: int | None = None,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
+        """Uniform random integers in [low, high) of this tensor's shape (and dtype and device, unless given).
+
+        Like PyTorch, one bound is the upper one: `randint_like(x, 5)` draws from [0, 5). A float dtype gets the
+        integers as floats.
+
+        Example:
+            >>> values = Tensor.zeros(100, dtype=dtypes.int32).randint_like(3, 5).numpy()
+            >>> sorted(set(values.tolist()))
+            [3, 4]
+        """
+        if high is None:
+            low, high = 0, low
+        target = self.dtype if dtype is None else check_dtype(dtype)
+        if target == dtypes.bool:
+            raise TypeError(f"randint_like makes integer or float tensors, got dtype {target!r}")
+        integer_dtype = target if dtypes.is_int(target) else dtypes.int64
+        values = self.randint(self.shape, low=low, high=high, dtype=integer_dtype, device=device or self.device)
+        return _with_grad(values._cast(target), requires_grad)

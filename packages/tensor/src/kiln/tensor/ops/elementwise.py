@@ -22,13 +22,23 @@ from kiln.uops import ConstType, DType, Ops, dtypes
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
 
-__all__ = ["ElementwiseMixin"]
+__all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
 
 
 def _is_tensor(value: object) -> TypeGuard[Tensor]:
     from kiln.tensor.tensor import Tensor
 
     return isinstance(value, Tensor)
+
+
+class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
+    """An integer division or remainder by the literal 0 (PyTorch raises too; the kernel result means nothing)."""
+
+
+def _check_divisor(dtype: DType, other: object, reverse: bool, what: str) -> None:
+    # only a Python-number divisor is known when the op is built; a tensor's zeros are data
+    if not reverse and not dtypes.is_float(dtype) and isinstance(other, (int, float)) and other == 0:
+        raise IntegerDivisionByZero(f"{what}: integer division by zero (divisor {other!r}, dtype {dtype!r})")
 
 
 class ElementwiseMixin(UnaryMixin):
@@ -139,6 +149,7 @@ class ElementwiseMixin(UnaryMixin):
                 return left._binary(Ops.FDIV, right).trunc()
             if left.dtype == dtypes.bool:
                 raise TypeError("integer division of bool tensors is not supported")
+            _check_divisor(left.dtype, other, reverse, "div")
             return left._binary(Ops.IDIV, right)
         if rounding_mode is not None:
             raise ValueError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
@@ -150,6 +161,7 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(other, "floor_divide", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("floor division of bool tensors is not supported")
+        _check_divisor(left.dtype, other, reverse, "floor_divide")
         if dtypes.is_float(left.dtype):
             return float_floor_divide(left, right)
         quotient = left._binary(Ops.IDIV, right)
@@ -180,6 +192,7 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(other, "remainder", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("remainder of bool tensors is not supported")
+        _check_divisor(left.dtype, other, reverse, "remainder")
         truncated = truncated_remainder(left, right)  # C's remainder: the dividend's sign
         if dtypes.is_unsigned(left.dtype):
             return truncated
@@ -195,6 +208,7 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(other, "fmod")
         if left.dtype == dtypes.bool:
             raise TypeError("fmod of bool tensors is not supported")
+        _check_divisor(left.dtype, other, False, "fmod")
         return truncated_remainder(left, right)
 
     def pow(self: Tensor, exponent: Tensor | ConstType, reverse: bool = False) -> Tensor:
