@@ -384,33 +384,57 @@ def _order_steps(planner: _Planner, kernels: dict[UOp, _Kernel], refs: dict[UOp,
         seen.add(id(kernel))
         assert kernel.ast is not None, "plan_schedule stops before ordering a kernel that failed to build"
         step = KernelStep(kernel.ast, kernel.device, tuple(kernel.slots))
-        needs = {leaf for leaf in kernel.stats.leaves if leaf in planner.points} - set(kernel.members)
+        # an empty point has no kernel (nothing to compute); a kernel reading it loops over no elements of it
+        needs = {leaf for leaf in kernel.stats.leaves if leaf in planner.points and math.prod(shape_of(leaf)) > 0}
+        needs -= set(kernel.members)
         reads = {leaf for leaf in kernel.stats.leaves if leaf.op is Ops.BUFFER}
         units.append(_Unit(planner.position[point], step, set(kernel.members), needs, reads))
     producer = {node: number for number, unit in enumerate(units) for node in unit.produces}
     edges: dict[int, set[int]] = {number: {producer[need] for need in unit.needs} for number, unit in enumerate(units)}
+    ancestors = _ancestors(edges)
     for number, unit in enumerate(units):
+        added = False
         for node in unit.produces:
             base = _view_base(node.src[0]) if node.op is Ops.ASSIGN else None
             if base is None:
                 continue
+            # A reader that (transitively) needs this ASSIGN reads the new value; every other reader must run first.
+            # Giving the ASSIGN new parents never changes which units need it, so the ancestor sets (bit masks) stay
+            # valid for that question until the next ASSIGN; edges the ASSIGN already implies are not added.
             for reader, other in enumerate(units):
-                if reader != number and base in other.reads and not _depends(edges, reader, number):
+                if reader == number or base not in other.reads or ancestors[reader] >> number & 1:
+                    continue
+                if not ancestors[number] >> reader & 1:
                     edges[number].add(reader)
+                    added = True
+        if added:
+            ancestors = _ancestors(edges)
     return [units[number].step for number in _topological(edges, [unit.position for unit in units])]
 
 
-def _depends(edges: dict[int, set[int]], start: int, target: int) -> bool:
-    stack, seen = [start], {start}
-    while stack:
-        current = stack.pop()
-        if current == target:
-            return True
-        for parent in edges[current]:
-            if parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
-    return False
+def _ancestors(edges: dict[int, set[int]]) -> dict[int, int]:
+    """For every unit, the units it needs directly or through others, as a bit mask (bit n: unit n)."""
+    masks: dict[int, int] = {}
+    for root in edges:
+        if root in masks:
+            continue
+        path, on_path = [(root, iter(edges[root]))], {root}  # depth-first, iteratively: chains can be long
+        while path:
+            current, parents = path[-1]
+            parent = next((p for p in parents if p not in masks), None)
+            if parent is not None:
+                if parent in on_path:
+                    raise RuntimeError("the schedule has a dependency cycle (an ASSIGN reads and writes one buffer?)")
+                path.append((parent, iter(edges[parent])))
+                on_path.add(parent)
+                continue
+            mask = 0
+            for done in edges[current]:
+                mask |= masks[done] | 1 << done
+            masks[current] = mask
+            on_path.discard(current)
+            path.pop()
+    return masks
 
 
 def _topological(edges: dict[int, set[int]], priority: list[int]) -> list[int]:
