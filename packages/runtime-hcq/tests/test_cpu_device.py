@@ -13,12 +13,12 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # code
 
 from corpus import CASES_BY_NAME, KernelCase, to_storage
 
-from kiln.codegen import Compiler, Opt, OptOps, Program, Renderer, get_program
+from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, get_program
 from kiln.renderers import CRenderer, LLVMRenderer, cpu_renderers
 from kiln.runtime import Buffer, CPUDevice, Device, elf_type
 from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
 from kiln.runtime.program_runner import VariableSpec
-from kiln.uops import Context, UOp, dtypes
+from kiln.uops import Context, Ops, UOp, dtypes
 
 CPU_RENDERERS = [CRenderer, LLVMRenderer]
 
@@ -135,3 +135,81 @@ def test_a_kernel_whose_parameters_disagree_with_the_program_is_refused() -> Non
     wide = [Parameter("buffer", "0", ctypes.c_void_p), Parameter("variable", "n", ctypes.c_int64)]
     with pytest.raises(RuntimeError, match="calling convention"):
         check_parameters("k", wide, (0,), (variable,), core_id=False)
+
+
+# -- the launch fast path: per-runner argument checks, inline tiny kernels ---------------------------------------
+
+
+def add_one_program(size: int, name: str) -> Program:
+    """out[i] = a[i] + 1 over `size` float32 elements, built with the CPU device's renderer."""
+    i = UOp.range(size, 0)
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=0)
+    a = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=1)
+    stored = out.index(i).store(a.index(i).load() + UOp.const(dtypes.float32, 1.0)).end(i)
+    return Program(get_program(UOp(Ops.SINK, src=(stored,), arg=KernelInfo(name)), Device["CPU"].renderer))
+
+
+def test_tiny_programs_launch_inline_and_big_ones_queue() -> None:
+    tiny = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
+    big = Device["CPU"].runtime(add_one_program(1 << 16, "big_add_one"))
+    # estimated work: 16 adds + 128 bytes, against 65536 adds + 512 KiB
+    assert tiny.inline and not big.inline  # type: ignore[attr-defined]
+
+
+def test_repeated_launches_on_other_buffers_match_numpy() -> None:
+    runner = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
+    rng = np.random.default_rng(5)
+    launches = []
+    for step in range(40):
+        # plain buffers, larger buffers and aligned views of a shared base: each launch gets its own
+        values = rng.standard_normal(16 + step % 3).astype(np.float32)
+        source = Buffer("CPU", values.size, dtypes.float32).copyin(values)
+        if step % 4 == 3:
+            base = Buffer("CPU", 64, dtypes.float32).allocate()
+            out = base.view(16, dtypes.float32, offset=64 * (step % 3))  # the kernel reads 64-byte vectors
+        else:
+            out = Buffer("CPU", 16 + step % 2, dtypes.float32)
+        runner([out, source])
+        launches.append((out, values))
+    Device["CPU"].synchronize()
+    for out, values in launches:
+        np.testing.assert_array_equal(out.numpy()[:16], values[:16] + np.float32(1))
+
+
+def test_wrong_buffers_are_refused_after_good_launches() -> None:
+    runner = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
+    good = [Buffer("CPU", 16, dtypes.float32), Buffer("CPU", 16, dtypes.float32).copyin(np.zeros(16, np.float32))]
+    for _ in range(3):  # the checks of these buffers are remembered; other buffers must still be checked
+        runner(good)
+    source = good[1]
+    cases: list[tuple[list[object], type[Exception], str]] = [
+        ([Buffer("CPU", 8, dtypes.float32), source], ValueError, r"buffer 0 holds 32 bytes .* accesses 64 bytes"),
+        ([Buffer("CPU", 16, dtypes.int16), source], TypeError, r"buffer 0 holds dtypes.int16, the kernel reads"),
+        ([Buffer("PYTHON", 16, dtypes.float32), source], ValueError, r"buffer 0 is on 'PYTHON'"),
+        (["not a buffer", source], TypeError, r"buffer 0 must be a kiln.runtime Buffer, got str"),
+        ([good[0]], ValueError, r"takes 2 buffers \(slots 0..1\), got 1"),
+        ([good[0], Buffer("CPU", 15, dtypes.float32)], ValueError, r"buffer 1 holds 60 bytes"),
+    ]
+    for arguments, error, message in cases:
+        with pytest.raises(error, match=message):
+            runner(arguments)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(good[0].numpy(), np.ones(16, np.float32))  # the good launches ran
+
+
+def test_inline_launches_wait_for_queued_big_kernels() -> None:
+    size = 1 << 22  # a few milliseconds of work: queued on the device's worker
+    big = Device["CPU"].runtime(add_one_program(size, "big_add_one_4m"))
+    tiny = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
+    values = np.arange(size, dtype=np.float32)
+    source = Buffer("CPU", size, dtypes.float32).copyin(values)
+    middle = Buffer("CPU", size, dtypes.float32)
+    results = []
+    for _ in range(3):
+        big([middle, source])
+        # reads what the queued big kernel writes: it must run after it, wherever it runs
+        out = Buffer("CPU", 16, dtypes.float32)
+        tiny([out, middle.view(16, dtypes.float32, offset=4 * (size - 16))])
+        results.append(out)
+    Device["CPU"].synchronize()
+    for out in results:
+        np.testing.assert_array_equal(out.numpy(), values[-16:] + np.float32(2))

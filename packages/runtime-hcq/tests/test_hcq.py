@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,3 +153,49 @@ def test_profile_events_are_recorded_and_exported(host_device: HCQCompiled, tmp_
     }
     profiler.clear()
     assert profiler.events == []
+
+
+# -- inline launches ----------------------------------------------------------------------------------------------
+
+
+def thread_observer(device: HCQCompiled, seen: list[tuple[int, int]], delay: float = 0.0) -> Callable[..., None]:
+    """A kernel that records (timeline value, thread) at the moment it runs."""
+
+    def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        time.sleep(delay)
+        seen.append((device.timeline_signal.value, threading.get_ident()))
+
+    return kernel
+
+
+def test_inline_launch_on_an_idle_device_runs_in_the_calling_thread(host_device: HCQCompiled) -> None:
+    seen: list[tuple[int, int]] = []
+    for _ in range(5):
+        assert host_device.execute(thread_observer(host_device, seen), no_args(), (1,), inline=True) is None
+        # done on return: the timeline already moved past this launch
+        assert host_device.timeline_signal.value == host_device.timeline_value - 1
+    assert seen == [(value, threading.get_ident()) for value in range(5)]
+
+
+def test_inline_launch_behind_queued_work_is_queued_in_order(host_device: HCQCompiled) -> None:
+    seen: list[tuple[int, int]] = []
+    host_device.execute(thread_observer(host_device, seen, delay=0.05), no_args(), (1,))
+    for _ in range(3):  # the device is busy: these must not overtake the slow kernel
+        host_device.execute(thread_observer(host_device, seen), no_args(), (1,), inline=True)
+    host_device.synchronize(timeout=5.0)
+    assert [value for value, _ in seen] == [0, 1, 2, 3]
+    assert threading.get_ident() not in {thread for _, thread in seen[:2]}  # the first two ran on the worker
+
+
+def test_inline_launch_with_wait_and_profile_still_times_the_kernel(host_device: HCQCompiled) -> None:
+    elapsed = host_device.execute(observer(host_device, [], delay=0.02), no_args(), (1,), wait=True, inline=True)
+    assert elapsed is not None and 0.02 <= elapsed < 2.0
+
+
+def test_inline_kernel_failure_surfaces_at_synchronize(host_device: HCQCompiled) -> None:
+    def crash(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise IndexError("inline out of bounds")
+
+    host_device.execute(crash, no_args(), (1,), inline=True)  # no exception from the launch itself
+    with pytest.raises(RuntimeError, match="inline out of bounds"):
+        host_device.synchronize(timeout=5.0)

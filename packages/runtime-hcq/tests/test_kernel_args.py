@@ -95,3 +95,47 @@ def test_bad_arguments_raise() -> None:
         HCQArgsState(layout, memoryview(bytearray(16)), [-1], [0])
     with pytest.raises(TypeError, match="ArgKind"):
         KernelArgLayout(("pointer",))  # type: ignore[arg-type]
+
+
+@given(
+    st.integers(0, 4).flatmap(
+        lambda pointers: st.tuples(
+            st.lists(st.integers(0, 2**64 - 1), min_size=pointers, max_size=pointers),
+            st.lists(
+                st.one_of(
+                    st.tuples(st.just(ArgKind.INT32), st.integers(-(2**31), 2**31 - 1)),
+                    st.tuples(st.just(ArgKind.INT64), st.integers(-(2**63), 2**63 - 1)),
+                ),
+                max_size=4,
+            ),
+        )
+    )
+)
+def test_one_call_packing_matches_the_parameters_one_by_one(
+    case: tuple[list[int], list[tuple[ArgKind, int]]],
+) -> None:
+    addresses, variables = case
+    layout = KernelArgLayout((ArgKind.POINTER,) * len(addresses) + tuple(kind for kind, _ in variables))
+    assert layout.pointers_first and layout.packer.size == layout.size
+    values = [value for _, value in variables]
+    fast = bytearray(layout.size)
+    state = HCQArgsState(layout, memoryview(fast), addresses, values)  # pointers first: packed in one call
+    slow = bytearray(layout.size)
+    reference = HCQArgsState(layout, memoryview(slow), [0] * len(addresses), [0] * len(values))
+    for index, address in enumerate(addresses):
+        reference.update_buffer(index, address)  # the per-parameter writes
+    for index, value in enumerate(values):
+        reference.update_variable(index, value)
+    assert fast == slow
+    assert state.parameter_values() == (*addresses, *values)
+
+
+def test_one_call_packing_still_refuses_bad_values() -> None:
+    layout = KernelArgLayout.buffers_then_variables(1, 1)
+    assert layout.pointers_first and not KernelArgLayout((ArgKind.INT32, ArgKind.POINTER)).pointers_first
+    with pytest.raises(ValueError, match=r"variable value 0 must be an int .* got True"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [1], [True])  # struct would take a bool as 1
+    with pytest.raises(ValueError, match=r"buffer address 0 must be an int .* got 2\.0"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [2.0], [0])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"buffer address 0 must be an int in \[0, 18446744073709551615\]"):
+        HCQArgsState(layout, memoryview(bytearray(16)), [2**64], [0])

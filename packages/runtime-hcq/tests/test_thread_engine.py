@@ -194,3 +194,94 @@ def test_many_host_threads_submitting_concurrently_lose_nothing(engines: list[Th
     HCQQueue().signal(done, 1).submit(engines[0])
     done.wait(1, timeout=5.0)
     assert counter[0] == 200
+
+
+# -- inline execution ---------------------------------------------------------------------------------------------
+
+
+def thread_recorder(log: list[tuple[str, int]], label: str) -> Callable[[HCQArgsState, Launch, Launch], None]:
+    """A kernel that logs its label and the thread it ran on."""
+
+    def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        log.append((label, threading.get_ident()))
+
+    return kernel
+
+
+def test_run_inline_runs_an_idle_engines_list_in_the_calling_thread(engines: list[ThreadQueueEngine]) -> None:
+    log: list[tuple[str, int]] = []
+    done = TimelineSignal(0, name="done")
+    ready = TimelineSignal(3, name="ready")
+    commands = HCQQueue().wait(ready, 3).exec(thread_recorder(log, "tiny"), no_args(), (1,)).signal(done, 1).commands
+    assert engines[0].run_inline(commands)
+    # finished when the call returns, on this thread, with its signal set
+    assert log == [("tiny", threading.get_ident())] and done.value == 1
+    assert engines[0].idle
+
+
+def test_run_inline_refuses_while_earlier_work_is_queued_and_order_is_kept(engines: list[ThreadQueueEngine]) -> None:
+    engine = engines[0]
+    log: list[tuple[str, int]] = []
+    gate = threading.Event()
+
+    def blocked(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        assert gate.wait(5.0)
+        log.append(("queued", threading.get_ident()))
+
+    done = TimelineSignal(0, name="done")
+    HCQQueue().exec(blocked, no_args(), (1,)).signal(done, 1).submit(engine)
+    assert not engine.idle
+    later = HCQQueue().exec(thread_recorder(log, "later"), no_args(), (1,)).signal(done, 2)
+    assert not engine.run_inline(later.commands)  # refused: it would overtake the queued list
+    assert log == [] and done.value == 0  # ... and nothing of it ran
+    later.submit(engine)
+    gate.set()
+    done.wait(2, timeout=5.0)
+    assert [label for label, _ in log] == ["queued", "later"]
+    assert all(thread != threading.get_ident() for _, thread in log)  # both on the worker
+
+
+def test_run_inline_refuses_a_list_with_an_unreached_wait(engines: list[ThreadQueueEngine]) -> None:
+    log: list[tuple[str, int]] = []
+    other = TimelineSignal(0, name="other")
+    commands = HCQQueue().wait(other, 1).exec(thread_recorder(log, "waiting"), no_args(), (1,)).commands
+    assert not engines[0].run_inline(commands)  # running it here would block the caller
+    assert log == []
+
+
+def test_a_list_submitted_during_an_inline_run_runs_after_it(engines: list[ThreadQueueEngine]) -> None:
+    engine = engines[0]
+    order: list[str] = []
+    submitted = threading.Event()
+    done = TimelineSignal(0, name="done")
+
+    def submitter() -> None:
+        HCQQueue().exec(appender(order, "submitted"), no_args(), (1,)).signal(done, 2).submit(engine)
+        submitted.set()
+
+    def inline_kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        thread = threading.Thread(target=submitter)
+        thread.start()
+        assert submitted.wait(5.0)  # the other list is queued while this one still runs
+        time.sleep(0.02)  # give the worker every chance to overtake (it must not)
+        order.append("inline")
+        thread.join()
+
+    assert engine.run_inline(HCQQueue().exec(inline_kernel, no_args(), (1,)).signal(done, 1).commands)
+    done.wait(2, timeout=5.0)
+    assert order == ["inline", "submitted"]
+
+
+def test_an_inline_failure_is_kept_like_a_queued_one(engines: list[ThreadQueueEngine]) -> None:
+    engine = engines[0]
+
+    def crash(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise ZeroDivisionError("inline crash")
+
+    done = TimelineSignal(0, name="done")
+    assert engine.run_inline(HCQQueue().exec(crash, no_args(), (1,)).signal(done, 1).commands)  # no raise here
+    with pytest.raises(RuntimeError, match="inline crash"):
+        done.wait(1, timeout=5.0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError: inline crash"):
+        HCQQueue().signal(done, 2).submit(engine)
+    assert not engine.run_inline(HCQQueue().signal(done, 2).commands)  # a failed engine runs nothing more

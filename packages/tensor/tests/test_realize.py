@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from kiln.tensor import GlobalCounters, Tensor, default_device
+from kiln.tensor.graph import buffer_uop, device_of, shape_of
 from kiln.tensor.realize import clear_method_cache, method_cache_size
+from kiln.tensor.schedule import ScheduleCacheInfo
 from kiln.uops import Context, Ops
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -99,3 +101,35 @@ def test_results_are_shared_not_recomputed() -> None:
     GlobalCounters.reset()
     np.testing.assert_array_equal(doubled.numpy(), 2 * np.arange(6))
     assert GlobalCounters.kernel_count == 0  # already a buffer
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_repeated_tiny_ops_hit_every_cache_and_match_numpy(device: str) -> None:
+    x = Tensor(np.zeros(16, np.float32), device=device)
+    expected = np.zeros(16, np.float32)
+    x = x._binary(Ops.ADD, const_like(x, 1.0)).realize()
+    expected += 1
+    methods, hits = method_cache_size(), ScheduleCacheInfo.hits
+    for step in range(60):
+        x = x._binary(Ops.ADD, const_like(x, 1.0)).realize()
+        expected += 1
+        if step % 20 == 7:  # reading in between waits for every launch so far
+            np.testing.assert_array_equal(x.numpy(), expected)
+    np.testing.assert_array_equal(x.numpy(), expected)
+    assert method_cache_size() == methods and ScheduleCacheInfo.hits >= hits + 60
+
+
+def test_realized_buffers_report_the_shape_and_device_graph_infers() -> None:
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=FAST_DEVICE)
+    y = x._binary(Ops.MUL, x)._reduce(Ops.ADD, (1,))
+    results = Tensor.realize_all(y, x._binary(Ops.ADD, x))
+    for view in results:
+        base = view
+        while base.op is not Ops.BUFFER:
+            base = base.src[0]
+        # the engine fills these for its new buffers; the graph's own inference on an equal fresh node agrees
+        fresh = buffer_uop(base.arg.device, base.arg.size, base.dtype)
+        assert (
+            (shape_of(base), device_of(base)) == (shape_of(fresh), device_of(fresh)) == ((base.arg.size,), FAST_DEVICE)
+        )
+    np.testing.assert_array_equal(y.numpy(), (np.arange(12).reshape(3, 4) ** 2).sum(1, keepdims=True))

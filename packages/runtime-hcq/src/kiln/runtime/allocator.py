@@ -123,6 +123,8 @@ class Allocator(abc.ABC, Generic[OpaqueT]):
 
     # -- helpers -----------------------------------------------------------------------------------------------------
     def _check_request(self, size: int, options: BufferSpec | None) -> BufferSpec:
+        if type(size) is int and size > 0 and options is None:  # the common request, checked in one step
+            return DEFAULT_SPEC
         if isinstance(size, bool) or not isinstance(size, int):
             raise TypeError(f"allocation size must be an int, got {size!r} ({type(size).__name__})")
         if size <= 0:

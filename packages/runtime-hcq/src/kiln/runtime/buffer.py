@@ -32,6 +32,10 @@ def _check_dtype(dtype: DType) -> None:
         raise TypeError(f"a Buffer cannot hold {dtype!r}: expected a storable dtype such as dtypes.float32")
 
 
+_STORABLE = frozenset(dtype for dtype in dtypes.all if dtype not in (dtypes.void, dtypes.index))
+"""Scalar dtypes a Buffer accepts without further checks (others, e.g. vectors, go through _check_dtype)."""
+
+
 def _check_count(what: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, got {type(value).__name__} {value!r}")
@@ -78,15 +82,18 @@ class Buffer:
         offset: int = 0,
         options: BufferSpec | None = None,
     ) -> None:
-        _check_count("Buffer size", size)
-        _check_count("Buffer offset", offset)
-        _check_dtype(dtype)
+        if type(size) is not int or size < 0:  # exact-type test first: buffers are made on every realize
+            _check_count("Buffer size", size)
+        if type(offset) is not int or offset < 0:
+            _check_count("Buffer offset", offset)
+        if type(dtype) is not DType or dtype not in _STORABLE:
+            _check_dtype(dtype)
         self.device = Device.canonicalize(device)
         self.size = size
         self.dtype = dtype
         self._opaque: Any = None
         self._allocator: Allocator[Any] | None = None
-        self._views: weakref.WeakSet[Buffer] = weakref.WeakSet()
+        self._views: weakref.WeakSet[Buffer] | None = None  # allocated views of a base, made with the first one
         if base is None:
             if offset:
                 raise ValueError(f"offset={offset} given without a base buffer; only views have an offset")
@@ -158,9 +165,12 @@ class Buffer:
         else:
             if not allocator.supports_offset:
                 raise RuntimeError(f"the allocator of device {self.device!r} does not support views into buffers")
-            self._base.allocate()
-            self._opaque = allocator._offset(self._base._opaque, self.nbytes, self.offset)
-            self._base._views.add(self)
+            base = self._base
+            base.allocate()
+            self._opaque = allocator._offset(base._opaque, self.nbytes, self.offset)
+            if base._views is None:
+                base._views = weakref.WeakSet()
+            base._views.add(self)
         self._allocator = allocator
         return self
 
@@ -169,10 +179,10 @@ class Buffer:
         if self._allocator is None:
             return
         if self._base is None:
-            if live := [view for view in self._views if view.is_allocated]:
+            if live := [view for view in self._views or () if view.is_allocated]:
                 raise RuntimeError(f"cannot deallocate {self!r}: {len(live)} allocated view(s) still use its memory")
             self._allocator.free(self._opaque, max(self.nbytes, 1), self.options)
-        else:
+        elif self._base._views is not None:
             self._base._views.discard(self)
         self._opaque = None
         self._allocator = None

@@ -62,6 +62,7 @@ class CPUProgramRunner(HCQProgramRunner):
     """A CPU program's binary loaded into the process by its renderer's compiler, launched on the CPU's queue."""
 
     device: CPUDevice
+    inline_work_limit = 1 << 16  # ~10 us of work or less: cheaper to run than to hand to the queue's thread
 
     def __init__(self, device: CPUDevice, program: Program) -> None:
         super().__init__(device, program, None)

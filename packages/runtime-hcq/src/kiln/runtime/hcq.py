@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.runtime.allocator import Allocator
-from kiln.runtime.command_queue import ExecCommand, HCQCommand, HCQQueue, QueueTarget, SymbolicInt
+from kiln.runtime.command_queue import (
+    ExecCommand,
+    HCQCommand,
+    HCQQueue,
+    MemoryBarrierCommand,
+    QueueTarget,
+    SignalCommand,
+    SymbolicInt,
+    TimestampCommand,
+    WaitCommand,
+)
 from kiln.runtime.device import DeviceBase
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.knobs import profiling_enabled
@@ -21,6 +31,8 @@ from kiln.runtime.profile import ProfileEvent, profiler
 from kiln.runtime.signal import TimelineSignal
 
 __all__ = ["HCQCompiled"]
+
+_BARRIER = MemoryBarrierCommand()  # immutable: one serves every submission
 
 
 @dataclass(frozen=True)
@@ -84,24 +96,42 @@ class HCQCompiled(DeviceBase):
         engine: QueueTarget,
         queue_name: str,
         record: tuple[str, str] | None,
-        body: HCQQueue,
-        var_vals: Mapping[str, int] | None,
+        body: Sequence[HCQCommand],
+        inline: bool = False,
     ) -> _PendingProfile | None:
-        """Submits `body` between a wait for the previous and a signal of the next timeline value."""
-        queue = HCQQueue()
+        """Submits `body` (resolved commands) between a wait for the previous and a signal of the next timeline value.
+
+        With `inline`, an engine that can (`run_inline`, a software engine) runs the list in the calling thread when
+        it is idle and nothing earlier is pending, which is the same order the queue would give, without a handoff.
+        """
         pending = None
+        timeline = self.timeline_signal
+        run_inline = getattr(engine, "run_inline", None) if inline else None
         with self._submit_lock:
-            queue.wait(self.timeline_signal, self.timeline_value - 1).memory_barrier()
+            value = self.timeline_value
+            # inline only once the previous submission is done: then the leading wait would be a no-op, so it is left
+            # out; the engine itself refuses while it still has queued lists (e.g. raw submissions)
+            inline_now = run_inline is not None and timeline.value >= value - 1
+            if inline_now and record is None:  # the common case (an untimed launch), without building a list
+                assert run_inline is not None
+                if run_inline((*body, SignalCommand(timeline, value))):
+                    self.timeline_value = value + 1
+                    return None
+                inline_now = False
+            commands: list[HCQCommand] = []
             if record is not None:
                 name, category = record
                 pending = _PendingProfile(
                     name, category, queue_name, TimelineSignal(name=f"{name} start"), TimelineSignal(name=f"{name} end")
                 )
-                queue.timestamp(pending.start)
-            queue.extend(body)
+                commands.append(TimestampCommand(pending.start))
+            commands.extend(body)
             if pending is not None:
-                queue.timestamp(pending.end)
-            queue.signal(self.timeline_signal, self.next_timeline()).submit(engine, var_vals)
+                commands.append(TimestampCommand(pending.end))
+            commands.append(SignalCommand(timeline, value))
+            if not (inline_now and run_inline is not None and run_inline(commands)):
+                engine.submit_commands([WaitCommand(timeline, value - 1), _BARRIER, *commands])
+            self.timeline_value = value + 1
             if pending is not None and profiling_enabled():
                 self._pending_profile.append(pending)
         return pending
@@ -116,19 +146,25 @@ class HCQCompiled(DeviceBase):
         var_vals: Mapping[str, int] | None = None,
         name: str | None = None,
         wait: bool = False,
+        inline: bool = False,
     ) -> float | None:
         """Launches `program` after all earlier work of the device.
 
         Returns the kernel's run time in seconds when `wait` is true (after synchronizing), else None. With PROFILE on
-        the launch is recorded as a profile event when the device is next synchronized.
+        the launch is recorded as a profile event when the device is next synchronized. `inline` lets a software
+        engine run a launch in the calling thread when the device is idle (for tiny kernels, where handing the work
+        to the queue's thread costs more than the kernel); the order of work on the device is the same either way.
         """
-        body = HCQQueue().exec(program, args, global_size, local_size, name)
-        command = body.commands[0]
+        body = HCQQueue().exec(program, args, global_size, local_size, name).resolved(var_vals)
+        command = body[0]
         assert isinstance(command, ExecCommand)
-        label = command.name
+        return self.launch(command, wait=wait, inline=inline)
+
+    def launch(self, command: ExecCommand, *, wait: bool = False, inline: bool = False) -> float | None:
+        """Launches an exec command whose launch sizes are already concrete and checked (see `execute`)."""
         timed = wait or profiling_enabled()
         pending = self._submit_timed(
-            self.compute_engine, "compute", (label, "program") if timed else None, body, var_vals
+            self.compute_engine, "compute", (command.name, "program") if timed else None, (command,), inline
         )
         if not wait:
             return None
@@ -142,7 +178,7 @@ class HCQCompiled(DeviceBase):
             (self.copy_engine, "copy") if self.copy_engine is not None else (self.compute_engine, "compute")
         )
         record = (f"{name} {size} bytes", "copy") if profiling_enabled() else None
-        self._submit_timed(engine, queue_name, record, HCQQueue().copy(dest, src, size), None)
+        self._submit_timed(engine, queue_name, record, HCQQueue().copy(dest, src, size).resolved())
 
     def _collect_profile(self) -> None:
         with self._submit_lock:

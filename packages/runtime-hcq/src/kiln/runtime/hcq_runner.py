@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
+from kiln.runtime.command_queue import ExecCommand
 from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.program_runner import LaunchDims, ProgramRunner
@@ -22,10 +23,23 @@ class HCQProgramRunner(ProgramRunner):
     """
 
     device: HCQCompiled
+    inline_work_limit = 0
+    """Launches of at most this much estimated work (flops plus global memory bytes, static shapes only) may run in
+    the caller's thread when the device is idle (see `HCQCompiled.execute`); 0 never does."""
 
     def __init__(self, device: HCQCompiled, program: Program, kernel: object) -> None:
         super().__init__(device, program)
         self.kernel = kernel
+        self.inline = False
+        # a static-shape program's launch sizes are checked once, here: its launches skip the queue's checks
+        self._static_launch = self._static_dims is not None and all(
+            size >= 1 for dims in self._static_dims for size in dims
+        )
+        if self._static_launch and self.inline_work_limit > 0:
+            estimates = program.estimates
+            flops, memory = estimates.flops, estimates.global_memory_bytes
+            if isinstance(flops, int) and isinstance(memory, int):
+                self.inline = flops + memory <= self.inline_work_limit
 
     def kernel_for(self, buffers: Sequence[Buffer]) -> object:
         """The object the exec command runs for this launch (the loaded kernel; subclasses may bind the buffers)."""
@@ -47,4 +61,7 @@ class HCQProgramRunner(ProgramRunner):
     ) -> float | None:
         # A fresh block per launch: queued launches keep their own arguments until they run.
         args = HCQArgsState(self.arg_layout, memoryview(bytearray(self.arg_layout.size)), addresses, values)
+        if self._static_launch:
+            command = ExecCommand(self.kernel_for(buffers), args, global_size, local_size, self.name)
+            return self.device.launch(command, wait=wait, inline=self.inline)
         return self.device.execute(self.kernel_for(buffers), args, global_size, local_size, name=self.name, wait=wait)

@@ -9,6 +9,7 @@ the parameter buffer CUDA's `cuLaunchKernel` accepts).
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class ArgKind(enum.Enum):
 
 
 _FORMATS = {ArgKind.POINTER: "<Q", ArgKind.INT32: "<i", ArgKind.INT64: "<q"}
+_CODES = {ArgKind.POINTER: "Q", ArgKind.INT32: "i", ArgKind.INT64: "q"}
 _RANGES = {
     ArgKind.POINTER: (0, 2**64 - 1),
     ArgKind.INT32: (-(2**31), 2**31 - 1),
@@ -45,11 +47,15 @@ class KernelArgLayout:
         kinds: the parameters in order.
         offsets: the byte offset of each parameter (natural alignment).
         size: the block's size, rounded up to the largest alignment (as a struct is).
+        packer: packs / unpacks every parameter of the block at once, in order (padding bytes included).
+        pointers_first: whether every pointer comes before every variable (the runtime's own layouts).
     """
 
     kinds: tuple[ArgKind, ...]
     offsets: tuple[int, ...] = field(init=False)
     size: int = field(init=False)
+    packer: struct.Struct = field(init=False, repr=False, compare=False)
+    pointers_first: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         offsets = []
@@ -61,8 +67,18 @@ class KernelArgLayout:
             offsets.append(position)
             position += kind.size
         largest = max((kind.size for kind in self.kinds), default=1)
+        size = _align(position, largest)
+        # one struct for the whole block: a launch packs it in one call instead of one call per parameter
+        codes, end = ["<"], 0
+        for kind, offset in zip(self.kinds, offsets):
+            codes.append(f"{offset - end}x{_CODES[kind]}" if offset > end else _CODES[kind])
+            end = offset + kind.size
+        codes.append(f"{size - end}x" if size > end else "")
         object.__setattr__(self, "offsets", tuple(offsets))
-        object.__setattr__(self, "size", _align(position, largest))
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "packer", struct.Struct("".join(codes)))
+        pointers = self.kinds.count(ArgKind.POINTER)
+        object.__setattr__(self, "pointers_first", self.kinds[:pointers] == (ArgKind.POINTER,) * pointers)
 
     @classmethod
     def buffers_then_variables(
@@ -75,7 +91,12 @@ class KernelArgLayout:
         """Parameter indices of the given kind, in order."""
         return tuple(index for index, each in enumerate(self.kinds) if each is kind)
 
-    @property
+    @functools.cached_property
+    def pointer_positions(self) -> tuple[int, ...]:
+        """Parameter indices of the buffer pointers, in order."""
+        return self.positions(ArgKind.POINTER)
+
+    @functools.cached_property
     def variable_positions(self) -> tuple[int, ...]:
         """Parameter indices of the variable values (every parameter that is not a pointer), in order."""
         return tuple(index for index, each in enumerate(self.kinds) if each is not ArgKind.POINTER)
@@ -109,13 +130,22 @@ class HCQArgsState:
         self.layout = layout
         self.memory = memory.cast("B") if memory.format != "B" else memory
         self.address = address
-        self._pointers = layout.positions(ArgKind.POINTER)
+        self._pointers = layout.pointer_positions
         self._variables = layout.variable_positions
         if len(buffer_addresses) != len(self._pointers) or len(variable_values) != len(self._variables):
             raise ValueError(
                 f"the layout takes {len(self._pointers)} buffer(s) and {len(self._variables)} variable(s), got "
                 f"{len(buffer_addresses)} and {len(variable_values)}"
             )
+        if layout.pointers_first:
+            # the usual layout (pointers first): pack every parameter in one call when each is a plain in-range int
+            parameters = (*buffer_addresses, *variable_values)
+            if all(type(value) is int for value in parameters):
+                try:
+                    layout.packer.pack_into(self.memory, 0, *parameters)
+                    return
+                except struct.error:
+                    pass  # out of range: the per-parameter writes below name the bad one
         for index, address_value in enumerate(buffer_addresses):
             self.update_buffer(index, address_value)
         for index, value in enumerate(variable_values):
@@ -140,6 +170,11 @@ class HCQArgsState:
     def update_variable(self, index: int, value: int) -> None:
         """Writes the value of variable parameter `index`."""
         self._write(self._variables[index], value, f"variable value {index}")
+
+    def parameter_values(self) -> tuple[int, ...]:
+        """Every parameter as stored in the block, in parameter order (one unpack; what a kernel call takes)."""
+        values: tuple[int, ...] = self.layout.packer.unpack_from(self.memory)
+        return values
 
     @property
     def buffer_addresses(self) -> tuple[int, ...]:

@@ -75,7 +75,11 @@ class NativeKernel:
         self.pool = pool
 
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
-        arguments = (*args.buffer_addresses, *args.variable_values)
+        # the kernel takes the pointers, then the variables: the block's own order when pointers come first
+        if args.layout.pointers_first:
+            arguments = args.parameter_values()
+        else:
+            arguments = (*args.buffer_addresses, *args.variable_values)
         kernel = self.kernel
         if not self.takes_core_id:
             kernel(*arguments)

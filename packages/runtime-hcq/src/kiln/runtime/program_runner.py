@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind, KernelArgLayout
-from kiln.uops import Ops, PtrDType, UOp
+from kiln.uops import DType, Ops, PtrDType, UOp
 
 if TYPE_CHECKING:
     from kiln.runtime.device import DeviceBase
@@ -98,6 +98,10 @@ class ProgramRunner(abc.ABC):
         self.alignments = _vector_alignments(program)
         sizes = (*program.global_size, *(program.local_size or ()))
         self._static_dims = program.launch_dims({}) if all(isinstance(size, int) for size in sizes) else None
+        # per used slot: (slot, alignment); and the (slot, dtype, size) of plain Buffers that passed every check
+        # but the address ones, so a launch on buffers like earlier ones skips re-checking them
+        self._slot_alignments = tuple((slot, self.alignments.get(slot, 1)) for slot in self.slots)
+        self._accepted: set[tuple[int, DType, int]] = set()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device.name}>"
@@ -179,34 +183,47 @@ class ProgramRunner(abc.ABC):
                 f"{self.name} takes {self.buffer_count} buffers (slots 0..{self.buffer_count - 1}), got {len(buffers)}"
             )
         addresses = []
-        for slot, pointer in zip(self.slots, self.pointer_dtypes):
+        device_name = self.device.name
+        accepted = self._accepted
+        for slot, alignment in self._slot_alignments:
             buffer = buffers[slot]
-            if not isinstance(buffer, Buffer):
-                raise TypeError(
-                    f"{self.name}: buffer {slot} must be a kiln.runtime Buffer, got {type(buffer).__name__}"
-                )
-            if buffer.device != self.device.name:
-                raise ValueError(
-                    f"{self.name}: buffer {slot} is on {buffer.device!r}, the program runs on {self.device.name!r}"
-                )
-            element = pointer.base
-            if buffer.dtype.scalar().itemsize != element.scalar().itemsize:
-                raise TypeError(
-                    f"{self.name}: buffer {slot} holds {buffer.dtype!r}, the kernel reads {element!r} "
-                    f"({element.scalar().itemsize}-byte elements)"
-                )
-            needed = pointer.size * element.nbytes
-            if pointer.size >= 0 and buffer.nbytes < needed:
-                raise ValueError(
-                    f"{self.name}: buffer {slot} holds {buffer.nbytes} bytes ({buffer.size} x {buffer.dtype!r}), "
-                    f"the kernel accesses {needed} bytes ({pointer.size} x {element!r})"
-                )
-            address = self.buffer_address(buffer.allocate())
-            alignment = self.alignments.get(slot, 1)
-            if address % alignment:
+            if (
+                type(buffer) is not Buffer
+                or buffer.device != device_name
+                or (slot, buffer.dtype, buffer.size) not in accepted
+            ):
+                self._check_buffer(slot, buffer)
+            if buffer._allocator is None:
+                buffer.allocate()
+            address = self.buffer_address(buffer)
+            if alignment > 1 and address % alignment:
                 raise ValueError(
                     f"{self.name}: buffer {slot} starts at address {address:#x}, but the kernel reads it "
                     f"{alignment} bytes at a time and needs it aligned to {alignment} bytes (a view at an odd offset?)"
                 )
             addresses.append(address)
         return tuple(addresses)
+
+    def _check_buffer(self, slot: int, buffer: Buffer) -> None:
+        """Raises unless `buffer` fits slot `slot` (type, device, element size, byte size); remembers one that does."""
+        if not isinstance(buffer, Buffer):
+            raise TypeError(f"{self.name}: buffer {slot} must be a kiln.runtime Buffer, got {type(buffer).__name__}")
+        if buffer.device != self.device.name:
+            raise ValueError(
+                f"{self.name}: buffer {slot} is on {buffer.device!r}, the program runs on {self.device.name!r}"
+            )
+        pointer = self.pointer_dtypes[self.slots.index(slot)]
+        element = pointer.base
+        if buffer.dtype.scalar().itemsize != element.scalar().itemsize:
+            raise TypeError(
+                f"{self.name}: buffer {slot} holds {buffer.dtype!r}, the kernel reads {element!r} "
+                f"({element.scalar().itemsize}-byte elements)"
+            )
+        needed = pointer.size * element.nbytes
+        if pointer.size >= 0 and buffer.nbytes < needed:
+            raise ValueError(
+                f"{self.name}: buffer {slot} holds {buffer.nbytes} bytes ({buffer.size} x {buffer.dtype!r}), "
+                f"the kernel accesses {needed} bytes ({pointer.size} x {element!r})"
+            )
+        if type(buffer) is Buffer and len(self._accepted) < 4096:
+            self._accepted.add((slot, buffer.dtype, buffer.size))

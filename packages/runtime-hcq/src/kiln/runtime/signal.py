@@ -63,7 +63,8 @@ class TimelineSignal:
 
     def set(self, value: int) -> None:
         """Moves the value to `value` (what a signal command does); the value must not go backwards."""
-        _check_value(value)
+        if type(value) is not int or not 0 <= value <= _MAX_VALUE:  # exact-type test first: set on every launch
+            _check_value(value)
         with _changed:
             current = self.value
             if value < current:

@@ -39,8 +39,13 @@ class SoftwareKernel(Protocol):
 
 def _concrete(size: LaunchSize) -> tuple[int, int, int]:
     x, y, z = size
-    assert isinstance(x, int) and isinstance(y, int) and isinstance(z, int), "submitted commands carry resolved values"
+    assert type(x) is int and type(y) is int and type(z) is int, "submitted commands carry resolved values"
     return (x, y, z)
+
+
+_COMMAND_KINDS = frozenset(
+    {WaitCommand, SignalCommand, TimestampCommand, MemoryBarrierCommand, ExecCommand, CopyCommand}
+)
 
 
 class EngineClosed(RuntimeError):
@@ -65,6 +70,12 @@ class ThreadQueueEngine:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._start_lock = threading.Lock()
+        # `_outstanding` counts lists submitted or claimed for inline execution and not finished yet (under
+        # `_state_lock`); whoever runs a list (the worker or an inline caller) holds `_run_lock`, so an inline list
+        # and a list submitted while it runs never overlap and keep their order.
+        self._state_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._outstanding = 0
 
     def __repr__(self) -> str:
         return f"<ThreadQueueEngine {self.name}>"
@@ -78,7 +89,45 @@ class ThreadQueueEngine:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=f"kiln-{self.name}", daemon=True)
                 self._thread.start()
+        with self._state_lock:
+            self._outstanding += 1
         self._pending.put(list(commands))
+
+    @property
+    def idle(self) -> bool:
+        """Whether every list submitted so far has finished (nothing queued or running)."""
+        return self._outstanding == 0
+
+    def run_inline(self, commands: Sequence[HCQCommand]) -> bool:
+        """Runs `commands` in the calling thread, as if submitted, when that cannot change any order: the engine is
+        idle and every wait of the list is already satisfied (so the caller never blocks). Returns False, having
+        run nothing, otherwise (submit the list instead).
+
+        A failing command is handled as on the worker (kept in `error`, the list's signals failed): the caller
+        sees it when it waits on a signal or submits again, not as an exception from this call.
+        """
+        if self._closed or self.error is not None:
+            return False  # let submit_commands raise its usual error
+        waits = False
+        for command in commands:
+            if isinstance(command, WaitCommand):
+                if not (isinstance(command.value, int) and command.signal.value >= command.value):
+                    return False
+                waits = True
+        with self._state_lock:
+            if self._outstanding:
+                return False
+            self._outstanding = 1
+        try:
+            with self._run_lock:
+                # the waits are satisfied (checked above, and signals never go back): running them is a no-op
+                self._run_list(
+                    [command for command in commands if type(command) is not WaitCommand] if waits else commands
+                )
+        finally:
+            with self._state_lock:
+                self._outstanding -= 1
+        return True
 
     def check(self) -> None:
         """Raises RuntimeError if a command failed on this engine."""
@@ -100,16 +149,22 @@ class ThreadQueueEngine:
 
     def _work(self) -> None:
         while (commands := self._pending.get()) is not None:
-            if self.error is not None:
-                self._fail_signals(commands, self.error)
-                continue
-            for position, command in enumerate(commands):
-                try:
-                    self._execute(command)
-                except BaseException as error:  # a failing command must never kill the worker silently
-                    self.error = error
-                    self._fail_signals(commands[position:], error)
-                    break
+            with self._run_lock:
+                self._run_list(commands)
+            with self._state_lock:
+                self._outstanding -= 1
+
+    def _run_list(self, commands: Sequence[HCQCommand]) -> None:
+        if self.error is not None:
+            self._fail_signals(commands, self.error)
+            return
+        for position, command in enumerate(commands):
+            try:
+                self._execute(command)
+            except BaseException as error:  # a failing command must never kill the worker silently
+                self.error = error
+                self._fail_signals(commands[position:], error)
+                break
 
     @staticmethod
     def _fail_signals(commands: Sequence[HCQCommand], error: BaseException) -> None:
@@ -118,7 +173,21 @@ class ThreadQueueEngine:
                 command.signal.fail(error)
 
     def _execute(self, command: HCQCommand) -> None:
-        if isinstance(command, WaitCommand):
+        # exact-type tests first: one list runs several commands per launch, so the common kinds go first
+        kind = type(command)
+        if kind is MemoryBarrierCommand:
+            return  # one worker thread: its own writes are visible to its later commands
+        if kind is SignalCommand:
+            assert isinstance(command, SignalCommand) and isinstance(command.value, int), "resolved values only"
+            command.signal.set(command.value)
+            return
+        if kind is ExecCommand or (kind not in _COMMAND_KINDS and isinstance(command, ExecCommand)):
+            assert isinstance(command, ExecCommand)
+            program = command.program
+            if not callable(program):  # what SoftwareKernel's isinstance checks, without the protocol machinery
+                raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {command.name}")
+            program(command.args, _concrete(command.global_size), _concrete(command.local_size))
+        elif isinstance(command, WaitCommand):
             assert isinstance(command.value, int), "submitted commands carry resolved values"
             command.signal.wait(command.value, abort=self._abort_wait)
         elif isinstance(command, SignalCommand):
@@ -126,15 +195,10 @@ class ThreadQueueEngine:
             command.signal.set(command.value)
         elif isinstance(command, TimestampCommand):
             command.signal.record_timestamp()
-        elif isinstance(command, ExecCommand):
-            program = command.program
-            if not isinstance(program, SoftwareKernel):
-                raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {command.name}")
-            program(command.args, _concrete(command.global_size), _concrete(command.local_size))
         elif isinstance(command, CopyCommand):
             assert isinstance(command.size, int), "submitted commands carry resolved values"
             ctypes.memmove(command.dest, command.src, command.size)
         elif isinstance(command, MemoryBarrierCommand):
-            pass  # one worker thread: its own writes are visible to its later commands
+            pass
         else:
             raise TypeError(f"unknown command {command!r}")

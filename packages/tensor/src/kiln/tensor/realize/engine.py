@@ -17,7 +17,7 @@ from kiln.codegen import Program, Renderer, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
-from kiln.tensor.graph import BufferArg, buffer_uop
+from kiln.tensor.graph import BufferArg
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.schedule import (
     BufferRef,
@@ -27,11 +27,11 @@ from kiln.tensor.schedule import (
     KernelStep,
     OutputSlot,
     SchedulePlan,
-    cached_plan,
     normalize,
     record_realized,
 )
-from kiln.uops import Ops, UOp, dtypes, knobs, sym_infer
+from kiln.tensor.schedule.cache import cached_plan_of
+from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = ["Method", "clear_method_cache", "compiled_program", "method_cache_size", "realize_uops", "run_plan"]
 
@@ -50,7 +50,8 @@ class Method:
 
 _methods: dict[tuple[UOp, str], Method] = {}
 _renderers: dict[str, Renderer] = {}
-_fresh_numbers = itertools.count(1 << 40)  # numbers for re-issued BUFFER nodes, disjoint from graph.buffer_uop's
+# numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's
+_fresh_numbers = itertools.count(1 << 40)
 
 
 def compiled_program(ast: UOp, device: str) -> Method:
@@ -94,28 +95,75 @@ def method_cache_size() -> int:
     return len(_methods)
 
 
+class _PreparedPlan:
+    """What every run of one plan needs beyond the plan, worked out on its first run: each output's (device, size,
+    dtype), and each view that is a bare buffer as (is output, number) so it needs no substitution."""
+
+    __slots__ = ("bare_views", "outputs", "plan")
+
+    def __init__(self, plan: SchedulePlan) -> None:
+        self.plan = plan
+        self.outputs = tuple((spec.device, spec.size, spec.dtype) for spec in plan.outputs)
+        bare: list[tuple[bool, int] | None] = []
+        for view in plan.views:
+            slot = view.arg if view.op is Ops.BUFFER else None
+            if isinstance(slot, InputSlot):
+                bare.append((False, slot.position))
+            elif isinstance(slot, OutputSlot):
+                bare.append((True, slot.number))
+            else:
+                bare.append(None)
+        self.bare_views = tuple(bare)
+
+
+_prepared: dict[int, _PreparedPlan] = {}  # by id(plan); each entry keeps its plan alive, so an id is never reused
+
+
+def _prepare(plan: SchedulePlan) -> _PreparedPlan:
+    prepared = _prepared.get(id(plan))
+    if prepared is None or prepared.plan is not plan:
+        if len(_prepared) >= 4096:  # plans the schedule cache let go of: start over
+            _prepared.clear()
+        prepared = _prepared[id(plan)] = _PreparedPlan(plan)
+    return prepared
+
+
+def _output_node(device: str, size: int, dtype: DType) -> UOp:
+    # the plan's output specs are valid buffer specs already, so the node is built directly (no re-checks). The
+    # next op on a result asks for its shape and device at once: a BUFFER node's are (size,) and its device
+    # (graph._infer_shape / _infer_device), so they go into graph's per-node caches now instead of by a graph walk.
+    node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_fresh_numbers), size, device))
+    attributes = node.__dict__
+    attributes["tensor_shape"] = (size,)
+    attributes["tensor_device"] = device
+    return node
+
+
 class _Buffers:
     """The runtime Buffers of one run of a plan."""
 
-    def __init__(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> None:
+    def __init__(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> None:
         self.inputs = [buffer_of(node) for node in inputs]
-        self.output_nodes = [buffer_uop(spec.device, spec.size, spec.dtype) for spec in plan.outputs]
+        self.output_nodes = [_output_node(device, size, dtype) for device, size, dtype in prepared.outputs]
         self.outputs = [buffer_of(node) for node in self.output_nodes]
         for buffer in self.outputs:
             if buffer.size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
                 buffer.allocate()
-        slots = [
-            Buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, max(1, size), dtypes.uint8)
-            for slot, size in enumerate(plan.slot_bytes)
-        ]
-        self.temporaries = [
-            slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)
-        ]
+        self.temporaries: list[Buffer] = []
+        if plan.temporaries:
+            slots = [
+                Buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, max(1, size), dtypes.uint8)
+                for slot, size in enumerate(plan.slot_bytes)
+            ]
+            self.temporaries = [
+                slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)
+            ]
 
     def get(self, ref: BufferRef) -> Buffer:
-        if ref.source is BufferSource.INPUT:
+        source = ref.source
+        if source is BufferSource.INPUT:
             return self.inputs[ref.number]
-        if ref.source is BufferSource.OUTPUT:
+        if source is BufferSource.OUTPUT:
             return self.outputs[ref.number]
         return self.temporaries[ref.number]
 
@@ -132,14 +180,16 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
 
 def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
-    buffers = _Buffers(plan, inputs)
+    prepared = _prepare(plan)
+    buffers = _Buffers(plan, prepared, inputs)
     debug = knobs.DEBUG
     started = time.perf_counter_ns()
     kernels = 0
     for step in plan.steps:
         if isinstance(step, KernelStep):
             method = compiled_program(step.ast, step.device)
-            arguments = [buffers.get(step.buffers[slot]) for slot in method.slots]
+            step_buffers = step.buffers
+            arguments = [buffers.get(step_buffers[slot]) for slot in method.slots]
             begin = time.perf_counter_ns()
             seconds = method.runner(arguments, None, wait=debug >= 2)
             elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
@@ -163,10 +213,10 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
             Device[device].synchronize()
         total = (time.perf_counter_ns() - started) / 1e6
         print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
-    return _views(plan, inputs, buffers)
+    return _views(plan, prepared, inputs, buffers)
 
 
-def _views(plan: SchedulePlan, inputs: Sequence[UOp], buffers: _Buffers) -> list[UOp]:
+def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], buffers: _Buffers) -> list[UOp]:
     # placeholders -> real BUFFER nodes; an overwritten input gets a fresh node, so graphs built on the old node
     # (and values realized from them) are never mistaken for graphs of the new contents
     replaced = list(inputs)
@@ -177,7 +227,11 @@ def _views(plan: SchedulePlan, inputs: Sequence[UOp], buffers: _Buffers) -> list
         attach_buffer(fresh, buffer_of(old))
         replaced[position] = fresh
     results = []
-    for view in plan.views:
+    for view, bare in zip(plan.views, prepared.bare_views):
+        if bare is not None:  # the view is one buffer: no graph to rebuild
+            is_output, number = bare
+            results.append(buffers.output_nodes[number] if is_output else replaced[number])
+            continue
         mapping: dict[UOp, UOp] = {}
         for node in view.toposort():
             if node.op is Ops.BUFFER:
@@ -193,7 +247,7 @@ def _views(plan: SchedulePlan, inputs: Sequence[UOp], buffers: _Buffers) -> list
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views."""
     normalized = normalize(uops)
-    plan = cached_plan(normalized.sink)
+    plan = cached_plan_of(normalized.roots)
     views = run_plan(plan, normalized.inputs)
     for uop, view in zip(uops, views):
         record_realized(uop, view)

@@ -13,6 +13,11 @@ from kiln.tensor.schedule.items import InputSlot
 from kiln.uops import DType, Ops, UOp
 
 _REALIZED = "tensor_realized"
+# A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
+# attribute (with the epoch it was seen in), and later walks stop there. Realizing such a node would change what
+# its users normalize to, so record_realized() starts a new epoch then, which forgets every mark at once.
+_SELF = "tensor_normalizes_to_self"
+_epoch = [0]
 
 
 def realized_view(uop: UOp) -> UOp | None:
@@ -24,15 +29,23 @@ def realized_view(uop: UOp) -> UOp | None:
 def record_realized(uop: UOp, view: UOp) -> None:
     """Remembers that `uop`'s value lives in `view` (movement ops over BUFFER nodes) for later schedules."""
     if uop is not view:
+        if uop.__dict__.get(_SELF) == _epoch[0]:
+            _epoch[0] += 1
         uop.__dict__[_REALIZED] = view
 
 
 @dataclass(frozen=True)
 class NormalizedGraph:
-    """The SINK of the normalized requested nodes and the real BUFFER node of each input position."""
+    """The normalized requested nodes (`roots`, their SINK is `sink`) and the real BUFFER node of each input
+    position."""
 
-    sink: UOp
+    roots: tuple[UOp, ...]
     inputs: tuple[UOp, ...]
+
+    @property
+    def sink(self) -> UOp:
+        """The SINK of the normalized requested nodes (hash-consed: the same node for the same structure)."""
+        return UOp(Ops.SINK, src=self.roots)
 
 
 _placeholders: dict[tuple[int, int, DType, str], UOp] = {}
@@ -50,14 +63,20 @@ def _placeholder(position: int, node: UOp) -> UOp:
 
 def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
     """The normalized form of the graphs of `uops` (see the module docstring)."""
+    epoch = _epoch[0]
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
-    # iterative post-order walk; a realized node stands for its view (movement ops over BUFFER nodes)
-    stack: list[UOp] = [UOp(Ops.SINK, src=tuple(uops))]
-    root = stack[0]
+    # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
+    # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
+    stack: list[UOp] = list(reversed(uops))
     while stack:
         node = stack[-1]
         if node in resolved:
+            stack.pop()
+            continue
+        attributes = node.__dict__
+        if attributes.get(_SELF) == epoch:
+            resolved[node] = node
             stack.pop()
             continue
         if node.op is Ops.BUFFER:
@@ -65,7 +84,7 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
             inputs.append(node)
             stack.pop()
             continue
-        view = node.__dict__.get(_REALIZED)
+        view = attributes.get(_REALIZED)
         if view is not None:
             if view in resolved:
                 resolved[node] = resolved[view]
@@ -73,11 +92,23 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
             else:
                 stack.append(view)
             continue
-        pending = [source for source in node.src if source not in resolved]
-        if pending:
-            stack.extend(reversed(pending))
+        sources = node.src
+        waiting = len(stack)
+        for source in reversed(sources):
+            if source not in resolved:
+                stack.append(source)
+        if len(stack) != waiting:
             continue
         stack.pop()
-        sources = tuple([resolved[source] for source in node.src])
-        resolved[node] = node if sources == node.src else node.replace(src=sources)
-    return NormalizedGraph(resolved[root], tuple(inputs))
+        if not sources:
+            resolved[node] = node
+            attributes[_SELF] = epoch
+            continue
+        new_sources = tuple([resolved[source] for source in sources])
+        if new_sources == sources:  # UOps compare by identity: every source normalized to itself
+            resolved[node] = node
+            if all(source.__dict__.get(_SELF) == epoch for source in sources):
+                attributes[_SELF] = epoch
+        else:
+            resolved[node] = node.replace(src=new_sources)
+    return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs))

@@ -1,0 +1,63 @@
+"""Normalizing graphs to realize: buffers become numbered inputs, realized nodes their views, and parts without
+buffers stay the very same nodes (remembered, until one of them is realized)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kiln.tensor import Tensor
+from kiln.tensor.schedule import ScheduleCacheInfo, cached_plan, normalize
+from kiln.tensor.schedule.cache import cached_plan_of
+from kiln.uops import Ops, dtypes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_graphs import FAST_DEVICE, const_like
+
+
+def _tensor(values: np.ndarray) -> Tensor:
+    return Tensor(values, device=FAST_DEVICE)
+
+
+def test_same_structure_on_other_buffers_normalizes_to_the_same_nodes() -> None:
+    first, second = (_tensor(np.full(6, value, np.float32)).realize() for value in (1.0, 2.0))
+    graphs = [x._binary(Ops.ADD, const_like(x, 3.0))._binary(Ops.MUL, x) for x in (first, second)]
+    normalized = [normalize([graph.uop]) for graph in graphs]
+    assert normalized[0].roots[0] is normalized[1].roots[0]
+    assert normalized[0].sink is normalized[1].sink and normalized[0].sink.src == normalized[0].roots
+    # one input position per distinct buffer, holding that graph's own buffer node
+    assert normalized[0].inputs == (first.uop,) and normalized[1].inputs == (second.uop,)
+
+
+def test_parts_without_buffers_stay_the_same_nodes() -> None:
+    x = _tensor(np.arange(4, dtype=np.float32)).realize()
+    constant = const_like(x, 2.0)._binary(Ops.MUL, const_like(x, 5.0))
+    for _ in range(3):  # later walks stop at the remembered nodes; the result must not change
+        root = normalize([x._binary(Ops.ADD, constant).uop]).roots[0]
+        assert root.src[1] is constant.uop
+        assert normalize([constant.uop]).roots == (constant.uop,) and normalize([constant.uop]).inputs == ()
+
+
+def test_realizing_a_node_without_buffers_changes_what_its_users_normalize_to() -> None:
+    inner = const_like(_tensor(np.zeros(5, np.float32)), 1.5)._binary(
+        Ops.ADD, Tensor._const(2.0, (5,), dtypes.float32, FAST_DEVICE)
+    )
+    outer = inner._binary(Ops.MUL, inner)
+    before = normalize([outer.uop])
+    assert before.inputs == () and before.roots == (outer.uop,)  # no buffer anywhere: the graph itself
+    inner.realize()  # inner's node now stands for its buffer, in every graph that uses it
+    after = normalize([outer.uop])
+    assert len(after.inputs) == 1 and after.inputs[0].op is Ops.BUFFER
+    assert after.roots[0].src[0].op is Ops.BUFFER
+    np.testing.assert_array_equal(outer.numpy(), np.full(5, 3.5 * 3.5, np.float32))
+
+
+def test_cached_plan_of_the_roots_is_the_plan_of_their_sink() -> None:
+    x = _tensor(np.ones(3, np.float32)).realize()
+    normalized = normalize([x._binary(Ops.ADD, const_like(x, 7.0)).uop])
+    plan = cached_plan(normalized.sink)
+    hits = ScheduleCacheInfo.hits
+    assert cached_plan_of(normalized.roots) is plan
+    assert ScheduleCacheInfo.hits == hits + 1
