@@ -11,10 +11,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
-from sinks_for_tests import elementwise_add, matmul, row_sum
+from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
 
 from kiln.codegen import Opt, OptOps, Program, Renderer, get_program, hand_coded_optimizations, run_program
-from kiln.uops import Context
+from kiln.uops import AxisKind, Context, Ops, UOp
 
 CPU, GPU, SCALAR = CPULikeRenderer(), GPULikeRenderer(), ScalarRenderer()
 UPCAST, UNROLL, LOCAL, THREAD, GROUPTOP = OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.THREAD, OptOps.GROUPTOP
@@ -93,3 +93,59 @@ def test_heuristic_programs_compute_the_matmul(renderer: Renderer) -> None:
     assert program.applied_opts == hand_coded_optimizations(matmul(64, 64, 64), renderer)
     run_program(program, [out, a.ravel(), b.ravel()])
     np.testing.assert_allclose(out.reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
+
+
+class _VectorCPU(CPULikeRenderer):
+    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
+
+    device = "TESTVECTORCPU"
+    vector_alu = True
+    vector_widths = (4, 8, 16)
+
+
+def test_matmul_on_vector_cpu_tiles_rows_then_32_contiguous_columns() -> None:
+    # rows (i: only a walks it) by 8 first, then columns (j: b is contiguous) by 32: a proper split gets the larger
+    # axis number, so the columns are the inner lanes (b's row is one vector); k stays rolled; 64/8 rows -> THREAD 8
+    opts = hand_coded_optimizations(matmul(64, 64, 64), _VectorCPU())
+    assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(THREAD, 0, 8))
+
+
+def test_matmul_on_vector_cpu_never_puts_rows_inside_the_columns() -> None:
+    # 32 columns upcast whole would keep axis 1 (below the rows' new axis): rows would be the inner lanes, so the
+    # 16 x 16 tile (both proper splits) is taken instead
+    opts = hand_coded_optimizations(matmul(64, 32, 64), _VectorCPU())
+    assert opts[:2] == (Opt(UPCAST, 0, 16), Opt(UPCAST, 1, 16))
+
+
+def _row_exp_sum(rows: int, columns: int) -> UOp:
+    out, a = buffer(0, rows), buffer(1, rows * columns)
+    i, j = UOp.range(rows, 0), UOp.range(columns, 1, AxisKind.REDUCE)
+    return kernel(out.index(i).store(a.index(i * columns + j).load().alu(Ops.EXP2).reduce(j, op=Ops.ADD)).end(i))
+
+
+def test_row_exp_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_a_vector() -> None:
+    # the exp-sum of a softmax: the reduce axis is unrolled by the widest width (16 exps per vector)
+    assert hand_coded_optimizations(_row_exp_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 16), Opt(THREAD, 0, 8))
+
+
+def test_plain_row_sum_on_vector_cpu_gets_independent_output_lanes() -> None:
+    # a plain sum is bound by its accumulator's add latency: 16 rows in lanes, not a 16-lane horizontal reduce
+    assert hand_coded_optimizations(row_sum(64, 1024), _VectorCPU()) == (Opt(UPCAST, 0, 16), Opt(THREAD, 0, 4))
+
+
+@pytest.mark.parametrize("sink_name", ["matmul", "row_sum"])
+def test_vector_cpu_opts_compute_what_numpy_computes(sink_name: str) -> None:
+    renderer = _VectorCPU()
+    rng = np.random.default_rng(5)
+    if sink_name == "matmul":
+        sink = matmul(64, 64, 64)
+        a, b = (rng.integers(-4, 4, (64, 64)).astype(np.float32) for _ in range(2))
+        inputs, expected = [a.reshape(-1), b.reshape(-1)], (a @ b).reshape(-1)
+    else:
+        sink = row_sum(64, 1024)
+        x = rng.integers(-4, 4, (64, 1024)).astype(np.float32)
+        inputs, expected = [x.reshape(-1)], x.sum(axis=1)
+    program = Program(get_program(sink, renderer, list(hand_coded_optimizations(sink, renderer))))
+    out = np.zeros(expected.size, np.float32)
+    run_program(program, [out, *inputs], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, expected)

@@ -20,9 +20,9 @@ import cpu_kernels as kernels
 
 pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'kiln-renderers[llvm]')")
 
-from kiln.codegen import Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
 from kiln.renderers import ENTRY_NAME, LLVMCompiler, LLVMRenderer, ToolchainNotFoundError, kernel_parameters
-from kiln.uops import Context, DType, UOp, dtypes
+from kiln.uops import AxisKind, Context, DType, Ops, UOp, dtypes
 
 CORPUS = kernels.load_corpus().CORPUS
 COVERAGE = kernels.coverage_cases()
@@ -108,3 +108,42 @@ def test_missing_llvmlite_names_what_to_install(monkeypatch: pytest.MonkeyPatch)
     assert f"@{ENTRY_NAME}" in source
     with pytest.raises(ToolchainNotFoundError, match=r"kiln-renderers\[llvm\]"):
         LLVMCompiler().compile(source)
+
+
+# ---- vector ALU ops (LLVMRenderer.vector_alu) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["alu", "cast", "transcendental"])
+@pytest.mark.parametrize(
+    "dtype", [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint8, dtypes.int64, dtypes.int16]
+)
+def test_vector_kernels_match_interpreter(kind: str, dtype: DType, renderer: LLVMRenderer) -> None:
+    # every ALU op / cast (WHERE, comparisons, float -> int lane by lane ...) on 16 lanes, bit for bit
+    if kind == "transcendental" and not dtypes.is_float(dtype):
+        pytest.skip("transcendentals are float ops")
+    sink = {"alu": kernels.alu_kernel, "cast": kernels.cast_kernel, "transcendental": kernels.transcendental_kernel}[
+        kind
+    ](dtype)
+    program = kernels.check_against_reference(sink, renderer, [Opt(OptOps.UPCAST, 0, 16)])
+    assert any(f"<16 x {t}>" in program.source for t in ("float", "double", "i32", "i8", "i64", "i1"))
+
+
+def _matmul_sink(size: int) -> UOp:
+    c, a, b = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size * size), arg=slot) for slot in range(3))
+    i, j = UOp.range(size, 0, AxisKind.LOOP), UOp.range(size, 1, AxisKind.LOOP)
+    k = UOp.range(size, 2, AxisKind.REDUCE)
+    product = a.index(i * size + k).load() * b.index(k * size + j).load()
+    total = UOp(Ops.REDUCE, dtypes.float32, (product, k), Ops.ADD)
+    return UOp(Ops.SINK, dtypes.void, (c.index(i * size + j).store(total).end(i, j),), KernelInfo("matmul"))
+
+
+def test_matmul_tile_is_fused_vector_code_and_matches_numpy(renderer: LLVMRenderer) -> None:
+    size = 64
+    program = Program(get_program(_matmul_sink(size), renderer))
+    # the heuristic's register tile: rows x 32 columns, accumulated with one fma per 16-lane register
+    assert "@llvm.fma.v" in program.source and "load <16 x float>" in program.source
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
+    out = np.zeros(size * size, np.float32)
+    kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
+    np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)

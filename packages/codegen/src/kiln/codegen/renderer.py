@@ -42,6 +42,8 @@ class Renderer(ABC):
     """Lane counts of the vector loads and stores it renders (1 is always allowed)."""
     vector_alu: bool = False
     """ALU ops may stay vectors of a width in `vector_widths` (otherwise they are split into scalars)."""
+    fuse_multiply_add: bool = False
+    """A float32/float64 reduce `acc + a*b` may become MULACC(a, b, acc), rounded once (needs MULACC native)."""
     native_dtypes: frozenset[DType] | None = None
     """Dtypes it computes in directly; None means every dtype. Others are emulated (e.g. bfloat16 via float32)."""
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}

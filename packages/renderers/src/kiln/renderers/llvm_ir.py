@@ -6,7 +6,11 @@ file, loaded in process too).
 
 Semantics are those of the C renderer (see c_style): integer ops wrap, shifts and divisions have no undefined
 cases, float MAX is exec_alu's (NaN ignored, -0 < +0), float -> int truncates and wraps, no fast-math flags (so
-no FMA contraction).
+LLVM contracts nothing itself; MULACC is `llvm.fma`, rounded once, and codegen's lowering creates it for sums of
+products since `fuse_multiply_add` is set).
+
+ALU ops may be vectors (`vector_alu`): LLVM's instructions work lane-wise on `<n x T>`, so most rules are the
+scalar ones on vector types; float -> int casts and THREEFRY have scalar helpers only and run lane by lane.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from kiln.renderers.llvm_ir_helpers import (
     threefry_helper,
 )
 from kiln.renderers.multiply_add import exact_narrow_multiply_adds
-from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 
 class LLVMWriter:
@@ -59,8 +63,10 @@ class LLVMWriter:
         return name
 
     def intrinsic(self, name: str, dtype: DType, arity: int = 1) -> str:
-        """`@llvm.<name>.<suffix>` for float `dtype`, declared."""
+        """`@llvm.<name>.<suffix>` for float `dtype` (scalar or vector, e.g. `v8f32`), declared."""
         suffix, type_name = INTRINSIC_SUFFIX[dtype.scalar()], llvm_type(dtype)
+        if dtype.count > 1:
+            suffix = f"v{dtype.count}{suffix}"
         function = f"@llvm.{name}.{suffix}"
         return self.declare(function, f"declare {type_name} {function}({', '.join([type_name] * arity)})")
 
@@ -72,11 +78,71 @@ class LLVMWriter:
         if uop.op is Ops.CONST:
             self.names[uop] = llvm_constant(uop.arg, uop.dtype)
             return
+        if uop.op is Ops.VECTORIZE and all(source.op is Ops.CONST for source in uop.src):
+            self.names[uop] = _constant_vector(uop)
+            return
         self.names[uop] = _value_name(uop, self)
+        if _is_lane_by_lane(uop):
+            self.lines += _lane_by_lane(self, uop).splitlines()
+            return
+        self.lines += self.render_one(uop).splitlines()
+
+    def render_one(self, uop: UOp) -> str:
+        """The lines of one named uop, by its rule in `pm_llvm_ir`."""
         text, _ = pm_llvm_ir.rewrite_with_rule(uop, self)
         if not isinstance(text, str):
             raise ValueError(f"the LLVM IR renderer cannot render {uop.op!r} of dtype {uop.dtype!r}")
-        self.lines += text.splitlines()
+        return text
+
+
+def _constant_vector(uop: UOp) -> str:
+    scalar = llvm_type(uop.dtype.scalar())
+    return "<" + ", ".join(f"{scalar} {llvm_constant(source.arg, source.dtype)}" for source in uop.src) + ">"
+
+
+def splat(value: ConstType, dtype: DType) -> str:
+    """The LLVM literal of `value` in every lane of `dtype` (a scalar literal for a scalar dtype)."""
+    literal = llvm_constant(value, dtype)
+    if dtype.count == 1:
+        return literal
+    scalar = llvm_type(dtype.scalar())
+    return "<" + ", ".join([f"{scalar} {literal}"] * dtype.count) + ">"
+
+
+def _is_lane_by_lane(uop: UOp) -> bool:
+    # vector ops with no vector form here (float -> int through a scalar helper, threefry) run one lane at a time
+    if uop.dtype.count == 1 or isinstance(uop.dtype, PtrDType):
+        return False
+    if uop.op is Ops.THREEFRY:
+        return True
+    return (
+        uop.op is Ops.CAST
+        and dtypes.is_float(uop.src[0].dtype)
+        and not dtypes.is_float(uop.dtype)
+        and (uop.dtype.scalar() != dtypes.bool)
+    )
+
+
+def _lane_by_lane(ctx: LLVMWriter, uop: UOp) -> str:
+    lines: list[str] = []
+    previous, vector_type = "poison", llvm_type(uop.dtype)
+    # the per-lane uops get names only while they are rendered: hash-consing may make them equal to program uops
+    saved = dict(ctx.names)
+    for lane in range(uop.dtype.count):
+        sources: list[UOp] = []
+        for source in uop.src:
+            picked = UOp(Ops.GEP, source.dtype.scalar(), (source,), (lane,))
+            ctx.names[picked] = f"{ctx[uop]}.in{len(sources)}.{lane}"
+            lines.append(_gep(ctx, picked))
+            sources.append(picked)
+        scalar = UOp(uop.op, uop.dtype.scalar(), tuple(sources), uop.arg)
+        ctx.names[scalar] = f"{ctx[uop]}.lane{lane}"
+        lines.append(ctx.render_one(scalar))
+        target = ctx[uop] if lane == uop.dtype.count - 1 else f"{ctx[uop]}.partial{lane}"
+        lines.append(f"{target} = insertelement {vector_type} {previous}, {ctx.typed(scalar)}, i32 {lane}")
+        previous = target
+    ctx.names = saved
+    return "\n".join(lines)
 
 
 def _value_name(uop: UOp, writer: LLVMWriter) -> str:
@@ -104,7 +170,8 @@ def _is_alias(uop: UOp) -> bool:
         return True
     if uop.op in (Ops.CAST, Ops.BITCAST):
         source, target = uop.src[0].dtype, uop.dtype
-        return source != dtypes.bool and target != dtypes.bool and llvm_type(source) == llvm_type(target)
+        boolean = dtypes.bool in (source.scalar(), target.scalar())
+        return not boolean and llvm_type(source) == llvm_type(target)
     return False
 
 
@@ -125,7 +192,7 @@ def _load(ctx: LLVMWriter, x: UOp) -> str:
     if gated:
         # where the gate is off the load reads a private slot, so memory outside the buffer is never touched
         slot = f"%slot{ctx.next_id('slot')}"
-        ctx.entry.append(f"{slot} = alloca {stored}, align {x.dtype.nbytes}")
+        ctx.entry.append(f"{slot} = alloca {stored}, align {x.dtype.scalar().itemsize}")
         lines.append(f"{name}.address = select i1 {ctx[x.src[2]]}, ptr {address}, ptr {slot}")
         address = f"{name}.address"
     raw = f"{name}.raw" if gated or is_bool else name
@@ -199,6 +266,13 @@ def _endif(ctx: LLVMWriter, x: UOp) -> str:
 
 def _vectorize(ctx: LLVMWriter, x: UOp) -> str:
     vector_type, previous = llvm_type(x.dtype), "poison"
+    first = x.src[0]
+    if all(source is first for source in x.src):  # a broadcast: one insert and a splat shuffle
+        one = f"<1 x {llvm_type(first.dtype)}>"
+        return (
+            f"{ctx[x]}.one = insertelement {one} poison, {ctx.typed(first)}, i32 0\n"
+            f"{ctx[x]} = shufflevector {one} {ctx[x]}.one, {one} poison, <{x.dtype.count} x i32> zeroinitializer"
+        )
     lines = []
     for lane, source in enumerate(x.src):
         target = ctx[x] if lane == len(x.src) - 1 else f"{ctx[x]}.{lane}"
@@ -262,24 +336,35 @@ _BOOL_INSTRUCTIONS = {
 _FLOAT_COMPARISONS = {Ops.CMPLT: "fcmp olt", Ops.CMPNE: "fcmp une", Ops.CMPEQ: "fcmp oeq"}
 
 
+def _condition_type(dtype: DType) -> str:
+    """The LLVM type of a comparison of values of `dtype`: i1, or one i1 per lane."""
+    return llvm_type(dtypes.bool.vec(dtype.count))
+
+
+def _bits_type(dtype: DType) -> str:
+    """The integer LLVM type of `dtype`'s bits, lane by lane."""
+    bits = f"i{dtype.scalar().itemsize * 8}"
+    return bits if dtype.count == 1 else f"<{dtype.count} x {bits}>"
+
+
 def _alu(ctx: LLVMWriter, x: UOp) -> str:
+    # vector operands use the same instructions as scalars (LLVM's instructions are lane-wise on vector types)
     name, op = ctx[x], x.op
     operands = [ctx[s] for s in x.src]
     kind = x.src[-1].dtype
-    if kind.count > 1 or x.dtype.count > 1:
-        raise ValueError(f"the LLVM IR renderer renders scalar ALU ops only, got {op!r} on {kind!r}")
     type_name = llvm_type(kind)
     if op is Ops.WHERE:
-        return f"{name} = select i1 {operands[0]}, {type_name} {operands[1]}, {type_name} {operands[2]}"
+        condition = llvm_type(x.src[0].dtype)
+        return f"{name} = select {condition} {operands[0]}, {type_name} {operands[1]}, {type_name} {operands[2]}"
     if dtypes.is_float(kind):
         return _float_alu(ctx, name, op, kind, operands)
-    if kind == dtypes.bool:
+    if kind.scalar() == dtypes.bool:
         if op in _BOOL_INSTRUCTIONS:
-            return f"{name} = {_BOOL_INSTRUCTIONS[op]} i1 {operands[0]}, {operands[1]}"
+            return f"{name} = {_BOOL_INSTRUCTIONS[op]} {type_name} {operands[0]}, {operands[1]}"
         if op is Ops.NEG:
-            return f"{name} = xor i1 {operands[0]}, true"
+            return f"{name} = xor {type_name} {operands[0]}, {splat(True, kind)}"
         if op in (Ops.CMPLT, Ops.CMPEQ):
-            return f"{name} = icmp {'ult' if op is Ops.CMPLT else 'eq'} i1 {operands[0]}, {operands[1]}"
+            return f"{name} = icmp {'ult' if op is Ops.CMPLT else 'eq'} {type_name} {operands[0]}, {operands[1]}"
         raise ValueError(f"{op!r} is not defined on bool")
     return _int_alu(ctx, x, kind, operands)
 
@@ -293,23 +378,23 @@ def _float_alu(ctx: LLVMWriter, name: str, op: Ops, dtype: DType, operands: list
     if op is Ops.NEG:
         return f"{name} = fneg {type_name} {operands[0]}"
     if op is Ops.RECIPROCAL:
-        return f"{name} = fdiv {type_name} {llvm_constant(1.0, dtype)}, {operands[0]}"
+        return f"{name} = fdiv {type_name} {splat(1.0, dtype)}, {operands[0]}"
     if op is Ops.MAX:
         # exec_alu's MAX: a NaN operand is ignored (both NaN: NaN) and -0 < +0. Equal operands have equal bits
         # except +0 / -0, whose bitwise AND is +0, so a tie gives the AND of the bits (llvm.maxnum leaves it open)
         a, b = operands
-        bits = f"i{dtype.itemsize * 8}"
+        bits, condition = _bits_type(dtype), _condition_type(dtype)
         return (
             f"{name}.greater = fcmp ogt {type_name} {a}, {b}\n"
             f"{name}.nan = fcmp uno {type_name} {b}, {b}\n"
-            f"{name}.first = or i1 {name}.greater, {name}.nan\n"
-            f"{name}.pick = select i1 {name}.first, {type_name} {a}, {type_name} {b}\n"
+            f"{name}.first = or {condition} {name}.greater, {name}.nan\n"
+            f"{name}.pick = select {condition} {name}.first, {type_name} {a}, {type_name} {b}\n"
             f"{name}.tie = fcmp oeq {type_name} {a}, {b}\n"
             f"{name}.abits = bitcast {type_name} {a} to {bits}\n"
             f"{name}.bbits = bitcast {type_name} {b} to {bits}\n"
             f"{name}.andbits = and {bits} {name}.abits, {name}.bbits\n"
             f"{name}.and = bitcast {bits} {name}.andbits to {type_name}\n"
-            f"{name} = select i1 {name}.tie, {type_name} {name}.and, {type_name} {name}.pick"
+            f"{name} = select {condition} {name}.tie, {type_name} {name}.and, {type_name} {name}.pick"
         )
     if op in (Ops.SQRT, Ops.TRUNC):
         function = ctx.intrinsic(op.name.lower(), dtype)
@@ -321,16 +406,25 @@ def _float_alu(ctx: LLVMWriter, name: str, op: Ops, dtype: DType, operands: list
     raise ValueError(f"the LLVM IR renderer has no native {op!r} for {dtype!r}; codegen should decompose it")
 
 
+def _constant_lanes(value: UOp) -> list[int] | None:
+    """The integer lanes of a constant (scalar or vector), else None."""
+    if value.op is Ops.CONST:
+        return [int(value.arg)]
+    if value.op is Ops.VECTORIZE and all(source.op is Ops.CONST for source in value.src):
+        return [int(source.arg) for source in value.src]
+    return None
+
+
 def _int_alu(ctx: LLVMWriter, x: UOp, dtype: DType, operands: list[str]) -> str:
     name, op = ctx[x], x.op
-    type_name = llvm_type(dtype)
+    type_name, condition = llvm_type(dtype), _condition_type(dtype)
     signed = not dtypes.is_unsigned(dtype)
-    bits = dtype.itemsize * 8
+    bits = dtype.scalar().itemsize * 8
     a = operands[0]
     if op in _INT_INSTRUCTIONS:
         return f"{name} = {_INT_INSTRUCTIONS[op]} {type_name} {a}, {operands[1]}"
     if op is Ops.NEG:
-        return f"{name} = sub {type_name} 0, {a}"
+        return f"{name} = sub {type_name} {splat(0, dtype)}, {a}"
     if op is Ops.MULACC:
         product = f"{name}.product = mul {type_name} {a}, {operands[1]}"
         return f"{product}\n{name} = add {type_name} {name}.product, {operands[2]}"
@@ -340,25 +434,25 @@ def _int_alu(ctx: LLVMWriter, x: UOp, dtype: DType, operands: list[str]) -> str:
             return f"{name} = icmp {predicate} {type_name} {a}, {operands[1]}"
         return (
             f"{name}.greater = icmp {'sgt' if signed else 'ugt'} {type_name} {a}, {operands[1]}\n"
-            f"{name} = select i1 {name}.greater, {type_name} {a}, {type_name} {operands[1]}"
+            f"{name} = select {condition} {name}.greater, {type_name} {a}, {type_name} {operands[1]}"
         )
     b = operands[1]
     if op in (Ops.SHL, Ops.SHR):
         instruction = "shl" if op is Ops.SHL else "ashr" if signed else "lshr"
-        count = x.src[1]
-        if count.op is Ops.CONST and 0 <= count.arg < bits:
+        counts = _constant_lanes(x.src[1])
+        if counts is not None and all(0 <= count < bits for count in counts):
             return f"{name} = {instruction} {type_name} {a}, {b}"
-        outside = f"{name}.sign" if op is Ops.SHR and signed else "0"
+        outside = f"{name}.sign" if op is Ops.SHR and signed else splat(0, dtype)
         lines = [
-            f"{name}.inside = icmp ult {type_name} {b}, {bits}",
+            f"{name}.inside = icmp ult {type_name} {b}, {splat(bits, dtype)}",
             f"{name}.shifted = {instruction} {type_name} {a}, {b}",
         ]
-        if outside != "0":
-            lines.append(f"{outside} = ashr {type_name} {a}, {bits - 1}")
-        lines.append(f"{name} = select i1 {name}.inside, {type_name} {name}.shifted, {type_name} {outside}")
+        if op is Ops.SHR and signed:
+            lines.append(f"{outside} = ashr {type_name} {a}, {splat(bits - 1, dtype)}")
+        lines.append(f"{name} = select {condition} {name}.inside, {type_name} {name}.shifted, {type_name} {outside}")
         return "\n".join(lines)
     if op in (Ops.IDIV, Ops.MOD):
-        return _division(name, op, x.src[1], type_name, signed, a, b)
+        return _division(name, op, x.src[1], dtype, a, b)
     if op is Ops.THREEFRY:
         ctx.declare("@llvm.fshl.i32", "declare i32 @llvm.fshl.i32(i32, i32, i32)")
         helper = ctx.declare("@kiln_threefry2x32", threefry_helper())
@@ -366,28 +460,35 @@ def _int_alu(ctx: LLVMWriter, x: UOp, dtype: DType, operands: list[str]) -> str:
     raise ValueError(f"{op!r} is not defined on integer dtype {dtype!r}")
 
 
-def _division(name: str, op: Ops, divisor: UOp, type_name: str, signed: bool, a: str, b: str) -> str:
+def _division(name: str, op: Ops, divisor: UOp, dtype: DType, a: str, b: str) -> str:
+    type_name, condition = llvm_type(dtype), _condition_type(dtype)
+    signed = not dtypes.is_unsigned(dtype)
     instruction = ("sdiv" if op is Ops.IDIV else "srem") if signed else ("udiv" if op is Ops.IDIV else "urem")
-    if divisor.op is Ops.CONST and divisor.arg != 0 and not (signed and divisor.arg == -1):
+    divisors = _constant_lanes(divisor)
+    if divisors is not None and all(d != 0 and not (signed and d == -1) for d in divisors):
         return f"{name} = {instruction} {type_name} {a}, {b}"
     # a zero divisor gives 0 and MIN / -1 wraps (both are undefined in LLVM and trap on x86)
-    lines = [f"{name}.zero = icmp eq {type_name} {b}, 0"]
+    zero = splat(0, dtype)
+    lines = [f"{name}.zero = icmp eq {type_name} {b}, {zero}"]
     unsafe = f"{name}.zero"
     if signed:
-        lines += [f"{name}.minus = icmp eq {type_name} {b}, -1", f"{name}.unsafe = or i1 {name}.zero, {name}.minus"]
+        lines += [
+            f"{name}.minus = icmp eq {type_name} {b}, {splat(-1, dtype)}",
+            f"{name}.unsafe = or {condition} {name}.zero, {name}.minus",
+        ]
         unsafe = f"{name}.unsafe"
     lines += [
-        f"{name}.divisor = select i1 {unsafe}, {type_name} 1, {type_name} {b}",
+        f"{name}.divisor = select {condition} {unsafe}, {type_name} {splat(1, dtype)}, {type_name} {b}",
         f"{name}.raw = {instruction} {type_name} {a}, {name}.divisor",
     ]
     result = f"{name}.raw"
     if signed:
-        special = f"{name}.negated" if op is Ops.IDIV else "0"
+        special = f"{name}.negated" if op is Ops.IDIV else zero
         if op is Ops.IDIV:
-            lines.append(f"{name}.negated = sub {type_name} 0, {a}")
-        lines.append(f"{name}.signed = select i1 {name}.minus, {type_name} {special}, {type_name} {result}")
+            lines.append(f"{name}.negated = sub {type_name} {zero}, {a}")
+        lines.append(f"{name}.signed = select {condition} {name}.minus, {type_name} {special}, {type_name} {result}")
         result = f"{name}.signed"
-    lines.append(f"{name} = select i1 {name}.zero, {type_name} 0, {type_name} {result}")
+    lines.append(f"{name} = select {condition} {name}.zero, {type_name} {zero}, {type_name} {result}")
     return "\n".join(lines)
 
 
@@ -395,23 +496,24 @@ def _division(name: str, op: Ops, divisor: UOp, type_name: str, signed: bool, a:
 
 
 def _cast(ctx: LLVMWriter, x: UOp) -> str:
+    # vectors convert lane by lane with the same instructions; float -> int vectors never get here (_lane_by_lane)
     source, target = x.src[0].dtype, x.dtype
-    if source.count > 1 or target.count > 1:
-        raise ValueError(f"the LLVM IR renderer casts scalars only, got {source!r} -> {target!r}")
+    source_scalar, target_scalar = source.scalar(), target.scalar()
     name, value = ctx[x], ctx.typed(x.src[0])
     source_type, target_type = llvm_type(source), llvm_type(target)
-    if target == dtypes.bool:
+    if target_scalar == dtypes.bool:
         if dtypes.is_float(source):
-            return f"{name} = fcmp une {value}, {llvm_constant(0.0, source)}"
-        return f"{name} = icmp ne {value}, 0"
-    if source == dtypes.bool:
+            return f"{name} = fcmp une {value}, {splat(0.0, source)}"
+        return f"{name} = icmp ne {value}, {splat(0, source)}"
+    if source_scalar == dtypes.bool:
         return f"{name} = {'uitofp' if dtypes.is_float(target) else 'zext'} {value} to {target_type}"
     if dtypes.is_float(source) and dtypes.is_float(target):
-        wider = target.itemsize > source.itemsize
+        wider = target_scalar.itemsize > source_scalar.itemsize
         return f"{name} = {'fpext' if wider else 'fptrunc'} {value} to {target_type}"
     if dtypes.is_float(target):
         return f"{name} = {'uitofp' if dtypes.is_unsigned(source) else 'sitofp'} {value} to {target_type}"
     if dtypes.is_float(source):
+        assert target.count == 1, "vector float -> int casts are rendered lane by lane"
         ctx.intrinsic("fabs", dtypes.float64)
         ctx.intrinsic("trunc", dtypes.float64)
         helper = ctx.declare(f"@kiln_to_{target.name}", float_to_int_helper(target))
@@ -421,7 +523,7 @@ def _cast(ctx: LLVMWriter, x: UOp) -> str:
             value = f"double {name}.double"
         lines.append(f"{name} = call {target_type} {helper}({value})")
         return "\n".join(lines)
-    if target.itemsize < source.itemsize:
+    if target_scalar.itemsize < source_scalar.itemsize:
         return f"{name} = trunc {value} to {target_type}"
     assert source_type != target_type, "casts within one LLVM type are aliases"
     return f"{name} = {'zext' if dtypes.is_unsigned(source) else 'sext'} {value} to {target_type}"
@@ -448,7 +550,9 @@ class LLVMRenderer(Renderer):
     device = "CPU"
     has_threads = True
     thread_max = os.cpu_count() or 1
-    vector_widths = (2, 4, 8)
+    vector_widths = (2, 4, 8, 16)
+    vector_alu = True
+    fuse_multiply_add = True
     native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
     emulated: frozenset[DType] = frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})

@@ -10,6 +10,8 @@ becomes
 AFTER orders memory effects that hash-consing would otherwise merge (the three loads have the same address).
 A sum of WMMA(a, b, 0) updates with WMMA(a, b, running) instead (D = A @ B + C accumulates on the unit).
 A vector REDUCE gets one register per lane, addressed by a vector index (split into scalars by the devectorizer).
+On a renderer that allows it (`Renderer.fuse_multiply_add`), a float32/float64 sum of products a*b updates with
+MULACC(a, b, running): one rounding instead of two, and one fused instruction per lane.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class RegisterSlots:
     """Numbers the DEFINE_REG accumulators of one kernel (ctx of `pm_reduce_to_accumulator`)."""
 
     next_slot: int = 0
+    fuse_multiply_add: bool = False
+    """Sums of float32/float64 products update with MULACC (the renderer's `fuse_multiply_add`)."""
 
     def take(self) -> int:
         """A fresh slot number."""
@@ -64,6 +68,19 @@ def _is_zero(value: UOp) -> bool:
     return (value.op is Ops.CONST and value.arg == 0) or (value.op is Ops.VCONST and all(v == 0 for v in value.arg))
 
 
+def _product_factors(reduction: UOp, value: UOp) -> tuple[UOp, UOp] | None:
+    """(a, b) when a float32/float64 ADD reduce sums a*b (maybe lanes of it picked by a GEP, as expansion leaves it)."""
+    if reduction.arg is not Ops.ADD or reduction.dtype.scalar() not in (dtypes.float32, dtypes.float64):
+        return None
+    lanes: tuple[int, ...] | None = None
+    if value.op is Ops.GEP:
+        value, lanes = value.src[0], value.arg
+    if value.op is not Ops.MUL:
+        return None
+    a, b = value.src
+    return (a, b) if lanes is None else (a.gep(lanes), b.gep(lanes))
+
+
 def _reduce_to_accumulator(ctx: RegisterSlots, reduction: UOp) -> UOp:
     value, ranges = reduction.src[0], reduction.src[1:]
     if not ranges:
@@ -76,6 +93,8 @@ def _reduce_to_accumulator(ctx: RegisterSlots, reduction: UOp) -> UOp:
     running = UOp(Ops.LOAD, reduction.dtype, (_address(_after(accumulator, initialize, *ranges), lanes),))
     if value.op is Ops.WMMA and reduction.arg is Ops.ADD and _is_zero(value.src[2]):
         updated = value.replace(src=(*value.src[:2], running))  # the tensor core adds the accumulator itself
+    elif ctx.fuse_multiply_add and (factors := _product_factors(reduction, value)) is not None:
+        updated = UOp(Ops.MULACC, reduction.dtype, (*factors, running))
     else:
         updated = running.alu(reduction.arg, value)
     update = UOp(Ops.STORE, dtypes.void, (_address(accumulator, lanes), updated))

@@ -3,7 +3,8 @@
 Each lane's address is split into a root expression and a constant (`root + c`). Lanes with the same root and the
 same gate whose constants are consecutive form a run; a run of a supported width w becomes one wide access when
 its alignment is proven: c and the root are multiples of w (buffers are assumed aligned to w elements). Other
-lanes become scalar accesses. Register memory (accumulators) is always accessed lane by lane. Lanes reading the
+lanes become scalar accesses. Register memory (accumulators) is accessed lane by lane, except on renderers with
+vector ALU ops, which read and write the accumulator's lanes as one vector. Lanes reading the
 same address share one load; of lanes writing the same address the last one wins, as in the loop it came from.
 """
 
@@ -19,9 +20,11 @@ Run = tuple[UOp | None, int, int, UOp | None]
 """(root, first constant, width, gate) of one access."""
 
 
-def _split_offset(offset: UOp) -> tuple[UOp | None, int]:
+def _split_offset(offset: UOp, subtraction: bool = False) -> tuple[UOp | None, int]:
     if offset.op is Ops.CONST:
         return None, offset.arg
+    if subtraction and offset.op is Ops.SUB and offset.src[1].op is Ops.CONST:
+        return offset.src[0], -offset.src[1].arg
     if offset.op is Ops.ADD:
         left, right = offset.src
         if right.op is Ops.CONST:
@@ -44,17 +47,25 @@ def known_factor(expression: UOp) -> int:
     return 1
 
 
-def _widths(pointer: DType, renderer: Renderer) -> list[int]:
-    if not isinstance(pointer, PtrDType) or pointer.scope is MemoryScope.REG or pointer.base == dtypes.bool:
+def _widths(pointer: DType, renderer: Renderer, lanes: int) -> list[int]:
+    if not isinstance(pointer, PtrDType) or pointer.base == dtypes.bool:
         return []
+    if pointer.scope is MemoryScope.REG:
+        # a vector-ALU renderer reads and writes a whole accumulator at once, so it can live in vector registers
+        return [lanes] if renderer.vector_alu and lanes > 1 else []
     return sorted((w for w in renderer.vector_widths if w > 1), reverse=True)
 
 
-def _plan(offsets: list[UOp], gates: list[UOp | None], widths: list[int]) -> tuple[list[Run], list[tuple[int, int]]]:
-    """The accesses covering every lane, and for each lane (access number, lane within the access)."""
+def _plan(
+    offsets: list[UOp], gates: list[UOp | None], widths: list[int], unaligned: bool = False
+) -> tuple[list[Run], list[tuple[int, int]]]:
+    """The accesses covering every lane, and for each lane (access number, lane within the access).
+
+    `unaligned` (vector-ALU renderers): a run may start at any constant (LLVM reads and writes unaligned vectors),
+    and `root - c` counts as `root + (-c)`."""
     groups: dict[tuple[UOp | None, UOp | None], dict[int, list[int]]] = {}
     for lane, (offset, gate) in enumerate(zip(offsets, gates)):
-        root, constant = _split_offset(offset)
+        root, constant = _split_offset(offset, subtraction=unaligned)
         groups.setdefault((root, gate), {}).setdefault(constant, []).append(lane)
     runs: list[Run] = []
     placement: list[tuple[int, int]] = [(0, 0)] * len(offsets)
@@ -69,7 +80,8 @@ def _plan(offsets: list[UOp], gates: list[UOp | None], widths: list[int]) -> tup
                 (
                     w
                     for w in widths
-                    if first % w == 0 and factor % w == 0 and all(first + j in present for j in range(w))
+                    if (unaligned or (first % w == 0 and factor % w == 0))
+                    and all(first + j in present for j in range(w))
                 ),
                 1,
             )
@@ -103,7 +115,7 @@ def _legalize_load(ctx: Renderer, load: UOp, index: UOp) -> UOp | None:
         return None
     pointer = index.src[0]
     offsets, gates = _lanes(index)
-    runs, placement = _plan(offsets, gates, _widths(pointer.dtype, ctx))
+    runs, placement = _plan(offsets, gates, _widths(pointer.dtype, ctx, len(offsets)), unaligned=ctx.vector_alu)
     scalar = load.dtype.scalar()
     loads = [UOp(Ops.LOAD, scalar.vec(run[2]), (_address(pointer, run),)) for run in runs]
     return UOp.vectorize(*(loads[access].gep(lane) for access, lane in placement))
@@ -119,7 +131,9 @@ def _legalize_store(ctx: Renderer, store: UOp, index: UOp, value: UOp) -> UOp | 
     for lane, key in enumerate(zip(offsets, gates)):
         last[key] = lane
     kept = sorted(last.values())
-    runs, placement = _plan([offsets[k] for k in kept], [gates[k] for k in kept], _widths(pointer.dtype, ctx))
+    runs, placement = _plan(
+        [offsets[k] for k in kept], [gates[k] for k in kept], _widths(pointer.dtype, ctx, len(kept)), ctx.vector_alu
+    )
     values: list[list[UOp]] = [[] for _ in runs]
     for (access, _), lane in sorted(zip(placement, kept), key=lambda item: item[0]):
         values[access].append(lane_of(value, lane))

@@ -19,7 +19,12 @@ from kiln.codegen.lowering.group_reduce import lower_group_reduces
 from kiln.codegen.lowering.index_dtype import lower_index_dtype
 from kiln.codegen.lowering.loop_ends import normalize_ends
 from kiln.codegen.lowering.memory_access import pm_memory_access
-from kiln.codegen.lowering.vector_folding import pm_scalarize_alu, pm_vector_folding
+from kiln.codegen.lowering.vector_folding import (
+    pm_scalarize_alu,
+    pm_scalarize_index_math,
+    pm_vector_folding,
+    pm_vector_folding_keep_alu,
+)
 from kiln.codegen.renderer import Renderer
 from kiln.uops import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, pm_symbolic
 
@@ -62,7 +67,22 @@ pm_index_symbolic = PatternMatcher([(UPat(dtype=(dtypes.index, dtypes.bool), nam
 """pm_symbolic restricted to dtypes.index and bool uops (scalar or vector)."""
 
 _pm_devectorize = pm_scalarize_alu + pm_vector_folding + pm_index_symbolic
+_pm_keep_vectors = pm_scalarize_index_math + pm_vector_folding_keep_alu + pm_index_symbolic
+
+
+def _devectorize(sink: UOp, renderer: Renderer) -> UOp:
+    # a renderer with vector ALU ops keeps them whole (LLVM maps them onto SIMD registers); others get scalars
+    pm = _pm_keep_vectors if renderer.vector_alu else _pm_devectorize
+    return graph_rewrite(sink, pm, name="devectorize")
+
+
 _pm_memory = pm_memory_access + pm_vector_folding + pm_index_symbolic
+_pm_memory_keep_vectors = pm_memory_access + pm_vector_folding_keep_alu + pm_index_symbolic
+
+
+def _memory_access(sink: UOp, renderer: Renderer) -> UOp:
+    pm = _pm_memory_keep_vectors if renderer.vector_alu else _pm_memory
+    return graph_rewrite(sink, pm, ctx=renderer, name="memory access")
 
 
 def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPass:
@@ -75,14 +95,23 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
     _rewrite_pass("expand", pm_expand, "UPCAST/UNROLL ranges -> vectors"),
     LoweringPass(
         "accumulators",
-        lambda sink, renderer: graph_rewrite(sink, pm_reduce_to_accumulator, ctx=RegisterSlots(), name="accumulators"),
+        lambda sink, renderer: graph_rewrite(
+            sink,
+            pm_reduce_to_accumulator,
+            ctx=RegisterSlots(fuse_multiply_add=renderer.fuse_multiply_add and Ops.MULACC in renderer.native_ops),
+            name="accumulators",
+        ),
         "REDUCE -> DEFINE_REG accumulators and reduce loops",
     ),
     LoweringPass("hardware dims", map_hardware_dims, "GLOBAL/LOCAL/THREAD ranges -> SPECIAL indices"),
-    _rewrite_pass("devectorize", _pm_devectorize, "vector ALU -> scalar ALU; lane algebra folded; indices simplified"),
+    LoweringPass(
+        "devectorize",
+        _devectorize,
+        "vector ALU -> scalar ALU (unless the renderer has vector ALU); lane algebra folded; indices simplified",
+    ),
     LoweringPass(
         "memory access",
-        lambda sink, renderer: graph_rewrite(sink, _pm_memory, ctx=renderer, name="memory access"),
+        _memory_access,
         "vector-of-pointer loads/stores -> scalar and aligned wide accesses of the renderer's widths",
     ),
     _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),

@@ -2,12 +2,15 @@
 
 After expansion most values are vectors built from GEPs and VECTORIZEs of each other. These rules push lane
 selection (GEP) down to where lanes are born (constants, VECTORIZE, loads) so that every value the program keeps
-is either a scalar or a real vector load/store operand.
+is either a scalar or a real vector load/store operand. For a renderer with vector ALU ops
+(`pm_vector_folding_keep_alu`) lane selection stops at data ALU ops: a vector op computes all its lanes at once, and
+a VECTORIZE of all its lanes in order folds back into it. Index math (and bool math on it) is still split per lane,
+since memory access reads each lane's address as a scalar expression.
 """
 
 from __future__ import annotations
 
-from kiln.uops import GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat
+from kiln.uops import GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 
 def lane_of(value: UOp, lane: int) -> UOp:
@@ -40,6 +43,19 @@ def _fold_gep(gep: UOp, x: UOp) -> UOp | None:
     return None
 
 
+def _is_index_math(node: UOp) -> bool:
+    scalar = node.dtype.scalar()
+    if scalar == dtypes.index:
+        return True
+    return scalar == dtypes.bool and all(source.dtype.scalar() in (dtypes.index, dtypes.bool) for source in node.src)
+
+
+def _fold_gep_keep_alu(gep: UOp, x: UOp) -> UOp | None:
+    if x.op in GroupOp.Elementwise and not _stays_scalar(x):
+        return x if gep.arg == tuple(range(x.dtype.count)) else None
+    return _fold_gep(gep, x)
+
+
 def _fold_vectorize(vector: UOp) -> UOp | None:
     first = vector.src[0]
     if all(source.op is Ops.CONST for source in vector.src):
@@ -66,6 +82,31 @@ pm_vector_folding = PatternMatcher(
     ]
 )
 """GEP of VECTORIZE/VCONST/GEP/elementwise/INDEX folded; VECTORIZE of constants or of every lane of one value folded."""
+
+pm_vector_folding_keep_alu = PatternMatcher(
+    [
+        (UPat(Ops.GEP, src=(UPat.var("x"),), name="gep"), _fold_gep_keep_alu),
+        (UPat(Ops.VECTORIZE, name="vector"), _fold_vectorize),
+    ]
+)
+"""`pm_vector_folding` for renderers with vector ALU ops: GEPs stay outside data ALU ops (see the module docstring)."""
+
+_VECTOR_ALU_FLOATS = frozenset({dtypes.float32, dtypes.float64})
+
+
+def _stays_scalar(node: UOp) -> bool:
+    # index math (see the module docstring), THREEFRY (scalar by the spec) and the narrow float formats, which
+    # renderers emulate or compute exactly (MULACC) one lane at a time
+    if _is_index_math(node) or node.op is Ops.THREEFRY:
+        return True
+    kinds = {node.dtype.scalar(), *(source.dtype.scalar() for source in node.src)}
+    return any(dtypes.is_float(kind) and kind not in _VECTOR_ALU_FLOATS for kind in kinds)
+
+
+pm_scalarize_index_math = PatternMatcher(
+    [(UPat(GroupOp.Elementwise, name="node"), lambda node: _scalarize(node) if _stays_scalar(node) else None)]
+)
+"""Vector index math, THREEFRY and narrow-float ops -> a VECTORIZE of scalar ops (the rest stays vector)."""
 
 pm_scalarize_alu = PatternMatcher([(UPat(GroupOp.Elementwise, name="node"), _scalarize)])
 """Vector ALU / CAST / BITCAST ops -> a VECTORIZE of scalar ops (one per lane)."""

@@ -14,7 +14,17 @@ The recipe, in order (each step is skipped when its opt is illegal):
    threads) that split vector ALU ops into scalars: their compiler's loop vectorizer turns the plain scalar loop
    into full-width vector code, while the scalarized lanes of an upcast are only partly re-vectorized (measured
    with benchmarks/tensor_bench.py: the fused exp2 chain ran 1.5x faster on LLVM, 1.2x on C).
-4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it.
+   Vector-ALU CPU renderers (LLVM IR) take their own steps 2 and 3 instead:
+   2v. A kernel reducing a product of two loads (matmul, or conv2d through its padding guard) gets a register tile:
+       the "rows" axis (only one operand walks it; its element is broadcast) is upcast first, then the "columns"
+       axis (the other operand is contiguous along it) by 32 or 16, the first of MATMUL_TILES that keeps the
+       columns the inner lanes (each row of the contiguous operand is then one vector load; 8 x 32 floats are 16
+       AVX-512 accumulators, updated with one fused multiply-add each per reduce step). The reduce stays rolled.
+   3v. Else, when the reduced value has a transcendental (the softmax exp-sum), the innermost reduce axis along
+       which a load is contiguous is unrolled by the widest vector width (16 exps at once); else step 3 as above
+       (a plain sum or max keeps output lanes: independent accumulators, 2x faster on a 16M sum).
+4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it
+   (not on vector-ALU CPU renderers once something is upcast: their horizontal reduce would be lane shuffles).
 5. Renderers with local threads: LOCAL on the output axes, innermost first, by the largest of 32/16/8/4/2 that
    divides the axis while the block stays within 128 threads (and the renderer's limit); at most two axes.
 6. Renderers with CPU threads: THREAD on the outermost loop axis by the largest divisor of its size that is at
@@ -30,6 +40,10 @@ from kiln.codegen.opt.kernel_axes import axes_of, constant_size, product_of_size
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp
 
+_TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
+"""Ops whose decompositions are long enough that running them in vector lanes pays for a horizontal reduce."""
+MATMUL_TILES = ((8, 32), (4, 32), (16, 16), (8, 16), (4, 16), (2, 16), (4, 8), (2, 8))
+"""(rows, columns) register tiles of matmul-shaped kernels on vector-ALU CPU renderers, best first."""
 GROUP_OUTPUT_LIMIT = 256
 GROUP_REDUCE_MINIMUM = 1024
 THREAD_WORK_MINIMUM = 2**14
@@ -73,6 +87,28 @@ def _matmul_operands(sink: UOp) -> tuple[UOp, UOp] | None:
     return left.src[0], right.src[0]
 
 
+def _strip_padding(node: UOp) -> UOp:
+    # WHERE(valid, x, 0): a padded read (conv2d), the load it guards is the operand
+    node = _strip_casts(node)
+    if node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0:
+        return _strip_casts(node.src[1])
+    return node
+
+
+def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
+    """`_matmul_operands`, also through padding guards: a matmul or a convolution (vector-ALU CPU renderers)."""
+    reduces = reduces_of(sink)
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+        return None
+    product = _strip_casts(reduces[0].src[0])
+    if product.op is not Ops.MUL:
+        return None
+    left, right = (_strip_padding(s) for s in product.src)
+    if left.op is not Ops.LOAD or right.op is not Ops.LOAD:
+        return None
+    return left.src[0], right.src[0]
+
+
 def _store_indices(sink: UOp) -> list[UOp]:
     return [n.src[0].src[1] for n in sink.toposort() if n.op is Ops.STORE and n.src[0].src[0].op is Ops.DEFINE_GLOBAL]
 
@@ -85,6 +121,69 @@ def _largest_dividing(size: int | None, choices: tuple[int, ...], limit: int) ->
     if size is None:
         return None
     return next((c for c in sorted(choices, reverse=True) if c <= limit and size % c == 0), None)
+
+
+def _stride_near_origin(index_expression: UOp, rng: UOp) -> int | None:
+    """`stride_of`, or else the growth from rng = 0 to 1 with every other range at 0 (padded reads are affine inside
+    the image only, and the symbolic simplifier cannot prove it for the whole range)."""
+    exact = stride_of(index_expression, rng)
+    if exact is not None:
+        return exact
+    others = {r: r.const_like(0) for r in index_expression.toposort() if r.op is Ops.RANGE and r is not rng}
+    at = [index_expression.substitute({**others, rng: rng.const_like(value)}).simplify() for value in (0, 1)]
+    return int(at[1].arg - at[0].arg) if all(point.op is Ops.CONST for point in at) else None
+
+
+def _vector_matmul_tile(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
+    """Register tile of a matmul-shaped kernel for a vector-ALU CPU renderer (see the module docstring, step 2)."""
+    columns = rows = None
+    contiguous = 0
+    for rng in reversed(_output_axes(build.sink)):
+        strides = [_stride_near_origin(index.src[1], rng) for index in operands]
+        if columns is None and sorted(strides, key=lambda s: -1 if s is None else s) == [0, 1]:
+            columns, contiguous = rng, strides.index(1)
+    if columns is None:
+        return False
+    for rng in reversed(_output_axes(build.sink)):
+        strides = [_stride_near_origin(index.src[1], rng) for index in operands]
+        if rng is not columns and strides[contiguous] == 0 and strides[1 - contiguous] != 0:
+            rows = rng
+            break
+    if rows is None:
+        return False
+    start_sink, start_opts = build.sink, list(build.opts)
+    for row_amount, column_amount in MATMUL_TILES:
+        build.sink, build.opts = start_sink, list(start_opts)
+        if not build.attempt(Opt(OptOps.UPCAST, rows.arg.axis, row_amount)):
+            continue
+        if not build.attempt(Opt(OptOps.UPCAST, columns.arg.axis, column_amount)):
+            continue
+        # lanes are ordered by axis number: the columns must be the inner lanes (one contiguous vector per row)
+        upcast = axes_of(build.sink, AxisKind.UPCAST)
+        tiled = _product_loads(build.sink)
+        assert tiled is not None, "upcasts keep the product of two loads"
+        column_lanes = [r for r in upcast if _stride_near_origin(tiled[contiguous].src[1], r) == 1]
+        if column_lanes and all(column_lanes[0].arg.axis >= r.arg.axis for r in upcast):
+            return True
+    build.sink, build.opts = start_sink, start_opts
+    return False
+
+
+def _vector_reduce_unroll(build: _Builder) -> bool:
+    """UNROLL the innermost reduce axis along which a load is contiguous by a vector width (step 3 of the module
+    docstring, vector-ALU CPU renderers): its elementwise work (exp of a softmax) runs in vector lanes."""
+    reduce_axes = axes_of(build.sink, AxisKind.REDUCE)
+    if not reduce_axes or not any(n.op in _TRANSCENDENTAL for r in reduces_of(build.sink) for n in r.toposort()):
+        # a plain sum / max is latency-bound on its one accumulator: the output lanes of the usual steps give it
+        # independent accumulators (measured: sum of 16M floats 2x faster that way than with a 16-lane unroll)
+        return False
+    last = reduce_axes[-1]
+    loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
+    if not any(stride_of(index.src[1], last) == 1 for index in loads):
+        return False
+    widths = tuple(w for w in build.renderer.vector_widths if w > 1)
+    width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
+    return width is not None and build.attempt(Opt(OptOps.UNROLL, last.arg.axis, width))
 
 
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
@@ -104,7 +203,14 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
     # 2. register blocking of matmul-shaped kernels, or 3. vector width of the innermost contiguous axis
     unrolled = False
     blocked = 0
-    if _matmul_operands(build.sink) is not None:
+    vector_cpu = renderer.vector_alu and renderer.has_threads
+    operands = _matmul_operands(build.sink)
+    if vector_cpu:
+        products = _product_loads(build.sink)
+        tiled = products is not None and _vector_matmul_tile(build, products)
+        if tiled or _vector_reduce_unroll(build):
+            blocked = unrolled = True
+    elif operands is not None:
         for axis in reversed([r.arg.axis for r in _output_axes(build.sink)]):
             operands = _matmul_operands(build.sink)
             rng = range_by_axis(build.sink)[axis]
@@ -131,8 +237,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
                     build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, width))
                 break
 
-    # 4. unroll short or divisible reduce axes
-    if not unrolled:
+    # 4. unroll short or divisible reduce axes (not under vector lanes: their horizontal reduce would be shuffles)
+    if not unrolled and not (vector_cpu and axes_of(build.sink, AxisKind.UPCAST)):
         for rng in axes_of(build.sink, AxisKind.REDUCE):
             reduce_size = constant_size(rng)
             if reduce_size is not None and reduce_size <= 8:
