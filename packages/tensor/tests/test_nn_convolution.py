@@ -343,3 +343,29 @@ def test_conv_transpose_errors() -> None:
         ValueError, match=r"conv_transpose2d weight must have 4 dims \(in_channels, out_channels / groups"
     ):
         Tensor.zeros(1, 1, 2, 2).conv_transpose2d(Tensor.zeros(1, 1, 3))
+
+
+def test_a_large_padded_input_is_padded_into_a_buffer_first() -> None:
+    # from PADDED_INPUT_BUFFER_MINIMUM elements the padding is one copy kernel, then the guard-free reduce kernel
+    x_data = RNG.standard_normal((4, 8, 30, 30)).astype(np.float32)  # padded: 4 * 8 * 32 * 32 = 32768 elements
+    weight_data = RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    weight = Tensor(weight_data).realize()
+    for batch, kernels in ((4, 1), (8, 2)):
+        images = Tensor(np.concatenate([x_data] * (batch // 4))).realize()
+        GlobalCounters.reset()
+        result = images.conv2d(weight, padding=1).realize()
+        assert GlobalCounters.kernel_count == kernels, batch
+        expected = convolution_reference(np.concatenate([x_data] * (batch // 4)), weight_data, None, 1, 1, 1, 1)
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+    # the buffer is an ordinary intermediate for autograd: d(sum of conv)/dx matches the one-kernel form
+    big = Tensor(np.concatenate([x_data] * 2), requires_grad=True)
+    (gradient,) = big.conv2d(weight, padding=1).sum().gradient(big)
+    ones = np.ones((8, 8, 30, 30), np.float32)
+    per_tap = weight_data.sum(axis=0)  # each input pixel meets every in-bounds tap of every output channel
+    padded = np.pad(ones, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected_gradient = np.zeros_like(ones)
+    for dy in range(3):
+        for dx in range(3):
+            # output (oy, ox) reads input (oy + dy - 1, ox + dx - 1): a pixel gets the tap when that output exists
+            expected_gradient += per_tap[None, :, dy, dx, None, None] * padded[:, :, 2 - dy : 32 - dy, 2 - dx : 32 - dx]
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient, rtol=1e-4, atol=1e-4)

@@ -11,6 +11,7 @@ with the kernel flipped and its channel dims swapped within each group.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from kiln.tensor.ops._checks import check_int, check_same_device
@@ -25,6 +26,10 @@ __all__ = ["ConvolutionMixin"]
 
 Padding = int | tuple[int, ...] | str
 _NAMES = {1: "conv1d", 2: "conv2d", 3: "conv3d"}
+
+
+PADDED_INPUT_BUFFER_MINIMUM = 2**16
+"""Elements of a padded convolution input from which the padding is written to a buffer first (one extra kernel)."""
 
 
 def _check_layout(x: Tensor, weight: object, spatial: int, name: str, weight_layout: str) -> tuple[Tensor, bool]:
@@ -113,6 +118,11 @@ def _convolve(
         )
     dtype = product_dtype(name, x, weight, *([bias] if bias is not None else []))
     padded = x._cast(dtype)._movement(Ops.PAD, ((0, 0), (0, 0), *padding))
+    if any(pair != (0, 0) for pair in padding) and math.prod(padded.shape) >= PADDED_INPUT_BUFFER_MINIMUM:
+        # a cheap copy kernel writes the padded input: the convolution's inner loop then reads whole vectors with no
+        # bounds guard per lane (conv2d (32,16,32,32)x(32,16,3,3) padding 1: 5.7 ms -> 3.2 ms on the CPU device);
+        # small inputs keep the guard and stay one kernel
+        padded = padded.contiguous()
     windows = sliding_windows(padded, kernel, stride, dilation)  # (batch, in_channels, *out, *kernel)
     out = windows.shape[2 : 2 + spatial]
     out_per_group = out_channels // groups
