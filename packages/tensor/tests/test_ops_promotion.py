@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kiln.runtime import Device
-from kiln.tensor.ops.promotion import result_type
+from kiln.tensor.ops.promotion import (
+    DIMENSIONED,
+    PYTHON_SCALAR,
+    ZERO_DIM,
+    operand_kind,
+    promote_kinds,
+    promote_kinds_uncached,
+    result_type,
+)
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
 DEVICE = "PYTHON"
+Array = np.ndarray[Any, Any]
 
 
 @pytest.fixture(autouse=True)
@@ -209,3 +220,104 @@ def test_scalar_and_reverse_forms_of_division() -> None:
     for result, wanted in zip(results, expected):
         np.testing.assert_allclose(result.numpy(), wanted, rtol=1e-6)
     assert results[3].dtype is dtypes.float32 and results[2].dtype is dtypes.int32
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the memoized promotion and the Python-scalar fast path of the operators
+# ---------------------------------------------------------------------------------------------------------------
+
+TIERS = (DIMENSIONED, ZERO_DIM, PYTHON_SCALAR)
+
+
+def _outcome(rule: object, kinds: tuple[tuple[int, DType], ...]) -> object:
+    # the dtype, or the type of the error for pairs that have no promotion rule (uint64 with a signed dtype)
+    try:
+        return rule(kinds)  # type: ignore[operator]
+    except (TypeError, ValueError) as error:
+        return type(error)
+
+
+def test_memoized_promotion_equals_the_rules_for_every_kind_pair() -> None:
+    kinds = [(tier, dtype) for tier in TIERS for dtype in dtypes.all]
+    for pair in itertools.product(kinds, repeat=2):
+        expected = _outcome(promote_kinds_uncached, pair)
+        assert _outcome(promote_kinds, pair) is expected, pair  # first call: computed (or cached by an op)
+        assert _outcome(promote_kinds, pair) is expected, pair  # second call: from the cache
+    for triple in [((0, d.int16), (1, d.float64), (2, d.float32)), ((1, d.bool), (2, d.int32), (2, d.float32))]:
+        assert promote_kinds(triple) is promote_kinds_uncached(triple)
+
+
+def test_operand_kind_names_the_tier() -> None:
+    assert operand_kind(T(d.int8)) == (DIMENSIONED, d.int8)
+    assert operand_kind(Z(d.float16)) == (ZERO_DIM, d.float16)
+    assert operand_kind(np.float64(2.0)) == (PYTHON_SCALAR, dtypes.default_float)
+    assert operand_kind(True) == (PYTHON_SCALAR, d.bool)
+    with pytest.raises(TypeError, match="got 'a' of type str"):
+        operand_kind("a")  # type: ignore[arg-type]
+
+
+def test_a_new_default_float_is_not_hidden_by_the_cache() -> None:
+    x = T(d.int32)
+    assert (x + 1.5).dtype is d.float32 and result_type(x, 1.5) is d.float32
+    dtypes.default_float = d.float16
+    try:
+        assert (x + 1.5).dtype is d.float16
+        assert (1.5 * x).dtype is d.float16
+        assert result_type(x, 1.5) is d.float16
+    finally:
+        dtypes.default_float = d.float32
+    assert (x + 1.5).dtype is d.float32
+
+
+SCALAR_DTYPES = [d.bool, d.int8, d.uint8, d.int32, d.int64, d.float16, d.float32, d.float64]
+SCALARS: list[bool | int | float] = [True, 3, -2, 2.5, -0.0]
+OPERATORS: dict[str, Callable[[Any, Any], Any]] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
+
+def _numpy_scalar(value: bool | int | float) -> np.generic:
+    # the same number as a numpy scalar: operators take the general (unwrapping) path for it
+    if isinstance(value, bool):
+        return np.bool_(value)
+    return np.int64(value) if isinstance(value, int) else np.float64(value)
+
+
+@pytest.mark.parametrize("dtype", SCALAR_DTYPES)
+def test_python_scalar_operands_match_numpy(dtype: DType) -> None:
+    values = np.array([0, 1, 5, 7], dtype=dtype.fmt) if dtype is not d.bool else np.array([True, False, True, False])
+    results: list[tuple[Tensor, Tensor, Array]] = []
+    for shape in [(4,), ()]:
+        data = values if shape else values[1]
+        x = Tensor(data, dtype=dtype)
+        for scalar, (name, op), reverse in itertools.product(SCALARS, OPERATORS.items(), [False, True]):
+            expected_dtype = result_type(x, scalar)
+            if name == "sub" and expected_dtype is d.bool:
+                with pytest.raises(TypeError, match="subtracting bool"):
+                    op(scalar, x) if reverse else op(x, scalar)
+                continue
+            fast = op(scalar, x) if reverse else op(x, scalar)
+            # a numpy scalar on the left would take over the operator: call the Tensor's reflected method
+            general = getattr(x, f"__r{name}__" if reverse else f"__{name}__")(_numpy_scalar(scalar))
+            assert fast.dtype is expected_dtype and general.dtype is expected_dtype and fast.shape == shape
+            # numpy in the promoted dtype is the oracle (C-style wraparound for narrow integers, like kiln)
+            left = np.asarray(data).astype(expected_dtype.fmt)
+            right = np.asarray(scalar).astype(expected_dtype.fmt)
+            with np.errstate(over="ignore"):
+                wanted = op(right, left) if reverse else op(left, right)
+            results.append((fast, general, np.asarray(wanted)))
+    Tensor.realize_all(*(t for fast, general, _ in results for t in (fast, general)))
+    for fast, general, wanted in results:
+        np.testing.assert_array_equal(fast.numpy(), wanted)
+        np.testing.assert_array_equal(general.numpy(), wanted)
+
+
+def test_scalar_fast_path_keeps_its_checks() -> None:
+    # the logical ops fix the operand dtype to bool, where an infinite or nan scalar has no meaning (as before)
+    for value in (math.inf, np.float64(math.inf)):
+        with pytest.raises(ValueError, match=r"logical_and: cannot use inf with a dtypes.bool operand"):
+            T(d.float32).logical_and(value)
+    with pytest.raises(ValueError, match=r"logical_or: cannot use nan with a dtypes.bool operand"):
+        T(d.int8).logical_or(math.nan)
+    assert (T(d.float16) + math.inf).dtype is d.float16 and (T(d.int32) + math.inf).dtype is d.float32
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    assert (x * 2).requires_grad is True and (x > 1).requires_grad is None
+    assert (T(d.float32) + 1).requires_grad is None

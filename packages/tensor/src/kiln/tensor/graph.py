@@ -151,18 +151,23 @@ def const_value(uop: UOp) -> ConstType | None:
     return value
 
 
-def _shapes_match(uops: Sequence[UOp], what: str) -> Shape:
-    shapes = [shape_of(u) for u in uops]
-    if any(shape != shapes[0] for shape in shapes):
-        raise ValueError(f"{what}: operands must have one shape (broadcast first), got {shapes}")
-    return shapes[0]
+def _shapes_match(uops: Sequence[UOp], op: Ops) -> Shape:
+    # plain loop, no generators: this runs on every elementwise op built
+    first = shape_of(uops[0])
+    for u in uops[1:]:
+        if shape_of(u) != first:
+            shapes = [shape_of(u) for u in uops]
+            raise ValueError(f"{op.name}: operands must have one shape (broadcast first), got {shapes}")
+    return first
 
 
-def _devices_match(uops: Sequence[UOp], what: str) -> str:
-    devices = [device_of(u) for u in uops]
-    if any(device != devices[0] for device in devices):
-        raise ValueError(f"{what}: operands must be on one device (use .to(device)), got {devices}")
-    return devices[0]
+def _devices_match(uops: Sequence[UOp], op: Ops) -> str:
+    first = device_of(uops[0])
+    for u in uops[1:]:
+        if device_of(u) != first:
+            devices = [device_of(u) for u in uops]
+            raise ValueError(f"{op.name}: operands must be on one device (use .to(device)), got {devices}")
+    return first
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,8 +241,8 @@ def alu(op: Ops, *operands: UOp) -> UOp:
     """The ALU op `op` over `operands` of one shape and device (and one dtype; WHERE takes a bool condition)."""
     if op not in GroupOp.ALU:
         raise ValueError(f"{op!r} is not an ALU op; expected one of GroupOp.ALU")
-    _shapes_match(operands, op.name)
-    _devices_match(operands, op.name)
+    _shapes_match(operands, op)
+    _devices_match(operands, op)
     return operands[0].alu(op, *operands[1:])
 
 
@@ -381,7 +386,12 @@ def fold_movement_chains(uop: UOp) -> UOp:
             continue
         stack.pop()
         folded = node
-        if any(source.__dict__[_FOLDED] is not _UNCHANGED for source in node.src):
+        changed = False
+        for source in node.src:  # a loop, not any(<generator>): this walk runs on every realize
+            if source.__dict__[_FOLDED] is not _UNCHANGED:
+                changed = True
+                break
+        if changed:
             folded = node.replace(src=tuple([_folded(source) for source in node.src]))
             # same sources' shapes and devices, so the same shape and device: keep the cached ones
             for slot in ("tensor_shape", "tensor_device"):

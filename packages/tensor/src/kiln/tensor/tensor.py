@@ -113,7 +113,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         """A Tensor wrapping tensor-graph node `uop` (no checks: callers build valid nodes)."""
         tensor = cls.__new__(cls)
         tensor.uop = uop
-        tensor.requires_grad = requires_grad
+        if requires_grad is None:
+            # what the requires_grad setter does for None on a new object (nothing is registered under its id)
+            tensor.__dict__["_requires_grad"] = None
+        else:
+            tensor.requires_grad = requires_grad
         tensor.grad = None
         return tensor
 
@@ -125,12 +129,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def _result(self, uop: UOp, *others: Tensor) -> Tensor:
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        wants = (
-            not Tensor.no_grad
-            and (self.requires_grad is True or any(o.requires_grad is True for o in others))
-            and dtypes.is_float(uop.dtype)
-        )
-        return Tensor._from_uop(uop, True if wants else None)
+        if Tensor.no_grad or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
+            return Tensor._from_uop(uop)
+        return Tensor._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
 
     # -----------------------------------------------------------------------------------------------------------
     # primitive builders (operands already broadcast and promoted by the public methods)

@@ -89,6 +89,8 @@ def shape_argument(shape: tuple[Any, ...], what: str = "shape") -> tuple[int, ..
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape `shapes` broadcast to under numpy's rules (align on the right; size-1 dims stretch)."""
+    if shapes and all(shape == shapes[0] for shape in shapes):
+        return tuple(shapes[0])  # the common case (operands of one shape) needs no per-dim work
     ndim = max((len(shape) for shape in shapes), default=0)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []

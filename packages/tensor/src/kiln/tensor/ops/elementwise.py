@@ -13,9 +13,20 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, TypeGuard
 
+from kiln.tensor import graph
 from kiln.tensor.ops._checks import broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
-from kiln.tensor.ops.promotion import result_type, scalar_value, true_divide_dtype
+from kiln.tensor.ops.promotion import (
+    DIMENSIONED,
+    PYTHON_SCALAR,
+    ZERO_DIM,
+    promote_kinds,
+    result_type,
+    scalar_dtype,
+    scalar_value,
+    tensor_class,
+    true_divide_dtype,
+)
 from kiln.tensor.ops.unary import UnaryMixin
 from kiln.uops import ConstType, DType, Ops, dtypes
 
@@ -26,9 +37,11 @@ __all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
 
 
 def _is_tensor(value: object) -> TypeGuard[Tensor]:
-    from kiln.tensor.tensor import Tensor
+    return isinstance(value, tensor_class())
 
-    return isinstance(value, Tensor)
+
+# exact Python number types take the scalar fast path in `_operands` (subclasses and numpy scalars go the long way)
+_PYTHON_NUMBERS: frozenset[type] = frozenset({bool, int, float})
 
 
 class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
@@ -67,6 +80,8 @@ class ElementwiseMixin(UnaryMixin):
         self: Tensor, other: Tensor | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
     ) -> tuple[Tensor, Tensor]:
         """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`."""
+        if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
+            return self._scalar_operands(other, what, reverse, dtype)
         target = result_type(self, other) if dtype is None else dtype
         other_shape = other.shape if _is_tensor(other) else ()
         try:
@@ -75,6 +90,21 @@ class ElementwiseMixin(UnaryMixin):
             raise ValueError(f"{what}: {error}") from None
         left = self._cast(target)._broadcast_to(shape)
         right = self._operand(other, target, shape, what)
+        return (right, left) if reverse else (left, right)
+
+    def _scalar_operands(
+        self: Tensor, number: ConstType, what: str, reverse: bool, dtype: DType | None
+    ) -> tuple[Tensor, Tensor]:
+        # `_operands` for a plain Python bool / int / float: the scalar already fits any shape (no broadcast of
+        # self), promotion is one memoized lookup, and this tensor's device is already canonical and checked
+        shape = self.shape
+        if dtype is None:
+            kinds = ((DIMENSIONED if shape else ZERO_DIM, self.dtype), (PYTHON_SCALAR, scalar_dtype(number)))
+            dtype = promote_kinds(kinds)
+        if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
+            raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
+        left = self._cast(dtype)
+        right = self._from_uop(graph.const(number, dtype, self.device, shape))
         return (right, left) if reverse else (left, right)
 
     def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:

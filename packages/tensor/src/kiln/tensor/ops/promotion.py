@@ -10,10 +10,14 @@ PyTorch ranks operands in three tiers and lets a lower tier decide the result on
 
 So `int8 tensor + 1000` stays int8, `int32 tensor + 1.5` is `default_float`, `float16 tensor + float64 0-dim tensor`
 stays float16, but `int32 tensor + float64 0-dim tensor` is float64. Within a tier dtypes join on the lattice.
+
+Every elementwise op promotes its operands, so the result for each tuple of operand kinds (tier, dtype) is
+memoized (`promote_kinds`); `promote_kinds_uncached` is the same rule without the cache.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +27,39 @@ from kiln.uops import ConstType, DType, dtypes, least_upper_dtype
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
 
-__all__ = ["category", "result_type", "scalar_dtype", "scalar_value", "true_divide_dtype"]
+__all__ = [
+    "DIMENSIONED",
+    "PYTHON_SCALAR",
+    "ZERO_DIM",
+    "OperandKind",
+    "category",
+    "operand_kind",
+    "promote_kinds",
+    "promote_kinds_uncached",
+    "result_type",
+    "scalar_dtype",
+    "scalar_value",
+    "tensor_class",
+    "true_divide_dtype",
+]
+
+# the three promotion tiers, highest first
+DIMENSIONED = 0
+ZERO_DIM = 1
+PYTHON_SCALAR = 2
+
+OperandKind = tuple[int, DType]
+"""What promotion sees of one operand: its tier (DIMENSIONED, ZERO_DIM, PYTHON_SCALAR) and its dtype."""
+
+_PROMOTION_CACHE_SIZE = 4096  # distinct operand-kind tuples remembered (pairs of all dtypes and tiers fit)
+
+
+@functools.cache
+def tensor_class() -> type[Tensor]:
+    """The `Tensor` class (imported on first use: kiln.tensor.tensor imports the ops modules), remembered."""
+    from kiln.tensor.tensor import Tensor
+
+    return Tensor
 
 
 def category(dtype: DType) -> int:
@@ -66,6 +102,33 @@ def _join(found: list[DType]) -> DType | None:
     return least_upper_dtype(*found) if found else None
 
 
+def promote_kinds_uncached(kinds: tuple[OperandKind, ...]) -> DType:
+    """The promoted dtype of operands of `kinds` (tier, dtype), computed from the rules (no cache)."""
+    tiers: tuple[list[DType], list[DType], list[DType]] = ([], [], [])
+    for tier, dtype in kinds:
+        tiers[tier].append(dtype)
+    dimensioned, zero_dim, wrapped = tiers
+    result = _combine(_join(dimensioned), _combine(_join(zero_dim), _join(wrapped)))
+    if result is None:
+        raise ValueError("result_type needs at least one operand")
+    return result
+
+
+promote_kinds = functools.lru_cache(maxsize=_PROMOTION_CACHE_SIZE)(promote_kinds_uncached)
+"""`promote_kinds_uncached`, memoized: the dtype lattice walk runs once per distinct tuple of operand kinds."""
+
+
+def operand_kind(operand: Tensor | ConstType) -> OperandKind:
+    """The (tier, dtype) promotion sees of `operand`, a Tensor or a Python / numpy scalar (TypeError otherwise).
+
+    A scalar's dtype is resolved here (not in the memoized rule), so changing `dtypes.default_float` /
+    `dtypes.default_int` takes effect at once.
+    """
+    if isinstance(operand, tensor_class()):
+        return (DIMENSIONED if operand.ndim else ZERO_DIM, operand.dtype)
+    return (PYTHON_SCALAR, scalar_dtype(scalar_value(operand)))
+
+
 def result_type(*operands: Tensor | ConstType) -> DType:
     """The dtype PyTorch gives an elementwise op over `operands` (Tensors and Python scalars).
 
@@ -73,20 +136,7 @@ def result_type(*operands: Tensor | ConstType) -> DType:
         >>> result_type(Tensor([1, 2], dtype=dtypes.int8), 1000) is dtypes.int8
         True
     """
-    from kiln.tensor.tensor import Tensor
-
-    dimensioned: list[DType] = []
-    zero_dim: list[DType] = []
-    wrapped: list[DType] = []
-    for operand in operands:
-        if isinstance(operand, Tensor):
-            (dimensioned if operand.ndim else zero_dim).append(operand.dtype)
-        else:
-            wrapped.append(scalar_dtype(scalar_value(operand)))
-    result = _combine(_join(dimensioned), _combine(_join(zero_dim), _join(wrapped)))
-    if result is None:
-        raise ValueError("result_type needs at least one operand")
-    return result
+    return promote_kinds(tuple(operand_kind(operand) for operand in operands))
 
 
 def true_divide_dtype(dtype: DType) -> DType:
