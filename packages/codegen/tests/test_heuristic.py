@@ -149,3 +149,24 @@ def test_vector_cpu_opts_compute_what_numpy_computes(sink_name: str) -> None:
     out = np.zeros(expected.size, np.float32)
     run_program(program, [out, *inputs], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "column_padding"),
+    [(60, 60, 16, 32), (36, 120, 8, 32), (20, 17, 5, None)],  # 17 -> 32 would waste more than 1/8: left alone
+)
+def test_vector_cpu_pads_untileable_matmul_sizes_and_computes_what_numpy_computes(
+    m: int, n: int, k: int, column_padding: int | None
+) -> None:
+    # columns/rows no tile divides are padded up (PADTO) when that wastes at most 1/8; the padding lanes store nothing
+    renderer = _VectorCPU()
+    sink = matmul(m, n, k)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert next((opt.arg for opt in opts if opt.op is OptOps.PADTO and opt.axis == 1), None) == column_padding
+    rng = np.random.default_rng(6)
+    a = rng.integers(-4, 4, (m, k)).astype(np.float32)
+    b = rng.integers(-4, 4, (k, n)).astype(np.float32)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(m * n, np.nan, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, (a @ b).reshape(-1))
