@@ -242,3 +242,24 @@ def test_einsum_argument_types() -> None:
         Tensor.einsum("->")
     with pytest.raises(TypeError, match="einsum is not defined for bool tensors"):
         Tensor.einsum("i->i", Tensor([True]))
+
+
+@pytest.mark.parametrize(("rows", "inner", "columns"), [(64, 1024, 512), (70, 1024, 1000), (96, 4096, 130)])
+def test_a_large_matmul_copies_its_right_operand_into_panels(rows: int, inner: int, columns: int) -> None:
+    # from PACKED_MINIMUM_ELEMENTS the right operand is first copied into contiguous column panels (zero-filled up
+    # to a whole panel): two kernels, numpy's product, and the gradient of both operands through the copy
+    from kiln.tensor.ops.linalg import PACKED_MINIMUM_ELEMENTS, PACKED_MINIMUM_ROWS
+
+    assert inner * columns >= PACKED_MINIMUM_ELEMENTS and rows >= PACKED_MINIMUM_ROWS
+    generator = np.random.default_rng(rows + columns)
+    a = generator.integers(-3, 4, (rows, inner)).astype(np.float32)  # small integers: every sum is exact
+    b = generator.integers(-3, 4, (inner, columns)).astype(np.float32)
+    left, right = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    GlobalCounters.reset()
+    product = (left @ right).realize()
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_array_equal(product.numpy(), a @ b)
+    weights = generator.integers(-2, 3, (rows, columns)).astype(np.float32)
+    left_grad, right_grad = (product * Tensor(weights)).sum().gradient(left, right)
+    np.testing.assert_array_equal(left_grad.numpy(), weights @ b.T)
+    np.testing.assert_array_equal(right_grad.numpy(), a.T @ weights)
