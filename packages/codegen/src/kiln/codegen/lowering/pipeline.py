@@ -112,7 +112,7 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
     LoweringPass(
         "memory access",
         _memory_access,
-        "vector-of-pointer loads/stores -> scalar and aligned wide accesses of the renderer's widths",
+        "vector-of-pointer loads/stores -> scalar and wide accesses (aligned unless the renderer has vector ALU)",
     ),
     _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),
     LoweringPass("dtype emulation", emulate_dtypes, "dtypes the renderer lacks -> computed through float32"),
