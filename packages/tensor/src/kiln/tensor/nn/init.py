@@ -14,6 +14,7 @@ from kiln.uops import DType, dtypes
 
 __all__ = [
     "calculate_fan_in_and_fan_out",
+    "fresh_buffer",
     "kaiming_uniform",
     "ones",
     "parameter",
@@ -24,10 +25,19 @@ __all__ = [
 ]
 
 
+def fresh_buffer(tensor: Tensor) -> Tensor:
+    """`tensor`'s values written into new memory of its own.
+
+    (`tensor.contiguous().realize()` is not enough: equal graphs are one hash-consed node that remembers its
+    buffer, so two layers' `Tensor.zeros(n).contiguous()` would share memory.)
+    """
+    result = Tensor.empty(*tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    return result.assign(tensor.detach()).realize()
+
+
 def parameter(tensor: Tensor) -> Tensor:
     """`tensor` computed into a buffer of its own, as a leaf that requires grad."""
-    result = tensor.detach().contiguous().realize()
-    return result.requires_grad_()
+    return fresh_buffer(tensor).requires_grad_()
 
 
 def calculate_fan_in_and_fan_out(shape: Sequence[int]) -> tuple[int, int]:

@@ -46,16 +46,17 @@ class _BatchNorm(Module):
         self.weight = init.ones((num_features,), device=device) if affine else None
         self.bias = init.zeros((num_features,), device=device) if affine else None
         if track_running_stats:
-            self.register_buffer("running_mean", Tensor.zeros(num_features, device=device).contiguous().realize())
-            self.register_buffer("running_var", Tensor.ones(num_features, device=device).contiguous().realize())
+            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
+            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
             self.register_buffer(
-                "num_batches_tracked", Tensor.zeros((), dtype=dtypes.int64, device=device).contiguous().realize()
+                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
             )
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes each channel (dim 1) with batch statistics (training) or the running ones (eval)."""
         if x.ndim not in self.expected_dims:
-            raise ValueError(f"{type(self).__name__} expects a {self.expected_dims}-d input, got shape {x.shape}")
+            dims = " or ".join(f"{count}-d" for count in self.expected_dims)
+            raise ValueError(f"{type(self).__name__} expects a {dims} input, got shape {x.shape}")
         running = self.track_running_stats
         if running:
             stale = [

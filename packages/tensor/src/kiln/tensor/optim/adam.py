@@ -34,7 +34,7 @@ class _Moments(Optimizer):
         self.weight_decay = check_number(weight_decay, "weight_decay value")
         self.exp_avgs = [self.state_buffer(p) for p in self.params]
         self.exp_avg_sqs = [self.state_buffer(p) for p in self.params]
-        self.step_count = Tensor(np.array(0.0, dtype=np.float32), device=self.device).contiguous().realize()
+        self.step_count = Tensor(np.array(0.0, dtype=np.float32), device=self.device)
 
     def _moments(self, targets: list[Tensor]) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor, Tensor]]]:
         """Advances t; returns the bias corrections (1 - beta1**t, 1 - beta2**t) and per parameter (p, m, v) with

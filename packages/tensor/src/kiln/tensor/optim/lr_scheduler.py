@@ -59,7 +59,7 @@ class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (PyTorch's closed form; it keeps
     following the cosine after T_max)."""
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0) -> None:  # noqa: N803 (torch's name)
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0) -> None:
         if isinstance(T_max, bool) or not isinstance(T_max, int) or T_max < 1:
             raise ValueError(f"CosineAnnealingLR T_max must be a positive int, got {T_max!r}")
         self.T_max, self.eta_min = T_max, eta_min

@@ -52,7 +52,7 @@ class Optimizer:
         self.params = parameters
         self.device = parameters[0].device
         self._lr_value = check_number(lr, "learning rate")
-        self.lr_tensor = Tensor(np.array(self._lr_value, dtype=np.float32), device=self.device).contiguous().realize()
+        self.lr_tensor = Tensor(np.array(self._lr_value, dtype=np.float32), device=self.device)
         self.steps = 0
 
     @property
