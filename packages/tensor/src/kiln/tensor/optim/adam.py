@@ -93,7 +93,7 @@ class Adam(_Moments):
         for parameter, m, v in moments:
             denominator = (v / correction2).sqrt() + self.eps
             updated = self._decayed_parameter(parameter) - lr * (m / correction1) / denominator
-            targets.append(parameter.assign(updated.cast(parameter.dtype)))
+            targets.append(self.assign_parameter(parameter, updated))
         return targets
 
 
@@ -151,5 +151,5 @@ class LAMB(_Moments):
                 ratio = weight_norm / direction_norm.maximum(1e-30)
                 trust = ((weight_norm > 0) & (direction_norm > 0)).where(ratio, 1.0)
             updated = weights - self.lr_tensor * trust * direction
-            targets.append(parameter.assign(updated.cast(parameter.dtype)))
+            targets.append(self.assign_parameter(parameter, updated))
         return targets

@@ -87,6 +87,17 @@ class Optimizer:
             found.append(parameter.grad.cast(parameter.dtype))
         return found
 
+    def assign_parameter(self, parameter: Tensor, value: Tensor) -> Tensor:
+        """`parameter.assign(value)`, with the new value computed into its own buffer first.
+
+        Every state update reads the parameters (through the gradient) and every parameter update reads the state,
+        so assigning both straight from their expressions would make a cycle of kernels that each read a buffer
+        another one overwrites; the scheduler does not break such cycles yet (it orders them arbitrarily and a
+        kernel may read an already updated buffer). A separate buffer for each new parameter value breaks the
+        cycle: those kernels run first, then plain copies.
+        """
+        return parameter.assign(value.cast(parameter.dtype).contiguous())
+
     def updates(self) -> list[Tensor]:
         """The lazy assignments of one step (parameters and state); subclasses define it."""
         raise NotImplementedError(f"{type(self).__name__} defines no updates()")
@@ -150,5 +161,5 @@ class SGD(Optimizer):
                 gradient = gradient + velocity * self.momentum if self.nesterov else velocity
             step = gradient * lr.cast(gradient.dtype)
             updated = parameter.detach() + step if self.maximize else parameter.detach() - step
-            targets.append(parameter.assign(updated.cast(parameter.dtype)))
+            targets.append(self.assign_parameter(parameter, updated))
         return targets

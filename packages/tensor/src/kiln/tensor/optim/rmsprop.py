@@ -64,5 +64,5 @@ class RMSprop(Optimizer):
                 step = new_buffer * self.lr_tensor
             else:
                 step = gradient / denominator * self.lr_tensor
-            targets.append(parameter.assign((parameter.detach() - step).cast(parameter.dtype)))
+            targets.append(self.assign_parameter(parameter, parameter.detach() - step))
         return targets
