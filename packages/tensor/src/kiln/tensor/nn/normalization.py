@@ -28,6 +28,9 @@ def pending_statistics() -> list[Tensor]:
 
 class _BatchNorm(Module):
     expected_dims: tuple[int, ...] = ()
+    running_mean: Tensor
+    running_var: Tensor
+    num_batches_tracked: Tensor
 
     def __init__(
         self,
