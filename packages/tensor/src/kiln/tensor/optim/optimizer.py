@@ -14,6 +14,7 @@ import numpy as np
 
 from kiln.tensor.grad_mode import no_grad
 from kiln.tensor.nn.normalization import pending_statistics
+from kiln.tensor.realize import engine
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
 from kiln.uops import dtypes
 
@@ -62,6 +63,11 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
+        if engine.launch_recorder is not None:
+            raise RuntimeError(
+                "the learning rate was set inside a function TinyJit is capturing; a replay would not set it. Step "
+                "the LR schedule outside the jitted function (replays read the rate from its buffer)"
+            )
         self._lr_value = check_number(value, "learning rate")
         self.lr_tensor.data_buffer().copyin(np.array([value], dtype=np.float32).view(np.uint8))
 
