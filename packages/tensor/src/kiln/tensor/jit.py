@@ -28,11 +28,11 @@ import itertools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
-from kiln.runtime import Buffer, copy_between
+from kiln.runtime import Buffer, ExecCommand, HCQArgsState, HCQCompiled, HCQProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.graph import BufferArg
 from kiln.tensor.nn.module import walk_state
@@ -313,6 +313,104 @@ class _Output:
     dtype: DType
 
 
+class _Single:
+    """A replay segment of one step launched on its own (a copy, or a kernel a batch cannot take)."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: _Step) -> None:
+        self.step = step
+
+    def __call__(self, inputs: list[Buffer]) -> None:
+        step = self.step
+        buffers = step.buffers
+        if step.patches:
+            buffers = list(buffers)
+            for position, number in step.patches:
+                buffers[position] = inputs[number]
+        if step.runner is not None:
+            step.runner(buffers)
+        else:
+            destination, source = buffers
+            assert destination is not None and source is not None
+            copy_between(destination, source)
+
+
+def _batchable(step: _Step) -> HCQCompiled | None:
+    """The device whose queue can take `step` in a batch: a kernel of a queue-driven device, no variables, fixed
+    launch sizes; None otherwise."""
+    runner = step.runner
+    if not isinstance(runner, HCQProgramRunner) or runner.variables or not isinstance(runner.device, HCQCompiled):
+        return None
+    dims = runner.launch_dims({})
+    if not all(isinstance(size, int) and size >= 1 for sizes in dims for size in sizes):
+        return None
+    return runner.device
+
+
+def _command(runner: HCQProgramRunner, buffers: list[Buffer | None]) -> ExecCommand:
+    """The checked exec command launching `runner` on `buffers` (a fresh argument block)."""
+    layout = runner.arg_layout
+    # a slot the program never uses may hold None (see ProgramRunner.__call__); the runner skips it
+    present = cast(list[Buffer], buffers)
+    arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), ())
+    global_size, local_size = runner.launch_dims({})
+    return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name)
+
+
+class _Batch:
+    """A replay segment of consecutive kernels of one queue-driven device, submitted as one list. Kernels that do
+    not read or write an argument reuse the command built at capture; the others get a fresh argument block."""
+
+    __slots__ = ("commands", "device", "inline", "patched")
+
+    def __init__(self, device: HCQCompiled, steps: list[_Step]) -> None:
+        self.device = device
+        self.commands: list[ExecCommand | None] = []
+        self.patched: list[tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...]]] = []
+        for index, step in enumerate(steps):
+            runner = step.runner
+            assert isinstance(runner, HCQProgramRunner)
+            if step.patches:
+                self.commands.append(None)
+                self.patched.append((index, runner, step.buffers, step.patches))
+            else:
+                self.commands.append(_command(runner, step.buffers))
+        # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
+        self.inline = all(step.runner.inline for step in steps)
+
+    def __call__(self, inputs: list[Buffer]) -> None:
+        commands = self.commands
+        if self.patched:
+            commands = list(commands)
+            for index, runner, template, patches in self.patched:
+                buffers = list(template)
+                for position, number in patches:
+                    buffers[position] = inputs[number]
+                commands[index] = _command(runner, buffers)
+        self.device.launch_many(commands, inline=self.inline)  # type: ignore[arg-type]
+
+
+def _segments(steps: list[_Step]) -> list[_Single | _Batch]:
+    """The captured steps grouped for replay: runs of batchable kernels on one device become one `_Batch`."""
+    segments: list[_Single | _Batch] = []
+    run: list[_Step] = []
+    run_device: HCQCompiled | None = None
+    for step in steps:
+        device = _batchable(step)
+        if run and device is not run_device:
+            segments.append(_Batch(run_device, run) if len(run) > 1 and run_device is not None else _Single(run[0]))
+            run = []
+        if device is None:
+            segments.append(_Single(step))
+            continue
+        run.append(step)
+        run_device = device
+    if run and run_device is not None:
+        segments.append(_Batch(run_device, run) if len(run) > 1 else _Single(run[0]))
+    return segments
+
+
 class _Capture:
     """Everything a replay needs."""
 
@@ -330,7 +428,7 @@ class _Capture:
         self.slots, self.steps, self.streams, self.watched = slots, steps, streams, watched
         self.random_calls, self.seed, self.structure, self.outputs = random_calls, seed, structure, outputs
         self.kernels = sum(1 for step in steps if step.runner is not None)
-        self.fixed = [(step.runner, step.buffers) for step in steps if not step.patches and step.runner is not None]
+        self.segments = _segments(steps)
 
 
 def _output_tensor(buffer: Buffer, shape: tuple[int, ...], dtype: DType) -> Tensor:
@@ -436,18 +534,8 @@ class TinyJit(Generic[Result]):
             first = random_state.advance(captured.random_calls)
             for buffer, offset in captured.streams:
                 buffer.copyin(np.array([(first + offset) & 0xFFFFFFFF], dtype=np.uint32).view(np.uint8))
-        for step in captured.steps:
-            buffers = step.buffers
-            if step.patches:
-                buffers = list(buffers)
-                for position, number in step.patches:
-                    buffers[position] = inputs[number]
-            if step.runner is not None:
-                step.runner(buffers)
-            else:
-                destination, source = buffers
-                assert destination is not None and source is not None
-                copy_between(destination, source)
+        for segment in captured.segments:
+            segment(inputs)
         GlobalCounters.kernel_count += captured.kernels
         tensors = []
         for output in captured.outputs:
