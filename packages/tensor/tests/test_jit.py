@@ -222,3 +222,19 @@ def test_learning_rate_changes_reach_replays_and_setting_it_inside_raises() -> N
     jitted(Tensor(np.ones(2, np.float32)))
     with pytest.raises(RuntimeError, match="learning rate"):
         jitted(Tensor(np.ones(2, np.float32)))
+
+
+def test_python_arguments_must_repeat_and_tensors_must_not_hide_in_containers() -> None:
+    jitted = _captured(lambda x, scale: x * scale, Tensor(np.ones(2, np.float32)), 2.0)
+    np.testing.assert_array_equal(jitted(Tensor(np.full(2, 3.0, np.float32)), 2.0).numpy(), [6.0, 6.0])
+    with pytest.raises(ValueError, match=r"1 \(positional\) = 3.0 \(captured with 2.0\)"):
+        jitted(Tensor(np.ones(2, np.float32)), 3.0)
+    nested = TinyJit(lambda pair: pair[0] + pair[1])
+    with pytest.raises(TypeError, match="holds Tensors inside a list"):
+        nested([Tensor([1.0]), Tensor([2.0])])
+    other = Variable("other", 0, 15)
+    position = Variable("pos", 0, 15)
+    jitted = _captured(lambda x, pos: x + pos.float(), Tensor(np.ones(2, np.float32)), position.bind(1))
+    np.testing.assert_array_equal(jitted(Tensor(np.ones(2, np.float32)), position.bind(4)).numpy(), [5.0, 5.0])
+    with pytest.raises(ValueError, match="non-Tensor arguments differ"):
+        jitted(Tensor(np.ones(2, np.float32)), other.bind(4))

@@ -6,7 +6,8 @@ every later call replays that list: the Tensor arguments' buffers are patched in
 optimizer state, temporaries, outputs) is the very memory the capture used. The contract, checked on every call:
 
 - the Tensor arguments (positional, then keyword by name) must match the captured ones in number, shape, dtype and
-  device (ValueError / TypeError naming the first difference);
+  device (ValueError / TypeError naming the first difference); other arguments must equal the captured values
+  (ValueError), and Tensors must not hide inside list / tuple / dict arguments (TypeError);
 - `Variable` values (`Variable("pos", 0, 127).bind(5)`) reach the function as 0-dim int32 Tensors, read from memory
   by the kernels, so a new value replays without re-capture; out-of-bounds values raise ValueError. (kiln's tensor
   graph has no symbolic shapes: a variable indexes and masks, shapes stay at their bound.)
@@ -130,25 +131,50 @@ def _as_input(tensor: Tensor) -> tuple[Tensor, Buffer]:
     return tensor, buffer
 
 
-def _arguments(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[list[tuple[str, Tensor]], tuple[Any, ...], dict[str, Any]]:
-    """The Tensor arguments by name (bound variables become 0-dim int32 Tensors) and the arguments to pass."""
-    named: list[tuple[str, Tensor]] = []
-    new_args = list(args)
-    for index, value in enumerate(args):
+@dataclass
+class _Arguments:
+    """One call's arguments: the Tensors by name, the other values by name (compared on replay), and what to pass
+    to the function (bound variables replaced by 0-dim int32 Tensors)."""
+
+    tensors: list[tuple[str, Tensor]]
+    others: list[tuple[str, Any]]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Arguments:
+    result = _Arguments([], [], (), dict(kwargs))
+    passed = list(args)
+    entries: list[tuple[str, Any, int | str]] = [
+        (f"{index} (positional)", value, index) for index, value in enumerate(args)
+    ]
+    entries += [(repr(key), kwargs[key], key) for key in sorted(kwargs)]
+    for name, value, where in entries:
         if isinstance(value, BoundVariable):
-            value = new_args[index] = value.tensor()
+            result.others.append((name, value.variable))
+            value = value.tensor()
+            if isinstance(where, int):
+                passed[where] = value
+            else:
+                result.kwargs[where] = value
         if isinstance(value, Tensor):
-            named.append((f"{index} (positional)", value))
-    new_kwargs = dict(kwargs)
-    for key in sorted(kwargs):
-        value = kwargs[key]
-        if isinstance(value, BoundVariable):
-            value = new_kwargs[key] = value.tensor()
-        if isinstance(value, Tensor):
-            named.append((repr(key), value))
-    return named, tuple(new_args), new_kwargs
+            result.tensors.append((name, value))
+        elif isinstance(value, (list, tuple, dict)) and any(True for _ in walk_state(value)):
+            raise TypeError(
+                f"TinyJit: argument {name} holds Tensors inside a {type(value).__name__}; pass each Tensor as an "
+                f"argument of its own (only those are replay inputs)"
+            )
+        elif not isinstance(value, BoundVariable):
+            result.others.append((name, value))
+    result.args = tuple(passed)
+    return result
+
+
+def _same(first: Any, second: Any) -> bool:
+    try:
+        return bool(first is second or (type(first) is type(second) and first == second))
+    except Exception:  # values without a usable == (numpy arrays) are compared by identity only
+        return False
 
 
 @dataclass
@@ -427,6 +453,7 @@ class _Capture:
     ) -> None:
         self.slots, self.steps, self.streams, self.watched = slots, steps, streams, watched
         self.random_calls, self.seed, self.structure, self.outputs = random_calls, seed, structure, outputs
+        self.others: list[tuple[str, Any]] = []
         self.kernels = sum(1 for step in steps if step.runner is not None)
         self.segments = _segments(steps)
 
@@ -469,15 +496,16 @@ class TinyJit(Generic[Result]):
         return functools.partial(self.__call__, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
-        named, args, kwargs = _arguments(args, kwargs)
+        arguments = _arguments(args, kwargs)
         if self.captured is not None:
-            return self._replay(named)
+            return self._replay(arguments)
         self.calls += 1
         if self.calls == 1:
-            return self.function(*args, **kwargs)
-        return self._capture(named, args, kwargs)
+            return self.function(*arguments.args, **arguments.kwargs)
+        return self._capture(arguments)
 
-    def _capture(self, named: list[tuple[str, Tensor]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Result:
+    def _capture(self, arguments: _Arguments) -> Result:
+        named, args, kwargs = arguments.tensors, arguments.args, arguments.kwargs
         inputs = [_as_input(tensor)[1] for _name, tensor in named]
         if len({id(buffer) for buffer in inputs}) != len(inputs):
             raise ValueError("TinyJit: two Tensor arguments share one buffer; pass distinct tensors")
@@ -508,16 +536,32 @@ class TinyJit(Generic[Result]):
         watched = _watch(self.function, recorder.read_first)
         random_calls = random_state.calls - recorder.first_call
         self.captured = _Capture(slots, recorder.steps, recorder.streams, random_calls, seed, watched, result, outputs)
+        self.captured.others = arguments.others
         return result
 
-    def _replay(self, named: list[tuple[str, Tensor]]) -> Result:
+    def _replay(self, arguments: _Arguments) -> Result:
         captured = self.captured
         assert captured is not None
+        named = arguments.tensors
         slots = captured.slots
         if len(named) != len(slots):
             raise ValueError(
                 f"TinyJit: called with {len(named)} Tensor arguments ({[name for name, _ in named]}), it was captured "
                 f"with {len(slots)} ({[slot.name for slot in slots]})"
+            )
+        if len(arguments.others) != len(captured.others) or any(
+            not _same(value, old) for (_, value), (_, old) in zip(arguments.others, captured.others)
+        ):
+            differences = [
+                f"{name} = {value!r} (captured with {old!r})"
+                for (name, value), (_, old) in zip(arguments.others, captured.others)
+                if not _same(value, old)
+            ]
+            names = [name for name, _ in arguments.others], [name for name, _ in captured.others]
+            raise ValueError(
+                "TinyJit: the non-Tensor arguments differ from the capture's: "
+                + ("; ".join(differences) if differences else f"{names[0]} vs {names[1]}")
+                + ". Their values are compiled into the captured kernels: pass changing values as Tensors"
             )
         inputs: list[Buffer] = []
         for slot, (_name, tensor) in zip(slots, named):
