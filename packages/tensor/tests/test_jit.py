@@ -238,3 +238,28 @@ def test_python_arguments_must_repeat_and_tensors_must_not_hide_in_containers() 
     np.testing.assert_array_equal(jitted(Tensor(np.ones(2, np.float32)), position.bind(4)).numpy(), [5.0, 5.0])
     with pytest.raises(ValueError, match="non-Tensor arguments differ"):
         jitted(Tensor(np.ones(2, np.float32)), other.bind(4))
+
+
+def test_batchnorm_statistics_update_on_every_replay() -> None:
+    def run(jit: bool) -> dict[str, Array]:
+        Tensor.manual_seed(2)
+        model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 3))
+        optimizer = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x: Tensor, y: Tensor) -> Tensor:
+            optimizer.zero_grad()
+            loss = model(x).cross_entropy(y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        runner = TinyJit(step) if jit else step
+        for x, y in batches:
+            runner(Tensor(x), Tensor(y))
+        return {name: tensor.numpy() for name, tensor in model.state_dict().items()}
+
+    batches = _batches(8)
+    plain, jitted = run(False), run(True)
+    assert plain["1.num_batches_tracked"] == 8
+    for name, value in plain.items():
+        np.testing.assert_allclose(jitted[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
