@@ -263,3 +263,20 @@ def test_batchnorm_statistics_update_on_every_replay() -> None:
     assert plain["1.num_batches_tracked"] == 8
     for name, value in plain.items():
         np.testing.assert_allclose(jitted[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_jitted_methods_watch_their_instance() -> None:
+    class Scaler:
+        def __init__(self) -> None:
+            self.weight = Tensor(np.full(2, 2.0, np.float32))
+
+        @TinyJit
+        def __call__(self, x: Tensor) -> Tensor:
+            return x * self.weight
+
+    scaler = Scaler()
+    results = [scaler(Tensor(np.full(2, float(i), np.float32))).numpy() for i in range(4)]
+    np.testing.assert_array_equal(results[-1], [6.0, 6.0])
+    scaler.weight = Tensor(np.full(2, 5.0, np.float32))
+    with pytest.raises(RuntimeError, match=r"argument 0 \(positional\)\.weight is no longer the tensor"):
+        scaler(Tensor(np.ones(2, np.float32)))

@@ -13,8 +13,8 @@ optimizer state, temporaries, outputs) is the very memory the capture used. The 
   graph has no symbolic shapes: a variable indexes and masks, shapes stay at their bound.)
 - reading data to the host inside the function (`.numpy()`, `.item()`, `.tolist()`) raises RuntimeError during
   capture: a replay would not repeat it;
-- tensors the function reaches through its closure, globals, bound `self` or default arguments (walked like a state
-  dict) must still be the same Tensor objects over the same buffers: rebinding one raises RuntimeError;
+- tensors the function reaches through its closure, globals, bound `self`, default arguments or non-Tensor arguments
+  (walked like a state dict) must still be the same Tensor objects over the same buffers: rebinding one raises RuntimeError;
 - random numbers: each random tensor's call number is a replay input, advanced like the non-JIT function would, so
   replays draw new numbers (and the same numbers as without the JIT); changing `Tensor.manual_seed` after capture
   raises RuntimeError (the key is compiled into the kernels);
@@ -284,9 +284,14 @@ def _roots(function: Callable[..., Any]) -> list[tuple[str, object, object, str]
     return roots
 
 
-def _watch(function: Callable[..., Any], read_first: dict[int, Buffer]) -> list[_Watched]:
+def _watch(
+    function: Callable[..., Any], read_first: dict[int, Buffer], others: list[tuple[str, Any]]
+) -> list[_Watched]:
+    """The outside tensors whose captured buffers the kernels read: reached from the function (closure, globals,
+    self, defaults) or from its non-Tensor arguments (an object whose method is jitted, a model passed in)."""
     watched: list[_Watched] = []
-    for root_name, root, owner, key in _roots(function):
+    roots = _roots(function) + [(f"argument {name}", value, None, "") for name, value in others]
+    for root_name, root, owner, key in roots:
         if isinstance(root, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
             continue
         for name, tensor, tensor_owner, tensor_key in walk_state(root, root_name):
@@ -533,7 +538,7 @@ class TinyJit(Generic[Result]):
                 )
             number = next((i for i, b in enumerate(inputs) if b is buffer), None)
             outputs.append(_Output(number, None if number is not None else buffer, tensor.shape, tensor.dtype))
-        watched = _watch(self.function, recorder.read_first)
+        watched = _watch(self.function, recorder.read_first, arguments.others)
         random_calls = random_state.calls - recorder.first_call
         self.captured = _Capture(slots, recorder.steps, recorder.streams, random_calls, seed, watched, result, outputs)
         self.captured.others = arguments.others
