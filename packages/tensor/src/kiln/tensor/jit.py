@@ -14,7 +14,8 @@ optimizer state, temporaries, outputs) is the very memory the capture used. The 
 - reading data to the host inside the function (`.numpy()`, `.item()`, `.tolist()`) raises RuntimeError during
   capture: a replay would not repeat it;
 - tensors the function reaches through its closure, globals, bound `self`, default arguments or non-Tensor arguments
-  (walked like a state dict) must still be the same Tensor objects over the same buffers: rebinding one raises RuntimeError;
+  (walked like a state dict) must still be the same Tensor objects over the same buffers: rebinding one raises
+  RuntimeError;
 - random numbers: each random tensor's call number is a replay input, advanced like the non-JIT function would, so
   replays draw new numbers (and the same numbers as without the JIT); changing `Tensor.manual_seed` after capture
   raises RuntimeError (the key is compiled into the kernels);
