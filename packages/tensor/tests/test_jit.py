@@ -280,3 +280,19 @@ def test_jitted_methods_watch_their_instance() -> None:
     scaler.weight = Tensor(np.full(2, 5.0, np.float32))
     with pytest.raises(RuntimeError, match=r"argument 0 \(positional\)\.weight is no longer the tensor"):
         scaler(Tensor(np.ones(2, np.float32)))
+
+
+def test_outputs_fed_back_as_inputs_are_read_before_being_overwritten() -> None:
+    weight = RNG.standard_normal((256, 256)).astype(np.float32) * 0.1
+    w = Tensor(weight)
+
+    @TinyJit
+    def cell(h: Tensor) -> Tensor:
+        return (h @ w).tanh()
+
+    h = Tensor(np.ones((2, 256), np.float32))
+    expected = np.ones((2, 256), np.float32)
+    for _ in range(8):
+        h = cell(h)
+        expected = np.tanh(expected @ weight)
+        np.testing.assert_allclose(h.numpy(), expected, rtol=1e-5, atol=1e-6)

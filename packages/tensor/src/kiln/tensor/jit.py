@@ -460,6 +460,7 @@ class _Capture:
         self.slots, self.steps, self.streams, self.watched = slots, steps, streams, watched
         self.random_calls, self.seed, self.structure, self.outputs = random_calls, seed, structure, outputs
         self.others: list[tuple[str, Any]] = []
+        self.internal: set[int] = set()  # ids of the buffers the captured kernels write (outputs, temporaries)
         self.kernels = sum(1 for step in steps if step.runner is not None)
         self.segments = _segments(steps)
 
@@ -543,6 +544,7 @@ class TinyJit(Generic[Result]):
         random_calls = random_state.calls - recorder.first_call
         self.captured = _Capture(slots, recorder.steps, recorder.streams, random_calls, seed, watched, result, outputs)
         self.captured.others = arguments.others
+        self.captured.internal = {number for number in recorder.written if number not in recorder.input_numbers}
         return result
 
     def _replay(self, arguments: _Arguments) -> Result:
@@ -572,7 +574,14 @@ class TinyJit(Generic[Result]):
         inputs: list[Buffer] = []
         for slot, (_name, tensor) in zip(slots, named):
             slot.check(tensor)
-            inputs.append(_as_input(tensor)[1])
+            buffer = _as_input(tensor)[1]
+            if id(buffer) in captured.internal:
+                # an output of an earlier replay fed back (a recurrent state): the replay overwrites that buffer
+                # while reading it, so it gets a copy of its own first
+                buffer = _as_input(
+                    Tensor.empty(*tensor.shape, dtype=tensor.dtype, device=tensor.device).assign(tensor)
+                )[1]
+            inputs.append(buffer)
         for watched in captured.watched:
             watched.check()
         if captured.streams:
