@@ -322,3 +322,23 @@ def test_layers_never_share_memory() -> None:
     np.testing.assert_array_equal(second.running_mean.numpy(), [0.0, 0.0])
     buffers = [tensor.data_buffer() for layer in (first, second) for tensor in layer.state_dict().values()]
     assert len({id(buffer) for buffer in buffers}) == len(buffers)
+
+
+@pytest.mark.parametrize(
+    ("factory", "shape", "reduce"),
+    [
+        (lambda: nn.MaxPool1d(2), (2, 3, 8), np.max),
+        (lambda: nn.AvgPool1d(2), (2, 3, 8), np.mean),
+        (lambda: nn.MaxPool3d(2), (1, 2, 4, 4, 4), np.max),
+        (lambda: nn.AvgPool3d(2), (1, 2, 4, 4, 4), np.mean),
+    ],
+)
+def test_pooling_modules_over_non_overlapping_windows(
+    factory: Callable[[], nn.Module], shape: Any, reduce: Any
+) -> None:
+    x = _x(*shape)
+    spatial = shape[2:]
+    # split every spatial dim into (windows, 2) and reduce over the window axes
+    split = x.reshape(*shape[:2], *[item for size in spatial for item in (size // 2, 2)])
+    expected = reduce(split, axis=tuple(range(3, 2 + 2 * len(spatial), 2)))
+    np.testing.assert_allclose(factory()(Tensor(x)).numpy(), expected, rtol=1e-12)
