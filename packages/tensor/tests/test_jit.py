@@ -296,3 +296,17 @@ def test_outputs_fed_back_as_inputs_are_read_before_being_overwritten() -> None:
         h = cell(h)
         expected = np.tanh(expected.astype(np.float64) @ weight)
         np.testing.assert_allclose(h.numpy(), expected, rtol=1e-4, atol=2e-5)  # float32 sums of 256 terms
+
+
+def test_a_jitted_function_inside_another_is_captured_by_the_outer_one() -> None:
+    @TinyJit
+    def inner(x: Tensor) -> Tensor:
+        return (x * 3).contiguous()
+
+    @TinyJit
+    def outer(x: Tensor) -> Tensor:
+        return inner(x + 1) - 2
+
+    for value in range(5):
+        np.testing.assert_array_equal(outer(Tensor(np.full(2, float(value), np.float32))).numpy(), [3 * value + 1] * 2)
+    assert outer.captured is not None and inner.captured is None

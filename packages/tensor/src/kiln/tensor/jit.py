@@ -504,6 +504,9 @@ class TinyJit(Generic[Result]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
         arguments = _arguments(args, kwargs)
+        if engine.launch_recorder is not None:
+            # called inside another TinyJit's capture: run plainly so the outer capture records these kernels too
+            return self.function(*arguments.args, **arguments.kwargs)
         if self.captured is not None:
             return self._replay(arguments)
         self.calls += 1
@@ -519,8 +522,6 @@ class TinyJit(Generic[Result]):
         slots = [_Slot(name, tensor) for name, tensor in named]
         recorder = _Recorder(inputs)
         seed = random_state.seed
-        if engine.launch_recorder is not None:
-            raise RuntimeError("TinyJit: a jitted function was called while another one is being captured")
         engine.launch_recorder = recorder
         random_state.stream_observer = recorder.observe_stream
         try:
