@@ -16,7 +16,6 @@ from kiln.tensor.grad_mode import no_grad
 from kiln.tensor.nn.normalization import pending_statistics
 from kiln.tensor.realize import engine
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
-from kiln.uops import dtypes
 
 __all__ = ["SGD", "Optimizer"]
 
@@ -35,21 +34,25 @@ class Optimizer:
     """Holds the parameters and the learning rate; subclasses define `updates()` (the lazy ASSIGNs of one step).
 
     Args:
-        params: the tensors to optimize (float tensors that require grad), e.g. `model.parameters()`.
+        params: the tensors to optimize, e.g. `model.parameters()`; tensors that do not require grad are skipped.
         lr: the learning rate (kept in a one-element float32 buffer; `optimizer.lr = x` writes it).
     """
 
     def __init__(self, params: Iterable[Tensor], lr: float) -> None:
-        parameters = list(params)
-        if not parameters:
+        given = list(params)
+        if not given:
             raise ValueError("optimizer got an empty parameter list")
-        for index, parameter in enumerate(parameters):
+        for index, parameter in enumerate(given):
             if not isinstance(parameter, Tensor):
                 raise TypeError(f"optimizer parameter {index} must be a Tensor, got {type(parameter).__name__}")
-            if not dtypes.is_float(parameter.dtype):
-                raise TypeError(f"optimizer parameter {index} must be a float tensor, got {parameter.dtype!r}")
-            if parameter.requires_grad is not True:
-                raise ValueError(f"optimizer parameter {index} (shape {parameter.shape}) does not require grad")
+        # tensors that do not require grad (running statistics, counters: what get_parameters(model) also returns)
+        # are left alone, as tinygrad's optimizers do; each tensor is optimized once
+        parameters: list[Tensor] = []
+        for parameter in given:
+            if parameter.requires_grad is True and all(parameter is not other for other in parameters):
+                parameters.append(parameter)
+        if not parameters:
+            raise ValueError(f"none of the {len(given)} optimizer parameters requires grad")
         self.params = parameters
         self.device = parameters[0].device
         self._lr_value = check_number(lr, "learning rate")
