@@ -30,13 +30,14 @@ import itertools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from kiln.runtime import Buffer, ExecCommand, HCQArgsState, HCQCompiled, HCQProgramRunner, copy_between
+from kiln.runtime import Buffer
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.graph import BufferArg
+from kiln.tensor.jit_replay import CapturedStep, replay_segments
 from kiln.tensor.nn.module import walk_state
 from kiln.tensor.ops.random import random_state
 from kiln.tensor.realize import attach_buffer, buffer_of, engine, has_buffer
@@ -178,21 +179,12 @@ def _same(first: Any, second: Any) -> bool:
         return False
 
 
-@dataclass
-class _Step:
-    """One launch (runner set) or copy (runner None) of the capture: its buffers and which are inputs."""
-
-    runner: Any
-    buffers: list[Buffer | None]
-    patches: tuple[tuple[int, int], ...]  # (position in buffers, input number)
-
-
 class _Recorder:
     """The capture hook: records launches, copies and random streams; refuses host reads."""
 
     def __init__(self, inputs: list[Buffer]) -> None:
         self.input_numbers = {id(buffer): number for number, buffer in enumerate(inputs)}
-        self.steps: list[_Step] = []
+        self.steps: list[CapturedStep] = []
         self.streams: list[tuple[Buffer, int]] = []
         self.written: set[int] = set()
         self.read_first: dict[int, Buffer] = {}  # buffers read before anything in the capture wrote them
@@ -211,7 +203,7 @@ class _Recorder:
         for buffer in written:
             if buffer is not None:
                 self.written.add(id(buffer))
-        self.steps.append(_Step(runner, list(buffers), tuple(patches)))
+        self.steps.append(CapturedStep(runner, list(buffers), tuple(patches)))
 
     def record_kernel(self, method: engine.Method, buffers: list[Buffer]) -> None:
         self._step(method.runner, list(buffers), [buffers[position] for position in method.program.outs])
@@ -345,111 +337,13 @@ class _Output:
     dtype: DType
 
 
-class _Single:
-    """A replay segment of one step launched on its own (a copy, or a kernel a batch cannot take)."""
-
-    __slots__ = ("step",)
-
-    def __init__(self, step: _Step) -> None:
-        self.step = step
-
-    def __call__(self, inputs: list[Buffer]) -> None:
-        step = self.step
-        buffers = step.buffers
-        if step.patches:
-            buffers = list(buffers)
-            for position, number in step.patches:
-                buffers[position] = inputs[number]
-        if step.runner is not None:
-            step.runner(buffers)
-        else:
-            destination, source = buffers
-            assert destination is not None and source is not None
-            copy_between(destination, source)
-
-
-def _batchable(step: _Step) -> HCQCompiled | None:
-    """The device whose queue can take `step` in a batch: a kernel of a queue-driven device, no variables, fixed
-    launch sizes; None otherwise."""
-    runner = step.runner
-    if not isinstance(runner, HCQProgramRunner) or runner.variables or not isinstance(runner.device, HCQCompiled):
-        return None
-    dims = runner.launch_dims({})
-    if not all(isinstance(size, int) and size >= 1 for sizes in dims for size in sizes):
-        return None
-    return runner.device
-
-
-def _command(runner: HCQProgramRunner, buffers: list[Buffer | None]) -> ExecCommand:
-    """The checked exec command launching `runner` on `buffers` (a fresh argument block)."""
-    layout = runner.arg_layout
-    # a slot the program never uses may hold None (see ProgramRunner.__call__); the runner skips it
-    present = cast(list[Buffer], buffers)
-    arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), ())
-    global_size, local_size = runner.launch_dims({})
-    return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name)
-
-
-class _Batch:
-    """A replay segment of consecutive kernels of one queue-driven device, submitted as one list. Kernels that do
-    not read or write an argument reuse the command built at capture; the others get a fresh argument block."""
-
-    __slots__ = ("commands", "device", "inline", "patched")
-
-    def __init__(self, device: HCQCompiled, steps: list[_Step]) -> None:
-        self.device = device
-        self.commands: list[ExecCommand | None] = []
-        self.patched: list[tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...]]] = []
-        for index, step in enumerate(steps):
-            runner = step.runner
-            assert isinstance(runner, HCQProgramRunner)
-            if step.patches:
-                self.commands.append(None)
-                self.patched.append((index, runner, step.buffers, step.patches))
-            else:
-                self.commands.append(_command(runner, step.buffers))
-        # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
-        self.inline = all(step.runner.inline for step in steps)
-
-    def __call__(self, inputs: list[Buffer]) -> None:
-        commands = self.commands
-        if self.patched:
-            commands = list(commands)
-            for index, runner, template, patches in self.patched:
-                buffers = list(template)
-                for position, number in patches:
-                    buffers[position] = inputs[number]
-                commands[index] = _command(runner, buffers)
-        self.device.launch_many(commands, inline=self.inline)  # type: ignore[arg-type]
-
-
-def _segments(steps: list[_Step]) -> list[_Single | _Batch]:
-    """The captured steps grouped for replay: runs of batchable kernels on one device become one `_Batch`."""
-    segments: list[_Single | _Batch] = []
-    run: list[_Step] = []
-    run_device: HCQCompiled | None = None
-    for step in steps:
-        device = _batchable(step)
-        if run and device is not run_device:
-            segments.append(_Batch(run_device, run) if len(run) > 1 and run_device is not None else _Single(run[0]))
-            run = []
-        if device is None:
-            segments.append(_Single(step))
-            continue
-        run.append(step)
-        run_device = device
-    if run and run_device is not None:
-        segments.append(_Batch(run_device, run) if len(run) > 1 else _Single(run[0]))
-    return segments
-
-
 class _Capture:
     """Everything a replay needs."""
 
     def __init__(
         self,
         slots: list[_Slot],
-        steps: list[_Step],
+        steps: list[CapturedStep],
         streams: list[tuple[Buffer, int]],
         random_calls: int,
         seed: int,
@@ -462,7 +356,7 @@ class _Capture:
         self.others: list[tuple[str, Any]] = []
         self.internal: set[int] = set()  # ids of the buffers the captured kernels write (outputs, temporaries)
         self.kernels = sum(1 for step in steps if step.runner is not None)
-        self.segments = _segments(steps)
+        self.segments = replay_segments(steps)
 
 
 def _output_tensor(buffer: Buffer, shape: tuple[int, ...], dtype: DType) -> Tensor:
