@@ -320,3 +320,17 @@ def test_coupled_parameters_update_from_the_old_values() -> None:
         w1, w2 = w1 - 0.1 * buffers[0], w2 - 0.1 * buffers[1]
         np.testing.assert_allclose(params[0].numpy(), w1, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(params[1].numpy(), w2, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_grad_to_none_or_zeros() -> None:
+    w = Tensor(np.ones(3, np.float32), requires_grad=True)
+    optimizer = optim.SGD([w], lr=0.5)
+    (w * 2).sum().backward()
+    optimizer.zero_grad(set_to_none=False)
+    assert w.grad is not None
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 0.0, 0.0])
+    (w * 2).sum().backward()  # accumulates onto the zeros
+    optimizer.step()
+    np.testing.assert_allclose(w.numpy(), [0.0, 0.0, 0.0])
+    optimizer.zero_grad()
+    assert w.grad is None

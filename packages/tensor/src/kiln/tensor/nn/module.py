@@ -215,10 +215,11 @@ class Module:
         """Sets evaluation mode (dropout off, running statistics) everywhere; returns self."""
         return self.train(False)
 
-    def zero_grad(self) -> None:
-        """Forgets the gradients of every parameter (sets `.grad` to None)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forgets every parameter's gradient (`.grad = None`; with set_to_none=False, zeros), so the next backward
+        starts from zero."""
         for parameter in self.parameters():
-            parameter.grad = None
+            parameter.grad = None if set_to_none else Tensor.zeros_like(parameter)
 
     def __repr__(self) -> str:
         children = [f"  ({name}): {child!r}".replace("\n", "\n  ") for name, child in self._named_children()]

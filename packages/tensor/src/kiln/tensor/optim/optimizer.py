@@ -74,10 +74,11 @@ class Optimizer:
         self._lr_value = check_number(value, "learning rate")
         self.lr_tensor.data_buffer().copyin(np.array([value], dtype=np.float32).view(np.uint8))
 
-    def zero_grad(self) -> None:
-        """Forgets every parameter's gradient (`.grad = None`), so the next backward starts from zero."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forgets every parameter's gradient (`.grad = None`; with set_to_none=False, zeros), so the next backward
+        starts from zero."""
         for parameter in self.params:
-            parameter.grad = None
+            parameter.grad = None if set_to_none else Tensor.zeros_like(parameter)
 
     def state_buffer(self, parameter: Tensor, value: float = 0.0) -> Tensor:
         """A new buffer of `parameter`'s shape and dtype filled with `value` (for per-parameter state)."""
