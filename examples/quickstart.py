@@ -1,11 +1,13 @@
-"""kiln quickstart: fit a small MLP to the two-spirals dataset with lazy Tensors, autograd and hand-written SGD.
+"""kiln quickstart: fit a small MLP to the two-spirals dataset with lazy Tensors, autograd, optim and TinyJit.
 
     uv run python examples/quickstart.py              # default device (DEV=PYTHON / DEV=CPU to choose)
     uv run python examples/quickstart.py --steps 300  # fewer steps
 
 Everything is ordinary kiln Tensor code: the forward pass and the loss record a lazy graph, `backward()` adds the
-gradient graph (autograd is a rewrite of the same graph), and each step realizes the updated parameters (one
-schedule of fused kernels) and reads the loss. The kernel statistics come from the engine's `GlobalCounters`.
+gradient graph (autograd is a rewrite of the same graph), gradient clipping and the SGD update are lazy too, and
+`optimizer.step()` realizes every update in one schedule of fused kernels. The whole step is a TinyJit function:
+its kernels are captured on the second call and replayed afterwards without any Python scheduling. The kernel
+statistics come from the engine's `GlobalCounters`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kiln.tensor import GlobalCounters, Tensor
+from kiln.tensor import GlobalCounters, Tensor, TinyJit, optim
 from kiln.tensor.grad_mode import no_grad
 
 
@@ -70,13 +72,6 @@ def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     return -logits.log_softmax(-1).gather(1, labels.reshape(-1, 1)).mean()
 
 
-def gradient_of(parameter: Tensor) -> Tensor:
-    """The gradient `backward()` left in `parameter.grad`."""
-    if parameter.grad is None:
-        raise RuntimeError(f"{parameter!r} got no gradient: it is not used by the loss")
-    return parameter.grad
-
-
 @dataclass
 class TrainingRun:
     """What `train` measured."""
@@ -106,36 +101,26 @@ def train(
     points, labels = two_spirals(points_per_class, seed, turns)
     x, y = Tensor(points), Tensor(labels)
     model = MLP.create([2, hidden, hidden, 2], seed)
-    velocities = [Tensor.zeros(*parameter.shape).contiguous().realize() for parameter in model.parameters]
+    # v <- momentum * v + grad, p <- p - learning_rate * v (PyTorch's SGD), after clipping the gradients' joint norm
+    optimizer = optim.SGD(model.parameters, lr=learning_rate, momentum=momentum)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        loss = cross_entropy(model(x), y)
+        loss.backward()
+        if max_gradient_norm is not None:
+            optim.clip_grad_norm_(model.parameters, max_gradient_norm)
+        optimizer.step()
+        return loss
+
     run = TrainingRun()
     GlobalCounters.reset()
     started = time.perf_counter()
-    for step in range(steps):
-        loss = cross_entropy(model(x), y)
-        loss.backward()
-        with no_grad():
-            gradients = [gradient_of(parameter) for parameter in model.parameters]
-            if max_gradient_norm is not None:
-                # scale all gradients down together when their joint norm exceeds max_gradient_norm
-                squares = [(gradient * gradient).sum() for gradient in gradients]
-                norm = squares[0].stack(*squares[1:]).sum().sqrt()
-                scale = (max_gradient_norm / (norm + 1e-6)).minimum(1.0)
-                gradients = [gradient * scale for gradient in gradients]
-            # v <- momentum * v + grad, p <- p - learning_rate * v
-            velocities = [
-                (velocity * momentum + gradient).detach() for velocity, gradient in zip(velocities, gradients)
-            ]
-            updated = [
-                (parameter - velocity * learning_rate).detach()
-                for parameter, velocity in zip(model.parameters, velocities)
-            ]
-        Tensor.realize_all(*updated, *velocities)
-        run.losses.append(float(loss.item()))
-        # the realized values become the next step's leaves, so each step's graph starts again from buffers
-        layers = len(model.weights)
-        model = MLP([p.requires_grad_() for p in updated[:layers]], [p.requires_grad_() for p in updated[layers:]])
-        if log_every and (step % log_every == 0 or step == steps - 1):
-            print(f"step {step:4d}  loss {run.losses[-1]:.4f}")
+    for number in range(steps):
+        run.losses.append(float(step(x, y).item()))
+        if log_every and (number % log_every == 0 or number == steps - 1):
+            print(f"step {number:4d}  loss {run.losses[-1]:.4f}")
     with no_grad():
         predictions = model(x).argmax(-1).numpy()
     run.accuracy = float((predictions == labels).mean())

@@ -199,3 +199,27 @@ def test_inline_kernel_failure_surfaces_at_synchronize(host_device: HCQCompiled)
     host_device.execute(crash, no_args(), (1,), inline=True)  # no exception from the launch itself
     with pytest.raises(RuntimeError, match="inline out of bounds"):
         host_device.synchronize(timeout=5.0)
+
+
+def test_launch_many_is_one_submission_in_order(host_device: HCQCompiled) -> None:
+    from kiln.runtime import ExecCommand
+
+    order: list[int] = []
+
+    def recorder(number: int) -> Callable[[HCQArgsState, Launch, Launch], None]:
+        def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+            order.append(number)
+            time.sleep(0.002)
+
+        return kernel
+
+    host_device.execute(observer(host_device, [], delay=0.02), no_args(), (1,))
+    commands = [ExecCommand(recorder(n), no_args(), (1, 1, 1), (1, 1, 1), f"k{n}") for n in range(5)]
+    before = host_device.timeline_value
+    host_device.launch_many(commands)
+    assert host_device.timeline_value == before + 1  # the whole list is one timeline value
+    host_device.execute(recorder(5), no_args(), (1,))
+    host_device.synchronize(timeout=5.0)
+    assert order == [0, 1, 2, 3, 4, 5]  # after earlier work, before later work, in list order
+    host_device.launch_many([])
+    assert host_device.timeline_value == before + 2  # an empty list submits nothing

@@ -172,6 +172,13 @@ class HCQCompiled(DeviceBase):
         assert pending is not None
         return (pending.end.timestamp - pending.start.timestamp) / 1e6
 
+    def launch_many(self, commands: Sequence[ExecCommand], *, inline: bool = False) -> None:
+        """Launches exec commands whose launch sizes are concrete and checked (see `launch`) as one submission after
+        all earlier work: one timeline value for the whole list (how TinyJit replays a captured function).
+        `inline` as in `execute`."""
+        if commands:
+            self._submit_timed(self.compute_engine, "compute", None, tuple(commands), inline)
+
     def copy(self, dest: int, src: int, size: int, name: str = "copy") -> None:
         """Copies `size` bytes between device addresses after all earlier work (on the copy engine if there is one)."""
         engine, queue_name = (

@@ -19,6 +19,7 @@ from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
 from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
 from kiln.tensor.ops._checks import check_device_dtype
+from kiln.tensor.realize import engine
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.schedule import realized_view, record_realized
@@ -277,6 +278,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
 
     def numpy(self) -> np.ndarray[Any, Any]:
         """A new numpy array with this tensor's values (bfloat16 / fp8 are returned as float32)."""
+        if engine.launch_recorder is not None:
+            engine.launch_recorder.record_host_read(f"reading a tensor of shape {self.shape} to the host")
         if self.dtype.fmt is None:
             return self._cast(dtypes.float32).numpy()
         if self.numel() == 0:

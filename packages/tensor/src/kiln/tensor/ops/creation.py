@@ -90,6 +90,8 @@ def _random_words(count: int, device: str | None) -> tuple[Tensor, Tensor]:
     block = iota(count, device)._cast(dtypes.uint32)
     # the call number comes from memory, not a constant, so every call runs the same (cached) kernel
     stream = tensor_class()(np.array([call], dtype=np.uint32), device=device)
+    if random_state.stream_observer is not None:
+        random_state.stream_observer(stream, call)
     stream = stream._movement(Ops.EXPAND, (count,))
     return threefry2x32(block, stream, key0, key1)
 

@@ -14,6 +14,7 @@ block = 0, 1, 2, ...; see `kiln.tensor.ops.creation` for how words become values
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln.uops import Ops, dtypes
@@ -36,6 +37,8 @@ class RandomState:
         self._lock = threading.Lock()
         self.seed = 0
         self.calls = 0
+        self.stream_observer: Callable[[Tensor, int], None] | None = None
+        """Told about each call-number tensor a random tensor reads (TinyJit rewrites them on replay)."""
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -52,6 +55,13 @@ class RandomState:
             call = self.calls
             self.calls = (self.calls + 1) & _MASK32
             return self.seed & _MASK32, self.seed >> 32, call
+
+    def advance(self, count: int) -> int:
+        """Takes `count` call numbers at once (what `count` random tensors would); returns the first."""
+        with self._lock:
+            first = self.calls
+            self.calls = (self.calls + count) & _MASK32
+            return first
 
 
 random_state = RandomState()

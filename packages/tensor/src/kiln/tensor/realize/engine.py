@@ -12,6 +12,7 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kiln.codegen import Program, Renderer, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
@@ -33,7 +34,32 @@ from kiln.tensor.schedule import (
 from kiln.tensor.schedule.cache import cached_plan_of
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
-__all__ = ["Method", "clear_method_cache", "compiled_program", "method_cache_size", "realize_uops", "run_plan"]
+__all__ = [
+    "LaunchRecorder",
+    "Method",
+    "clear_method_cache",
+    "compiled_program",
+    "method_cache_size",
+    "realize_uops",
+    "run_plan",
+]
+
+
+class LaunchRecorder(Protocol):
+    """What `kiln.tensor.jit` installs as `launch_recorder` while it captures a function."""
+
+    def record_kernel(self, method: Method, buffers: list[Buffer]) -> None:
+        """Called after each kernel launch with the program and its argument buffers."""
+
+    def record_copy(self, destination: Buffer, source: Buffer) -> None:
+        """Called after each copy step."""
+
+    def record_host_read(self, what: str) -> None:
+        """Called when data is read back to the host (the recorder may raise)."""
+
+
+launch_recorder: LaunchRecorder | None = None
+"""The capture hook: when set, `run_plan` reports every launch and copy to it (TinyJit's capture)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +209,7 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     prepared = _prepare(plan)
     buffers = _Buffers(plan, prepared, inputs)
     debug = knobs.DEBUG
+    recorder = launch_recorder
     started = time.perf_counter_ns()
     kernels = 0
     for step in plan.steps:
@@ -200,6 +227,8 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
             GlobalCounters.mem_bytes += method.mem_bytes
             if debug >= 2:
                 _debug_kernel(step, method, elapsed / 1e9)
+            if recorder is not None:
+                recorder.record_kernel(method, arguments)
         else:
             assert isinstance(step, CopyStep)
             destination, source = buffers.get(step.destination), buffers.get(step.source)
@@ -208,6 +237,8 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
             GlobalCounters.copies += 1
             GlobalCounters.time_ns += time.perf_counter_ns() - begin
             GlobalCounters.mem_bytes += 2 * source.nbytes
+            if recorder is not None:
+                recorder.record_copy(destination, source)
     if debug >= 1 and plan.steps:
         for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
             Device[device].synchronize()

@@ -1,0 +1,500 @@
+"""`TinyJit`: capture the kernels a function launches once, then replay them on new inputs without Python scheduling.
+
+Call 1 runs the function normally (kernels get compiled, state gets allocated), call 2 runs it with the engine's
+capture hook (`realize.engine.launch_recorder`) installed and records every launch and copy with its buffers, and
+every later call replays that list: the Tensor arguments' buffers are patched in, everything else (parameters,
+optimizer state, temporaries, outputs) is the very memory the capture used. The contract, checked on every call:
+
+- the Tensor arguments (positional, then keyword by name) must match the captured ones in number, shape, dtype and
+  device (ValueError / TypeError naming the first difference); other arguments must equal the captured values
+  (ValueError), and Tensors must not hide inside list / tuple / dict arguments (TypeError);
+- `Variable` values (`Variable("pos", 0, 127).bind(5)`) reach the function as 0-dim int32 Tensors, read from memory
+  by the kernels, so a new value replays without re-capture; out-of-bounds values raise ValueError. (kiln's tensor
+  graph has no symbolic shapes: a variable indexes and masks, shapes stay at their bound.)
+- reading data to the host inside the function (`.numpy()`, `.item()`, `.tolist()`) raises RuntimeError during
+  capture: a replay would not repeat it;
+- tensors the function reaches through its closure, globals, bound `self`, default arguments or non-Tensor arguments
+  (walked like a state dict) must still be the same Tensor objects over the same buffers: rebinding one raises
+  RuntimeError;
+- random numbers: each random tensor's call number is a replay input, advanced like the non-JIT function would, so
+  replays draw new numbers (and the same numbers as without the JIT); changing `Tensor.manual_seed` after capture
+  raises RuntimeError (the key is compiled into the kernels);
+- the function must return Tensors (alone, or in a tuple / list / dict) or None. Outputs of a replay live in the
+  captured output buffers: the next replay overwrites them (copy a result you keep, e.g. `.numpy()` it).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from kiln.runtime import Buffer
+from kiln.tensor.counters import GlobalCounters
+from kiln.tensor.graph import BufferArg
+from kiln.tensor.jit_replay import CapturedStep, replay_segments
+from kiln.tensor.nn.module import walk_state
+from kiln.tensor.ops.random import random_state
+from kiln.tensor.realize import attach_buffer, buffer_of, engine, has_buffer
+from kiln.tensor.schedule import realized_view
+from kiln.tensor.tensor import Tensor
+from kiln.uops import DType, Ops, UOp
+
+__all__ = ["BoundVariable", "TinyJit", "Variable"]
+
+Result = TypeVar("Result")
+# numbers for the BUFFER nodes of replayed outputs: disjoint from graph.buffer_uop's and the engine's
+_output_numbers = itertools.count(1 << 50)
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A named integer in [low, high] a jitted function takes as an argument (e.g. a sequence position)."""
+
+    name: str
+    low: int
+    high: int
+
+    def bind(self, value: int) -> BoundVariable:
+        """This variable with a value (ValueError outside [low, high])."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"variable {self.name!r} takes an int, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise ValueError(f"variable {self.name!r} = {value} is outside its bounds [{self.low}, {self.high}]")
+        return BoundVariable(self, value)
+
+
+@dataclass(frozen=True)
+class BoundVariable:
+    """A `Variable` with its value for one call."""
+
+    variable: Variable
+    value: int
+
+    def tensor(self) -> Tensor:
+        """The value as a 0-dim int32 Tensor (what the jitted function receives)."""
+        return Tensor(np.array(self.value, dtype=np.int32))
+
+
+class _Slot:
+    """One Tensor argument of the captured call: where it came from and what it must look like."""
+
+    __slots__ = ("device", "dtype", "name", "shape")
+
+    def __init__(self, name: str, tensor: Tensor) -> None:
+        self.name, self.shape, self.dtype, self.device = name, tensor.shape, tensor.dtype, tensor.device
+
+    def check(self, tensor: Tensor) -> None:
+        if tensor.shape != self.shape:
+            raise ValueError(
+                f"TinyJit: argument {self.name} has shape {tensor.shape}, it was captured with {self.shape}"
+            )
+        if tensor.dtype != self.dtype:
+            raise TypeError(
+                f"TinyJit: argument {self.name} has dtype {tensor.dtype!r}, it was captured with {self.dtype!r}"
+            )
+        if tensor.device != self.device:
+            raise ValueError(
+                f"TinyJit: argument {self.name} is on {tensor.device!r}, it was captured on {self.device!r}"
+            )
+
+
+def _plain_buffer(tensor: Tensor) -> Buffer | None:
+    """The Buffer holding exactly `tensor`'s elements in row-major order, or None when it is not one."""
+    return _view_buffer(realized_view(tensor.uop) or tensor.uop, tensor.numel())
+
+
+def _view_buffer(node: UOp, numel: int) -> Buffer | None:
+    """The Buffer of a realized view that is a whole buffer (possibly reshaped), else None."""
+    if node.op is Ops.RESHAPE:
+        node = node.src[0]
+    if node.op is not Ops.BUFFER or not has_buffer(node):
+        return None
+    buffer = buffer_of(node)
+    return buffer if buffer.size == numel else None
+
+
+def _as_input(tensor: Tensor) -> tuple[Tensor, Buffer]:
+    """`tensor` realized into a buffer of exactly its elements (a copy when it is a strided view)."""
+    buffer = _plain_buffer(tensor)
+    if buffer is None:
+        tensor.realize()
+        buffer = _plain_buffer(tensor)
+    if buffer is None:
+        tensor = tensor.contiguous().realize()
+        buffer = _plain_buffer(tensor)
+    if buffer is None:
+        raise RuntimeError(f"TinyJit: could not give argument of shape {tensor.shape} a buffer of its own")
+    return tensor, buffer
+
+
+@dataclass
+class _Arguments:
+    """One call's arguments: the Tensors by name, the other values by name (compared on replay), and what to pass
+    to the function (bound variables replaced by 0-dim int32 Tensors)."""
+
+    tensors: list[tuple[str, Tensor]]
+    others: list[tuple[str, Any]]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Arguments:
+    result = _Arguments([], [], (), dict(kwargs))
+    passed = list(args)
+    entries: list[tuple[str, Any, int | str]] = [
+        (f"{index} (positional)", value, index) for index, value in enumerate(args)
+    ]
+    entries += [(repr(key), kwargs[key], key) for key in sorted(kwargs)]
+    for name, value, where in entries:
+        if isinstance(value, BoundVariable):
+            result.others.append((name, value.variable))
+            value = value.tensor()
+            if isinstance(where, int):
+                passed[where] = value
+            else:
+                result.kwargs[where] = value
+        if isinstance(value, Tensor):
+            result.tensors.append((name, value))
+        elif isinstance(value, (list, tuple, dict)) and any(True for _ in walk_state(value)):
+            raise TypeError(
+                f"TinyJit: argument {name} holds Tensors inside a {type(value).__name__}; pass each Tensor as an "
+                f"argument of its own (only those are replay inputs)"
+            )
+        elif not isinstance(value, BoundVariable):
+            result.others.append((name, value))
+    result.args = tuple(passed)
+    return result
+
+
+def _same(first: Any, second: Any) -> bool:
+    try:
+        return bool(first is second or (type(first) is type(second) and first == second))
+    except Exception:  # values without a usable == (numpy arrays) are compared by identity only
+        return False
+
+
+class _Recorder:
+    """The capture hook: records launches, copies and random streams; refuses host reads."""
+
+    def __init__(self, inputs: list[Buffer]) -> None:
+        self.input_numbers = {id(buffer): number for number, buffer in enumerate(inputs)}
+        self.steps: list[CapturedStep] = []
+        self.streams: list[tuple[Buffer, int]] = []
+        self.written: set[int] = set()
+        self.read_first: dict[int, Buffer] = {}  # buffers read before anything in the capture wrote them
+        self.first_call = random_state.calls
+
+    def _step(self, runner: Any, buffers: list[Buffer | None], written: list[Buffer | None]) -> None:
+        patches = []
+        for position, buffer in enumerate(buffers):
+            if buffer is None:
+                continue
+            number = self.input_numbers.get(id(buffer))
+            if number is not None:
+                patches.append((position, number))
+            elif id(buffer) not in self.written:
+                self.read_first.setdefault(id(buffer), buffer)
+        for buffer in written:
+            if buffer is not None:
+                self.written.add(id(buffer))
+        self.steps.append(CapturedStep(runner, list(buffers), tuple(patches)))
+
+    def record_kernel(self, method: engine.Method, buffers: list[Buffer]) -> None:
+        self._step(method.runner, list(buffers), [buffers[position] for position in method.program.outs])
+
+    def record_copy(self, destination: Buffer, source: Buffer) -> None:
+        self._step(None, [destination, source], [destination])
+
+    def record_host_read(self, what: str) -> None:
+        raise RuntimeError(
+            f"TinyJit: the function reads data to the host while being captured ({what}); a replay cannot repeat "
+            f"that. Return the tensor from the function and read it outside"
+        )
+
+    def observe_stream(self, stream: Tensor, call: int) -> None:
+        _tensor, buffer = _as_input(stream)
+        self.streams.append((buffer, call - self.first_call))
+
+
+@dataclass
+class _Watched:
+    """A tensor the function reaches from outside (closure, globals, self, defaults) with its captured buffer."""
+
+    name: str
+    owner: object
+    key: str
+    tensor: Tensor
+    buffer: Buffer
+
+    def check(self) -> None:
+        owner = self.owner
+        if isinstance(owner, (list, tuple)):
+            current = owner[int(self.key)] if int(self.key) < len(owner) else None
+        elif isinstance(owner, dict):
+            current = next((value for key, value in owner.items() if str(key) == self.key), None)
+        elif isinstance(owner, types.CellType):
+            current = owner.cell_contents
+        else:
+            current = owner.__dict__.get(self.key)
+        if current is not self.tensor:
+            raise RuntimeError(
+                f"TinyJit: {self.name} is no longer the tensor the function was captured with (it was rebound); "
+                f"the replay would use the old one. Assign into tensors instead of replacing them, or reset() the jit"
+            )
+        if _plain_buffer(self.tensor) is not self.buffer:
+            raise RuntimeError(
+                f"TinyJit: {self.name} no longer lives in the buffer the function was captured with; the replay "
+                f"would read the old buffer. Realize updates with assign(), or reset() the jit"
+            )
+
+
+def _roots(function: Callable[..., Any]) -> list[tuple[str, object, object, str]]:
+    """(name, object, owner, key) of what a function reaches from outside its arguments."""
+    roots: list[tuple[str, object, object, str]] = []
+    bound = getattr(function, "__self__", None)
+    if bound is not None:
+        roots.append(("self", bound, None, ""))
+    code = getattr(function, "__func__", function)
+    closure = getattr(code, "__closure__", None) or ()
+    names = getattr(getattr(code, "__code__", None), "co_freevars", ())
+    for name, cell in zip(names, closure):
+        try:
+            roots.append((name, cell.cell_contents, cell, name))
+        except ValueError:  # an empty cell
+            continue
+    module_globals = getattr(code, "__globals__", {})
+    for name in getattr(getattr(code, "__code__", None), "co_names", ()):
+        if name in module_globals:
+            roots.append((name, module_globals[name], module_globals, name))
+    for index, default in enumerate(getattr(code, "__defaults__", None) or ()):
+        roots.append((f"default {index}", default, None, ""))
+    return roots
+
+
+def _watch(
+    function: Callable[..., Any], read_first: dict[int, Buffer], others: list[tuple[str, Any]]
+) -> list[_Watched]:
+    """The outside tensors whose captured buffers the kernels read: reached from the function (closure, globals,
+    self, defaults) or from its non-Tensor arguments (an object whose method is jitted, a model passed in)."""
+    watched: list[_Watched] = []
+    roots = _roots(function) + [(f"argument {name}", value, None, "") for name, value in others]
+    for root_name, root, owner, key in roots:
+        if isinstance(root, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        for name, tensor, tensor_owner, tensor_key in walk_state(root, root_name):
+            buffer = _plain_buffer(tensor)
+            if buffer is None or id(buffer) not in read_first:
+                continue
+            if tensor_owner is None:  # the root itself is a tensor: watch the variable holding it
+                if owner is None:
+                    continue
+                tensor_owner, tensor_key = owner, key
+            watched.append(_Watched(name, tensor_owner, tensor_key, tensor, buffer))
+    return watched
+
+
+def _flatten_outputs(value: Any, path: str = "result") -> list[tuple[str, Tensor]]:
+    if value is None:
+        return []
+    if isinstance(value, Tensor):
+        return [(path, value)]
+    if isinstance(value, (tuple, list)):
+        return [item for index, entry in enumerate(value) for item in _flatten_outputs(entry, f"{path}[{index}]")]
+    if isinstance(value, dict):
+        return [item for key, entry in value.items() for item in _flatten_outputs(entry, f"{path}[{key!r}]")]
+    raise TypeError(
+        f"TinyJit: {path} is a {type(value).__name__}; a jitted function may return only Tensors (alone or in "
+        f"tuples, lists, dicts) or None, because a replay cannot recompute Python values"
+    )
+
+
+def _rebuild(value: Any, tensors: list[Tensor], position: list[int]) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        position[0] += 1
+        return tensors[position[0] - 1]
+    if isinstance(value, tuple):
+        return tuple(_rebuild(entry, tensors, position) for entry in value)
+    if isinstance(value, list):
+        return [_rebuild(entry, tensors, position) for entry in value]
+    return {key: _rebuild(entry, tensors, position) for key, entry in value.items()}
+
+
+@dataclass
+class _Output:
+    """How to hand one output out on replay: an input, or the captured buffer viewed as shape / dtype."""
+
+    input_number: int | None
+    buffer: Buffer | None
+    shape: tuple[int, ...]
+    dtype: DType
+
+
+class _Capture:
+    """Everything a replay needs."""
+
+    def __init__(
+        self,
+        slots: list[_Slot],
+        steps: list[CapturedStep],
+        streams: list[tuple[Buffer, int]],
+        random_calls: int,
+        seed: int,
+        watched: list[_Watched],
+        structure: Any,
+        outputs: list[_Output],
+    ) -> None:
+        self.slots, self.steps, self.streams, self.watched = slots, steps, streams, watched
+        self.random_calls, self.seed, self.structure, self.outputs = random_calls, seed, structure, outputs
+        self.others: list[tuple[str, Any]] = []
+        self.internal: set[int] = set()  # ids of the buffers the captured kernels write (outputs, temporaries)
+        self.kernels = sum(1 for step in steps if step.runner is not None)
+        self.segments = replay_segments(steps)
+
+
+def _output_tensor(buffer: Buffer, shape: tuple[int, ...], dtype: DType) -> Tensor:
+    node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_output_numbers), buffer.size, buffer.device))
+    attach_buffer(node, buffer)
+    return Tensor._from_uop(node).reshape(shape) if shape != (buffer.size,) else Tensor._from_uop(node)
+
+
+class TinyJit(Generic[Result]):
+    """A decorator: the wrapped function's kernels are captured on its second call and replayed on later calls.
+
+    See the module docstring for the contract.
+
+    Example:
+        >>> @TinyJit
+        ... def step(x: Tensor) -> Tensor:
+        ...     return (x * 2 + 1).relu()
+        >>> [step(Tensor([float(i), -5.0])).tolist() for i in range(3)][-1]
+        [5.0, 0.0]
+    """
+
+    def __init__(self, function: Callable[..., Result]) -> None:
+        if not callable(function):
+            raise TypeError(f"TinyJit wraps a function, got {type(function).__name__}")
+        self.function = function
+        self.calls = 0
+        self.captured: _Capture | None = None
+        functools.update_wrapper(self, function)
+
+    def reset(self) -> None:
+        """Forgets the capture: the next call runs normally and the one after captures again."""
+        self.calls = 0
+        self.captured = None
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Result:
+        arguments = _arguments(args, kwargs)
+        if engine.launch_recorder is not None:
+            # called inside another TinyJit's capture: run plainly so the outer capture records these kernels too
+            return self.function(*arguments.args, **arguments.kwargs)
+        if self.captured is not None:
+            return self._replay(arguments)
+        self.calls += 1
+        if self.calls == 1:
+            return self.function(*arguments.args, **arguments.kwargs)
+        return self._capture(arguments)
+
+    def _capture(self, arguments: _Arguments) -> Result:
+        named, args, kwargs = arguments.tensors, arguments.args, arguments.kwargs
+        inputs = [_as_input(tensor)[1] for _name, tensor in named]
+        if len({id(buffer) for buffer in inputs}) != len(inputs):
+            raise ValueError("TinyJit: two Tensor arguments share one buffer; pass distinct tensors")
+        slots = [_Slot(name, tensor) for name, tensor in named]
+        recorder = _Recorder(inputs)
+        seed = random_state.seed
+        engine.launch_recorder = recorder
+        random_state.stream_observer = recorder.observe_stream
+        try:
+            result = self.function(*args, **kwargs)
+            flat = _flatten_outputs(result)
+            views = Tensor.realize_all(*[tensor for _path, tensor in flat]) if flat else []
+        finally:
+            engine.launch_recorder = None
+            random_state.stream_observer = None
+        outputs = []
+        for (path, tensor), view in zip(flat, views):
+            buffer = _view_buffer(view, tensor.numel())
+            if buffer is None:
+                raise RuntimeError(
+                    f"TinyJit: output {path} is not held in a buffer of its own after realize (a broadcast "
+                    f"constant or a view?); return .contiguous() of it"
+                )
+            number = next((i for i, b in enumerate(inputs) if b is buffer), None)
+            outputs.append(_Output(number, None if number is not None else buffer, tensor.shape, tensor.dtype))
+        watched = _watch(self.function, recorder.read_first, arguments.others)
+        random_calls = random_state.calls - recorder.first_call
+        self.captured = _Capture(slots, recorder.steps, recorder.streams, random_calls, seed, watched, result, outputs)
+        self.captured.others = arguments.others
+        self.captured.internal = {number for number in recorder.written if number not in recorder.input_numbers}
+        return result
+
+    def _replay(self, arguments: _Arguments) -> Result:
+        captured = self.captured
+        assert captured is not None
+        named = arguments.tensors
+        slots = captured.slots
+        if len(named) != len(slots):
+            raise ValueError(
+                f"TinyJit: called with {len(named)} Tensor arguments ({[name for name, _ in named]}), it was captured "
+                f"with {len(slots)} ({[slot.name for slot in slots]})"
+            )
+        if len(arguments.others) != len(captured.others) or any(
+            not _same(value, old) for (_, value), (_, old) in zip(arguments.others, captured.others)
+        ):
+            differences = [
+                f"{name} = {value!r} (captured with {old!r})"
+                for (name, value), (_, old) in zip(arguments.others, captured.others)
+                if not _same(value, old)
+            ]
+            names = [name for name, _ in arguments.others], [name for name, _ in captured.others]
+            raise ValueError(
+                "TinyJit: the non-Tensor arguments differ from the capture's: "
+                + ("; ".join(differences) if differences else f"{names[0]} vs {names[1]}")
+                + ". Their values are compiled into the captured kernels: pass changing values as Tensors"
+            )
+        inputs: list[Buffer] = []
+        for slot, (_name, tensor) in zip(slots, named):
+            slot.check(tensor)
+            buffer = _as_input(tensor)[1]
+            if id(buffer) in captured.internal:
+                # an output of an earlier replay fed back (a recurrent state): the replay overwrites that buffer
+                # while reading it, so it gets a copy of its own first
+                buffer = _as_input(
+                    Tensor.empty(*tensor.shape, dtype=tensor.dtype, device=tensor.device).assign(tensor)
+                )[1]
+            inputs.append(buffer)
+        for watched in captured.watched:
+            watched.check()
+        if captured.streams:
+            if random_state.seed != captured.seed:
+                raise RuntimeError(
+                    f"TinyJit: the random seed changed since capture ({captured.seed} -> {random_state.seed}); the "
+                    f"generator key is compiled into the captured kernels. Call reset() after manual_seed()"
+                )
+            first = random_state.advance(captured.random_calls)
+            for buffer, offset in captured.streams:
+                buffer.copyin(np.array([(first + offset) & 0xFFFFFFFF], dtype=np.uint32).view(np.uint8))
+        for segment in captured.segments:
+            segment(inputs)
+        GlobalCounters.kernel_count += captured.kernels
+        tensors = []
+        for output in captured.outputs:
+            held = inputs[output.input_number] if output.input_number is not None else output.buffer
+            assert held is not None
+            tensors.append(_output_tensor(held, output.shape, output.dtype))
+        result: Result = _rebuild(captured.structure, tensors, [0])
+        return result

@@ -1,0 +1,126 @@
+"""TinyJit's replay: the captured launches grouped into segments, each run on the new input buffers.
+
+A run of kernels on one queue-driven device (`HCQCompiled`) with fixed launch sizes becomes one `ReplayBatch`: its
+exec commands are built once at capture (argument blocks holding the captured buffers' addresses) and submitted as
+one list per replay (`HCQCompiled.launch_many`); only the kernels that touch an argument get a new argument block.
+Anything else (copies, other devices, kernels with variables) replays step by step (`ReplayStep`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kiln.runtime import Buffer, ExecCommand, HCQArgsState, HCQCompiled, HCQProgramRunner, copy_between
+
+__all__ = ["CapturedStep", "ReplayBatch", "ReplayStep", "replay_segments"]
+
+
+@dataclass
+class CapturedStep:
+    """One launch (runner set) or copy (runner None) of the capture: its buffers and which are inputs."""
+
+    runner: Any
+    buffers: list[Buffer | None]
+    patches: tuple[tuple[int, int], ...]  # (position in buffers, input number)
+
+
+class ReplayStep:
+    """A replay segment of one step launched on its own (a copy, or a kernel a batch cannot take)."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: CapturedStep) -> None:
+        self.step = step
+
+    def __call__(self, inputs: list[Buffer]) -> None:
+        step = self.step
+        buffers = step.buffers
+        if step.patches:
+            buffers = list(buffers)
+            for position, number in step.patches:
+                buffers[position] = inputs[number]
+        if step.runner is not None:
+            step.runner(buffers)
+        else:
+            destination, source = buffers
+            assert destination is not None and source is not None
+            copy_between(destination, source)
+
+
+def _batchable(step: CapturedStep) -> HCQCompiled | None:
+    """The device whose queue can take `step` in a batch: a kernel of a queue-driven device, no variables, fixed
+    launch sizes; None otherwise."""
+    runner = step.runner
+    if not isinstance(runner, HCQProgramRunner) or runner.variables or not isinstance(runner.device, HCQCompiled):
+        return None
+    dims = runner.launch_dims({})
+    if not all(isinstance(size, int) and size >= 1 for sizes in dims for size in sizes):
+        return None
+    return runner.device
+
+
+def _command(runner: HCQProgramRunner, buffers: list[Buffer | None]) -> ExecCommand:
+    """The checked exec command launching `runner` on `buffers` (a fresh argument block)."""
+    layout = runner.arg_layout
+    # a slot the program never uses may hold None (see ProgramRunner.__call__); the runner skips it
+    present = cast(list[Buffer], buffers)
+    arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), ())
+    global_size, local_size = runner.launch_dims({})
+    return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name)
+
+
+class ReplayBatch:
+    """A replay segment of consecutive kernels of one queue-driven device, submitted as one list. Kernels that do
+    not read or write an argument reuse the command built at capture; the others get a fresh argument block."""
+
+    __slots__ = ("commands", "device", "inline", "patched")
+
+    def __init__(self, device: HCQCompiled, steps: list[CapturedStep]) -> None:
+        self.device = device
+        self.commands: list[ExecCommand | None] = []
+        self.patched: list[tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...]]] = []
+        for index, step in enumerate(steps):
+            runner = step.runner
+            assert isinstance(runner, HCQProgramRunner)
+            if step.patches:
+                self.commands.append(None)
+                self.patched.append((index, runner, step.buffers, step.patches))
+            else:
+                self.commands.append(_command(runner, step.buffers))
+        # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
+        self.inline = all(step.runner.inline for step in steps)
+
+    def __call__(self, inputs: list[Buffer]) -> None:
+        commands = self.commands
+        if self.patched:
+            commands = list(commands)
+            for index, runner, template, patches in self.patched:
+                buffers = list(template)
+                for position, number in patches:
+                    buffers[position] = inputs[number]
+                commands[index] = _command(runner, buffers)
+        # every None (a kernel touching an argument) was replaced above
+        self.device.launch_many(cast(list[ExecCommand], commands), inline=self.inline)
+
+
+def replay_segments(steps: list[CapturedStep]) -> list[ReplayStep | ReplayBatch]:
+    """The captured steps grouped for replay: runs of batchable kernels on one device become one `ReplayBatch`."""
+    segments: list[ReplayStep | ReplayBatch] = []
+    run: list[CapturedStep] = []
+    run_device: HCQCompiled | None = None
+    for step in steps:
+        device = _batchable(step)
+        if run and device is not run_device:
+            segments.append(
+                ReplayBatch(run_device, run) if len(run) > 1 and run_device is not None else ReplayStep(run[0])
+            )
+            run = []
+        if device is None:
+            segments.append(ReplayStep(step))
+            continue
+        run.append(step)
+        run_device = device
+    if run and run_device is not None:
+        segments.append(ReplayBatch(run_device, run) if len(run) > 1 else ReplayStep(run[0]))
+    return segments

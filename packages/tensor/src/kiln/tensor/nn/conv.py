@@ -1,0 +1,168 @@
+"""Convolution layers: `Conv1d`, `Conv2d`, `Conv3d`, `ConvTranspose1d`, `ConvTranspose2d` (torch.nn's arguments and
+default initialisation: weight kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) with fan_in from the weight)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kiln.tensor.nn import init
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
+
+
+def _tuple(value: int | tuple[int, ...], dims: int, what: str) -> tuple[int, ...]:
+    items = (value,) * dims if isinstance(value, int) and not isinstance(value, bool) else value
+    if (
+        not isinstance(items, tuple)
+        or len(items) != dims
+        or any(isinstance(item, bool) or not isinstance(item, int) for item in items)
+    ):
+        raise ValueError(f"{what} must be an int or a tuple of {dims} ints, got {value!r}")
+    return items
+
+
+def _check_channels(in_channels: int, out_channels: int, groups: int, kind: str) -> None:
+    for name, value in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{kind} {name} must be a positive int, got {value!r}")
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(
+            f"{kind} in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups "
+            f"({groups})"
+        )
+
+
+class _ConvNd(Module):
+    dims = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] | str = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        kind = type(self).__name__
+        _check_channels(in_channels, out_channels, groups, kind)
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.dims, f"{kind} kernel_size")
+        self.stride = _tuple(stride, self.dims, f"{kind} stride")
+        self.dilation = _tuple(dilation, self.dims, f"{kind} dilation")
+        self.padding: tuple[int, ...] | str = (
+            padding if isinstance(padding, str) else _tuple(padding, self.dims, f"{kind} padding")
+        )
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = init.kaiming_uniform(shape, device=device)
+        fan_in = init.calculate_fan_in_and_fan_out(shape)[0]
+        bound = 1.0 / math.sqrt(fan_in)
+        self.bias = init.uniform((out_channels,), -bound, bound, device=device) if bias else None
+
+    def _convolve(self, x: Tensor) -> Any:
+        method = getattr(x, f"conv{self.dims}d")
+        return method(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The convolution of x (batch, in_channels, *spatial) or unbatched (in_channels, *spatial)."""
+        result: Tensor = self._convolve(x)
+        return result
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}"
+        )
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over (batch, in_channels, length), like `torch.nn.Conv1d`.
+
+    Example:
+        >>> Conv1d(2, 4, 3)(Tensor.ones(1, 2, 10)).shape
+        (1, 4, 8)
+    """
+
+    dims = 1
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution over (batch, in_channels, height, width), like `torch.nn.Conv2d`.
+
+    Example:
+        >>> Conv2d(1, 8, 3, padding=1)(Tensor.ones(2, 1, 5, 5)).shape
+        (2, 8, 5, 5)
+    """
+
+    dims = 2
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over (batch, in_channels, depth, height, width), like `torch.nn.Conv3d`."""
+
+    dims = 3
+
+
+class _ConvTransposeNd(Module):
+    dims = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] = 0,
+        output_padding: int | tuple[int, ...] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | tuple[int, ...] = 1,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        kind = type(self).__name__
+        _check_channels(in_channels, out_channels, groups, kind)
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.dims, f"{kind} kernel_size")
+        self.stride = _tuple(stride, self.dims, f"{kind} stride")
+        self.padding = _tuple(padding, self.dims, f"{kind} padding")
+        self.output_padding = _tuple(output_padding, self.dims, f"{kind} output_padding")
+        self.dilation = _tuple(dilation, self.dims, f"{kind} dilation")
+        # torch's transposed weight is (in, out / groups, *kernel); its fan_in is computed from dim 1 like any weight
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
+        self.weight = init.kaiming_uniform(shape, device=device)
+        fan_in = init.calculate_fan_in_and_fan_out(shape)[0]
+        bound = 1.0 / math.sqrt(fan_in)
+        self.bias = init.uniform((out_channels,), -bound, bound, device=device) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The transposed convolution of x (batch, in_channels, *spatial)."""
+        method = getattr(x, f"conv_transpose{self.dims}d")
+        result: Tensor = method(
+            self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation
+        )
+        return result
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """1-d transposed convolution, like `torch.nn.ConvTranspose1d`."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-d transposed convolution, like `torch.nn.ConvTranspose2d`.
+
+    Example:
+        >>> ConvTranspose2d(4, 2, 2, stride=2)(Tensor.ones(1, 4, 3, 3)).shape
+        (1, 2, 6, 6)
+    """
+
+    dims = 2

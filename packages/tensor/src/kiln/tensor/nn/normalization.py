@@ -1,0 +1,171 @@
+"""Normalization layers: `BatchNorm1d`, `BatchNorm2d` (running statistics), `LayerNorm`, `GroupNorm`, `RMSNorm`.
+
+BatchNorm in training mode updates its running statistics lazily (an ASSIGN on each buffer). Those updates are
+realized with the next optimizer step (`pending_statistics()` hands them over, so one schedule holds the parameter
+updates and the statistics) or, at the latest, before the layer's next forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kiln.tensor.nn import init
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+from kiln.uops import Ops, dtypes
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm", "pending_statistics"]
+
+_pending: list[Tensor] = []
+
+
+def pending_statistics() -> list[Tensor]:
+    """The running-statistics buffers with an update not yet realized (and forgets them: the caller realizes)."""
+    taken = [tensor for tensor in _pending if tensor.uop.op is Ops.ASSIGN]
+    _pending.clear()
+    return taken
+
+
+class _BatchNorm(Module):
+    expected_dims: tuple[int, ...] = ()
+    running_mean: Tensor
+    running_var: Tensor
+    num_batches_tracked: Tensor
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = init.ones((num_features,), device=device) if affine else None
+        self.bias = init.zeros((num_features,), device=device) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
+            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
+            self.register_buffer(
+                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalizes each channel (dim 1) with batch statistics (training) or the running ones (eval)."""
+        if x.ndim not in self.expected_dims:
+            dims = " or ".join(f"{count}-d" for count in self.expected_dims)
+            raise ValueError(f"{type(self).__name__} expects a {dims} input, got shape {x.shape}")
+        running = self.track_running_stats
+        if running:
+            stale = [
+                t for t in (self.running_mean, self.running_var, self.num_batches_tracked) if t.uop.op is Ops.ASSIGN
+            ]
+            if stale:  # an earlier training forward's update nobody realized yet
+                Tensor.realize_all(*stale)
+        use_batch = self.training or not running
+        if not use_batch:
+            return x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        if not running:
+            return x.batch_norm(None, None, self.weight, self.bias, True, 0.0, self.eps)
+        momentum = self.momentum
+        if momentum is None:
+            # cumulative moving average: momentum 1 / batches seen; that count is on the host after the realize
+            count = int(self.num_batches_tracked.item()) + 1
+            momentum = 1.0 / count
+        result = x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, True, momentum, self.eps)
+        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        _pending.extend((self.running_mean, self.running_var, self.num_batches_tracked))
+        return result
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (batch, features) or (batch, features, length), like `torch.nn.BatchNorm1d`.
+
+    Example:
+        >>> BatchNorm1d(3)(Tensor.randn(8, 3)).shape
+        (8, 3)
+    """
+
+    expected_dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (batch, channels, height, width), like `torch.nn.BatchNorm2d`."""
+
+    expected_dims = (4,)
+
+
+class LayerNorm(Module):
+    """Normalizes over the last dims `normalized_shape` (weight ones, bias zeros), like `torch.nn.LayerNorm`.
+
+    Example:
+        >>> LayerNorm(4)(Tensor.randn(2, 4)).shape
+        (2, 4)
+    """
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = init.ones(self.normalized_shape, device=device) if elementwise_affine else None
+        self.bias = init.zeros(self.normalized_shape, device=device) if elementwise_affine and bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The layer normalization of x."""
+        return x.layer_norm(self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class GroupNorm(Module):
+    """Normalizes groups of channels, like `torch.nn.GroupNorm` (per-channel weight ones, bias zeros)."""
+
+    def __init__(
+        self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device: str | None = None
+    ) -> None:
+        super().__init__()
+        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+            raise ValueError(f"GroupNorm num_groups must be a positive int, got {num_groups!r}")
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight = init.ones((num_channels,), device=device) if affine else None
+        self.bias = init.zeros((num_channels,), device=device) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The group normalization of x (batch, channels, *)."""
+        return x.group_norm(self.num_groups, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x**2) + eps) * weight over the last dims, like `torch.nn.RMSNorm` (eps None: the dtype's
+    machine epsilon)."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = init.ones(self.normalized_shape, device=device) if elementwise_affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """The RMS normalization of x."""
+        return x.rms_norm(self.normalized_shape, self.weight, self.eps)
