@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.tensor.ops.linalg import multiply_sum, product_dtype
+from kiln.tensor.ops.padding import crop_and_pad, spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
 from kiln.uops import Ops
 
@@ -71,7 +72,8 @@ def _check_groups(groups: object, name: str) -> int:
 def _padding_pairs(
     padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], name: str
 ) -> tuple[tuple[int, int], ...]:
-    """(before, after) zero padding per spatial dim for an int, a tuple or 'same' / 'valid'."""
+    """(before, after) padding per spatial dim for an int, a tuple (one per dim, or tinygrad's flat (left, right,
+    top, bottom, ...)) or 'same' / 'valid'; negative amounts crop."""
     if isinstance(padding, str):
         if padding == "valid":
             return tuple((0, 0) for _ in kernel)
@@ -82,8 +84,7 @@ def _padding_pairs(
             totals = [rate * (size - 1) for size, rate in zip(kernel, dilation)]
             return tuple((total // 2, total - total // 2) for total in totals)
         raise ValueError(f"{name} padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
-    amounts = int_tuple(padding, len(kernel), f"{name} padding")
-    return tuple((amount, amount) for amount in amounts)
+    return spatial_padding(padding, len(kernel), f"{name} padding")
 
 
 def _convolve(
@@ -117,7 +118,7 @@ def _convolve(
             f"input {padded_sizes} (input shape {x.shape}, padding {padding})"
         )
     dtype = product_dtype(name, x, weight, *([bias] if bias is not None else []))
-    padded = x._cast(dtype)._movement(Ops.PAD, ((0, 0), (0, 0), *padding))
+    padded = crop_and_pad(x._cast(dtype), padding, f"{name} padding")
     if any(pair != (0, 0) for pair in padding) and math.prod(padded.shape) >= PADDED_INPUT_BUFFER_MINIMUM:
         # a cheap copy kernel writes the padded input: the convolution's inner loop then reads whole vectors with no
         # bounds guard per lane (conv2d (32,16,32,32)x(32,16,3,3) padding 1: 5.7 ms -> 3.2 ms on the CPU device);
@@ -271,11 +272,13 @@ class ConvolutionMixin:
             weight: (out_channels, in_channels / groups, kernel_height, kernel_width).
             bias: (out_channels,) or None.
             stride: step between windows, an int or one per spatial dim.
-            padding: zeros added on both sides (int or per dim), or 'valid' (none) or 'same' (output size = input
-                size; needs stride 1; an odd total puts the extra zero after).
+            padding: zeros added on both sides (int or per dim), tinygrad's flat (left, right, top, bottom) for
+                asymmetric padding (negative amounts crop), or 'valid' (none) or 'same' (output size = input size;
+                needs stride 1; an odd total puts the extra zero after).
             dilation: spacing between kernel taps.
             groups: in and out channels split into this many independent groups.
 
+        A 3-dim or 5-dim weight makes this a 1-d or 3-d convolution (tinygrad's conv2d is N-d).
         The input is (batch, in_channels, height, width) or (in_channels, height, width); the result is
         (batch, out_channels, out_height, out_width) with out = (in + 2 * padding - dilation * (kernel - 1) - 1)
         // stride + 1.
@@ -284,7 +287,12 @@ class ConvolutionMixin:
             >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
             [[[[4.0, 4.0], [4.0, 4.0]]]]
         """
-        return _convolution(self, weight, bias, stride, padding, dilation, groups, 2)
+        from kiln.tensor.tensor import Tensor
+
+        # tinygrad's conv2d takes any number of spatial dims, read from the weight
+        generic = isinstance(weight, Tensor) and weight.ndim in (3, 5) and self.ndim in (weight.ndim - 1, weight.ndim)
+        spatial = weight.ndim - 2 if generic else 2
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, spatial)
 
     def conv3d(
         self: Tensor,
