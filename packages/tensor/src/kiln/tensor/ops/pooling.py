@@ -291,3 +291,47 @@ class PoolingMixin:
         return _avg_pool(
             self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d", dilation
         )
+
+    def lp_pool1d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """Power-average pooling over the last dim; see `lp_pool2d`.
+
+        Example:
+            >>> Tensor([[[3.0, 4.0]]]).lp_pool1d(2, 2).tolist()
+            [[[5.0]]]
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool1d")
+
+    def lp_pool2d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """(sum of x ** p over each window) ** (1 / p) over the last two dims, like `torch.nn.functional.lp_pool2d`
+        (computed as PyTorch does: an average pool of x ** p times the kernel size, so a ceil_mode window that
+        is cut short is scaled up to the full kernel).
+
+        Example:
+            >>> Tensor([[[[1.0, 1.0], [1.0, 1.0]]]]).lp_pool2d(1, 2).tolist()
+            [[[[4.0]]]]
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool2d")
+
+    def lp_pool3d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """Power-average pooling over the last three dims; see `lp_pool2d`.
+
+        Example:
+            >>> Tensor.ones(1, 1, 2, 2, 2).lp_pool3d(1, 2).item()
+            8.0
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool3d")
+
+
+def _lp_pool(x: Tensor, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool, name: str) -> Tensor:
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
+        raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
+    kernel = int_tuple(kernel_size, int(name[-2]), f"{name} kernel_size", minimum=1)
+    averages = _avg_pool(x.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
+    sums = averages.sign() * averages.abs().relu() * math.prod(kernel)
+    return sums.pow(1.0 / norm_type)
