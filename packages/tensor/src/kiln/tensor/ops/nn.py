@@ -6,7 +6,9 @@
 | --- | --- |
 | linalg | matmul, @, dot, einsum, linear |
 | convolution | conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d |
-| pooling | max_pool1d/2d/3d, avg_pool1d/2d/3d |
+| pooling | max_pool1d/2d/3d, avg_pool1d/2d/3d, lp_pool1d/2d/3d |
+| adaptive_pooling | adaptive_avg_pool1d/2d/3d, adaptive_max_pool1d/2d/3d |
+| unpooling | max_unpool1d/2d/3d |
 | interpolation | interpolate |
 | sorting | sort, argsort, topk |
 | losses | one_hot, cross_entropy, nll_loss, binary_cross_entropy(_with_logits), mse_loss, l1_loss, smooth_l1_loss, |
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kiln.tensor.ops.adaptive_pooling import AdaptivePoolingMixin
 from kiln.tensor.ops.attention import AttentionMixin
 from kiln.tensor.ops.convolution import ConvolutionMixin
 from kiln.tensor.ops.creation import tensor_class
@@ -28,6 +31,7 @@ from kiln.tensor.ops.losses import LossMixin
 from kiln.tensor.ops.normalization import NormalizationMixin
 from kiln.tensor.ops.pooling import PoolingMixin
 from kiln.tensor.ops.sorting import SortingMixin
+from kiln.tensor.ops.unpooling import UnpoolingMixin
 from kiln.uops import dtypes
 
 if TYPE_CHECKING:
@@ -40,6 +44,8 @@ class NNMixin(
     LinalgMixin,
     ConvolutionMixin,
     PoolingMixin,
+    AdaptivePoolingMixin,
+    UnpoolingMixin,
     InterpolationMixin,
     SortingMixin,
     LossMixin,
