@@ -18,7 +18,7 @@ from kiln.tensor import Tensor
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nn_conformance_cases import CASES, Case, Ref  # noqa: E402
+from nn_conformance_cases import CASES, Case, Ref
 
 FIXTURE = np.load(Path(__file__).parent / "nn_conformance.npz")
 RECORDED = [str(key) for key in FIXTURE["__recorded__"]]

@@ -55,7 +55,7 @@ def _sizes(x: Tensor, output_size: Any, spatial: int, name: str) -> tuple[int, .
     )
     if any(size < 0 for size in sizes):
         raise ValueError(f"{name} output_size must be non-negative, got {sizes}")
-    if any(length == 0 for length in lengths) and math.prod(sizes):
+    if any(length == 0 for length in lengths) and all(size > 0 for size in sizes):
         raise ValueError(f"{name} needs non-empty spatial dims, got input shape {x.shape}")
     return sizes
 

@@ -12,7 +12,9 @@
 | interpolation | interpolate |
 | sorting | sort, argsort, topk |
 | losses | one_hot, cross_entropy, nll_loss, binary_cross_entropy(_with_logits), mse_loss, l1_loss, smooth_l1_loss, |
-| | huber_loss, kl_div |
+| | huber_loss, kl_div, margin_ranking_loss, hinge_embedding_loss; tinygrad's binary_crossentropy(_logits), |
+| | sparse_categorical_crossentropy |
+| similarity | cosine_similarity, pairwise_distance |
 | normalization | layer_norm, batch_norm, group_norm, rms_norm |
 | attention | scaled_dot_product_attention |
 """
@@ -30,6 +32,7 @@ from kiln.tensor.ops.linalg import LinalgMixin
 from kiln.tensor.ops.losses import LossMixin
 from kiln.tensor.ops.normalization import NormalizationMixin
 from kiln.tensor.ops.pooling import PoolingMixin
+from kiln.tensor.ops.similarity import SimilarityMixin
 from kiln.tensor.ops.sorting import SortingMixin
 from kiln.tensor.ops.unpooling import UnpoolingMixin
 from kiln.uops import dtypes
@@ -49,6 +52,7 @@ class NNMixin(
     InterpolationMixin,
     SortingMixin,
     LossMixin,
+    SimilarityMixin,
     NormalizationMixin,
     AttentionMixin,
 ):

@@ -50,12 +50,12 @@ class _Geometry:
         self.padding = spatial_padding(padding, spatial, f"{name} padding")
         self.dilation = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
         flat = isinstance(padding, (tuple, list)) and len(padding) == 2 * spatial
-        for (before, after), taps in zip(self.padding, self.kernel):
-            # PyTorch's limit; tinygrad's flat (asymmetric) form has none
-            if not flat and (2 * before > taps or before < 0):
+        for (before, _), taps in zip(self.padding, self.kernel):
+            # PyTorch's limit; tinygrad's flat (asymmetric) form has none; negative amounts crop
+            if not flat and 2 * before > taps:
                 raise ValueError(
                     f"{name} padding {tuple(pair[0] for pair in self.padding)} must be at most half the kernel size "
-                    f"{self.kernel} in each dim (and non-negative)"
+                    f"{self.kernel} in each dim"
                 )
         sizes = tuple(
             size - max(0, -before) - max(0, -after) for size, (before, after) in zip(x.shape[-spatial:], self.padding)

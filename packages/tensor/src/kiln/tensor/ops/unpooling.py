@@ -48,9 +48,11 @@ def _output_sizes(
         sizes = tuple(check_int(item, f"{name} output_size") for item in items)
         for size, usual, step in zip(sizes, default, stride):
             if not usual - step < size < usual + step:
+                lowest = tuple(value - step for value, step in zip(default, stride))
+                highest = tuple(value + step for value, step in zip(default, stride))
                 raise ValueError(
-                    f"{name} output_size {sizes} must lie strictly between {tuple(d - s for d, s in zip(default, stride))}"
-                    f" and {tuple(d + s for d, s in zip(default, stride))} (the default {default} -/+ the stride)"
+                    f"{name} output_size {sizes} must lie strictly between {lowest} and {highest} (the default "
+                    f"{default} -/+ the stride)"
                 )
     if any(size <= 0 for size in sizes):
         raise ValueError(f"{name}: the output size {sizes} is not positive (input shape {x.shape})")
