@@ -17,6 +17,7 @@
 | similarity | cosine_similarity, pairwise_distance |
 | normalization | layer_norm, batch_norm, group_norm, rms_norm |
 | attention | scaled_dot_product_attention |
+| initializers | kaiming_uniform, kaiming_normal, glorot_uniform, scaled_uniform, xavier_uniform, xavier_normal |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kiln.tensor.ops.adaptive_pooling import AdaptivePoolingMixin
 from kiln.tensor.ops.attention import AttentionMixin
 from kiln.tensor.ops.convolution import ConvolutionMixin
 from kiln.tensor.ops.creation import tensor_class
+from kiln.tensor.ops.initializers import InitializerMixin
 from kiln.tensor.ops.interpolation import InterpolationMixin
 from kiln.tensor.ops.linalg import LinalgMixin
 from kiln.tensor.ops.losses import LossMixin
@@ -55,6 +57,7 @@ class NNMixin(
     SimilarityMixin,
     NormalizationMixin,
     AttentionMixin,
+    InitializerMixin,
 ):
     """Neural-network functions: linear algebra, convolution, pooling, resizing, sorting, losses, normalization,
     attention and dropout."""
