@@ -416,5 +416,9 @@ class LossMixin:
             >>> round(Tensor([[0.0, 0.0], [5.0, 5.0]]).sparse_categorical_crossentropy(Tensor([1, -1])).item(), 5)
             0.69315
         """
+        target = _require(Y, "sparse_categorical_crossentropy Y")
+        if not dtypes.is_int(target.dtype):
+            raise TypeError(f"sparse_categorical_crossentropy Y must hold integer class indices, got {target.dtype!r}")
         logits = self if self.ndim <= 2 else self.permute(0, self.ndim - 1, *range(1, self.ndim - 1))
-        return logits.cross_entropy(Y, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+        smoothing = label_smoothing
+        return logits.cross_entropy(target, ignore_index=ignore_index, reduction=reduction, label_smoothing=smoothing)
