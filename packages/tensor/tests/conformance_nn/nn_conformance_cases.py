@@ -438,6 +438,24 @@ def _attention_cases() -> list[Case]:
     ]
 
 
+def _zero_size_cases() -> list[Case]:
+    return [
+        Case("zero_max_pool2d", "max_pool2d", (_x(0, 2, 4, 4),), {"kernel_size": 2, "return_indices": True}),
+        Case("zero_adaptive_avg2d", "adaptive_avg_pool2d", (_x(0, 2, 5, 5),), {"output_size": 2}),
+        Case("zero_bilinear", "interpolate", (_x(0, 1, 3, 3),), {"size": (5, 4), "mode": "bilinear"}),
+        Case("zero_pad_reflect", "pad", (_x(0, 2, 5),), {"pad": (2, 1), "mode": "reflect"}),
+        Case("zero_pad_constant_dim", "pad", (_x(2, 0, 3),), {"pad": (1, 1, 2, 0), "value": 3.0}),
+        Case("zero_conv_transpose2d", "conv_transpose2d", (_x(0, 2, 3, 3), _x(2, 3, 2, 2)), {"stride": 2}),
+        Case("zero_sdpa", "scaled_dot_product_attention", (_x(0, 2, 3, 4), _x(0, 2, 5, 4), _x(0, 2, 5, 4)), {}),
+        Case("zero_mse", "mse_loss", (_x(0, 3), _x(0, 3)), {"reduction": "sum"}),
+        Case("zero_nll_none", "nll_loss", (_x(0, 4), In((0,), ("index", 0, 4))), {"reduction": "none"}),
+        Case("zero_cosine", "cosine_similarity", (_x(0, 5), _x(0, 5)), {"dim": -1}),
+        Case(
+            "zero_max_unpool1d", "unpool_roundtrip", (_x(0, 2, 6, kind="distinct"),), {"spatial": 1, "kernel_size": 2}
+        ),
+    ]
+
+
 CASES: tuple[Case, ...] = (
     *_conv_cases(),
     *_pool_cases(),
@@ -445,4 +463,5 @@ CASES: tuple[Case, ...] = (
     *_interpolate_cases(),
     *_loss_cases(),
     *_attention_cases(),
+    *_zero_size_cases(),
 )

@@ -118,10 +118,12 @@ def _max_pool(
     sizes = x.shape[-geometry.spatial :]
     positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
     position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
-    flat = windows.reshape(*windows.shape[: x.ndim], -1)
+    taps_per_window = math.prod(geometry.kernel)
+    flat = windows.reshape(*windows.shape[: x.ndim], taps_per_window)
     first = flat.argmax(-1, keepdim=True)
     taps = iota(flat.shape[-1], x.device)._cast(first.dtype)
-    chosen = (taps == first).where(position_windows.reshape(*position_windows.shape[: geometry.spatial], -1), 0)
+    window_positions = position_windows.reshape(*position_windows.shape[: geometry.spatial], taps_per_window)
+    chosen = (taps == first).where(window_positions, 0)
     return values, chosen.sum(-1)._cast(dtypes.default_int)
 
 
