@@ -43,6 +43,8 @@ def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
     elif kind == "distinct":
         count = int(np.prod(shape))
         values = (rng.permutation(count) - count / 2).reshape(shape) / 8.0
+    elif kind == "ties":
+        values = rng.integers(0, 3, size=shape).astype(np.float64)
     elif kind == "prob":
         values = rng.uniform(0.05, 0.95, shape)
     elif kind == "positive":

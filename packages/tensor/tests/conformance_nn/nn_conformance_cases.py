@@ -34,8 +34,9 @@ class In:
     """One input: its shape, the kind of values, and its dtype (None: the case's dtype).
 
     Kinds: 'normal' (standard normal), 'distinct' (a shuffled grid of distinct values exact in float16, so max
-    pooling has no ties), 'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]), 'sign' (-1 or 1),
-    'bool' (True with probability 0.7, first column True), ('index', low, high) (integers in [low, high)).
+    pooling has no ties), 'ties' (integers 0, 1, 2: many ties, whose gradient must reach the first maximum only),
+    'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]), 'sign' (-1 or 1), 'bool' (True with
+    probability 0.7, first column True), ('index', low, high) (integers in [low, high)).
     """
 
     shape: tuple[int, ...]
@@ -200,6 +201,32 @@ def _pool_cases() -> list[Case]:
             {"spatial": 2, "kernel_size": 3, "stride": 2, "padding": 1, "output_size": (8, 8)},
         ),
         Case("max_unpool3d", "unpool_roundtrip", (_x(1, 1, 4, 4, 6, kind=d),), {"spatial": 3, "kernel_size": 2}),
+    ]
+
+
+def _tie_cases() -> list[Case]:
+    t = "ties"
+    return [
+        Case("ties_max_pool1d", "max_pool1d", (_x(2, 2, 9, kind=t),), {"kernel_size": 3, "stride": 1}, FLOATS),
+        Case(
+            "ties_max_pool2d",
+            "max_pool2d",
+            (_x(1, 2, 7, 7, kind=t),),
+            {"kernel_size": 3, "stride": 2, "padding": 1, "return_indices": True},
+        ),
+        Case("ties_max_pool3d", "max_pool3d", (_x(1, 1, 4, 4, 4, kind=t),), {"kernel_size": 2, "dilation": 2}),
+        Case(
+            "ties_adaptive_max2d",
+            "adaptive_max_pool2d",
+            (_x(1, 2, 7, 5, kind=t),),
+            {"output_size": (3, 2), "return_indices": True},
+        ),
+        Case(
+            "ties_unpool2d",
+            "unpool_roundtrip",
+            (_x(1, 2, 7, 7, kind=t),),
+            {"spatial": 2, "kernel_size": 3, "stride": 2, "padding": 1},
+        ),
     ]
 
 
@@ -459,6 +486,7 @@ def _zero_size_cases() -> list[Case]:
 CASES: tuple[Case, ...] = (
     *_conv_cases(),
     *_pool_cases(),
+    *_tie_cases(),
     *_pad_cases(),
     *_interpolate_cases(),
     *_loss_cases(),

@@ -7,7 +7,8 @@ Adaptive pooling picks the window of output cell i along a dim of input size n a
 multi-dim pool are products of per-dim windows, so both poolings are separable: each dim is reduced on its own with an
 (m, n) membership matrix, the average as a multiply-sum with weights 1 / length and the maximum as a masked max. A
 max pool's indices (flat positions in each (batch, channel) plane) are the first position of each window, in
-row-major order, that holds the window's maximum.
+row-major order, that holds the window's maximum. When the input needs a gradient, the values are read back at those
+indices, so the gradient reaches only the chosen cell (PyTorch's; a plain max would split it among ties).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kiln.tensor.ops._checks import check_int
-from kiln.tensor.ops.creation import tensor_class
+from kiln.tensor.ops.creation import iota, tensor_class
 from kiln.tensor.ops.linalg import multiply_sum
 from kiln.uops import dtypes
 
@@ -95,7 +96,8 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     if x.dtype == dtypes.bool:
         raise TypeError(f"{name} is not defined for bool tensors; cast to an integer or float dtype first")
     lowest = _lowest(x)
-    result = x
+    routed = x.requires_grad is True
+    result = x.detach() if routed else x
     for position, out in enumerate(sizes):
         axis = x.ndim - spatial + position
         moved = result.transpose(axis, -1)
@@ -104,11 +106,12 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
         inside = _membership_tensor(x, length, out)._broadcast_to(full)
         picked = inside.where(moved.unsqueeze(-2)._broadcast_to(full), lowest)._cast(x.dtype)
         result = picked.max(-1).transpose(axis, -1)
-    if not return_indices:
+    if not return_indices and not routed:
         return result
     # (*leading, *out, *in): a window cell holding the window's maximum; the first one's flat position is the index
     leading = x.ndim - spatial
     lengths = x.shape[leading:]
+    plane = math.prod(lengths)
     inside_all: Tensor | None = None
     for position, (length, out) in enumerate(zip(lengths, sizes)):
         shape = [1] * (2 * spatial)
@@ -116,11 +119,17 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
         member = _membership_tensor(x, length, out).reshape(*shape)
         inside_all = member if inside_all is None else inside_all & member
     assert inside_all is not None
-    cells = x.reshape(*x.shape[:leading], *((1,) * spatial), *lengths)
+    cells = x.detach().reshape(*x.shape[:leading], *((1,) * spatial), *lengths)
     maxima = result.reshape(*result.shape, *((1,) * spatial))
     hits = inside_all & (cells == maxima)
-    flat = hits.reshape(*result.shape, math.prod(lengths))._cast(dtypes.int32)
-    return result, flat.argmax(-1)._cast(dtypes.default_int)
+    flat = hits.reshape(*result.shape, plane)._cast(dtypes.int32)
+    indices = flat.argmax(-1)._cast(dtypes.default_int)
+    if routed:
+        # the value read at its index: the gradient goes to that one cell, as PyTorch's does
+        chosen = indices.unsqueeze(-1) == iota(plane, x.device)._cast(dtypes.default_int)
+        values = x.reshape(*x.shape[:leading], *((1,) * spatial), plane)
+        result = chosen.where(values, 0)._cast(x.dtype).sum(-1)._cast(x.dtype)
+    return (result, indices) if return_indices else result
 
 
 class AdaptivePoolingMixin:

@@ -110,20 +110,29 @@ def _max_pool(
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    values = windows.max(axes)
-    if not indices:
-        return values
-    # the flat position (over the spatial dims) of each input cell, -1 in the padding; a window's answer is the
-    # position of its first largest value (NaN counting as the largest, like PyTorch)
-    sizes = x.shape[-geometry.spatial :]
-    positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
-    position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
+    routed = x.requires_grad is True
+    if not indices and not routed:
+        return windows.max(axes)
+    # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
     taps_per_window = math.prod(geometry.kernel)
     flat = windows.reshape(*windows.shape[: x.ndim], taps_per_window)
     first = flat.argmax(-1, keepdim=True)
-    taps = iota(flat.shape[-1], x.device)._cast(first.dtype)
+    taps = iota(taps_per_window, x.device)._cast(first.dtype)
+    picked = taps == first
+    if routed:
+        # picking the first maximum by position sends its whole gradient there, as PyTorch does (a plain max would
+        # split it among tied values)
+        values = picked.where(flat, 0)._cast(x.dtype).sum(-1)._cast(x.dtype)
+    else:
+        values = windows.max(axes)
+    if not indices:
+        return values
+    # the flat position (over the spatial dims) of each input cell, -1 in the padding
+    sizes = x.shape[-geometry.spatial :]
+    positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
+    position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
     window_positions = position_windows.reshape(*position_windows.shape[: geometry.spatial], taps_per_window)
-    chosen = (taps == first).where(window_positions, 0)
+    chosen = picked.where(window_positions, 0)
     return values, chosen.sum(-1)._cast(dtypes.default_int)
 
 
