@@ -74,6 +74,14 @@ def _conv_padded(x: torch.Tensor, weight: torch.Tensor, padding: tuple[int, ...]
     return getattr(F, f"conv{weight.ndim - 2}d")(F.pad(x, padding), weight, **options)
 
 
+def _conv_transpose_padded(x: torch.Tensor, weight: torch.Tensor, padding: tuple[int, ...], **options: Any) -> Any:
+    full = getattr(F, f"conv_transpose{weight.ndim - 2}d")(x, weight, **options)
+    spatial = weight.ndim - 2
+    pairs = [(padding[2 * k], padding[2 * k + 1]) for k in reversed(range(spatial))]
+    bounds = tuple(slice(before, size - after) for (before, after), size in zip(pairs, full.shape[2:]))
+    return full[(slice(None), slice(None), *bounds)]
+
+
 def _unpool_roundtrip(
     x: torch.Tensor, spatial: int, kernel_size: int, stride: Any = None, padding: int = 0, output_size: Any = None
 ) -> Any:
@@ -90,6 +98,7 @@ SPECIAL = {
     "conv_padded": _conv_padded,
     "conv2d_nd": lambda x, weight, **options: getattr(F, f"conv{weight.ndim - 2}d")(x, weight, **options),
     "pool_padded": _pool_padded,
+    "conv_transpose_padded": _conv_transpose_padded,
     "unpool_roundtrip": _unpool_roundtrip,
     "binary_crossentropy": F.binary_cross_entropy,
     "binary_crossentropy_logits": F.binary_cross_entropy_with_logits,

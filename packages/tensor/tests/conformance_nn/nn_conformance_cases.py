@@ -95,6 +95,15 @@ def _conv_cases() -> list[Case]:
             {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2), "groups": 2},
             F32_64,
         ),
+        Case(
+            "conv_t2d_asym_pad",
+            "conv_transpose_padded",
+            (_x(1, 2, 4, 3), _x(2, 3, 3, 3)),
+            {"padding": (0, 2, 1, 0), "stride": 2, "output_padding": 1},
+        ),
+        Case(
+            "conv_t1d_asym_pad", "conv_transpose_padded", (_x(2, 2, 5), _x(2, 2, 4)), {"padding": (3, 1), "dilation": 2}
+        ),
         Case("conv_t2d_dilation", "conv_transpose2d", (_x(1, 2, 3, 3), _x(2, 3, 2, 2)), {"dilation": 2, "stride": 2}),
         Case("conv_t3d_basic", "conv_transpose3d", (_x(1, 2, 3, 2, 3), _x(2, 2, 2, 2, 2)), {"stride": 2, "padding": 1}),
     ]

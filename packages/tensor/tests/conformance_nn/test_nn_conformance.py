@@ -50,6 +50,9 @@ def _unpool_roundtrip(
 SPECIAL: dict[str, Callable[..., Any]] = {
     "conv_padded": _conv_padded,
     "conv2d_nd": lambda x, weight, **options: x.conv2d(weight, **options),
+    "conv_transpose_padded": lambda x, weight, **options: getattr(x, f"conv_transpose{weight.ndim - 2}d")(
+        weight, **options
+    ),
     "pool_padded": _pool_padded,
     "unpool_roundtrip": _unpool_roundtrip,
     "pad": lambda x, pad, **options: x.pad(pad, **options),

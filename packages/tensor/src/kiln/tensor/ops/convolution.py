@@ -171,7 +171,7 @@ def _transposed_convolution(
     weight, unbatched = _check_layout(x, weight, spatial, name, "(in_channels, out_channels / groups, *kernel)")
     strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
     dilations = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
-    pads = int_tuple(padding, spatial, f"{name} padding")
+    pads = spatial_padding(padding, spatial, f"{name} padding")
     extra = int_tuple(output_padding, spatial, f"{name} output_padding")
     count = _check_groups(groups, name)
     for amount, step, rate in zip(extra, strides, dilations):
@@ -193,8 +193,10 @@ def _transposed_convolution(
     if any(size == 0 for size in batched.shape[2:]):
         raise ValueError(f"{name}: spatial dims must be non-empty, got input shape {x.shape}")
     out_sizes = tuple(
-        (size - 1) * step - 2 * pad + rate * (taps - 1) + more + 1
-        for size, step, pad, rate, taps, more in zip(batched.shape[2:], strides, pads, dilations, kernel, extra)
+        (size - 1) * step - before - after + rate * (taps - 1) + more + 1
+        for size, step, (before, after), rate, taps, more in zip(
+            batched.shape[2:], strides, pads, dilations, kernel, extra
+        )
     )
     if any(size <= 0 for size in out_sizes):
         raise ValueError(f"{name}: the output size {out_sizes} is not positive (input {x.shape}, padding {pads})")
@@ -202,9 +204,15 @@ def _transposed_convolution(
     checked_bias = _check_bias(bias, out_channels, name)
     spread = _spread(batched, strides)
     # a transposed convolution's full output is a stride-1 convolution over dilation * (kernel - 1) of zeros on each
-    # side; `padding` takes that much back (a negative amount crops)
-    amounts = tuple(rate * (taps - 1) - pad for rate, taps, pad in zip(dilations, kernel, pads))
-    pairs = ((0, 0), (0, 0), *((amount, amount + more) for amount, more in zip(amounts, extra)))
+    # side; `padding` takes that much back from each side (a negative amount crops)
+    pairs = (
+        (0, 0),
+        (0, 0),
+        *(
+            (rate * (taps - 1) - before, rate * (taps - 1) - after + more)
+            for rate, taps, (before, after), more in zip(dilations, kernel, pads, extra)
+        ),
+    )
     framed = spread.pad(pairs)
     # (in_channels, out_per_group, *kernel) -> (out_channels, in_channels / groups, *kernel), kernel flipped
     grouped = weight.reshape(count, in_channels // count, out_per_group, *kernel).permute(
@@ -316,7 +324,7 @@ class ConvolutionMixin:
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int] = 1,
-        padding: int | tuple[int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int] = 0,
         groups: int = 1,
         dilation: int | tuple[int] = 1,
@@ -334,7 +342,7 @@ class ConvolutionMixin:
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int] = 1,
@@ -345,7 +353,8 @@ class ConvolutionMixin:
         Args:
             weight: (in_channels, out_channels / groups, kernel_height, kernel_width).
             bias: (out_channels,) or None.
-            stride, padding, dilation, groups: as for the conv2d this transposes.
+            stride, padding, dilation, groups: as for the conv2d this transposes (padding may be tinygrad's flat
+                (left, right, top, bottom): each amount is taken off that side of the full output).
             output_padding: extra size added on the far side of each output dim (< max(stride, dilation)).
 
         The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1.
@@ -361,7 +370,7 @@ class ConvolutionMixin:
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int, int, int] = 1,
-        padding: int | tuple[int, int, int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int, int] = 1,
