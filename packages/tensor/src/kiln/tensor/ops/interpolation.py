@@ -1,6 +1,7 @@
 # mypy: disable-error-code="misc"
 # (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
-"""`InterpolationMixin`: `interpolate` (resizing the spatial dims) with PyTorch's nearest and (bi/tri)linear modes.
+"""`InterpolationMixin`: `interpolate` (resizing the spatial dims) with PyTorch's nearest, (bi/tri)linear, bicubic and
+area modes ('area' is adaptive average pooling, `kiln.tensor.ops.adaptive_pooling`).
 
 Resizing is separable: each spatial dim is resampled on its own. The source positions depend only on the sizes, so
 they are computed here on the host, with PyTorch's formulas and in its precision (float32 for 'nearest', the input's
@@ -9,7 +10,8 @@ compute precision for the linear modes), which makes the chosen source cells ide
 - a nearest resize that repeats every cell f times (out = f * in) is a reshape + expand, and one that keeps every
   k-th cell is a reshape + shrink: movement ops only;
 - any other resize multiplies by an (out, in) matrix of weights (one 1 per row for nearest, two weights summing to
-  1 for linear) and sums over `in`, a fused multiply-sum.
+  1 for linear, four cubic-convolution taps for bicubic, edge taps folded onto the edge cell) and sums over `in`, a
+  fused multiply-sum.
 """
 
 from __future__ import annotations

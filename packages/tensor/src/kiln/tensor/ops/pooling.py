@@ -6,6 +6,8 @@ Pooling is sliding windows (`kiln.tensor.ops.windows`) reduced over the window d
 padded with the dtype's lowest value) and ADD divided by the window's count for average pooling. `ceil_mode` adds
 one more window per dim where a partial window still starts inside the input or its left padding; the extra cells
 it reads beyond the padding are padding too, but (like PyTorch) they never count toward an average's divisor.
+Padding follows `kiln.tensor.ops.padding`: PyTorch's symmetric amounts, or tinygrad's flat (left, right, top,
+bottom, ...) which may be asymmetric; negative amounts crop. `lp_pool` is PyTorch's formula on top of `avg_pool`.
 """
 
 from __future__ import annotations
