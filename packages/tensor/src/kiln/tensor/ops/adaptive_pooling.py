@@ -96,7 +96,7 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     if x.dtype == dtypes.bool:
         raise TypeError(f"{name} is not defined for bool tensors; cast to an integer or float dtype first")
     lowest = _lowest(x)
-    routed = x.requires_grad is True
+    routed = x.requires_grad is True and not type(x).no_grad
     result = x.detach() if routed else x
     for position, out in enumerate(sizes):
         axis = x.ndim - spatial + position

@@ -112,7 +112,7 @@ def _max_pool(
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    routed = x.requires_grad is True
+    routed = x.requires_grad is True and not type(x).no_grad
     if not indices and not routed:
         return windows.max(axes)
     # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
