@@ -34,10 +34,16 @@ def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
     kind = spec.kind
     if isinstance(kind, tuple) and kind[0] == "index":
         return rng.integers(kind[1], kind[2], size=shape).astype(np.int64)
-    if kind == "bool":
+    if kind in ("bool", "bool_blocked"):
         values = rng.random(shape) < 0.7
         values[..., 0] = True
+        if kind == "bool_blocked":
+            values[..., 1, :] = False
         return values
+    if kind == "blocked":
+        values = rng.standard_normal(shape)
+        values[..., 1, :] = -np.inf
+        return values.astype(target)
     if kind == "normal":
         values = rng.standard_normal(shape)
     elif kind == "distinct":

@@ -36,7 +36,8 @@ class In:
     Kinds: 'normal' (standard normal), 'distinct' (a shuffled grid of distinct values exact in float16, so max
     pooling has no ties), 'ties' (integers 0, 1, 2: many ties, whose gradient must reach the first maximum only),
     'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]), 'sign' (-1 or 1), 'bool' (True with
-    probability 0.7, first column True), ('index', low, high) (integers in [low, high)).
+    probability 0.7, first column True), 'bool_blocked' (the same with row 1 all False), 'blocked' (normal with row 1
+    all -inf), ('index', low, high) (integers in [low, high)).
     """
 
     shape: tuple[int, ...]
@@ -464,6 +465,20 @@ def _attention_cases() -> list[Case]:
             {"attn_mask": Ref(3), "is_causal": True},
         ),
         Case("sdpa_scale", "scaled_dot_product_attention", (q, k, v), {"scale": 0.3}),
+        # a query row with every key masked: torch 2.13 gives zeros (and zero gradients), not NaN
+        Case(
+            "sdpa_blocked_row",
+            "scaled_dot_product_attention",
+            (q, k, v, In((4, 5), "bool_blocked", "bool", grad=False)),
+            {"attn_mask": Ref(3)},
+            F32_64,
+        ),
+        Case(
+            "sdpa_blocked_row_float",
+            "scaled_dot_product_attention",
+            (q, k, v, In((4, 5), "blocked", grad=False)),
+            {"attn_mask": Ref(3)},
+        ),
         Case(
             "sdpa_gqa",
             "scaled_dot_product_attention",

@@ -4,6 +4,7 @@
 
 softmax(query @ key^T * scale + mask) @ value: two matmuls (each one fused reduce) and a softmax over the last dim.
 A bool mask keeps the positions where it is True (the others get -inf before the softmax); a float mask is added.
+A query row whose every key is masked gets zero weights (PyTorch 2.13's safe softmax), not NaN.
 """
 
 from __future__ import annotations
@@ -112,7 +113,13 @@ class AttentionMixin:
                     f"{name}: attn_mask of shape {mask.shape} does not broadcast to the scores {scores.shape}"
                 ) from None
             scores = mask.where(scores, -math.inf) if mask.dtype == dtypes.bool else scores + mask
-        weights = scores.softmax(-1)
+        if attn_mask is not None:
+            # a row with every key masked attends to nothing: zero weights (torch 2.13's safe softmax), computed
+            # from finite scores so that no NaN reaches the gradient
+            blocked = (scores == -math.inf).all(-1, keepdim=True)
+            weights = blocked.where(0.0, blocked.where(0.0, scores).softmax(-1))._cast(scores.dtype)
+        else:
+            weights = scores.softmax(-1)
         if dropout_p > 0:
             weights = weights.dropout(dropout_p)
         return weights @ value
