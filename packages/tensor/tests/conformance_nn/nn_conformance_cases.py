@@ -241,7 +241,13 @@ def _tie_cases() -> list[Case]:
 
 
 def _pad_cases() -> list[Case]:
-    cases = []
+    cases = [
+        # reflect / replicate extend the whole tensor before cropping: the reflection reaches the cropped cell
+        Case("pad_reflect_crop_far", "pad", (_x(1, 2, 6),), {"pad": (-1, 5), "mode": "reflect"}),
+        Case("pad_replicate_crop_far", "pad", (_x(1, 2, 6),), {"pad": (2, -5), "mode": "replicate"}),
+        Case("pad_reflect_crop_2d", "pad", (_x(1, 1, 4, 5),), {"pad": (3, -4, -2, 3), "mode": "reflect"}),
+        Case("pad_circular_crop_wrap", "pad", (_x(1, 2, 6),), {"pad": (-1, 5), "mode": "circular"}),
+    ]
     for mode in ("constant", "reflect", "replicate", "circular"):
         kwargs: dict[str, Any] = {"mode": mode}
         if mode == "constant":

@@ -252,12 +252,16 @@ class MovementMixin:
             raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
         if mode == "constant":
             return _constant_pad(self, pairs, value)
-        # negative amounts crop first, then the mode pads what is left (PyTorch's order)
+        # negative amounts crop. PyTorch's order: 'circular' wraps the cropped tensor; 'reflect' and 'replicate'
+        # extend the whole tensor (a reflection may reach cells the other side crops), then crop
         cropping = [(min(0, before), min(0, after)) for before, after in pairs]
-        result = _constant_pad(self, cropping, 0) if any(pair != (0, 0) for pair in cropping) else self
+        crops = any(pair != (0, 0) for pair in cropping)
+        result = _constant_pad(self, cropping, 0) if crops and mode == "circular" else self
         for axis, (before, after) in enumerate((max(0, before), max(0, after)) for before, after in pairs):
             if before or after:
                 result = _mode_pad_dim(result, axis, before, after, mode)
+        if crops and mode != "circular":
+            result = _constant_pad(result, cropping, 0)
         return result
 
     # ------------------------------------------------------------------------------------------------------------
