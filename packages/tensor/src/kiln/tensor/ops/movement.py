@@ -239,7 +239,8 @@ class MovementMixin:
         value: ConstType = 0.0,
     ) -> Tensor:
         """This tensor padded. `padding` is PyTorch's flat form (last dim first: (left, right, top, bottom, ...))
-        or one (before, after) pair (or None) per dim; negative amounts crop (before any mode pads). Modes:
+        or one (before, after) pair (or None) per dim; negative amounts crop (as `torch.nn.functional.pad` does:
+        'circular' wraps what is left, 'reflect' / 'replicate' mirror or repeat the uncropped edge). Modes:
         'constant' (with `value`), 'reflect' (mirror without the edge), 'replicate' (repeat the edge), 'circular'
         (wrap around).
 
