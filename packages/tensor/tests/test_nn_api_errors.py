@@ -118,3 +118,14 @@ def test_attention_dropout_keeps_the_mean() -> None:
     # every output is a multiple of 1 / (S (1 - p)): whole weights are dropped, not scaled at random
     steps = out * keys * (1 - p)
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-4)
+
+
+def test_nan_is_the_window_maximum() -> None:
+    # torch 2.13 on this input: adaptive (nan, 5) at (1, 4); max_pool1d(2) (nan, 3) at (1, 2)
+    x = Tensor([[[1.0, math.nan, 3.0, 2.0, 5.0]]])
+    values, indices = x.adaptive_max_pool1d(2, return_indices=True)
+    np.testing.assert_array_equal(values.numpy(), [[[np.nan, 5.0]]])
+    assert indices.tolist() == [[[1, 4]]]
+    values, indices = x.max_pool1d(2, return_indices=True)
+    np.testing.assert_array_equal(values.numpy(), [[[np.nan, 3.0]]])
+    assert indices.tolist() == [[[1, 2]]]

@@ -121,7 +121,10 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     assert inside_all is not None
     cells = x.detach().reshape(*x.shape[:leading], *((1,) * spatial), *lengths)
     maxima = result.reshape(*result.shape, *((1,) * spatial))
-    hits = inside_all & (cells == maxima)
+    equal = cells == maxima
+    if dtypes.is_float(x.dtype):
+        equal = equal | (cells.isnan() & maxima.isnan())  # a NaN window maximum is its first NaN, like PyTorch's
+    hits = inside_all & equal
     flat = hits.reshape(*result.shape, plane)._cast(dtypes.int32)
     indices = flat.argmax(-1)._cast(dtypes.default_int)
     if routed:
