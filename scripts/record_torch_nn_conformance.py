@@ -33,7 +33,7 @@ def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
     target = spec.dtype or dtype
     kind = spec.kind
     if isinstance(kind, tuple) and kind[0] == "index":
-        return rng.integers(kind[1], kind[2], size=shape).astype(np.int64)
+        return rng.integers(kind[1], kind[2], size=shape).astype(spec.dtype or np.int64)
     if kind in ("bool", "bool_blocked"):
         values = rng.random(shape) < 0.7
         values[..., 0] = True

@@ -495,6 +495,24 @@ def _attention_cases() -> list[Case]:
     ]
 
 
+def _integer_cases() -> list[Case]:
+    image = In((1, 3, 5, 6), ("index", 0, 256), "uint8")
+    return [
+        Case("int_nearest_uint8", "interpolate", (image,), {"size": (7, 4), "mode": "nearest"}),
+        Case("int_nearest_exact_uint8", "interpolate", (image,), {"scale_factor": 1.5, "mode": "nearest-exact"}),
+        Case(
+            "int_max_pool2d_int64",
+            "max_pool2d",
+            (In((1, 2, 6, 6), ("index", -50, 50), "int64"),),
+            {"kernel_size": 3, "stride": 2, "padding": 1, "return_indices": True},
+        ),
+        Case(
+            "int_pad_reflect_int32", "pad", (In((2, 5), ("index", -9, 9), "int32"),), {"pad": (2, 3), "mode": "reflect"}
+        ),
+        Case("int_pad_constant_int64", "pad", (In((2, 5), ("index", -9, 9), "int64"),), {"pad": (-1, 3), "value": 7}),
+    ]
+
+
 def _zero_size_cases() -> list[Case]:
     return [
         Case("zero_max_pool2d", "max_pool2d", (_x(0, 2, 4, 4),), {"kernel_size": 2, "return_indices": True}),
@@ -522,4 +540,5 @@ CASES: tuple[Case, ...] = (
     *_loss_cases(),
     *_attention_cases(),
     *_zero_size_cases(),
+    *_integer_cases(),
 )
