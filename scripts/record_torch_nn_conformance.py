@@ -103,6 +103,9 @@ def _sparse_cce(x: torch.Tensor, target: torch.Tensor, ignore_index: int = -1, *
 SPECIAL = {
     "conv_padded": _conv_padded,
     "conv2d_nd": lambda x, weight, **options: getattr(F, f"conv{weight.ndim - 2}d")(x, weight, **options),
+    "conv_transpose2d": lambda x, weight, **options: getattr(F, f"conv_transpose{weight.ndim - 2}d")(
+        x, weight, **options
+    ),
     "pool_padded": _pool_padded,
     "conv_transpose_padded": _conv_transpose_padded,
     "unpool_roundtrip": _unpool_roundtrip,

@@ -87,6 +87,7 @@ def _conv_cases() -> list[Case]:
         Case("conv3d_asym_pad", "conv_padded", (_x(1, 1, 4, 4, 4), _x(2, 1, 2, 2, 2)), {"padding": (1, 0, 0, 1, 2, 0)}),
         # tinygrad's conv2d takes an N-d weight
         Case("conv2d_nd_weight_1d", "conv2d_nd", (_x(2, 3, 8), _x(2, 3, 3)), {"padding": 1}),
+        Case("conv_t2d_nd_weight_1d", "conv_transpose2d", (_x(1, 2, 5), _x(2, 3, 3)), {"stride": 2}),
         Case("conv2d_nd_weight_3d", "conv2d_nd", (_x(1, 2, 4, 4, 4), _x(2, 2, 2, 2, 2)), {"stride": 2}),
         Case("conv_t1d_basic", "conv_transpose1d", (_x(2, 3, 5), _x(3, 2, 3), _x(2)), {"bias": Ref(2)}, FLOATS),
         Case(

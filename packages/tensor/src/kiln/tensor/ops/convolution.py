@@ -224,6 +224,16 @@ def _transposed_convolution(
     return result.reshape(result.shape[1:]) if unbatched else result
 
 
+def _weight_spatial(x: Tensor, weight: object) -> int:
+    """The spatial dims of a conv2d / conv_transpose2d call: 2, or 1 / 3 for a 3-dim / 5-dim weight with a matching
+    input (tinygrad's conv2d and conv_transpose2d read the spatial dims from the weight)."""
+    from kiln.tensor.tensor import Tensor
+
+    if isinstance(weight, Tensor) and weight.ndim in (3, 5) and x.ndim in (weight.ndim - 1, weight.ndim):
+        return weight.ndim - 2
+    return 2
+
+
 def _spread(x: Tensor, stride: tuple[int, ...]) -> Tensor:
     """`x` with stride - 1 zeros between neighbours along each spatial dim (batch and channel dims untouched)."""
     result = x
@@ -295,12 +305,7 @@ class ConvolutionMixin:
             >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
             [[[[4.0, 4.0], [4.0, 4.0]]]]
         """
-        from kiln.tensor.tensor import Tensor
-
-        # tinygrad's conv2d takes any number of spatial dims, read from the weight
-        generic = isinstance(weight, Tensor) and weight.ndim in (3, 5) and self.ndim in (weight.ndim - 1, weight.ndim)
-        spatial = weight.ndim - 2 if generic else 2
-        return _convolution(self, weight, bias, stride, padding, dilation, groups, spatial)
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, _weight_spatial(self, weight))
 
     def conv3d(
         self: Tensor,
@@ -357,13 +362,16 @@ class ConvolutionMixin:
                 (left, right, top, bottom): each amount is taken off that side of the full output).
             output_padding: extra size added on the far side of each output dim (< max(stride, dilation)).
 
-        The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1.
+        The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1. A 3-dim
+        or 5-dim weight makes this a 1-d or 3-d transposed convolution (tinygrad's is N-d).
 
         Example:
             >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2), stride=2).shape
             (1, 1, 4, 4)
         """
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+        return _transposed_convolution(
+            self, weight, bias, stride, padding, output_padding, groups, dilation, _weight_spatial(self, weight)
+        )
 
     def conv_transpose3d(
         self: Tensor,
