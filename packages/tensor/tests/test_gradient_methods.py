@@ -253,6 +253,20 @@ CASES: dict[str, list[Case]] = {
         (lambda x: x.max_pool2d((2, 1), dilation=(2, 1)), (distinct(1, 1, 5, 3),)),
     ],
     "max_pool3d": [(lambda x: x.max_pool3d(2), (distinct(1, 1, 4, 4, 2),))],
+    "lp_pool1d": [(lambda x: x.lp_pool1d(2, 3), (uniform(0.5, 2.0, 1, 2, 7),))],
+    "lp_pool2d": [(lambda x: x.lp_pool2d(3.0, 2, ceil_mode=True), (uniform(0.5, 2.0, 1, 1, 5, 5),))],
+    "lp_pool3d": [(lambda x: x.lp_pool3d(1.5, 2), (uniform(0.5, 2.0, 1, 1, 2, 2, 4),))],
+    "adaptive_avg_pool1d": [(lambda x: x.adaptive_avg_pool1d(3), (normal(2, 2, 7),))],
+    "adaptive_avg_pool2d": [(lambda x: x.adaptive_avg_pool2d((2, 4)), (normal(1, 2, 5, 3),))],
+    "adaptive_avg_pool3d": [(lambda x: x.adaptive_avg_pool3d(2), (normal(1, 1, 3, 4, 5),))],
+    "adaptive_max_pool1d": [(lambda x: x.adaptive_max_pool1d(3), (distinct(2, 2, 7),))],
+    "adaptive_max_pool2d": [(lambda x: x.adaptive_max_pool2d((2, 3)), (distinct(1, 2, 5, 4),))],
+    "adaptive_max_pool3d": [(lambda x: x.adaptive_max_pool3d(2), (distinct(1, 1, 3, 4, 3),))],
+    "max_unpool1d": [(lambda x: x.max_unpool1d(Tensor([[[0, 3, 5]]]), 2), (normal(1, 1, 3),))],
+    "max_unpool2d": [(lambda x: x.max_unpool2d(Tensor([[[[0, 7], [9, 15]]]]), 2), (normal(1, 1, 2, 2),))],
+    "max_unpool3d": [
+        (lambda x: x.max_unpool3d(Tensor([[[[[0, 7]]]]]), 2, output_size=(2, 2, 4)), (normal(1, 1, 1, 1, 2),))
+    ],
     "avg_pool1d": [(lambda x: x.avg_pool1d(3, stride=2, padding=1), (normal(2, 2, 7),))],
     "avg_pool2d": [
         (lambda x: x.avg_pool2d(2), (normal(1, 2, 4, 4),)),
@@ -266,6 +280,8 @@ CASES: dict[str, list[Case]] = {
         (lambda x: x.interpolate(size=(5, 4), mode="bilinear"), (normal(1, 2, 3, 3),)),
         (lambda x: x.interpolate(size=7, mode="linear", align_corners=True), (normal(2, 1, 4),)),
         (lambda x: x.interpolate(scale_factor=1.5, mode="trilinear"), (normal(1, 1, 2, 2, 2),)),
+        (lambda x: x.interpolate(size=(5, 3), mode="bicubic"), (normal(1, 2, 3, 4),)),
+        (lambda x: x.interpolate(size=(2, 3), mode="area"), (normal(1, 1, 5, 4),)),
     ],
     # sorting (values only: the positions are integers)
     "sort": [
@@ -344,6 +360,27 @@ CASES: dict[str, list[Case]] = {
         (lambda x, t: x.log_softmax(-1).kl_div(t.softmax(-1), reduction="batchmean"), (normal(*S), normal(*S))),
         (lambda x, t: x.kl_div(t, log_target=True), (normal(*S), normal(*S))),
     ],
+    "margin_ranking_loss": [
+        (lambda x, y: x.margin_ranking_loss(y, Tensor([1.0, -1.0, 1.0, -1.0]), margin=0.1), (distinct(4), normal(4)))
+    ],
+    "hinge_embedding_loss": [
+        (lambda x: x.hinge_embedding_loss(Tensor(np.where(np.arange(12) % 3, 1.0, -1.0).reshape(S))), (distinct(*S),))
+    ],
+    "binary_crossentropy": [(lambda x: x.binary_crossentropy(Tensor(np.full(S, 0.2))), (uniform(0.1, 0.9, *S),))],
+    "binary_crossentropy_logits": [
+        (lambda x, p: x.binary_crossentropy_logits(Tensor(np.full(S, 0.6)), pos_weight=p), (normal(*S), normal(4)))
+    ],
+    "sparse_categorical_crossentropy": [
+        (
+            lambda x: x.sparse_categorical_crossentropy(Tensor([[1, -1, 3], [0, 2, 2]]), label_smoothing=0.2),
+            (normal(2, 3, 4),),
+        ),
+    ],
+    "cosine_similarity": [(lambda x, y: x.cosine_similarity(y, dim=-1), (normal(*S), normal(4)))],
+    "pairwise_distance": [
+        (lambda x, y: x.pairwise_distance(y), (normal(*S), normal(*S))),
+        (lambda x, y: x.pairwise_distance(y, p=3.0), (normal(*S), normal(*S))),
+    ],
     # indexing
     "__getitem__": [
         (lambda x: x[1], (normal(*S3),)),
@@ -416,6 +453,12 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
             "randn",
             "randn_like",
             "uniform",
+            "kaiming_uniform",
+            "kaiming_normal",
+            "glorot_uniform",
+            "scaled_uniform",
+            "xavier_uniform",
+            "xavier_normal",
             "zeros",
             "zeros_like",
         ],

@@ -117,8 +117,6 @@ def test_attention_errors() -> None:
         ValueError, match=r"key and value must have one sequence length, got shapes \(2, 6, 8\) and \(2, 5, 8\)"
     ):
         q.scaled_dot_product_attention(kv, Tensor.zeros(2, 5, 8))
-    with pytest.raises(ValueError, match="pass either attn_mask or is_causal=True, not both"):
-        q.scaled_dot_product_attention(kv, kv, Tensor.ones(4, 6, dtype=dtypes.bool), is_causal=True)
     with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 6\) does not broadcast to the scores \(2, 4, 6\)"):
         q.scaled_dot_product_attention(kv, kv, Tensor.ones(3, 6, dtype=dtypes.bool))
     with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\], got 1.5"):

@@ -169,13 +169,13 @@ def test_interpolate_errors() -> None:
         x.interpolate()
     with pytest.raises(ValueError, match="interpolate needs exactly one of size and scale_factor"):
         x.interpolate(size=2, scale_factor=2)
-    with pytest.raises(ValueError, match=r"interpolate mode must be one of .*, got 'bicubic'"):
-        x.interpolate(size=2, mode="bicubic")
+    with pytest.raises(ValueError, match=r"interpolate mode must be one of .*, got 'bicubc'"):
+        x.interpolate(size=2, mode="bicubc")
     with pytest.raises(
         ValueError, match=r"interpolate mode 'linear' needs 1 spatial dims, got input shape \(1, 1, 4, 4\)"
     ):
         x.interpolate(size=2, mode="linear")
-    with pytest.raises(ValueError, match="align_corners is only for the linear modes, not 'nearest'"):
+    with pytest.raises(ValueError, match="align_corners is only for the linear and bicubic modes, not 'nearest'"):
         x.interpolate(size=2, align_corners=True)
     with pytest.raises(ValueError, match=r"interpolate size \(2, 2, 2\) needs 2 values for input shape \(1, 1, 4, 4\)"):
         x.interpolate(size=(2, 2, 2))

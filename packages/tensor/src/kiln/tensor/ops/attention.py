@@ -4,6 +4,7 @@
 
 softmax(query @ key^T * scale + mask) @ value: two matmuls (each one fused reduce) and a softmax over the last dim.
 A bool mask keeps the positions where it is True (the others get -inf before the softmax); a float mask is added.
+A query row whose every key is masked gets zero weights (PyTorch 2.13's safe softmax), not NaN.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class AttentionMixin:
         Args:
             attn_mask: (..., L, S), broadcast: bool (True = may attend) or float (added to the scores).
             dropout_p: probability of dropping an attention weight (uses the global random generator).
-            is_causal: query i attends to keys 0..i only (the top-left aligned lower triangle); not with attn_mask.
+            is_causal: query i attends to keys 0..i only (the top-left aligned lower triangle). With attn_mask too,
+                both apply (as torch 2.13's fused CPU kernel does; its math fallback rejects the pair).
             scale: the score factor (default 1 / sqrt(E)).
             enable_gqa: key and value may have fewer heads (dim -3) than the query, each shared by a group.
 
@@ -93,8 +95,6 @@ class AttentionMixin:
             raise TypeError(f"{name} is_causal and enable_gqa must be bools, got {is_causal!r} and {enable_gqa!r}")
         if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
             raise ValueError(f"{name} dropout_p must be in [0, 1], got {dropout_p!r}")
-        if is_causal and attn_mask is not None:
-            raise ValueError(f"{name}: pass either attn_mask or is_causal=True, not both")
         if enable_gqa and min(self.ndim, key.ndim, value.ndim) >= 3:
             key = _grouped(key, self.shape[-3], "key")
             value = _grouped(value, self.shape[-3], "value")
@@ -113,7 +113,13 @@ class AttentionMixin:
                     f"{name}: attn_mask of shape {mask.shape} does not broadcast to the scores {scores.shape}"
                 ) from None
             scores = mask.where(scores, -math.inf) if mask.dtype == dtypes.bool else scores + mask
-        weights = scores.softmax(-1)
+        if attn_mask is not None:
+            # a row with every key masked attends to nothing: zero weights (torch 2.13's safe softmax), computed
+            # from finite scores so that no NaN reaches the gradient
+            blocked = (scores == -math.inf).all(-1, keepdim=True)
+            weights = blocked.where(0.0, blocked.where(0.0, scores).softmax(-1))._cast(scores.dtype)
+        else:
+            weights = scores.softmax(-1)
         if dropout_p > 0:
             weights = weights.dropout(dropout_p)
         return weights @ value

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.tensor.ops.linalg import multiply_sum, product_dtype
+from kiln.tensor.ops.padding import crop_and_pad, spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
 from kiln.uops import Ops
 
@@ -71,7 +72,8 @@ def _check_groups(groups: object, name: str) -> int:
 def _padding_pairs(
     padding: Any, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], name: str
 ) -> tuple[tuple[int, int], ...]:
-    """(before, after) zero padding per spatial dim for an int, a tuple or 'same' / 'valid'."""
+    """(before, after) padding per spatial dim for an int, a tuple (one per dim, or tinygrad's flat (left, right,
+    top, bottom, ...)) or 'same' / 'valid'; negative amounts crop."""
     if isinstance(padding, str):
         if padding == "valid":
             return tuple((0, 0) for _ in kernel)
@@ -82,8 +84,7 @@ def _padding_pairs(
             totals = [rate * (size - 1) for size, rate in zip(kernel, dilation)]
             return tuple((total // 2, total - total // 2) for total in totals)
         raise ValueError(f"{name} padding must be an int, a tuple of ints, 'same' or 'valid', got {padding!r}")
-    amounts = int_tuple(padding, len(kernel), f"{name} padding")
-    return tuple((amount, amount) for amount in amounts)
+    return spatial_padding(padding, len(kernel), f"{name} padding")
 
 
 def _convolve(
@@ -117,7 +118,7 @@ def _convolve(
             f"input {padded_sizes} (input shape {x.shape}, padding {padding})"
         )
     dtype = product_dtype(name, x, weight, *([bias] if bias is not None else []))
-    padded = x._cast(dtype)._movement(Ops.PAD, ((0, 0), (0, 0), *padding))
+    padded = crop_and_pad(x._cast(dtype), padding, f"{name} padding")
     if any(pair != (0, 0) for pair in padding) and math.prod(padded.shape) >= PADDED_INPUT_BUFFER_MINIMUM:
         # a cheap copy kernel writes the padded input: the convolution's inner loop then reads whole vectors with no
         # bounds guard per lane (conv2d (32,16,32,32)x(32,16,3,3) padding 1: 5.7 ms -> 3.2 ms on the CPU device);
@@ -170,7 +171,7 @@ def _transposed_convolution(
     weight, unbatched = _check_layout(x, weight, spatial, name, "(in_channels, out_channels / groups, *kernel)")
     strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
     dilations = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
-    pads = int_tuple(padding, spatial, f"{name} padding")
+    pads = spatial_padding(padding, spatial, f"{name} padding")
     extra = int_tuple(output_padding, spatial, f"{name} output_padding")
     count = _check_groups(groups, name)
     for amount, step, rate in zip(extra, strides, dilations):
@@ -192,8 +193,10 @@ def _transposed_convolution(
     if any(size == 0 for size in batched.shape[2:]):
         raise ValueError(f"{name}: spatial dims must be non-empty, got input shape {x.shape}")
     out_sizes = tuple(
-        (size - 1) * step - 2 * pad + rate * (taps - 1) + more + 1
-        for size, step, pad, rate, taps, more in zip(batched.shape[2:], strides, pads, dilations, kernel, extra)
+        (size - 1) * step - before - after + rate * (taps - 1) + more + 1
+        for size, step, (before, after), rate, taps, more in zip(
+            batched.shape[2:], strides, pads, dilations, kernel, extra
+        )
     )
     if any(size <= 0 for size in out_sizes):
         raise ValueError(f"{name}: the output size {out_sizes} is not positive (input {x.shape}, padding {pads})")
@@ -201,9 +204,15 @@ def _transposed_convolution(
     checked_bias = _check_bias(bias, out_channels, name)
     spread = _spread(batched, strides)
     # a transposed convolution's full output is a stride-1 convolution over dilation * (kernel - 1) of zeros on each
-    # side; `padding` takes that much back (a negative amount crops)
-    amounts = tuple(rate * (taps - 1) - pad for rate, taps, pad in zip(dilations, kernel, pads))
-    pairs = ((0, 0), (0, 0), *((amount, amount + more) for amount, more in zip(amounts, extra)))
+    # side; `padding` takes that much back from each side (a negative amount crops)
+    pairs = (
+        (0, 0),
+        (0, 0),
+        *(
+            (rate * (taps - 1) - before, rate * (taps - 1) - after + more)
+            for rate, taps, (before, after), more in zip(dilations, kernel, pads, extra)
+        ),
+    )
     framed = spread.pad(pairs)
     # (in_channels, out_per_group, *kernel) -> (out_channels, in_channels / groups, *kernel), kernel flipped
     grouped = weight.reshape(count, in_channels // count, out_per_group, *kernel).permute(
@@ -213,6 +222,16 @@ def _transposed_convolution(
     no_padding = tuple((0, 0) for _ in range(spatial))
     result = _convolve(framed, filters, checked_bias, (1,) * spatial, no_padding, dilations, count, name)
     return result.reshape(result.shape[1:]) if unbatched else result
+
+
+def _weight_spatial(x: Tensor, weight: object) -> int:
+    """The spatial dims of a conv2d / conv_transpose2d call: 2, or 1 / 3 for a 3-dim / 5-dim weight with a matching
+    input (tinygrad's conv2d and conv_transpose2d read the spatial dims from the weight)."""
+    from kiln.tensor.tensor import Tensor
+
+    if isinstance(weight, Tensor) and weight.ndim in (3, 5) and x.ndim in (weight.ndim - 1, weight.ndim):
+        return weight.ndim - 2
+    return 2
 
 
 def _spread(x: Tensor, stride: tuple[int, ...]) -> Tensor:
@@ -271,11 +290,13 @@ class ConvolutionMixin:
             weight: (out_channels, in_channels / groups, kernel_height, kernel_width).
             bias: (out_channels,) or None.
             stride: step between windows, an int or one per spatial dim.
-            padding: zeros added on both sides (int or per dim), or 'valid' (none) or 'same' (output size = input
-                size; needs stride 1; an odd total puts the extra zero after).
+            padding: zeros added on both sides (int or per dim), tinygrad's flat (left, right, top, bottom) for
+                asymmetric padding (negative amounts crop), or 'valid' (none) or 'same' (output size = input size;
+                needs stride 1; an odd total puts the extra zero after).
             dilation: spacing between kernel taps.
             groups: in and out channels split into this many independent groups.
 
+        A 3-dim or 5-dim weight makes this a 1-d or 3-d convolution (tinygrad's conv2d is N-d).
         The input is (batch, in_channels, height, width) or (in_channels, height, width); the result is
         (batch, out_channels, out_height, out_width) with out = (in + 2 * padding - dilation * (kernel - 1) - 1)
         // stride + 1.
@@ -284,7 +305,7 @@ class ConvolutionMixin:
             >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
             [[[[4.0, 4.0], [4.0, 4.0]]]]
         """
-        return _convolution(self, weight, bias, stride, padding, dilation, groups, 2)
+        return _convolution(self, weight, bias, stride, padding, dilation, groups, _weight_spatial(self, weight))
 
     def conv3d(
         self: Tensor,
@@ -308,7 +329,7 @@ class ConvolutionMixin:
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int] = 1,
-        padding: int | tuple[int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int] = 0,
         groups: int = 1,
         dilation: int | tuple[int] = 1,
@@ -326,7 +347,7 @@ class ConvolutionMixin:
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int, int] = 1,
-        padding: int | tuple[int, int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int] = 1,
@@ -337,23 +358,27 @@ class ConvolutionMixin:
         Args:
             weight: (in_channels, out_channels / groups, kernel_height, kernel_width).
             bias: (out_channels,) or None.
-            stride, padding, dilation, groups: as for the conv2d this transposes.
+            stride, padding, dilation, groups: as for the conv2d this transposes (padding may be tinygrad's flat
+                (left, right, top, bottom): each amount is taken off that side of the full output).
             output_padding: extra size added on the far side of each output dim (< max(stride, dilation)).
 
-        The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1.
+        The output size is (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1. A 3-dim
+        or 5-dim weight makes this a 1-d or 3-d transposed convolution (tinygrad's is N-d).
 
         Example:
             >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2), stride=2).shape
             (1, 1, 4, 4)
         """
-        return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+        return _transposed_convolution(
+            self, weight, bias, stride, padding, output_padding, groups, dilation, _weight_spatial(self, weight)
+        )
 
     def conv_transpose3d(
         self: Tensor,
         weight: Tensor,
         bias: Tensor | None = None,
         stride: int | tuple[int, int, int] = 1,
-        padding: int | tuple[int, int, int] = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int, int] = 1,

@@ -1,6 +1,7 @@
 # mypy: disable-error-code="misc"
 # (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
-"""`InterpolationMixin`: `interpolate` (resizing the spatial dims) with PyTorch's nearest and (bi/tri)linear modes.
+"""`InterpolationMixin`: `interpolate` (resizing the spatial dims) with PyTorch's nearest, (bi/tri)linear, bicubic and
+area modes ('area' is adaptive average pooling, `kiln.tensor.ops.adaptive_pooling`).
 
 Resizing is separable: each spatial dim is resampled on its own. The source positions depend only on the sizes, so
 they are computed here on the host, with PyTorch's formulas and in its precision (float32 for 'nearest', the input's
@@ -9,7 +10,8 @@ compute precision for the linear modes), which makes the chosen source cells ide
 - a nearest resize that repeats every cell f times (out = f * in) is a reshape + expand, and one that keeps every
   k-th cell is a reshape + shrink: movement ops only;
 - any other resize multiplies by an (out, in) matrix of weights (one 1 per row for nearest, two weights summing to
-  1 for linear) and sums over `in`, a fused multiply-sum.
+  1 for linear, four cubic-convolution taps for bicubic, edge taps folded onto the edge cell) and sums over `in`, a
+  fused multiply-sum.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["InterpolationMixin"]
 
 _LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
-_MODES = ("nearest", "nearest-exact", *_LINEAR_MODES)
+_CORNER_MODES = {**_LINEAR_MODES, "bicubic": 2}
+_MODES = ("nearest", "nearest-exact", "area", *_CORNER_MODES)
+_CUBIC_A = -0.75  # PyTorch's (and OpenCV's) cubic convolution parameter
 
 
 def _output_sizes(
@@ -105,6 +109,32 @@ def _linear_weights(
     return weights
 
 
+def _cubic_weights(
+    length: int, out: int, user_scale: float | None, align_corners: bool, precision: type[np.floating[Any]]
+) -> np.ndarray[Any, Any]:
+    """The (out, length) matrix of bicubic weights: four taps per row around the source position, with positions
+    past either edge reading the edge cell (PyTorch's)."""
+    scale = _scale(length, out, user_scale, align_corners, precision)
+    positions = np.arange(out).astype(precision)
+    source = scale * positions if align_corners else scale * (positions + precision(0.5)) - precision(0.5)
+    base = np.minimum(np.floor(source).astype(np.int64), length - 1)
+    t = np.clip(source - base.astype(precision), 0, 1).astype(precision)
+    a = precision(_CUBIC_A)
+
+    def near(x: Any) -> Any:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Any) -> Any:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    taps = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    weights = np.zeros((out, length), dtype=np.float64)
+    rows = np.arange(out)
+    for offset, tap in enumerate(taps):
+        np.add.at(weights, (rows, np.clip(base - 1 + offset, 0, length - 1)), tap.astype(np.float64))
+    return weights
+
+
 def _last_dim_resampled(
     x: Tensor, sources: np.ndarray[Any, Any] | None, weights: np.ndarray[Any, Any] | None
 ) -> Tensor:
@@ -156,8 +186,9 @@ class InterpolationMixin:
             size: the output spatial size (an int or one per dim), or
             scale_factor: multiplies each spatial size (output = floor(size * factor)).
             mode: 'nearest' (PyTorch's: source = floor(destination * scale)), 'nearest-exact' (pixel centres),
-                'linear' (1 spatial dim), 'bilinear' (2) or 'trilinear' (3).
-            align_corners: linear modes only: map the corner cells onto each other (default False).
+                'linear' (1 spatial dim), 'bilinear' (2), 'trilinear' (3), 'bicubic' (2; a = -0.75, edges
+                repeated) or 'area' (adaptive average pooling).
+            align_corners: linear and bicubic modes only: map the corner cells onto each other (default False).
             recompute_scale_factor: with scale_factor, derive the source step from the sizes instead.
 
         Example:
@@ -173,17 +204,20 @@ class InterpolationMixin:
                 f"interpolate needs a (batch, channels, *spatial) input with 1 to 3 spatial dims, got {self.shape}"
             )
         spatial = self.ndim - 2
-        if mode in _LINEAR_MODES and _LINEAR_MODES[mode] != spatial:
+        if mode in _CORNER_MODES and _CORNER_MODES[mode] != spatial:
             raise ValueError(
-                f"interpolate mode {mode!r} needs {_LINEAR_MODES[mode]} spatial dims, got input shape {self.shape}"
+                f"interpolate mode {mode!r} needs {_CORNER_MODES[mode]} spatial dims, got input shape {self.shape}"
             )
-        if align_corners is not None and mode not in _LINEAR_MODES:
-            raise ValueError(f"interpolate align_corners is only for the linear modes, not {mode!r}")
+        if align_corners is not None and mode not in _CORNER_MODES:
+            raise ValueError(f"interpolate align_corners is only for the linear and bicubic modes, not {mode!r}")
         corners = bool(align_corners)
         sizes, scales = _output_sizes(self, size, scale_factor, spatial)
         if recompute_scale_factor:
             scales = (None,) * spatial
-        if mode in _LINEAR_MODES and not dtypes.is_float(self.dtype):
+        if mode == "area":
+            pooled: Tensor = getattr(self, f"adaptive_avg_pool{spatial}d")(sizes)
+            return pooled
+        if mode in _CORNER_MODES and not dtypes.is_float(self.dtype):
             raise TypeError(f"interpolate mode {mode!r} needs a floating-point tensor, got {self.dtype!r}")
         precision: type[np.floating[Any]] = np.float64 if self.dtype == dtypes.float64 else np.float32
         result = self
@@ -195,6 +229,9 @@ class InterpolationMixin:
             moved = result.transpose(axis, -1)
             if mode in _LINEAR_MODES:
                 weights = _linear_weights(length, out, scales[position], corners, precision)
+                resampled = _last_dim_resampled(moved, None, weights)
+            elif mode == "bicubic":
+                weights = _cubic_weights(length, out, scales[position], corners, precision)
                 resampled = _last_dim_resampled(moved, None, weights)
             else:
                 sources = _nearest_sources(length, out, scales[position], mode == "nearest-exact")

@@ -350,3 +350,75 @@ class LossMixin:
         if mode == "batchmean":
             return losses.sum() / (prediction.shape[0] if prediction.ndim else 1)
         return _reduce(losses, mode)
+
+    def margin_ranking_loss(
+        self: Tensor, x2: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
+        """max(0, -target * (self - x2) + margin), reduced, like `torch.nn.functional.margin_ranking_loss`
+        (target holds 1 where `self` should rank higher, -1 where `x2` should; shapes broadcast).
+
+        Example:
+            >>> Tensor([1.0, 2.0]).margin_ranking_loss(Tensor([2.0, 1.0]), Tensor([1.0, 1.0])).item()
+            0.5
+        """
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise TypeError(f"margin_ranking_loss margin must be a number, got {margin!r}")
+        mode = _check_reduction(reduction, "margin_ranking_loss")
+        first, second = _floating_pair(self, x2, "margin_ranking_loss", same_shape=False)
+        difference, truth = _floating_pair(first - second, target, "margin_ranking_loss", same_shape=False)
+        return _reduce((-truth * difference + margin).maximum(0.0), mode)
+
+    def hinge_embedding_loss(self: Tensor, target: Tensor, margin: float = 1.0, reduction: str = "mean") -> Tensor:
+        """self where target is 1 and max(0, margin - self) where target is -1 (PyTorch adds both terms for any
+        other target value), reduced, like `torch.nn.functional.hinge_embedding_loss`.
+
+        Example:
+            >>> Tensor([0.3, 0.2]).hinge_embedding_loss(Tensor([1.0, -1.0])).item()
+            0.55
+        """
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise TypeError(f"hinge_embedding_loss margin must be a number, got {margin!r}")
+        mode = _check_reduction(reduction, "hinge_embedding_loss")
+        prediction, truth = _floating_pair(self, target, "hinge_embedding_loss", same_shape=False)
+        beyond_margin = (truth != 1).where((margin - prediction).maximum(0.0), 0.0)
+        kept = (truth != -1).where(prediction, 0.0)
+        return _reduce(beyond_margin + kept, mode)
+
+    # tinygrad's spellings
+
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """tinygrad's name for `binary_cross_entropy` of probabilities `self` and targets `Y`.
+
+        Example:
+            >>> round(Tensor([0.5]).binary_crossentropy(Tensor([0.0])).item(), 5)
+            0.69315
+        """
+        return self.binary_cross_entropy(Y, reduction=reduction)
+
+    def binary_crossentropy_logits(
+        self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
+    ) -> Tensor:
+        """tinygrad's name for `binary_cross_entropy_with_logits` of logits `self` and targets `Y`.
+
+        Example:
+            >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([0.0])).item(), 5)
+            0.69315
+        """
+        return self.binary_cross_entropy_with_logits(Y, reduction=reduction, pos_weight=pos_weight)
+
+    def sparse_categorical_crossentropy(
+        self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
+        """tinygrad's cross entropy of logits `self` with the classes in the LAST dim and integer class targets `Y`
+        (self's shape without that dim); entries equal to `ignore_index` (default -1) count nowhere.
+
+        Example:
+            >>> round(Tensor([[0.0, 0.0], [5.0, 5.0]]).sparse_categorical_crossentropy(Tensor([1, -1])).item(), 5)
+            0.69315
+        """
+        target = _require(Y, "sparse_categorical_crossentropy Y")
+        if not dtypes.is_int(target.dtype):
+            raise TypeError(f"sparse_categorical_crossentropy Y must hold integer class indices, got {target.dtype!r}")
+        logits = self if self.ndim <= 2 else self.permute(0, self.ndim - 1, *range(1, self.ndim - 1))
+        smoothing = label_smoothing
+        return logits.cross_entropy(target, ignore_index=ignore_index, reduction=reduction, label_smoothing=smoothing)

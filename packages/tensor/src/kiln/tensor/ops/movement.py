@@ -239,8 +239,10 @@ class MovementMixin:
         value: ConstType = 0.0,
     ) -> Tensor:
         """This tensor padded. `padding` is PyTorch's flat form (last dim first: (left, right, top, bottom, ...))
-        or one (before, after) pair (or None) per dim. Modes: 'constant' (with `value`; negative amounts crop),
-        'reflect' (mirror without the edge), 'replicate' (repeat the edge), 'circular' (wrap around).
+        or one (before, after) pair (or None) per dim; negative amounts crop (as `torch.nn.functional.pad` does:
+        'circular' wraps what is left, 'reflect' / 'replicate' mirror or repeat the uncropped edge). Modes:
+        'constant' (with `value`), 'reflect' (mirror without the edge), 'replicate' (repeat the edge), 'circular'
+        (wrap around).
 
         Example:
             >>> Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
@@ -251,12 +253,16 @@ class MovementMixin:
             raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
         if mode == "constant":
             return _constant_pad(self, pairs, value)
-        if any(before < 0 or after < 0 for before, after in pairs):
-            raise ValueError(f"pad mode {mode!r} needs non-negative amounts, got {pairs}")
-        result = self
-        for axis, (before, after) in enumerate(pairs):
+        # negative amounts crop. PyTorch's order: 'circular' wraps the cropped tensor; 'reflect' and 'replicate'
+        # extend the whole tensor (a reflection may reach cells the other side crops), then crop
+        cropping = [(min(0, before), min(0, after)) for before, after in pairs]
+        crops = any(pair != (0, 0) for pair in cropping)
+        result = _constant_pad(self, cropping, 0) if crops and mode == "circular" else self
+        for axis, (before, after) in enumerate((max(0, before), max(0, after)) for before, after in pairs):
             if before or after:
                 result = _mode_pad_dim(result, axis, before, after, mode)
+        if crops and mode != "circular":
+            result = _constant_pad(result, cropping, 0)
         return result
 
     # ------------------------------------------------------------------------------------------------------------

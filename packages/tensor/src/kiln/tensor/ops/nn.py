@@ -6,28 +6,37 @@
 | --- | --- |
 | linalg | matmul, @, dot, einsum, linear |
 | convolution | conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d |
-| pooling | max_pool1d/2d/3d, avg_pool1d/2d/3d |
+| pooling | max_pool1d/2d/3d, avg_pool1d/2d/3d, lp_pool1d/2d/3d |
+| adaptive_pooling | adaptive_avg_pool1d/2d/3d, adaptive_max_pool1d/2d/3d |
+| unpooling | max_unpool1d/2d/3d |
 | interpolation | interpolate |
 | sorting | sort, argsort, topk |
 | losses | one_hot, cross_entropy, nll_loss, binary_cross_entropy(_with_logits), mse_loss, l1_loss, smooth_l1_loss, |
-| | huber_loss, kl_div |
+| | huber_loss, kl_div, margin_ranking_loss, hinge_embedding_loss; tinygrad's binary_crossentropy(_logits), |
+| | sparse_categorical_crossentropy |
+| similarity | cosine_similarity, pairwise_distance |
 | normalization | layer_norm, batch_norm, group_norm, rms_norm |
 | attention | scaled_dot_product_attention |
+| initializers | kaiming_uniform, kaiming_normal, glorot_uniform, scaled_uniform, xavier_uniform, xavier_normal |
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kiln.tensor.ops.adaptive_pooling import AdaptivePoolingMixin
 from kiln.tensor.ops.attention import AttentionMixin
 from kiln.tensor.ops.convolution import ConvolutionMixin
 from kiln.tensor.ops.creation import tensor_class
+from kiln.tensor.ops.initializers import InitializerMixin
 from kiln.tensor.ops.interpolation import InterpolationMixin
 from kiln.tensor.ops.linalg import LinalgMixin
 from kiln.tensor.ops.losses import LossMixin
 from kiln.tensor.ops.normalization import NormalizationMixin
 from kiln.tensor.ops.pooling import PoolingMixin
+from kiln.tensor.ops.similarity import SimilarityMixin
 from kiln.tensor.ops.sorting import SortingMixin
+from kiln.tensor.ops.unpooling import UnpoolingMixin
 from kiln.uops import dtypes
 
 if TYPE_CHECKING:
@@ -40,11 +49,15 @@ class NNMixin(
     LinalgMixin,
     ConvolutionMixin,
     PoolingMixin,
+    AdaptivePoolingMixin,
+    UnpoolingMixin,
     InterpolationMixin,
     SortingMixin,
     LossMixin,
+    SimilarityMixin,
     NormalizationMixin,
     AttentionMixin,
+    InitializerMixin,
 ):
     """Neural-network functions: linear algebra, convolution, pooling, resizing, sorting, losses, normalization,
     attention and dropout."""

@@ -6,6 +6,8 @@ Pooling is sliding windows (`kiln.tensor.ops.windows`) reduced over the window d
 padded with the dtype's lowest value) and ADD divided by the window's count for average pooling. `ceil_mode` adds
 one more window per dim where a partial window still starts inside the input or its left padding; the extra cells
 it reads beyond the padding are padding too, but (like PyTorch) they never count toward an average's divisor.
+Padding follows `kiln.tensor.ops.padding`: PyTorch's symmetric amounts, or tinygrad's flat (left, right, top,
+bottom, ...) which may be asymmetric; negative amounts crop. `lp_pool` is PyTorch's formula on top of `avg_pool`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.linalg import accumulated_sum
+from kiln.tensor.ops.padding import spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
 from kiln.uops import DType, dtypes
 
@@ -28,8 +31,9 @@ Size = int | tuple[int, ...]
 
 
 class _Geometry:
-    """The checked arguments of one pooling call: per spatial dim kernel, stride, padding, dilation and output size,
-    plus the extra padding after the input that ceil_mode's last windows read."""
+    """The checked arguments of one pooling call: per spatial dim kernel, stride, (before, after) padding (negative
+    amounts crop), dilation and output size, plus the extra padding after the input that ceil_mode's last windows
+    read."""
 
     def __init__(
         self, x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, name: str
@@ -45,33 +49,42 @@ class _Geometry:
             raise TypeError(f"{name} ceil_mode must be a bool, got {ceil_mode!r}")
         self.kernel = int_tuple(kernel_size, spatial, f"{name} kernel_size", minimum=1)
         self.stride = self.kernel if stride is None or stride == () else int_tuple(stride, spatial, f"{name} stride", 1)
-        self.padding = int_tuple(padding, spatial, f"{name} padding")
+        self.padding = spatial_padding(padding, spatial, f"{name} padding")
         self.dilation = int_tuple(dilation, spatial, f"{name} dilation", minimum=1)
-        for pad, taps in zip(self.padding, self.kernel):
-            if 2 * pad > taps:
+        flat = isinstance(padding, (tuple, list)) and len(padding) == 2 * spatial
+        for (before, _), taps in zip(self.padding, self.kernel):
+            # PyTorch's limit; tinygrad's flat (asymmetric) form has none; negative amounts crop
+            if not flat and 2 * before > taps:
                 raise ValueError(
-                    f"{name} padding {self.padding} must be at most half the kernel size {self.kernel} in each dim"
+                    f"{name} padding {tuple(pair[0] for pair in self.padding)} must be at most half the kernel size "
+                    f"{self.kernel} in each dim"
                 )
-        sizes = x.shape[-spatial:]
+        sizes = tuple(
+            size - max(0, -before) - max(0, -after) for size, (before, after) in zip(x.shape[-spatial:], self.padding)
+        )
         self.out: list[int] = []
         self.extra: list[int] = []
-        for size, taps, step, pad, rate in zip(sizes, self.kernel, self.stride, self.padding, self.dilation):
+        for size, taps, step, (before, after), rate in zip(
+            sizes, self.kernel, self.stride, self.padding, self.dilation
+        ):
+            before, after = max(0, before), max(0, after)
             span = rate * (taps - 1) + 1
-            room = size + 2 * pad - span
+            room = size + before + after - span
             count = (-(-room // step) if ceil_mode else room // step) + 1
-            if ceil_mode and (count - 1) * step >= size + pad:
+            if ceil_mode and (count - 1) * step >= size + before:
                 count -= 1  # the last window must start inside the input or its left padding
-            if room < 0 or count < 1:
+            if size < 0 or room < 0 or count < 1:
                 raise ValueError(
                     f"{name}: the window (kernel {self.kernel}, dilation {self.dilation}) does not fit the input of "
                     f"shape {x.shape} with padding {self.padding}"
                 )
             self.out.append(count)
-            self.extra.append(max(0, (count - 1) * step + span - (size + 2 * pad)))
+            self.extra.append(max(0, (count - 1) * step + span - (size + before + after)))
 
     def pairs(self, ndim: int) -> tuple[tuple[int, int], ...]:
-        """The (before, after) padding of every dim of an `ndim`-dim input (the leading dims get none)."""
-        spatial = tuple((pad, pad + more) for pad, more in zip(self.padding, self.extra))
+        """The (before, after) padding of every dim of an `ndim`-dim input (the leading dims get none); negative
+        amounts crop."""
+        spatial = tuple((before, after + more) for (before, after), more in zip(self.padding, self.extra))
         return ((0, 0),) * (ndim - self.spatial) + spatial
 
     def windows(self, x: Tensor) -> Tensor:
@@ -99,19 +112,30 @@ def _max_pool(
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    values = windows.max(axes)
+    routed = x.requires_grad is True and not type(x).no_grad
+    if not indices and not routed:
+        return windows.max(axes)
+    # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
+    taps_per_window = math.prod(geometry.kernel)
+    flat = windows.reshape(*windows.shape[: x.ndim], taps_per_window)
+    first = flat.argmax(-1, keepdim=True)
+    taps = iota(taps_per_window, x.device)._cast(first.dtype)
+    picked = taps == first
+    if routed:
+        # picking the first maximum by position sends its whole gradient there, as PyTorch does (a plain max would
+        # split it among tied values)
+        values = picked.where(flat, 0)._cast(x.dtype).sum(-1)._cast(x.dtype)
+    else:
+        values = windows.max(axes)
     if not indices:
         return values
-    # the flat position (over the spatial dims) of each input cell, -1 in the padding; a window's answer is the
-    # position of its first largest value (NaN counting as the largest, like PyTorch)
+    # the flat position (over the spatial dims) of each input cell, -1 in the padding
     sizes = x.shape[-geometry.spatial :]
-    positions = iota(math.prod(sizes), x.device)._cast(dtypes.int64).reshape(*sizes)
+    positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
     position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
-    flat = windows.reshape(*windows.shape[: x.ndim], -1)
-    first = flat.argmax(-1, keepdim=True)
-    taps = iota(flat.shape[-1], x.device)._cast(dtypes.int64)
-    chosen = (taps == first).where(position_windows.reshape(*position_windows.shape[: geometry.spatial], -1), 0)
-    return values, chosen.sum(-1)
+    window_positions = position_windows.reshape(*position_windows.shape[: geometry.spatial], taps_per_window)
+    chosen = picked.where(window_positions, 0)
+    return values, chosen.sum(-1)._cast(dtypes.default_int)
 
 
 def _avg_pool(
@@ -123,8 +147,9 @@ def _avg_pool(
     count_include_pad: bool,
     divisor_override: Any,
     name: str,
+    dilation: Any = 1,
 ) -> Tensor:
-    geometry = _Geometry(x, kernel_size, stride, padding, 1, ceil_mode, name)
+    geometry = _Geometry(x, kernel_size, stride, padding, dilation, ceil_mode, name)
     if not isinstance(count_include_pad, bool):
         raise TypeError(f"{name} count_include_pad must be a bool, got {count_include_pad!r}")
     if not dtypes.is_float(x.dtype):
@@ -143,7 +168,7 @@ def _avg_pool(
     ones = x._const(1, sizes, x.dtype, x.device)
     spatial_pairs = pairs[-geometry.spatial :]
     if count_include_pad:
-        inside = ones.pad(tuple((pad, pad) for pad in geometry.padding), value=1)
+        inside = ones.pad(geometry.padding, value=1)
         counted = inside.pad(tuple((0, more) for more in geometry.extra))
     else:
         counted = ones.pad(spatial_pairs)
@@ -173,7 +198,7 @@ class PoolingMixin:
 
     def max_pool2d(
         self: Tensor,
-        kernel_size: Size,
+        kernel_size: Size = 2,
         stride: Size | None = None,
         padding: Size = 0,
         dilation: Size = 1,
@@ -185,10 +210,14 @@ class PoolingMixin:
         Args:
             kernel_size: window size, an int or one per spatial dim.
             stride: step between windows (default: kernel_size).
-            padding: implicit -inf (the dtype's lowest value) on both sides; at most half the kernel.
+            padding: implicit -inf (the dtype's lowest value) on both sides, at most half the kernel; or tinygrad's
+                flat (left, right, top, bottom), which may be asymmetric and negative (cropping).
             dilation: spacing between window taps.
             ceil_mode: round the output size up (a last partial window that starts inside the input counts).
-            return_indices: also return the flat position (over the spatial dims, int64) of each maximum.
+            return_indices: also return the flat position (over the spatial dims, in `dtypes.default_int`) of each
+                maximum, as `max_unpool2d` takes it.
+
+        The kernel defaults to 2 (tinygrad's (2, 2)).
 
         Example:
             >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(2).tolist()
@@ -220,6 +249,7 @@ class PoolingMixin:
         padding: Size = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
+        dilation: Size = 1,
     ) -> Tensor:
         """Average pooling over the last dim; see `avg_pool2d`.
 
@@ -227,16 +257,17 @@ class PoolingMixin:
             >>> Tensor([[[1.0, 3.0, 2.0, 0.0]]]).avg_pool1d(2).tolist()
             [[[2.0, 1.0]]]
         """
-        return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, None, "avg_pool1d")
+        return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, None, "avg_pool1d", dilation)
 
     def avg_pool2d(
         self: Tensor,
-        kernel_size: Size,
+        kernel_size: Size = 2,
         stride: Size | None = None,
         padding: Size = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor_override: int | None = None,
+        dilation: Size = 1,
     ) -> Tensor:
         """The mean of each window over the last two dims, like `torch.nn.functional.avg_pool2d`.
 
@@ -244,13 +275,14 @@ class PoolingMixin:
             kernel_size, stride, padding, ceil_mode: as for `max_pool2d` (padding is zeros).
             count_include_pad: whether the zero padding counts toward each window's divisor.
             divisor_override: divide every window sum by this instead.
+            dilation: spacing between window taps (tinygrad's; PyTorch has none for average pooling).
 
         Example:
             >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d(2).tolist()
             [[[[2.5]]]]
         """
         return _avg_pool(
-            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool2d"
+            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool2d", dilation
         )
 
     def avg_pool3d(
@@ -261,6 +293,7 @@ class PoolingMixin:
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor_override: int | None = None,
+        dilation: Size = 1,
     ) -> Tensor:
         """Average pooling over the last three dims; see `avg_pool2d`.
 
@@ -269,5 +302,49 @@ class PoolingMixin:
             3.5
         """
         return _avg_pool(
-            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d"
+            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d", dilation
         )
+
+    def lp_pool1d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """Power-average pooling over the last dim; see `lp_pool2d`.
+
+        Example:
+            >>> Tensor([[[3.0, 4.0]]]).lp_pool1d(2, 2).tolist()
+            [[[5.0]]]
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool1d")
+
+    def lp_pool2d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """(sum of x ** p over each window) ** (1 / p) over the last two dims, like `torch.nn.functional.lp_pool2d`
+        (computed as PyTorch does: an average pool of x ** p times the kernel size, so a ceil_mode window that
+        is cut short is scaled up to the full kernel).
+
+        Example:
+            >>> Tensor([[[[1.0, 1.0], [1.0, 1.0]]]]).lp_pool2d(1, 2).tolist()
+            [[[[4.0]]]]
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool2d")
+
+    def lp_pool3d(
+        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Tensor:
+        """Power-average pooling over the last three dims; see `lp_pool2d`.
+
+        Example:
+            >>> Tensor.ones(1, 1, 2, 2, 2).lp_pool3d(1, 2).item()
+            8.0
+        """
+        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool3d")
+
+
+def _lp_pool(x: Tensor, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool, name: str) -> Tensor:
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
+        raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
+    kernel = int_tuple(kernel_size, int(name[-2]), f"{name} kernel_size", minimum=1)
+    averages = _avg_pool(x.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
+    sums = averages.sign() * averages.abs().relu() * math.prod(kernel)
+    return sums.pow(1.0 / norm_type)
