@@ -12,7 +12,14 @@ from kiln.tensor.schedule.items import (
     SchedulePlan,
     Step,
 )
-from kiln.tensor.schedule.normalize import NormalizedGraph, normalize, realized_view, record_realized
+from kiln.tensor.schedule.normalize import (
+    NormalizedGraph,
+    alias_base,
+    forget_realized,
+    normalize,
+    realized_view,
+    record_realized,
+)
 from kiln.tensor.schedule.planner import plan_schedule
 
 __all__ = [
@@ -27,8 +34,10 @@ __all__ = [
     "ScheduleCacheInfo",
     "SchedulePlan",
     "Step",
+    "alias_base",
     "cached_plan",
     "clear_schedule_cache",
+    "forget_realized",
     "normalize",
     "plan_schedule",
     "realized_view",

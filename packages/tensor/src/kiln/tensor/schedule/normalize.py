@@ -26,12 +26,46 @@ def realized_view(uop: UOp) -> UOp | None:
     return view
 
 
+_ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.DETACH})
+
+
+def alias_base(uop: UOp, through_assign: bool = False) -> UOp | None:
+    """The BUFFER node `uop` is a view of, else None.
+
+    A view has only RESHAPE / PERMUTE / EXPAND / SHRINK / DETACH (and CONTIGUOUS of the whole buffer; with
+    `through_assign`, the target of an ASSIGN) between it and the buffer. Like a PyTorch view, it reads the buffer's
+    current contents: it sees every later write into the buffer, and it is never recorded as realized.
+    """
+    while (
+        uop.op in _ALIAS_OPS
+        or (uop.op is Ops.ASSIGN and through_assign)
+        or (uop.op is Ops.CONTIGUOUS and _whole_buffer(uop.src[0]))
+    ):
+        uop = uop.src[0]
+    return uop if uop.op is Ops.BUFFER else None
+
+
+def _whole_buffer(uop: UOp) -> bool:
+    # CONTIGUOUS of the whole buffer in row-major order realizes to the buffer itself (PyTorch: returns self)
+    while uop.op in (Ops.RESHAPE, Ops.DETACH):
+        uop = uop.src[0]
+    return uop.op is Ops.BUFFER
+
+
 def record_realized(uop: UOp, view: UOp) -> None:
-    """Remembers that `uop`'s value lives in `view` (movement ops over BUFFER nodes) for later schedules."""
-    if uop is not view:
+    """Remembers that `uop`'s value lives in `view` (movement ops over BUFFER nodes) for later schedules.
+
+    A view of a buffer (`alias_base`) is not recorded: it reads the buffer, whatever is written into it later.
+    """
+    if uop is not view and alias_base(uop) is None:
         if uop.__dict__.get(_SELF) == _epoch[0]:
             _epoch[0] += 1
         uop.__dict__[_REALIZED] = view
+
+
+def forget_realized(uop: UOp) -> None:
+    """Forgets where `uop`'s value was realized (its buffer was overwritten): later schedules compute it again."""
+    uop.__dict__.pop(_REALIZED, None)
 
 
 @dataclass(frozen=True)
