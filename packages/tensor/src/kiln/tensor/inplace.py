@@ -1,3 +1,5 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`InplaceMixin`: in-place operators (`+=`, `-=`, ...) and PyTorch's in-place methods (`add_`, `zero_`, `copy_`, ...).
 
 Each one computes its result like the out-of-place op and writes it into the tensor with `Tensor.assign`, so it has

@@ -27,7 +27,7 @@ from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.schedule import alias_base, forget_realized, realized_view, record_realized
+from kiln.tensor.schedule import alias_base, forget_realized_into, realized_view, record_realized
 from kiln.uops import Ops, UOp
 
 __all__ = ["GraphHolder", "live_count", "track", "write"]
@@ -96,11 +96,6 @@ def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -
     return uop.substitute(mapping)
 
 
-# value nodes recorded as realized into a buffer they were written to (copy on write), by the buffer's id: the
-# record holds only until the buffer is written again
-_shared_values: dict[int, list[weakref.ref[UOp]]] = {}
-
-
 def _reads_a_buffer(uop: UOp) -> bool:
     return any(node.op is Ops.BUFFER or realized_view(node) is not None for node in uop.toposort())
 
@@ -150,15 +145,13 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         holder.uop = _rebind(holder.uop, reads, storage, new_base)
     for holder, reads in readers:
         holder.uop = _rebind(holder.uop, reads, storage, views[1])
-    # earlier shared values held the old contents: the readers that needed them got the snapshot
-    for reference in _shared_values.pop(id(storage), []):
-        shared = reference()
-        if shared is not None:
-            forget_realized(shared)
+    # values realized into the buffer earlier are gone (the live tensors reading them were rebound above)
+    old_nodes = {base}
+    for _, reads in aliases + readers:
+        for read in reads:
+            old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+    for old in old_nodes:
+        forget_realized_into(old)
     if shares_value:
         record_realized(value, views[0])
-        if len(_shared_values) > 1024:  # entries of buffers freed since
-            for key in [key for key, refs in _shared_values.items() if all(ref() is None for ref in refs)]:
-                del _shared_values[key]
-        _shared_values.setdefault(id(storage), []).append(weakref.ref(value))
     target.uop = assign if keep_graph else views[0]

@@ -15,7 +15,7 @@ from kiln.tensor.schedule.items import (
 from kiln.tensor.schedule.normalize import (
     NormalizedGraph,
     alias_base,
-    forget_realized,
+    forget_realized_into,
     normalize,
     realized_view,
     record_realized,
@@ -37,7 +37,7 @@ __all__ = [
     "alias_base",
     "cached_plan",
     "clear_schedule_cache",
-    "forget_realized",
+    "forget_realized_into",
     "normalize",
     "plan_schedule",
     "realized_view",

@@ -6,6 +6,7 @@ same positions) normalize to the very same SINK node (UOps are hash-consed), whi
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,11 +62,25 @@ def record_realized(uop: UOp, view: UOp) -> None:
         if uop.__dict__.get(_SELF) == _epoch[0]:
             _epoch[0] += 1
         uop.__dict__[_REALIZED] = view
+        for node in view.toposort():
+            if node.op is Ops.BUFFER:
+                _recorded_into.setdefault(node, []).append(weakref.ref(uop))
 
 
-def forget_realized(uop: UOp) -> None:
-    """Forgets where `uop`'s value was realized (its buffer was overwritten): later schedules compute it again."""
-    uop.__dict__.pop(_REALIZED, None)
+# the nodes recorded as realized into each BUFFER node (weakly both ways), so a write can forget them
+_recorded_into: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def forget_realized_into(buffer: UOp) -> None:
+    """Forgets every record of a value realized into BUFFER node `buffer` (it is being overwritten): later schedules
+    compute those nodes again from their graphs."""
+    for reference in _recorded_into.pop(buffer, []):
+        node = reference()
+        if node is None:
+            continue
+        view = node.__dict__.get(_REALIZED)
+        if view is not None and any(inner is buffer for inner in view.toposort()):
+            del node.__dict__[_REALIZED]
 
 
 @dataclass(frozen=True)
