@@ -7,11 +7,12 @@ same positions) normalize to the very same SINK node (UOps are hash-consed), whi
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import DType, Ops, UOp
+from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 _REALIZED = "tensor_realized"
 # A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
@@ -23,8 +24,15 @@ _epoch = [0]
 
 def realized_view(uop: UOp) -> UOp | None:
     """The buffer view `uop`'s value was realized into, or None."""
-    view: UOp | None = uop.__dict__.get(_REALIZED)
-    return view
+    return _view_in(uop.__dict__)
+
+
+def _view_in(attributes: dict[str, object]) -> UOp | None:
+    # a record is the view, or a weak reference to it for a graph that reads no buffer (see record_realized)
+    view = attributes.get(_REALIZED)
+    if isinstance(view, weakref.ref):
+        view = view()
+    return view if isinstance(view, UOp) else None
 
 
 _ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.DETACH})
@@ -61,7 +69,13 @@ def record_realized(uop: UOp, view: UOp) -> None:
     if uop is not view and alias_base(uop) is None:
         if uop.__dict__.get(_SELF) == _epoch[0]:
             _epoch[0] += 1
-        uop.__dict__[_REALIZED] = view
+        if _SELF in uop.__dict__:
+            # a graph of constants only (a mark of any epoch says so): any cache may hold the node (the schedule
+            # cache's keys do), so the record must not keep its buffer alive; the tensors realized from it hold the
+            # view, and without them the constants are simply computed again
+            uop.__dict__[_REALIZED] = weakref.ref(view)
+        else:
+            uop.__dict__[_REALIZED] = view
         for node in view.toposort():
             if node.op is Ops.BUFFER:
                 _recorded_into.setdefault(node, []).append(weakref.ref(uop))
@@ -78,7 +92,7 @@ def forget_realized_into(buffer: UOp) -> None:
         node = reference()
         if node is None:
             continue
-        view = node.__dict__.get(_REALIZED)
+        view = _view_in(node.__dict__)
         if view is not None and any(inner is buffer for inner in view.toposort()):
             del node.__dict__[_REALIZED]
 
@@ -90,6 +104,7 @@ class NormalizedGraph:
 
     roots: tuple[UOp, ...]
     inputs: tuple[UOp, ...]
+    constants: tuple[ConstKey, ...] = ()
 
     @property
     def sink(self) -> UOp:
@@ -110,9 +125,35 @@ def _placeholder(position: int, node: UOp) -> UOp:
     return found
 
 
-def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
-    """The normalized form of the graphs of `uops` (see the module docstring)."""
-    epoch = _epoch[0]
+ConstKey = tuple[type, object]
+
+
+def const_key(value: ConstType) -> ConstKey:
+    """`value` as a dict key that tells 0.0 from -0.0 and equals itself for NaN."""
+    return (type(value), value.hex() if isinstance(value, float) else value)
+
+
+def _constant_placeholder(position: int, node: UOp) -> UOp:
+    # a lifted constant reads element 0 of a one-element input buffer
+    key = (position, 1, node.dtype, str(node.src[0].arg))
+    found = _placeholders.get(key)
+    if found is None:
+        found = _placeholders[key] = UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, 1, key[3]))
+    return found
+
+
+def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) -> NormalizedGraph:
+    """The normalized form of the graphs of `uops` (see the module docstring).
+
+    With `lift`, the constants (CONST nodes, not bools, not a requested constant broadcast) are numbered in walk
+    order and their values listed in `constants`; each one `lift(number)` accepts becomes a one-element input
+    buffer (its input is the CONST node itself, which the engine turns into a buffer), so graphs that differ only
+    in those values share one schedule and one kernel.
+    """
+    lifting = lift is not None
+    epoch = -1 if lifting else _epoch[0]  # marks describe graphs with their constants: not used when lifting
+    kept = {const_node(uop) for uop in uops} if lifting else set()
+    constants: list[ConstKey] = []
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
@@ -133,7 +174,22 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
             inputs.append(node)
             stack.pop()
             continue
-        view = attributes.get(_REALIZED)
+        if (
+            lift is not None
+            and node.op is Ops.CONST
+            and node.dtype != dtypes.bool
+            and node.dtype.fmt is not None
+            and node not in kept
+        ):
+            stack.pop()
+            resolved[node] = node
+            if lift(len(constants)):
+                slot = _constant_placeholder(len(inputs), node)
+                resolved[node] = UOp(Ops.RESHAPE, node.dtype, (slot,), ())
+                inputs.append(node)
+            constants.append(const_key(node.arg))
+            continue
+        view = _view_in(attributes)
         if view is not None:
             if view in resolved:
                 resolved[node] = resolved[view]
@@ -151,13 +207,23 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
         stack.pop()
         if not sources:
             resolved[node] = node
-            attributes[_SELF] = epoch
+            if not lifting:
+                attributes[_SELF] = epoch
             continue
         new_sources = tuple([resolved[source] for source in sources])
         if new_sources == sources:  # UOps compare by identity: every source normalized to itself
             resolved[node] = node
-            if all(source.__dict__.get(_SELF) == epoch for source in sources):
+            if not lifting and all(source.__dict__.get(_SELF) == epoch for source in sources):
                 attributes[_SELF] = epoch
         else:
             resolved[node] = node.replace(src=new_sources)
-    return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs))
+    return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
+
+
+def const_node(uop: UOp) -> UOp | None:
+    """The CONST node under a constant broadcast (movement ops over a CONST), else None."""
+    while uop.op in MOVEMENT_OPS or uop.op is Ops.DETACH:
+        if uop.op is Ops.PAD:
+            return None
+        uop = uop.src[0]
+    return uop if uop.op is Ops.CONST else None
