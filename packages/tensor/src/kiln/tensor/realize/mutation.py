@@ -25,6 +25,7 @@ from typing import Protocol
 
 from kiln.runtime import Buffer
 from kiln.tensor import graph
+from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.schedule import alias_base, forget_realized_into, realized_view, record_realized
@@ -130,6 +131,11 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         if holder is target or (shares_value and holder is value_holder):
             continue
         held = holder.uop
+        view_of = alias_base(held)
+        if view_of is not None:  # most live tensors are views of a buffer: no graph walk needed
+            if view_of.__dict__.get(_BUFFER_SLOT) is storage:
+                aliases.append((holder, [view_of]))
+            continue
         reads = _reads(held, storage)
         if reads:
             (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
