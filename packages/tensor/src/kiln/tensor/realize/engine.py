@@ -37,7 +37,15 @@ from kiln.tensor.schedule.cache import cached_plan_of, lookup_plan, varying_cons
 from kiln.tensor.schedule.normalize import const_key
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
-__all__ = ["Method", "clear_method_cache", "compiled_program", "method_cache_size", "realize_uops", "run_plan"]
+__all__ = [
+    "Method",
+    "clear_method_cache",
+    "compiled_program",
+    "method_cache_size",
+    "realize_uops",
+    "run_kernel_step",
+    "run_plan",
+]
 
 
 @dataclass(frozen=True)
@@ -220,6 +228,22 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
     )
 
 
+def run_kernel_step(step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
+    """Runs one kernel step: its program (from the method cache) on `buffers`, the runtime Buffer of each of the
+    step's buffer slots in order; updates `GlobalCounters` (and prints the kernel's line when `debug` >= 2)."""
+    method = compiled_program(step.ast, step.device)
+    arguments = [buffers[slot] for slot in method.slots]
+    begin = time.perf_counter_ns()
+    seconds = method.runner(arguments, None, wait=debug >= 2)
+    elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.time_ns += elapsed
+    GlobalCounters.flops += method.flops
+    GlobalCounters.mem_bytes += method.mem_bytes
+    if debug >= 2:
+        _debug_kernel(step, method, elapsed / 1e9)
+
+
 def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
     prepared = _prepare(plan)
@@ -229,19 +253,8 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     kernels = 0
     for step in plan.steps:
         if isinstance(step, KernelStep):
-            method = compiled_program(step.ast, step.device)
-            step_buffers = step.buffers
-            arguments = [buffers.get(step_buffers[slot]) for slot in method.slots]
-            begin = time.perf_counter_ns()
-            seconds = method.runner(arguments, None, wait=debug >= 2)
-            elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+            run_kernel_step(step, [buffers.get(ref) for ref in step.buffers], debug)
             kernels += 1
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.time_ns += elapsed
-            GlobalCounters.flops += method.flops
-            GlobalCounters.mem_bytes += method.mem_bytes
-            if debug >= 2:
-                _debug_kernel(step, method, elapsed / 1e9)
         else:
             assert isinstance(step, CopyStep)
             destination, source = buffers.get(step.destination), buffers.get(step.source)
