@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.tensor import Tensor
+from kiln.tensor import GlobalCounters, Tensor
 from kiln.tensor.grad_mode import no_grad
 from kiln.uops import dtypes
 
@@ -236,3 +236,16 @@ def test_batch_norm_running_statistics_update_once_per_call() -> None:
         expected_var = 0.9 * expected_var + 0.1 * x.var(0, ddof=1)
     np.testing.assert_allclose(running_mean.numpy(), expected_mean, rtol=1e-5)
     np.testing.assert_allclose(running_var.numpy(), expected_var, rtol=1e-5)
+
+
+def test_a_live_tensor_the_value_computes_is_realized_with_the_write() -> None:
+    # batch_norm's running statistics read the layer's input: computing it again for the forward pass would double
+    # the work, so a live lazy tensor inside the written value is realized by the write's schedule
+    a = _tensor([0.0, 1.0, 2.0])
+    shared = a.exp()
+    w = _tensor([1.0])
+    w.assign(w + shared.sum().reshape(1))
+    before = GlobalCounters.kernel_count
+    np.testing.assert_allclose(shared.numpy(), np.exp([0.0, 1.0, 2.0]), rtol=1e-6)
+    assert GlobalCounters.kernel_count == before  # already in a buffer
+    np.testing.assert_allclose(w.numpy(), [1.0 + np.exp([0.0, 1.0, 2.0]).sum()], rtol=1e-6)

@@ -97,6 +97,10 @@ def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -
     return uop.substitute(mapping)
 
 
+def _unrealized(node: UOp) -> bool:
+    return node.op is not Ops.BUFFER and realized_view(node) is None
+
+
 def _reads_a_buffer(uop: UOp) -> bool:
     return any(node.op is Ops.BUFFER or realized_view(node) is not None for node in uop.toposort())
 
@@ -127,6 +131,8 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     )
     aliases: list[tuple[GraphHolder, list[UOp]]] = []
     readers: list[tuple[GraphHolder, list[UOp]]] = []
+    shared: list[GraphHolder] = []
+    value_nodes = set(value.toposort(gate=_unrealized))
     for holder in list(_live.values()):
         if holder is target or (shares_value and holder is value_holder):
             continue
@@ -136,6 +142,11 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
             if view_of.__dict__.get(_BUFFER_SLOT) is storage:
                 aliases.append((holder, [view_of]))
             continue
+        if held in value_nodes and held is not value and _unrealized(held) and _reads_a_buffer(held):
+            # a live tensor the value computes anyway (a batch_norm input, a gradient): realized with the write, so
+            # it is not computed again later (and, read before the write, needs no snapshot)
+            shared.append(holder)
+            continue
         reads = _reads(held, storage)
         if reads:
             (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
@@ -144,7 +155,13 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     if readers:  # a copy of the old contents, made before the write, for the readers built before it
         snapshot_target = graph.buffer_uop(base.arg.device, base.arg.size, base.dtype)
         roots.append(graph.assign(snapshot_target, base))
+    first_shared = len(roots)
+    roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
     views = realize_uops(roots)
+    for holder, view in zip(shared, views[first_shared:]):
+        record_realized(holder.uop, view)
+        if getattr(holder, "requires_grad", None) is not True:  # like Tensor.realize_all
+            holder.uop = view
     new_base = _target_base(views[0])
     assert new_base is not None
     for holder, reads in aliases:
