@@ -1,10 +1,11 @@
 """Random programs of writes and reads, run on kiln and on numpy (the model: arrays mutated eagerly in program order).
 
-Each program keeps a few realized base tensors, views of them (row, column window, transpose, reshape: numpy views
-too, so they see writes into their base), lazy expressions (numpy: a copy of the value when the expression was built,
-so later writes must not change it) and runs random steps: whole-tensor assigns whose values read the target and
-other tensors, setitem with int and slice indices, in-place operators and methods, realizes of random subsets in
-random order, and checks of random entries. Every value kiln shows must equal the model's.
+Each program (float32, or int32 with integer and bitwise operators) keeps a few realized base tensors, views of
+them (row, column window, transpose, reshape: numpy views too, so they see writes into their base), lazy
+expressions (numpy: a copy of the value when the expression was built, so later writes must not change it) and
+runs random steps: whole-tensor assigns whose values read the target and other tensors, setitem with int and slice
+indices, in-place operators and methods, realizes of random subsets in random order, and checks of random entries.
+Every value kiln shows must equal the model's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kiln.uops import dtypes
 
 DEVICE = "PYTHON"  # the interpreter device: no compiler, so the many small kernels build quickly
 SHAPE = (2, 3)
-PROGRAMS = 300
+PROGRAMS = 260
 STEPS = 14
 
 
@@ -179,8 +180,93 @@ class Program:
         )
 
 
-def run_program(seed: int) -> None:
-    program = Program(seed)
+class IntegerProgram(Program):
+    """The same programs over int32 tensors, with integer and bitwise operators (values kept small by masks)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        for entry in self.entries:
+            entry.array = entry.array.astype(np.int32)
+            entry.tensor = Tensor(entry.array.copy(), device=DEVICE)
+
+    def _leaf(self, shape: tuple[int, ...]) -> tuple[Tensor | float, np.ndarray | float]:
+        leaf, array = super()._leaf(shape)
+        if isinstance(leaf, float):
+            return int(leaf * 2), int(leaf * 2)
+        return leaf, array
+
+    def expression(self, shape: tuple[int, ...], depth: int = 2) -> tuple[Tensor, np.ndarray]:
+        left, left_array = self._leaf(shape) if depth <= 1 or self.rng.random() < 0.5 else self.expression(shape, 1)
+        if not isinstance(left, Tensor):
+            left = Tensor.full(shape, left, dtype=dtypes.int32, device=DEVICE)
+            left_array = np.full(shape, left_array, np.int32)
+        right, right_array = self._leaf(shape)
+        operation = self.rng.choice(["add", "sub", "mul", "and", "or", "xor"])
+        self.log.append(f"integer expression {operation}")
+        result, model = {
+            "add": (lambda: (left + right, left_array + right_array)),
+            "sub": (lambda: (left - right, left_array - right_array)),
+            "mul": (lambda: (left * right, left_array * right_array)),
+            "and": (lambda: (left & right, left_array & right_array)),
+            "or": (lambda: (left | right, left_array | right_array)),
+            "xor": (lambda: (left ^ right, left_array ^ right_array)),
+        }[operation]()
+        return result & 1023, np.asarray(model, np.int32) & 1023
+
+    def bounded(self, shape: tuple[int, ...]) -> tuple[Tensor, np.ndarray]:
+        return self.expression(shape)
+
+    def setitem(self) -> None:
+        entry = self.rng.choice(self.entries)
+        index = self.rng.randrange(entry.array.shape[0])
+        constant = self.rng.randint(-9, 9)
+        self.log.append(f"setitem {entry.kind} {index}")
+        entry.tensor[index] = constant
+        entry.array[index] = constant
+
+    def inplace(self) -> None:
+        entry = self.rng.choice(self.entries)
+        operation = self.rng.choice(["+=", "-=", "//=", "%=", "&=", "|=", "^=", "<<=", ">>="])
+        self.log.append(f"integer inplace {operation} on {entry.kind}")
+        operand, array = self.bounded(entry.array.shape)
+        tensor, model = entry.tensor, entry.array
+        if operation == "+=":
+            tensor += operand
+            model += array
+        elif operation == "-=":
+            tensor -= operand
+            model -= array
+        elif operation == "//=":
+            tensor //= 3
+            model //= 3
+        elif operation == "%=":
+            tensor %= 5
+            model %= 5
+        elif operation == "&=":
+            tensor &= operand
+            model &= array
+        elif operation == "|=":
+            tensor |= operand
+            model |= array
+        elif operation == "^=":
+            tensor ^= operand
+            model ^= array
+        elif operation == "<<=":
+            tensor <<= 1
+            model <<= 1
+        else:
+            tensor >>= 1
+            model >>= 1
+        assert entry.tensor is tensor
+
+    def check(self, entry: Entry | None = None) -> None:
+        entry = entry or self.rng.choice(self.entries)
+        self.log.append(f"check {entry.kind}")
+        np.testing.assert_array_equal(entry.tensor.numpy(), entry.array, err_msg="\n".join(self.log[-12:]))
+
+
+def run_program(seed: int, kind: type[Program] = Program) -> None:
+    program = kind(seed)
     for _ in range(STEPS):
         program.step()
     for entry in program.entries:
@@ -191,6 +277,12 @@ def run_program(seed: int) -> None:
 def test_random_programs_match_the_numpy_model(block: int) -> None:
     for seed in range(block * PROGRAMS // 10, (block + 1) * PROGRAMS // 10):
         run_program(seed)
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_random_integer_programs_match_the_numpy_model(block: int) -> None:
+    for seed in range(block * 25, (block + 1) * 25):
+        run_program(seed, IntegerProgram)
 
 
 def test_pinned_seed_39_after_the_seeds_before_it() -> None:
