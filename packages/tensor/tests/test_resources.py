@@ -4,6 +4,7 @@ reuse one kernel, and very long op chains realize (numpy / exact arithmetic as t
 from __future__ import annotations
 
 import gc
+import tracemalloc
 import weakref
 
 import numpy as np
@@ -25,6 +26,25 @@ def test_new_fill_values_reuse_one_plan_and_one_kernel() -> None:
             np.testing.assert_array_equal(filled.numpy(), np.full(1000, float(value), np.float32))
     assert method_cache_size() == methods
     assert cache_sizes()["plans"] == plans
+
+
+def test_realizing_new_fill_values_does_not_grow_memory() -> None:
+    # the caches fill up first (the constant-node cache holds 1024 entries), then memory must stay flat
+    tracemalloc.start()
+    try:
+        for value in range(1100):
+            Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for value in range(1100, 1600):
+            Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # before bounded caches and lifted constants: one kernel and one 4 KB buffer kept per value (megabytes here);
+    # what remains is hash tables reaching their final size
+    assert grown < 512 * 1024, f"{grown} bytes more after 500 new fill values"
 
 
 def test_a_buffer_is_freed_with_its_tensors() -> None:
