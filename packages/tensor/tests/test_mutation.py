@@ -249,3 +249,37 @@ def test_a_live_tensor_the_value_computes_is_realized_with_the_write() -> None:
     np.testing.assert_allclose(shared.numpy(), np.exp([0.0, 1.0, 2.0]), rtol=1e-6)
     assert GlobalCounters.kernel_count == before  # already in a buffer
     np.testing.assert_allclose(w.numpy(), [1.0 + np.exp([0.0, 1.0, 2.0]).sum()], rtol=1e-6)
+
+
+def test_gradient_into_a_written_value_uses_the_old_contents_of_the_target() -> None:
+    w = _tensor([2.0, 5.0])
+    scale = Tensor([3.0, 4.0], requires_grad=True, device=DEVICE)
+    w.assign(w * scale)  # d w_new / d scale = w_old
+    assert w.numpy().tolist() == [6.0, 20.0]
+    (grad,) = (w * 1.0).sum().gradient(scale)
+    assert grad.numpy().tolist() == [2.0, 5.0]
+
+
+def test_backward_through_a_graph_whose_input_was_overwritten_raises() -> None:
+    # like PyTorch: a graph realized before an in-place write cannot be differentiated afterwards
+    w = Tensor([1.0, 2.0], requires_grad=True, device=DEVICE)
+    x = Tensor([3.0, 4.0], requires_grad=True, device=DEVICE)
+    loss = (w * x).sum()
+    assert loss.item() == 11.0
+    with no_grad():
+        w -= 1.0
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        loss.backward()
+        assert x.grad is not None
+        x.grad.numpy()
+
+
+def test_backward_of_a_lazy_loss_after_a_write_uses_the_values_it_was_built_with() -> None:
+    w = Tensor([1.0, 2.0], requires_grad=True, device=DEVICE)
+    x = Tensor([3.0, 4.0], requires_grad=True, device=DEVICE)
+    loss = (w * x).sum()  # not realized: rebound to a snapshot of w by the write below
+    with no_grad():
+        w -= 1.0
+    loss.backward()
+    assert x.grad is not None and x.grad.numpy().tolist() == [1.0, 2.0]
+    assert loss.item() == 11.0

@@ -275,9 +275,8 @@ class Tensor(
                 continue  # a view of a buffer stays one (it sees later writes into the buffer, like a PyTorch view)
             if node is not tensor.uop:
                 record_realized(tensor.uop, view)  # the node as built remembers its buffer too
-            # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it, and
-            # an assigned tensor always continues from its buffer (an assignment starts a new history)
-            if tensor.requires_grad is not True or tensor.uop.op is Ops.ASSIGN:
+            # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it
+            if tensor.requires_grad is not True:
                 tensor.uop = view
         return views
 
@@ -361,6 +360,8 @@ class Tensor(
         value = value.to(self.device)
         keep_graph = not Tensor.no_grad and value.requires_grad is True
         write(self, value.uop, keep_graph=keep_graph, value_holder=value)
+        if keep_graph:
+            self.requires_grad = True  # like PyTorch: written from a value that requires grad, it requires grad
         return self
 
 

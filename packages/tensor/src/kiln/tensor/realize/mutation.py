@@ -28,7 +28,13 @@ from kiln.tensor import graph
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.schedule import alias_base, forget_realized_into, realized_view, record_realized
+from kiln.tensor.schedule import (
+    alias_base,
+    forget_realized_into,
+    mark_overwritten,
+    realized_view,
+    record_realized,
+)
 from kiln.uops import Ops, UOp
 
 __all__ = ["GraphHolder", "live_count", "track", "write"]
@@ -152,9 +158,12 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
             (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
     assign = graph.fold_movement_chains(graph.assign(node, graph.fold_movement_chains(value)))
     roots = [assign]
-    if readers:  # a copy of the old contents, made before the write, for the readers built before it
+    # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
+    value_reads = _reads(value, storage) if keep_graph else []
+    if readers or value_reads:  # a copy of the old contents, made before the write, for the readers built before it
         snapshot_target = graph.buffer_uop(base.arg.device, base.arg.size, base.dtype)
         roots.append(graph.assign(snapshot_target, base))
+    snapshot_at = len(roots) - 1
     first_shared = len(roots)
     roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
     views = realize_uops(roots)
@@ -167,7 +176,7 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     for holder, reads in aliases:
         holder.uop = _rebind(holder.uop, reads, storage, new_base)
     for holder, reads in readers:
-        holder.uop = _rebind(holder.uop, reads, storage, views[1])
+        holder.uop = _rebind(holder.uop, reads, storage, views[snapshot_at])
     # values realized into the buffer earlier are gone (the live tensors reading them were rebound above)
     old_nodes = {base}
     for _, reads in aliases + readers:
@@ -175,6 +184,14 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
             old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
     for old in old_nodes:
         forget_realized_into(old)
+        mark_overwritten(old)
     if shares_value:
         record_realized(value, views[0])
-    target.uop = assign if keep_graph else views[0]
+    if not keep_graph:
+        target.uop = views[0]
+        return
+    # gradients flow through the ASSIGN into the value, which reads the snapshot of the old contents
+    kept_value = _rebind(value, value_reads, storage, views[snapshot_at]) if value_reads else value
+    kept = graph.assign(views[0], kept_value)
+    record_realized(kept, views[0])
+    target.uop = kept

@@ -81,6 +81,15 @@ def record_realized(uop: UOp, view: UOp) -> None:
                 _recorded_into.setdefault(node, []).append(weakref.ref(uop))
 
 
+_OVERWRITTEN = "tensor_overwritten"
+
+
+def mark_overwritten(buffer: UOp) -> None:
+    """Marks BUFFER node `buffer` as standing for contents a write has replaced: a graph still reading it is stale
+    (every live tensor reading it was rebound), and realizing one raises instead of reading the new contents."""
+    buffer.__dict__[_OVERWRITTEN] = True
+
+
 # the nodes recorded as realized into each BUFFER node (weakly both ways), so a write can forget them
 _recorded_into: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
 
@@ -170,6 +179,12 @@ def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) ->
             stack.pop()
             continue
         if node.op is Ops.BUFFER:
+            if _OVERWRITTEN in attributes:
+                raise RuntimeError(
+                    "one of the buffers this computation reads has been modified by an in-place operation "
+                    f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the write "
+                    "(e.g. for backward()) cannot be computed again; compute it before the write"
+                )
             resolved[node] = _placeholder(len(inputs), node)
             inputs.append(node)
             stack.pop()
