@@ -432,6 +432,10 @@ TOLERANCES: dict[str, tuple[float, float]] = {  # name -> (step, relative tolera
     "half": (1e-1, 2e-2),
 }
 
+INPLACE_DUNDERS = [
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
+    "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__",
+]  # fmt: skip
 NOT_DIFFERENTIABLE: dict[str, str] = {
     **dict.fromkeys(
         [
@@ -514,6 +518,10 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "detach": "a gradient stop: finite differences see through it (tested in test_autograd.py)",
     "assign": "writes into a buffer (gradient to the written value tested in test_autograd.py)",
     "__setitem__": "writes into a buffer by assign (gradient to the written value tested in test_autograd.py)",
+    **dict.fromkeys(
+        ["add_", "sub_", "mul_", "div_", "clamp_", "fill_", "zero_", "copy_", *INPLACE_DUNDERS],
+        "in-place write by assign (values tested in test_mutation.py)",
+    ),
 }
 
 # operator dunders that must be classified when Tensor defines them
@@ -522,7 +530,7 @@ OPERATOR_DUNDERS = [
     "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__",
     "__matmul__", "__rmatmul__", "__getitem__", "__setitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
     "__ge__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rlshift__",
-    "__rshift__", "__rrshift__", "__invert__", "__bool__",
+    "__rshift__", "__rrshift__", "__invert__", "__bool__", *INPLACE_DUNDERS,
 ]  # fmt: skip
 NOT_DIFFERENTIABLE.update(
     dict.fromkeys(

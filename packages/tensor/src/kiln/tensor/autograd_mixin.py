@@ -4,7 +4,8 @@ Gradients are rewrites of the tensor graph (`kiln.tensor.gradient`): `backward()
 gradient graphs and never run anything themselves; the gradients are computed when they are realized.
 
 Leaves: a tensor that requires grad is a leaf when no other live tensor that requires grad lies below it in its graph
-(DETACH and ASSIGN start a new history: `w.detach().requires_grad_()` and a tensor after `assign` are leaves).
+(DETACH starts a new history: `w.detach().requires_grad_()` is a leaf; so is a tensor after `assign` of a value
+that needs no grad, while `assign` of a value that requires grad makes the tensor a result of it).
 Results of operations on leaves require grad too but are not leaves; `backward()` fills `.grad` of leaves only.
 
 Hash-consing makes equal graphs one node, so two tensors built the same way (`Tensor.zeros(3)` twice) share their

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -197,7 +198,8 @@ def _check_storable(dtype: DType) -> None:
         raise TypeError(f"tensors hold scalar storable dtypes, got {dtype!r}")
 
 
-_const_cache: dict[tuple[type, object, DType, str, Shape], UOp] = {}
+_CONST_CACHE_SIZE = 1024
+_const_cache: OrderedDict[tuple[type, object, DType, str, Shape], UOp] = OrderedDict()  # least recently used out
 
 
 def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp:
@@ -215,8 +217,8 @@ def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp
     scalar = UOp.const(dtype, value).replace(src=(device_uop(device),))
     checked = _check_shape(shape, "const shape")
     result = expand(reshape(scalar, (1,) * len(checked)), checked) if checked else scalar
-    if len(_const_cache) > 4096:
-        _const_cache.clear()
+    if len(_const_cache) >= _CONST_CACHE_SIZE:
+        _const_cache.popitem(last=False)
     _const_cache[key] = result
     return result
 

@@ -17,12 +17,14 @@ from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
+from kiln.tensor.inplace import InplaceMixin
 from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
 from kiln.tensor.ops._checks import check_device_dtype
 from kiln.tensor.realize import engine
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.schedule import realized_view, record_realized
+from kiln.tensor.realize.mutation import track, write
+from kiln.tensor.schedule import alias_base, realized_view, record_realized
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor"]
@@ -62,7 +64,16 @@ def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
     return np.dtype(dtype.fmt)
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, IndexingMixin, AutogradMixin):
+class Tensor(
+    CreationMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    ReduceMixin,
+    NNMixin,
+    IndexingMixin,
+    AutogradMixin,
+    InplaceMixin,
+):
     """A lazy n-dimensional array on a device.
 
     Operations record a tensor graph (`self.uop`); `realize()` (or reading the data: `numpy()`, `tolist()`,
@@ -101,6 +112,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         self.grad = None
         self.requires_grad = requires_grad
         self.uop = _initial_uop(data, dtype, device, requires_grad)
+        track(self)
         check_device_dtype(self.device, self.dtype)
         if requires_grad is True and not dtypes.is_float(self.dtype):
             raise RuntimeError(f"only float tensors can require gradients, this tensor is {self.dtype!r}")
@@ -114,6 +126,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         """A Tensor wrapping tensor-graph node `uop` (no checks: callers build valid nodes)."""
         tensor = cls.__new__(cls)
         tensor.uop = uop
+        track(tensor)
         if requires_grad is None:
             # what the requires_grad setter does for None on a new object (nothing is registered under its id)
             tensor.__dict__["_requires_grad"] = None
@@ -259,11 +272,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         folded = [graph.fold_movement_chains(tensor.uop) for tensor in tensors]
         views = realize_uops(folded)
         for tensor, node, view in zip(tensors, folded, views):
+            if alias_base(tensor.uop) is not None:
+                continue  # a view of a buffer stays one (it sees later writes into the buffer, like a PyTorch view)
             if node is not tensor.uop:
                 record_realized(tensor.uop, view)  # the node as built remembers its buffer too
-            # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it, and
-            # an assigned tensor always continues from its buffer (an assignment starts a new history)
-            if tensor.requires_grad is not True or tensor.uop.op is Ops.ASSIGN:
+            # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it
+            if tensor.requires_grad is not True:
                 tensor.uop = view
         return views
 
@@ -327,9 +341,18 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return Tensor._from_uop(graph.detach(self.uop), False)
 
     def assign(self, value: Tensor | Any) -> Tensor:
-        """Writes `value` (same shape and dtype) into this tensor's buffer when realized; returns self.
+        """Writes `value` (same shape and dtype) into this tensor's buffer now; returns self.
 
-        The tensor must be backed by a buffer (a realized tensor or a movement view of one).
+        The write happens once, in program order (see "Mutation semantics" in the package README): views of the
+        buffer see the new values; results built before it and not realized yet keep reading the old values. A
+        tensor with no buffer (a lazy result, a constant) just takes the value. Gradients flow into a value that
+        requires grad.
+
+        Example:
+            >>> w = Tensor([1.0, 2.0])
+            >>> before = w * 10
+            >>> w.assign(w + 1).tolist(), before.tolist()
+            ([2.0, 3.0], [10.0, 20.0])
         """
         if not isinstance(value, Tensor):
             value = Tensor(value, dtype=self.dtype, device=self.device)
@@ -337,7 +360,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
             raise ValueError(f"assign: value shape {value.shape} must equal this tensor's shape {self.shape}")
         if value.dtype != self.dtype:
             raise TypeError(f"assign: value dtype {value.dtype!r} must equal this tensor's dtype {self.dtype!r}")
-        self.uop = self._assign_uop(value.to(self.device))
+        value = value.to(self.device)
+        keep_graph = not Tensor.no_grad and value.requires_grad is True
+        write(self, value.uop, keep_graph=keep_graph, value_holder=value)
+        if keep_graph:
+            self.requires_grad = True  # like PyTorch: written from a value that requires grad, it requires grad
         return self
 
 

@@ -7,6 +7,7 @@ from kiln.tensor.realize.engine import (
     compiled_program,
     method_cache_size,
     realize_uops,
+    run_kernel_step,
     run_plan,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "has_buffer",
     "method_cache_size",
     "realize_uops",
+    "run_kernel_step",
     "run_plan",
 ]

@@ -9,16 +9,17 @@ from __future__ import annotations
 from kiln.runtime import Buffer
 from kiln.uops import Ops, UOp
 
-_SLOT = "tensor_buffer"
+SLOT = "tensor_buffer"
+"""The attribute of a BUFFER node holding its runtime Buffer."""
 
 
 def buffer_of(uop: UOp) -> Buffer:
     """The runtime Buffer behind BUFFER node `uop`, created (unallocated) on first use."""
     if uop.op is not Ops.BUFFER:
         raise TypeError(f"only BUFFER nodes hold a runtime Buffer, got {uop.op!r}")
-    found: Buffer | None = uop.__dict__.get(_SLOT)
+    found: Buffer | None = uop.__dict__.get(SLOT)
     if found is None:
-        found = uop.__dict__[_SLOT] = Buffer(uop.arg.device, uop.arg.size, uop.dtype)
+        found = uop.__dict__[SLOT] = Buffer(uop.arg.device, uop.arg.size, uop.dtype)
     return found
 
 
@@ -28,9 +29,9 @@ def attach_buffer(uop: UOp, buffer: Buffer) -> None:
         raise TypeError(f"only BUFFER nodes hold a runtime Buffer, got {uop.op!r}")
     if (buffer.size, buffer.dtype, buffer.device) != (uop.arg.size, uop.dtype, uop.arg.device):
         raise ValueError(f"{buffer!r} does not match the BUFFER node ({uop.arg}, {uop.dtype!r})")
-    uop.__dict__[_SLOT] = buffer
+    uop.__dict__[SLOT] = buffer
 
 
 def has_buffer(uop: UOp) -> bool:
     """Whether BUFFER node `uop` has a runtime Buffer attached already."""
-    return _SLOT in uop.__dict__
+    return SLOT in uop.__dict__

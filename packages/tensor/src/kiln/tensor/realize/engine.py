@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from kiln.codegen import Program, Renderer, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
@@ -31,7 +34,8 @@ from kiln.tensor.schedule import (
     normalize,
     record_realized,
 )
-from kiln.tensor.schedule.cache import cached_plan_of
+from kiln.tensor.schedule.cache import cached_plan_of, lookup_plan, varying_constants
+from kiln.tensor.schedule.normalize import const_key
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "compiled_program",
     "method_cache_size",
     "realize_uops",
+    "run_kernel_step",
     "run_plan",
 ]
 
@@ -74,7 +79,8 @@ class Method:
     mem_bytes: int
 
 
-_methods: dict[tuple[UOp, str], Method] = {}
+_MAX_METHODS = 2048
+_methods: OrderedDict[tuple[UOp, str], Method] = OrderedDict()  # least recently used first out
 _renderers: dict[str, Renderer] = {}
 # numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's
 _fresh_numbers = itertools.count(1 << 40)
@@ -82,15 +88,20 @@ _fresh_numbers = itertools.count(1 << 40)
 
 def compiled_program(ast: UOp, device: str) -> Method:
     """The `Method` of kernel sink `ast` on `device`, built once per sink, device and renderer (the method cache)."""
-    method = _methods.get((ast, device))
-    if method is None:
+    key = (ast, device)
+    method = _methods.get(key)
+    if method is not None:
+        _methods.move_to_end(key)
+    else:
         renderer = _renderers.get(device)
         if renderer is None:
             renderer = _renderers[device] = renderer_for(device)
         program, slots = _build(ast, renderer)
         estimates = program.estimates
         flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
-        method = _methods[(ast, device)] = Method(program, slots, load(program), int(flops), int(memory))
+        if len(_methods) >= _MAX_METHODS:
+            _methods.popitem(last=False)
+        method = _methods[key] = Method(program, slots, load(program), int(flops), int(memory))
     return method
 
 
@@ -165,11 +176,43 @@ def _output_node(device: str, size: int, dtype: DType) -> UOp:
     return node
 
 
+def _lift_all(number: int) -> bool:
+    return True
+
+
+_MAX_CONSTANT_BUFFERS = 256
+# one-element buffers holding lifted constants, by (dtype, device, value): read-only, so calls share them
+_constant_buffers: OrderedDict[tuple[DType, str, tuple[type, object]], Buffer] = OrderedDict()
+
+
+def _input_buffer(node: UOp) -> Buffer:
+    """The Buffer of an input: a BUFFER node's own, or for a lifted CONST a one-element buffer holding its value."""
+    if node.op is not Ops.CONST:
+        return buffer_of(node)
+    device = str(node.src[0].arg)
+    key = (node.dtype, device, const_key(node.arg))
+    found = _constant_buffers.get(key)
+    if found is not None:
+        _constant_buffers.move_to_end(key)
+        return found
+    if len(_constant_buffers) >= _MAX_CONSTANT_BUFFERS:
+        _constant_buffers.popitem(last=False)
+    found = _constant_buffers[key] = Buffer(device, 1, node.dtype)
+    found.copyin(_constant_bytes(node))
+    return found
+
+
+def _constant_bytes(node: UOp) -> bytes:
+    # normalize lifts only constants of dtypes numpy can hold
+    assert node.dtype.fmt is not None
+    return np.array([node.arg], dtype=np.dtype(node.dtype.fmt)).tobytes()
+
+
 class _Buffers:
     """The runtime Buffers of one run of a plan."""
 
     def __init__(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> None:
-        self.inputs = [buffer_of(node) for node in inputs]
+        self.inputs = [_input_buffer(node) for node in inputs]
         self.output_nodes = [_output_node(device, size, dtype) for device, size, dtype in prepared.outputs]
         self.outputs = [buffer_of(node) for node in self.output_nodes]
         for buffer in self.outputs:
@@ -204,6 +247,24 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
     )
 
 
+def run_kernel_step(step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
+    """Runs one kernel step: its program (from the method cache) on `buffers`, the runtime Buffer of each of the
+    step's buffer slots in order; updates `GlobalCounters` (and prints the kernel's line when `debug` >= 2)."""
+    method = compiled_program(step.ast, step.device)
+    arguments = [buffers[slot] for slot in method.slots]
+    begin = time.perf_counter_ns()
+    seconds = method.runner(arguments, None, wait=debug >= 2)
+    elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.time_ns += elapsed
+    GlobalCounters.flops += method.flops
+    GlobalCounters.mem_bytes += method.mem_bytes
+    if debug >= 2:
+        _debug_kernel(step, method, elapsed / 1e9)
+    if launch_recorder is not None:
+        launch_recorder.record_kernel(method, arguments)
+
+
 def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
     prepared = _prepare(plan)
@@ -214,21 +275,8 @@ def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     kernels = 0
     for step in plan.steps:
         if isinstance(step, KernelStep):
-            method = compiled_program(step.ast, step.device)
-            step_buffers = step.buffers
-            arguments = [buffers.get(step_buffers[slot]) for slot in method.slots]
-            begin = time.perf_counter_ns()
-            seconds = method.runner(arguments, None, wait=debug >= 2)
-            elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+            run_kernel_step(step, [buffers.get(ref) for ref in step.buffers], debug)
             kernels += 1
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.time_ns += elapsed
-            GlobalCounters.flops += method.flops
-            GlobalCounters.mem_bytes += method.mem_bytes
-            if debug >= 2:
-                _debug_kernel(step, method, elapsed / 1e9)
-            if recorder is not None:
-                recorder.record_kernel(method, arguments)
         else:
             assert isinstance(step, CopyStep)
             destination, source = buffers.get(step.destination), buffers.get(step.source)
@@ -276,9 +324,19 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], b
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
-    """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views."""
+    """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.
+
+    A structure seen before with other values of some constants gets those constants lifted into one-element input
+    buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
+    """
     normalized = normalize(uops)
-    plan = cached_plan_of(normalized.roots)
+    plan = lookup_plan(normalized.roots)
+    if plan is None:
+        masked = normalize(uops, lift=_lift_all)
+        varying = varying_constants(masked.roots, masked.constants)
+        if varying:
+            normalized = normalize(uops, lift=varying.__contains__)
+        plan = cached_plan_of(normalized.roots)
     views = run_plan(plan, normalized.inputs)
     for uop, view in zip(uops, views):
         record_realized(uop, view)

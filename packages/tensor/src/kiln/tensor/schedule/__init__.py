@@ -12,7 +12,15 @@ from kiln.tensor.schedule.items import (
     SchedulePlan,
     Step,
 )
-from kiln.tensor.schedule.normalize import NormalizedGraph, normalize, realized_view, record_realized
+from kiln.tensor.schedule.normalize import (
+    NormalizedGraph,
+    alias_base,
+    forget_realized_into,
+    mark_overwritten,
+    normalize,
+    realized_view,
+    record_realized,
+)
 from kiln.tensor.schedule.planner import plan_schedule
 
 __all__ = [
@@ -27,8 +35,11 @@ __all__ = [
     "ScheduleCacheInfo",
     "SchedulePlan",
     "Step",
+    "alias_base",
     "cached_plan",
     "clear_schedule_cache",
+    "forget_realized_into",
+    "mark_overwritten",
     "normalize",
     "plan_schedule",
     "realized_view",

@@ -6,11 +6,13 @@ same positions) normalize to the very same SINK node (UOps are hash-consed), whi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import DType, Ops, UOp
+from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 _REALIZED = "tensor_realized"
 # A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
@@ -22,16 +24,86 @@ _epoch = [0]
 
 def realized_view(uop: UOp) -> UOp | None:
     """The buffer view `uop`'s value was realized into, or None."""
-    view: UOp | None = uop.__dict__.get(_REALIZED)
-    return view
+    return _view_in(uop.__dict__)
+
+
+def _view_in(attributes: dict[str, object]) -> UOp | None:
+    # a record is the view, or a weak reference to it for a graph that reads no buffer (see record_realized)
+    view = attributes.get(_REALIZED)
+    if isinstance(view, weakref.ref):
+        view = view()
+    return view if isinstance(view, UOp) else None
+
+
+_ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.DETACH})
+
+
+def alias_base(uop: UOp, through_assign: bool = False) -> UOp | None:
+    """The BUFFER node `uop` is a view of, else None.
+
+    A view has only RESHAPE / PERMUTE / EXPAND / SHRINK / DETACH (and CONTIGUOUS of the whole buffer; with
+    `through_assign`, the target of an ASSIGN) between it and the buffer. Like a PyTorch view, it reads the buffer's
+    current contents: it sees every later write into the buffer, and it is never recorded as realized.
+    """
+    while (
+        uop.op in _ALIAS_OPS
+        or (uop.op is Ops.ASSIGN and through_assign)
+        or (uop.op is Ops.CONTIGUOUS and _whole_buffer(uop.src[0]))
+    ):
+        uop = uop.src[0]
+    return uop if uop.op is Ops.BUFFER else None
+
+
+def _whole_buffer(uop: UOp) -> bool:
+    # CONTIGUOUS of the whole buffer in row-major order realizes to the buffer itself (PyTorch: returns self)
+    while uop.op in (Ops.RESHAPE, Ops.DETACH):
+        uop = uop.src[0]
+    return uop.op is Ops.BUFFER
 
 
 def record_realized(uop: UOp, view: UOp) -> None:
-    """Remembers that `uop`'s value lives in `view` (movement ops over BUFFER nodes) for later schedules."""
-    if uop is not view:
+    """Remembers that `uop`'s value lives in `view` (movement ops over BUFFER nodes) for later schedules.
+
+    A view of a buffer (`alias_base`) is not recorded: it reads the buffer, whatever is written into it later.
+    """
+    if uop is not view and alias_base(uop) is None:
         if uop.__dict__.get(_SELF) == _epoch[0]:
             _epoch[0] += 1
-        uop.__dict__[_REALIZED] = view
+        if _SELF in uop.__dict__:
+            # a graph of constants only (a mark of any epoch says so): any cache may hold the node (the schedule
+            # cache's keys do), so the record must not keep its buffer alive; the tensors realized from it hold the
+            # view, and without them the constants are simply computed again
+            uop.__dict__[_REALIZED] = weakref.ref(view)
+        else:
+            uop.__dict__[_REALIZED] = view
+        for node in view.toposort():
+            if node.op is Ops.BUFFER:
+                _recorded_into.setdefault(node, []).append(weakref.ref(uop))
+
+
+_OVERWRITTEN = "tensor_overwritten"
+
+
+def mark_overwritten(buffer: UOp) -> None:
+    """Marks BUFFER node `buffer` as standing for contents a write has replaced: a graph still reading it is stale
+    (every live tensor reading it was rebound), and realizing one raises instead of reading the new contents."""
+    buffer.__dict__[_OVERWRITTEN] = True
+
+
+# the nodes recorded as realized into each BUFFER node (weakly both ways), so a write can forget them
+_recorded_into: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
+
+
+def forget_realized_into(buffer: UOp) -> None:
+    """Forgets every record of a value realized into BUFFER node `buffer` (it is being overwritten): later schedules
+    compute those nodes again from their graphs."""
+    for reference in _recorded_into.pop(buffer, []):
+        node = reference()
+        if node is None:
+            continue
+        view = _view_in(node.__dict__)
+        if view is not None and any(inner is buffer for inner in view.toposort()):
+            del node.__dict__[_REALIZED]
 
 
 @dataclass(frozen=True)
@@ -41,6 +113,7 @@ class NormalizedGraph:
 
     roots: tuple[UOp, ...]
     inputs: tuple[UOp, ...]
+    constants: tuple[ConstKey, ...] = ()
 
     @property
     def sink(self) -> UOp:
@@ -61,9 +134,35 @@ def _placeholder(position: int, node: UOp) -> UOp:
     return found
 
 
-def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
-    """The normalized form of the graphs of `uops` (see the module docstring)."""
-    epoch = _epoch[0]
+ConstKey = tuple[type, object]
+
+
+def const_key(value: ConstType) -> ConstKey:
+    """`value` as a dict key that tells 0.0 from -0.0 and equals itself for NaN."""
+    return (type(value), value.hex() if isinstance(value, float) else value)
+
+
+def _constant_placeholder(position: int, node: UOp) -> UOp:
+    # a lifted constant reads element 0 of a one-element input buffer
+    key = (position, 1, node.dtype, str(node.src[0].arg))
+    found = _placeholders.get(key)
+    if found is None:
+        found = _placeholders[key] = UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, 1, key[3]))
+    return found
+
+
+def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) -> NormalizedGraph:
+    """The normalized form of the graphs of `uops` (see the module docstring).
+
+    With `lift`, the constants (CONST nodes, not bools, not a requested constant broadcast) are numbered in walk
+    order and their values listed in `constants`; each one `lift(number)` accepts becomes a one-element input
+    buffer (its input is the CONST node itself, which the engine turns into a buffer), so graphs that differ only
+    in those values share one schedule and one kernel.
+    """
+    lifting = lift is not None
+    epoch = -1 if lifting else _epoch[0]  # marks describe graphs with their constants: not used when lifting
+    kept = {const_node(uop) for uop in uops} if lifting else set()
+    constants: list[ConstKey] = []
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
@@ -80,11 +179,32 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
             stack.pop()
             continue
         if node.op is Ops.BUFFER:
+            if _OVERWRITTEN in attributes:
+                raise RuntimeError(
+                    "one of the buffers this computation reads has been modified by an in-place operation "
+                    f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the write "
+                    "(e.g. for backward()) cannot be computed again; compute it before the write"
+                )
             resolved[node] = _placeholder(len(inputs), node)
             inputs.append(node)
             stack.pop()
             continue
-        view = attributes.get(_REALIZED)
+        if (
+            lift is not None
+            and node.op is Ops.CONST
+            and node.dtype != dtypes.bool
+            and node.dtype.fmt is not None
+            and node not in kept
+        ):
+            stack.pop()
+            resolved[node] = node
+            if lift(len(constants)):
+                slot = _constant_placeholder(len(inputs), node)
+                resolved[node] = UOp(Ops.RESHAPE, node.dtype, (slot,), ())
+                inputs.append(node)
+            constants.append(const_key(node.arg))
+            continue
+        view = _view_in(attributes)
         if view is not None:
             if view in resolved:
                 resolved[node] = resolved[view]
@@ -102,13 +222,23 @@ def normalize(uops: Sequence[UOp]) -> NormalizedGraph:
         stack.pop()
         if not sources:
             resolved[node] = node
-            attributes[_SELF] = epoch
+            if not lifting:
+                attributes[_SELF] = epoch
             continue
         new_sources = tuple([resolved[source] for source in sources])
         if new_sources == sources:  # UOps compare by identity: every source normalized to itself
             resolved[node] = node
-            if all(source.__dict__.get(_SELF) == epoch for source in sources):
+            if not lifting and all(source.__dict__.get(_SELF) == epoch for source in sources):
                 attributes[_SELF] = epoch
         else:
             resolved[node] = node.replace(src=new_sources)
-    return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs))
+    return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
+
+
+def const_node(uop: UOp) -> UOp | None:
+    """The CONST node under a constant broadcast (movement ops over a CONST), else None."""
+    while uop.op in MOVEMENT_OPS or uop.op is Ops.DETACH:
+        if uop.op is Ops.PAD:
+            return None
+        uop = uop.src[0]
+    return uop if uop.op is Ops.CONST else None

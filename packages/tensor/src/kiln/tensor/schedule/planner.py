@@ -29,7 +29,15 @@ from kiln.tensor.schedule.items import (
     SchedulePlan,
     Step,
 )
-from kiln.tensor.schedule.kernel_builder import KernelBuilder, KernelOutput, KernelStats, KernelTooLarge, LeafBuffer
+from kiln.tensor.schedule.kernel_builder import (
+    MAX_CONTEXTS,
+    MAX_KERNEL_NODES,
+    KernelBuilder,
+    KernelOutput,
+    KernelStats,
+    KernelTooLarge,
+    LeafBuffer,
+)
 from kiln.tensor.schedule.memory_planner import plan_temporaries
 from kiln.tensor.schedule.split_reduce import split_large_reductions
 from kiln.uops import GroupOp, Ops, UOp
@@ -205,6 +213,11 @@ class _Planner:
             worst = [n for n, count in contexts.items() if n.op in GroupOp.Elementwise and count > 1]
             if worst:
                 found.add(max(worst, key=lambda n: (contexts[n], self.position[n])))
+                continue
+            # no node is recomputed: the value graph is just long (a chain of many ops): cut it in the middle
+            middle = _middle_node([n for n in contexts if n.op in GroupOp.Elementwise and n not in kernel.members])
+            if middle is not None:
+                found.add(middle)
         return found
 
     # -- steps 3 and 4 ----------------------------------------------------------------------------------------------
@@ -244,6 +257,19 @@ class _Planner:
         spec = outputs[ref.number]
         buffer = UOp(Ops.BUFFER, stripped.dtype, (), OutputSlot(ref.number, spec.size, spec.device))
         return reshape(buffer, shape_of(stripped))
+
+
+def _middle_node(nodes: list[UOp]) -> UOp | None:
+    # the node halfway down a long value graph, by depth (sources before users)
+    if len(nodes) < 2:
+        return None
+    depth: dict[UOp, int] = {}
+    members = set(nodes)
+    for node in UOp(Ops.SINK, src=tuple(nodes)).toposort(gate=lambda n: n.op is Ops.SINK or n in members):
+        if node in members:
+            depth[node] = 1 + max((depth.get(source, 0) for source in node.src), default=0)
+    deepest = max(depth.values())
+    return min(nodes, key=lambda n: abs(depth[n] - deepest // 2))
 
 
 def _target_view(node: UOp) -> UOp:
@@ -338,7 +364,10 @@ def plan_schedule(sink: UOp) -> SchedulePlan:
             break
         planner.points.update(dict.fromkeys(extra))
     if any(kernel.ast is None for kernel in kernels.values()):
-        raise RuntimeError("the scheduler could not split a kernel whose value graph blows up; add .contiguous()")
+        raise RuntimeError(
+            f"the scheduler could not split a kernel whose value graph exceeds {MAX_KERNEL_NODES} nodes or needs a "
+            f"node at more than {MAX_CONTEXTS} index sets; realize() or .contiguous() part of the graph first"
+        )
     groups = _group_kernels(planner, kernels)
     merged: dict[UOp, _Kernel] = {}
     for group in groups:

@@ -1,0 +1,197 @@
+"""Mutation: a write into a buffer (assign, setitem, in-place operators) happens once, in program order.
+
+Tensors are lazy, but a write is not: `write()` runs it at once (one schedule holding the write and any snapshots it
+needs), so it is applied exactly once and every op sees the state at the time it was called, like eager PyTorch:
+
+- the tensors that view the written buffer (movement ops RESHAPE / PERMUTE / EXPAND / SHRINK, DETACH over it:
+  "aliases", like PyTorch views) are rebound to the buffer's new node and see the new values;
+- a tensor that reads the buffer in a computation not realized yet was built before the write: it must see the old
+  values, so the schedule first copies the buffer (a snapshot) and the tensor is rebound to read the copy. The copy
+  is made only when such a tensor is alive;
+- the written value's own tensor is recorded as realized into the buffer (copy on write: it is snapshotted at the
+  next write of that buffer if it is still alive then).
+
+Every BUFFER node of a buffer stands for its contents at one point of the program: after a write, the buffer gets a
+fresh node (the engine's `written_inputs`), so graphs hash-consed on the old node and realized earlier never pass for
+graphs of the new contents. Finding aliases and readers needs every live tensor: `track()` registers each one
+(weakly).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Protocol
+
+from kiln.runtime import Buffer
+from kiln.tensor import graph
+from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
+from kiln.tensor.realize.buffers import buffer_of, has_buffer
+from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.schedule import (
+    alias_base,
+    forget_realized_into,
+    mark_overwritten,
+    realized_view,
+    record_realized,
+)
+from kiln.uops import Ops, UOp
+
+__all__ = ["GraphHolder", "live_count", "track", "write"]
+
+
+class GraphHolder(Protocol):
+    """Anything holding a tensor graph in `uop` (a Tensor)."""
+
+    uop: UOp
+
+
+# by id, weakly (Tensor's `==` builds a tensor, so tensors are kept out of sets)
+_live: weakref.WeakValueDictionary[int, GraphHolder] = weakref.WeakValueDictionary()
+
+
+def track(holder: GraphHolder) -> None:
+    """Registers a new tensor (weakly) so writes can rebind it."""
+    _live[id(holder)] = holder
+
+
+def live_count() -> int:
+    """How many tracked tensors are alive."""
+    return len(_live)
+
+
+def _target_base(node: UOp) -> UOp | None:
+    # the buffer under the movement ops of a write's target (the planner rejects PAD and EXPAND there)
+    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN):
+        node = node.src[0]
+    return node if node.op is Ops.BUFFER else None
+
+
+def _storage(node: UOp) -> Buffer | None:
+    return buffer_of(node) if node.op is Ops.BUFFER and has_buffer(node) else None
+
+
+def _reads(uop: UOp, storage: Buffer) -> list[UOp]:
+    """Nodes of `uop`'s not-yet-realized graph through which it reads `storage`: BUFFER nodes of it, and realized
+    nodes whose buffer view reads it."""
+    found: list[UOp] = []
+
+    def descend(node: UOp) -> bool:
+        return node.op is not Ops.BUFFER and realized_view(node) is None
+
+    for node in uop.toposort(gate=descend):
+        if node.op is Ops.BUFFER:
+            if _storage(node) is storage:
+                found.append(node)
+            continue
+        view = realized_view(node)
+        if view is not None and any(_storage(inner) is storage for inner in view.toposort()):
+            found.append(node)
+    return found
+
+
+def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -> UOp:
+    # each BUFFER node of `storage` becomes `replacement`; a realized node reading it becomes its view rebuilt so
+    mapping: dict[UOp, UOp] = {}
+    for node in reads:
+        if node.op is Ops.BUFFER:
+            mapping[node] = replacement
+            continue
+        view = realized_view(node)
+        assert view is not None
+        mapping[node] = view.substitute({inner: replacement for inner in view.toposort() if _storage(inner) is storage})
+    return uop.substitute(mapping)
+
+
+def _unrealized(node: UOp) -> bool:
+    return node.op is not Ops.BUFFER and realized_view(node) is None
+
+
+def _reads_a_buffer(uop: UOp) -> bool:
+    return any(node.op is Ops.BUFFER or realized_view(node) is not None for node in uop.toposort())
+
+
+def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holder: GraphHolder | None = None) -> None:
+    """Writes `value` into the buffer behind `target.uop` now, and rebinds the live tensors (see the module doc).
+
+    Args:
+        target: the tensor written to (its graph: a view of a buffer; one with no buffer just takes the value).
+        value: the new values (target's shape, dtype and device).
+        keep_graph: leave the target's graph the realized ASSIGN node (gradients flow into the value through it).
+        value_holder: the tensor `value` belongs to: it is recorded as realized into the written buffer (copy on
+            write) instead of being snapshotted.
+    """
+    node = graph.fold_movement_chains(target.uop)
+    node = realized_view(node) or node
+    base = _target_base(node)
+    if base is None:  # no buffer to write into (a lazy result or constant): the tensor just takes the value
+        target.uop = value
+        return
+    storage = buffer_of(base)
+    shares_value = (
+        value_holder is not None
+        and value_holder.uop is value
+        and alias_base(value) is None
+        and realized_view(value) is None
+        and _reads_a_buffer(value)
+    )
+    aliases: list[tuple[GraphHolder, list[UOp]]] = []
+    readers: list[tuple[GraphHolder, list[UOp]]] = []
+    shared: list[GraphHolder] = []
+    value_nodes = set(value.toposort(gate=_unrealized))
+    for holder in list(_live.values()):
+        if holder is target or (shares_value and holder is value_holder):
+            continue
+        held = holder.uop
+        view_of = alias_base(held)
+        if view_of is not None:  # most live tensors are views of a buffer: no graph walk needed
+            if view_of.__dict__.get(_BUFFER_SLOT) is storage:
+                aliases.append((holder, [view_of]))
+            continue
+        if held in value_nodes and held is not value and _unrealized(held) and _reads_a_buffer(held):
+            # a live tensor the value computes anyway (a batch_norm input, a gradient): realized with the write, so
+            # it is not computed again later (and, read before the write, needs no snapshot)
+            shared.append(holder)
+            continue
+        reads = _reads(held, storage)
+        if reads:
+            (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
+    assign = graph.fold_movement_chains(graph.assign(node, graph.fold_movement_chains(value)))
+    roots = [assign]
+    # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
+    value_reads = _reads(value, storage) if keep_graph else []
+    if readers or value_reads:  # a copy of the old contents, made before the write, for the readers built before it
+        snapshot_target = graph.buffer_uop(base.arg.device, base.arg.size, base.dtype)
+        roots.append(graph.assign(snapshot_target, base))
+    snapshot_at = len(roots) - 1
+    first_shared = len(roots)
+    roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
+    views = realize_uops(roots)
+    for holder, view in zip(shared, views[first_shared:]):
+        record_realized(holder.uop, view)
+        if getattr(holder, "requires_grad", None) is not True:  # like Tensor.realize_all
+            holder.uop = view
+    new_base = _target_base(views[0])
+    assert new_base is not None
+    for holder, reads in aliases:
+        holder.uop = _rebind(holder.uop, reads, storage, new_base)
+    for holder, reads in readers:
+        holder.uop = _rebind(holder.uop, reads, storage, views[snapshot_at])
+    # values realized into the buffer earlier are gone (the live tensors reading them were rebound above)
+    old_nodes = {base}
+    for _, reads in aliases + readers:
+        for read in reads:
+            old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+    for old in old_nodes:
+        forget_realized_into(old)
+        mark_overwritten(old)
+    if shares_value:
+        record_realized(value, views[0])
+    if not keep_graph:
+        target.uop = views[0]
+        return
+    # gradients flow through the ASSIGN into the value, which reads the snapshot of the old contents
+    kept_value = _rebind(value, value_reads, storage, views[snapshot_at]) if value_reads else value
+    kept = graph.assign(views[0], kept_value)
+    record_realized(kept, views[0])
+    target.uop = kept
