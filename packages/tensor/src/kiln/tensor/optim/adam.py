@@ -40,15 +40,15 @@ class _Moments(Optimizer):
         """Advances t; returns the bias corrections (1 - beta1**t, 1 - beta2**t) and per parameter (p, m, v) with
         m, v the new moments (their ASSIGNs appended to `targets`). The gradient already includes L2 decay."""
         t = self.step_count + 1.0
-        targets.append(self.step_count.assign(t))
+        targets.append(self.write(self.step_count, t))
         correction1 = 1.0 - (t * math.log(self.beta1)).exp() if self.beta1 > 0 else t * 0.0 + 1.0
         correction2 = 1.0 - (t * math.log(self.beta2)).exp() if self.beta2 > 0 else t * 0.0 + 1.0
         result = []
         for parameter, gradient, m, v in zip(self.params, self._decayed_gradients(), self.exp_avgs, self.exp_avg_sqs):
             new_m = m * self.beta1 + gradient * (1.0 - self.beta1)
             new_v = v * self.beta2 + gradient * gradient * (1.0 - self.beta2)
-            targets.append(m.assign(new_m))
-            targets.append(v.assign(new_v))
+            targets.append(self.write(m, new_m))
+            targets.append(self.write(v, new_v))
             result.append((parameter, new_m, new_v))
         return correction1, correction2, result
 

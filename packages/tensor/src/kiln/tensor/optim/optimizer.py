@@ -1,9 +1,9 @@
 """`Optimizer`: the base class (parameters, a learning rate held in a Tensor, zero_grad, one-schedule step) and SGD.
 
-`step()` builds every parameter's (and every state tensor's) update lazily as an ASSIGN under `no_grad` and realizes
-them all in one `Tensor.realize_all` call: one schedule per step whatever the number of parameters, and the same
-kernels every step. The learning rate is a one-element buffer the update kernels read, so an LR schedule changes
-its value without changing any kernel (nothing recompiles, and a TinyJit replay sees the new rate).
+`step()` builds every parameter's (and every state tensor's) new value lazily under `no_grad` and writes them all
+at once (`write_many`): one schedule per step whatever the number of parameters, and the same kernels every step.
+The learning rate is a one-element buffer the update kernels read, so an LR schedule changes its value without
+changing any kernel (nothing recompiles, and a TinyJit replay sees the new rate).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from kiln.tensor.grad_mode import no_grad
 from kiln.tensor.nn.normalization import pending_statistics
 from kiln.tensor.realize import engine
+from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
 
 __all__ = ["SGD", "Optimizer"]
@@ -58,6 +59,7 @@ class Optimizer:
         self._lr_value = check_number(lr, "learning rate")
         self.lr_tensor = Tensor(np.array(self._lr_value, dtype=np.float32), device=self.device)
         self.steps = 0
+        self._writes: list[tuple[Tensor, Tensor]] = []
 
     @property
     def lr(self) -> float:
@@ -98,30 +100,33 @@ class Optimizer:
         return found
 
     def assign_parameter(self, parameter: Tensor, value: Tensor) -> Tensor:
-        """`parameter.assign(value)`, with the new value computed into its own buffer first.
+        """Records the write of `value` (cast to the parameter's dtype) into `parameter` for this step."""
+        return self.write(parameter, value.cast(parameter.dtype))
 
-        Every state update reads the parameters (through the gradient) and every parameter update reads the state,
-        so assigning both straight from their expressions would make a cycle of kernels that each read a buffer
-        another one overwrites; the scheduler does not break such cycles yet (it orders them arbitrarily and a
-        kernel may read an already updated buffer). A separate buffer for each new parameter value breaks the
-        cycle: those kernels run first, then plain copies.
+    def write(self, target: Tensor, value: Tensor) -> Tensor:
+        """Records the write of `value` into `target` (a parameter or a state buffer) for this step; returns target.
+
+        Nothing runs yet: `step()` applies every recorded write at once, in one schedule, each value computed from
+        the contents before the step (see `kiln.tensor.realize.mutation.write_many`).
         """
-        return parameter.assign(value.cast(parameter.dtype).contiguous())
+        self._writes.append((target, value))
+        return target
 
     def updates(self) -> list[Tensor]:
-        """The lazy assignments of one step (parameters and state); subclasses define it."""
+        """Records the writes of one step (parameters and state) with `write`; subclasses define it."""
         raise NotImplementedError(f"{type(self).__name__} defines no updates()")
 
-    def schedule_step(self) -> list[Tensor]:
-        """The tensors one step realizes: every update, and pending BatchNorm running statistics."""
-        with no_grad():
-            targets = self.updates()
-        self.steps += 1
-        return [*targets, *pending_statistics()]
-
     def step(self) -> None:
-        """Applies one update to every parameter, all in one schedule."""
-        Tensor.realize_all(*self.schedule_step())
+        """Applies one update to every parameter (and its state), all in one schedule."""
+        self._writes = []
+        with no_grad():
+            self.updates()
+            write_many(self._writes)
+        self._writes = []
+        self.steps += 1
+        statistics = pending_statistics()
+        if statistics:
+            Tensor.realize_all(*statistics)
 
 
 class SGD(Optimizer):
@@ -167,7 +172,7 @@ class SGD(Optimizer):
                     velocity = gradient
                 else:
                     velocity = buffer * self.momentum + gradient * (1.0 - self.dampening)
-                targets.append(buffer.assign(velocity))
+                targets.append(self.write(buffer, velocity))
                 gradient = gradient + velocity * self.momentum if self.nesterov else velocity
             step = gradient * lr.cast(gradient.dtype)
             updated = parameter.detach() + step if self.maximize else parameter.detach() - step

@@ -49,18 +49,18 @@ class RMSprop(Optimizer):
                 gradient = gradient + parameter.detach() * self.weight_decay
             square = self.square_avgs[index]
             new_square = square * self.alpha + gradient * gradient * (1.0 - self.alpha)
-            targets.append(square.assign(new_square))
+            targets.append(self.write(square, new_square))
             variance = new_square
             if self.centered:
                 average = self.grad_avgs[index]
                 new_average = average * self.alpha + gradient * (1.0 - self.alpha)
-                targets.append(average.assign(new_average))
+                targets.append(self.write(average, new_average))
                 variance = new_square - new_average * new_average
             denominator = variance.sqrt() + self.eps
             if self.momentum:
                 buffer = self.momentum_buffers[index]
                 new_buffer = buffer * self.momentum + gradient / denominator
-                targets.append(buffer.assign(new_buffer))
+                targets.append(self.write(buffer, new_buffer))
                 step = new_buffer * self.lr_tensor
             else:
                 step = gradient / denominator * self.lr_tensor

@@ -20,7 +20,7 @@ graphs of the new contents. Finding aliases and readers needs every live tensor:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from kiln.runtime import Buffer
@@ -37,7 +37,7 @@ from kiln.tensor.schedule import (
 )
 from kiln.uops import Ops, UOp
 
-__all__ = ["GraphHolder", "live_count", "track", "write"]
+__all__ = ["GraphHolder", "live_count", "track", "write", "write_many"]
 
 
 class GraphHolder(Protocol):
@@ -195,3 +195,121 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     kept = graph.assign(views[0], kept_value)
     record_realized(kept, views[0])
     target.uop = kept
+
+
+def _reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[UOp]]:
+    """Like `_reads`, for several buffers in one walk: id(buffer) -> the nodes through which `uop` reads it."""
+    found: dict[int, list[UOp]] = {}
+
+    def descend(node: UOp) -> bool:
+        return node.op is not Ops.BUFFER and realized_view(node) is None
+
+    for node in uop.toposort(gate=descend):
+        if node.op is Ops.BUFFER:
+            storage = _storage(node)
+            if storage is not None and id(storage) in storages:
+                found.setdefault(id(storage), []).append(node)
+            continue
+        view = realized_view(node)
+        if view is None:
+            continue
+        for key in {id(s) for s in (_storage(inner) for inner in view.toposort()) if s is not None}:
+            if key in storages:
+                found.setdefault(key, []).append(node)
+    return found
+
+
+def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
+    """Writes each value tensor into its target's buffer, all in one schedule, as one simultaneous update.
+
+    Every value reads the contents from before all of these writes (an optimizer step: each parameter's and each
+    state's new value is computed from the old ones), and each value is first computed into a buffer of its own,
+    so writes whose values read each other's targets cannot form a cycle of kernels. Live tensors are rebound as
+    `write` does (views see the new contents; lazy readers built before get a snapshot; live lazy tensors the values
+    compute anyway are realized with the writes). For updates that keep no gradient graph (under `no_grad`).
+
+    Raises:
+        ValueError: two writes target the same buffer.
+    """
+    targets: list[tuple[GraphHolder, UOp, UOp, Buffer, GraphHolder]] = []
+    for target, value_holder in writes:
+        node = graph.fold_movement_chains(target.uop)
+        node = realized_view(node) or node
+        base = _target_base(node)
+        if base is None:  # no buffer: the tensor just takes the value (as in `write`)
+            target.uop = value_holder.uop
+            continue
+        targets.append((target, node, base, buffer_of(base), value_holder))
+    if not targets:
+        return
+    storages: dict[int, Buffer] = {}
+    for _, _, _, storage, _ in targets:
+        if id(storage) in storages:
+            raise ValueError(f"write_many: two writes target one buffer (of {storage.size} elements); write it once")
+        storages[id(storage)] = storage
+    skip = {id(holder) for write_ in targets for holder in (write_[0], write_[4])}
+    value_nodes: set[UOp] = set()
+    for *_, value_holder in targets:
+        value_nodes.update(value_holder.uop.toposort(gate=_unrealized))
+    aliases: list[tuple[GraphHolder, int, list[UOp]]] = []
+    readers: list[tuple[GraphHolder, dict[int, list[UOp]]]] = []
+    shared: list[GraphHolder] = []
+    for holder in list(_live.values()):
+        if id(holder) in skip:
+            continue
+        held = holder.uop
+        view_of = alias_base(held)
+        if view_of is not None:
+            viewed = view_of.__dict__.get(_BUFFER_SLOT)
+            if viewed is not None and id(viewed) in storages:
+                aliases.append((holder, id(viewed), [view_of]))
+            continue
+        if held in value_nodes and _unrealized(held) and _reads_a_buffer(held):
+            shared.append(holder)  # computed by the values anyway: realized with the writes, no snapshot needed
+            continue
+        reads_of = _reads_by_storage(held, storages)
+        if reads_of:
+            readers.append((holder, reads_of))
+    roots: list[UOp] = []
+    for _, node, _, _, value_holder in targets:
+        value = graph.contiguous(graph.fold_movement_chains(value_holder.uop))
+        roots.append(graph.fold_movement_chains(graph.assign(node, value)))
+    snapshot_of: dict[int, int] = {}  # id(buffer) -> index in roots of the copy of its old contents
+    needed = {key for _, reads_of in readers for key in reads_of}
+    for _, _, base, storage, _ in targets:
+        if id(storage) in needed:
+            snapshot_of[id(storage)] = len(roots)
+            roots.append(graph.assign(graph.buffer_uop(base.arg.device, base.arg.size, base.dtype), base))
+    first_shared = len(roots)
+    roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
+    views = realize_uops(roots)
+    for holder, view in zip(shared, views[first_shared:]):
+        record_realized(holder.uop, view)
+        if getattr(holder, "requires_grad", None) is not True:
+            holder.uop = view
+    new_bases: dict[int, UOp] = {}
+    for index, (_, _, _, storage, _) in enumerate(targets):
+        new_base = _target_base(views[index])
+        assert new_base is not None
+        new_bases[id(storage)] = new_base
+    for holder, key, alias_reads in aliases:
+        holder.uop = _rebind(holder.uop, alias_reads, storages[key], new_bases[key])
+    for holder, by_storage in readers:
+        for key, reader_reads in by_storage.items():
+            holder.uop = _rebind(holder.uop, reader_reads, storages[key], views[snapshot_of[key]])
+    for _, _, base, storage, _ in targets:
+        old_nodes = {base}
+        for _, key, alias_reads in aliases:
+            if key == id(storage):
+                old_nodes.update(alias_reads)
+        for _, by_storage in readers:
+            for read in by_storage.get(id(storage), []):
+                old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+        for old in old_nodes:
+            forget_realized_into(old)
+            mark_overwritten(old)
+    for index, (target, _, _, _, value_holder) in enumerate(targets):
+        value = value_holder.uop
+        if alias_base(value) is None and realized_view(value) is None and _reads_a_buffer(value):
+            record_realized(value, views[index])  # the value's tensor reads the written contents (copy on write)
+        target.uop = views[index]
