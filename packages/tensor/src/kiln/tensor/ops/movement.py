@@ -291,7 +291,8 @@ class MovementMixin:
         offset = 0
         for tensor in tensors:
             size = tensor.shape[index]
-            if size or len(tensors) == 1:
+            # an empty operand adds nothing, but joins the graph when it needs a gradient (an empty one, like torch)
+            if size or len(tensors) == 1 or tensor.requires_grad is True:
                 padding = [(0, 0)] * self.ndim
                 padding[index] = (offset, total - offset - size)
                 pieces.append(tensor._cast(target)._movement(Ops.PAD, tuple(padding)))
