@@ -17,7 +17,17 @@ from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
-from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
+from kiln.tensor.ops import (
+    ActivationMixin,
+    ComparisonMixin,
+    CreationMixin,
+    ElementwiseMixin,
+    IndexingMixin,
+    MovementMixin,
+    NNMixin,
+    ReduceMixin,
+    TrigonometricMixin,
+)
 from kiln.tensor.ops._checks import check_device_dtype
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
@@ -61,7 +71,18 @@ def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
     return np.dtype(dtype.fmt)
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, IndexingMixin, AutogradMixin):
+class Tensor(
+    CreationMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    ReduceMixin,
+    NNMixin,
+    IndexingMixin,
+    AutogradMixin,
+    TrigonometricMixin,
+    ActivationMixin,
+    ComparisonMixin,
+):
     """A lazy n-dimensional array on a device.
 
     Operations record a tensor graph (`self.uop`); `realize()` (or reading the data: `numpy()`, `tolist()`,

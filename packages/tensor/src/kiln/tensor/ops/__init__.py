@@ -1,10 +1,23 @@
 """The public Tensor methods, grouped by kind into mixins that `Tensor` inherits."""
 
+from kiln.tensor.ops.activations import ActivationMixin
+from kiln.tensor.ops.comparison import ComparisonMixin
 from kiln.tensor.ops.creation import CreationMixin
 from kiln.tensor.ops.elementwise import ElementwiseMixin
 from kiln.tensor.ops.indexing import IndexingMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
 from kiln.tensor.ops.reduce import ReduceMixin
+from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
-__all__ = ["CreationMixin", "ElementwiseMixin", "IndexingMixin", "MovementMixin", "NNMixin", "ReduceMixin"]
+__all__ = [
+    "ActivationMixin",
+    "ComparisonMixin",
+    "TrigonometricMixin",
+    "CreationMixin",
+    "ElementwiseMixin",
+    "IndexingMixin",
+    "MovementMixin",
+    "NNMixin",
+    "ReduceMixin",
+]

@@ -272,17 +272,20 @@ class UnaryMixin:
             return self._const(False, self.shape, dtypes.bool, self.device)
         return self._binary(Ops.CMPNE, self)
 
-    def isinf(self: Tensor) -> Tensor:
-        """Where the value is +inf or -inf (bool).
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """Where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`) (bool).
 
         Example:
             >>> Tensor([1.0, -math.inf]).isinf().tolist()
             [False, True]
         """
-        if not dtypes.is_float(self.dtype):
+        if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
             return self._const(False, self.shape, dtypes.bool, self.device)
         positive = self._binary(Ops.CMPEQ, self._scalar_like(math.inf))
-        return positive._binary(Ops.OR, self._binary(Ops.CMPEQ, self._scalar_like(-math.inf)))
+        negative = self._binary(Ops.CMPEQ, self._scalar_like(-math.inf))
+        if not detect_negative:
+            return positive
+        return positive._binary(Ops.OR, negative) if detect_positive else negative
 
     def isfinite(self: Tensor) -> Tensor:
         """Where the value is neither infinite nor NaN (bool).
