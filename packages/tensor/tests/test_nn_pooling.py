@@ -108,7 +108,7 @@ def test_max_pool2d_with_indices(
     values, positions = Tensor(x).max_pool2d(kernel, stride, padding, dilation, ceil_mode, return_indices=True)
     expected, expected_positions = pool_reference(x, kernel, stride, padding, dilation, ceil_mode, "max")
     np.testing.assert_array_equal(values.numpy(), expected.astype(dtype))
-    assert positions.dtype == dtypes.int64
+    assert positions.dtype == dtypes.default_int
     np.testing.assert_array_equal(positions.numpy(), expected_positions)
 
 

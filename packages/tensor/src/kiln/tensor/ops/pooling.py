@@ -105,13 +105,13 @@ def _max_pool(
     # the flat position (over the spatial dims) of each input cell, -1 in the padding; a window's answer is the
     # position of its first largest value (NaN counting as the largest, like PyTorch)
     sizes = x.shape[-geometry.spatial :]
-    positions = iota(math.prod(sizes), x.device)._cast(dtypes.int64).reshape(*sizes)
+    positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
     position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
     flat = windows.reshape(*windows.shape[: x.ndim], -1)
     first = flat.argmax(-1, keepdim=True)
-    taps = iota(flat.shape[-1], x.device)._cast(dtypes.int64)
+    taps = iota(flat.shape[-1], x.device)._cast(dtypes.default_int)
     chosen = (taps == first).where(position_windows.reshape(*position_windows.shape[: geometry.spatial], -1), 0)
-    return values, chosen.sum(-1)
+    return values, chosen.sum(-1, dtype=dtypes.default_int)
 
 
 def _avg_pool(
@@ -188,7 +188,8 @@ class PoolingMixin:
             padding: implicit -inf (the dtype's lowest value) on both sides; at most half the kernel.
             dilation: spacing between window taps.
             ceil_mode: round the output size up (a last partial window that starts inside the input counts).
-            return_indices: also return the flat position (over the spatial dims, int64) of each maximum.
+            return_indices: also return the flat position (over the spatial dims; `dtypes.default_int`) of each
+                maximum.
 
         Example:
             >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(2).tolist()
