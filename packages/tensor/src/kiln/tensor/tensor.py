@@ -23,9 +23,11 @@ from kiln.tensor.ops import (
     CreationMixin,
     ElementwiseMixin,
     IndexingMixin,
+    LayoutMixin,
     MovementMixin,
     NNMixin,
     ReduceMixin,
+    ScanMixin,
     TrigonometricMixin,
 )
 from kiln.tensor.ops._checks import check_device_dtype
@@ -82,6 +84,8 @@ class Tensor(
     TrigonometricMixin,
     ActivationMixin,
     ComparisonMixin,
+    ScanMixin,
+    LayoutMixin,
 ):
     """A lazy n-dimensional array on a device.
 

@@ -5,15 +5,19 @@ from kiln.tensor.ops.comparison import ComparisonMixin
 from kiln.tensor.ops.creation import CreationMixin
 from kiln.tensor.ops.elementwise import ElementwiseMixin
 from kiln.tensor.ops.indexing import IndexingMixin
+from kiln.tensor.ops.layout import LayoutMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
 from kiln.tensor.ops.reduce import ReduceMixin
+from kiln.tensor.ops.scans import ScanMixin
 from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
 __all__ = [
     "ActivationMixin",
     "ComparisonMixin",
     "TrigonometricMixin",
+    "LayoutMixin",
+    "ScanMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
