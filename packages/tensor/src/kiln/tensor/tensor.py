@@ -21,6 +21,7 @@ from kiln.tensor.ops import (
     ActivationMixin,
     ComparisonMixin,
     CreationMixin,
+    DecompositionMixin,
     ElementwiseMixin,
     IndexingMixin,
     LayoutMixin,
@@ -86,6 +87,7 @@ class Tensor(
     ComparisonMixin,
     ScanMixin,
     LayoutMixin,
+    DecompositionMixin,
 ):
     """A lazy n-dimensional array on a device.
 

@@ -3,6 +3,7 @@
 from kiln.tensor.ops.activations import ActivationMixin
 from kiln.tensor.ops.comparison import ComparisonMixin
 from kiln.tensor.ops.creation import CreationMixin
+from kiln.tensor.ops.decompositions import DecompositionMixin
 from kiln.tensor.ops.elementwise import ElementwiseMixin
 from kiln.tensor.ops.indexing import IndexingMixin
 from kiln.tensor.ops.layout import LayoutMixin
@@ -18,6 +19,7 @@ __all__ = [
     "TrigonometricMixin",
     "LayoutMixin",
     "ScanMixin",
+    "DecompositionMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
