@@ -28,6 +28,7 @@ from kiln.tensor.ops import (
     MovementMixin,
     NNMixin,
     ReduceMixin,
+    SamplingMixin,
     ScanMixin,
     TrigonometricMixin,
 )
@@ -88,6 +89,7 @@ class Tensor(
     ScanMixin,
     LayoutMixin,
     DecompositionMixin,
+    SamplingMixin,
 ):
     """A lazy n-dimensional array on a device.
 

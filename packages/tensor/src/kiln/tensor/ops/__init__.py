@@ -10,6 +10,7 @@ from kiln.tensor.ops.layout import LayoutMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
 from kiln.tensor.ops.reduce import ReduceMixin
+from kiln.tensor.ops.sampling import SamplingMixin
 from kiln.tensor.ops.scans import ScanMixin
 from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
@@ -20,6 +21,7 @@ __all__ = [
     "LayoutMixin",
     "ScanMixin",
     "DecompositionMixin",
+    "SamplingMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
