@@ -60,7 +60,8 @@ class ActivationMixin:
             >>> round(Tensor([0.0]).logsigmoid().item(), 6)
             -0.693147
         """
-        return self._math(lambda x: x.minimum(0.0) - (-x._magnitude()).exp().log1p())
+        # where(x < 0, x, 0) rather than minimum(x, 0): at 0 the gradient is torch's 1/2, not a tie's split
+        return self._math(lambda x: (x < 0).where(x, 0.0) - (-x._magnitude()).exp().log1p())
 
     def quick_gelu(self: Tensor) -> Tensor:
         """x * sigmoid(1.702 x), the fast GELU approximation of GPT-2 / CLIP.
@@ -168,3 +169,41 @@ class ActivationMixin:
             5.0
         """
         return (self - other).norm(p)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # tinygrad's normalization spellings (no running statistics; the statistics are arguments)
+    # ------------------------------------------------------------------------------------------------------------
+
+    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+        """(x - mean) / sqrt(var + eps) over `axis` (biased variance, no affine parameters), tinygrad's layernorm.
+
+        Example:
+            >>> [round(v, 3) for v in Tensor([1.0, 3.0]).layernorm().tolist()]
+            [-1.0, 1.0]
+        """
+        centered = self - self.mean(axis, keepdim=True)
+        return centered * ((centered * centered).mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(
+        self: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        mean: Tensor,
+        invstd: Tensor,
+        axis: int | tuple[int, ...] = 1,
+    ) -> Tensor:
+        """(x - mean) * weight * invstd + bias with the statistics given per `axis` (tinygrad's batchnorm; torch's
+        is `batch_norm`).
+
+        Example:
+            >>> Tensor([[1.0, 4.0]]).batchnorm(None, None, Tensor([1.0, 2.0]), Tensor([1.0, 0.5])).tolist()
+            [[0.0, 1.0]]
+        """
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        kept = [normalize_axis(a, self.shape, "batchnorm axis") for a in axes]
+        shape = tuple(size if position in kept else 1 for position, size in enumerate(self.shape))
+        x = self - mean.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        x = x * (invstd.reshape(shape) if invstd.ndim == len(kept) else invstd)
+        return x + bias.reshape(shape) if bias is not None else x

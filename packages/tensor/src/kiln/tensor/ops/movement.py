@@ -278,7 +278,9 @@ class MovementMixin:
             >>> Tensor([1, 2]).cat(Tensor([3])).tolist()
             [1, 2, 3]
         """
-        if isinstance(self, (list, tuple)):  # Tensor.cat([a, b], dim=1), torch's form
+        if isinstance(self, (list, tuple)):  # Tensor.cat([a, b], dim=1) or Tensor.cat([a, b], 1), torch's forms
+            if len(others) == 1 and isinstance(others[0], int):
+                others, dim = (), others[0]
             items = [*self, *others]
             if not items:
                 raise ValueError("cat needs at least one tensor")
@@ -325,7 +327,9 @@ class MovementMixin:
             >>> Tensor([1, 2]).stack(Tensor([3, 4])).tolist()
             [[1, 2], [3, 4]]
         """
-        if isinstance(self, (list, tuple)):  # Tensor.stack([a, b], dim=1), torch's form
+        if isinstance(self, (list, tuple)):  # Tensor.stack([a, b], dim=1) or Tensor.stack([a, b], 1), torch's forms
+            if len(others) == 1 and isinstance(others[0], int):
+                others, dim = (), others[0]
             items = [*self, *others]
             if not items:
                 raise ValueError("stack needs at least one tensor")

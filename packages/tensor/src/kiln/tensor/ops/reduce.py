@@ -342,7 +342,10 @@ class ReduceMixin:
         if dtypes.is_float(last.dtype):
             hits = hits | (rows.isnan() & values.unsqueeze(-1).isnan() & window)
         positions = hits.where(iota(size, last.device) + 1, 0)._raw_max((last.ndim,), keepdim=False) - 1
-        return values.transpose(index, -1), positions._cast(dtypes.default_int).transpose(index, -1)
+        positions = positions._cast(dtypes.default_int)
+        # read the values back at the positions: the gradient then goes to that one element, like torch's
+        values = last.gather(last.ndim - 1, positions)
+        return values.transpose(index, -1), positions.transpose(index, -1)
 
 
 def _lower_triangle(size: int, device: str) -> Tensor:
