@@ -2,8 +2,9 @@
 
 The lists live in scripts/data/: torch_tensor_methods.txt (dir(torch.Tensor): public, not in place),
 tinygrad_tensor_names.txt (tinygrad's Tensor and mixins) and tinygrad_exceptions.txt (tinygrad names kiln leaves
-out on purpose, each with its reason; tinygrad_pending.txt lists names a change not merged yet adds). Prints the counts and the missing names; with --check, exits 1 when kiln has
-fewer than --torch-target torch names or misses any tinygrad name that is not an exception.
+out on purpose, each with its reason; tinygrad_pending.txt lists names a change not merged yet adds). Prints the
+counts and the missing names; with --check, exits 1 when kiln has fewer than --torch-target torch names or misses
+any tinygrad name that is neither an exception nor pending.
 
     uv run python scripts/api_coverage.py [--check] [--torch-target 180]
 """
@@ -68,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch.Tensor: kiln has {torch_count} of {len(torch_names)} names (target {args.torch_target})")
     print(f"tinygrad Tensor: kiln has {tinygrad_count} of {len(tinygrad_names)} names, {len(exceptions)} excepted")
     print(f"missing tinygrad names ({len(tinygrad_missing)}): {' '.join(tinygrad_missing) or '-'}")
-    print(
-        f"pending tinygrad names ({len(still_pending)}, added by a change not merged yet): {' '.join(still_pending) or '-'}"
-    )
+    waiting = " ".join(still_pending) or "-"
+    print(f"pending tinygrad names ({len(still_pending)}, added by a change not merged yet): {waiting}")
     print(f"missing torch.Tensor names ({len(torch_missing)}): {' '.join(torch_missing) or '-'}")
     if excepted_present:
         print(f"note: excepted tinygrad names kiln has anyway: {' '.join(excepted_present)}")

@@ -1,7 +1,7 @@
 """Record torch's outputs and input gradients for every case of the conformance table (run under torch, never CI).
 
     /work/torchenv/bin/python scripts/record_torch_conformance.py          # writes the fixture
-    /work/torchenv/bin/python scripts/record_torch_conformance.py --names  # rewrites scripts/data/torch_tensor_methods.txt
+    /work/torchenv/bin/python scripts/record_torch_conformance.py --names  # rewrites the torch.Tensor name list
 
 Inputs come from numpy (seeded per case); each case's float outputs get a random cotangent and torch's backward gives
 the input gradients. Everything (inputs, cotangents, outputs, gradients) goes into one compressed .npz under
@@ -107,7 +107,7 @@ def write_names() -> None:
     names = sorted(n for n in dir(torch.Tensor) if not n.startswith("_") and not n.endswith("_"))
     header = (
         f"# torch.Tensor's public names (dir(torch.Tensor), torch {torch.__version__}): no dunders, no leading '_',\n"
-        "# no in-place methods (a trailing '_'). Regenerate with scripts/record_torch_conformance.py --names under torch.\n"
+        "# no in-place methods (a trailing '_'). Regenerate: scripts/record_torch_conformance.py --names (torch).\n"
     )
     (ROOT / "scripts" / "data" / "torch_tensor_methods.txt").write_text(header + "\n".join(names) + "\n")
 

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from renderers_for_tests import CPULikeRenderer
 from sinks_for_tests import buffer, kernel
 
-from kiln.codegen.lowering.accumulators import RegisterSlots, pm_reduce_to_accumulator, reduce_identity
 from kiln.codegen import Program, get_program, run_program
+from kiln.codegen.lowering.accumulators import RegisterSlots, pm_reduce_to_accumulator, reduce_identity
 from kiln.codegen.lowering.loop_ends import merge_ends, normalize_ends, separate_ranges
 from kiln.uops import AxisKind, Ops, UOp, dtypes, graph_rewrite, print_graph
 

@@ -30,6 +30,7 @@ from kiln.tensor.ops import (
     ReduceMixin,
     SamplingMixin,
     ScanMixin,
+    SelectionMixin,
     TrigonometricMixin,
 )
 from kiln.tensor.ops._checks import check_device_dtype
@@ -90,6 +91,7 @@ class Tensor(
     LayoutMixin,
     DecompositionMixin,
     SamplingMixin,
+    SelectionMixin,
 ):
     """A lazy n-dimensional array on a device.
 

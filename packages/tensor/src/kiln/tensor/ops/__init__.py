@@ -12,6 +12,7 @@ from kiln.tensor.ops.nn import NNMixin
 from kiln.tensor.ops.reduce import ReduceMixin
 from kiln.tensor.ops.sampling import SamplingMixin
 from kiln.tensor.ops.scans import ScanMixin
+from kiln.tensor.ops.selection import SelectionMixin
 from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ScanMixin",
     "DecompositionMixin",
     "SamplingMixin",
+    "SelectionMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",

@@ -129,8 +129,8 @@ class ActivationMixin:
         """self / max(||self||_p along `dim`, eps), like `torch.nn.functional.normalize`.
 
         Example:
-            >>> Tensor([[3.0, 4.0]]).normalize().tolist()
-            [[0.6, 0.8]]
+            >>> [round(v, 6) for v in Tensor([[3.0, 4.0]]).normalize().reshape(-1).tolist()]
+            [0.6, 0.8]
         """
         index = normalize_axis(dim, self.shape, "normalize dim")
         return self / self.norm(p, dim=index, keepdim=True).maximum(eps)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
-from kiln.uops import ConstType, dtypes
+from kiln.uops import ConstType
 
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
@@ -216,7 +216,7 @@ class DecompositionMixin:
 
         Example:
             >>> q, r = Tensor([[3.0, 0.0], [4.0, 5.0]]).qr(); [round(v, 4) for v in r.reshape(-1).tolist()]
-            [-5.0, -4.0, 0.0, -3.0]
+            [-5.0, -4.0, 0.0, 3.0]
         """
         if mode not in ("reduced", "complete"):
             raise ValueError(f"qr mode must be 'reduced' or 'complete', got {mode!r}")

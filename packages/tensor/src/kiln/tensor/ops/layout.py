@@ -1,22 +1,20 @@
 # mypy: disable-error-code="misc"
 # (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`LayoutMixin`: rearranging elements (roll, diagonal, unfold, repeat_interleave, rot90, movedim, rearrange, ...),
-selecting them (narrow, index_select, take, masked_select, nonzero), and the torch conveniences about shape and
+splitting and tiling them, and the torch conveniences about shape and
 type (size, dim, new_zeros, type_as, ...), all composed from movement and indexing methods.
 
-`masked_select` and `nonzero` have a data-dependent length: with `size=` they stay lazy (padded with `fill_value`
-or truncated to `size` entries, like `torch.nonzero_static`); without it they read the count first (a sync).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kiln.tensor.ops._checks import check_int, normalize_axis
-from kiln.tensor.ops.creation import iota
 from kiln.uops import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -25,14 +23,16 @@ if TYPE_CHECKING:
 __all__ = ["LayoutMixin"]
 
 
-def _flat_positions(mask: Tensor, size: int) -> Tensor:
-    """The flat positions (default_int) of the first `size` True entries of a 1-D bool mask, -1 past the last."""
-    count = mask.shape[0]
-    rank = mask._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1  # k-th True has rank k
-    slots = iota(size, mask.device).reshape(size, 1)
-    hits = (rank.reshape(1, count) == slots) & mask.reshape(1, count)
-    position = hits.where(iota(count, mask.device).reshape(1, count) + 1, 0).max(1)
-    return position._cast(dtypes.default_int) - 1
+def _optional_sizes(shape: tuple[int | Sequence[int | None] | None, ...]) -> list[int | None]:
+    """Sizes (None: keep) given separately or as one list / tuple."""
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        return list(shape[0])
+    sizes: list[int | None] = []
+    for size in shape:
+        if size is not None and not isinstance(size, int):
+            raise TypeError(f"sizes must be ints or None, got {size!r}")
+        sizes.append(size)
+    return sizes
 
 
 def _parse_side(side: str) -> list[list[str]]:
@@ -291,19 +291,19 @@ class LayoutMixin:
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
-    def mT(self: Tensor) -> Tensor:  # noqa: N802 (torch's name)
+    def mT(self: Tensor) -> Tensor:
         """The last two dims swapped."""
         if self.ndim < 2:
             raise ValueError(f"mT needs at least 2 dims, got shape {self.shape}")
         return self.transpose(-2, -1)
 
     @property
-    def mH(self: Tensor) -> Tensor:  # noqa: N802 (torch's name)
+    def mH(self: Tensor) -> Tensor:
         """The conjugate transpose of the last two dims (= mT: kiln has no complex dtypes)."""
         return self.mT
 
     @property
-    def H(self: Tensor) -> Tensor:  # noqa: N802 (torch's name)
+    def H(self: Tensor) -> Tensor:
         """The conjugate transpose of a matrix (= t(): kiln has no complex dtypes)."""
         if self.ndim != 2:
             raise ValueError(f"H needs a 2-D tensor, got shape {self.shape}")
@@ -498,146 +498,6 @@ class LayoutMixin:
         return moved.reshape([math.prod(known[name] for name in group) for group in right])
 
     # ------------------------------------------------------------------------------------------------------------
-    # selecting
-    # ------------------------------------------------------------------------------------------------------------
-
-    def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
-        """`length` elements from `start` along `dim`.
-
-        Example:
-            >>> Tensor([1, 2, 3, 4]).narrow(0, 1, 2).tolist()
-            [2, 3]
-        """
-        index = normalize_axis(dim, self.shape, "narrow dim")
-        size = self.shape[index]
-        begin = check_int(start, "narrow start") + (size if start < 0 else 0)
-        if not 0 <= begin <= size or not 0 <= check_int(length, "narrow length") <= size - begin:
-            raise IndexError(f"narrow: start {start} and length {length} are out of range for a dim of {size}")
-        bounds: list[tuple[int, int] | None] = [None] * self.ndim
-        bounds[index] = (begin, begin + length)
-        return self.shrink(bounds)
-
-    def select(self: Tensor, dim: int, index: int) -> Tensor:
-        """The slice at `index` of `dim` (the dim removed).
-
-        Example:
-            >>> Tensor([[1, 2], [3, 4]]).select(1, 0).tolist()
-            [1, 3]
-        """
-        axis = normalize_axis(dim, self.shape, "select dim")
-        size = self.shape[axis]
-        if not -size <= check_int(index, "select index") < size:
-            raise IndexError(f"select index {index} is out of range for dim {axis} of size {size}")
-        return self.narrow(axis, index % size, 1).squeeze(axis)
-
-    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
-        """Every slice along `dim`, each without that dim.
-
-        Example:
-            >>> [t.tolist() for t in Tensor([[1, 2], [3, 4]]).unbind()]
-            [[1, 2], [3, 4]]
-        """
-        axis = normalize_axis(dim, self.shape, "unbind dim")
-        return tuple(self.select(axis, i) for i in range(self.shape[axis]))
-
-    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
-        """The slices at positions `index` (a 1-D integer tensor) along `dim`.
-
-        Example:
-            >>> Tensor([[1, 2], [3, 4]]).index_select(1, Tensor([1, 1])).tolist()
-            [[2, 2], [4, 4]]
-        """
-        axis = normalize_axis(dim, self.shape, "index_select dim")
-        if index.ndim > 1 or dtypes.is_float(index.dtype) or index.dtype == dtypes.bool:
-            raise TypeError(
-                f"index_select index must be a 0-D or 1-D integer tensor, got {index.dtype!r} {index.shape}"
-            )
-        return self[(slice(None),) * axis + (index.reshape(-1),)]
-
-    def take(self: Tensor, index: Tensor) -> Tensor:
-        """The elements of the flattened tensor at `index` (result shaped like `index`).
-
-        Example:
-            >>> Tensor([[1, 2], [3, 4]]).take(Tensor([0, 3])).tolist()
-            [1, 4]
-        """
-        return self.reshape(-1)[index.reshape(-1)].reshape(index.shape)
-
-    def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
-        """gather along `dim` with `indices` broadcast against this tensor (flattened when dim is None).
-
-        Example:
-            >>> Tensor([[10, 30, 20]]).take_along_dim(Tensor([[1]]), 1).tolist()
-            [[30]]
-        """
-        if dim is None:
-            return self.reshape(-1).gather(0, indices.reshape(-1))
-        axis = normalize_axis(dim, self.shape, "take_along_dim dim")
-        if indices.ndim != self.ndim:
-            raise ValueError(f"take_along_dim indices need {self.ndim} dims, got shape {indices.shape}")
-        shape = [max(a, b) if i != axis else a for i, (a, b) in enumerate(zip(self.shape, indices.shape))]
-        index_shape = [max(a, b) if i != axis else b for i, (a, b) in enumerate(zip(self.shape, indices.shape))]
-        return self.expand(shape).gather(axis, indices.expand(index_shape))
-
-    def masked_select(self: Tensor, mask: Tensor, *, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
-        """The elements where `mask` (broadcast) is True, as a 1-D tensor. With `size` the result has exactly
-        `size` entries (padded with `fill_value`, or truncated) and stays lazy; without it the count is read first.
-
-        Example:
-            >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True])).tolist()
-            [1, 3]
-        """
-        if mask.dtype != dtypes.bool:
-            raise TypeError(f"masked_select mask must be bool, got {mask.dtype!r}")
-        shape = tuple(
-            max(a, b)
-            for a, b in zip((1,) * (mask.ndim - self.ndim) + self.shape, (1,) * (self.ndim - mask.ndim) + mask.shape)
-        )
-        flat_mask = mask._broadcast_to(shape).reshape(-1)
-        values = self._broadcast_to(shape).reshape(-1)
-        count = int(flat_mask.sum().item()) if size is None else check_int(size, "masked_select size")
-        positions = _flat_positions(flat_mask, count)
-        found = positions >= 0
-        return found.where(values[positions.maximum(0)], fill_value) if values.shape[0] else values[:0]
-
-    def nonzero(self: Tensor, *, as_tuple: bool = False, size: int | None = None, fill_value: int = -1) -> Any:
-        """The indices (`dtypes.default_int`) of the non-zero elements, one row each ((count, ndim)), or one 1-D
-        tensor per dim with `as_tuple`. With `size` the result has exactly `size` rows (padded with `fill_value`)
-        and stays lazy; without it the count is read first.
-
-        Example:
-            >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
-            [[0, 1], [1, 0]]
-        """
-        flat_mask = (self != 0).reshape(-1)
-        count = int(flat_mask.sum().item()) if size is None else check_int(size, "nonzero size")
-        positions = (
-            _flat_positions(flat_mask, count)
-            if flat_mask.shape[0]
-            else self._const(-1, (count,), dtypes.default_int, self.device)
-        )
-        found = positions >= 0
-        columns = []
-        stride = 1
-        for length in reversed(self.shape):
-            columns.append(found.where((positions // stride) % length, fill_value))
-            stride *= length
-        columns.reverse()
-        if as_tuple:
-            return tuple(columns) if columns else (found.where(positions * 0, fill_value),)
-        if not columns:
-            return self._const(0, (count, 0), dtypes.default_int, self.device)
-        return columns[0].stack(*columns[1:], dim=1)
-
-    def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
-        """`nonzero(size=size, fill_value=fill_value)`: exactly `size` rows, lazy."""
-        return self.nonzero(size=size, fill_value=fill_value)
-
-    def argwhere(self: Tensor) -> Tensor:
-        """Alias of `nonzero()`."""
-        return self.nonzero()
-
-    # ------------------------------------------------------------------------------------------------------------
     # splitting and tiling
     # ------------------------------------------------------------------------------------------------------------
 
@@ -659,7 +519,7 @@ class LayoutMixin:
         else:
             cuts = [min(max(0, c if c >= 0 else c + length), length) for c in indices_or_sections]
             bounds = [0, *cuts, length]
-            sizes = [max(0, end - start) for start, end in zip(bounds, bounds[1:])]
+            sizes = [max(0, end - start) for start, end in itertools.pairwise(bounds)]
         pieces, start = [], 0
         for piece in sizes:
             pieces.append(self.narrow(axis, min(start, length), min(piece, length - min(start, length))))
@@ -700,26 +560,26 @@ class LayoutMixin:
         source = self.reshape((1,) * (len(counts) - self.ndim) + self.shape)
         return source.repeat(counts)
 
-    def pad_to(self: Tensor, *shape: int | None | Sequence[int | None]) -> Tensor:
+    def pad_to(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
         """Zero-padded at the end of each dim up to `shape` (None keeps a dim), tinygrad's pad_to.
 
         Example:
             >>> Tensor([1, 2]).pad_to(4).tolist()
             [1, 2, 0, 0]
         """
-        sizes = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else list(shape)
+        sizes = _optional_sizes(shape)
         if len(sizes) != self.ndim:
             raise ValueError(f"pad_to needs {self.ndim} sizes, got {sizes}")
         return self.pad([(0, 0 if s is None else s - length) for s, length in zip(sizes, self.shape)])
 
-    def shrink_to(self: Tensor, *shape: int | None | Sequence[int | None]) -> Tensor:
+    def shrink_to(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
         """The leading part of each dim, `shape` long (None keeps a dim), tinygrad's shrink_to.
 
         Example:
             >>> Tensor([1, 2, 3]).shrink_to(2).tolist()
             [1, 2]
         """
-        sizes = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else list(shape)
+        sizes = _optional_sizes(shape)
         if len(sizes) != self.ndim:
             raise ValueError(f"shrink_to needs {self.ndim} sizes, got {sizes}")
         return self.shrink([None if s is None else (0, s) for s in sizes])

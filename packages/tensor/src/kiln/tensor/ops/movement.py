@@ -40,7 +40,7 @@ class MovementMixin:
     # shape
     # ------------------------------------------------------------------------------------------------------------
 
-    def reshape(self: Tensor, *shape: int | None | Sequence[int | None]) -> Tensor:
+    def reshape(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
         """The same elements (row-major order) in `shape`; one size may be -1 (inferred), and None keeps the size
         of the dim at that position (tinygrad's spelling).
 

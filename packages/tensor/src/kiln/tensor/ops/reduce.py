@@ -214,7 +214,8 @@ class ReduceMixin:
         return (size - first)._cast(dtypes.default_int)
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
-        """The position (`dtypes.default_int`) of the smallest value along `axis` (None: of the flattened tensor); first on ties.
+        """The position (`dtypes.default_int`) of the smallest value along `axis` (None: of the flattened tensor);
+        first on ties.
 
         Example:
             >>> Tensor([[1, 5], [7, 2]]).argmin(axis=1).tolist()
@@ -319,8 +320,9 @@ class ReduceMixin:
         return _blocked_cumsum(last).transpose(index, -1)._cast(target)
 
     def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
-        """(running maxima, their positions as `dtypes.default_int`) along `axis`, like `torch.cummax`: the position is the latest
-        one holding the maximum, and a NaN stays the maximum once seen. Costs O(n**2) work along the axis.
+        """(running maxima, their positions as `dtypes.default_int`) along `axis`, like `torch.cummax`: the position
+        is the latest one holding the maximum, and a NaN stays the maximum once seen. Costs O(n**2) work along the
+        axis.
 
         Example:
             >>> values, positions = Tensor([1, 3, 2, 3]).cummax(); values.tolist(), positions.tolist()

@@ -30,9 +30,10 @@ _LARGE = 1e8  # beyond this, asinh / acosh use log(2|x|) (x*x would overflow flo
 def _atan_series(w: Tensor) -> Tensor:
     """atan(w) for |w| <= 0.2 by its odd series, in Horner form over w**2."""
     square = w * w
-    total = square * 0.0 + 1.0 / (2 * _ATAN_TERMS - 1) * (-1) ** (_ATAN_TERMS - 1)
-    for k in range(_ATAN_TERMS - 2, -1, -1):
-        total = total * square + (-1) ** k / (2 * k + 1)
+    last = _ATAN_TERMS - 1
+    total: Tensor = square * 0.0 + (1.0 if last % 2 == 0 else -1.0) / (2 * last + 1)
+    for k in range(last - 1, -1, -1):
+        total = total * square + (1.0 if k % 2 == 0 else -1.0) / (2 * k + 1)
     return total * w
 
 
