@@ -328,8 +328,8 @@ class LayoutMixin:
             if not isinstance(shifts, int):
                 raise ValueError("roll without dims takes one int shift")
             return self.reshape(-1).roll(shifts, 0).reshape(self.shape)
-        shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
-        dim_list = [dims] if isinstance(dims, int) else list(dims)
+        shift_list = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
+        dim_list = list(dims) if isinstance(dims, (list, tuple)) else [dims]
         if len(shift_list) != len(dim_list):
             raise ValueError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims; expected one per dim")
         result = self
