@@ -30,6 +30,11 @@ FIXTURE = CONFORMANCE / "torch_conformance.npz"
 
 TORCH = SimpleNamespace(
     softsign=functional.softsign,
+    layernorm=lambda x: functional.layer_norm(x, x.shape[-1:]),
+    batchnorm=lambda x, w, b, m, s: (
+        (x - m.reshape(1, -1, 1)) * w.reshape(1, -1, 1) * s.reshape(1, -1, 1) + b.reshape(1, -1, 1)
+    ),
+    rearrange_bhwc=lambda x: x.reshape(2, 2, 3, 4).permute(0, 3, 1, 2),
     std_mean=torch.std_mean,
     var_mean=torch.var_mean,
     selu=functional.selu,

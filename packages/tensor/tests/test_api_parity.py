@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 from kiln.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -26,6 +28,8 @@ NEW_MODULES = [
     "selection",
     "decompositions",
     "sampling",
+    "statistics",
+    "placement",
 ]
 
 
@@ -229,3 +233,72 @@ def test_conveniences() -> None:
     assert Tensor([[1, 2], [3, 4]]).dot(Tensor([1, 1])).tolist() == [3, 7]
     with pytest.raises(ValueError, match="permutation"):
         x.permute(0, 0)
+
+
+def _alias_pairs() -> dict[str, tuple[object, object]]:
+    x = Tensor(np.array([[0.25, -0.5, 0.75], [0.5, 0.125, -0.25]]))
+    y = Tensor(np.array([[0.5, 0.25, -1.0], [2.0, -0.5, 0.25]]))
+    b = Tensor(np.ones((2, 2, 3)))
+    c = Tensor(np.ones((2, 3, 2)))
+    v = Tensor(np.array([1.0, 2.0, 3.0]))
+    return {
+        "H": (lambda: x.H, lambda: x.t()),
+        "mH": (lambda: x.mH, lambda: x.mT),
+        "adjoint": (lambda: x.adjoint(), lambda: x.mT),
+        "absolute": (lambda: x.absolute(), lambda: x.abs()),
+        "arccos": (lambda: x.arccos(), lambda: x.acos()),
+        "arccosh": (lambda: (x + 2).arccosh(), lambda: (x + 2).acosh()),
+        "arcsin": (lambda: x.arcsin(), lambda: x.asin()),
+        "arcsinh": (lambda: x.arcsinh(), lambda: x.asinh()),
+        "arctan": (lambda: x.arctan(), lambda: x.atan()),
+        "arctan2": (lambda: x.arctan2(y), lambda: x.atan2(y)),
+        "arctanh": (lambda: x.arctanh(), lambda: x.atanh()),
+        "addbmm": (lambda: x[:, :2].addbmm(b, c), lambda: x[:, :2] + b.bmm(c).sum(0)),
+        "bfloat16": (lambda: x.bfloat16(), lambda: x.cast(dtypes.bfloat16)),
+        "clamp_max": (lambda: x.clamp_max(0.2), lambda: x.clamp(max=0.2)),
+        "clamp_min": (lambda: x.clamp_min(0.2), lambda: x.clamp(min=0.2)),
+        "const_like": (lambda: x.const_like(3.0), lambda: x.full_like(3.0)),
+        "contiguous_backward": (lambda: x.contiguous_backward(), lambda: x.contiguous()),
+        "cpu": (lambda: x.cpu(), lambda: x.to("CPU")),
+        "divide": (lambda: x.divide(y), lambda: x.div(y)),
+        "true_divide": (lambda: x.true_divide(y), lambda: x.div(y)),
+        "dsplit": (lambda: b.dsplit(3)[1], lambda: b.tensor_split(3, 2)[1]),
+        "hsplit": (lambda: x.hsplit(3)[2], lambda: x.tensor_split(3, 1)[2]),
+        "vsplit": (lambda: x.vsplit(2)[1], lambda: x.tensor_split(2, 0)[1]),
+        "split_with_sizes": (lambda: x.split_with_sizes([1, 2], 1)[1], lambda: x.split([1, 2], 1)[1]),
+        "fix": (lambda: (x * 3).fix(), lambda: (x * 3).trunc()),
+        "ger": (lambda: v.ger(v), lambda: v.outer(v)),
+        "vdot": (lambda: v.vdot(v), lambda: v.dot(v)),
+        "moveaxis": (lambda: b.moveaxis(0, 2), lambda: b.movedim(0, 2)),
+        "swapdims": (lambda: b.swapdims(0, 2), lambda: b.transpose(0, 2)),
+        "multiply": (lambda: x.multiply(y), lambda: x.mul(y)),
+        "subtract": (lambda: x.subtract(y, alpha=2), lambda: x.sub(y, alpha=2)),
+        "negative": (lambda: x.negative(), lambda: x.neg()),
+        "positive": (lambda: x.positive(), lambda: x.contiguous()),
+        "sgn": (lambda: x.sgn(), lambda: x.sign()),
+        "ravel": (lambda: x.ravel(), lambda: x.reshape(-1)),
+        "reshape_as": (lambda: x.reshape_as(y.t()), lambda: x.reshape(3, 2)),
+        "type_as": (lambda: x.type_as(Tensor([1])), lambda: x.cast(dtypes.default_int)),
+        "pad_to": (lambda: x.pad_to(3, None), lambda: x.pad([(0, 1), (0, 0)])),
+        "shrink_to": (lambda: x.shrink_to(None, 2), lambda: x.shrink([None, (0, 2)])),
+        "usum": (lambda: x.usum(y, 1.0), lambda: x.add(y) + 1.0),
+        "uprod": (lambda: x.uprod(y, 2.0), lambda: x.mul(y) * 2.0),
+        "sequential": (lambda: x.sequential([lambda t: t * 2, Tensor.exp]), lambda: (x * 2).exp()),
+        "newton_schulz": (lambda: x.newton_schulz(1, (1.5, -0.5)), lambda: _one_newton_schulz_step(x)),
+    }
+
+
+def _one_newton_schulz_step(x: Tensor) -> Tensor:
+    normalized = x / ((x * x).sum().sqrt() + 1e-7)
+    return normalized * 1.5 - normalized.matmul(normalized.mT).matmul(normalized) * 0.5
+
+
+def test_aliases_forward() -> None:
+    from gradient_classification_api import ALIASES
+
+    pairs = _alias_pairs()
+    assert set(pairs) == set(ALIASES)
+    for name, (alias, target) in pairs.items():
+        got, expected = alias(), target()  # type: ignore[operator]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-12, err_msg=name)

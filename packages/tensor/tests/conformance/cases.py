@@ -304,3 +304,71 @@ _add(Case("qr_wide_batched", lambda lib, x: lib.qr(x), (_f((2, 3, 4)),), atol=1e
 _add(Case("svd_values", lambda lib, x: lib.svdvals(x), (_f((4, 3)),), grad=False, atol=1e-4))
 _add(Case("einsum_ellipsis_middle", lambda lib, a, b: lib.einsum("i...j,jk->...ik", a, b), (_f((2, 3, 4)), _f((4, 2)))))
 _add(Case("einsum_trace_batch", lambda lib, a: lib.einsum("...ii->...", a), (_f((2, 3, 3)),)))
+
+# ---- order statistics, differences, covariance, histograms -----------------------------------------------------
+_add(Case("kthvalue", lambda lib, x: x.kthvalue(2, 1), (_f((3, 5)),)))
+_add(Case("kthvalue_keepdim_neg", lambda lib, x: x.kthvalue(3, -2, keepdim=True), (_f((2, 4, 3)),)))
+_add(Case("median_all", lambda lib, x: x.median(), (_f((3, 4)),)))
+_add(Case("median_dim", lambda lib, x: x.median(0), (_f((4, 3)),)))
+_add(Case("msort", lambda lib, x: x.msort(), (_f((4, 3)),)))
+for _interpolation in ("linear", "lower", "higher", "midpoint", "nearest"):
+    _add(
+        Case(
+            f"quantile_{_interpolation}",
+            lambda lib, x, i=_interpolation: x.quantile(0.3, 1, interpolation=i),
+            (_f((3, 6)),),
+        )
+    )
+_add(Case("quantile_all_keepdim", lambda lib, x: x.quantile(0.75, keepdim=True), (_f((3, 4)),)))
+_add(Case("diff", lambda lib, x: x.diff(), (_f((3, 5)),)))
+_add(Case("diff_n2_dim0_prepend", lambda lib, x, p: x.diff(2, 0, prepend=p), (_f((4, 3)), _f((1, 3)))))
+_add(Case("diff_bool", lambda lib, x: x.diff(), (_fixed([True, True, False, True], "bool"),), grad=False))
+_add(Case("cov", lambda lib, x: x.cov(), (_f((3, 6)),)))
+_add(Case("cov_correction0", lambda lib, x: x.cov(correction=0), (_f((2, 5)),)))
+_add(Case("corrcoef", lambda lib, x: x.corrcoef(), (_f((3, 6)),)))
+_add(Case("histc", lambda lib, x: x.histc(bins=5, min=-1.0, max=1.0), (_f((20,)),), grad=False))
+_add(Case("histc_data_range", lambda lib, x: x.histc(bins=4), (_f((20,)),), grad=False))
+_add(Case("bincount", lambda lib, x: x.bincount(minlength=7), (_fixed([1, 3, 3, 0, 5], "int64"),), grad=False))
+_add(Case("bincount_weights", lambda lib, x, w: x.bincount(w), (_fixed([1, 3, 3, 0], "int64"), _f((4,))), grad=False))
+
+# ---- out-of-place placement, diagonal matrices, multiply-adds, cross -------------------------------------------
+_add(
+    Case(
+        "index_add",
+        lambda lib, x, i, s: x.index_add(1, i, s, alpha=2.0),
+        (_f((2, 4)), _fixed([0, 3, 0], "int64"), _f((2, 3))),
+    )
+)
+_add(Case("index_fill", lambda lib, x, i: x.index_fill(0, i, -1.5), (_f((3, 2)), _fixed([2, 0], "int64"))))
+_add(Case("index_copy", lambda lib, x, i, s: x.index_copy(0, i, s), (_f((4, 2)), _fixed([3, 1], "int64"), _f((2, 2)))))
+_add(
+    Case(
+        "masked_scatter",
+        lambda lib, x, m, s: x.masked_scatter(m, s),
+        (_f((3, 4)), _fixed([True, False, False, True], "bool"), _f((8,))),
+    )
+)
+_add(Case("select_scatter", lambda lib, x, s: x.select_scatter(s, 1, -1), (_f((3, 4)), _f((3,)))))
+_add(Case("slice_scatter", lambda lib, x, s: x.slice_scatter(s, 1, 1, None, 2), (_f((3, 5)), _f((3, 2)))))
+_add(Case("diag_embed", lambda lib, x: x.diag_embed(1, 0, 2), (_f((2, 3)),)))
+_add(Case("diagflat", lambda lib, x: x.diagflat(-1), (_f((2, 2)),)))
+_add(Case("diagonal_scatter", lambda lib, x, s: x.diagonal_scatter(s, 1), (_f((3, 4)), _f((3,)))))
+_add(
+    Case(
+        "addcmul_addcdiv",
+        lambda lib, x, a, b: (x.addcmul(a, b, value=0.5), x.addcdiv(a, b, value=2.0)),
+        (_f((3, 1)), _f((4,)), _f((3, 4), low=0.5, high=2.0)),
+    )
+)
+_add(Case("cross", lambda lib, a, b: a.cross(b, dim=1), (_f((2, 3)), _f((2, 3)))))
+
+# ---- tinygrad spellings with a torch equivalent ------------------------------------------------------------------
+_add(Case("layernorm", lambda lib, x: lib.layernorm(x), (_f((2, 3, 4)),)))
+_add(
+    Case(
+        "batchnorm",
+        lambda lib, x, w, b, m, s: lib.batchnorm(x, w, b, m, s),
+        (_f((2, 3, 4)), _f((3,)), _f((3,)), _f((3,)), _f((3,), low=0.5, high=2.0)),
+    )
+)
+_add(Case("rearrange", lambda lib, x: lib.rearrange_bhwc(x), (_f((2, 6, 4)),)))

@@ -29,6 +29,9 @@ TOLERANCES = {"float16": (3e-3, 3e-3), "float32": (2e-5, 2e-5), "float64": (1e-6
 
 KILN = SimpleNamespace(
     softsign=Tensor.softsign,
+    layernorm=Tensor.layernorm,
+    batchnorm=Tensor.batchnorm,
+    rearrange_bhwc=lambda x: x.rearrange("b (h w) c -> b c h w", h=2),
     std_mean=lambda x, dim, **kwargs: x.std_mean(dim, **kwargs),
     var_mean=lambda x, dim, **kwargs: x.var_mean(dim, **kwargs),
     selu=Tensor.selu,

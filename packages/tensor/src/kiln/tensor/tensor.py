@@ -27,10 +27,12 @@ from kiln.tensor.ops import (
     LayoutMixin,
     MovementMixin,
     NNMixin,
+    PlacementMixin,
     ReduceMixin,
     SamplingMixin,
     ScanMixin,
     SelectionMixin,
+    StatisticsMixin,
     TrigonometricMixin,
 )
 from kiln.tensor.ops._checks import check_device_dtype
@@ -92,6 +94,8 @@ class Tensor(
     DecompositionMixin,
     SamplingMixin,
     SelectionMixin,
+    StatisticsMixin,
+    PlacementMixin,
 ):
     """A lazy n-dimensional array on a device.
 

@@ -9,10 +9,12 @@ from kiln.tensor.ops.indexing import IndexingMixin
 from kiln.tensor.ops.layout import LayoutMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
+from kiln.tensor.ops.placement import PlacementMixin
 from kiln.tensor.ops.reduce import ReduceMixin
 from kiln.tensor.ops.sampling import SamplingMixin
 from kiln.tensor.ops.scans import ScanMixin
 from kiln.tensor.ops.selection import SelectionMixin
+from kiln.tensor.ops.statistics import StatisticsMixin
 from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
 __all__ = [
@@ -24,6 +26,8 @@ __all__ = [
     "DecompositionMixin",
     "SamplingMixin",
     "SelectionMixin",
+    "StatisticsMixin",
+    "PlacementMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
