@@ -372,3 +372,41 @@ _add(
     )
 )
 _add(Case("rearrange", lambda lib, x: lib.rearrange_bhwc(x), (_f((2, 6, 4)),)))
+
+# ---- zero-size inputs ------------------------------------------------------------------------------------------
+_ZERO = (0, 3)
+_add(Case("empty_cumprod", lambda lib, x: x.cumprod(0), (_f(_ZERO),)))
+_add(Case("empty_logcumsumexp", lambda lib, x: x.logcumsumexp(1), (_f((2, 0)),)))
+_add(Case("empty_roll", lambda lib, x: x.roll(2, 0), (_f(_ZERO),)))
+_add(Case("empty_diagonal", lambda lib, x: x.diagonal(), (_f(_ZERO),)))
+_add(Case("empty_amax_kept_dim", lambda lib, x: x.amax(0), (_f((3, 0)),)))
+_add(Case("empty_nansum", lambda lib, x: x.nansum(0), (_f(_ZERO),)))
+_add(Case("empty_logaddexp", lambda lib, a, b: a.logaddexp(b), (_f(_ZERO), _f((3,)))))
+_add(Case("empty_kron", lambda lib, a, b: a.kron(b), (_f(_ZERO), _f((2, 2)))))
+_add(Case("empty_movedim", lambda lib, x: x.movedim(0, 1), (_f(_ZERO),)))
+_add(
+    Case("empty_masked_select", lambda lib, x, m: x.masked_select(m), (_f(_ZERO), _fixed([True, False, True], "bool")))
+)
+_add(Case("empty_repeat_interleave", lambda lib, x: x.repeat_interleave(2, dim=0), (_f(_ZERO),)))
+_add(Case("empty_tile", lambda lib, x: x.tile(2, 1), (_f(_ZERO),)))
+_add(Case("empty_diff", lambda lib, x: x.diff(dim=0), (_f(_ZERO),)))
+_add(Case("empty_cross_batch", lambda lib, a, b: a.cross(b, dim=1), (_f(_ZERO), _f(_ZERO))))
+
+# ---- more dtypes: float16 / float64 / integers for the layout and scan ops -------------------------------------
+for _dtype in ("float16", "float64", "int32"):
+    _grad = _dtype != "int32"
+    _in = Input((3, 4), _dtype, -3, 3)
+    _add(Case(f"roll_{_dtype}", lambda lib, x: x.roll(1, -1), (_in,), grad=_grad))
+    _add(Case(f"diagonal_{_dtype}", lambda lib, x: x.diagonal(-1), (_in,), grad=_grad))
+    _add(Case(f"rot90_{_dtype}", lambda lib, x: x.rot90(2), (_in,), grad=_grad))
+    _add(Case(f"amax_{_dtype}", lambda lib, x: x.amax(-1), (_in,), grad=_grad))
+    _add(Case(f"cummin_{_dtype}", lambda lib, x: x.cummin(0), (_in,), grad=_grad))
+    _add(Case(f"kron_{_dtype}", lambda lib, a: a.kron(a[:2, :2]), (_in,), grad=_grad))
+    _add(
+        Case(
+            f"index_select_{_dtype}", lambda lib, x, i: x.index_select(0, i), (_in, _fixed([2, 0], "int64")), grad=_grad
+        )
+    )
+_add(Case("cumprod_float16", lambda lib, x: x.cumprod(1), (_f((2, 4), "float16", 0.5, 1.5),)))
+_add(Case("logaddexp_float16", lambda lib, a, b: a.logaddexp(b), (_f((3, 1), "float16"), _f((4,), "float16"))))
+_add(Case("nanmean_float64", lambda lib, x: x.nanmean(0), (_fixed([[1.0, float("nan")], [3.0, 4.0]], "float64"),)))

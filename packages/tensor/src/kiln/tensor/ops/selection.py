@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import ConstType, dtypes
 
@@ -24,6 +24,8 @@ __all__ = ["SelectionMixin"]
 def _flat_positions(mask: Tensor, size: int) -> Tensor:
     """The flat positions (default_int) of the first `size` True entries of a 1-D bool mask, -1 past the last."""
     count = mask.shape[0]
+    if count == 0 or size == 0:
+        return mask._const(-1, (size,), dtypes.default_int, mask.device)
     rank = mask._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1  # k-th True has rank k
     slots = iota(size, mask.device).reshape(size, 1)
     hits = (rank.reshape(1, count) == slots) & mask.reshape(1, count)
@@ -124,16 +126,15 @@ class SelectionMixin:
         """
         if mask.dtype != dtypes.bool:
             raise TypeError(f"masked_select mask must be bool, got {mask.dtype!r}")
-        shape = tuple(
-            max(a, b)
-            for a, b in zip((1,) * (mask.ndim - self.ndim) + self.shape, (1,) * (self.ndim - mask.ndim) + mask.shape)
-        )
+        shape = broadcast_shapes(self.shape, mask.shape)
         flat_mask = mask._broadcast_to(shape).reshape(-1)
         values = self._broadcast_to(shape).reshape(-1)
         count = int(flat_mask.sum().item()) if size is None else check_int(size, "masked_select size")
         positions = _flat_positions(flat_mask, count)
         found = positions >= 0
-        return found.where(values[positions.maximum(0)], fill_value) if values.shape[0] else values[:0]
+        if values.shape[0] == 0:
+            return self._const(fill_value, (count,), self.dtype, self.device)
+        return found.where(values[positions.maximum(0)], fill_value)
 
     def nonzero(self: Tensor, *, as_tuple: bool = False, size: int | None = None, fill_value: int = -1) -> Any:
         """The indices (`dtypes.default_int`) of the non-zero elements, one row each ((count, ndim)), or one 1-D
@@ -146,11 +147,7 @@ class SelectionMixin:
         """
         flat_mask = (self != 0).reshape(-1)
         count = int(flat_mask.sum().item()) if size is None else check_int(size, "nonzero size")
-        positions = (
-            _flat_positions(flat_mask, count)
-            if flat_mask.shape[0]
-            else self._const(-1, (count,), dtypes.default_int, self.device)
-        )
+        positions = _flat_positions(flat_mask, count)
         found = positions >= 0
         columns = []
         stride = 1
