@@ -125,6 +125,7 @@ TORCH_CHECKED: dict[str, str] = {
     "layernorm": "layernorm",
     "batchnorm": "batchnorm",
     "rearrange": "rearrange",
+    "svd": "svd_values_gradient",
 }
 
 ALIASES: dict[str, str] = {
@@ -192,5 +193,4 @@ NOT_DIFFERENTIABLE_API: dict[str, str] = {
     **dict.fromkeys(["heaviside", "histc"], "piecewise constant: zero gradient almost everywhere (torch has none)"),
     **dict.fromkeys(["new_empty", "new_full", "new_ones", "new_tensor"], "a new constant tensor"),
     "data": "detached from the gradient graph by definition",
-    "svd": "values only: the Jacobi sweeps realize their intermediate results, so no gradient reaches the input",
 }

@@ -302,6 +302,7 @@ _add(Case("matrix_power", lambda lib, x: x.matrix_power(3), (_f((3, 3), low=-1.0
 _add(Case("qr_tall", lambda lib, x: lib.qr(x), (_f((5, 3)),), atol=1e-4))
 _add(Case("qr_wide_batched", lambda lib, x: lib.qr(x), (_f((2, 3, 4)),), atol=1e-4))
 _add(Case("svd_values", lambda lib, x: lib.svdvals(x), (_f((4, 3)),), grad=False, atol=1e-4))
+_add(Case("svd_values_gradient", lambda lib, x: lib.svdvals(x), (_f((3, 2), "float64"),)))
 _add(Case("einsum_ellipsis_middle", lambda lib, a, b: lib.einsum("i...j,jk->...ik", a, b), (_f((2, 3, 4)), _f((4, 2)))))
 _add(Case("einsum_trace_batch", lambda lib, a: lib.einsum("...ii->...", a), (_f((2, 3, 3)),)))
 

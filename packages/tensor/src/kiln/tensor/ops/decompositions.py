@@ -6,7 +6,8 @@ QR and SVD decompositions composed from Tensor ops (meant for small matrices: Py
 - QR: Householder reflections H = I - 2 v v^T / (v^T v), each applied as a matmul; the reflection of column k maps
   it to -sign(x_k) ||x|| e_k, LAPACK's convention, so Q and R match torch.linalg.qr. Batched over leading dims.
 - SVD: one-sided Jacobi: column pairs of A are rotated until orthogonal (fixed sweeps); the singular values are the
-  column norms (sorted descending), U the normalized columns, V the accumulated rotations.
+  column norms (sorted descending), U the normalized columns, V the accumulated rotations. Gradients flow through
+  the rotations (exact for the singular values; U and V gradients as accurate as the converged iteration).
 """
 
 from __future__ import annotations
@@ -285,7 +286,12 @@ class DecompositionMixin:
                     )
                     work = work.matmul(rotation)
                     v = v.matmul(rotation)
-            work, v = work.realize(), v.realize()
+            # without gradients each sweep runs at once (small graphs); with them the sweeps stay one lazy graph,
+            # differentiated through: exact for the singular values, slow to schedule beyond ~4 columns
+            if work.requires_grad is True:
+                work, v = work.contiguous(), v.contiguous()
+            else:
+                work, v = work.realize(), v.realize()
         norms = work.square().sum(0).sqrt()
         order = norms.argsort(descending=True)
         singular = norms[order]
