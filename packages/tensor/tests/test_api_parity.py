@@ -302,3 +302,22 @@ def test_aliases_forward() -> None:
         got, expected = alias(), target()  # type: ignore[operator]
         assert got.dtype == expected.dtype and got.shape == expected.shape, name
         np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-12, err_msg=name)
+
+
+def test_static_size_selection_stays_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with size= the result's shape is known without reading the data: building it realizes nothing
+    from kiln.tensor import tensor as tensor_module
+
+    x = Tensor(np.array([[0.0, 1.5], [2.0, 0.0]], np.float32)).realize()
+    mask = (x > 1.0).realize()
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a static-size selection realized a tensor while being built")
+
+    monkeypatch.setattr(tensor_module, "realize_uops", refuse)
+    selected = x.masked_select(mask, size=3)
+    rows = x.nonzero(size=3)
+    columns = x.nonzero(as_tuple=True, size=1)
+    assert selected.shape == (3,) and rows.shape == (3, 2) and columns[1].shape == (1,)
+    monkeypatch.undo()
+    assert selected.tolist() == [1.5, 2.0, 0.0] and rows.tolist() == [[0, 1], [1, 0], [-1, -1]]
