@@ -172,6 +172,7 @@ ALIASES: dict[str, str] = {
     "uprod": "mul",
     "sequential": "contiguous",
     "newton_schulz": "matmul",
+    "sum_to_size": "sum",
 }
 
 NOT_DIFFERENTIABLE_API: dict[str, str] = {
@@ -179,7 +180,11 @@ NOT_DIFFERENTIABLE_API: dict[str, str] = {
         ["allclose", "equal", "is_complex", "is_contiguous", "is_floating_point", "is_signed", "dim", "ndimension"],
         "returns a Python value",
     ),
-    **dict.fromkeys(["nelement", "size", "itemsize"], "returns a Python value (shape metadata)"),
+    **dict.fromkeys(
+        ["nelement", "size", "itemsize", "stride", "storage_offset", "get_device", "is_cpu", "is_cuda"],
+        "returns a Python value (shape / device metadata)",
+    ),
+    **dict.fromkeys(["is_same_size", "is_nonzero"], "returns a Python value"),
     **dict.fromkeys(
         ["greater", "greater_equal", "less", "less_equal", "not_equal", "isclose", "isneginf", "isposinf", "isreal"],
         "comparison (bool result)",

@@ -30,6 +30,7 @@ NEW_MODULES = [
     "sampling",
     "statistics",
     "placement",
+    "metadata",
 ]
 
 
@@ -285,6 +286,7 @@ def _alias_pairs() -> dict[str, tuple[object, object]]:
         "uprod": (lambda: x.uprod(y, 2.0), lambda: x.mul(y) * 2.0),
         "sequential": (lambda: x.sequential([lambda t: t * 2, Tensor.exp]), lambda: (x * 2).exp()),
         "newton_schulz": (lambda: x.newton_schulz(1, (1.5, -0.5)), lambda: _one_newton_schulz_step(x)),
+        "sum_to_size": (lambda: x.sum_to_size(1, 3), lambda: x.sum(0, keepdim=True)),
     }
 
 
@@ -321,3 +323,17 @@ def test_static_size_selection_stays_lazy(monkeypatch: pytest.MonkeyPatch) -> No
     assert selected.shape == (3,) and rows.shape == (3, 2) and columns[1].shape == (1,)
     monkeypatch.undo()
     assert selected.tolist() == [1.5, 2.0, 0.0] and rows.tolist() == [[0, 1], [1, 0], [-1, -1]]
+
+
+def test_metadata_methods() -> None:
+    x = Tensor.zeros(2, 3, 4)
+    assert x.stride() == (12, 4, 1) and x.stride(-2) == 4 and x.storage_offset() == 0
+    assert Tensor([1]).cpu().get_device() == -1 and Tensor([1]).cpu().is_cpu and not Tensor([1]).cpu().is_cuda
+    assert x.is_same_size(Tensor.ones(2, 3, 4)) and not x.is_same_size(Tensor.ones(3, 2, 4))
+    assert Tensor([2.0]).is_nonzero() and not Tensor([[0]]).is_nonzero()
+    with pytest.raises(RuntimeError, match="one element"):
+        Tensor([1, 2]).is_nonzero()
+    values = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(Tensor(values).sum_to_size(3, 1).numpy(), values.sum((0, 2)).reshape(3, 1))
+    with pytest.raises(ValueError, match="does not reduce"):
+        Tensor(values).sum_to_size(2, 4)

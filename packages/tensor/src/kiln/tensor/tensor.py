@@ -25,6 +25,7 @@ from kiln.tensor.ops import (
     ElementwiseMixin,
     IndexingMixin,
     LayoutMixin,
+    MetadataMixin,
     MovementMixin,
     NNMixin,
     PlacementMixin,
@@ -96,6 +97,7 @@ class Tensor(
     SelectionMixin,
     StatisticsMixin,
     PlacementMixin,
+    MetadataMixin,
 ):
     """A lazy n-dimensional array on a device.
 

@@ -7,6 +7,7 @@ from kiln.tensor.ops.decompositions import DecompositionMixin
 from kiln.tensor.ops.elementwise import ElementwiseMixin
 from kiln.tensor.ops.indexing import IndexingMixin
 from kiln.tensor.ops.layout import LayoutMixin
+from kiln.tensor.ops.metadata import MetadataMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
 from kiln.tensor.ops.placement import PlacementMixin
@@ -28,6 +29,7 @@ __all__ = [
     "SelectionMixin",
     "StatisticsMixin",
     "PlacementMixin",
+    "MetadataMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
