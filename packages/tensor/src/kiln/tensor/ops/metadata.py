@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln.tensor.ops._checks import normalize_axis
+from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.uops import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -265,7 +265,8 @@ class MetadataMixin:
             >>> Tensor.ones(2, 3).sum_to_size(1, 3).tolist()
             [[2.0, 2.0, 2.0]]
         """
-        target = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple)) else tuple(size)
+        given = list(size[0]) if len(size) == 1 and isinstance(size[0], (list, tuple)) else list(size)
+        target = tuple(check_int(entry, "sum_to_size size") for entry in given)
         lead = self.ndim - len(target)
         if lead < 0 or any(t not in (1, s) for t, s in zip(target, self.shape[lead:])):
             raise ValueError(f"sum_to_size: shape {self.shape} does not reduce to {target}")
