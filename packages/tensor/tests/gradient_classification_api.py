@@ -126,6 +126,10 @@ TORCH_CHECKED: dict[str, str] = {
     "batchnorm": "batchnorm",
     "rearrange": "rearrange",
     "svd": "svd_values_gradient",
+    "lgamma": "lgamma_float64",
+    "digamma": "digamma_float64",
+    "polygamma": "polygamma0",
+    "mvlgamma": "mvlgamma",
 }
 
 ALIASES: dict[str, str] = {

@@ -31,6 +31,7 @@ NEW_MODULES = [
     "statistics",
     "placement",
     "metadata",
+    "special",
 ]
 
 

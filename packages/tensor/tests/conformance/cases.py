@@ -411,3 +411,20 @@ for _dtype in ("float16", "float64", "int32"):
 _add(Case("cumprod_float16", lambda lib, x: x.cumprod(1), (_f((2, 4), "float16", 0.5, 1.5),)))
 _add(Case("logaddexp_float16", lambda lib, a, b: a.logaddexp(b), (_f((3, 1), "float16"), _f((4,), "float16"))))
 _add(Case("nanmean_float64", lambda lib, x: x.nanmean(0), (_fixed([[1.0, float("nan")], [3.0, 4.0]], "float64"),)))
+
+# ---- the log-gamma family ------------------------------------------------------------------------------------
+for _dtype in ("float32", "float64"):
+    _add(Case(f"lgamma_{_dtype}", lambda lib, x: x.lgamma(), (_f((3, 5), _dtype, 0.1, 12.0),)))
+    _add(
+        Case(f"lgamma_negative_{_dtype}", lambda lib, x: x.lgamma(), (_fixed([-0.5, -1.5, -2.25, -3.75, 0.3], _dtype),))
+    )
+    _add(Case(f"digamma_{_dtype}", lambda lib, x: x.digamma(), (_f((3, 5), _dtype, 0.1, 12.0),)))
+    _add(
+        Case(
+            f"digamma_negative_{_dtype}", lambda lib, x: x.digamma(), (_fixed([-0.5, -1.5, -2.25, -3.75, 0.3], _dtype),)
+        )
+    )
+_add(Case("lgamma_large", lambda lib, x: x.lgamma(), (_fixed([100.0, 1e4, 1e10, 3e30], "float32"),)))
+_add(Case("polygamma0", lambda lib, x: x.polygamma(0), (_f((4,), low=0.5, high=5.0),)))
+_add(Case("mvlgamma", lambda lib, x: x.mvlgamma(3), (_f((4,), low=1.5, high=5.0),)))
+_add(Case("lgamma_float16", lambda lib, x: x.lgamma(), (_f((4,), "float16", 0.5, 6.0),)))

@@ -33,6 +33,7 @@ from kiln.tensor.ops import (
     SamplingMixin,
     ScanMixin,
     SelectionMixin,
+    SpecialMixin,
     StatisticsMixin,
     TrigonometricMixin,
 )
@@ -98,6 +99,7 @@ class Tensor(
     StatisticsMixin,
     PlacementMixin,
     MetadataMixin,
+    SpecialMixin,
 ):
     """A lazy n-dimensional array on a device.
 

@@ -15,6 +15,7 @@ from kiln.tensor.ops.reduce import ReduceMixin
 from kiln.tensor.ops.sampling import SamplingMixin
 from kiln.tensor.ops.scans import ScanMixin
 from kiln.tensor.ops.selection import SelectionMixin
+from kiln.tensor.ops.special import SpecialMixin
 from kiln.tensor.ops.statistics import StatisticsMixin
 from kiln.tensor.ops.trigonometric import TrigonometricMixin
 
@@ -30,6 +31,7 @@ __all__ = [
     "StatisticsMixin",
     "PlacementMixin",
     "MetadataMixin",
+    "SpecialMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",
