@@ -30,6 +30,8 @@ FIXTURE = CONFORMANCE / "torch_conformance.npz"
 
 TORCH = SimpleNamespace(
     softsign=functional.softsign,
+    solve=torch.linalg.solve,
+    cholesky_upper=lambda x: torch.linalg.cholesky(x, upper=True),
     layernorm=lambda x: functional.layer_norm(x, x.shape[-1:]),
     batchnorm=lambda x, w, b, m, s: (
         (x - m.reshape(1, -1, 1)) * w.reshape(1, -1, 1) * s.reshape(1, -1, 1) + b.reshape(1, -1, 1)

@@ -130,6 +130,13 @@ TORCH_CHECKED: dict[str, str] = {
     "digamma": "digamma_float64",
     "polygamma": "polygamma0",
     "mvlgamma": "mvlgamma",
+    "det": "det_batched",
+    "slogdet": "slogdet",
+    "logdet": "logdet_spd",
+    "solve": "solve_matrix",
+    "inverse": "inverse",
+    "cholesky": "cholesky",
+    "pinverse": "pinverse",
 }
 
 ALIASES: dict[str, str] = {

@@ -32,6 +32,7 @@ NEW_MODULES = [
     "placement",
     "metadata",
     "special",
+    "linear_solve",
 ]
 
 

@@ -428,3 +428,17 @@ _add(Case("lgamma_large", lambda lib, x: x.lgamma(), (_fixed([100.0, 1e4, 1e10, 
 _add(Case("polygamma0", lambda lib, x: x.polygamma(0), (_f((4,), low=0.5, high=5.0),)))
 _add(Case("mvlgamma", lambda lib, x: x.mvlgamma(3), (_f((4,), low=1.5, high=5.0),)))
 _add(Case("lgamma_float16", lambda lib, x: x.lgamma(), (_f((4,), "float16", 0.5, 6.0),)))
+
+# ---- determinants, solves, inverses, Cholesky, pseudo-inverse (float64: well-conditioned small systems) ----------
+_SPD = [[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]]
+_add(Case("det_batched", lambda lib, x: x.det(), (_f((2, 3, 3), "float64"),)))
+_add(Case("det_float32", lambda lib, x: x.det(), (_f((3, 3)),), atol=1e-4))
+_add(Case("slogdet", lambda lib, x: x.slogdet(), (_f((2, 3, 3), "float64"),)))
+_add(Case("logdet_spd", lambda lib, x: x.logdet(), (_fixed(_SPD, "float64"),)))
+_add(Case("solve_matrix", lambda lib, a, b: lib.solve(a, b), (_fixed(_SPD, "float64"), _f((3, 2), "float64"))))
+_add(Case("solve_vector_batched", lambda lib, a, b: lib.solve(a, b), (_f((2, 3, 3), "float64"), _f((2, 3), "float64"))))
+_add(Case("inverse", lambda lib, x: x.inverse(), (_fixed(_SPD, "float64"),)))
+_add(Case("cholesky", lambda lib, x: x.cholesky(), (_fixed(_SPD, "float64"),)))
+_add(Case("cholesky_upper", lambda lib, x: lib.cholesky_upper(x), (_fixed(_SPD, "float64"),)))
+_add(Case("pinverse", lambda lib, x: x.pinverse(), (_f((4, 2), "float64"),)))
+_add(Case("matrix_power_negative", lambda lib, x: x.matrix_power(-2), (_fixed(_SPD, "float64"),)))

@@ -25,6 +25,7 @@ from kiln.tensor.ops import (
     ElementwiseMixin,
     IndexingMixin,
     LayoutMixin,
+    LinearSolveMixin,
     MetadataMixin,
     MovementMixin,
     NNMixin,
@@ -100,6 +101,7 @@ class Tensor(
     PlacementMixin,
     MetadataMixin,
     SpecialMixin,
+    LinearSolveMixin,
 ):
     """A lazy n-dimensional array on a device.
 

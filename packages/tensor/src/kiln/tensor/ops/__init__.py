@@ -7,6 +7,7 @@ from kiln.tensor.ops.decompositions import DecompositionMixin
 from kiln.tensor.ops.elementwise import ElementwiseMixin
 from kiln.tensor.ops.indexing import IndexingMixin
 from kiln.tensor.ops.layout import LayoutMixin
+from kiln.tensor.ops.linear_solve import LinearSolveMixin
 from kiln.tensor.ops.metadata import MetadataMixin
 from kiln.tensor.ops.movement import MovementMixin
 from kiln.tensor.ops.nn import NNMixin
@@ -32,6 +33,7 @@ __all__ = [
     "PlacementMixin",
     "MetadataMixin",
     "SpecialMixin",
+    "LinearSolveMixin",
     "CreationMixin",
     "ElementwiseMixin",
     "IndexingMixin",

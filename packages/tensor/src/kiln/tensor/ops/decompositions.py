@@ -21,7 +21,7 @@ from kiln.uops import ConstType
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
 
-__all__ = ["DecompositionMixin"]
+__all__ = ["DecompositionMixin", "householder"]
 
 _JACOBI_SWEEPS = 12  # one-sided Jacobi converges quadratically; 12 sweeps reach float64 precision for n <= 16
 
@@ -36,6 +36,32 @@ def _require_matrix(x: Tensor, what: str, ndim: int | None = None) -> None:
 def _unit(size: int, position: int, x: Tensor) -> Tensor:
     """The one-hot column vector e_position of length `size` in x's float dtype, shaped (size, 1)."""
     return (iota(size, x.device) == position)._cast(x.dtype).reshape(size, 1)
+
+
+def householder(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(Q, R before zeroing below the diagonal, det(Q)) of float matrices `a` (..., m, n) by Householder reflections;
+    det(Q) is (-1) ** (the number of reflections applied), shaped (..., 1, 1)."""
+    rows, columns = a.shape[-2:]
+    batch = a.shape[:-2]
+    identity = a.eye(rows, dtype=a.dtype, device=a.device)
+    q = identity._broadcast_to((*batch, rows, rows))
+    r = a
+    flips = a._const(1.0, (*batch, 1, 1), a.dtype, a.device)
+    row_index = iota(rows, a.device).reshape(rows, 1)
+    for k in range(min(rows - 1, columns) if rows > 1 else 0):
+        column = (row_index >= k).where(r[..., :, k : k + 1], 0.0)  # (..., rows, 1), zeros above k
+        head = column[..., k : k + 1, :]
+        norm = column.square().sum(-2, keepdim=True).sqrt()
+        sign = (head < 0).where(-1.0, 1.0)
+        v = column + sign * norm * _unit(rows, k, a)
+        length = v.square().sum(-2, keepdim=True)
+        skip = length == 0  # a zero column: no reflection
+        scale = skip.where(0.0, 2.0 / skip.where(1.0, length))
+        reflection = identity - scale * v.matmul(v.mT)
+        r = reflection.matmul(r)
+        q = q.matmul(reflection)
+        flips = skip.where(flips, -flips)
+    return q, r, flips
 
 
 class DecompositionMixin:
@@ -162,7 +188,7 @@ class DecompositionMixin:
         return self.diagonal().sum()
 
     def matrix_power(self: Tensor, n: int) -> Tensor:
-        """The matrix to the power `n` >= 0 by repeated squaring (n = 0: the identity).
+        """The matrix to the power `n` by repeated squaring (n = 0: the identity; n < 0: of the inverse).
 
         Example:
             >>> Tensor([[1, 1], [0, 1]]).matrix_power(3).tolist()
@@ -170,10 +196,10 @@ class DecompositionMixin:
         """
         _require_matrix(self, "matrix_power")
         power = check_int(n, "matrix_power n")
-        if power < 0:
-            raise ValueError(f"matrix_power needs n >= 0 (kiln has no matrix inverse), got {power}")
         if self.shape[-1] != self.shape[-2]:
             raise ValueError(f"matrix_power needs square matrices, got shape {self.shape}")
+        if power < 0:
+            return self.inverse().matrix_power(-power)
         size = self.shape[-1]
         result = self.eye(size, dtype=self.dtype, device=self.device)._broadcast_to(self.shape)
         base = self
@@ -224,23 +250,7 @@ class DecompositionMixin:
         _require_matrix(self, "qr")
         a = self._floating()
         rows, columns = a.shape[-2:]
-        batch = a.shape[:-2]
-        identity = a.eye(rows, dtype=a.dtype, device=a.device)
-        q = identity._broadcast_to((*batch, rows, rows))
-        r = a
-        row_index = iota(rows, a.device).reshape(rows, 1)
-        for k in range(min(rows - 1, columns) if rows > 1 else 0):
-            column = (row_index >= k).where(r[..., :, k : k + 1], 0.0)  # (..., rows, 1), zeros above k
-            head = column[..., k : k + 1, :]
-            norm = column.square().sum(-2, keepdim=True).sqrt()
-            sign = (head < 0).where(-1.0, 1.0)
-            v = column + sign * norm * _unit(rows, k, a)
-            length = v.square().sum(-2, keepdim=True)
-            skip = length == 0  # a zero column: no reflection
-            scale = skip.where(0.0, 2.0 / skip.where(1.0, length))
-            reflection = identity - scale * v.matmul(v.mT)
-            r = reflection.matmul(r)
-            q = q.matmul(reflection)
+        q, r, _ = householder(a)
         upper = iota(rows, a.device).reshape(rows, 1) <= iota(columns, a.device).reshape(1, columns)
         r = upper.where(r, 0.0)
         if mode == "complete" or rows <= columns:
