@@ -209,4 +209,5 @@ NOT_DIFFERENTIABLE_API: dict[str, str] = {
     **dict.fromkeys(["heaviside", "histc"], "piecewise constant: zero gradient almost everywhere (torch has none)"),
     **dict.fromkeys(["new_empty", "new_full", "new_ones", "new_tensor"], "a new constant tensor"),
     "data": "detached from the gradient graph by definition",
+    **dict.fromkeys(["unique", "unique_consecutive"], "distinct values and positions: torch has no gradient either"),
 }

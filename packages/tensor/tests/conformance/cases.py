@@ -442,3 +442,21 @@ _add(Case("cholesky", lambda lib, x: x.cholesky(), (_fixed(_SPD, "float64"),)))
 _add(Case("cholesky_upper", lambda lib, x: lib.cholesky_upper(x), (_fixed(_SPD, "float64"),)))
 _add(Case("pinverse", lambda lib, x: x.pinverse(), (_f((4, 2), "float64"),)))
 _add(Case("matrix_power_negative", lambda lib, x: x.matrix_power(-2), (_fixed(_SPD, "float64"),)))
+_add(
+    Case(
+        "unique",
+        lambda lib, x: x.unique(return_inverse=True, return_counts=True),
+        (_fixed([[3, 1, 3], [2, 5, 1]], "int32"),),
+        grad=False,
+    )
+)
+_add(Case("unique_float", lambda lib, x: x.unique(), (_fixed([0.5, -1.0, 0.5, 2.0, -1.0], "float32"),), grad=False))
+_add(
+    Case(
+        "unique_consecutive",
+        lambda lib, x: x.unique_consecutive(return_inverse=True, return_counts=True),
+        (_fixed([1, 1, 2, 2, 1, 3, 3], "int64"),),
+        grad=False,
+    )
+)
+_add(Case("unique_empty", lambda lib, x: x.unique(return_counts=True), (_f((0,)),), grad=False))

@@ -211,3 +211,66 @@ class StatisticsMixin:
         if weights is None:
             return hits._cast(dtypes.int64).sum(0)
         return (hits._cast(weights._floating().dtype) * weights._floating().reshape(-1, 1)).sum(0)
+
+    def unique(
+        self: Tensor,
+        sorted: bool = True,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+        dim: int | None = None,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """The distinct values of the flattened tensor, ascending (and the position of each input element's value
+        among them, `dtypes.default_int`, shaped like the input; and each value's count). Reads the number of
+        distinct values first (a sync), like torch.
+
+        Example:
+            >>> values, inverse, counts = Tensor([3, 1, 3, 2]).unique(return_inverse=True, return_counts=True)
+            >>> values.tolist(), inverse.tolist(), counts.tolist()
+            ([1, 2, 3], [2, 0, 2, 1], [1, 1, 2])
+        """
+        if dim is not None:
+            raise NotImplementedError("unique(dim=...) is not supported; unique works on the flattened tensor")
+        flat = self.reshape(-1)
+        ordered, order = flat.sort(0)
+        return _distinct_runs(self, ordered, order, return_inverse, return_counts)
+
+    def unique_consecutive(
+        self: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+    ) -> Tensor | tuple[Tensor, ...]:
+        """The flattened tensor with each run of equal neighbours collapsed to one value (and the run of each input
+        element, and the run lengths), like `torch.unique_consecutive`. Reads the number of runs first (a sync).
+
+        Example:
+            >>> Tensor([1, 1, 2, 2, 1]).unique_consecutive().tolist()
+            [1, 2, 1]
+        """
+        if dim is not None:
+            raise NotImplementedError("unique_consecutive(dim=...) is not supported; it works on the flattened tensor")
+        flat = self.reshape(-1)
+        return _distinct_runs(self, flat, None, return_inverse, return_counts)
+
+
+def _distinct_runs(
+    x: Tensor, values: Tensor, order: Tensor | None, return_inverse: bool, return_counts: bool
+) -> Tensor | tuple[Tensor, ...]:
+    """The first value of each run of equal neighbours in `values` (1-D), the run of each element of x (through
+    `order`, the positions `values` came from, when sorted) and the run lengths."""
+    length = values.shape[0]
+    if length == 0:
+        empty = values
+        extras = [x._const(0, x.shape, dtypes.default_int, x.device)] if return_inverse else []
+        extras += [x._const(0, (0,), dtypes.int64, x.device)] if return_counts else []
+        return (empty, *extras) if extras else empty
+    starts = values[:1] == values[:1]
+    if length > 1:
+        starts = starts.cat(values[1:] != values[:-1])
+    runs = int(starts.sum().item())
+    distinct = values.masked_select(starts, size=runs)
+    run = starts._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1
+    results: list[Tensor] = [distinct]
+    if return_inverse:
+        inverse = run if order is None else run.zeros_like().scatter(0, order, run)
+        results.append(inverse.reshape(x.shape))
+    if return_counts:
+        results.append((run.reshape(-1, 1) == iota(runs, x.device).reshape(1, runs)).sum(0))
+    return tuple(results) if len(results) > 1 else results[0]
