@@ -460,3 +460,11 @@ _add(
     )
 )
 _add(Case("unique_empty", lambda lib, x: x.unique(return_counts=True), (_f((0,)),), grad=False))
+for _dtype in ("float16", "float32", "float64"):
+    _add(
+        Case(
+            f"nan_to_num_defaults_{_dtype}",
+            lambda lib, x: x.nan_to_num(),
+            (_fixed([float("nan"), float("inf"), float("-inf"), 1.5], _dtype),),
+        )
+    )

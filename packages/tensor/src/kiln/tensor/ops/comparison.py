@@ -120,18 +120,18 @@ class ComparisonMixin:
         return (a * a + b * b).sqrt()
 
     def nan_to_num(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
-        """NaN, +inf and -inf replaced (by default with 0, the dtype's max and min).
+        """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and smallest finite values).
 
         Example:
-            >>> Tensor([math.nan, 1.0]).nan_to_num().tolist()
-            [0.0, 1.0]
+            >>> Tensor([math.nan, 1.0, -math.inf]).nan_to_num().tolist()
+            [0.0, 1.0, -3.4028234663852886e+38]
         """
         if not dtypes.is_float(self.dtype):
             return self
-        high = dtypes.max(self.dtype) if posinf is None else posinf
-        low = dtypes.min(self.dtype) if neginf is None else neginf
-        if self.dtype.itemsize < 4 or self.dtype == dtypes.float32:
-            high, low = float(high), float(low)
+        exponent_bits, mantissa_bits = dtypes.finfo(self.dtype)
+        largest = (2.0 - 2.0**-mantissa_bits) * 2.0 ** (2 ** (exponent_bits - 1) - 1)  # torch.finfo(dtype).max
+        high = largest if posinf is None else posinf
+        low = -largest if neginf is None else neginf
         return self.isnan().where(nan, (self == math.inf).where(high, (self == -math.inf).where(low, self)))
 
     def frac(self: Tensor) -> Tensor:
