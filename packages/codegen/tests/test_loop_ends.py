@@ -5,16 +5,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from renderers_for_tests import CPULikeRenderer
 from sinks_for_tests import buffer, kernel
 
+from kiln.codegen import Program, get_program, run_program
 from kiln.codegen.lowering.accumulators import RegisterSlots, pm_reduce_to_accumulator, reduce_identity
-from kiln.codegen.lowering.loop_ends import merge_ends, normalize_ends
+from kiln.codegen.lowering.loop_ends import merge_ends, normalize_ends, separate_ranges
 from kiln.uops import AxisKind, Ops, UOp, dtypes, graph_rewrite, print_graph
 
+CPU = CPULikeRenderer()
 MAX_REDUCE_AFTER = """\
 %0 = DEFINE_GLOBAL float32.ptr(2) arg=0
 %1 = CONST index arg=2
@@ -113,9 +117,37 @@ def test_unmergeable_ends_raise() -> None:
     inner = out.index(j).store(x.index(i).load()).end(j)  # loop j inside loop i
     outer = out.index(j).store(x.index(j).load() * 2.0).end(j)  # loop j outside every loop
     with pytest.raises(ValueError, match="used in different outer loops"):
-        merge_ends(UOp.sink(inner.end(i), outer))
+        merge_ends(UOp.sink(inner.end(i), outer))  # merge_ends alone: separate_ranges has not run
     first = out.index(j).store(x.index(j).load()).end(j)
     after_first = UOp(Ops.AFTER, x.dtype, (x, first))
     second = out.index(j).store(after_first.index(j).load() * 2.0).end(j)
     with pytest.raises(ValueError, match="one needs the other's result"):
         merge_ends(UOp.sink(first, second))
+
+
+def test_ends_in_different_outer_loops_get_their_own_range() -> None:
+    # loop j inside loop i, and loop j outside every loop: the outside one is renumbered to a fresh axis (2)
+    out, x = buffer(0, 4), buffer(1, 4)
+    i, j = UOp.range(4, 0), UOp.range(4, 1)
+    inner = out.index(j).store(x.index(i).load()).end(j)
+    outer = out.index(j).store(x.index(j).load() * 2.0).end(j)
+    separated = separate_ranges(UOp.sink(inner.end(i), outer))
+    fresh = UOp.range(4, 2)
+    assert separated == UOp.sink(inner.end(i), out.index(fresh).store(x.index(fresh).load() * 2.0).end(fresh))
+    assert normalize_ends(UOp.sink(inner.end(i), outer)) == separated
+
+
+def test_loop_invariant_reduction_next_to_an_inner_one_runs_right() -> None:
+    # out[i] = sum_j a[i, j] + sum_j b[j]: the second sum does not depend on the row loop i, so the accumulator pass
+    # lowers it outside that loop while the first runs inside; both used the one RANGE j (log_softmax's backward
+    # on a (32, 32) input failed this way: "RANGE ... is used in different outer loops")
+    rows, columns = 5, 7
+    out, a, b = buffer(0, rows), buffer(1, rows * columns), buffer(2, columns)
+    i, j = UOp.range(rows, 0), UOp.range(columns, 1, AxisKind.REDUCE)
+    total = a.index(i * columns + j).load().reduce(j) + b.index(j).load().reduce(j)
+    program = Program(get_program(kernel(out.index(i).store(total).end(i)), CPU, ()))
+    a_values = np.arange(rows * columns, dtype=np.float32) / 8
+    b_values = np.arange(columns, dtype=np.float32) * 3 - 5
+    result = np.zeros(rows, np.float32)
+    run_program(program, [result, a_values, b_values])
+    np.testing.assert_allclose(result, a_values.reshape(rows, columns).sum(1) + b_values.sum(), rtol=1e-6)

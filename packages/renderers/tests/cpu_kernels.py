@@ -411,3 +411,53 @@ def check_max_pairs(got: np.ndarray, expected: np.ndarray, dtype: DType, inputs:
     same = same_bits(dtype, got, expected)
     wrong = [(a, b, g, e) for a, b, g, e, ok in zip(inputs[1], inputs[2], got, expected, same) if not ok]
     assert same.all(), f"{what}: MAX(a, b) -> got, exec_alu: {wrong}"
+
+
+# ---- negative literals -----------------------------------------------------------------------------------------
+
+NEGATIVE_CONSTANT_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int32, dtypes.int64)
+
+
+def negative_constants_case(dtype: DType) -> tuple[UOp, list[np.ndarray], list[np.ndarray]]:
+    """Each op of a[i] and a negative constant c, with c as the right operand (where `x-c` printed bare reads as the
+    decrement `x--c`): SUB, ADD, MUL, MAX, and NEG of a value that is c. Floats also use -0.0, -inf and the most
+    negative finite value, ints their minimum. Returns the sink, its buffers (outputs zeroed, then a) and the
+    results: numpy's in `dtype` (wrapping like C's -fwrapv for ints), `exec_alu`'s for MAX (which orders -0 < +0)."""
+    if dtypes.is_float(dtype):
+        constants: list[float | int] = [-1.25, -0.0, float("-inf"), float(dtypes.min(dtype))]
+        if dtype == dtypes.float16:
+            constants[3] = -65504.0
+    else:
+        constants = [-3, int(dtypes.min(dtype))]
+    size = 8
+    numpy_dtype = storage_dtype(dtype)
+    a = np.array([3, -2, 0, 1, 7, -7, 5, 2], dtype=numpy_dtype)
+    loop = UOp.range(size, 0, AxisKind.LOOP)
+    value = buffer(len(constants) * 5, dtype, size).index(loop).load()
+    stores, expected = [], []
+    with np.errstate(all="ignore"):
+        for k, constant in enumerate(constants):
+            c = UOp.const(dtype, constant)
+            # a value equal to c that is not a CONST (so no rewrite folds the NEG): c + 0 * a
+            c_from_data = c + value * UOp.const(dtype, 0)
+            c_array = np.array(constant, dtype=numpy_dtype)
+            results = [
+                (value - c, a - c_array),
+                (value + c, a + c_array),
+                (value * c, a * c_array),
+                (value.alu(Ops.MAX, c), [exec_alu(Ops.MAX, dtype, (x, constant)) for x in a.tolist()]),  # -0 < +0
+                (c_from_data.alu(Ops.NEG), -(c_array + a * np.array(0, dtype=numpy_dtype))),
+            ]
+            for slot, (uop, reference) in enumerate(results, start=5 * k):
+                stores.append(buffer(slot, dtype, size).index(loop).store(uop).end(loop))
+                expected.append(np.asarray(reference, dtype=numpy_dtype))
+    sink = UOp(Ops.SINK, dtypes.void, tuple(stores), KernelInfo(f"negative_constants_{dtype.name}"))
+    buffers = [np.zeros(size, dtype=numpy_dtype) for _ in expected] + [a]
+    return sink, buffers, expected
+
+
+def check_negative_constants(buffers: list[np.ndarray], expected: list[np.ndarray], dtype: DType, what: str) -> None:
+    """Every output slot equals numpy's result bit for bit (signed zeros included)."""
+    for slot, want in enumerate(expected):
+        same = same_bits(dtype, buffers[slot], want)
+        assert same.all(), f"{what}: output {slot} got {buffers[slot]}, want {want}"

@@ -99,6 +99,18 @@ def test_float_max_of_special_values_is_exec_alus(dtype: DType, emulated: bool, 
     kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"C ({compiler}) {dtype.name}")
 
 
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("dtype", kernels.NEGATIVE_CONSTANT_DTYPES, ids=lambda d: d.name)
+def test_negative_constants_compile_and_compute(dtype: DType, compiler: str) -> None:
+    # `x - c`, `-c`, MAX(x, c) with c < 0: a bare `x--1.25f` is a decrement to gcc ("lvalue required")
+    sink, buffers, expected = kernels.negative_constants_case(dtype)
+    renderer = CRenderer(compiler)
+    program = Program(get_program(sink, renderer, []))
+    assert "--" not in program.source
+    kernels.run_native(program, renderer.compiler, buffers, {})
+    kernels.check_negative_constants(buffers, expected, dtype, f"C ({compiler}) {dtype.name}")
+
+
 def _saxpy_sink(size: int) -> UOp:
     i = UOp.range(size, 0, AxisKind.LOOP)
     out, x, y = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot) for slot in range(3))

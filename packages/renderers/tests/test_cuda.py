@@ -223,6 +223,27 @@ def test_float_max_of_special_values_on_the_host_is_exec_alus() -> None:
 
 
 @needs_host_compiler
+def test_negative_constants_on_the_host_compute_like_numpy() -> None:
+    # the CUDA C of `x - c`, `-c`, MAX(x, c) with c < 0 (parenthesized: a bare `x--1.25f` is a decrement)
+    renderer = HostCUDARenderer("sm_80")
+    cases = [(dtype, *cpu_kernels.negative_constants_case(dtype)) for dtype in cpu_kernels.NEGATIVE_CONSTANT_DTYPES]
+    programs = [Program(get_program(sink, renderer, [])) for _, sink, _, _ in cases]
+    assert not any("--" in program.source for program in programs)
+    _run_on_host(programs, [buffers for _, _, buffers, _ in cases], [{} for _ in cases])
+    for dtype, _, buffers, expected in cases:
+        cpu_kernels.check_negative_constants(buffers, expected, dtype, f"CUDA C on the host, {dtype.name}")
+
+
+@needs_nvrtc
+def test_negative_constants_compile_with_nvrtc() -> None:
+    renderer = CUDARenderer("sm_90")
+    for dtype in cpu_kernels.NEGATIVE_CONSTANT_DTYPES:
+        sink, _, _ = cpu_kernels.negative_constants_case(dtype)
+        program = Program(get_program(sink, renderer, []))
+        assert program.binary, dtype
+
+
+@needs_host_compiler
 def test_corpus_on_the_host_matches_numpy() -> None:
     renderer = HostCUDARenderer("sm_80")
     runs = []

@@ -47,6 +47,14 @@ def test_float_max_of_special_values_is_exec_alus(dtype: DType, renderer: LLVMRe
     kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"LLVM IR {dtype.name}")
 
 
+@pytest.mark.parametrize("dtype", kernels.NEGATIVE_CONSTANT_DTYPES, ids=lambda d: d.name)
+def test_negative_constants_compile_and_compute(dtype: DType, renderer: LLVMRenderer) -> None:
+    sink, buffers, expected = kernels.negative_constants_case(dtype)
+    program = Program(get_program(sink, renderer, []))
+    kernels.run_native(program, renderer.compiler, buffers, {})
+    kernels.check_negative_constants(buffers, expected, dtype, f"LLVM IR {dtype.name}")
+
+
 @pytest.mark.parametrize("case", CORPUS, ids=[c.name for c in CORPUS])
 def test_corpus_runs_like_numpy(case: Any, renderer: LLVMRenderer) -> None:
     kernels.run_corpus_case(case, renderer, np.random.default_rng(1))

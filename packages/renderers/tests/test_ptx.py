@@ -148,6 +148,16 @@ def test_float_max_of_special_values_is_exec_alus(dtype: DType) -> None:
     cpu_kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"PTX model {dtype.name}")
 
 
+@pytest.mark.parametrize("dtype", cpu_kernels.NEGATIVE_CONSTANT_DTYPES, ids=lambda d: d.name)
+def test_negative_constants_in_the_model_compute_like_numpy(dtype: DType) -> None:
+    # PTX immediates: floats as exact 0f/0d bit patterns, integers as their two's-complement bits (never `--`)
+    sink, buffers, expected = cpu_kernels.negative_constants_case(dtype)
+    program = Program(get_program(sink, TextPTXRenderer("sm_80"), []))
+    assert "--" not in program.source
+    _run_model(program, buffers, {})
+    cpu_kernels.check_negative_constants(buffers, expected, dtype, f"PTX model {dtype.name}")
+
+
 def test_corpus_in_the_model_matches_numpy() -> None:
     renderer = TextPTXRenderer("sm_80")
     ran = 0

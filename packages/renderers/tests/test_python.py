@@ -118,3 +118,15 @@ def test_uses_before_definition_are_refused() -> None:
     late = UOp.const(dtypes.int32, 1)
     with pytest.raises(ValueError, match="not earlier"):
         render_linear([late + late])
+
+
+@pytest.mark.parametrize("dtype", kernels.NEGATIVE_CONSTANT_DTYPES, ids=lambda d: d.name)
+def test_negative_constants_round_trip_and_compute(dtype: DType) -> None:
+    # negative literals (-0.0, -inf, the minimum) are JSON values in the text form: they parse back exactly
+    sink, buffers, expected = kernels.negative_constants_case(dtype)
+    renderer = PythonRenderer()
+    program = Program(get_program(sink, renderer, []))
+    uops = renderer.compiler.load(program.binary)
+    assert all(parsed is original for parsed, original in zip(uops, program.uops))
+    run_program(uops, buffers, {}, *program.launch_dims({}))
+    kernels.check_negative_constants(buffers, expected, dtype, f"Python renderer {dtype.name}")

@@ -12,13 +12,20 @@ here or be listed in NOT_DIFFERENTIABLE with the reason.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, dtypes
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "conformance"))
+from cases import CASES as CONFORMANCE_CASES
+from gradient_classification_api import ALIASES, NOT_DIFFERENTIABLE_API, TORCH_CHECKED
 
 Maker = Callable[[np.random.Generator], np.ndarray]
 Case = tuple[Callable[..., Tensor], tuple[Maker, ...]]
@@ -598,7 +605,13 @@ def _public_names() -> list[str]:
 
 
 def test_every_public_method_is_classified() -> None:
-    unclassified = [name for name in _public_names() if name not in CASES and name not in NOT_DIFFERENTIABLE]
+    # the API parity methods: gradients compared with torch's (conformance suite), aliases, or not differentiable
+    classified_elsewhere = {**TORCH_CHECKED, **ALIASES, **NOT_DIFFERENTIABLE_API}
+    unclassified = [
+        name
+        for name in _public_names()
+        if name not in CASES and name not in NOT_DIFFERENTIABLE and name not in classified_elsewhere
+    ]
     assert not unclassified, f"add gradient cases (or a NOT_DIFFERENTIABLE reason) for {unclassified}"
     assert not set(CASES) & set(NOT_DIFFERENTIABLE)
 
@@ -612,3 +625,11 @@ def test_not_differentiable_methods_give_no_float_results() -> None:
     }  # fmt: skip
     for name, result in results.items():
         assert not dtypes.is_float(result.dtype), name
+
+
+def test_torch_checked_methods_name_gradient_cases() -> None:
+    with_gradients = {case.name for case in CONFORMANCE_CASES if case.grad}
+    missing = {name: case for name, case in TORCH_CHECKED.items() if case not in with_gradients}
+    assert not missing, f"conformance cases without gradients (or unknown): {missing}"
+    assert not set(TORCH_CHECKED) & set(ALIASES) and not set(ALIASES) & set(NOT_DIFFERENTIABLE_API)
+    assert all(hasattr(Tensor, target) for target in ALIASES.values())

@@ -193,11 +193,14 @@ def test_matmul_rejects_bools_and_non_tensors() -> None:
         Tensor.zeros(2, 2).matmul([[1.0, 2.0]])  # type: ignore[arg-type]
 
 
-def test_dot_needs_two_vectors_of_one_length() -> None:
-    with pytest.raises(ValueError, match=r"dot needs two 1-D tensors of one length, got shapes \(2, 2\) and \(2,\)"):
-        Tensor.zeros(2, 2).dot(Tensor.zeros(2))
+def test_dot_of_vectors_needs_one_length_and_of_matrices_is_matmul() -> None:
     with pytest.raises(ValueError, match=r"got shapes \(3,\) and \(2,\)"):
         Tensor.zeros(3).dot(Tensor.zeros(2))
+    # tinygrad's N-d dot: matmul semantics
+    left = np.arange(6, dtype=np.float32).reshape(2, 3)
+    right = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(Tensor(left).dot(Tensor(right)).numpy(), left @ right)
+    np.testing.assert_array_equal(Tensor(left).dot(Tensor(left.T)).numpy(), left @ left.T)
 
 
 def test_linear_checks_weight_and_bias() -> None:

@@ -46,7 +46,7 @@ def test_sort_matches_numpy(shape: tuple[int, ...], axis: int, dtype: Any, desce
         x.flat[:: max(1, x.size // 3)] = np.nan
     values, positions = Tensor(x).sort(axis, descending=descending)
     order = _stable_descending_order(x, axis) if descending else np.argsort(x, axis=axis, kind="stable")
-    assert positions.dtype == dtypes.int64
+    assert positions.dtype == dtypes.default_int
     np.testing.assert_array_equal(positions.numpy(), order)
     np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, order, axis))
     np.testing.assert_array_equal(Tensor(x).argsort(axis, descending=descending).numpy(), order)

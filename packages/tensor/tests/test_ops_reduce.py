@@ -154,7 +154,7 @@ def test_integer_extremes_and_positions(dtype: DType) -> None:
     expected = [a.max(axis=1), a.min(axis=0), a.argmax(axis=1), a.argmin(axis=0), a.argmax(), a.min()]
     for result, wanted in zip(results, expected):
         np.testing.assert_array_equal(result.numpy(), wanted)
-    assert results[0].dtype is dtype and results[2].dtype is dtypes.int64
+    assert results[0].dtype is dtype and results[2].dtype is dtypes.default_int
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
@@ -294,7 +294,7 @@ def test_cummax(shape: tuple[int, ...], axis: int) -> None:
     expected_values, expected_positions = _cummax(np.moveaxis(a, axis, -1))
     np.testing.assert_array_equal(values.numpy(), np.moveaxis(expected_values, -1, axis))
     np.testing.assert_array_equal(positions.numpy(), np.moveaxis(expected_positions, -1, axis))
-    assert positions.dtype is dtypes.int64
+    assert positions.dtype is dtypes.default_int
 
 
 def test_cummax_nan_and_integers() -> None:

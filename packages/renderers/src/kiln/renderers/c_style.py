@@ -391,8 +391,12 @@ class CStyleRenderer(Renderer):
         if scalar == dtypes.bool:
             return "1" if value else "0"
         if dtypes.is_float(scalar):
-            return self.float_constant(float(value), scalar)
-        return self.int_constant(int(value), scalar)
+            text = self.float_constant(float(value), scalar)
+        else:
+            text = self.int_constant(int(value), scalar)
+        # a negative literal is an expression (unary minus): in `x-{c}` or `-{c}` a bare `-1.5f` would read as the
+        # decrement `x--1.5f`, so it is always parenthesized
+        return f"({text})" if text.startswith("-") else text
 
     def float_constant(self, value: float, dtype: DType) -> str:
         """An exact float literal (hexadecimal), infinities and NaN by builtins."""

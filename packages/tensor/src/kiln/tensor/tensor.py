@@ -18,7 +18,27 @@ from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
 from kiln.tensor.inplace import InplaceMixin
-from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
+from kiln.tensor.ops import (
+    ActivationMixin,
+    ComparisonMixin,
+    CreationMixin,
+    DecompositionMixin,
+    ElementwiseMixin,
+    IndexingMixin,
+    LayoutMixin,
+    LinearSolveMixin,
+    MetadataMixin,
+    MovementMixin,
+    NNMixin,
+    PlacementMixin,
+    ReduceMixin,
+    SamplingMixin,
+    ScanMixin,
+    SelectionMixin,
+    SpecialMixin,
+    StatisticsMixin,
+    TrigonometricMixin,
+)
 from kiln.tensor.ops._checks import check_device_dtype
 from kiln.tensor.realize import engine
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
@@ -73,6 +93,19 @@ class Tensor(
     IndexingMixin,
     AutogradMixin,
     InplaceMixin,
+    TrigonometricMixin,
+    ActivationMixin,
+    ComparisonMixin,
+    ScanMixin,
+    LayoutMixin,
+    DecompositionMixin,
+    SamplingMixin,
+    SelectionMixin,
+    StatisticsMixin,
+    PlacementMixin,
+    MetadataMixin,
+    SpecialMixin,
+    LinearSolveMixin,
 ):
     """A lazy n-dimensional array on a device.
 

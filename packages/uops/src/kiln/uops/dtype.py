@@ -66,6 +66,16 @@ class DType:
         """Bytes of the whole (possibly vector) value."""
         return self.itemsize * self.count
 
+    @property
+    def min(self) -> ConstType:
+        """The smallest value of this dtype's scalar (-inf for floats), like `dtypes.min(dtype)`."""
+        return _min_max(self.scalar())[0]
+
+    @property
+    def max(self) -> ConstType:
+        """The largest value of this dtype's scalar (inf for floats), like `dtypes.max(dtype)`."""
+        return _min_max(self.scalar())[1]
+
     def vec(self, count: int) -> DType:
         """The vector of `count` lanes of this scalar dtype (`count == 1` returns the scalar)."""
         if not isinstance(count, int) or count < 1:

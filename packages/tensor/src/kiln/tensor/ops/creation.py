@@ -172,6 +172,22 @@ class DTypeMixin:
         """This tensor as bool (nonzero is True)."""
         return self.cast(dtypes.bool)
 
+    def bfloat16(self: Tensor) -> Tensor:
+        """This tensor as bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def short(self: Tensor) -> Tensor:
+        """This tensor as int16."""
+        return self.cast(dtypes.int16)
+
+    def char(self: Tensor) -> Tensor:
+        """This tensor as int8."""
+        return self.cast(dtypes.int8)
+
+    def byte(self: Tensor) -> Tensor:
+        """This tensor as uint8."""
+        return self.cast(dtypes.uint8)
+
 
 class CreationMixin(DTypeMixin):
     """Constructors of new tensors (static methods) and the *_like methods."""

@@ -253,7 +253,7 @@ class ElementwiseMixin(UnaryMixin):
             raise TypeError("pow of bool tensors is not supported; cast to an integer or float dtype first")
         integer_exponent = not _is_tensor(exponent) and not dtypes.is_float(left.dtype) and not reverse
         if integer_exponent and scalar_value(exponent) < 0:
-            raise ValueError(f"integers to negative integer powers are not allowed, got exponent {exponent!r}")
+            raise RuntimeError(f"integers to negative integer powers are not allowed, got exponent {exponent!r}")
         if dtypes.is_float(left.dtype):
             return left._binary(Ops.POW, right)
         return integer_power(left, right)

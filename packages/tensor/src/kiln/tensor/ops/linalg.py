@@ -146,14 +146,17 @@ class LinalgMixin:
         return tensor_class()(other, device=self.device).matmul(self)
 
     def dot(self: Tensor, other: Tensor) -> Tensor:
-        """The inner product of two 1-D tensors of one length (a 0-dim tensor), like `torch.dot`.
+        """The inner product of two 1-D tensors of one length (a 0-dim tensor), like `torch.dot`; for other ranks,
+        `matmul` (tinygrad's N-d dot).
 
         Example:
             >>> Tensor([1, 2, 3]).dot(Tensor([4, 5, 6])).item()
             32
         """
         other = _require_tensor(other, "dot")
-        if self.ndim != 1 or other.ndim != 1 or self.shape != other.shape:
+        if self.ndim != 1 or other.ndim != 1:
+            return self.matmul(other)
+        if self.shape != other.shape:
             raise ValueError(f"dot needs two 1-D tensors of one length, got shapes {self.shape} and {other.shape}")
         check_same_device("dot", self, other)
         dtype = product_dtype("dot", self, other)

@@ -40,14 +40,20 @@ class MovementMixin:
     # shape
     # ------------------------------------------------------------------------------------------------------------
 
-    def reshape(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
-        """The same elements (row-major order) in `shape`; one size may be -1 (inferred).
+    def reshape(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
+        """The same elements (row-major order) in `shape`; one size may be -1 (inferred), and None keeps the size
+        of the dim at that position (tinygrad's spelling).
 
         Example:
             >>> Tensor.arange(6).reshape(2, -1).shape
             (2, 3)
         """
-        sizes = _int_arguments(shape, "reshape size")
+        given = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if any(size is None for size in given):
+            if len(given) > self.ndim and any(size is None for size in given[self.ndim :]):
+                raise ValueError(f"reshape: None keeps a dim of the input, but {given} has None past its {self.ndim}")
+            given = tuple(self.shape[i] if size is None else size for i, size in enumerate(given))
+        sizes = _int_arguments(given, "reshape size")
         unknown = [i for i, size in enumerate(sizes) if size == -1]
         if len(unknown) > 1 or any(size < -1 for size in sizes):
             raise ValueError(f"reshape sizes must be >= 0 with at most one -1, got {sizes}")
@@ -278,6 +284,13 @@ class MovementMixin:
             >>> Tensor([1, 2]).cat(Tensor([3])).tolist()
             [1, 2, 3]
         """
+        if isinstance(self, (list, tuple)):  # Tensor.cat([a, b], dim=1) or Tensor.cat([a, b], 1), torch's forms
+            if len(others) == 1 and isinstance(others[0], int):
+                others, dim = (), others[0]
+            items = [*self, *others]
+            if not items:
+                raise ValueError("cat needs at least one tensor")
+            return items[0].cat(*items[1:], dim=dim)
         tensors = (self, *others)
         _check_tensors(tensors, "cat")
         if self.ndim == 0:
@@ -297,7 +310,8 @@ class MovementMixin:
         offset = 0
         for tensor in tensors:
             size = tensor.shape[index]
-            if size or len(tensors) == 1:
+            # an empty operand adds nothing, but joins the graph when it needs a gradient (an empty one, like torch)
+            if size or len(tensors) == 1 or tensor.requires_grad is True:
                 padding = [(0, 0)] * self.ndim
                 padding[index] = (offset, total - offset - size)
                 pieces.append(tensor._cast(target)._movement(Ops.PAD, tuple(padding)))
@@ -319,6 +333,13 @@ class MovementMixin:
             >>> Tensor([1, 2]).stack(Tensor([3, 4])).tolist()
             [[1, 2], [3, 4]]
         """
+        if isinstance(self, (list, tuple)):  # Tensor.stack([a, b], dim=1) or Tensor.stack([a, b], 1), torch's forms
+            if len(others) == 1 and isinstance(others[0], int):
+                others, dim = (), others[0]
+            items = [*self, *others]
+            if not items:
+                raise ValueError("stack needs at least one tensor")
+            return items[0].stack(*items[1:], dim=dim)
         tensors = (self, *others)
         _check_tensors(tensors, "stack")
         for position, tensor in enumerate(tensors):

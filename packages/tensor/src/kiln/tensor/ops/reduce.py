@@ -186,8 +186,8 @@ class ReduceMixin:
         return self._order_reversed().max(axis, keepdim, dim=dim)._order_reversed()
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
-        """The position (int64) of the largest value along `axis` (None: of the flattened tensor); the first one on
-        ties, NaN counting as the largest, like PyTorch.
+        """The position (`dtypes.default_int`, int32; torch gives int64) of the largest value along `axis` (None: of
+        the flattened tensor); the first one on ties, NaN counting as the largest, like PyTorch.
 
         Example:
             >>> Tensor([[1, 5], [7, 2]]).argmax(axis=1).tolist()
@@ -198,7 +198,7 @@ class ReduceMixin:
             return self.reshape(-1).argmax(0)
         index = normalize_axis(chosen, self.shape, "argmax axis")
         if self.ndim == 0:
-            return self._const(0, (), dtypes.int64, self.device)
+            return self._const(0, (), dtypes.default_int, self.device)
         self._require_elements((index,), "argmax")
         size = self.shape[index]
         largest = self.max(index, keepdim=True)
@@ -211,10 +211,11 @@ class ReduceMixin:
         view[index] = size
         countdown = (size - position).reshape(view)
         first = hits.where(countdown, 0)._raw_max((index,), keepdim)
-        return (size - first)._cast(dtypes.int64)
+        return (size - first)._cast(dtypes.default_int)
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
-        """The position (int64) of the smallest value along `axis` (None: of the flattened tensor); first on ties.
+        """The position (`dtypes.default_int`) of the smallest value along `axis` (None: of the flattened tensor);
+        first on ties.
 
         Example:
             >>> Tensor([[1, 5], [7, 2]]).argmin(axis=1).tolist()
@@ -319,20 +320,21 @@ class ReduceMixin:
         return _blocked_cumsum(last).transpose(index, -1)._cast(target)
 
     def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
-        """(running maxima, their positions as int64) along `axis`, like `torch.cummax`: the position is the latest
-        one holding the maximum, and a NaN stays the maximum once seen. Costs O(n**2) work along the axis.
+        """(running maxima, their positions as `dtypes.default_int`) along `axis`, like `torch.cummax`: the position
+        is the latest one holding the maximum, and a NaN stays the maximum once seen. Costs O(n**2) work along the
+        axis.
 
         Example:
             >>> values, positions = Tensor([1, 3, 2, 3]).cummax(); values.tolist(), positions.tolist()
             ([1, 3, 3, 3], [0, 1, 1, 3])
         """
         if self.ndim == 0:
-            return self, self._const(0, (), dtypes.int64, self.device)
+            return self, self._const(0, (), dtypes.default_int, self.device)
         index = normalize_axis(pick_axis(None, dim, axis), self.shape, "cummax axis")
         last = self.transpose(index, -1)
         size = last.shape[-1]
         if size == 0:
-            return self, self._const(0, self.shape, dtypes.int64, self.device)
+            return self, self._const(0, self.shape, dtypes.default_int, self.device)
         window = _lower_triangle(size, last.device)  # (size, size): column j <= row i
         rows = last.unsqueeze(-2)._broadcast_to((*last.shape[:-1], size, size))
         lowest = dtypes.min(last.dtype)
@@ -342,7 +344,10 @@ class ReduceMixin:
         if dtypes.is_float(last.dtype):
             hits = hits | (rows.isnan() & values.unsqueeze(-1).isnan() & window)
         positions = hits.where(iota(size, last.device) + 1, 0)._raw_max((last.ndim,), keepdim=False) - 1
-        return values.transpose(index, -1), positions._cast(dtypes.int64).transpose(index, -1)
+        positions = positions._cast(dtypes.default_int)
+        # read the values back at the positions: the gradient then goes to that one element, like torch's
+        values = last.gather(last.ndim - 1, positions)
+        return values.transpose(index, -1), positions.transpose(index, -1)
 
 
 def _lower_triangle(size: int, device: str) -> Tensor:

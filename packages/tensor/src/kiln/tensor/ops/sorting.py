@@ -53,7 +53,7 @@ def _ranks(x: Tensor, descending: bool) -> Tensor:
 
 
 def _pick_by_rank(x: Tensor, ranks: Tensor, count: int) -> tuple[Tensor, Tensor]:
-    """(values, int64 positions) of the elements with ranks 0 .. count - 1 along the last dim."""
+    """(values, `dtypes.default_int` positions) of the elements with ranks 0 .. count - 1 along the last dim."""
     size = x.shape[-1]
     full = (*x.shape[:-1], count, size)
     slots = iota(count, x.device).reshape(count, 1)._broadcast_to(full)
@@ -62,8 +62,8 @@ def _pick_by_rank(x: Tensor, ranks: Tensor, count: int) -> tuple[Tensor, Tensor]
     zero = values._const(0, full, values.dtype, values.device)
     picked = hits._ternary(Ops.WHERE, values.unsqueeze(-2)._broadcast_to(full), zero)
     chosen = picked._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])._cast(x.dtype)
-    positions = iota(size, x.device)._cast(dtypes.int64).reshape(1, size)._broadcast_to(full)
-    no_position = positions._const(0, full, dtypes.int64, positions.device)
+    positions = iota(size, x.device)._cast(dtypes.default_int).reshape(1, size)._broadcast_to(full)
+    no_position = positions._const(0, full, dtypes.default_int, positions.device)
     where = hits._ternary(Ops.WHERE, positions, no_position)._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])
     return chosen, where
 
@@ -72,7 +72,7 @@ def _sorted_last(x: Tensor, descending: bool, count: int) -> tuple[Tensor, Tenso
     """The first `count` (values, positions) of x's last dim in (descending) order."""
     if x.shape[-1] == 0 or count == 0:
         shape = (*x.shape[:-1], count)
-        return x._const(0, shape, x.dtype, x.device), x._const(0, shape, dtypes.int64, x.device)
+        return x._const(0, shape, x.dtype, x.device), x._const(0, shape, dtypes.default_int, x.device)
     return _pick_by_rank(x, _ranks(x, descending), count)
 
 
@@ -82,7 +82,7 @@ class SortingMixin:
     def sort(
         self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None
     ) -> tuple[Tensor, Tensor]:
-        """(sorted values, their int64 positions in the input) along `dim`, like `torch.sort`.
+        """(sorted values, their `dtypes.default_int` positions in the input) along `dim`, like `torch.sort`.
 
         The order is always stable (equal values keep their input order), so `stable` changes nothing. O(n**2) work
         per row of length n (see the module docstring).
@@ -95,14 +95,14 @@ class SortingMixin:
         if not isinstance(descending, bool) or not isinstance(stable, bool):
             raise TypeError(f"sort descending and stable must be bools, got {descending!r} and {stable!r}")
         if self.ndim == 0:
-            return self, self._const(0, (), dtypes.int64, self.device)
+            return self, self._const(0, (), dtypes.default_int, self.device)
         index = normalize_axis(pick_axis(axis, dim), self.shape, "sort dim")
         last = self.transpose(index, -1)
         values, positions = _sorted_last(last, descending, last.shape[-1])
         return values.transpose(index, -1), positions.transpose(index, -1)
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-        """The int64 positions that sort this tensor along `dim` (stable), like `torch.argsort`.
+        """The `dtypes.default_int` positions that sort this tensor along `dim` (stable), like `torch.argsort`.
 
         Example:
             >>> Tensor([3.0, 1.0, 2.0]).argsort(descending=True).tolist()
@@ -111,7 +111,7 @@ class SortingMixin:
         return self.sort(dim, descending, stable)[1]
 
     def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
-        """(the k largest (or smallest) values along `dim`, their int64 positions), like `torch.topk`.
+        """(the k largest (or smallest) values along `dim`, their `dtypes.default_int` positions), like `torch.topk`.
 
         The values come in order (largest first, or smallest first when `largest=False`); among equal values the
         earlier position comes first. O(n * (n + k)) work per row of length n.
@@ -128,8 +128,8 @@ class SortingMixin:
             if count not in (0, 1):
                 raise ValueError(f"topk k={count} is out of range for a 0-dim tensor (expected 0 or 1)")
             if count == 1:
-                return self, self._const(0, (), dtypes.int64, self.device)
-            return self._const(0, (0,), self.dtype, self.device), self._const(0, (0,), dtypes.int64, self.device)
+                return self, self._const(0, (), dtypes.default_int, self.device)
+            return self._const(0, (0,), self.dtype, self.device), self._const(0, (0,), dtypes.default_int, self.device)
         index = normalize_axis(dim, self.shape, "topk dim")
         size = self.shape[index]
         if not 0 <= count <= size:

@@ -48,6 +48,10 @@ class UnaryMixin:
     def _scalar_like(self: Tensor, value: ConstType) -> Tensor:
         return self._const(value, self.shape, self.dtype, self.device)
 
+    def _magnitude(self: Tensor) -> Tensor:
+        """|self| with derivative 1 at 0 (for compositions f(|x|) that are smooth at 0; `abs` itself gives 0)."""
+        return self._binary(Ops.CMPLT, self._scalar_like(0))._ternary(Ops.WHERE, self._unary(Ops.NEG), self)
+
     def _require_numeric(self: Tensor, what: str) -> None:
         if self.dtype == dtypes.bool:
             raise TypeError(f"{what} is not supported for bool tensors; cast to an integer or float dtype first")
@@ -226,7 +230,7 @@ class UnaryMixin:
         return round_away._ternary(Ops.WHERE, away, truncated)
 
     def abs(self: Tensor) -> Tensor:
-        """The absolute value.
+        """The absolute value (its gradient is sign(x): 0 at 0, like PyTorch).
 
         Example:
             >>> Tensor([-2, 3]).abs().tolist()
@@ -234,8 +238,10 @@ class UnaryMixin:
         """
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        negative = self._binary(Ops.CMPLT, self._scalar_like(0))
-        return negative._ternary(Ops.WHERE, self._unary(Ops.NEG), self)
+        zero = self._scalar_like(0)
+        # zeros (and NaN) take x - x: the value 0 (NaN stays NaN) with gradient 1 - 1 = 0
+        rest = zero._binary(Ops.CMPLT, self)._ternary(Ops.WHERE, self, self._binary(Ops.SUB, self))
+        return self._binary(Ops.CMPLT, zero)._ternary(Ops.WHERE, self._unary(Ops.NEG), rest)
 
     def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 by the sign (NaN stays NaN; bools are unchanged).
@@ -266,17 +272,20 @@ class UnaryMixin:
             return self._const(False, self.shape, dtypes.bool, self.device)
         return self._binary(Ops.CMPNE, self)
 
-    def isinf(self: Tensor) -> Tensor:
-        """Where the value is +inf or -inf (bool).
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """Where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`) (bool).
 
         Example:
             >>> Tensor([1.0, -math.inf]).isinf().tolist()
             [False, True]
         """
-        if not dtypes.is_float(self.dtype):
+        if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
             return self._const(False, self.shape, dtypes.bool, self.device)
         positive = self._binary(Ops.CMPEQ, self._scalar_like(math.inf))
-        return positive._binary(Ops.OR, self._binary(Ops.CMPEQ, self._scalar_like(-math.inf)))
+        negative = self._binary(Ops.CMPEQ, self._scalar_like(-math.inf))
+        if not detect_negative:
+            return positive
+        return positive._binary(Ops.OR, negative) if detect_positive else negative
 
     def isfinite(self: Tensor) -> Tensor:
         """Where the value is neither infinite nor NaN (bool).
@@ -302,36 +311,49 @@ class UnaryMixin:
         """
 
         def body(x: Tensor) -> Tensor:
-            magnitude = x.abs()
+            magnitude = x._magnitude()
             t = (magnitude * _ERF_P + 1.0).reciprocal()
             polynomial = t * 0.0
             for coefficient in reversed(_ERF_COEFFICIENTS):
                 polynomial = (polynomial + coefficient) * t
-            result = 1.0 - polynomial * (-(magnitude * magnitude)).exp()
-            return x.sign() * result
+            # exp(-m*m) with m*m capped: the gradient of an overflowing square would be 0 * inf = NaN
+            result = 1.0 - polynomial * (-(magnitude.minimum(1e4) ** 2)).exp()
+            return (x < 0).where(-result, result)
 
         return self._math(body)
 
     def sigmoid(self: Tensor) -> Tensor:
-        """1 / (1 + exp(-self)).
+        """1 / (1 + exp(-self)), computed from e = exp(-|x|) <= 1 so that neither it nor its gradient overflows.
 
         Example:
             >>> Tensor([0.0]).sigmoid().tolist()
             [0.5]
         """
-        return self._math(lambda x: ((-x).exp() + 1.0).reciprocal())
+
+        def body(x: Tensor) -> Tensor:
+            small = (-x._magnitude()).exp()
+            positive = (small + 1.0).reciprocal()
+            return (x < 0).where(small * positive, positive)
+
+        return self._math(body)
 
     def tanh(self: Tensor) -> Tensor:
-        """The hyperbolic tangent, as 2 * sigmoid(2x) - 1.
+        """The hyperbolic tangent, as sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|) <= 1 (no overflow).
 
         Example:
             >>> Tensor([0.0]).tanh().tolist()
             [0.0]
         """
-        return self._math(lambda x: (x * 2.0).sigmoid() * 2.0 - 1.0)
+
+        def body(x: Tensor) -> Tensor:
+            small = (x._magnitude() * -2.0).exp()
+            magnitude = (1.0 - small) / (small + 1.0)
+            return (x < 0).where(-magnitude, magnitude)
+
+        return self._math(body)
 
     def relu(self: Tensor) -> Tensor:
-        """max(self, 0) (NaN stays NaN).
+        """max(self, 0) (NaN stays NaN; the gradient at 0 is 0, like PyTorch).
 
         Example:
             >>> Tensor([-1.0, 2.0]).relu().tolist()
@@ -339,7 +361,8 @@ class UnaryMixin:
         """
         self._require_numeric("relu")
         zero = self._scalar_like(0)
-        return self._binary(Ops.CMPLT, zero)._ternary(Ops.WHERE, zero, self)
+        not_positive = self._binary(Ops.CMPLT, zero)._binary(Ops.OR, self._binary(Ops.CMPEQ, zero))
+        return not_positive._ternary(Ops.WHERE, zero, self)
 
     def relu6(self: Tensor) -> Tensor:
         """min(max(self, 0), 6).
@@ -409,7 +432,13 @@ class UnaryMixin:
             return self._math(lambda x: x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0))
         if approximate == "tanh":
             scale = math.sqrt(2.0 / math.pi)
-            return self._math(lambda x: x * 0.5 * (((x + x * x * x * 0.044715) * scale).tanh() + 1.0))
+
+            def body(x: Tensor) -> Tensor:
+                # tanh saturates to exactly 1 beyond |x| = 10; clamping keeps x**3 (and its gradient) finite
+                inner = x.clamp(-10.0, 10.0)
+                return x * 0.5 * (((inner + inner * inner * inner * 0.044715) * scale).tanh() + 1.0)
+
+            return self._math(body)
         raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
 
     def silu(self: Tensor) -> Tensor:

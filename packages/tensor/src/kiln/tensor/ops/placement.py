@@ -1,0 +1,220 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`PlacementMixin`: out-of-place writes of values at positions (index_add, index_fill, index_copy, masked_scatter,
+select_scatter, slice_scatter, diagonal_scatter), building diagonal matrices (diag_embed, diagflat), and the
+pointwise multiply-adds (addcmul, addcdiv) and the cross product.
+
+Writes are one-hot comparisons of positions (a mask where the new values land, `where(mask, new, old)`), so they stay
+lazy and differentiable; the indices are integer tensors, not checked (an out-of-range position writes nothing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops.creation import iota
+from kiln.uops import ConstType, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["PlacementMixin"]
+
+
+def _positions_along(x: Tensor, axis: int) -> Tensor:
+    """The position along `axis` of every element, shaped to broadcast against x."""
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    return iota(x.shape[axis], x.device).reshape(view)
+
+
+class PlacementMixin:
+    """Out-of-place writes at positions, diagonal matrices, multiply-adds and the cross product."""
+
+    def _index_one_hot(self: Tensor, axis: int, index: Tensor, what: str) -> Tensor:
+        """(k, size) bool: row i is True at position index[i] along `axis`."""
+        if index.ndim > 1 or not dtypes.is_int(index.dtype):
+            raise TypeError(f"{what} index must be a 0-D or 1-D integer tensor, got {index.dtype!r} {index.shape}")
+        size = self.shape[axis]
+        flat = index.reshape(-1)
+        return flat.reshape(-1, 1) == iota(size, self.device).reshape(1, size)
+
+    def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: ConstType = 1) -> Tensor:
+        """This tensor plus alpha * source's slices added at positions `index` along `dim` (repeats add up).
+
+        Example:
+            >>> Tensor.zeros(3).index_add(0, Tensor([0, 2, 0]), Tensor([1.0, 2.0, 3.0])).tolist()
+            [4.0, 0.0, 2.0]
+        """
+        axis = normalize_axis(dim, self.shape, "index_add dim")
+        hits = self._index_one_hot(axis, index, "index_add")
+        moved = source.movedim(axis, -1).unsqueeze(-1)  # (..., k, 1)
+        spread = hits.where(moved, 0).sum(-2, dtype=self.dtype)  # (..., size)
+        added = spread.movedim(-1, axis)
+        return self + (added if alpha == 1 else added * alpha)
+
+    def index_fill(self: Tensor, dim: int, index: Tensor, value: ConstType | Tensor) -> Tensor:
+        """`value` at positions `index` along `dim`.
+
+        Example:
+            >>> Tensor([1, 2, 3]).index_fill(0, Tensor([0, 2]), -1).tolist()
+            [-1, 2, -1]
+        """
+        axis = normalize_axis(dim, self.shape, "index_fill dim")
+        chosen = self._index_one_hot(axis, index, "index_fill").any(0)
+        view = [1] * self.ndim
+        view[axis] = self.shape[axis]
+        return chosen.reshape(view).where(value, self)
+
+    def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+        """source's slices written at positions `index` along `dim` (positions should be distinct, as in torch).
+
+        Example:
+            >>> Tensor.zeros(3).index_copy(0, Tensor([2, 0]), Tensor([5.0, 7.0])).tolist()
+            [7.0, 0.0, 5.0]
+        """
+        axis = normalize_axis(dim, self.shape, "index_copy dim")
+        hits = self._index_one_hot(axis, index, "index_copy")
+        view = [1] * self.ndim
+        view[axis] = self.shape[axis]
+        chosen = hits.any(0).reshape(view)
+        placed = self.zeros_like().index_add(axis, index, source._cast(self.dtype))
+        return chosen.where(placed, self)
+
+    def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+        """source's elements, in order, written where `mask` (broadcast) is True.
+
+        Example:
+            >>> Tensor([0, 0, 0]).masked_scatter(Tensor([True, False, True]), Tensor([7, 8])).tolist()
+            [7, 0, 8]
+        """
+        if mask.dtype != dtypes.bool:
+            raise TypeError(f"masked_scatter mask must be bool, got {mask.dtype!r}")
+        full = mask._broadcast_to(self.shape).reshape(-1)
+        rank = full._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1
+        flat_source = source.reshape(-1)
+        if flat_source.shape[0] == 0:
+            return self
+        picked = flat_source[rank.clamp(0, flat_source.shape[0] - 1)]
+        return full.where(picked._cast(self.dtype), self.reshape(-1)).reshape(self.shape)
+
+    def select_scatter(self: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
+        """This tensor with the slice at `index` of `dim` replaced by `src`.
+
+        Example:
+            >>> Tensor.zeros(2, 2).select_scatter(Tensor([1.0, 2.0]), 0, 1).tolist()
+            [[0.0, 0.0], [1.0, 2.0]]
+        """
+        axis = normalize_axis(dim, self.shape, "select_scatter dim")
+        size = self.shape[axis]
+        if not -size <= check_int(index, "select_scatter index") < size:
+            raise IndexError(f"select_scatter index {index} is out of range for dim {axis} of size {size}")
+        return (_positions_along(self, axis) == index % size).where(src._cast(self.dtype).unsqueeze(axis), self)
+
+    def slice_scatter(
+        self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+    ) -> Tensor:
+        """This tensor with the slice start:end:step of `dim` replaced by `src`.
+
+        Example:
+            >>> Tensor.zeros(4).slice_scatter(Tensor([1.0, 2.0]), 0, 0, None, 2).tolist()
+            [1.0, 0.0, 2.0, 0.0]
+        """
+        axis = normalize_axis(dim, self.shape, "slice_scatter dim")
+        positions = list(range(self.shape[axis]))[slice(start, end, step)]
+        if len(positions) != (src.shape[axis] if src.ndim == self.ndim else -1):
+            raise ValueError(f"slice_scatter src of shape {src.shape} does not fit the {len(positions)} positions")
+        if not positions:
+            return self
+        index = type(self)(positions, dtype=dtypes.default_int, device=self.device)
+        return self.index_copy(axis, index, src)
+
+    def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+        """Matrices whose `offset` diagonal (in dims dim1, dim2 of the result) is the last dim of this tensor.
+
+        Example:
+            >>> Tensor([[1, 2]]).diag_embed().tolist()
+            [[[1, 0], [0, 2]]]
+        """
+        length = self.shape[-1] if self.ndim else 1
+        size = length + abs(offset)
+        eye = iota(length, self.device).reshape(length, 1) == iota(length, self.device).reshape(1, length)
+        square = eye.where(self.unsqueeze(-1), 0)  # (..., n, n): values on the diagonal
+        before, after = max(0, -offset), max(0, offset)
+        lead = [(0, 0)] * (square.ndim - 2)
+        placed = square.pad([*lead, (before, size - length - before), (after, size - length - after)])
+        ndim = placed.ndim
+        first = normalize_axis(dim1, placed.shape, "diag_embed dim1")
+        second = normalize_axis(dim2, placed.shape, "diag_embed dim2")
+        if first == second:
+            raise ValueError(f"diag_embed dim1 and dim2 must differ, got {dim1} and {dim2}")
+        return placed.movedim((ndim - 2, ndim - 1), (first, second))
+
+    def diagflat(self: Tensor, offset: int = 0) -> Tensor:
+        """The flattened tensor as the `offset` diagonal of a square matrix.
+
+        Example:
+            >>> Tensor([[1, 2]]).diagflat().tolist()
+            [[1, 0], [0, 2]]
+        """
+        return self.reshape(-1).diag(offset)
+
+    def diagonal_scatter(self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """This tensor with its `offset` diagonal in (dim1, dim2) replaced by `src`.
+
+        Example:
+            >>> Tensor.zeros(2, 2).diagonal_scatter(Tensor([1.0, 2.0])).tolist()
+            [[1.0, 0.0], [0.0, 2.0]]
+        """
+        first = normalize_axis(dim1, self.shape, "diagonal_scatter dim1")
+        second = normalize_axis(dim2, self.shape, "diagonal_scatter dim2")
+        rows, columns = _positions_along(self, first), _positions_along(self, second)
+        on_diagonal = (columns - rows) == offset
+        moved = self.movedim((first, second), (-2, -1))
+        spread = src._cast(self.dtype).diag_embed(offset)
+        rows_needed, columns_needed = moved.shape[-2], moved.shape[-1]
+        padding = [(0, 0)] * (spread.ndim - 2) + [
+            (0, rows_needed - spread.shape[-2]),
+            (0, columns_needed - spread.shape[-1]),
+        ]
+        placed = spread.pad(padding).movedim((-2, -1), (first, second))
+        return on_diagonal.where(placed, self)
+
+    def addcmul(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: ConstType = 1) -> Tensor:
+        """self + value * tensor1 * tensor2.
+
+        Example:
+            >>> Tensor([1.0]).addcmul(Tensor([2.0]), Tensor([3.0]), value=0.5).tolist()
+            [4.0]
+        """
+        return self + tensor1 * tensor2 * value
+
+    def addcdiv(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: ConstType = 1) -> Tensor:
+        """self + value * tensor1 / tensor2.
+
+        Example:
+            >>> Tensor([1.0]).addcdiv(Tensor([3.0]), Tensor([2.0]), value=2).tolist()
+            [4.0]
+        """
+        return self + tensor1 / tensor2 * value
+
+    def cross(self: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
+        """The 3-D cross product along `dim` (the first dim of size 3 when None).
+
+        Example:
+            >>> Tensor([1.0, 0.0, 0.0]).cross(Tensor([0.0, 1.0, 0.0])).tolist()
+            [0.0, 0.0, 1.0]
+        """
+        if dim is None:
+            sizes = [i for i, size in enumerate(self.shape) if size == 3]
+            if not sizes:
+                raise ValueError(f"cross needs a dim of size 3, got shape {self.shape}")
+            axis = sizes[0]
+        else:
+            axis = normalize_axis(dim, self.shape, "cross dim")
+        if self.shape[axis] != 3 or other.shape[axis] != 3:
+            raise ValueError(f"cross needs size 3 along dim {axis}, got shapes {self.shape} and {other.shape}")
+        a1, a2 = self.roll(-1, axis), self.roll(-2, axis)
+        b1, b2 = other.roll(-1, axis), other.roll(-2, axis)
+        return a1 * b2 - a2 * b1

@@ -1,0 +1,172 @@
+# mypy: disable-error-code="misc"
+# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
+"""`SelectionMixin`: picking elements by position or mask (narrow, select, unbind, index_select, take,
+take_along_dim, masked_select, nonzero), composed from shrink, indexing and gather.
+
+`masked_select` and `nonzero` have a data-dependent length: with `size=` they stay lazy (padded with `fill_value`
+or truncated to `size` entries, like `torch.nonzero_static`); without it they read the count first (a sync).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
+from kiln.tensor.ops.creation import iota
+from kiln.uops import ConstType, dtypes
+
+if TYPE_CHECKING:
+    from kiln.tensor.tensor import Tensor
+
+__all__ = ["SelectionMixin"]
+
+
+def _flat_positions(mask: Tensor, size: int) -> Tensor:
+    """The flat positions (default_int) of the first `size` True entries of a 1-D bool mask, -1 past the last."""
+    count = mask.shape[0]
+    if count == 0 or size == 0:
+        return mask._const(-1, (size,), dtypes.default_int, mask.device)
+    rank = mask._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1  # k-th True has rank k
+    slots = iota(size, mask.device).reshape(size, 1)
+    hits = (rank.reshape(1, count) == slots) & mask.reshape(1, count)
+    position = hits.where(iota(count, mask.device).reshape(1, count) + 1, 0).max(1)
+    return position._cast(dtypes.default_int) - 1
+
+
+class SelectionMixin:
+    """Selecting elements by position or mask."""
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+        """`length` elements from `start` along `dim`.
+
+        Example:
+            >>> Tensor([1, 2, 3, 4]).narrow(0, 1, 2).tolist()
+            [2, 3]
+        """
+        index = normalize_axis(dim, self.shape, "narrow dim")
+        size = self.shape[index]
+        begin = check_int(start, "narrow start") + (size if start < 0 else 0)
+        if not 0 <= begin <= size or not 0 <= check_int(length, "narrow length") <= size - begin:
+            raise IndexError(f"narrow: start {start} and length {length} are out of range for a dim of {size}")
+        bounds: list[tuple[int, int] | None] = [None] * self.ndim
+        bounds[index] = (begin, begin + length)
+        return self.shrink(bounds)
+
+    def select(self: Tensor, dim: int, index: int) -> Tensor:
+        """The slice at `index` of `dim` (the dim removed).
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).select(1, 0).tolist()
+            [1, 3]
+        """
+        axis = normalize_axis(dim, self.shape, "select dim")
+        size = self.shape[axis]
+        if not -size <= check_int(index, "select index") < size:
+            raise IndexError(f"select index {index} is out of range for dim {axis} of size {size}")
+        return self.narrow(axis, index % size, 1).squeeze(axis)
+
+    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+        """Every slice along `dim`, each without that dim.
+
+        Example:
+            >>> [t.tolist() for t in Tensor([[1, 2], [3, 4]]).unbind()]
+            [[1, 2], [3, 4]]
+        """
+        axis = normalize_axis(dim, self.shape, "unbind dim")
+        return tuple(self.select(axis, i) for i in range(self.shape[axis]))
+
+    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """The slices at positions `index` (a 1-D integer tensor) along `dim`.
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).index_select(1, Tensor([1, 1])).tolist()
+            [[2, 2], [4, 4]]
+        """
+        axis = normalize_axis(dim, self.shape, "index_select dim")
+        if index.ndim > 1 or dtypes.is_float(index.dtype) or index.dtype == dtypes.bool:
+            raise TypeError(
+                f"index_select index must be a 0-D or 1-D integer tensor, got {index.dtype!r} {index.shape}"
+            )
+        return self[(slice(None),) * axis + (index.reshape(-1),)]
+
+    def take(self: Tensor, index: Tensor) -> Tensor:
+        """The elements of the flattened tensor at `index` (result shaped like `index`).
+
+        Example:
+            >>> Tensor([[1, 2], [3, 4]]).take(Tensor([0, 3])).tolist()
+            [1, 4]
+        """
+        return self.reshape(-1)[index.reshape(-1)].reshape(index.shape)
+
+    def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+        """gather along `dim` with `indices` broadcast against this tensor (flattened when dim is None).
+
+        Example:
+            >>> Tensor([[10, 30, 20]]).take_along_dim(Tensor([[1]]), 1).tolist()
+            [[30]]
+        """
+        if dim is None:
+            return self.reshape(-1).gather(0, indices.reshape(-1))
+        axis = normalize_axis(dim, self.shape, "take_along_dim dim")
+        if indices.ndim != self.ndim:
+            raise ValueError(f"take_along_dim indices need {self.ndim} dims, got shape {indices.shape}")
+        shape = [max(a, b) if i != axis else a for i, (a, b) in enumerate(zip(self.shape, indices.shape))]
+        index_shape = [max(a, b) if i != axis else b for i, (a, b) in enumerate(zip(self.shape, indices.shape))]
+        return self.expand(shape).gather(axis, indices.expand(index_shape))
+
+    def masked_select(self: Tensor, mask: Tensor, *, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+        """The elements where `mask` (broadcast) is True, as a 1-D tensor. With `size` the result has exactly
+        `size` entries (padded with `fill_value`, or truncated) and stays lazy; without it the count is read first.
+
+        Example:
+            >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True])).tolist()
+            [1, 3]
+        """
+        if mask.dtype != dtypes.bool:
+            raise TypeError(f"masked_select mask must be bool, got {mask.dtype!r}")
+        shape = broadcast_shapes(self.shape, mask.shape)
+        flat_mask = mask._broadcast_to(shape).reshape(-1)
+        values = self._broadcast_to(shape).reshape(-1)
+        count = int(flat_mask.sum().item()) if size is None else check_int(size, "masked_select size")
+        positions = _flat_positions(flat_mask, count)
+        found = positions >= 0
+        if values.shape[0] == 0:
+            return self._const(fill_value, (count,), self.dtype, self.device)
+        return found.where(values[positions.maximum(0)], fill_value)
+
+    def nonzero(self: Tensor, *, as_tuple: bool = False, size: int | None = None, fill_value: int = -1) -> Any:
+        """The indices (`dtypes.default_int`) of the non-zero elements, one row each ((count, ndim)), or one 1-D
+        tensor per dim with `as_tuple`. With `size` the result has exactly `size` rows (padded with `fill_value`)
+        and stays lazy; without it the count is read first.
+
+        Example:
+            >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
+            [[0, 1], [1, 0]]
+        """
+        flat_mask = (self != 0).reshape(-1)
+        count = int(flat_mask.sum().item()) if size is None else check_int(size, "nonzero size")
+        positions = _flat_positions(flat_mask, count)
+        found = positions >= 0
+        columns = []
+        stride = 1
+        for length in reversed(self.shape):
+            columns.append(found.where((positions // stride) % length, fill_value))
+            stride *= length
+        columns.reverse()
+        if as_tuple:
+            return tuple(columns) if columns else (found.where(positions * 0, fill_value),)
+        if not columns:
+            return self._const(0, (count, 0), dtypes.default_int, self.device)
+        return columns[0].stack(*columns[1:], dim=1)
+
+    def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+        """`nonzero(size=size, fill_value=fill_value)`: exactly `size` rows, lazy."""
+        result: Tensor = self.nonzero(size=size, fill_value=fill_value)
+        return result
+
+    def argwhere(self: Tensor) -> Tensor:
+        """Alias of `nonzero()`."""
+        result: Tensor = self.nonzero()
+        return result
