@@ -8,6 +8,11 @@ simulated hardware reads differently, and a test fails. Values are the `<REG>__<
 * GFX11: `gc_11_0_0_sh_mask.h` (GCVM_*) and `mmhub_3_0_0_sh_mask.h` (MMVM_*), which agree on these registers;
 * GFX9_4 (MI300, GC 9.4.3): `gc_9_4_3_sh_mask.h` (VM_*) and `mmhub_1_8_0_sh_mask.h` (VM_*), which agree too.
 
+Checked against header text for this package: `mmhub_1_8_0_sh_mask.h` (torvalds/linux) VM_CONTEXT0_CNTL (block size
+0x78, RETRY_PERMISSION_OR_INVALID_PAGE_FAULT 0x80), VM_INVALIDATE_ENG17_REQ (FLUSH_TYPE 0x30000 ... CLEAR 0x800000)
+and _ACK (0xFFFF); an MMHUB 3.x `MMVM_*` header for the GFX11 column (REQ FLUSH_TYPE 0x70000 ... CLEAR 0x1000000,
+SEM 0x1, CNTL block size 0x78). The GC hubs' UTCL2 uses the same layouts as the MMHUB of its generation.
+
 (GC 12 is not modelled; its PAGE_TABLE_BLOCK_SIZE sits at 7:4, the position the driver once wrongly used here.)
 """
 
