@@ -316,7 +316,7 @@ def test_vm_context_registers(generation: GfxGeneration) -> None:
         assert read(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32) == 0x2  # 0x2000_0000_0000 >> 12 >> 32
         assert read(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32) == 0xFFFF_FFFF
         assert read(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32) == 0x7  # 0x7FFF_FFFF_FFFF >> 12 >> 32
-        expected_cntl = 0x95 if generation is GfxGeneration.GFX9_4 else 0x7  # enable | depth << 1 | block << 4
+        expected_cntl = 0x4D if generation is GfxGeneration.GFX9_4 else 0x7  # enable | depth << 1 | block << 3
         assert read(hub, AMRegister.VM_CONTEXT0_CNTL) == expected_cntl
     assert manager.vram_base == SEGMENT and managers[0].vram_base == 0 and managers[2].vram_base == 0
 

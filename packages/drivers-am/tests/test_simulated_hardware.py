@@ -63,8 +63,11 @@ def test_registers() -> None:
         device.write_register(Hub.GC, AMRegister.MC_VM_XGMI_LFB_CNTL, 1)
     with pytest.raises(ValueError, match="32-bit"):
         device.write_register(Hub.GC, AMRegister.VM_CONTEXT0_CNTL, 1 << 32)
+    assert device.read_register(Hub.MM, AMRegister.VM_INVALIDATE_ENG17_SEM) == 1  # MMHUB requests need the semaphore
     device.write_register(Hub.MM, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x00F8_0004)
     assert device.read_register(Hub.MM, AMRegister.VM_INVALIDATE_ENG17_ACK) == 0x4
     assert device.invalidation_requests == {Hub.GC: 0, Hub.MM: 1}
+    with pytest.raises(ValueError, match=r"xcc_count must be 1\.\.16"):
+        SimulatedAMHardware(SimulatedPlatform(), 1 << 30, xcc_count=0)
     with pytest.raises(ValueError, match="multiple of 2 MiB"):
         SimulatedAMHardware(SimulatedPlatform(), (1 << 30) + 4096)

@@ -32,9 +32,9 @@ def _va(pdb2: int, pdb1: int, pdb0: int, ptb: int, offset: int = 0) -> int:
     return VA_START + (pdb2 << 39) + (pdb1 << 30) + (pdb0 << 21) + (ptb << 12) + offset
 
 
-# CNTL: ENABLE_CONTEXT bit 0, PAGE_TABLE_DEPTH 2:1, PAGE_TABLE_BLOCK_SIZE 7:4.
+# CNTL: ENABLE_CONTEXT bit 0, PAGE_TABLE_DEPTH 2:1, PAGE_TABLE_BLOCK_SIZE 6:3 (mask 0x78 in gc_11_0_0 and gc_9_4_3).
 CNTL_GFX11 = 0x1 | 3 << 1  # 0x7
-CNTL_GFX9_4 = 0x1 | 2 << 1 | 9 << 4  # 0x95
+CNTL_GFX9_4 = 0x1 | 2 << 1 | 9 << 3  # 0x4D
 
 
 @pytest.fixture
@@ -96,11 +96,31 @@ def test_translations_are_cached_until_invalidated(gfx11: SimulatedAMHardware) -
     assert gfx11.mmu.translate(va).address == 0x1234_5000
     _entry(gfx11, PTB_TABLE, 5, 0x0000_0000_0ABC_D071)
     assert gfx11.mmu.translate(va).address == 0x1234_5000  # stale, as a real TLB would be
+    assert gfx11.read_register(Hub.MM, AMRegister.VM_INVALIDATE_ENG17_SEM) == 1
     gfx11.write_register(Hub.MM, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x00F8_0001)  # the other hub: no effect
     assert gfx11.mmu.translate(va).address == 0x1234_5000
-    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x00F8_0001)
+    # GC 11 layout: L1 PTEs (0x800000) alone leave the L2 PTE cache, PDE caches alone leave both PTE caches
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x0080_0001)
+    assert gfx11.mmu.translate(va).address == 0x1234_5000
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x0070_0001)
+    assert gfx11.mmu.translate(va).address == 0x1234_5000
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x00F8_0002)  # VMID 1: not this context
+    assert gfx11.read_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_ACK) == 2
+    assert gfx11.mmu.translate(va).address == 0x1234_5000
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x0088_0001)  # L2 PTEs + L1 PTEs
     assert gfx11.read_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_ACK) == 1
     assert gfx11.mmu.translate(va).address == 0x0ABC_D000
+
+
+def test_cached_directory_entries_until_their_level_is_invalidated(gfx11: SimulatedAMHardware) -> None:
+    va = _va(0, 2, 3, 5)
+    assert gfx11.mmu.translate(va).address == 0x1234_5000
+    _entry(gfx11, 0x5000, 5, 0x0000_0000_0BBB_B071)  # a second PTB with another page at the same index
+    _entry(gfx11, PDB0_TABLE, 3, 0x5001)  # the PDB0 entry now points at it
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x0088_0001)  # PTEs only: PDE0 still cached
+    assert gfx11.mmu.translate(va).address == 0x1234_5000
+    gfx11.write_register(Hub.GC, AMRegister.VM_INVALIDATE_ENG17_REQ, 0x0098_0001)  # + PDE0
+    assert gfx11.mmu.translate(va).address == 0x0BBB_B000
 
 
 @pytest.fixture

@@ -114,6 +114,28 @@ def test_pinned_host_buffers_live_in_host_memory() -> None:
         other.gpu.translate(opaque.va_addr)
 
 
+def test_a_gpu_outside_the_p2p_group_is_reached_through_bar1() -> None:
+    registry = DeviceRegistry(builtins={})
+    with Context(NV_SIM_VRAM_MIB=1024, NV_SIM_P2P=0):
+        isolated = registry["NV:sim7"]
+    assert isinstance(isolated, NVDevice)
+    source_device = nv("NV:sim")
+    assert isolated.peer_id(source_device) is None and source_device.peer_id(isolated) is None
+    payload = bytes(range(200)) * 50
+    source = Buffer("NV:sim", len(payload), dtypes.uint8, options=NOLRU).copyin(payload)
+    opaque = handle(source)
+    isolated.map(opaque)
+    translation = isolated.gpu.translate(opaque.va_addr + 123)
+    assert translation.target is MemoryTarget.SYSTEM_NON_COHERENT  # BAR1 P2P, as UVM maps it
+    assert translation.address == MACHINE.bar_addresses["NV:sim"] + opaque.allocation.mapping.paddrs[0][0] + 123
+    assert isolated.gpu.read_virtual(opaque.va_addr, len(payload)) == payload
+    source.deallocate()
+    with pytest.raises(TranslationFault):
+        isolated.gpu.translate(opaque.va_addr)
+    with Context(NV_SIM_P2P=2), pytest.raises(ValueError, match="NV_SIM_P2P=2"):
+        registry["NV:sim8"]
+
+
 def test_knobs_choose_vram_size_and_format() -> None:
     registry = DeviceRegistry(builtins={})
     with Context(NV_SIM_VRAM_MIB=1024, NV_SIM_MMU=3):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.drivers.nv import registers
-from kiln.drivers.nv.memory_manager import FIRMWARE_RESERVED_BYTES, VA_BASE, NVMemoryManager
+from kiln.drivers.nv.memory_manager import FIRMWARE_RESERVED_BYTES, VA_BASE, NVMemoryManager, PeerLink
 from kiln.drivers.nv.simulated_gpu import SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.drivers.nv.software_mmu import MemoryTarget, TranslationFault
@@ -156,6 +156,40 @@ def test_two_gpus_share_a_buffer_through_peer_mappings(version: int) -> None:
     mm_b.vfree(other)
     mm_a.vfree(buffer)
     assert shared.used_bytes == 0
+
+
+BAR1_BUS_ADDRESS = 0x200_0000_0000  # 2 TiB: above the simulated host memory's bus addresses
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_peer_without_a_peer_entry_is_reached_through_its_bar(version: int) -> None:
+    shared = TLSFAllocator(1 << 40, VA_BASE)
+    gpu_a, gpu_b = SimulatedNVGPU(1 * GIB, version), SimulatedNVGPU(1 * GIB, version)
+    mm_a = NVMemoryManager(gpu_a, 1 * GIB, mmu_version=version, va_allocator=shared)
+    mm_b = NVMemoryManager(gpu_b, 1 * GIB, mmu_version=version, va_allocator=shared)
+    gpu_b.attach_bar_window(BAR1_BUS_ADDRESS, gpu_a)  # no connect_peer: A and B share no peer-table entry
+    buffer = mm_a.valloc(2 * MIB + 8 * KIB)
+    gpu_a.write_virtual(buffer.va_addr + 2 * MIB + 5, b"over the BAR")
+    link = PeerLink(peer_id=None, bar_address=BAR1_BUS_ADDRESS, bar_size=1 * GIB)
+    view = mm_b.map_peer(buffer, link)
+    assert view.aspace is AddrSpace.SYS and not view.snooped
+    assert view.paddrs == tuple((BAR1_BUS_ADDRESS + paddr, size) for paddr, size in buffer.paddrs)
+    translation = gpu_b.translate(buffer.va_addr + 2 * MIB + 5)
+    # dev_mmu.h APERTURE 2 = SYSTEM_COHERENT_MEMORY, 3 = SYSTEM_NON_COHERENT_MEMORY: BAR1 P2P is the latter
+    assert translation.target is MemoryTarget.SYSTEM_NON_COHERENT
+    assert gpu_b.read_virtual(buffer.va_addr + 2 * MIB + 5, 12) == b"over the BAR"
+    gpu_b.write_virtual(buffer.va_addr, b"from B")
+    assert gpu_a.read_virtual(buffer.va_addr, 6) == b"from B"
+    mm_b.unmap(view)
+    with pytest.raises(RuntimeError, match="beyond the 0x100000-byte BAR1"):
+        mm_b.map_peer(buffer, PeerLink(bar_address=BAR1_BUS_ADDRESS, bar_size=1 * MIB))
+    # with a peer id the same buffer goes through the PEER aperture
+    gpu_b.connect_peer(2, gpu_a)
+    peer_view = mm_b.map_peer(buffer, PeerLink(peer_id=2, bar_address=BAR1_BUS_ADDRESS, bar_size=1 * GIB))
+    assert peer_view.aspace is AddrSpace.PEER and gpu_b.translate(buffer.va_addr).target is MemoryTarget.PEER
+    assert gpu_b.read_virtual(buffer.va_addr, 6) == b"from B"
+    mm_b.unmap(peer_view)
+    mm_a.vfree(buffer)
 
 
 def _offsets(chunks: tuple[tuple[int, int], ...]) -> list[int]:

@@ -16,8 +16,14 @@ from kiln.drivers.am.hardware import AMHardware
 from kiln.drivers.am.memory_manager import AM_VA_BASE, AM_VA_END, AM_VA_SIZE, AMMemoryManager
 from kiln.drivers.am.page_table_entry import PageTableLevel, encode_directory_entry, encode_leaf_entry
 from kiln.drivers.am.page_table_format import AMPageTableFormat
-from kiln.drivers.am.registers import AMRegister, Hub, RegisterAccess
-from kiln.drivers.am.simulated_hardware import BusError, SimulatedAMHardware, SimulatedHive, SimulatedPlatform
+from kiln.drivers.am.registers import REGISTER_FIELDS, AMRegister, Field, Hub, RegisterAccess, pack, unpack
+from kiln.drivers.am.simulated_hardware import (
+    BusError,
+    HubProtocolError,
+    SimulatedAMHardware,
+    SimulatedHive,
+    SimulatedPlatform,
+)
 from kiln.drivers.am.software_mmu import PageFault, PageFlags, SoftwareMMU, Translation, WalkerError
 from kiln.drivers.am.xgmi import XgmiNode
 
@@ -25,6 +31,7 @@ __all__ = [
     "AM_VA_BASE",
     "AM_VA_END",
     "AM_VA_SIZE",
+    "REGISTER_FIELDS",
     "AMAllocation",
     "AMAllocator",
     "AMBuffer",
@@ -34,8 +41,10 @@ __all__ = [
     "AMPageTableFormat",
     "AMRegister",
     "BusError",
+    "Field",
     "GfxGeneration",
     "Hub",
+    "HubProtocolError",
     "PageFault",
     "PageFlags",
     "PageTableLevel",
@@ -49,4 +58,6 @@ __all__ = [
     "XgmiNode",
     "encode_directory_entry",
     "encode_leaf_entry",
+    "pack",
+    "unpack",
 ]

@@ -19,6 +19,8 @@ class AMHardware(Protocol):
         bar_address: bus address of the VRAM BAR (how peers without XGMI and the host reach this VRAM).
         bar_size: bytes of VRAM visible through the BAR.
         hive_id: identifies the XGMI hive this GPU belongs to; None when it is in none.
+        xcc_count: GC hub instances, one per XCC (8 on MI300X, 1 on RDNA3); each has its own VM context and TLB.
+        mmhub_count: MMHUB instances, one per AID on MI300 (4 on MI300X), 1 on RDNA3.
     """
 
     @property
@@ -39,10 +41,16 @@ class AMHardware(Protocol):
     @property
     def hive_id(self) -> int | None: ...
 
-    def read_register(self, hub: Hub, register: AMRegister) -> int:
-        """Read a 32-bit register of `hub`."""
+    @property
+    def xcc_count(self) -> int: ...
+
+    @property
+    def mmhub_count(self) -> int: ...
+
+    def read_register(self, hub: Hub, register: AMRegister, instance: int = 0) -> int:
+        """Read a 32-bit register of instance `instance` of `hub`."""
         ...
 
-    def write_register(self, hub: Hub, register: AMRegister, value: int) -> None:
-        """Write a 32-bit register of `hub`."""
+    def write_register(self, hub: Hub, register: AMRegister, value: int, instance: int = 0) -> None:
+        """Write a 32-bit register of instance `instance` of `hub`."""
         ...

@@ -14,14 +14,7 @@ from typing import ClassVar
 from kiln.drivers.am.gfx_generation import GfxGeneration
 from kiln.drivers.am.hardware import AMHardware
 from kiln.drivers.am.page_table_format import AMPageTableFormat
-from kiln.drivers.am.registers import (
-    INVALIDATE_ACK_PER_VMID_MASK,
-    VMID,
-    AMRegister,
-    Hub,
-    context_cntl,
-    invalidate_request,
-)
+from kiln.drivers.am.registers import VMID, AMRegister, Hub, context_cntl, invalidate_request, pack, unpack
 from kiln.drivers.am.xgmi import XgmiNode
 from kiln.runtime.memory import AddrSpace, MemoryManager, TLSFAllocator, VirtMapping
 
@@ -40,7 +33,7 @@ FIRMWARE_RESERVED = {GfxGeneration.GFX11: 64 << 20, GfxGeneration.GFX9_4: 384 <<
 AM_PALLOC_RANGES: tuple[tuple[int, int], ...] = tuple(
     (1 << shift, min(1 << shift, 1 << 30) if shift >= 21 else 4096) for shift in range(39, 11, -1)
 )
-#: How many times the ACK register is polled before a TLB invalidation is declared lost.
+#: How many times the semaphore / ACK register is polled before a TLB invalidation is declared lost.
 INVALIDATE_POLL_LIMIT = 100_000
 
 
@@ -98,8 +91,13 @@ class AMMemoryManager(MemoryManager):
         """Fabric address of this GPU's VRAM offset 0 (what PHYS offsets become in entries)."""
         return self.format.vram_base
 
+    def hub_instances(self) -> list[tuple[Hub, int]]:
+        """Every hub instance the driver programs and flushes: each XCC's GC hub, then each MMHUB (each AID's)."""
+        counts = {Hub.GC: self.hardware.xcc_count, Hub.MM: self.hardware.mmhub_count}
+        return [(hub, instance) for hub in Hub for instance in range(counts[hub])]
+
     def _program_vm_context(self) -> None:
-        """Point VM context 0 of both hubs at the root table and enable it (tinygrad AM_GMC.enable_vm_addressing).
+        """Point VM context 0 of every hub instance at the root table and enable it (tinygrad enable_vm_addressing).
 
         GFX11 walks 3 levels below the root with the default block size; GFX9.4 in translate-further mode is set
         up one level shallower with block size 9 (PDB0 entries act as 2 MiB PTEs that may translate further).
@@ -109,33 +107,50 @@ class AMMemoryManager(MemoryManager):
         base = self.vram_base + self.root_paddr | 1  # valid bit, as amdgpu_gmc_pd_addr adds it
         start, end = AM_VA_BASE >> 12, AM_VA_END >> 12
         write = self.hardware.write_register
-        for hub in Hub:
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32, base & 0xFFFF_FFFF)
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32, base >> 32)
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32, start & 0xFFFF_FFFF)
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32, start >> 32)
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32, end & 0xFFFF_FFFF)
-            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32, end >> 32)
-            write(hub, AMRegister.VM_CONTEXT0_CNTL, context_cntl(enable=True, depth=depth, block_size=block_size))
+        for hub, instance in self.hub_instances():
+            # The LO32/HI32 registers are single 32-bit fields (PAGE_DIRECTORY_ENTRY_*, LOGICAL_PAGE_NUMBER_*).
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32, base & 0xFFFF_FFFF, instance)
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32, base >> 32, instance)
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32, start & 0xFFFF_FFFF, instance)
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32, start >> 32, instance)
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32, end & 0xFFFF_FFFF, instance)
+            write(hub, AMRegister.VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32, end >> 32, instance)
+            cntl = context_cntl(generation, hub, enable=True, depth=depth, block_size=block_size)
+            write(hub, AMRegister.VM_CONTEXT0_CNTL, cntl, instance)
         self.invalidate_tlb()
 
-    def invalidate_tlb(self) -> None:
-        """Drop cached translations of VMID 0 on both hubs and wait for each hub's acknowledgement.
+    def _poll(self, hub: Hub, instance: int, register: AMRegister, field: str, bit: int, what: str) -> None:
+        generation = self.hardware.generation
+        for _ in range(INVALIDATE_POLL_LIMIT):
+            value = self.hardware.read_register(hub, register, instance)
+            if unpack(generation, hub, register, value, field) & bit:
+                return
+        raise RuntimeError(
+            f"{what} on {hub.value} hub instance {instance} did not happen after {INVALIDATE_POLL_LIMIT} polls of "
+            f"{register.value} (the GPU is hung or its registers are not reachable)"
+        )
 
-        Raises RuntimeError if a hub never acknowledges (the GPU is hung or the registers are not reachable).
+    def invalidate_tlb(self) -> None:
+        """Drop cached translations of VMID 0 on every hub instance and wait for each acknowledgement.
+
+        On an MMHUB the request is made under the engine's invalidation semaphore (read until SEMAPHORE=1, release
+        by writing it 0), as Linux `gmc_v11_0_flush_gpu_tlb` and tinygrad's AM driver do; Linux `gmc_v9_0.c` skips
+        it on GC 9.4.2+, tinygrad takes it on every MMHUB instance there too, and so does this driver.
+        Raises RuntimeError if a hub never grants the semaphore or never acknowledges.
         """
-        request = invalidate_request(VMID)
-        for hub in Hub:
-            self.hardware.write_register(hub, AMRegister.VM_INVALIDATE_ENG17_REQ, request)
-            for _ in range(INVALIDATE_POLL_LIMIT):
-                ack = self.hardware.read_register(hub, AMRegister.VM_INVALIDATE_ENG17_ACK)
-                if ack & INVALIDATE_ACK_PER_VMID_MASK & (1 << VMID):
-                    break
-            else:
-                raise RuntimeError(
-                    f"TLB invalidation of VMID {VMID} on the {hub.value} hub was not acknowledged after "
-                    f"{INVALIDATE_POLL_LIMIT} polls"
-                )
+        generation = self.hardware.generation
+        for hub, instance in self.hub_instances():
+            if hub is Hub.MM:
+                self._poll(hub, instance, AMRegister.VM_INVALIDATE_ENG17_SEM, "SEMAPHORE", 1, "semaphore acquire")
+            request = invalidate_request(generation, hub, VMID)
+            self.hardware.write_register(hub, AMRegister.VM_INVALIDATE_ENG17_REQ, request, instance)
+            ack_what = f"TLB invalidation acknowledgement of VMID {VMID}"
+            self._poll(
+                hub, instance, AMRegister.VM_INVALIDATE_ENG17_ACK, "PER_VMID_INVALIDATE_ACK", 1 << VMID, ack_what
+            )
+            if hub is Hub.MM:
+                release = pack(generation, hub, AMRegister.VM_INVALIDATE_ENG17_SEM, SEMAPHORE=0)
+                self.hardware.write_register(hub, AMRegister.VM_INVALIDATE_ENG17_SEM, release, instance)
         self.tlb_invalidations += 1
 
     def on_range_mapped(self) -> None:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import itertools
 
 from kiln.drivers.am.gfx_generation import GfxGeneration
-from kiln.drivers.am.registers import (
-    INVALIDATE_REQ_PER_VMID_MASK,
-    AMRegister,
-    Hub,
-)
+from kiln.drivers.am.hub_spec import HUB_REGISTER_MASKS, field_place, field_value
+from kiln.drivers.am.registers import AMRegister, Hub
 from kiln.drivers.am.software_mmu import SoftwareMMU
 from kiln.drivers.am.xgmi import XgmiNode
 from kiln.runtime.memory import SparseMemory, TLSFAllocator
@@ -29,6 +26,10 @@ HOST_MEMORY_BASE = 0x1_0000_0000
 
 class BusError(RuntimeError):
     """An access to a bus or fabric address that nothing answers."""
+
+
+class HubProtocolError(RuntimeError):
+    """The driver broke the invalidation protocol of a hub (semaphore, request, acknowledgement order)."""
 
 
 class SimulatedHive:
@@ -121,17 +122,26 @@ class SimulatedPlatform:
 
 
 class SimulatedAMHardware:
-    """One simulated AMD GPU: sparse VRAM, a register file for both hubs, a BAR on the platform and a GC-hub MMU.
+    """One simulated AMD GPU: sparse VRAM, hub instances with registers and a software MMU each, a BAR on the bus.
 
-    Register behaviour: plain registers store what is written; a write to VM_INVALIDATE_ENG17_REQ acknowledges the
-    requested VMIDs in VM_INVALIDATE_ENG17_ACK at once and, on the GC hub, drops the MMU's cached translations; the
-    XGMI placement registers are read-only and describe the hive slot.
+    Register behaviour, decoded with the simulator's own masks (`hub_spec`), per hub instance:
+
+    * plain registers store what is written; the XGMI placement registers are read-only and describe the hive slot;
+    * VM_INVALIDATE_ENG17_SEM is a hardware semaphore: a read returns SEMAPHORE=1 and takes it when it is free,
+      0 while it is held; writing SEMAPHORE=0 releases it;
+    * a write to VM_INVALIDATE_ENG17_REQ drops, in that instance's MMU, exactly the caches its INVALIDATE_* bits
+      name (when it names VMID 0) and acknowledges the named VMIDs in VM_INVALIDATE_ENG17_ACK. On an MMHUB the
+      request must be made while holding the semaphore and the semaphore released only after the acknowledgement
+      was read (HubProtocolError otherwise), the order Linux `gmc_v11_0_flush_gpu_tlb` and tinygrad follow;
+    * `hub_events` logs (hub, instance, "acquire" / "request" / "ack" / "release") in order.
 
     Args:
         platform: the host this GPU sits on.
         vram_size: bytes of VRAM (sparse: only written pages cost host memory).
-        generation: the GC generation, which picks the page-table layout.
+        generation: the GC generation, which picks the page-table and register layouts.
         hive: join this XGMI hive as its next node.
+        xcc_count: GC hub instances (MI300X: 8 XCCs; RDNA3: 1).
+        mmhub_count: MMHUB instances (MI300X: one per AID, 4; RDNA3: 1).
     """
 
     def __init__(
@@ -140,22 +150,52 @@ class SimulatedAMHardware:
         vram_size: int,
         generation: GfxGeneration = GfxGeneration.GFX11,
         hive: SimulatedHive | None = None,
+        *,
+        xcc_count: int = 1,
+        mmhub_count: int = 1,
     ) -> None:
         if vram_size <= 0 or vram_size % (2 << 20):
             raise ValueError(f"simulated VRAM size must be a positive multiple of 2 MiB, got {vram_size:#x}")
+        for name, count in (("xcc_count", xcc_count), ("mmhub_count", mmhub_count)):
+            if not 1 <= count <= 16:
+                raise ValueError(f"{name} must be 1..16, got {count}")
         self.platform = platform
         self._generation = generation
+        self._masks = HUB_REGISTER_MASKS[generation]
         self._vram = SparseMemory(vram_size)
+        self._counts = {Hub.GC: xcc_count, Hub.MM: mmhub_count}
         self.hive = hive
         self.xgmi = hive.join(self) if hive is not None else XgmiNode()
         self._bar_address = platform.attach(self)
-        self._registers: dict[tuple[Hub, AMRegister], int] = {}
+        self._registers: dict[tuple[Hub, int, AMRegister], int] = {}
         lfb_cntl, lfb_size = self.xgmi.to_registers()
-        for hub in Hub:
-            self._registers[hub, AMRegister.MC_VM_XGMI_LFB_CNTL] = lfb_cntl
-            self._registers[hub, AMRegister.MC_VM_XGMI_LFB_SIZE] = lfb_size
+        self.mmus: dict[tuple[Hub, int], SoftwareMMU] = {}
+        self._semaphore_held: dict[tuple[Hub, int], bool] = {}
+        self._ack_unread: dict[tuple[Hub, int], bool] = {}
+        for hub, instance in self.hub_instances():
+            self._registers[hub, instance, AMRegister.MC_VM_XGMI_LFB_CNTL] = lfb_cntl
+            self._registers[hub, instance, AMRegister.MC_VM_XGMI_LFB_SIZE] = lfb_size
+            self.mmus[hub, instance] = SoftwareMMU(generation, self, self._vram.read, vram_size, hub, instance)
+            self._semaphore_held[hub, instance] = False
+            self._ack_unread[hub, instance] = False
         self.invalidation_requests: dict[Hub, int] = dict.fromkeys(Hub, 0)
-        self.mmu = SoftwareMMU(generation, self, self._vram.read, vram_size, Hub.GC)
+        self.fault_address_clears = 0
+        self.hub_events: list[tuple[Hub, int, str]] = []
+        self.mmu = self.mmus[Hub.GC, 0]
+
+    def hub_instances(self) -> list[tuple[Hub, int]]:
+        """Every (hub, instance) of this GPU: each XCC's GC hub, then each MMHUB."""
+        return [(hub, instance) for hub in Hub for instance in range(self._counts[hub])]
+
+    @property
+    def xcc_count(self) -> int:
+        """GC hub instances (one per XCC)."""
+        return self._counts[Hub.GC]
+
+    @property
+    def mmhub_count(self) -> int:
+        """MMHUB instances (one per AID on MI300)."""
+        return self._counts[Hub.MM]
 
     # ---- the AMHardware protocol --------------------------------------------------------------------------------
 
@@ -189,22 +229,65 @@ class SimulatedAMHardware:
         """The hive this GPU belongs to, if any."""
         return None if self.hive is None else self.hive.hive_id
 
-    def read_register(self, hub: Hub, register: AMRegister) -> int:
-        """The register's value (0 if never written)."""
-        return self._registers.get((hub, register), 0)
+    def _key(self, hub: Hub, instance: int) -> tuple[Hub, int]:
+        if not 0 <= instance < self._counts[hub]:
+            raise ValueError(f"{hub.value} hub instance {instance} does not exist; expected 0..{self._counts[hub] - 1}")
+        return hub, instance
 
-    def write_register(self, hub: Hub, register: AMRegister, value: int) -> None:
+    def read_register(self, hub: Hub, register: AMRegister, instance: int = 0) -> int:
+        """The register's value (0 if never written); reading the semaphore register may take it."""
+        key = self._key(hub, instance)
+        if register is AMRegister.VM_INVALIDATE_ENG17_SEM:
+            if self._semaphore_held[key]:
+                return 0
+            self._semaphore_held[key] = True
+            self.hub_events.append((hub, instance, "acquire"))
+            return self._masks.INVALIDATE_ENG17_SEM__SEMAPHORE
+        value = self._registers.get((hub, instance, register), 0)
+        if register is AMRegister.VM_INVALIDATE_ENG17_ACK and self._ack_unread[key] and value:
+            self._ack_unread[key] = False
+            self.hub_events.append((hub, instance, "ack"))
+        return value
+
+    def write_register(self, hub: Hub, register: AMRegister, value: int, instance: int = 0) -> None:
         """Store a register write and run its side effects."""
+        key = self._key(hub, instance)
         if not 0 <= value < 1 << 32:
             raise ValueError(f"register {hub.value}:{register.value} is 32-bit, got {value:#x}")
         if register in (AMRegister.MC_VM_XGMI_LFB_CNTL, AMRegister.MC_VM_XGMI_LFB_SIZE):
             raise ValueError(f"register {register.value} is read-only")
-        self._registers[hub, register] = value
+        masks = self._masks
+        if register is AMRegister.VM_INVALIDATE_ENG17_SEM:
+            if field_value(value, masks.INVALIDATE_ENG17_SEM__SEMAPHORE) == 0:
+                if not self._semaphore_held[key]:
+                    raise HubProtocolError(f"{hub.value} hub {instance}: semaphore released but not held")
+                if self._ack_unread[key]:
+                    raise HubProtocolError(f"{hub.value} hub {instance}: semaphore released before the ACK was seen")
+                self._semaphore_held[key] = False
+                self.hub_events.append((hub, instance, "release"))
+            return
+        self._registers[hub, instance, register] = value
         if register is AMRegister.VM_INVALIDATE_ENG17_REQ:
+            if hub is Hub.MM and not self._semaphore_held[key]:
+                raise HubProtocolError(
+                    f"mm hub {instance}: invalidation requested without holding VM_INVALIDATE_ENG17_SEM"
+                )
+            self.hub_events.append((hub, instance, "request"))
             self.invalidation_requests[hub] += 1
-            self._registers[hub, AMRegister.VM_INVALIDATE_ENG17_ACK] = value & INVALIDATE_REQ_PER_VMID_MASK
-            if hub is Hub.GC and value & 1:  # VMID 0 is the context the MMU models
-                self.mmu.invalidate()
+            vmids = field_value(value, masks.INVALIDATE_ENG17_REQ__PER_VMID_INVALIDATE_REQ)
+            if field_value(value, masks.INVALIDATE_ENG17_REQ__CLEAR_PROTECTION_FAULT_STATUS_ADDR):
+                self.fault_address_clears += 1
+            ack = field_place(vmids, masks.INVALIDATE_ENG17_ACK__PER_VMID_INVALIDATE_ACK)
+            self._registers[hub, instance, AMRegister.VM_INVALIDATE_ENG17_ACK] = ack
+            self._ack_unread[key] = vmids != 0
+            if vmids & 1:  # VMID 0 is the context the MMUs model
+                self.mmus[key].invalidate(
+                    l1_ptes=bool(field_value(value, masks.INVALIDATE_ENG17_REQ__INVALIDATE_L1_PTES)),
+                    l2_ptes=bool(field_value(value, masks.INVALIDATE_ENG17_REQ__INVALIDATE_L2_PTES)),
+                    pde0=bool(field_value(value, masks.INVALIDATE_ENG17_REQ__INVALIDATE_L2_PDE0)),
+                    pde1=bool(field_value(value, masks.INVALIDATE_ENG17_REQ__INVALIDATE_L2_PDE1)),
+                    pde2=bool(field_value(value, masks.INVALIDATE_ENG17_REQ__INVALIDATE_L2_PDE2)),
+                )
 
     # ---- accesses through the GPU's virtual address space --------------------------------------------------------
 
@@ -217,22 +300,23 @@ class SimulatedAMHardware:
             raise BusError(f"device address {address:#x} (+{size:#x}) is outside local VRAM")
         return "local", address
 
-    def _pieces(self, va: int, size: int) -> list[tuple[str, int, int]]:
-        """Translate [va, va+size) page by page into (target, address, length) pieces."""
+    def _pieces(self, va: int, size: int, hub: Hub, instance: int) -> list[tuple[str, int, int]]:
+        """Translate [va, va+size) page by page, through one hub instance, into (target, address, length) pieces."""
+        mmu = self.mmus[self._key(hub, instance)]
         pieces: list[tuple[str, int, int]] = []
         end = va + size
         while va < end:
             length = min(4096 - (va & 0xFFF), end - va)
-            translation = self.mmu.translate(va)
+            translation = mmu.translate(va)
             target, address = self._access(translation.address, translation.system, length)
             pieces.append((target, address, length))
             va += length
         return pieces
 
-    def read_virtual(self, va: int, size: int) -> bytes:
-        """Read `size` bytes at GPU virtual address `va`, as a shader on this GPU would."""
+    def read_virtual(self, va: int, size: int, hub: Hub = Hub.GC, instance: int = 0) -> bytes:
+        """Read `size` bytes at GPU virtual address `va`, as a client of that hub instance (default: XCC 0) would."""
         parts: list[bytes] = []
-        for target, address, length in self._pieces(va, size):
+        for target, address, length in self._pieces(va, size, hub, instance):
             if target == "bus":
                 parts.append(self.platform.bus_read(address, length))
             elif target == "fabric":
@@ -242,10 +326,10 @@ class SimulatedAMHardware:
                 parts.append(self._vram.read(address, length))
         return b"".join(parts)
 
-    def write_virtual(self, va: int, data: bytes) -> None:
-        """Write `data` at GPU virtual address `va`, as a shader on this GPU would."""
+    def write_virtual(self, va: int, data: bytes, hub: Hub = Hub.GC, instance: int = 0) -> None:
+        """Write `data` at GPU virtual address `va`, as a client of that hub instance (default: XCC 0) would."""
         position = 0
-        for target, address, length in self._pieces(va, len(data)):
+        for target, address, length in self._pieces(va, len(data), hub, instance):
             piece = data[position : position + length]
             if target == "bus":
                 self.platform.bus_write(address, piece)

@@ -9,8 +9,11 @@ simulated VRAM and extracts every field itself, by the bit ranges of the Linux f
 * "PTE format on VEGA 10" (gmc_v9_0.c): 58:57 mtype, 56 F, 55 L, 54 P; PDE format 63:59 block fragment size,
   47:6 table base.
 
-Like the hardware, it caches translations (a TLB) until an invalidation request reaches the hub, so a driver that
-forgets to invalidate after changing the tables is caught.
+Like the hardware's UTCL2, it caches what it walked, per level: translated 4 KiB pages in an L1 and an L2 PTE cache,
+and directory entries in PDE2 / PDE1 / PDE0 caches (a cached directory entry is used instead of re-reading the table).
+An invalidation request drops only the caches it names, so a driver that forgets to invalidate, or names the wrong
+bits for its generation (see `hub_spec`), keeps reading stale translations and its tests fail. The context register
+fields are decoded with the simulator's own masks (`hub_spec`), never with the driver's encoder table.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kiln.drivers.am.gfx_generation import GfxGeneration
+from kiln.drivers.am.hub_spec import HUB_REGISTER_MASKS, field_value
 from kiln.drivers.am.registers import AMRegister, Hub, RegisterAccess
 
 
@@ -88,6 +92,7 @@ class SoftwareMMU:
         read_vram: reads bytes at an offset of this device's own VRAM.
         vram_size: bytes of VRAM; a table outside it is a walker error.
         hub: which hub's context this MMU models.
+        instance: which instance of that hub (XCC for GC, AID for MM).
     """
 
     def __init__(
@@ -97,27 +102,43 @@ class SoftwareMMU:
         read_vram: Callable[[int, int], bytes],
         vram_size: int,
         hub: Hub = Hub.GC,
+        instance: int = 0,
     ) -> None:
         self.generation = generation
         self.registers = registers
         self.read_vram = read_vram
         self.vram_size = vram_size
         self.hub = hub
-        self._tlb: dict[int, Translation] = {}
+        self.instance = instance
+        self._l1_ptes: dict[int, Translation] = {}
+        self._l2_ptes: dict[int, Translation] = {}
+        # Directory-entry caches by walk level (0: PDB2 entries = PDE2 ... 2: PDB0 entries = PDE0), keyed by the VA
+        # range the entry covers (context offset >> level shift).
+        self._pdes: tuple[dict[int, int], dict[int, int], dict[int, int]] = ({}, {}, {})
         self.invalidations = 0
 
-    def invalidate(self) -> None:
-        """Drops every cached translation (what an invalidation request to this hub does)."""
-        self._tlb.clear()
+    def invalidate(
+        self, *, l1_ptes: bool = True, l2_ptes: bool = True, pde0: bool = True, pde1: bool = True, pde2: bool = True
+    ) -> None:
+        """Drops the named caches (what an invalidation request with those INVALIDATE_* bits does)."""
+        for flag, cache in ((l1_ptes, self._l1_ptes), (l2_ptes, self._l2_ptes)):
+            if flag:
+                cache.clear()
+        for flag, pdes in ((pde2, self._pdes[0]), (pde1, self._pdes[1]), (pde0, self._pdes[2])):
+            if flag:
+                pdes.clear()
         self.invalidations += 1
 
+    def _read(self, register: AMRegister) -> int:
+        return self.registers.read_register(self.hub, register, self.instance)
+
     def _register64(self, low: AMRegister, high: AMRegister) -> int:
-        return self.registers.read_register(self.hub, high) << 32 | self.registers.read_register(self.hub, low)
+        return self._read(high) << 32 | self._read(low)
 
     def local_fabric_base(self) -> int:
         """Fabric address of local VRAM offset 0, from MC_VM_XGMI_LFB_CNTL/SIZE (region 3:0, max 7:4, size 16:0)."""
-        lfb_cntl = self.registers.read_register(self.hub, AMRegister.MC_VM_XGMI_LFB_CNTL)
-        lfb_size = self.registers.read_register(self.hub, AMRegister.MC_VM_XGMI_LFB_SIZE)
+        lfb_cntl = self._read(AMRegister.MC_VM_XGMI_LFB_CNTL)
+        lfb_size = self._read(AMRegister.MC_VM_XGMI_LFB_SIZE)
         if _field(lfb_cntl, 7, 4) == 0:
             return 0
         return _field(lfb_cntl, 3, 0) * (_field(lfb_size, 16, 0) << 24)
@@ -130,18 +151,24 @@ class SoftwareMMU:
 
     def translate(self, va: int) -> Translation:
         """The translation of `va`; raises PageFault where the hardware would fault."""
-        cached = self._tlb.get(va >> 12)
+        page = va >> 12
+        cached = self._l1_ptes.get(page)
         if cached is None:
-            cached = self._walk(va & ~0xFFF)
-            self._tlb[va >> 12] = cached
+            cached = self._l2_ptes.get(page)
+            if cached is None:
+                cached = self._walk(va & ~0xFFF)
+                self._l2_ptes[page] = cached
+            self._l1_ptes[page] = cached
         return dataclasses.replace(cached, address=cached.address + (va & 0xFFF))
 
     def _check_context(self, va: int) -> tuple[int, int]:
         """Validates the context registers; returns (first VA of the context, fabric address of the root)."""
-        cntl = self.registers.read_register(self.hub, AMRegister.VM_CONTEXT0_CNTL)
-        if not _field(cntl, 0, 0):
-            raise PageFault(va, None, "VM context 0 is not enabled")
-        depth, block_size = _field(cntl, 2, 1), _field(cntl, 7, 4)
+        masks = HUB_REGISTER_MASKS[self.generation]
+        cntl = self._read(AMRegister.VM_CONTEXT0_CNTL)
+        if not field_value(cntl, masks.CONTEXT0_CNTL__ENABLE_CONTEXT):
+            raise PageFault(va, None, f"VM context 0 of {self.hub.value} hub {self.instance} is not enabled")
+        depth = field_value(cntl, masks.CONTEXT0_CNTL__PAGE_TABLE_DEPTH)
+        block_size = field_value(cntl, masks.CONTEXT0_CNTL__PAGE_TABLE_BLOCK_SIZE)
         expected = (2, 9) if self.generation is GfxGeneration.GFX9_4 else (3, 0)
         if (depth, block_size) != expected:
             raise WalkerError(
@@ -195,10 +222,12 @@ class SoftwareMMU:
         parent: int | None = None
         for level, shift in enumerate(_WALK_SHIFTS):
             index = _field(offset, shift + 8, shift)
-            raw = int.from_bytes(self.read_vram(table + 8 * index, 8), "little")
+            cached = self._pdes[level].get(offset >> shift) if level < 3 else None
+            raw = int.from_bytes(self.read_vram(table + 8 * index, 8), "little") if cached is None else cached
             if not _field(raw, 0, 0):
                 raise PageFault(va, level, f"entry {index} is not valid")
             if not self._is_leaf(level, raw, parent):
+                self._pdes[level][offset >> shift] = raw
                 if _field(raw, 1, 1):
                     raise WalkerError(f"directory entry {raw:#x} at level {level} points to system memory")
                 table = self._table_offset(_field(raw, 47, 6) << 6)

@@ -10,7 +10,7 @@ Public pieces:
 """
 
 from kiln.drivers.nv.device import NVAllocator, NVBuffer, NVDevice
-from kiln.drivers.nv.memory_manager import NVHardware, NVMemoryManager
+from kiln.drivers.nv.memory_manager import NVHardware, NVMemoryManager, PeerLink
 from kiln.drivers.nv.page_table_entries import (
     VER2_LAYOUT,
     VER3_LAYOUT,
@@ -34,6 +34,7 @@ from kiln.drivers.nv.software_mmu import MemoryTarget, SoftwareMMU, Translation,
 __all__ = [
     "VER2_LAYOUT",
     "VER3_LAYOUT",
+    "PeerLink",
     "Aperture",
     "DirectoryAperture",
     "EntryLayout",

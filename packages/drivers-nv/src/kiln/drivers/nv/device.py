@@ -3,13 +3,16 @@
 A simulated device holds buffers (it cannot run kernels): allocation, copies and cross-device mappings go through
 the real NVMemoryManager and the simulated GPU's MMU, so every byte copied in or out is translated by decoding the
 page tables the manager wrote. All simulated NV devices of a process sit in one simulated machine: they share the
-host memory (bus addresses) and reach each other's VRAM through the PEER aperture, each pair under a peer id.
+host memory (bus addresses) and reach each other's VRAM through the PEER aperture, each pair under a peer id, when
+both are in the machine's NVLink / P2P group; a GPU opened outside it (NV_SIM_P2P=0) has no peer-table entries, and
+it and the others reach each other's VRAM through their BAR1 windows as system non-coherent memory.
 
 Real NVIDIA GPUs ("NV", "NV:0", ...) are not supported by kiln's NV driver yet (it would need GSP firmware boot and
 RM calls); opening one raises DeviceUnavailable.
 
 Knobs: NV_SIM_VRAM_MIB (VRAM of each simulated GPU, MiB, default 16384) and NV_SIM_MMU (page-table format version,
-2 = Ampere, 3 = Hopper; default 2), read when a device opens.
+2 = Ampere, 3 = Hopper; default 2) and NV_SIM_P2P (1: join the peer group, default; 0: peers only through BAR1),
+read when a device opens.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.drivers.nv.memory_manager import NVMemoryManager
+from kiln.drivers.nv.memory_manager import NVMemoryManager, PeerLink
 from kiln.drivers.nv.simulated_gpu import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.runtime import Allocator, BufferSpec, DeviceBase, DeviceUnavailable, LRUAllocator
@@ -37,10 +40,19 @@ SIM_MMU = register_knob(
     "Page-table format of simulated NV GPUs: 2 = Ampere (5 levels), 3 = Hopper (6 levels).",
     owner="kiln.drivers.nv",
 )
+SIM_P2P = register_knob(
+    "NV_SIM_P2P",
+    int,
+    1,
+    "1: a simulated NV GPU joins the machine's NVLink/P2P group (peers use the PEER aperture); 0: it has no peer "
+    "entries and peers reach it (and it them) through BAR1 as system non-coherent memory.",
+    owner="kiln.drivers.nv",
+)
 
 _SIM_NAME = re.compile(r"sim(\d*)")
 MAX_SIMULATED_GPUS = 9  # peer ids are 3 bits: each GPU can reach 8 others
 HOST_BUS_BASE = 1 << 32  # where the simulated host hands out bus addresses for pinned buffers
+BAR1_BUS_BASE = 2 * DEFAULT_HOST_MEMORY_BYTES  # BAR1 windows of simulated GPUs sit above all host bus addresses
 
 
 class SimulatedMachine:
@@ -51,15 +63,35 @@ class SimulatedMachine:
         self.host_allocator = TLSFAllocator(DEFAULT_HOST_MEMORY_BYTES - HOST_BUS_BASE, base=HOST_BUS_BASE)
         self.devices: list[NVDevice] = []
         self.peer_ids: dict[tuple[str, str], int] = {}  # (importer, owner) -> peer id in the importer's PTEs
+        self.bar_addresses: dict[str, int] = {}  # device name -> bus address of its BAR1 window
+        self.p2p_group: set[str] = set()
+        self._next_bar = BAR1_BUS_BASE
 
-    def attach(self, device: NVDevice) -> None:
-        """Connect a new GPU to every GPU already present, in both directions."""
+    def attach(self, device: NVDevice, *, p2p: bool = True) -> None:
+        """Connect a new GPU to every GPU already present, both ways: peer ids inside the P2P group, else BAR1."""
         if len(self.devices) >= MAX_SIMULATED_GPUS:
             raise DeviceUnavailable(f"{device.name}: at most {MAX_SIMULATED_GPUS} simulated NV GPUs (3-bit peer ids)")
+        window = 1 << (device.gpu.vram.size - 1).bit_length()  # naturally aligned, as PCI BARs are
+        self.bar_addresses[device.name] = self._next_bar = -(-self._next_bar // window) * window
+        self._next_bar += window
         for other in self.devices:
-            self._connect(device, other)
-            self._connect(other, device)
+            if p2p and other.name in self.p2p_group:
+                self._connect(device, other)
+                self._connect(other, device)
+            else:
+                device.gpu.attach_bar_window(self.bar_addresses[other.name], other.gpu)
+                other.gpu.attach_bar_window(self.bar_addresses[device.name], device.gpu)
+        if p2p:
+            self.p2p_group.add(device.name)
         self.devices.append(device)
+
+    def peer_link(self, importer: NVDevice, owner: NVDevice) -> PeerLink:
+        """How `importer` reaches `owner`'s VRAM: its peer id when both are in the P2P group, else owner's BAR1."""
+        return PeerLink(
+            peer_id=self.peer_ids.get((importer.name, owner.name)),
+            bar_address=self.bar_addresses[owner.name],
+            bar_size=owner.gpu.vram.size,
+        )
 
     def device(self, name: str) -> NVDevice:
         """The simulated NV device called `name`."""
@@ -164,7 +196,9 @@ class NVDevice(DeviceBase):
                 f"{name}: kiln's NV driver cannot open real NVIDIA GPUs yet (it has no GSP boot / RM support); "
                 f"open a simulated one instead, e.g. '{kind}:sim' (VRAM from NV_SIM_VRAM_MIB, format from NV_SIM_MMU)"
             )
-        vram_mib, version = SIM_VRAM_MIB.value(), SIM_MMU.value()
+        vram_mib, version, p2p = SIM_VRAM_MIB.value(), SIM_MMU.value(), SIM_P2P.value()
+        if p2p not in (0, 1):
+            raise ValueError(f"NV_SIM_P2P={p2p} must be 0 (peers through BAR1) or 1 (join the P2P group)")
         if version not in (2, 3):
             raise ValueError(f"NV_SIM_MMU={version} is not a page-table format; expected 2 (Ampere) or 3 (Hopper)")
         if vram_mib < 128:
@@ -172,7 +206,7 @@ class NVDevice(DeviceBase):
         self.gpu = SimulatedNVGPU(vram_mib << 20, version, host_memory=MACHINE.host_memory, name=name)
         self.memory_manager = NVMemoryManager(self.gpu, vram_mib << 20, mmu_version=version)
         super().__init__(name, NVAllocator(name, self))
-        MACHINE.attach(self)
+        MACHINE.attach(self, p2p=bool(p2p))
 
     def map(self, buffer: NVBuffer) -> VirtMapping:
         """Make `buffer` (of any simulated NV device, or pinned host memory) usable here, at its own VA."""
@@ -187,10 +221,10 @@ class NVDevice(DeviceBase):
                 allocation.host_chunks, vaddr=allocation.mapping.va_addr, uncached=allocation.mapping.uncached
             )
         else:
-            mapping = self.memory_manager.map_peer(allocation.mapping, self.peer_id(allocation.owner))
+            mapping = self.memory_manager.map_peer(allocation.mapping, MACHINE.peer_link(self, allocation.owner))
         allocation.imports[self.name] = mapping
         return mapping
 
-    def peer_id(self, owner: NVDevice) -> int:
-        """The peer id under which this GPU's PTEs reach `owner`'s VRAM."""
-        return MACHINE.peer_ids[(self.name, owner.name)]
+    def peer_id(self, owner: NVDevice) -> int | None:
+        """The peer id under which this GPU's PTEs reach `owner`'s VRAM (None: no peer entry, BAR1 is used)."""
+        return MACHINE.peer_ids.get((self.name, owner.name))

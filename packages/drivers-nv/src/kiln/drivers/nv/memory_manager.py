@@ -8,12 +8,18 @@ What NV adds to the generic manager:
   on every GPU and can be mapped into a peer at that VA;
 * the page-directory base: an instance block whose RAMIN words point at the root table, bound on the hardware;
 * TLB invalidation after every map and unmap through the MMU_INVALIDATE registers;
-* mapping another GPU's buffer (PEER aperture with a peer id) and host memory (SYS aperture, coherent when snooped).
+* mapping another GPU's buffer and host memory (SYS aperture, coherent when snooped). A peer GPU is reached through
+  the PEER aperture with its peer id when the kernel driver / GSP set up a peer-table entry for it (NVLink or PCIe
+  P2P: `dev_mmu.h` NV_MMU_VER2_PTE_APERTURE_PEER_MEMORY + ADDRESS_VID_PEER, ver3 PEER_ID), and otherwise through its
+  PCIe BAR1 window as SYSTEM_NON_COHERENT memory, as NVIDIA's UVM does for BAR1 P2P (`uvm_pascal_mmu.c`,
+  "sys non-coherent for some BAR1 P2P addresses"). The same rule as the AM driver: inside the fabric group the peer
+  aperture, outside it the owner's BAR.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from kiln.drivers.nv import registers
@@ -48,6 +54,22 @@ class NVHardware(Protocol):
     def bind_instance_block(self, paddr: int) -> None:
         """Make the address space of the instance block at VRAM `paddr` current (GSP does this on real GPUs)."""
         ...
+
+
+@dataclass(frozen=True)
+class PeerLink:
+    """How this GPU reaches one other GPU's VRAM.
+
+    Attributes:
+        peer_id: the peer-table slot (0..7) the kernel driver / GSP programmed for the owner over NVLink or PCIe P2P;
+            None when the two GPUs share no peer entry.
+        bar_address: bus address of the owner's BAR1 window (VRAM offset 0, statically mapped).
+        bar_size: bytes of the owner's VRAM visible through BAR1.
+    """
+
+    peer_id: int | None = None
+    bar_address: int = 0
+    bar_size: int = 0
 
 
 class NVMemoryManager(MemoryManager):
@@ -120,12 +142,37 @@ class NVMemoryManager(MemoryManager):
 
     # ---- mappings of memory this GPU does not own ---------------------------------------------------------------
 
-    def map_peer(self, mapping: VirtMapping, peer_id: int) -> VirtMapping:
-        """Map another GPU's VRAM buffer (its PHYS `mapping`) at the same VA here, through peer aperture `peer_id`."""
+    def peer_chunks(
+        self, paddrs: Sequence[tuple[int, int]], link: PeerLink
+    ) -> tuple[AddrSpace, tuple[tuple[int, int], ...]]:
+        """How this GPU reaches the owner's VRAM chunks `paddrs` (offsets): (address space, chunks to map).
+
+        With a peer id: PEER, `peer_address(peer_id, offset)`. Without: SYS, the owner's BAR1 bus addresses (mapped
+        non-coherent); RuntimeError if a chunk lies beyond the BAR.
+        """
+        chunks = tuple((int(paddr), int(size)) for paddr, size in paddrs)
+        if link.peer_id is not None:
+            return AddrSpace.PEER, tuple((peer_address(link.peer_id, paddr), size) for paddr, size in chunks)
+        for paddr, size in chunks:
+            if paddr + size > link.bar_size:
+                raise RuntimeError(
+                    f"VRAM chunk ({paddr:#x}, {size:#x}) is beyond the {link.bar_size:#x}-byte BAR1 of the owner: a "
+                    "peer without a peer-table entry reaches only BAR1-visible VRAM"
+                )
+        return AddrSpace.SYS, tuple((link.bar_address + paddr, size) for paddr, size in chunks)
+
+    def map_peer(self, mapping: VirtMapping, link: int | PeerLink) -> VirtMapping:
+        """Map another GPU's VRAM buffer (its PHYS `mapping`) at the same VA here.
+
+        `link` is the owner's peer id (PEER aperture) or a `PeerLink`; a link without a peer id maps the owner's
+        BAR1 window as SYSTEM_NON_COHERENT memory.
+        """
         if mapping.aspace is not AddrSpace.PHYS:
             raise ValueError(f"map_peer needs the owner's PHYS mapping, got a {mapping.aspace.name} mapping")
-        chunks = [(peer_address(peer_id, paddr), size) for paddr, size in mapping.paddrs]
-        return self.map_range(mapping.va_addr, mapping.size, chunks, AddrSpace.PEER, uncached=mapping.uncached)
+        if isinstance(link, int):
+            link = PeerLink(peer_id=link)
+        aspace, chunks = self.peer_chunks(mapping.paddrs, link)
+        return self.map_range(mapping.va_addr, mapping.size, chunks, aspace, uncached=mapping.uncached, snooped=False)
 
     def map_system(
         self,

@@ -8,7 +8,8 @@ Nothing here runs kernels. The simulator models exactly what the memory manager 
   memory manager that forgets to invalidate is caught by stale translations;
 * a software GMMU that decodes the page tables from raw bits (`software_mmu.py`), and routes accesses through
   the decoded aperture: VIDEO to this VRAM, PEER to the VRAM of the GPU connected under that peer id, SYSTEM_* to
-  the shared host memory.
+  the bus: another GPU's BAR1 window when the address falls in one (`attach_bar_window`), else the shared host
+  memory.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SimulatedNVGPU:
         self.host_memory = host_memory if host_memory is not None else SimulatedMemory(DEFAULT_HOST_MEMORY_BYTES)
         self.mmu = SoftwareMMU(self.vram, mmu_version)
         self.peers: dict[int, SimulatedNVGPU] = {}
+        self.bar_windows: list[tuple[int, SimulatedNVGPU]] = []  # (bus address, owner) of BAR1 windows on the bus
         self.registers: dict[int, int] = {}
         self.instance_block: int | None = None
         self.page_directory_base: int | None = None
@@ -99,16 +101,25 @@ class SimulatedNVGPU:
             raise RuntimeError(f"{self.name}: no instance block bound; nothing to translate with")
         return self.mmu.translate(self.page_directory_base, vaddr)
 
-    def memory_for(self, translation: Translation) -> SimulatedMemory:
-        """The memory a translation lands in."""
+    def attach_bar_window(self, bus_address: int, owner: SimulatedNVGPU) -> None:
+        """Make `owner`'s VRAM visible to this GPU's system-aperture accesses at `bus_address` (its BAR1 window)."""
+        if bus_address < 0 or bus_address % 4096:
+            raise ValueError(f"BAR1 window address {bus_address:#x} must be a non-negative multiple of 4 KiB")
+        self.bar_windows.append((bus_address, owner))
+
+    def memory_for(self, translation: Translation) -> tuple[SimulatedMemory, int]:
+        """The memory a translation lands in, and the byte address inside it."""
         if translation.target is MemoryTarget.VIDEO:
-            return self.vram
+            return self.vram, translation.address
         if translation.target is MemoryTarget.PEER:
             peer = self.peers.get(translation.peer_id)
             if peer is None:
                 raise TranslationFault(translation.address, translation.level, f"peer {translation.peer_id} absent")
-            return peer.vram
-        return self.host_memory
+            return peer.vram, translation.address
+        for bus_address, owner in self.bar_windows:
+            if bus_address <= translation.address < bus_address + owner.vram.size:
+                return owner.vram, translation.address - bus_address
+        return self.host_memory, translation.address
 
     def read_virtual(self, vaddr: int, size: int) -> bytes:
         """Read `size` bytes at GPU virtual address `vaddr`, page by page through the MMU."""
@@ -116,7 +127,8 @@ class SimulatedNVGPU:
         while size > 0:
             translation = self.translate(vaddr)
             take = min(size, 4096 - (vaddr & 0xFFF))
-            out += self.memory_for(translation).read(translation.address, take)
+            memory, address = self.memory_for(translation)
+            out += memory.read(address, take)
             vaddr += take
             size -= take
         return bytes(out)
@@ -129,6 +141,7 @@ class SimulatedNVGPU:
             take = min(len(view), 4096 - (vaddr & 0xFFF))
             if translation.read_only:
                 raise TranslationFault(vaddr, translation.level, "write to a read-only page")
-            self.memory_for(translation).write(translation.address, bytes(view[:take]))
+            memory, address = self.memory_for(translation)
+            memory.write(address, bytes(view[:take]))
             vaddr += take
             view = view[take:]
