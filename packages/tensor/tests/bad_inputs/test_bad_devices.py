@@ -1,0 +1,114 @@
+"""Bad devices and bad knob values: an error naming the value and what is accepted, never another device."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiln.runtime import Device, DeviceUnavailable
+from kiln.tensor import Tensor, default_device
+from kiln.uops import Context, knobs
+
+
+def _cuda_opens() -> bool:
+    try:
+        Device["CUDA"]
+    except DeviceUnavailable:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["CPUU", "GPUX", "cuda0", "TPU", "C P U", ""])
+def test_unknown_device_names_raise(name: str) -> None:
+    with pytest.raises(ValueError, match="device") as info:
+        Tensor([1.0], device=name)
+    assert repr(name) in str(info.value) or name.split(":")[0].upper() in str(info.value)
+
+
+@pytest.mark.parametrize("name", [1, 0.5, b"CPU", ["CPU"]])
+def test_device_of_wrong_type_raises_type_error(name: object) -> None:
+    with pytest.raises(TypeError, match="device"):
+        Tensor([1.0], device=name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["CPUU", "NOPE:1"])
+def test_dev_with_unknown_kind_raises_instead_of_falling_back(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEV", name)
+    with pytest.raises(ValueError, match=name.split(":")[0]):
+        Tensor([1.0])
+
+
+def test_dev_naming_a_device_without_renderer_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NV:sim opens (a simulated GPU) but cannot build kernels: it must not silently compute on PYTHON
+    monkeypatch.setenv("DEV", "NV:sim")
+    with pytest.raises(DeviceUnavailable, match=r"DEV='NV:sim'.*cannot run kernels"):
+        default_device()
+
+
+@pytest.mark.skipif(_cuda_opens(), reason="a CUDA device is present here")
+def test_dev_cuda_without_gpu_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEV", "CUDA")
+    with pytest.raises(RuntimeError, match=r"'CUDA'.*(libcuda|driver|GPU)"):
+        Tensor([1.0])
+
+
+@pytest.mark.skipif(_cuda_opens(), reason="a CUDA device is present here")
+def test_explicit_cuda_device_without_gpu_raises() -> None:
+    with pytest.raises(RuntimeError, match="CUDA"):
+        Tensor([1.0], device="CUDA")
+
+
+def test_dev_set_to_a_working_device_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEV", "PYTHON")
+    assert Tensor([1.0]).device == "PYTHON"
+    assert (Tensor([1.0, 2.0]) + 1).numpy().tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted"),
+    [
+        ("CPU_RENDERER", "foo", "'llvm', 'c'"),
+        ("CPU_RENDERER", "cuda", "'llvm', 'c'"),
+        ("PYTHON_RENDERER", "llvm", "'python'"),
+        ("CUDA_RENDERER", "metal", "'cuda', 'ptx'"),
+        ("NV_SIM_MMU", "4", "2, 3"),
+        ("AM_SIM_GFX", "gfx12", "'gfx11', 'gfx9.4'"),
+    ],
+)
+def test_knobs_with_fixed_values_list_them(
+    variable: str, value: str, accepted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kiln.drivers.am  # noqa: F401  (registers the AM_SIM_* knobs)
+    import kiln.drivers.nv  # noqa: F401  (registers the NV_SIM_* knobs)
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=rf"{variable}='{value}'") as info:
+        getattr(knobs, variable)
+    assert accepted in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "kind"),
+    [("LRU", "abc", "bool"), ("DEBUG", "high", "int"), ("BEAM", "2.5", "int"), ("NOOPT", "maybe", "bool")],
+)
+def test_knobs_of_the_wrong_type_raise(variable: str, value: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=rf"{variable}='{value}' is not a valid {kind}"):
+        getattr(knobs, variable)
+
+
+def test_bad_renderer_knob_is_raised_at_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CPU_RENDERER", "foo")
+    with pytest.raises(ValueError, match="CPU_RENDERER='foo'"):
+        (Tensor([1.0], device="CPU") + 1).numpy()
+
+
+@pytest.mark.parametrize("spelling", ["LLVM", "llvmrenderer", " c ", "CRenderer"])
+def test_renderer_knob_accepts_class_name_spellings(spelling: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CPU_RENDERER", spelling)
+    expected = "LLVMRenderer" if "llvm" in spelling.lower() else "CRenderer"
+    assert Device["CPU"].renderer_class.__name__ == expected
+
+
+def test_context_rejects_bad_choice() -> None:
+    with pytest.raises(ValueError, match="CPU_RENDERER='rust'.*'llvm', 'c'"):
+        Context(CPU_RENDERER="rust")
