@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from kiln.runtime import Device, DeviceUnavailable
@@ -77,8 +79,8 @@ def test_dev_set_to_a_working_device_is_used(monkeypatch: pytest.MonkeyPatch) ->
 def test_knobs_with_fixed_values_list_them(
     variable: str, value: str, accepted: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kiln.drivers.am  # noqa: F401  (registers the AM_SIM_* knobs)
-    import kiln.drivers.nv  # noqa: F401  (registers the NV_SIM_* knobs)
+    for package in ("kiln.drivers.am", "kiln.drivers.nv"):
+        importlib.import_module(package)  # registers the AM_SIM_* / NV_SIM_* knobs
 
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValueError, match=rf"{variable}='{value}'") as info:
@@ -110,5 +112,5 @@ def test_renderer_knob_accepts_class_name_spellings(spelling: str, monkeypatch: 
 
 
 def test_context_rejects_bad_choice() -> None:
-    with pytest.raises(ValueError, match="CPU_RENDERER='rust'.*'llvm', 'c'"):
+    with pytest.raises(ValueError, match=r"CPU_RENDERER='rust'.*'llvm', 'c'"):
         Context(CPU_RENDERER="rust")
