@@ -18,7 +18,7 @@ from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
 from kiln.tensor.ops import CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
-from kiln.tensor.ops._checks import check_device_dtype
+from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.schedule import realized_view, record_realized
@@ -352,6 +352,7 @@ def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_gr
     target = canonical_device(device)
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
         scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
+        check_constant_fits(data, scalar_dtype)
         if requires_grad is not True:
             check_device_dtype(target, scalar_dtype)  # before const() builds anything of that dtype
             return graph.const(data, scalar_dtype, target)
@@ -366,11 +367,19 @@ def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
         array = np.asarray(data)
         natural = dtype_from_numpy(array.dtype)
     elif isinstance(data, (list, tuple)):
-        natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
+        if dtype is not None and dtype.fmt is not None:
+            natural = dtype  # numpy checks each value against it: OverflowError naming an out-of-range one
+        else:
+            natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
         try:
             array = np.array(data, dtype=numpy_from_dtype(natural))
+        except OverflowError as error:
+            bad = next((item for item in _flatten(data) if not _fits(item, natural)), None)
+            named = f"value {bad!r} is out of range" if bad is not None else str(error)
+            raise OverflowError(f"cannot build a {natural!r} tensor: {named} ({error})") from None
         except ValueError as error:
-            raise ValueError(f"cannot build a tensor from ragged or mixed data: {error}") from None
+            what = "ragged or mixed data" if "sequence" in str(error) or "inhomogeneous" in str(error) else "this data"
+            raise ValueError(f"cannot build a {natural!r} tensor from {what}: {error}") from None
         if array.dtype == object:
             raise ValueError("cannot build a tensor from ragged nested sequences")
     else:
@@ -388,6 +397,21 @@ def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
     uop = graph.reshape(node, shape)
     # a dtype numpy cannot hold (bfloat16, fp8) is reached by a cast on the device
     return graph.cast(uop, dtype) if dtype is not None else uop
+
+
+def _flatten(data: Any) -> list[Any]:
+    if isinstance(data, (list, tuple)):
+        return [item for part in data for item in _flatten(part)]
+    return [data]
+
+
+def _fits(value: Any, dtype: DType) -> bool:
+    # whether a Python number converts to the integer dtype without overflow (numpy's rule: floats truncate)
+    if not dtypes.is_int(dtype) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return bool(dtypes.min(dtype) <= math.trunc(value) <= dtypes.max(dtype))
 
 
 def _has_items(data: Sequence[Any]) -> bool:

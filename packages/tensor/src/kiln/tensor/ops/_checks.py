@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AxisError",
     "broadcast_shapes",
+    "check_constant_fits",
     "check_device_dtype",
     "check_dtype",
     "check_int",
@@ -136,3 +137,16 @@ def check_device_dtype(device: str, dtype: DType) -> None:
     if dtype not in supported:
         names = ", ".join(sorted(item.name for item in supported))
         raise TypeError(f"device {device!r} cannot store {dtype!r}; it supports: {names}")
+
+
+def check_constant_fits(value: object, dtype: DType) -> None:
+    """OverflowError naming `value` and `dtype` when the Python int `value` is outside the integer `dtype`'s range.
+
+    numpy's rule for Python ints given an explicit integer dtype (`np.array([300], dtype=np.uint8)` raises); a
+    float or bool value, or a float / bool dtype, is converted as numpy does and never raises here.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not dtypes.is_int(dtype):
+        return
+    low, high = dtypes.min(dtype), dtypes.max(dtype)
+    if not low <= value <= high:
+        raise OverflowError(f"Python int {value} is out of bounds for {dtype!r} (range {low} .. {high})")
