@@ -61,7 +61,47 @@ def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
     return np.dtype(dtype.fmt)
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixin, IndexingMixin, AutogradMixin):
+_NO_GRAD_IS_READ_ONLY = (
+    "Tensor.no_grad is read-only (it reports whether gradient recording is off); turn recording off with "
+    "`with kiln.tensor.no_grad():` or the `@no_grad()` decorator, or `kiln.tensor.set_grad_enabled(False)`"
+)
+
+
+class _TensorType(type):
+    """Tensor's metaclass: makes the class attribute `Tensor.no_grad` readable but not assignable."""
+
+    _grad_disabled: bool
+
+    @property
+    def no_grad(cls) -> bool:
+        """Whether gradient recording is off (inside `kiln.tensor.no_grad()`); set it through that context."""
+        return cls._grad_disabled
+
+    @no_grad.setter
+    def no_grad(cls, value: object) -> None:
+        raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
+
+
+class _InstanceNoGrad:
+    """`tensor.no_grad` on an instance: the same read-only flag (an assignment would otherwise silently shadow it)."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> bool:
+        return Tensor._grad_disabled
+
+    def __set__(self, instance: object, value: object) -> None:
+        raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
+
+
+class Tensor(
+    CreationMixin,
+    ElementwiseMixin,
+    MovementMixin,
+    ReduceMixin,
+    NNMixin,
+    IndexingMixin,
+    AutogradMixin,
+    metaclass=_TensorType,
+):
     """A lazy n-dimensional array on a device.
 
     Operations record a tensor graph (`self.uop`); `realize()` (or reading the data: `numpy()`, `tolist()`,
@@ -79,8 +119,16 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         10.0
     """
 
-    no_grad: ClassVar[bool] = False
-    """While True, new tensors record no gradient requirement (set by the autograd helper's `no_grad` context)."""
+    _grad_disabled: ClassVar[bool] = False
+    """While True, new tensors record no gradient requirement: read as `Tensor.no_grad`, set by kiln.tensor's
+    `no_grad()` / `enable_grad()` / `set_grad_enabled()` (kiln.tensor.grad_mode)."""
+
+    no_grad = _InstanceNoGrad()
+
+    # numpy interop: `ndarray op Tensor` and `np.float32(2) * Tensor` defer to the Tensor's reflected operator (a
+    # Tensor result, never an object array of 0-dim Tensors); `np.asarray(tensor)` goes through `__array__`
+    __array_ufunc__ = None
+    __array_priority__: ClassVar[float] = 1000.0
 
     uop: UOp
     requires_grad: bool | None
@@ -129,7 +177,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
     def _result(self, uop: UOp, *others: Tensor) -> Tensor:
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        if Tensor.no_grad or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
+        if Tensor._grad_disabled or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
             return Tensor._from_uop(uop)
         return Tensor._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
 
@@ -292,11 +340,42 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, NNMixi
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
-        """The single value of a one-element tensor as a Python scalar."""
+        """The single value of a one-element tensor as a Python scalar (RuntimeError otherwise, like PyTorch)."""
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+            raise RuntimeError(
+                f"item() needs a tensor with one element; this one has {self.numel()} elements (shape {self.shape})"
+            )
         value: ConstType = self.numpy().reshape(()).item()
         return value
+
+    def _scalar_for(self, what: str) -> ConstType:
+        # float(t) / int(t) / complex(t): PyTorch raises ValueError for anything but one element
+        if self.numel() != 1:
+            raise ValueError(
+                f"{what}(): only one-element tensors can be converted to Python scalars; this one has "
+                f"{self.numel()} elements (shape {self.shape})"
+            )
+        return self.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar_for("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar_for("int"))  # a float truncates toward zero; NaN / inf raise as int() does
+
+    def __index__(self) -> int:
+        # a one-element integer tensor can index a list or a range (`items[t]`), like PyTorch
+        if self.numel() != 1 or not dtypes.is_int(self.dtype):
+            raise TypeError(
+                "only integer tensors of a single element can be converted to an index; got "
+                f"dtype {self.dtype!r} with shape {self.shape}"
+            )
+        return int(self.item())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """`np.asarray(tensor)` / `np.array(tensor)`: the values (realized), as `numpy()`."""
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def data_buffer(self) -> Buffer:
         """The runtime Buffer holding this tensor's realized values (row-major, `numel()` elements)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, TypeGuard
 
+import numpy as np
+
 from kiln.tensor import graph
 from kiln.tensor.ops._checks import broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
@@ -79,9 +81,14 @@ class ElementwiseMixin(UnaryMixin):
     def _operands(
         self: Tensor, other: Tensor | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
     ) -> tuple[Tensor, Tensor]:
-        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`."""
+        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`.
+
+        A numpy array `other` takes part as a Tensor on this tensor's device (as `torch.from_numpy` would).
+        """
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
             return self._scalar_operands(other, what, reverse, dtype)
+        if isinstance(other, np.ndarray):
+            other = tensor_class()(other, device=self.device)
         target = result_type(self, other) if dtype is None else dtype
         other_shape = other.shape if _is_tensor(other) else ()
         try:
@@ -171,6 +178,8 @@ class ElementwiseMixin(UnaryMixin):
             >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
             [3, -4]
         """
+        if isinstance(other, np.ndarray):
+            other = tensor_class()(other, device=self.device)
         if rounding_mode == "floor":
             return self._floor_divide(other, reverse)
         if rounding_mode == "trunc":
@@ -446,15 +455,26 @@ class ElementwiseMixin(UnaryMixin):
     # ------------------------------------------------------------------------------------------------------------
 
     def where(self: Tensor, if_true: Tensor | ConstType, if_false: Tensor | ConstType) -> Tensor:
-        """`if_true` where this (condition) tensor is nonzero, else `if_false`; all three broadcast.
+        """Select elementwise between two values by a condition; all three broadcast. Two spellings are accepted:
 
-        `Tensor.where(condition, x, y)` reads like `torch.where(condition, x, y)` (this is tinygrad's method form:
-        the tensor the method is called on is the condition).
+        - `condition.where(x, y)` (tinygrad's): `x` where this condition is nonzero, else `y`. Also
+          `Tensor.where(condition, x, y)` and `kiln.tensor.where(condition, x, y)`, like `torch.where`.
+        - `x.where(condition, y)` (torch's method form): keeps `x` where the bool tensor `condition` is True, else
+          `y`. It is recognized by its dtypes: this tensor is not bool and the first argument is a bool Tensor.
+          (A bool tensor the method is called on is always the condition; cast `x` to pick torch's form.)
 
         Example:
             >>> x = Tensor([-1.0, 2.0]); (x > 0).where(x, 0.0).tolist()
             [0.0, 2.0]
+            >>> x.where(x > 0, 0.0).tolist()
+            [0.0, 2.0]
         """
+        if_true, if_false = (
+            tensor_class()(value, device=self.device) if isinstance(value, np.ndarray) else value
+            for value in (if_true, if_false)
+        )
+        if self.dtype != dtypes.bool and _is_tensor(if_true) and if_true.dtype == dtypes.bool:
+            return if_true.where(self, if_false)  # torch's `x.where(condition, y)`
         target = result_type(if_true, if_false)
         shapes = [self.shape] + [value.shape for value in (if_true, if_false) if _is_tensor(value)]
         try:

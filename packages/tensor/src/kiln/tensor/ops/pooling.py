@@ -99,7 +99,7 @@ def _max_pool(
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    values = windows.max(axes)
+    values = windows.amax(axes)
     if not indices:
         return values
     # the flat position (over the spatial dims) of each input cell, -1 in the padding; a window's answer is the
