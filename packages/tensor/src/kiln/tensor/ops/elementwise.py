@@ -18,6 +18,7 @@ import numpy as np
 from kiln.tensor import graph
 from kiln.tensor.ops._checks import broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
+from kiln.tensor.ops.data_checks import guarded_integer_division
 from kiln.tensor.ops.promotion import (
     DIMENSIONED,
     PYTHON_SCALAR,
@@ -189,7 +190,7 @@ class ElementwiseMixin(UnaryMixin):
             if left.dtype == dtypes.bool:
                 raise TypeError("integer division of bool tensors is not supported")
             _check_divisor(left.dtype, other, reverse, "div")
-            return left._binary(Ops.IDIV, right)
+            return guarded_integer_division(left, right, Ops.IDIV, "div")
         if rounding_mode is not None:
             raise ValueError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         target = true_divide_dtype(result_type(self, other))
@@ -203,7 +204,7 @@ class ElementwiseMixin(UnaryMixin):
         _check_divisor(left.dtype, other, reverse, "floor_divide")
         if dtypes.is_float(left.dtype):
             return float_floor_divide(left, right)
-        quotient = left._binary(Ops.IDIV, right)
+        quotient = guarded_integer_division(left, right, Ops.IDIV, "floor_divide")
         if dtypes.is_unsigned(left.dtype):
             return quotient
         # C truncates toward zero: step down by one where the remainder is nonzero and the signs differ
