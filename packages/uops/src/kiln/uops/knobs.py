@@ -183,7 +183,9 @@ class Knobs:
         "DEBUG",
         int,
         0,
-        "Verbosity: 1 kernels and timings, 2 per-kernel statistics, 3 kernel source, 4 uops, 5+ rewrites.",
+        "Verbosity (each level adds to the ones below): 1 one summary line per realize (kernels, copies, time); "
+        "2 one line per kernel (device, name, launch size, time, GFLOP/s, GB/s); 3 the applied optimizations; "
+        "4 the kernel source; 5 the optimized kernel sink; 6 the linearized uops.",
     )
     BEAM = register_knob("BEAM", int, 0, "Beam width of the kernel optimization search; 0 uses the heuristics only.")
     NOOPT = register_knob("NOOPT", bool, False, "Apply no kernel optimizations (no upcast, local or unroll).")
