@@ -39,21 +39,21 @@ def tensor_class() -> type[Tensor]:
 
 
 def iota(size: int, device: str | None = None) -> Tensor:
-    """The int32 tensor [0, 1, ..., size - 1], built from constants and movement ops only (no memory, no reduce).
+    """The tensor [0, 1, ..., size - 1] (int32; int64 past 2**31 elements), built from constants and movement ops
+    only (no memory, no reduce).
 
     The value of position i is the sum of its binary digits: plane k is the vector [0, 2**k] padded from a constant
     and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
     consumer.
     """
     tensor = tensor_class()
+    dtype = dtypes.int32 if size <= 2**31 else dtypes.int64
     if size <= 1:
-        return tensor._const(0, (size,), dtypes.int32, device)
-    if size > 2**31:
-        raise ValueError(f"iota supports at most 2**31 elements, got {size}")
+        return tensor._const(0, (size,), dtype, device)
     bits = (size - 1).bit_length()
     total: Tensor | None = None
     for bit in range(bits):
-        digit = tensor._const(1 << bit, (1,), dtypes.int32, device)._movement(Ops.PAD, ((1, 0),))
+        digit = tensor._const(1 << bit, (1,), dtype, device)._movement(Ops.PAD, ((1, 0),))
         plane_shape = [1] * bits
         plane_shape[bits - 1 - bit] = 2  # the most significant digit is the outermost dim (row-major order)
         plane = digit._movement(Ops.RESHAPE, tuple(plane_shape))._movement(Ops.EXPAND, (2,) * bits)
