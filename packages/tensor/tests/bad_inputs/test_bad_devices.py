@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
 
 import pytest
 
@@ -114,3 +116,27 @@ def test_renderer_knob_accepts_class_name_spellings(spelling: str, monkeypatch: 
 def test_context_rejects_bad_choice() -> None:
     with pytest.raises(ValueError, match=r"CPU_RENDERER='rust'.*'llvm', 'c'"):
         Context(CPU_RENDERER="rust")
+
+
+def test_kiln_tensor_installs_llvmlite_for_the_default_renderer() -> None:
+    requirements = importlib.metadata.requires("kiln-tensor") or []
+    assert any(item.replace(" ", "").startswith("kiln-renderers[llvm]") for item in requirements), requirements
+    assert importlib.util.find_spec("llvmlite") is not None
+    assert Device["CPU"].renderer_class.__name__ == "LLVMRenderer"
+
+
+def test_missing_llvmlite_is_announced_once_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module("kiln.renderers.cpu_renderers")
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        module.importlib.util, "find_spec", lambda name: None if name == "llvmlite" else real_find_spec(name)
+    )
+    monkeypatch.setattr(module, "_notice_given", False)
+    monkeypatch.delenv("CPU_RENDERER", raising=False)
+    assert [renderer.__name__ for renderer in module.cpu_renderers()] == ["CRenderer"]
+    assert [renderer.__name__ for renderer in module.cpu_renderers()] == ["CRenderer"]
+    notice = capsys.readouterr().err
+    assert notice.count("llvmlite is not installed") == 1 and "pip install llvmlite" in notice
