@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AxisError",
+    "ShapeError",
     "broadcast_shapes",
     "check_constant_fits",
     "check_device_dtype",
@@ -29,6 +30,11 @@ __all__ = [
     "pick_axis",
     "shape_argument",
 ]
+
+
+class ShapeError(ValueError, RuntimeError):
+    """Operand shapes that do not fit together (broadcasting, matmul): PyTorch raises RuntimeError for these; this is
+    also a ValueError, kiln's class for bad argument values."""
 
 
 class AxisError(ValueError, IndexError):
@@ -99,7 +105,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         grown = {size for size in sizes if size != 1}
         if len(grown) > 1:
             names = " and ".join(str(tuple(shape)) for shape in shapes)
-            raise ValueError(
+            raise ShapeError(
                 f"cannot broadcast shapes {names}: sizes {sorted(grown)} differ at dim {position - ndim} "
                 "(each dim must match or be 1)"
             )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeGuard
 import numpy as np
 
 from kiln.tensor import graph
-from kiln.tensor.ops._checks import broadcast_shapes
+from kiln.tensor.ops._checks import ShapeError, broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
 from kiln.tensor.ops.data_checks import guarded_integer_division
 from kiln.tensor.ops.promotion import (
@@ -95,7 +95,7 @@ class ElementwiseMixin(UnaryMixin):
         try:
             shape = broadcast_shapes(self.shape, other_shape)
         except ValueError as error:
-            raise ValueError(f"{what}: {error}") from None
+            raise ShapeError(f"{what}: {error}") from None
         left = self._cast(target)._broadcast_to(shape)
         right = self._operand(other, target, shape, what)
         return (right, left) if reverse else (left, right)
@@ -481,7 +481,7 @@ class ElementwiseMixin(UnaryMixin):
         try:
             shape = broadcast_shapes(*shapes)
         except ValueError as error:
-            raise ValueError(f"where: {error}") from None
+            raise ShapeError(f"where: {error}") from None
         condition = self._cast(dtypes.bool)._broadcast_to(shape)
         chosen = self._operand(if_true, target, shape, "where")
         otherwise = self._operand(if_false, target, shape, "where")
@@ -503,7 +503,7 @@ class ElementwiseMixin(UnaryMixin):
         try:
             shape = broadcast_shapes(self.shape, mask.shape)
         except ValueError as error:
-            raise ValueError(f"masked_fill: {error}") from None
+            raise ShapeError(f"masked_fill: {error}") from None
         if shape != self.shape:
             raise ValueError(
                 f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}"
