@@ -197,3 +197,26 @@ def test_nan_and_inf_in_ops_match_numpy(kiln_op: Any, numpy_op: Any) -> None:
     with np.errstate(all="ignore"):
         expected = numpy_op(array)
     np.testing.assert_allclose(kiln_op(Tensor(array)).numpy(), expected, rtol=1e-6)  # 1 ulp: exp
+
+
+def _wrapped(value: float, bits: int, signed: bool) -> int:
+    # exact oracle of kiln's documented float -> int cast: truncate toward zero, then wrap modulo 2**bits
+    wrapped = int(value) % (1 << bits)
+    return wrapped - (1 << bits) if signed and wrapped >= 1 << (bits - 1) else wrapped
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "bits", "signed"),
+    [
+        (1e10, dtypes.int32, 32, True),
+        (-1e20, dtypes.int64, 64, True),
+        (300.7, dtypes.uint8, 8, False),
+        (-1.5, dtypes.uint8, 8, False),
+        (70000.9, dtypes.int16, 16, True),
+    ],
+)
+def test_out_of_range_float_casts_truncate_then_wrap(value: float, dtype: DType, bits: int, signed: bool) -> None:
+    # numpy and C leave these undefined; kiln defines them the same on every device, for buffers and constants
+    expected = _wrapped(value, bits, signed)
+    assert Tensor([value], dtype=dtypes.float64).cast(dtype).tolist() == [expected]
+    assert Tensor(value, dtype=dtypes.float64).cast(dtype).item() == expected
