@@ -140,3 +140,21 @@ def test_missing_llvmlite_is_announced_once_on_stderr(
     assert [renderer.__name__ for renderer in module.cpu_renderers()] == ["CRenderer"]
     notice = capsys.readouterr().err
     assert notice.count("llvmlite is not installed") == 1 and "pip install llvmlite" in notice
+
+
+def test_unset_dev_with_a_cpu_that_cannot_build_falls_back_once_with_a_notice(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    device_module = importlib.import_module("kiln.tensor.device")
+    monkeypatch.delenv("DEV", raising=False)
+    monkeypatch.setattr(Device, "_default", None)
+    monkeypatch.setattr(Device, "_probed_default", "CPU")
+    monkeypatch.setattr(device_module, "unusable_reason", lambda name: "no compiler here" if name == "CPU" else None)
+    monkeypatch.setattr(device_module, "_notices_given", set())
+    assert default_device() == "PYTHON" and default_device() == "PYTHON"
+    notice = capsys.readouterr().err
+    assert notice.count("cannot run kernels (no compiler here); using PYTHON") == 1
+    # the same situation with DEV=CPU named explicitly raises instead
+    monkeypatch.setenv("DEV", "CPU")
+    with pytest.raises(DeviceUnavailable, match=r"DEV='CPU'.*no compiler here"):
+        default_device()
