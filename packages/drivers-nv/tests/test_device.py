@@ -143,5 +143,5 @@ def test_knobs_choose_vram_size_and_format() -> None:
     assert isinstance(device, NVDevice)
     assert device.gpu.vram.size == 1 << 30 and device.gpu.mmu_version == 3
     assert device.memory_manager.nv_format.levels == 6
-    with Context(NV_SIM_MMU=4), pytest.raises(ValueError, match="NV_SIM_MMU=4"):
+    with pytest.raises(ValueError, match="NV_SIM_MMU=4"), Context(NV_SIM_MMU=4):  # rejected when set, listing 2, 3
         registry["NV:sim6"]

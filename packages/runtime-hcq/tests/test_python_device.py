@@ -67,7 +67,8 @@ def test_the_renderer_is_the_python_renderer_and_programs_run_from_its_binary() 
     assert isinstance(device, PythonDevice) and device.renderers == (PythonRenderer,)
     program = Program(get_program(row_sum_sink(4, 4), device.renderer))
     assert program.binary is not None and program.binary.startswith(b"# kiln linear program")
-    with Context(PYTHON_RENDERER="nosuch"), pytest.raises(ValueError, match="PYTHON_RENDERER='nosuch'"):
+    # a value outside the accepted renderers is rejected when set, listing them
+    with pytest.raises(ValueError, match=r"PYTHON_RENDERER='nosuch'.*'python'"), Context(PYTHON_RENDERER="nosuch"):
         device.renderer_class  # noqa: B018
 
 

@@ -168,8 +168,10 @@ CASES: dict[str, list[Case]] = {
     "mean": [(lambda x: x.mean(), (normal(*S3),)), (lambda x: x.mean(axis=-1, keepdim=True), (normal(*S3),))],
     "var": [(lambda x: x.var(axis=1), (normal(*S),)), (lambda x: x.var(correction=0), (normal(*S),))],
     "std": [(lambda x: x.std(axis=0), (normal(*S),)), (lambda x: x.std(), (normal(*S),))],
-    "max": [(lambda x: x.max(), (distinct(*S),)), (lambda x: x.max(axis=1, keepdim=True), (distinct(*S3),))],
-    "min": [(lambda x: x.min(), (distinct(*S),)), (lambda x: x.min(axis=0), (distinct(*S3),))],
+    "max": [(lambda x: x.max(), (distinct(*S),)), (lambda x: x.max(axis=1, keepdim=True).values, (distinct(*S3),))],
+    "min": [(lambda x: x.min(), (distinct(*S),)), (lambda x: x.min(axis=0).values, (distinct(*S3),))],
+    "amax": [(lambda x: x.amax((0, 2)), (distinct(*S3),)), (lambda x: x.amax(1, keepdim=True), (distinct(*S3),))],
+    "amin": [(lambda x: x.amin(-1), (distinct(*S3),))],
     "logsumexp": [(lambda x: x.logsumexp(axis=1), (normal(*S, scale=3.0),)), (lambda x: x.logsumexp(), (normal(*S),))],
     "softmax": [(lambda x: x.softmax(-1), (normal(*S, scale=2.0),)), (lambda x: x.softmax(axis=0), (normal(*S3),))],
     "log_softmax": [

@@ -206,7 +206,7 @@ def test_constant_tensors() -> None:
         (Tensor.full((2, 2), 7), np.full((2, 2), 7, np.int32), dtypes.int32),
         (Tensor.full((3,), 2.5), np.full(3, 2.5, np.float32), dtypes.float32),
         (Tensor.full((2,), True), np.full(2, True), dtypes.bool),
-        (Tensor.full((2,), -1, dtype=dtypes.uint8), np.full(2, 255, np.uint8), dtypes.uint8),
+        (Tensor.full((2,), 255, dtype=dtypes.uint8), np.full(2, 255, np.uint8), dtypes.uint8),
         (Tensor.full((), math.inf), np.array(math.inf, np.float32), dtypes.float32),
         (Tensor.zeros(2, 3).ones_like(), np.ones((2, 3), np.float32), dtypes.float32),
         (Tensor([1, 2]).zeros_like(), np.zeros(2, np.int32), dtypes.int32),

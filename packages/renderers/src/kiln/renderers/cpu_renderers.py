@@ -8,14 +8,32 @@ comes first wherever llvmlite is installed, then C (gcc or clang).
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 
 from kiln.codegen import Renderer
 from kiln.renderers.c import CRenderer
 from kiln.renderers.llvm_ir import LLVMRenderer
 
+_notice_given = False
+
 
 def cpu_renderers() -> tuple[type[Renderer], ...]:
-    """Renderer classes for the CPU device, best first; LLVMRenderer only when llvmlite is installed (not imported)."""
+    """Renderer classes for the CPU device, best first; LLVMRenderer only when llvmlite is installed (not imported).
+
+    Without llvmlite the first call says once, on stderr, that the C renderer is used and how to get the default
+    (unless CPU_RENDERER already asks for C).
+    """
+    global _notice_given
     if importlib.util.find_spec("llvmlite") is not None:
         return (LLVMRenderer, CRenderer)
+    asked = os.environ.get("CPU_RENDERER", "").strip().lower().removesuffix("renderer")
+    if not _notice_given and asked != "c":
+        _notice_given = True
+        print(
+            "kiln: llvmlite is not installed, so the CPU device renders C and compiles it with a C compiler "
+            "(slower to compile) instead of LLVM IR; install it with `pip install llvmlite` "
+            "(or `pip install kiln-renderers[llvm]`), or set CPU_RENDERER=c to silence this notice",
+            file=sys.stderr,
+        )
     return (CRenderer,)

@@ -37,6 +37,7 @@ class LLVMCompiler(HostCompiler):
     def __init__(self) -> None:
         self._llvm: Any = None
         self._target_machine: Any = None
+        self._identity: str | None = None
 
     @property
     def llvm(self) -> Any:
@@ -65,7 +66,17 @@ class LLVMCompiler(HostCompiler):
 
     @property
     def identity(self) -> str:
-        """llvmlite and LLVM versions, the target triple and the host CPU with its features."""
+        """llvmlite and LLVM versions, the target triple and the host CPU with its features (computed once: it is
+        part of every compile-cache key)."""
+        if self._identity is None:
+            self._identity = self._host_identity()
+        return self._identity
+
+    @identity.setter
+    def identity(self, value: str) -> None:
+        raise AttributeError("an LLVMCompiler's identity comes from llvmlite and the host CPU")
+
+    def _host_identity(self) -> str:
         import llvmlite
 
         llvm = self.llvm
@@ -73,10 +84,6 @@ class LLVMCompiler(HostCompiler):
         features = llvm.get_host_cpu_features().flatten()
         cpu = f"{llvm.get_host_cpu_name()}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
         return f"llvmlite {llvmlite.__version__} LLVM {version} {llvm.get_process_triple()} cpu={cpu}"
-
-    @identity.setter
-    def identity(self, value: str) -> None:
-        raise AttributeError("an LLVMCompiler's identity comes from llvmlite and the host CPU")
 
     @property
     def flags(self) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ imports a driver package, so a driver that is not installed is simply a kind tha
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import re
 import threading
 from collections import OrderedDict
@@ -237,6 +236,8 @@ class DeviceRegistry:
         for kind, target in self._builtins.items():
             known[kind.upper()] = DeviceKind(kind.upper(), target, "built-in")
         discovered: dict[str, list[DeviceKind]] = {}
+        import importlib.metadata  # lazily: ~60 ms of imports, needed only when the first device is looked up
+
         for entry_point in importlib.metadata.entry_points(group=self._group):
             distribution = entry_point.dist.name if entry_point.dist is not None else "an unknown distribution"
             kind = entry_point.name.upper()

@@ -31,6 +31,15 @@ def lru_enabled() -> bool:
     return _LRU.value()
 
 
+_BUILTIN_RENDERER_CHOICES = {"CPU": ("", "llvm", "c"), "PYTHON": ("", "python"), "CUDA": ("", "cuda", "ptx")}
+"""The accepted `<KIND>_RENDERER` values of the built-in kinds, after `_renderer_name` ("" picks the first)."""
+
+
+def _renderer_name(raw: str) -> str:
+    # 'LLVMRenderer', 'llvm' and ' LLVM ' all name the LLVM renderer
+    return raw.strip().lower().removesuffix("renderer")
+
+
 _BUILTIN_RENDERER_HELP = {
     "CPU": "Renderer of CPU devices: 'llvm' (LLVMRenderer, the default with llvmlite) or 'c' (CRenderer).",
     "PYTHON": "Renderer of PYTHON devices: 'python' (PythonRenderer, the only one).",
@@ -41,7 +50,15 @@ _BUILTIN_RENDERER_HELP = {
 def renderer_knob(kind: str) -> Knob[str]:
     """The `<KIND>_RENDERER` knob: the renderer a device of `kind` uses instead of its first one."""
     if kind in _BUILTIN_RENDERER_HELP:
-        return register_knob(f"{kind}_RENDERER", str, "", _BUILTIN_RENDERER_HELP[kind], owner="kiln.runtime")
+        return register_knob(
+            f"{kind}_RENDERER",
+            str,
+            "",
+            _BUILTIN_RENDERER_HELP[kind],
+            owner="kiln.runtime",
+            normalize=_renderer_name,
+            choices=_BUILTIN_RENDERER_CHOICES[kind],
+        )
     return register_knob(
         f"{kind}_RENDERER",
         str,

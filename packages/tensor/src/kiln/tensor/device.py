@@ -1,37 +1,73 @@
 """Device support for tensors: the default device, the renderer of a device, and loading a program to launch.
 
 Devices come from kiln.runtime's `Device` registry. The default device is `Device.DEFAULT` (the environment
-variable `DEV`, else the first device kind that opens: CPU before PYTHON) when it can build programs, else PYTHON
-(the runtime's interpreter device, which needs no toolchain).
+variable `DEV`, else the first device kind that opens: CPU before PYTHON). A device named by `DEV` must open and
+build programs, else the first use raises naming the device and why: nothing computes silently somewhere else.
+Only when `DEV` is unset and the probed device cannot build programs (a CPU without llvmlite or a C compiler)
+is PYTHON (the runtime's interpreter device, which needs no toolchain) chosen, with a notice on stderr, once.
 """
 
 from __future__ import annotations
 
-import functools
+import sys
 
 from kiln.codegen import Program, Renderer
-from kiln.runtime import Device, ProgramRunner
+from kiln.runtime import Device, DeviceUnavailable, ProgramRunner
+from kiln.uops import knobs
 
 __all__ = ["canonical_device", "default_device", "load", "renderer_for"]
 
 FALLBACK_DEVICE = "PYTHON"
 
+_unusable: dict[tuple[str, str], str | None] = {}  # (device, its renderer knob value) -> why it cannot run kernels
+_notices_given: set[str] = set()
 
-@functools.cache
-def _can_build_programs(name: str) -> bool:
-    try:
-        return isinstance(Device[name].renderer, Renderer)
-    except (RuntimeError, ValueError):  # no renderer / toolchain here, or the device does not open
-        return False
+
+def unusable_reason(name: str) -> str | None:
+    """Why device `name` cannot run kernels here (it does not open, or has no renderer), or None when it can.
+
+    A bad `<KIND>_RENDERER` value is not a reason: its ValueError (listing the accepted values) propagates.
+    """
+    device = Device[name] if Device.is_open(name) else None
+    choice = device.renderer_class.__name__ if device is not None and device.renderers else ""
+    key = (name, choice)
+    if key not in _unusable:
+        try:
+            renderer = Device[name].renderer
+        except DeviceUnavailable as error:
+            _unusable[key] = str(error)
+        except RuntimeError as error:  # opened, but no renderer / toolchain here
+            _unusable[key] = str(error)
+        else:
+            _unusable[key] = (
+                None if isinstance(renderer, Renderer) else f"its renderer {renderer!r} is not a kiln.codegen.Renderer"
+            )
+    return _unusable[key]
 
 
 def default_device() -> str:
-    """The device new tensors go to when none is given."""
-    try:
-        name = Device.DEFAULT
-    except RuntimeError:
-        return FALLBACK_DEVICE
-    return name if _can_build_programs(name) else FALLBACK_DEVICE
+    """The device new tensors go to when none is given.
+
+    Raises DeviceUnavailable (a RuntimeError) naming the device when the one named by `DEV` cannot run kernels.
+    """
+    requested = knobs.DEVICE.strip()
+    name = Device.DEFAULT  # ValueError for an unknown kind in DEV
+    reason = unusable_reason(name)
+    if reason is None:
+        return name
+    if requested:
+        raise DeviceUnavailable(
+            f"DEV={requested!r}: device {name!r} cannot run kernels here: {reason}. "
+            "`python -m kiln.runtime` lists the devices that work"
+        )
+    if name not in _notices_given:
+        _notices_given.add(name)
+        print(
+            f"kiln: the default device {name} cannot run kernels ({reason}); using {FALLBACK_DEVICE} (an interpreter, "
+            f"slow) instead. Install the missing part (e.g. `pip install llvmlite`) or set DEV to choose a device.",
+            file=sys.stderr,
+        )
+    return FALLBACK_DEVICE
 
 
 def canonical_device(name: str | None) -> str:

@@ -39,7 +39,7 @@ from kiln.tensor.ops import (
     StatisticsMixin,
     TrigonometricMixin,
 )
-from kiln.tensor.ops._checks import check_device_dtype
+from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize import engine
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
@@ -84,6 +84,37 @@ def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
     return np.dtype(dtype.fmt)
 
 
+_NO_GRAD_IS_READ_ONLY = (
+    "Tensor.no_grad is read-only (it reports whether gradient recording is off); turn recording off with "
+    "`with kiln.tensor.no_grad():` or the `@no_grad()` decorator, or `kiln.tensor.set_grad_enabled(False)`"
+)
+
+
+class _TensorType(type):
+    """Tensor's metaclass: makes the class attribute `Tensor.no_grad` readable but not assignable."""
+
+    _grad_disabled: bool
+
+    @property
+    def no_grad(cls) -> bool:
+        """Whether gradient recording is off (inside `kiln.tensor.no_grad()`); set it through that context."""
+        return cls._grad_disabled
+
+    @no_grad.setter
+    def no_grad(cls, value: object) -> None:
+        raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
+
+
+class _InstanceNoGrad:
+    """`tensor.no_grad` on an instance: the same read-only flag (an assignment would otherwise silently shadow it)."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> bool:
+        return Tensor._grad_disabled
+
+    def __set__(self, instance: object, value: object) -> None:
+        raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
+
+
 class Tensor(
     CreationMixin,
     ElementwiseMixin,
@@ -106,6 +137,7 @@ class Tensor(
     MetadataMixin,
     SpecialMixin,
     LinearSolveMixin,
+    metaclass=_TensorType,
 ):
     """A lazy n-dimensional array on a device.
 
@@ -124,8 +156,16 @@ class Tensor(
         10.0
     """
 
-    no_grad: ClassVar[bool] = False
-    """While True, new tensors record no gradient requirement (set by the autograd helper's `no_grad` context)."""
+    _grad_disabled: ClassVar[bool] = False
+    """While True, new tensors record no gradient requirement: read as `Tensor.no_grad`, set by kiln.tensor's
+    `no_grad()` / `enable_grad()` / `set_grad_enabled()` (kiln.tensor.grad_mode)."""
+
+    no_grad = _InstanceNoGrad()
+
+    # numpy interop: `ndarray op Tensor` and `np.float32(2) * Tensor` defer to the Tensor's reflected operator (a
+    # Tensor result, never an object array of 0-dim Tensors); `np.asarray(tensor)` goes through `__array__`
+    __array_ufunc__ = None
+    __array_priority__: ClassVar[float] = 1000.0
 
     uop: UOp
     requires_grad: bool | None
@@ -176,7 +216,7 @@ class Tensor(
     def _result(self, uop: UOp, *others: Tensor) -> Tensor:
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        if Tensor.no_grad or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
+        if Tensor._grad_disabled or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
             return Tensor._from_uop(uop)
         return Tensor._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
 
@@ -342,11 +382,42 @@ class Tensor(
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
-        """The single value of a one-element tensor as a Python scalar."""
+        """The single value of a one-element tensor as a Python scalar (RuntimeError otherwise, like PyTorch)."""
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+            raise RuntimeError(
+                f"item() needs a tensor with one element; this one has {self.numel()} elements (shape {self.shape})"
+            )
         value: ConstType = self.numpy().reshape(()).item()
         return value
+
+    def _scalar_for(self, what: str) -> ConstType:
+        # float(t) / int(t) / complex(t): PyTorch raises ValueError for anything but one element
+        if self.numel() != 1:
+            raise ValueError(
+                f"{what}(): only one-element tensors can be converted to Python scalars; this one has "
+                f"{self.numel()} elements (shape {self.shape})"
+            )
+        return self.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar_for("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar_for("int"))  # a float truncates toward zero; NaN / inf raise as int() does
+
+    def __index__(self) -> int:
+        # a one-element integer tensor can index a list or a range (`items[t]`), like PyTorch
+        if self.numel() != 1 or not dtypes.is_int(self.dtype):
+            raise TypeError(
+                "only integer tensors of a single element can be converted to an index; got "
+                f"dtype {self.dtype!r} with shape {self.shape}"
+            )
+        return int(self.item())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """`np.asarray(tensor)` / `np.array(tensor)`: the values (realized), as `numpy()`."""
+        values = self.numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def data_buffer(self) -> Buffer:
         """The runtime Buffer holding this tensor's realized values (row-major, `numel()` elements)."""
@@ -415,6 +486,7 @@ def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_gr
     target = canonical_device(device)
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
         scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
+        check_constant_fits(data, scalar_dtype)
         if requires_grad is not True:
             check_device_dtype(target, scalar_dtype)  # before const() builds anything of that dtype
             return graph.const(data, scalar_dtype, target)
@@ -429,11 +501,19 @@ def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
         array = np.asarray(data)
         natural = dtype_from_numpy(array.dtype)
     elif isinstance(data, (list, tuple)):
-        natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
+        if dtype is not None and dtype.fmt is not None:
+            natural = dtype  # numpy checks each value against it: OverflowError naming an out-of-range one
+        else:
+            natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
         try:
             array = np.array(data, dtype=numpy_from_dtype(natural))
+        except OverflowError as error:
+            bad = next((item for item in _flatten(data) if not _fits(item, natural)), None)
+            named = f"value {bad!r} is out of range" if bad is not None else str(error)
+            raise OverflowError(f"cannot build a {natural!r} tensor: {named} ({error})") from None
         except ValueError as error:
-            raise ValueError(f"cannot build a tensor from ragged or mixed data: {error}") from None
+            what = "ragged or mixed data" if "sequence" in str(error) or "inhomogeneous" in str(error) else "this data"
+            raise ValueError(f"cannot build a {natural!r} tensor from {what}: {error}") from None
         if array.dtype == object:
             raise ValueError("cannot build a tensor from ragged nested sequences")
     else:
@@ -451,6 +531,21 @@ def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
     uop = graph.reshape(node, shape)
     # a dtype numpy cannot hold (bfloat16, fp8) is reached by a cast on the device
     return graph.cast(uop, dtype) if dtype is not None else uop
+
+
+def _flatten(data: Any) -> list[Any]:
+    if isinstance(data, (list, tuple)):
+        return [item for part in data for item in _flatten(part)]
+    return [data]
+
+
+def _fits(value: Any, dtype: DType) -> bool:
+    # whether a Python number converts to the integer dtype without overflow (numpy's rule: floats truncate)
+    if not dtypes.is_int(dtype) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return bool(dtypes.min(dtype) <= math.trunc(value) <= dtypes.max(dtype))
 
 
 def _has_items(data: Sequence[Any]) -> bool:

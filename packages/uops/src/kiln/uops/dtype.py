@@ -269,11 +269,22 @@ class dtypes:
 
     @staticmethod
     def from_py(value: object) -> DType:
-        """The dtype a Python value gets: bool, the default int, the default float; tuples/lists by their elements."""
+        """The dtype a Python value gets: bool, the default int, the default float; tuples/lists by their elements.
+
+        An int outside the default int's range gets int64 (as PyTorch infers); OverflowError beyond int64's range.
+        """
         if isinstance(value, bool):
             return _BOOL
         if isinstance(value, int):
-            return dtypes.default_int
+            low, high = _min_max(dtypes.default_int)
+            if low <= value <= high:
+                return dtypes.default_int
+            if -(1 << 63) <= value < (1 << 63):
+                return dtypes.int64
+            raise OverflowError(
+                f"Python int {value} does not fit int64 (the widest inferred integer dtype); "
+                "pass dtype=dtypes.uint64 for values up to 2**64 - 1"
+            )
         if isinstance(value, float):
             return dtypes.default_float
         if isinstance(value, (tuple, list)):

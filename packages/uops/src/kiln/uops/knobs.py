@@ -34,6 +34,7 @@ class Knob(Generic[T]):
         env: str | None = None,
         owner: str = "kiln.uops",
         normalize: Callable[[T], T] | None = None,
+        choices: tuple[T, ...] | None = None,
     ) -> None:
         if kind not in (int, bool, str, float):
             raise TypeError(f"knob {name!r} must be int, bool, str or float, got {kind!r}")
@@ -44,6 +45,8 @@ class Knob(Generic[T]):
         self.env = env or name
         self.owner = owner
         self.normalize: Callable[[T], T] | None = normalize
+        self.choices: tuple[T, ...] | None = choices
+        """The accepted values of a knob with a fixed set of them (None: any value of its type)."""
         self._assigned: Any = _UNSET
         self._raw_seen: str | None = None
         self._parsed: T = default
@@ -100,7 +103,14 @@ class Knob(Generic[T]):
                 f"environment variable {self.env}={raw!r} is not a valid {self.kind.__name__} for knob {self.name}"
             ) from None
         result: T = self.normalize(value) if self.normalize is not None else value
+        self.check_choice(result, f"environment variable {self.env}={raw!r}")
         return result
+
+    def check_choice(self, value: T, what: str) -> None:
+        """ValueError naming `what` and the accepted values when `value` is not one of this knob's `choices`."""
+        if self.choices is not None and value not in self.choices:
+            accepted = ", ".join(repr(choice) for choice in self.choices)
+            raise ValueError(f"{what} is not an accepted value of knob {self.name}; expected one of: {accepted}")
 
     def coerce(self, value: object) -> T:
         """`value` checked and converted to this knob's type (bools accept 0/1, ints accept bools, floats ints)."""
@@ -116,6 +126,7 @@ class Knob(Generic[T]):
         else:
             raise TypeError(f"knob {self.name} expects a {self.kind.__name__}, got {value!r}")
         result: T = self.normalize(converted) if self.normalize is not None else converted
+        self.check_choice(result, f"{self.name}={value!r}")
         return result
 
     def reset(self) -> None:
@@ -138,10 +149,13 @@ def register_knob(
     env: str | None = None,
     owner: str | None = None,
     normalize: Callable[[T], T] | None = None,
+    choices: tuple[T, ...] | None = None,
 ) -> Knob[T]:
     """Add a knob to the registry (a package calls this at import). Re-registering the same definition is a no-op.
 
     `owner` (default: the calling package) groups the knob in docs/knobs.md. Read the value as `knobs.NAME`.
+    `choices` lists the accepted values of a knob with a fixed set of them: any other value raises ValueError
+    listing them when the knob is read or set.
     """
     if not name.isidentifier() or not name.isupper():
         raise ValueError(f"knob names are upper-case identifiers, got {name!r}")
@@ -153,7 +167,7 @@ def register_knob(
         if (existing.kind, existing.default, existing.env, existing.owner) != (kind, default, env or name, owner):
             raise ValueError(f"knob {name} is already registered differently: {existing!r} (by {existing.owner})")
         return existing
-    knob = Knob(name, kind, default, help, env, owner, normalize)
+    knob = Knob(name, kind, default, help, env, owner, normalize, choices)
     _registry[name] = knob
     return knob
 
@@ -169,7 +183,9 @@ class Knobs:
         "DEBUG",
         int,
         0,
-        "Verbosity: 1 kernels and timings, 2 per-kernel statistics, 3 kernel source, 4 uops, 5+ rewrites.",
+        "Verbosity (each level adds to the ones below): 1 one summary line per realize (kernels, copies, time); "
+        "2 one line per kernel (device, name, launch size, time, GFLOP/s, GB/s); 3 the applied optimizations; "
+        "4 the kernel source; 5 the optimized kernel sink; 6 the linearized uops.",
     )
     BEAM = register_knob("BEAM", int, 0, "Beam width of the kernel optimization search; 0 uses the heuristics only.")
     NOOPT = register_knob("NOOPT", bool, False, "Apply no kernel optimizations (no upcast, local or unroll).")
@@ -284,5 +300,6 @@ def knobs_section_markdown(owner: str, owner_knobs: Iterable[Knob[Any]] | None =
     ]
     for knob in sorted(owner_knobs, key=lambda knob: knob.name):
         default = repr(knob.default)
-        lines.append(f"| `{knob.name}` | `{knob.env}` | {knob.kind.__name__} | `{default}` | {knob.help} |")
+        accepted = "" if knob.choices is None else " Accepted: " + ", ".join(f"`{c!r}`" for c in knob.choices) + "."
+        lines.append(f"| `{knob.name}` | `{knob.env}` | {knob.kind.__name__} | `{default}` | {knob.help}{accepted} |")
     return "\n".join(lines) + "\n"

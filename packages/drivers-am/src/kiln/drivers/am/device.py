@@ -35,6 +35,8 @@ SIM_GFX = register_knob(
     "gfx11",
     "GFX generation of simulated AM GPUs: gfx11 (RDNA3) or gfx9.4 (MI300).",
     owner="kiln.drivers.am",
+    normalize=lambda text: text.strip().lower(),
+    choices=("gfx11", "gfx9.4"),
 )
 SIM_HIVE = register_knob(
     "AM_SIM_HIVE",

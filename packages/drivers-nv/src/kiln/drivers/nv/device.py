@@ -39,6 +39,7 @@ SIM_MMU = register_knob(
     2,
     "Page-table format of simulated NV GPUs: 2 = Ampere (5 levels), 3 = Hopper (6 levels).",
     owner="kiln.drivers.nv",
+    choices=(2, 3),
 )
 SIM_P2P = register_knob(
     "NV_SIM_P2P",

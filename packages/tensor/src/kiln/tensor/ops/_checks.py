@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AxisError",
+    "ShapeError",
     "broadcast_shapes",
+    "check_constant_fits",
     "check_device_dtype",
     "check_dtype",
     "check_int",
@@ -28,6 +30,11 @@ __all__ = [
     "pick_axis",
     "shape_argument",
 ]
+
+
+class ShapeError(ValueError, RuntimeError):
+    """Operand shapes that do not fit together (broadcasting, matmul): PyTorch raises RuntimeError for these; this is
+    also a ValueError, kiln's class for bad argument values."""
 
 
 class AxisError(ValueError, IndexError):
@@ -98,7 +105,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         grown = {size for size in sizes if size != 1}
         if len(grown) > 1:
             names = " and ".join(str(tuple(shape)) for shape in shapes)
-            raise ValueError(
+            raise ShapeError(
                 f"cannot broadcast shapes {names}: sizes {sorted(grown)} differ at dim {position - ndim} "
                 "(each dim must match or be 1)"
             )
@@ -136,3 +143,16 @@ def check_device_dtype(device: str, dtype: DType) -> None:
     if dtype not in supported:
         names = ", ".join(sorted(item.name for item in supported))
         raise TypeError(f"device {device!r} cannot store {dtype!r}; it supports: {names}")
+
+
+def check_constant_fits(value: object, dtype: DType) -> None:
+    """OverflowError naming `value` and `dtype` when the Python int `value` is outside the integer `dtype`'s range.
+
+    numpy's rule for Python ints given an explicit integer dtype (`np.array([300], dtype=np.uint8)` raises); a
+    float or bool value, or a float / bool dtype, is converted as numpy does and never raises here.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not dtypes.is_int(dtype):
+        return
+    low, high = dtypes.min(dtype), dtypes.max(dtype)
+    if not low <= value <= high:
+        raise OverflowError(f"Python int {value} is out of bounds for {dtype!r} (range {low} .. {high})")

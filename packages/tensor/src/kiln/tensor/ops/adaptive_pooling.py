@@ -105,7 +105,7 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
         full = (*moved.shape[:-1], out, length)
         inside = _membership_tensor(x, length, out)._broadcast_to(full)
         picked = inside.where(moved.unsqueeze(-2)._broadcast_to(full), lowest)._cast(x.dtype)
-        result = picked.max(-1).transpose(axis, -1)
+        result = picked.amax(-1).transpose(axis, -1)
     if not return_indices and not routed:
         return result
     # (*leading, *out, *in): a window cell holding the window's maximum; the first one's flat position is the index

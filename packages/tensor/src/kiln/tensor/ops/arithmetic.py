@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kiln.tensor.ops.data_checks import guarded_integer_division
 from kiln.uops import Ops, dtypes
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def truncated_remainder(left: Tensor, right: Tensor) -> Tensor:
       quotient: exact while |a / b| < 2**53 (and no product overflows); beyond that the result is approximate.
     """
     if not dtypes.is_float(left.dtype):
-        return left._binary(Ops.MOD, right)
+        return guarded_integer_division(left, right, Ops.MOD, "remainder")
     if left.dtype.itemsize == 8:
         remainder = _float64_remainder(left, right)
     else:

@@ -17,8 +17,8 @@ import numpy as np
 
 from kiln.tensor import graph
 from kiln.tensor.device import canonical_device
-from kiln.tensor.ops._checks import check_device_dtype, check_dtype, check_int, shape_argument
-from kiln.tensor.ops.promotion import scalar_dtype, scalar_value
+from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, check_dtype, check_int, shape_argument
+from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
 from kiln.uops import ConstType, DType, Ops, dtypes
@@ -39,21 +39,21 @@ def tensor_class() -> type[Tensor]:
 
 
 def iota(size: int, device: str | None = None) -> Tensor:
-    """The int32 tensor [0, 1, ..., size - 1], built from constants and movement ops only (no memory, no reduce).
+    """The tensor [0, 1, ..., size - 1] (int32; int64 past 2**31 elements), built from constants and movement ops
+    only (no memory, no reduce).
 
     The value of position i is the sum of its binary digits: plane k is the vector [0, 2**k] padded from a constant
     and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
     consumer.
     """
     tensor = tensor_class()
+    dtype = dtypes.int32 if size <= 2**31 else dtypes.int64
     if size <= 1:
-        return tensor._const(0, (size,), dtypes.int32, device)
-    if size > 2**31:
-        raise ValueError(f"iota supports at most 2**31 elements, got {size}")
+        return tensor._const(0, (size,), dtype, device)
     bits = (size - 1).bit_length()
     total: Tensor | None = None
     for bit in range(bits):
-        digit = tensor._const(1 << bit, (1,), dtypes.int32, device)._movement(Ops.PAD, ((1, 0),))
+        digit = tensor._const(1 << bit, (1,), dtype, device)._movement(Ops.PAD, ((1, 0),))
         plane_shape = [1] * bits
         plane_shape[bits - 1 - bit] = 2  # the most significant digit is the outermost dim (row-major order)
         plane = digit._movement(Ops.RESHAPE, tuple(plane_shape))._movement(Ops.EXPAND, (2,) * bits)
@@ -231,7 +231,8 @@ class CreationMixin(DTypeMixin):
             [7, 7]
         """
         value = scalar_value(fill_value)
-        target_dtype = scalar_dtype(value) if dtype is None else check_dtype(dtype)
+        target_dtype = dtypes.from_py(value) if dtype is None else check_dtype(dtype)
+        check_constant_fits(value, target_dtype)
         if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(target_dtype):
             raise ValueError(f"cannot fill a {target_dtype!r} tensor with {value!r}")
         dims = shape_argument((shape,))
@@ -288,9 +289,13 @@ class CreationMixin(DTypeMixin):
             raise ValueError("arange step must not be zero")
         if not all(math.isfinite(v) for v in values):
             raise ValueError(f"arange needs finite arguments, got start={first} stop={last} step={increment}")
-        natural = dtypes.default_float if any(isinstance(v, float) for v in values) else dtypes.default_int
-        target_dtype = natural if dtype is None else check_dtype(dtype)
         size = max(0, math.ceil((last - first) / increment))
+        ends = (first, first + (size - 1) * increment) if size else (first,)
+        # int arguments whose values pass the default int's range count in int64, as PyTorch infers
+        natural = dtypes.default_float if any(isinstance(v, float) for v in values) else dtypes.from_py(list(ends))
+        target_dtype = natural if dtype is None else check_dtype(dtype)
+        for end in ends:
+            check_constant_fits(end, target_dtype)
         positions = iota(size, device)
         compute = target_dtype if dtypes.is_float(target_dtype) or natural == dtypes.default_int else natural
         result = positions._cast(compute)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, TypeGuard
 
+import numpy as np
+
 from kiln.tensor import graph
-from kiln.tensor.ops._checks import broadcast_shapes
+from kiln.tensor.ops._checks import ShapeError, broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
+from kiln.tensor.ops.data_checks import guarded_integer_division
 from kiln.tensor.ops.promotion import (
     DIMENSIONED,
     PYTHON_SCALAR,
@@ -79,15 +82,20 @@ class ElementwiseMixin(UnaryMixin):
     def _operands(
         self: Tensor, other: Tensor | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
     ) -> tuple[Tensor, Tensor]:
-        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`."""
+        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`.
+
+        A numpy array `other` takes part as a Tensor on this tensor's device (as `torch.from_numpy` would).
+        """
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
             return self._scalar_operands(other, what, reverse, dtype)
+        if isinstance(other, np.ndarray):
+            other = tensor_class()(other, device=self.device)
         target = result_type(self, other) if dtype is None else dtype
         other_shape = other.shape if _is_tensor(other) else ()
         try:
             shape = broadcast_shapes(self.shape, other_shape)
         except ValueError as error:
-            raise ValueError(f"{what}: {error}") from None
+            raise ShapeError(f"{what}: {error}") from None
         left = self._cast(target)._broadcast_to(shape)
         right = self._operand(other, target, shape, what)
         return (right, left) if reverse else (left, right)
@@ -171,6 +179,8 @@ class ElementwiseMixin(UnaryMixin):
             >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
             [3, -4]
         """
+        if isinstance(other, np.ndarray):
+            other = tensor_class()(other, device=self.device)
         if rounding_mode == "floor":
             return self._floor_divide(other, reverse)
         if rounding_mode == "trunc":
@@ -180,7 +190,7 @@ class ElementwiseMixin(UnaryMixin):
             if left.dtype == dtypes.bool:
                 raise TypeError("integer division of bool tensors is not supported")
             _check_divisor(left.dtype, other, reverse, "div")
-            return left._binary(Ops.IDIV, right)
+            return guarded_integer_division(left, right, Ops.IDIV, "div")
         if rounding_mode is not None:
             raise ValueError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         target = true_divide_dtype(result_type(self, other))
@@ -194,7 +204,7 @@ class ElementwiseMixin(UnaryMixin):
         _check_divisor(left.dtype, other, reverse, "floor_divide")
         if dtypes.is_float(left.dtype):
             return float_floor_divide(left, right)
-        quotient = left._binary(Ops.IDIV, right)
+        quotient = guarded_integer_division(left, right, Ops.IDIV, "floor_divide")
         if dtypes.is_unsigned(left.dtype):
             return quotient
         # C truncates toward zero: step down by one where the remainder is nonzero and the signs differ
@@ -446,21 +456,32 @@ class ElementwiseMixin(UnaryMixin):
     # ------------------------------------------------------------------------------------------------------------
 
     def where(self: Tensor, if_true: Tensor | ConstType, if_false: Tensor | ConstType) -> Tensor:
-        """`if_true` where this (condition) tensor is nonzero, else `if_false`; all three broadcast.
+        """Select elementwise between two values by a condition; all three broadcast. Two spellings are accepted:
 
-        `Tensor.where(condition, x, y)` reads like `torch.where(condition, x, y)` (this is tinygrad's method form:
-        the tensor the method is called on is the condition).
+        - `condition.where(x, y)` (tinygrad's): `x` where this condition is nonzero, else `y`. Also
+          `Tensor.where(condition, x, y)` and `kiln.tensor.where(condition, x, y)`, like `torch.where`.
+        - `x.where(condition, y)` (torch's method form): keeps `x` where the bool tensor `condition` is True, else
+          `y`. It is recognized by its dtypes: this tensor is not bool and the first argument is a bool Tensor.
+          (A bool tensor the method is called on is always the condition; cast `x` to pick torch's form.)
 
         Example:
             >>> x = Tensor([-1.0, 2.0]); (x > 0).where(x, 0.0).tolist()
             [0.0, 2.0]
+            >>> x.where(x > 0, 0.0).tolist()
+            [0.0, 2.0]
         """
+        if_true, if_false = (
+            tensor_class()(value, device=self.device) if isinstance(value, np.ndarray) else value
+            for value in (if_true, if_false)
+        )
+        if self.dtype != dtypes.bool and _is_tensor(if_true) and if_true.dtype == dtypes.bool:
+            return if_true.where(self, if_false)  # torch's `x.where(condition, y)`
         target = result_type(if_true, if_false)
         shapes = [self.shape] + [value.shape for value in (if_true, if_false) if _is_tensor(value)]
         try:
             shape = broadcast_shapes(*shapes)
         except ValueError as error:
-            raise ValueError(f"where: {error}") from None
+            raise ShapeError(f"where: {error}") from None
         condition = self._cast(dtypes.bool)._broadcast_to(shape)
         chosen = self._operand(if_true, target, shape, "where")
         otherwise = self._operand(if_false, target, shape, "where")
@@ -482,7 +503,7 @@ class ElementwiseMixin(UnaryMixin):
         try:
             shape = broadcast_shapes(self.shape, mask.shape)
         except ValueError as error:
-            raise ValueError(f"masked_fill: {error}") from None
+            raise ShapeError(f"masked_fill: {error}") from None
         if shape != self.shape:
             raise ValueError(
                 f"masked_fill: mask of shape {mask.shape} must broadcast to the tensor's shape {self.shape}"

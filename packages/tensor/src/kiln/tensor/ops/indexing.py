@@ -9,8 +9,9 @@ adjacent, else they go first. An advanced index is a one-hot selection (compare 
 costs O(index elements x indexed elements) work, fused into one kernel.
 
 Known limits: a bool mask Tensor is realized to learn the result's shape (like PyTorch, which syncs too); integer
-index *Tensors* are not bounds-checked (they are lazy; an out-of-range position selects nothing and reads 0), while
-ints, lists and numpy arrays are checked eagerly.
+index *Tensors* are lazy, so they are bounds-checked only with the knob CHECK=1 (IndexError naming the bad index);
+without it an out-of-range position selects nothing: it reads 0 and `x[idx] = v` writes nothing there (see
+kiln.tensor.ops.data_checks). Ints, lists and numpy arrays are always checked eagerly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
 from kiln.tensor.ops.creation import iota, tensor_class
+from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.uops import ConstType, Ops, dtypes
 
 if TYPE_CHECKING:
@@ -159,7 +161,7 @@ def _parse(x: Tensor, index: Any) -> _ParsedIndex:
             elif dtypes.is_int(item.dtype):
                 expanded.append(("tensor", item))
             else:
-                raise TypeError(f"index tensors must have an integer or bool dtype, got {item.dtype!r}")
+                raise IndexDtypeError(f"index tensors must have an integer or bool dtype, got {item.dtype!r}")
         elif item is None or item is Ellipsis or isinstance(item, slice):
             expanded.append(item)
         elif hasattr(item, "__index__"):
@@ -254,6 +256,10 @@ def _slice_spec(item: slice, size: int) -> _DimIndex:
     return _DimIndex("slice", size - 1 - start, count, -step, True)
 
 
+class IndexDtypeError(IndexError, TypeError):
+    """An index tensor of a float dtype: PyTorch raises IndexError; a TypeError too (kiln's earlier class)."""
+
+
 def _advanced_positions(parsed: _ParsedIndex) -> list[int]:
     """Where each advanced dim sits in the basic result (ints removed, None dims inserted)."""
     kept: list[int] = []  # source dims kept, in order
@@ -279,8 +285,9 @@ def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> T
         raise IndexError(f"cannot index into size-0 dims {sizes} with indices of shape {batch}")
     # the row-major position inside the indexed dims, from the (wrapped) index of each
     linear: Tensor | None = None
-    for index, size in zip(indices, sizes):
-        wrapped = index._cast(dtypes.int32)
+    for dim, (index, size) in enumerate(zip(indices, sizes)):
+        check_index_values(index, size, "indexing", positions[dim])
+        wrapped = index._cast(index_compute_dtype(index, total))
         wrapped = (wrapped < 0).where(wrapped + size, wrapped)
         linear = wrapped if linear is None else linear * size + wrapped
     assert linear is not None
@@ -289,7 +296,7 @@ def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> T
     rest_shape = tuple(y.shape[axis] for axis in rest)
     flat = moved._movement(Ops.RESHAPE, (1,) * len(batch) + (total,) + rest_shape)
     flat = flat._broadcast_to((*batch, total, *rest_shape))
-    choices = iota(total, y.device)._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
+    choices = iota(total, y.device)._cast(linear.dtype)._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
     column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1))._broadcast_to((*batch, total))
     hits = column._binary(Ops.CMPEQ, choices._broadcast_to((*batch, total)))
     hits = hits._movement(Ops.RESHAPE, (*batch, total) + (1,) * len(rest_shape))._broadcast_to(flat.shape)
@@ -355,7 +362,9 @@ class IndexingMixin:
             self.assign(inside._ternary(Ops.WHERE, placed, self))
             return
         # advanced: find the flat positions the index selects, then scatter the values to them (last write wins)
-        flat_positions = iota(self.numel(), self.device)._movement(Ops.RESHAPE, self.shape)[index]
+        # positions count from 1 so that an out-of-range index (which selects nothing and reads 0) becomes -1 and
+        # matches no element, instead of writing element 0
+        flat_positions = (iota(self.numel(), self.device) + 1)._movement(Ops.RESHAPE, self.shape)[index] - 1
         values = _broadcast_value(self, value, flat_positions.shape)
         count = flat_positions.numel()
         positions = flat_positions._movement(Ops.RESHAPE, (count, 1))
@@ -395,6 +404,7 @@ class IndexingMixin:
         """
         axis, index = _check_index_argument(self, dim, index, "gather")
         size = self.shape[axis]
+        check_index_values(index, size, "gather", axis, negative=False, error=RuntimeError)
         window = [(0, index.shape[i]) if i != axis else (0, size) for i in range(self.ndim)]
         source = self._movement(Ops.SHRINK, tuple(window))
         expanded = source._movement(Ops.RESHAPE, (*source.shape, 1))
@@ -429,6 +439,7 @@ class IndexingMixin:
         else:
             values = self._const(src, index.shape, self.dtype, self.device)
         size = self.shape[axis]
+        check_index_values(index, size, "scatter", axis, negative=False, error=RuntimeError)
         hits = _one_hot(index, size)  # (*index.shape, size): source position -> target position along `axis`
         spread = values._movement(Ops.RESHAPE, (*index.shape, 1))._broadcast_to(hits.shape)
         arithmetic = spread._cast(dtypes.uint8) if spread.dtype == dtypes.bool else spread
@@ -497,8 +508,9 @@ def _check_index_argument(x: Tensor, dim: int, index: Any, what: str) -> tuple[i
 
 def _one_hot(index: Tensor, size: int) -> Tensor:
     """(*index.shape, size) bool: True where the last position equals the index value."""
-    choices = iota(size, index.device)._movement(Ops.RESHAPE, (1,) * index.ndim + (size,))
-    column = index._cast(dtypes.int32)._movement(Ops.RESHAPE, (*index.shape, 1))
+    choices = iota(size, index.device)._cast(index_compute_dtype(index, size))
+    choices = choices._movement(Ops.RESHAPE, (1,) * index.ndim + (size,))
+    column = index._cast(index_compute_dtype(index, size))._movement(Ops.RESHAPE, (*index.shape, 1))
     shape = (*index.shape, size)
     return column._broadcast_to(shape)._binary(Ops.CMPEQ, choices._broadcast_to(shape))
 

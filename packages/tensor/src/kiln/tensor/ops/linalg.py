@@ -13,7 +13,7 @@ import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln.tensor.ops._checks import broadcast_shapes, check_same_device
+from kiln.tensor.ops._checks import ShapeError, broadcast_shapes, check_same_device
 from kiln.tensor.ops.creation import tensor_class
 from kiln.tensor.ops.promotion import result_type
 from kiln.uops import DType, Ops, dtypes
@@ -103,7 +103,7 @@ class LinalgMixin:
         """
         other = _require_tensor(other, "matmul")
         if self.ndim == 0 or other.ndim == 0:
-            raise ValueError(
+            raise ShapeError(
                 f"matmul needs operands with at least 1 dim, got shapes {self.shape} and {other.shape} "
                 "(use * to multiply by a scalar)"
             )
@@ -113,7 +113,7 @@ class LinalgMixin:
         right = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
         inner, rows, columns = left.shape[-1], left.shape[-2], right.shape[-1]
         if right.shape[-2] != inner:
-            raise ValueError(
+            raise ShapeError(
                 f"matmul: shapes {self.shape} and {other.shape} do not line up: the left operand's last dim ({inner}) "
                 f"must equal the right operand's {'only' if other.ndim == 1 else 'second-to-last'} dim "
                 f"({right.shape[-2]})"
@@ -121,7 +121,7 @@ class LinalgMixin:
         try:
             batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
         except ValueError:
-            raise ValueError(
+            raise ShapeError(
                 f"matmul: the batch dims of shapes {self.shape} and {other.shape} do not broadcast "
                 f"({left.shape[:-2]} vs {right.shape[:-2]})"
             ) from None
@@ -157,7 +157,7 @@ class LinalgMixin:
         if self.ndim != 1 or other.ndim != 1:
             return self.matmul(other)
         if self.shape != other.shape:
-            raise ValueError(f"dot needs two 1-D tensors of one length, got shapes {self.shape} and {other.shape}")
+            raise ShapeError(f"dot needs two 1-D tensors of one length, got shapes {self.shape} and {other.shape}")
         check_same_device("dot", self, other)
         dtype = product_dtype("dot", self, other)
         return multiply_sum(self._cast(dtype), other._cast(dtype), (0,)).reshape(())

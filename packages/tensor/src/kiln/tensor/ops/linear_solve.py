@@ -142,6 +142,6 @@ class LinearSolveMixin:
         u, s, v = self._floating().svd()
         if s.shape[0] == 0:
             return self._floating().mT
-        kept = s > s.max() * rcond
+        kept = s > s.amax() * rcond
         inverse_values = kept.where(kept.where(s, 1.0).reciprocal(), 0.0)
         return (v * inverse_values.reshape(1, -1)).matmul(u.mT)

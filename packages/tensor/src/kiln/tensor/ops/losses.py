@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_same_device
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.data_checks import check_index_values
 from kiln.uops import dtypes
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def _picked_weights(log_probabilities: Tensor, target: Tensor, weight: Tensor | 
     """The input-shaped tensor holding weight[t] (1 without weights) at each kept target's class t, else 0."""
     class_dim = 0 if log_probabilities.ndim == 1 else 1
     classes = log_probabilities.shape[class_dim]
+    check_index_values(target, classes, "class target", class_dim, negative=False, ignore=ignore_index)
     positions = _class_axis_view(iota(classes, target.device)._cast(target.dtype), log_probabilities.ndim)
     hits = (target.unsqueeze(class_dim) == positions) & (target != ignore_index).unsqueeze(class_dim)
     dtype = log_probabilities.dtype
@@ -139,6 +141,7 @@ class LossMixin:
             classes = high + 1
         elif classes < 0:
             raise ValueError(f"one_hot num_classes must be -1 (infer) or >= 0, got {classes}")
+        check_index_values(self, classes, "one_hot", 0, negative=False, error=RuntimeError)
         positions = iota(classes, self.device)._cast(self.dtype)
         return (self.unsqueeze(-1) == positions)._cast(dtypes.int64)
 

@@ -114,7 +114,7 @@ def _max_pool(
     axes = geometry.window_axes(x.ndim)
     routed = x.requires_grad is True and not type(x).no_grad
     if not indices and not routed:
-        return windows.max(axes)
+        return windows.amax(axes)
     # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
     taps_per_window = math.prod(geometry.kernel)
     flat = windows.reshape(*windows.shape[: x.ndim], taps_per_window)
@@ -126,7 +126,7 @@ def _max_pool(
         # split it among tied values)
         values = picked.where(flat, 0)._cast(x.dtype).sum(-1)._cast(x.dtype)
     else:
-        values = windows.max(axes)
+        values = windows.amax(axes)
     if not indices:
         return values
     # the flat position (over the spatial dims) of each input cell, -1 in the padding

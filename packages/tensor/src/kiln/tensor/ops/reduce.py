@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard
 
+from kiln.tensor import return_types
 from kiln.tensor.ops._checks import check_dtype, normalize_axes, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import DType, Ops, dtypes
@@ -23,6 +24,18 @@ if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
 
 __all__ = ["ReduceMixin"]
+
+
+class EmptyReductionError(RuntimeError, IndexError, ValueError):
+    """A max / min / argmax over a size-0 dim (no identity). PyTorch raises RuntimeError over all elements and
+    IndexError over a dim; this is both (and a ValueError, kiln's earlier class)."""
+
+
+def _is_tensor(value: object) -> TypeGuard[Tensor]:
+    from kiln.tensor.tensor import Tensor
+
+    return isinstance(value, Tensor)
+
 
 Axis = int | Sequence[int] | None
 
@@ -55,7 +68,7 @@ class ReduceMixin:
 
     def _require_elements(self: Tensor, axes: tuple[int, ...], what: str) -> None:
         if any(self.shape[axis] == 0 for axis in axes):
-            raise ValueError(
+            raise EmptyReductionError(
                 f"{what} of an empty range: axes {axes} of shape {self.shape} include a size-0 dim "
                 "(the reduction has no identity)"
             )
@@ -161,11 +174,47 @@ class ReduceMixin:
     # extremes
     # ------------------------------------------------------------------------------------------------------------
 
-    def max(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
-        """The largest value over `axis` (default: all); NaN wins, like PyTorch. Use `argmax` for positions.
+    def max(self: Tensor, axis: Axis | Tensor = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
+        """The largest value, like `torch.max`; NaN wins.
+
+        - `max()`: the largest value of all elements (a 0-dim Tensor);
+        - `max(dim)` with one int dim: a `(values, indices)` named tuple (kiln.tensor.return_types.max), the
+          indices (`dtypes.default_int`) of the first largest value, like PyTorch (which gives int64);
+        - `max(dims)` with a tuple of dims (which torch's max does not take): the values only, as `amax(dims)`;
+        - `max(other)` with a Tensor: the elementwise `maximum`.
 
         Example:
-            >>> Tensor([[1, 5], [7, 2]]).max(axis=1).tolist()
+            >>> values, indices = Tensor([[1, 5], [7, 2]]).max(dim=1)
+            >>> values.tolist(), indices.tolist()
+            ([5, 7], [1, 0])
+        """
+        if _is_tensor(axis):
+            return self.maximum(axis)
+        chosen = pick_axis(axis, dim)
+        if chosen is None or isinstance(chosen, (tuple, list)):
+            return self.amax(chosen, keepdim)
+        return return_types.max(self.amax(chosen, keepdim), self.argmax(chosen, keepdim))
+
+    def min(self: Tensor, axis: Axis | Tensor = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
+        """The smallest value, like `torch.min` (see `max` for the forms: `min(dim)` gives `(values, indices)`).
+
+        Example:
+            >>> values, indices = Tensor([[1, 5], [7, 2]]).min(dim=0)
+            >>> values.tolist(), indices.tolist()
+            ([1, 2], [0, 1])
+        """
+        if _is_tensor(axis):
+            return self.minimum(axis)
+        chosen = pick_axis(axis, dim)
+        if chosen is None or isinstance(chosen, (tuple, list)):
+            return self.amin(chosen, keepdim)
+        return return_types.min(self.amin(chosen, keepdim), self.argmin(chosen, keepdim))
+
+    def amax(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+        """The largest values over `axis` (default: all; an int or a tuple of dims); NaN wins, like `torch.amax`.
+
+        Example:
+            >>> Tensor([[1, 5], [7, 2]]).amax(axis=1).tolist()
             [5, 7]
         """
         axes = self._axes(axis, dim, "max")
@@ -176,14 +225,14 @@ class ReduceMixin:
         has_nan = self.isnan()._raw_max(axes, keepdim)
         return has_nan._ternary(Ops.WHERE, largest._const(math.nan, largest.shape, self.dtype, self.device), largest)
 
-    def min(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
-        """The smallest value over `axis` (default: all); NaN wins, like PyTorch.
+    def amin(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+        """The smallest values over `axis` (default: all; an int or a tuple of dims); NaN wins, like `torch.amin`.
 
         Example:
-            >>> Tensor([[1, 5], [7, 2]]).min(axis=0).tolist()
+            >>> Tensor([[1, 5], [7, 2]]).amin(axis=0).tolist()
             [1, 2]
         """
-        return self._order_reversed().max(axis, keepdim, dim=dim)._order_reversed()
+        return self._order_reversed().amax(axis, keepdim, dim=dim)._order_reversed()
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
         """The position (`dtypes.default_int`, int32; torch gives int64) of the largest value along `axis` (None: of
@@ -201,7 +250,7 @@ class ReduceMixin:
             return self._const(0, (), dtypes.default_int, self.device)
         self._require_elements((index,), "argmax")
         size = self.shape[index]
-        largest = self.max(index, keepdim=True)
+        largest = self.amax(index, keepdim=True)
         hits = self == largest
         if dtypes.is_float(self.dtype):
             hits = hits | self.isnan()
@@ -329,17 +378,17 @@ class ReduceMixin:
             ([1, 3, 3, 3], [0, 1, 1, 3])
         """
         if self.ndim == 0:
-            return self, self._const(0, (), dtypes.default_int, self.device)
+            return return_types.cummax(self, self._const(0, (), dtypes.default_int, self.device))
         index = normalize_axis(pick_axis(None, dim, axis), self.shape, "cummax axis")
         last = self.transpose(index, -1)
         size = last.shape[-1]
         if size == 0:
-            return self, self._const(0, self.shape, dtypes.default_int, self.device)
+            return return_types.cummax(self, self._const(0, self.shape, dtypes.default_int, self.device))
         window = _lower_triangle(size, last.device)  # (size, size): column j <= row i
         rows = last.unsqueeze(-2)._broadcast_to((*last.shape[:-1], size, size))
         lowest = dtypes.min(last.dtype)
         masked = window.where(rows, lowest)
-        values = masked.max(-1)
+        values = masked.amax(-1)
         hits = (rows == values.unsqueeze(-1)) & window
         if dtypes.is_float(last.dtype):
             hits = hits | (rows.isnan() & values.unsqueeze(-1).isnan() & window)
@@ -347,7 +396,7 @@ class ReduceMixin:
         positions = positions._cast(dtypes.default_int)
         # read the values back at the positions: the gradient then goes to that one element, like torch's
         values = last.gather(last.ndim - 1, positions)
-        return values.transpose(index, -1), positions.transpose(index, -1)
+        return return_types.cummax(values.transpose(index, -1), positions.transpose(index, -1))
 
 
 def _lower_triangle(size: int, device: str) -> Tensor:

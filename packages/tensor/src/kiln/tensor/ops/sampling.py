@@ -100,9 +100,9 @@ class SamplingMixin:
         elif reduce == "prod":
             combined = hits.where(spread, 1).prod(axis, dtype=self.dtype)
         elif reduce == "amax":
-            combined = hits.where(spread, dtypes.min(self.dtype)).max(axis)
+            combined = hits.where(spread, dtypes.min(self.dtype)).amax(axis)
         else:
-            combined = hits.where(spread, dtypes.max(self.dtype)).min(axis)
+            combined = hits.where(spread, dtypes.max(self.dtype)).amin(axis)
         counts = hits._cast(self.dtype).sum(axis, dtype=self.dtype)
         # (..., size) with the target axis last -> the target layout, padded to this tensor's other sizes
         combined, counts = combined.movedim(-1, axis), counts.movedim(-1, axis)

@@ -87,24 +87,6 @@ class ScanMixin:
     # reductions
     # ------------------------------------------------------------------------------------------------------------
 
-    def amax(self: Tensor, dim: Axis = None, keepdim: bool = False) -> Tensor:
-        """The maximum over `dim` (every dim when None or ()); the gradient is shared among ties, like torch.
-
-        Example:
-            >>> Tensor([[1, 5], [7, 2]]).amax(1).tolist()
-            [5, 7]
-        """
-        return self.max(None if dim == () else dim, keepdim)
-
-    def amin(self: Tensor, dim: Axis = None, keepdim: bool = False) -> Tensor:
-        """The minimum over `dim` (every dim when None or ()).
-
-        Example:
-            >>> Tensor([[1, 5], [7, 2]]).amin(1).tolist()
-            [1, 2]
-        """
-        return self.min(None if dim == () else dim, keepdim)
-
     def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
         """(min, max) over `dim` (every dim when None).
 

@@ -29,7 +29,7 @@ def _flat_positions(mask: Tensor, size: int) -> Tensor:
     rank = mask._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1  # k-th True has rank k
     slots = iota(size, mask.device).reshape(size, 1)
     hits = (rank.reshape(1, count) == slots) & mask.reshape(1, count)
-    position = hits.where(iota(count, mask.device).reshape(1, count) + 1, 0).max(1)
+    position = hits.where(iota(count, mask.device).reshape(1, count) + 1, 0).amax(1)
     return position._cast(dtypes.default_int) - 1
 
 

@@ -95,7 +95,7 @@ class SimilarityMixin:
             raise ValueError("pairwise_distance needs at least one dim")
         difference = (first - second + epsilon).abs()
         if order == math.inf:
-            return difference.max(-1, keepdim=keepdim)
+            return difference.amax(-1, keepdim=keepdim)
         if order == 0:
             return (difference != 0)._cast(difference.dtype).sum(-1, keepdim=keepdim)
         if order == 2:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kiln.tensor import return_types
 from kiln.tensor.ops._checks import check_int, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import Ops, dtypes
@@ -95,11 +96,11 @@ class SortingMixin:
         if not isinstance(descending, bool) or not isinstance(stable, bool):
             raise TypeError(f"sort descending and stable must be bools, got {descending!r} and {stable!r}")
         if self.ndim == 0:
-            return self, self._const(0, (), dtypes.default_int, self.device)
+            return return_types.sort(self, self._const(0, (), dtypes.default_int, self.device))
         index = normalize_axis(pick_axis(axis, dim), self.shape, "sort dim")
         last = self.transpose(index, -1)
         values, positions = _sorted_last(last, descending, last.shape[-1])
-        return values.transpose(index, -1), positions.transpose(index, -1)
+        return return_types.sort(values.transpose(index, -1), positions.transpose(index, -1))
 
     def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
         """The `dtypes.default_int` positions that sort this tensor along `dim` (stable), like `torch.argsort`.
@@ -128,12 +129,13 @@ class SortingMixin:
             if count not in (0, 1):
                 raise ValueError(f"topk k={count} is out of range for a 0-dim tensor (expected 0 or 1)")
             if count == 1:
-                return self, self._const(0, (), dtypes.default_int, self.device)
-            return self._const(0, (0,), self.dtype, self.device), self._const(0, (0,), dtypes.default_int, self.device)
+                return return_types.topk(self, self._const(0, (), dtypes.default_int, self.device))
+            empty = self._const(0, (0,), self.dtype, self.device)
+            return return_types.topk(empty, self._const(0, (0,), dtypes.default_int, self.device))
         index = normalize_axis(dim, self.shape, "topk dim")
         size = self.shape[index]
         if not 0 <= count <= size:
             raise ValueError(f"topk k={count} is out of range for dim {index} of size {size} (shape {self.shape})")
         last = self.transpose(index, -1)
         values, positions = _sorted_last(last, largest, count)
-        return values.transpose(index, -1), positions.transpose(index, -1)
+        return return_types.topk(values.transpose(index, -1), positions.transpose(index, -1))

@@ -184,7 +184,7 @@ class StatisticsMixin:
             raise ValueError(f"histc needs min <= max, got min={min}, max={max}")
         values = self._floating().reshape(-1)
         if min == max:
-            low, high = values.min(), values.max()
+            low, high = values.amin(), values.amax()
             same = low == high
             low, high = same.where(low - 1.0, low), same.where(high + 1.0, high)
         else:

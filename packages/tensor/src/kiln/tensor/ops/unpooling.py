@@ -92,7 +92,7 @@ def _max_unpool(
     summed = hits.where(values, 0)._cast(x.dtype).sum(-2)
     # the last write wins where one cell is indexed twice (overlapping windows)
     order = iota(count, x.device)._cast(dtypes.int32).reshape(*((1,) * len(leading)), count, 1)
-    last = hits.where(order, -1).max(-2, keepdim=True)
+    last = hits.where(order, -1).amax(-2, keepdim=True)
     kept = hits & (order == last)
     written = kept.where(values, 0)._cast(x.dtype).sum(-2)
     result = summed + (written - summed).detach()

@@ -43,8 +43,8 @@ def clip_grad_norm_(
     with no_grad():
         gradients = [p.grad for p in with_gradients if p.grad is not None]
         if math.isinf(norm_type):
-            norms = [g.abs().max().float() for g in gradients]
-            total = norms[0].stack(*norms[1:]).max()
+            norms = [g.abs().amax().float() for g in gradients]
+            total = norms[0].stack(*norms[1:]).amax()
         else:
             powers = [(g.abs().float() ** norm_type).sum() for g in gradients]
             total = powers[0].stack(*powers[1:]).sum() ** (1.0 / norm_type)
