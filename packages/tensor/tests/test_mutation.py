@@ -283,3 +283,23 @@ def test_backward_of_a_lazy_loss_after_a_write_uses_the_values_it_was_built_with
     loss.backward()
     assert x.grad is not None and x.grad.numpy().tolist() == [1.0, 2.0]
     assert loss.item() == 11.0
+
+
+def test_equal_graphs_realized_by_two_tensors_get_memory_of_their_own() -> None:
+    # equal graphs are one hash-consed node; each tensor realized from it must still own its buffer (PyTorch: every
+    # result is new memory), so a write into one never shows in the other
+    a = Tensor.zeros(3).contiguous().realize()
+    b = Tensor.zeros(3).contiguous().realize()
+    a += 1
+    np.testing.assert_array_equal(a.numpy(), [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(b.numpy(), [0.0, 0.0, 0.0])
+    x = Tensor([1.0, 2.0])
+    y, z = (x + 1).realize(), (x + 1).realize()
+    y += 10
+    np.testing.assert_array_equal(y.numpy(), [12.0, 13.0])
+    np.testing.assert_array_equal(z.numpy(), [2.0, 3.0])
+    c, d = Tensor.full((2,), 5.0).contiguous(), Tensor.full((2,), 5.0).contiguous()
+    Tensor.realize_all(c, d)
+    c[0] = 0.0
+    np.testing.assert_array_equal(c.numpy(), [0.0, 5.0])
+    np.testing.assert_array_equal(d.numpy(), [5.0, 5.0])

@@ -29,22 +29,27 @@ def test_new_fill_values_reuse_one_plan_and_one_kernel() -> None:
 
 
 def test_realizing_new_fill_values_does_not_grow_memory() -> None:
-    # the caches fill up first (the constant-node cache holds 1024 entries), then memory must stay flat
+    # the caches fill up first (the constant-node cache holds 1024 entries), then memory must stay flat; growth is
+    # measured over three rounds and the median taken, since a hash table reaching its next size (the UOp table,
+    # whose size depends on what earlier tests left alive) is a one-time step, while a leak grows in every round
     tracemalloc.start()
     try:
         for value in range(1100):
             Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for value in range(1100, 1600):
-            Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
+        rounds = []
+        for start in (1100, 1400, 1700):
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            for value in range(start, start + 300):
+                Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
+            gc.collect()
+            rounds.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()
-    # before bounded caches and lifted constants: one kernel and one 4 KB buffer kept per value (megabytes here);
-    # what remains is hash tables reaching their final size
-    assert grown < 512 * 1024, f"{grown} bytes more after 500 new fill values"
+    # before bounded caches and lifted constants: one kernel and one 4 KB buffer kept per value (over a megabyte a
+    # round here)
+    grown = sorted(rounds)[1]
+    assert grown < 256 * 1024, f"{rounds} bytes more over rounds of 300 new fill values"
 
 
 def test_a_buffer_is_freed_with_its_tensors() -> None:

@@ -343,6 +343,14 @@ class Tensor(
         # graphs keep every movement op the user built (gradients may target any of them); the scheduler gets
         # chains merged (a node remembers its folded form, so repeated realizes only fold new nodes)
         folded = [graph.fold_movement_chains(tensor.uop) for tensor in tensors]
+        seen: set[UOp] = set()
+        for index, node in enumerate(folded):
+            duplicate = node in seen and tensors[index] is not tensors[folded.index(node)]
+            if duplicate and alias_base(node) is None and math.prod(tensors[index].shape) > 0:
+                # two tensors of one (hash-consed) graph: the second gets a copy, so each owns its memory
+                memory = graph.buffer_uop(graph.device_of(node), math.prod(tensors[index].shape), node.dtype)
+                folded[index] = graph.assign(graph.reshape(memory, tensors[index].shape), node)
+            seen.add(node)
         views = realize_uops(folded)
         for tensor, node, view in zip(tensors, folded, views):
             if alias_base(tensor.uop) is not None:

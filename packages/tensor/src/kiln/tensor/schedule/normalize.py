@@ -28,10 +28,7 @@ def realized_view(uop: UOp) -> UOp | None:
 
 
 def _view_in(attributes: dict[str, object]) -> UOp | None:
-    # a record is the view, or a weak reference to it for a graph that reads no buffer (see record_realized)
     view = attributes.get(_REALIZED)
-    if isinstance(view, weakref.ref):
-        view = view()
     return view if isinstance(view, UOp) else None
 
 
@@ -67,15 +64,12 @@ def record_realized(uop: UOp, view: UOp) -> None:
     A view of a buffer (`alias_base`) is not recorded: it reads the buffer, whatever is written into it later.
     """
     if uop is not view and alias_base(uop) is None:
-        if uop.__dict__.get(_SELF) == _epoch[0]:
-            _epoch[0] += 1
         if _SELF in uop.__dict__:
-            # a graph of constants only (a mark of any epoch says so): any cache may hold the node (the schedule
-            # cache's keys do), so the record must not keep its buffer alive; the tensors realized from it hold the
-            # view, and without them the constants are simply computed again
-            uop.__dict__[_REALIZED] = weakref.ref(view)
-        else:
-            uop.__dict__[_REALIZED] = view
+            # a graph of constants only (a mark of any epoch says so) is computed again for each tensor, so each one
+            # gets memory of its own (as in PyTorch: a write into one never shows in another), and no cache that
+            # holds the node keeps a buffer alive
+            return
+        uop.__dict__[_REALIZED] = view
         for node in view.toposort():
             if node.op is Ops.BUFFER:
                 _recorded_into.setdefault(node, []).append(weakref.ref(uop))
