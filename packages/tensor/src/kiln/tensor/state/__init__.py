@@ -2,8 +2,10 @@
 
 from kiln.tensor.state.safetensors import safe_load, safe_load_metadata, safe_save
 from kiln.tensor.state.state_dict import IncompatibleKeys, get_parameters, get_state_dict, load_state_dict
+from kiln.tensor.state.torch_pickle import ALLOWED_GLOBALS, torch_load
 
 __all__ = [
+    "ALLOWED_GLOBALS",
     "IncompatibleKeys",
     "get_parameters",
     "get_state_dict",
@@ -11,4 +13,5 @@ __all__ = [
     "safe_load",
     "safe_load_metadata",
     "safe_save",
+    "torch_load",
 ]

@@ -1,0 +1,301 @@
+"""PyTorch checkpoints (`torch.save` files) read without torch, through a restricted unpickler.
+
+Two layouts exist:
+  * zip (torch >= 1.6): `<archive>/data.pkl` is the pickled object, `<archive>/data/<key>` holds each storage's raw
+    bytes, `<archive>/byteorder` says "little" or "big" (absent: little).
+  * legacy: five things one after another in one file: a pickled magic number, a pickled protocol version, a
+    pickled dict of system info, the pickled object, a pickled list of storage keys; then for each key, an int64
+    element count followed by the storage's raw bytes.
+In both, a tensor is pickled as `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)` where the
+storage is a persistent id ("storage", <storage class>, key, location, numel). Several tensors may view one storage.
+
+The unpickler resolves only the globals of `ALLOWED_GLOBALS`; any other (os.system, builtins.eval, subprocess...)
+raises pickle.UnpicklingError before anything runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import math
+import os
+import pickle
+import struct
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from kiln.tensor.state.host_bytes import tensor_from_bytes
+from kiln.tensor.tensor import Tensor
+from kiln.uops import DType, dtypes
+
+__all__ = ["ALLOWED_GLOBALS", "torch_load"]
+
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_PROTOCOL = 1001
+
+STORAGE_DTYPES: dict[str, DType] = {
+    "DoubleStorage": dtypes.float64,
+    "FloatStorage": dtypes.float32,
+    "HalfStorage": dtypes.float16,
+    "BFloat16Storage": dtypes.bfloat16,
+    "LongStorage": dtypes.int64,
+    "IntStorage": dtypes.int32,
+    "ShortStorage": dtypes.int16,
+    "CharStorage": dtypes.int8,
+    "ByteStorage": dtypes.uint8,
+    "BoolStorage": dtypes.bool,
+    "UntypedStorage": dtypes.uint8,
+}
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    """What a storage class global (torch.FloatStorage, ...) unpickles to: the element dtype it stands for."""
+
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class _StorageRef:
+    """A storage named by a persistent id: its data is read after unpickling (legacy files store it after)."""
+
+    key: str
+    dtype: DType
+    numel: int
+    view_offset: int = 0  # legacy storage views: an element offset into the root storage `key`
+
+
+@dataclass
+class _TensorRef:
+    """A tensor as `_rebuild_tensor_v2` describes it: a strided view of a storage."""
+
+    storage: _StorageRef
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+
+def _rebuild_tensor_v2(
+    storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any = False, *unused: Any
+) -> _TensorRef:
+    if not isinstance(storage, _StorageRef):
+        raise pickle.UnpicklingError(f"_rebuild_tensor_v2 expects a storage, got {type(storage).__name__}")
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)):
+        raise pickle.UnpicklingError(f"_rebuild_tensor_v2: bad size {size!r} / stride {stride!r}")
+    return _TensorRef(storage, int(storage_offset), tuple(size), tuple(stride), bool(requires_grad))
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, *state: Any) -> _TensorRef:
+    if not isinstance(data, _TensorRef):
+        raise pickle.UnpicklingError(f"_rebuild_parameter expects a tensor, got {type(data).__name__}")
+    data.requires_grad = bool(requires_grad)
+    return data
+
+
+ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch.storage", "UntypedStorage"): _StorageType(dtypes.uint8),
+    **{("torch", name): _StorageType(dtype) for name, dtype in STORAGE_DTYPES.items()},
+}
+"""The only globals a checkpoint may name: (module, name) -> what the unpickler hands back for it."""
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only ALLOWED_GLOBALS and turns storage persistent ids into _StorageRef."""
+
+    def __init__(self, file: IO[bytes], storage_reader: Callable[[tuple[Any, ...]], _StorageRef] | None) -> None:
+        super().__init__(file)
+        self._storage_reader = storage_reader
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = ALLOWED_GLOBALS.get((module, name))
+        if found is None:
+            raise pickle.UnpicklingError(
+                f"refusing to load global {module}.{name}: a checkpoint may only name tensors, storages, "
+                f"collections.OrderedDict and plain containers"
+            )
+        return found
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self._storage_reader is None or not isinstance(pid, tuple) or not pid or pid[0] != "storage":
+            raise pickle.UnpicklingError(f"unsupported persistent id {pid!r}; expected a ('storage', ...) tuple")
+        return self._storage_reader(pid)
+
+
+def _storage_ref(pid: tuple[Any, ...]) -> _StorageRef:
+    storage_type, key, numel = pid[1], str(pid[2]), pid[4]
+    if not isinstance(storage_type, _StorageType):
+        raise pickle.UnpicklingError(f"storage {key!r} has type {storage_type!r}; expected a torch storage class")
+    view = pid[5] if len(pid) > 5 else None
+    if view is not None:  # pre-1.0 storage views: (view key, element offset, element count) of the root `key`
+        return _StorageRef(key, storage_type.dtype, int(view[2]), int(view[1]))
+    return _StorageRef(key, storage_type.dtype, int(numel))
+
+
+def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
+    """The object a `torch.save` file holds, its tensors turned into kiln Tensors (realized) on `device`.
+
+    Reads both the zip format and the legacy one. Containers (dict, OrderedDict, list, tuple) and plain values
+    (numbers, strings) come back as they were pickled.
+
+    Raises:
+        pickle.UnpicklingError: the pickle names a global outside ALLOWED_GLOBALS (nothing of it is run).
+        ValueError: not a torch checkpoint, a big-endian one, or storages that do not hold the tensors' data.
+    """
+    if zipfile.is_zipfile(path):
+        result, storages = _load_zip(path)
+    else:
+        result, storages = _load_legacy(path)
+    tensors: dict[str, Tensor] = {
+        key: tensor_from_bytes(memoryview(data), dtype, (len(data) // dtype.itemsize,), device)
+        for key, (data, dtype) in storages.items()
+    }
+    built: list[Tensor] = []
+    resolved = _resolve(result, tensors, built)
+    if built:
+        Tensor.realize_all(*built)
+    return resolved
+
+
+def _load_zip(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes, DType]]]:
+    with zipfile.ZipFile(path) as archive:
+        pickles = [name for name in archive.namelist() if name.endswith("data.pkl") and name.count("/") == 1]
+        if len(pickles) != 1:
+            raise ValueError(f"{path}: a torch zip checkpoint holds one <archive>/data.pkl, found {pickles}")
+        prefix = pickles[0].removesuffix("data.pkl")
+        names = set(archive.namelist())
+        if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":
+            raise ValueError(f"{path}: big-endian checkpoints are not supported (byteorder is not 'little')")
+        refs: dict[str, _StorageRef] = {}
+
+        def read_storage(pid: tuple[Any, ...]) -> _StorageRef:
+            ref = _storage_ref(pid)
+            refs[ref.key] = ref
+            return ref
+
+        result = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), read_storage).load()
+        storages: dict[str, tuple[bytes, DType]] = {}
+        for key, ref in refs.items():
+            member = f"{prefix}data/{key}"
+            if member not in names:
+                raise ValueError(f"{path}: storage {key!r} is missing (no {member} in the archive)")
+            storages[key] = (archive.read(member), ref.dtype)
+    return result, storages
+
+
+def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes, DType]]]:
+    with open(path, "rb") as file:
+        try:
+            magic = _RestrictedUnpickler(file, None).load()
+        except EOFError:
+            raise ValueError(
+                f"{path}: not a torch checkpoint: empty or truncated before the legacy magic number"
+            ) from None
+        if magic != _LEGACY_MAGIC:
+            raise ValueError(f"{path}: not a torch checkpoint: first pickle is {magic!r}, not the legacy magic number")
+        protocol = _RestrictedUnpickler(file, None).load()
+        if protocol != _LEGACY_PROTOCOL:
+            raise ValueError(f"{path}: legacy checkpoint protocol {protocol!r}; expected {_LEGACY_PROTOCOL}")
+        system = _RestrictedUnpickler(file, None).load()
+        if isinstance(system, dict) and system.get("little_endian") is False:
+            raise ValueError(f"{path}: big-endian checkpoints are not supported")
+        refs: dict[str, _StorageRef] = {}
+
+        def read_storage(pid: tuple[Any, ...]) -> _StorageRef:
+            ref = _storage_ref(pid)
+            refs.setdefault(ref.key, _StorageRef(ref.key, ref.dtype, 0))
+            return ref
+
+        result = _RestrictedUnpickler(file, read_storage).load()
+        keys = _RestrictedUnpickler(file, None).load()
+        if not isinstance(keys, list):
+            raise ValueError(f"{path}: the legacy storage key list is a {type(keys).__name__}, not a list")
+        storages: dict[str, tuple[bytes, DType]] = {}
+        for key in keys:
+            ref = refs.get(str(key))
+            if ref is None:
+                raise ValueError(f"{path}: storage {key!r} is listed but no tensor uses it")
+            header = file.read(8)
+            if len(header) != 8:
+                raise ValueError(f"{path}: truncated: storage {key!r} has no element count")
+            (count,) = struct.unpack("<q", header)
+            data = file.read(count * ref.dtype.itemsize)
+            if len(data) != count * ref.dtype.itemsize:
+                raise ValueError(f"{path}: truncated: storage {key!r} needs {count * ref.dtype.itemsize} bytes")
+            storages[str(key)] = (data, ref.dtype)
+    return result, storages
+
+
+def _resolve(value: Any, storages: dict[str, Tensor], built: list[Tensor]) -> Any:
+    """`value` with every _TensorRef replaced by a kiln Tensor (containers rebuilt, OrderedDict attributes kept)."""
+    if isinstance(value, _TensorRef):
+        tensor = _strided_view(value, storages)
+        built.append(tensor)
+        return tensor
+    if isinstance(value, dict):
+        for key in value:
+            value[key] = _resolve(value[key], storages, built)
+        return value
+    if isinstance(value, list):
+        value[:] = [_resolve(item, storages, built) for item in value]
+        return value
+    if isinstance(value, tuple):
+        return type(value)(_resolve(item, storages, built) for item in value)
+    return value
+
+
+def _strided_view(ref: _TensorRef, storages: dict[str, Tensor]) -> Tensor:
+    """The tensor of `ref` (storage[offset + sum(index * stride)]): a movement view if one fits, else a gather."""
+    storage = storages.get(ref.storage.key)
+    if storage is None:
+        raise ValueError(f"tensor data refers to storage {ref.storage.key!r}, which the checkpoint does not hold")
+    if storage.dtype != ref.storage.dtype:  # an untyped storage viewed as another dtype is not supported
+        raise ValueError(
+            f"storage {ref.storage.key!r} is {storage.dtype!r} but a tensor reads it as {ref.storage.dtype!r}"
+        )
+    offset, size, stride = ref.storage.view_offset + ref.offset, ref.size, ref.stride
+    count = math.prod(size)
+    if any(s < 0 for s in stride) or offset < 0:
+        raise ValueError(f"negative storage offset {offset} or stride {stride} in a checkpoint tensor")
+    if count == 0:
+        return Tensor.zeros(*size, dtype=storage.dtype, device=storage.device).contiguous()
+    last = offset + sum((s - 1) * st for s, st in zip(size, stride))
+    if last >= storage.shape[0]:
+        raise ValueError(
+            f"a tensor of size {list(size)}, stride {list(stride)} at offset {offset} reads element {last} of a "
+            f"storage of {storage.shape[0]} elements"
+        )
+    tensor = _as_permuted_view(storage, offset, size, stride)
+    if tensor is None:  # slices with steps etc.: gather the elements by their computed flat index
+        index = np.full(size, offset, dtype=np.int64)
+        for dim, (extent, step) in enumerate(zip(size, stride)):
+            shape = [1] * len(size)
+            shape[dim] = extent
+            index = index + (np.arange(extent, dtype=np.int64) * step).reshape(shape)
+        tensor = storage[Tensor(index, device=storage.device)]
+    tensor = tensor.contiguous()
+    if ref.requires_grad and dtypes.is_float(tensor.dtype):
+        tensor.requires_grad = True
+    return tensor
+
+
+def _as_permuted_view(storage: Tensor, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> Tensor | None:
+    """storage as a movement view (shrink, reshape, permute) when `stride` is a permutation of a dense layout."""
+    dims = [dim for dim in range(len(size)) if size[dim] != 1]
+    order = sorted(dims, key=lambda dim: -stride[dim])
+    expected = 1
+    for dim in reversed(order):
+        if stride[dim] != expected:
+            return None
+        expected *= size[dim]
+    dense = storage.shrink(((offset, offset + math.prod(size)),)).reshape(tuple(size[dim] for dim in order))
+    permuted = dense.permute(tuple(order.index(dim) for dim in dims)) if order else dense
+    return permuted.reshape(tuple(size))
