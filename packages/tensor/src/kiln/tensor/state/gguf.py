@@ -36,13 +36,13 @@ class _Reader:
     def __init__(self, data: memoryview, where: str) -> None:
         self.data, self.position, self.where = data, 0, where
 
-    def take(self, size: int, what: str) -> memoryview:
+    def take(self, size: int, what: str) -> bytes:
         if self.position + size > len(self.data):
             raise ValueError(
                 f"{self.where}: truncated GGUF file: {what} needs {size} bytes at offset {self.position}, the file "
                 f"has {len(self.data)}"
             )
-        chunk = self.data[self.position : self.position + size]
+        chunk = bytes(self.data[self.position : self.position + size])  # a copy: no view outlives the mapping
         self.position += size
         return chunk
 
@@ -52,7 +52,7 @@ class _Reader:
     def string(self, what: str) -> str:
         length = self.scalar("<Q", what)
         try:
-            return bytes(self.take(length, what)).decode("utf-8")
+            return self.take(length, what).decode("utf-8")
         except UnicodeDecodeError as error:
             raise ValueError(f"{self.where}: {what} is not valid UTF-8: {error}") from None
 
@@ -110,7 +110,7 @@ def _read(path: str | os.PathLike[str], decode: bool, device: str | None) -> tup
 
 def _parse(reader: _Reader, decode: bool, device: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     where = reader.where
-    magic = bytes(reader.take(4, "the magic number"))
+    magic = reader.take(4, "the magic number")
     if magic != _MAGIC:
         raise ValueError(f"{where}: not a GGUF file: magic {magic!r}, expected {_MAGIC!r}")
     version = reader.scalar("<I", "the version")
@@ -149,13 +149,13 @@ def _parse(reader: _Reader, decode: bool, device: str | None) -> tuple[dict[str,
                 f"{where}: truncated GGUF file: tensor {name!r} needs bytes {start + offset}..{start + offset + size} "
                 f"of a {len(reader.data)}-byte file"
             )
-        data = reader.data[start + offset : start + offset + size]
-        if decode and block.block_size == 1:  # unquantized: the bytes are the values, no kernel needed
-            built[name] = tensor_from_bytes(data, block.dtype, shape, device)
-        elif decode:
-            built[name] = dequantize(tensor_from_bytes(data, dtypes.uint8, (size,), device), kind, shape)
-        else:
-            built[name] = (tensor_from_bytes(data, dtypes.uint8, (size,), device), GGMLType(kind), shape)
+        with reader.data[start + offset : start + offset + size] as data:
+            if decode and block.block_size == 1:  # unquantized: the bytes are the values, no kernel needed
+                built[name] = tensor_from_bytes(data, block.dtype, shape, device)
+            elif decode:
+                built[name] = dequantize(tensor_from_bytes(data, dtypes.uint8, (size,), device), kind, shape)
+            else:
+                built[name] = (tensor_from_bytes(data, dtypes.uint8, (size,), device), GGMLType(kind), shape)
     tensors = [value for value in built.values() if isinstance(value, Tensor)]
     if tensors:
         Tensor.realize_all(*tensors)

@@ -118,10 +118,11 @@ def safe_load(path: PathLike, device: str | None = None) -> dict[str, Tensor]:
                 length = _header_length(bytes(view[:8]), size)
                 _, entries = _parse_header(bytes(view[8 : 8 + length]), size, str(path))
                 start = 8 + length
-                return {
-                    name: tensor_from_bytes(view[start + begin : start + end], dtype, shape, device)
-                    for name, dtype, shape, begin, end in entries
-                }
+                tensors: dict[str, Tensor] = {}
+                for name, dtype, shape, begin, end in entries:
+                    with view[start + begin : start + end] as chunk:  # released before the mapping closes
+                        tensors[name] = tensor_from_bytes(chunk, dtype, shape, device)
+                return tensors
             finally:
                 view.release()
 
