@@ -3,8 +3,9 @@
 A quantized tensor is a sequence of fixed-size blocks, each holding `block_size` elements in `type_size` bytes:
 scales as float16 (or float32) fields and packed small integers. Each decoder takes the raw bytes as a uint8 Tensor of
 shape (blocks, type_size) and returns a lazy float32 Tensor of shape (blocks, block_size): only elementwise and
-movement ops (shrink, reshape, expand, stack), no gathers, so it fuses into whatever consumes it (a matmul reading
-quantized weights decodes them in its own kernel). Layouts follow ggml's `block_*` structs (ggml-common.h).
+movement ops (shrink, reshape, expand, stack), no gathers, so the scheduler can fuse it into whatever consumes it
+(its expand rule may still compute costly scales, or a decoded weight read through an expand, in a kernel of their
+own). Layouts follow ggml's `block_*` structs (ggml-common.h).
 """
 
 from __future__ import annotations
