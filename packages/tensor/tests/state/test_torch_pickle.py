@@ -32,8 +32,12 @@ def _flatten(value: Any, prefix: str, out: dict[str, Tensor]) -> None:
             _flatten(item, f"{prefix}.{index}" if prefix else str(index), out)
 
 
-@pytest.mark.parametrize("name", ["dtypes", "views", "model", "parameter"])
-@pytest.mark.parametrize("layout", ["", "_legacy"])
+CHECKPOINTS = ["dtypes", "views", "model", "parameter"]
+
+
+@pytest.mark.parametrize(
+    ("name", "layout"), [(name, layout) for name in CHECKPOINTS for layout in ("", "_legacy")] + [("v3", "")]
+)
 def test_values_match_torch(name: str, layout: str) -> None:
     loaded = torch_load(FIXTURES / f"{name}{layout}.pth")
     tensors: dict[str, Tensor] = {}
@@ -43,7 +47,7 @@ def test_values_match_torch(name: str, layout: str) -> None:
         for key in expected.files:
             array = tensors[key].numpy()
             assert array.shape == expected[key].shape, key
-            if tensors[key].dtype != dtypes.bfloat16:
+            if tensors[key].dtype not in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2):
                 assert array.dtype == expected[key].dtype, key
             np.testing.assert_array_equal(array, expected[key], err_msg=key)
 
@@ -59,6 +63,14 @@ def test_dtypes_and_containers() -> None:
     model = torch_load(FIXTURES / "model.pth")
     assert type(model) is collections.OrderedDict and list(model) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert isinstance(vars(model)["_metadata"], collections.OrderedDict)  # torch's version info attribute survives
+    v3 = torch_load(FIXTURES / "v3.pth")  # _rebuild_tensor_v3: untyped byte storages read as the given dtype
+    assert [v3[name].dtype for name in ("fp8e4m3", "fp8e5m2", "uint16", "uint64")] == [
+        dtypes.fp8e4m3,
+        dtypes.fp8e5m2,
+        dtypes.uint16,
+        dtypes.uint64,
+    ]
+    assert v3["uint16"].tolist() == [[1, 300], [65535, 7]] and v3["uint64"].tolist() == [2**63 + 1, 2]
     parameter = torch_load(FIXTURES / "parameter.pth")
     assert parameter["weight"].requires_grad is True
 

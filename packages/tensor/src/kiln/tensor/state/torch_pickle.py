@@ -52,6 +52,33 @@ STORAGE_DTYPES: dict[str, DType] = {
 }
 
 
+# torch dtype globals (pickled by _rebuild_tensor_v3, which torch uses for dtypes without a legacy storage class)
+TORCH_DTYPES: dict[str, DType] = {
+    "float64": dtypes.float64,
+    "float32": dtypes.float32,
+    "float16": dtypes.float16,
+    "bfloat16": dtypes.bfloat16,
+    "float8_e4m3fn": dtypes.fp8e4m3,
+    "float8_e5m2": dtypes.fp8e5m2,
+    "int64": dtypes.int64,
+    "int32": dtypes.int32,
+    "int16": dtypes.int16,
+    "int8": dtypes.int8,
+    "uint64": dtypes.uint64,
+    "uint32": dtypes.uint32,
+    "uint16": dtypes.uint16,
+    "uint8": dtypes.uint8,
+    "bool": dtypes.bool,
+}
+
+
+@dataclass(frozen=True)
+class _TorchDType:
+    """What a torch dtype global (torch.float8_e4m3fn, ...) unpickles to."""
+
+    dtype: DType
+
+
 @dataclass(frozen=True)
 class _StorageType:
     """What a storage class global (torch.FloatStorage, ...) unpickles to: the element dtype it stands for."""
@@ -78,6 +105,7 @@ class _TensorRef:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     requires_grad: bool
+    dtype: DType  # the element dtype offset and strides count in (an untyped storage's bytes are reinterpreted)
 
 
 def _rebuild_tensor_v2(
@@ -87,7 +115,17 @@ def _rebuild_tensor_v2(
         raise pickle.UnpicklingError(f"_rebuild_tensor_v2 expects a storage, got {type(storage).__name__}")
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)):
         raise pickle.UnpicklingError(f"_rebuild_tensor_v2: bad size {size!r} / stride {stride!r}")
-    return _TensorRef(storage, int(storage_offset), tuple(size), tuple(stride), bool(requires_grad))
+    return _TensorRef(storage, int(storage_offset), tuple(size), tuple(stride), bool(requires_grad), storage.dtype)
+
+
+def _rebuild_tensor_v3(
+    storage: Any, storage_offset: Any, size: Any, stride: Any, requires_grad: Any, hooks: Any, dtype: Any, *unused: Any
+) -> _TensorRef:
+    if not isinstance(dtype, _TorchDType):
+        raise pickle.UnpicklingError(f"_rebuild_tensor_v3 expects a torch dtype, got {dtype!r}")
+    tensor = _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad)
+    tensor.dtype = dtype.dtype
+    return tensor
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, *state: Any) -> _TensorRef:
@@ -100,10 +138,12 @@ def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, *stat
 ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch.storage", "UntypedStorage"): _StorageType(dtypes.uint8),
     **{("torch", name): _StorageType(dtype) for name, dtype in STORAGE_DTYPES.items()},
+    **{("torch", name): _TorchDType(dtype) for name, dtype in TORCH_DTYPES.items()},
 }
 """The only globals a checkpoint may name: (module, name) -> what the unpickler hands back for it."""
 
@@ -154,12 +194,8 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
         result, storages = _load_zip(path)
     else:
         result, storages = _load_legacy(path)
-    tensors: dict[str, Tensor] = {
-        key: tensor_from_bytes(memoryview(data), dtype, (len(data) // dtype.itemsize,), device)
-        for key, (data, dtype) in storages.items()
-    }
     built: list[Tensor] = []
-    resolved = _resolve(result, tensors, built)
+    resolved = _resolve(result, _StorageTensors(storages, device), built)
     if built:
         Tensor.realize_all(*built)
     return resolved
@@ -234,7 +270,26 @@ def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[byt
     return result, storages
 
 
-def _resolve(value: Any, storages: dict[str, Tensor], built: list[Tensor]) -> Any:
+class _StorageTensors:
+    """One kiln buffer per (storage, dtype it is read as), made on first use from the storage's bytes."""
+
+    def __init__(self, storages: dict[str, tuple[bytes, DType]], device: str | None) -> None:
+        self.storages, self.device = storages, device
+        self.made: dict[tuple[str, DType], Tensor] = {}
+
+    def get(self, key: str, dtype: DType) -> Tensor:
+        if key not in self.storages:
+            raise ValueError(f"tensor data refers to storage {key!r}, which the checkpoint does not hold")
+        if (key, dtype) not in self.made:
+            data = self.storages[key][0]
+            if len(data) % dtype.itemsize:
+                raise ValueError(f"storage {key!r} of {len(data)} bytes is not a whole number of {dtype!r} items")
+            count = len(data) // dtype.itemsize
+            self.made[key, dtype] = tensor_from_bytes(memoryview(data), dtype, (count,), self.device)
+        return self.made[key, dtype]
+
+
+def _resolve(value: Any, storages: _StorageTensors, built: list[Tensor]) -> Any:
     """`value` with every _TensorRef replaced by a kiln Tensor (containers rebuilt, OrderedDict attributes kept)."""
     if isinstance(value, _TensorRef):
         tensor = _strided_view(value, storages)
@@ -252,15 +307,9 @@ def _resolve(value: Any, storages: dict[str, Tensor], built: list[Tensor]) -> An
     return value
 
 
-def _strided_view(ref: _TensorRef, storages: dict[str, Tensor]) -> Tensor:
+def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> Tensor:
     """The tensor of `ref` (storage[offset + sum(index * stride)]): a movement view if one fits, else a gather."""
-    storage = storages.get(ref.storage.key)
-    if storage is None:
-        raise ValueError(f"tensor data refers to storage {ref.storage.key!r}, which the checkpoint does not hold")
-    if storage.dtype != ref.storage.dtype:  # an untyped storage viewed as another dtype is not supported
-        raise ValueError(
-            f"storage {ref.storage.key!r} is {storage.dtype!r} but a tensor reads it as {ref.storage.dtype!r}"
-        )
+    storage = storages.get(ref.storage.key, ref.dtype)
     offset, size, stride = ref.storage.view_offset + ref.offset, ref.size, ref.stride
     count = math.prod(size)
     if any(s < 0 for s in stride) or offset < 0:
