@@ -164,3 +164,18 @@ def test_out_of_bounds_view_is_refused(tmp_path: pathlib.Path) -> None:
         archive.writestr("oob/data/0", struct.pack("<4f", 1, 2, 3, 4))
     with pytest.raises(ValueError, match="reads element 4 of a storage of 4 elements"):
         torch_load(path)
+
+
+def test_compressed_archive_members(tmp_path: pathlib.Path) -> None:
+    # torch stores members uncompressed (read straight from the file mapping); a re-zipped, deflated copy still loads
+    path = tmp_path / "deflated.pth"
+    with zipfile.ZipFile(FIXTURES / "views.pth") as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
+        for item in source.namelist():
+            target.writestr(item, source.read(item))
+    with zipfile.ZipFile(path) as archive:
+        assert archive.getinfo("views/data/0").compress_type == zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(FIXTURES / "views.pth") as archive:
+        assert archive.getinfo("views/data/0").compress_type == zipfile.ZIP_STORED
+    loaded, original = torch_load(path), torch_load(FIXTURES / "views.pth")
+    for key in ("base", "window", "column", "transposed", "every_other"):
+        np.testing.assert_array_equal(loaded[key].numpy(), original[key].numpy())

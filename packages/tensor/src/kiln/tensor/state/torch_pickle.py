@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import io
 import math
+import mmap
 import os
 import pickle
 import struct
@@ -201,7 +202,11 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
     return resolved
 
 
-def _load_zip(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes, DType]]]:
+def _load_zip(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes | memoryview, DType]]]:
+    # the mapping is not closed explicitly: storage views of it live until their buffers are filled, and it is
+    # unmapped when the last one is dropped
+    with open(path, "rb") as file:
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
     with zipfile.ZipFile(path) as archive:
         pickles = [name for name in archive.namelist() if name.endswith("data.pkl") and name.count("/") == 1]
         if len(pickles) != 1:
@@ -218,16 +223,30 @@ def _load_zip(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes,
             return ref
 
         result = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), read_storage).load()
-        storages: dict[str, tuple[bytes, DType]] = {}
+        storages: dict[str, tuple[bytes | memoryview, DType]] = {}
         for key, ref in refs.items():
             member = f"{prefix}data/{key}"
             if member not in names:
                 raise ValueError(f"{path}: storage {key!r} is missing (no {member} in the archive)")
-            storages[key] = (archive.read(member), ref.dtype)
+            storages[key] = (_member_bytes(archive, member, mapping), ref.dtype)
     return result, storages
 
 
-def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes, DType]]]:
+def _member_bytes(archive: zipfile.ZipFile, member: str, mapping: mmap.mmap) -> bytes | memoryview:
+    """A zip member's bytes: a view of the file mapping when stored uncompressed (torch stores storages so),
+    else decompressed into memory."""
+    info = archive.getinfo(member)
+    header = mapping[info.header_offset : info.header_offset + 30]  # the local file header
+    if info.compress_type != zipfile.ZIP_STORED or len(header) != 30 or header[:4] != b"PK\x03\x04":
+        return archive.read(member)
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    start = info.header_offset + 30 + name_length + extra_length
+    if start + info.file_size > len(mapping):
+        raise ValueError(f"{archive.filename}: truncated archive: member {member} runs past the file end")
+    return memoryview(mapping)[start : start + info.file_size]
+
+
+def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes | memoryview, DType]]]:
     with open(path, "rb") as file:
         try:
             magic = _RestrictedUnpickler(file, None).load()
@@ -254,7 +273,7 @@ def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[byt
         keys = _RestrictedUnpickler(file, None).load()
         if not isinstance(keys, list):
             raise ValueError(f"{path}: the legacy storage key list is a {type(keys).__name__}, not a list")
-        storages: dict[str, tuple[bytes, DType]] = {}
+        storages: dict[str, tuple[bytes | memoryview, DType]] = {}
         for key in keys:
             ref = refs.get(str(key))
             if ref is None:
@@ -273,7 +292,7 @@ def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[byt
 class _StorageTensors:
     """One kiln buffer per (storage, dtype it is read as), made on first use from the storage's bytes."""
 
-    def __init__(self, storages: dict[str, tuple[bytes, DType]], device: str | None) -> None:
+    def __init__(self, storages: dict[str, tuple[bytes | memoryview, DType]], device: str | None) -> None:
         self.storages, self.device = storages, device
         self.made: dict[tuple[str, DType], Tensor] = {}
 
@@ -281,11 +300,10 @@ class _StorageTensors:
         if key not in self.storages:
             raise ValueError(f"tensor data refers to storage {key!r}, which the checkpoint does not hold")
         if (key, dtype) not in self.made:
-            data = self.storages[key][0]
-            if len(data) % dtype.itemsize:
-                raise ValueError(f"storage {key!r} of {len(data)} bytes is not a whole number of {dtype!r} items")
-            count = len(data) // dtype.itemsize
-            self.made[key, dtype] = tensor_from_bytes(memoryview(data), dtype, (count,), self.device)
+            data = memoryview(self.storages[key][0])
+            if data.nbytes % dtype.itemsize:
+                raise ValueError(f"storage {key!r} of {data.nbytes} bytes is not a whole number of {dtype!r} items")
+            self.made[key, dtype] = tensor_from_bytes(data, dtype, (data.nbytes // dtype.itemsize,), self.device)
         return self.made[key, dtype]
 
 
