@@ -13,9 +13,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kiln.tensor import Tensor, dtypes
 from kiln.tensor.state import torch_load
+from kiln.tensor.state.torch_pickle import _StorageRef, _StorageTensors, _strided_view, _TensorRef
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 MARKER = "kiln_pickle_marker"
@@ -179,3 +182,23 @@ def test_compressed_archive_members(tmp_path: pathlib.Path) -> None:
     loaded, original = torch_load(path), torch_load(FIXTURES / "views.pth")
     for key in ("base", "window", "column", "transposed", "every_other"):
         np.testing.assert_array_equal(loaded[key].numpy(), original[key].numpy())
+
+
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+    strides=st.lists(st.integers(0, 7), min_size=3, max_size=3),
+    offset=st.integers(0, 5),
+    permute=st.booleans(),
+)
+@settings(max_examples=40, deadline=None)
+def test_strided_views_match_numpy(sizes: list[int], strides: list[int], offset: int, permute: bool) -> None:
+    # any (size, stride, offset) torch can pickle, checked against numpy's as_strided over the same storage
+    stride = tuple(strides[: len(sizes)])
+    if permute:  # dense layouts in a permuted order take the movement-op path instead of the gather
+        stride = tuple(int(np.prod(sizes[:dim])) for dim in range(len(sizes)))  # column-major: a transpose
+    size = tuple(sizes)
+    storage = np.arange(offset + sum((s - 1) * t for s, t in zip(size, stride)) + 3, dtype=np.int32)
+    ref = _TensorRef(_StorageRef("0", dtypes.int32, storage.size), offset, size, stride, False, dtypes.int32)
+    got = _strided_view(ref, _StorageTensors({"0": (storage.tobytes(), dtypes.int32)}, None)).numpy()
+    expected = np.lib.stride_tricks.as_strided(storage[offset:], size, tuple(4 * t for t in stride))
+    np.testing.assert_array_equal(got, expected)
