@@ -14,7 +14,7 @@ import os
 import struct
 from typing import Any
 
-from kiln.tensor.state.host_bytes import tensor_from_bytes
+from kiln.tensor.state.host_bytes import tensor_from_mapping
 from kiln.tensor.state.quantization import GGMLType, block_format, dequantize
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
@@ -33,7 +33,7 @@ _STRING, _ARRAY = 8, 9
 class _Reader:
     """Sequential little-endian reads from the mapped file, with errors that say what ran past the end."""
 
-    def __init__(self, data: memoryview, where: str) -> None:
+    def __init__(self, data: mmap.mmap, where: str) -> None:
         self.data, self.position, self.where = data, 0, where
 
     def take(self, size: int, what: str) -> bytes:
@@ -42,7 +42,7 @@ class _Reader:
                 f"{self.where}: truncated GGUF file: {what} needs {size} bytes at offset {self.position}, the file "
                 f"has {len(self.data)}"
             )
-        chunk = bytes(self.data[self.position : self.position + size])  # a copy: no view outlives the mapping
+        chunk = self.data[self.position : self.position + size]
         self.position += size
         return chunk
 
@@ -74,7 +74,8 @@ def gguf_load(path: str | os.PathLike[str], device: str | None = None) -> tuple[
     """The metadata and tensors of a GGUF file; quantized tensors are dequantized to float32 by kiln kernels.
 
     Tensor shapes are row-major (GGUF stores dims innermost first; they are reversed, as gguf-py does). The file is
-    memory-mapped; each tensor's bytes are copied once into a device buffer and decoded there.
+    memory-mapped copy-on-write: on CPU a 64-byte-aligned tensor's buffer aliases the mapping, otherwise its bytes
+    are copied once into a device buffer; quantized data is decoded there.
 
     Returns:
         (metadata, tensors): metadata maps each key to a Python value (int, float, bool, str or a list of them);
@@ -100,12 +101,9 @@ def _read(path: str | os.PathLike[str], decode: bool, device: str | None) -> tup
     with open(path, "rb") as file:
         if os.fstat(file.fileno()).st_size == 0:
             raise ValueError(f"{where}: empty file, not a GGUF file")
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            view = memoryview(mapping)
-            try:
-                return _parse(_Reader(view, where), decode, device)
-            finally:
-                view.release()
+        # copy-on-write and not closed here: CPU buffers may alias it; it is unmapped when the last one is freed
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    return _parse(_Reader(mapping, where), decode, device)
 
 
 def _parse(reader: _Reader, decode: bool, device: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -149,13 +147,11 @@ def _parse(reader: _Reader, decode: bool, device: str | None) -> tuple[dict[str,
                 f"{where}: truncated GGUF file: tensor {name!r} needs bytes {start + offset}..{start + offset + size} "
                 f"of a {len(reader.data)}-byte file"
             )
-        with reader.data[start + offset : start + offset + size] as data:
-            if decode and block.block_size == 1:  # unquantized: the bytes are the values, no kernel needed
-                built[name] = tensor_from_bytes(data, block.dtype, shape, device)
-            elif decode:
-                built[name] = dequantize(tensor_from_bytes(data, dtypes.uint8, (size,), device), kind, shape)
-            else:
-                built[name] = (tensor_from_bytes(data, dtypes.uint8, (size,), device), GGMLType(kind), shape)
+        if decode and block.block_size == 1:  # unquantized: the bytes are the values, no kernel needed
+            built[name] = tensor_from_mapping(reader.data, start + offset, block.dtype, shape, device)
+        else:
+            raw = tensor_from_mapping(reader.data, start + offset, dtypes.uint8, (size,), device)
+            built[name] = dequantize(raw, kind, shape) if decode else (raw, GGMLType(kind), shape)
     tensors = [value for value in built.values() if isinstance(value, Tensor)]
     if tensors:
         Tensor.realize_all(*tensors)

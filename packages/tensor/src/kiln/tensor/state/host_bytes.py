@@ -1,28 +1,35 @@
 """Tensors made straight from raw little-endian bytes (a slice of a memory-mapped file) and back.
 
-One copy: the mapped file pages are copied once into the device buffer (`Buffer.copyin`); no intermediate numpy
-array is built, so bfloat16 / fp8 data (which numpy cannot hold) loads bit-exactly.
+On a device whose memory is host memory (CPU, PYTHON: `HostAllocator`), `tensor_from_mapping` makes the buffer
+alias the file mapping itself (no copy; the mapping is copy-on-write, so writes never reach the file). Elsewhere,
+or when the data is not 64-byte aligned, the mapped pages are copied once into the device buffer
+(`Buffer.copyin`). No numpy array is built in between, so bfloat16 / fp8 data loads bit-exactly.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import sys
 from collections.abc import Sequence
 
 import numpy as np
 
-from kiln.runtime import Buffer
+from kiln.runtime import Buffer, Device, HostAllocator
 from kiln.tensor import graph
 from kiln.tensor.device import canonical_device
 from kiln.tensor.realize.buffers import attach_buffer
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
-__all__ = ["tensor_bytes", "tensor_from_bytes"]
+__all__ = ["tensor_bytes", "tensor_from_bytes", "tensor_from_mapping"]
 
 if sys.byteorder != "little":  # every format read here stores little-endian data
     raise ImportError("kiln.tensor.state reads little-endian checkpoint data and needs a little-endian host")
+
+# a buffer aliasing file data must be aligned for the widest vector access a kernel may make (the program runner
+# refuses a buffer not aligned to its kernel's access width)
+ALIAS_ALIGNMENT = 64
 
 # an unsigned int of each item size, to move bits of dtypes numpy lacks (bfloat16, fp8) through numpy unchanged
 _BITS_OF_SIZE: dict[int, DType] = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -38,6 +45,24 @@ def tensor_from_bytes(data: memoryview, dtype: DType, shape: Sequence[int], devi
     buffer.copyin(data if count else b"")
     attach_buffer(node, buffer)
     return Tensor._from_uop(graph.reshape(node, tuple(shape)))
+
+
+def tensor_from_mapping(
+    mapping: mmap.mmap, offset: int, dtype: DType, shape: Sequence[int], device: str | None = None
+) -> Tensor:
+    """A realized Tensor over bytes `offset`.. of a writable (ACCESS_COPY) file mapping: aliased where the device
+    memory is host memory and the data starts ALIAS_ALIGNMENT-aligned, else copied once."""
+    count, target = math.prod(shape), canonical_device(device)
+    nbytes = count * dtype.itemsize
+    allocator = Device[target].allocator
+    if count and isinstance(allocator, HostAllocator):
+        memory = allocator.adopt(mapping, offset, nbytes)
+        if memory.address % ALIAS_ALIGNMENT == 0:
+            node = graph.buffer_uop(target, count, dtype)
+            attach_buffer(node, Buffer(target, count, dtype).attach(memory))
+            return Tensor._from_uop(graph.reshape(node, tuple(shape)))
+    with memoryview(mapping)[offset : offset + nbytes] as data:
+        return tensor_from_bytes(data, dtype, shape, target)
 
 
 def tensor_bytes(tensor: Tensor) -> bytes:

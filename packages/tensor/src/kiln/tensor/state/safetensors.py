@@ -2,7 +2,8 @@
 
 The header maps each tensor name to {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]} (byte offsets
 relative to the first byte after the header) and may hold a "__metadata__" dict of str -> str. The header is padded
-with spaces to a multiple of 8 bytes so every tensor starts 8-byte aligned in the file. The tensors' byte ranges
+with spaces (to a multiple of 8 bytes by the reference writer; kiln pads so the data area starts at a multiple of
+64). The tensors' byte ranges
 tile the data area exactly: no gaps, no overlaps, nothing after the last one.
 """
 
@@ -15,7 +16,7 @@ import os
 import struct
 from typing import Any
 
-from kiln.tensor.state.host_bytes import tensor_bytes, tensor_from_bytes
+from kiln.tensor.state.host_bytes import tensor_bytes, tensor_from_mapping
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
@@ -40,7 +41,7 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
 }
 _NAME_OF_DTYPE = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 _HEADER_LIMIT = 100 * 1024 * 1024  # the reference implementation refuses larger headers too
-_ALIGNMENT = 8
+_DATA_ALIGNMENT = 64  # a multiple of the format's 8; lets CPU buffers alias the file (see host_bytes)
 
 PathLike = str | os.PathLike[str]
 
@@ -81,7 +82,7 @@ def safe_save(tensors: dict[str, Tensor], path: PathLike, metadata: dict[str, st
         chunks.append(data)
         offset += len(data)
     encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % _ALIGNMENT)
+    encoded += b" " * (-(8 + len(encoded)) % _DATA_ALIGNMENT)  # the data area starts 64-byte aligned
     with open(path, "wb") as file:
         file.write(struct.pack("<Q", len(encoded)))
         file.write(encoded)
@@ -102,7 +103,8 @@ def safe_load_metadata(path: PathLike) -> dict[str, str]:
 def safe_load(path: PathLike, device: str | None = None) -> dict[str, Tensor]:
     """The tensors of a .safetensors file, in file order, each realized on `device`.
 
-    The file is memory-mapped and each tensor's bytes are copied once, straight from the mapping into its buffer.
+    The file is memory-mapped copy-on-write: on a host-memory device (CPU) each tensor's buffer aliases the mapping
+    (no copy; in-place writes stay private to the process), elsewhere its bytes are copied once into the buffer.
 
     Raises:
         ValueError: a malformed file (truncated, bad header JSON, unknown dtype, offsets that overlap, leave gaps or
@@ -112,19 +114,15 @@ def safe_load(path: PathLike, device: str | None = None) -> dict[str, Tensor]:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
             raise ValueError(f"{path}: empty file, not a safetensors file (expected an 8-byte header length)")
-        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            view = memoryview(mapping)
-            try:
-                length = _header_length(bytes(view[:8]), size)
-                _, entries = _parse_header(bytes(view[8 : 8 + length]), size, str(path))
-                start = 8 + length
-                tensors: dict[str, Tensor] = {}
-                for name, dtype, shape, begin, end in entries:
-                    with view[start + begin : start + end] as chunk:  # released before the mapping closes
-                        tensors[name] = tensor_from_bytes(chunk, dtype, shape, device)
-                return tensors
-            finally:
-                view.release()
+        # not closed here: buffers may alias it; it is unmapped when the last of them is freed
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    length = _header_length(mapping[:8], size)
+    _, entries = _parse_header(mapping[8 : 8 + length], size, str(path))
+    start = 8 + length
+    return {
+        name: tensor_from_mapping(mapping, start + begin, dtype, shape, device)
+        for name, dtype, shape, begin, _ in entries
+    }
 
 
 def _header_length(prefix: bytes, file_size: int) -> int:
