@@ -89,3 +89,49 @@ def test_transfer_between_host_allocators_copies_bytes() -> None:
     source._copyin(src_block, memoryview(payload))
     dest._transfer(dest_block, src_block, 1000, source)
     assert bytes(dest._as_buffer(dest_block)) == payload
+
+
+def test_adopted_file_mapping_backs_a_buffer_without_copy(tmp_path: os.PathLike[str]) -> None:
+    from kiln.runtime import Buffer, Device
+    from kiln.uops import dtypes
+
+    path = os.path.join(tmp_path, "data.bin")
+    values = np.arange(8, dtype=np.float32)
+    with open(path, "wb") as file:
+        file.write(b"\0" * 16 + values.tobytes())
+    with open(path, "rb") as file:
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    allocator = Device["CPU"].allocator
+    assert isinstance(allocator, HostAllocator)
+    memory = allocator.adopt(mapping, 16, 32)
+    assert memory.external and memory.address == ctypes.addressof(ctypes.c_char.from_buffer(mapping, 16))
+    buffer = Buffer("CPU", 8, dtypes.float32).attach(memory)
+    np.testing.assert_array_equal(buffer.numpy(), values)
+    buffer.copyin(np.full(8, 7.0, dtype=np.float32))  # copy-on-write: the process sees it, the file does not
+    assert mapping[16:20] == np.float32(7.0).tobytes()
+    with open(path, "rb") as file:
+        assert file.read()[16:] == values.tobytes()
+    cached = allocator.cached_bytes
+    buffer.deallocate()
+    assert allocator.cached_bytes == cached  # adopted memory is never kept for reuse
+    with pytest.raises(ValueError, match=r"cannot adopt bytes 30\.\.62 of a mapping of 48 bytes"):
+        allocator.adopt(mapping, 30, 32)
+    with pytest.raises(ValueError, match="attach needs adopted memory of at least 64 bytes"):
+        Buffer("CPU", 16, dtypes.float32).attach(allocator.adopt(mapping, 0, 32))
+    with pytest.raises(RuntimeError, match="attach needs an unallocated buffer"):
+        Buffer("CPU", 1, dtypes.float32).allocate().attach(allocator.adopt(mapping, 0, 4))
+
+
+def test_freed_adopted_memory_stays_mapped_until_a_sync() -> None:
+    import weakref
+
+    synced: list[bool] = []
+    allocator = HostAllocator("CPU", synchronize=lambda: synced.append(True))
+    mapping = mmap.mmap(-1, 4096)
+    memory = allocator.adopt(mapping, 0, 64)
+    alive = weakref.ref(memory)
+    allocator.free(memory, 64)
+    del memory
+    assert alive() is not None  # a kernel queued before the free may still read it
+    allocator._sync()
+    assert synced == [True] and alive() is None

@@ -174,6 +174,20 @@ class Buffer:
         self._allocator = allocator
         return self
 
+    def attach(self, opaque: Any) -> Buffer:
+        """Makes memory obtained outside `allocate` (`HostAllocator.adopt`) this unallocated base buffer's memory."""
+        if self._allocator is not None or self._base is not None:
+            raise RuntimeError(f"attach needs an unallocated buffer that is not a view, got {self!r}")
+        device = Device[self.device]
+        if self.dtype.scalar() not in device.supported_dtypes:
+            raise TypeError(f"device {self.device!r} cannot store {self.dtype.scalar()!r}")
+        allocator = device.allocator
+        size = getattr(opaque, "size", None)
+        if not getattr(opaque, "external", False) or not isinstance(size, int) or size < self.nbytes:
+            raise ValueError(f"attach needs adopted memory of at least {self.nbytes} bytes, got {opaque!r}")
+        self._opaque, self._allocator = opaque, allocator
+        return self
+
     def deallocate(self) -> None:
         """Gives the memory back (to the allocator's cache); a base with allocated views cannot be deallocated."""
         if self._allocator is None:

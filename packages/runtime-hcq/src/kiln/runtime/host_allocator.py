@@ -25,15 +25,18 @@ def _mapping_address(mapping: mmap.mmap) -> int:
 
 @dataclass(frozen=True, eq=False)
 class HostMemory:
-    """A block of host memory: `size` bytes at byte `offset` of an anonymous mapping.
+    """A block of host memory: `size` bytes at byte `offset` of a mapping (anonymous, or a file's for `adopt`).
 
     Sub-buffers are `HostMemory` objects over the same mapping at another offset, so they alias the base block.
+    `external` marks memory the allocator did not make (`HostAllocator.adopt`): it is never cached nor unmapped by
+    the allocator; the mapping lives as long as some HostMemory refers to it.
     """
 
     mapping: mmap.mmap
     offset: int
     size: int
     base_address: int
+    external: bool = False
 
     @property
     def address(self) -> int:
@@ -63,10 +66,15 @@ class HostAllocator(LRUAllocator[HostMemory]):
         self._synchronize = synchronize
         self.max_bytes = max_bytes
         self.allocated_bytes = 0
+        # adopted memory freed while work may still be queued on it, kept mapped until the next synchronization
+        self._retired: list[HostMemory] = []
 
     def _sync(self) -> None:
+        # adopted memory retired before this synchronization can be unmapped once the queued work is done
+        retired, self._retired = self._retired, []
         if self._synchronize is not None:
             self._synchronize()
+        del retired
 
     def _alloc(self, size: int, options: BufferSpec) -> HostMemory:
         if self.max_bytes is not None and self.allocated_bytes + size > self.max_bytes:
@@ -79,6 +87,20 @@ class HostAllocator(LRUAllocator[HostMemory]):
             raise MemoryError(f"mmap of {size} bytes failed: {error}") from error
         self.allocated_bytes += size
         return HostMemory(mapping, 0, size, _mapping_address(mapping))
+
+    def adopt(self, mapping: mmap.mmap, offset: int, size: int) -> HostMemory:
+        """`size` bytes at `offset` of a writable mapping the caller made (e.g. a file mapped with ACCESS_COPY), as
+        memory for `Buffer.attach`: a buffer over file data without copying it."""
+        if mapping.closed or offset < 0 or size < 0 or offset + size > len(mapping):
+            raise ValueError(f"cannot adopt bytes {offset}..{offset + size} of a mapping of {len(mapping)} bytes")
+        return HostMemory(mapping, offset, size, _mapping_address(mapping), external=True)
+
+    def free(self, opaque: HostMemory, size: int, options: BufferSpec | None = None) -> None:
+        """Keeps an allocated block for reuse; adopted memory is just let go (its mapping is not ours to reuse)."""
+        if opaque.external:
+            self._retired.append(opaque)  # a queued kernel may still read it: unmapped after the next _sync
+            return
+        super().free(opaque, size, options)
 
     def _free(self, opaque: HostMemory, options: BufferSpec) -> None:
         self.allocated_bytes -= opaque.size
@@ -95,7 +117,7 @@ class HostAllocator(LRUAllocator[HostMemory]):
         dest[:] = src.view()
 
     def _offset(self, opaque: HostMemory, size: int, offset: int) -> HostMemory:
-        return HostMemory(opaque.mapping, opaque.offset + offset, size, opaque.base_address)
+        return HostMemory(opaque.mapping, opaque.offset + offset, size, opaque.base_address, opaque.external)
 
     def _as_buffer(self, opaque: HostMemory) -> memoryview:
         self._sync()

@@ -1,0 +1,271 @@
+"""ggml block quantization formats decoded by Tensor ops (so the decode runs as a kernel on any device).
+
+A quantized tensor is a sequence of fixed-size blocks, each holding `block_size` elements in `type_size` bytes:
+scales as float16 (or float32) fields and packed small integers. Each decoder takes the raw bytes as a uint8 Tensor of
+shape (blocks, type_size) and returns a lazy float32 Tensor of shape (blocks, block_size): only elementwise and
+movement ops (shrink, reshape, expand, stack), no gathers, so the scheduler can fuse it into whatever consumes it
+(its expand rule may still compute costly scales, or a decoded weight read through an expand, in a kernel of their
+own). Layouts follow ggml's `block_*` structs (ggml-common.h).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from kiln.tensor.tensor import Tensor
+from kiln.uops import DType, dtypes
+
+__all__ = ["GGML_BLOCKS", "BlockFormat", "GGMLType", "dequantize"]
+
+QK_K = 256  # elements of a K-quant super-block
+
+
+class GGMLType(IntEnum):
+    """ggml's tensor type numbers (enum ggml_type)."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    IQ1_M = 29
+    BF16 = 30
+    TQ1_0 = 34
+    TQ2_0 = 35
+    MXFP4 = 39
+
+
+def _f16(raw: Tensor, offset: int) -> Tensor:
+    """The little-endian float16 at byte `offset` of every block, as float32 of shape (blocks, 1)."""
+    low, high = raw[:, offset : offset + 1].cast(dtypes.uint16), raw[:, offset + 1 : offset + 2].cast(dtypes.uint16)
+    return (low | (high << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+
+
+def _f32(raw: Tensor, offset: int) -> Tensor:
+    """The little-endian float32 at byte `offset` of every block, shape (blocks, 1)."""
+    word = raw[:, offset : offset + 1].cast(dtypes.uint32)
+    for byte in range(1, 4):
+        word = word | (raw[:, offset + byte : offset + byte + 1].cast(dtypes.uint32) << (8 * byte))
+    return word.bitcast(dtypes.float32)
+
+
+def _nibbles(packed: Tensor) -> Tensor:
+    """(..., n) bytes -> (..., 2, n): the low nibbles, then the high nibbles (ggml's split of 32 values in 16 bytes)."""
+    return Tensor.stack(packed & 0xF, packed >> 4, dim=-2)
+
+
+def _bits(packed: Tensor, width: int, dim: int) -> Tensor:
+    """Each `width`-bit field of the bytes, lowest first, stacked along a new axis `dim`."""
+    mask = (1 << width) - 1
+    return Tensor.stack(*[(packed >> shift) & mask for shift in range(0, 8, width)], dim=dim)
+
+
+def _float(values: Tensor) -> Tensor:
+    return values.cast(dtypes.float32)
+
+
+def _q4_0(raw: Tensor) -> Tensor:
+    quants = _nibbles(raw[:, 2:18]).reshape(-1, 32)
+    return _f16(raw, 0) * (_float(quants) - 8)
+
+
+def _q4_1(raw: Tensor) -> Tensor:
+    quants = _nibbles(raw[:, 4:20]).reshape(-1, 32)
+    return _f16(raw, 0) * _float(quants) + _f16(raw, 2)
+
+
+def _five_bit(raw: Tensor, high_at: int, low_at: int) -> Tensor:
+    # bit e of the 32-bit little-endian word at `high_at` is the fifth bit of element e
+    high = _bits(raw[:, high_at : high_at + 4], 1, dim=-1).reshape(-1, 32)
+    low = _nibbles(raw[:, low_at : low_at + 16]).reshape(-1, 32)
+    return _float(low | (high << 4))
+
+
+def _q5_0(raw: Tensor) -> Tensor:
+    return _f16(raw, 0) * (_five_bit(raw, 2, 6) - 16)
+
+
+def _q5_1(raw: Tensor) -> Tensor:
+    return _f16(raw, 0) * _five_bit(raw, 4, 8) + _f16(raw, 2)
+
+
+def _q8_0(raw: Tensor) -> Tensor:
+    return _f16(raw, 0) * _float(raw[:, 2:34].bitcast(dtypes.int8))
+
+
+def _q8_k(raw: Tensor) -> Tensor:
+    return _f32(raw, 0) * _float(raw[:, 4:260].bitcast(dtypes.int8))
+
+
+def _q2_k(raw: Tensor) -> Tensor:
+    # element e: 2 bits at shift 2 * ((e % 128) // 32) of byte 32 * (e // 128) + e % 32; 4-bit scale / min of e // 16
+    scales = raw[:, 0:16].reshape(-1, 16, 1)
+    quants = _bits(raw[:, 16:80].reshape(-1, 2, 32), 2, dim=-2).reshape(-1, 16, 16)
+    scaled = _f16(raw, 80).reshape(-1, 1, 1) * _float(scales & 0xF) * _float(quants)
+    return (scaled - _f16(raw, 82).reshape(-1, 1, 1) * _float(scales >> 4)).reshape(-1, QK_K)
+
+
+def _q3_k(raw: Tensor) -> Tensor:
+    low = _bits(raw[:, 32:96].reshape(-1, 2, 32), 2, dim=-2)  # (blocks, 2, 4, 32) like Q2_K
+    high = _bits(raw[:, 0:32], 1, dim=-2).reshape(-1, 2, 4, 32)  # bit 4 * half + j of hmask[e % 32]
+    quants = (_float(low) + 4 * _float(high) - 4).reshape(-1, 16, 16)
+    # 16 six-bit scales: low 4 bits from bytes 0..7 (low nibbles first), high 2 bits from bytes 8..11
+    packed = raw[:, 96:108]
+    scale_low = _nibbles(packed[:, 0:8]).reshape(-1, 16)
+    scale_high = _bits(packed[:, 8:12], 2, dim=-2).reshape(-1, 16)
+    scales = _float(scale_low | (scale_high << 4)) - 32
+    return (_f16(raw, 108).reshape(-1, 1, 1) * scales.reshape(-1, 16, 1) * quants).reshape(-1, QK_K)
+
+
+def _k_scales_mins(packed: Tensor) -> tuple[Tensor, Tensor]:
+    """The 8 six-bit scales and mins of a Q4_K / Q5_K block from its 12 scale bytes, each (blocks, 8, 1) float32."""
+    first, second, third = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    scales = Tensor.cat(first & 63, (third & 0xF) | ((first >> 6) << 4), dim=1)
+    mins = Tensor.cat(second & 63, (third >> 4) | ((second >> 6) << 4), dim=1)
+    return _float(scales).reshape(-1, 8, 1), _float(mins).reshape(-1, 8, 1)
+
+
+def _q4_k(raw: Tensor) -> Tensor:
+    scales, mins = _k_scales_mins(raw[:, 4:16])
+    quants = _float(_nibbles(raw[:, 16:144].reshape(-1, 4, 32)).reshape(-1, 8, 32))
+    values = _f16(raw, 0).reshape(-1, 1, 1) * scales * quants - _f16(raw, 2).reshape(-1, 1, 1) * mins
+    return values.reshape(-1, QK_K)
+
+
+def _q5_k(raw: Tensor) -> Tensor:
+    scales, mins = _k_scales_mins(raw[:, 4:16])
+    high = _bits(raw[:, 16:48], 1, dim=-2)  # (blocks, 8, 32): bit j of qh[l] belongs to sub-block j
+    low = _nibbles(raw[:, 48:176].reshape(-1, 4, 32)).reshape(-1, 8, 32)
+    quants = _float(low | (high << 4))
+    values = _f16(raw, 0).reshape(-1, 1, 1) * scales * quants - _f16(raw, 2).reshape(-1, 1, 1) * mins
+    return values.reshape(-1, QK_K)
+
+
+def _q6_k(raw: Tensor) -> Tensor:
+    # element e = 128 h + 32 k + l: low nibble (shift 4 * (k // 2)) of ql[64 h + 32 (k % 2) + l], 2 high bits
+    # (shift 2 k) of qh[32 h + l], signed 8-bit scale of e // 16
+    low = _nibbles(raw[:, 0:128].reshape(-1, 2, 64)).reshape(-1, 2, 4, 32)
+    high = _bits(raw[:, 128:192].reshape(-1, 2, 32), 2, dim=-2)
+    quants = (_float(low | (high << 4)) - 32).reshape(-1, 16, 16)
+    scales = _float(raw[:, 192:208].bitcast(dtypes.int8)).reshape(-1, 16, 1)
+    return (_f16(raw, 208).reshape(-1, 1, 1) * scales * quants).reshape(-1, QK_K)
+
+
+def _plain(dtype: DType) -> Callable[[Tensor], Tensor]:
+    """A decoder of unquantized little-endian data: the bytes of each element assembled and reinterpreted."""
+    unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+
+    def decode(raw: Tensor) -> Tensor:
+        parts = raw.reshape(raw.shape[0], -1, dtype.itemsize)
+        word = parts[:, :, 0].cast(unsigned)
+        for byte in range(1, dtype.itemsize):
+            word = word | (parts[:, :, byte].cast(unsigned) << (8 * byte))
+        return word.bitcast(dtype)
+
+    return decode
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """A ggml tensor type: `block_size` elements in `type_size` bytes, decoded by `decode` into `dtype`."""
+
+    block_size: int
+    type_size: int
+    decode: Callable[[Tensor], Tensor]
+    dtype: DType = dtypes.float32
+
+
+GGML_BLOCKS: dict[GGMLType, BlockFormat] = {
+    GGMLType.F32: BlockFormat(1, 4, _plain(dtypes.float32)),
+    GGMLType.F16: BlockFormat(1, 2, _plain(dtypes.float16), dtypes.float16),
+    GGMLType.BF16: BlockFormat(1, 2, _plain(dtypes.bfloat16), dtypes.bfloat16),
+    GGMLType.F64: BlockFormat(1, 8, _plain(dtypes.float64), dtypes.float64),
+    GGMLType.I8: BlockFormat(1, 1, _plain(dtypes.int8), dtypes.int8),
+    GGMLType.I16: BlockFormat(1, 2, _plain(dtypes.int16), dtypes.int16),
+    GGMLType.I32: BlockFormat(1, 4, _plain(dtypes.int32), dtypes.int32),
+    GGMLType.I64: BlockFormat(1, 8, _plain(dtypes.int64), dtypes.int64),
+    GGMLType.Q4_0: BlockFormat(32, 18, _q4_0),
+    GGMLType.Q4_1: BlockFormat(32, 20, _q4_1),
+    GGMLType.Q5_0: BlockFormat(32, 22, _q5_0),
+    GGMLType.Q5_1: BlockFormat(32, 24, _q5_1),
+    GGMLType.Q8_0: BlockFormat(32, 34, _q8_0),
+    GGMLType.Q2_K: BlockFormat(QK_K, 84, _q2_k),
+    GGMLType.Q3_K: BlockFormat(QK_K, 110, _q3_k),
+    GGMLType.Q4_K: BlockFormat(QK_K, 144, _q4_k),
+    GGMLType.Q5_K: BlockFormat(QK_K, 176, _q5_k),
+    GGMLType.Q6_K: BlockFormat(QK_K, 210, _q6_k),
+    GGMLType.Q8_K: BlockFormat(QK_K, 292, _q8_k),
+}
+"""Every ggml type kiln decodes; others (Q8_1, the IQ and TQ families...) raise NotImplementedError."""
+
+
+def block_format(ggml_type: int) -> BlockFormat:
+    """The BlockFormat of ggml type number `ggml_type`; NotImplementedError naming it if kiln cannot decode it."""
+    try:
+        found = GGML_BLOCKS.get(GGMLType(ggml_type))
+    except ValueError:
+        found = None
+    if found is None:
+        name = GGMLType(ggml_type).name if ggml_type in GGMLType._value2member_map_ else f"#{ggml_type}"
+        supported = ", ".join(kind.name for kind in GGML_BLOCKS)
+        raise NotImplementedError(f"ggml tensor type {name} is not supported; kiln decodes {supported}")
+    return found
+
+
+def dequantize(raw: Tensor, ggml_type: int, shape: Sequence[int]) -> Tensor:
+    """The values of a ggml-encoded tensor as a lazy Tensor of row-major `shape` (float32 for quantized types).
+
+    Args:
+        raw: the encoded bytes, a uint8 Tensor of any shape holding exactly the blocks of `shape`'s elements.
+        ggml_type: a ggml type number (GGMLType.Q4_K, ...).
+        shape: the row-major shape of the decoded tensor; its element count must be a multiple of the block size.
+
+    Example:
+        >>> raw = Tensor(np.frombuffer(np.float16(2.0).tobytes() + bytes([0x98] * 16), np.uint8))  # one Q4_0 block
+        >>> values = dequantize(raw, GGMLType.Q4_0, (32,)).tolist()  # low nibbles 8 first, then high nibbles 9
+        >>> values[0], values[16]  # (q - 8) * d
+        (0.0, 2.0)
+    """
+    if raw.dtype != dtypes.uint8:
+        raise TypeError(f"dequantize needs the raw bytes as a uint8 tensor, got {raw.dtype!r}")
+    block = block_format(ggml_type)
+    count = math.prod(shape)
+    if count % block.block_size:
+        raise ValueError(
+            f"{GGMLType(ggml_type).name} encodes blocks of {block.block_size} elements; shape {tuple(shape)} holds "
+            f"{count}"
+        )
+    blocks = count // block.block_size
+    if raw.numel() != blocks * block.type_size:
+        raise ValueError(
+            f"{GGMLType(ggml_type).name} data of shape {tuple(shape)} takes {blocks * block.type_size} bytes, "
+            f"got {raw.numel()}"
+        )
+    if count == 0:
+        return Tensor.zeros(*shape, dtype=block.dtype, device=raw.device)
+    return block.decode(raw.reshape(blocks, block.type_size)).reshape(tuple(shape))
