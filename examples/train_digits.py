@@ -12,18 +12,16 @@ loss and the running training accuracy of the epoch.
 from __future__ import annotations
 
 import argparse
-import json
-import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
-from kiln.tensor import Tensor, TinyJit, dtypes, nn, optim
+from kiln.tensor import Tensor, TinyJit, nn, optim
 from kiln.tensor.datasets import DataLoader, digits
 from kiln.tensor.grad_mode import no_grad
+from kiln.tensor.state import safe_load, safe_save
 
 
 def make_model() -> nn.Sequential:
@@ -38,47 +36,6 @@ def make_model() -> nn.Sequential:
         nn.Flatten(),
         nn.Linear(128, 10),
     )
-
-
-# --- checkpoints -------------------------------------------------------------------------------------------------
-# A minimal safetensors writer / reader (8-byte little-endian header length, a JSON header of dtype, shape and
-# data_offsets per tensor, then the raw little-endian data). kiln.tensor.state's safe_save / safe_load replace these
-# two functions once that module is in.
-_SAFETENSORS_DTYPES = {dtypes.float32: "F32", dtypes.int64: "I64"}
-
-
-def save_checkpoint(state: dict[str, Tensor], path: Path) -> None:
-    """Writes `state` as a safetensors file."""
-    header: dict[str, object] = {}
-    blobs, offset = [], 0
-    for name, tensor in state.items():
-        data = np.ascontiguousarray(tensor.numpy()).astype(tensor.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {
-            "dtype": _SAFETENSORS_DTYPES[tensor.dtype],
-            "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(blobs))
-
-
-def load_checkpoint(path: Path) -> dict[str, Tensor]:
-    """Reads a safetensors file written by `save_checkpoint`."""
-    raw = path.read_bytes()
-    (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + length])
-    numpy_types = {"F32": "<f4", "I64": "<i8"}
-    state = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        array = np.frombuffer(raw[8 + length + begin : 8 + length + end], dtype=numpy_types[entry["dtype"]])
-        state[name] = Tensor(array.reshape(entry["shape"]).astype(array.dtype.newbyteorder("=")))
-    return state
 
 
 # --- training ----------------------------------------------------------------------------------------------------
@@ -143,9 +100,9 @@ def train(
             )
     run.test_accuracy = accuracy(model, test_images, test_labels)
     if checkpoint is not None:
-        save_checkpoint(model.state_dict(), checkpoint)
+        safe_save(model.state_dict(), checkpoint)
         fresh = make_model()
-        fresh.load_state_dict(load_checkpoint(checkpoint))
+        fresh.load_state_dict(safe_load(checkpoint))
         run.reloaded_accuracy = accuracy(fresh, test_images, test_labels)
     return run
 

@@ -344,3 +344,10 @@ def test_pooling_modules_over_non_overlapping_windows(
     split = x.reshape(*shape[:2], *[item for size in spatial for item in (size // 2, 2)])
     expected = reduce(split, axis=tuple(range(3, 2 + 2 * len(spatial), 2)))
     np.testing.assert_allclose(factory()(Tensor(x)).numpy(), expected, rtol=1e-12)
+
+
+def test_embedding_index_out_of_range_raises_in_checked_mode() -> None:
+    # the test suite runs with CHECK=1 (conftest): an index past the table is named, as torch's IndexError does
+    layer = nn.Embedding(4, 2)
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        layer(Tensor([[1, 7]])).numpy()

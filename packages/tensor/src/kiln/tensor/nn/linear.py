@@ -6,6 +6,7 @@ import math
 
 from kiln.tensor.nn import init
 from kiln.tensor.nn.module import Module
+from kiln.tensor.ops.data_checks import check_index_values
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -65,6 +66,8 @@ class Embedding(Module):
         """The rows of weight picked by integer `indices` (any shape): shape (*indices.shape, embedding_dim)."""
         if not isinstance(indices, Tensor) or not dtypes.is_int(indices.dtype):
             raise TypeError(f"Embedding needs an integer index Tensor, got {getattr(indices, 'dtype', indices)!r}")
+        # CHECK=1: an index outside [0, num_embeddings) raises IndexError; unchecked it selects a row of zeros
+        check_index_values(indices, self.num_embeddings, "embedding", 0, negative=False)
         flat = indices.reshape(-1, 1)
         picked = (flat == Tensor.arange(self.num_embeddings, device=indices.device).reshape(1, -1)).where(1.0, 0.0)
         rows = picked.cast(self.weight.dtype) @ self.weight

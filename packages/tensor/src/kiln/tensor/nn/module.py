@@ -1,10 +1,10 @@
 """`Module`: the base class of layers (parameters, buffers and submodules as plain attributes) and `Sequential`.
 
-A module keeps everything as ordinary attributes, so the generic state walk (`walk_state`: a Tensor is a leaf, list
-and tuple items are named by index, dict items by key, any other object by its public `__dict__` attributes) names
-its tensors exactly like PyTorch ("0.weight", "layers.1.bias", "bn.running_mean"), and a plain class holding layers
-works the same way. `kiln.tensor.state` (a separate module) owns the public `get_state_dict` / `get_parameters` /
-`load_state_dict` with the same naming rule; the private walk here follows that rule so the two can be swapped.
+A module keeps everything as ordinary attributes, so the generic state walk of `kiln.tensor.state` (a Tensor is a
+leaf, list and tuple items are named by index, dict items by key, any other object by its public `__dict__`
+attributes) names its tensors exactly like PyTorch ("0.weight", "layers.1.bias", "bn.running_mean"), and a plain
+class holding layers works the same way with `get_state_dict` / `get_parameters` / `load_state_dict`. `walk_state`
+here follows the same rule and also reports each tensor's holder, which tells parameters from buffers.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kiln.tensor.grad_mode import no_grad
+from kiln.tensor.state.state_dict import IncompatibleKeys, get_state_dict, load_state_dict
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["Module", "Sequential", "walk_state", "walk_state_dict", "walk_parameters", "walk_load_state_dict"]
+__all__ = ["Module", "Sequential", "walk_state"]
 
 
 def walk_state(obj: object, prefix: str = "") -> Iterator[tuple[str, Tensor, object, str]]:
@@ -48,65 +48,6 @@ def walk_state(obj: object, prefix: str = "") -> Iterator[tuple[str, Tensor, obj
         # pushed in reverse so names come out in insertion order
         for item_key, item in reversed(items):
             stack.append((f"{name}.{item_key}" if name else item_key, item, value, item_key))
-
-
-def walk_state_dict(obj: object, prefix: str = "") -> dict[str, Tensor]:
-    """Name -> tensor for everything `walk_state` reaches (a tensor reached under two names keeps the first)."""
-    result: dict[str, Tensor] = {}
-    for name, tensor, _owner, _key in walk_state(obj, prefix):
-        result.setdefault(name, tensor)
-    return result
-
-
-def walk_parameters(obj: object) -> list[Tensor]:
-    """The distinct tensors of `walk_state_dict(obj)`, in order."""
-    seen: set[int] = set()
-    result = []
-    for tensor in walk_state_dict(obj).values():
-        if id(tensor) not in seen:
-            seen.add(id(tensor))
-            result.append(tensor)
-    return result
-
-
-def walk_load_state_dict(obj: object, state_dict: dict[str, Tensor], strict: bool = True) -> None:
-    """Writes each tensor of `state_dict` into the same-named tensor of `obj` in place.
-
-    Raises:
-        RuntimeError: naming every missing key, unexpected key and shape / dtype mismatch at once (with
-            `strict=False` only mismatches of keys present on both sides count).
-    """
-    own = walk_state_dict(obj)
-    missing = [name for name in own if name not in state_dict]
-    unexpected = [name for name in state_dict if name not in own]
-    mismatched = []
-    for name, tensor in own.items():
-        value = state_dict.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, Tensor):
-            mismatched.append(f"{name}: expected a Tensor, got {type(value).__name__}")
-        elif value.shape != tensor.shape or value.dtype != tensor.dtype:
-            mismatched.append(
-                f"{name}: checkpoint has shape {value.shape} {value.dtype!r}, the model has {tensor.shape} "
-                f"{tensor.dtype!r}"
-            )
-    problems = []
-    if strict and missing:
-        problems.append(f"missing keys: {missing}")
-    if strict and unexpected:
-        problems.append(f"unexpected keys: {unexpected}")
-    if mismatched:
-        problems.append("mismatched: " + "; ".join(mismatched))
-    if problems:
-        raise RuntimeError(f"error(s) loading state_dict for {type(obj).__name__}: " + " | ".join(problems))
-    with no_grad():
-        targets = []
-        for name, tensor in own.items():
-            if name in state_dict:
-                targets.append(tensor.assign(state_dict[name].to(tensor.device)))
-        if targets:
-            Tensor.realize_all(*targets)
 
 
 class Module:
@@ -168,16 +109,19 @@ class Module:
 
     def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
         """Name -> tensor for every parameter and buffer (PyTorch's names: "0.weight", "bn.running_mean")."""
-        return walk_state_dict(self, prefix)
+        return get_state_dict(self, prefix)
 
-    def load_state_dict(self, state_dict: dict[str, Tensor], strict: bool = True) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copies the tensors of `state_dict` into this module's parameters and buffers in place.
 
+        Returns:
+            (missing_keys, unexpected_keys), like PyTorch.
+
         Raises:
-            RuntimeError: listing every missing key, unexpected key and shape / dtype mismatch (see
-                `walk_load_state_dict`).
+            RuntimeError: listing every missing key, unexpected key and shape mismatch at once (see
+                `kiln.tensor.state.load_state_dict`).
         """
-        walk_load_state_dict(self, state_dict, strict)
+        return load_state_dict(self, state_dict, strict)
 
     def children(self) -> list[Module]:
         """The direct submodules (attributes, and modules inside list / tuple / dict attributes)."""

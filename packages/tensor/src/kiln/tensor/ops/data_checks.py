@@ -11,6 +11,8 @@ read them and every op has a defined, memory-safe result (indices are compared, 
 With the knob `CHECK=1` these ops read (realize) the index or divisor first and raise, naming the op and the bad
 value: IndexError "index 10 is out of bounds for dimension 0 with size 3" as PyTorch does, and
 IntegerDivisionByZero (a RuntimeError and a ZeroDivisionError) for a zero divisor. The test suite runs with it on.
+Inside a function `TinyJit` is capturing the checks are skipped: reading a value to the host cannot be replayed
+(replays run no Python), so a jitted function has the unchecked behaviour above; check it un-jitted first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kiln.tensor import graph
+from kiln.tensor.realize import engine
 from kiln.uops import DType, Ops, dtypes, register_knob
 
 if TYPE_CHECKING:
@@ -38,6 +41,11 @@ CHECK = register_knob(
 )
 
 
+def _checking() -> bool:
+    # CHECK is on and no TinyJit capture is running (a capture refuses reads to the host: replays run no Python)
+    return bool(CHECK.value()) and engine.launch_recorder is None
+
+
 def check_index_values(
     index: Tensor,
     size: int,
@@ -50,7 +58,7 @@ def check_index_values(
 ) -> None:
     """With CHECK on: `error` naming the op and the first index outside [-size, size) ([0, size) when `negative`
     indices are not accepted; the value `ignore` is always accepted). Realizes `index`."""
-    if not CHECK.value() or index.numel() == 0:
+    if not _checking() or index.numel() == 0:
         return
     values = index.numpy()
     low = -size if negative else 0
@@ -64,7 +72,7 @@ def check_index_values(
 
 def check_nonzero_divisor(divisor: Tensor, what: str) -> None:
     """With CHECK on: IntegerDivisionByZero naming the op and the first zero's position in the integer `divisor`."""
-    if not CHECK.value() or divisor.numel() == 0:
+    if not _checking() or divisor.numel() == 0:
         return
     zeros = np.flatnonzero(divisor.numpy() == 0)
     if zeros.size:
