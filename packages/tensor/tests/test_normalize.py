@@ -40,17 +40,18 @@ def test_parts_without_buffers_stay_the_same_nodes() -> None:
         assert normalize([constant.uop]).roots == (constant.uop,) and normalize([constant.uop]).inputs == ()
 
 
-def test_realizing_a_node_without_buffers_changes_what_its_users_normalize_to() -> None:
+def test_realizing_a_node_without_buffers_leaves_its_users_computing_it() -> None:
     inner = const_like(_tensor(np.zeros(5, np.float32)), 1.5)._binary(
         Ops.ADD, Tensor._const(2.0, (5,), dtypes.float32, FAST_DEVICE)
     )
     outer = inner._binary(Ops.MUL, inner)
     before = normalize([outer.uop])
     assert before.inputs == () and before.roots == (outer.uop,)  # no buffer anywhere: the graph itself
-    inner.realize()  # inner's node now stands for its buffer, in every graph that uses it
+    inner_node = inner.uop
+    inner.realize()  # inner gets memory of its own; a graph of constants is not recorded for other users
+    assert inner.uop.op is Ops.BUFFER and inner_node is not inner.uop
     after = normalize([outer.uop])
-    assert len(after.inputs) == 1 and after.inputs[0].op is Ops.BUFFER
-    assert after.roots[0].src[0].op is Ops.BUFFER
+    assert after.inputs == () and after.roots == (outer.uop,)
     np.testing.assert_array_equal(outer.numpy(), np.full(5, 3.5 * 3.5, np.float32))
 
 

@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from kiln.tensor import Tensor
+from kiln.tensor import GlobalCounters, Tensor
 from kiln.tensor.realize import method_cache_size
 from kiln.tensor.schedule.cache import cache_sizes
 
@@ -92,3 +92,15 @@ def test_twenty_thousand_chained_ops_realize() -> None:
     for _ in range(20_000):
         x = x + 1
     assert x.numpy().tolist() == [20_000.0, 20_001.0]
+
+
+def test_cat_of_thousands_of_small_tensors_is_cut_into_bounded_kernels() -> None:
+    # one kernel per cat held one branch per operand (2,000 branches took minutes to compile); operands are joined
+    # in groups, and sibling kernels merge only up to a bounded number of inputs, so work grows linearly
+    count = 2000
+    parts = [Tensor(np.full(3, value, np.float32), device=DEVICE) for value in range(count)]
+    before = GlobalCounters.kernel_count
+    joined = Tensor.cat(*parts).numpy()
+    np.testing.assert_array_equal(joined, np.repeat(np.arange(count, dtype=np.float32), 3))
+    kernels = GlobalCounters.kernel_count - before
+    assert count // 64 <= kernels <= count // 16, kernels

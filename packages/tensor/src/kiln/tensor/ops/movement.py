@@ -33,6 +33,10 @@ def _int_arguments(arguments: tuple[Any, ...], what: str) -> tuple[int, ...]:
     return tuple(check_int(value, what) for value in arguments)
 
 
+# the most operands one cat kernel joins (see cat)
+_CAT_GROUP = 32
+
+
 class MovementMixin:
     """Methods that rearrange elements without computing new values."""
 
@@ -304,6 +308,14 @@ class MovementMixin:
                     f"cat: tensor {position} has shape {tensor.shape}, but all tensors must match shape "
                     f"{self.shape} except in dim {index}"
                 )
+        if len(tensors) > _CAT_GROUP:
+            # one kernel holds one branch per operand, and its cost grows faster than the branch count: join groups
+            # into buffers of their own first (a tree of kernels of at most _CAT_GROUP branches: linear in total)
+            groups = [
+                tensors[start].cat(*tensors[start + 1 : start + _CAT_GROUP], dim=index).contiguous()
+                for start in range(0, len(tensors), _CAT_GROUP)
+            ]
+            return groups[0].cat(*groups[1:], dim=index)
         target = result_type(*tensors)
         total = sum(tensor.shape[index] for tensor in tensors)
         pieces = []

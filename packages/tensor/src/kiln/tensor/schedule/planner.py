@@ -297,6 +297,11 @@ def _drop_bufferless_assigns(sink: UOp) -> UOp:
     return sink.substitute(replace) if replace else sink
 
 
+# a multi-output kernel reads at most this many buffers: merging siblings saves launches, but a kernel with very many
+# inputs (a cat of thousands of tensors cut into groups) compiles in time that grows faster than its size
+_MAX_MERGED_INPUTS = 64
+
+
 def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[UOp]]:
     """Members of each multi-output kernel: same device and loop shape, no ASSIGN, and merging creates no cycle.
 
@@ -306,6 +311,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
     groups: list[list[UOp]] = []
     group_of: dict[UOp, int] = {}
     needs: list[set[int]] = []
+    inputs: list[int] = []  # buffers each group's kernel reads (an upper bound: leaves counted once per member)
 
     def reads(point: UOp) -> set[UOp]:
         if point.op is Ops.COPY:
@@ -336,6 +342,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
                     and first.op is not Ops.ASSIGN
                     and shape_of(first) == shape_of(point)
                     and kernels[first].device == kernels[point].device
+                    and inputs[number] + len(kernels[point].stats.leaves) <= _MAX_MERGED_INPUTS
                     and not reaches(depends, number)
                 ):
                     chosen = number
@@ -343,9 +350,12 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
         if chosen is None:
             groups.append([point])
             needs.append(set())
+            inputs.append(0)
             chosen = len(groups) - 1
         else:
             groups[chosen].append(point)
+        kernel = kernels.get(point)
+        inputs[chosen] += 0 if kernel is None else len(kernel.stats.leaves)
         group_of[point] = chosen
         needs[chosen] |= depends
     return [group for group in groups if group[0] in kernels]
