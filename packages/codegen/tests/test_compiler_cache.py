@@ -82,6 +82,22 @@ def test_corrupted_entry_is_recompiled_and_rewritten(tmp_path: Path, damage: str
     assert compiles(log) == ["source", "source"]
 
 
+def test_an_entry_swapped_in_from_another_key_reads_as_missing(tmp_path: Path) -> None:
+    # a valid entry (good checksum) under the wrong file name must not hand back another kernel's binary
+    log = tmp_path / "log"
+    compiler = CountingCompiler(log)
+    with Context(CACHEDIR=str(tmp_path / "cache")):
+        compiler.compile_cached("kernel a")
+        compiler.compile_cached("kernel b")
+        cache = DiskCache("compile")
+        entry_a = cache.path_of(compiler.cache_key("kernel a"))
+        entry_b = cache.path_of(compiler.cache_key("kernel b"))
+        entry_b.write_bytes(entry_a.read_bytes())
+        assert compiler.compile_cached("kernel b") == expected_binary("kernel b", ())
+        assert compiler.compile_cached("kernel a") == expected_binary("kernel a", ())
+    assert compiles(log) == ["kernel a", "kernel b", "kernel b"]
+
+
 def test_disable_knob_and_unwritable_directory(tmp_path: Path) -> None:
     log = tmp_path / "log"
     compiler = CountingCompiler(log)

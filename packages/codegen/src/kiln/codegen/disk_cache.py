@@ -2,7 +2,9 @@
 
 Each entry is one file written to a temporary name and moved into place with `os.replace`, which is atomic on
 POSIX and Windows: a reader sees the old entry, the new one, or none, never half a file. Entries carry a sha256 of
-their payload, so a truncated or corrupted file reads as missing (and is rewritten by the next `put`).
+their payload, so a truncated or corrupted file reads as missing (and is rewritten by the next `put`), and the
+sha256 of the key they were stored under, so an entry found under another key's name (a file copied or swapped by
+hand, a hash collision of the file names) also reads as missing instead of handing back the wrong binary.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from kiln.uops import knobs
 
-_MAGIC = b"KILNDC1\n"
+_MAGIC = b"KILNDC2\n"  # format 2: the key's digest follows the magic
 _DIGEST_SIZE = 32
 
 
@@ -49,11 +51,14 @@ class DiskCache:
             data = self.path_of(key).read_bytes()
         except OSError:
             return None
-        header = len(_MAGIC) + _DIGEST_SIZE
+        key_end = len(_MAGIC) + _DIGEST_SIZE
+        header = key_end + _DIGEST_SIZE
         if len(data) < header or not data.startswith(_MAGIC):
             return None
+        if data[len(_MAGIC) : key_end] != hashlib.sha256(key.encode()).digest():
+            return None  # an entry of another key
         payload = data[header:]
-        if hashlib.sha256(payload).digest() != data[len(_MAGIC) : header]:
+        if hashlib.sha256(payload).digest() != data[key_end:header]:
             return None
         return payload
 
@@ -67,7 +72,7 @@ class DiskCache:
             return
         try:
             with os.fdopen(handle, "wb") as file:
-                file.write(_MAGIC + hashlib.sha256(value).digest() + value)
+                file.write(_MAGIC + hashlib.sha256(key.encode()).digest() + hashlib.sha256(value).digest() + value)
             os.replace(temporary, path)
         except OSError:
             with contextlib.suppress(OSError):
