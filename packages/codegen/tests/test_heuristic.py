@@ -226,3 +226,16 @@ def test_vector_cpu_tries_every_columns_and_rows_candidate() -> None:
     out = np.full(8 * 11 * 3, np.nan, np.float32)
     run_program(program, [out, g.reshape(-1), w.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, np.einsum("rj,rit->ijt", g, w).reshape(-1))
+
+
+def test_short_reduce_under_output_lanes_on_vector_cpu_is_unrolled_fully() -> None:
+    # 16 output lanes, then the 4-long reduce has no loop left (a long one keeps its loop: see the plain row sum)
+    renderer = _VectorCPU()
+    sink = row_sum(64, 4)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts == (Opt(UPCAST, 0, 16), Opt(UNROLL, 1, 0))
+    x = np.random.default_rng(9).integers(-4, 4, (64, 4)).astype(np.float32)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(64, np.nan, np.float32)
+    run_program(program, [out, x.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, x.sum(axis=1))

@@ -32,7 +32,8 @@ The recipe, in order (each step is skipped when its opt is illegal):
        which a load is contiguous is unrolled by the widest vector width (16 exps at once); else step 3 as above
        (a plain sum or max keeps output lanes: independent accumulators, 2x faster on a 16M sum).
 4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it
-   (not on vector-ALU CPU renderers once something is upcast: their horizontal reduce would be lane shuffles).
+   (on vector-ALU CPU renderers with output lanes, only the full unroll: the 4-long reduce of a convolution's
+   input gradient (col2im) measured 4x faster without its loop).
 5. Renderers with local threads: LOCAL on the output axes, innermost first, by the largest of 32/16/8/4/2 that
    divides the axis while the block stays within 128 threads (and the renderer's limit); at most two axes.
 6. Renderers with CPU threads: THREAD on the outermost loop axis by the largest divisor of its size that is at
@@ -305,13 +306,15 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
                     build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, width))
                 break
 
-    # 4. unroll short or divisible reduce axes (not under vector lanes: their horizontal reduce would be shuffles)
-    if not unrolled and not (vector_cpu and axes_of(build.sink, AxisKind.UPCAST)):
+    # 4. unroll short or divisible reduce axes (under vector lanes short ones only: the reduce loop is then gone and
+    # its lanes are added once per output, while a partial unroll would widen a long reduce's accumulators)
+    if not unrolled:
+        lanes_taken = vector_cpu and bool(axes_of(build.sink, AxisKind.UPCAST))
         for rng in axes_of(build.sink, AxisKind.REDUCE):
             reduce_size = constant_size(rng)
             if reduce_size is not None and reduce_size <= 8:
                 build.attempt(Opt(OptOps.UNROLL, rng.arg.axis, 0))
-            elif reduce_size is not None and reduce_size % 4 == 0:
+            elif reduce_size is not None and reduce_size % 4 == 0 and not lanes_taken:
                 build.attempt(Opt(OptOps.UNROLL, rng.arg.axis, 4))
 
     # 5. local threads on GPU-like renderers
