@@ -5,8 +5,8 @@ same run (issues 7 and 16).
 
 Figures are medians of several runs after a warm-up that builds and compiles every kernel; kiln's figure is the
 wall-clock time of building the lazy graph, scheduling it and running its kernels. torch runs in a subprocess on
-the same shapes (its own random data) with its default threads; it times the same operation, its gradients through
-`torch.nn.grad` (no forward pass). Rows:
+the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
+same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
 - float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS)
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
@@ -64,8 +64,8 @@ TORCH_SCRIPT = textwrap.dedent(
     """
     import json, statistics, sys, time
     import torch
-    repeats, elements, sizes = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-    def median(run, repeats=repeats):
+    repeats, elements = int(sys.argv[1]), int(sys.argv[2])
+    def median(run):
         run()
         times = []
         for _ in range(repeats):
@@ -73,57 +73,91 @@ TORCH_SCRIPT = textwrap.dedent(
             run()
             times.append(time.perf_counter() - start)
         return statistics.median(times)
-    torch.manual_seed(0)
-    out = {}
+    def steps(t):
+        for _ in range(100):
+            t = t + 1
+        return t
+    def case(key):
+        r = torch.randn
+        if key.startswith("matmul "):
+            size = int(key.split()[1])
+            a, b = r(size, size), r(size, size)
+            return lambda: a @ b
+        if key == "batched matmul":
+            a, b = r(8, 512, 512), r(8, 512, 512)
+            return lambda: a @ b
+        if key in ("chain", "sum"):
+            a, b, c = r(elements), r(elements), r(elements)
+            return (lambda: torch.exp2(torch.relu(a * b + c) * 0.5 + a)) if key == "chain" else (lambda: a.sum())
+        x = r(4096, 1024)
+        if key == "softmax":
+            return lambda: torch.softmax(x, -1)
+        if key == "log_softmax":
+            return lambda: torch.log_softmax(x, -1)
+        if key == "layer_norm":
+            return lambda: torch.nn.functional.layer_norm(x, (1024,))
+        images, weights, grad = r(32, 16, 32, 32), r(32, 16, 3, 3), r(32, 32, 32, 32)
+        if key == "conv2d":
+            return lambda: torch.nn.functional.conv2d(images, weights, padding=1)
+        if key == "conv2d input grad":
+            return lambda: torch.nn.grad.conv2d_input(images.shape, weights, grad, padding=1)
+        if key == "conv2d weight grad":
+            return lambda: torch.nn.grad.conv2d_weight(images, weights.shape, grad, padding=1)
+        if key == "per-op":
+            t = torch.zeros(16)
+            return lambda: steps(t)
+        return None
+    print(json.dumps({"version": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
     with torch.no_grad():
-        for size in sizes:
-            a, b = torch.randn(size, size), torch.randn(size, size)
-            out[f"matmul {size}"] = median(lambda: a @ b)
-        a, b = torch.randn(8, 512, 512), torch.randn(8, 512, 512)
-        out["batched matmul"] = median(lambda: a @ b)
-        a, b, c = torch.randn(elements), torch.randn(elements), torch.randn(elements)
-        out["chain"] = median(lambda: torch.exp2(torch.relu(a * b + c) * 0.5 + a))
-        out["sum"] = median(lambda: a.sum())
-        x = torch.randn(4096, 1024)
-        out["softmax"] = median(lambda: torch.softmax(x, -1))
-        out["log_softmax"] = median(lambda: torch.log_softmax(x, -1))
-        out["layer_norm"] = median(lambda: torch.nn.functional.layer_norm(x, (1024,)))
-        images, weights = torch.randn(32, 16, 32, 32), torch.randn(32, 16, 3, 3)
-        grad = torch.randn(32, 32, 32, 32)
-        out["conv2d"] = median(lambda: torch.nn.functional.conv2d(images, weights, padding=1))
-        out["conv2d input grad"] = median(lambda: torch.nn.grad.conv2d_input(images.shape, weights, grad, padding=1))
-        out["conv2d weight grad"] = median(lambda: torch.nn.grad.conv2d_weight(images, weights.shape, grad, padding=1))
-        t = torch.zeros(16)
-        def steps():
-            global t
-            for _ in range(100):
-                t = t + 1
-        out["per-op"] = median(steps) / 100
-    print(json.dumps({"seconds": out, "version": torch.__version__, "threads": torch.get_num_threads()}))
+        for line in sys.stdin:
+            run = case(line.strip())
+            seconds = None if run is None else median(run) / (100 if line.strip() == "per-op" else 1)
+            print(json.dumps(seconds), flush=True)
     """
 )
 
 
-def torch_seconds(python: str, repeats: int, elements: int, sizes: tuple[int, ...]) -> dict[str, object]:
-    """Median seconds of every torch reference row, run by `python` (a Python with torch) in a subprocess."""
-    command = [python, "-c", TORCH_SCRIPT, str(repeats), str(elements), json.dumps(list(sizes))]
-    output = subprocess.run(command, capture_output=True, text=True, check=False)
-    if output.returncode:
-        raise RuntimeError(f"the torch reference run by {python} failed:\n{output.stderr}")
-    result: dict[str, object] = json.loads(output.stdout)
-    return result
+class TorchReference:
+    """torch eager in a subprocess (`python` has torch), timing one row on request: right after kiln's own run of
+    the same row, so that both see the same load on a shared machine."""
+
+    def __init__(self, python: str, repeats: int, elements: int) -> None:
+        command = [python, "-c", TORCH_SCRIPT, str(repeats), str(elements)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.about: dict[str, object] = json.loads(self._line())
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the torch reference process stopped (exit status {self.process.poll()})")
+        return line
+
+    def seconds(self, key: str) -> float | None:
+        """torch's median seconds for row `key`, None for a row it has no reference for."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(key + "\n")
+        self.process.stdin.flush()
+        value: float | None = json.loads(self._line())
+        return value
+
+    def close(self) -> None:
+        """Ends the subprocess."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
 
 
 class Table:
     """Prints rows of kiln's figure beside numpy's and torch's, with kiln's speed ratio against each."""
 
-    def __init__(self, torch: dict[str, float]) -> None:
+    def __init__(self, torch: TorchReference | None) -> None:
         self.torch = torch
 
     def row(self, name: str, key: str, kiln: float, numpy: float | None, amount: float, unit: str, target: str) -> None:
         """One row; `kiln`, `numpy` and torch's figure under `key` are seconds, shown as `amount` / seconds in `unit`
         (GFLOP/s, GB/s) or as milliseconds / microseconds when `unit` is "ms" / "us" (then `amount` is ignored)."""
-        reference = self.torch.get(key)
+        reference = self.torch.seconds(key) if self.torch is not None else None
 
         def shown(seconds: float | None) -> str:
             if seconds is None:
@@ -320,12 +354,10 @@ def main() -> None:
     elements = 1 << (20 if quick else 24)
     repeats = 3 if quick else 5
     sizes = (256,) if quick else (512, 1024, 2048)
-    torch: dict[str, float] = {}
+    torch = TorchReference(arguments.torch_python, repeats, elements) if arguments.torch_python else None
     header = f"kiln.tensor on {device} vs numpy {np.__version__}"
-    if arguments.torch_python:
-        reference = torch_seconds(arguments.torch_python, repeats, elements, sizes)
-        torch = dict(reference["seconds"])  # type: ignore[call-overload]
-        header += f" and torch {reference['version']} ({reference['threads']} threads)"
+    if torch is not None:
+        header += f" and torch {torch.about['version']} ({torch.about['threads']} threads)"
     print(header + " (higher is better unless the unit is time; ratios are kiln's speed over the other's)")
     print(f"| {'benchmark':<40} | {'kiln':>18} | {'numpy':>18} | {'torch':>18} | vs numpy | vs torch | target")
     table = Table(torch)
@@ -347,6 +379,8 @@ def main() -> None:
     for name, run in groups:
         if arguments.only is None or arguments.only in name:
             run()
+    if torch is not None:
+        torch.close()
 
 
 if __name__ == "__main__":
