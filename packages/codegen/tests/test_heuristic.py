@@ -239,3 +239,23 @@ def test_short_reduce_under_output_lanes_on_vector_cpu_is_unrolled_fully() -> No
     out = np.full(64, np.nan, np.float32)
     run_program(program, [out, x.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, x.sum(axis=1))
+
+
+class _VectorCPU64(_VectorCPU):
+    """An AVX2-like vector CPU: register tiles of at most 64 accumulator lanes."""
+
+    register_tile_lanes = 64
+
+
+def test_matmul_tile_fits_the_renderers_register_tile_lanes() -> None:
+    # 8 x 32 (256 lanes) does not fit in 64: the first tile that does is 4 x 16
+    renderer = _VectorCPU64()
+    sink = matmul(64, 64, 64)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts == (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16), Opt(THREAD, 0, 8))
+    rng = np.random.default_rng(10)
+    a, b = (rng.integers(-4, 4, (64, 64)).astype(np.float32) for _ in range(2))
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(64 * 64, np.nan, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, (a @ b).reshape(-1))
