@@ -19,7 +19,8 @@ The recipe, in order (each step is skipped when its opt is illegal):
        the "rows" axis (only one operand walks it; its element is broadcast) is upcast first, then the "columns"
        axis (the other operand is contiguous along it) by 32 or 16, the first of MATMUL_TILES that keeps the
        columns the inner lanes (each row of the contiguous operand is then one vector load; 8 x 32 floats are 16
-       AVX-512 accumulators, updated with one fused multiply-add each per reduce step). The reduce stays rolled.
+       AVX-512 accumulators, updated with one fused multiply-add each per reduce step; tiles over the renderer's
+       `register_tile_lanes` are skipped: 4 x 16 on AVX2). The reduce stays rolled.
        Every columns candidate (innermost first) and every rows candidate is tried, biggest tile first. Columns no
        tile divides are padded (PADTO) when that wastes at most 1/8, or, when no column tile divides them at all
        (an 11-, 13- or 26-wide convolution output), up to 2x (to 32 within 1/4): vector code doing up to twice the
