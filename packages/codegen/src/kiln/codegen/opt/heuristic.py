@@ -227,9 +227,7 @@ def _vector_product_unroll(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
     strides = [_stride_near_origin(index.src[1], last) for index in operands]
     if size is None or size < width // 2 or 1 not in strides or not all(s in (0, 1) for s in strides):
         return False
-    # an index dividing the reduce axis (a flattened (16, 5, 5) view: k/25, k/5%5) is left as lane-by-lane division
-    # by the simplifier after the unroll (measured 2x slower than output lanes on the small CNN's linear layer)
-    if any(n.op is Ops.IDIV and last in n.toposort() for index in operands for n in index.src[1].toposort()):
+    if _divides_axis(list(operands), last):
         return False
     start_sink, start_opts = build.sink, list(build.opts)
     if size % width and not build.attempt(Opt(OptOps.PADTO, last.arg.axis, width)):
@@ -248,11 +246,18 @@ def _vector_reduce_unroll(build: _Builder) -> bool:
         return False
     last = reduce_axes[-1]
     loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
-    if not any(stride_of(index.src[1], last) == 1 for index in loads):
+    if not any(stride_of(index.src[1], last) == 1 for index in loads) or _divides_axis(loads, last):
         return False
-    widths = tuple(w for w in build.renderer.vector_widths if w > 1)
+    # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes
+    widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
     width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
     return width is not None and build.attempt(Opt(OptOps.UNROLL, last.arg.axis, width))
+
+
+def _divides_axis(indices: list[UOp], rng: UOp) -> bool:
+    """Whether an index divides `rng` (a flattened (16, 5, 5) view: k/25, k/5%5): after an unroll the simplifier
+    leaves it as lane-by-lane division (measured 2x slower than output lanes on the small CNN's linear layer)."""
+    return any(n.op is Ops.IDIV and rng in n.toposort() for index in indices for n in index.src[1].toposort())
 
 
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
