@@ -260,3 +260,14 @@ def test_matmul_tile_fits_the_renderers_register_tile_lanes() -> None:
     out = np.full(64 * 64, np.nan, np.float32)
     run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, (a @ b).reshape(-1))
+
+
+def test_vector_cpu_reduce_unroll_needs_8_lanes_and_an_undivided_index() -> None:
+    # 26 = 2 x 13: no 8+ lane vector divides it, the rows keep their 16 output lanes
+    assert hand_coded_optimizations(row_sum(64, 26), _VectorCPU()) == (Opt(UPCAST, 0, 16),)
+    # the reduce index of a flattened (16, 5, 5) view divides the axis: not unrolled (output lanes as for 26)
+    out, a = buffer(0, 64), buffer(1, 64 * 400)
+    i, k = UOp.range(64, 0), UOp.range(400, 1, AxisKind.REDUCE)
+    flattened = i * 400 + (k // 25) * 25 + (k // 5 % 5) * 5 + k % 5
+    sink = kernel(out.index(i).store(a.index(flattened).load().reduce(k)).end(i))
+    assert all(opt.op is not UNROLL for opt in hand_coded_optimizations(sink, _VectorCPU()))
