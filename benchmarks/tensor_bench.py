@@ -1,24 +1,32 @@
-"""kiln.tensor on the CPU device against numpy, measured in the same run (issue 7's list).
+"""kiln.tensor on the CPU device against numpy and (when a Python with torch is given) torch eager, measured in the
+same run (issues 7 and 16).
 
-    uv run python benchmarks/tensor_bench.py [--device CPU] [--quick]
+    uv run python benchmarks/tensor_bench.py [--device CPU] [--quick] [--torch-python /work/torchenv/bin/python]
 
-Figures (median of several runs after a warm-up that builds and compiles every kernel):
-- float32 matmul 512 / 1024 / 2048: GFLOP/s (numpy: its BLAS)
-- fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written (numpy: the same
-  expression, which makes temporaries)
-- sum over 16M float32, softmax over (4096, 1024): GB/s
-- conv2d (32,16,32,32) x (32,16,3,3), padding 1: GFLOP/s (numpy: im2col + tensordot)
-- first-call latency of a never-seen kernel: schedule + codegen + compile + run, in ms
-- per-op cost of `x = x + 1` realized 1000 times on a 16-element tensor, in microseconds
+Figures are medians of several runs after a warm-up that builds and compiles every kernel; kiln's figure is the
+wall-clock time of building the lazy graph, scheduling it and running its kernels. torch runs in a subprocess on
+the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
+same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
+- float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS)
+- fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
+- sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
+- conv2d (32,16,32,32) x (32,16,3,3), padding 1, and its input and weight gradients: GFLOP/s (numpy: im2col +
+  tensordot)
+- first-call latency of a never-seen kernel (schedule + codegen + compile + run), in ms; per-op cost of `x = x + 1`
+  realized on a 16-element tensor, in microseconds
 
-Targets (issue 7): matmul 1024 >= 0.5x numpy, chain >= 2x numpy, sum/softmax >= 1x, conv2d >= 3x numpy's
-im2col + tensordot, first call < 40 ms, per op < 100 us.
+The target column quotes issue 16 (issue 7's where 16 has none); "vs numpy" and "vs torch" are kiln's speed ratio
+(higher is better; for times the inverse ratio).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import statistics
+import subprocess
+import textwrap
 import time
 from collections.abc import Callable
 
@@ -26,6 +34,10 @@ import numpy as np
 
 from kiln.runtime import Device
 from kiln.tensor import Tensor
+
+CONV_IMAGES, CONV_WEIGHTS = (32, 16, 32, 32), (32, 16, 3, 3)
+CONV_FLOPS = 2 * 32 * 32 * 32 * 32 * 16 * 9
+NORM_SHAPE = (4096, 1024)
 
 
 def _median_seconds(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:
@@ -48,26 +60,143 @@ def _kiln_runner(build: Callable[[], Tensor], device: str) -> Callable[[], objec
     return run
 
 
-def _row(name: str, kiln_value: float, numpy_value: float, unit: str, target: str = "") -> None:
-    ratio = kiln_value / numpy_value if numpy_value else float("nan")
-    if unit in ("ms", "us"):
-        ratio = numpy_value / kiln_value if kiln_value else float("nan")
-    print(f"| {name:<42} | {kiln_value:10.2f} {unit:<7} | {numpy_value:10.2f} {unit:<7} | {ratio:6.2f}x | {target}")
+TORCH_SCRIPT = textwrap.dedent(
+    """
+    import json, statistics, sys, time
+    import torch
+    repeats, elements = int(sys.argv[1]), int(sys.argv[2])
+    def median(run):
+        run()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    def steps(t):
+        for _ in range(100):
+            t = t + 1
+        return t
+    def case(key):
+        r = torch.randn
+        if key.startswith("matmul "):
+            size = int(key.split()[1])
+            a, b = r(size, size), r(size, size)
+            return lambda: a @ b
+        if key == "batched matmul":
+            a, b = r(8, 512, 512), r(8, 512, 512)
+            return lambda: a @ b
+        if key in ("chain", "sum"):
+            a, b, c = r(elements), r(elements), r(elements)
+            return (lambda: torch.exp2(torch.relu(a * b + c) * 0.5 + a)) if key == "chain" else (lambda: a.sum())
+        x = r(4096, 1024)
+        if key == "softmax":
+            return lambda: torch.softmax(x, -1)
+        if key == "log_softmax":
+            return lambda: torch.log_softmax(x, -1)
+        if key == "layer_norm":
+            return lambda: torch.nn.functional.layer_norm(x, (1024,))
+        images, weights, grad = r(32, 16, 32, 32), r(32, 16, 3, 3), r(32, 32, 32, 32)
+        if key == "conv2d":
+            return lambda: torch.nn.functional.conv2d(images, weights, padding=1)
+        if key == "conv2d input grad":
+            return lambda: torch.nn.grad.conv2d_input(images.shape, weights, grad, padding=1)
+        if key == "conv2d weight grad":
+            return lambda: torch.nn.grad.conv2d_weight(images, weights.shape, grad, padding=1)
+        if key == "per-op":
+            t = torch.zeros(16)
+            return lambda: steps(t)
+        return None
+    print(json.dumps({"version": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
+    with torch.no_grad():
+        for line in sys.stdin:
+            run = case(line.strip())
+            seconds = None if run is None else median(run) / (100 if line.strip() == "per-op" else 1)
+            print(json.dumps(seconds), flush=True)
+    """
+)
 
 
-def bench_matmul(device: str, size: int, repeats: int) -> None:
+class TorchReference:
+    """torch eager in a subprocess (`python` has torch), timing one row on request: right after kiln's own run of
+    the same row, so that both see the same load on a shared machine."""
+
+    def __init__(self, python: str, repeats: int, elements: int) -> None:
+        command = [python, "-c", TORCH_SCRIPT, str(repeats), str(elements)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.about: dict[str, object] = json.loads(self._line())
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the torch reference process stopped (exit status {self.process.poll()})")
+        return line
+
+    def seconds(self, key: str) -> float | None:
+        """torch's median seconds for row `key`, None for a row it has no reference for."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(key + "\n")
+        self.process.stdin.flush()
+        value: float | None = json.loads(self._line())
+        return value
+
+    def close(self) -> None:
+        """Ends the subprocess."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+class Table:
+    """Prints rows of kiln's figure beside numpy's and torch's, with kiln's speed ratio against each."""
+
+    def __init__(self, torch: TorchReference | None) -> None:
+        self.torch = torch
+
+    def row(self, name: str, key: str, kiln: float, numpy: float | None, amount: float, unit: str, target: str) -> None:
+        """One row; `kiln`, `numpy` and torch's figure under `key` are seconds, shown as `amount` / seconds in `unit`
+        (GFLOP/s, GB/s) or as milliseconds / microseconds when `unit` is "ms" / "us" (then `amount` is ignored)."""
+        reference = self.torch.seconds(key) if self.torch is not None else None
+
+        def shown(seconds: float | None) -> str:
+            if seconds is None:
+                return f"{'-':>10} {unit:<7}"
+            value = seconds * (1e3 if unit == "ms" else 1e6) if unit in ("ms", "us") else amount / seconds / 1e9
+            return f"{value:10.2f} {unit:<7}"
+
+        def ratio(other: float | None) -> str:
+            return f"{other / kiln:7.2f}x" if other is not None else f"{'-':>8}"
+
+        figures = f"{shown(kiln)} | {shown(numpy)} | {shown(reference)}"
+        print(f"| {name:<40} | {figures} | {ratio(numpy)} | {ratio(reference)} | {target}")
+
+
+def bench_matmul(table: Table, device: str, size: int, repeats: int) -> None:
     rng = np.random.default_rng(0)
     a_values = rng.standard_normal((size, size)).astype(np.float32)
     b_values = rng.standard_normal((size, size)).astype(np.float32)
     a, b = Tensor(a_values, device=device), Tensor(b_values, device=device)
-    flops = 2 * size**3
     kiln = _median_seconds(_kiln_runner(lambda: a @ b, device), repeats)
     reference = _median_seconds(lambda: a_values @ b_values, repeats)
     np.testing.assert_allclose((a @ b).numpy(), a_values @ b_values, rtol=1e-3, atol=1e-2)
-    _row(f"matmul {size}", flops / kiln / 1e9, flops / reference / 1e9, "GFLOP/s", ">= 0.5x" if size == 1024 else "")
+    target = ">= 0.9x numpy" if size in (1024, 2048) else ""
+    table.row(f"matmul {size}", f"matmul {size}", kiln, reference, 2 * size**3, "GFLOP/s", target)
 
 
-def bench_chain(device: str, elements: int, repeats: int) -> None:
+def bench_batched_matmul(table: Table, device: str, repeats: int) -> None:
+    rng = np.random.default_rng(5)
+    a_values, b_values = (rng.standard_normal((8, 512, 512)).astype(np.float32) for _ in range(2))
+    a, b = Tensor(a_values, device=device), Tensor(b_values, device=device)
+    kiln = _median_seconds(_kiln_runner(lambda: a @ b, device), repeats)
+    reference = _median_seconds(lambda: a_values @ b_values, repeats)
+    np.testing.assert_allclose((a @ b).numpy(), a_values @ b_values, rtol=1e-3, atol=1e-2)
+    table.row(
+        "matmul (8,512,512)@(8,512,512)", "batched matmul", kiln, reference, 2 * 8 * 512**3, "GFLOP/s", ">= 0.8x numpy"
+    )
+
+
+def bench_chain(table: Table, device: str, elements: int, repeats: int) -> None:
     rng = np.random.default_rng(1)
     values = [rng.standard_normal(elements).astype(np.float32) for _ in range(3)]
     a, b, c = (Tensor(v, device=device) for v in values)
@@ -75,57 +204,109 @@ def bench_chain(device: str, elements: int, repeats: int) -> None:
     def expression_numpy() -> np.ndarray:
         return np.exp2(np.maximum(values[0] * values[1] + values[2], 0) * np.float32(0.5) + values[0])
 
-    moved = 4 * 4 * elements
     kiln = _median_seconds(_kiln_runner(lambda: ((a * b + c).relu() * 0.5 + a).exp2(), device), repeats)
     reference = _median_seconds(expression_numpy, repeats)
     np.testing.assert_allclose(((a * b + c).relu() * 0.5 + a).exp2().numpy(), expression_numpy(), rtol=1e-5)
-    _row("chain exp2(relu(a*b+c)*0.5+a) 16M", moved / kiln / 1e9, moved / reference / 1e9, "GB/s", ">= 2x")
+    table.row("chain exp2(relu(a*b+c)*0.5+a) 16M", "chain", kiln, reference, 16 * elements, "GB/s", ">= 5x numpy")
 
 
-def bench_sum(device: str, elements: int, repeats: int) -> None:
+def bench_sum(table: Table, device: str, elements: int, repeats: int) -> None:
     values = np.random.default_rng(2).standard_normal(elements).astype(np.float32)
     x = Tensor(values, device=device)
     kiln = _median_seconds(_kiln_runner(lambda: x.sum(), device), repeats)
     reference = _median_seconds(lambda: values.sum(), repeats)
     np.testing.assert_allclose(x.sum().numpy(), values.astype(np.float64).sum(), rtol=1e-3)
-    _row("sum 16M", 4 * elements / kiln / 1e9, 4 * elements / reference / 1e9, "GB/s", ">= 1x")
+    table.row("sum 16M", "sum", kiln, reference, 4 * elements, "GB/s", ">= 30 GB/s")
 
 
-def bench_softmax(device: str, repeats: int) -> None:
-    values = np.random.default_rng(3).standard_normal((4096, 1024)).astype(np.float32)
+def _softmax_numpy(values: np.ndarray) -> np.ndarray:
+    shifted = np.exp(values - values.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def _log_softmax_numpy(values: np.ndarray) -> np.ndarray:
+    shifted = values - values.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _layer_norm_numpy(values: np.ndarray) -> np.ndarray:
+    mean = values.mean(axis=-1, keepdims=True)
+    return (values - mean) / np.sqrt(values.var(axis=-1, keepdims=True) + 1e-5)
+
+
+def bench_rows(table: Table, device: str, repeats: int) -> None:
+    """softmax, log_softmax and layer_norm over the last axis of (4096, 1024)."""
+    values = np.random.default_rng(3).standard_normal(NORM_SHAPE).astype(np.float32)
     x = Tensor(values, device=device)
+    cases: tuple[tuple[str, Callable[[], Tensor], Callable[[np.ndarray], np.ndarray]], ...] = (
+        ("softmax", lambda: x.softmax(-1), _softmax_numpy),
+        ("log_softmax", lambda: x.log_softmax(-1), _log_softmax_numpy),
+        ("layer_norm", lambda: x.layer_norm(1024), _layer_norm_numpy),
+    )
+    for name, build, numpy_version in cases:
+        kiln = _median_seconds(_kiln_runner(build, device), repeats)
+        reference = _median_seconds(functools.partial(numpy_version, values), repeats)
+        np.testing.assert_allclose(build().numpy(), numpy_version(values), rtol=1e-4, atol=1e-5)
+        table.row(f"{name} (4096, 1024)", name, kiln, reference, 8 * values.size, "GB/s", ">= 1x torch")
 
-    def softmax_numpy() -> np.ndarray:
-        shifted = np.exp(values - values.max(axis=-1, keepdims=True))
-        return shifted / shifted.sum(axis=-1, keepdims=True)
 
-    moved = 2 * 4 * values.size
-    kiln = _median_seconds(_kiln_runner(lambda: x.softmax(-1), device), repeats)
-    reference = _median_seconds(softmax_numpy, repeats)
-    np.testing.assert_allclose(x.softmax(-1).numpy(), softmax_numpy(), rtol=1e-4, atol=1e-7)
-    _row("softmax (4096, 1024)", moved / kiln / 1e9, moved / reference / 1e9, "GB/s", ">= 1x")
+def _windows(images: np.ndarray) -> np.ndarray:
+    padded = np.pad(images, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    return np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # b c h w kh kw
 
 
 def _conv_numpy(images: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    kh, kw = weights.shape[2:]
-    padded = np.pad(images, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))  # b c h w kh kw
-    return np.tensordot(windows, weights, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+    return np.tensordot(_windows(images), weights, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
 
 
-def bench_conv(device: str, repeats: int) -> None:
+def _conv_input_grad_numpy(grad: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    # col2im: every output pixel's gradient spread back over the 3x3 window it read
+    columns = np.tensordot(grad, weights, axes=([1], [0]))  # b h w c kh kw
+    height, width = grad.shape[2:]
+    padded = np.zeros((grad.shape[0], weights.shape[1], height + 2, width + 2), np.float32)
+    for ky in range(3):
+        for kx in range(3):
+            padded[:, :, ky : ky + height, kx : kx + width] += columns[..., ky, kx].transpose(0, 3, 1, 2)
+    return padded[:, :, 1:-1, 1:-1]
+
+
+def _conv_weight_grad_numpy(images: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    return np.tensordot(grad, _windows(images), axes=([0, 2, 3], [0, 2, 3]))  # o c kh kw
+
+
+def bench_conv(table: Table, device: str, repeats: int) -> None:
+    """conv2d forward, and its input and weight gradients (each without the others)."""
     rng = np.random.default_rng(4)
-    images = rng.standard_normal((32, 16, 32, 32)).astype(np.float32)
-    weights = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
-    x, w = Tensor(images, device=device), Tensor(weights, device=device)
-    flops = 2 * 32 * 32 * 32 * 32 * 16 * 9
-    kiln = _median_seconds(_kiln_runner(lambda: x.conv2d(w, padding=1), device), repeats)
-    reference = _median_seconds(lambda: _conv_numpy(images, weights), repeats)
-    np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), _conv_numpy(images, weights), rtol=1e-3, atol=1e-3)
-    _row("conv2d (32,16,32,32)x(32,16,3,3)", flops / kiln / 1e9, flops / reference / 1e9, "GFLOP/s", ">= 3x")
+    images = rng.standard_normal(CONV_IMAGES).astype(np.float32)
+    weights = rng.standard_normal(CONV_WEIGHTS).astype(np.float32)
+    grad_values = rng.standard_normal((32, 32, 32, 32)).astype(np.float32)
+    x, w, grad = (Tensor(v, device=device) for v in (images, weights, grad_values))
+
+    def input_grad() -> Tensor:
+        source = Tensor(images, device=device, requires_grad=True)
+        source.conv2d(w, padding=1).backward(grad)
+        assert source.grad is not None
+        return source.grad
+
+    def weight_grad() -> Tensor:
+        kernel = Tensor(weights, device=device, requires_grad=True)
+        x.conv2d(kernel, padding=1).backward(grad)
+        assert kernel.grad is not None
+        return kernel.grad
+
+    cases: tuple[tuple[str, Callable[[], Tensor], Callable[[], np.ndarray], str], ...] = (
+        ("conv2d", lambda: x.conv2d(w, padding=1), lambda: _conv_numpy(images, weights), ">= 0.8x torch"),
+        ("conv2d input grad", input_grad, lambda: _conv_input_grad_numpy(grad_values, weights), ">= 0.5x torch"),
+        ("conv2d weight grad", weight_grad, lambda: _conv_weight_grad_numpy(images, grad_values), ">= 0.5x torch"),
+    )
+    for name, build, numpy_version, target in cases:
+        kiln = _median_seconds(_kiln_runner(build, device), repeats)
+        reference = _median_seconds(numpy_version, repeats)
+        np.testing.assert_allclose(build().numpy(), numpy_version(), rtol=1e-3, atol=1e-2)
+        table.row(f"{name} (32,16,32,32)", name, kiln, reference, CONV_FLOPS, "GFLOP/s", target)
 
 
-def bench_first_call(device: str) -> None:
+def bench_first_call(table: Table, device: str) -> None:
     # a kernel structure no earlier run built: a constant derived from the clock
     salt = float(time.time_ns() % 1_000_003) / 7.0
     x = Tensor(np.arange(64, dtype=np.float32), device=device)
@@ -133,13 +314,13 @@ def bench_first_call(device: str) -> None:
     start = time.perf_counter()
     ((x * salt + 1.0).relu() - salt).realize()
     Device[device].synchronize()
-    kiln = (time.perf_counter() - start) * 1e3
+    kiln = time.perf_counter() - start
     values = np.arange(64, dtype=np.float32)
-    reference = _median_seconds(lambda: np.maximum(values * salt + 1, 0) - salt, 5) * 1e3
-    _row("first call of a new kernel", kiln, reference, "ms", "< 40 ms")
+    reference = _median_seconds(lambda: np.maximum(values * salt + 1, 0) - salt, 5)
+    table.row("first call of a new kernel", "first call", kiln, reference, 0, "ms", "<= 40 ms")
 
 
-def bench_per_op(device: str, steps: int) -> None:
+def bench_per_op(table: Table, device: str, steps: int) -> None:
     x = Tensor(np.zeros(16, np.float32), device=device)
     for _ in range(10):
         x = (x + 1).realize()
@@ -148,7 +329,7 @@ def bench_per_op(device: str, steps: int) -> None:
     for _ in range(steps):
         x = (x + 1).realize()
     Device[device].synchronize()
-    kiln = (time.perf_counter() - start) / steps * 1e6
+    kiln = (time.perf_counter() - start) / steps
     assert x.numpy()[0] == steps + 10
     values = np.zeros(16, np.float32)
 
@@ -157,29 +338,49 @@ def bench_per_op(device: str, steps: int) -> None:
         for _ in range(steps):
             values = values + 1
 
-    reference = _median_seconds(numpy_steps, 3) / steps * 1e6
-    _row("per-op x = x + 1 (16 elements)", kiln, reference, "us", "< 100 us")
+    reference = _median_seconds(numpy_steps, 3) / steps
+    table.row("per-op x = x + 1 (16 elements)", "per-op", kiln, reference, 0, "us", "<= 20 us")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="CPU")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
+    parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /work/torchenv/bin/python)")
+    parser.add_argument("--only", help="run only the rows whose group name contains this (matmul, conv, rows...)")
     arguments = parser.parse_args()
     device = Device.canonicalize(arguments.device)
     quick = arguments.quick
     elements = 1 << (20 if quick else 24)
     repeats = 3 if quick else 5
-    print(f"kiln.tensor on {device} vs numpy {np.__version__} (higher is better unless the unit is time)")
-    print(f"| {'benchmark':<42} | {'kiln':>18} | {'numpy':>18} | ratio  | target")
-    for size in (256,) if quick else (512, 1024, 2048):
-        bench_matmul(device, size, 3 if size == 2048 else repeats)
-    bench_chain(device, elements, repeats)
-    bench_sum(device, elements, repeats)
-    bench_softmax(device, repeats)
-    bench_conv(device, repeats)
-    bench_first_call(device)
-    bench_per_op(device, 100 if quick else 1000)
+    sizes = (256,) if quick else (512, 1024, 2048)
+    torch = TorchReference(arguments.torch_python, repeats, elements) if arguments.torch_python else None
+    header = f"kiln.tensor on {device} vs numpy {np.__version__}"
+    if torch is not None:
+        header += f" and torch {torch.about['version']} ({torch.about['threads']} threads)"
+    print(header + " (higher is better unless the unit is time; ratios are kiln's speed over the other's)")
+    print(f"| {'benchmark':<40} | {'kiln':>18} | {'numpy':>18} | {'torch':>18} | vs numpy | vs torch | target")
+    table = Table(torch)
+
+    def matmuls() -> None:
+        for size in sizes:
+            bench_matmul(table, device, size, 3 if size == 2048 else repeats)
+
+    groups: tuple[tuple[str, Callable[[], None]], ...] = (
+        ("matmul", matmuls),
+        ("batched", lambda: bench_batched_matmul(table, device, repeats)),
+        ("chain", lambda: bench_chain(table, device, elements, repeats)),
+        ("sum", lambda: bench_sum(table, device, elements, repeats)),
+        ("rows", lambda: bench_rows(table, device, repeats)),
+        ("conv", lambda: bench_conv(table, device, repeats)),
+        ("first call", lambda: bench_first_call(table, device)),
+        ("per-op", lambda: bench_per_op(table, device, 100 if quick else 1000)),
+    )
+    for name, run in groups:
+        if arguments.only is None or arguments.only in name:
+            run()
+    if torch is not None:
+        torch.close()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, apply_opts
 from kiln.codegen.lowering.expander import lane_map, merge_axes, pm_expand
-from kiln.uops import AxisKind, Ops, UOp, graph_rewrite, print_graph
+from kiln.uops import AxisKind, Ops, UOp, dtypes, graph_rewrite, print_graph
 
 
 def upcast_store() -> UOp:
@@ -141,3 +141,30 @@ def test_merge_axes_sorts_and_checks_sizes() -> None:
     assert merge_axes(((3, 2),), ((1, 4), (3, 2))) == ((1, 4), (3, 2))
     with pytest.raises(ValueError, match="axis 3 is expanded with two sizes 2 and 4"):
         merge_axes(((3, 2),), ((3, 4),))
+
+
+def partly_unrolled_sum() -> UOp:
+    """out[i] = sum_j a[16 i + j], j split into a loop of 4 and an unroll of 4."""
+    out, a = buffer(0, 2), buffer(1, 32)
+    i, j = UOp.range(2, 0), UOp.range(16, 1, AxisKind.REDUCE)
+    sink = kernel(out.index(i).store(a.index(i * 16 + j).load().reduce(j)).end(i))
+    return apply_opts(sink, [Opt(OptOps.UNROLL, 1, 4)], ScalarRenderer())
+
+
+def _reduces(sink: UOp) -> list[UOp]:
+    return [node for node in sink.toposort() if node.op is Ops.REDUCE]
+
+
+def test_unrolled_lanes_fold_inside_the_loop_by_default_and_after_it_with_ctx() -> None:
+    # default: one scalar REDUCE over the loop of the horizontal sum of the 4 lanes; ctx True (vector-ALU renderers):
+    # the REDUCE keeps the 4 lanes as a vector accumulator, and the 4 lanes are added up once, outside the loop
+    folded_inside = _reduces(graph_rewrite(partly_unrolled_sum(), pm_expand))
+    assert len(folded_inside) == 1 and folded_inside[0].dtype.count == 1
+    float_adds = [n for n in folded_inside[0].src[0].toposort() if n.op is Ops.ADD and n.dtype == dtypes.float32]
+    assert len(float_adds) == 3
+    deferred = graph_rewrite(partly_unrolled_sum(), pm_expand, ctx=True)
+    (reduction,) = _reduces(deferred)
+    assert reduction.dtype.count == 4 and reduction.src[0].op is not Ops.ADD
+    store = next(node for node in deferred.toposort() if node.op is Ops.STORE)
+    lanes = sorted(node.arg for node in store.src[1].toposort() if node.op is Ops.GEP and node.src[0] is reduction)
+    assert lanes == [(0,), (1,), (2,), (3,)]

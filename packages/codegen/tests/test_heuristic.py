@@ -128,9 +128,10 @@ def test_row_exp_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_a_vector() -
     assert hand_coded_optimizations(_row_exp_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 16), Opt(THREAD, 0, 8))
 
 
-def test_plain_row_sum_on_vector_cpu_gets_independent_output_lanes() -> None:
-    # a plain sum is bound by its accumulator's add latency: 16 rows in lanes, not a 16-lane horizontal reduce
-    assert hand_coded_optimizations(row_sum(64, 1024), _VectorCPU()) == (Opt(UPCAST, 0, 16), Opt(THREAD, 0, 4))
+def test_plain_row_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_a_vector() -> None:
+    # 16 lanes of the row (contiguous: one vector load) accumulate on their own and are added up after the loop
+    # (16 rows in lanes would load 16 scalars from 16 rows per step: measured 2x slower on the 16M sum)
+    assert hand_coded_optimizations(row_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 16), Opt(THREAD, 0, 8))
 
 
 @pytest.mark.parametrize("sink_name", ["matmul", "row_sum"])
@@ -153,12 +154,17 @@ def test_vector_cpu_opts_compute_what_numpy_computes(sink_name: str) -> None:
 
 @pytest.mark.parametrize(
     ("m", "n", "k", "column_padding"),
-    [(60, 60, 16, 32), (36, 120, 8, 32), (20, 17, 5, None)],  # 17 -> 32 would waste more than 1/8: left alone
+    # 60 -> 64 and 120 -> 128 waste at most 1/8; no column tile divides 11, 13, 17 or 26 at all (scalar code): they
+    # are padded up to 2x (26 -> 32 within 1/4); 40 has an 8-column tile and 3 -> 8 would more than double: left alone
+    [
+        *((60, 60, 16, 32), (36, 120, 8, 32), (20, 17, 5, 16), (16, 11, 9, 16), (8, 13, 7, 16), (24, 26, 9, 32)),
+        *((20, 40, 5, None), (20, 3, 5, None)),
+    ],
 )
 def test_vector_cpu_pads_untileable_matmul_sizes_and_computes_what_numpy_computes(
     m: int, n: int, k: int, column_padding: int | None
 ) -> None:
-    # columns/rows no tile divides are padded up (PADTO) when that wastes at most 1/8; the padding lanes store nothing
+    # columns/rows no tile divides are padded up (PADTO, see the heuristic's docstring); padding lanes store nothing
     renderer = _VectorCPU()
     sink = matmul(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
@@ -170,3 +176,98 @@ def test_vector_cpu_pads_untileable_matmul_sizes_and_computes_what_numpy_compute
     out = np.full(m * n, np.nan, np.float32)
     run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, (a @ b).reshape(-1))
+
+
+def _transposed_product(m: int, n: int, k: int) -> UOp:
+    # c[i, j] = sum_r a[i, r] * b[j, r]: both operands contiguous along the reduce, neither along an output axis
+    c, a, b = buffer(0, m * n), buffer(1, m * k), buffer(2, n * k)
+    i, j, r = UOp.range(m, 0), UOp.range(n, 1), UOp.range(k, 2, AxisKind.REDUCE)
+    product = a.index(i * k + r).load() * b.index(j * k + r).load()
+    return kernel(c.index(i * n + j).store(product.reduce(r)).end(i, j))
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"), [(64, (Opt(UNROLL, 2, 16),)), (11, (Opt(OptOps.PADTO, 2, 16), Opt(UNROLL, 2, 16)))]
+)
+def test_vector_cpu_unrolls_the_contiguous_reduce_of_an_untileable_product(k: int, expected: tuple[Opt, ...]) -> None:
+    # no columns axis (b walks j by k, not 1): step 2r unrolls the reduce by 16 (11 padded to 16 first); the deferred
+    # fold keeps 16 accumulator lanes; integer-valued floats make the reassociated sum exact
+    renderer = _VectorCPU()
+    sink = _transposed_product(6, 5, k)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts == expected
+    rng = np.random.default_rng(7)
+    a, b = rng.integers(-4, 4, (6, k)).astype(np.float32), rng.integers(-4, 4, (5, k)).astype(np.float32)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(30, np.nan, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, (a @ b.T).reshape(-1))
+
+
+def _gradient_like(channels: int, width: int, taps: int, k: int) -> UOp:
+    # c[i, j, t] = sum_r g[r, j] * w[r, i, t] (a convolution's input gradient): the innermost axis t (3 taps) is a
+    # columns candidate of w that no tile fits; j (width) is the columns candidate of g, with i as rows
+    c = buffer(0, channels * width * taps)
+    g, w = buffer(1, k * width), buffer(2, k * channels * taps)
+    i, j, t = UOp.range(channels, 0), UOp.range(width, 1), UOp.range(taps, 2)
+    r = UOp.range(k, 3, AxisKind.REDUCE)
+    product = g.index(r * width + j).load() * w.index(r * channels * taps + i * taps + t).load()
+    return kernel(c.index((i * width + j) * taps + t).store(product.reduce(r)).end(i, j, t))
+
+
+def test_vector_cpu_tries_every_columns_and_rows_candidate() -> None:
+    # t (3 wide) cannot be tiled; j = 11 is padded to 16 and tiled with the 8 channels as rows
+    renderer = _VectorCPU()
+    sink = _gradient_like(8, 11, 3, 16)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts[:3] == (Opt(OptOps.PADTO, 1, 16), Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 16))
+    rng = np.random.default_rng(8)
+    g, w = rng.integers(-4, 4, (16, 11)).astype(np.float32), rng.integers(-4, 4, (16, 8, 3)).astype(np.float32)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(8 * 11 * 3, np.nan, np.float32)
+    run_program(program, [out, g.reshape(-1), w.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, np.einsum("rj,rit->ijt", g, w).reshape(-1))
+
+
+def test_short_reduce_under_output_lanes_on_vector_cpu_is_unrolled_fully() -> None:
+    # no vector width divides 5: 16 output lanes, then the 5-long reduce has no loop left
+    renderer = _VectorCPU()
+    sink = row_sum(64, 5)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts == (Opt(UPCAST, 0, 16), Opt(UNROLL, 1, 0))
+    x = np.random.default_rng(9).integers(-4, 4, (64, 5)).astype(np.float32)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(64, np.nan, np.float32)
+    run_program(program, [out, x.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, x.sum(axis=1))
+
+
+class _VectorCPU64(_VectorCPU):
+    """An AVX2-like vector CPU: register tiles of at most 64 accumulator lanes."""
+
+    register_tile_lanes = 64
+
+
+def test_matmul_tile_fits_the_renderers_register_tile_lanes() -> None:
+    # 8 x 32 (256 lanes) does not fit in 64: the first tile that does is 4 x 16
+    renderer = _VectorCPU64()
+    sink = matmul(64, 64, 64)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts == (Opt(UPCAST, 0, 4), Opt(UPCAST, 1, 16), Opt(THREAD, 0, 8))
+    rng = np.random.default_rng(10)
+    a, b = (rng.integers(-4, 4, (64, 64)).astype(np.float32) for _ in range(2))
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(64 * 64, np.nan, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out, (a @ b).reshape(-1))
+
+
+def test_vector_cpu_reduce_unroll_needs_8_lanes_and_an_undivided_index() -> None:
+    # 26 = 2 x 13: no 8+ lane vector divides it, the rows keep their 16 output lanes
+    assert hand_coded_optimizations(row_sum(64, 26), _VectorCPU()) == (Opt(UPCAST, 0, 16),)
+    # the reduce index of a flattened (16, 5, 5) view divides the axis: not unrolled (output lanes as for 26)
+    out, a = buffer(0, 64), buffer(1, 64 * 400)
+    i, k = UOp.range(64, 0), UOp.range(400, 1, AxisKind.REDUCE)
+    flattened = i * 400 + (k // 25) * 25 + (k // 5 % 5) * 5 + k % 5
+    sink = kernel(out.index(i).store(a.index(flattened).load().reduce(k)).end(i))
+    assert all(opt.op is not UNROLL for opt in hand_coded_optimizations(sink, _VectorCPU()))

@@ -155,3 +155,11 @@ def test_matmul_tile_is_fused_vector_code_and_matches_numpy(renderer: LLVMRender
     out = np.zeros(size * size, np.float32)
     kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
     np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU flags from Linux's /proc/cpuinfo")
+def test_register_tile_lanes_follow_the_host_vector_registers(renderer: LLVMRenderer) -> None:
+    # the kernel's own list of CPU flags is the oracle: 32 AVX-512 registers of 16 lanes keep 256 accumulator lanes,
+    # 16 AVX2 registers of 8 lanes keep 64
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert renderer.register_tile_lanes == (256 if "avx512f" in flags else 64)

@@ -42,6 +42,9 @@ class Renderer(ABC):
     """Lane counts of the vector loads and stores it renders (1 is always allowed)."""
     vector_alu: bool = False
     """ALU ops may stay vectors of a width in `vector_widths` (otherwise they are split into scalars)."""
+    register_tile_lanes: int = 256
+    """Most accumulator lanes (rows x columns) of the register tile the heuristic gives a matmul-shaped kernel on a
+    vector-ALU CPU: about half the vector register file (AVX-512: 32 registers of 16 float32 lanes)."""
     fuse_multiply_add: bool = False
     """A float32/float64 reduce `acc + a*b` may become MULACC(a, b, acc), rounded once (needs MULACC native)."""
     native_dtypes: frozenset[DType] | None = None

@@ -20,7 +20,7 @@ from typing import Any
 
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters
-from kiln.renderers.toolchain import llvmlite_binding
+from kiln.renderers.toolchain import ToolchainNotFoundError, llvmlite_binding
 from kiln.uops import UOp
 
 
@@ -137,3 +137,14 @@ def _load_runtime_library(llvm: Any) -> None:
     if library is not None:
         with contextlib.suppress(RuntimeError):
             llvm.load_library_permanently(library)
+
+
+@functools.cache
+def host_register_tile_lanes() -> int:
+    """float32 accumulator lanes a register tile may keep on the host CPU: half its vector register file (256 with
+    AVX-512's 32 x 16 lanes, else 64: AVX2's 16 x 8); 64 when llvmlite is missing (nothing compiles then anyway)."""
+    try:
+        features = llvmlite_binding().get_host_cpu_features()
+    except ToolchainNotFoundError:
+        return 64
+    return 256 if features.get("avx512f") else 64

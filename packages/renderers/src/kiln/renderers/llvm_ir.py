@@ -21,7 +21,7 @@ from collections.abc import Callable
 from kiln.codegen import Renderer
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
 from kiln.renderers.float_emulation import emulate_floats
-from kiln.renderers.llvm_compiler import LLVMCompiler
+from kiln.renderers.llvm_compiler import LLVMCompiler, host_register_tile_lanes
 from kiln.renderers.llvm_ir_helpers import (
     INTRINSIC_SUFFIX,
     float_to_int_helper,
@@ -560,6 +560,7 @@ class LLVMRenderer(Renderer):
 
     def __init__(self) -> None:
         self._compiler: LLVMCompiler | None = None
+        self.register_tile_lanes = host_register_tile_lanes()
 
     @property
     def compiler(self) -> LLVMCompiler:

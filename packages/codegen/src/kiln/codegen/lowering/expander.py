@@ -1,12 +1,14 @@
 """UPCAST / UNROLL ranges -> vector lanes.
 
 An UPCAST or UNROLL RANGE of size n becomes UNROLL(VCONST(0..n-1), arg=((axis, n),)): "this value has one lane per
-iteration of axis". Every op with an UNROLL source is rebuilt on vectors: its sources are swizzled (GEP) or
-broadcast to the union of their axes, lanes in row-major order of the axes sorted by axis number, and the result
-is wrapped in UNROLL again. A REDUCE folds the lanes of its UNROLL axes together (a horizontal reduce, in loop
-order) and keeps looping over its other ranges; an END forgets the axes it closed. A STORE takes vectors directly:
-after this pass no UNROLL is left, and loads/stores address memory through vectors of pointers (one per lane),
-which the devectorizer turns into real (possibly wide) accesses.
+iteration of axis". Every op with an UNROLL source is rebuilt on vectors: its sources are swizzled (GEP) or broadcast
+to the union of their axes, lanes in row-major order of the axes sorted by axis number, and the result is wrapped in
+UNROLL again. A REDUCE folds the lanes of its UNROLL axes together (a horizontal reduce, in loop order) and keeps
+looping over its other ranges; with ctx True (vector-ALU renderers) a REDUCE that still loops keeps every lane in its
+accumulator instead (up to DEFERRED_LANES_MAX lanes) and folds them once, after the loop: one vector update per
+iteration instead of lane shuffles (float sums are reassociated, as any unroll does); an END forgets the axes it
+closed. A STORE takes vectors directly: after this pass no UNROLL is left, and loads/stores address memory through
+vectors of pointers (one per lane), which the devectorizer turns into real (possibly wide) accesses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ Axes = tuple[tuple[int, int], ...]
 """(axis number, size) pairs sorted by axis number: the lanes of an expanded value, row-major."""
 
 EXPANDED_KINDS = frozenset({AxisKind.UPCAST, AxisKind.UNROLL})
+DEFERRED_LANES_MAX = 256
+"""Most accumulator lanes a REDUCE keeps to fold its unrolled lanes after its loop (16 AVX-512 registers)."""
 
 
 def merge_axes(*axes_list: Axes) -> Axes:
@@ -167,7 +171,7 @@ def _expand_op(node: UOp) -> UOp | None:
     return UOp(Ops.UNROLL, node.dtype, (expanded,), axes)
 
 
-def _expand_reduce(reduction: UOp) -> UOp | None:
+def _expand_reduce(reduction: UOp, ctx: bool | None = None) -> UOp | None:
     value, ranges = reduction.src[0], reduction.src[1:]
     unrolled = [r for r in ranges if r.op is Ops.UNROLL]
     if not unrolled and value.op is not Ops.UNROLL:
@@ -183,6 +187,7 @@ def _expand_reduce(reduction: UOp) -> UOp | None:
     strides = _strides(all_axes)
     out_coordinates = list(itertools.product(*(range(size) for _, size in out_axes)))
     parts = []
+    part_lanes: list[tuple[int, ...]] = []
     for reduce_coordinates in itertools.product(*(range(size) for _, size in reduce_axes)):
         lanes = []
         for out in out_coordinates:
@@ -190,6 +195,15 @@ def _expand_reduce(reduction: UOp) -> UOp | None:
             lane += sum(c * strides[axis] for (axis, _), c in zip(reduce_axes, reduce_coordinates))
             lanes.append(lane)
         parts.append(full.gep(tuple(lanes)))
+        part_lanes.append(tuple(lanes))
+    if ctx and loops and len(parts) > 1 and len(parts) * len(out_coordinates) <= DEFERRED_LANES_MAX:
+        # every lane accumulates on its own through the loops; the unrolled lanes are folded once, after them
+        width = len(out_coordinates)
+        lanes_in_order = tuple(lane for lanes in part_lanes for lane in lanes)
+        partial = full.gep(lanes_in_order)
+        partial = UOp(Ops.REDUCE, partial.dtype, (partial, *loops), reduction.arg)
+        parts = [partial.gep(tuple(range(k * width, (k + 1) * width))) for k in range(len(parts))]
+        loops = ()
     combined = parts[0]
     for part in parts[1:]:
         combined = combined.alu(reduction.arg, part)

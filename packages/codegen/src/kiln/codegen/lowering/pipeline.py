@@ -92,7 +92,11 @@ def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPa
 LOWERING_PASSES: tuple[LoweringPass, ...] = (
     _rewrite_pass("simplify", pm_index_symbolic, "symbolic simplification of the index math the opts produced"),
     LoweringPass("group reduce", lambda sink, renderer: lower_group_reduces(sink), "GROUP_REDUCE -> local memory"),
-    _rewrite_pass("expand", pm_expand, "UPCAST/UNROLL ranges -> vectors"),
+    LoweringPass(
+        "expand",
+        lambda sink, renderer: graph_rewrite(sink, pm_expand, ctx=renderer.vector_alu, name="expand"),
+        "UPCAST/UNROLL ranges -> vectors (vector-ALU renderers fold unrolled reduce lanes after the loop)",
+    ),
     LoweringPass(
         "accumulators",
         lambda sink, renderer: graph_rewrite(

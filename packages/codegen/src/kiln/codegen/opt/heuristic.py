@@ -19,12 +19,23 @@ The recipe, in order (each step is skipped when its opt is illegal):
        the "rows" axis (only one operand walks it; its element is broadcast) is upcast first, then the "columns"
        axis (the other operand is contiguous along it) by 32 or 16, the first of MATMUL_TILES that keeps the
        columns the inner lanes (each row of the contiguous operand is then one vector load; 8 x 32 floats are 16
-       AVX-512 accumulators, updated with one fused multiply-add each per reduce step). The reduce stays rolled.
-   3v. Else, when the reduced value has a transcendental (the softmax exp-sum), the innermost reduce axis along
-       which a load is contiguous is unrolled by the widest vector width (16 exps at once); else step 3 as above
-       (a plain sum or max keeps output lanes: independent accumulators, 2x faster on a 16M sum).
+       AVX-512 accumulators, updated with one fused multiply-add each per reduce step; tiles over the renderer's
+       `register_tile_lanes` are skipped: 4 x 16 on AVX2). The reduce stays rolled.
+       Every columns candidate (innermost first) and every rows candidate is tried, biggest tile first. Columns no
+       tile divides are padded (PADTO) when that wastes at most 1/8, or, when no column tile divides them at all
+       (an 11-, 13- or 26-wide convolution output), up to 2x (to 32 within 1/4): vector code doing up to twice the
+       work measured 5-10x faster than the scalar code otherwise left (the small CNN of benchmarks/train_bench.py).
+   2r. A product of two loads without a register tile (the weight gradient of a convolution: a small output and a
+       long reduce over the image) unrolls its innermost reduce axis, along which the loads are contiguous, by the
+       vector width (padded up to it when that at most doubles it); the lowering keeps the lanes as separate
+       accumulators and folds them after the loop (measured 2-2.5x faster than the scalar unroll by 4).
+   3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
+       divides it (16 exps of a softmax at once; a sum or max reads whole vectors), its lanes accumulating on their
+       own until after the loop (the expander's deferred fold; the 16M sum measured 2.2x faster than with 16 rows
+       in output lanes); else step 3 as above.
 4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it
-   (not on vector-ALU CPU renderers once something is upcast: their horizontal reduce would be lane shuffles).
+   (on vector-ALU CPU renderers with output lanes, only the full unroll: the 4-long reduce of a convolution's
+   input gradient (col2im) measured 4x faster without its loop).
 5. Renderers with local threads: LOCAL on the output axes, innermost first, by the largest of 32/16/8/4/2 that
    divides the axis while the block stays within 128 threads (and the renderer's limit); at most two axes.
 6. Renderers with CPU threads: THREAD on the outermost loop axis by the largest divisor of its size that is at
@@ -40,10 +51,10 @@ from kiln.codegen.opt.kernel_axes import axes_of, constant_size, product_of_size
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp
 
-_TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
-"""Ops whose decompositions are long enough that running them in vector lanes pays for a horizontal reduce."""
-MATMUL_TILES = ((8, 32), (4, 32), (16, 16), (8, 16), (4, 16), (2, 16), (4, 8), (2, 8))
-"""(rows, columns) register tiles of matmul-shaped kernels on vector-ALU CPU renderers, best first."""
+MATMUL_TILES = ((8, 32), (4, 32), (16, 16), (8, 16), (4, 16), (8, 8), (2, 16), (4, 8), (2, 8))
+"""(rows, columns) register tiles of matmul-shaped kernels on vector-ALU CPU renderers, best first; those larger
+than the renderer's `register_tile_lanes` are skipped (AVX2 keeps 64 lanes: 4 x 16 measured 5x the GFLOP/s of 8 x 32
+on matmul 1024, whose 32 accumulator registers do not fit in 16)."""
 GROUP_OUTPUT_LIMIT = 256
 GROUP_REDUCE_MINIMUM = 1024
 THREAD_WORK_MINIMUM = 2**14
@@ -134,62 +145,119 @@ def _stride_near_origin(index_expression: UOp, rng: UOp) -> int | None:
     return int(at[1].arg - at[0].arg) if all(point.op is Ops.CONST for point in at) else None
 
 
+def _pad_columns(build: _Builder, columns: UOp) -> None:
+    """PADTO the columns axis of a register tile when no column tile divides it well (see the module docstring)."""
+    size = constant_size(columns)
+    if size is None or size % 32 == 0:
+        return
+    # a little waste (1000 columns -> 1024) is always worth the wider tile
+    for multiple in (32, 16):
+        if size >= multiple and size % multiple and -size % multiple * 8 <= size:
+            build.attempt(Opt(OptOps.PADTO, columns.arg.axis, multiple))
+            return
+    if size % 8 == 0:
+        return
+    # no column tile divides it at all (an 11-, 13- or 26-wide convolution output): the kernel would run in scalar
+    # code, 5-10x slower than vector code doing up to twice the work (measured on the small CNN's convolutions)
+    for multiple, limit in ((32, 1.25), (16, 2.0), (8, 2.0)):
+        if -(-size // multiple) * multiple <= limit * size:
+            build.attempt(Opt(OptOps.PADTO, columns.arg.axis, multiple))
+            return
+
+
 def _vector_matmul_tile(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
     """Register tile of a matmul-shaped kernel for a vector-ALU CPU renderer (see the module docstring, step 2)."""
-    columns = rows = None
-    contiguous = 0
-    for rng in reversed(_output_axes(build.sink)):
-        strides = [_stride_near_origin(index.src[1], rng) for index in operands]
-        if columns is None and sorted(strides, key=lambda s: -1 if s is None else s) == [0, 1]:
-            columns, contiguous = rng, strides.index(1)
-    if columns is None:
-        return False
+    # every output axis one operand is contiguous along and the other ignores is a columns candidate, innermost first
+    # (the input gradient of a convolution has its 3-wide kernel axis and its output width)
+    for columns in reversed(_output_axes(build.sink)):
+        strides = [_stride_near_origin(index.src[1], columns) for index in operands]
+        contiguous = sorted(strides, key=lambda s: -1 if s is None else s) == [0, 1]
+        if contiguous and _tile_with_columns(build, operands, columns, strides.index(1)):
+            return True
+    return False
+
+
+def _tile_with_columns(build: _Builder, operands: tuple[UOp, UOp], columns: UOp, contiguous: int) -> bool:
+    rows_axes: list[int] = []
     for rng in reversed(_output_axes(build.sink)):
         strides = [_stride_near_origin(index.src[1], rng) for index in operands]
         if rng is not columns and strides[contiguous] == 0 and strides[1 - contiguous] != 0:
-            rows = rng
-            break
-    if rows is None:
+            rows_axes.append(rng.arg.axis)
+    if not rows_axes:
         return False
-    # sizes no tile divides (1000 columns, a 30-wide convolution output) are padded up first when that wastes at most
-    # 1/8 of the work: the extra lanes read nothing and store nothing
-    for rng, multiple in ((columns, 32), (columns, 16), (rows, 16), (rows, 8)):
-        size = constant_size(rng)
-        if size is not None and size >= multiple and size % multiple and -size % multiple * 8 <= size:
-            build.attempt(Opt(OptOps.PADTO, rng.arg.axis, multiple))
     start_sink, start_opts = build.sink, list(build.opts)
-    for row_amount, column_amount in MATMUL_TILES:
-        build.sink, build.opts = start_sink, list(start_opts)
-        if not build.attempt(Opt(OptOps.UPCAST, rows.arg.axis, row_amount)):
-            continue
-        if not build.attempt(Opt(OptOps.UPCAST, columns.arg.axis, column_amount)):
-            continue
-        # lanes are ordered by axis number: the columns must be the inner lanes (one contiguous vector per row)
-        upcast = axes_of(build.sink, AxisKind.UPCAST)
-        tiled = _product_loads(build.sink)
-        assert tiled is not None, "upcasts keep the product of two loads"
-        column_lanes = [r for r in upcast if _stride_near_origin(tiled[contiguous].src[1], r) == 1]
-        if column_lanes and all(column_lanes[0].arg.axis >= r.arg.axis for r in upcast):
-            return True
+    # sizes no tile divides (1000 columns, a 30-wide convolution output) are padded up first
+    _pad_columns(build, columns)
+    for axis in rows_axes:
+        for multiple in (16, 8):
+            size = constant_size(range_by_axis(build.sink)[axis])
+            if size is not None and size >= multiple and size % multiple and -size % multiple * 8 <= size:
+                build.attempt(Opt(OptOps.PADTO, axis, multiple))
+    padded_sink, padded_opts = build.sink, list(build.opts)
+    # the biggest tile first, over every rows candidate
+    tiles = [tile for tile in MATMUL_TILES if tile[0] * tile[1] <= build.renderer.register_tile_lanes]
+    for row_amount, column_amount in tiles:
+        for axis in rows_axes:
+            build.sink, build.opts = padded_sink, list(padded_opts)
+            if not build.attempt(Opt(OptOps.UPCAST, axis, row_amount)):
+                continue
+            if not build.attempt(Opt(OptOps.UPCAST, columns.arg.axis, column_amount)):
+                continue
+            # lanes are ordered by axis number: the columns must be the inner lanes (one contiguous vector per row)
+            upcast = axes_of(build.sink, AxisKind.UPCAST)
+            tiled = _product_loads(build.sink)
+            assert tiled is not None, "upcasts keep the product of two loads"
+            column_lanes = [r for r in upcast if _stride_near_origin(tiled[contiguous].src[1], r) == 1]
+            if column_lanes and all(column_lanes[0].arg.axis >= r.arg.axis for r in upcast):
+                return True
+    build.sink, build.opts = start_sink, start_opts
+    return False
+
+
+def _vector_product_unroll(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
+    """UNROLL the innermost reduce axis of a product of two loads that has no register tile (step 2r of the module
+    docstring): the weight gradient of a convolution, a matrix-vector product. Padded up to the vector width first
+    when that at most doubles it (an 11- or 26-wide image row)."""
+    reduce_axes = axes_of(build.sink, AxisKind.REDUCE)
+    width = max(build.renderer.vector_widths, default=1)
+    if not reduce_axes or width < 2:
+        return False
+    last = reduce_axes[-1]
+    size = constant_size(last)
+    strides = [_stride_near_origin(index.src[1], last) for index in operands]
+    if size is None or size < width // 2 or 1 not in strides or not all(s in (0, 1) for s in strides):
+        return False
+    if _divides_axis(list(operands), last):
+        return False
+    start_sink, start_opts = build.sink, list(build.opts)
+    if size % width and not build.attempt(Opt(OptOps.PADTO, last.arg.axis, width)):
+        return False
+    if build.attempt(Opt(OptOps.UNROLL, last.arg.axis, width)):
+        return True
     build.sink, build.opts = start_sink, start_opts
     return False
 
 
 def _vector_reduce_unroll(build: _Builder) -> bool:
-    """UNROLL the innermost reduce axis along which a load is contiguous by a vector width (step 3 of the module
-    docstring, vector-ALU CPU renderers): its elementwise work (exp of a softmax) runs in vector lanes."""
+    """UNROLL the innermost reduce axis along which a load is contiguous by a vector width (step 3v of the module
+    docstring, vector-ALU CPU renderers): whole-vector loads, elementwise work (exp of a softmax) in vector lanes."""
     reduce_axes = axes_of(build.sink, AxisKind.REDUCE)
-    if not reduce_axes or not any(n.op in _TRANSCENDENTAL for r in reduces_of(build.sink) for n in r.toposort()):
-        # a plain sum / max is latency-bound on its one accumulator: the output lanes of the usual steps give it
-        # independent accumulators (measured: sum of 16M floats 2x faster that way than with a 16-lane unroll)
+    if not reduce_axes:
         return False
     last = reduce_axes[-1]
     loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
-    if not any(stride_of(index.src[1], last) == 1 for index in loads):
+    if not any(stride_of(index.src[1], last) == 1 for index in loads) or _divides_axis(loads, last):
         return False
-    widths = tuple(w for w in build.renderer.vector_widths if w > 1)
+    # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes
+    widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
     width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
     return width is not None and build.attempt(Opt(OptOps.UNROLL, last.arg.axis, width))
+
+
+def _divides_axis(indices: list[UOp], rng: UOp) -> bool:
+    """Whether an index divides `rng` (a flattened (16, 5, 5) view: k/25, k/5%5): after an unroll the simplifier
+    leaves it as lane-by-lane division (measured 2x slower than output lanes on the small CNN's linear layer)."""
+    return any(n.op is Ops.IDIV and rng in n.toposort() for index in indices for n in index.src[1].toposort())
 
 
 def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
@@ -214,6 +282,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
     if vector_cpu:
         products = _product_loads(build.sink)
         tiled = products is not None and _vector_matmul_tile(build, products)
+        tiled = tiled or (products is not None and _vector_product_unroll(build, products))
         if tiled or _vector_reduce_unroll(build):
             blocked = unrolled = True
     elif operands is not None:
@@ -243,13 +312,15 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
                     build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, width))
                 break
 
-    # 4. unroll short or divisible reduce axes (not under vector lanes: their horizontal reduce would be shuffles)
-    if not unrolled and not (vector_cpu and axes_of(build.sink, AxisKind.UPCAST)):
+    # 4. unroll short or divisible reduce axes (under vector lanes short ones only: the reduce loop is then gone and
+    # its lanes are added once per output, while a partial unroll would widen a long reduce's accumulators)
+    if not unrolled:
+        lanes_taken = vector_cpu and bool(axes_of(build.sink, AxisKind.UPCAST))
         for rng in axes_of(build.sink, AxisKind.REDUCE):
             reduce_size = constant_size(rng)
             if reduce_size is not None and reduce_size <= 8:
                 build.attempt(Opt(OptOps.UNROLL, rng.arg.axis, 0))
-            elif reduce_size is not None and reduce_size % 4 == 0:
+            elif reduce_size is not None and reduce_size % 4 == 0 and not lanes_taken:
                 build.attempt(Opt(OptOps.UNROLL, rng.arg.axis, 4))
 
     # 5. local threads on GPU-like renderers
