@@ -1,11 +1,12 @@
 """Training-step throughput of kiln with and without TinyJit, the JIT's Python cost per replayed kernel, and torch
 eager on the same step when a Python with torch is given (issue 14).
 
-    uv run python benchmarks/train_bench.py [--steps 30] [--torch-python /work/torchenv/bin/python]
+    uv run python benchmarks/train_bench.py [--steps 30] [--torch-python PATH_TO_A_PYTHON_WITH_TORCH]
 
 The step: conv(1->8, 3x3) relu maxpool2, conv(8->16, 3x3) relu maxpool2, flatten, linear(400->10), cross-entropy,
-backward, SGD (lr 0.01) on a random (128, 1, 28, 28) batch; the loss and the SGD updates are realized together
-(`Tensor.realize_all(loss, *optimizer.schedule_step())`). Figures are medians over `--steps` timed steps after a
+backward, SGD (lr 0.01) on a random (128, 1, 28, 28) batch, written as a torch user would (`loss.backward();
+optimizer.step()`; the still-lazy loss is computed in the step's schedule, with the forward pass run once).
+Figures are medians over `--steps` timed steps after a
 warm-up (compilation, the JIT's capture). "Python per replayed kernel" is the time a replay takes to return (the
 launches are queued; the kernels may still run) divided by its kernel count, measured on a function of 64 tiny
 kernels so the kernels' own run time does not count. torch runs in a subprocess with the same model and batch size.
@@ -59,9 +60,7 @@ def kiln_steps_per_second(jit: bool, steps: int, device: str) -> tuple[float, in
         optimizer.zero_grad()
         loss = model(x).cross_entropy(y)
         loss.backward()
-        # the loss and the updates in one schedule, as torch computes them: the forward pass runs once. (A loss
-        # realized after `optimizer.step()` runs the forward again, 9 more kernels, on the updated parameters.)
-        Tensor.realize_all(loss, *optimizer.schedule_step())
+        optimizer.step()  # also computes the lazy loss, before the parameters change (the forward runs once)
         return loss
 
     run = TinyJit(step) if jit else step

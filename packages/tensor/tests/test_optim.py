@@ -12,7 +12,7 @@ import pytest
 
 import kiln.tensor.realize.mutation as mutation_module
 from kiln.runtime import Device
-from kiln.tensor import Tensor, optim
+from kiln.tensor import GlobalCounters, Tensor, optim
 from kiln.tensor.realize import method_cache_size
 
 Array = np.ndarray[Any, Any]
@@ -336,3 +336,20 @@ def test_zero_grad_to_none_or_zeros() -> None:
     np.testing.assert_allclose(w.numpy(), [0.0, 0.0, 0.0])
     optimizer.zero_grad()
     assert w.grad is None
+
+
+def test_a_loss_read_after_the_step_is_the_loss_before_it_and_costs_no_kernel() -> None:
+    # torch's order: loss.backward(); optimizer.step(); loss.item() gives the loss of the old parameters. The lazy
+    # loss is computed in the step's schedule, so reading it afterwards launches nothing
+    w = Tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    x = Tensor(np.array([[0.5, 1.0], [2.0, -1.0]], np.float32))
+    optimizer = optim.SGD([w], lr=0.1)
+    loss = ((x @ w) ** 2).sum()
+    loss.backward()
+    optimizer.step()
+    before = GlobalCounters.kernel_count
+    expected = float(((np.array([[0.5, 1.0], [2.0, -1.0]]) @ np.array([1.0, -2.0])) ** 2).sum())
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert GlobalCounters.kernel_count == before
+    gradient = 2 * np.array([[0.5, 1.0], [2.0, -1.0]]).T @ (np.array([[0.5, 1.0], [2.0, -1.0]]) @ [1.0, -2.0])
+    np.testing.assert_allclose(w.numpy(), np.array([1.0, -2.0]) - 0.1 * gradient, rtol=1e-6)

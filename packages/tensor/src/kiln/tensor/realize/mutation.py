@@ -219,14 +219,25 @@ def _reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[U
     return found
 
 
+def _computes_new_values(uop: UOp) -> bool:
+    """Whether realizing `uop` computes values into new memory (not a view of memory that is already realized)."""
+    node = uop
+    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.CONTIGUOUS):
+        if realized_view(node) is not None:
+            return False
+        node = node.src[0]
+    return realized_view(node) is None and node.op not in (Ops.BUFFER, Ops.CONST)
+
+
 def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     """Writes each value tensor into its target's buffer, all in one schedule, as one simultaneous update.
 
     Every value reads the contents from before all of these writes (an optimizer step: each parameter's and each
     state's new value is computed from the old ones), and each value is first computed into a buffer of its own,
     so writes whose values read each other's targets cannot form a cycle of kernels. Live tensors are rebound as
-    `write` does (views see the new contents; lazy readers built before get a snapshot; live lazy tensors the values
-    compute anyway are realized with the writes). For updates that keep no gradient graph (under `no_grad`).
+    `write` does (views see the new contents), except that a live lazy tensor reading a written buffer (the loss of
+    the step) is computed in the same schedule, before the writes, rather than from a snapshot later; one whose
+    value is a view of already realized memory gets a snapshot. For updates that keep no gradient graph.
 
     Raises:
         ValueError: two writes target the same buffer.
@@ -269,7 +280,12 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             continue
         reads_of = _reads_by_storage(held, storages)
         if reads_of:
-            readers.append((holder, reads_of))
+            if _computes_new_values(held):
+                # a lazy result read after the step (the loss): computed in the same schedule, before the writes,
+                # instead of snapshotting the buffers it reads and computing it again later
+                shared.append(holder)
+            else:
+                readers.append((holder, reads_of))
     roots: list[UOp] = []
     for _, node, _, _, value_holder in targets:
         value = graph.contiguous(graph.fold_movement_chains(value_holder.uop))
