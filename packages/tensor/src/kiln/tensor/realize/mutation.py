@@ -46,18 +46,36 @@ class GraphHolder(Protocol):
     uop: UOp
 
 
-# by id, weakly (Tensor's `==` builds a tensor, so tensors are kept out of sets)
-_live: weakref.WeakValueDictionary[int, GraphHolder] = weakref.WeakValueDictionary()
+# by id, weakly (Tensor's `==` builds a tensor, so tensors are kept out of sets). Plain weak references without
+# callbacks keep `track` cheap (it runs for every new tensor); dead entries are dropped by `_alive` and by a sweep
+# whenever the table has doubled since the last one (a new tensor at a reused address replaces its entry).
+_live: dict[int, weakref.ref[GraphHolder]] = {}
+_sweep_at = [1024]
 
 
 def track(holder: GraphHolder) -> None:
     """Registers a new tensor (weakly) so writes can rebind it."""
-    _live[id(holder)] = holder
+    _live[id(holder)] = weakref.ref(holder)
+    if len(_live) >= _sweep_at[0]:
+        _alive()
+        _sweep_at[0] = max(1024, 2 * len(_live))
+
+
+def _alive() -> list[GraphHolder]:
+    """The tracked tensors still alive (forgetting the dead ones)."""
+    found = []
+    for key, reference in list(_live.items()):
+        holder = reference()
+        if holder is None:
+            del _live[key]
+        else:
+            found.append(holder)
+    return found
 
 
 def live_count() -> int:
     """How many tracked tensors are alive."""
-    return len(_live)
+    return len(_alive())
 
 
 def _target_base(node: UOp) -> UOp | None:
@@ -139,7 +157,7 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     readers: list[tuple[GraphHolder, list[UOp]]] = []
     shared: list[GraphHolder] = []
     value_nodes = set(value.toposort(gate=_unrealized))
-    for holder in list(_live.values()):
+    for holder in _alive():
         if holder is target or (shares_value and holder is value_holder):
             continue
         held = holder.uop
@@ -265,7 +283,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     aliases: list[tuple[GraphHolder, int, list[UOp]]] = []
     readers: list[tuple[GraphHolder, dict[int, list[UOp]]]] = []
     shared: list[GraphHolder] = []
-    for holder in list(_live.values()):
+    for holder in _alive():
         if id(holder) in skip:
             continue
         held = holder.uop
