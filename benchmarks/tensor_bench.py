@@ -1,7 +1,7 @@
 """kiln.tensor on the CPU device against numpy and (when a Python with torch is given) torch eager, measured in the
 same run (issues 7 and 16).
 
-    uv run python benchmarks/tensor_bench.py [--device CPU] [--quick] [--torch-python /work/torchenv/bin/python]
+    uv run python benchmarks/tensor_bench.py [--device CPU] [--quick] [--torch-python /path/to/torch-venv/bin/python]
 
 Figures are medians of several runs after a warm-up that builds and compiles every kernel; kiln's figure is the
 wall-clock time of building the lazy graph, scheduling it and running its kernels. torch runs in a subprocess on
@@ -346,7 +346,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="CPU")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
-    parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /work/torchenv/bin/python)")
+    parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /path/to/torch-venv/bin/python)")
     parser.add_argument("--only", help="run only the rows whose group name contains this (matmul, conv, rows...)")
     arguments = parser.parse_args()
     device = Device.canonicalize(arguments.device)

@@ -138,7 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--device", default="CPU")
-    parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /work/torchenv/bin/python)")
+    parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /path/to/torch-venv/bin/python)")
     arguments = parser.parse_args()
     Device.DEFAULT = arguments.device
     plain, plain_kernels = kiln_steps_per_second(False, max(5, arguments.steps // 3), arguments.device)

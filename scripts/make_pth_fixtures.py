@@ -1,6 +1,6 @@
 """Writes the PyTorch checkpoint fixtures of packages/tensor/tests/state/fixtures (run with a Python that has torch).
 
-    /work/torchenv/bin/python scripts/make_pth_fixtures.py
+    /path/to/torch-venv/bin/python scripts/make_pth_fixtures.py
 
 Each `<name>.pth` (zip format) and `<name>_legacy.pth` (torch's pre-1.6 format) comes with `<name>.npz`: every tensor
 of the checkpoint under its dotted path ("nested.list.1"), bfloat16 stored as float32, so the tests need no torch.

@@ -1,7 +1,7 @@
 """Record torch's outputs and input gradients for every case of the conformance table (run under torch, never CI).
 
-    /work/torchenv/bin/python scripts/record_torch_conformance.py          # writes the fixture
-    /work/torchenv/bin/python scripts/record_torch_conformance.py --names  # rewrites the torch.Tensor name list
+    /path/to/torch-venv/bin/python scripts/record_torch_conformance.py          # writes the fixture
+    /path/to/torch-venv/bin/python scripts/record_torch_conformance.py --names  # rewrites the torch.Tensor name list
 
 Inputs come from numpy (seeded per case); each case's float outputs get a random cotangent and torch's backward gives
 the input gradients. Everything (inputs, cotangents, outputs, gradients) goes into one compressed .npz under

@@ -2,7 +2,7 @@
 
 Run under a scratch venv with torch (never a kiln dependency):
 
-    /work/torchenv/bin/python scripts/record_torch_nn_conformance.py
+    /path/to/torch-venv/bin/python scripts/record_torch_nn_conformance.py
 
 It reads the case table `packages/tensor/tests/conformance_nn/nn_conformance_cases.py`, draws each case's inputs
 (seeded by the case name), runs torch forward and backward (the gradients of sum(output * upstream) for a random

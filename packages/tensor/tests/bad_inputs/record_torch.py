@@ -1,4 +1,4 @@
-"""Record PyTorch's answers for the bad_inputs suite: `/work/torchenv/bin/python record_torch.py` (torch is never a
+"""Record PyTorch's answers for the bad_inputs suite: `/path/to/torch-venv/bin/python record_torch.py` (torch is never a
 kiln dependency; the tests read the committed torch_expected.json).
 
 Each case is a name and a function of the torch module; the JSON holds either {"value": nested list / scalar,
