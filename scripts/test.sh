@@ -28,3 +28,11 @@ uv run --locked python scripts/check_wheels.py
 
 echo "== pytest"
 uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" "$@"
+
+# Extra suites that need their own launcher (MPI ranks, a browser...): each is one script in scripts/ci.d/, run in
+# name order; each keeps itself bounded (the full forms are described in the README).
+for suite in scripts/ci.d/*.sh; do
+  [ -e "$suite" ] || continue
+  echo "== $(basename "$suite" .sh)"
+  bash "$suite"
+done
