@@ -22,7 +22,7 @@ from kiln.uops import AxisKind, Ops, UOp, dtypes
 
 
 class _Text(Renderer):
-    def render(self, uops: list[UOp]) -> str:
+    def render(self, uops: list[UOp], name: str) -> str:
         return format_linear(uops)
 
 

@@ -106,7 +106,7 @@ def main() -> None:
             compiler = renderer.compiler
             assert compiler is not None
             sources = [
-                renderer.render(linearize(lower(optimize_kernel(c.sink, renderer, None), renderer)))
+                renderer.render(linearize(lower(optimize_kernel(c.sink, renderer, None), renderer)), "kernel")
                 for c in corpus.CORPUS
             ]
             latencies = sorted(median_seconds(compiler.compile, source, args.runs) for source in sources)

@@ -46,7 +46,7 @@ TC_M16N8K16_HALF_FLOAT = TensorCore(
 class TextRenderer(Renderer):
     """Renders the linear program as numbered text lines."""
 
-    def render(self, uops: list[UOp]) -> str:
+    def render(self, uops: list[UOp], name: str) -> str:
         return f"// {self.device} kernel\n{format_linear(uops)}\n"
 
 

@@ -22,6 +22,7 @@ NO_BF16 = frozenset(set(dtypes.all) - {dtypes.bfloat16, dtypes.float16})
 class NoBfloat16Renderer(ScalarRenderer):
     device = "TESTNOBF16"
     native_dtypes = NO_BF16
+    emulated_dtypes = frozenset({dtypes.bfloat16})
 
 
 def to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
@@ -109,6 +110,7 @@ def test_native_renderers_are_untouched() -> None:
 class NoBfloat16GpuRenderer(GPULikeRenderer):
     device = "TESTNOBF16GPU"
     native_dtypes = NO_BF16
+    emulated_dtypes = frozenset({dtypes.bfloat16})
 
 
 def test_bitcasts_and_copies_keep_every_bfloat16_bit_pattern() -> None:

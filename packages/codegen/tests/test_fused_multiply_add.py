@@ -56,12 +56,14 @@ class NoFmaRenderer(GPULikeRenderer):
 class NoFmaNoBfloat16Renderer(NoFmaRenderer):
     device = "TESTNOFMABF16"
     native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    emulated_dtypes = frozenset({dtypes.bfloat16})
 
 
 class FmaBfloat16EmulatedRenderer(GPULikeRenderer):
     device = "TESTFMABF16"
     native_ops = GroupOp.ALU
     native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    emulated_dtypes = frozenset({dtypes.bfloat16})
 
 
 def run_multiply_add(

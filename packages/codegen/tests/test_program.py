@@ -68,7 +68,7 @@ def test_stages_grow_one_rule_at_a_time(tmp_path: Path) -> None:
     ]
     verify_program(program)
     assert zlib.decompress(program.src[4].arg).decode() == program.src[3].arg
-    assert program.src[3].arg == renderer.render(list(program.src[2].src))
+    assert program.src[3].arg == renderer.render(list(program.src[2].src), Program(program).name)
 
 
 def test_without_compiler_the_program_stops_at_source() -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, get_program, run_program
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, get_program, linearize, run_program
+from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, compute_dtype, storage_dtype, to_storage
 from kiln.renderers import HostCompiler
 from kiln.uops import AxisKind, DType, Ops, RangeArg, UOp, dtypes, exec_alu, truncate
@@ -153,8 +154,8 @@ def gated_kernel() -> UOp:
     )
 
 
-def vector_program(dtype: DType) -> list[UOp]:
-    """A hand-built linear program over groups of 4: out[group] = a's group with its lanes reversed, except odd
+def vector_program(dtype: DType) -> UOp:
+    """A hand-built lowered kernel graph over groups of 4: out[group] = a's group with its lanes reversed, except odd
     groups take a gated wide load of the next group (the last group's gate is off: it reads the alternative 1s)."""
     int32, wide = dtypes.int32, dtype.vec(4).ptr(SIZE)
     out, a = UOp(Ops.DEFINE_GLOBAL, dtype.ptr(SIZE), arg=0), UOp(Ops.DEFINE_GLOBAL, dtype.ptr(SIZE), arg=1)
@@ -168,24 +169,18 @@ def vector_program(dtype: DType) -> list[UOp]:
     gated = UOp(Ops.LOAD, dtype.vec(4), (UOp(Ops.INDEX, wide, (a, offset + 4)), alternative, gate))
     chosen = UOp.vectorize(*(odd.where(gated.gep(lane), lanes[lane]) for lane in range(4)))
     store = UOp(Ops.INDEX, wide, (out, offset)).store(chosen)
-    return linear_order(store, loop)
+    return UOp(Ops.SINK, dtypes.void, (store.end(loop),))
 
 
-def linear_order(effect: UOp, loop: UOp) -> list[UOp]:
-    """A one-loop linear program around `effect`: buffers, loop-invariant uops, RANGE, the body, END."""
-    nodes = effect.toposort()
-    inside: set[UOp] = {loop}
-    for node in nodes:
-        if any(source in inside for source in node.src):
-            inside.add(node)
-    outside = [n for n in nodes if n not in inside]
-    outside.sort(key=lambda n: n.op is not Ops.DEFINE_GLOBAL)  # parameters first (a stable sort keeps the rest)
-    return [*outside, loop, *(n for n in nodes if n in inside and n is not loop), UOp(Ops.END, dtypes.void, (loop,))]
+def printable(sink: UOp, renderer: Renderer) -> list[UOp]:
+    """A hand-built lowered kernel graph as the linear program `renderer` prints: its dtypes emulated, linearized."""
+    return linearize(emulate_dtypes(sink, renderer))
 
 
-def check_linear_program(uops: list[UOp], renderer: Renderer, var_vals: dict[str, int] | None = None) -> str:
-    """Render, compile and run a hand-built linear program natively and in the interpreter; outputs must match."""
-    source = renderer.render(uops)
+def check_linear_program(sink: UOp, renderer: Renderer, var_vals: dict[str, int] | None = None) -> str:
+    """Render, compile and run a hand-built kernel graph natively and in the interpreter; outputs must match."""
+    uops = printable(sink, renderer)
+    source = renderer.render(uops, "kernel")
     compiler = renderer.compiler
     assert isinstance(compiler, HostCompiler)
     kernel = compiler.load(compiler.compile(source), uops)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, TensorCore
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, TensorCore, linearize
+from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, storage_dtype
 from kiln.uops import AxisKind, DType, Ops, UOp, VarArg, dtypes
 from kiln.uops.args import SpecialArg
@@ -137,29 +138,28 @@ def group_reduce_kernel() -> tuple[UOp, list[Opt]]:
     return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("group_max")), [Opt(OptOps.GROUP, 1, 16)]
 
 
-def wmma_program(core: TensorCore) -> list[UOp]:
-    """A hand-built linear program: one warp loads its A, B, C fragments, runs one WMMA and stores D."""
+def wmma_program(core: TensorCore, renderer: Renderer) -> list[UOp]:
+    """A hand-built program: one warp loads its A, B, C fragments, runs one WMMA and stores D (linearized for
+    `renderer`, float16 emulated as it emulates it)."""
     a_lanes, b_lanes, c_lanes = core.elements_per_thread
     a_buffer = _buffer(1, core.dtype_in, 32 * a_lanes)
     b_buffer = _buffer(2, core.dtype_in, 32 * b_lanes)
     c_buffer = _buffer(3, core.dtype_out, 32 * c_lanes)
     out = _buffer(0, core.dtype_out, 32 * c_lanes)
     lane = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 32),), SpecialArg("lidx0"))
-    uops = [out, a_buffer, b_buffer, c_buffer, lane.src[0], lane]
 
     def fragment(buffer: UOp, lanes: int) -> UOp:
         offset = UOp(Ops.MUL, dtypes.int32, (lane, UOp.const(dtypes.int32, lanes)))
         index = UOp(Ops.INDEX, buffer.dtype.base.vec(lanes).ptr(32 * lanes), (buffer, offset))  # type: ignore[attr-defined]
         load = UOp(Ops.LOAD, buffer.dtype.base.vec(lanes), (index,))  # type: ignore[attr-defined]
-        uops.extend([offset.src[1], offset, index, load])
         return load
 
     a, b, c = fragment(a_buffer, a_lanes), fragment(b_buffer, b_lanes), fragment(c_buffer, c_lanes)
     result = UOp(Ops.WMMA, c.dtype, (a, b, c), core.wmma_arg())
     offset = UOp(Ops.MUL, dtypes.int32, (lane, UOp.const(dtypes.int32, c_lanes)))
     index = UOp(Ops.INDEX, core.dtype_out.vec(c_lanes).ptr(32 * c_lanes), (out, offset))
-    uops += [result, index, UOp(Ops.STORE, dtypes.void, (index, result))]
-    return list(dict.fromkeys(uops))
+    store = UOp(Ops.STORE, dtypes.void, (index, result))
+    return linearize(emulate_dtypes(UOp(Ops.SINK, dtypes.void, (store,)), renderer))
 
 
 def matmul_sink(m: int, n: int, k: int, dtype_out: DType) -> UOp:

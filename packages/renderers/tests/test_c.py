@@ -66,8 +66,7 @@ def test_coverage_kernel_matches_interpreter(
 class _EmulatedHalfRenderer(CRenderer):
     """The C renderer as it is for compilers without _Float16 (clang < 15 on most x86 CPUs)."""
 
-    def emulated_dtypes(self, uops: object) -> frozenset[DType]:
-        return frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16})
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16})
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)
@@ -243,7 +242,7 @@ def test_compile_errors_name_the_problem_and_leave_no_files(
 def test_missing_compiler_names_what_to_install() -> None:
     renderer = CRenderer("kiln-no-such-compiler")
     uops = linearize(lower(optimize_kernel(_saxpy_sink(8), renderer, []), renderer))
-    source = renderer.render(uops)  # rendering needs no compiler
+    source = renderer.render(uops, "kernel")  # rendering needs no compiler
     assert ENTRY_NAME in source
     with pytest.raises(ToolchainNotFoundError, match="apt-get install"):
         renderer.compiler.compile(source)

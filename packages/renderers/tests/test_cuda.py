@@ -128,7 +128,7 @@ def test_every_kernel_compiles(arch: str, output: str, emulated: bool, chunk: in
 def test_tensor_cores_render_mma_and_compile(arch: str) -> None:
     renderer = CUDARenderer(arch, output="ptx")
     for core in renderer.tensor_cores:
-        source = renderer.render(wmma_program(core))
+        source = renderer.render(wmma_program(core, renderer), "wmma")
         accumulate = "f32.f16.f16.f32" if core.dtype_out == dtypes.float32 else "f16.f16.f16.f16"
         assert f"mma.sync.aligned.m16n8k16.row.col.{accumulate}" in source
         ptx = renderer.compiler.compile(source).decode()
@@ -142,7 +142,7 @@ def test_tensor_cores_render_mma_and_compile(arch: str) -> None:
                 if "Unsupported .version" not in str(error):
                     raise
     with pytest.raises(ValueError, match="no tensor core"):
-        CUDARenderer("sm_75").render(wmma_program(TENSOR_CORES_SM80[0]))
+        CUDARenderer("sm_75").render(wmma_program(TENSOR_CORES_SM80[0], CUDARenderer("sm_80")), "wmma")
 
 
 def test_sm80_layouts_are_the_ptx_fragment_formulas() -> None:

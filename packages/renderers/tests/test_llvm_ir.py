@@ -112,7 +112,8 @@ def test_missing_llvmlite_names_what_to_install(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(builtins, "__import__", without_llvmlite)
     renderer = LLVMRenderer()
     sink = kernels.gated_kernel()
-    source = renderer.render(linearize(lower(optimize_kernel(sink, renderer, []), renderer)))  # needs no llvmlite
+    uops = linearize(lower(optimize_kernel(sink, renderer, []), renderer))
+    source = renderer.render(uops, "kernel")  # needs no llvmlite
     assert f"@{ENTRY_NAME}" in source
     with pytest.raises(ToolchainNotFoundError, match=r"kiln-renderers\[llvm\]"):
         LLVMCompiler().compile(source)

@@ -9,7 +9,8 @@ Oracles:
   where the case says so;
 - coverage kernels (conformance_kernels.py): codegen's interpreter running the same kernel lowered for an "oracle"
   renderer: the Python renderer's GPU shape (so the interpreter runs every element at once) with the pair
-  renderer's `native_ops` and `native_dtypes` (so codegen decomposes and emulates exactly the same ops). Compared
+  renderer's `native_ops`, `native_dtypes` and `emulated_dtypes` (so codegen decomposes and emulates exactly the
+  same ops). Compared
   bit for bit: integers and bools exactly, floats bit-identical (any NaN matches any NaN), except ops a renderer
   computes natively with a library approximation (EXP2/LOG2/SIN/POW in its `native_ops`), allowed NATIVE_ULP
   units in the last place; transcendental sweeps where codegen decomposes the op are also compared with numpy
@@ -122,6 +123,7 @@ def oracle_renderer(pair: Pair) -> Renderer:
     oracle = PythonRenderer()
     oracle.native_ops = target.native_ops
     oracle.native_dtypes = target.native_dtypes
+    oracle.emulated_dtypes = target.emulated_dtypes
     oracle.compiler = None  # the interpreter runs Program.uops
     return oracle
 

@@ -42,7 +42,7 @@ class FakeCUDARenderer(Renderer):
     shared_max = 49152
     compiler = FakePTXCompiler()
 
-    def render(self, uops: list[UOp]) -> str:
+    def render(self, uops: list[UOp], name: str) -> str:
         return "// fake ptx\n" + format_linear(uops)
 
 

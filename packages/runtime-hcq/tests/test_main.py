@@ -98,8 +98,8 @@ def test_a_failing_smoke_test_is_reported_not_raised() -> None:
     class WrongSums(PythonRenderer):
         """Renders the program with every float ADD turned into a SUB: the kernel runs but computes the wrong thing."""
 
-        def render(self, uops: list[UOp]) -> str:
-            return super().render(uops).replace('["ADD","float32"', '["SUB","float32"')
+        def render(self, uops: list[UOp], name: str) -> str:
+            return super().render(uops, name).replace('["ADD","float32"', '["SUB","float32"')
 
     result = smoke_test(Device["PYTHON"], WrongSums())
     assert not result.ok and str(result).startswith("FAILED: wrong result: out[")

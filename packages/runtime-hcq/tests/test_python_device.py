@@ -74,7 +74,7 @@ def test_the_renderer_is_the_python_renderer_and_programs_run_from_its_binary() 
 
 def test_a_binary_that_is_not_a_python_program_is_refused() -> None:
     class WrongBinary(PythonRenderer):
-        def render(self, uops: list[UOp]) -> str:
+        def render(self, uops: list[UOp], name: str) -> str:
             return "int main() {}"
 
     class NoCheck(Compiler):

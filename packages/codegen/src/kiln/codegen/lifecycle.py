@@ -2,7 +2,7 @@
 
 PROGRAM(SINK, DEVICE)                          optimized kernel sink, target device name
 PROGRAM(SINK, DEVICE, LINEAR)                  LINEAR.src = the lowered, linearized uops
-PROGRAM(SINK, DEVICE, LINEAR, SOURCE)          SOURCE.arg = renderer.render(uops)
+PROGRAM(SINK, DEVICE, LINEAR, SOURCE)          SOURCE.arg = renderer.render(uops, name)
 PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY)  BINARY.arg = renderer.compiler.compile_cached(source)
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kiln.codegen.kernel_info import Opt
+from kiln.codegen.kernel_info import KernelInfo, Opt
 from kiln.codegen.linearizer import format_linear, linearize
 from kiln.codegen.lowering.pipeline import lower
 from kiln.codegen.opt.optimize import optimize_kernel
@@ -26,7 +26,8 @@ def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp
 
 
 def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:
-    source = ctx.render(list(linear.src))
+    info = program.src[0].arg
+    source = ctx.render(list(linear.src), info.name if isinstance(info, KernelInfo) else KernelInfo().name)
     if not isinstance(source, str):
         raise TypeError(f"{type(ctx).__name__}.render must return str, got {type(source).__name__}")
     return program.replace(src=(*program.src, UOp(Ops.SOURCE, arg=source)))

@@ -1,4 +1,8 @@
-"""The `Renderer` interface: what a target can do (capabilities and limits) and how it turns uops into source."""
+"""The `Renderer` interface: what a target can do (capabilities and limits) and how it prints uops as source.
+
+A renderer only prints: every rewrite a target needs runs in codegen's pipeline before linearizing (chosen by the
+capabilities below, plus the renderer's own `extra_passes`), so the SOURCE is a printing of the stored LINEAR.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from kiln.codegen.tensor_core import TensorCore as TensorCore  # re-exported: TensorCore used to live here
-from kiln.uops import DType, GroupOp, Ops, UOp
+from kiln.uops import DType, GroupOp, Ops, PatternMatcher, UOp
 
 if TYPE_CHECKING:
     from kiln.codegen.compiler import Compiler
@@ -48,18 +52,28 @@ class Renderer(ABC):
     fuse_multiply_add: bool = False
     """A float32/float64 reduce `acc + a*b` may become MULACC(a, b, acc), rounded once (needs MULACC native)."""
     native_dtypes: frozenset[DType] | None = None
-    """Dtypes it computes in directly; None means every dtype. Others are emulated (e.g. bfloat16 via float32)."""
+    """Dtypes it computes in directly; None means every dtype. A kernel using a dtype outside it and outside
+    `emulated_dtypes` is refused with a ValueError (checked after the decompositions, on every uop it would get)."""
+    emulated_dtypes: frozenset[DType] = frozenset()
+    """Dtypes codegen's dtype emulation pass rewrites for it (bfloat16, float16, fp8e4m3, fp8e5m2): values computed
+    in float32, memory in raw bits, one rounding per op. Takes precedence over `native_dtypes`."""
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
     """ALU ops it renders directly; others are decomposed (transcendentals, MULACC, POW ...)."""
     tensor_cores: tuple[TensorCore, ...] = ()
     """Matrix units the TC optimization may target."""
+    extra_passes: tuple[tuple[str, PatternMatcher], ...] = ()
+    """The renderer's own named rewrite passes, run (traced and spec-checked) after the dtype emulation and before
+    linearizing; the renderer's object is their ctx."""
 
     compiler: Compiler | None = None
     """The compiler that turns `render`'s source into a binary (None: the source is the program)."""
 
     @abstractmethod
-    def render(self, uops: list[UOp]) -> str:
-        """Source code of one kernel from its linearized uops (the linear program format of the README)."""
+    def render(self, uops: list[UOp], name: str) -> str:
+        """Source code of kernel `name` from its linearized uops (the linear program format of the README).
+
+        Only prints: it must not rewrite `uops` (no graph_rewrite), so rendering the same LINEAR gives the same text.
+        """
 
     @property
     def device_kind(self) -> str:

@@ -89,10 +89,19 @@ def _wmma_ok(x: UOp) -> bool:
         return False
     a_layout, b_layout, c_layout = x.arg.layouts
     return (
-        x.src[0].dtype == x.arg.dtype_in.vec(a_layout.elements)
-        and x.src[1].dtype == x.arg.dtype_in.vec(b_layout.elements)
-        and x.src[2].dtype == x.dtype == x.arg.dtype_out.vec(c_layout.elements)
+        x.src[0].dtype in _carried(x.arg.dtype_in, a_layout.elements)
+        and x.src[1].dtype in _carried(x.arg.dtype_in, b_layout.elements)
+        and x.src[2].dtype == x.dtype
+        and x.dtype in _carried(x.arg.dtype_out, c_layout.elements)
     )
+
+
+_SMALL_FLOATS = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+
+
+def _carried(dtype: DType, lanes: int) -> tuple[DType, ...]:
+    # after the dtype emulation pass a small float operand is carried in float32 (the arg keeps its real format)
+    return (dtype.vec(lanes), dtypes.float32.vec(lanes)) if dtype in _SMALL_FLOATS else (dtype.vec(lanes),)
 
 
 _pm_memory = [

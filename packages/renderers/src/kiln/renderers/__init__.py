@@ -9,12 +9,9 @@ from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
 from kiln.renderers.cpu_renderers import cpu_renderers
 from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer
-from kiln.renderers.float_emulation import FLOAT_FORMATS, FloatFormat, emulate_floats
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
-from kiln.renderers.linear_rewrite import rewrite_linear
 from kiln.renderers.llvm_compiler import LLVMCompiler
 from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
-from kiln.renderers.multiply_add import exact_narrow_multiply_adds
 from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundError, load_nvrtc
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
@@ -23,7 +20,6 @@ from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError,
 __all__ = [
     "CPU_CC",
     "ENTRY_NAME",
-    "FLOAT_FORMATS",
     "NVRTC_PATH",
     "PTXAS",
     "TENSOR_CORES_SM80",
@@ -35,7 +31,6 @@ __all__ = [
     "CUDACompiler",
     "CUDARenderer",
     "CompileError",
-    "FloatFormat",
     "HostCompiler",
     "HostKernel",
     "KernelParameter",
@@ -50,8 +45,6 @@ __all__ = [
     "PythonRenderer",
     "ToolchainNotFoundError",
     "cpu_renderers",
-    "emulate_floats",
-    "exact_narrow_multiply_adds",
     "find_c_compiler",
     "kernel_parameters",
     "load_nvrtc",
@@ -60,5 +53,4 @@ __all__ = [
     "pm_c_style",
     "pm_llvm_ir",
     "render_linear",
-    "rewrite_linear",
 ]

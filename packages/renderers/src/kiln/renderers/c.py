@@ -130,12 +130,13 @@ class CRenderer(CStyleRenderer):
     has_threads = True
     thread_max = os.cpu_count() or 1
     vector_widths = (2, 4, 8)
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     def __init__(self, compiler_choice: str | None = None) -> None:
         self._compiler_choice = compiler_choice
         self._compiler: CCompiler | None = None
+        self._emulated: frozenset[DType] | None = None
 
     @property
     def compiler(self) -> CCompiler:
@@ -148,12 +149,18 @@ class CRenderer(CStyleRenderer):
     def compiler(self, compiler: CCompiler) -> None:
         self._compiler = compiler
 
-    def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
-        """fp8 always; float16 too when the compiler has no _Float16 arithmetic for this CPU."""
-        emulated = super().emulated_dtypes(uops)
-        if any(_scalar_of(u.dtype) == dtypes.float16 for u in uops) and not self.compiler.supports_float16():
-            emulated |= {dtypes.float16}
-        return emulated
+    @property
+    def emulated_dtypes(self) -> frozenset[DType]:
+        """bfloat16 and fp8 always; float16 too when the compiler has no _Float16 arithmetic for this CPU (asked
+        on first use: codegen reads this only for kernels using one of these dtypes)."""
+        if self._emulated is None:
+            emulated = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
+            self._emulated = frozenset(emulated if self.compiler.supports_float16() else emulated | {dtypes.float16})
+        return self._emulated
+
+    @emulated_dtypes.setter
+    def emulated_dtypes(self, emulated: frozenset[DType]) -> None:
+        self._emulated = emulated
 
     def special_is_parameter(self, uop: UOp) -> bool:
         """core_id is the kernel's last parameter."""

@@ -27,8 +27,6 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from kiln.codegen import Renderer
-from kiln.renderers.float_emulation import emulate_floats
-from kiln.renderers.multiply_add import exact_narrow_multiply_adds
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 ENTRY_NAME = "kiln_kernel"
@@ -292,14 +290,14 @@ class CStyleRenderer(Renderer):
 
     # ---- the entry point ----
 
-    def render(self, uops: list[UOp]) -> str:
-        """One C function named ENTRY_NAME computing the linear program `uops` (see the package README's ABI)."""
-        uops = emulate_floats(exact_narrow_multiply_adds(uops), self.emulated_dtypes(uops))
+    def render(self, uops: list[UOp], name: str) -> str:
+        """One C function named ENTRY_NAME computing the linear program `uops` of kernel `name` (see the package
+        README's ABI); the kernel's name is in the first comment line."""
         writer = CStyleWriter(self)
         for uop in uops:
             writer.add(uop)
         parameters = self.parameters(writer, uops)
-        parts = [f"/* kiln {type(self).__name__} kernel */", *self.preamble(), *writer.typedefs.values()]
+        parts = [f"/* kiln {type(self).__name__} kernel {name} */", *self.preamble(), *writer.typedefs.values()]
         parts += writer.helpers.values()
         parts.append(f"{self.kernel_signature(uops, parameters)} {{")
         parts += writer.lines
@@ -318,10 +316,6 @@ class CStyleRenderer(Renderer):
         return text
 
     # ---- dialect hooks ----
-
-    def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
-        """Float formats the language lacks, emulated before rendering (`float_emulation`)."""
-        return frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})
 
     def preamble(self) -> list[str]:
         """Lines before the typedefs (includes, macros)."""

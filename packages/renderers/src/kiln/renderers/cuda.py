@@ -165,7 +165,8 @@ class CUDARenderer(CStyleRenderer):
     local_size_max = 1024
     shared_max = 49152
     vector_widths = (2, 4)
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU - {Ops.MULACC}
 
     kernel_prefix: ClassVar[str] = 'extern "C" __global__ '
@@ -192,9 +193,6 @@ class CUDARenderer(CStyleRenderer):
         # __launch_bounds__ of the block size lets the compiler budget registers for exactly that many threads
         bounds = f"__launch_bounds__({local_size(uops)})"
         return f"{self.kernel_prefix}void {bounds} {ENTRY_NAME}({', '.join(parameters)})"
-
-    def emulated_dtypes(self, uops: Sequence[UOp]) -> frozenset[DType]:
-        return frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16})
 
     def vector_type(self, dtype: DType) -> tuple[str, str | None]:
         scalar = dtype.scalar()

@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 from kiln.codegen import Renderer
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
-from kiln.renderers.float_emulation import emulate_floats
 from kiln.renderers.llvm_compiler import LLVMCompiler, host_register_tile_lanes
 from kiln.renderers.llvm_ir_helpers import (
     INTRINSIC_SUFFIX,
@@ -30,7 +29,6 @@ from kiln.renderers.llvm_ir_helpers import (
     memory_type,
     threefry_helper,
 )
-from kiln.renderers.multiply_add import exact_narrow_multiply_adds
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 
@@ -399,7 +397,7 @@ def _float_alu(ctx: LLVMWriter, name: str, op: Ops, dtype: DType, operands: list
     if op in (Ops.SQRT, Ops.TRUNC):
         function = ctx.intrinsic(op.name.lower(), dtype)
         return f"{name} = call {type_name} {function}({type_name} {operands[0]})"
-    if op is Ops.MULACC and dtype.itemsize >= 4:  # narrower formats were rewritten by exact_narrow_multiply_adds
+    if op is Ops.MULACC and dtype.itemsize >= 4:  # narrower formats were rewritten by codegen's multiply-add pass
         function = ctx.intrinsic("fma", dtype, arity=3)
         arguments = ", ".join(f"{type_name} {operand}" for operand in operands)
         return f"{name} = call {type_name} {function}({arguments})"
@@ -553,10 +551,10 @@ class LLVMRenderer(Renderer):
     vector_widths = (2, 4, 8, 16)
     vector_alu = True
     fuse_multiply_add = True
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
-    emulated: frozenset[DType] = frozenset({dtypes.fp8e4m3, dtypes.fp8e5m2})
-    """Float formats LLVM lacks, emulated before rendering (float16 is LLVM's `half`)."""
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+    """Float formats LLVM lacks, emulated by codegen (float16 is LLVM's `half`)."""
 
     def __init__(self) -> None:
         self._compiler: LLVMCompiler | None = None
@@ -573,9 +571,9 @@ class LLVMRenderer(Renderer):
     def compiler(self, compiler: LLVMCompiler) -> None:
         self._compiler = compiler
 
-    def render(self, uops: list[UOp]) -> str:
-        """One LLVM IR function named ENTRY_NAME computing `uops` (calling convention: host_kernel)."""
-        uops = emulate_floats(exact_narrow_multiply_adds(uops), self.emulated)
+    def render(self, uops: list[UOp], name: str) -> str:
+        """One LLVM IR function named ENTRY_NAME computing `uops` of kernel `name` (calling convention:
+        host_kernel); the kernel's name is in the first comment line."""
         writer = LLVMWriter()
         for uop in uops:
             writer.add(uop)
@@ -591,7 +589,7 @@ class LLVMRenderer(Renderer):
         body = [line if line.endswith(":") else "  " + line for line in (*writer.entry, *writer.lines)]
         return "\n".join(
             [
-                f"; kiln {type(self).__name__} kernel",
+                f"; kiln {type(self).__name__} kernel {name}",
                 f"define void @{ENTRY_NAME}({', '.join(parameters)}) nounwind {{",
                 "entry:",
                 *body,

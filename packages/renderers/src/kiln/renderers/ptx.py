@@ -3,7 +3,7 @@
 Every value lives in typed virtual registers (ptxas allocates the real ones): bool in predicates, 8/16/32-bit
 integers in 32-bit registers (8- and 16-bit values kept sign- or zero-extended, re-normalized after each op so they
 wrap like the IR says), 64-bit integers and pointers in 64-bit registers, float32/float64 in float registers.
-float16 and fp8 are emulated (`float_emulation`), bfloat16 by codegen. Transcendentals are decomposed by codegen
+float16, fp8 and bfloat16 are emulated by codegen (`emulated_dtypes`). Transcendentals are decomposed by codegen
 (PTX only has approximate ex2/lg2/sin); sqrt, division and reciprocals use the correctly rounded `.rn` forms and
 adds and multiplies are `.rn` too, so ptxas never fuses them.
 
@@ -24,7 +24,6 @@ import tempfile
 from kiln.codegen import Compiler, Renderer, TensorCore, WmmaArg
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
 from kiln.renderers.cuda import TENSOR_CORES_SM80, architecture_number, local_size
-from kiln.renderers.float_emulation import emulate_floats
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes, register_knob
 
@@ -469,7 +468,8 @@ class PTXRenderer(Renderer):
     local_size_max = 1024
     shared_max = 49152
     vector_widths = (2, 4)
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16}
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU - {Ops.MULACC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     def __init__(self, arch: str = "sm_80", device: str = "CUDA") -> None:
@@ -481,15 +481,14 @@ class PTXRenderer(Renderer):
     def compiler(self) -> PTXCompiler:  # type: ignore[override]
         return PTXCompiler(self.arch)
 
-    def render(self, uops: list[UOp]) -> str:
-        """The PTX module of one kernel named ENTRY_NAME from the linear program `uops`."""
-        uops = emulate_floats(uops, {dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16})
+    def render(self, uops: list[UOp], name: str) -> str:
+        """The PTX module of kernel `name` (entry ENTRY_NAME, the name in the first comment) from `uops`."""
         w = PTXWriter(self)
         for uop in uops:
             self._render_uop(w, uop)
         registers = [f"\t.reg .{kind} {_REGISTER_PREFIX[kind]}<{count}>;" for kind, count in sorted(w.counts.items())]
         header = [
-            f"// kiln {type(self).__name__} kernel",
+            f"// kiln {type(self).__name__} kernel {name}",
             f".version {ptx_version(self.arch)}",
             f".target {self.arch}",
             ".address_size 64",

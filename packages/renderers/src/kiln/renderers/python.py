@@ -167,6 +167,6 @@ class PythonRenderer(Renderer):
     def __init__(self) -> None:
         self.compiler = PythonCompiler()
 
-    def render(self, uops: list[UOp]) -> str:
-        """The text form of `uops` (see `render_linear`)."""
+    def render(self, uops: list[UOp], name: str) -> str:
+        """The text form of `uops` (see `render_linear`; the name is not part of it)."""
         return render_linear(uops)

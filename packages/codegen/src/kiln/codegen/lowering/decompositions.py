@@ -1,8 +1,8 @@
 """Basic ALU ops a renderer does not render natively, rewritten in terms of ones it does.
 
 Transcendental ops (EXP2, LOG2, SIN, POW) are decomposed by `kiln.codegen.transcendental`; this module covers the
-plain ones (MULACC, SUB, NEG, CMPEQ, MAX, RECIPROCAL, FDIV, SHL, SHR) and strength-reduces division and modulo of
-non-negative integers by powers of two into shifts and masks.
+plain ones (SUB, NEG, CMPEQ, MAX, RECIPROCAL, FDIV, SHL, SHR) and strength-reduces division and modulo of
+non-negative integers by powers of two into shifts and masks. MULACC has its own pass (`fused_multiply_add.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from kiln.codegen.lowering.fused_multiply_add import fused_multiply_add
 from kiln.codegen.transcendental import transcendental_rewrites
 from kiln.uops import ConstType, Ops, PatternMatcher, UOp, UPat, dtypes
 
@@ -60,8 +59,6 @@ def _maximum(a: UOp, b: UOp) -> UOp:
 
 
 _FALLBACKS: dict[Ops, tuple[UPat, _Rewrite]] = {
-    # exact, never a MUL and an ADD (two roundings): see fused_multiply_add.py
-    Ops.MULACC: (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), fused_multiply_add),
     Ops.SUB: (UPat(Ops.SUB, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a + b * b.const_like(_minus_one(b))),
     Ops.NEG: (UPat(Ops.NEG, src=(UPat.var("x"),)), lambda x: x * x.const_like(_minus_one(x))),
     Ops.CMPEQ: (UPat(Ops.CMPEQ, src=(UPat.var("a"), UPat.var("b"))), lambda a, b: a.ne(b).ne(True)),

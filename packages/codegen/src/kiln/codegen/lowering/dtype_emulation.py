@@ -1,16 +1,21 @@
-"""Dtypes a renderer cannot compute in, emulated: bfloat16 values live in float32 registers and uint16 memory.
+"""The dtype emulation pass: the dtypes in `Renderer.emulated_dtypes` computed through float32, others checked.
 
-Every bfloat16 value of the kernel is carried as the float32 of the same value. Memory keeps the 16-bit pattern:
-a load widens it (bits << 16), a store narrows it (round to nearest even, NaN stays NaN). Each bfloat16 ALU result
-is rounded back to bfloat16 precision, so the program computes exactly what a native bfloat16 ALU would (one
-rounding per op, as numpy's ml_dtypes and torch do; MULACC rounds once, through float64, which the renderer must
-have). BITCAST and copies keep every bit, NaN payloads included. Other dtypes outside `Renderer.native_dtypes` raise.
+One pass for every emulated format, run after the decompositions (so ops they create are checked too): bfloat16
+with the formulas below, float16 and the fp8 formats with `float_formats.py`'s. A dtype the kernel uses that is
+neither emulated nor in `Renderer.native_dtypes` raises a ValueError naming it.
+
+bfloat16: every bfloat16 value of the kernel is carried as the float32 of the same value. Memory keeps the
+16-bit pattern: a load widens it (bits << 16), a store narrows it (round to nearest even, NaN stays NaN). Each
+bfloat16 ALU result is rounded back to bfloat16 precision, so the program computes exactly what a native bfloat16
+ALU would (one rounding per op, as numpy's ml_dtypes and torch do; MULACC rounds once, through float64, which the
+renderer must have). BITCAST and copies keep every bit, NaN payloads included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.codegen.lowering.float_formats import FLOAT_FORMATS, emulate_float_formats
 from kiln.codegen.lowering.fused_multiply_add import fused_multiply_add_to_odd_float32
 from kiln.codegen.lowering.vector_folding import lane_of
 from kiln.codegen.renderer import Renderer
@@ -92,20 +97,42 @@ def _emulate(node: UOp, src: tuple[UOp, ...]) -> UOp:
     return UOp(node.op, _storage_dtype(node.dtype), src, node.arg, node.tag)
 
 
+EMULATABLE: frozenset[DType] = frozenset({_EMULATED, *FLOAT_FORMATS})
+"""The dtypes the dtype emulation pass can emulate (what `Renderer.emulated_dtypes` may hold)."""
+
+
+def _scalar(dtype: DType) -> DType:
+    return (dtype.base if isinstance(dtype, PtrDType) else dtype).scalar()
+
+
 def emulate_dtypes(sink: UOp, renderer: Renderer) -> UOp:
-    """`sink` with every dtype outside `renderer.native_dtypes` emulated (bfloat16) or a ValueError naming it."""
-    native = renderer.native_dtypes
-    if native is None:
-        return sink
+    """`sink` with every dtype of `renderer.emulated_dtypes` it uses emulated; a ValueError naming any other dtype
+    outside `renderer.native_dtypes`."""
     nodes = sink.toposort()
-    used = {(n.dtype.base if isinstance(n.dtype, PtrDType) else n.dtype).scalar() for n in nodes} - {dtypes.void}
-    missing = {d for d in used if d not in native and d != dtypes.index}
-    if not missing:
-        return sink
-    unsupported = missing - {_EMULATED}
-    if unsupported or _COMPUTE not in native or _STORAGE not in native:
-        names = sorted(d.name for d in unsupported or missing)
-        raise ValueError(f"{renderer!r} cannot compute in {names} and kiln can only emulate bfloat16 (via float32)")
+    used = {_scalar(n.dtype) for n in nodes} - {dtypes.void, dtypes.index}
+    # read emulated_dtypes only when it can matter: a renderer may find it out lazily (the C compiler's float16)
+    emulated = frozenset(used & renderer.emulated_dtypes) if used & EMULATABLE else frozenset()
+    if emulated - EMULATABLE:
+        names = sorted(d.name for d in emulated - EMULATABLE)
+        raise ValueError(f"{renderer!r} asks to emulate {names}; kiln emulates {sorted(d.name for d in EMULATABLE)}")
+    native = renderer.native_dtypes
+    helpers = {FLOAT_FORMATS[d].storage if d in FLOAT_FORMATS else _STORAGE for d in emulated}
+    unsupported = (used - emulated) | ({_COMPUTE, dtypes.uint32, *helpers} if emulated else set())
+    missing = set() if native is None else unsupported - native
+    if missing:
+        names = sorted(d.name for d in missing)
+        raise ValueError(
+            f"{renderer!r} cannot compute in {names}: not in its native_dtypes"
+            f" (emulated_dtypes may hold {sorted(d.name for d in EMULATABLE)}, computed through float32)"
+        )
+    if _EMULATED in emulated:
+        sink = _emulate_bfloat16(sink, nodes)
+    if emulated - {_EMULATED}:
+        sink = emulate_float_formats(sink, emulated - {_EMULATED})
+    return sink
+
+
+def _emulate_bfloat16(sink: UOp, nodes: list[UOp]) -> UOp:
     rebuilt: dict[UOp, UOp] = {}
     for node in nodes:
         src = tuple(rebuilt[s] for s in node.src)

@@ -16,7 +16,12 @@ decomposition instead (codegen never creates MULACC itself: a kernel only has th
 
 from __future__ import annotations
 
-from kiln.uops import DType, UOp, dtypes
+from typing import TYPE_CHECKING
+
+from kiln.uops import DType, Ops, PatternMatcher, UOp, UPat, dtypes
+
+if TYPE_CHECKING:
+    from kiln.codegen.renderer import Renderer
 
 _INT_OF: dict[DType, DType] = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}
 
@@ -93,3 +98,24 @@ def _odd_float64_sum(a: UOp, b: UOp, c: UOp) -> UOp:
     product = x * y  # exact: at most 2 * 24 significant bits, exponents well inside float64's range
     total, error = _two_sum(product, z)
     return round_to_odd(total, error)
+
+
+NARROW_FLOATS: frozenset[DType] = frozenset({dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+"""Formats whose MULACC is computed through float64 even on a renderer with MULACC: hardware fma is float32/float64
+only (bfloat16's is part of its emulation, `dtype_emulation`)."""
+
+
+def _unfused(ctx: Renderer, root: UOp, a: UOp, b: UOp, c: UOp) -> UOp | None:
+    scalar = root.dtype.scalar()
+    if Ops.MULACC in ctx.native_ops and scalar not in NARROW_FLOATS:
+        return None
+    if scalar == dtypes.bfloat16 and scalar in ctx.emulated_dtypes:
+        return None  # the dtype emulation pass computes it, rounding once
+    return fused_multiply_add(a, b, c)
+
+
+pm_multiply_add = PatternMatcher(
+    [(UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c")), name="root"), _unfused)]
+)
+"""The multiply-add pass (ctx: the Renderer): every MULACC it cannot fuse -> `fused_multiply_add` (exact). With
+MULACC native only NARROW_FLOATS are rewritten; bfloat16 ones are left to the dtype emulation when it emulates them."""

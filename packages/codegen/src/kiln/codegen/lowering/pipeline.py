@@ -13,6 +13,7 @@ from kiln.codegen.lowering.accumulators import RegisterSlots, pm_reduce_to_accum
 from kiln.codegen.lowering.decompositions import decomposition_rewrites
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.lowering.expander import pm_expand
+from kiln.codegen.lowering.fused_multiply_add import pm_multiply_add
 from kiln.codegen.lowering.gates import pm_gated_loads
 from kiln.codegen.lowering.gpu_dims import map_hardware_dims
 from kiln.codegen.lowering.group_reduce import lower_group_reduces
@@ -85,6 +86,12 @@ def _memory_access(sink: UOp, renderer: Renderer) -> UOp:
     return graph_rewrite(sink, pm, ctx=renderer, name="memory access")
 
 
+def _renderer_passes(sink: UOp, renderer: Renderer) -> UOp:
+    for name, pm in renderer.extra_passes:
+        sink = graph_rewrite(sink, pm, ctx=renderer, name=name)
+    return sink
+
+
 def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPass:
     return LoweringPass(name, lambda sink, renderer: graph_rewrite(sink, pm, name=name), description)
 
@@ -119,14 +126,21 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
         "vector-of-pointer loads/stores -> scalar and wide accesses (aligned unless the renderer has vector ALU)",
     ),
     _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),
-    LoweringPass("dtype emulation", emulate_dtypes, "dtypes the renderer lacks -> computed through float32"),
     LoweringPass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
+    LoweringPass(
+        "multiply-add",
+        lambda sink, renderer: graph_rewrite(sink, pm_multiply_add, ctx=renderer, name="multiply-add"),
+        "MULACC the renderer cannot fuse -> exact ops (float64 round-to-odd)",
+    ),
     # last of the passes that build ALU ops, so that no later simplification brings a decomposed op back
     LoweringPass(
         "decompositions",
         lambda sink, renderer: graph_rewrite(sink, decomposition_rewrites(renderer.native_ops), name="decompositions"),
         "ops the renderer lacks -> ops it has (transcendentals included)",
     ),
+    # after the decompositions, so that it checks (and emulates) the dtypes of the ops they create too
+    LoweringPass("dtype emulation", emulate_dtypes, "Renderer.emulated_dtypes -> float32 values, raw-bit memory"),
+    LoweringPass("renderer passes", _renderer_passes, "the renderer's own extra_passes, in order"),
     _rewrite_pass("linear form", pm_linear_form, "VCONST -> VECTORIZE"),
     LoweringPass("loop ends", lambda sink, renderer: normalize_ends(sink), "one single-range END per RANGE"),
 )

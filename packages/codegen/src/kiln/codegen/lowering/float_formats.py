@@ -1,7 +1,7 @@
-"""Float formats a target cannot compute in, emulated in a linear program: values in float32, memory in raw bits.
+"""Small float formats a renderer cannot compute in (fp8, float16), emulated: values in float32, memory in raw bits.
 
-A renderer whose language lacks fp8 (or, for old C compilers, float16) calls `emulate_floats(uops, dtypes)` before
-rendering. Every value of an emulated dtype is then carried as the float32 of the same value; memory keeps the
+Used by the dtype emulation pass (`dtype_emulation.py`) for the formats in `Renderer.emulated_dtypes`. Every value
+of an emulated dtype is carried as the float32 of the same value; memory keeps the
 format's bit pattern (uint8 / uint16): a load decodes the bits, a store encodes the value (round to nearest even),
 and every ALU result is rounded back to the format, so the program computes what a native ALU of that format would
 (one rounding per op). Computing an op in float32 and rounding once more is exact for add, sub, mul, div and sqrt
@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from kiln.renderers.linear_rewrite import rewrite_linear
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes, truncate
 
 
@@ -77,7 +76,7 @@ FLOAT_FORMATS: dict[DType, FloatFormat] = {
     dtypes.fp8e5m2: FloatFormat(dtypes.fp8e5m2, dtypes.uint8, 5, 2, True, 0x7E, False),
     dtypes.float16: FloatFormat(dtypes.float16, dtypes.uint16, 5, 10, True, 0x7E00, True),
 }
-"""The formats `emulate_floats` knows (bfloat16 is emulated by codegen itself when a renderer lacks it)."""
+"""The formats `emulate_float_formats` knows (bfloat16 has its own formulas in `dtype_emulation`)."""
 
 
 def decode_python(fmt: FloatFormat, code: int) -> float:
@@ -175,7 +174,7 @@ def encode(fmt: FloatFormat, value: UOp) -> UOp:
     return is_nan.where(nan, code).cast(fmt.storage)
 
 
-# ---- the rewrite of a linear program ---------------------------------------------------------------------------
+# ---- the rewrite of a kernel graph ---------------------------------------------------------------------------------
 
 _EXACT_OPS = frozenset({Ops.MAX, Ops.NEG, Ops.TRUNC, Ops.WHERE})
 """ALU ops whose float32 result is already a value of the operands' format (no rounding needed)."""
@@ -256,19 +255,21 @@ class _Emulation:
         return self.lanes(raw, functools.partial(decode, target_format))
 
 
-def emulate_floats(uops: Sequence[UOp], emulated: Collection[DType]) -> list[UOp]:
-    """The linear program `uops` with every value of a dtype in `emulated` (keys of FLOAT_FORMATS) computed in
-    float32 and stored as raw bits; the result is again in the linear program format."""
-    unknown = [d for d in emulated if d not in FLOAT_FORMATS]
+def emulate_float_formats(sink: UOp, emulated: Collection[DType]) -> UOp:
+    """The kernel graph `sink` with every value of a dtype in `emulated` (keys of FLOAT_FORMATS) computed in
+    float32 and stored as raw bits."""
+    unknown = sorted(d.name for d in emulated if d not in FLOAT_FORMATS)
     if unknown:
-        raise ValueError(f"cannot emulate {unknown}; emulate_floats knows {sorted(d.name for d in FLOAT_FORMATS)}")
+        raise ValueError(f"cannot emulate {unknown}; kiln emulates {sorted(d.name for d in FLOAT_FORMATS)}")
     emulation = _Emulation({d: FLOAT_FORMATS[d] for d in emulated})
-    if not any(emulation.format_of(u.dtype) is not None for u in uops):
-        return list(uops)
-
-    def rewrite(uop: UOp, src: tuple[UOp, ...]) -> UOp | None:
-        if src == uop.src and emulation.format_of(uop.dtype) is None:
-            return None
-        return emulation.rewrite(uop, src)
-
-    return rewrite_linear(uops, rewrite)
+    nodes = sink.toposort()
+    if not any(emulation.format_of(u.dtype) is not None for u in nodes):
+        return sink
+    rebuilt: dict[UOp, UOp] = {}
+    for node in nodes:
+        src = tuple(rebuilt[s] for s in node.src)
+        if src == node.src and emulation.format_of(node.dtype) is None:
+            rebuilt[node] = node
+        else:
+            rebuilt[node] = emulation.rewrite(node, src)
+    return rebuilt[sink]

@@ -1,4 +1,4 @@
-"""Tests of multiply_add: MULACC of float16 / fp8 rounds the exact a*b+c once, including near rounding midpoints.
+"""Tests of the multiply-add pass: MULACC of float16 / fp8 rounds the exact a*b+c once, even near rounding midpoints.
 
 The oracle is codegen's interpreter running the original MULACC (exact rational arithmetic rounded once, the IR's
 definition); the rewritten program runs in the same interpreter, so only the rewrite is under test. Inputs are
@@ -8,14 +8,32 @@ drawn so that a*b+c falls just beside midpoints between neighbouring values of t
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from kiln.codegen import run_program
+sys.path.insert(0, str(Path(__file__).parent))
+
+from renderers_for_tests import CPULikeRenderer
+
+from kiln.codegen import linearize, run_program
+from kiln.codegen.lowering.float_formats import emulate_float_formats
+from kiln.codegen.lowering.fused_multiply_add import pm_multiply_add
 from kiln.codegen.numpy_semantics import EMULATED
-from kiln.renderers import emulate_floats
-from kiln.renderers.multiply_add import exact_narrow_multiply_adds
-from kiln.uops import DType, Ops, SpecialArg, UOp, dtypes
+from kiln.uops import DType, Ops, SpecialArg, UOp, dtypes, graph_rewrite
+
+
+class _FusingRenderer(CPULikeRenderer):
+    """A renderer with MULACC among its ops (the C and LLVM renderers' case)."""
+
+    native_ops = CPULikeRenderer.native_ops | {Ops.MULACC}
+
+
+def _rewritten(program: list[UOp], emulated: list[DType]) -> list[UOp]:
+    sink = graph_rewrite(UOp.sink(program[-1]), pm_multiply_add, ctx=_FusingRenderer(), name="multiply-add")
+    return linearize(emulate_float_formats(sink, emulated))
 
 
 def _program(dtype: DType, size: int) -> list[UOp]:
@@ -62,10 +80,8 @@ def test_narrow_multiply_adds_round_once(dtype: DType) -> None:
     size = 20000
     inputs = _near_midpoints(dtype, size, np.random.default_rng(7))
     program = _program(dtype, size)
-    rewritten = exact_narrow_multiply_adds(program)
+    rewritten = _rewritten(program, [] if dtype == dtypes.float16 else [dtype])  # the CPU renderers' fp8 case
     assert not any(u.op is Ops.MULACC for u in rewritten)
-    if dtype != dtypes.float16:
-        rewritten = emulate_floats(rewritten, [dtype])  # what the CPU renderers run for fp8
     launch = ((size, 1, 1), (1, 1, 1))
     expected = np.zeros(size, inputs[0].dtype)
     run_program(program, [expected, *(x.copy() for x in inputs)], {}, *launch)
@@ -82,5 +98,6 @@ def test_narrow_multiply_adds_round_once(dtype: DType) -> None:
 
 
 def test_wide_and_integer_multiply_adds_are_left_alone() -> None:
-    program = _program(dtypes.float32, 4) + _program(dtypes.int32, 4)
-    assert exact_narrow_multiply_adds(program) == program
+    for dtype in (dtypes.float32, dtypes.float64, dtypes.int32):
+        sink = UOp.sink(_program(dtype, 4)[-1])
+        assert graph_rewrite(sink, pm_multiply_add, ctx=_FusingRenderer(), name="multiply-add") is sink

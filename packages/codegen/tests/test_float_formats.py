@@ -1,7 +1,8 @@
-"""Tests of float_emulation: fp8 / float16 computed in float32 with memory in raw bits, against numpy.
+"""Tests of float_formats: fp8 / float16 computed in float32 with memory in raw bits, against numpy.
 
-The emulated conversions run as linear programs in codegen's interpreter; numpy (its float16 and the interpreter's
-bit-exact fp8 formats, `numpy_semantics.EMULATED`) is the oracle. Decoding is checked on every bit pattern, encoding
+The emulated conversions (kernel graphs through `emulate_float_formats`, then linearized) run in codegen's
+interpreter; numpy (its float16 and the interpreter's bit-exact fp8 formats, `numpy_semantics.EMULATED`) is the
+oracle. Decoding is checked on every bit pattern, encoding
 on specials, every representable value, the midpoints between neighbours and their float neighbours.
 """
 
@@ -10,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.codegen import run_program, verify_linear
+from kiln.codegen import linearize, run_program, verify_linear
+from kiln.codegen.lowering.float_formats import FLOAT_FORMATS, decode_python, emulate_float_formats
 from kiln.codegen.numpy_semantics import EMULATED
-from kiln.renderers import FLOAT_FORMATS, emulate_floats
-from kiln.renderers.float_emulation import decode_python
-from kiln.uops import AxisKind, DType, Ops, RangeArg, SpecialArg, UOp, dtypes
+from kiln.uops import DType, Ops, SpecialArg, UOp, dtypes
 
 FORMATS = [dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16]
 WIDE = [dtypes.float32, dtypes.float64]
@@ -28,6 +28,12 @@ def _cast_program(source: DType, target: DType, size: int) -> list[UOp]:
     value = a.index(thread).load()
     store = out.index(thread).store(value.cast(target))
     return [out, a, count, thread, a.index(thread), value, out.index(thread), value.cast(target), store]
+
+
+def emulate_floats(program: list[UOp], emulated: list[DType]) -> list[UOp]:
+    """The linear `program` (stores at top level) as a kernel graph, emulated, linearized again."""
+    stores = [u for u in program if u.op is Ops.STORE]
+    return linearize(emulate_float_formats(UOp.sink(*stores), emulated))
 
 
 def _codes(dtype: DType) -> np.ndarray:
@@ -153,35 +159,10 @@ def test_arithmetic_rounds_once_per_op() -> None:
 
 
 def test_programs_without_emulated_dtypes_are_unchanged() -> None:
-    program = _cast_program(dtypes.float32, dtypes.int32, 8)
-    result = emulate_floats(program, FORMATS)
-    assert all(new is old for new, old in zip(result, program)) and len(result) == len(program)
+    sink = UOp.sink(_cast_program(dtypes.float32, dtypes.int32, 8)[-1])
+    assert emulate_float_formats(sink, FORMATS) is sink
 
 
 def test_unknown_formats_are_refused() -> None:
     with pytest.raises(ValueError, match="bfloat16"):
-        emulate_floats([], [dtypes.bfloat16])
-
-
-def test_helper_values_are_not_shared_between_loops() -> None:
-    # one fp8 value stored in two sibling loops: each store gets its own encoding uops (hash-consing would otherwise
-    # reuse the uops placed in the first loop inside the second, outside the loop that defines them)
-    out = UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(4), arg=0)
-    value_buffer = UOp(Ops.DEFINE_GLOBAL, dtypes.fp8e4m3.ptr(1), arg=1)
-    zero = UOp.const(dtypes.int32, 0)
-    value = value_buffer.index(zero).load()
-    program: list[UOp] = [out, value_buffer, zero, value_buffer.index(zero), value]
-    for axis in range(2):
-        count = UOp.const(dtypes.int32, 2)
-        loop = UOp(Ops.RANGE, dtypes.int32, (count,), RangeArg(axis, AxisKind.LOOP))
-        position = loop + UOp.const(dtypes.int32, 2 * axis)
-        store = out.index(position).store(value)
-        program += [count, loop, position, out.index(position), store, loop.end()]
-    program = list(dict.fromkeys(program))  # the count constant is one uop
-    verify_linear(program)
-    emulated = emulate_floats(program, [dtypes.fp8e4m3])
-    verify_linear(emulated)
-    assert_scoped(emulated)
-    result = np.zeros(4, np.uint8)
-    run_program(emulated, [result, np.array([0x3C], np.uint8)], {}, (1, 1, 1), (1, 1, 1))
-    np.testing.assert_array_equal(result, [0x3C] * 4)
+        emulate_float_formats(UOp(Ops.SINK, dtypes.void), [dtypes.bfloat16])
