@@ -1,9 +1,10 @@
 """Kernel sink -> optimized sink -> LINEAR -> PROGRAM lifecycle; Renderer/Compiler interfaces; reference interpreter."""
 
+from typing import TYPE_CHECKING, Any
+
 from kiln.codegen.compiler import Compiler
 from kiln.codegen.disk_cache import DiskCache, cache_root
 from kiln.codegen.estimates import Estimates
-from kiln.codegen.interpreter import DataRaceError, Interpreter, InterpreterError, run_program
 from kiln.codegen.kernel_info import KernelInfo, KernelOptError, Opt, OptOps
 from kiln.codegen.lifecycle import get_program, pm_program_lifecycle
 from kiln.codegen.linearizer import format_linear, linearize
@@ -23,6 +24,21 @@ from kiln.codegen.renderer import Renderer, TensorCore
 from kiln.codegen.spec import pm_spec_kernel, pm_spec_linear, pm_spec_program, verify_linear, verify_program
 from kiln.codegen.tensor_core import FragmentLayout, WmmaArg
 from kiln.codegen.transcendental import pm_transcendental, transcendental_rewrites
+
+if TYPE_CHECKING:
+    from kiln.codegen.interpreter import DataRaceError, Interpreter, InterpreterError, run_program
+
+_LAZY = {"DataRaceError", "Interpreter", "InterpreterError", "run_program"}
+
+
+def __getattr__(name: str) -> Any:
+    # the reference interpreter needs numpy: imported on first use, so `import kiln.codegen` stays light
+    if name in _LAZY:
+        from kiln.codegen import interpreter
+
+        return getattr(interpreter, name)
+    raise AttributeError(f"module 'kiln.codegen' has no attribute {name!r}")
+
 
 __all__ = [
     "LOWERING_PASSES",
