@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kiln.codegen.kernel_info import KernelInfo, Opt
 from kiln.codegen.linearizer import format_linear, linearize
-from kiln.codegen.lowering.pipeline import lower
+from kiln.codegen.lowering.pipeline import lower, run_stage
 from kiln.codegen.opt.optimize import optimize_kernel
 from kiln.codegen.renderer import Renderer
 from kiln.codegen.spec import pm_spec_kernel, pm_spec_program, verify_linear
@@ -20,7 +20,8 @@ from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, type_v
 
 
 def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp:
-    uops = linearize(lower(sink, ctx))
+    linear = run_stage("linearize", lower(sink, ctx), lambda lowered: UOp(Ops.LINEAR, src=tuple(linearize(lowered))))
+    uops = list(linear.src)
     verify_linear(uops)
     return program.replace(src=(sink, device, UOp(Ops.LINEAR, src=tuple(uops))))
 
@@ -74,7 +75,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None)
     if not isinstance(renderer, Renderer):
         raise TypeError(f"get_program needs a Renderer, got {renderer!r}")
     type_verify(ast, pm_spec_kernel)
-    sink = optimize_kernel(ast, renderer, opts)
+    sink = run_stage("optimize", ast, lambda kernel: optimize_kernel(kernel, renderer, opts))
     if knobs.DEBUG >= 3:
         print(f"{sink.arg.name}: applied opts {list(sink.arg.applied_opts)}")
     if knobs.DEBUG >= 5:

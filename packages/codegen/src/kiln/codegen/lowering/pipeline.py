@@ -1,6 +1,10 @@
-"""The lowering pipeline: an optimized kernel sink -> a graph the linearizer orders, as a list of named passes.
+"""The kernel pipeline declared as data: optimize -> the lowering passes -> linearize (`PIPELINE`, stage names in
+order), and the lowering passes themselves (`LOWERING_PASSES`), which `lower` runs.
 
-Tracing, timing and the golden tests iterate the same list (`LOWERING_PASSES`); `lower` runs it.
+Every stage is traced and spec-checked the same way: a pass that is one named graph_rewrite of a pattern table is
+recorded by graph_rewrite itself; a pass written as a function (`LoweringPass.function`: hardware dims, dtype
+emulation, index dtype, loop ends, ...) is recorded by `run_stage` as one trace under its name (the rewrites it
+runs inside nest after it). With `SPEC=1` each stage's result is checked against the ALU typing spec.
 """
 
 from __future__ import annotations
@@ -27,16 +31,52 @@ from kiln.codegen.lowering.vector_folding import (
     pm_vector_folding_keep_alu,
 )
 from kiln.codegen.renderer import Renderer
-from kiln.uops import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, pm_symbolic
+from kiln.uops import (
+    GroupOp,
+    Ops,
+    PatternMatcher,
+    SpecError,
+    UOp,
+    UPat,
+    dtypes,
+    graph_rewrite,
+    knobs,
+    pm_spec_alu,
+    pm_symbolic,
+    tracing_enabled,
+)
+from kiln.uops.trace import begin_trace
 
 
 @dataclass(frozen=True)
 class LoweringPass:
-    """One named step of the pipeline: `run(sink, renderer) -> sink`."""
+    """One named step of the pipeline: `run(sink, renderer) -> sink`. `function`: not a single graph_rewrite named
+    `name`, so `run_stage` records its trace."""
 
     name: str
     run: Callable[[UOp, Renderer], UOp]
     description: str
+    function: bool = False
+
+
+def _alu_types_ok(sink: UOp) -> None:
+    for node in sink.toposort():
+        if node.op in GroupOp.ALU or node.op in (Ops.CONST, Ops.VCONST):
+            verdict, rule = pm_spec_alu.rewrite_with_rule(node)
+            if rule is not None and verdict is not True:
+                raise SpecError(f"{node.op.name} of dtype {node.dtype!r} fails the ALU spec: {node!r}", node)
+
+
+def run_stage(name: str, sink: UOp, run: Callable[[UOp], UOp], function: bool = True) -> UOp:
+    """`run(sink)` as pipeline stage `name`: traced under that name when `function` (a graph_rewrite pass traces
+    itself) and spec-checked after it when the SPEC knob is on."""
+    record = begin_trace(name, False, sink) if function and tracing_enabled() else None
+    result = run(sink)
+    if record is not None:
+        record.result = result
+    if knobs.SPEC >= 1 and result.op is Ops.SINK:
+        _alu_types_ok(result)
+    return result
 
 
 def _lanes_to_vectorize(vector: UOp) -> UOp:
@@ -92,13 +132,17 @@ def _renderer_passes(sink: UOp, renderer: Renderer) -> UOp:
     return sink
 
 
+def _function_pass(name: str, run: Callable[[UOp, Renderer], UOp], description: str) -> LoweringPass:
+    return LoweringPass(name, run, description, function=True)
+
+
 def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPass:
     return LoweringPass(name, lambda sink, renderer: graph_rewrite(sink, pm, name=name), description)
 
 
 LOWERING_PASSES: tuple[LoweringPass, ...] = (
     _rewrite_pass("simplify", pm_index_symbolic, "symbolic simplification of the index math the opts produced"),
-    LoweringPass("group reduce", lambda sink, renderer: lower_group_reduces(sink), "GROUP_REDUCE -> local memory"),
+    _function_pass("group reduce", lambda sink, renderer: lower_group_reduces(sink), "GROUP_REDUCE -> local memory"),
     LoweringPass(
         "expand",
         lambda sink, renderer: graph_rewrite(sink, pm_expand, ctx=renderer.vector_alu, name="expand"),
@@ -114,7 +158,7 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
         ),
         "REDUCE -> DEFINE_REG accumulators and reduce loops",
     ),
-    LoweringPass("hardware dims", map_hardware_dims, "GLOBAL/LOCAL/THREAD ranges -> SPECIAL indices"),
+    LoweringPass("hardware dims", map_hardware_dims, "GLOBAL/LOCAL/THREAD ranges -> SPECIAL indices", function=True),
     LoweringPass(
         "devectorize",
         _devectorize,
@@ -126,7 +170,7 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
         "vector-of-pointer loads/stores -> scalar and wide accesses (aligned unless the renderer has vector ALU)",
     ),
     _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),
-    LoweringPass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
+    _function_pass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
     LoweringPass(
         "multiply-add",
         lambda sink, renderer: graph_rewrite(sink, pm_multiply_add, ctx=renderer, name="multiply-add"),
@@ -139,16 +183,20 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
         "ops the renderer lacks -> ops it has (transcendentals included)",
     ),
     # after the decompositions, so that it checks (and emulates) the dtypes of the ops they create too
-    LoweringPass("dtype emulation", emulate_dtypes, "Renderer.emulated_dtypes -> float32 values, raw-bit memory"),
-    LoweringPass("renderer passes", _renderer_passes, "the renderer's own extra_passes, in order"),
+    _function_pass("dtype emulation", emulate_dtypes, "Renderer.emulated_dtypes -> float32 values, raw-bit memory"),
+    LoweringPass("renderer passes", _renderer_passes, "the renderer's own extra_passes, in order", function=True),
     _rewrite_pass("linear form", pm_linear_form, "VCONST -> VECTORIZE"),
-    LoweringPass("loop ends", lambda sink, renderer: normalize_ends(sink), "one single-range END per RANGE"),
+    _function_pass("loop ends", lambda sink, renderer: normalize_ends(sink), "one single-range END per RANGE"),
 )
 """The lowering passes, in order."""
 
 
+PIPELINE: tuple[str, ...] = ("optimize", *(p.name for p in LOWERING_PASSES), "linearize")
+"""The stage names of the whole kernel pipeline in order (get_program runs them, then renders the LINEAR)."""
+
+
 def lower(sink: UOp, renderer: Renderer) -> UOp:
-    """Run every pass of `LOWERING_PASSES` on an optimized kernel sink."""
-    for lowering_pass in LOWERING_PASSES:
-        sink = lowering_pass.run(sink, renderer)
+    """Run every pass of `LOWERING_PASSES` on an optimized kernel sink (each through `run_stage`)."""
+    for p in LOWERING_PASSES:
+        sink = run_stage(p.name, sink, lambda s, run=p.run: run(s, renderer), p.function)  # type: ignore[misc]
     return sink
