@@ -21,9 +21,8 @@ from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, type_v
 
 def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp:
     linear = run_stage("linearize", lower(sink, ctx), lambda lowered: UOp(Ops.LINEAR, src=tuple(linearize(lowered))))
-    uops = list(linear.src)
-    verify_linear(uops)
-    return program.replace(src=(sink, device, UOp(Ops.LINEAR, src=tuple(uops))))
+    verify_linear(list(linear.src))
+    return program.replace(src=(sink, device, linear))
 
 
 def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:

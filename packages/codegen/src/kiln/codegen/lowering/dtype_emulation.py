@@ -108,6 +108,8 @@ def _scalar(dtype: DType) -> DType:
 def emulate_dtypes(sink: UOp, renderer: Renderer) -> UOp:
     """`sink` with every dtype of `renderer.emulated_dtypes` it uses emulated; a ValueError naming any other dtype
     outside `renderer.native_dtypes`."""
+    if renderer.native_dtypes is None and not renderer.emulated_dtypes:
+        return sink  # computes every dtype: nothing to emulate or refuse
     nodes = sink.toposort()
     used = {_scalar(n.dtype) for n in nodes} - {dtypes.void, dtypes.index}
     # read emulated_dtypes only when it can matter: a renderer may find it out lazily (the C compiler's float16)

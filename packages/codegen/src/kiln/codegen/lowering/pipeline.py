@@ -67,14 +67,14 @@ def _alu_types_ok(sink: UOp) -> None:
                 raise SpecError(f"{node.op.name} of dtype {node.dtype!r} fails the ALU spec: {node!r}", node)
 
 
-def run_stage(name: str, sink: UOp, run: Callable[[UOp], UOp], function: bool = True) -> UOp:
+def run_stage(name: str, sink: UOp, run: Callable[[UOp], UOp], function: bool = True, spec: bool | None = None) -> UOp:
     """`run(sink)` as pipeline stage `name`: traced under that name when `function` (a graph_rewrite pass traces
-    itself) and spec-checked after it when the SPEC knob is on."""
+    itself) and spec-checked after it when `spec` (default: the SPEC knob is on)."""
     record = begin_trace(name, False, sink) if function and tracing_enabled() else None
     result = run(sink)
     if record is not None:
         record.result = result
-    if knobs.SPEC >= 1 and result.op is Ops.SINK:
+    if (knobs.SPEC >= 1 if spec is None else spec) and result.op is Ops.SINK:
         _alu_types_ok(result)
     return result
 
@@ -197,6 +197,7 @@ PIPELINE: tuple[str, ...] = ("optimize", *(p.name for p in LOWERING_PASSES), "li
 
 def lower(sink: UOp, renderer: Renderer) -> UOp:
     """Run every pass of `LOWERING_PASSES` on an optimized kernel sink (each through `run_stage`)."""
+    spec = knobs.SPEC >= 1  # read once: a knob read costs about as much as a small pass's bookkeeping
     for p in LOWERING_PASSES:
-        sink = run_stage(p.name, sink, lambda s, run=p.run: run(s, renderer), p.function)  # type: ignore[misc]
+        sink = run_stage(p.name, sink, lambda s, run=p.run: run(s, renderer), p.function, spec)  # type: ignore[misc]
     return sink
