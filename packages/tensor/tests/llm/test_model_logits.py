@@ -33,6 +33,8 @@ def logits(path: pathlib.Path) -> np.ndarray:
         ("qwen3", "qwen3-f32.gguf", "logits_f32"),
         ("mixtral", "mixtral-f32.gguf", "logits_f32"),
         ("llama", "llama-f16.gguf", "logits_f16"),
+        ("llama", "llama-bf16.gguf", "logits_bf16"),
+        ("qwen2_yarn", "", "logits"),  # YaRN rope scaling (frequency blend and attention factor)
     ],
 )
 def test_float_logits_match_transformers(model: str, file: str, key: str) -> None:
