@@ -100,9 +100,8 @@ def mpi_worker(runs: int) -> None:
         communicator.Barrier()
         mpi_seconds = median_seconds(mpi_allreduce, runs)
         reference = numpy_copy_seconds(nbytes, runs)
-        lines.append(
-            f"{nbytes:>10} {gbps(nbytes, kiln_seconds):>18} {gbps(nbytes, mpi_seconds):>18} {gbps(nbytes, reference):>14}"
-        )
+        kiln_rate, mpi_rate = gbps(nbytes, kiln_seconds), gbps(nbytes, mpi_seconds)
+        lines.append(f"{nbytes:>10} {kiln_rate:>18} {mpi_rate:>18} {gbps(nbytes, reference):>14}")
     if dist.rank() == 0:
         print(f"allreduce between {dist.world_size()} MPI ranks, float32")
         print(f"{'bytes':>10} {'kiln all_reduce':>18} {'mpi4py Allreduce':>18} {'numpy copy':>14}")
