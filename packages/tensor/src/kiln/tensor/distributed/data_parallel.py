@@ -4,7 +4,9 @@ batch, and `DataParallel.average_gradients()` replaces each gradient by its mean
 Gradients are averaged in buckets of about `bucket_bytes`, last parameters first (backward computes the gradients
 of the last layers first). Each bucket is realized (running the backward kernels it needs), its sum-allreduce is
 posted as a non-blocking MPI request, and the next bucket's kernels run while that message travels; the requests
-are waited for (with the DIST_TIMEOUT timeout) once every bucket is posted.
+are waited for (with the DIST_TIMEOUT timeout) once every bucket is posted. A bucket's schedule also realizes the
+intermediate gradients that later buckets read (the frontier of the shared part of their graphs), so the backward
+work they share runs once, not once per bucket.
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ import numpy as np
 
 from kiln.tensor.distributed.collectives import broadcast, host_array
 from kiln.tensor.distributed.communicator import world
+from kiln.uops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
 
 __all__ = ["DataParallel"]
+
+
+_NOT_COMPUTED = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.DETACH})
+"""Nodes a frontier skips: data already in memory, constants, and views."""
 
 
 class DataParallel:
@@ -75,7 +82,9 @@ class DataParallel:
             if grads:
                 type(grads[0]).realize_all(*grads)
         posted: list[tuple[list[int], np.ndarray, Any]] = []
-        for bucket in self.buckets:
+        for position, bucket in enumerate(self.buckets):
+            if self.overlap:
+                self._realize_bucket(bucket, self.buckets[position + 1 :])
             flat = np.concatenate([self._gradient_values(index) for index in bucket]) if bucket else np.zeros(0)
             total = np.empty_like(flat)
             posted.append((bucket, total, group.start("Iallreduce", flat, total, group.MPI.SUM)))
@@ -89,6 +98,30 @@ class DataParallel:
                 values = total[offset : offset + count].reshape(parameter.shape)
                 offset += count
                 parameter.grad = type(parameter)(values, device=parameter.device).cast(parameter.dtype)
+
+    def _realize_bucket(self, bucket: list[int], later: list[list[int]]) -> None:
+        """Realizes the bucket's gradients together with the computed nodes later buckets' gradients also read."""
+        grads = [g for g in (self.parameters[index].grad for index in bucket) if g is not None]
+        if not grads:
+            return
+        later_nodes: set[UOp] = set()
+        for other in later:
+            for index in other:
+                grad = self.parameters[index].grad
+                if grad is not None:
+                    later_nodes.update(grad.uop.toposort())
+        frontier: dict[UOp, None] = {}
+        for grad in grads:
+            for node in grad.uop.toposort():
+                if node in later_nodes:
+                    continue
+                for source in node.src:
+                    while source.op in GroupOp.Movement:
+                        source = source.src[0]
+                    if source in later_nodes and source.op not in _NOT_COMPUTED:
+                        frontier[source] = None
+        tensor_type = type(grads[0])
+        tensor_type.realize_all(*grads, *(tensor_type._from_uop(node) for node in frontier))
 
     def _gradient_values(self, index: int) -> np.ndarray:
         parameter = self.parameters[index]
