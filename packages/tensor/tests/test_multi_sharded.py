@@ -216,3 +216,26 @@ def test_refusals_name_the_problem() -> None:
         x.conv2d(None)
     with pytest.raises(ValueError, match="backward\\(\\) of a tensor split along axis 0"):
         x.backward()
+
+
+@COUNTS
+def test_more_movement_and_methods(count: int) -> None:
+    _compare(count, [((5, 2, 3), 0)], lambda a: a.flatten(1) * 2, lambda a: a.reshape(5, 6) * 2)
+    _compare(count, [((5, 3), 0)], lambda a: a.unsqueeze(1) + 1, lambda a: a[:, None] + 1)
+    _compare(count, [((3, 5), 1)], lambda a: a.transpose(0, 1) - 1, lambda a: a.T - 1)
+    _compare(count, [((5, 3), 0), ((5, 3), 1)], lambda a, b: a.maximum(b), np.maximum)
+    _compare(count, [((5, 3), 0)], lambda a: a.prod(0) + 0, lambda a: a.prod(0))
+
+
+def test_placement_round_trips() -> None:
+    values = np.arange(35, dtype=np.float32).reshape(7, 5)
+    x = Tensor(values).shard(DEVICES[2], axis=0)
+    again = x.to(list(DEVICES[3]))  # re-laid out over 3 devices, same split axis
+    assert again.devices == DEVICES[3] and again.axis == 0 and again.bounds == ((0, 3), (3, 5), (5, 7))
+    moved = x.shard(DEVICES[3], axis=1)
+    assert moved.axis == 1 and [shard.shape for shard in moved.shards] == [(7, 2), (7, 2), (7, 1)]
+    np.testing.assert_array_equal(moved.numpy(), values)
+    assert moved.replicated().axis is None
+    np.testing.assert_array_equal(moved.replicated().shards[2].numpy(), values)
+    assert x.sum().item() == values.sum() and x.tolist() == values.tolist()
+    assert len(x) == 7 and x.ndim == 2 and x.numel() == 35 and x.device == DEVICES[2]
