@@ -115,3 +115,16 @@ def test_collectives_refuse_bad_groups() -> None:
         allgather([Tensor([[1.0]]), Tensor([[1.0, 2.0]]).to("CPU:1")], axis=0)
     with pytest.raises(IndexError, match="axis 2 is out of range"):
         reduce_scatter([Tensor([1.0]), Tensor([1.0]).to("CPU:1")], axis=2)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
+@pytest.mark.parametrize("dtype", ["float64", "int8", "int16", "uint16", "uint32", "uint64"])
+@pytest.mark.parametrize("shape", [(0,), (2,), (7,)])
+def test_allreduce_of_more_dtypes_matches_numpy(op: str, dtype: str, shape: tuple[int, ...]) -> None:
+    arrays, tensors = _inputs(3, shape, dtype, seed=21)
+    expected = arrays[0]
+    for array in arrays[1:]:
+        expected = NUMPY_REDUCE[op](expected, array)
+    for result in allreduce(tensors, op):
+        assert result.numpy().dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(result.numpy(), expected.astype(dtype))

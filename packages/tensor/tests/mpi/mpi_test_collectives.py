@@ -19,7 +19,7 @@ from kiln.tensor import distributed as dist
 WORLD = dist.init(timeout=60)
 pytestmark = pytest.mark.skipif(WORLD.size < 2, reason="needs at least 2 MPI ranks: mpirun -n 2 pytest <this file>")
 
-DTYPES = ["float32", "float16", "int32", "int64", "uint8", "bool"]
+DTYPES = ["float32", "float16", "float64", "int8", "int32", "int64", "uint8", "uint32", "bool"]
 
 
 def _rank_values(rank: int, shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
