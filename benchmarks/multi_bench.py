@@ -8,6 +8,9 @@ Run: `uv run python benchmarks/multi_bench.py [--runs N] [--section inprocess|mp
   (CPU_SHARES=3 gives each device its share of the cores), realized and timed as one schedule, median of --runs.
 - mpi: `kiln.tensor.distributed.all_reduce` of a float32 tensor between 2 ranks (`mpirun -n 2` of this script in
   worker mode), next to mpi4py's own Allreduce of the numpy array (the transport alone).
+- overlap: a matmul sharded by rows over CPU:1 and CPU:2, realized as one schedule with PROFILE on: each device's
+  kernel interval from the runtime's profiler and how much of the shorter one the other overlaps (the per-device
+  kernels run at the same time, each on its device's queue).
 - dp: the digits CNN of examples/train_digits.py, one data-parallel training step (forward, backward,
   average_gradients, Adam) on a global batch of 64, steps per second on 1 rank and on 2 ranks (32 images each).
 
@@ -73,6 +76,39 @@ def inprocess(runs: int) -> None:
 
             seconds = median_seconds(run, runs)
             print(f"{nbytes:>10} {count:>7} {gbps(nbytes, seconds):>16} {gbps(nbytes, reference):>14}")
+
+
+def overlap(runs: int) -> None:
+    os.environ["PROFILE"] = "1"
+    from kiln.runtime import Device, profiler
+    from kiln.tensor import Tensor
+
+    devices = ["CPU:1", "CPU:2"]
+    rng = np.random.default_rng(0)
+    left = Tensor(rng.random((1024, 512), np.float32)).shard(devices, axis=0).realize()
+    right = Tensor(rng.random((512, 512), np.float32)).shard(devices).realize()
+    print("per-device kernels of one sharded matmul (1024x512 @ 512x512 split by rows), one schedule")
+    fractions = []
+    for run in range(runs + 1):
+        profiler.clear()
+        ((left * (run + 1.0)) @ right).realize()  # a new constant each run: the cached kernel takes it as input
+        for device in devices:
+            Device[device].synchronize()
+        events = {event.device: event for event in profiler.events if event.category == "program"}
+        if run == 0 or set(events) != set(devices):
+            continue  # the first run compiles
+        first, second = events[devices[0]], events[devices[1]]
+        shared = min(first.end_us, second.end_us) - max(first.start_us, second.start_us)
+        fractions.append(max(0.0, shared) / min(first.duration_us, second.duration_us))
+        if run == 1:
+            for event in (first, second):
+                print(
+                    f"  {event.device}: {event.name} {event.start_us - first.start_us:9.0f} .. "
+                    f"{event.end_us - first.start_us:9.0f} us"
+                )
+    print(
+        f"  overlap of the shorter kernel, median of {len(fractions)} runs: {statistics.median(fractions) * 100:.0f}%"
+    )
 
 
 def mpi_worker(runs: int) -> None:
@@ -150,7 +186,7 @@ def launch(section: str, ranks: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--section", choices=["inprocess", "mpi", "dp"], action="append")
+    parser.add_argument("--section", choices=["inprocess", "overlap", "mpi", "dp"], action="append")
     parser.add_argument("--worker", choices=["mpi", "dp"], help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.worker == "mpi":
@@ -159,9 +195,11 @@ def main() -> None:
     if arguments.worker == "dp":
         dp_worker(arguments.runs)
         return
-    sections = arguments.section or ["inprocess", "mpi", "dp"]
+    sections = arguments.section or ["inprocess", "overlap", "mpi", "dp"]
     if "inprocess" in sections:
         inprocess(arguments.runs)
+    if "overlap" in sections:
+        overlap(arguments.runs)
     if "mpi" in sections:
         launch("mpi", 2, arguments.runs)
     if "dp" in sections:
