@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from kiln.tensor.multi.layout import check_devices
+from kiln.uops import dtypes
 
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
@@ -23,7 +24,7 @@ __all__ = ["REDUCE_OPS", "all_gather", "all_reduce", "allgather", "allreduce", "
 
 
 def _sum(a: Tensor, b: Tensor) -> Tensor:
-    return a | b if a.dtype.name == "bool" else a + b
+    return a | b if a.dtype == dtypes.bool else a + b
 
 
 def _max(a: Tensor, b: Tensor) -> Tensor:
@@ -35,7 +36,7 @@ def _min(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _prod(a: Tensor, b: Tensor) -> Tensor:
-    return a & b if a.dtype.name == "bool" else a * b
+    return a & b if a.dtype == dtypes.bool else a * b
 
 
 REDUCE_OPS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"sum": _sum, "max": _max, "min": _min, "prod": _prod}

@@ -24,6 +24,7 @@ from kiln.tensor.multi import movement
 from kiln.tensor.multi.collectives import allgather, allreduce
 from kiln.tensor.multi.layout import check_devices, normalize_axis, slice_along, split_bounds
 from kiln.tensor.ops._checks import broadcast_shapes
+from kiln.uops import dtypes
 
 if TYPE_CHECKING:
     from kiln.tensor.tensor import Tensor
@@ -381,7 +382,7 @@ class MultiTensor:
         axes = _reduce_axes(axis, self.ndim)
         count = math.prod(self.shape[dim] for dim in axes)
         total = self.sum(axes, keepdim)
-        return total / count if dtype_is_float(self.dtype) else total.float() / count
+        return total / count if dtypes.is_float(self.dtype) else total.float() / count
 
     def softmax(self, axis: int = -1) -> MultiTensor:
         """exp(x - max) / sum(exp(x - max)) along `axis` (max and sum allreduced when `axis` is the split one)."""
@@ -429,10 +430,6 @@ class MultiTensor:
         return self.matmul(other)
 
     dot = matmul
-
-
-def dtype_is_float(dtype: Any) -> bool:
-    return bool(dtype.name.startswith(("float", "half", "bfloat", "double")))
 
 
 def _shape_argument(values: tuple[Any, ...]) -> tuple[int, ...]:
