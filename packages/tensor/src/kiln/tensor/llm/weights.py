@@ -1,0 +1,159 @@
+"""`load_model`: a llama-family model from a GGUF file or Hugging Face safetensors (sharded, with the index).
+
+Both formats are memory-mapped. GGUF tensors keep their encoding: F32 / F16 / BF16 as Tensors aliasing the file,
+block-quantized ones (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, ...) as `QuantizedWeight`s decoded inside the matmul kernels.
+Safetensors names are mapped to the GGUF names the model uses; per-expert matrices are stacked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.tensor.llm.config import LlamaConfig
+from kiln.tensor.llm.model import Transformer
+from kiln.tensor.llm.quantized import QuantizedWeight, Weight
+from kiln.tensor.state.gguf import gguf_load_raw
+from kiln.tensor.state.quantization import GGMLType, dequantize
+from kiln.tensor.state.safetensors import safe_load
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["LoadedModel", "load_model"]
+
+_PLAIN = {GGMLType.F32, GGMLType.F16, GGMLType.BF16}
+
+# Hugging Face per-layer names -> GGUF names
+_HF_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+}
+_EXPERT = re.compile(r"(?:block_sparse_moe|mlp)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight")
+_EXPERT_KIND = {"w1": "gate", "gate_proj": "gate", "w3": "up", "up_proj": "up", "w2": "down", "down_proj": "down"}
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model: its config, the Transformer, the raw metadata and a display name."""
+
+    config: LlamaConfig
+    model: Transformer
+    metadata: dict[str, Any]
+    name: str
+
+
+def load_model(path: str | os.PathLike[str]) -> LoadedModel:
+    """Loads a .gguf file, a folder with config.json and *.safetensors, or a .safetensors with config.json beside.
+
+    Raises:
+        FileNotFoundError: the path (or its config.json / a shard the index names) does not exist.
+        ValueError: a corrupt or unsupported file, naming it.
+    """
+    where = Path(path)
+    if not where.exists():
+        raise FileNotFoundError(f"model path {str(where)!r} does not exist")
+    if where.is_file() and where.suffix == ".gguf":
+        return _load_gguf(where)
+    if where.is_dir() or where.suffix == ".safetensors":
+        return _load_safetensors(where)
+    raise ValueError(f"{where}: expected a .gguf file, a .safetensors file or a folder holding config.json")
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    metadata, raw = gguf_load_raw(path)
+    config = LlamaConfig.from_gguf_metadata(metadata)
+    weights: dict[str, Weight] = {}
+    for name, (data, kind, shape) in raw.items():
+        if kind in _PLAIN or len(shape) == 1:
+            weights[name] = dequantize(data, kind, shape).realize()
+        else:
+            weights[name] = QuantizedWeight(data, kind, shape)
+    if "rope_freqs.weight" in weights:  # Llama 3 scaling as per-frequency divisors
+        factors = weights.pop("rope_freqs.weight")
+        assert isinstance(factors, Tensor)
+        config.rope_scaling = {"rope_type": "factors", "factors": factors.numpy().astype("float64").tolist()}
+    try:
+        model = Transformer(config, weights)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    name = metadata.get("general.name") or path.stem
+    return LoadedModel(config, model, metadata, str(name))
+
+
+def _load_safetensors(path: Path) -> LoadedModel:
+    folder = path if path.is_dir() else path.parent
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: a safetensors model needs its config.json beside it")
+    try:
+        hf_config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{config_path}: not valid JSON: {error}") from None
+    config = LlamaConfig.from_hf_config(hf_config)
+    if path.is_file():
+        files = [path]
+    elif (folder / "model.safetensors.index.json").is_file():
+        index_path = folder / "model.safetensors.index.json"
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as error:
+            raise ValueError(f"{index_path}: not a safetensors index ({error})") from None
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors files")
+    tensors: dict[str, Tensor] = {}
+    for file in files:
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} not found (named by the safetensors index)")
+        try:
+            tensors |= safe_load(file)
+        except ValueError as error:
+            raise ValueError(f"{file}: {error}") from None
+    weights = _gguf_names(tensors)
+    try:
+        model = Transformer(config, weights)
+    except ValueError as error:
+        raise ValueError(f"{folder}: {error}") from None
+    return LoadedModel(config, model, {"hf_config": hf_config, "dir": str(folder)}, folder.name)
+
+
+def _gguf_names(tensors: dict[str, Tensor]) -> dict[str, Weight]:
+    out: dict[str, Weight] = {}
+    experts: dict[tuple[int, str], dict[int, Tensor]] = {}
+    for name, tensor in tensors.items():
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = tensor
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = tensor
+        elif name == "lm_head.weight":
+            out["output.weight"] = tensor
+        elif name.startswith("model.layers."):
+            layer, rest = name[len("model.layers.") :].split(".", 1)
+            found = _EXPERT.fullmatch(rest)
+            if found:
+                experts.setdefault((int(layer), _EXPERT_KIND[found[2]]), {})[int(found[1])] = tensor
+                continue
+            for hf, short in _HF_LAYER.items():
+                if rest == hf or rest.startswith(hf + "."):
+                    out[f"blk.{layer}.{short}{rest[len(hf) :]}"] = tensor
+                    break
+    for (layer_index, kind), by_index in experts.items():
+        stacked = Tensor.stack(*[by_index[e] for e in sorted(by_index)]).realize()
+        out[f"blk.{layer_index}.ffn_{kind}_exps.weight"] = stacked
+    return out

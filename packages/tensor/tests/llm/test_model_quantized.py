@@ -1,0 +1,62 @@
+"""QuantizedWeight: x @ W.T with W kept as ggml blocks, against gguf-py's numpy dequantization of the same bytes."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from kiln.tensor import GlobalCounters, Tensor
+from kiln.tensor.llm.quantized import QuantizedWeight, linear
+from kiln.tensor.state.quantization import GGML_BLOCKS, GGMLType
+
+# byte offsets of each block's float16 scale fields (the rest of a block is packed integers: any bytes are valid)
+SCALE_FIELDS = {
+    GGMLType.Q8_0: [0],
+    GGMLType.Q4_0: [0],
+    GGMLType.Q4_1: [0, 2],
+    GGMLType.Q5_0: [0],
+    GGMLType.Q4_K: [0, 2],
+    GGMLType.Q5_K: [0, 2],
+    GGMLType.Q6_K: [208],
+}
+
+
+def random_blocks(kind: GGMLType, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    block = GGML_BLOCKS[kind]
+    blocks = rows * cols // block.block_size
+    raw = rng.integers(0, 256, (blocks, block.type_size), dtype=np.uint8)
+    for offset in SCALE_FIELDS[kind]:
+        scales = rng.uniform(0.001, 0.02, blocks).astype(np.float16)
+        raw[:, offset : offset + 2] = scales.view(np.uint8).reshape(blocks, 2)
+    return raw.reshape(-1)
+
+
+@pytest.mark.parametrize("kind", list(SCALE_FIELDS))
+def test_quantized_linear_matches_numpy_dequantization(kind: GGMLType) -> None:
+    rng = np.random.default_rng(int(kind))
+    rows, cols = 48, 512
+    raw = random_blocks(kind, rows, cols, rng)
+    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
+    inputs = Tensor(x).realize()
+    GlobalCounters.reset()
+    got = linear(inputs, weight).numpy()
+    np.testing.assert_allclose(got, x.astype(np.float64) @ oracle.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    assert GlobalCounters.kernel_count <= 2  # decoded inside the matmul, not expanded to a float matrix first
+
+
+def test_expert_slices_stay_quantized() -> None:
+    rng = np.random.default_rng(5)
+    raw = random_blocks(GGMLType.Q8_0, 3 * 8, 64, rng)
+    stacked = QuantizedWeight(Tensor(raw), GGMLType.Q8_0, (3, 8, 64))
+    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(3, 8, 64)
+    for expert in range(3):
+        part = stacked[expert]
+        assert part.shape == (8, 64) and part.nbytes == 8 * 2 * 34
+        np.testing.assert_allclose(part.dequantized().numpy(), oracle[expert], rtol=0, atol=0)
+    with pytest.raises(IndexError):
+        stacked[3]
+    with pytest.raises(ValueError, match="not whole 32-blocks"):
+        QuantizedWeight(Tensor(np.zeros(34, np.uint8)), GGMLType.Q8_0, (1, 48))
