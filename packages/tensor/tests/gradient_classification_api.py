@@ -187,6 +187,7 @@ ALIASES: dict[str, str] = {
 }
 
 NOT_DIFFERENTIABLE_API: dict[str, str] = {
+    "shard": "returns a MultiTensor (no Tensor gradient to compare); test_multi_sharded.py checks gradients through it",
     **dict.fromkeys(
         ["allclose", "equal", "is_complex", "is_contiguous", "is_floating_point", "is_signed", "dim", "ndimension"],
         "returns a Python value",

@@ -339,3 +339,56 @@ def test_simplify_preserves_narrow_and_unsigned_values(dtype: DType) -> None:
         check(*case)
 
     run()
+
+
+# ---- pinned failures: examples the fuzzers above found once, kept as explicit cases --------------------------------
+
+
+def _pinned_wrap_cases() -> list[tuple[str, Callable[[], tuple[UOp, list[UOp]]]]]:
+    def square_over(dtype: DType, high: int, build: Callable[[UOp], UOp]) -> Callable[[], tuple[UOp, list[UOp]]]:
+        def make() -> tuple[UOp, list[UOp]]:
+            a = UOp.variable("a", 1, high, dtype)
+            return build(a), [a]
+
+        return make
+
+    def product_over(dtype: DType, high: int) -> Callable[[], tuple[UOp, list[UOp]]]:
+        def make() -> tuple[UOp, list[UOp]]:
+            a, b = UOp.variable("a", 1, high, dtype), UOp.variable("b", 1, high, dtype)
+            return (a * b) // b, [a, b]
+
+        return make
+
+    return [
+        # (a*a)//a folded to a although a*a wraps in 8 bits (issue 15): 100*100 = 10000 wraps to 16 in int8
+        ("int8 (a*a)//a", square_over(dtypes.int8, 100, lambda a: (a * a) // a)),
+        ("int8 (a*a)%a", square_over(dtypes.int8, 100, lambda a: (a * a) % a)),
+        ("uint8 (a*a)//a", square_over(dtypes.uint8, 200, lambda a: (a * a) // a)),
+        ("uint8 (a*a)%a", square_over(dtypes.uint8, 200, lambda a: (a * a) % a)),
+        ("int16 (a*a)//a", square_over(dtypes.int16, 1000, lambda a: (a * a) // a)),
+        ("int32 (a*a)//a", square_over(dtypes.int32, 100000, lambda a: (a * a) // a)),
+        ("uint32 (a*a)%a", square_over(dtypes.uint32, 100000, lambda a: (a * a) % a)),
+        ("int8 (a*b)//b", product_over(dtypes.int8, 60)),
+        ("uint8 (a*b)//b", product_over(dtypes.uint8, 60)),
+    ]
+
+
+@pytest.mark.parametrize("name,make", _pinned_wrap_cases(), ids=[n for n, _ in _pinned_wrap_cases()])
+def test_simplify_keeps_wrapping_products_in_divisions(name: str, make: Callable[[], tuple[UOp, list[UOp]]]) -> None:
+    root, leaves = make()
+    check(root, leaves, seed=0)
+    # and exhaustively over the small domains (the oracle: the C-semantics evaluator above)
+    if all(v.arg.hi - v.arg.lo < 256 for v in leaves):
+        simplified = root.simplify()
+        names = [v.arg.name for v in leaves]
+        for values in itertools.product(*[range(v.arg.lo, v.arg.hi + 1) for v in leaves]):
+            env = dict(zip(names, values))
+            assert evaluate_all(simplified, env)[simplified] == evaluate_all(root, env)[root], (name, env)
+
+
+def test_simplify_still_folds_products_that_cannot_wrap() -> None:
+    # the guard must not stop the exact fold where the product provably fits
+    a = UOp.variable("a", 1, 100, dtypes.int16)
+    assert ((a * a) // a).simplify() is a.simplify()
+    b = UOp.variable("b", 1, 11, dtypes.int8)
+    assert ((b * b) // b).simplify() is b.simplify()

@@ -4,15 +4,51 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any
+from collections.abc import Set
+from typing import Any, Protocol
 
 import numpy as np
 
 from kiln.runtime.allocator import Allocator, BufferSpec
-from kiln.runtime.device import Device
 from kiln.uops import DType, PtrDType, dtypes
 
-__all__ = ["Buffer", "copy_between", "numpy_dtype"]
+__all__ = ["Buffer", "BufferDevice", "DeviceLookup", "copy_between", "install_device_lookup", "numpy_dtype"]
+
+
+class BufferDevice(Protocol):
+    """What a Buffer needs of its device: the allocator and the dtypes it stores (a DeviceBase satisfies it)."""
+
+    @property
+    def allocator(self) -> Allocator[Any]: ...
+
+    @property
+    def supported_dtypes(self) -> Set[DType]: ...
+
+
+class DeviceLookup(Protocol):
+    """Device names to opened devices (the runtime's `Device` registry satisfies it)."""
+
+    def canonicalize(self, name: str) -> str: ...
+
+    def __getitem__(self, name: str) -> BufferDevice: ...
+
+
+# Buffers sit below devices (a device's runners take Buffers), yet a Buffer finds its allocator by device name. The
+# registry in kiln.runtime.device installs itself here when that module is imported (kiln.runtime imports it), so
+# this module never imports the device module and the package's import graph stays a DAG.
+_devices: DeviceLookup | None = None
+
+
+def install_device_lookup(lookup: DeviceLookup) -> None:
+    """Make Buffers resolve device names through `lookup` (kiln.runtime.device installs its `Device` registry)."""
+    global _devices
+    _devices = lookup
+
+
+def _lookup() -> DeviceLookup:
+    if _devices is None:
+        raise RuntimeError("no device registry installed: import kiln.runtime (it installs kiln.runtime.Device)")
+    return _devices
 
 
 def numpy_dtype(dtype: DType) -> np.dtype[Any]:
@@ -88,7 +124,7 @@ class Buffer:
             _check_count("Buffer offset", offset)
         if type(dtype) is not DType or dtype not in _STORABLE:
             _check_dtype(dtype)
-        self.device = Device.canonicalize(device)
+        self.device = _lookup().canonicalize(device)
         self.size = size
         self.dtype = dtype
         self._opaque: Any = None
@@ -135,7 +171,7 @@ class Buffer:
     @property
     def allocator(self) -> Allocator[Any]:
         """The allocator of this buffer's device (opens the device)."""
-        return Device[self.device].allocator
+        return _lookup()[self.device].allocator
 
     @property
     def opaque(self) -> Any:
@@ -153,7 +189,7 @@ class Buffer:
         """Attaches device memory (for a view: allocates its base and takes a slice of it). Idempotent."""
         if self._allocator is not None:
             return self
-        device = Device[self.device]
+        device = _lookup()[self.device]
         scalar = self.dtype.scalar()
         if scalar not in device.supported_dtypes:
             names = ", ".join(sorted(dtype.name for dtype in device.supported_dtypes))
@@ -178,7 +214,7 @@ class Buffer:
         """Makes memory obtained outside `allocate` (`HostAllocator.adopt`) this unallocated base buffer's memory."""
         if self._allocator is not None or self._base is not None:
             raise RuntimeError(f"attach needs an unallocated buffer that is not a view, got {self!r}")
-        device = Device[self.device]
+        device = _lookup()[self.device]
         if self.dtype.scalar() not in device.supported_dtypes:
             raise TypeError(f"device {self.device!r} cannot store {self.dtype.scalar()!r}")
         allocator = device.allocator

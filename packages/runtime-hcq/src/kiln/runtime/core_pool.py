@@ -10,9 +10,27 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-__all__ = ["CorePool"]
+__all__ = ["CorePool", "core_share"]
+
+
+def core_share(index: int, shares: int, cores: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The host cores of device number `index` when the cores are split into `shares` equal parts.
+
+    With more shares than cores, devices share cores round-robin (each still gets one). Raises ValueError for a
+    non-positive `shares` or a negative `index`.
+    """
+    if shares < 1:
+        raise ValueError(f"cores are split into a positive number of shares, got {shares}")
+    if index < 0:
+        raise ValueError(f"a device number is non-negative, got {index}")
+    available = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    if shares >= len(available):
+        return (available[index % len(available)],)
+    size = len(available) // shares
+    part = index % shares
+    return tuple(available[part * size : (part + 1) * size])
 
 
 class _Batch:
@@ -44,11 +62,16 @@ class CorePool:
     Args:
         name: used for the thread names.
         workers: worker threads (default: the CPU count minus one, since the caller works too); started on first use.
+        cores: the host cores the workers are pinned to (None: not pinned); the default worker count is then one
+            fewer than these cores.
     """
 
-    def __init__(self, name: str, workers: int | None = None) -> None:
+    def __init__(self, name: str, workers: int | None = None, cores: Sequence[int] | None = None) -> None:
         self.name = name
-        self.workers = max(1, (os.cpu_count() or 2) - 1) if workers is None else workers
+        self.cores = None if cores is None else tuple(cores)
+        if workers is None:
+            workers = max(1, (os.cpu_count() or 2) - 1) if self.cores is None else len(self.cores) - 1
+        self.workers = workers
         if self.workers < 0:
             raise ValueError(f"a core pool needs a non-negative number of workers, got {self.workers}")
         self._tasks: queue.SimpleQueue[tuple[_Batch, int] | None] = queue.SimpleQueue()
@@ -65,6 +88,8 @@ class CorePool:
                 self._threads.append(thread)
 
     def _work(self) -> None:
+        if self.cores is not None:
+            os.sched_setaffinity(0, self.cores)  # 0: this thread (Linux sets affinity per thread)
         while (task := self._tasks.get()) is not None:
             batch, core = task
             batch.run(core)

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kiln.codegen import Program, Renderer
-from kiln.runtime.core_pool import CorePool
+from kiln.runtime.core_pool import CorePool, core_share
 from kiln.runtime.device import find_renderers
 from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.hcq_runner import HCQProgramRunner
 from kiln.runtime.host_allocator import HostAllocator
+from kiln.runtime.knobs import cpu_shares
 from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, NativeKernel, check_parameters, elf_type
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.thread_engine import ThreadQueueEngine
@@ -84,7 +85,13 @@ class CPUDevice(HCQCompiled):
     def __init__(self, name: str) -> None:
         self.engine = ThreadQueueEngine(name)
         super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
-        self.core_pool = CorePool(name)
+        shares = cpu_shares()
+        suffix = name.partition(":")[2]
+        self.index = int(suffix) if suffix.isdigit() else 0
+        # CPU_SHARES=n splits the host's cores into n parts, CPU:i working on part i (mod n), so several CPU devices
+        # run side by side like several GPUs would; unset, every CPU device uses every core
+        self.cores = core_share(self.index, shares) if shares > 1 else None
+        self.core_pool = CorePool(name, cores=self.cores)
         self.renderers = cpu_renderer_classes()
         self._loaders: dict[str, HostKernelLoader] = {}
 

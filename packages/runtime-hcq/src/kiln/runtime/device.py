@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
+from kiln.runtime.buffer import install_device_lookup
 from kiln.runtime.knobs import default_device, renderer_knob
 from kiln.uops import DType, UOp, dtypes
 
@@ -374,3 +375,4 @@ class DeviceRegistry:
 
 
 Device = DeviceRegistry()
+install_device_lookup(Device)  # Buffers resolve their device names through this registry

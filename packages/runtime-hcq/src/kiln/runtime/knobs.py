@@ -9,11 +9,27 @@ from __future__ import annotations
 
 from kiln.uops import Knob, knobs, register_knob
 
-__all__ = ["default_device", "lru_enabled", "profiling_enabled", "renderer_knob"]
+__all__ = ["cpu_shares", "default_device", "lru_enabled", "profiling_enabled", "renderer_knob"]
 
 _LRU = register_knob(
     "LRU", bool, True, "Keep freed device memory in a cache for reuse by allocations of the same size."
 )
+
+_CPU_SHARES = register_knob(
+    "CPU_SHARES",
+    int,
+    1,
+    "Split the host's cores into this many parts: device CPU:i runs its multi-core kernels on part i (mod the "
+    "count), with its own queue. 1: every CPU device uses every core.",
+)
+
+
+def cpu_shares() -> int:
+    """How many parts CPU_SHARES splits the host's cores into (ValueError below 1)."""
+    value = _CPU_SHARES.value()
+    if value < 1:
+        raise ValueError(f"CPU_SHARES must be at least 1, got {value}")
+    return value
 
 
 def default_device() -> str:

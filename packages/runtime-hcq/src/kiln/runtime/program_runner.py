@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind, KernelArgLayout
 from kiln.uops import DType, Ops, PtrDType, UOp
 
-if TYPE_CHECKING:
-    from kiln.runtime.device import DeviceBase
-
-__all__ = ["LaunchDims", "ProgramRunner", "VariableSpec"]
+__all__ = ["LaunchDims", "ProgramRunner", "RunnerDevice", "VariableSpec"]
 
 LaunchDims = tuple[int, int, int]
 
@@ -61,6 +58,17 @@ def _vector_alignments(program: Program) -> dict[int, int]:
     return needed
 
 
+class RunnerDevice(Protocol):
+    """What the base ProgramRunner needs of its device (a DeviceBase satisfies it; devices sit above their runners,
+    so this module does not import kiln.runtime.device). Subclasses narrow `device` to their own device class."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+
 class ProgramRunner(abc.ABC):
     """A program loaded on a device: call it with the program's buffers (by slot) and its variables' values.
 
@@ -76,7 +84,7 @@ class ProgramRunner(abc.ABC):
         arg_layout: the kernel's argument block: every buffer pointer (slot order), then every variable.
     """
 
-    def __init__(self, device: DeviceBase, program: Program) -> None:
+    def __init__(self, device: RunnerDevice, program: Program) -> None:
         if not isinstance(program, Program):
             raise TypeError(f"a ProgramRunner needs a kiln.codegen Program, got {type(program).__name__}")
         program_kind, device_kind = program.device.partition(":")[0], device.kind

@@ -1,6 +1,9 @@
 """Lazy Tensor, autograd, scheduler with fusion, realize engine."""
 
 from kiln.runtime import Device
+
+# distributed imports mpi4py only in init() (and registers the DIST_TIMEOUT knob at import)
+from kiln.tensor import distributed, multi
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import default_device
 from kiln.tensor.functions import where
@@ -22,5 +25,7 @@ __all__ = [
     "is_grad_enabled",
     "no_grad",
     "set_grad_enabled",
+    "distributed",
+    "multi",
     "where",
 ]

@@ -87,6 +87,8 @@ def renderer_for(device: str) -> Renderer:
     return renderer
 
 
-def load(program: Program) -> ProgramRunner:
-    """`program` loaded on its device, ready to launch: `load(program)(buffers, var_vals, wait=False)`."""
-    return Device[program.device].runtime(program)
+def load(program: Program, device: str | None = None) -> ProgramRunner:
+    """`program` loaded on `device` (default: the program's own device kind), ready to launch:
+    `load(program)(buffers, var_vals, wait=False)`. A program built for "CPU" runs on any "CPU:n": the devices of
+    one kind share the renderer, each loads the program onto its own queue."""
+    return Device[program.device if device is None else device].runtime(program)

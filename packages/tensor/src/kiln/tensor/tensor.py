@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.device import canonical_device
 from kiln.tensor.inplace import InplaceMixin
+from kiln.tensor.multi.sharded import MultiTensor, shard_tensor
 from kiln.tensor.ops import (
     ActivationMixin,
     ComparisonMixin,
@@ -439,14 +440,35 @@ class Tensor(
         """This tensor forced into its own buffer when realized (a fusion boundary)."""
         return self._result(graph.contiguous(self.uop))
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (the same tensor if it is there already)."""
+    @overload
+    def to(self, device: str | None) -> Tensor: ...
+
+    @overload
+    def to(self, device: list[str] | tuple[str, ...]) -> MultiTensor: ...
+
+    def to(self, device: str | list[str] | tuple[str, ...] | None) -> Tensor | MultiTensor:
+        """This tensor on `device` (the same tensor if it is there already); a list of devices replicates it on
+        each (`shard(devices)`)."""
+        if isinstance(device, (list, tuple)):
+            return self.shard(device)
         target = canonical_device(device)
         if target == self.device:
             return self
         check_device_dtype(target, self.dtype)
         result = self._result(graph.copy_to(self.uop, target))
         return result
+
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> MultiTensor:
+        """This tensor over several devices: a copy on each (`axis` None) or split in balanced parts along `axis`
+        (a size that does not divide evenly gives the first devices one more element; fewer elements than devices
+        raise ValueError). Operations on the result run per device (kiln.tensor.multi).
+
+        Example:
+            >>> x = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).shard(["CPU:0", "CPU:1"], axis=0)
+            >>> [s.shape for s in x.shards], (x * 2).sum().item()
+            ([(2, 2), (1, 2)], 42.0)
+        """
+        return shard_tensor(self, devices, axis)
 
     def detach(self) -> Tensor:
         """This tensor's values with no gradient history (requires_grad is False)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from kiln.uops.dtype import dtypes
+from kiln.uops.dtype import DType, dtypes
 from kiln.uops.linear_form import (
     Terms,
     build_sum,
@@ -208,6 +208,12 @@ def _fold_by_factor(root: UOp, x: UOp, terms: Terms, constant: int, divisor: int
     return None
 
 
+def _product_fits(dtype: DType, a: UOp, b: UOp) -> bool:
+    """True when a*b, computed exactly, never leaves the dtype (then the ring product equals the integer product)."""
+    corners = [p * q for p in (int(a.vmin), int(a.vmax)) for q in (int(b.vmin), int(b.vmax))]
+    return fits(dtype, min(corners), max(corners))
+
+
 def _fold_by_variable(root: UOp, x: UOp, y: UOp) -> UOp | None:
     """x/y and x%y for a non-constant y: take the multiples of y out of x."""
     dtype = root.dtype
@@ -222,6 +228,8 @@ def _fold_by_variable(root: UOp, x: UOp, y: UOp) -> UOp | None:
             quotient_constant += coefficient
         elif term.op is Ops.MUL and y in term.src:
             other = term.src[1] if term.src[0] is y else term.src[0]
+            if not _product_fits(dtype, other, y):
+                return None  # other*y wraps in this dtype, so (other*y)/y is not other: (a*a)/a in int8
             quotients[other] = quotients.get(other, 0) + coefficient
         else:
             rest[term] = coefficient

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Any, Final
+from typing import Any
 
 from kiln.uops.dtype import DType, PtrDType
 from kiln.uops.ops import Ops
@@ -117,60 +117,3 @@ def pyrender(root: UOp, variable: str = "root") -> str:
         names.discard("math")
     imports.append(f"from kiln.uops import {', '.join(sorted(names))}")
     return "\n".join(imports + body) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the nested repr of UOp and the stable text of args used by UOp.key
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def stable_repr(value: Any) -> str:
-    """repr, except that sets are sorted (their order depends on per-process string hashing); used by UOp.key."""
-    if isinstance(value, (set, frozenset)):
-        return f"{type(value).__name__}({{{', '.join(sorted(stable_repr(item) for item in value))}}})"
-    if isinstance(value, tuple):
-        return f"({''.join(stable_repr(item) + ', ' for item in value)})"
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__name__}.{value.name}"
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = ", ".join(f"{f.name}={stable_repr(getattr(value, f.name))}" for f in dataclasses.fields(value))
-        return f"{type(value).__name__}({fields})"
-    return repr(value)
-
-
-_MAX_INDENT: Final = 64
-
-
-def nested_repr(root: UOp) -> str:
-    """Nested, indented repr; a node with sources used twice is named `x<n>:=` once and referenced as `x<n>` after."""
-    users: dict[UOp, int] = {}
-    for node in root.toposort():
-        for source in node.src:
-            users[source] = users.get(source, 0) + 1
-    labels: dict[UOp, str] = {}
-    printed: set[UOp] = set()
-    lines: list[str] = []
-    stack: list[tuple[UOp, int, str]] = [(root, 0, "")]
-    while stack:
-        node, indent, suffix = stack.pop()
-        pad = " " * indent
-        if node in printed:
-            lines.append(f"{pad}{labels[node]}{suffix}")
-            continue
-        prefix = ""
-        if node.src and users.get(node, 0) > 1:
-            labels[node] = f"x{len(labels)}"
-            prefix = f"{labels[node]}:="
-            printed.add(node)
-        tag = "" if node.tag is None else f", tag={node.tag!r}"
-        head = f"{pad}{prefix}UOp({node.op!r}, {node.dtype!r}, arg={node.arg!r}{tag}, src=("
-        if not node.src:
-            lines.append(f"{head})){suffix}")
-            continue
-        lines.append(head)
-        last = len(node.src) - 1
-        for position in range(last, -1, -1):
-            # indentation stops growing past _MAX_INDENT so deep graphs print in linear size
-            child_indent = min(indent + 2, _MAX_INDENT)
-            stack.append((node.src[position], child_indent, ",))" + suffix if position == last else ","))
-    return "\n".join(lines)

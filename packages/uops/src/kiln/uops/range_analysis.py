@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from kiln.uops.alu import truncated_div
 from kiln.uops.args import VarArg
 from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes, truncate
+from kiln.uops.node import GraphNode
 from kiln.uops.ops import Ops
-
-if TYPE_CHECKING:
-    from kiln.uops.uop import UOp
 
 Bounds: TypeAlias = tuple[ConstType, ConstType]
 IntBounds: TypeAlias = tuple[int, int]
@@ -206,7 +204,7 @@ def _cast_bounds(dtype: DType, source_dtype: DType, source: Bounds) -> Bounds:
     return dtype_bounds(dtype)
 
 
-def bounds_from_sources(uop: UOp, sources: Sequence[Bounds]) -> Bounds:
+def bounds_from_sources(uop: GraphNode, sources: Sequence[Bounds]) -> Bounds:
     """The bounds of `uop` given the bounds of its sources (`sources[i]` belongs to `uop.src[i]`)."""
     op, dtype = uop.op, uop.dtype
     if op is Ops.CONST:
@@ -279,12 +277,12 @@ def _union(dtype: DType, a: Bounds, b: Bounds) -> Bounds:
     return min(a[0], b[0]), max(a[1], b[1])
 
 
-def _cached(node: UOp) -> bool:
+def _cached(node: GraphNode) -> bool:
     # UOp caches its bounds in a functools.cached_property named `_bounds` (stored in the instance __dict__)
     return "_bounds" in node.__dict__
 
 
-def bounds(uop: UOp) -> Bounds:
+def bounds(uop: GraphNode) -> Bounds:
     """(vmin, vmax) of `uop`: proven for every assignment of its variables within their bounds.
 
     Sources are analysed first, bottom-up and without recursion, so graphs of any depth work; each UOp's result is

@@ -35,11 +35,12 @@ from kiln.uops.linear_form import (
     normalize_sum,
     order_commutative,
 )
+from kiln.uops.node_text import render as render  # re-exported: UOp.render, long importable from here
 from kiln.uops.ops import GroupOp, Ops
 from kiln.uops.pattern_matcher import PatternMatcher
 from kiln.uops.range_analysis import fits
 from kiln.uops.rewrite import graph_rewrite
-from kiln.uops.uop import UOp
+from kiln.uops.uop import UOp, install_simplifier
 from kiln.uops.upat import UPat
 
 # ---- constant folding --------------------------------------------------------------------------------------------
@@ -321,77 +322,10 @@ def simplify(uop: UOp) -> UOp:
     return graph_rewrite(uop, pm_symbolic, name="simplify")
 
 
-# ---- render and sym_infer ------------------------------------------------------------------------------------------
-
-_INFIX: dict[Ops, str] = {
-    Ops.ADD: "+",
-    Ops.SUB: "-",
-    Ops.MUL: "*",
-    Ops.IDIV: "/",
-    Ops.FDIV: "/",
-    Ops.MOD: "%",
-    Ops.CMPLT: "<",
-    Ops.CMPNE: "!=",
-    Ops.CMPEQ: "==",
-    Ops.AND: "&",
-    Ops.OR: "|",
-    Ops.XOR: "^",
-    Ops.SHL: "<<",
-    Ops.SHR: ">>",
-}
-_CALLS: dict[Ops, str] = {
-    Ops.MAX: "max",
-    Ops.EXP2: "exp2",
-    Ops.LOG2: "log2",
-    Ops.SIN: "sin",
-    Ops.SQRT: "sqrt",
-    Ops.TRUNC: "trunc",
-    Ops.POW: "pow",
-    Ops.MULACC: "fma",
-}
+install_simplifier(simplify)  # UOp.simplify() calls it (uop.py cannot import this module: it is built on UOp)
 
 
-def _render_const(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "{" + ",".join(_render_const(item) for item in value) + "}"
-    return repr(value)
-
-
-def _render_node(node: UOp, parts: list[str]) -> str:
-    op = node.op
-    if op is Ops.CONST or op is Ops.VCONST:
-        return _render_const(node.arg)
-    if op is Ops.DEFINE_VAR or op is Ops.SPECIAL:
-        return str(node.arg.name)
-    if op is Ops.RANGE:
-        return f"ridx{node.arg.axis}"
-    if op is Ops.BIND:
-        return parts[0]
-    if op in _INFIX:
-        return f"({parts[0]}{_INFIX[op]}{parts[1]})"
-    if op is Ops.NEG:
-        return f"(-{parts[0]})"
-    if op is Ops.RECIPROCAL:
-        return f"(1/{parts[0]})"
-    if op is Ops.WHERE:
-        return f"({parts[0]}?{parts[1]}:{parts[2]})"
-    if op is Ops.CAST:
-        return f"(({node.dtype.name}){parts[0]})"
-    name = _CALLS.get(op, op.name.lower())
-    return f"{name}({','.join(parts)})"
-
-
-def render(uop: UOp) -> str:
-    """A C-like string of a symbolic expression: `((a*4)+b)`, `(x/4)` (C division), `max(a,b)`, `(c?a:b)`.
-
-    Variables render as their names, RANGE as `ridx<axis>`, a `min` built as where(a<b, a, b) as that where.
-    """
-    rendered: dict[UOp, str] = {}
-    for node in uop.toposort():
-        rendered[node] = _render_node(node, [rendered[source] for source in node.src])
-    return rendered[uop]
+# ---- sym_infer (render lives in node_text) ---------------------------------------------------------------------------
 
 
 def sym_infer(expr: UOp | int, var_vals: Mapping[str, int]) -> int:

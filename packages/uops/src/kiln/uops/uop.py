@@ -10,7 +10,9 @@ from typing import Any, Final, TypeAlias
 
 from kiln.uops.args import AxisKind, RangeArg, SpecialArg, VarArg
 from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes, truncate
+from kiln.uops.node_text import nested_repr, render, stable_repr
 from kiln.uops.ops import GroupOp, Ops
+from kiln.uops.range_analysis import bounds
 
 Operand: TypeAlias = "UOp | int | float | bool"
 
@@ -30,6 +32,18 @@ def _forget(reference: _CacheRef) -> None:
 
 
 _live_uops: dict[tuple[Any, ...], _CacheRef] = {}
+
+
+# The symbolic simplifier is built from the pattern matcher, which is built on UOp: it cannot sit below this module.
+# kiln.uops.symbolic hands its `simplify` to `install_simplifier` when it is imported (kiln.uops imports it), so
+# `UOp.simplify` reaches it without this module importing the layers above it.
+_simplifier: Callable[[UOp], UOp] | None = None
+
+
+def install_simplifier(simplifier: Callable[[UOp], UOp]) -> None:
+    """Make `UOp.simplify()` call `simplifier` (kiln.uops.symbolic installs its fixed-point rewrite on import)."""
+    global _simplifier
+    _simplifier = simplifier
 
 
 def live_uop_count() -> int:
@@ -123,8 +137,6 @@ class UOp:
         return self
 
     def __repr__(self) -> str:
-        from kiln.uops.printing import nested_repr
-
         return nested_repr(self)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -190,8 +202,6 @@ class UOp:
         cached = self.__dict__.get("_key")
         if cached is not None:
             return cached  # type: ignore[no-any-return]
-        from kiln.uops.printing import stable_repr
-
         for node in self.toposort(gate=lambda node: "_key" not in node.__dict__):
             if "_key" in node.__dict__:
                 continue
@@ -203,13 +213,12 @@ class UOp:
         return self.__dict__["_key"]  # type: ignore[no-any-return]
 
     # ----------------------------------------------------------------------------------------------------------
-    # range analysis and symbolic helpers (implemented in sibling modules, imported lazily)
+    # range analysis and symbolic helpers (implemented in the modules below this one; the simplifier, which builds
+    # UOps with the pattern matcher, sits above and installs itself: see `install_simplifier`)
     # ----------------------------------------------------------------------------------------------------------
 
     @functools.cached_property
     def _bounds(self) -> tuple[ConstType, ConstType]:
-        from kiln.uops.range_analysis import bounds
-
         return bounds(self)
 
     @property
@@ -224,17 +233,13 @@ class UOp:
 
     def simplify(self) -> UOp:
         """This expression rewritten to a fixed point by the symbolic simplifier."""
-        from kiln.uops.symbolic import simplify
-
-        result: UOp = simplify(self)
-        return result
+        if _simplifier is None:
+            raise RuntimeError("no symbolic simplifier installed: import kiln.uops (its __init__ installs one)")
+        return _simplifier(self)
 
     def render(self) -> str:
         """A C-like string of a symbolic expression, e.g. '((a*4)+b)'."""
-        from kiln.uops.symbolic import render
-
-        text: str = render(self)
-        return text
+        return render(self)
 
     # ----------------------------------------------------------------------------------------------------------
     # builders

@@ -1,7 +1,8 @@
 """The CUDA device: NVIDIA GPUs through the CUDA driver API (libcuda.so via ctypes); no toolkit needed to run."""
 
+from kiln.runtime.cuda.context import CUDAContext, LaunchTimer
 from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
-from kiln.runtime.cuda.cuda_device import CUDA_RENDERER_NAMES, CUDADevice, LaunchTimer, find_cuda_renderers
+from kiln.runtime.cuda.cuda_device import CUDA_RENDERER_NAMES, CUDADevice, find_cuda_renderers
 from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
 from kiln.runtime.cuda.driver_api import CUDAError, DeviceAttribute, DriverAPI, load_driver_library
 
@@ -13,6 +14,7 @@ __all__ = [
     "CUDAProgramRunner",
     "DeviceAttribute",
     "DriverAPI",
+    "CUDAContext",
     "LaunchTimer",
     "find_cuda_renderers",
     "load_driver_library",

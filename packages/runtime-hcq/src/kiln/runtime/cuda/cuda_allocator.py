@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kiln.runtime.allocator import Allocator, BufferSpec, LRUAllocator
+from kiln.runtime.cuda.context import CUDAContext
 from kiln.runtime.cuda.driver_api import CUDA_ERROR_OUT_OF_MEMORY, CUDAError
-
-if TYPE_CHECKING:
-    from kiln.runtime.cuda.cuda_device import CUDADevice
 
 __all__ = ["CUDAAllocator"]
 
@@ -29,7 +27,7 @@ class CUDAAllocator(LRUAllocator[int]):
     launched on the device (kernels run on the legacy default stream), so no explicit synchronize is needed.
     """
 
-    def __init__(self, device: CUDADevice, name: str) -> None:
+    def __init__(self, device: CUDAContext, name: str) -> None:
         super().__init__(name)
         self.cuda_device = device
 

@@ -13,6 +13,7 @@ import inspect
 import threading
 
 from kiln.codegen import Program, Renderer
+from kiln.runtime.cuda.context import LaunchTimer
 from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
 from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
 from kiln.runtime.cuda.driver_api import (
@@ -63,27 +64,6 @@ def find_cuda_renderers() -> tuple[tuple[type[Renderer], ...], tuple[str, ...]]:
     """(renderer classes found in kiln.renderers, names of the missing ones), in `CUDA_RENDERER_NAMES` order."""
     found = find_renderers(CUDA_RENDERER_NAMES)
     return found, tuple(name for name in CUDA_RENDERER_NAMES if name not in {r.__name__ for r in found})
-
-
-class LaunchTimer:
-    """Two CUDA events around a launch: `start()` before, `stop()` after returns the launch's seconds (GPU clock)."""
-
-    def __init__(self, device: CUDADevice) -> None:
-        self.device = device
-        self.events = tuple(device.api.get_handle("cuEventCreate", 0) for _ in range(2))
-
-    def start(self) -> None:
-        """Records the start event on the default stream."""
-        self.device.api.call("cuEventRecord", self.events[0], None)
-
-    def stop(self) -> float:
-        """Records the end event, waits for it and returns the time between the two events in seconds."""
-        api = self.device.api
-        api.call("cuEventRecord", self.events[1], None)
-        api.call("cuEventSynchronize", self.events[1], context=f"waiting for a kernel on {self.device.name}")
-        milliseconds = ctypes.c_float()
-        api.call("cuEventElapsedTime", ctypes.byref(milliseconds), self.events[0], self.events[1])
-        return milliseconds.value / 1e3
 
 
 class CUDADevice(DeviceBase):

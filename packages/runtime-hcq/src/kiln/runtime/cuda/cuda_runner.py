@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
+from kiln.runtime.cuda.context import CUDAContext
 from kiln.runtime.cuda.driver_api import CUDA_ERROR_NOT_FOUND, CUDAError, packed_launch_extra
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.program_runner import LaunchDims, ProgramRunner
-
-if TYPE_CHECKING:
-    from kiln.runtime.cuda.cuda_device import CUDADevice
 
 __all__ = ["CUDAProgramRunner"]
 
@@ -27,9 +24,9 @@ class CUDAProgramRunner(ProgramRunner):
     Launches go to the legacy default stream, so they run in order with each other and with `cuMemcpy` copies.
     """
 
-    device: CUDADevice
+    device: CUDAContext
 
-    def __init__(self, device: CUDADevice, program: Program) -> None:
+    def __init__(self, device: CUDAContext, program: Program) -> None:
         super().__init__(device, program)
         binary = program.binary
         if binary is None:

@@ -101,7 +101,7 @@ def compiled_program(ast: UOp, device: str) -> Method:
         flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
         if len(_methods) >= _MAX_METHODS:
             _methods.popitem(last=False)
-        method = _methods[key] = Method(program, slots, load(program), int(flops), int(memory))
+        method = _methods[key] = Method(program, slots, load(program, device), int(flops), int(memory))
     return method
 
 
