@@ -82,8 +82,10 @@ def _load_gguf(path: Path) -> LoadedModel:
     config = LlamaConfig.from_gguf_metadata(metadata)
     weights: dict[str, Weight] = {}
     for name, (data, kind, shape) in raw.items():
-        if kind in _PLAIN or len(shape) == 1:
+        if len(shape) == 1:  # norms, biases: small, decoded once
             weights[name] = dequantize(data, kind, shape).realize()
+        elif kind in _PLAIN:  # a lazy decode of the mapped bytes, fused into each kernel that reads the matrix
+            weights[name] = dequantize(data, kind, shape)
         else:
             weights[name] = QuantizedWeight(data, kind, shape)
     if "rope_freqs.weight" in weights:  # Llama 3 scaling as per-frequency divisors
