@@ -127,7 +127,13 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="decoded tokens per run")
     parser.add_argument("--formats", default="F16,Q8_0")
     parser.add_argument("--torch-python", help="a Python with torch and transformers (reference; omitted: skipped)")
+    parser.add_argument("--kiln-child", help=argparse.SUPPRESS)  # internal: measure one GGUF file in a fresh process
     args = parser.parse_args()
+    if args.kiln_child:
+        prefill, decode, weight_bytes = bench_kiln(Path(args.kiln_child), args.prompt, args.new, args.runs)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"prefill": prefill, "decode": decode, "weights": weight_bytes, "rss_mb": rss}))
+        return
     shape = SIZES[args.size]
     params = shape["vocab"] * shape["dim"] * 2 + shape["layers"] * (
         2 * shape["dim"] ** 2
@@ -136,7 +142,7 @@ def main() -> None:
     )
     print(
         f"model: {args.size} ({params / 1e6:.0f}M parameters), prompt {args.prompt}, decode {args.new}, "
-        f"runs {args.runs}"
+        f"runs {args.runs} (medians; each measured in a fresh process)"
     )
     with tempfile.TemporaryDirectory() as folder:
         for name in args.formats.split(","):
@@ -144,13 +150,15 @@ def main() -> None:
             path = Path(folder) / f"bench-{name.lower()}.gguf"
             write_gguf(path, shape, kind)
             started = time.perf_counter()
-            prefill, decode, weight_bytes = bench_kiln(path, args.prompt, args.new, args.runs)
+            command = [sys.executable, __file__, "--kiln-child", str(path), "--prompt", str(args.prompt)]
+            command += ["--new", str(args.new), "--runs", str(args.runs)]
+            child = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+            got = json.loads(child[-1])
             print(
-                f"kiln {name:5s}: prefill {prefill:8.1f} tok/s  decode {decode:7.2f} tok/s  weights "
-                f"{weight_bytes / 2**20:.0f} MiB  ({time.perf_counter() - started:.0f} s incl. compile)"
+                f"kiln {name:5s}: prefill {got['prefill']:8.1f} tok/s  decode {got['decode']:7.2f} tok/s  weights "
+                f"{got['weights'] / 2**20:.0f} MiB  peak RSS {got['rss_mb']:.0f} MiB  "
+                f"({time.perf_counter() - started:.0f} s incl. compile)"
             )
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"kiln peak RSS: {rss:.0f} MiB (whole process, both formats)")
     if args.torch_python:
         payload = json.dumps([shape, args.prompt, args.new, args.runs, CONTEXT])
         out = (

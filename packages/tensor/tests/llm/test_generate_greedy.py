@@ -14,7 +14,10 @@ from kiln.tensor.llm.generate import Generator, sample
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
-@pytest.mark.parametrize(("model", "file"), [("llama", ""), ("qwen3", "qwen3-f32.gguf"), ("mixtral", "")])
+@pytest.mark.parametrize(
+    ("model", "file"),
+    [("llama", ""), ("qwen3", "qwen3-f32.gguf"), ("mixtral", ""), ("qwen2_moe", "qwen2_moe-f32.gguf")],
+)
 def test_greedy_32_tokens_equal_transformers(model: str, file: str) -> None:
     """transformers' tokens were recorded by full recomputation (argmax of the whole sequence's logits each step)."""
     expected = np.load(FIXTURES / model / "expected.npz")

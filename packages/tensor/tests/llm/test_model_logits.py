@@ -27,6 +27,8 @@ def logits(path: pathlib.Path) -> np.ndarray:
         ("qwen2", "", "logits"),  # attention biases, tied embeddings
         ("qwen3", "", "logits"),  # QK-norm, head_dim != dim / heads
         ("mixtral", "", "logits"),  # top-2 of 4 experts
+        ("qwen2_moe", "", "logits"),  # unnormalized top-2 plus a gated shared expert, Qwen expert names
+        ("qwen2_moe", "qwen2_moe-f32.gguf", "logits_f32"),
         ("qwen3", "model.safetensors", "logits"),  # a single file with config.json beside it
         ("llama", "llama-f32.gguf", "logits_f32"),  # GGUF: llama.cpp's permuted q/k rows, rope_freqs
         ("qwen2", "qwen2-f32.gguf", "logits_f32"),

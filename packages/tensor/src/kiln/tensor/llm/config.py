@@ -48,7 +48,8 @@ class LlamaConfig:
             dim, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
             model_type = str(hf.get("model_type", "llama"))
             rope = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
-            theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+            parameters = hf.get("rope_parameters") or {}
+            theta = float(rope.pop("rope_theta", hf.get("rope_theta", parameters.get("rope_theta", 10000.0))))
             if rope.get("rope_type", rope.get("type")) in (None, "default"):
                 rope = {}
             experts = int(hf.get("num_local_experts", hf.get("num_experts", 0)) or 0)

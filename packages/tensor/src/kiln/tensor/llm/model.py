@@ -172,7 +172,15 @@ class Transformer:
         for expert in range(config.n_experts):  # dense: every expert runs, weighted by its share (0 if unchosen)
             result = self._ffn(prefix, x, gates[expert], ups[expert], downs[expert])
             out = out + result * share[..., expert : expert + 1]
+        if prefix + "ffn_gate_shexp.weight" in self.weights:  # Qwen MoE: a shared expert behind a sigmoid gate
+            shared_gate = self.weights[prefix + "ffn_gate_inp_shexp.weight"]
+            if isinstance(shared_gate, Tensor) and shared_gate.ndim == 1:
+                shared_gate = shared_gate.reshape(1, -1)
+            out = out + self._ffn(prefix + "ffn_", x, *self._shared(prefix)) * linear(x, shared_gate).sigmoid()
         return out
+
+    def _shared(self, prefix: str) -> tuple[Weight, Weight, Weight]:
+        return tuple(self.weights[f"{prefix}ffn_{kind}_shexp.weight"] for kind in ("gate", "up", "down"))  # type: ignore[return-value]
 
     def parameter_bytes(self) -> int:
         """The bytes the weights hold (quantized ones at their encoded size)."""

@@ -41,6 +41,10 @@ _HF_LAYER = {
     "mlp.down_proj.weight": "ffn_down.weight",
     "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
 _EXPERT = re.compile(r"(?:block_sparse_moe|mlp)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight")
 _EXPERT_KIND = {"w1": "gate", "gate_proj": "gate", "w3": "up", "up_proj": "up", "w2": "down", "down_proj": "down"}
@@ -78,8 +82,10 @@ def _load_gguf(path: Path) -> LoadedModel:
     config = LlamaConfig.from_gguf_metadata(metadata)
     weights: dict[str, Weight] = {}
     for name, (data, kind, shape) in raw.items():
-        if kind in _PLAIN or len(shape) == 1:
+        if len(shape) == 1:  # norms, biases: small, decoded once
             weights[name] = dequantize(data, kind, shape).realize()
+        elif kind in _PLAIN:  # a lazy decode of the mapped bytes, fused into each kernel that reads the matrix
+            weights[name] = dequantize(data, kind, shape)
         else:
             weights[name] = QuantizedWeight(data, kind, shape)
     if "rope_freqs.weight" in weights:  # Llama 3 scaling as per-frequency divisors
