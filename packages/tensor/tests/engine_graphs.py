@@ -14,7 +14,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from kiln.tensor import Tensor
-from kiln.tensor.schedule import SchedulePlan, cached_plan, normalize
+from kiln.tensor.realize import default_engine
+from kiln.tensor.schedule import SchedulePlan, normalize
 from kiln.uops import Ops
 
 FAST_DEVICE = "PYTHON"  # the interpreter device: no compiler, so the many small test kernels build quickly
@@ -22,7 +23,7 @@ FAST_DEVICE = "PYTHON"  # the interpreter device: no compiler, so the many small
 
 def plan_of(*tensors: Tensor) -> SchedulePlan:
     """The schedule plan realizing `tensors` together would run."""
-    return cached_plan(normalize([tensor.uop for tensor in tensors]).sink)
+    return default_engine().schedule.plan(normalize([tensor.uop for tensor in tensors]).sink)
 
 
 def const_like(tensor: Tensor, value: float | int | bool) -> Tensor:

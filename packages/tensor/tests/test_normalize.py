@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from kiln.tensor import Tensor
-from kiln.tensor.schedule import ScheduleCacheInfo, cached_plan, normalize
-from kiln.tensor.schedule.cache import cached_plan_of
+from kiln.tensor.realize import default_engine
+from kiln.tensor.schedule import normalize
 from kiln.uops import Ops, dtypes
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -58,7 +58,8 @@ def test_realizing_a_node_without_buffers_leaves_its_users_computing_it() -> Non
 def test_cached_plan_of_the_roots_is_the_plan_of_their_sink() -> None:
     x = _tensor(np.ones(3, np.float32)).realize()
     normalized = normalize([x._binary(Ops.ADD, const_like(x, 7.0)).uop])
-    plan = cached_plan(normalized.sink)
-    hits = ScheduleCacheInfo.hits
-    assert cached_plan_of(normalized.roots) is plan
-    assert ScheduleCacheInfo.hits == hits + 1
+    cache = default_engine().schedule
+    plan = cache.plan(normalized.sink)
+    hits = cache.hits
+    assert cache.plan_of(normalized.roots) is plan
+    assert cache.hits == hits + 1

@@ -10,8 +10,7 @@ import weakref
 import numpy as np
 
 from kiln.tensor import GlobalCounters, Tensor
-from kiln.tensor.realize import method_cache_size
-from kiln.tensor.schedule.cache import cache_sizes
+from kiln.tensor.realize import default_engine, method_cache_size
 
 DEVICE = "PYTHON"
 
@@ -19,13 +18,13 @@ DEVICE = "PYTHON"
 def test_new_fill_values_reuse_one_plan_and_one_kernel() -> None:
     for value in range(3):  # the structure is seen with two values: the fill value gets lifted
         Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize().numpy()
-    methods, plans = method_cache_size(), cache_sizes()["plans"]
+    methods, plans = method_cache_size(), default_engine().cache_sizes()["plans"]
     for value in range(3, 300):
         filled = Tensor.full((1000,), float(value), device=DEVICE).contiguous().realize()
         if value % 50 == 0:
             np.testing.assert_array_equal(filled.numpy(), np.full(1000, float(value), np.float32))
     assert method_cache_size() == methods
-    assert cache_sizes()["plans"] == plans
+    assert default_engine().cache_sizes()["plans"] == plans
 
 
 def test_realizing_new_fill_values_does_not_grow_memory() -> None:

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.tensor import GlobalCounters, Tensor, graph
-from kiln.tensor.schedule import CopyStep, KernelStep, ScheduleCacheInfo, clear_schedule_cache
+from kiln.tensor.realize import default_engine
+from kiln.tensor.schedule import CopyStep, KernelStep
 from kiln.uops import Ops, dtypes
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -181,14 +182,15 @@ def test_temporaries_reuse_memory() -> None:
 
 
 def test_schedule_cache_keys_on_structure_not_buffers() -> None:
-    clear_schedule_cache()
+    cache = default_engine().schedule
+    cache.clear()
     rng = np.random.default_rng(3)
     results = []
     for _ in range(3):
         values = rng.standard_normal((3, 5)).astype(np.float32)
         a = _tensor(values)
         results.append((a._binary(Ops.MUL, a)._reduce(Ops.ADD, (0,)).numpy(), (values * values).sum(0, keepdims=True)))
-    assert ScheduleCacheInfo.misses == 1 and ScheduleCacheInfo.hits == 2
+    assert cache.misses == 1 and cache.hits == 2
     for got, expected in results:
         np.testing.assert_allclose(got, expected, rtol=1e-6)
 

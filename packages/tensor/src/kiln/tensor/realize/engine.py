@@ -1,5 +1,10 @@
 """The realize engine: run a schedule plan on real buffers.
 
+An `Engine` owns every cache of realizing (schedule plans, compiled programs with their loaded runners, the renderer
+of each device, per-plan preparations, the buffers of lifted constants): inspectable (`cache_sizes()`), clearable
+(`clear()`), and independent of any other Engine. One default Engine serves the process (`default_engine()`);
+`use_engine(engine)` makes another one current for a block (tests, tools that want a cold or isolated cache).
+
 For each kernel step: the program comes from the method cache (keyed by the kernel sink, the device and the
 renderer class; a miss runs codegen's `get_program` with the device's renderer) and is launched on the step's
 buffers. Copies go through the runtime. `DEBUG=1` prints each schedule's kernel count and time, `DEBUG=2` one line
@@ -11,7 +16,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,19 +40,22 @@ from kiln.tensor.schedule import (
     normalize,
     record_realized,
 )
-from kiln.tensor.schedule.cache import cached_plan_of, lookup_plan, varying_constants
+from kiln.tensor.schedule.cache import ScheduleCache
 from kiln.tensor.schedule.normalize import const_key
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
+    "Engine",
     "LaunchRecorder",
     "Method",
     "clear_method_cache",
     "compiled_program",
+    "default_engine",
     "method_cache_size",
     "realize_uops",
     "run_kernel_step",
     "run_plan",
+    "use_engine",
 ]
 
 
@@ -79,57 +88,19 @@ class Method:
     mem_bytes: int
 
 
-_MAX_METHODS = 2048
-_methods: OrderedDict[tuple[UOp, str], Method] = OrderedDict()  # least recently used first out
-_renderers: dict[str, Renderer] = {}
-# numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's
+# numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's; shared
+# by every Engine, so node numbers stay unique in the process
 _fresh_numbers = itertools.count(1 << 40)
 
 
-def compiled_program(ast: UOp, device: str) -> Method:
-    """The `Method` of kernel sink `ast` on `device`, built once per sink, device and renderer (the method cache)."""
-    key = (ast, device)
-    method = _methods.get(key)
-    if method is not None:
-        _methods.move_to_end(key)
-    else:
-        renderer = _renderers.get(device)
-        if renderer is None:
-            renderer = _renderers[device] = renderer_for(device)
-        program, slots = _build(ast, renderer)
-        estimates = program.estimates
-        flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
-        if len(_methods) >= _MAX_METHODS:
-            _methods.popitem(last=False)
-        method = _methods[key] = Method(program, slots, load(program, device), int(flops), int(memory))
-    return method
-
-
-def _build(ast: UOp, renderer: Renderer) -> tuple[Program, tuple[int, ...]]:
-    program = Program(get_program(ast, renderer))
+def _slots_of(ast: UOp, program: Program) -> tuple[int, ...]:
+    """The kernel buffer slots a launch passes: 0..last used one. Codegen may prove some buffers never read (every
+    load of one gated off) and drop their parameters; the runner takes any buffer for such a slot and does not pass
+    it to the kernel, so the program is built once whatever codegen dropped."""
     slots = sorted({u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL})
-    if list(program.globals) == slots:
-        return program, tuple(slots)
-    # codegen proved some buffers are never read (e.g. every load of one is gated off) and dropped them; number the
-    # kept buffers first so the program's parameters are 0..k-1 again, and pass only those
-    kept = [slot for slot in slots if slot in program.globals]
-    order = kept + [slot for slot in slots if slot not in program.globals]
-    renumber = {u: u.replace(arg=order.index(u.arg)) for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}
-    program = Program(get_program(ast.substitute(renumber), renderer))
-    if list(program.globals) != list(range(len(kept))):
-        raise RuntimeError(f"codegen changed the buffer parameters of kernel {program.name!r} unexpectedly")
-    return program, tuple(kept)
-
-
-def clear_method_cache() -> None:
-    """Forgets every compiled program and the renderer of each device (the next launch builds them again)."""
-    _methods.clear()
-    _renderers.clear()
-
-
-def method_cache_size() -> int:
-    """How many programs the method cache holds."""
-    return len(_methods)
+    if not set(program.globals) <= set(slots):
+        raise RuntimeError(f"codegen invented buffer parameters {program.globals} for kernel {program.name!r}")
+    return tuple(range(program.globals[-1] + 1)) if program.globals else ()
 
 
 class _PreparedPlan:
@@ -153,18 +124,6 @@ class _PreparedPlan:
         self.bare_views = tuple(bare)
 
 
-_prepared: dict[int, _PreparedPlan] = {}  # by id(plan); each entry keeps its plan alive, so an id is never reused
-
-
-def _prepare(plan: SchedulePlan) -> _PreparedPlan:
-    prepared = _prepared.get(id(plan))
-    if prepared is None or prepared.plan is not plan:
-        if len(_prepared) >= 4096:  # plans the schedule cache let go of: start over
-            _prepared.clear()
-        prepared = _prepared[id(plan)] = _PreparedPlan(plan)
-    return prepared
-
-
 def _output_node(device: str, size: int, dtype: DType) -> UOp:
     # the plan's output specs are valid buffer specs already, so the node is built directly (no re-checks). The
     # next op on a result asks for its shape and device at once: a BUFFER node's are (size,) and its device
@@ -180,28 +139,6 @@ def _lift_all(number: int) -> bool:
     return True
 
 
-_MAX_CONSTANT_BUFFERS = 256
-# one-element buffers holding lifted constants, by (dtype, device, value): read-only, so calls share them
-_constant_buffers: OrderedDict[tuple[DType, str, tuple[type, object]], Buffer] = OrderedDict()
-
-
-def _input_buffer(node: UOp) -> Buffer:
-    """The Buffer of an input: a BUFFER node's own, or for a lifted CONST a one-element buffer holding its value."""
-    if node.op is not Ops.CONST:
-        return buffer_of(node)
-    device = str(node.src[0].arg)
-    key = (node.dtype, device, const_key(node.arg))
-    found = _constant_buffers.get(key)
-    if found is not None:
-        _constant_buffers.move_to_end(key)
-        return found
-    if len(_constant_buffers) >= _MAX_CONSTANT_BUFFERS:
-        _constant_buffers.popitem(last=False)
-    found = _constant_buffers[key] = Buffer(device, 1, node.dtype)
-    found.copyin(_constant_bytes(node))
-    return found
-
-
 def _constant_bytes(node: UOp) -> bytes:
     # normalize lifts only constants of dtypes numpy can hold
     assert node.dtype.fmt is not None
@@ -211,8 +148,8 @@ def _constant_bytes(node: UOp) -> bytes:
 class _Buffers:
     """The runtime Buffers of one run of a plan."""
 
-    def __init__(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> None:
-        self.inputs = [_input_buffer(node) for node in inputs]
+    def __init__(self, engine: Engine, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> None:
+        self.inputs = [engine.input_buffer(node) for node in inputs]
         self.output_nodes = [_output_node(device, size, dtype) for device, size, dtype in prepared.outputs]
         self.outputs = [buffer_of(node) for node in self.output_nodes]
         for buffer in self.outputs:
@@ -247,54 +184,6 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
     )
 
 
-def run_kernel_step(step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
-    """Runs one kernel step: its program (from the method cache) on `buffers`, the runtime Buffer of each of the
-    step's buffer slots in order; updates `GlobalCounters` (and prints the kernel's line when `debug` >= 2)."""
-    method = compiled_program(step.ast, step.device)
-    arguments = [buffers[slot] for slot in method.slots]
-    begin = time.perf_counter_ns()
-    seconds = method.runner(arguments, None, wait=debug >= 2)
-    elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.time_ns += elapsed
-    GlobalCounters.flops += method.flops
-    GlobalCounters.mem_bytes += method.mem_bytes
-    if debug >= 2:
-        _debug_kernel(step, method, elapsed / 1e9)
-    if launch_recorder is not None:
-        launch_recorder.record_kernel(method, arguments)
-
-
-def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
-    """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
-    prepared = _prepare(plan)
-    buffers = _Buffers(plan, prepared, inputs)
-    debug = knobs.DEBUG
-    recorder = launch_recorder
-    started = time.perf_counter_ns()
-    kernels = 0
-    for step in plan.steps:
-        if isinstance(step, KernelStep):
-            run_kernel_step(step, [buffers.get(ref) for ref in step.buffers], debug)
-            kernels += 1
-        else:
-            assert isinstance(step, CopyStep)
-            destination, source = buffers.get(step.destination), buffers.get(step.source)
-            begin = time.perf_counter_ns()
-            copy_between(destination, source)
-            GlobalCounters.copies += 1
-            GlobalCounters.time_ns += time.perf_counter_ns() - begin
-            GlobalCounters.mem_bytes += 2 * source.nbytes
-            if recorder is not None:
-                recorder.record_copy(destination, source)
-    if debug >= 1 and plan.steps:
-        for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
-            Device[device].synchronize()
-        total = (time.perf_counter_ns() - started) / 1e6
-        print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
-    return _views(plan, prepared, inputs, buffers)
-
-
 def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], buffers: _Buffers) -> list[UOp]:
     # placeholders -> real BUFFER nodes; an overwritten input gets a fresh node, so graphs built on the old node
     # (and values realized from them) are never mistaken for graphs of the new contents
@@ -323,21 +212,223 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], b
     return results
 
 
-def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
-    """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.
+class Engine:
+    """The realize engine and its caches; `default_engine()` is the process's, `use_engine` switches for a block.
 
-    A structure seen before with other values of some constants gets those constants lifted into one-element input
-    buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
+    Args:
+        max_methods: compiled programs kept (least recently used first out).
+        max_constant_buffers: one-element buffers of lifted constants kept.
+        schedule: the schedule cache to use (default: a new `ScheduleCache`).
+
+    Attributes:
+        schedule: the `ScheduleCache` (plans by structure, hit and miss counts).
+        programs_built: how many times codegen's `get_program` ran for this engine (once per kernel and device).
     """
-    normalized = normalize(uops)
-    plan = lookup_plan(normalized.roots)
-    if plan is None:
-        masked = normalize(uops, lift=_lift_all)
-        varying = varying_constants(masked.roots, masked.constants)
-        if varying:
-            normalized = normalize(uops, lift=varying.__contains__)
-        plan = cached_plan_of(normalized.roots)
-    views = run_plan(plan, normalized.inputs)
-    for uop, view in zip(uops, views):
-        record_realized(uop, view)
-    return views
+
+    def __init__(
+        self, max_methods: int = 2048, max_constant_buffers: int = 256, schedule: ScheduleCache | None = None
+    ) -> None:
+        for name, value in (("max_methods", max_methods), ("max_constant_buffers", max_constant_buffers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Engine {name} must be a positive int, got {value!r}")
+        self.max_methods, self.max_constant_buffers = max_methods, max_constant_buffers
+        self.schedule = schedule if schedule is not None else ScheduleCache()
+        self.programs_built = 0
+        self._methods: OrderedDict[tuple[UOp, str], Method] = OrderedDict()  # least recently used first out
+        self._renderers: dict[str, Renderer] = {}
+        # by id(plan); each entry keeps its plan alive, so an id is never reused while it is here
+        self._prepared: dict[int, _PreparedPlan] = {}
+        # one-element buffers holding lifted constants, by (dtype, device, value): read-only, so calls share them
+        self._constant_buffers: OrderedDict[tuple[DType, str, tuple[type, object]], Buffer] = OrderedDict()
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{count} {name}" for name, count in self.cache_sizes().items())
+        return f"<Engine {sizes}>"
+
+    # -- inspection ----------------------------------------------------------------------------------------------
+    def cache_sizes(self) -> dict[str, int]:
+        """How many entries each cache holds: methods, renderers, prepared plans, constant buffers, plans,
+        structures."""
+        return {
+            "methods": len(self._methods),
+            "renderers": len(self._renderers),
+            "prepared": len(self._prepared),
+            "constant_buffers": len(self._constant_buffers),
+            **self.schedule.sizes(),
+        }
+
+    def clear(self) -> None:
+        """Forgets everything cached: plans, programs, renderers, preparations, constant buffers (and the counts)."""
+        self.clear_methods()
+        self._prepared.clear()
+        self._constant_buffers.clear()
+        self.schedule.clear()
+
+    def clear_methods(self) -> None:
+        """Forgets every compiled program and the renderer of each device (the next launch builds them again)."""
+        self._methods.clear()
+        self._renderers.clear()
+
+    # -- programs ------------------------------------------------------------------------------------------------
+    def compiled_program(self, ast: UOp, device: str) -> Method:
+        """The `Method` of kernel sink `ast` on `device`, built once per sink, device and renderer."""
+        key = (ast, device)
+        methods = self._methods
+        method = methods.get(key)
+        if method is not None:
+            methods.move_to_end(key)
+            return method
+        renderer = self._renderers.get(device)
+        if renderer is None:
+            renderer = self._renderers[device] = renderer_for(device)
+        program = Program(get_program(ast, renderer))
+        self.programs_built += 1
+        estimates = program.estimates
+        flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
+        if len(methods) >= self.max_methods:
+            methods.popitem(last=False)
+        method = Method(program, _slots_of(ast, program), load(program, device), int(flops), int(memory))
+        methods[key] = method
+        return method
+
+    def input_buffer(self, node: UOp) -> Buffer:
+        """The Buffer of an input: a BUFFER node's own, or for a lifted CONST a one-element buffer of its value."""
+        if node.op is not Ops.CONST:
+            return buffer_of(node)
+        device = str(node.src[0].arg)
+        key = (node.dtype, device, const_key(node.arg))
+        found = self._constant_buffers.get(key)
+        if found is not None:
+            self._constant_buffers.move_to_end(key)
+            return found
+        if len(self._constant_buffers) >= self.max_constant_buffers:
+            self._constant_buffers.popitem(last=False)
+        found = self._constant_buffers[key] = Buffer(device, 1, node.dtype)
+        found.copyin(_constant_bytes(node))
+        return found
+
+    def _prepare(self, plan: SchedulePlan) -> _PreparedPlan:
+        prepared = self._prepared.get(id(plan))
+        if prepared is None or prepared.plan is not plan:
+            if len(self._prepared) >= 4096:  # plans the schedule cache let go of: start over
+                self._prepared.clear()
+            prepared = self._prepared[id(plan)] = _PreparedPlan(plan)
+        return prepared
+
+    # -- running -------------------------------------------------------------------------------------------------
+    def run_kernel_step(self, step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
+        """Runs one kernel step: its program (from the method cache) on `buffers`, the runtime Buffer of each of the
+        step's buffer slots in order; updates `GlobalCounters` (and prints the kernel's line when `debug` >= 2)."""
+        method = self.compiled_program(step.ast, step.device)
+        arguments = [buffers[slot] for slot in method.slots]
+        begin = time.perf_counter_ns()
+        seconds = method.runner(arguments, None, wait=debug >= 2)
+        elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.time_ns += elapsed
+        GlobalCounters.flops += method.flops
+        GlobalCounters.mem_bytes += method.mem_bytes
+        if debug >= 2:
+            _debug_kernel(step, method, elapsed / 1e9)
+        if launch_recorder is not None:
+            launch_recorder.record_kernel(method, arguments)
+
+    def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
+        """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
+        prepared = self._prepare(plan)
+        buffers = _Buffers(self, plan, prepared, inputs)
+        debug = knobs.DEBUG
+        recorder = launch_recorder
+        started = time.perf_counter_ns()
+        kernels = 0
+        for step in plan.steps:
+            if isinstance(step, KernelStep):
+                self.run_kernel_step(step, [buffers.get(ref) for ref in step.buffers], debug)
+                kernels += 1
+            else:
+                assert isinstance(step, CopyStep)
+                destination, source = buffers.get(step.destination), buffers.get(step.source)
+                begin = time.perf_counter_ns()
+                copy_between(destination, source)
+                GlobalCounters.copies += 1
+                GlobalCounters.time_ns += time.perf_counter_ns() - begin
+                GlobalCounters.mem_bytes += 2 * source.nbytes
+                if recorder is not None:
+                    recorder.record_copy(destination, source)
+        if debug >= 1 and plan.steps:
+            for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
+                Device[device].synchronize()
+            total = (time.perf_counter_ns() - started) / 1e6
+            print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
+        return _views(plan, prepared, inputs, buffers)
+
+    def realize(self, uops: Sequence[UOp]) -> list[UOp]:
+        """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.
+
+        A structure seen before with other values of some constants gets those constants lifted into one-element input
+        buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
+        """
+        schedule = self.schedule
+        normalized = normalize(uops)
+        plan = schedule.lookup(normalized.roots)
+        if plan is None:
+            masked = normalize(uops, lift=_lift_all)
+            varying = schedule.varying_constants(masked.roots, masked.constants)
+            if varying:
+                normalized = normalize(uops, lift=varying.__contains__)
+            plan = schedule.plan_of(normalized.roots)
+        views = self.run_plan(plan, normalized.inputs)
+        for uop, view in zip(uops, views):
+            record_realized(uop, view)
+        return views
+
+
+_current = Engine()  # the engine module-level functions and Tensor.realize use (see use_engine)
+
+
+def default_engine() -> Engine:
+    """The Engine that realizes tensors now: the process's own unless `use_engine` switched it."""
+    return _current
+
+
+@contextmanager
+def use_engine(engine: Engine) -> Iterator[Engine]:
+    """Realize with `engine` inside the block (its caches, not the default engine's); restores the previous one."""
+    global _current
+    if not isinstance(engine, Engine):
+        raise TypeError(f"use_engine takes a kiln.tensor Engine, got {type(engine).__name__}")
+    previous, _current = _current, engine
+    try:
+        yield engine
+    finally:
+        _current = previous
+
+
+def compiled_program(ast: UOp, device: str) -> Method:
+    """The current engine's `Method` of kernel sink `ast` on `device` (`Engine.compiled_program`)."""
+    return _current.compiled_program(ast, device)
+
+
+def run_kernel_step(step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
+    """`Engine.run_kernel_step` of the current engine."""
+    _current.run_kernel_step(step, buffers, debug)
+
+
+def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
+    """`Engine.run_plan` of the current engine."""
+    return _current.run_plan(plan, inputs)
+
+
+def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
+    """`Engine.realize` of the current engine: schedule (cached by structure) and run; the nodes' buffer views."""
+    return _current.realize(uops)
+
+
+def clear_method_cache() -> None:
+    """Forgets the current engine's compiled programs and renderers (`Engine.clear_methods`)."""
+    _current.clear_methods()
+
+
+def method_cache_size() -> int:
+    """How many programs the current engine's method cache holds."""
+    return _current.cache_sizes()["methods"]

@@ -1,6 +1,6 @@
 """The scheduler: tensor graphs -> kernels (codegen kernel sinks) and copies, with fusion and buffer planning."""
 
-from kiln.tensor.schedule.cache import ScheduleCacheInfo, cached_plan, clear_schedule_cache
+from kiln.tensor.schedule.cache import ScheduleCache
 from kiln.tensor.schedule.items import (
     BufferRef,
     BufferSource,
@@ -32,12 +32,10 @@ __all__ = [
     "KernelStep",
     "NormalizedGraph",
     "OutputSlot",
-    "ScheduleCacheInfo",
+    "ScheduleCache",
     "SchedulePlan",
     "Step",
     "alias_base",
-    "cached_plan",
-    "clear_schedule_cache",
     "forget_realized_into",
     "mark_overwritten",
     "normalize",

@@ -1,4 +1,4 @@
-"""The schedule cache: plans keyed by the normalized graph, least recently used first out.
+"""`ScheduleCache`: plans keyed by the normalized graph, least recently used first out (one per realize `Engine`).
 
 Normalized nodes are hash-consed, so the tuple of a request's normalized nodes (the sources of its SINK) identifies
 its structure, and a lookup is one dict probe without building the SINK.
@@ -18,75 +18,78 @@ from kiln.tensor.schedule.normalize import ConstKey
 from kiln.tensor.schedule.planner import plan_schedule
 from kiln.uops import Ops, UOp
 
-_MAX_PLANS = 4096
-_MAX_STRUCTURES = 4096
-_VARIANTS_KEPT = 4  # constant sets remembered per structure
-_plans: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
-_variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
+__all__ = ["ScheduleCache"]
 
 
-class ScheduleCacheInfo:
-    """Hit and miss counts of the schedule cache since the last `clear_schedule_cache()`."""
+class ScheduleCache:
+    """Schedule plans by normalized structure, and the constant values each structure was seen with.
 
-    hits = 0
-    misses = 0
+    Attributes:
+        hits, misses: lookups that found a plan / had to plan, since construction or the last `clear()`.
+        max_plans, max_structures: the least recently used entries beyond these are forgotten.
+        variants_kept: how many constant sets are remembered per structure.
+    """
 
+    def __init__(self, max_plans: int = 4096, max_structures: int = 4096, variants_kept: int = 4) -> None:
+        self.max_plans, self.max_structures, self.variants_kept = max_plans, max_structures, variants_kept
+        self._plans: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
+        self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
 
-def cached_plan(sink: UOp) -> SchedulePlan:
-    """The plan of normalized SINK `sink`, computed once per structure."""
-    if sink.op is not Ops.SINK:
-        raise TypeError(f"cached_plan takes the SINK of a normalized graph, got {sink.op!r}")
-    return cached_plan_of(sink.src)
+    def __repr__(self) -> str:
+        return f"<ScheduleCache {len(self._plans)} plans, {self.hits} hits, {self.misses} misses>"
 
+    def plan(self, sink: UOp) -> SchedulePlan:
+        """The plan of normalized SINK `sink`, computed once per structure."""
+        if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+            raise TypeError(f"ScheduleCache.plan takes the SINK of a normalized graph, got {sink!r:.80}")
+        return self.plan_of(sink.src)
 
-def cached_plan_of(roots: tuple[UOp, ...]) -> SchedulePlan:
-    """The plan of the normalized nodes `roots` (`NormalizedGraph.roots`), computed once per structure."""
-    plan = lookup_plan(roots)
-    if plan is not None:
+    def plan_of(self, roots: tuple[UOp, ...]) -> SchedulePlan:
+        """The plan of the normalized nodes `roots` (`NormalizedGraph.roots`), computed once per structure."""
+        plan = self.lookup(roots)
+        if plan is not None:
+            return plan
+        self.misses += 1
+        plan = plan_schedule(UOp(Ops.SINK, src=roots))
+        if len(self._plans) >= self.max_plans:
+            self._plans.popitem(last=False)  # the least recently used entry
+        self._plans[roots] = plan
         return plan
-    ScheduleCacheInfo.misses += 1
-    plan = plan_schedule(UOp(Ops.SINK, src=roots))
-    if len(_plans) >= _MAX_PLANS:
-        _plans.popitem(last=False)  # the least recently used entry
-    _plans[roots] = plan
-    return plan
 
+    def lookup(self, roots: tuple[UOp, ...]) -> SchedulePlan | None:
+        """The cached plan of the normalized nodes `roots`, or None (counted as a hit only when found)."""
+        plan = self._plans.get(roots)
+        if plan is not None:
+            self.hits += 1
+            self._plans.move_to_end(roots)
+        return plan
 
-def lookup_plan(roots: tuple[UOp, ...]) -> SchedulePlan | None:
-    """The cached plan of the normalized nodes `roots`, or None (counted as a hit only when found)."""
-    plan = _plans.get(roots)
-    if plan is not None:
-        ScheduleCacheInfo.hits += 1
-        _plans.move_to_end(roots)
-    return plan
+    def varying_constants(self, masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
+        """The numbers of the constants whose value differed between the calls seen with the structure
+        `masked_roots` (normalized with every constant lifted), counting this call with `constants`."""
+        seen = self._variants.get(masked_roots)
+        if seen is None:
+            if len(self._variants) >= self.max_structures:
+                self._variants.popitem(last=False)
+            seen = self._variants[masked_roots] = []
+        else:
+            self._variants.move_to_end(masked_roots)
+        if constants not in seen:
+            seen.append(constants)
+            del seen[: -self.variants_kept]
+        if len(seen) < 2:
+            return frozenset()
+        return frozenset(n for n in range(len(constants)) if len({values[n] for values in seen}) > 1)
 
+    def sizes(self) -> dict[str, int]:
+        """How many entries each part holds (plans, structures with constant variants)."""
+        return {"plans": len(self._plans), "structures": len(self._variants)}
 
-def varying_constants(masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
-    """The numbers of the constants whose value differed between the calls seen with the structure `masked_roots`
-    (normalized with every constant lifted), counting this call with `constants`."""
-    seen = _variants.get(masked_roots)
-    if seen is None:
-        if len(_variants) >= _MAX_STRUCTURES:
-            _variants.popitem(last=False)
-        seen = _variants[masked_roots] = []
-    else:
-        _variants.move_to_end(masked_roots)
-    if constants not in seen:
-        seen.append(constants)
-        del seen[:-_VARIANTS_KEPT]
-    if len(seen) < 2:
-        return frozenset()
-    return frozenset(number for number in range(len(constants)) if len({values[number] for values in seen}) > 1)
-
-
-def cache_sizes() -> dict[str, int]:
-    """How many entries each schedule-level cache holds (plans, structures with constant variants)."""
-    return {"plans": len(_plans), "structures": len(_variants)}
-
-
-def clear_schedule_cache() -> None:
-    """Forgets every cached plan and resets the hit and miss counts."""
-    _plans.clear()
-    _variants.clear()
-    ScheduleCacheInfo.hits = 0
-    ScheduleCacheInfo.misses = 0
+    def clear(self) -> None:
+        """Forgets every plan and constant variant and resets the hit and miss counts."""
+        self._plans.clear()
+        self._variants.clear()
+        self.hits = 0
+        self.misses = 0

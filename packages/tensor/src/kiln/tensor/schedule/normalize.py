@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import ConstType, DType, Ops, UOp, dtypes
+from kiln.uops import ConstType, Ops, UOp, dtypes
 
 _REALIZED = "tensor_realized"
 # A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
@@ -115,17 +115,10 @@ class NormalizedGraph:
         return UOp(Ops.SINK, src=self.roots)
 
 
-_placeholders: dict[tuple[int, int, DType, str], UOp] = {}
-
-
 def _placeholder(position: int, node: UOp) -> UOp:
-    key = (position, node.arg.size, node.dtype, node.arg.device)
-    found = _placeholders.get(key)
-    if found is None:
-        if len(_placeholders) > 65536:  # sizes seen long ago: let them go
-            _placeholders.clear()
-        found = _placeholders[key] = UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, *key[1:2], key[3]))
-    return found
+    # hash-consed: the same position, size, dtype and device give the same node, so no cache is needed
+    arg = node.arg
+    return UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, arg.size, arg.device))
 
 
 ConstKey = tuple[type, object]
@@ -138,11 +131,7 @@ def const_key(value: ConstType) -> ConstKey:
 
 def _constant_placeholder(position: int, node: UOp) -> UOp:
     # a lifted constant reads element 0 of a one-element input buffer
-    key = (position, 1, node.dtype, str(node.src[0].arg))
-    found = _placeholders.get(key)
-    if found is None:
-        found = _placeholders[key] = UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, 1, key[3]))
-    return found
+    return UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, 1, str(node.src[0].arg)))
 
 
 def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) -> NormalizedGraph:

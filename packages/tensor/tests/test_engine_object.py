@@ -1,0 +1,129 @@
+"""The realize `Engine` owns every cache: two engines are independent, clearing one leaves the other, codegen runs
+once per kernel (also when it drops a buffer parameter), and no module of the engine keeps a mutable cache itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln.tensor
+from kiln.tensor import Tensor
+from kiln.tensor.realize import Engine, default_engine, use_engine
+from kiln.uops import Ops
+
+DEVICE = "PYTHON"
+
+
+def _step(values: np.ndarray) -> np.ndarray:
+    x = Tensor(values, device=DEVICE)
+    return ((x * 2.0 + 1.0).relu().sum(0)).numpy()
+
+
+def test_default_engine_is_used_outside_use_engine() -> None:
+    engine = default_engine()
+    assert isinstance(engine, Engine)
+    with use_engine(Engine()) as other:
+        assert default_engine() is other and other is not engine
+    assert default_engine() is engine
+
+
+def test_two_engines_are_independent() -> None:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    expected = np.maximum(values * 2 + 1, 0).sum(0)
+    first, second = Engine(), Engine()
+    with use_engine(first):
+        np.testing.assert_array_equal(_step(values), expected)
+    sizes = first.cache_sizes()
+    assert sizes["methods"] >= 1 and sizes["plans"] >= 1 and first.programs_built >= 1
+    assert second.cache_sizes() == dict.fromkeys(sizes, 0)  # nothing leaked into the other engine
+    with use_engine(second):
+        np.testing.assert_array_equal(_step(values), expected)
+    assert second.programs_built == first.programs_built  # built again: second shares nothing with first
+    built = first.programs_built
+    with use_engine(first):
+        np.testing.assert_array_equal(_step(values + 1), np.maximum((values + 1) * 2 + 1, 0).sum(0))
+    assert first.programs_built == built  # a warm engine reuses its own programs
+    first.clear()
+    assert first.cache_sizes() == dict.fromkeys(sizes, 0) and first.schedule.hits == first.schedule.misses == 0
+    assert second.cache_sizes()["methods"] >= 1  # clearing one leaves the other
+
+
+def test_get_program_runs_once_per_kernel_even_when_codegen_drops_a_parameter() -> None:
+    engine = Engine()
+    with use_engine(engine):
+        x = Tensor(np.arange(4, dtype=np.float32), device=DEVICE)
+        y = Tensor(np.full(4, 10, np.float32), device=DEVICE)
+        zeros = x._movement(Ops.PAD, ((0, 4),))._movement(Ops.SHRINK, ((4, 8),))  # every load of x is gated off
+        np.testing.assert_array_equal(zeros._binary(Ops.ADD, y).numpy(), np.full(4, 10.0))
+        assert engine.programs_built == engine.cache_sizes()["methods"]
+        # the kernel really lost x's parameter: the program takes fewer buffers than the kernel has slots
+        assert any(len(m.program.globals) < 3 for m in engine._methods.values())
+
+
+def test_engine_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_methods"):
+        Engine(max_methods=0)
+    with pytest.raises(TypeError, match="Engine"), use_engine("default"):  # type: ignore[arg-type]
+        pass
+
+
+def test_method_cache_is_bounded_per_engine() -> None:
+    engine = Engine(max_methods=2)
+    with use_engine(engine):
+        for k in range(4):  # four different kernels
+            Tensor(np.ones(3 + k, np.float32), device=DEVICE).exp().numpy()
+    assert engine.cache_sizes()["methods"] == 2
+
+
+_ENGINE_MODULES = ("realize", "schedule")
+# Module-level state in these folders that is not a cache of the engine but a fact about the program's tensors,
+# shared by every engine: which tensors exist (so a write can rebind them) and which graph nodes were realized into
+# which buffer (so a write can forget them). Anything else found by the scan fails the test.
+_GRAPH_STATE = {
+    "mutation.py:_live",  # the live tensors, weakly, by id
+    "mutation.py:_sweep_at",  # when the live table is swept next
+    "normalize.py:_epoch",  # the epoch of "normalizes to itself" marks
+    "normalize.py:_recorded_into",  # the nodes realized into each BUFFER node, weakly both ways
+}
+_MUTABLE_CALLS = {"dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"}
+
+
+def _module_level_mutables(path: Path) -> list[str]:
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        if value is None or any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            continue
+        mutable = isinstance(value, ast.Dict | ast.List | ast.Set | ast.DictComp | ast.ListComp | ast.SetComp) or (
+            isinstance(value, ast.Call)
+            and (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) in _MUTABLE_CALLS
+        )
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if mutable and not all(f"{path.name}:{name}" in _GRAPH_STATE for name in names):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_module_level_mutable_caches_in_the_engine() -> None:
+    root = Path(kiln.tensor.__file__).parent
+    offenders = [
+        hit
+        for folder in _ENGINE_MODULES
+        for p in sorted((root / folder).glob("*.py"))
+        for hit in _module_level_mutables(p)
+    ]
+    assert offenders == [], f"module-level mutable state in the realize engine: {offenders}"
+
+
+def test_the_scan_finds_a_module_level_cache(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from collections import OrderedDict\n_c: OrderedDict[int, int] = OrderedDict()\nX = {}\n")
+    assert _module_level_mutables(sample) == ["sample.py:2", "sample.py:3"]
