@@ -1,8 +1,24 @@
-"""kiln.tensor.llm: llama-family language models from GGUF or safetensors (model, weights, generation)."""
+"""kiln.tensor.llm: llama-family language models from GGUF or safetensors: model, weights, generation, tokenizer,
+chat format, `python -m kiln.tensor.llm` (chat CLI) and `... serve` (OpenAI-compatible server)."""
 
+from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.generate import GenerationStats, Generator
 from kiln.tensor.llm.model import Transformer
+from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
+from kiln.tensor.llm.tokenizer import Tokenizer
 from kiln.tensor.llm.weights import LoadedModel, load_model
 
-__all__ = ["GenerationStats", "Generator", "LlamaConfig", "LoadedModel", "Transformer", "load_model"]
+__all__ = [
+    "ChatModel",
+    "ChatTemplate",
+    "Completion",
+    "GenerationStats",
+    "Generator",
+    "LlamaConfig",
+    "LoadedModel",
+    "Tokenizer",
+    "Transformer",
+    "load_chat_model",
+    "load_model",
+]

@@ -1,0 +1,130 @@
+"""`python -m kiln.tensor.llm`: chat with a local model, run one prompt, or serve the OpenAI-compatible API.
+
+    python -m kiln.tensor.llm --model PATH                      interactive chat (the model's chat format)
+    python -m kiln.tensor.llm --model PATH --prompt TEXT        one completion of the raw prompt (--chat: as a chat)
+    python -m kiln.tensor.llm serve --model PATH --port N       the HTTP server (kiln.tensor.llm.server)
+
+Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
+
+__all__ = ["main"]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return value
+
+
+def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    parser.add_argument("--top-k", type=_positive_int, default=0, help="keep the k likeliest tokens (0 = all)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed of the sampler")
+
+
+def _chat_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kiln.tensor.llm",
+        description="Run a llama-family model from a .gguf file or a safetensors folder "
+        "('serve --model PATH --port N' starts the OpenAI-compatible server).",
+    )
+    parser.add_argument("--model", required=True, help="a .gguf file, or a folder with config.json + *.safetensors")
+    parser.add_argument("--prompt", help="one raw prompt (no chat template unless --chat); omit for a chat session")
+    parser.add_argument("--chat", action="store_true", help="send --prompt as a user message in the chat format")
+    parser.add_argument("--system", default=None, help="a system message for chat")
+    parser.add_argument("--max-tokens", type=_positive_int, default=256, help="at most this many new tokens")
+    _sampling_arguments(parser)
+    return parser
+
+
+def _report(result: Completion, err: TextIO) -> None:
+    stats = result.stats
+    print(
+        f"\n[prefill {stats.prefill_tokens} tokens, {stats.prefill_tokens_per_second:.1f} tok/s; "
+        f"decode {stats.decode_tokens} tokens, {stats.decode_tokens_per_second:.1f} tok/s; "
+        f"finish: {result.finish_reason}]",
+        file=err,
+        flush=True,
+    )
+
+
+def _run(model: ChatModel, prompt_ids: list[int], args: argparse.Namespace, out: TextIO, err: TextIO) -> Completion:
+    room = model.context_length - len(prompt_ids)
+    if room <= 0:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {model.context_length}")
+    result = Completion()
+    deltas = model.stream_text(
+        prompt_ids, result, max_tokens=min(args.max_tokens, room), temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+    )  # fmt: skip
+    for delta in deltas:
+        out.write(delta)
+        out.flush()
+    _report(result, err)
+    return result
+
+
+def _chat_loop(model: ChatModel, args: argparse.Namespace, inp: TextIO, out: TextIO, err: TextIO) -> None:
+    messages: list[dict[str, object]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    print(f"[{model.name}: chat format {model.template.family}; empty line or Ctrl-D to quit]", file=err, flush=True)
+    while True:
+        out.write("> ")
+        out.flush()
+        line = inp.readline()
+        if not line or not line.strip():
+            return
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        result = _run(model, model.encode_chat(messages), args, out, err)
+        out.write("\n")
+        messages.append({"role": "assistant", "content": result.text})
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """The command line; returns the exit status (2 for usage errors, 1 for a model that cannot be loaded)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    inp, out, err = stdin or sys.stdin, stdout or sys.stdout, sys.stderr
+    if args_list[:1] == ["serve"]:
+        from kiln.tensor.llm.server import serve_main
+
+        return serve_main(args_list[1:])
+    args = _chat_parser().parse_args(args_list)
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        print(f"error: need --temperature >= 0 and 0 < --top-p <= 1, got {args.temperature}, {args.top_p}", file=err)
+        return 2
+    try:
+        model = load_chat_model(args.model)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        print(f"error: cannot load the model: {error}", file=err)
+        return 1
+    try:
+        if args.prompt is None:
+            _chat_loop(model, args, inp, out, err)
+        else:
+            messages = [{"role": "system", "content": args.system}] if args.system else []
+            ids = (
+                model.encode_chat([*messages, {"role": "user", "content": args.prompt}])
+                if args.chat
+                else (model.encode_prompt(args.prompt))
+            )
+            _run(model, ids, args, out, err)
+            out.write("\n")
+    except ValueError as error:
+        print(f"error: {error}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=err)
+        return 130
+    return 0

@@ -1,0 +1,160 @@
+"""`ChatModel`: a loaded model with its tokenizer and chat format, producing text as it is generated.
+
+What the CLI and the server share: loading (`load_chat_model`), prompt encoding, and `stream_text`, which turns the
+generator's tokens into text deltas with stop strings applied (text that might be the start of a stop string is
+held back until it is known not to be one, and the stop string itself is never emitted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.tensor.llm.chat_template import ChatTemplate
+from kiln.tensor.llm.generate import GenerationStats, Generator
+from kiln.tensor.llm.tokenizer import Tokenizer
+from kiln.tensor.llm.weights import LoadedModel, load_model
+
+__all__ = ["ChatModel", "Completion", "load_chat_model", "load_tokenizer"]
+
+
+@dataclass
+class Completion:
+    """The outcome of one generation: its text, why it ended ("stop" or "length") and the token counts."""
+
+    text: str = ""
+    finish_reason: str = "length"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+
+def load_tokenizer(loaded: LoadedModel) -> Tokenizer:
+    """The tokenizer of a loaded model: GGUF tokenizer.ggml.* keys, or tokenizer.json beside the safetensors."""
+    metadata = loaded.metadata
+    if "tokenizer.ggml.model" in metadata:
+        tokenizer = Tokenizer.from_gguf_metadata(metadata)
+    else:
+        folder = Path(str(metadata.get("dir", ".")))
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+        tokenizer = Tokenizer.from_tokenizer_json(folder / "tokenizer.json", config)
+    config = loaded.config
+    if tokenizer.bos_id is None and config.bos_token_id is not None:
+        tokenizer.bos_id = config.bos_token_id
+    for eos in _as_ids(config.eos_token_id):
+        tokenizer.stop_ids.add(eos)
+        if tokenizer.eos_id is None:
+            tokenizer.eos_id = eos
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {config.vocab_size}"
+        )
+    return tokenizer
+
+
+def _as_ids(value: object) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else []
+
+
+def _template_text(loaded: LoadedModel) -> str | None:
+    metadata = loaded.metadata
+    if "tokenizer.chat_template" in metadata:
+        return str(metadata["tokenizer.chat_template"])
+    config_path = Path(str(metadata.get("dir", "."))) / "tokenizer_config.json"
+    if config_path.is_file():
+        template = json.loads(config_path.read_text(encoding="utf-8")).get("chat_template")
+        return template if isinstance(template, str) else None
+    return None
+
+
+class ChatModel:
+    """A model ready to talk: `encode_prompt` / `encode_chat`, then `stream_text` or `complete`."""
+
+    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate) -> None:
+        self.loaded, self.tokenizer, self.template = loaded, tokenizer, template
+        self.generator = Generator(loaded)
+        self.name = loaded.name
+        self.context_length = loaded.config.context_length
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A raw prompt's token ids (with BOS when the tokenizer adds one)."""
+        return self.tokenizer.encode(text)
+
+    def encode_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
+        """A conversation rendered with the model's chat format, the assistant's turn opened."""
+        text = self.template.render(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_bos=False if self.template.writes_bos else None)
+
+    def stream_text(
+        self,
+        prompt_ids: list[int],
+        result: Completion,
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> Iterator[str]:
+        """Yields text deltas as tokens arrive; fills `result` (text, finish reason, counts, timing) as it goes."""
+        stops = [s for s in stop if s]
+        result.prompt_tokens = len(prompt_ids)
+        decoder = self.tokenizer.stream(skip_special=True)
+        held = ""  # produced text not yet handed out: it might be the beginning of a stop string
+        tokens = self.generator.generate(
+            prompt_ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+            stop_ids=self.tokenizer.stop_ids,
+        )  # fmt: skip
+        for token in tokens:
+            result.completion_tokens += 1
+            if token in self.tokenizer.stop_ids:
+                result.finish_reason = "stop"
+                break
+            held += decoder.push(token)
+            cut = min((held.find(s) for s in stops if s in held), default=-1)
+            if cut >= 0:
+                held, result.finish_reason = held[:cut], "stop"
+                break
+            keep = max((_overlap(held, s) for s in stops), default=0)
+            if len(held) > keep:
+                delta, held = held[: len(held) - keep], held[len(held) - keep :]
+                result.text += delta
+                yield delta
+        else:
+            held += decoder.flush()
+        result.stats = self.generator.last_stats
+        if held:
+            result.text += held
+            yield held
+
+    def complete(self, prompt_ids: list[int], **options: object) -> Completion:
+        """The whole completion at once (`stream_text`'s deltas joined)."""
+        result = Completion()
+        for _ in self.stream_text(prompt_ids, result, **options):  # type: ignore[arg-type]
+            pass
+        return result
+
+
+def _overlap(text: str, stop: str) -> int:
+    """The length of the longest end of `text` that is a proper beginning of `stop`."""
+    for length in range(min(len(text), len(stop) - 1), 0, -1):
+        if stop.startswith(text[-length:]):
+            return length
+    return 0
+
+
+def load_chat_model(path: str | os.PathLike[str]) -> ChatModel:
+    """Loads a model (GGUF or safetensors folder), its tokenizer and its chat format."""
+    loaded = load_model(path)
+    tokenizer = load_tokenizer(loaded)
+    bos = tokenizer.id_to_token.get(tokenizer.bos_id, "") if tokenizer.bos_id is not None else ""
+    return ChatModel(loaded, tokenizer, ChatTemplate.from_template(_template_text(loaded), bos))
