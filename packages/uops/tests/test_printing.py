@@ -74,7 +74,7 @@ def test_pyrender_round_trips_to_the_same_object() -> None:
         value.gep((3, 0)),
         UOp.const(dtypes.float16, (math.inf, -0.0, 1.5)),
         UOp.const(dtypes.float32, math.nan),
-        UOp(Ops.NOOP, dtypes.void, (), ("text", 2), tag=(1,)),
+        UOp(Ops.DEVICE, dtypes.void, (), ("text", 2), tag=(1,)),
         value.reduce(op=Ops.MAX),
     )
     assert _round_trip(odd) is odd

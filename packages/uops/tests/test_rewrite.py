@@ -151,7 +151,7 @@ def test_graph_rewrite_map_maps_every_node() -> None:
     bottom = graph_rewrite_map(graph, pm_fold, bottom_up=True)
     assert bottom[inner] is x_var and bottom[graph] is UOp.sink(x_var, y_var)
     # composing with an earlier map: earlier key -> where its value went
-    earlier = {UOp(Ops.NOOP, dtypes.void, (), "tensor"): inner + 0}
+    earlier = {UOp(Ops.DEVICE, dtypes.void, (), "tensor"): inner + 0}
     composed = graph_rewrite_map(graph, pm_fold, input_map=earlier)
     assert list(composed.values()) == [x_var]
 

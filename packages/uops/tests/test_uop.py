@@ -33,9 +33,9 @@ def test_equal_content_is_the_same_object() -> None:
 
 def test_args_that_compare_equal_across_types_stay_distinct() -> None:
     # 1 == 1.0 == True and 0.0 == -0.0 in Python, but they are different constants
-    ints = UOp(Ops.NOOP, dtypes.void, (), 1)
-    floats = UOp(Ops.NOOP, dtypes.void, (), 1.0)
-    bools = UOp(Ops.NOOP, dtypes.void, (), True)
+    ints = UOp(Ops.DEVICE, dtypes.void, (), 1)
+    floats = UOp(Ops.DEVICE, dtypes.void, (), 1.0)
+    bools = UOp(Ops.DEVICE, dtypes.void, (), True)
     assert len({id(ints), id(floats), id(bools)}) == 3
     positive_zero = UOp.const(dtypes.float32, 0.0)
     negative_zero = UOp.const(dtypes.float32, -0.0)
@@ -48,7 +48,7 @@ def test_args_that_compare_equal_across_types_stay_distinct() -> None:
 def test_unreferenced_uops_are_freed_and_forgotten() -> None:
     gc.collect()
     before = live_uop_count()
-    node = UOp(Ops.NOOP, dtypes.void, (), "lifetime-test")
+    node = UOp(Ops.DEVICE, dtypes.void, (), "lifetime-test")
     watcher = weakref.ref(node)
     assert live_uop_count() == before + 1
     del node
@@ -56,12 +56,12 @@ def test_unreferenced_uops_are_freed_and_forgotten() -> None:
     assert watcher() is None
     assert live_uop_count() == before
     # the content can be built again and is a fresh object
-    again = UOp(Ops.NOOP, dtypes.void, (), "lifetime-test")
+    again = UOp(Ops.DEVICE, dtypes.void, (), "lifetime-test")
     assert again.arg == "lifetime-test"
 
 
 def test_a_graph_lives_as_long_as_its_root() -> None:
-    leaf = UOp(Ops.NOOP, dtypes.void, (), "kept-by-parent")
+    leaf = UOp(Ops.DEVICE, dtypes.void, (), "kept-by-parent")
     leaf_watch = weakref.ref(leaf)
     parent = UOp(Ops.SINK, dtypes.void, (leaf,))
     del leaf
@@ -79,7 +79,7 @@ def test_uops_are_immutable_and_checked() -> None:
     with pytest.raises(AttributeError):
         del node.op
     with pytest.raises(TypeError, match="hashable"):
-        UOp(Ops.NOOP, dtypes.void, (), [1, 2])
+        UOp(Ops.DEVICE, dtypes.void, (), [1, 2])
     with pytest.raises(TypeError, match="Ops"):
         UOp("ADD", dtypes.void)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="DType"):
@@ -105,7 +105,7 @@ from kiln.uops import UOp, Ops, dtypes, VarArg, AxisKind
 a = UOp.variable("a", 0, 10)
 r = UOp.range(16, 0, AxisKind.REDUCE)
 e = ((a * 4 + r) % 7).lt(3).where(UOp.const(dtypes.float32, 1.5), UOp.const(dtypes.float32, -0.0))
-s = UOp(Ops.NOOP, dtypes.void, (), frozenset({"x", "y", "z", "w"}))
+s = UOp(Ops.DEVICE, dtypes.void, (), frozenset({"x", "y", "z", "w"}))
 print(e.sink(s).key.hex())
 """
 
@@ -255,7 +255,7 @@ def test_python_operators_build_the_documented_ops() -> None:
 
 
 def test_float_operators_and_unary_builders() -> None:
-    f = UOp(Ops.NOOP, dtypes.float32, (), "f")
+    f = UOp(Ops.DEVICE, dtypes.float32, (), "f")
     assert (f / 2).op is Ops.FDIV and (f / 2).src[1].arg == 2.0
     assert (2.5 / f).src == (UOp.const(dtypes.float32, 2.5), f)
     for method, op in [
@@ -284,7 +284,7 @@ def test_operator_type_errors_name_the_problem() -> None:
     with pytest.raises(TypeError, match="share one dtype"):
         index + _leaf("j", dtypes.int32)
     with pytest.raises(TypeError, match="idiv"):
-        UOp(Ops.NOOP, dtypes.float32) // 2
+        UOp(Ops.DEVICE, dtypes.float32) // 2
     with pytest.raises(TypeError, match="condition"):
         index.where(index, 2)
     with pytest.raises(TypeError, match="UOp branch"):

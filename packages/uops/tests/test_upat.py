@@ -31,7 +31,7 @@ def test_op_dtype_arg_and_name() -> None:
 
 
 def test_scalar_dtype_matches_its_vectors() -> None:
-    vector = UOp(Ops.NOOP, dtypes.float32.vec(4))
+    vector = UOp(Ops.DEVICE, dtypes.float32.vec(4))
     assert UPat(dtype=dtypes.float32).match(vector) == [{}]
     assert UPat(dtype=dtypes.float32.vec(2)).match(vector) == []
 

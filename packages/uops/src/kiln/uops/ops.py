@@ -11,14 +11,11 @@ class Ops(enum.Enum):
 
     # tensor graph
     BUFFER = enum.auto()
-    BUFFER_VIEW = enum.auto()
     DEVICE = enum.auto()
-    UNIQUE = enum.auto()
     COPY = enum.auto()
     CONTIGUOUS = enum.auto()
     DETACH = enum.auto()
     ASSIGN = enum.auto()
-    KERNEL = enum.auto()
     AFTER = enum.auto()
     # movement
     RESHAPE = enum.auto()
@@ -31,7 +28,6 @@ class Ops(enum.Enum):
 
     # kernel structure
     SINK = enum.auto()
-    NOOP = enum.auto()
     GROUP = enum.auto()
     DEFINE_GLOBAL = enum.auto()
     DEFINE_LOCAL = enum.auto()
