@@ -14,7 +14,7 @@ from sinks_for_tests import buffer, elementwise_add, kernel
 
 from kiln.codegen import Program, get_program
 from kiln.codegen.lowering.pipeline import LOWERING_PASSES, PIPELINE, run_stage
-from kiln.uops import Context, GroupOp, Ops, PatternMatcher, SpecError, UOp, UPat, dtypes, tracing
+from kiln.uops import Context, GroupOp, MemoryScope, Ops, PatternMatcher, SpecError, UOp, UPat, dtypes, tracing
 
 
 def test_pipeline_declares_optimize_lowering_then_linearize_with_emulation_after_decompositions() -> None:
@@ -73,3 +73,40 @@ def test_function_stages_are_traced_under_their_name() -> None:
     with tracing() as traces:
         result = run_stage("my stage", elementwise_add(4), lambda s: s)
     assert [t.name for t in traces] == ["my stage"] and traces[0].result is result
+
+
+def test_each_stage_has_the_spec_of_its_ir_level() -> None:
+    from kiln.codegen.lowering.pipeline import stage_spec
+    from kiln.codegen.spec import pm_spec_kernel, pm_spec_lowered, pm_spec_lowering
+
+    levels = [stage_spec(name) for name in PIPELINE[:-1]]
+    assert levels[0] is pm_spec_kernel and levels[-1] is pm_spec_lowered and pm_spec_lowering in levels
+    # the levels only ever move forward: kernel format, then lowering format, then no index dtype
+    order = [pm_spec_kernel, pm_spec_lowering, pm_spec_lowered]
+    assert [order.index(level) for level in levels] == sorted(order.index(level) for level in levels)
+    assert stage_spec("linearize") is None and stage_spec("not a stage") is None
+
+
+def test_spec_1_checks_every_corpus_kernel_at_every_stage_for_every_renderer() -> None:
+    from corpus import CORPUS
+
+    from kiln.renderers import CRenderer, CUDARenderer, LLVMRenderer, PTXRenderer, PythonRenderer
+
+    with Context(SPEC=1):
+        for renderer in (CRenderer(), LLVMRenderer(), CUDARenderer(), PTXRenderer(), PythonRenderer()):
+            for case in CORPUS:
+                get_program(case.sink, renderer)
+
+
+def test_spec_1_rejects_a_stage_result_outside_its_level() -> None:
+    # an index-dtype node after the "index dtype" stage, and a register after "optimize", are spec errors
+    with Context(SPEC=1):
+        leftover = UOp(Ops.SINK, dtypes.void, (UOp(Ops.ADD, dtypes.index, (UOp.const(dtypes.index, 1),) * 2),))
+        with pytest.raises(SpecError, match="fails the spec"):
+            run_stage("loop ends", leftover, lambda s: s)
+        run_stage("accumulators", leftover, lambda s: s)  # index dtype is still allowed before "index dtype"
+        register = UOp(Ops.DEFINE_REG, dtypes.float32.ptr(1, MemoryScope.REG), (), 0)
+        registers = UOp(Ops.SINK, dtypes.void, (register,))
+        with pytest.raises(SpecError, match="fails the spec"):
+            run_stage("optimize", registers, lambda s: s)
+        run_stage("accumulators", registers, lambda s: s)

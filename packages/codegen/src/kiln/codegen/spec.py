@@ -172,6 +172,55 @@ pm_spec_linear = PatternMatcher(
 pm_spec_linear = pm_spec_linear + pm_spec_alu
 
 
+def _index_either_form(x: UOp) -> bool:
+    # between the two formats an INDEX may have an index or machine-int offset, vector lanes and a gate (a gated
+    # store keeps its gate in the INDEX until the renderer's own passes)
+    pointer, *rest = x.src
+    if not _is_pointer(pointer.dtype) or not isinstance(x.dtype, PtrDType) or len(rest) not in (1, 2):
+        return False
+    gate_ok = len(rest) == 1 or dtypes.is_bool(rest[1].dtype)
+    assert isinstance(pointer.dtype, PtrDType)
+    return dtypes.is_int(rest[0].dtype) and gate_ok and x.dtype.scalar().base.scalar() == pointer.dtype.base.scalar()
+
+
+pm_spec_lowering = PatternMatcher(
+    [
+        (UPat(Ops.SINK, name="x"), lambda x: isinstance(x.arg, KernelInfo) or x.arg is None),
+        (UPat(Ops.INDEX, name="x"), _index_either_form),
+        *_pm_memory,
+        (
+            UPat(Ops.DEFINE_LOCAL, src=(), name="x"),
+            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.LOCAL),
+        ),
+        (
+            UPat(Ops.DEFINE_REG, src=(), name="x"),
+            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.REG),
+        ),
+        (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: dtypes.is_int(x.dtype)),
+        (
+            UPat(Ops.SPECIAL, src=(UPat.var("size"),), name="x"),
+            lambda x, size: _special_ok(x) and size.dtype == x.dtype,
+        ),
+        (UPat(Ops.RANGE, src=(UPat.var(),), name="x"), _range_ok),
+        (UPat(Ops.END, name="x"), lambda x: len(x.src) >= 2 and all(r.op is Ops.RANGE for r in x.src[1:])),
+        (UPat(Ops.GROUP), lambda: True),
+        (UPat(Ops.REDUCE, name="x"), _reduce_ok),
+        (UPat((Ops.UNROLL, Ops.CONTRACT)), lambda: True),
+        (UPat(Ops.IF, src=(UPat(dtype=dtypes.bool),), allow_any_len=True), lambda: True),
+        (UPat(Ops.ENDIF, src=(UPat(Ops.IF),)), lambda: True),
+        (UPat(Ops.BARRIER), lambda: True),
+        (UPat(Ops.AFTER, name="x"), lambda x: len(x.src) >= 1 and x.dtype == x.src[0].dtype),
+        (UPat(Ops.WMMA, name="x"), _wmma_ok),
+    ]
+)
+"""The graphs between the kernel sink format and the linear program format (the lowering passes from
+"accumulators" on: registers, hardware indices, linear or kernel-form INDEX side by side); extends pm_spec_alu."""
+pm_spec_lowering = pm_spec_lowering + pm_spec_alu
+
+pm_spec_lowered = PatternMatcher([(UPat(name="x"), _no_index_dtype)]) + pm_spec_lowering
+"""pm_spec_lowering once index arithmetic has a machine dtype (the passes from "index dtype" on): no index dtype."""
+
+
 def verify_linear(uops: list[UOp]) -> None:
     """Check a linear program: each uop against pm_spec_linear, definitions before uses, loops and IFs nested."""
     type_verify(uops, pm_spec_linear)

@@ -4,7 +4,9 @@ order), and the lowering passes themselves (`LOWERING_PASSES`), which `lower` ru
 Every stage is traced and spec-checked the same way: a pass that is one named graph_rewrite of a pattern table is
 recorded by graph_rewrite itself; a pass written as a function (`LoweringPass.function`: hardware dims, dtype
 emulation, index dtype, loop ends, ...) is recorded by `run_stage` as one trace under its name (the rewrites it
-runs inside nest after it). With `SPEC=1` each stage's result is checked against the ALU typing spec.
+runs inside nest after it). With `SPEC=1` each stage's result is checked against the full spec of its IR level
+(`stage_spec`): the kernel sink format up to "accumulators", the lowering format after it, and from "index dtype"
+on the lowering format without index dtypes; `get_program` checks the LINEAR against the linear format.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kiln.codegen.lowering.vector_folding import (
     pm_vector_folding_keep_alu,
 )
 from kiln.codegen.renderer import Renderer
+from kiln.codegen.spec import pm_spec_kernel, pm_spec_lowered, pm_spec_lowering
 from kiln.uops import (
     GroupOp,
     Ops,
@@ -44,6 +47,7 @@ from kiln.uops import (
     pm_spec_alu,
     pm_symbolic,
     tracing_enabled,
+    type_verify,
 )
 from kiln.uops.trace import begin_trace
 
@@ -75,8 +79,22 @@ def run_stage(name: str, sink: UOp, run: Callable[[UOp], UOp], function: bool = 
     if record is not None:
         record.result = result
     if (knobs.SPEC >= 1 if spec is None else spec) and result.op is Ops.SINK:
-        _alu_types_ok(result)
+        level = stage_spec(name)
+        if level is None:
+            _alu_types_ok(result)
+        else:
+            type_verify(result, level)
     return result
+
+
+def stage_spec(name: str) -> PatternMatcher | None:
+    """The spec the result of pipeline stage `name` satisfies (None for a stage outside PIPELINE: ALU typing only)."""
+    if name not in PIPELINE or name == "linearize":
+        return None
+    position = PIPELINE.index(name)
+    if position < PIPELINE.index("accumulators"):
+        return pm_spec_kernel
+    return pm_spec_lowering if position < PIPELINE.index("index dtype") else pm_spec_lowered
 
 
 def _lanes_to_vectorize(vector: UOp) -> UOp:
