@@ -225,3 +225,18 @@ def test_ranges_kinds_survive_in_the_program_sink() -> None:
     program = Program(get_program(matmul(8, 8, 8), GPU, (Opt(OptOps.LOCAL, 0, 2),)))
     kinds = sorted({n.arg.kind.name for n in program.sink.toposort() if n.op is Ops.RANGE})
     assert kinds == [AxisKind.GLOBAL.name, AxisKind.LOCAL.name, AxisKind.REDUCE.name]
+
+
+def test_program_facts_the_runtime_reads() -> None:
+    from kiln.codegen import Opt, OptOps
+    from kiln.renderers import LLVMRenderer
+
+    renderer = LLVMRenderer()
+    wide = Program(get_program(elementwise_add(64), renderer, [Opt(OptOps.UPCAST, 0, 4)]))
+    # four float32 lanes per access: every buffer is read or written 16 bytes at a time
+    assert wide.buffer_alignments == {0: 16, 1: 16, 2: 16}
+    assert not wide.uses_core_id and wide.linear == wide.uops and wide.linear[-1].op is not Ops.SINK
+    plain = Program(get_program(elementwise_add(64), renderer, []))
+    assert plain.buffer_alignments == {}
+    threaded = Program(get_program(elementwise_add(64), renderer, [Opt(OptOps.THREAD, 0, 2)]))
+    assert threaded.uses_core_id and "core_id" in threaded.source

@@ -94,16 +94,15 @@ def test_device_facts_come_from_the_driver() -> None:
     assert (device.ordinal, device.arch, device.gpu_name) == (1, "sm_89", "Fake GPU 1")
 
 
-def test_renderers_are_looked_up_by_name_with_a_clear_error_when_absent(fake: FakeLibcuda) -> None:
+def test_renderers_come_from_kiln_renderers_table_with_a_clear_error_when_absent(fake: FakeLibcuda) -> None:
     device = Device["FAKECUDA"]
     assert isinstance(device, CUDADevice)
-    import kiln.renderers
+    from kiln.renderers import CUDARenderer, PTXRenderer, renderers_for
 
-    missing = [name for name in ("CUDARenderer", "PTXRenderer") if not hasattr(kiln.renderers, name)]
-    assert device.missing_renderers == tuple(missing)
-    if not device.renderers:
-        with pytest.raises(RuntimeError, match=r"kiln\.renderers provides none of CUDARenderer, PTXRenderer"):
-            device.renderer  # noqa: B018
+    assert device.renderers == renderers_for("CUDA") == (CUDARenderer, PTXRenderer)
+    device.renderers = ()  # an installed kiln.renderers without CUDA renderers
+    with pytest.raises(RuntimeError, match=r"offers none for CUDA"):
+        device.renderer_class  # noqa: B018
 
 
 def test_memory_round_trips_through_views_and_between_gpus(fake: FakeLibcuda) -> None:

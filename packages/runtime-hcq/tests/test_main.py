@@ -9,7 +9,6 @@ import pytest
 
 from kiln.runtime import DeviceBase, DeviceRegistry, DeviceUnavailable, HostAllocator
 from kiln.runtime.__main__ import main, survey
-from kiln.uops import UOp
 
 
 class WorkingDevice(DeviceBase):
@@ -94,12 +93,17 @@ def test_a_failing_smoke_test_is_reported_not_raised() -> None:
     from kiln.renderers import PythonRenderer
     from kiln.runtime import Device
     from kiln.runtime.smoke_test import smoke_test
+    from kiln.uops import Ops, PatternMatcher, UPat, dtypes
 
     class WrongSums(PythonRenderer):
-        """Renders the program with every float ADD turned into a SUB: the kernel runs but computes the wrong thing."""
+        """Its own pass turns every float ADD into a SUB: the kernel runs but computes the wrong thing."""
 
-        def render(self, uops: list[UOp], name: str) -> str:
-            return super().render(uops, name).replace('["ADD","float32"', '["SUB","float32"')
+        extra_passes = (
+            (
+                "add to sub",
+                PatternMatcher([(UPat(Ops.ADD, dtype=dtypes.float32, name="x"), lambda x: x.replace(op=Ops.SUB))]),
+            ),
+        )
 
     result = smoke_test(Device["PYTHON"], WrongSums())
     assert not result.ok and str(result).startswith("FAILED: wrong result: out[")

@@ -59,6 +59,32 @@ class Program:
         return self.uop.src[2].src
 
     @property
+    def linear(self) -> tuple[UOp, ...]:
+        """The LINEAR the program was rendered from (the same uops as `uops`): what an interpreting device runs."""
+        return self.uop.src[2].src
+
+    @functools.cached_property
+    def buffer_alignments(self) -> dict[int, int]:
+        """The byte alignment each buffer slot needs (only slots read or written with wide vector accesses, which
+        assume the buffer starts at a multiple of their width); a runtime checks buffer addresses against it."""
+        needed: dict[int, int] = {}
+        for uop in self.uops:
+            if uop.op is not Ops.INDEX or not isinstance(uop.dtype, PtrDType) or uop.dtype.base.count == 1:
+                continue
+            root = uop.src[0]
+            while root.op in (Ops.AFTER, Ops.INDEX):
+                root = root.src[0]
+            if root.op is Ops.DEFINE_GLOBAL:
+                needed[root.arg] = max(needed.get(root.arg, 1), uop.dtype.base.nbytes)
+        return needed
+
+    @functools.cached_property
+    def uses_core_id(self) -> bool:
+        """Whether the kernel reads the CPU core index (SPECIAL core_id): it then takes that index as a last
+        argument and runs once per core."""
+        return "core_id" in self._specials
+
+    @property
     def source(self) -> str:
         """The rendered source."""
         source: str = self.uop.src[3].arg

@@ -7,7 +7,7 @@ first used and raises `ToolchainNotFoundError` naming what to install if it is m
 
 from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
-from kiln.renderers.cpu_renderers import cpu_renderers
+from kiln.renderers.cpu_renderers import cpu_renderers, renderers_for
 from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
 from kiln.renderers.llvm_compiler import LLVMCompiler
@@ -45,6 +45,7 @@ __all__ = [
     "PythonRenderer",
     "ToolchainNotFoundError",
     "cpu_renderers",
+    "renderers_for",
     "find_c_compiler",
     "kernel_parameters",
     "load_nvrtc",

@@ -46,6 +46,8 @@ class CCompiler(HostCompiler):
     Temporary files live in a private directory that is always removed.
     """
 
+    elf_type = 3  # ET_DYN: the C compilers link shared objects
+
     def __init__(self, choice: str | None = None) -> None:
         self.choice = choice
         self._toolchain: CToolchain | None = None

@@ -37,3 +37,19 @@ def cpu_renderers() -> tuple[type[Renderer], ...]:
             file=sys.stderr,
         )
     return (CRenderer,)
+
+
+def renderers_for(kind: str) -> tuple[type[Renderer], ...]:
+    """The renderer classes that target device kind `kind` ("CPU", "PYTHON", "CUDA"), best first; () for a kind
+    kiln.renderers has none for. Devices ask this when they open, so they hold renderer classes, never names."""
+    if kind == "CPU":
+        return cpu_renderers()
+    from kiln.renderers.cuda import CUDARenderer
+    from kiln.renderers.ptx import PTXRenderer
+    from kiln.renderers.python import PythonRenderer
+
+    table: dict[str, tuple[type[Renderer], ...]] = {
+        "PYTHON": (PythonRenderer,),
+        "CUDA": (CUDARenderer, PTXRenderer),
+    }
+    return table.get(kind, ())

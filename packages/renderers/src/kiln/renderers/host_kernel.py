@@ -18,6 +18,7 @@ import tempfile
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from kiln.codegen import Compiler
 from kiln.renderers.c_style import ENTRY_NAME
@@ -76,7 +77,13 @@ class HostKernel:
 
 
 class HostCompiler(Compiler):
-    """A compiler whose binaries run in this process (the CPU device's renderers)."""
+    """A compiler whose binaries run in this process (the CPU device's renderers).
+
+    `elf_type` declares the ELF `e_type` of the binaries it produces (elf.h: ET_REL = 1 for relocatable objects,
+    ET_DYN = 3 for shared objects), so a CPU device can hand each binary to the compiler that loads it.
+    """
+
+    elf_type: ClassVar[int]
 
     @abstractmethod
     def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:

@@ -31,6 +31,8 @@ class LLVMCompiler(HostCompiler):
     and loads are serialized by a lock.
     """
 
+    elf_type = 1  # ET_REL: llvmlite emits relocatable objects, linked in process
+
     optimization_level = 2
     _lock = threading.Lock()
 

@@ -18,30 +18,25 @@ from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.hcq_runner import HCQProgramRunner
 from kiln.runtime.host_allocator import HostAllocator
 from kiln.runtime.knobs import cpu_shares
-from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, NativeKernel, check_parameters, elf_type
+from kiln.runtime.native_kernel import NativeKernel, check_parameters, elf_type
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.thread_engine import ThreadQueueEngine
-from kiln.uops import Ops, UOp
+from kiln.uops import UOp
 
 __all__ = [
-    "CPU_RENDERER_NAMES",
-    "LOADER_BY_ELF_TYPE",
     "CPUDevice",
     "CPUProgramRunner",
     "HostKernelLoader",
     "cpu_renderer_classes",
 ]
 
-CPU_RENDERER_NAMES = ("LLVMRenderer", "CRenderer")
-"""The CPU renderers of kiln.renderers by class name, used when it has no `cpu_renderers()` to ask."""
-
-LOADER_BY_ELF_TYPE = {ELF_SHARED_OBJECT: "CRenderer", ELF_RELOCATABLE: "LLVMRenderer"}
-"""Whose compiler loads a binary, by its ELF type: the C compilers link shared objects, llvmlite emits objects."""
-
 
 @runtime_checkable
 class HostKernelLoader(Protocol):
-    """What a CPU renderer's compiler provides to run its binaries in this process (kiln.renderers' HostCompiler)."""
+    """What a CPU renderer's compiler provides to run its binaries in this process (kiln.renderers' HostCompiler):
+    the ELF type of the binaries it produces, and loading one."""
+
+    elf_type: int
 
     def load(self, binary: bytes, uops: Sequence[UOp]) -> Any:
         """The kernel of `binary`: a callable taking the kernel's arguments, with a `parameters` description."""
@@ -49,14 +44,9 @@ class HostKernelLoader(Protocol):
 
 
 def cpu_renderer_classes() -> tuple[type[Renderer], ...]:
-    """The CPU renderers, best first, as kiln.renderers orders them (`cpu_renderers()`: its compile benchmark put
-    LLVM IR first where llvmlite is installed, then C), else by CPU_RENDERER_NAMES."""
-    import kiln.renderers as renderers_module  # lazily: the runtime imports its renderers only when a device opens
-
-    order = getattr(renderers_module, "cpu_renderers", None)
-    if callable(order):
-        return tuple(order())
-    return find_renderers(CPU_RENDERER_NAMES)
+    """The CPU renderers, best first, as kiln.renderers orders them (its compile benchmark put LLVM IR first where
+    llvmlite is installed, then C)."""
+    return find_renderers("CPU")
 
 
 class CPUProgramRunner(HCQProgramRunner):
@@ -72,8 +62,8 @@ class CPUProgramRunner(HCQProgramRunner):
             raise RuntimeError(
                 f"program {program.name!r} has no binary: CPU programs must come from a renderer with a compiler"
             )
-        host_kernel = device.loader_for(binary, program.name).load(binary, program.uops)
-        self.takes_core_id = any(uop.op is Ops.SPECIAL and uop.arg.name == "core_id" for uop in program.uops)
+        host_kernel = device.loader_for(binary, program.name).load(binary, program.linear)
+        self.takes_core_id = program.uses_core_id
         check_parameters(program.name, host_kernel.parameters, self.slots, self.variables, self.takes_core_id)
         self.host_kernel = host_kernel
         self.kernel = NativeKernel(host_kernel, self.takes_core_id, device.core_pool)
@@ -93,37 +83,39 @@ class CPUDevice(HCQCompiled):
         self.cores = core_share(self.index, shares) if shares > 1 else None
         self.core_pool = CorePool(name, cores=self.cores)
         self.renderers = cpu_renderer_classes()
-        self._loaders: dict[str, HostKernelLoader] = {}
+        self._loaders: dict[int, HostKernelLoader] = {}  # by the ELF type they load
 
     @property
     def renderer_class(self) -> type[Renderer]:
         """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no CPU renderer."""
         if not self.renderers:
             raise RuntimeError(
-                f"device {self.name!r} has no renderer: kiln.renderers provides none of {', '.join(CPU_RENDERER_NAMES)}"
+                f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for the CPU"
             )
         return super().renderer_class
 
     def loader_for(self, binary: bytes, name: str) -> HostKernelLoader:
-        """The compiler that loads `binary` (chosen by its ELF type, see LOADER_BY_ELF_TYPE)."""
+        """The compiler that loads `binary`: the one of this device's renderers whose compiler declares the ELF type
+        the binary has (`HostCompiler.elf_type`)."""
         kind = elf_type(binary)
-        wanted = LOADER_BY_ELF_TYPE.get(kind) if kind is not None else None
-        if wanted is None:
+        if kind is None:
             raise RuntimeError(
-                f"CPU program {name!r}: its binary ({len(binary)} bytes starting {binary[:8]!r}) is neither an ELF "
-                "shared object nor an ELF object file, which are what the CPU renderers produce"
+                f"CPU program {name!r}: its binary ({len(binary)} bytes starting {binary[:8]!r}) is not ELF, which is "
+                "what the CPU renderers' compilers produce"
             )
-        loader = self._loaders.get(wanted)
+        loader = self._loaders.get(kind)
         if loader is None:
-            renderer_class = next((r for r in self.renderers if r.__name__ == wanted), None)
-            if renderer_class is None:
-                raise RuntimeError(f"CPU program {name!r}: its binary is loaded by {wanted}, which is not installed")
-            compiler = self.create_renderer(renderer_class).compiler
-            if not isinstance(compiler, HostKernelLoader):
+            for renderer_class in self.renderers:
+                compiler = self.create_renderer(renderer_class).compiler
+                if isinstance(compiler, HostKernelLoader) and compiler.elf_type == kind:
+                    self._loaders[kind] = loader = compiler
+                    break
+            else:
+                offered = ", ".join(r.__name__ for r in self.renderers)
                 raise RuntimeError(
-                    f"{wanted}'s compiler {type(compiler).__name__} cannot load kernels into the process"
+                    f"CPU program {name!r}: none of this device's renderers ({offered}) has a compiler that loads "
+                    f"ELF type {kind} binaries"
                 )
-            self._loaders[wanted] = loader = compiler
         return loader
 
     def load_program(self, program: Program) -> ProgramRunner:

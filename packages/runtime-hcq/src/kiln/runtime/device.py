@@ -52,19 +52,17 @@ _KIND_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 DeviceFactory = Callable[[str], "DeviceBase"]
 
 
-def find_renderers(names: tuple[str, ...]) -> tuple[type[Renderer], ...]:
-    """The renderer classes kiln.renderers exports under these names, in order (missing ones are left out).
+def find_renderers(kind: str) -> tuple[type[Renderer], ...]:
+    """The renderer classes kiln.renderers offers for device kind `kind`, best first (`kiln.renderers.renderers_for`).
 
-    Looked up when a device opens, not at import: the renderers are another package, possibly built later.
+    Looked up when a device opens, not at import: the renderers are another package, possibly built later. The
+    runtime names no renderer class itself; an installed kiln.renderers without the table offers none.
     """
     import kiln.renderers as renderers_module
 
-    found = []
-    for name in names:
-        candidate = getattr(renderers_module, name, None)
-        if isinstance(candidate, type) and issubclass(candidate, Renderer):
-            found.append(candidate)
-    return tuple(found)
+    table = getattr(renderers_module, "renderers_for", None)
+    found = table(kind) if callable(table) else ()
+    return tuple(r for r in found if isinstance(r, type) and issubclass(r, Renderer))
 
 
 class DeviceUnavailable(RuntimeError):

@@ -52,14 +52,14 @@ _BUILTIN_RENDERER_CHOICES = {"CPU": ("", "llvm", "c"), "PYTHON": ("", "python"),
 
 
 def _renderer_name(raw: str) -> str:
-    # 'LLVMRenderer', 'llvm' and ' LLVM ' all name the LLVM renderer
+    # the class name, 'llvm' and ' LLVM ' all name the LLVM renderer
     return raw.strip().lower().removesuffix("renderer")
 
 
 _BUILTIN_RENDERER_HELP = {
-    "CPU": "Renderer of CPU devices: 'llvm' (LLVMRenderer, the default with llvmlite) or 'c' (CRenderer).",
-    "PYTHON": "Renderer of PYTHON devices: 'python' (PythonRenderer, the only one).",
-    "CUDA": "Renderer of CUDA devices: 'cuda' (CUDARenderer, the default) or 'ptx' (PTXRenderer).",
+    "CPU": "Renderer of CPU devices: 'llvm' (LLVM IR via llvmlite, the default with it) or 'c' (C, system compiler).",
+    "PYTHON": "Renderer of PYTHON devices: 'python' (the interpreter's linear programs, the only one).",
+    "CUDA": "Renderer of CUDA devices: 'cuda' (CUDA C via NVRTC, the default) or 'ptx' (PTX assembly).",
 }
 
 
@@ -79,7 +79,7 @@ def renderer_knob(kind: str) -> Knob[str]:
         f"{kind}_RENDERER",
         str,
         "",
-        f"Renderer of {kind} devices, by class name (e.g. 'llvm' for LLVMRenderer); empty: the device's first.",
+        f"Renderer of {kind} devices, by class name without 'Renderer', any case; empty: the device's first.",
         owner="kiln.runtime.device",  # kinds of other packages and tests: registered when first used, not documented
     )
 

@@ -18,7 +18,7 @@ from typing import Protocol
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind, KernelArgLayout
-from kiln.uops import DType, Ops, PtrDType, UOp
+from kiln.uops import DType, PtrDType, UOp
 
 __all__ = ["LaunchDims", "ProgramRunner", "RunnerDevice", "VariableSpec"]
 
@@ -38,24 +38,6 @@ class VariableSpec:
 
     def __repr__(self) -> str:
         return f"VariableSpec({self.name!r}, {self.low}..{self.high}, {self.kind.name})"
-
-
-def _pointer_root(pointer: UOp) -> UOp:
-    while pointer.op in (Ops.AFTER, Ops.INDEX):
-        pointer = pointer.src[0]
-    return pointer
-
-
-def _vector_alignments(program: Program) -> dict[int, int]:
-    """Byte alignment each buffer slot needs: wide (vector) accesses assume the buffer is aligned to their width."""
-    needed: dict[int, int] = {}
-    for uop in program.uops:
-        if uop.op is not Ops.INDEX or not isinstance(uop.dtype, PtrDType) or uop.dtype.base.count == 1:
-            continue
-        root = _pointer_root(uop.src[0])
-        if root.op is Ops.DEFINE_GLOBAL:
-            needed[root.arg] = max(needed.get(root.arg, 1), uop.dtype.base.nbytes)
-    return needed
 
 
 class RunnerDevice(Protocol):
@@ -103,7 +85,7 @@ class ProgramRunner(abc.ABC):
         self.arg_layout = KernelArgLayout(
             (ArgKind.POINTER,) * len(self.slots) + tuple(variable.kind for variable in self.variables)
         )
-        self.alignments = _vector_alignments(program)
+        self.alignments = program.buffer_alignments
         sizes = (*program.global_size, *(program.local_size or ()))
         self._static_dims = program.launch_dims({}) if all(isinstance(size, int) for size in sizes) else None
         # per used slot: (slot, alignment); and the (slot, dtype, size) of plain Buffers that passed every check

@@ -3,9 +3,9 @@
 Its memory is host memory; its queue is a software engine (one worker thread), exactly like the CPU device, but an
 exec command interprets the program's uops (`kiln.codegen.Interpreter`) on numpy views of the buffers instead of
 calling compiled code. Its renderer is kiln.renderers' `PythonRenderer` (GPU-shaped limits: blocks of threads,
-shared memory, every ALU op native); its "binary" is the linear program as text, which the device reads back
-into uops (`PythonCompiler.load`). A program without a binary (from a renderer with no compiler) runs from
-`Program.uops`. Everything the linear IR can express runs: GPU launch dimensions (gidx/lidx), local memory
+shared memory, every ALU op native). The device runs the LINEAR the Program carries (`Program.linear`) directly;
+the renderer's text "binary" is for people and the compile cache, never parsed back here.
+Everything the linear IR can express runs: GPU launch dimensions (gidx/lidx), local memory
 and barriers, CPU cores (core_id), every dtype (bfloat16 and fp8 emulated bit-exactly). The interpreter also checks
 what real hardware would leave undefined (out-of-bounds accesses, data races, divergent barriers).
 
@@ -33,12 +33,8 @@ from kiln.runtime.host_allocator import HostAllocator
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.thread_engine import ThreadQueueEngine
-from kiln.uops import UOp
 
-__all__ = ["PYTHON_RENDERER_NAMES", "InterpretedRunner", "PythonDevice"]
-
-PYTHON_RENDERER_NAMES = ("PythonRenderer",)
-"""The renderers of the PYTHON device, by class name in kiln.renderers."""
+__all__ = ["InterpretedRunner", "PythonDevice"]
 
 LaunchSize = tuple[int, int, int]
 
@@ -50,28 +46,13 @@ def _host_array(address: int, size: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.frombuffer(memoryview((ctypes.c_uint8 * size).from_address(address)).cast("B"), dtype=np.uint8)
 
 
-def _program_uops(program: Program) -> list[UOp]:
-    """The uops to interpret: read back from the Python renderer's binary, else the program's own."""
-    if program.binary is None:
-        return list(program.uops)
-    from kiln.renderers import PythonCompiler  # lazily: the runtime imports its renderers only when used
-
-    try:
-        return PythonCompiler().load(program.binary)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise RuntimeError(
-            f"program {program.name!r}: its binary is not a Python-renderer program (build PYTHON programs with "
-            f"kiln.renderers.PythonRenderer): {error}"
-        ) from error
-
-
 class InterpretedRunner(HCQProgramRunner):
     """A program prepared for the interpreter once (`Interpreter(uops)`), run by the device's engine."""
 
     device: PythonDevice
 
     def __init__(self, device: PythonDevice, program: Program) -> None:
-        self.interpreter = Interpreter(_program_uops(program))
+        self.interpreter = Interpreter(list(program.linear))  # the LINEAR itself: no text round trip
         super().__init__(device, program, self.interpreter)
         self.variable_names = tuple(variable.name for variable in self.variables)
 
@@ -99,7 +80,7 @@ class PythonDevice(HCQCompiled):
     def __init__(self, name: str) -> None:
         self.engine = ThreadQueueEngine(name)
         super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
-        self.renderers = find_renderers(PYTHON_RENDERER_NAMES)
+        self.renderers = find_renderers("PYTHON")
         self._failures: list[tuple[str, Exception]] = []
         self._failures_lock = threading.Lock()
 

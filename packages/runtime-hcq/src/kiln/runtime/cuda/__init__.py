@@ -2,12 +2,11 @@
 
 from kiln.runtime.cuda.context import CUDAContext, LaunchTimer
 from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
-from kiln.runtime.cuda.cuda_device import CUDA_RENDERER_NAMES, CUDADevice, find_cuda_renderers
+from kiln.runtime.cuda.cuda_device import CUDADevice
 from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
 from kiln.runtime.cuda.driver_api import CUDAError, DeviceAttribute, DriverAPI, load_driver_library
 
 __all__ = [
-    "CUDA_RENDERER_NAMES",
     "CUDAAllocator",
     "CUDADevice",
     "CUDAError",
@@ -16,6 +15,5 @@ __all__ = [
     "DriverAPI",
     "CUDAContext",
     "LaunchTimer",
-    "find_cuda_renderers",
     "load_driver_library",
 ]

@@ -26,10 +26,8 @@ from kiln.runtime.cuda.driver_api import (
 from kiln.runtime.device import DeviceBase, DeviceUnavailable, find_renderers
 from kiln.runtime.program_runner import ProgramRunner
 
-__all__ = ["CUDA_RENDERER_NAMES", "CUDADevice", "LaunchTimer", "find_cuda_renderers", "shared_driver"]
+__all__ = ["CUDADevice", "LaunchTimer", "shared_driver"]
 
-CUDA_RENDERER_NAMES = ("CUDARenderer", "PTXRenderer")
-"""The renderers of CUDA devices, best first, by their class name in kiln.renderers."""
 
 _driver_lock = threading.Lock()
 _driver: DriverAPI | None = None
@@ -58,12 +56,6 @@ def initialize(api: DriverAPI) -> None:
         if error.code == CUDA_ERROR_NO_DEVICE:
             raise DeviceUnavailable(f"CUDA: the NVIDIA driver is installed but finds no GPU ({error})") from error
         raise DeviceUnavailable(f"CUDA: the driver failed to initialize: {error}") from error
-
-
-def find_cuda_renderers() -> tuple[tuple[type[Renderer], ...], tuple[str, ...]]:
-    """(renderer classes found in kiln.renderers, names of the missing ones), in `CUDA_RENDERER_NAMES` order."""
-    found = find_renderers(CUDA_RENDERER_NAMES)
-    return found, tuple(name for name in CUDA_RENDERER_NAMES if name not in {r.__name__ for r in found})
 
 
 class CUDADevice(DeviceBase):
@@ -95,7 +87,7 @@ class CUDADevice(DeviceBase):
         self.api.call("cuDeviceGetName", raw_name, len(raw_name), self.handle)
         self.gpu_name = raw_name.value.decode(errors="replace")
         super().__init__(name, CUDAAllocator(self, name))
-        self.renderers, self.missing_renderers = find_cuda_renderers()
+        self.renderers = find_renderers("CUDA")
         self._timer: LaunchTimer | None = None
 
     def __repr__(self) -> str:
@@ -121,8 +113,8 @@ class CUDADevice(DeviceBase):
         """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no CUDA renderer yet."""
         if not self.renderers:
             raise RuntimeError(
-                f"device {self.name!r} has no renderer: kiln.renderers provides none of "
-                f"{', '.join(CUDA_RENDERER_NAMES)}; install a kiln-renderers with CUDA support"
+                f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for CUDA; "
+                "install a kiln-renderers with CUDA support"
             )
         return super().renderer_class
 
