@@ -6,7 +6,7 @@ import pytest
 
 from kiln.drivers.nv import registers
 from kiln.drivers.nv.memory_manager import FIRMWARE_RESERVED_BYTES, VA_BASE, NVMemoryManager, PeerLink
-from kiln.drivers.nv.simulated_gpu import SimulatedNVGPU
+from kiln.drivers.nv.simulated_hardware import SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.drivers.nv.software_mmu import MemoryTarget, TranslationFault
 from kiln.runtime.memory import AddrSpace, MappingError, TLSFAllocator

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from kiln.drivers.nv.memory_manager import VA_BASE, NVMemoryManager
 from kiln.drivers.nv.page_table_format import peer_address
-from kiln.drivers.nv.simulated_gpu import SimulatedNVGPU
+from kiln.drivers.nv.simulated_hardware import SimulatedNVGPU
 from kiln.drivers.nv.software_mmu import MemoryTarget, TranslationFault
 from kiln.runtime.memory import AddrSpace, MappingError, TLSFAllocator
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.drivers.nv.memory_manager import NVMemoryManager, PeerLink
-from kiln.drivers.nv.simulated_gpu import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
+from kiln.drivers.nv.simulated_hardware import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.runtime import Allocator, BufferSpec, DeviceBase, DeviceUnavailable, LRUAllocator
 from kiln.runtime.memory import TLSFAllocator, VirtMapping

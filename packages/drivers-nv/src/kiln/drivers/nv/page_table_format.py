@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 
-from kiln.drivers.nv.page_table_entries import (
+from kiln.drivers.nv.page_table_entry import (
     PEER_ID_COUNT,
     VER2_LAYOUT,
     VER3_LAYOUT,

@@ -1,7 +1,7 @@
 """A software GMMU: translates a GPU virtual address by walking the page tables stored in simulated VRAM.
 
 This is the oracle the memory manager is tested against, so it deliberately shares no decoding code with the encoder
-(`page_table_entries.py` / `page_table_format.py`): every field is extracted here from the raw bits again, from the
+(`page_table_entry.py` / `page_table_format.py`): every field is extracted here from the raw bits again, from the
 same public layouts (tu102 dev_mmu.h `NV_MMU_VER2_*`, gh100 dev_mmu.h `NV_MMU_VER3_*`, in NVIDIA's
 open-gpu-kernel-modules).
 

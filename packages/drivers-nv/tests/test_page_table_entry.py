@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.drivers.nv.page_table_entries import (
+from kiln.drivers.nv.page_table_entry import (
     KIND_PITCH,
     VER2_LAYOUT,
     VER3_LAYOUT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.drivers.nv import registers
-from kiln.drivers.nv.simulated_gpu import SimulatedNVGPU
+from kiln.drivers.nv.simulated_hardware import SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.drivers.nv.software_mmu import TranslationFault
 
