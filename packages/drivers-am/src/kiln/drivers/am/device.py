@@ -16,14 +16,12 @@ first simulated GPUs form one XGMI hive; 0 = none).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
 from kiln.drivers.am.gfx_generation import GfxGeneration
 from kiln.drivers.am.memory_manager import AMMemoryManager
 from kiln.drivers.am.simulated_hardware import SimulatedAMHardware, SimulatedHive, SimulatedPlatform
-from kiln.runtime import Allocator, BufferSpec, DeviceBase, DeviceUnavailable, LRUAllocator
-from kiln.runtime.memory import VirtMapping
+from kiln.runtime import DeviceBase, DeviceUnavailable
+from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, VirtMapping
 from kiln.uops import register_knob
 
 SIM_VRAM_MIB = register_knob(
@@ -71,41 +69,30 @@ class SimulatedSystem:
 SIMULATION = SimulatedSystem()
 
 
-@dataclass
-class AMAllocation:
-    """One block of VRAM or pinned host memory, and the devices it is mapped into (always at the same VA)."""
+AMAllocation = MappedAllocation
+"""One block of VRAM or pinned host memory of an AM device (kiln.runtime.memory's shared allocator types)."""
+AMBuffer = MappedBuffer
+"""The AM allocator's handle: a byte range of an allocation."""
+
+
+class AMAllocator(MappedAllocator):
+    """Allocates through the device's AMMemoryManager and copies through its simulated MMU (kiln.runtime's shared
+    `MappedAllocator`); pinned host memory comes from the simulated platform and is mapped as SYS pages."""
 
     owner: AMDevice
-    mapping: VirtMapping
-    host_bus_address: int | None = None  # set for pinned host memory
-    imports: dict[str, VirtMapping] = field(default_factory=dict)  # device name -> its mapping of this block
-
-
-@dataclass(frozen=True)
-class AMBuffer:
-    """The AM allocator's handle: `size` bytes at `offset` of an allocation (sub-buffers share the allocation)."""
-
-    allocation: AMAllocation
-    offset: int
-    size: int
 
     @property
-    def va_addr(self) -> int:
-        """GPU virtual address of the first byte, the same on every device the allocation is mapped into."""
-        return self.allocation.mapping.va_addr + self.offset
+    def memory_manager(self) -> AMMemoryManager:
+        return self.owner.memory_manager
 
+    def read_virtual(self, va_addr: int, size: int) -> bytes:
+        return self.owner.hardware.read_virtual(va_addr, size)
 
-class AMAllocator(LRUAllocator[AMBuffer]):
-    """Allocates through the device's AMMemoryManager and copies through its simulated MMU."""
+    def write_virtual(self, va_addr: int, data: bytes) -> None:
+        self.owner.hardware.write_virtual(va_addr, data)
 
-    def __init__(self, name: str, device: AMDevice) -> None:
-        super().__init__(name)
-        self.am_device = device
-
-    def _alloc(self, size: int, options: BufferSpec) -> AMBuffer:
-        manager = self.am_device.memory_manager
-        if not options.host:
-            return AMBuffer(AMAllocation(self.am_device, manager.valloc(size, uncached=options.uncached)), 0, size)
+    def _map_host_memory(self, size: int, uncached: bool) -> tuple[VirtMapping, tuple[tuple[int, int], ...]]:
+        manager = self.memory_manager
         pages = -(-size // 4096) * 4096
         platform = SIMULATION.platform
         bus_address = platform.alloc_host(pages)
@@ -118,42 +105,20 @@ class AMAllocator(LRUAllocator[AMBuffer]):
                 manager.free_vaddr(vaddr)
             platform.free_host(bus_address)
             raise
-        return AMBuffer(AMAllocation(self.am_device, mapping, bus_address), 0, size)
+        return mapping, ((bus_address, pages),)
 
-    def _free(self, opaque: AMBuffer, options: BufferSpec) -> None:
-        allocation = opaque.allocation
-        for name, imported in allocation.imports.items():
-            SIMULATION.devices[name].memory_manager.unmap_range(imported.va_addr, imported.size)
-        allocation.imports.clear()
-        manager = self.am_device.memory_manager
-        if allocation.host_bus_address is None:
-            manager.vfree(allocation.mapping)
-            return
+    def _release_host_memory(self, allocation: MappedAllocation) -> None:
+        manager = self.memory_manager
         manager.unmap_range(allocation.mapping.va_addr, allocation.mapping.size)
         manager.free_vaddr(allocation.mapping.va_addr)
-        SIMULATION.platform.free_host(allocation.host_bus_address)
+        for bus_address, _ in allocation.host_chunks:
+            SIMULATION.platform.free_host(bus_address)
 
-    def _copyin(self, dest: AMBuffer, src: memoryview) -> None:
-        self.am_device.hardware.write_virtual(dest.va_addr, src.tobytes())
+    def _unmap_import(self, device_name: str, mapping: VirtMapping) -> None:
+        SIMULATION.devices[device_name].memory_manager.unmap_range(mapping.va_addr, mapping.size)
 
-    def _copyout(self, dest: memoryview, src: AMBuffer) -> None:
-        dest[:] = self.am_device.hardware.read_virtual(src.va_addr, src.size)
-
-    def _offset(self, opaque: AMBuffer, size: int, offset: int) -> AMBuffer:
-        if offset < 0 or size <= 0 or offset + size > opaque.size:
-            raise ValueError(f"sub-buffer [{offset}, +{size}) does not fit the {opaque.size}-byte buffer")
-        return AMBuffer(opaque.allocation, opaque.offset + offset, size)
-
-    def supports_transfer_from(self, source: Allocator[Any]) -> bool:
-        """Copies straight from any simulated AM device: its buffer is mapped here (XGMI or BAR) and read."""
-        return isinstance(source, AMAllocator)
-
-    def _transfer(self, dest: AMBuffer, src: object, size: int, source: Allocator[Any]) -> None:
-        if not isinstance(src, AMBuffer):
-            raise TypeError(f"expected an AMBuffer to copy from, got {type(src).__name__}")
-        self.am_device.map(src)
-        hardware = self.am_device.hardware
-        hardware.write_virtual(dest.va_addr, hardware.read_virtual(src.va_addr, size))
+    def _map_peer(self, buffer: MappedBuffer) -> None:
+        self.owner.map(buffer)
 
 
 class AMDevice(DeviceBase):
@@ -194,7 +159,7 @@ class AMDevice(DeviceBase):
         existing = allocation.imports.get(self.name)
         if existing is not None:
             return existing
-        if allocation.host_bus_address is not None:
+        if allocation.host_chunks:
             mapping = self.memory_manager.map_host(
                 allocation.mapping.va_addr, allocation.mapping.size, allocation.mapping.paddrs
             )

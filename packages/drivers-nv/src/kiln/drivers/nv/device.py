@@ -18,14 +18,12 @@ read when a device opens.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
 from kiln.drivers.nv.memory_manager import NVMemoryManager, PeerLink
 from kiln.drivers.nv.simulated_hardware import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
-from kiln.runtime import Allocator, BufferSpec, DeviceBase, DeviceUnavailable, LRUAllocator
-from kiln.runtime.memory import TLSFAllocator, VirtMapping
+from kiln.runtime import DeviceBase, DeviceUnavailable
+from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, TLSFAllocator, VirtMapping
 from kiln.uops import register_knob
 
 __all__ = ["NVAllocation", "NVAllocator", "NVBuffer", "NVDevice", "SimulatedMachine"]
@@ -110,81 +108,48 @@ class SimulatedMachine:
 MACHINE = SimulatedMachine()
 
 
-@dataclass
-class NVAllocation:
-    """One block of device (or pinned host) memory and every device it is mapped into (at the same VA)."""
+NVAllocation = MappedAllocation
+"""One block of device or pinned host memory of an NV device (kiln.runtime.memory's shared allocator types)."""
+NVBuffer = MappedBuffer
+"""The NV allocator's handle: a byte range of an allocation."""
+
+
+class NVAllocator(MappedAllocator):
+    """Allocates through the device's NVMemoryManager and copies through its simulated MMU (kiln.runtime's shared
+    `MappedAllocator`); pinned host memory comes from the simulated machine and is mapped as snooped SYS pages."""
 
     owner: NVDevice
-    mapping: VirtMapping
-    host_chunks: tuple[tuple[int, int], ...] = ()
-    imports: dict[str, VirtMapping] = field(default_factory=dict)  # device name -> mapping in that device
-
-
-@dataclass(frozen=True)
-class NVBuffer:
-    """The opaque handle of the NV allocator: a byte range of an allocation (sub-buffers share the allocation)."""
-
-    allocation: NVAllocation
-    offset: int
-    size: int
 
     @property
-    def va_addr(self) -> int:
-        """The GPU virtual address of the first byte (the same on every device the allocation is mapped into)."""
-        return self.allocation.mapping.va_addr + self.offset
+    def memory_manager(self) -> NVMemoryManager:
+        return self.owner.memory_manager
 
+    def read_virtual(self, va_addr: int, size: int) -> bytes:
+        return self.owner.gpu.read_virtual(va_addr, size)
 
-class NVAllocator(LRUAllocator[NVBuffer]):
-    """Allocates through the device's NVMemoryManager and copies through its simulated MMU."""
+    def write_virtual(self, va_addr: int, data: bytes) -> None:
+        self.owner.gpu.write_virtual(va_addr, data)
 
-    def __init__(self, name: str, device: NVDevice) -> None:
-        super().__init__(name)
-        self.nv_device = device
+    def _map_host_memory(self, size: int, uncached: bool) -> tuple[VirtMapping, tuple[tuple[int, int], ...]]:
+        size = -(-size // 4096) * 4096
+        bus_address = MACHINE.host_allocator.alloc(size, 4096)
+        try:
+            mapping = self.memory_manager.map_system([(bus_address, size)], snooped=True, uncached=uncached)
+        except BaseException:
+            MACHINE.host_allocator.free(bus_address)
+            raise
+        return mapping, ((bus_address, size),)
 
-    def _alloc(self, size: int, options: BufferSpec) -> NVBuffer:
-        memory_manager = self.nv_device.memory_manager
-        if options.host:
-            size = -(-size // 4096) * 4096
-            bus_address = MACHINE.host_allocator.alloc(size, 4096)
-            try:
-                mapping = memory_manager.map_system([(bus_address, size)], snooped=True, uncached=options.uncached)
-            except BaseException:
-                MACHINE.host_allocator.free(bus_address)
-                raise
-            return NVBuffer(NVAllocation(self.nv_device, mapping, ((bus_address, size),)), 0, size)
-        mapping = memory_manager.valloc(size, uncached=options.uncached)
-        return NVBuffer(NVAllocation(self.nv_device, mapping), 0, size)
-
-    def _free(self, opaque: NVBuffer, options: BufferSpec) -> None:
-        allocation = opaque.allocation
-        for name, imported in allocation.imports.items():
-            MACHINE.device(name).memory_manager.unmap(imported)
-        allocation.imports.clear()
-        self.nv_device.memory_manager.vfree(allocation.mapping)
+    def _release_host_memory(self, allocation: MappedAllocation) -> None:
+        self.memory_manager.vfree(allocation.mapping)
         for bus_address, _ in allocation.host_chunks:
             MACHINE.host_allocator.free(bus_address)
 
-    def _copyin(self, dest: NVBuffer, src: memoryview) -> None:
-        self.nv_device.gpu.write_virtual(dest.va_addr, src.tobytes())
+    def _unmap_import(self, device_name: str, mapping: VirtMapping) -> None:
+        MACHINE.device(device_name).memory_manager.unmap(mapping)
 
-    def _copyout(self, dest: memoryview, src: NVBuffer) -> None:
-        dest[:] = self.nv_device.gpu.read_virtual(src.va_addr, src.size)
-
-    def _offset(self, opaque: NVBuffer, size: int, offset: int) -> NVBuffer:
-        if offset < 0 or offset + size > opaque.size:
-            raise ValueError(f"sub-buffer [{offset}, +{size}) leaves the {opaque.size}-byte buffer")
-        return NVBuffer(opaque.allocation, opaque.offset + offset, size)
-
-    def supports_transfer_from(self, source: Allocator[Any]) -> bool:
-        """Direct copies from any simulated NV device: the source is mapped here through the PEER aperture."""
-        return isinstance(source, NVAllocator)
-
-    def _transfer(self, dest: NVBuffer, src: object, size: int, source: Allocator[Any]) -> None:
-        if not isinstance(src, NVBuffer):
-            raise TypeError(f"expected an NVBuffer to copy from, got {type(src).__name__}")
-        self.nv_device.map(src)
-        gpu = self.nv_device.gpu
-        gpu.write_virtual(dest.va_addr, gpu.read_virtual(src.va_addr, size))
+    def _map_peer(self, buffer: MappedBuffer) -> None:
+        self.owner.map(buffer)
 
 
 class NVDevice(DeviceBase):

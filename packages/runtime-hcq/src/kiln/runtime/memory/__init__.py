@@ -7,6 +7,7 @@ checked, atomic map / unmap.
 
 from kiln.runtime.memory.address_space import AddrSpace, MappingError, VirtMapping
 from kiln.runtime.memory.fragment import aligned_blocks, fragment_runs
+from kiln.runtime.memory.mapped_allocator import MappedAllocation, MappedAllocator, MappedBuffer
 from kiln.runtime.memory.memory_manager import MemoryManager, Translation
 from kiln.runtime.memory.page_table_format import DecodedEntry, PageTableFormat, ReferencePageTableFormat
 from kiln.runtime.memory.physical_memory import PhysicalMemory, SparseMemory
@@ -16,6 +17,9 @@ from kiln.runtime.memory.walker import PageTableWalker, WalkRun
 __all__ = [
     "AddrSpace",
     "DecodedEntry",
+    "MappedAllocation",
+    "MappedAllocator",
+    "MappedBuffer",
     "MappingError",
     "MemoryManager",
     "PageTableFormat",
