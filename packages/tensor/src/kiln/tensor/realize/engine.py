@@ -16,14 +16,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from kiln.codegen import Program, Renderer, get_program
+from kiln.codegen import Program, Renderer, beam_search, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
@@ -212,6 +212,23 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], b
     return results
 
 
+def _device_timer(device: str) -> Callable[[Program], float]:
+    """The timer BEAM search runs candidates with: the program loaded on `device`, launched on scratch buffers of
+    its parameters' sizes (variables at their largest value), the fastest of three runs in seconds."""
+
+    def timer(program: Program) -> float:
+        runner = load(program, device)
+        buffers: list[Buffer | None] = [None] * (max(program.globals, default=-1) + 1)
+        for slot, pointer in program.buffer_dtypes.items():
+            if pointer.size < 0:
+                raise RuntimeError(f"BEAM cannot time {program.name!r}: buffer {slot} has no static size")
+            buffers[slot] = Buffer(device, max(pointer.size, 1), pointer.base.scalar())
+        var_vals = {v.arg.name: v.arg.hi for v in program.variables}
+        return min(float(runner(buffers, var_vals, wait=True) or 0.0) for _ in range(3))  # type: ignore[arg-type]
+
+    return timer
+
+
 class Engine:
     """The realize engine and its caches; `default_engine()` is the process's, `use_engine` switches for a block.
 
@@ -281,7 +298,13 @@ class Engine:
         renderer = self._renderers.get(device)
         if renderer is None:
             renderer = self._renderers[device] = renderer_for(device)
-        program = Program(get_program(ast, renderer))
+        opts = None
+        if (width := knobs.BEAM) >= 1:
+            try:
+                opts = beam_search(ast, renderer, _device_timer(device), width)
+            except RuntimeError as error:  # said, not silent: the kernel keeps the heuristic's opts
+                print(f"kiln: BEAM={width} could not time a kernel on {device} ({error}); using the heuristic")
+        program = Program(get_program(ast, renderer, opts))
         self.programs_built += 1
         estimates = program.estimates
         flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
