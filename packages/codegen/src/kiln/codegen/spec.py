@@ -140,25 +140,30 @@ def _special_ok(x: UOp) -> bool:
     return name == "core_id" or (name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"))
 
 
+_pm_lowered_definitions = [
+    (
+        UPat(Ops.DEFINE_LOCAL, src=(), name="x"),
+        lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.LOCAL),
+    ),
+    (
+        UPat(Ops.DEFINE_REG, src=(), name="x"),
+        lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.REG),
+    ),
+    (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: dtypes.is_int(x.dtype)),
+    (
+        UPat(Ops.SPECIAL, src=(UPat.var("size"),), name="x"),
+        lambda x, size: _special_ok(x) and size.dtype == x.dtype,
+    ),
+    (UPat(Ops.RANGE, src=(UPat.var(),), name="x"), _range_ok),
+]
+"""Registers, local memory, variables, hardware indices and loops as both lowered formats define them."""
+
 pm_spec_linear = PatternMatcher(
     [
         (UPat(name="x"), _no_index_dtype),
         (UPat(Ops.INDEX, name="x"), lambda x: _index_ok(x, linear=True)),
         *_pm_memory,
-        (
-            UPat(Ops.DEFINE_LOCAL, src=(), name="x"),
-            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.LOCAL),
-        ),
-        (
-            UPat(Ops.DEFINE_REG, src=(), name="x"),
-            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.REG),
-        ),
-        (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: dtypes.is_int(x.dtype)),
-        (
-            UPat(Ops.SPECIAL, src=(UPat.var("size"),), name="x"),
-            lambda x, size: _special_ok(x) and size.dtype == x.dtype,
-        ),
-        (UPat(Ops.RANGE, src=(UPat.var(),), name="x"), _range_ok),
+        *_pm_lowered_definitions,
         (UPat(Ops.END, src=(UPat(Ops.RANGE),)), lambda: True),
         (UPat(Ops.IF, src=(UPat(dtype=dtypes.bool),), name="x"), lambda x: type(x.arg) is int),
         (UPat(Ops.ENDIF, src=(UPat(Ops.IF),)), lambda: True),
@@ -188,20 +193,7 @@ pm_spec_lowering = PatternMatcher(
         (UPat(Ops.SINK, name="x"), lambda x: isinstance(x.arg, KernelInfo) or x.arg is None),
         (UPat(Ops.INDEX, name="x"), _index_either_form),
         *_pm_memory,
-        (
-            UPat(Ops.DEFINE_LOCAL, src=(), name="x"),
-            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.LOCAL),
-        ),
-        (
-            UPat(Ops.DEFINE_REG, src=(), name="x"),
-            lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.REG),
-        ),
-        (UPat(Ops.DEFINE_VAR, src=(), name="x"), lambda x: dtypes.is_int(x.dtype)),
-        (
-            UPat(Ops.SPECIAL, src=(UPat.var("size"),), name="x"),
-            lambda x, size: _special_ok(x) and size.dtype == x.dtype,
-        ),
-        (UPat(Ops.RANGE, src=(UPat.var(),), name="x"), _range_ok),
+        *_pm_lowered_definitions,
         (UPat(Ops.END, name="x"), lambda x: len(x.src) >= 2 and all(r.op is Ops.RANGE for r in x.src[1:])),
         (UPat(Ops.GROUP), lambda: True),
         (UPat(Ops.REDUCE, name="x"), _reduce_ok),
