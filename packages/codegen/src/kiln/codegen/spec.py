@@ -6,6 +6,8 @@ Each is a PatternMatcher for `kiln.uops.type_verify`: every uop must match a rul
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kiln.codegen.kernel_info import KernelInfo
 from kiln.codegen.tensor_core import WmmaArg
 from kiln.uops import (
@@ -140,7 +142,7 @@ def _special_ok(x: UOp) -> bool:
     return name == "core_id" or (name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"))
 
 
-_pm_lowered_definitions = [
+_pm_lowered_definitions: list[tuple[UPat, Callable[..., bool]]] = [
     (
         UPat(Ops.DEFINE_LOCAL, src=(), name="x"),
         lambda x: type(x.arg) is int and _is_pointer(x.dtype, MemoryScope.LOCAL),
