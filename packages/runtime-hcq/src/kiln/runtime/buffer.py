@@ -36,19 +36,24 @@ class DeviceLookup(Protocol):
 # Buffers sit below devices (a device's runners take Buffers), yet a Buffer finds its allocator by device name. The
 # registry in kiln.runtime.device installs itself here when that module is imported (kiln.runtime imports it), so
 # this module never imports the device module and the package's import graph stays a DAG.
-_devices: DeviceLookup | None = None
+class _NoRegistry:
+    """The lookup before kiln.runtime.device has installed its registry (reachable only by loading this module
+    without its package)."""
+
+    def canonicalize(self, name: str) -> str:
+        raise RuntimeError("no device registry installed: import kiln.runtime (it installs kiln.runtime.Device)")
+
+    def __getitem__(self, name: str) -> BufferDevice:
+        raise RuntimeError("no device registry installed: import kiln.runtime (it installs kiln.runtime.Device)")
+
+
+_devices: DeviceLookup = _NoRegistry()
 
 
 def install_device_lookup(lookup: DeviceLookup) -> None:
     """Make Buffers resolve device names through `lookup` (kiln.runtime.device installs its `Device` registry)."""
     global _devices
     _devices = lookup
-
-
-def _lookup() -> DeviceLookup:
-    if _devices is None:
-        raise RuntimeError("no device registry installed: import kiln.runtime (it installs kiln.runtime.Device)")
-    return _devices
 
 
 def numpy_dtype(dtype: DType) -> np.dtype[Any]:
@@ -124,7 +129,7 @@ class Buffer:
             _check_count("Buffer offset", offset)
         if type(dtype) is not DType or dtype not in _STORABLE:
             _check_dtype(dtype)
-        self.device = _lookup().canonicalize(device)
+        self.device = _devices.canonicalize(device)
         self.size = size
         self.dtype = dtype
         self._opaque: Any = None
@@ -171,7 +176,7 @@ class Buffer:
     @property
     def allocator(self) -> Allocator[Any]:
         """The allocator of this buffer's device (opens the device)."""
-        return _lookup()[self.device].allocator
+        return _devices[self.device].allocator
 
     @property
     def opaque(self) -> Any:
@@ -189,7 +194,7 @@ class Buffer:
         """Attaches device memory (for a view: allocates its base and takes a slice of it). Idempotent."""
         if self._allocator is not None:
             return self
-        device = _lookup()[self.device]
+        device = _devices[self.device]
         scalar = self.dtype.scalar()
         if scalar not in device.supported_dtypes:
             names = ", ".join(sorted(dtype.name for dtype in device.supported_dtypes))
@@ -214,7 +219,7 @@ class Buffer:
         """Makes memory obtained outside `allocate` (`HostAllocator.adopt`) this unallocated base buffer's memory."""
         if self._allocator is not None or self._base is not None:
             raise RuntimeError(f"attach needs an unallocated buffer that is not a view, got {self!r}")
-        device = _lookup()[self.device]
+        device = _devices[self.device]
         if self.dtype.scalar() not in device.supported_dtypes:
             raise TypeError(f"device {self.device!r} cannot store {self.dtype.scalar()!r}")
         allocator = device.allocator

@@ -392,13 +392,14 @@ class Engine:
         buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
         """
         schedule = self.schedule
-        normalized = normalize(uops)
+        memo = schedule.placeholders
+        normalized = normalize(uops, placeholders=memo)
         plan = schedule.lookup(normalized.roots)
         if plan is None:
-            masked = normalize(uops, lift=_lift_all)
+            masked = normalize(uops, lift=_lift_all, placeholders=memo)
             varying = schedule.varying_constants(masked.roots, masked.constants)
             if varying:
-                normalized = normalize(uops, lift=varying.__contains__)
+                normalized = normalize(uops, lift=varying.__contains__, placeholders=memo)
             plan = schedule.plan_of(normalized.roots)
         views = self.run_plan(plan, normalized.inputs)
         for uop, view in zip(uops, views):

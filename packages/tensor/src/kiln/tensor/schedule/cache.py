@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from kiln.tensor.schedule.items import SchedulePlan
-from kiln.tensor.schedule.normalize import ConstKey
+from kiln.tensor.schedule.normalize import ConstKey, PlaceholderMemo
 from kiln.tensor.schedule.planner import plan_schedule
 from kiln.uops import Ops, UOp
 
@@ -34,6 +34,7 @@ class ScheduleCache:
         self.max_plans, self.max_structures, self.variants_kept = max_plans, max_structures, variants_kept
         self._plans: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
         self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
+        self.placeholders: PlaceholderMemo = {}  # input placeholder nodes for `normalize`
         self.hits = 0
         self.misses = 0
 
@@ -91,5 +92,6 @@ class ScheduleCache:
         """Forgets every plan and constant variant and resets the hit and miss counts."""
         self._plans.clear()
         self._variants.clear()
+        self.placeholders.clear()
         self.hits = 0
         self.misses = 0

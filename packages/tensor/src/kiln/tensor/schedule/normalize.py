@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import ConstType, Ops, UOp, dtypes
+from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 _REALIZED = "tensor_realized"
 # A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
@@ -115,10 +115,20 @@ class NormalizedGraph:
         return UOp(Ops.SINK, src=self.roots)
 
 
-def _placeholder(position: int, node: UOp) -> UOp:
-    # hash-consed: the same position, size, dtype and device give the same node, so no cache is needed
+PlaceholderMemo = dict[tuple[int, int, DType, str], UOp]
+"""Placeholder nodes by (position, size, dtype, device): hash-consed anyway, a memo only saves building them (the
+realize engine keeps one in its ScheduleCache)."""
+
+
+def _placeholder(position: int, node: UOp, memo: PlaceholderMemo | None) -> UOp:
     arg = node.arg
-    return UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, arg.size, arg.device))
+    key = (position, arg.size, node.dtype, arg.device)
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        found = UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, arg.size, arg.device))
+        if memo is not None and len(memo) < 65536:
+            memo[key] = found
+    return found
 
 
 ConstKey = tuple[type, object]
@@ -134,13 +144,15 @@ def _constant_placeholder(position: int, node: UOp) -> UOp:
     return UOp(Ops.BUFFER, node.dtype, (), InputSlot(position, 1, str(node.src[0].arg)))
 
 
-def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) -> NormalizedGraph:
+def normalize(
+    uops: Sequence[UOp], lift: Callable[[int], bool] | None = None, placeholders: PlaceholderMemo | None = None
+) -> NormalizedGraph:
     """The normalized form of the graphs of `uops` (see the module docstring).
 
     With `lift`, the constants (CONST nodes, not bools, not a requested constant broadcast) are numbered in walk
     order and their values listed in `constants`; each one `lift(number)` accepts becomes a one-element input
     buffer (its input is the CONST node itself, which the engine turns into a buffer), so graphs that differ only
-    in those values share one schedule and one kernel.
+    in those values share one schedule and one kernel. `placeholders`: a memo of input placeholder nodes to reuse.
     """
     lifting = lift is not None
     epoch = -1 if lifting else _epoch[0]  # marks describe graphs with their constants: not used when lifting
@@ -168,7 +180,7 @@ def normalize(uops: Sequence[UOp], lift: Callable[[int], bool] | None = None) ->
                     f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the write "
                     "(e.g. for backward()) cannot be computed again; compute it before the write"
                 )
-            resolved[node] = _placeholder(len(inputs), node)
+            resolved[node] = _placeholder(len(inputs), node, placeholders)
             inputs.append(node)
             stack.pop()
             continue
