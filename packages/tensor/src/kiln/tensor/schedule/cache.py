@@ -80,9 +80,12 @@ class ScheduleCache:
         if constants not in seen:
             seen.append(constants)
             del seen[: -self.variants_kept]
-        if len(seen) < 2:
+        # A one-element input buffer and a lifted constant get the same placeholder node, so one masked structure
+        # can come with different numbers of constants (x[1] + c and c0 + c1): compare only calls with as many.
+        alike = [values for values in seen if len(values) == len(constants)]
+        if len(alike) < 2:
             return frozenset()
-        return frozenset(n for n in range(len(constants)) if len({values[n] for values in seen}) > 1)
+        return frozenset(n for n in range(len(constants)) if len({values[n] for values in alike}) > 1)
 
     def sizes(self) -> dict[str, int]:
         """How many entries each part holds (plans, structures with constant variants)."""
