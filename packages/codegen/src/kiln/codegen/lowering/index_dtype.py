@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.uops import DType, Ops, PtrDType, UOp, dtypes
+from kiln.uops import DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes, graph_rewrite
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -23,16 +23,19 @@ def index_dtype_for(sink: UOp) -> DType:
     return dtypes.int32
 
 
+def _machine_int(ctx: DType, x: UOp) -> UOp | None:
+    dtype = x.dtype
+    if isinstance(dtype, PtrDType) or dtype.scalar() != dtypes.index:
+        return None
+    return UOp(x.op, ctx.vec(dtype.count), x.src, x.arg, x.tag)
+
+
+pm_index_dtype = PatternMatcher([(UPat(name="x"), _machine_int)])
+"""Every dtypes.index node (scalar or vector) -> the same node in the machine integer `ctx` (the rewrite rebuilds
+its users on it)."""
+
+
 def lower_index_dtype(sink: UOp) -> UOp:
-    """`sink` with every dtypes.index (scalar or vector) replaced by the machine integer `index_dtype_for` picks."""
-    target = index_dtype_for(sink)
-    rebuilt: dict[UOp, UOp] = {}
-    for node in sink.toposort():
-        src = tuple(rebuilt[s] for s in node.src)
-        dtype = node.dtype
-        if not isinstance(dtype, PtrDType) and dtype.scalar() == dtypes.index:
-            dtype = target.vec(dtype.count)
-        rebuilt[node] = (
-            node if src == node.src and dtype == node.dtype else UOp(node.op, dtype, src, node.arg, node.tag)
-        )
-    return rebuilt[sink]
+    """`sink` with every dtypes.index (scalar or vector) replaced by the machine integer `index_dtype_for` picks: one
+    named graph_rewrite ("index dtype") of `pm_index_dtype`."""
+    return graph_rewrite(sink, pm_index_dtype, ctx=index_dtype_for(sink), name="index dtype")

@@ -3,7 +3,7 @@ order), and the lowering passes themselves (`LOWERING_PASSES`), which `lower` ru
 
 Every stage is traced and spec-checked the same way: a pass that is one named graph_rewrite of a pattern table is
 recorded by graph_rewrite itself; a pass written as a function (`LoweringPass.function`: hardware dims, dtype
-emulation, index dtype, loop ends, ...) is recorded by `run_stage` as one trace under its name (the rewrites it
+emulation, loop ends, ...) is recorded by `run_stage` as one trace under its name (the rewrites it
 runs inside nest after it). With `SPEC=1` each stage's result is checked against the full spec of its IR level
 (`stage_spec`): the kernel sink format up to "accumulators", the lowering format after it, and from "index dtype"
 on the lowering format without index dtypes; `get_program` checks the LINEAR against the linear format.
@@ -188,7 +188,7 @@ LOWERING_PASSES: tuple[LoweringPass, ...] = (
         "vector-of-pointer loads/stores -> scalar and wide accesses (aligned unless the renderer has vector ALU)",
     ),
     _rewrite_pass("gated loads", pm_gated_loads, "LOAD(INDEX(buf, off, gate)) -> LOAD(INDEX(buf, off), 0, gate)"),
-    _function_pass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
+    LoweringPass("index dtype", lambda sink, renderer: lower_index_dtype(sink), "dtypes.index -> int32 or int64"),
     LoweringPass(
         "multiply-add",
         lambda sink, renderer: graph_rewrite(sink, pm_multiply_add, ctx=renderer, name="multiply-add"),
