@@ -30,7 +30,7 @@ def _machine_int(ctx: DType, x: UOp) -> UOp | None:
     return UOp(x.op, ctx.vec(dtype.count), x.src, x.arg, x.tag)
 
 
-pm_index_dtype = PatternMatcher([(UPat(name="x"), _machine_int)])
+pm_index_dtype = PatternMatcher([(UPat(dtype=dtypes.index, name="x"), _machine_int)])
 """Every dtypes.index node (scalar or vector) -> the same node in the machine integer `ctx` (the rewrite rebuilds
 its users on it)."""
 
