@@ -1,5 +1,5 @@
 """Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device, CUDA C
-(NVRTC) and PTX (ptxas) for NVIDIA GPUs.
+(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device.
 
 Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite, libnvrtc, ptxas) when
 first used and raises `ToolchainNotFoundError` naming what to install if it is missing.
@@ -13,6 +13,8 @@ from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter
 from kiln.renderers.llvm_compiler import LLVMCompiler
 from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
 from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundError, load_nvrtc
+from kiln.renderers.opencl import OpenCLCompileError, OpenCLCompiler, OpenCLRenderer
+from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, opencl_available, opencl_targets
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
 from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
@@ -37,6 +39,11 @@ __all__ = [
     "LLVMCompiler",
     "LLVMRenderer",
     "NvrtcCompileError",
+    "OpenCLCompileError",
+    "OpenCLCompiler",
+    "OpenCLError",
+    "OpenCLNotFoundError",
+    "OpenCLRenderer",
     "NvrtcNotFoundError",
     "PTXAssemblerError",
     "PTXCompiler",
@@ -50,6 +57,8 @@ __all__ = [
     "kernel_parameters",
     "load_nvrtc",
     "load_shared_object",
+    "opencl_available",
+    "opencl_targets",
     "parse_linear",
     "pm_c_style",
     "pm_llvm_ir",

@@ -1,0 +1,308 @@
+"""OpenCL C kernels for the CL device, built by the OpenCL platform itself into a binary the device reloads.
+
+The dialect differs from C in a few places, each handled here by a hook of `CStyleRenderer`:
+- `__kernel` entry, `__global` buffers (bool buffers are `uchar`: kernel arguments may not point to bool), `__local`
+  shared arrays, `barrier(CLK_LOCAL_MEM_FENCE)`, gidx/lidx from `get_group_id` / `get_local_id`;
+- OpenCL's vector types (`float4`, lanes `.s0`...), read and written with `vloadN` / `vstoreN`, which need only the
+  element's alignment (codegen promises nothing more), never by casting a pointer to a vector pointer;
+- OpenCL's scalar names (`uchar`, `ulong` ...), literals with `l`/`ul` suffixes, bit casts through `as_<type>`,
+  NaN/infinity through `as_float` / `as_double`;
+- the IR's numerics: `#pragma OPENCL FP_CONTRACT OFF` (OpenCL C contracts `a*b+c` by default; the IR rounds every
+  op), `-cl-fp32-correctly-rounded-divide-sqrt` (float32 `/` and `sqrt` are otherwise allowed 2.5-3 ulp), signed
+  ADD/SUB/MUL/NEG computed in unsigned arithmetic (wrap-around; signed overflow is undefined in OpenCL C as in C).
+float16 (no `cl_khr_fp16` on PoCL's CPU device), bfloat16 and fp8 are emulated by codegen; the transcendentals are
+decomposed by codegen (exact against the interpreter) rather than taken from the OpenCL library (3-4 ulp).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import re
+from collections.abc import Sequence
+from typing import ClassVar
+
+from kiln.codegen import Compiler
+from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter
+from kiln.renderers.opencl_library import (
+    CL_PROGRAM_BINARIES,
+    CL_PROGRAM_BINARY_SIZES,
+    OpenCLError,
+    OpenCLTarget,
+    load_opencl,
+    opencl_target,
+)
+from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+OPENCL_BUILD_OPTIONS: tuple[str, ...] = ("-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt")
+"""Options of every program build (no -cl-mad-enable / -cl-fast-relaxed-math: they change results)."""
+
+OPENCL_SCALAR_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool",
+    dtypes.int8: "char",
+    dtypes.uint8: "uchar",
+    dtypes.int16: "short",
+    dtypes.uint16: "ushort",
+    dtypes.int32: "int",
+    dtypes.uint32: "uint",
+    dtypes.int64: "long",
+    dtypes.uint64: "ulong",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+
+_C_SPELLINGS = {
+    "unsigned long long": "ulong",
+    "long long": "long",
+    "unsigned int": "uint",
+    "unsigned short": "ushort",
+    "unsigned char": "uchar",
+    "signed char": "char",
+}
+_C_SPELLING_PATTERN = re.compile(r"\b(" + "|".join(re.escape(name) for name in _C_SPELLINGS) + r")\b")
+"""The shared C helpers (shifts, division, threefry) spell types the C way; OpenCL C reserves `long long`."""
+
+_OPENCL_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
+    (op, dtype): name
+    for op, name in ((Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"), (Ops.MOD, "fmod"), (Ops.MULACC, "fma"))
+    for dtype in (dtypes.float32, dtypes.float64)
+}
+"""Correctly rounded OpenCL builtins (sqrt with -cl-fp32-correctly-rounded-divide-sqrt; trunc, fmod, fma exact)."""
+
+VECTOR_COUNTS = (2, 3, 4, 8, 16)
+"""Lane counts of OpenCL's built-in vector types."""
+
+
+class OpenCLCompileError(RuntimeError):
+    """The OpenCL platform rejected a program; the message has its build log and the source."""
+
+
+class OpenCLCompiler(Compiler):
+    """OpenCL C -> the platform's program binary for one device (`clBuildProgram`, `CL_PROGRAM_BINARIES`).
+
+    The binary is what `clCreateProgramWithBinary` reloads on the same device (the CL device does, then builds it
+    with the same options); it is specific to the platform, device and driver, which form `identity`.
+    """
+
+    def __init__(self, device_index: int = 0) -> None:
+        self.device_index = device_index
+        self.flags = OPENCL_BUILD_OPTIONS
+
+    @functools.cached_property
+    def target(self) -> OpenCLTarget:
+        """The OpenCL device built for (OpenCLNotFoundError naming what to install when there is none)."""
+        return opencl_target(self.device_index)
+
+    @property
+    def identity(self) -> str:  # type: ignore[override]
+        return self.target.identity
+
+    def compile(self, source: str) -> bytes:
+        """The program binary of `source`; OpenCLCompileError with the build log when the build fails."""
+        library, target = load_opencl(), self.target
+        encoded = ctypes.c_char_p(source.encode())
+        program = library.create(
+            "clCreateProgramWithSource", target.context, 1, ctypes.byref(encoded), None, what="program"
+        )
+        try:
+            build_program(program, target, "building from source", source)
+            sizes = library.info_bytes("clGetProgramInfo", program, CL_PROGRAM_BINARY_SIZES)
+            size = int.from_bytes(sizes[:8], "little")
+            binary = ctypes.create_string_buffer(size)
+            pointers = (ctypes.c_char_p * 1)(ctypes.cast(binary, ctypes.c_char_p))
+            library.call("clGetProgramInfo", program, CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers, None)
+            return binary.raw
+        finally:
+            library.call("clReleaseProgram", program)
+
+    def __repr__(self) -> str:
+        return f"OpenCLCompiler(device_index={self.device_index})"
+
+
+def build_program(program: int, target: OpenCLTarget, what: str, source: str = "") -> None:
+    """`clBuildProgram` for `target` with OPENCL_BUILD_OPTIONS; OpenCLCompileError carrying the build log."""
+    library = load_opencl()
+    device = ctypes.c_void_p(target.device)
+    options = " ".join(OPENCL_BUILD_OPTIONS).encode()
+    try:
+        library.call("clBuildProgram", program, 1, ctypes.byref(device), options, None, None, what=what)
+    except OpenCLError as error:
+        log = library.build_log(program, target.device)
+        listing = f"\n--- source ---\n{source}" if source else ""
+        raise OpenCLCompileError(f"{error}\n{log}{listing}") from error
+
+
+# ---- the renderer -----------------------------------------------------------------------------------------------
+
+
+def _wide_access(index: UOp) -> int:
+    """Lanes of a vector access through a scalar buffer (vloadN/vstoreN), or 0 for a plain dereference."""
+    if index.op is not Ops.INDEX:
+        return 0
+    pointer, buffer = index.dtype, index.src[0].dtype
+    assert isinstance(pointer, PtrDType) and isinstance(buffer, PtrDType)
+    return pointer.base.count if pointer.base.count > 1 and buffer.base.count == 1 else 0
+
+
+def _index(ctx: CStyleWriter, x: UOp) -> str:
+    pointer, offset = ctx[x.src[0]], ctx[x.src[1]]
+    return pointer if x.src[1].op is Ops.CONST and x.src[1].arg == 0 else f"({pointer}+{offset})"
+
+
+def _load(ctx: CStyleWriter, x: UOp) -> str:
+    lanes = _wide_access(x.src[0])
+    value = f"vload{lanes}(0,{ctx[x.src[0]]})" if lanes else f"(*{ctx[x.src[0]]})"
+    return f"({ctx[x.src[2]]}?{value}:{ctx[x.src[1]]})" if len(x.src) == 3 else value
+
+
+def _store(ctx: CStyleWriter, x: UOp) -> str:
+    lanes = _wide_access(x.src[0])
+    if lanes:
+        return f"vstore{lanes}({ctx[x.src[1]]},0,{ctx[x.src[0]]});"
+    return f"*{ctx[x.src[0]]} = {ctx[x.src[1]]};"
+
+
+def _memory(ctx: CStyleWriter, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType)
+    prefix = "__local " if x.dtype.scope is MemoryScope.LOCAL else ""
+    return f"{prefix}{memory_type(ctx, x.dtype.base)} {ctx[x]}[{x.dtype.size}];"
+
+
+def memory_type(writer: CStyleWriter, dtype: DType) -> str:
+    """The type of `dtype` in memory: bool is stored as uchar (no bool pointers in kernel arguments)."""
+    if dtype == dtypes.bool:
+        return "uchar"
+    return writer.type_name(dtype)
+
+
+pm_opencl = PatternMatcher(
+    [
+        (UPat(Ops.INDEX, name="x"), _index),
+        (UPat(Ops.LOAD, name="x"), _load),
+        (UPat(Ops.STORE, name="x"), _store),
+        (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _memory),
+    ]
+)
+"""OpenCL's own string rules (wide accesses by vloadN/vstoreN, bool memory as uchar), tried before the C family's."""
+
+
+class OpenCLRenderer(CStyleRenderer):
+    """OpenCL C kernels for one OpenCL device (`device_index` over all platforms); owns an `OpenCLCompiler`."""
+
+    device = "CL"
+    has_local = True
+    has_shared = True
+    global_max = (2**31 - 1, 65535, 65535)
+    local_max = (256, 256, 64)
+    local_size_max = 256
+    shared_max = 32768  # the OpenCL 1.2 full profile's minimum CL_DEVICE_LOCAL_MEM_SIZE
+    vector_widths = (2, 4, 8)
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
+    native_ops = GroupOp.ALU - {Ops.MULACC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+
+    kernel_prefix: ClassVar[str] = "__kernel "
+    helper_prefix: ClassVar[str] = "static inline "
+    restrict_keyword: ClassVar[str] = "restrict"
+    shared_prefix: ClassVar[str] = "__local "
+    barrier_statement: ClassVar[str | None] = "barrier(CLK_LOCAL_MEM_FENCE);"
+    scalar_types: ClassVar[dict[DType, str]] = {**OPENCL_SCALAR_TYPES}
+    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _OPENCL_FLOAT_FUNCTIONS
+    extra_rules: ClassVar[PatternMatcher | None] = pm_opencl
+
+    def __init__(self, device_index: int = 0, device: str = "CL") -> None:
+        self.device_index = device_index
+        self.device = device
+
+    @functools.cached_property
+    def compiler(self) -> OpenCLCompiler:  # type: ignore[override]
+        return OpenCLCompiler(self.device_index)
+
+    def render(self, uops: list[UOp], name: str) -> str:
+        """The OpenCL C program of one `__kernel void kiln_kernel(...)` (see the module docstring)."""
+        return _C_SPELLING_PATTERN.sub(lambda match: _C_SPELLINGS[match.group(1)], super().render(uops, name))
+
+    def preamble(self) -> list[str]:
+        return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "#pragma OPENCL FP_CONTRACT OFF"]
+
+    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+        declarations = super().parameters(writer, uops)
+        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        result = []
+        for declaration, buffer in zip(declarations, buffers):
+            assert isinstance(buffer.dtype, PtrDType)
+            if buffer.dtype.base.scalar() == dtypes.bool:
+                declaration = declaration.replace("bool*", "uchar*", 1)
+            result.append(f"__global {declaration}")
+        return result + declarations[len(buffers) :]
+
+    def vector_type(self, dtype: DType) -> tuple[str, str | None]:
+        if dtype.count not in VECTOR_COUNTS:
+            raise ValueError(f"OpenCL has no vector of {dtype.count} lanes ({dtype!r}); expected {VECTOR_COUNTS}")
+        scalar = dtype.scalar()
+        element = "uchar" if scalar == dtypes.bool else self.scalar_type(scalar)  # no bool vectors in OpenCL C
+        return f"{element}{dtype.count}", None
+
+    def vector_literal(self, writer: CStyleWriter, dtype: DType, lanes: list[str]) -> str:
+        return f"(({writer.type_name(dtype)})({','.join(lanes)}))"
+
+    def lane(self, vector: str, dtype: DType, lane: int) -> str:
+        return f"({vector}).s{lane:x}"
+
+    def special(self, writer: CStyleWriter, uop: UOp) -> str:
+        name = uop.arg.name
+        if name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"):
+            function = "get_group_id" if name.startswith("gidx") else "get_local_id"
+            return f"(({writer.type_name(uop.dtype)}){function}({name[4]}))"
+        raise ValueError(f"{type(self).__name__} has no hardware index {name!r}; expected gidx0..2 or lidx0..2")
+
+    def float_constant(self, value: float, dtype: DType) -> str:
+        if math.isnan(value) or math.isinf(value):
+            if dtype == dtypes.float64:
+                bits = 0x7FF8000000000000 if math.isnan(value) else 0x7FF0000000000000 | (value < 0) << 63
+                return f"as_double({bits:#x}ul)"
+            bits = 0x7FC00000 if math.isnan(value) else 0x7F800000 | (value < 0) << 31
+            return f"as_float({bits:#x}u)"
+        return super().float_constant(value, dtype)
+
+    def int_constant(self, value: int, dtype: DType) -> str:
+        bits = dtype.itemsize * 8
+        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("l" if bits == 64 else "")
+        if value == -(1 << (bits - 1)) and bits >= 32:
+            return f"({value + 1}{suffix}-1)"
+        return f"{value}{suffix}"
+
+    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
+        # signed 32/64-bit ADD/SUB/MUL/NEG wrap around through the unsigned type (narrower ones promote to int)
+        if dtypes.is_unsigned(dtype) or dtype.itemsize < 4 or uop.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
+            return super().int_alu(writer, uop, dtype, operands)
+        signed, unsigned = self.scalar_type(dtype), "u" + self.scalar_type(dtype)
+        if uop.op is Ops.NEG:
+            return f"(({signed})(0u-({unsigned})({operands[0]})))"
+        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[uop.op]
+        return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"
+
+    def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
+        if source.scalar() == dtypes.bool or target.scalar() == dtypes.bool:
+            return self.cast(writer, value, source, target)  # bool and uint8 carry the same 0/1 byte
+        return f"as_{writer.type_name(target)}({value})"
+
+    def float_to_int_helper(self, target: DType) -> str:
+        """Truncate, wrap around, NaN/inf -> the minimum (OpenCL's own conversion is undefined out of range)."""
+        c_type = self.scalar_type(target)
+        minimum = self.int_constant(int(dtypes.min(target)), target)
+        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
+        return (
+            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
+            f"  if (!isfinite(x)) return {minimum};\n"
+            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long)x;\n"
+            f"  double wrapped = fmod(trunc(x), {two64});\n"
+            f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
+            f"  if (wrapped < -{two63}) wrapped += {two64};\n"
+            f"  return ({c_type})(long)wrapped;\n"
+            "}"
+        )
+
+    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
+        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
