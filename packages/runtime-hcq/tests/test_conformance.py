@@ -1,7 +1,8 @@
 """The execution conformance suite: the same kernels on every (device, renderer) pair present, against numpy and
 codegen's reference interpreter.
 
-Pairs: CPU with the C renderer (gcc, and clang when installed), CPU with the LLVM IR renderer, PYTHON with the
+Pairs: CPU with the C renderer (gcc, and clang when installed), CPU with the LLVM IR renderer, CL with the OpenCL
+renderer (PoCL in CI), PYTHON with the
 Python renderer, and CUDA with its renderers when a GPU opens (otherwise those pairs are skipped with the reason).
 
 Oracles:
@@ -78,7 +79,7 @@ class Pair:
 
 def _discover_pairs() -> list[Any]:
     pairs: list[Any] = []
-    for kind in ("CPU", "PYTHON", "CUDA"):
+    for kind in ("CPU", "PYTHON", "CUDA", "CL"):
         try:
             device = Device[kind]
         except DeviceUnavailable as error:

@@ -200,7 +200,7 @@ class OpenCLRenderer(CStyleRenderer):
     vector_widths = (2, 4, 8)
     emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
     native_dtypes = frozenset(dtypes.all) - emulated_dtypes
-    native_ops = GroupOp.ALU - {Ops.MULACC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     kernel_prefix: ClassVar[str] = "__kernel "
     helper_prefix: ClassVar[str] = "static inline "

@@ -121,6 +121,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "clReleaseEvent": (_int, (_handle,)),
     "clFlush": (_int, (_handle,)),
     "clFinish": (_int, (_handle,)),
+    "clReleaseCommandQueue": (_int, (_handle,)),
 }
 
 

@@ -1,5 +1,7 @@
-"""`python -m kiln.runtime`: lists every known device kind, whether it opens here, its renderers (each with the
-compiler it owns) and the result of a one-kernel smoke test per (device, renderer)."""
+"""`python -m kiln.runtime`: lists every known device kind, whether it opens here (with the platform / device names
+of devices that have them, e.g. CL's OpenCL platform and device), its renderers (each with the compiler it owns),
+the dtypes it stores when the device table restricts them, and the result of a one-kernel smoke test per
+(device, renderer)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from dataclasses import dataclass
 
 from kiln.codegen import Renderer
 from kiln.runtime.device import Device, DeviceBase, DeviceRegistry
+from kiln.runtime.device_table import DEVICE_TABLE
 from kiln.runtime.smoke_test import smoke_test
+from kiln.uops import dtypes
 
 __all__ = ["DeviceReport", "main", "survey"]
 
@@ -22,6 +26,8 @@ class DeviceReport:
     opens: str
     renderers: str
     smoke_test: str
+    hardware: str = ""
+    """The device's own description (platform / device names) when it gives one."""
 
 
 def _describe_renderers(device: DeviceBase, run_smoke_tests: bool) -> tuple[str, str]:
@@ -58,7 +64,8 @@ def survey(registry: DeviceRegistry = Device, run_smoke_tests: bool = True) -> l
             reports.append(DeviceReport(info.kind, info.origin, f"no: {type(error).__name__}: {error}", "-", "-"))
             continue
         renderers, smoke = _describe_renderers(device, run_smoke_tests)
-        reports.append(DeviceReport(info.kind, info.origin, "yes", renderers, smoke))
+        hardware = getattr(device, "description", "")
+        reports.append(DeviceReport(info.kind, info.origin, "yes", renderers, smoke, str(hardware)))
     return reports
 
 
@@ -71,6 +78,11 @@ def main() -> int:
     for report in reports:
         print(f"{report.kind}  [{report.origin}]")
         print(f"    opens:      {report.opens}")
+        if report.hardware:
+            print(f"    hardware:   {report.hardware}")
+        row = DEVICE_TABLE.get(report.kind)
+        if row is not None and row.dtypes != frozenset(dtypes.all):
+            print(f"    dtypes:     {', '.join(sorted(dtype.name for dtype in row.dtypes))}")
         print(f"    renderers:  {report.renderers}")
         print(f"    smoke test: {report.smoke_test}")
     return 0

@@ -47,7 +47,9 @@ def lru_enabled() -> bool:
     return _LRU.value()
 
 
-_BUILTIN_RENDERER_CHOICES = {"CPU": ("", "llvm", "c"), "PYTHON": ("", "python"), "CUDA": ("", "cuda", "ptx")}
+_BUILTIN_RENDERER_CHOICES = {"CPU": ("", "llvm", "c"), "PYTHON": ("", "python"), "CUDA": ("", "cuda", "ptx"),
+    "CL": ("", "opencl"),
+}
 """The accepted `<KIND>_RENDERER` values of the built-in kinds, after `_renderer_name` ("" picks the first)."""
 
 
@@ -60,6 +62,7 @@ _BUILTIN_RENDERER_HELP = {
     "CPU": "Renderer of CPU devices: 'llvm' (LLVM IR via llvmlite, the default with it) or 'c' (C, system compiler).",
     "PYTHON": "Renderer of PYTHON devices: 'python' (the interpreter's linear programs, the only one).",
     "CUDA": "Renderer of CUDA devices: 'cuda' (CUDA C via NVRTC, the default) or 'ptx' (PTX assembly).",
+    "CL": "Renderer of CL devices: 'opencl' (OpenCL C built by the OpenCL platform, the only one).",
 }
 
 
