@@ -9,6 +9,7 @@ from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
 from kiln.renderers.cpu_renderers import cpu_renderers, renderers_for
 from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer
+from kiln.renderers.device_table import DEVICE_TABLE, DeviceRow, dtypes_for
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
 from kiln.renderers.llvm_compiler import LLVMCompiler
 from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
@@ -21,6 +22,7 @@ from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError,
 
 __all__ = [
     "CPU_CC",
+    "DEVICE_TABLE",
     "ENTRY_NAME",
     "NVRTC_PATH",
     "PTXAS",
@@ -33,6 +35,7 @@ __all__ = [
     "CUDACompiler",
     "CUDARenderer",
     "CompileError",
+    "DeviceRow",
     "HostCompiler",
     "HostKernel",
     "KernelParameter",
@@ -52,6 +55,7 @@ __all__ = [
     "PythonRenderer",
     "ToolchainNotFoundError",
     "cpu_renderers",
+    "dtypes_for",
     "renderers_for",
     "find_c_compiler",
     "kernel_parameters",

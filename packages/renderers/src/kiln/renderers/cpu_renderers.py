@@ -12,8 +12,7 @@ import os
 import sys
 
 from kiln.codegen import Renderer
-from kiln.renderers.c import CRenderer
-from kiln.renderers.llvm_ir import LLVMRenderer
+from kiln.renderers.device_table import table_renderers
 
 _notice_given = False
 
@@ -26,7 +25,7 @@ def cpu_renderers() -> tuple[type[Renderer], ...]:
     """
     global _notice_given
     if importlib.util.find_spec("llvmlite") is not None:
-        return (LLVMRenderer, CRenderer)
+        return table_renderers("CPU")
     asked = os.environ.get("CPU_RENDERER", "").strip().lower().removesuffix("renderer")
     if not _notice_given and asked != "c":
         _notice_given = True
@@ -36,20 +35,13 @@ def cpu_renderers() -> tuple[type[Renderer], ...]:
             "(or `pip install kiln-renderers[llvm]`), or set CPU_RENDERER=c to silence this notice",
             file=sys.stderr,
         )
-    return (CRenderer,)
+    return table_renderers("CPU")
 
 
 def renderers_for(kind: str) -> tuple[type[Renderer], ...]:
-    """The renderer classes that target device kind `kind` ("CPU", "PYTHON", "CUDA"), best first; () for a kind
-    kiln.renderers has none for. Devices ask this when they open, so they hold renderer classes, never names."""
+    """The renderer classes that target device kind `kind` ("CPU", "PYTHON", "CUDA", "CL" ...), best first, as
+    `DEVICE_TABLE` lists them; () for a kind it does not list. Devices ask this when they open, so they hold
+    renderer classes, never names."""
     if kind == "CPU":
         return cpu_renderers()
-    from kiln.renderers.cuda import CUDARenderer
-    from kiln.renderers.ptx import PTXRenderer
-    from kiln.renderers.python import PythonRenderer
-
-    table: dict[str, tuple[type[Renderer], ...]] = {
-        "PYTHON": (PythonRenderer,),
-        "CUDA": (CUDARenderer, PTXRenderer),
-    }
-    return table.get(kind, ())
+    return table_renderers(kind)

@@ -23,6 +23,7 @@ from kiln.runtime.device import (
     DeviceKind,
     DeviceRegistry,
     DeviceUnavailable,
+    find_dtypes,
     find_renderers,
 )
 from kiln.runtime.hcq import HCQCompiled
@@ -103,6 +104,7 @@ __all__ = [
     "WaitCommand",
     "copy_between",
     "elf_type",
+    "find_dtypes",
     "find_renderers",
     "numpy_dtype",
     "profiler",

@@ -9,8 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from kiln.codegen import Renderer
-from kiln.runtime.device import Device, DeviceBase, DeviceRegistry
-from kiln.runtime.device_table import DEVICE_TABLE
+from kiln.runtime.device import Device, DeviceBase, DeviceRegistry, find_dtypes
 from kiln.runtime.smoke_test import smoke_test
 from kiln.uops import dtypes
 
@@ -80,9 +79,9 @@ def main() -> int:
         print(f"    opens:      {report.opens}")
         if report.hardware:
             print(f"    hardware:   {report.hardware}")
-        row = DEVICE_TABLE.get(report.kind)
-        if row is not None and row.dtypes != frozenset(dtypes.all):
-            print(f"    dtypes:     {', '.join(sorted(dtype.name for dtype in row.dtypes))}")
+        stored = find_dtypes(report.kind)
+        if stored != frozenset(dtypes.all):
+            print(f"    dtypes:     {', '.join(sorted(dtype.name for dtype in stored))}")
         print(f"    renderers:  {report.renderers}")
         print(f"    smoke test: {report.smoke_test}")
     return 0

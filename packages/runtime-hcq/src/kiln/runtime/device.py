@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
 from kiln.runtime.buffer import install_device_lookup
-from kiln.runtime.device_table import DEVICE_TABLE
 from kiln.runtime.knobs import default_device, renderer_knob
 from kiln.uops import DType, UOp, dtypes
 
@@ -35,6 +33,7 @@ __all__ = [
     "DeviceKind",
     "DeviceRegistry",
     "DeviceUnavailable",
+    "find_dtypes",
     "find_renderers",
 ]
 
@@ -56,40 +55,26 @@ DeviceFactory = Callable[[str], "DeviceBase"]
 
 
 def find_renderers(kind: str) -> tuple[type[Renderer], ...]:
-    """The renderer classes device kind `kind` offers, best first: the row of `DEVICE_TABLE`, each name looked up in
-    kiln.renderers when a device opens (not at import). A renderer whose optional toolchain module is missing is
-    left out, with a one-time notice on stderr unless `<KIND>_RENDERER` is set; a name kiln.renderers lacks (an
-    older kiln-renderers) is left out silently.
-    """
-    import importlib.util
+    """The renderer classes kiln.renderers offers for device kind `kind`, best first (`kiln.renderers.renderers_for`).
 
+    Looked up when a device opens, not at import: the renderers are another package, possibly built later. The
+    runtime names no renderer class itself; an installed kiln.renderers without the table offers none.
+    """
     import kiln.renderers as renderers_module
 
-    row = DEVICE_TABLE.get(kind)
-    found: list[type[Renderer]] = []
-    for name in row.renderers if row is not None else ():
-        module = row.requires.get(name) if row is not None else None
-        if module is not None and importlib.util.find_spec(module) is None:
-            _notice_missing_module(kind, name, module)
-            continue
-        renderer = getattr(renderers_module, name, None)
-        if isinstance(renderer, type) and issubclass(renderer, Renderer):
-            found.append(renderer)
-    return tuple(found)
+    table = getattr(renderers_module, "renderers_for", None)
+    found = table(kind) if callable(table) else ()
+    return tuple(r for r in found if isinstance(r, type) and issubclass(r, Renderer))
 
 
-_notices_given: set[tuple[str, str]] = set()
+def find_dtypes(kind: str) -> frozenset[DType]:
+    """The dtypes a buffer of device kind `kind` may hold, from kiln.renderers' device table (`dtypes_for`); every
+    dtype when the installed kiln.renderers has no table."""
+    import kiln.renderers as renderers_module
 
-
-def _notice_missing_module(kind: str, renderer: str, module: str) -> None:
-    if (kind, renderer) in _notices_given or renderer_knob(kind).value().strip():
-        return
-    _notices_given.add((kind, renderer))
-    print(
-        f"kiln: {module} is not installed, so {kind} devices do not offer {renderer} (their first choice); install "
-        f"it with `pip install {module}`, or set {kind}_RENDERER to one of the others to silence this notice",
-        file=sys.stderr,
-    )
+    table = getattr(renderers_module, "dtypes_for", None)
+    found = table(kind) if callable(table) else None
+    return frozenset(found) if found is not None else frozenset(dtypes.all)
 
 
 class DeviceUnavailable(RuntimeError):

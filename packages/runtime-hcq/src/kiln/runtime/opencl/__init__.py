@@ -1,4 +1,4 @@
-"""The CL device: OpenCL through the C API (ctypes over the ICD loader), programs from kiln.renderers' OpenCLRenderer."""
+"""The CL device: OpenCL via the C API (ctypes over the ICD loader), programs from kiln.renderers' OpenCLRenderer."""
 
 from kiln.runtime.opencl.cl_allocator import CLAllocator, CLMemory
 from kiln.runtime.opencl.cl_device import CLDevice

@@ -24,8 +24,7 @@ from kiln.renderers.opencl_library import (
     opencl_target,
 )
 from kiln.renderers.toolchain import ToolchainNotFoundError
-from kiln.runtime.device import DeviceBase, DeviceUnavailable, find_renderers
-from kiln.runtime.device_table import supported_dtypes
+from kiln.runtime.device import DeviceBase, DeviceUnavailable, find_dtypes, find_renderers
 from kiln.runtime.opencl.cl_allocator import CLAllocator
 from kiln.runtime.opencl.cl_runner import CLProgramRunner
 from kiln.runtime.opencl.cl_timeline import CLTimeline
@@ -62,7 +61,7 @@ class CLDevice(DeviceBase):
         self.timeline = CLTimeline(self.library, self.queue, name)
         super().__init__(name, CLAllocator(self, name))
         self.renderers = find_renderers("CL")
-        stored = supported_dtypes("CL")
+        stored = find_dtypes("CL")
         if "cl_khr_fp64" not in self.target.extensions:
             stored = stored - {dtypes.float64}
         self.supported_dtypes = stored
@@ -72,7 +71,7 @@ class CLDevice(DeviceBase):
 
     @property
     def description(self) -> str:
-        """"<platform> / <device> (<OpenCL version>)", shown by `python -m kiln.runtime`."""
+        """ "<platform> / <device> (<OpenCL version>)", shown by `python -m kiln.runtime`."""
         return f"{self.target.platform_name} / {self.target.device_name} ({self.target.device_version})"
 
     def synchronize(self) -> None:

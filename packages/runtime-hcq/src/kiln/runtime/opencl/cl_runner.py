@@ -39,7 +39,7 @@ class CLProgramRunner(ProgramRunner):
         binary = program.binary
         if binary is None:
             raise RuntimeError(
-                f"program {program.name!r} has no binary: a CL program must come from OpenCLRenderer, whose "
+                f"program {program.name!r} has no binary: a CL program must come from the device's renderer, whose "
                 "compiler builds it (a source-only renderer cannot run on CL)"
             )
         library, target = device.library, device.target
@@ -62,7 +62,8 @@ class CLProgramRunner(ProgramRunner):
         self._slot_alignments = tuple((slot, 1) for slot in self.slots)
         self._argument_lock = threading.Lock()  # clSetKernelArg + enqueue must not interleave between threads
         self._variable_types = tuple(
-            ctypes.c_int64 if kind is ArgKind.INT64 else ctypes.c_int32 for kind in self.arg_layout.kinds[len(self.slots) :]
+            ctypes.c_int64 if kind is ArgKind.INT64 else ctypes.c_int32
+            for kind in self.arg_layout.kinds[len(self.slots) :]
         )
 
     def buffer_address(self, buffer: Buffer) -> int:
@@ -90,12 +91,19 @@ class CLProgramRunner(ProgramRunner):
         with self._argument_lock:
             for index, handle in enumerate(addresses):
                 memory = ctypes.c_void_p(handle)
-                library.call("clSetKernelArg", self.kernel, index, 8, ctypes.byref(memory), what=f"{self.name} arg {index}")
+                library.call(
+                    "clSetKernelArg", self.kernel, index, 8, ctypes.byref(memory), what=f"{self.name} arg {index}"
+                )
             for offset, (value, value_type) in enumerate(zip(values, self._variable_types)):
                 argument = value_type(value)
                 index = len(addresses) + offset
                 library.call(
-                    "clSetKernelArg", self.kernel, index, ctypes.sizeof(argument), ctypes.byref(argument), what=self.name
+                    "clSetKernelArg",
+                    self.kernel,
+                    index,
+                    ctypes.sizeof(argument),
+                    ctypes.byref(argument),
+                    what=self.name,
                 )
             library.call(
                 "clEnqueueNDRangeKernel",
