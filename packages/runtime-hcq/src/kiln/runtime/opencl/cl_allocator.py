@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,9 +18,7 @@ from kiln.renderers.opencl_library import (
     OpenCLError,
 )
 from kiln.runtime.allocator import Allocator, BufferSpec, LRUAllocator
-
-if TYPE_CHECKING:
-    from kiln.runtime.opencl.cl_device import CLDevice
+from kiln.runtime.opencl.cl_context import CLContext
 
 __all__ = ["CLAllocator", "CLMemory"]
 
@@ -49,7 +47,7 @@ class CLAllocator(LRUAllocator[CLMemory]):
     """Allocates `cl_mem` buffers of a CL device; copies are blocking reads/writes on its in-order queue, so they
     are ordered after every kernel already launched and the host memory may be reused as soon as they return."""
 
-    def __init__(self, device: CLDevice, name: str) -> None:
+    def __init__(self, device: CLContext, name: str) -> None:
         super().__init__(name)
         self.cl_device = device
 

@@ -6,16 +6,13 @@ import contextlib
 import ctypes
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind
 from kiln.runtime.opencl.cl_allocator import CLAllocator, CLMemory
+from kiln.runtime.opencl.cl_context import CLContext
 from kiln.runtime.program_runner import LaunchDims, ProgramRunner
-
-if TYPE_CHECKING:
-    from kiln.runtime.opencl.cl_device import CLDevice
 
 __all__ = ["CLProgramRunner"]
 
@@ -29,9 +26,9 @@ class CLProgramRunner(ProgramRunner):
     accesses are vloadN/vstoreN, which need only the element's alignment, so no address alignment is checked.
     """
 
-    device: CLDevice
+    device: CLContext
 
-    def __init__(self, device: CLDevice, program: Program) -> None:
+    def __init__(self, device: CLContext, program: Program) -> None:
         super().__init__(device, program)
         from kiln.renderers import ENTRY_NAME  # lazily: the runtime imports its renderers only when used
         from kiln.renderers.opencl import build_program

@@ -1,0 +1,25 @@
+"""`CLContext`: what the CL allocator and program runner need of their device (the device sits above them)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kiln.renderers.opencl_library import OpenCLLibrary, OpenCLTarget
+from kiln.runtime.opencl.cl_timeline import CLTimeline
+
+__all__ = ["CLContext"]
+
+
+class CLContext(Protocol):
+    """A CL device as its allocator and runners see it: the library, the OpenCL device, its queue and timeline."""
+
+    library: OpenCLLibrary
+    target: OpenCLTarget
+    queue: int
+    timeline: CLTimeline
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
