@@ -86,11 +86,15 @@ def test_renderer_capabilities() -> None:
     assert OpenCLRenderer(device_index=1, device="CL:1").compiler.device_index == 1
 
 
+COMPILED_HERE = ("alu_float32", "alu_int64", "casts_float32", "casts_bool")
+"""The op and cast kernels of every other dtype are built and run by the runtime's conformance suite (on CL)."""
+
+
 @needs_opencl
-@pytest.mark.parametrize("chunk", range(3))
-def test_every_kernel_compiles(chunk: int) -> None:
+def test_every_kind_of_kernel_compiles() -> None:
     renderer = OpenCLRenderer()
-    kernels = coverage_sinks()[chunk::3]
+    kernels = [k for k in coverage_sinks() if not k[0].startswith(("alu_", "casts_")) or k[0] in COMPILED_HERE]
+    assert len(kernels) >= 8
     for name, sink, opts in kernels:
         binary = Program(get_program(sink, renderer, opts)).binary
         assert binary is not None and len(binary) > 0, name
