@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ class CLMemory:
     """A block of device memory: the `cl_mem` of its base allocation and a byte offset into it (views).
 
     A kernel takes a `cl_mem`, not an address: a view at a non-zero offset is passed as an OpenCL sub-buffer, made
-    on its first launch (`kernel_handle`) and released with the view.
+    on its first launch (`kernel_handle`) and released when this object is collected.
     """
 
     base: int
@@ -118,9 +119,12 @@ class CLAllocator(LRUAllocator[CLMemory]):
                     "into its own buffer first"
                 )
             region = (ctypes.c_size_t * 2)(memory.offset, memory.size)
-            memory.sub_buffer = self.cl_device.library.create(
+            library = self.cl_device.library
+            memory.sub_buffer = library.create(
                 "clCreateSubBuffer", memory.base, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region
             )
+            # released with the view (OpenCL keeps the base buffer alive while a sub-buffer of it exists)
+            weakref.finalize(memory, library.call, "clReleaseMemObject", memory.sub_buffer)
         return memory.sub_buffer
 
     def supports_transfer_from(self, source: Allocator[Any]) -> bool:
