@@ -41,7 +41,7 @@ def test_save_trace_writes_a_self_contained_json(tmp_path: pathlib.Path) -> None
     path = tmp_path / "trace.json"
     save_trace(path, traces)
     document = json.loads(path.read_text())
-    assert (document["format"], document["version"]) == ("kiln-rewrite-trace", 1)
+    assert (document["format"], document["version"]) == ("kiln-rewrite-trace", 2)
     nodes = document["nodes"]
     (rewrite,) = document["rewrites"]
     assert rewrite["name"] == "identities"

@@ -16,7 +16,8 @@ from kiln.codegen.lowering.pipeline import lower, run_stage
 from kiln.codegen.opt.optimize import optimize_kernel
 from kiln.codegen.renderer import Renderer
 from kiln.codegen.spec import pm_spec_kernel, pm_spec_program, verify_linear
-from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, type_verify
+from kiln.codegen.trace_info import record_kernel
+from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, trace, type_verify
 
 
 def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp:
@@ -74,6 +75,16 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None)
     if not isinstance(renderer, Renderer):
         raise TypeError(f"get_program needs a Renderer, got {renderer!r}")
     type_verify(ast, pm_spec_kernel)
+    if not trace.STATE.enabled:
+        return _build_program(ast, renderer, opts)
+    with trace.trace_group("kernel") as group:
+        program = _build_program(ast, renderer, opts)
+        if group is not None:
+            record_kernel(group, ast, program, renderer)
+    return program
+
+
+def _build_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None) -> UOp:
     sink = run_stage("optimize", ast, lambda kernel: optimize_kernel(kernel, renderer, opts))
     if knobs.DEBUG >= 3:
         print(f"{sink.arg.name}: applied opts {list(sink.arg.applied_opts)}")

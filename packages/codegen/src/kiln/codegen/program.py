@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 
 from kiln.codegen.estimates import Estimates, Size, size_value
@@ -46,6 +47,12 @@ class Program:
     def name(self) -> str:
         """The kernel's function name."""
         return self.info.name
+
+    @functools.cached_property
+    def trace_key(self) -> str:
+        """The kernel's identity across layers: its name and a hash of its source (kernels of one loop shape share a
+        name); the viz trace and the runtime's profile events both carry it."""
+        return f"{self.name}-{hashlib.sha1(self.source.encode()).hexdigest()[:10]}"
 
     @property
     def device(self) -> str:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
-from kiln.renderers.host_kernel import HostCompiler, HostKernel, load_shared_object
+from kiln.renderers.host_kernel import HostCompiler, HostKernel, load_shared_object, objdump_disassembly
 from kiln.renderers.toolchain import CToolchain, find_c_compiler, host_cpu_signature
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 
@@ -97,14 +96,7 @@ class CCompiler(HostCompiler):
 
     def disassemble(self, binary: bytes) -> str:
         """objdump's disassembly of `binary` (NotImplementedError without objdump)."""
-        objdump = shutil.which("objdump")
-        if objdump is None:
-            raise NotImplementedError("disassembling needs objdump (Debian/Ubuntu: `apt-get install binutils`)")
-        with tempfile.TemporaryDirectory(prefix="kiln-objdump-") as directory:
-            path = Path(directory) / "kernel.so"
-            path.write_bytes(binary)
-            result = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True)
-            return result.stdout
+        return objdump_disassembly(binary)
 
     def supports_float16(self) -> bool:
         """Whether this compiler has arithmetic on _Float16 for the host CPU (clang < 15 needs AVX512-FP16)."""

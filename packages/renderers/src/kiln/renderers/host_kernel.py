@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import subprocess
 import tempfile
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from kiln.codegen import Compiler
@@ -107,3 +110,16 @@ def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
         raise RuntimeError(f"the kernel's shared object has no function {ENTRY_NAME!r}") from error
     address = ctypes.cast(entry, ctypes.c_void_p).value
     return HostKernel(address or 0, kernel_parameters(uops), library)
+
+
+def objdump_disassembly(binary: bytes) -> str:
+    """objdump's disassembly of an object or shared object (NotImplementedError without objdump)."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise NotImplementedError("disassembling needs objdump (Debian/Ubuntu: `apt-get install binutils`)")
+    with tempfile.TemporaryDirectory(prefix="kiln-objdump-") as directory:
+        path = Path(directory) / "kernel.o"
+        path.write_bytes(binary)
+        result = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True)
+        # the first line names the temporary file
+        return "\n".join(line for line in result.stdout.splitlines() if str(path) not in line).strip() + "\n"

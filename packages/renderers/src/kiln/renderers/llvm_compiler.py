@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.renderers.c_style import ENTRY_NAME
-from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters
+from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
 from kiln.renderers.toolchain import ToolchainNotFoundError, llvmlite_binding
 from kiln.uops import UOp
 
@@ -128,8 +128,8 @@ class LLVMCompiler(HostCompiler):
         return HostKernel(address, kernel_parameters(uops), (engine, binary))
 
     def disassemble(self, binary: bytes) -> str:
-        """The object's sections (llvmlite has no disassembler; objdump on the bytes gives one)."""
-        raise NotImplementedError("llvmlite cannot disassemble; write the object to a file and run objdump -d")
+        """objdump's disassembly of the object (llvmlite has no disassembler; NotImplementedError without objdump)."""
+        return objdump_disassembly(binary)
 
 
 @functools.cache

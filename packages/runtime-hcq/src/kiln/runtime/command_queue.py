@@ -74,6 +74,8 @@ class ExecCommand:
     global_size: LaunchSize
     local_size: LaunchSize
     name: str
+    profile: Mapping[str, object] | None = None
+    """What a PROFILE event of this launch carries besides its times (the kernel's trace key, flops, bytes)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ imports a driver package, so a driver that is not installed is simply a kind tha
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -19,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
 from kiln.runtime.buffer import install_device_lookup
-from kiln.runtime.knobs import default_device, renderer_knob
+from kiln.runtime.knobs import default_device, profiling_enabled, renderer_knob
+from kiln.runtime.profile import profiler
 from kiln.uops import DType, UOp, dtypes
+from kiln.uops.trace import add_exit_writer
 
 if TYPE_CHECKING:
     from kiln.runtime.program_runner import ProgramRunner
@@ -386,3 +390,22 @@ class DeviceRegistry:
 
 Device = DeviceRegistry()
 install_device_lookup(Device)  # Buffers resolve their device names through this registry
+
+
+PROFILE_FILE_NAME = "profile.json"
+
+
+def write_profile(directory: str) -> str | None:
+    """With PROFILE on: wait for the opened devices (so their last events are collected) and write the profile as a
+    Chrome trace (`profile.json`, which Perfetto and kiln.viz open) into `directory`; its path, or None when off."""
+    if not profiling_enabled():
+        return None
+    for device in list(Device._opened.values()):
+        try:
+            device.synchronize()
+        except Exception as error:  # at exit: one broken device must not lose the others' events
+            print(f"kiln: could not synchronize {device.name} for the profile: {error}", file=sys.stderr)
+    return str(profiler.save(os.path.join(directory, PROFILE_FILE_NAME)))
+
+
+add_exit_writer(write_profile)

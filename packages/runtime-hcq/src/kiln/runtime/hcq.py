@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kiln.runtime.allocator import Allocator
@@ -42,6 +42,7 @@ class _PendingProfile:
     queue: str
     start: TimelineSignal
     end: TimelineSignal
+    args: Mapping[str, object] | None = None
 
 
 class HCQCompiled(DeviceBase):
@@ -95,7 +96,7 @@ class HCQCompiled(DeviceBase):
         self,
         engine: QueueTarget,
         queue_name: str,
-        record: tuple[str, str] | None,
+        record: tuple[str, str] | tuple[str, str, Mapping[str, object] | None] | None,
         body: Sequence[HCQCommand],
         inline: bool = False,
     ) -> _PendingProfile | None:
@@ -120,9 +121,14 @@ class HCQCompiled(DeviceBase):
                 inline_now = False
             commands: list[HCQCommand] = []
             if record is not None:
-                name, category = record
+                name, category = record[0], record[1]
                 pending = _PendingProfile(
-                    name, category, queue_name, TimelineSignal(name=f"{name} start"), TimelineSignal(name=f"{name} end")
+                    name,
+                    category,
+                    queue_name,
+                    TimelineSignal(name=f"{name} start"),
+                    TimelineSignal(name=f"{name} end"),
+                    record[2] if len(record) > 2 else None,
                 )
                 commands.append(TimestampCommand(pending.start))
             commands.extend(body)
@@ -147,6 +153,7 @@ class HCQCompiled(DeviceBase):
         name: str | None = None,
         wait: bool = False,
         inline: bool = False,
+        profile: Mapping[str, object] | None = None,
     ) -> float | None:
         """Launches `program` after all earlier work of the device.
 
@@ -158,13 +165,19 @@ class HCQCompiled(DeviceBase):
         body = HCQQueue().exec(program, args, global_size, local_size, name).resolved(var_vals)
         command = body[0]
         assert isinstance(command, ExecCommand)
+        if profile is not None:
+            command = replace(command, profile=profile)
         return self.launch(command, wait=wait, inline=inline)
 
     def launch(self, command: ExecCommand, *, wait: bool = False, inline: bool = False) -> float | None:
         """Launches an exec command whose launch sizes are already concrete and checked (see `execute`)."""
         timed = wait or profiling_enabled()
         pending = self._submit_timed(
-            self.compute_engine, "compute", (command.name, "program") if timed else None, (command,), inline
+            self.compute_engine,
+            "compute",
+            (command.name, "program", command.profile) if timed else None,
+            (command,),
+            inline,
         )
         if not wait:
             return None
@@ -199,5 +212,6 @@ class HCQCompiled(DeviceBase):
                     pending.start.timestamp,
                     pending.end.timestamp,
                     pending.queue,
+                    None if pending.args is None else dict(pending.args),
                 )
             )

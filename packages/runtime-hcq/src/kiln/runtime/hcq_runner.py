@@ -9,6 +9,7 @@ from kiln.runtime.buffer import Buffer
 from kiln.runtime.command_queue import ExecCommand
 from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.kernel_args import HCQArgsState
+from kiln.runtime.knobs import profiling_enabled
 from kiln.runtime.program_runner import LaunchDims, ProgramRunner
 
 __all__ = ["HCQProgramRunner"]
@@ -61,7 +62,10 @@ class HCQProgramRunner(ProgramRunner):
     ) -> float | None:
         # A fresh block per launch: queued launches keep their own arguments until they run.
         args = HCQArgsState(self.arg_layout, memoryview(bytearray(self.arg_layout.size)), addresses, values)
+        profile = self.profile_args(values) if profiling_enabled() else None
         if self._static_launch:
-            command = ExecCommand(self.kernel_for(buffers), args, global_size, local_size, self.name)
+            command = ExecCommand(self.kernel_for(buffers), args, global_size, local_size, self.name, profile)
             return self.device.launch(command, wait=wait, inline=self.inline)
-        return self.device.execute(self.kernel_for(buffers), args, global_size, local_size, name=self.name, wait=wait)
+        return self.device.execute(
+            self.kernel_for(buffers), args, global_size, local_size, name=self.name, wait=wait, profile=profile
+        )

@@ -26,6 +26,7 @@ class ProfileEvent:
         start_us: start time, in microseconds of the device's clock.
         end_us: end time, in microseconds.
         queue: the queue it ran on ("compute", "copy").
+        args: more facts shown with the event (a program's "kernel" trace key, "flops", "bytes"), or None.
     """
 
     device: str
@@ -34,6 +35,7 @@ class ProfileEvent:
     start_us: float
     end_us: float
     queue: str = "compute"
+    args: dict[str, Any] | None = None
 
     @property
     def duration_us(self) -> float:
@@ -42,7 +44,7 @@ class ProfileEvent:
 
     def to_trace_event(self) -> dict[str, Any]:
         """The event as a Chrome "complete" trace event."""
-        return {
+        event: dict[str, Any] = {
             "name": self.name,
             "cat": self.category,
             "ph": "X",
@@ -51,6 +53,9 @@ class ProfileEvent:
             "pid": self.device,
             "tid": self.queue,
         }
+        if self.args:
+            event["args"] = self.args
+        return event
 
 
 class Profiler:

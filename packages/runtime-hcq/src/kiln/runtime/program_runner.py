@@ -66,6 +66,13 @@ class ProgramRunner(abc.ABC):
         arg_layout: the kernel's argument block: every buffer pointer (slot order), then every variable.
     """
 
+    def profile_args(self, values: Sequence[int]) -> dict[str, object]:
+        """What a PROFILE event of a launch with variable values `values` carries: the kernel's trace key (which
+        links it to the viz trace) and its estimated flops and global memory bytes."""
+        var_vals = {variable.name: value for variable, value in zip(self.variables, values, strict=False)}
+        flops, global_bytes, _ = self.program.estimates.evaluate(var_vals)
+        return {"kernel": self.program.trace_key, "flops": flops, "bytes": global_bytes}
+
     def __init__(self, device: RunnerDevice, program: Program) -> None:
         if not isinstance(program, Program):
             raise TypeError(f"a ProgramRunner needs a kiln.codegen Program, got {type(program).__name__}")

@@ -10,7 +10,16 @@ from kiln.uops.printing import print_graph, pyrender
 from kiln.uops.rewrite import graph_rewrite, graph_rewrite_map
 from kiln.uops.spec import SpecError, pm_spec_alu, type_verify
 from kiln.uops.symbolic import pm_symbolic, pm_symbolic_simple, sym_infer
-from kiln.uops.trace import RewriteStep, RewriteTrace, enable_tracing, save_trace, tracing, tracing_enabled
+from kiln.uops.trace import (
+    RewriteStep,
+    RewriteTrace,
+    TraceGroup,
+    enable_tracing,
+    save_trace,
+    trace_group,
+    tracing,
+    tracing_enabled,
+)
 from kiln.uops.uop import UOp, live_uop_count
 from kiln.uops.upat import ANY_ARG, UPat
 
@@ -29,6 +38,7 @@ __all__ = [
     "RangeArg",
     "RewriteStep",
     "RewriteTrace",
+    "TraceGroup",
     "Rule",
     "SpecError",
     "SpecialArg",
@@ -51,6 +61,7 @@ __all__ = [
     "pyrender",
     "register_knob",
     "save_trace",
+    "trace_group",
     "sym_infer",
     "tracing",
     "tracing_enabled",

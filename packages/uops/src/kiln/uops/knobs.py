@@ -193,6 +193,16 @@ class Knobs:
         "VIZ", bool, False, "Record graph-rewrite traces for kiln.viz (read when kiln.uops is imported)."
     )
     PROFILE = register_knob("PROFILE", bool, False, "Record profiler events (kernel launches, copies) for kiln.viz.")
+    VIZ_OUT = register_knob(
+        "VIZ_OUT",
+        str,
+        "",
+        "Directory the VIZ trace and PROFILE timeline are written to at exit; empty: kiln-viz-<pid> in the temp dir.",
+    )
+    VIZ_SERVE = register_knob(
+        "VIZ_SERVE", bool, True, "With VIZ, serve the written files at exit (python -m kiln.viz --open DIR)."
+    )
+    VIZ_PORT = register_knob("VIZ_PORT", int, 8000, "Port of the kiln.viz server (host 127.0.0.1).")
     DEVICE = register_knob(
         "DEVICE", str, "", "Default device, e.g. CPU, PYTHON, CUDA; empty: the first available.", "DEV"
     )

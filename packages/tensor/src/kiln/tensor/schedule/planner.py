@@ -40,7 +40,7 @@ from kiln.tensor.schedule.kernel_builder import (
 )
 from kiln.tensor.schedule.memory_planner import plan_temporaries
 from kiln.tensor.schedule.split_reduce import split_large_reductions
-from kiln.uops import GroupOp, Ops, UOp
+from kiln.uops import GroupOp, Ops, UOp, trace
 
 # ops whose recomputation for every element of an expand costs more than reading a buffer
 _COSTLY_OPS = frozenset(
@@ -100,6 +100,12 @@ class _Planner:
         self.order = self.sink.toposort()
         self.position = {node: i for i, node in enumerate(self.order)}
         self.points: dict[UOp, None] = {}
+        self.reasons: dict[UOp, str] = {}  # why each point is one (the viz trace shows it as a refused fusion)
+
+    def mark(self, node: UOp, reason: str) -> None:
+        """Make `node` a point (its value gets a buffer), remembering the first reason."""
+        self.points[node] = None
+        self.reasons.setdefault(node, reason)
 
     # -- step 1 -----------------------------------------------------------------------------------------------------
     def initial_points(self) -> None:
@@ -109,18 +115,18 @@ class _Planner:
                 continue  # already a buffer: nothing to compute
             if const_value(stripped) is not None:
                 continue  # a broadcast constant stays a constant (CONTIGUOUS asks for a buffer)
-            self.points[stripped] = None
+            self.mark(stripped, "requested: realized as an output")
         for node in self.order:
             if node.op is Ops.CONTIGUOUS and contiguous_base(node) is None:
-                self.points[node] = None
+                self.mark(node, "contiguous() asks for a buffer")
             elif node.op is Ops.COPY:
-                self.points[node] = None
+                self.mark(node, "a copy between devices")
                 source = _strip_detach(node.src[0])
                 if contiguous_base(source) is None:
-                    self.points[source] = None
+                    self.mark(source, "the source of a copy between devices is a buffer")
             elif node.op is Ops.ASSIGN:
                 self._check_assign(node)
-                self.points[node] = None
+                self.mark(node, "assign writes into its target's buffer")
         self._expand_rule()
         self._nested_reduce_rule()
 
@@ -153,7 +159,8 @@ class _Planner:
             alu = [n for n in inner if n.op in GroupOp.ALU]
             costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
             if has_reduce or (costly and ratio >= _COSTLY_EXPAND_RATIO):
-                self.points[source] = None
+                what = "a reduce" if has_reduce else "a costly elementwise value"
+                self.mark(source, f"{what} read through an expand would be recomputed {ratio:g} times per value")
 
     def _nested_reduce_rule(self) -> None:
         for node in self.order:
@@ -161,7 +168,7 @@ class _Planner:
                 continue
             for inner in self._subtree(node.src[0]):
                 if inner.op is Ops.REDUCE_AXIS and not self._is_boundary(inner):
-                    self.points[inner] = None
+                    self.mark(inner, "a reduce nested inside another reduce")
 
     # -- step 2 -----------------------------------------------------------------------------------------------------
     def computed_points(self) -> list[UOp]:
@@ -192,18 +199,21 @@ class _Planner:
             return _Kernel(members, None, too_large.stats, builder.slots, device_of(members[0]))
         return _Kernel(members, ast, builder.stats, builder.slots, device_of(members[0]))
 
-    def find_recomputation(self, kernels: list[_Kernel]) -> set[UOp]:
-        """Nodes that should get a buffer because kernels would recompute them."""
-        found: set[UOp] = set()
+    def find_recomputation(self, kernels: list[_Kernel]) -> dict[UOp, str]:
+        """Nodes that should get a buffer because kernels would recompute them, with the reason."""
+        found: dict[UOp, str] = {}
         reduce_users: dict[UOp, int] = {}
         for kernel in kernels:
-            found.update(_value_node(assign) for assign in kernel.stats.racing_assigns)
+            for assign in kernel.stats.racing_assigns:
+                found.setdefault(_value_node(assign), "the value is read while an assign overwrites its source")
         for kernel in kernels:
             for reduce in kernel.stats.reduces:
                 reduce_users[reduce] = reduce_users.get(reduce, 0) + 1
                 if kernel.stats.contexts.get(reduce, 0) > 1:
-                    found.add(reduce)
-        found.update(reduce for reduce, count in reduce_users.items() if count > 1)
+                    found.setdefault(reduce, "a reduce needed at several index sets of one kernel")
+        for reduce, count in reduce_users.items():
+            if count > 1:
+                found.setdefault(reduce, f"a reduce needed by {count} kernels")
         if found:
             return found
         for kernel in kernels:
@@ -212,12 +222,13 @@ class _Planner:
             contexts = kernel.stats.contexts
             worst = [n for n, count in contexts.items() if n.op in GroupOp.Elementwise and count > 1]
             if worst:
-                found.add(max(worst, key=lambda n: (contexts[n], self.position[n])))
+                chosen = max(worst, key=lambda n: (contexts[n], self.position[n]))
+                found[chosen] = f"recomputed at {contexts[chosen]} index sets (the kernel grew too large)"
                 continue
             # no node is recomputed: the value graph is just long (a chain of many ops): cut it in the middle
             middle = _middle_node([n for n in contexts if n.op in GroupOp.Elementwise and n not in kernel.members])
             if middle is not None:
-                found.add(middle)
+                found[middle] = f"a chain longer than {MAX_KERNEL_NODES} nodes is cut in the middle"
         return found
 
     # -- steps 3 and 4 ----------------------------------------------------------------------------------------------
@@ -368,11 +379,12 @@ def plan_schedule(sink: UOp) -> SchedulePlan:
     for _ in range(_MAX_ROUNDS):
         refs, outputs, temporaries = planner.assign_refs()
         kernels = {p: planner.build_kernel([p], refs) for p in planner.computed_points()}
-        extra = planner.find_recomputation(list(kernels.values()))
-        extra -= set(planner.points)
+        extra = {node: why for node, why in planner.find_recomputation(list(kernels.values())).items()}
+        extra = {node: why for node, why in extra.items() if node not in planner.points}
         if not extra:
             break
-        planner.points.update(dict.fromkeys(extra))
+        for node, why in extra.items():
+            planner.mark(node, why)
     if any(kernel.ast is None for kernel in kernels.values()):
         raise RuntimeError(
             f"the scheduler could not split a kernel whose value graph exceeds {MAX_KERNEL_NODES} nodes or needs a "
@@ -388,6 +400,8 @@ def plan_schedule(sink: UOp) -> SchedulePlan:
     views = tuple(planner.view_of(node, refs, outputs) for node in planner.requested)
     slots, slot_bytes = plan_temporaries(steps, temporaries)
     written = tuple(sorted({refs[p].number for p in planner.points if p.op is Ops.ASSIGN}))
+    if trace.STATE.enabled:
+        record_schedule(planner, groups, merged)
     return SchedulePlan(tuple(steps), tuple(outputs), tuple(temporaries), slots, slot_bytes, views, written)
 
 
@@ -490,3 +504,39 @@ def _topological(edges: dict[int, set[int]], priority: list[int]) -> list[int]:
         for parents in remaining.values():
             parents.discard(chosen)
     return order
+
+
+_MAX_LISTED_OPS = 64  # fused ops listed per kernel in the trace
+
+
+def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UOp, _Kernel]) -> None:
+    """Record the scheduler's decisions in the viz trace: per kernel its outputs, the tensor ops fused into it, and
+    for each output why it is a kernel boundary (why it was not fused into its readers)."""
+    entries = []
+    asts = []
+    for group in groups:
+        kernel = kernels[group[0]]
+        if kernel.ast is None:
+            continue
+        fused: list[str] = []
+        count = 0
+        for member in group:
+            for node in planner._subtree(_value_node(member)):
+                if node.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE) or (node in planner.points and node not in group):
+                    continue
+                count += 1
+                if len(fused) < _MAX_LISTED_OPS:
+                    shape = shape_of(node) if node.op is not Ops.SINK else ()
+                    fused.append(f"{node.op.name} {tuple(shape)} {node.dtype}")
+        outputs = [
+            {"op": member.op.name, "shape": list(shape_of(member)), "reason": planner.reasons.get(member, "")}
+            for member in group
+        ]
+        entries.append({"device": kernel.device, "outputs": outputs, "fused_ops": fused, "fused_count": count})
+        asts.append(kernel.ast)
+    if not entries:
+        return
+    with trace.trace_group("schedule", f"schedule of {len(entries)} kernels") as record:
+        if record is not None:
+            record.info["kernels"] = entries
+            record.uops["kernels"] = asts
