@@ -1,0 +1,131 @@
+"""The page in a real headless Chromium (Debian's, driven by Playwright): kernel list, stepping a rewrite with the
+changed nodes highlighted, the source view, and the timeline. Screenshots go to the test's temporary directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kiln.viz.server import VizServer, start_server
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+def chromium_path() -> str | None:
+    """KILN_CHROMIUM, or Debian's chromium on PATH."""
+    return os.environ.get("KILN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if chromium_path() is None:
+        message = "no Chromium (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("KILN_REQUIRE_BROWSER"):
+            pytest.fail(message + "; KILN_REQUIRE_BROWSER is set, so the browser tests must run")
+        pytest.skip(message)
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def server(training_files: Path) -> Iterator[VizServer]:
+    running = start_server([training_files])
+    yield running
+    running.shutdown()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    opened = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    opened.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def test_pick_a_kernel_step_a_rewrite_and_read_its_source(
+    page: Any, server: VizServer, training_trace: dict[str, Any], tmp_path: Path
+) -> None:
+    page.goto(server.url)
+    page.wait_for_selector("tr.kernel-row")
+    kernels = [g for g in training_trace["groups"] if g["kind"] == "kernel"]
+    assert page.locator("tr.kernel-row").count() == len(kernels)
+    page.screenshot(path=str(tmp_path / "kernel-list.png"))
+    # search narrows the list
+    name = kernels[-1]["info"]["name"]
+    page.fill("#search", name)
+    expected = sum(1 for k in kernels if name.lower() in k["info"]["name"].lower())
+    assert page.locator("tr.kernel-row").count() == expected
+    # open the kernel with the most rule applications, then pick its busiest rewrite
+    kernel = max(kernels, key=lambda k: sum(len(training_trace["rewrites"][r]["steps"]) for r in k["rewrites"]))
+    page.fill("#search", "")
+    page.click(f"tr.kernel-row[data-id='{training_trace['groups'].index(kernel)}']")
+    page.wait_for_selector("#graph svg")
+    busiest = max(kernel["rewrites"], key=lambda r: len(training_trace["rewrites"][r]["steps"]))
+    page.click(f"#rewrite-list div[data-rewrite='{busiest}']")
+    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 0 /')")
+    assert page.locator("#graph g.node.changed").count() == 0
+    page.click("#next-step")
+    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 1 /')")
+    changed = page.locator("#graph g.node.changed")
+    assert changed.count() >= 1
+    fired = training_trace["rewrites"][busiest]["steps"][0]
+    assert fired["location"] in page.inner_text("#rule-info")
+    # the highlighted node is the rule's replacement (its op is in the node's label)
+    after_op = training_trace["nodes"][fired["after"]]["op"]
+    assert any(after_op in (changed.nth(i).text_content() or "") for i in range(changed.count()))
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 2 /')")
+    page.screenshot(path=str(tmp_path / "rewrite-step.png"))
+    # the source view shows the kernel's rendered source with its function
+    page.click("#code-tabs button[data-tab='source']")
+    source = page.inner_text("#code-view")
+    assert "kiln_kernel" in source and kernel["info"]["name"] in source
+    assert page.locator("#code-view span.hl-kw").count() > 0
+    page.click("#code-tabs button[data-tab='linear']")
+    assert "DEFINE_GLOBAL" in page.inner_text("#code-view")
+    page.click("#code-tabs button[data-tab='schedule']")
+    assert "kernel boundary" in page.inner_text("#code-view")
+    assert (tmp_path / "rewrite-step.png").stat().st_size > 10_000
+
+
+def test_timeline_shows_kernel_bars_that_open_their_kernel(
+    page: Any, server: VizServer, training_profile: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    page.goto(server.url + "#/timeline")
+    page.wait_for_selector("#timeline rect.bar")
+    bars = page.locator("#timeline rect.bar.program")
+    assert bars.count() == sum(1 for e in training_profile if e["cat"] == "program")
+    page.screenshot(path=str(tmp_path / "timeline.png"))
+    # zoom in around the middle: fewer bars are drawn, none is lost from the data
+    box = page.locator("#timeline-box").bounding_box()
+    for _ in range(12):
+        page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + 20)
+        page.mouse.wheel(0, -200)
+    page.wait_for_timeout(100)
+    assert page.locator("#timeline rect.bar").count() < len(training_profile)
+    page.goto(server.url + "#/timeline")
+    page.reload()
+    page.wait_for_selector("#timeline rect.bar.program")
+    first = page.locator("#timeline rect.bar.program").first
+    kernel = first.get_attribute("data-kernel")
+    first.dispatch_event("click")
+    page.wait_for_function(f"location.hash.startsWith('#/kernel/{kernel}')")
+    page.wait_for_selector("#kernel-header .kernel-name")
+
+
+def test_schedule_view_lists_fusion_reasons(page: Any, server: VizServer) -> None:
+    page.goto(server.url + "#/schedule")
+    page.wait_for_selector(".schedule-kernel")
+    text = page.inner_text("#view-schedule")
+    assert "requested: realized as an output" in text and "fused tensor ops" in text
+    page.click(".schedule-kernel a.kernel-link >> nth=0")
+    page.wait_for_selector("#kernel-header .kernel-name")

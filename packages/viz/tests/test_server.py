@@ -1,0 +1,162 @@
+"""The JSON endpoints, checked against the trace and profile files read with plain json."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kiln.viz.server import VizServer, start_server
+
+
+def get(server: VizServer, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(server.url.rstrip("/") + path, timeout=60) as response:
+            body = response.read()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        body, status = error.read(), error.code
+    try:
+        return status, json.loads(body)
+    except json.JSONDecodeError:
+        return status, body.decode()
+
+
+@pytest.fixture(scope="module")
+def server(training_files: Path) -> Iterator[VizServer]:
+    running = start_server([training_files])
+    yield running
+    running.shutdown()
+
+
+def test_kernel_list_is_the_traces_kernels_with_profile_totals(
+    server: VizServer, training_trace: dict[str, Any], training_profile: list[dict[str, Any]]
+) -> None:
+    status, answer = get(server, "/api/kernels")
+    assert status == 200 and answer["profile"] is True
+    expected = [(n, g["info"]["name"]) for n, g in enumerate(training_trace["groups"]) if g["kind"] == "kernel"]
+    assert [(row["id"], row["name"]) for row in answer["kernels"]] == expected
+    for row in answer["kernels"]:
+        info = training_trace["groups"][row["id"]]["info"]
+        assert (row["device"], row["opts"], row["global_size"]) == (info["device"], info["opts"], info["global_size"])
+        runs = [e for e in training_profile if e.get("args", {}).get("kernel") == info["key"]]
+        assert row.get("runs", 0) == len(runs)
+        if runs:
+            total = sum(e["dur"] for e in runs)
+            assert row["time_us"] == pytest.approx(total)
+            assert row["gflops"] == pytest.approx(sum(e["args"]["flops"] for e in runs) / total / 1e3)
+            assert row["gbs"] == pytest.approx(sum(e["args"]["bytes"] for e in runs) / total / 1e3)
+    assert any(row.get("runs") for row in answer["kernels"])
+
+
+def test_a_kernel_page_has_its_rewrites_source_and_fusion(server: VizServer, training_trace: dict[str, Any]) -> None:
+    groups = training_trace["groups"]
+    number = next(n for n, g in enumerate(groups) if g["kind"] == "kernel")
+    status, answer = get(server, f"/api/group/{number}")
+    assert status == 200
+    assert answer["info"]["source"] == groups[number]["info"]["source"]
+    assert [r["id"] for r in answer["rewrites"]] == groups[number]["rewrites"]
+    names = [training_trace["rewrites"][r]["name"] or "(unnamed rewrite)" for r in groups[number]["rewrites"]]
+    assert [r["name"] for r in answer["rewrites"]] == names
+    schedule = groups[answer["schedule"]["group"]]
+    assert groups[number]["uops"]["ast"] in schedule["uops"]["kernels"]
+    assert answer["schedule"]["outputs"][0]["reason"]
+
+
+def test_one_rewrite_step_matches_the_file(server: VizServer, training_trace: dict[str, Any]) -> None:
+    rewrites = training_trace["rewrites"]
+    number = next(n for n, r in enumerate(rewrites) if len(r["steps"]) >= 2)
+    status, first = get(server, f"/api/rewrite/{number}/step/0")
+    assert (
+        status == 200
+        and first["step"] == 0
+        and first["changed"] == []
+        and first["steps"] == len(rewrites[number]["steps"])
+    )
+    status, step = get(server, f"/api/rewrite/{number}/step/1")
+    fired = rewrites[number]["steps"][0]
+    assert (step["location"], step["pattern"]) == (fired["location"], fired["pattern"])
+    node = training_trace["nodes"][fired["after"]]
+    assert step["after"]["op"] == node["op"]
+    assert "<svg" in step["svg"] and step["svg_error"] is None
+    if step["in_graph"]:
+        assert step["changed"], "a rule applied inside the graph creates at least one node"
+        for changed in step["changed"]:
+            assert f'id="n{changed}"' in step["svg"] or step["collapsed"]
+    status, last = get(server, f"/api/rewrite/{number}/step/{len(rewrites[number]['steps'])}")
+    assert status == 200 and "matches_result" in last
+
+
+def test_timeline_and_chrome_export_match_the_profile(
+    server: VizServer, training_trace: dict[str, Any], training_profile: list[dict[str, Any]]
+) -> None:
+    status, timeline = get(server, "/api/timeline")
+    assert status == 200
+    events = [event for device in timeline["devices"] for queue in device["queues"] for event in queue["events"]]
+    assert len(events) == len(training_profile)
+    first = min(e["ts"] for e in training_profile)
+    expected = sorted((e["name"], e["ts"] - first, e["dur"]) for e in training_profile)
+    got = sorted((e["name"], e["start"], e["duration"]) for e in events)
+    assert [name for name, _, _ in got] == [name for name, _, _ in expected]
+    assert [v for _, s, d in got for v in (s, d)] == pytest.approx([v for _, s, d in expected for v in (s, d)])
+    for event in events:
+        if event["category"] == "program":
+            group = training_trace["groups"][event["kernel"]]
+            assert group["kind"] == "kernel" and group["info"]["name"] == event["name"]
+            assert event["gflops"] == pytest.approx(event["flops"] / event["duration"] / 1e3)
+    status, chrome = get(server, "/api/profile.json")
+    assert status == 200 and chrome["traceEvents"] == training_profile
+
+
+def test_schedule_view_links_kernels(server: VizServer, training_trace: dict[str, Any]) -> None:
+    status, answer = get(server, "/api/schedule")
+    assert status == 200
+    schedules = [g for g in training_trace["groups"] if g["kind"] == "schedule"]
+    assert len(answer["schedules"]) == len(schedules)
+    for entry, group in zip(answer["schedules"], schedules, strict=True):
+        assert len(entry["kernels"]) == len(group["info"]["kernels"])
+        for kernel, ast in zip(entry["kernels"], group["uops"]["kernels"], strict=True):
+            assert training_trace["groups"][kernel["kernel"]]["uops"]["ast"] == ast
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/api/group/99999", 404),
+        ("/api/rewrite/99999/step/0", 404),
+        ("/api/rewrite/0/step/99999", 404),
+        ("/api/nothing", 404),
+        ("/static/../server.py", 404),
+        ("/nowhere", 404),
+    ],
+)
+def test_unknown_things_are_404_with_a_message(server: VizServer, path: str, status: int) -> None:
+    got, answer = get(server, path)
+    assert got == status
+    assert answer
+
+
+def test_page_and_assets_are_served(server: VizServer) -> None:
+    status, page = get(server, "/")
+    assert status == 200 and "kiln.viz" in page and "/static/app.js" in page
+    for asset in ("app.js", "highlight.js", "style.css"):
+        assert get(server, f"/static/{asset}")[0] == 200
+
+
+def test_a_corrupt_trace_gets_an_error_page_not_a_crash(training_files: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "trace.json"
+    text = (training_files / "trace.json").read_text()
+    broken.write_text(text[: len(text) // 2])
+    running = start_server([broken])
+    try:
+        status, page = get(running, "/")
+        assert status == 500 and "truncated" in page and str(broken) in page
+        status, answer = get(running, "/api/kernels")
+        assert status == 500 and "truncated" in answer["error"]
+    finally:
+        running.shutdown()

@@ -1,0 +1,110 @@
+"""What the lower layers write at exit with VIZ / PROFILE on, and how the viewer reads good and bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kiln.viz.trace_file import TraceFileError, load_files
+
+
+def test_a_traced_training_step_writes_kernel_and_schedule_groups(training_trace: dict[str, Any]) -> None:
+    groups = training_trace["groups"]
+    kernels = [group for group in groups if group["kind"] == "kernel"]
+    schedules = [group for group in groups if group["kind"] == "schedule"]
+    assert kernels and schedules
+    for kernel in kernels:
+        info = kernel["info"]
+        assert info["name"] and info["source"] and info["linear"]
+        # the kernel's function is the one in its source, and the key names the kernel
+        assert info["key"].startswith(info["name"] + "-")
+        assert info["device"].startswith("CPU")
+        assert "kiln_kernel" in info["source"]
+        assert isinstance(kernel["uops"]["ast"], int)
+        # every rewrite of a kernel points back at its group
+        for rewrite in kernel["rewrites"]:
+            assert groups[training_trace["rewrites"][rewrite]["group"]] is kernel
+    # every kernel the schedules made was built (the same AST node is in both groups)
+    built = {kernel["uops"]["ast"] for kernel in kernels}
+    scheduled = [ast for schedule in schedules for ast in schedule["uops"]["kernels"]]
+    assert set(scheduled) <= built
+    for schedule in schedules:
+        for entry in schedule["info"]["kernels"]:
+            assert all(output["reason"] for output in entry["outputs"])
+            assert entry["fused_count"] >= len(entry["fused_ops"]) > 0
+
+
+def test_the_profile_is_a_chrome_trace_linked_to_the_kernels(
+    training_trace: dict[str, Any], training_profile: list[dict[str, Any]]
+) -> None:
+    keys = {group["info"]["key"] for group in training_trace["groups"] if group["kind"] == "kernel"}
+    programs = [event for event in training_profile if event["cat"] == "program"]
+    assert programs
+    for event in programs:
+        assert event["ph"] == "X" and event["dur"] >= 0 and event["pid"].startswith("CPU")
+        assert event["args"]["kernel"] in keys
+        assert event["args"]["flops"] >= 0 and event["args"]["bytes"] > 0
+
+
+def test_trace_directory_and_single_files_load(training_files: Path) -> None:
+    both = load_files([training_files])
+    assert both.trace is not None and both.profile is not None
+    only_trace = load_files([training_files / "trace.json"])
+    assert only_trace.profile is None and only_trace.trace == both.trace
+    only_profile = load_files([training_files / "profile.json"])
+    assert only_profile.trace is None and only_profile.profile == both.profile
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty"),
+        ('{"format": "kiln-rewrite-trace", "version": 2, "nodes": [', "truncated"),
+        ("not json at all", "not valid JSON"),
+        ('{"hello": 1}', "neither a kiln rewrite trace"),
+        ('{"format": "kiln-rewrite-trace", "version": 99, "nodes": [], "rewrites": []}', "version 99"),
+        (
+            json.dumps(
+                {"format": "kiln-rewrite-trace", "version": 2, "rewrites": [], "nodes": [{"op": "ADD", "src": [3]}]}
+            ),
+            "node 0 has source 3",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": "kiln-rewrite-trace",
+                    "version": 2,
+                    "nodes": [{"op": "CONST", "src": []}],
+                    "rewrites": [{"steps": [], "input": 7}],
+                }
+            ),
+            "refers to node 7",
+        ),
+        ('{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "numeric 'ts'"),
+    ],
+)
+def test_bad_files_raise_a_clear_error_naming_the_file(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(content)
+    with pytest.raises(TraceFileError, match=message) as raised:
+        load_files([path])
+    assert str(path) in str(raised.value)
+
+
+def test_truncating_a_real_trace_anywhere_is_reported(training_files: Path, tmp_path: Path) -> None:
+    text = (training_files / "trace.json").read_text()
+    for fraction in (0.1, 0.5, 0.99):
+        path = tmp_path / f"cut{fraction}.json"
+        path.write_text(text[: int(len(text) * fraction)])
+        with pytest.raises(TraceFileError, match="truncated"):
+            load_files([path])
+
+
+def test_missing_paths_are_named(tmp_path: Path) -> None:
+    with pytest.raises(TraceFileError, match="no such file"):
+        load_files([tmp_path / "nope.json"])
+    with pytest.raises(TraceFileError, match=r"neither trace\.json nor profile\.json"):
+        load_files([tmp_path])
