@@ -322,6 +322,13 @@ class MetalRenderer(CStyleRenderer):
             operands = [f"((float){operand})" for operand in operands]
         return super().float_alu(writer, op, dtype, operands)
 
+    def cast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
+        # between half and bfloat through float: both widen to float exactly, so the result is rounded once
+        narrow = (dtypes.float16, dtypes.bfloat16)
+        if source in narrow and target in narrow and source != target:
+            return f"(({self.scalar_type(target)})(float){value})"
+        return super().cast(writer, value, source, target)
+
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
         return f"as_type<{writer.type_name(target)}>({value})"
 
