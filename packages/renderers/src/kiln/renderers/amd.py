@@ -53,17 +53,20 @@ _GFX1100_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 8)), ((0, 1), (
 _GFX1100_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (8, 0)), ((1, 0), (2, 0), (4, 0)))
 _GFX1100_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (1, 0)), ((2, 0), (4, 0), (8, 0)))
 
-TENSOR_CORES_GFX1100: tuple[TensorCore, ...] = (
+TENSOR_CORES_GFX1100: tuple[TensorCore, ...] = tuple(
     TensorCore(
         dims=(16, 16, 16),  # (N, M, K)
         threads=32,
         elements_per_thread=(8, 8, 8),
         dtype_in=dtypes.float16,
-        dtype_out=dtypes.float32,
+        dtype_out=dtype_out,
         layouts=(_GFX1100_A, _GFX1100_B, _GFX1100_C),
-    ),
+    )
+    for dtype_out in (dtypes.float32, dtypes.float16)
 )
-"""v_wmma_f32_16x16x16_f16 (wave32): f16 A/B, f32 accumulators; 8 A, 8 B and 8 C registers per lane."""
+"""v_wmma_f32_16x16x16_f16 and v_wmma_f16_16x16x16_f16 (wave32): f16 A/B, f32 or f16 accumulators; 8 A, 8 B and
+8 C registers per lane. An f16 accumulator register j sits in the low half of VGPR j (OPSEL 0), the same rows and
+columns as the f32 one (RDNA3 ISA, WMMA "OPSEL"; the GPUOpen WMMA article reads c_frag[2 * ele])."""
 
 # gfx942 v_mfma_f32_16x16x16_f16 in wave64 (AMD Matrix Instruction Calculator for CDNA3, "v_mfma_f32_16x16x16_f16";
 # CDNA3 ISA, "Matrix Fused Multiply Add"): A[i][k] is in lane i + 16 * (k / 4), register k % 4; B[k][j] in lane
@@ -309,9 +312,23 @@ class AMDRenderer(CStyleRenderer):
             call = "__builtin_amdgcn_mfma_f32_16x16x16f16((half4)a, (half4)b, (float4)c, 0, 0, 0)"
             return "\n".join([signature, *typedefs, f"  return ({c_type}){call};", "}"])
         full = writer.require_helper("kiln_wave32_full_k", lambda: self._full_k_helper(a_type))
-        call = f"__builtin_amdgcn_wmma_f32_16x16x16_f16_w32({full}(a), {full}(b), (float8)c)"
-        typedef = "  typedef float float8 __attribute__((ext_vector_type(8)));"
-        return "\n".join([signature, typedef, f"  return ({c_type}){call};", "}"])
+        if core.dtype_out == dtypes.float32:
+            call = f"__builtin_amdgcn_wmma_f32_16x16x16_f16_w32({full}(a), {full}(b), (float8)c)"
+            typedef = "  typedef float float8 __attribute__((ext_vector_type(8)));"
+            return "\n".join([signature, typedef, f"  return ({c_type}){call};", "}"])
+        # f16 accumulators: register j in element 2j (the low half of VGPR j), the odd elements unused
+        lanes = ", ".join(f"c[{j // 2}]" if j % 2 == 0 else "0" for j in range(16))
+        results = ", ".join(f"d[{2 * j}]" for j in range(8))
+        return "\n".join(
+            [
+                signature,
+                "  typedef _Float16 half16 __attribute__((ext_vector_type(16)));",
+                f"  half16 wide = {{{lanes}}};",
+                f"  half16 d = __builtin_amdgcn_wmma_f16_16x16x16_f16_w32({full}(a), {full}(b), wide, 0);",
+                f"  return ({c_type}){{{results}}};",
+                "}",
+            ]
+        )
 
     def _full_k_helper(self, half8: str) -> str:
         """The 16 K values of this lane's row (of A) or column (of B) for v_wmma: its own 8 and those of lane l ^ 16.
