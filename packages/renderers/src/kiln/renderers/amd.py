@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
 from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
-from kiln.renderers.c_style import C_SCALAR_TYPES, ENTRY_NAME, CStyleRenderer, CStyleWriter
+from kiln.renderers.c_style import C_SCALAR_TYPES, CStyleRenderer, CStyleWriter
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 AMD_COMPILE_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-nogpulib")
@@ -353,9 +353,6 @@ class AMDRenderer(CStyleRenderer):
                 "}",
             ]
         )
-
-    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
-        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
 
 
 def _with_global_space(declaration: str) -> str:

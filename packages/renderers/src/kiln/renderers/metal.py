@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
-from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter
+from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -252,9 +252,6 @@ class MetalRenderer(CStyleRenderer):
 
     def preamble(self) -> list[str]:
         return ["#include <metal_stdlib>", "using namespace metal;"]
-
-    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
-        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
 
     def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
         stored = {_root(u.src[0]) for u in uops if u.op is Ops.STORE}
