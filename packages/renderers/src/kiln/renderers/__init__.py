@@ -1,10 +1,20 @@
 """Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device, CUDA C
-(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device.
+(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device, C for
+AMD GPUs (clang's amdgcn target) and Metal Shading Language for Apple GPUs (xcrun metal, macOS only).
 
 Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite, libnvrtc, ptxas) when
 first used and raises `ToolchainNotFoundError` naming what to install if it is missing.
 """
 
+from kiln.renderers.amd import (
+    AMD_TARGETS,
+    TENSOR_CORES_GFX942,
+    TENSOR_CORES_GFX1100,
+    AMDCompileError,
+    AMDCompiler,
+    AMDRenderer,
+)
+from kiln.renderers.amd_toolchain import AMD_CLANG, AMDToolchain, amd_toolchain_available, find_amd_toolchain
 from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
 from kiln.renderers.cpu_renderers import cpu_renderers, renderers_for
@@ -13,6 +23,7 @@ from kiln.renderers.device_table import DEVICE_TABLE, DeviceRow, dtypes_for
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, KernelParameter, kernel_parameters, load_shared_object
 from kiln.renderers.llvm_compiler import LLVMCompiler
 from kiln.renderers.llvm_ir import LLVMRenderer, pm_llvm_ir
+from kiln.renderers.metal import TENSOR_CORES_METAL, MetalCompileError, MetalCompiler, MetalRenderer
 from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundError, load_nvrtc
 from kiln.renderers.opencl import OpenCLCompileError, OpenCLCompiler, OpenCLRenderer
 from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, opencl_available, opencl_targets
@@ -21,6 +32,20 @@ from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, 
 from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
 
 __all__ = [
+    "AMD_CLANG",
+    "AMD_TARGETS",
+    "AMDCompileError",
+    "AMDCompiler",
+    "AMDRenderer",
+    "AMDToolchain",
+    "MetalCompileError",
+    "MetalCompiler",
+    "MetalRenderer",
+    "TENSOR_CORES_GFX1100",
+    "TENSOR_CORES_GFX942",
+    "TENSOR_CORES_METAL",
+    "amd_toolchain_available",
+    "find_amd_toolchain",
     "CPU_CC",
     "DEVICE_TABLE",
     "ENTRY_NAME",

@@ -22,6 +22,8 @@ ALL_DTYPES: frozenset[DType] = frozenset(dtypes.all)
 
 NO_64_BIT: frozenset[DType] = ALL_DTYPES - {dtypes.int64, dtypes.uint64, dtypes.float64}
 
+NO_FLOAT64: frozenset[DType] = ALL_DTYPES - {dtypes.float64}
+
 
 @dataclass(frozen=True)
 class DeviceRow:
@@ -54,6 +56,15 @@ DEVICE_TABLE: dict[str, DeviceRow] = {
     "CL": DeviceRow(
         ("kiln.renderers.opencl:OpenCLRenderer",),
         note="float16 (PoCL has no cl_khr_fp16), bfloat16 and fp8 emulated; float64 only with cl_khr_fp64",
+    ),
+    "AMD": DeviceRow(
+        ("kiln.renderers.amd:AMDRenderer",),
+        note="C through clang's amdgcn target (gfx1100 by default, gfx942); bfloat16 and fp8 emulated; compile-only",
+    ),
+    "METAL": DeviceRow(
+        ("kiln.renderers.metal:MetalRenderer",),
+        NO_FLOAT64,
+        note="MSL has no double; fp8 (and bfloat16 before MSL 3.1) emulated; compiles only on macOS",
     ),
     "WEBGPU": DeviceRow(
         ("kiln.renderers.wgsl:WGSLRenderer",),

@@ -1,0 +1,361 @@
+"""C for AMD GPUs (RDNA3 gfx1100, CDNA3 gfx942), compiled by clang's amdgcn target into an HSA code object.
+
+The source is plain C, not HIP: no ROCm headers or device libraries are needed (`-nogpulib`), only a clang whose
+amdgcn backend knows the architecture and `ld.lld` to link the relocatable object into the shared-object code
+object the HSA loader takes. HIP's spellings map onto what clang offers in C:
+- `__global__` is `__attribute__((amdgpu_kernel))`; buffers and block-shared arrays carry explicit address spaces
+  (`KILN_GLOBAL`, `KILN_LDS` in the preamble), so loads and stores become global_* and ds_* instructions, not flat_*;
+- blockIdx/threadIdx are `__builtin_amdgcn_workgroup_id_*` / `__builtin_amdgcn_workitem_id_*`;
+- `__syncthreads()` is a workgroup release fence, `s_barrier`, a workgroup acquire fence (as HIP defines it).
+float16 is native (`_Float16`); bfloat16 and fp8 are emulated by codegen; the transcendentals are decomposed by
+codegen, since without the device libraries there is no libm. Tensor cores: WMMA on gfx1100 (wave32), MFMA on
+gfx942 (wave64), see `TENSOR_CORES_GFX1100` and `TENSOR_CORES_GFX942`.
+
+The kernel is `kiln_kernel(buffers by slot..., variables by name...)` with gidx/lidx in dimension order x, y, z.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
+from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
+from kiln.renderers.c_style import C_SCALAR_TYPES, CStyleRenderer, CStyleWriter
+from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+AMD_COMPILE_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-nogpulib")
+"""Flags of every compile: no contraction into fma (the IR rounds every op), wrapping integers, no libm."""
+
+
+@dataclass(frozen=True)
+class AMDTarget:
+    """One AMD GPU architecture: its wave size and its tensor cores."""
+
+    name: str
+    wave_size: int
+    tensor_cores: tuple[TensorCore, ...]
+
+
+# ---- tensor cores -----------------------------------------------------------------------------------------------
+
+# gfx1100 v_wmma_f32_16x16x16_f16 in wave32 (RDNA3 ISA guide, "Wave Matrix Multiply Accumulate"; the GPUOpen article
+# "How to accelerate AI applications on RDNA 3 using WMMA"): lane l holds row l % 16 of A and column l % 16 of B,
+# all 16 K values each, and lanes 16-31 repeat lanes 0-15; the f32 accumulator register j of lane l is
+# D[2j + l / 16][l % 16]. kiln's layouts map lanes x registers one-to-one, so each lane keeps 8 of its 16 K values
+# (lanes 16-31 the upper half) and the WMMA helper fetches the other 8 from lane l ^ 16 with v_permlanex16.
+_GFX1100_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 8)), ((0, 1), (0, 2), (0, 4)))
+_GFX1100_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (8, 0)), ((1, 0), (2, 0), (4, 0)))
+_GFX1100_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (1, 0)), ((2, 0), (4, 0), (8, 0)))
+
+TENSOR_CORES_GFX1100: tuple[TensorCore, ...] = tuple(
+    TensorCore(
+        dims=(16, 16, 16),  # (N, M, K)
+        threads=32,
+        elements_per_thread=(8, 8, 8),
+        dtype_in=dtypes.float16,
+        dtype_out=dtype_out,
+        layouts=(_GFX1100_A, _GFX1100_B, _GFX1100_C),
+    )
+    for dtype_out in (dtypes.float32, dtypes.float16)
+)
+"""v_wmma_f32_16x16x16_f16 and v_wmma_f16_16x16x16_f16 (wave32): f16 A/B, f32 or f16 accumulators; 8 A, 8 B and
+8 C registers per lane. An f16 accumulator register j sits in the low half of VGPR j (OPSEL 0), the same rows and
+columns as the f32 one (RDNA3 ISA, WMMA "OPSEL"; the GPUOpen WMMA article reads c_frag[2 * ele])."""
+
+# gfx942 v_mfma_f32_16x16x16_f16 in wave64 (AMD Matrix Instruction Calculator for CDNA3, "v_mfma_f32_16x16x16_f16";
+# CDNA3 ISA, "Matrix Fused Multiply Add"): A[i][k] is in lane i + 16 * (k / 4), register k % 4; B[k][j] in lane
+# j + 16 * (k / 4), register k % 4; D[i][j] in lane j + 16 * (i / 4), register i % 4.
+_GFX942_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 4), (0, 8)), ((0, 1), (0, 2)))
+_GFX942_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
+_GFX942_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
+
+TENSOR_CORES_GFX942: tuple[TensorCore, ...] = (
+    TensorCore(
+        dims=(16, 16, 16),
+        threads=64,
+        elements_per_thread=(4, 4, 4),
+        dtype_in=dtypes.float16,
+        dtype_out=dtypes.float32,
+        layouts=(_GFX942_A, _GFX942_B, _GFX942_C),
+    ),
+)
+"""v_mfma_f32_16x16x16_f16 (wave64): f16 A/B, f32 accumulators; 4 A, 4 B and 4 C registers per lane."""
+
+AMD_TARGETS: dict[str, AMDTarget] = {
+    "gfx1100": AMDTarget("gfx1100", 32, TENSOR_CORES_GFX1100),
+    "gfx942": AMDTarget("gfx942", 64, TENSOR_CORES_GFX942),
+}
+"""The architectures the renderer targets (RDNA3 runs wave32 kernels by default, CDNA3 only has wave64)."""
+
+
+def amd_target(arch: str) -> AMDTarget:
+    """The target named `arch`; ValueError naming the supported ones otherwise."""
+    target = AMD_TARGETS.get(arch)
+    if target is None:
+        raise ValueError(f"unsupported AMD architecture {arch!r}; expected one of {', '.join(AMD_TARGETS)}")
+    return target
+
+
+# ---- the compiler -----------------------------------------------------------------------------------------------
+
+
+class AMDCompileError(RuntimeError):
+    """clang or ld.lld rejected a kernel; the message has their diagnostics."""
+
+
+class AMDCompiler(Compiler):
+    """C -> an HSA code object (an ELF shared object) for one architecture, with clang and ld.lld."""
+
+    def __init__(self, arch: str = "gfx1100") -> None:
+        self.arch = amd_target(arch).name
+        self.flags = (f"-mcpu={self.arch}", *AMD_COMPILE_FLAGS)
+
+    @functools.cached_property
+    def toolchain(self) -> AMDToolchain:
+        """clang, ld.lld and llvm-objdump that know the architecture (ToolchainNotFoundError otherwise)."""
+        return find_amd_toolchain(self.arch)
+
+    @property
+    def identity(self) -> str:  # type: ignore[override]
+        return f"{self.toolchain.version} amdgcn-amd-amdhsa {self.arch}"
+
+    def compile(self, source: str) -> bytes:
+        """The code object of `source`; AMDCompileError with the tool's diagnostics on failure."""
+        tools = self.toolchain
+        with tempfile.TemporaryDirectory(prefix="kiln-amd-") as directory:
+            folder = Path(directory)
+            (folder / "kernel.c").write_text(source)
+            compile_command = [tools.clang, "--target=amdgcn-amd-amdhsa", *self.flags, "-c", "kernel.c"]
+            _run([*compile_command, "-o", "kernel.o"], folder, "clang", source)
+            _run([tools.linker, "-shared", "kernel.o", "-o", "kernel.hsaco"], folder, "ld.lld", source)
+            return (folder / "kernel.hsaco").read_bytes()
+
+    def disassemble(self, binary: bytes) -> str:
+        """The GCN/RDNA assembly of a code object, from llvm-objdump."""
+        with tempfile.TemporaryDirectory(prefix="kiln-amd-") as directory:
+            path = Path(directory) / "kernel.hsaco"
+            path.write_bytes(binary)
+            command = [self.toolchain.objdump, "-d", f"--mcpu={self.arch}", str(path)]
+            return _run(command, Path(directory), "llvm-objdump", "")
+
+    def __repr__(self) -> str:
+        return f"AMDCompiler(arch={self.arch!r})"
+
+
+def _run(command: list[str], folder: Path, tool: str, source: str) -> str:
+    completed = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    if completed.returncode != 0:
+        listing = f"\n--- source ---\n{source}" if source else ""
+        raise AMDCompileError(f"{tool} failed ({' '.join(command)}):\n{completed.stderr.strip()}{listing}")
+    return completed.stdout
+
+
+# ---- the renderer -----------------------------------------------------------------------------------------------
+
+_ADDRESS_SPACES: dict[MemoryScope, str] = {MemoryScope.GLOBAL: "KILN_GLOBAL ", MemoryScope.LOCAL: "KILN_LDS_POINTER "}
+
+
+def _root_scope(pointer: UOp) -> MemoryScope:
+    while pointer.op in (Ops.INDEX, Ops.AFTER):
+        pointer = pointer.src[0]
+    assert isinstance(pointer.dtype, PtrDType)
+    return pointer.dtype.scope
+
+
+def _index(ctx: CStyleWriter, x: UOp) -> str:
+    # a vector access casts the element pointer to a vector pointer in the same address space (a cast without it
+    # would make a flat pointer and flat_* instructions)
+    pointer, offset = ctx[x.src[0]], ctx[x.src[1]]
+    assert isinstance(x.dtype, PtrDType)
+    address = pointer if x.src[1].op is Ops.CONST and x.src[1].arg == 0 else f"({pointer}+{offset})"
+    if x.dtype.base.count == 1:
+        return address
+    space = _ADDRESS_SPACES.get(_root_scope(x), "")
+    return f"(({space}{ctx.type_name(x.dtype.base)}*){address})"
+
+
+def _wmma(ctx: CStyleWriter, x: UOp) -> str:
+    language = ctx.language
+    assert isinstance(language, AMDRenderer)
+    core = language.tensor_core_of(x)
+    helper = ctx.require_helper(f"kiln_{core}", lambda: language.wmma_helper(ctx, core))
+    return f"{helper}({', '.join(ctx[s] for s in x.src)})"
+
+
+pm_amd = PatternMatcher([(UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.WMMA, name="x"), _wmma)])
+"""AMD's own string rules (address-space-preserving vector pointers, tensor cores), tried before the C family's."""
+
+_AMD_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
+    (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",
+    (Ops.SQRT, dtypes.float64): "__builtin_sqrt",
+    (Ops.TRUNC, dtypes.float32): "__builtin_truncf",
+    (Ops.TRUNC, dtypes.float64): "__builtin_trunc",
+    (Ops.MULACC, dtypes.float16): "__builtin_fmaf16",
+    (Ops.MULACC, dtypes.float32): "__builtin_fmaf",
+    (Ops.MULACC, dtypes.float64): "__builtin_fma",
+}
+"""Builtins the amdgcn backend lowers to instructions (llvm.sqrt.f32 without !fpmath is correctly rounded)."""
+
+_PREAMBLE = (
+    # LLVM AMDGPUUsage, "Address Spaces": 1 is global memory, 3 is local memory (LDS, shared by a workgroup)
+    "#define KILN_GLOBAL __attribute__((address_space(1)))",
+    "#define KILN_LDS_POINTER __attribute__((address_space(3)))",
+    "#define KILN_LDS static __attribute__((address_space(3), loader_uninitialized))",
+)
+
+
+class AMDRenderer(CStyleRenderer):
+    """C kernels for one AMD GPU architecture (`arch`: "gfx1100" or "gfx942"); owns an `AMDCompiler`."""
+
+    device = "AMD"
+    has_local = True
+    has_shared = True
+    global_max = (2**31 - 1, 65535, 65535)
+    local_max = (1024, 1024, 1024)
+    local_size_max = 1024  # the default amdgpu-flat-work-group-size bound of a kernel (AMDGPUUsage)
+    shared_max = 65536  # LDS per workgroup on gfx1100 and gfx942
+    vector_widths = (2, 4)
+    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
+    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+
+    kernel_prefix: ClassVar[str] = '__attribute__((amdgpu_kernel, visibility("default"))) '
+    helper_prefix: ClassVar[str] = "static inline "
+    restrict_keyword: ClassVar[str] = "restrict"
+    shared_prefix: ClassVar[str] = "KILN_LDS "
+    barrier_statement: ClassVar[str | None] = (
+        '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+        '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
+    )
+    scalar_types: ClassVar[dict[DType, str]] = C_SCALAR_TYPES
+    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _AMD_FLOAT_FUNCTIONS
+    extra_rules: ClassVar[PatternMatcher | None] = pm_amd
+
+    def __init__(self, arch: str = "gfx1100", device: str = "AMD") -> None:
+        self.target = amd_target(arch)
+        self.arch = self.target.name
+        self.device = device
+        self.tensor_cores = self.target.tensor_cores
+
+    @functools.cached_property
+    def compiler(self) -> AMDCompiler:  # type: ignore[override]
+        return AMDCompiler(self.arch)
+
+    def __repr__(self) -> str:
+        return f"AMDRenderer(arch={self.arch!r})"
+
+    def preamble(self) -> list[str]:
+        return list(_PREAMBLE)
+
+    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+        declarations = super().parameters(writer, uops)
+        buffers = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
+        # `const float* restrict data1` -> `const KILN_GLOBAL float* restrict data1`
+        spaced = [_with_global_space(declaration) for declaration in declarations[:buffers]]
+        return spaced + declarations[buffers:]
+
+    def special(self, writer: CStyleWriter, uop: UOp) -> str:
+        name = uop.arg.name
+        if name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"):
+            builtin = "__builtin_amdgcn_workgroup_id_" if name.startswith("gidx") else "__builtin_amdgcn_workitem_id_"
+            return f"(({writer.type_name(uop.dtype)}){builtin}{'xyz'[int(name[4])]}())"
+        raise ValueError(f"{type(self).__name__} has no hardware index {name!r}; expected gidx0..2 or lidx0..2")
+
+    def float_to_int_helper(self, target: DType) -> str:
+        """Truncate, wrap around, NaN/inf -> the minimum; without fmod (a libm call, and there is no libm).
+
+        For |x| >= 2**64 the double is a multiple of 2**12, so x - trunc(x / 2**64) * 2**64 is exact.
+        """
+        c_type = self.scalar_type(target)
+        minimum = self.int_constant(int(dtypes.min(target)), target)
+        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
+        return (
+            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
+            f"  if (!__builtin_isfinite(x)) return {minimum};\n"
+            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long long)x;\n"
+            f"  double wrapped = x - __builtin_trunc(x / {two64}) * {two64};\n"
+            f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
+            f"  if (wrapped < -{two63}) wrapped += {two64};\n"
+            f"  return ({c_type})(long long)wrapped;\n"
+            "}"
+        )
+
+    # ---- tensor cores ----
+
+    def tensor_core_of(self, uop: UOp) -> TensorCore:
+        """The tensor core a WMMA uop runs on (its `WmmaArg` names one of `tensor_cores`)."""
+        for core in self.tensor_cores:
+            if isinstance(uop.arg, WmmaArg) and uop.arg == core.wmma_arg():
+                return core
+        raise ValueError(f"{self!r} has no tensor core {uop.arg!r}; it has {self.tensor_cores}")
+
+    def wmma_helper(self, writer: CStyleWriter, core: TensorCore) -> str:
+        """A function running one WMMA (gfx1100) or MFMA (gfx942) on this lane's fragments."""
+        a_lanes, b_lanes, c_lanes = core.elements_per_thread
+        a_type = writer.type_name(core.dtype_in.vec(a_lanes))
+        b_type = writer.type_name(core.dtype_in.vec(b_lanes))
+        c_type = writer.type_name(core.dtype_out.vec(c_lanes))
+        signature = f"{self.helper_prefix}{c_type} kiln_{core}({a_type} a, {b_type} b, {c_type} c) {{"
+        if self.arch == "gfx942":
+            # the builtin takes clang's ext_vector_type operands; kiln's vectors are GCC vectors of the same size
+            typedefs = [
+                "  typedef _Float16 half4 __attribute__((ext_vector_type(4)));",
+                "  typedef float float4 __attribute__((ext_vector_type(4)));",
+            ]
+            # the last three operands (cbsz, abid, blgp) are 0: no broadcast between blocks, no B lane swizzle
+            call = "__builtin_amdgcn_mfma_f32_16x16x16f16((half4)a, (half4)b, (float4)c, 0, 0, 0)"
+            return "\n".join([signature, *typedefs, f"  return ({c_type}){call};", "}"])
+        full = writer.require_helper("kiln_wave32_full_k", lambda: self._full_k_helper(a_type))
+        if core.dtype_out == dtypes.float32:
+            call = f"__builtin_amdgcn_wmma_f32_16x16x16_f16_w32({full}(a), {full}(b), (float8)c)"
+            typedef = "  typedef float float8 __attribute__((ext_vector_type(8)));"
+            return "\n".join([signature, typedef, f"  return ({c_type}){call};", "}"])
+        # f16 accumulators: register j in element 2j (the low half of VGPR j), the odd elements unused
+        lanes = ", ".join(f"c[{j // 2}]" if j % 2 == 0 else "0" for j in range(16))
+        results = ", ".join(f"d[{2 * j}]" for j in range(8))
+        return "\n".join(
+            [
+                signature,
+                "  typedef _Float16 half16 __attribute__((ext_vector_type(16)));",
+                f"  half16 wide = {{{lanes}}};",
+                f"  half16 d = __builtin_amdgcn_wmma_f16_16x16x16_f16_w32({full}(a), {full}(b), wide, 0);",
+                f"  return ({c_type}){{{results}}};",
+                "}",
+            ]
+        )
+
+    def _full_k_helper(self, half8: str) -> str:
+        """The 16 K values of this lane's row (of A) or column (of B) for v_wmma: its own 8 and those of lane l ^ 16.
+
+        v_permlanex16_b32 (RDNA3 ISA, "VOP3 permlane"): lane i of each 16-lane row reads lane sel[i] of the other
+        row; the selects 0x76543210 / 0xfedcba98 are the identity, so every lane reads lane l ^ 16.
+        """
+        return "\n".join(
+            [
+                "typedef _Float16 kiln_half16 __attribute__((ext_vector_type(16)));",
+                "typedef unsigned int kiln_uint4 __attribute__((ext_vector_type(4)));",
+                "typedef unsigned int kiln_uint8 __attribute__((ext_vector_type(8)));",
+                f"{self.helper_prefix}kiln_half16 kiln_wave32_full_k({half8} own) {{",
+                "  kiln_uint4 mine = (kiln_uint4)own, other;",
+                "  for (int i = 0; i < 4; i++)",
+                "    other[i] = __builtin_amdgcn_permlanex16(mine[i], mine[i], 0x76543210u, 0xfedcba98u, 0, 0);",
+                "  // lanes 0-15 hold K 0..7, lanes 16-31 K 8..15 (the layouts' lane bit 4)",
+                "  int upper = (__builtin_amdgcn_mbcnt_lo(~0u, 0u) & 16) != 0;",
+                "  kiln_uint8 full = upper ? __builtin_shufflevector(other, mine, 0, 1, 2, 3, 4, 5, 6, 7)",
+                "                          : __builtin_shufflevector(mine, other, 0, 1, 2, 3, 4, 5, 6, 7);",
+                "  return (kiln_half16)full;",
+                "}",
+            ]
+        )
+
+
+def _with_global_space(declaration: str) -> str:
+    if declaration.startswith("const "):
+        return "const KILN_GLOBAL " + declaration.removeprefix("const ")
+    return "KILN_GLOBAL " + declaration
