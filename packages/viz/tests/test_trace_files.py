@@ -10,6 +10,8 @@ import pytest
 
 from kiln.viz.trace_file import TraceFileError, load_files
 
+from .conftest import run_traced
+
 
 def test_a_traced_training_step_writes_kernel_and_schedule_groups(training_trace: dict[str, Any]) -> None:
     groups = training_trace["groups"]
@@ -108,3 +110,30 @@ def test_missing_paths_are_named(tmp_path: Path) -> None:
         load_files([tmp_path / "nope.json"])
     with pytest.raises(TraceFileError, match=r"neither trace\.json nor profile\.json"):
         load_files([tmp_path])
+
+
+JITTED = """
+import numpy as np
+from kiln.tensor import Tensor, TinyJit
+w = Tensor(np.ones((16, 16), np.float32))
+
+@TinyJit
+def step(x):
+    return ((x @ w).relu() + 1).contiguous()
+
+for i in range(6):
+    assert step(Tensor(np.full((4, 16), i, np.float32))).numpy().sum() == 4 * 16 * (16 * i + 1)
+"""
+
+
+def test_jit_replays_are_profiled_kernel_by_kernel(tmp_path: Path) -> None:
+    out = tmp_path / "jit"
+    run_traced(JITTED, out)
+    trace = json.loads((out / "trace.json").read_text())
+    events = json.loads((out / "profile.json").read_text())["traceEvents"]
+    keys = {group["info"]["key"]: group["info"]["name"] for group in trace["groups"] if group["kind"] == "kernel"}
+    programs = [event for event in events if event["cat"] == "program"]
+    # the step's one kernel ran six times (captured once, replayed after), each run an event linked to the kernel
+    assert len(programs) == 6
+    assert {event["args"]["kernel"] for event in programs} <= set(keys)
+    assert all(event["name"] == keys[event["args"]["kernel"]] for event in programs)

@@ -189,7 +189,11 @@ class HCQCompiled(DeviceBase):
         """Launches exec commands whose launch sizes are concrete and checked (see `launch`) as one submission after
         all earlier work: one timeline value for the whole list (how TinyJit replays a captured function).
         `inline` as in `execute`."""
-        if commands:
+        if commands and profiling_enabled():  # one timed submission per launch, so each gets its profile event
+            for command in commands:
+                record = (command.name, "program", command.profile)
+                self._submit_timed(self.compute_engine, "compute", record, (command,), inline)
+        elif commands:
             self._submit_timed(self.compute_engine, "compute", None, tuple(commands), inline)
 
     def copy(self, dest: int, src: int, size: int, name: str = "copy") -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kiln.runtime import Buffer, ExecCommand, HCQArgsState, HCQCompiled, HCQProgramRunner, copy_between
+from kiln.uops import knobs
 
 __all__ = ["CapturedStep", "ReplayBatch", "ReplayStep", "replay_segments"]
 
@@ -67,7 +68,8 @@ def _command(runner: HCQProgramRunner, buffers: list[Buffer | None]) -> ExecComm
     present = cast(list[Buffer], buffers)
     arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), ())
     global_size, local_size = runner.launch_dims({})
-    return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name)
+    profile = runner.profile_args(()) if knobs.PROFILE else None
+    return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name, profile)
 
 
 class ReplayBatch:
