@@ -60,3 +60,17 @@ def test_expert_slices_stay_quantized() -> None:
         stacked[3]
     with pytest.raises(ValueError, match="not whole 32-blocks"):
         QuantizedWeight(Tensor(np.zeros(34, np.uint8)), GGMLType.Q8_0, (1, 48))
+
+
+@pytest.mark.parametrize("kind", list(SCALE_FIELDS))
+def test_one_row_decodes_like_gguf(kind: GGMLType) -> None:
+    rng = np.random.default_rng(100 + int(kind))
+    rows, cols = 7, 512
+    raw = random_blocks(kind, rows, cols, rng)
+    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
+    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
+    for row in (0, 3, rows - 1):
+        np.testing.assert_array_equal(weight.row(row).numpy(), oracle[row : row + 1])
+    for bad in (-1, rows):
+        with pytest.raises(IndexError):
+            weight.row(bad)

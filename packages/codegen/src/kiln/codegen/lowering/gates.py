@@ -35,3 +35,33 @@ pm_gated_loads = PatternMatcher(
     ]
 )
 """Gated loads -> LOAD(index, alt, gate); constant gates folded away."""
+
+
+def _masked_store(store: UOp, index: UOp, gate: UOp, value: UOp, old: UOp) -> UOp | None:
+    # STORE(idx, WHERE(gate, value, LOAD(idx))): where the gate is false the store writes back what is there, so
+    # it is a store of `value` gated by `gate` (a masked assign, e.g. one row of a KV cache, writes only that row)
+    if old.src[0] is not index or len(old.src) != 1:
+        return None
+    if len(index.src) == 3:
+        gate = index.src[2] & gate
+    return store.replace(src=(index.replace(src=(*index.src[:2], gate)), value, *store.src[2:]))
+
+
+pm_masked_stores = PatternMatcher(
+    [
+        (
+            UPat(
+                Ops.STORE,
+                src=(
+                    UPat(Ops.INDEX, name="index"),
+                    UPat(Ops.WHERE, src=(UPat.var("gate"), UPat.var("value"), UPat(Ops.LOAD, name="old"))),
+                ),
+                allow_any_len=True,
+                name="store",
+            ),
+            _masked_store,
+        )
+    ]
+)
+"""STORE(idx, WHERE(gate, value, LOAD(idx))) -> STORE(INDEX(buf, off, gate), value): a masked write of its own
+contents touches only the positions the gate selects."""

@@ -20,7 +20,7 @@ from kiln.codegen.lowering.decompositions import decomposition_rewrites
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.lowering.expander import pm_expand
 from kiln.codegen.lowering.fused_multiply_add import pm_multiply_add
-from kiln.codegen.lowering.gates import pm_gated_loads
+from kiln.codegen.lowering.gates import pm_gated_loads, pm_masked_stores
 from kiln.codegen.lowering.gpu_dims import map_hardware_dims
 from kiln.codegen.lowering.group_reduce import lower_group_reduces
 from kiln.codegen.lowering.index_dtype import lower_index_dtype
@@ -160,6 +160,7 @@ def _rewrite_pass(name: str, pm: PatternMatcher, description: str) -> LoweringPa
 
 LOWERING_PASSES: tuple[LoweringPass, ...] = (
     _rewrite_pass("simplify", pm_index_symbolic, "symbolic simplification of the index math the opts produced"),
+    _rewrite_pass("masked stores", pm_masked_stores, "STORE(i, WHERE(g, x, LOAD(i))) -> STORE(INDEX(.., g), x)"),
     _function_pass("group reduce", lambda sink, renderer: lower_group_reduces(sink), "GROUP_REDUCE -> local memory"),
     LoweringPass(
         "expand",

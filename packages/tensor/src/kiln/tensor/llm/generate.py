@@ -17,7 +17,6 @@ import numpy as np
 from kiln.tensor.jit import TinyJit, Variable
 from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.tensor import Tensor
-from kiln.uops import dtypes
 
 __all__ = ["GenerationStats", "Generator", "sample"]
 
@@ -68,8 +67,10 @@ class Generator:
         self.last_stats = GenerationStats()
         self.position = 0
 
-    def _step(self, token: Tensor, start_pos: Tensor) -> Tensor:
-        return self.model(token, start_pos)[:, -1, :].contiguous()
+    def _step(self, embedded: Tensor, start_pos: Tensor) -> Tensor:
+        # the token's embedding row comes in (sliced on the host side of the step): the jitted step never reads the
+        # whole embedding table
+        return self.model.forward_embedded(embedded, start_pos)[:, -1, :].contiguous()
 
     def reset(self) -> None:
         """Clears the KV cache (the next `generate` starts from an empty context)."""
@@ -127,8 +128,8 @@ class Generator:
         produced = 1
         while produced < max_tokens and token not in stop_ids and self.position < self.config.context_length:
             started = time.perf_counter()
-            step_input = Tensor(np.array([[token]], np.int32), dtype=dtypes.int32)
-            logits = self.step(step_input, self.position_variable.bind(self.position)).numpy()[0]
+            embedded = self.model.embed_row(token).contiguous().realize()
+            logits = self.step(embedded, self.position_variable.bind(self.position)).numpy()[0]
             self.position += 1
             token = sample(logits, temperature, top_k, top_p, rng)
             stats.decode_tokens += 1

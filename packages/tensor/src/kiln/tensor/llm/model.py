@@ -83,14 +83,30 @@ class Transformer:
         picked = (tokens.reshape(-1, 1) == Tensor.arange(vocab).reshape(1, -1)).where(1.0, 0.0)
         return (picked @ matrix).reshape(*tokens.shape, matrix.shape[1])
 
+    def embed_row(self, token: int) -> Tensor:
+        """The embedding of one token id known on the host, (1, 1, dim) float32: a slice of the table (a decode
+        step reads one row, where the one-hot product of `_embed` would read the whole vocabulary)."""
+        table = self.weights["token_embd.weight"]
+        vocab = table.shape[0]
+        if not 0 <= token < vocab:
+            raise ValueError(f"token id {token} is outside the vocabulary [0, {vocab})")
+        row = table.row(token) if isinstance(table, QuantizedWeight) else table[token : token + 1].float()
+        return row.reshape(1, 1, table.shape[1])
+
     def __call__(self, tokens: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of `tokens` (B, T) placed at positions start_pos.. of the cache."""
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be (batch, seq), got shape {tokens.shape}")
+        return self.forward_embedded(self._embed(tokens), start_pos)
+
+    def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
+        """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at positions start_pos.. of the cache."""
         config = self.config
         if isinstance(start_pos, BoundVariable):
             start_pos = start_pos.tensor()
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be (batch, seq), got shape {tokens.shape}")
-        batch, length = tokens.shape
+        if h.ndim != 3 or h.shape[2] != config.dim:
+            raise ValueError(f"embedded tokens must be (batch, seq, {config.dim}), got shape {h.shape}")
+        batch, length = h.shape[0], h.shape[1]
         symbolic = isinstance(start_pos, Tensor)
         if symbolic and length != 1:
             raise ValueError(f"a Tensor start_pos decodes one token per call, got {length} tokens")
@@ -104,7 +120,6 @@ class Transformer:
         keys_at = Tensor.arange(span).reshape(1, span)
         allowed = keys_at <= Tensor.arange(length).reshape(length, 1) + start_pos  # (T, span)
         mask = allowed.where(0.0, float("-inf")).reshape(1, 1, length, span)
-        h = self._embed(tokens)
         for index, (key_cache, value_cache) in enumerate(self._caches(batch)):
             h = h + self._attention(index, h, cos, sin, mask, start_pos, key_cache, value_cache, span)
             normed = _rms(h, self.weights[f"blk.{index}.ffn_norm.weight"], config.norm_eps)

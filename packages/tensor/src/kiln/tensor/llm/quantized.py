@@ -38,6 +38,13 @@ class QuantizedWeight:
         size = self.raw.numel() // self.shape[0]
         return QuantizedWeight(self.raw[index * size : (index + 1) * size], self.ggml_type, self.shape[1:])
 
+    def row(self, index: int) -> Tensor:
+        """Row `index` of a (rows, cols) weight, decoded to float32 (1, cols): only that row's blocks are read."""
+        if len(self.shape) != 2 or not 0 <= index < self.shape[0]:
+            raise IndexError(f"row {index} of a quantized weight of shape {self.shape}")
+        size = self.raw.numel() // self.shape[0]
+        return dequantize(self.raw[index * size : (index + 1) * size], self.ggml_type, (1, self.shape[1]))
+
     @property
     def nbytes(self) -> int:
         return int(math.prod(self.raw.shape))
