@@ -44,6 +44,14 @@ def test_kernel_list_is_the_traces_kernels_with_profile_totals(
     for row in answer["kernels"]:
         info = training_trace["groups"][row["id"]]["info"]
         assert (row["device"], row["opts"], row["global_size"]) == (info["device"], info["opts"], info["global_size"])
+        schedules = [g for g in training_trace["groups"] if g["kind"] == "schedule"]
+        made = [
+            e
+            for s in schedules
+            for e, ast in zip(s["info"]["kernels"], s["uops"]["kernels"], strict=True)
+            if ast == training_trace["groups"][row["id"]]["uops"]["ast"]
+        ]
+        assert row["shape"] == [output["shape"] for output in made[0]["outputs"]]
         runs = [e for e in training_profile if e.get("args", {}).get("kernel") == info["key"]]
         assert row.get("runs", 0) == len(runs)
         if runs:

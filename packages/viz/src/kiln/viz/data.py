@@ -107,6 +107,7 @@ class VizData:
                 "opts": info.get("opts", []),
                 "flops": info.get("flops"),
                 "global_bytes": info.get("global_bytes"),
+                "shape": self._output_shapes(number),
                 "rewrites": len(group.get("rewrites", [])),
                 "steps": sum(len(self.rewrites[r]["steps"]) for r in group.get("rewrites", [])),
             }
@@ -120,6 +121,14 @@ class VizData:
                 {"id": LOOSE_GROUP, "kind": "rewrites", "name": f"{len(self.loose)} rewrites outside kernels"}
             )
         return {"kernels": rows, "others": others, "files": self.files.paths, "profile": self.files.profile is not None}
+
+    def _output_shapes(self, kernel: int) -> list[list[int]]:
+        # the shapes of the tensors the kernel computes (from the schedule that made it; [] if none recorded)
+        placed = self.schedule_of_kernel.get(kernel)
+        if placed is None:
+            return []
+        schedule, index = placed
+        return [output["shape"] for output in self.groups[schedule]["info"]["kernels"][index]["outputs"]]
 
     def _rewrite_summary(self, number: int) -> dict[str, Any]:
         record = self.rewrites[number]

@@ -62,7 +62,8 @@
       });
     }
     const body = rows.map((row) => `<tr class="kernel-row" data-id="${row.id}">` +
-      `<td class="name">${esc(row.name)}</td><td>${esc(row.device)}</td><td>${esc(launchText(row))}</td>` +
+      `<td class="name">${esc(row.name)}</td><td>${esc(row.device)}</td>` +
+      `<td>${esc((row.shape || []).map((s) => `(${s.join(", ")})`).join(" "))}</td><td>${esc(launchText(row))}</td>` +
       `<td class="num">${row.runs ?? ""}</td><td class="num">${fmtTime(row.time_us)}</td>` +
       `<td class="num">${fmt(row.gflops, 2)}</td><td class="num">${fmt(row.gbs, 2)}</td>` +
       `<td>${esc((row.opts || []).join(", "))}</td></tr>`).join("");
