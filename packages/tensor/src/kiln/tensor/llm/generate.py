@@ -119,8 +119,7 @@ class Generator:
         if max_tokens == 0:
             return
         started = time.perf_counter()
-        tokens = Tensor(np.array([prompt], np.int32))
-        logits = self.model(tokens, 0)[0, -1].numpy()
+        logits = self.model.forward_embedded(self.model.embed_ids(prompt), 0)[0, -1].numpy()
         self.position = len(prompt)
         stats.prefill_tokens, stats.prefill_seconds = len(prompt), time.perf_counter() - started
         token = sample(logits, temperature, top_k, top_p, rng)

@@ -9,6 +9,7 @@ attends over the whole cache under a mask, so its kernels do not depend on the p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,15 @@ class Transformer:
             raise ValueError(f"token id {token} is outside the vocabulary [0, {vocab})")
         row = table.row(token) if isinstance(table, QuantizedWeight) else table[token : token + 1].float()
         return row.reshape(1, 1, table.shape[1])
+
+    def embed_ids(self, ids: Sequence[int]) -> Tensor:
+        """The embeddings of token ids known on the host, (1, len(ids), dim) float32: each row read by a slice of
+        the table and realized on its own (a prompt's prefill reads len(ids) rows, not the whole vocabulary len(ids)
+        times as the one-hot product of `_embed` does)."""
+        if not ids:
+            raise ValueError("embed_ids needs at least one token id")
+        rows = [self.embed_row(int(token)).contiguous().realize() for token in ids]
+        return rows[0] if len(rows) == 1 else rows[0].cat(*rows[1:], dim=1)
 
     def __call__(self, tokens: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of `tokens` (B, T) placed at positions start_pos.. of the cache."""
