@@ -39,7 +39,16 @@ def test_profiler_collects_from_threads_and_saves_json(tmp_path: Path) -> None:
     for worker in range(4):
         names = [event.name for event in profiler.events if event.device == f"DEV:{worker}"]
         assert names == [f"k{index}" for index in range(100)]
-    saved = json.loads(profiler.save(tmp_path / "trace.json").read_text())
-    assert len(saved["traceEvents"]) == 400 and saved["traceEvents"][0]["ph"] == "X"
+    saved = json.loads(profiler.save(tmp_path / "trace.json").read_text())["traceEvents"]
+    timed = [event for event in saved if event["ph"] == "X"]
+    assert len(timed) == 400
+    # devices are numbered processes and queues numbered threads, named by metadata events
+    names = {event["pid"]: event["args"]["name"] for event in saved if event["name"] == "process_name"}
+    assert sorted(names.values()) == [f"DEV:{worker}" for worker in range(4)]
+    for worker in range(4):
+        mine = [event["name"] for event in timed if names[event["pid"]] == f"DEV:{worker}"]
+        assert mine == [f"k{index}" for index in range(100)]
+    threads = [event for event in saved if event["name"] == "thread_name"]
+    assert {event["args"]["name"] for event in threads} == {"compute"} and len(threads) == 4
     profiler.clear()
     assert profiler.events == []

@@ -58,6 +58,14 @@ def training_trace(training_files: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def training_profile(training_files: Path) -> list[dict[str, Any]]:
-    """The profile's complete events, read with plain json."""
+    """The profile's complete events, read with plain json, their numbered pid / tid replaced by the names the
+    metadata events give them."""
     events: list[dict[str, Any]] = json.loads((training_files / "profile.json").read_text())["traceEvents"]
-    return events
+    meta = [event for event in events if event["ph"] == "M"]
+    processes = {event["pid"]: event["args"]["name"] for event in meta if event["name"] == "process_name"}
+    threads = {(event["pid"], event["tid"]): event["args"]["name"] for event in meta if event["name"] == "thread_name"}
+    return [
+        dict(event, pid=processes[event["pid"]], tid=threads[(event["pid"], event["tid"])])
+        for event in events
+        if event["ph"] == "X"
+    ]

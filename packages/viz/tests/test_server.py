@@ -14,6 +14,11 @@ import pytest
 from kiln.viz.server import VizServer, start_server
 
 
+def server_files(server: VizServer) -> Path:
+    assert server.data is not None
+    return Path(server.data.files.paths[0]).parent
+
+
 def get(server: VizServer, path: str) -> tuple[int, Any]:
     try:
         with urllib.request.urlopen(server.url.rstrip("/") + path, timeout=60) as response:
@@ -118,7 +123,8 @@ def test_timeline_and_chrome_export_match_the_profile(
             assert group["kind"] == "kernel" and group["info"]["name"] == event["name"]
             assert event["gflops"] == pytest.approx(event["flops"] / event["duration"] / 1e3)
     status, chrome = get(server, "/api/profile.json")
-    assert status == 200 and chrome["traceEvents"] == training_profile
+    raw = json.loads((server_files(server) / "profile.json").read_text())["traceEvents"]
+    assert status == 200 and chrome["traceEvents"] == raw
 
 
 def test_schedule_view_links_kernels(server: VizServer, training_trace: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """Profiling: timed events of programs and copies on devices, recorded when the PROFILE knob is on.
 
 Events are exported in the Chrome trace-event format (`{"traceEvents": [...]}`), which the viz profiler timeline
-reads (and chrome://tracing or Perfetto open directly): one process per device, one thread per queue.
+reads (and chrome://tracing or Perfetto open directly): one process per device, one thread per queue, numbered,
+with "process_name" / "thread_name" metadata events naming them.
 """
 
 from __future__ import annotations
@@ -82,8 +83,28 @@ class Profiler:
             self._events.clear()
 
     def to_chrome_trace(self) -> dict[str, Any]:
-        """Every event in the Chrome trace-event format."""
-        return {"traceEvents": [event.to_trace_event() for event in self.events], "displayTimeUnit": "ns"}
+        """Every event in the Chrome trace-event format: devices as numbered processes, queues as numbered threads,
+        named by metadata events (the form every trace viewer reads)."""
+        processes: dict[str, int] = {}
+        threads: dict[tuple[str, str], int] = {}
+        metadata: list[dict[str, Any]] = []
+        timed: list[dict[str, Any]] = []
+        for event in self.events:
+            if event.device not in processes:
+                processes[event.device] = len(processes) + 1
+                metadata.append(
+                    {"name": "process_name", "ph": "M", "pid": processes[event.device], "args": {"name": event.device}}
+                )
+            pid = processes[event.device]
+            if (event.device, event.queue) not in threads:
+                threads[(event.device, event.queue)] = len(threads) + 1
+                tid = threads[(event.device, event.queue)]
+                named = {"name": event.queue}
+                metadata.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": named})
+            entry = event.to_trace_event()
+            entry["pid"], entry["tid"] = pid, threads[(event.device, event.queue)]
+            timed.append(entry)
+        return {"traceEvents": metadata + timed, "displayTimeUnit": "ns"}
 
     def save(self, path: str | Path) -> Path:
         """Writes `to_chrome_trace()` as JSON to `path`; returns the path."""

@@ -269,4 +269,4 @@ class VizData:
 
     def chrome_trace(self) -> dict[str, Any]:
         """/api/profile.json: the profile's events as a Chrome trace (what Perfetto opens)."""
-        return {"traceEvents": self.files.profile or [], "displayTimeUnit": "ns"}
+        return {"traceEvents": self.files.profile_events, "displayTimeUnit": "ns"}

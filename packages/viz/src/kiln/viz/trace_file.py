@@ -27,6 +27,7 @@ class VizFiles:
 
     trace: dict[str, Any] | None = None
     profile: list[dict[str, Any]] | None = None
+    profile_events: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
 
 
@@ -94,21 +95,32 @@ def _check_trace(path: Path, document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _check_profile(path: Path, document: Any) -> list[dict[str, Any]]:
+def _check_profile(path: Path, document: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # (the complete events with "pid"/"tid" replaced by the process / thread names of the metadata events, every event)
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise TraceFileError(f"{path}: a profile needs a 'traceEvents' list (Chrome trace-event format)")
-    checked = []
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
     for number, event in enumerate(events):
         if not isinstance(event, dict):
             raise TraceFileError(f"{path}: event {number} is not an object")
+        name = (event.get("args") or {}).get("name") if isinstance(event.get("args"), dict) else None
+        if event.get("ph") == "M" and event.get("name") == "process_name" and isinstance(name, str):
+            processes[event.get("pid")] = name
+        elif event.get("ph") == "M" and event.get("name") == "thread_name" and isinstance(name, str):
+            threads[(event.get("pid"), event.get("tid"))] = name
+    checked = []
+    for number, event in enumerate(events):
         if event.get("ph") != "X":
             continue  # metadata and instant events carry no duration to draw
         for key in ("ts", "dur"):
             if not isinstance(event.get(key), int | float):
                 raise TraceFileError(f"{path}: event {number} has no numeric {key!r}")
-        checked.append(event)
-    return checked
+        pid, tid = event.get("pid"), event.get("tid")
+        named = dict(event, pid=processes.get(pid, str(pid)), tid=threads.get((pid, tid), str(tid)))
+        checked.append(named)
+    return checked, events
 
 
 def load_files(paths: list[str | os.PathLike[str]]) -> VizFiles:
@@ -131,8 +143,9 @@ def load_files(paths: list[str | os.PathLike[str]]) -> VizFiles:
                 raise TraceFileError(f"{path}: only one rewrite trace can be opened at a time")
             found.trace = _check_trace(path, document)
         elif (isinstance(document, dict) and "traceEvents" in document) or isinstance(document, list):
-            events = _check_profile(path, document)
+            events, everything = _check_profile(path, document)
             found.profile = events if found.profile is None else found.profile + events
+            found.profile_events.extend(everything)
         else:
             raise TraceFileError(f"{path}: neither a kiln rewrite trace nor a Chrome trace-event profile")
         found.paths.append(str(path))
