@@ -280,6 +280,7 @@ _INT_TEMPLATES: dict[Ops, str] = {
 }
 _FLOAT_TEMPLATES: dict[Ops, str] = {
     **_COMPARISONS,
+    Ops.CMPNE: "(!({0} == {1}))",  # NaN != anything: lavapipe compiles WGSL's `!=` to an ordered compare
     Ops.ADD: "({0} + {1})",
     Ops.SUB: "({0} - {1})",
     Ops.MUL: "({0} * {1})",
@@ -289,9 +290,49 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
     Ops.SQRT: "sqrt({0})",
     Ops.TRUNC: "trunc({0})",
     Ops.MOD: "({0} % {1})",
-    # exec_alu's MAX: a NaN operand is ignored (both NaN: NaN); of two equal zeros of opposite signs, +0 (their sum)
-    Ops.MAX: "select(select({1}, {0} + {1}, ({0} == {1}) && ({0} == -{1})), {0}, ({0} > {1}) || ({1} != {1}))",
+    Ops.MULACC: "fma({0}, {1}, {2})",
+    Ops.EXP2: "exp2({0})",
+    Ops.LOG2: "log2({0})",
+    Ops.SIN: "sin({0})",
+    # exec_alu's MAX: a NaN operand is ignored (both NaN: NaN); of two equal zeros of opposite signs, +0 (their sum).
+    # NaN is tested on the bits: shader compilers may fold `x != x` to false (WGSL does not promise IEEE NaN rules)
+    Ops.MAX: (
+        "select(select({1}, {0} + {1}, ({0} == {1}) && ({0} == -{1})), {0}, "
+        "({0} > {1}) || ((bitcast<u32>({1}) & 0x7fffffffu) > 0x7f800000u))"
+    ),
 }
+
+
+POW_HELPER = """fn kiln_pow(x: f32, y: f32) -> f32 {
+  let infinity = bitcast<f32>(0x7f800000u);
+  if (y == 0.0f || x == 1.0f) { return 1.0f; }
+  if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u || (bitcast<u32>(y) & 0x7fffffffu) > 0x7f800000u) {
+    return bitcast<f32>(0x7fc00000u);
+  }
+  let magnitude = abs(x);
+  let y_magnitude = abs(y);
+  let y_big = y_magnitude >= 16777216.0f && y_magnitude < infinity;
+  let y_integer = y_big || (y_magnitude < infinity && trunc(y) == y);
+  let y_odd = !y_big && y_integer && (i32(y) & 1i) != 0i;
+  let negate = x < 0.0f && y_odd;
+  if (y_magnitude == infinity) {
+    if (magnitude == 1.0f) { return 1.0f; }
+    return select(0.0f, infinity, (magnitude < 1.0f) != (y > 0.0f));
+  }
+  if (x < 0.0f && magnitude < infinity && !y_integer) { return bitcast<f32>(0x7fc00000u); }
+  if (magnitude == 0.0f) {
+    if (y > 0.0f) { return select(0.0f, x, y_odd); }
+    let signed_infinity = select(infinity, -infinity, bitcast<i32>(x) < 0i);
+    return select(infinity, signed_infinity, y_odd);
+  }
+  if (magnitude == infinity) {
+    let value = select(0.0f, infinity, y > 0.0f);
+    return select(value, -value, negate);
+  }
+  let value = pow(magnitude, y);
+  return select(value, -value, negate);
+}"""
+"""POW with C99 Annex F's special cases (as codegen's decomposition has them); WGSL's pow is undefined for x < 0."""
 
 
 # ---- the renderer -----------------------------------------------------------------------------------------------
@@ -314,7 +355,7 @@ class WGSLRenderer(Renderer):
     local_size_max = 256  # maxComputeInvocationsPerWorkgroup
     shared_max = 16384  # maxComputeWorkgroupStorageSize
     native_dtypes = frozenset(WGSL_SCALAR_TYPES)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.MULACC}
+    native_ops = GroupOp.ALU
 
     def __init__(self, device: str = "WEBGPU", max_storage_buffers: int = 8) -> None:
         self.device = device
@@ -425,6 +466,11 @@ class WGSLRenderer(Renderer):
             template = _BOOL_TEMPLATES.get(uop.op)
         else:
             return self.int_alu(uop, kind, operands)
+        if dtypes.is_float(kind) and uop.op in (Ops.CMPNE, Ops.CMPEQ) and uop.src[0] is uop.src[1]:
+            symbol = ">" if uop.op is Ops.CMPNE else "<="  # the NaN test x != x, on the bits (see the MAX template)
+            return f"((bitcast<u32>({operands[0]}) & 0x7fffffffu) {symbol} 0x7f800000u)"
+        if uop.op is Ops.POW and dtypes.is_float(kind):
+            return f"{writer.require_helper('kiln_pow', POW_HELPER)}({operands[0]}, {operands[1]})"
         if template is None:
             raise ValueError(f"WGSLRenderer has no {uop.op!r} for {kind!r}; codegen should decompose it")
         return template.format(*operands)

@@ -47,7 +47,10 @@ def lru_enabled() -> bool:
     return _LRU.value()
 
 
-_BUILTIN_RENDERER_CHOICES = {"CPU": ("", "llvm", "c"), "PYTHON": ("", "python"), "CUDA": ("", "cuda", "ptx"),
+_BUILTIN_RENDERER_CHOICES = {
+    "CPU": ("", "llvm", "c"),
+    "PYTHON": ("", "python"),
+    "CUDA": ("", "cuda", "ptx"),
     "CL": ("", "opencl"),
 }
 """The accepted `<KIND>_RENDERER` values of the built-in kinds, after `_renderer_name` ("" picks the first)."""
