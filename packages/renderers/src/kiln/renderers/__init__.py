@@ -1,5 +1,6 @@
 """Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device, CUDA C
-(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device.
+(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device, WGSL
+(validated by wgpu, an optional dependency) for the WEBGPU device.
 
 Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite, libnvrtc, ptxas) when
 first used and raises `ToolchainNotFoundError` naming what to install if it is missing.
@@ -19,6 +20,8 @@ from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, open
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
 from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
+from kiln.renderers.webgpu_library import WebGPUNotFoundError, webgpu_available
+from kiln.renderers.wgsl import WGSLCompileError, WGSLCompiler, WGSLRenderer
 
 __all__ = [
     "CPU_CC",
@@ -54,6 +57,10 @@ __all__ = [
     "PythonCompiler",
     "PythonRenderer",
     "ToolchainNotFoundError",
+    "WGSLCompileError",
+    "WGSLCompiler",
+    "WGSLRenderer",
+    "WebGPUNotFoundError",
     "cpu_renderers",
     "dtypes_for",
     "renderers_for",
@@ -67,4 +74,5 @@ __all__ = [
     "pm_c_style",
     "pm_llvm_ir",
     "render_linear",
+    "webgpu_available",
 ]

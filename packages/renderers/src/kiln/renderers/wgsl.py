@@ -378,7 +378,7 @@ class WGSLRenderer(Renderer):
                 f"{' + its variables' if writer.variable_slots else ''}); the WebGPU adapter allows "
                 f"{self.max_storage_buffers} per shader stage"
             )
-        parts = [f"// kiln WGSLRenderer kernel {name}"]
+        parts = [f"// kiln {type(self).__name__} kernel {name}"]
         for binding, buffer in enumerate(buffers):
             declaration = f"{writer[buffer]}: {self._array(writer, buffer)}"
             parts.append(f"@group(0) @binding({binding}) var<storage, read_write> {declaration};")
