@@ -506,7 +506,9 @@ class WGSLRenderer(Renderer):
         if source.count > 1 or target.count > 1:
             raise ValueError(f"WGSLRenderer casts scalars only, got {source!r} -> {target!r}")
         if target == dtypes.bool:
-            return value if source == dtypes.bool else f"({value} != {self.constant(0, source)})"
+            if source == dtypes.bool:
+                return value
+            return f"(!({value} == {self.constant(0, source)}))"  # NaN is true; `!=` is ordered on lavapipe
         if dtypes.is_float(source) and dtypes.is_int(target):
             return f"{writer.require_helper(f'kiln_to_{target.name}', self.float_to_int_helper(target))}({value})"
         return f"{self.scalar_type(target)}({value})"
