@@ -102,13 +102,16 @@ def test_constants_wgsl_has_no_literal_for_are_bit_casts() -> None:
 def test_capabilities_and_the_device_table_agree() -> None:
     renderer = WGSLRenderer()
     assert renderer.device == "WEBGPU" and renderer.has_local and renderer.has_shared
-    assert renderer.native_dtypes == dtypes_for("WEBGPU") == {dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.float32}
+    assert dtypes_for("WEBGPU") == {dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.float32}
+    assert renderer.native_dtypes == dtypes_for("WEBGPU") | {dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
     with pytest.raises(ValueError, match="cannot compute in \\['float64'\\]"):
         get_program(next(s for n, s, _ in coverage_sinks() if n == "elementwise_float64"), renderer)
+    with pytest.raises(ValueError, match=r"WGSL has no dtypes\.int8 buffers"):
+        get_program(next(s for n, s, _ in coverage_sinks() if n == "elementwise_int8"), renderer)
 
 
 def test_too_many_buffers_for_the_adapter_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="kernel gated needs 2 storage buffers .* allows 1 per shader stage"):
+    with pytest.raises(ValueError, match=r"kernel gated needs 2 storage buffers .* allows 1 per shader stage"):
         get_program(gated_kernel(), SourceOnlyRenderer(max_storage_buffers=1))
 
 

@@ -239,3 +239,47 @@ def test_a_misaligned_view_and_a_program_without_binary_are_refused() -> None:
     source_only.compiler = None  # type: ignore[assignment]
     with pytest.raises(RuntimeError, match="has no binary"):
         device.runtime(Program(get_program(scale_add_sink(8), source_only, [])))
+
+
+NARROW_OPS = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR, Ops.MAX, Ops.XOR)
+
+
+def _narrow_sink(dtype: DType, size: int) -> UOp:
+    loop = UOp.range(size, 0, AxisKind.LOOP)
+    slots = len(NARROW_OPS) + 1
+    a = UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(size), arg=slots).index(loop).load().cast(dtype)
+    b = UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(size), arg=slots + 1).index(loop).load().cast(dtype)
+    results = [a.alu(op, b) for op in NARROW_OPS] + [-a]
+    stores = [
+        UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(size), arg=slot).index(loop).store(value.cast(dtypes.int32)).end(loop)
+        for slot, value in enumerate(results)
+    ]
+    return UOp(Ops.SINK, src=tuple(stores), arg=KernelInfo(f"narrow_{dtype.name}"))
+
+
+@needs_webgpu
+@pytest.mark.parametrize("dtype", [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16], ids=str)
+def test_8_and_16_bit_arithmetic_in_32_bit_registers_wraps_as_the_ir_says(dtype: DType) -> None:
+    size = 256
+    rng = np.random.default_rng(7)
+    a = rng.integers(-70000, 70000, size).astype(np.int32)
+    b = rng.integers(-70000, 70000, size).astype(np.int32)
+    b[(b & 0xFF) == 0] = 3  # no zero divisor once narrowed (the interpreter raises on one)
+    b[::17] = rng.integers(0, 20, len(b[::17]))  # shift counts inside and outside the width
+    b[(b & 0xFF) == 0] = 3
+    sink = _narrow_sink(dtype, size)
+    results = {}
+    for name in ("WEBGPU", "PYTHON"):
+        device = Device[name]
+        program = Program(get_program(sink, device.renderer, []))
+        buffers = [Buffer(name, size, dtypes.int32) for _ in range(len(NARROW_OPS) + 1)]
+        buffers += [Buffer(name, size, dtypes.int32).copyin(a), Buffer(name, size, dtypes.int32).copyin(b)]
+        device.runtime(program)(buffers, {}, wait=True)
+        outputs = []
+        for buffer in buffers[: len(NARROW_OPS) + 1]:
+            raw = np.empty(size, np.int32)
+            buffer.copyout(raw)
+            outputs.append(raw)
+        results[name] = outputs
+    for got, expected, op in zip(results["WEBGPU"], results["PYTHON"], [*NARROW_OPS, Ops.NEG]):
+        np.testing.assert_array_equal(got, expected, err_msg=f"{op} on {dtype.name}")

@@ -26,17 +26,22 @@ from collections.abc import Sequence
 from kiln.codegen import Compiler, Renderer
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
+from kiln.renderers.wgsl_helpers import NARROW_BITS, POW_HELPER, float_to_int_helper, narrow
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 __all__ = ["WGSL_SCALAR_TYPES", "WGSLCompileError", "WGSLCompiler", "WGSLRenderer", "WGSLWriter", "pm_wgsl"]
 
 WGSL_SCALAR_TYPES: dict[DType, str] = {
     dtypes.bool: "bool",
+    dtypes.int8: "i32",
+    dtypes.int16: "i32",
     dtypes.int32: "i32",
+    dtypes.uint8: "u32",
+    dtypes.uint16: "u32",
     dtypes.uint32: "u32",
     dtypes.float32: "f32",
 }
-"""The WGSL type of every dtype the renderer computes in."""
+"""The WGSL type of every dtype the renderer computes in (8/16-bit integers in 32-bit registers, narrowed)."""
 
 VARIABLES_NAME = "kiln_vars"
 """The read-only storage array holding the kernel's variable values (sorted by name), bound after the buffers."""
@@ -278,6 +283,8 @@ _INT_TEMPLATES: dict[Ops, str] = {
     Ops.TRUNC: "{0}",
     Ops.MULACC: "(({0} * {1}) + {2})",
 }
+_WIDENING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC})
+"""Integer template ops whose 32-bit result may leave an 8/16-bit dtype's range."""
 _FLOAT_TEMPLATES: dict[Ops, str] = {
     **_COMPARISONS,
     Ops.CMPNE: "(!({0} == {1}))",  # NaN != anything: lavapipe compiles WGSL's `!=` to an ordered compare
@@ -301,38 +308,6 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
         "({0} > {1}) || ((bitcast<u32>({1}) & 0x7fffffffu) > 0x7f800000u))"
     ),
 }
-
-
-POW_HELPER = """fn kiln_pow(x: f32, y: f32) -> f32 {
-  let infinity = bitcast<f32>(0x7f800000u);
-  if (y == 0.0f || x == 1.0f) { return 1.0f; }
-  if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u || (bitcast<u32>(y) & 0x7fffffffu) > 0x7f800000u) {
-    return bitcast<f32>(0x7fc00000u);
-  }
-  let magnitude = abs(x);
-  let y_magnitude = abs(y);
-  let y_big = y_magnitude >= 16777216.0f && y_magnitude < infinity;
-  let y_integer = y_big || (y_magnitude < infinity && trunc(y) == y);
-  let y_odd = !y_big && y_integer && (i32(y) & 1i) != 0i;
-  let negate = x < 0.0f && y_odd;
-  if (y_magnitude == infinity) {
-    if (magnitude == 1.0f) { return 1.0f; }
-    return select(0.0f, infinity, (magnitude < 1.0f) != (y > 0.0f));
-  }
-  if (x < 0.0f && magnitude < infinity && !y_integer) { return bitcast<f32>(0x7fc00000u); }
-  if (magnitude == 0.0f) {
-    if (y > 0.0f) { return select(0.0f, x, y_odd); }
-    let signed_infinity = select(infinity, -infinity, bitcast<i32>(x) < 0i);
-    return select(infinity, signed_infinity, y_odd);
-  }
-  if (magnitude == infinity) {
-    let value = select(0.0f, infinity, y > 0.0f);
-    return select(value, -value, negate);
-  }
-  let value = pow(magnitude, y);
-  return select(value, -value, negate);
-}"""
-"""POW with C99 Annex F's special cases (as codegen's decomposition has them); WGSL's pow is undefined for x < 0."""
 
 
 # ---- the renderer -----------------------------------------------------------------------------------------------
@@ -398,6 +373,11 @@ class WGSLRenderer(Renderer):
 
     def _array(self, writer: WGSLWriter, buffer: UOp) -> str:
         assert isinstance(buffer.dtype, PtrDType)
+        if buffer.dtype.base.scalar() in NARROW_BITS:
+            raise ValueError(
+                f"WGSL has no {buffer.dtype.base.scalar()!r} buffers (no 8/16-bit storage); "
+                "the WEBGPU device stores bool, int32, uint32 and float32"
+            )
         if writer.packed(buffer):
             return "array<atomic<u32>>" if buffer in writer.stored else "array<u32>"
         return f"array<{self.scalar_type(buffer.dtype.base)}>"
@@ -439,12 +419,10 @@ class WGSLRenderer(Renderer):
                 bits = 0x7FC00000 if math.isnan(number) else 0x7F800000 | (number < 0) << 31
                 return f"bitcast<f32>({bits:#010x}u)"
             text = f"{number!r}f"  # the shortest decimal of an f32 value converts back to it exactly
-        elif dtype == dtypes.int32:
+        elif dtype in WGSL_SCALAR_TYPES and dtypes.is_int(dtype):
             if int(value) == -(2**31):
                 return "bitcast<i32>(0x80000000u)"  # 2147483648i is not a literal WGSL accepts
-            text = f"{int(value)}i"
-        elif dtype == dtypes.uint32:
-            text = f"{int(value)}u"
+            text = f"{int(value)}{'u' if dtypes.is_unsigned(dtype) else 'i'}"
         else:
             raise ValueError(f"WGSL has no literal of {dtype!r}")
         return f"({text})" if text.startswith("-") else text
@@ -476,28 +454,35 @@ class WGSLRenderer(Renderer):
         return template.format(*operands)
 
     def int_alu(self, uop: UOp, dtype: DType, operands: list[str]) -> str:
-        """An integer op with the IR's semantics (WGSL's i32/u32 arithmetic already wraps around)."""
-        op, kind = uop.op, self.scalar_type(dtype)
+        """An integer op with the IR's semantics: WGSL's i32/u32 arithmetic wraps around; 8/16-bit results of ops
+        that can leave their range are narrowed again."""
+        op = uop.op
         template = _INT_TEMPLATES.get(op)
         if template is not None:
-            return template.format(*operands)
-        a, b = operands[0], operands[-1]
+            text = template.format(*operands)
+            return narrow(text, dtype) if op in _WIDENING_OPS else text
         if op is Ops.NEG:
-            return f"(0u - {a})" if dtype == dtypes.uint32 else f"(-{a})"
+            return narrow(f"(0u - {operands[0]})" if dtypes.is_unsigned(dtype) else f"(-{operands[0]})", dtype)
         if op in (Ops.SHL, Ops.SHR):
-            symbol = "<<" if op is Ops.SHL else ">>"
-            count = uop.src[1]
-            if count.op is Ops.CONST and 0 <= count.arg < 32:
-                return f"({a} {symbol} {int(count.arg)}u)"
-            outside = f"({a} >> 31u)" if op is Ops.SHR and dtype == dtypes.int32 else f"{kind}(0)"
-            return f"select({outside}, ({a} {symbol} u32({b})), u32({b}) < 32u)"
+            return narrow(self._shift(uop, dtype, operands[0], operands[1]), dtype)
         if op in (Ops.IDIV, Ops.MOD):
-            symbol = "/" if op is Ops.IDIV else "%"
-            divisor = uop.src[1]
+            kind, symbol = self.scalar_type(dtype), "/" if op is Ops.IDIV else "%"
+            a, b, divisor = operands[0], operands[1], uop.src[1]
             if divisor.op is Ops.CONST and divisor.arg != 0:
-                return f"({a} {symbol} {b})"
-            return f"select(({a} {symbol} {b}), {kind}(0), {b} == {kind}(0))"  # WGSL's x / 0 is x; the IR's is 0
+                return narrow(f"({a} {symbol} {b})", dtype)
+            # WGSL's x / 0 is x; the IR's is 0. INT8_MIN / -1 = 128 narrows back to INT8_MIN, as the IR wraps
+            return narrow(f"select(({a} {symbol} {b}), {kind}(0), {b} == {kind}(0))", dtype)
         raise ValueError(f"WGSLRenderer has no {op!r} for integer dtype {dtype!r}")
+
+    def _shift(self, uop: UOp, dtype: DType, a: str, b: str) -> str:
+        """SHL/SHR; a count outside [0, bits) gives 0 (SHR of a signed value: its sign), not WGSL's count mod 32."""
+        symbol, bits = "<<" if uop.op is Ops.SHL else ">>", dtype.itemsize * 8
+        count = uop.src[1]
+        if count.op is Ops.CONST and 0 <= count.arg < bits:
+            return f"({a} {symbol} {int(count.arg)}u)"
+        signed = not dtypes.is_unsigned(dtype)
+        outside = f"({a} >> 31u)" if uop.op is Ops.SHR and signed else f"{self.scalar_type(dtype)}(0)"
+        return f"select({outside}, ({a} {symbol} u32({b})), u32({b}) < {bits}u)"
 
     # ---- conversions ----
 
@@ -510,25 +495,15 @@ class WGSLRenderer(Renderer):
                 return value
             return f"(!({value} == {self.constant(0, source)}))"  # NaN is true; `!=` is ordered on lavapipe
         if dtypes.is_float(source) and dtypes.is_int(target):
-            return f"{writer.require_helper(f'kiln_to_{target.name}', self.float_to_int_helper(target))}({value})"
-        return f"{self.scalar_type(target)}({value})"
+            name = f"kiln_to_{target.name}"
+            minimum = self.constant(int(dtypes.min(target)), target)
+            helper = float_to_int_helper(name, target, self.scalar_type(target), minimum)
+            return f"{writer.require_helper(name, helper)}({value})"
+        converted = f"{self.scalar_type(target)}({value})"
+        return narrow(converted, target) if dtypes.is_int(target) and source != dtypes.bool else converted
 
     def bitcast(self, writer: WGSLWriter, value: str, source: DType, target: DType) -> str:
         """A reinterpretation of the bits (BITCAST); bool <-> bool is the value itself."""
         if source == dtypes.bool or target == dtypes.bool:
             return self.cast(writer, value, source, target)
-        return f"bitcast<{self.scalar_type(target)}>({value})"
-
-    def float_to_int_helper(self, target: DType) -> str:
-        """f32 -> i32/u32: truncate, wrap around modulo 2**32, NaN/inf -> the target's minimum."""
-        kind = self.scalar_type(target)
-        minimum = self.constant(int(dtypes.min(target)), target)
-        # |x| >= 2**31 is an integer (f32 has 24 significant bits), so x mod 2**32 is computed exactly in f32
-        return (
-            f"fn kiln_to_{target.name}(x: f32) -> {kind} {{\n"
-            f"  if ((bitcast<u32>(x) & 0x7f800000u) == 0x7f800000u) {{ return {minimum}; }}\n"
-            f"  if (x >= -2147483648.0f && x < 2147483648.0f) {{ return bitcast<{kind}>(i32(x)); }}\n"
-            "  let wrapped = x - 4294967296.0f * floor(x / 4294967296.0f);\n"
-            f"  return bitcast<{kind}>(u32(wrapped));\n"
-            "}"
-        )
+        return narrow(f"bitcast<{self.scalar_type(target)}>({value})", target)
