@@ -110,7 +110,7 @@ class WebGPUAllocator(LRUAllocator[WebGPUMemory]):
         if size == 0:
             return
         if src.offset % COPY_ALIGNMENT or dest.offset % COPY_ALIGNMENT or size % COPY_ALIGNMENT:
-            staged = np.empty(size, np.uint8)  # WebGPU copies only whole aligned words: through the host
+            staged = bytearray(size)  # WebGPU copies only whole aligned words: through the host
             self._copyout(memoryview(staged), WebGPUMemory(src.buffer, src.offset, size))
             self._copyin(dest, memoryview(staged))
             return
