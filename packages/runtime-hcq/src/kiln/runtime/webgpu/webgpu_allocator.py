@@ -52,6 +52,10 @@ class WebGPUAllocator(LRUAllocator[WebGPUMemory]):
     def __init__(self, device: WebGPUContext, name: str) -> None:
         super().__init__(name)
         self.webgpu_device = device
+        # every allocated GPUBuffer, until `_free`: the allocator (reachable from the device registry) keeps it
+        # reachable, so the garbage collector never finalizes (releases) a GPUBuffer whose kiln Buffer died in a
+        # reference cycle while that Buffer's __del__ hands the block to the LRU cache for reuse
+        self._allocated: dict[int, Any] = {}
 
     def _alloc(self, size: int, options: BufferSpec) -> WebGPUMemory:
         target = self.webgpu_device.target
@@ -61,10 +65,13 @@ class WebGPUAllocator(LRUAllocator[WebGPUMemory]):
             raise MemoryError(f"{self.device}: {size} bytes exceed the adapter's max-buffer-size of {limit} bytes")
         usage = load_wgpu().BufferUsage
         buffer = target.device.create_buffer(size=padded, usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+        self._allocated[id(buffer)] = buffer
         return WebGPUMemory(buffer, 0, size)
 
     def _free(self, opaque: WebGPUMemory, options: BufferSpec) -> None:
-        opaque.buffer.destroy()
+        """Drops the allocator's reference: wgpu releases the buffer with its last one, so a submission still in
+        flight never sees it destroyed (no explicit destroy())."""
+        self._allocated.pop(id(opaque.buffer), None)
 
     def _window(self, memory: WebGPUMemory, size: int) -> tuple[int, int]:
         start = align_down(memory.offset)
