@@ -54,7 +54,7 @@ def test_copies_between_devices_keep_every_bit(source: str, target: str, dtype: 
 
 
 def test_builtin_kinds_and_their_classes() -> None:
-    assert list(BUILTIN_DEVICES) == ["CPU", "PYTHON", "CUDA", "CL"]
+    assert list(BUILTIN_DEVICES) == ["CPU", "PYTHON", "CUDA", "CL", "WEBGPU"]
     assert Device.kinds()[:3] == ["CPU", "PYTHON", "CUDA"]
     assert isinstance(Device["cpu"], CPUDevice) and isinstance(Device["python:0"], PythonDevice)
     assert Device["CPU:1"] is not Device["CPU"] and Device["CPU:1"].name == "CPU:1"

@@ -1,6 +1,52 @@
 """The tensor tests run in checked mode: index tensors and integer divisors are read and bounds-checked (CHECK=1,
-see kiln.tensor.ops.data_checks); a test of the unchecked default sets `Context(CHECK=False)` itself."""
+see kiln.tensor.ops.data_checks); a test of the unchecked default sets `Context(CHECK=False)` itself.
+
+With `DEV` naming a device that stores fewer dtypes (WEBGPU: bool and 32-bit scalars), a test or a test module
+that fails only because that device refused a dtype (the TypeError "device 'WEBGPU' cannot store dtypes.float64")
+or because its renderer refused to compute in one ("<WGSLRenderer for WEBGPU> cannot compute in ['int64']", a
+kernel's int64 intermediate) is reported as skipped with that reason, so such a run lists what the device cannot
+do apart from real failures.
+"""
 
 import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
 
 os.environ.setdefault("CHECK", "1")
+
+
+def _refusal(text: str) -> str | None:
+    """The refusal line when `text` (an error) is the default device refusing a dtype, else None: storing it
+    (tensor creation, casts) or computing in it (a kernel's intermediate, refused by the device's renderer)."""
+    device = os.environ.get("DEV", "").strip().upper()
+    if not device:
+        return None
+    for marker in (f"device '{device}' cannot store dtypes.", f"for {device}> cannot compute in "):
+        if marker in text:
+            line = text[text.index(marker) :].splitlines()[0].split(";")[0].split(": not in its")[0]
+            return line if line.startswith("device") else f"{device} {line.removeprefix(f'for {device}> ')}"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance((TypeError, ValueError)):
+        reason = _refusal(str(call.excinfo.value))
+        if reason is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        reason = _refusal(str(report.longrepr))
+        if reason is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0, f"Skipped: {reason}")

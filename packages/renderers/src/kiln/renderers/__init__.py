@@ -1,6 +1,7 @@
 """Concrete renderers, each owning its compiler: C and LLVM IR for the CPU, Python text for the PYTHON device, CUDA C
-(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device, C for
-AMD GPUs (clang's amdgcn target) and Metal Shading Language for Apple GPUs (xcrun metal, macOS only).
+(NVRTC) and PTX (ptxas) for NVIDIA GPUs, OpenCL C (the OpenCL platform's program build) for the CL device, WGSL
+(validated by wgpu, an optional dependency) for the WEBGPU device, C for AMD GPUs (clang's amdgcn target) and Metal
+Shading Language for Apple GPUs (xcrun metal, macOS only).
 
 Importing this package loads no toolchain: a renderer finds its compiler (clang/gcc, llvmlite, libnvrtc, ptxas) when
 first used and raises `ToolchainNotFoundError` naming what to install if it is missing.
@@ -30,6 +31,8 @@ from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, open
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
 from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
+from kiln.renderers.webgpu_library import WebGPUNotFoundError, webgpu_available
+from kiln.renderers.wgsl import WGSLCompileError, WGSLCompiler, WGSLRenderer
 
 __all__ = [
     "AMD_CLANG",
@@ -79,6 +82,10 @@ __all__ = [
     "PythonCompiler",
     "PythonRenderer",
     "ToolchainNotFoundError",
+    "WGSLCompileError",
+    "WGSLCompiler",
+    "WGSLRenderer",
+    "WebGPUNotFoundError",
     "cpu_renderers",
     "dtypes_for",
     "renderers_for",
@@ -92,4 +99,5 @@ __all__ = [
     "pm_c_style",
     "pm_llvm_ir",
     "render_linear",
+    "webgpu_available",
 ]

@@ -23,6 +23,8 @@ ALL_DTYPES: frozenset[DType] = frozenset(dtypes.all)
 NO_64_BIT: frozenset[DType] = ALL_DTYPES - {dtypes.int64, dtypes.uint64, dtypes.float64}
 
 NO_FLOAT64: frozenset[DType] = ALL_DTYPES - {dtypes.float64}
+WGSL_DTYPES: frozenset[DType] = frozenset({dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.float32})
+"""WGSL's 32-bit scalars (bool buffers packed four bytes to a word): no 64-bit types, no 8/16-bit storage."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ DEVICE_TABLE: dict[str, DeviceRow] = {
     ),
     "WEBGPU": DeviceRow(
         ("kiln.renderers.wgsl:WGSLRenderer",),
-        NO_64_BIT,
-        note="WGSL has no 64-bit types (row owned by the WGSL renderer's author)",
+        WGSL_DTYPES,
+        note="32-bit scalars only: WGSL has no 64-bit types and no 8/16-bit storage without extensions",
     ),
 }
 

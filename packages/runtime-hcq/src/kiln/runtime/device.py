@@ -51,6 +51,7 @@ BUILTIN_DEVICES: dict[str, str] = {
     "PYTHON": "kiln.runtime.python_device:PythonDevice",
     "CUDA": "kiln.runtime.cuda.cuda_device:CUDADevice",
     "CL": "kiln.runtime.opencl.cl_device:CLDevice",
+    "WEBGPU": "kiln.runtime.webgpu.webgpu_device:WebGPUDevice",
 }
 
 _KIND_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")

@@ -185,11 +185,15 @@ class Tensor(
             raise TypeError(f"requires_grad must be a bool or None, got {requires_grad!r}")
         self.grad = None
         self.requires_grad = requires_grad
-        self.uop = _initial_uop(data, dtype, device, requires_grad)
-        track(self)
-        check_device_dtype(self.device, self.dtype)
-        if requires_grad is True and not dtypes.is_float(self.dtype):
-            raise RuntimeError(f"only float tensors can require gradients, this tensor is {self.dtype!r}")
+        try:
+            self.uop = _initial_uop(data, dtype, device, requires_grad)
+            track(self)
+            check_device_dtype(self.device, self.dtype)
+            if requires_grad is True and not dtypes.is_float(self.dtype):
+                raise RuntimeError(f"only float tensors can require gradients, this tensor is {self.dtype!r}")
+        except Exception:
+            self.requires_grad = None  # a tensor that failed to be made must not stay registered for backward
+            raise
 
     # -----------------------------------------------------------------------------------------------------------
     # construction from graph nodes and constants

@@ -145,6 +145,14 @@ def _constant_bytes(node: UOp) -> bytes:
     return np.array([node.arg], dtype=np.dtype(node.dtype.fmt)).tobytes()
 
 
+def _slot_buffer(device: str, nbytes: int) -> Buffer:
+    """A base of at least `nbytes` raw bytes for temporaries: uint8, or uint32 words on a device that stores no
+    uint8 (WEBGPU)."""
+    if dtypes.uint8 in Device[device].supported_dtypes:
+        return Buffer(device, max(1, nbytes), dtypes.uint8)
+    return Buffer(device, max(1, -(-nbytes // 4)), dtypes.uint32)
+
+
 class _Buffers:
     """The runtime Buffers of one run of a plan."""
 
@@ -158,7 +166,7 @@ class _Buffers:
         self.temporaries: list[Buffer] = []
         if plan.temporaries:
             slots = [
-                Buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, max(1, size), dtypes.uint8)
+                _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size)
                 for slot, size in enumerate(plan.slot_bytes)
             ]
             self.temporaries = [
