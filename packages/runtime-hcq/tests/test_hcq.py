@@ -141,15 +141,19 @@ def test_profile_events_are_recorded_and_exported(host_device: HCQCompiled, tmp_
     assert kernel.duration_us >= 10_000 * 0.9
     assert kernel.end_us <= copy.start_us <= copy.end_us
     trace = json.loads(profiler.save(tmp_path / "profile.json").read_text())
-    exported = [event for event in trace["traceEvents"] if event["pid"] == "TESTHOST:fresh"]
+    # devices are numbered processes named by "process_name" metadata, queues numbered threads named likewise
+    meta = [event for event in trace["traceEvents"] if event["ph"] == "M"]
+    (pid,) = [event["pid"] for event in meta if event["args"]["name"] == "TESTHOST:fresh"]
+    (tid,) = [event["tid"] for event in meta if event["name"] == "thread_name" and event["pid"] == pid]
+    exported = [event for event in trace["traceEvents"] if event["ph"] == "X" and event["pid"] == pid]
     assert exported[0] == {
         "name": "slow_kernel",
         "cat": "program",
         "ph": "X",
         "ts": kernel.start_us,
         "dur": kernel.duration_us,
-        "pid": "TESTHOST:fresh",
-        "tid": "compute",
+        "pid": pid,
+        "tid": tid,
     }
     profiler.clear()
     assert profiler.events == []
