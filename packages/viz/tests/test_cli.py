@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,12 @@ def test_viz_1_serves_at_exit(tmp_path: Path) -> None:
         assert _kernels(url)["kernels"]
     finally:
         _stop(process)
+    # the viewer inherited VIZ=1: stopping it must neither rewrite the trace it served nor start another server
+    time.sleep(1.0)
+    leftover = subprocess.run(["pgrep", "-f", f"--open {tmp_path / 'out'}"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", f"a viewer outlived Ctrl-C: {leftover.stdout}"
+    kept = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert any(group["kind"] == "kernel" for group in kept["groups"])
 
 
 def test_a_corrupt_file_is_served_as_an_error(tmp_path: Path) -> None:

@@ -234,6 +234,14 @@ def save_trace(
 
 ExitWriter = Callable[[str], "str | None"]
 _EXIT_WRITERS: list[ExitWriter] = []
+_EXIT_OUTPUT = [True]
+
+
+def disable_exit_output() -> None:
+    """Write nothing and serve nothing at exit, whatever VIZ / PROFILE say (the viewer's own process calls this: it
+    inherits VIZ=1 from a traced script's environment, and must neither overwrite the files it serves nor start
+    another server when it stops)."""
+    _EXIT_OUTPUT[0] = False
 
 
 def add_exit_writer(writer: ExitWriter) -> None:
@@ -264,7 +272,7 @@ def write_output_files() -> list[str]:
 
 
 def _at_exit() -> None:
-    if not (knobs.VIZ or knobs.PROFILE):
+    if not _EXIT_OUTPUT[0] or not (knobs.VIZ or knobs.PROFILE):
         return
     try:
         written = write_output_files()
@@ -280,8 +288,9 @@ def _at_exit() -> None:
     if importlib.util.find_spec("kiln.viz") is None:
         print("kiln: install kiln-viz to browse them (python -m kiln.viz --open DIR)", file=sys.stderr)
         return
+    environment = dict(os.environ, VIZ="0", PROFILE="0")  # the viewer records nothing of its own
     with contextlib.suppress(KeyboardInterrupt):
-        subprocess.run([sys.executable, "-m", "kiln.viz", "--open", directory], check=False)
+        subprocess.run([sys.executable, "-m", "kiln.viz", "--open", directory], check=False, env=environment)
 
 
 atexit.register(_at_exit)

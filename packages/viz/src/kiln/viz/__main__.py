@@ -11,7 +11,7 @@ import sys
 import tempfile
 import webbrowser
 
-from kiln.uops import knobs
+from kiln.uops import knobs, trace
 from kiln.viz.server import VizServer
 
 __all__ = ["main"]
@@ -55,6 +55,7 @@ def _bind(paths: list[str], host: str, port: int) -> VizServer:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status."""
+    trace.disable_exit_output()  # VIZ=1 inherited from a traced script must not make this process write or serve
     options = _parser().parse_args(argv)
     if (options.open is None) == (options.script is None):
         _parser().error("give either a SCRIPT to run or --open PATH")
