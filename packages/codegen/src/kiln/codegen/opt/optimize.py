@@ -6,10 +6,11 @@ from collections.abc import Sequence
 
 from kiln.codegen.kernel_info import KernelInfo, Opt
 from kiln.codegen.opt.apply import apply_opts
+from kiln.codegen.opt.gather import pm_gather
 from kiln.codegen.opt.heuristic import hand_coded_optimizations
 from kiln.codegen.opt.kernel_axes import kernel_info, kernel_name
 from kiln.codegen.renderer import Renderer
-from kiln.uops import UOp, knobs
+from kiln.uops import UOp, graph_rewrite, knobs
 
 
 def choose_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None) -> tuple[Opt, ...]:
@@ -25,7 +26,10 @@ def choose_opts(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None)
 
 
 def optimize_kernel(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None) -> UOp:
-    """`ast` with its opts applied (see `choose_opts`), named, and with KernelInfo.applied_opts filled in."""
+    """`ast` with its opts applied (see `choose_opts`), named, and with KernelInfo.applied_opts filled in.
+
+    One-hot reductions become gathers first (`pm_gather`: an embedding lookup reads one row, not the table)."""
+    ast = graph_rewrite(ast, pm_gather, name="gather")
     chosen = choose_opts(ast, renderer, opts)
     info = kernel_info(ast)
     optimized = apply_opts(ast.replace(arg=KernelInfo(info.name)), chosen, renderer)

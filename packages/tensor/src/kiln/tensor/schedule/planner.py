@@ -40,7 +40,7 @@ from kiln.tensor.schedule.kernel_builder import (
 )
 from kiln.tensor.schedule.memory_planner import plan_temporaries
 from kiln.tensor.schedule.split_reduce import split_large_reductions
-from kiln.uops import GroupOp, Ops, UOp, trace
+from kiln.uops import GroupOp, Ops, UOp, dtypes, trace
 
 # ops whose recomputation for every element of an expand costs more than reading a buffer
 _COSTLY_OPS = frozenset(
@@ -49,6 +49,18 @@ _COSTLY_OPS = frozenset(
 _CHEAP_ALU_LIMIT = 8  # more ALU ops than this under an expand is costly too
 _COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times than this is cheaper than a kernel
 _MAX_ROUNDS = 64
+
+
+def _cheap_integer_op(node: UOp) -> bool:
+    # integer / bool ALU with no division other than by a power of two (a shift or a mask): the digit sums of an
+    # `arange`, index comparisons. Recomputing them under an expand costs less than a kernel and a buffer, and kept
+    # in the consumer a one-hot product over them becomes a gather (codegen's pm_gather)
+    if not (dtypes.is_int(node.dtype) or node.dtype == dtypes.bool) or node.op in (Ops.POW, Ops.THREEFRY):
+        return False
+    if node.op in (Ops.IDIV, Ops.MOD):
+        divisor = const_value(node.src[1])
+        return isinstance(divisor, int) and divisor > 0 and divisor & (divisor - 1) == 0
+    return True
 
 
 def _strip_detach(node: UOp) -> UOp:
@@ -156,7 +168,7 @@ class _Planner:
                 continue
             inner = [n for n in self._subtree(source) if not self._is_boundary(n) or n is source]
             has_reduce = any(n.op is Ops.REDUCE_AXIS for n in inner)
-            alu = [n for n in inner if n.op in GroupOp.ALU]
+            alu = [n for n in inner if n.op in GroupOp.ALU and not _cheap_integer_op(n)]
             costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
             if has_reduce or (costly and ratio >= _COSTLY_EXPAND_RATIO):
                 what = "a reduce" if has_reduce else "a costly elementwise value"
