@@ -106,7 +106,7 @@ def test_capabilities_and_the_device_table_agree() -> None:
     assert renderer.native_dtypes == dtypes_for("WEBGPU") | {dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
     with pytest.raises(ValueError, match="cannot compute in \\['float64'\\]"):
         get_program(next(s for n, s, _ in coverage_sinks() if n == "elementwise_float64"), renderer)
-    with pytest.raises(ValueError, match=r"WGSL has no dtypes\.int8 buffers"):
+    with pytest.raises(ValueError, match=r"WEBGPU stores no dtypes\.int8 buffers"):
         get_program(next(s for n, s, _ in coverage_sinks() if n == "elementwise_int8"), renderer)
 
 

@@ -23,10 +23,15 @@ def _refusal(text: str) -> str | None:
     device = os.environ.get("DEV", "").strip().upper()
     if not device:
         return None
-    for marker in (f"device '{device}' cannot store dtypes.", f"for {device}> cannot compute in "):
+    markers = (
+        f"device '{device}' cannot store dtypes.",
+        f"for {device}> cannot compute in ",
+        f"{device} stores no dtypes.",
+    )
+    for marker in markers:
         if marker in text:
             line = text[text.index(marker) :].splitlines()[0].split(";")[0].split(": not in its")[0]
-            return line if line.startswith("device") else f"{device} {line.removeprefix(f'for {device}> ')}"
+            return line if line.startswith(("device", device)) else f"{device} {line.removeprefix(f'for {device}> ')}"
     return None
 
 

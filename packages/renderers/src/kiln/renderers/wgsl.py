@@ -8,13 +8,17 @@ WGSL is not a C dialect, so this renderer has its own writer rather than `CStyle
 - gidx/lidx are the `workgroup_id` / `local_invocation_id` builtins; the workgroup size is a constant of the shader,
   read from the kernel's lidx SPECIALs; BARRIER is `workgroupBarrier()`.
 Types: WGSL has 32-bit scalars only (no 64-bit ints or floats; 8/16-bit only behind extensions), so the renderer
-computes in bool, i32, u32 and f32, and the device table stores nothing else. bool is not host-shareable in WGSL: a
+computes in bool, i32, u32 and f32 (int8/int16/uint8/uint16 in i32/u32 registers, narrowed after each op that can
+leave their range) and the device table stores bool and the 32-bit scalars. bool is not host-shareable in WGSL: a
 bool buffer keeps kiln's one byte per element, packed four to a u32 word; a store clears and sets its own byte with
 `atomicAnd` / `atomicOr` (other invocations may write the neighbouring bytes of the same word), a load extracts it.
 Numerics kept: i32/u32 arithmetic wraps around in WGSL already; shifts by a count outside [0, 32) give 0 (or the
 sign for SHR) instead of WGSL's count modulo 32; division and modulo by 0 give 0; float -> int truncates, wraps and
 gives the minimum for NaN/inf (a helper; WGSL saturates); float MAX ignores a NaN operand and orders -0 below +0;
-NaN and infinity constants are bit casts (WGSL has no literals for them). Transcendentals are decomposed by codegen.
+NaN and infinity constants are bit casts (WGSL has no literals for them). Shader compilers may assume no NaN/inf
+(lavapipe folds `x != x`, `x - x` and `x * 0`), so NaN tests are on the bits and those forms are written out.
+EXP2/LOG2/SIN/POW are WGSL's builtins: codegen's exact decompositions need IEEE rounding that such compilers do not
+keep (they reassociate `x + c - c`).
 """
 
 from __future__ import annotations
@@ -375,8 +379,8 @@ class WGSLRenderer(Renderer):
         assert isinstance(buffer.dtype, PtrDType)
         if buffer.dtype.base.scalar() in NARROW_BITS:
             raise ValueError(
-                f"WGSL has no {buffer.dtype.base.scalar()!r} buffers (no 8/16-bit storage); "
-                "the WEBGPU device stores bool, int32, uint32 and float32"
+                f"{self.device} stores no {buffer.dtype.base.scalar()!r} buffers: WGSL has no 8/16-bit storage "
+                "(the WEBGPU device stores bool, int32, uint32 and float32)"
             )
         if writer.packed(buffer):
             return "array<atomic<u32>>" if buffer in writer.stored else "array<u32>"
@@ -447,11 +451,26 @@ class WGSLRenderer(Renderer):
         if dtypes.is_float(kind) and uop.op in (Ops.CMPNE, Ops.CMPEQ) and uop.src[0] is uop.src[1]:
             symbol = ">" if uop.op is Ops.CMPNE else "<="  # the NaN test x != x, on the bits (see the MAX template)
             return f"((bitcast<u32>({operands[0]}) & 0x7fffffffu) {symbol} 0x7f800000u)"
+        if dtypes.is_float(kind) and (folded := self._foldable_float(uop, operands)) is not None:
+            return folded
         if uop.op is Ops.POW and dtypes.is_float(kind):
             return f"{writer.require_helper('kiln_pow', POW_HELPER)}({operands[0]}, {operands[1]})"
         if template is None:
             raise ValueError(f"WGSLRenderer has no {uop.op!r} for {kind!r}; codegen should decompose it")
         return template.format(*operands)
+
+    def _foldable_float(self, uop: UOp, operands: list[str]) -> str | None:
+        """`x - x` and `x * 0` written so a shader compiler that assumes no NaN/inf cannot fold them to 0 (lavapipe
+        does): 0 of the IEEE sign for finite x, NaN for NaN and infinities, as the IR computes them."""
+        x = operands[0]
+        not_finite = f"((bitcast<u32>({x}) & 0x7f800000u) == 0x7f800000u)"
+        nan = "bitcast<f32>(0x7fc00000u)"
+        if uop.op is Ops.SUB and uop.src[0] is uop.src[1]:
+            return f"select(0.0f, {nan}, {not_finite})"
+        if uop.op is Ops.MUL and uop.src[1].op is Ops.CONST and uop.src[1].arg == 0:
+            signed_zero = f"bitcast<f32>((bitcast<u32>({x}) ^ bitcast<u32>({operands[1]})) & 0x80000000u)"
+            return f"select({signed_zero}, {nan}, {not_finite})"
+        return None
 
     def int_alu(self, uop: UOp, dtype: DType, operands: list[str]) -> str:
         """An integer op with the IR's semantics: WGSL's i32/u32 arithmetic wraps around; 8/16-bit results of ops
