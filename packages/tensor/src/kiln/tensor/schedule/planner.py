@@ -51,10 +51,23 @@ _COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times t
 _MAX_ROUNDS = 64
 
 
+def _constant_only(nodes: list[UOp]) -> set[UOp]:
+    # the nodes (of a subtree listed sources first) computed from constants and movement ops alone, no buffer read
+    found: set[UOp] = set()
+    for node in nodes:
+        if node.op is Ops.CONST or (
+            node.op is not Ops.BUFFER
+            and node.src
+            and all(s in found or s.op in (Ops.CONST, Ops.DEVICE) for s in node.src)
+        ):
+            found.add(node)
+    return found
+
+
 def _cheap_integer_op(node: UOp) -> bool:
-    # integer / bool ALU with no division other than by a power of two (a shift or a mask): the digit sums of an
-    # `arange`, index comparisons. Recomputing them under an expand costs less than a kernel and a buffer, and kept
-    # in the consumer a one-hot product over them becomes a gather (codegen's pm_gather)
+    # integer / bool ALU with no division other than by a power of two (a shift or a mask). Over constants only (the
+    # digit sums of an `arange`) recomputing them under an expand costs less than a kernel and a buffer, and kept in
+    # the consumer a one-hot product over them becomes a gather (codegen's pm_gather)
     if not (dtypes.is_int(node.dtype) or node.dtype == dtypes.bool) or node.op in (Ops.POW, Ops.THREEFRY):
         return False
     if node.op in (Ops.IDIV, Ops.MOD):
@@ -168,7 +181,8 @@ class _Planner:
                 continue
             inner = [n for n in self._subtree(source) if not self._is_boundary(n) or n is source]
             has_reduce = any(n.op is Ops.REDUCE_AXIS for n in inner)
-            alu = [n for n in inner if n.op in GroupOp.ALU and not _cheap_integer_op(n)]
+            constant = _constant_only(inner)
+            alu = [n for n in inner if n.op in GroupOp.ALU and not (n in constant and _cheap_integer_op(n))]
             costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
             if has_reduce or (costly and ratio >= _COSTLY_EXPAND_RATIO):
                 what = "a reduce" if has_reduce else "a costly elementwise value"
