@@ -32,7 +32,8 @@ echo "== wheels"
 uv run --locked python scripts/check_wheels.py
 
 echo "== pytest"
-uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" "$@"
+# the WEBGPU tests run in their own pytest process (scripts/ci.d/20-webgpu.sh): see the root conftest.py
+uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" "$@"
 
 # Extra suites that need their own launcher (MPI ranks, a browser...): each is one script in scripts/ci.d/, run in
 # name order; each keeps itself bounded (the full forms are described in the README).
