@@ -52,12 +52,13 @@ def _wait_for_url(process: subprocess.Popen[str], timeout: float = 120.0) -> tup
 
 
 def _stop(process: subprocess.Popen[str]) -> int:
-    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+    # Ctrl-C to the command itself (a server it started at exit is stopped by it); never a signal to a process group
+    process.send_signal(signal.SIGINT)
     try:
         return process.wait(timeout=30)
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
 
 
 def _kernels(url: str) -> dict[str, Any]:
@@ -105,7 +106,8 @@ def test_viz_1_serves_at_exit(tmp_path: Path) -> None:
         _stop(process)
     # the viewer inherited VIZ=1: stopping it must neither rewrite the trace it served nor start another server
     time.sleep(1.0)
-    leftover = subprocess.run(["pgrep", "-f", f"--open {tmp_path / 'out'}"], capture_output=True, text=True)
+    pattern = f"kiln.viz --open {tmp_path / 'out'}"
+    leftover = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", f"a viewer outlived Ctrl-C: {leftover.stdout}"
     kept = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert any(group["kind"] == "kernel" for group in kept["groups"])
