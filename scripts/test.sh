@@ -33,7 +33,12 @@ uv run --locked python scripts/check_wheels.py
 
 echo "== pytest"
 # the WEBGPU tests run in their own pytest process (scripts/ci.d/20-webgpu.sh): see the root conftest.py
-uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" "$@"
+# A run that loses an xdist worker ("worker 'gwN' crashed", an intermittent issue under investigation, see the README)
+# retries the failed tests once; a real failure fails the retry too
+if ! uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" "$@"; then
+  echo "== pytest: retrying the failed tests once"
+  uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" --last-failed --last-failed-no-failures none "$@"
+fi
 
 # Extra suites that need their own launcher (MPI ranks, a browser...): each is one script in scripts/ci.d/, run in
 # name order; each keeps itself bounded (the full forms are described in the README).
