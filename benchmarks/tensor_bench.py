@@ -14,6 +14,10 @@ same load on a shared machine); its gradients go through `torch.nn.grad` (no for
   tensordot)
 - first-call latency of a never-seen kernel (schedule + codegen + compile + run), in ms; per-op cost of `x = x + 1`
   realized on a 16-element tensor, in microseconds
+- the quickstart's training step (MLP 2-64-64-2 on 400 points, cross-entropy, backward, gradient clipping, SGD with
+  momentum) without the JIT, in ms (torch: the same step in eager mode), and the Python time of that step: the
+  step without the JIT minus the same step replayed by TinyJit (the kernels are the same, so the difference is
+  scheduling and launching from Python)
 
 The target column quotes issue 16 (issue 7's where 16 has none); "vs numpy" and "vs torch" are kiln's speed ratio
 (higher is better; for times the inverse ratio).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import subprocess
@@ -106,7 +111,24 @@ TORCH_SCRIPT = textwrap.dedent(
         if key == "per-op":
             t = torch.zeros(16)
             return lambda: steps(t)
+        if key == "mlp step":
+            return mlp_step()
         return None
+    def mlp_step():
+        x, y = torch.randn(400, 2), torch.randint(0, 2, (400,))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(2, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2)
+        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
+        def step():
+            with torch.enable_grad():
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                optimizer.step()
+                return loss.item()
+        return step
     print(json.dumps({"version": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
     with torch.no_grad():
         for line in sys.stdin:
@@ -342,6 +364,47 @@ def bench_per_op(table: Table, device: str, steps: int) -> None:
     table.row("per-op x = x + 1 (16 elements)", "per-op", kiln, reference, 0, "us", "<= 20 us")
 
 
+def _mlp_step_runner(device: str, jit: bool) -> Callable[[], object]:
+    """One quickstart training step (see the module docstring) as a function, with or without TinyJit."""
+    from kiln.tensor import TinyJit, optim
+
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.normal(size=(400, 2)).astype(np.float32), device=device)
+    y = Tensor(rng.integers(0, 2, 400), device=device)
+    sizes = (2, 64, 64, 2)
+    weights = [
+        Tensor(rng.uniform(-0.5, 0.5, shape).astype(np.float32), device=device, requires_grad=True)
+        for shape in itertools.pairwise(sizes)
+    ]
+    biases = [Tensor(np.zeros(size, np.float32), device=device, requires_grad=True) for size in sizes[1:]]
+    parameters = [*weights, *biases]
+    optimizer = optim.SGD(parameters, lr=0.3, momentum=0.9)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        h = x
+        for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
+            h = h @ weight + bias
+            if layer < len(weights) - 1:
+                h = h.tanh()
+        loss = -h.log_softmax(-1).gather(1, y.reshape(-1, 1)).mean()
+        loss.backward()
+        optim.clip_grad_norm_(parameters, 0.5)
+        optimizer.step()
+        return loss
+
+    run = TinyJit(step) if jit else step
+    return lambda: run(x, y).item()
+
+
+def bench_training_step(table: Table, device: str, repeats: int) -> None:
+    eager = _median_seconds(_mlp_step_runner(device, jit=False), repeats * 4, warmup=3)
+    replayed = _median_seconds(_mlp_step_runner(device, jit=True), repeats * 4, warmup=3)
+    table.row("quickstart step without JIT", "mlp step", eager, None, 0, "ms", "")
+    print(f"|   (the same step replayed by TinyJit: {replayed * 1e3:.2f} ms)")
+    table.row("Python time per step without JIT", "python step", eager - replayed, None, 0, "ms", "<= 5 ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="CPU")
@@ -375,6 +438,7 @@ def main() -> None:
         ("conv", lambda: bench_conv(table, device, repeats)),
         ("first call", lambda: bench_first_call(table, device)),
         ("per-op", lambda: bench_per_op(table, device, 100 if quick else 1000)),
+        ("step", lambda: bench_training_step(table, device, repeats)),
     )
     for name, run in groups:
         if arguments.only is None or arguments.only in name:

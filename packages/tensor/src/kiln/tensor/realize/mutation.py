@@ -125,8 +125,44 @@ def _unrealized(node: UOp) -> bool:
     return node.op is not Ops.BUFFER and realized_view(node) is None
 
 
-def _reads_a_buffer(uop: UOp) -> bool:
-    return any(node.op is Ops.BUFFER or realized_view(node) is not None for node in uop.toposort())
+def _reads_a_buffer(uop: UOp, memo: dict[UOp, bool] | None = None) -> bool:
+    """Whether `uop`'s graph reads memory: holds a BUFFER node or a realized node. `memo` (node -> answer) shares the
+    walk between calls on overlapping graphs (the tensors of one training step all share its graph)."""
+    memo = {} if memo is None else memo
+    found = memo.get(uop)
+    if found is not None:
+        return found
+    stack = [uop]
+    while stack:  # iterative post-order; a node is decided once all its sources are
+        node = stack[-1]
+        if node in memo:
+            stack.pop()
+            continue
+        if node.op is Ops.BUFFER or realized_view(node) is not None:
+            memo[node] = True
+            stack.pop()
+            continue
+        pending = [source for source in node.src if source not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[node] = any(memo[source] for source in node.src)
+    return memo[uop]
+
+
+def _unrealized_nodes(roots: Iterable[UOp]) -> set[UOp]:
+    """Every node of the graphs of `roots`, not descending into realized nodes or buffers (one shared walk)."""
+    seen: set[UOp] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if _unrealized(node):
+            stack.extend(source for source in node.src if source not in seen)
+    return seen
 
 
 def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holder: GraphHolder | None = None) -> None:
@@ -277,9 +313,8 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             raise ValueError(f"write_many: two writes target one buffer (of {storage.size} elements); write it once")
         storages[id(storage)] = storage
     skip = {id(holder) for write_ in targets for holder in (write_[0], write_[4])}
-    value_nodes: set[UOp] = set()
-    for *_, value_holder in targets:
-        value_nodes.update(value_holder.uop.toposort(gate=_unrealized))
+    value_nodes = _unrealized_nodes(value_holder.uop for *_, value_holder in targets)
+    reads_memo: dict[UOp, bool] = {}
     aliases: list[tuple[GraphHolder, int, list[UOp]]] = []
     readers: list[tuple[GraphHolder, dict[int, list[UOp]]]] = []
     shared: list[GraphHolder] = []
@@ -293,7 +328,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             if viewed is not None and id(viewed) in storages:
                 aliases.append((holder, id(viewed), [view_of]))
             continue
-        if held in value_nodes and _unrealized(held) and _reads_a_buffer(held):
+        if held in value_nodes and _unrealized(held) and _reads_a_buffer(held, reads_memo):
             shared.append(holder)  # computed by the values anyway: realized with the writes, no snapshot needed
             continue
         reads_of = _reads_by_storage(held, storages)
