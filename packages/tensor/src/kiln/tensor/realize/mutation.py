@@ -55,7 +55,12 @@ _sweep_at = [1024]
 
 def track(holder: GraphHolder) -> None:
     """Registers a new tensor (weakly) so writes can rebind it."""
-    _live[id(holder)] = weakref.ref(holder)
+    key = id(holder)
+    # a new tensor at the address of a dead one goes to the end: `_alive` lists tensors in creation order whatever
+    # the addresses, so the same program asks for the same schedule (a write realizes live lazy tensors with it, in
+    # this order) and hits the schedule cache
+    _live.pop(key, None)
+    _live[key] = weakref.ref(holder)
     if len(_live) >= _sweep_at[0]:
         _alive()
         _sweep_at[0] = max(1024, 2 * len(_live))
