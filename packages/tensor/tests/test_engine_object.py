@@ -123,6 +123,33 @@ def test_no_module_level_mutable_caches_in_the_engine() -> None:
     assert offenders == [], f"module-level mutable state in the realize engine: {offenders}"
 
 
+def _dict_accesses(path: Path) -> list[str]:
+    """`x.__dict__` expressions in a module: per-node facts belong in declared, typed NodeSlots."""
+    return [
+        f"{path.name}:{node.lineno}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__"
+    ]
+
+
+def test_the_engine_keeps_per_node_facts_in_node_slots() -> None:
+    root = Path(kiln.tensor.__file__).parent
+    modules = [root / "graph.py", *(p for folder in _ENGINE_MODULES for p in sorted((root / folder).glob("*.py")))]
+    offenders = [hit for p in modules for hit in _dict_accesses(p)]
+    assert offenders == [], f"UOp attribute dictionaries used directly (declare a NodeSlot): {offenders}"
+    from kiln.uops import NodeSlot
+
+    declared = NodeSlot.declared()
+    for name in ("tensor_shape", "tensor_device", "tensor_folded", "tensor_realized", "tensor_buffer"):
+        assert declared[name].owner.startswith("kiln.tensor."), declared[name]
+
+
+def test_the_dict_scan_finds_an_access(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f(node):\n    return node.__dict__.get('x')\n")
+    assert _dict_accesses(sample) == ["sample.py:2"]
+
+
 def test_the_scan_finds_a_module_level_cache(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("from collections import OrderedDict\n_c: OrderedDict[int, int] = OrderedDict()\nX = {}\n")

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
+from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
 Shape = tuple[int, ...]
 
@@ -76,16 +76,20 @@ def _fail_shape(uop: UOp, message: str) -> ValueError:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+SHAPE: NodeSlot[Shape] = NodeSlot("tensor_shape", __name__, "the shape of a tensor-graph node")
+DEVICE: NodeSlot[str] = NodeSlot("tensor_device", __name__, "the device name a tensor-graph node lives on")
+
+
 def shape_of(uop: UOp) -> Shape:
     """The shape of a tensor-graph node (cached on the node). Raises ValueError for nodes that have no shape."""
-    cached = uop.__dict__.get("tensor_shape")
+    cached = SHAPE.get(uop)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     # iterative over the not-yet-cached part so deep graphs never hit the recursion limit
-    for node in uop.toposort(gate=lambda node: "tensor_shape" not in node.__dict__):
-        if "tensor_shape" not in node.__dict__:
-            node.__dict__["tensor_shape"] = _infer_shape(node)
-    return uop.__dict__["tensor_shape"]  # type: ignore[no-any-return]
+    for node in uop.toposort(gate=SHAPE.missing):
+        if SHAPE.missing(node):
+            SHAPE.set(node, _infer_shape(node))
+    return SHAPE[uop]
 
 
 def _infer_shape(uop: UOp) -> Shape:
@@ -98,7 +102,7 @@ def _infer_shape(uop: UOp) -> Shape:
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return tuple(uop.arg)
-    sources: list[Shape] = [source.__dict__["tensor_shape"] for source in uop.src if source.op is not Ops.DEVICE]
+    sources: list[Shape] = [SHAPE[source] for source in uop.src if source.op is not Ops.DEVICE]
     if not sources:
         raise _fail_shape(uop, "has no shaped source")
     first = sources[0]
@@ -119,13 +123,13 @@ def _infer_shape(uop: UOp) -> Shape:
 
 def device_of(uop: UOp) -> str:
     """The device name a tensor-graph node lives on (cached on the node)."""
-    cached = uop.__dict__.get("tensor_device")
+    cached = DEVICE.get(uop)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    for node in uop.toposort(gate=lambda node: "tensor_device" not in node.__dict__):
-        if "tensor_device" not in node.__dict__:
-            node.__dict__["tensor_device"] = _infer_device(node)
-    return uop.__dict__["tensor_device"]  # type: ignore[no-any-return]
+        return cached
+    for node in uop.toposort(gate=DEVICE.missing):
+        if DEVICE.missing(node):
+            DEVICE.set(node, _infer_device(node))
+    return DEVICE[uop]
 
 
 def _infer_device(uop: UOp) -> str:
@@ -137,7 +141,7 @@ def _infer_device(uop: UOp) -> str:
         return str(uop.src[1].arg)
     if not uop.src:
         raise ValueError(f"{uop.op.name} node has no device: a CONST needs a DEVICE source")
-    return str(uop.src[0].__dict__["tensor_device"])
+    return DEVICE[uop.src[0]]
 
 
 def const_value(uop: UOp) -> ConstType | None:
@@ -364,7 +368,9 @@ _MOVEMENT_BUILDERS: Final = {
 }
 
 
-_FOLDED = "tensor_folded"
+# the folded form of a node, or _UNCHANGED for a node that folds to itself (a node referring to itself would stay
+# alive until a gc cycle pass)
+FOLDED: NodeSlot[object] = NodeSlot("tensor_folded", __name__, "the node with its movement chains merged")
 
 
 def fold_movement_chains(uop: UOp) -> UOp:
@@ -375,14 +381,14 @@ def fold_movement_chains(uop: UOp) -> UOp:
     built on an already folded one only visits the new nodes.
     """
     # iterative post-order walk over the nodes not folded yet (the cache entry doubles as the visited mark)
+    missing, folded_of = FOLDED.missing, FOLDED.get
     stack = [uop]
     while stack:
         node = stack[-1]
-        slots = node.__dict__
-        if _FOLDED in slots:
+        if not missing(node):
             stack.pop()
             continue
-        pending = [source for source in node.src if _FOLDED not in source.__dict__]
+        pending = [source for source in node.src if missing(source)]
         if pending:
             stack.extend(pending)
             continue
@@ -390,19 +396,20 @@ def fold_movement_chains(uop: UOp) -> UOp:
         folded = node
         changed = False
         for source in node.src:  # a loop, not any(<generator>): this walk runs on every realize
-            if source.__dict__[_FOLDED] is not _UNCHANGED:
+            if folded_of(source) is not _UNCHANGED:
                 changed = True
                 break
         if changed:
             folded = node.replace(src=tuple([_folded(source) for source in node.src]))
             # same sources' shapes and devices, so the same shape and device: keep the cached ones
-            for slot in ("tensor_shape", "tensor_device"):
-                if slot in slots and slot not in folded.__dict__:
-                    folded.__dict__[slot] = slots[slot]
+            shape, device = SHAPE.get(node), DEVICE.get(node)
+            if shape is not None:
+                SHAPE.setdefault(folded, shape)
+            if device is not None:
+                DEVICE.setdefault(folded, device)
         if folded.src and folded.src[0].op is folded.op:
             folded = merge_movement_link(folded)
-        # the unchanged marker avoids a node referring to itself (that would keep it alive until a gc cycle pass)
-        slots[_FOLDED] = _UNCHANGED if folded is node else folded
+        FOLDED.set(node, _UNCHANGED if folded is node else folded)
     return _folded(uop)
 
 
@@ -410,9 +417,8 @@ _UNCHANGED: Final = object()
 
 
 def _folded(node: UOp) -> UOp:
-    found = node.__dict__[_FOLDED]
-    result: UOp = node if found is _UNCHANGED else found
-    return result
+    found = FOLDED[node]
+    return found if isinstance(found, UOp) else node
 
 
 def merge_movement_link(node: UOp) -> UOp:
@@ -435,7 +441,7 @@ def merge_movement_link(node: UOp) -> UOp:
         merged = UOp(node.op, node.dtype, (base,), node.arg)
     else:
         return node
-    merged.__dict__.setdefault("tensor_shape", shape_of(node))
+    SHAPE.setdefault(merged, shape_of(node))
     return merged
 
 

@@ -4,6 +4,7 @@ from kiln.uops.alu import exec_alu
 from kiln.uops.args import AxisKind, RangeArg, SpecialArg, VarArg
 from kiln.uops.dtype import ConstType, DType, MemoryScope, PtrDType, dtypes, least_upper_dtype, truncate
 from kiln.uops.knobs import Context, Knob, knobs, knobs_markdown, register_knob
+from kiln.uops.node_slot import NodeSlot
 from kiln.uops.ops import GroupOp, Ops
 from kiln.uops.pattern_matcher import PatternMatcher, Rule
 from kiln.uops.printing import print_graph, pyrender
@@ -32,6 +33,7 @@ __all__ = [
     "GroupOp",
     "Knob",
     "MemoryScope",
+    "NodeSlot",
     "Ops",
     "PatternMatcher",
     "PtrDType",

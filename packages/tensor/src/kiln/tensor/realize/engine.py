@@ -27,7 +27,7 @@ from kiln.codegen import Program, Renderer, beam_search, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
-from kiln.tensor.graph import BufferArg
+from kiln.tensor.graph import DEVICE, SHAPE, BufferArg
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.schedule import (
     BufferRef,
@@ -129,9 +129,8 @@ def _output_node(device: str, size: int, dtype: DType) -> UOp:
     # next op on a result asks for its shape and device at once: a BUFFER node's are (size,) and its device
     # (graph._infer_shape / _infer_device), so they go into graph's per-node caches now instead of by a graph walk.
     node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_fresh_numbers), size, device))
-    attributes = node.__dict__
-    attributes["tensor_shape"] = (size,)
-    attributes["tensor_device"] = device
+    SHAPE.set(node, (size,))
+    DEVICE.set(node, device)
     return node
 
 

@@ -204,7 +204,7 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         held = holder.uop
         view_of = alias_base(held)
         if view_of is not None:  # most live tensors are views of a buffer: no graph walk needed
-            if view_of.__dict__.get(_BUFFER_SLOT) is storage:
+            if _BUFFER_SLOT.get(view_of) is storage:
                 aliases.append((holder, [view_of]))
             continue
         if held in value_nodes and held is not value and _unrealized(held) and _reads_a_buffer(held):
@@ -329,7 +329,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
         held = holder.uop
         view_of = alias_base(held)
         if view_of is not None:
-            viewed = view_of.__dict__.get(_BUFFER_SLOT)
+            viewed = _BUFFER_SLOT.get(view_of)
             if viewed is not None and id(viewed) in storages:
                 aliases.append((holder, id(viewed), [view_of]))
             continue

@@ -12,24 +12,24 @@ from dataclasses import dataclass
 
 from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import ConstType, DType, Ops, UOp, dtypes
+from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, dtypes
 
-_REALIZED = "tensor_realized"
+REALIZED: NodeSlot[UOp] = NodeSlot("tensor_realized", __name__, "the buffer view a node's value was realized into")
 # A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
-# attribute (with the epoch it was seen in), and later walks stop there. Realizing such a node would change what
-# its users normalize to, so record_realized() starts a new epoch then, which forgets every mark at once.
-_SELF = "tensor_normalizes_to_self"
+# slot (with the epoch it was seen in), and later walks stop there. Realizing such a node would change what its
+# users normalize to, so record_realized() starts a new epoch then, which forgets every mark at once.
+SELF_EPOCH: NodeSlot[int] = NodeSlot(
+    "tensor_normalizes_to_self", __name__, "the epoch in which a node was seen to normalize to itself"
+)
+OVERWRITTEN: NodeSlot[bool] = NodeSlot(
+    "tensor_overwritten", __name__, "a BUFFER node whose contents a write has replaced (its graphs are stale)"
+)
 _epoch = [0]
 
 
 def realized_view(uop: UOp) -> UOp | None:
     """The buffer view `uop`'s value was realized into, or None."""
-    return _view_in(uop.__dict__)
-
-
-def _view_in(attributes: dict[str, object]) -> UOp | None:
-    view = attributes.get(_REALIZED)
-    return view if isinstance(view, UOp) else None
+    return REALIZED.get(uop)
 
 
 _ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.DETACH})
@@ -64,24 +64,21 @@ def record_realized(uop: UOp, view: UOp) -> None:
     A view of a buffer (`alias_base`) is not recorded: it reads the buffer, whatever is written into it later.
     """
     if uop is not view and alias_base(uop) is None:
-        if _SELF in uop.__dict__:
+        if SELF_EPOCH.has(uop):
             # a graph of constants only (a mark of any epoch says so) is computed again for each tensor, so each one
             # gets memory of its own (as in PyTorch: a write into one never shows in another), and no cache that
             # holds the node keeps a buffer alive
             return
-        uop.__dict__[_REALIZED] = view
+        REALIZED.set(uop, view)
         for node in view.toposort():
             if node.op is Ops.BUFFER:
                 _recorded_into.setdefault(node, []).append(weakref.ref(uop))
 
 
-_OVERWRITTEN = "tensor_overwritten"
-
-
 def mark_overwritten(buffer: UOp) -> None:
     """Marks BUFFER node `buffer` as standing for contents a write has replaced: a graph still reading it is stale
     (every live tensor reading it was rebound), and realizing one raises instead of reading the new contents."""
-    buffer.__dict__[_OVERWRITTEN] = True
+    OVERWRITTEN.set(buffer, True)
 
 
 # the nodes recorded as realized into each BUFFER node (weakly both ways), so a write can forget them
@@ -95,9 +92,9 @@ def forget_realized_into(buffer: UOp) -> None:
         node = reference()
         if node is None:
             continue
-        view = _view_in(node.__dict__)
+        view = REALIZED.get(node)
         if view is not None and any(inner is buffer for inner in view.toposort()):
-            del node.__dict__[_REALIZED]
+            REALIZED.discard(node)
 
 
 @dataclass(frozen=True)
@@ -160,6 +157,7 @@ def normalize(
     constants: list[ConstKey] = []
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
+    self_epoch, overwritten, realized = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
     # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
     stack: list[UOp] = list(reversed(uops))
@@ -168,13 +166,12 @@ def normalize(
         if node in resolved:
             stack.pop()
             continue
-        attributes = node.__dict__
-        if attributes.get(_SELF) == epoch:
+        if self_epoch(node) == epoch:
             resolved[node] = node
             stack.pop()
             continue
         if node.op is Ops.BUFFER:
-            if _OVERWRITTEN in attributes:
+            if overwritten(node):
                 raise RuntimeError(
                     "one of the buffers this computation reads has been modified by an in-place operation "
                     f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the write "
@@ -199,7 +196,7 @@ def normalize(
                 inputs.append(node)
             constants.append(const_key(node.arg))
             continue
-        view = _view_in(attributes)
+        view = realized(node)
         if view is not None:
             if view in resolved:
                 resolved[node] = resolved[view]
@@ -218,13 +215,13 @@ def normalize(
         if not sources:
             resolved[node] = node
             if not lifting:
-                attributes[_SELF] = epoch
+                SELF_EPOCH.set(node, epoch)
             continue
         new_sources = tuple([resolved[source] for source in sources])
         if new_sources == sources:  # UOps compare by identity: every source normalized to itself
             resolved[node] = node
-            if not lifting and all(source.__dict__.get(_SELF) == epoch for source in sources):
-                attributes[_SELF] = epoch
+            if not lifting and all(self_epoch(source) == epoch for source in sources):
+                SELF_EPOCH.set(node, epoch)
         else:
             resolved[node] = node.replace(src=new_sources)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
