@@ -482,7 +482,6 @@ class IndexingMixin(TensorCore):
 
 
 def _check_index_argument(x: TensorT, dim: int, index: TensorT, what: str) -> tuple[int, TensorT]:
-
     axis = normalize_axis(dim, x.shape, f"{what} dim")
     if not isinstance(index, TensorCore):
         raise TypeError(f"{what} index must be an integer Tensor, got {type(index).__name__}")

@@ -23,7 +23,6 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 
 def _require(value: TensorT, what: str) -> TensorT:
-
     if not isinstance(value, TensorCore):
         raise TypeError(f"{what} must be a Tensor, got {type(value).__name__}")
     return value

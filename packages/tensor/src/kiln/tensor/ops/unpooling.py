@@ -63,7 +63,6 @@ def _output_sizes(
 def _max_unpool(
     x: TensorT, indices: Any, kernel_size: Any, stride: Any, padding: Any, output_size: Any, spatial: int
 ) -> TensorT:
-
     name = f"max_unpool{spatial}d"
     if not isinstance(indices, TensorCore):
         raise TypeError(f"{name} indices must be a Tensor, got {type(indices).__name__}")
