@@ -19,21 +19,19 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Self
 
 from kiln.tensor import graph
+from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
 from kiln.tensor.realize.engine import realize_uops
 from kiln.uops import Ops, UOp, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["AutogradMixin"]
 
 # every live tensor whose requires_grad is True, by id (weak: tracking never keeps a tensor alive), and a counter
 # giving each one its place in creation order (a leaf is created before the results computed from it)
-_requiring_grad: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_requiring_grad: weakref.WeakValueDictionary[int, TensorCore] = weakref.WeakValueDictionary()
 _registrations = itertools.count()
 
 
@@ -42,7 +40,7 @@ def _history(root: UOp) -> list[UOp]:
     return root.toposort(gate=lambda node: node.op is not Ops.DETACH)
 
 
-class AutogradMixin:
+class AutogradMixin(TensorCore):
     """Gradient tracking and reverse-mode differentiation for `Tensor`."""
 
     @property
@@ -68,11 +66,11 @@ class AutogradMixin:
         self.__dict__["_requires_grad"] = value
         if value is True:
             self.__dict__["_grad_order"] = next(_registrations)
-            _requiring_grad[id(self)] = cast("Tensor", self)
+            _requiring_grad[id(self)] = self
         else:
             _requiring_grad.pop(id(self), None)
 
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Sets `requires_grad` in place and returns this tensor (only float tensors can require gradients).
 
         A tensor that starts requiring grad here is a leaf: unless it is plain data in a buffer of its own (a tensor
@@ -84,7 +82,7 @@ class AutogradMixin:
             >>> w.requires_grad
             True
         """
-        tensor = cast("Tensor", self)
+        tensor = self
         if not isinstance(requires_grad, bool):
             raise TypeError(f"requires_grad_ takes a bool, got {requires_grad!r}")
         if requires_grad and not dtypes.is_float(tensor.dtype):
@@ -94,7 +92,7 @@ class AutogradMixin:
         tensor.requires_grad = requires_grad
         return tensor
 
-    def gradient(self, *targets: Tensor, gradient: Tensor | Any | None = None) -> list[Tensor]:
+    def gradient(self, *targets: Self, gradient: Self | Any | None = None) -> list[Self]:
         """The gradients of this tensor with respect to `targets` (lazy tensors of the targets' shapes).
 
         Args:
@@ -116,13 +114,11 @@ class AutogradMixin:
             >>> (x * x).sum().gradient(x)[0].tolist()
             [2.0, 4.0, 6.0]
         """
-        from kiln.tensor.tensor import Tensor
-
-        root = cast("Tensor", self)
+        root = self
         if not targets:
             raise TypeError("gradient() needs at least one target tensor")
         for position, target in enumerate(targets):
-            if not isinstance(target, Tensor):
+            if not isinstance(target, TensorCore):
                 raise TypeError(f"gradient() targets must be Tensors, target {position} is {type(target).__name__}")
             if not dtypes.is_float(target.dtype):
                 raise TypeError(f"only float tensors have gradients, target {position} is {target.dtype!r}")
@@ -138,9 +134,11 @@ class AutogradMixin:
                     "(or only behind detach())"
                 )
         found = compute_gradient(root.uop, root_gradient, nodes)
-        return [Tensor._from_uop(_gradient_of(target, node, found.get(node))) for target, node in zip(targets, nodes)]
+        return [
+            type(self)._from_uop(_gradient_of(target, node, found.get(node))) for target, node in zip(targets, nodes)
+        ]
 
-    def backward(self, gradient: Tensor | Any | None = None) -> Tensor:
+    def backward(self, gradient: Self | Any | None = None) -> Self:
         """Adds the gradient of this tensor to `.grad` of every leaf tensor it was computed from that requires grad.
 
         Args:
@@ -163,9 +161,7 @@ class AutogradMixin:
             >>> w.grad.tolist()
             [2.0, 4.0]
         """
-        from kiln.tensor.tensor import Tensor
-
-        root = cast("Tensor", self)
+        root = self
         if root.requires_grad is not True:
             raise RuntimeError(
                 f"backward() on {root!r}, which does not require grad: no tensor it was computed from has "
@@ -183,7 +179,7 @@ class AutogradMixin:
             gradient_uop = _gradient_of(leaf, node, gradient_uop)
             if leaf.grad is not None:
                 gradient_uop = graph.alu(Ops.ADD, leaf.grad.uop, gradient_uop)
-            leaf.grad = Tensor._from_uop(gradient_uop)
+            leaf.grad = type(leaf)._from_uop(gradient_uop)
         return root
 
 
@@ -199,7 +195,7 @@ def _gradient_node(uop: UOp) -> UOp:
     return uop
 
 
-def _gradient_of(tensor: Tensor, node: UOp, gradient: UOp | None) -> UOp:
+def _gradient_of(tensor: TensorCore, node: UOp, gradient: UOp | None) -> UOp:
     """`gradient` (of `node`, the tensor's gradient node) as a node of the tensor's shape; zeros for None."""
     if gradient is None:
         return graph.const(0.0, tensor.dtype, tensor.device, tensor.shape)
@@ -211,7 +207,7 @@ def _gradient_of(tensor: Tensor, node: UOp, gradient: UOp | None) -> UOp:
     return graph.reshape(gradient, tensor.shape)
 
 
-def _owns_its_node(tensor: Tensor) -> bool:
+def _owns_its_node(tensor: TensorCore) -> bool:
     """Whether the tensor is plain data in a BUFFER that no other tensor requiring grad is built on as itself."""
     if _gradient_node(tensor.uop).op is not Ops.BUFFER:
         return False
@@ -244,10 +240,8 @@ def _into_new_buffer(uop: UOp) -> UOp:
     return realize_uops([graph.fold_movement_chains(graph.assign(target, uop))])[0]
 
 
-def _root_gradient(root: Tensor, gradient: Tensor | Any | None, caller: str) -> UOp:
+def _root_gradient(root: TensorCore, gradient: TensorCore | Any | None, caller: str) -> UOp:
     """The gradient flowing into `root` as a node of root's shape, dtype and device (ones for a scalar)."""
-    from kiln.tensor.tensor import Tensor
-
     if gradient is None:
         if root.numel() != 1:
             raise RuntimeError(
@@ -255,8 +249,8 @@ def _root_gradient(root: Tensor, gradient: Tensor | Any | None, caller: str) -> 
                 f"pass gradient= with shape {root.shape}"
             )
         return graph.const(1.0, root.dtype, root.device, root.shape)
-    if not isinstance(gradient, Tensor):
-        gradient = Tensor(gradient, dtype=root.dtype, device=root.device)
+    if not isinstance(gradient, TensorCore):
+        gradient = type(root)(gradient, dtype=root.dtype, device=root.device)
     if gradient.shape != root.shape:
         raise ValueError(f"{caller}: gradient shape {gradient.shape} must equal the tensor's shape {root.shape}")
     if not dtypes.is_float(gradient.dtype):
@@ -264,11 +258,11 @@ def _root_gradient(root: Tensor, gradient: Tensor | Any | None, caller: str) -> 
     return graph.cast(graph.copy_to(gradient.uop, root.device), root.dtype)
 
 
-def _leaves(root: UOp) -> dict[UOp, Tensor]:
+def _leaves(root: UOp) -> dict[UOp, TensorCore]:
     """The live leaf tensors that require grad in root's graph (not behind DETACH), by their gradient node."""
     order = _history(root)
     nodes = set(order)
-    groups: dict[UOp, list[Tensor]] = {}
+    groups: dict[UOp, list[TensorCore]] = {}
     for tensor in list(_requiring_grad.values()):
         if tensor.requires_grad is not True or not dtypes.is_float(tensor.dtype):
             continue
@@ -282,7 +276,7 @@ def _leaves(root: UOp) -> dict[UOp, Tensor]:
             below[node] = False
             continue
         below[node] = any(source in groups or below.get(source, False) for source in node.src)
-    leaves: dict[UOp, Tensor] = {}
+    leaves: dict[UOp, TensorCore] = {}
     for node, tensors in groups.items():
         if below[node]:
             continue

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`InplaceMixin`: in-place operators (`+=`, `-=`, ...) and PyTorch's in-place methods (`add_`, `zero_`, `copy_`, ...).
 
 Each one computes its result like the out-of-place op and writes it into the tensor with `Tensor.assign`, so it has
@@ -11,13 +9,11 @@ can only be changed in place under `no_grad`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.schedule import alias_base
 from kiln.uops import ConstType, DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["InplaceMixin", "torch_type_name"]
 
@@ -50,14 +46,12 @@ def _kind(dtype: DType) -> int:
     return 2 if dtypes.is_float(dtype) else 1
 
 
-class InplaceMixin:
+class InplaceMixin(TensorCore):
     """In-place operators and methods of `Tensor`."""
 
-    def _write_result(self: Tensor, result: Tensor) -> Tensor:
+    def _write_result(self, result: Self) -> Self:
         """Checks `result` fits this tensor (shape, dtype kind, autograd) and writes it in; returns self."""
-        from kiln.tensor.tensor import Tensor
-
-        if self.requires_grad is True and not Tensor.no_grad and alias_base(self.uop) is not None:
+        if self.requires_grad is True and not type(self)._grad_disabled and alias_base(self.uop) is not None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         if result.shape != self.shape:
             raise RuntimeError(
@@ -70,46 +64,46 @@ class InplaceMixin:
             )
         return self.assign(result._cast(self.dtype))
 
-    def __iadd__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __iadd__(self, other: Self | ConstType) -> Self:
         return self._write_result(self + other)
 
-    def __isub__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __isub__(self, other: Self | ConstType) -> Self:
         return self._write_result(self - other)
 
-    def __imul__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __imul__(self, other: Self | ConstType) -> Self:
         return self._write_result(self * other)
 
-    def __itruediv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __itruediv__(self, other: Self | ConstType) -> Self:
         return self._write_result(self / other)
 
-    def __ifloordiv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ifloordiv__(self, other: Self | ConstType) -> Self:
         return self._write_result(self // other)
 
-    def __imod__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __imod__(self, other: Self | ConstType) -> Self:
         return self._write_result(self % other)
 
-    def __ipow__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ipow__(self, other: Self | ConstType) -> Self:
         return self._write_result(self**other)
 
-    def __iand__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __iand__(self, other: Self | ConstType) -> Self:
         return self._write_result(self & other)
 
-    def __ior__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ior__(self, other: Self | ConstType) -> Self:
         return self._write_result(self | other)
 
-    def __ixor__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ixor__(self, other: Self | ConstType) -> Self:
         return self._write_result(self ^ other)
 
-    def __ilshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ilshift__(self, other: Self | ConstType) -> Self:
         return self._write_result(self << other)
 
-    def __irshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __irshift__(self, other: Self | ConstType) -> Self:
         return self._write_result(self >> other)
 
-    def __imatmul__(self: Tensor, other: Tensor) -> Tensor:
+    def __imatmul__(self, other: Self) -> Self:
         return self._write_result(self @ other)
 
-    def add_(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+    def add_(self, other: Self | ConstType, alpha: ConstType | None = None) -> Self:
         """Adds `other` (times `alpha`) to this tensor in place; returns self.
 
         Example:
@@ -118,7 +112,7 @@ class InplaceMixin:
         """
         return self._write_result(self.add(other, alpha))
 
-    def sub_(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+    def sub_(self, other: Self | ConstType, alpha: ConstType | None = None) -> Self:
         """Subtracts `other` (times `alpha`) from this tensor in place; returns self.
 
         Example:
@@ -127,7 +121,7 @@ class InplaceMixin:
         """
         return self._write_result(self.sub(other, alpha))
 
-    def mul_(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def mul_(self, other: Self | ConstType) -> Self:
         """Multiplies this tensor by `other` in place; returns self.
 
         Example:
@@ -136,7 +130,7 @@ class InplaceMixin:
         """
         return self._write_result(self.mul(other))
 
-    def div_(self: Tensor, other: Tensor | ConstType, rounding_mode: str | None = None) -> Tensor:
+    def div_(self, other: Self | ConstType, rounding_mode: str | None = None) -> Self:
         """Divides this tensor by `other` in place (`rounding_mode` as in `div`); returns self.
 
         Example:
@@ -145,7 +139,7 @@ class InplaceMixin:
         """
         return self._write_result(self.div(other, rounding_mode))
 
-    def clamp_(self: Tensor, min: Tensor | ConstType | None = None, max: Tensor | ConstType | None = None) -> Tensor:
+    def clamp_(self, min: Self | ConstType | None = None, max: Self | ConstType | None = None) -> Self:
         """Clamps this tensor to [min, max] in place; returns self.
 
         Example:
@@ -154,28 +148,26 @@ class InplaceMixin:
         """
         return self._write_result(self.clamp(min, max))
 
-    def fill_(self: Tensor, value: Tensor | ConstType) -> Tensor:
+    def fill_(self, value: Self | ConstType) -> Self:
         """Sets every element to `value` (a scalar or a 0-dim tensor, cast to this dtype) in place; returns self.
 
         Example:
             >>> Tensor([1, 2, 3]).fill_(7).tolist()
             [7, 7, 7]
         """
-        from kiln.tensor.tensor import Tensor
-
-        if isinstance(value, Tensor):
+        if isinstance(value, TensorCore):
             if value.ndim != 0:
                 raise RuntimeError(
                     f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions."
                 )
             filled = value._cast(self.dtype).to(self.device)._broadcast_to(self.shape)
         elif isinstance(value, (bool, int, float)):
-            filled = Tensor.full(self.shape, value, dtype=self.dtype, device=self.device)
+            filled = type(self).full(self.shape, value, dtype=self.dtype, device=self.device)
         else:
             raise TypeError(f"fill_ takes a number or a 0-dim Tensor, got {type(value).__name__}")
         return self._write_result(filled)
 
-    def zero_(self: Tensor) -> Tensor:
+    def zero_(self) -> Self:
         """Sets every element to zero in place; returns self.
 
         Example:
@@ -184,7 +176,7 @@ class InplaceMixin:
         """
         return self.fill_(False if self.dtype == dtypes.bool else 0)
 
-    def copy_(self: Tensor, src: Tensor | Any) -> Tensor:
+    def copy_(self, src: Self) -> Self:
         """Copies the values of `src` (broadcast to this shape, cast to this dtype, moved to this device) into this
         tensor in place; returns self.
 
@@ -192,9 +184,7 @@ class InplaceMixin:
             >>> Tensor([0.0, 0.0]).copy_(Tensor([1, 2])).tolist()
             [1.0, 2.0]
         """
-        from kiln.tensor.tensor import Tensor
-
-        if not isinstance(src, Tensor):
+        if not isinstance(src, TensorCore):
             raise TypeError(f"copy_ takes a Tensor, got {type(src).__name__}")
         try:
             values = src.to(self.device)._cast(self.dtype)._broadcast_to(self.shape)

@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from kiln.runtime import Buffer
+from kiln.tensor.core import TensorCore
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.graph import BufferArg
 from kiln.tensor.jit_replay import CapturedStep, replay_segments
@@ -217,7 +218,8 @@ class _Recorder:
             f"that. Return the tensor from the function and read it outside"
         )
 
-    def observe_stream(self, stream: Tensor, call: int) -> None:
+    def observe_stream(self, stream: TensorCore, call: int) -> None:
+        assert isinstance(stream, Tensor)  # random tensors are made by the Tensor class
         _tensor, buffer = _as_input(stream)
         self.streams.append((buffer, call - self.first_call))
 

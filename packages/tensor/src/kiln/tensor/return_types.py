@@ -8,15 +8,14 @@ says to pick `.values`: a plain tuple would silently repeat itself under `* 2`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Generic, NamedTuple
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
+from kiln.tensor.core import TensorT
 
 __all__ = ["ValuesIndices", "cummax", "cummin", "kthvalue", "max", "median", "min", "mode", "sort", "topk"]
 
 
-class ValuesIndices(NamedTuple):
+class ValuesIndices(NamedTuple, Generic[TensorT]):
     """`(values, indices)` of a reduction or selection along one dim (torch.return_types' fields).
 
     Example:
@@ -25,8 +24,8 @@ class ValuesIndices(NamedTuple):
         ([5, 7], [1, 0])
     """
 
-    values: Tensor
-    indices: Tensor
+    values: TensorT
+    indices: TensorT
 
     def _misuse(self, what: str) -> TypeError:
         return TypeError(
@@ -52,7 +51,7 @@ class ValuesIndices(NamedTuple):
         raise self._misuse("*")
 
 
-def _named(name: str) -> type[ValuesIndices]:
+def _named(name: str) -> type[ValuesIndices[Any]]:
     return type(name, (ValuesIndices,), {"__slots__": (), "__doc__": f"`(values, indices)` of `Tensor.{name}`."})
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
+from kiln.tensor.core import TensorCore
 from kiln.tensor.device import canonical_device
 from kiln.tensor.inplace import InplaceMixin
 from kiln.tensor.multi.sharded import MultiTensor, shard_tensor
@@ -343,7 +344,7 @@ class Tensor(
         return self
 
     @staticmethod
-    def realize_all(*tensors: Tensor) -> list[UOp]:
+    def realize_all(*tensors: TensorCore) -> list[UOp]:
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); the scheduler gets
         # chains merged (a node remembers its folded form, so repeated realizes only fold new nodes)

@@ -12,38 +12,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.multi.layout import check_devices
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["REDUCE_OPS", "all_gather", "all_reduce", "allgather", "allreduce", "broadcast", "reduce_scatter"]
 
 
-def _sum(a: Tensor, b: Tensor) -> Tensor:
+def _sum(a: TensorCore, b: TensorCore) -> TensorCore:
     return a | b if a.dtype == dtypes.bool else a + b
 
 
-def _max(a: Tensor, b: Tensor) -> Tensor:
+def _max(a: TensorCore, b: TensorCore) -> TensorCore:
     return a.maximum(b)
 
 
-def _min(a: Tensor, b: Tensor) -> Tensor:
+def _min(a: TensorCore, b: TensorCore) -> TensorCore:
     return a.minimum(b)
 
 
-def _prod(a: Tensor, b: Tensor) -> Tensor:
+def _prod(a: TensorCore, b: TensorCore) -> TensorCore:
     return a & b if a.dtype == dtypes.bool else a * b
 
 
-REDUCE_OPS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"sum": _sum, "max": _max, "min": _min, "prod": _prod}
+REDUCE_OPS: dict[str, Callable[[TensorCore, TensorCore], TensorCore]] = {
+    "sum": _sum,
+    "max": _max,
+    "min": _min,
+    "prod": _prod,
+}
 """The reductions a collective can apply, by name (on bool: sum is logical or, prod logical and)."""
 
 
-def _check_group(tensors: Sequence[Tensor], what: str, same_shape: bool = True) -> tuple[str, ...]:
+def _check_group(tensors: Sequence[TensorCore], what: str, same_shape: bool = True) -> tuple[str, ...]:
     if len(tensors) == 0:
         raise ValueError(f"{what} needs one tensor per device, got none")
     devices = check_devices([tensor.device for tensor in tensors])
@@ -56,13 +58,13 @@ def _check_group(tensors: Sequence[Tensor], what: str, same_shape: bool = True) 
     return devices
 
 
-def _reducer(op: str) -> Callable[[Tensor, Tensor], Tensor]:
+def _reducer(op: str) -> Callable[[TensorCore, TensorCore], TensorCore]:
     if op not in REDUCE_OPS:
         raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(REDUCE_OPS)}")
     return REDUCE_OPS[op]
 
 
-def _chunks(flat: Tensor, count: int) -> list[Tensor]:
+def _chunks(flat: TensorCore, count: int) -> list[TensorCore]:
     # balanced chunks of a flat tensor; with fewer elements than devices some chunks are empty, which copies handle
     base, extra = divmod(flat.shape[0], count)
     pieces, start = [], 0
@@ -73,7 +75,9 @@ def _chunks(flat: Tensor, count: int) -> list[Tensor]:
     return pieces
 
 
-def _ring_reduce_scatter(chunks: list[list[Tensor]], devices: tuple[str, ...], reduce: Callable[..., Tensor]) -> None:
+def _ring_reduce_scatter(
+    chunks: list[list[TensorCore]], devices: tuple[str, ...], reduce: Callable[..., TensorCore]
+) -> None:
     """In place: after it, chunks[i][i] is the reduction over all devices of chunk i, on device i."""
     count = len(devices)
     for step in range(count - 1):
@@ -84,7 +88,7 @@ def _ring_reduce_scatter(chunks: list[list[Tensor]], devices: tuple[str, ...], r
             chunks[target][chunk] = reduce(chunks[target][chunk], value)
 
 
-def _ring_all_gather(chunks: list[list[Tensor]], devices: tuple[str, ...]) -> None:
+def _ring_all_gather(chunks: list[list[TensorCore]], devices: tuple[str, ...]) -> None:
     """In place: device i starts owning chunk i; after it every device holds every chunk."""
     count = len(devices)
     for step in range(count - 1):
@@ -94,7 +98,7 @@ def _ring_all_gather(chunks: list[list[Tensor]], devices: tuple[str, ...]) -> No
             chunks[(device + 1) % count][chunk] = value
 
 
-def allreduce(tensors: Sequence[Tensor], op: str = "sum") -> list[Tensor]:
+def allreduce(tensors: Sequence[TensorCore], op: str = "sum") -> list[TensorCore]:
     """The elementwise reduction (`op`: sum, max, min or prod) of `tensors`, one copy on each tensor's device.
 
     A ring: reduce-scatter then all-gather of one chunk per device (see the module docstring); sizes need not be
@@ -125,7 +129,7 @@ def allreduce(tensors: Sequence[Tensor], op: str = "sum") -> list[Tensor]:
     return [type(tensor).cat(*row).reshape(shape) for tensor, row in zip(tensors, chunks)]
 
 
-def reduce_scatter(tensors: Sequence[Tensor], axis: int = 0, op: str = "sum") -> list[Tensor]:
+def reduce_scatter(tensors: Sequence[TensorCore], axis: int = 0, op: str = "sum") -> list[TensorCore]:
     """Part i (balanced parts along `axis`) of the reduction of `tensors`, on device i.
 
     With fewer elements along `axis` than devices the last parts are empty.
@@ -154,7 +158,7 @@ def reduce_scatter(tensors: Sequence[Tensor], axis: int = 0, op: str = "sum") ->
     return [chunks[index][index].movedim(0, axis) for index in range(len(devices))]
 
 
-def allgather(tensors: Sequence[Tensor], axis: int = 0) -> list[Tensor]:
+def allgather(tensors: Sequence[TensorCore], axis: int = 0) -> list[TensorCore]:
     """`tensors` joined along `axis` (in device order), one copy on each device; sizes along `axis` may differ.
 
     Example:
@@ -180,7 +184,7 @@ def allgather(tensors: Sequence[Tensor], axis: int = 0) -> list[Tensor]:
     return [type(first).cat(*row, dim=axis) for row in chunks]
 
 
-def broadcast(tensor: Tensor, devices: Sequence[str]) -> list[Tensor]:
+def broadcast(tensor: TensorCore, devices: Sequence[str]) -> list[TensorCore]:
     """`tensor` copied to each of `devices` (in order), along a chain starting at its own device.
 
     Example:
@@ -188,7 +192,7 @@ def broadcast(tensor: Tensor, devices: Sequence[str]) -> list[Tensor]:
         ['CPU', 'CPU:1']
     """
     names = check_devices(devices)
-    results: dict[str, Tensor] = {tensor.device: tensor}
+    results: dict[str, TensorCore] = {tensor.device: tensor}
     previous = tensor
     for name in names:
         if name not in results:

@@ -8,12 +8,9 @@ along the axis and every per-device kernel has work.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from kiln.tensor.core import TensorT
 from kiln.tensor.device import canonical_device
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["check_devices", "normalize_axis", "slice_along", "split_bounds"]
 
@@ -27,7 +24,7 @@ def normalize_axis(axis: int, ndim: int, what: str) -> int:
     return axis % ndim
 
 
-def slice_along(tensor: Tensor, axis: int, bound: tuple[int, int]) -> Tensor:
+def slice_along(tensor: TensorT, axis: int, bound: tuple[int, int]) -> TensorT:
     """The elements of `tensor` from bound[0] to bound[1] along `axis`."""
     return tensor.shrink([bound if index == axis else None for index in range(tensor.ndim)])
 

@@ -16,15 +16,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, Self, TypeVar
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.multi.collectives import allreduce
 from kiln.tensor.multi.layout import normalize_axis, slice_along
 
-if TYPE_CHECKING:
-    from kiln.tensor.multi.sharded import MultiTensor
+__all__ = ["Sharded", "matmul", "permute", "reshape"]
 
-__all__ = ["matmul", "permute", "reshape"]
+
+class Sharded(Protocol):
+    """What these rules read of a sharded tensor: `MultiTensor` (kiln.tensor.multi.sharded, which builds on this
+    module) has it all; results are made with `type(x)(shards, axis)`."""
+
+    shards: tuple[TensorCore, ...]
+    axis: int | None
+
+    def __init__(self, shards: Sequence[TensorCore], axis: int | None) -> None: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def bounds(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+    @property
+    def ndim(self) -> int: ...
+    def numel(self) -> int: ...
+    def replicated(self) -> Self: ...
+
+
+ShardedT = TypeVar("ShardedT", bound=Sharded)
 
 
 def _resolve_shape(shape: Sequence[int], total: int, old: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,7 +63,7 @@ def _resolve_shape(shape: Sequence[int], total: int, old: tuple[int, ...]) -> tu
     return shape
 
 
-def reshape(x: MultiTensor, shape: Sequence[int]) -> MultiTensor:
+def reshape(x: ShardedT, shape: Sequence[int]) -> ShardedT:
     """`x` in `shape`, split along the result axis that takes its split axis (see the module docstring)."""
     new_shape = _resolve_shape(shape, x.numel(), x.shape)
     if x.axis is None:
@@ -70,7 +92,7 @@ def reshape(x: MultiTensor, shape: Sequence[int]) -> MultiTensor:
     return type(x)(shards, target)
 
 
-def permute(x: MultiTensor, order: Sequence[int]) -> MultiTensor:
+def permute(x: ShardedT, order: Sequence[int]) -> ShardedT:
     """`x` with its axes in `order`; the split axis goes where `order` puts it."""
     axes = [normalize_axis(dim, x.ndim, "permute dim") for dim in order]
     if sorted(axes) != list(range(x.ndim)):
@@ -79,7 +101,7 @@ def permute(x: MultiTensor, order: Sequence[int]) -> MultiTensor:
     return type(x)([shard.permute(axes) for shard in x.shards], moved)
 
 
-def _sliced(x: MultiTensor, axis: int, bounds: tuple[tuple[int, int], ...]) -> list:  # type: ignore[type-arg]
+def _sliced(x: Sharded, axis: int, bounds: tuple[tuple[int, int], ...]) -> list[TensorCore]:
     """x's shards cut to `bounds` along `axis` (x re-laid out when it is not split that way already)."""
     if x.axis == axis and x.bounds == bounds:
         return list(x.shards)
@@ -87,7 +109,7 @@ def _sliced(x: MultiTensor, axis: int, bounds: tuple[tuple[int, int], ...]) -> l
     return [slice_along(shard, axis, bound) for shard, bound in zip(whole.shards, bounds)]
 
 
-def matmul(a: MultiTensor, b: MultiTensor) -> MultiTensor:
+def matmul(a: ShardedT, b: ShardedT) -> ShardedT:
     """a @ b with the layout of the module docstring's cases."""
     if not isinstance(b, type(a)):
         raise TypeError(

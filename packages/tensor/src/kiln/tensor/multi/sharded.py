@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.multi import movement
 from kiln.tensor.multi.collectives import allgather, allreduce
 from kiln.tensor.multi.layout import check_devices, normalize_axis, slice_along, split_bounds
 from kiln.tensor.ops._checks import broadcast_shapes
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ELEMENTWISE_METHODS", "MultiTensor", "shard_tensor"]
 
@@ -109,7 +107,7 @@ ELEMENTWISE_METHODS = frozenset(
 """Tensor methods that act elementwise (with broadcasting); a MultiTensor runs them per shard."""
 
 
-def shard_tensor(tensor: Tensor, devices: Sequence[str], axis: int | None = None) -> MultiTensor:
+def shard_tensor(tensor: TensorCore, devices: Sequence[str], axis: int | None = None) -> MultiTensor:
     """`tensor` placed on `devices`: a copy on each (axis None) or split in balanced parts along `axis`."""
     names = check_devices(devices)
     if axis is None:
@@ -133,7 +131,7 @@ class MultiTensor:
         ((3, 2), [(2, 2), (1, 2)], 15)
     """
 
-    def __init__(self, shards: Sequence[Tensor], axis: int | None) -> None:
+    def __init__(self, shards: Sequence[TensorCore], axis: int | None) -> None:
         if not shards:
             raise ValueError("a MultiTensor needs at least one shard, got none")
         self.shards = tuple(shards)
@@ -191,7 +189,7 @@ class MultiTensor:
     def __repr__(self) -> str:
         return f"<MultiTensor shape={self.shape} dtype={self.dtype!r} devices={list(self.devices)} axis={self.axis}>"
 
-    def _like(self, shards: Sequence[Tensor], axis: int | None) -> MultiTensor:
+    def _like(self, shards: Sequence[TensorCore], axis: int | None) -> MultiTensor:
         return MultiTensor(shards, axis)
 
     # -- data ---------------------------------------------------------------------------------------------------------
@@ -226,7 +224,7 @@ class MultiTensor:
             return (on_target or [self.shards[0]])[0].to(device)
         return type(self.shards[0]).cat(*[shard.to(device) for shard in self.shards], dim=self.axis)
 
-    def gathered(self) -> Tensor:
+    def gathered(self) -> TensorCore:
         """The logical tensor on the first device."""
         return self.to(self.devices[0])  # type: ignore[no-any-return]
 
@@ -445,7 +443,7 @@ def _reduce_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted({normalize_axis(dim, ndim, "reduce axis") for dim in listed}))
 
 
-def elementwise(function: Callable[..., Tensor], *operands: Any) -> MultiTensor:
+def elementwise(function: Callable[..., TensorCore], *operands: Any) -> MultiTensor:
     """`function` applied per device to the shards of `operands` (MultiTensors and scalars), broadcasting.
 
     The result is split like the first split operand; other operands are brought to that layout (a replicated

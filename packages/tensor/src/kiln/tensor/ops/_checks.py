@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kiln.runtime import Device
+from kiln.tensor.core import TensorCore
 from kiln.uops import DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = [
     "AxisError",
@@ -125,7 +123,7 @@ def check_dtype(dtype: object, what: str = "dtype") -> DType:
     return dtype
 
 
-def check_same_device(what: str, *tensors: Tensor) -> str:
+def check_same_device(what: str, *tensors: TensorCore) -> str:
     """The device all `tensors` are on; ValueError naming the devices when they differ."""
     devices = [tensor.device for tensor in tensors]
     if any(device != devices[0] for device in devices):

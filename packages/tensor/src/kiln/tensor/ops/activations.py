@@ -1,18 +1,14 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ActivationMixin`: the activation functions beyond unary.py's (softsign, selu, celu, logsigmoid, quick_gelu,
 softmin, hardshrink, ...), and `normalize`, composed from existing Tensor methods."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.ops._checks import normalize_axis
 from kiln.uops import DType
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ActivationMixin"]
 
@@ -21,10 +17,10 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-class ActivationMixin:
+class ActivationMixin(TensorCore):
     """Activation functions."""
 
-    def softsign(self: Tensor) -> Tensor:
+    def softsign(self) -> Self:
         """self / (1 + |self|).
 
         Example:
@@ -33,7 +29,7 @@ class ActivationMixin:
         """
         return self._math(lambda x: x / (x.abs() + 1.0))
 
-    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Self:
         """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); ValueError for alpha = 0.
 
         Example:
@@ -44,7 +40,7 @@ class ActivationMixin:
             raise ValueError("celu alpha must not be 0 (it divides by alpha)")
         return self._math(lambda x: (x > 0).where(x, (x.minimum(0.0) / alpha).expm1() * alpha))
 
-    def selu(self: Tensor) -> Tensor:
+    def selu(self) -> Self:
         """scale * (max(0, x) + min(0, alpha * (exp(x) - 1))) with the self-normalizing constants.
 
         Example:
@@ -53,7 +49,7 @@ class ActivationMixin:
         """
         return self._math(lambda x: (x > 0).where(x, x.minimum(0.0).expm1() * _SELU_ALPHA) * _SELU_SCALE)
 
-    def logsigmoid(self: Tensor) -> Tensor:
+    def logsigmoid(self) -> Self:
         """log(sigmoid(self)) = min(x, 0) - log1p(exp(-|x|)), without overflow.
 
         Example:
@@ -63,7 +59,7 @@ class ActivationMixin:
         # where(x < 0, x, 0) rather than minimum(x, 0): at 0 the gradient is torch's 1/2, not a tie's split
         return self._math(lambda x: (x < 0).where(x, 0.0) - (-x._magnitude()).exp().log1p())
 
-    def quick_gelu(self: Tensor) -> Tensor:
+    def quick_gelu(self) -> Self:
         """x * sigmoid(1.702 x), the fast GELU approximation of GPT-2 / CLIP.
 
         Example:
@@ -72,7 +68,7 @@ class ActivationMixin:
         """
         return self._math(lambda x: x * (x * 1.702).sigmoid())
 
-    def hardshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+    def hardshrink(self, lambd: float = 0.5) -> Self:
         """x where |x| > lambd, else 0.
 
         Example:
@@ -81,7 +77,7 @@ class ActivationMixin:
         """
         return (self.abs() > lambd).where(self, 0.0)
 
-    def softshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+    def softshrink(self, lambd: float = 0.5) -> Self:
         """x - lambd above lambd, x + lambd below -lambd, 0 between.
 
         Example:
@@ -92,7 +88,7 @@ class ActivationMixin:
             raise ValueError(f"softshrink lambd must be >= 0, got {lambd}")
         return (self > lambd).where(self - lambd, (self < -lambd).where(self + lambd, 0.0))
 
-    def tanhshrink(self: Tensor) -> Tensor:
+    def tanhshrink(self) -> Self:
         """x - tanh(x).
 
         Example:
@@ -101,7 +97,7 @@ class ActivationMixin:
         """
         return self - self.tanh()
 
-    def prelu(self: Tensor, weight: Tensor) -> Tensor:
+    def prelu(self, weight: Self) -> Self:
         """max(0, x) + weight * min(0, x), the weight per channel (dim 1) or one for all.
 
         Example:
@@ -116,7 +112,7 @@ class ActivationMixin:
             weight = weight.reshape(weight.shape[0], *([1] * (self.ndim - 2)))
         return (self > 0).where(self, self * weight)
 
-    def softmin(self: Tensor, dim: int = -1, *, dtype: DType | None = None) -> Tensor:
+    def softmin(self, dim: int = -1, *, dtype: DType | None = None) -> Self:
         """softmax(-self) along `dim`.
 
         Example:
@@ -125,7 +121,7 @@ class ActivationMixin:
         """
         return (-self._floating()).softmax(dim, dtype=dtype)
 
-    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Self:
         """self / max(||self||_p along `dim`, eps), like `torch.nn.functional.normalize`.
 
         Example:
@@ -135,9 +131,7 @@ class ActivationMixin:
         index = normalize_axis(dim, self.shape, "normalize dim")
         return self / self.norm(p, dim=index, keepdim=True).maximum(eps)
 
-    def norm(
-        self: Tensor, p: float | str = 2.0, dim: int | tuple[int, ...] | None = None, keepdim: bool = False
-    ) -> Tensor:
+    def norm(self, p: float | str = 2.0, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Self:
         """The p-norm over `dim` (every dim when None): p = 2 (or 'fro'), 1, inf, -inf, 0 or any other number.
 
         Example:
@@ -154,14 +148,14 @@ class ActivationMixin:
         if p == -math.inf:
             return x.amin(dim, keepdim)
         if p == 0:
-            return (x != 0)._cast(x.dtype).sum(dim, keepdim)
+            return x.ne(0)._cast(x.dtype).sum(dim, keepdim)
         if p == 1:
             return x.sum(dim, keepdim)
         if p == 2:
             return (x * x).sum(dim, keepdim).sqrt()
         return (x**p).sum(dim, keepdim) ** (1.0 / p)
 
-    def dist(self: Tensor, other: Tensor, p: float = 2.0) -> Tensor:
+    def dist(self, other: Self, p: float = 2.0) -> Self:
         """The p-norm of self - other (broadcast).
 
         Example:
@@ -174,7 +168,7 @@ class ActivationMixin:
     # tinygrad's normalization spellings (no running statistics; the statistics are arguments)
     # ------------------------------------------------------------------------------------------------------------
 
-    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Self:
         """(x - mean) / sqrt(var + eps) over `axis` (biased variance, no affine parameters), tinygrad's layernorm.
 
         Example:
@@ -185,13 +179,13 @@ class ActivationMixin:
         return centered * ((centered * centered).mean(axis, keepdim=True) + eps).rsqrt()
 
     def batchnorm(
-        self: Tensor,
-        weight: Tensor | None,
-        bias: Tensor | None,
-        mean: Tensor,
-        invstd: Tensor,
+        self,
+        weight: Self | None,
+        bias: Self | None,
+        mean: Self,
+        invstd: Self,
         axis: int | tuple[int, ...] = 1,
-    ) -> Tensor:
+    ) -> Self:
         """(x - mean) * weight * invstd + bias with the statistics given per `axis` (tinygrad's batchnorm; torch's
         is `batch_norm`).
 

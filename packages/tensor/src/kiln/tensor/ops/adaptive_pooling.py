@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`AdaptivePoolingMixin`: adaptive average and max pooling over 1, 2 or 3 trailing spatial dims.
 
 Adaptive pooling picks the window of output cell i along a dim of input size n and output size m as
@@ -14,17 +12,15 @@ indices, so the gradient reaches only the chosen cell (PyTorch's; a plain max wo
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
-from kiln.tensor.ops.creation import iota, tensor_class
+from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.linalg import multiply_sum
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["AdaptivePoolingMixin", "adaptive_membership"]
 
@@ -41,7 +37,7 @@ def adaptive_membership(length: int, out: int) -> np.ndarray[Any, Any]:
     return membership
 
 
-def _sizes(x: Tensor, output_size: Any, spatial: int, name: str) -> tuple[int, ...]:
+def _sizes(x: TensorCore, output_size: Any, spatial: int, name: str) -> tuple[int, ...]:
     if x.ndim not in (spatial + 1, spatial + 2):
         raise ValueError(
             f"{name} input must have {spatial + 2} dims (batch, channels, *spatial) or {spatial + 1} without the "
@@ -61,15 +57,15 @@ def _sizes(x: Tensor, output_size: Any, spatial: int, name: str) -> tuple[int, .
     return sizes
 
 
-def _lowest(x: Tensor) -> float | int:
+def _lowest(x: TensorCore) -> float | int:
     return -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
 
 
-def _membership_tensor(x: Tensor, length: int, out: int) -> Tensor:
-    return tensor_class()(adaptive_membership(length, out), device=x.device)
+def _membership_tensor(x: TensorT, length: int, out: int) -> TensorT:
+    return type(x)(adaptive_membership(length, out), device=x.device)
 
 
-def _adaptive_avg(x: Tensor, output_size: Any, spatial: int) -> Tensor:
+def _adaptive_avg(x: TensorT, output_size: Any, spatial: int) -> TensorT:
     name = f"adaptive_avg_pool{spatial}d"
     sizes = _sizes(x, output_size, spatial, name)
     if not dtypes.is_float(x.dtype):
@@ -81,14 +77,14 @@ def _adaptive_avg(x: Tensor, output_size: Any, spatial: int) -> Tensor:
         length = moved.shape[-1]
         membership = adaptive_membership(length, out)
         weights = membership / np.maximum(membership.sum(1, keepdims=True), 1)
-        matrix = tensor_class()(weights, dtype=x.dtype, device=x.device)
+        matrix = type(x)(weights, dtype=x.dtype, device=x.device)
         full = (*moved.shape[:-1], out, length)
         summed = multiply_sum(matrix._broadcast_to(full), moved.unsqueeze(-2)._broadcast_to(full), (len(full) - 1,))
         result = summed.reshape(*moved.shape[:-1], out).transpose(axis, -1)
     return result
 
 
-def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: bool) -> Any:
+def _adaptive_max(x: TensorCore, output_size: Any, spatial: int, return_indices: bool) -> Any:
     name = f"adaptive_max_pool{spatial}d"
     sizes = _sizes(x, output_size, spatial, name)
     if not isinstance(return_indices, bool):
@@ -96,7 +92,7 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     if x.dtype == dtypes.bool:
         raise TypeError(f"{name} is not defined for bool tensors; cast to an integer or float dtype first")
     lowest = _lowest(x)
-    routed = x.requires_grad is True and not type(x).no_grad
+    routed = x.requires_grad is True and not type(x)._grad_disabled
     result = x.detach() if routed else x
     for position, out in enumerate(sizes):
         axis = x.ndim - spatial + position
@@ -112,7 +108,7 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     leading = x.ndim - spatial
     lengths = x.shape[leading:]
     plane = math.prod(lengths)
-    inside_all: Tensor | None = None
+    inside_all: TensorCore | None = None
     for position, (length, out) in enumerate(zip(lengths, sizes)):
         shape = [1] * (2 * spatial)
         shape[position], shape[spatial + position] = out, length
@@ -129,16 +125,16 @@ def _adaptive_max(x: Tensor, output_size: Any, spatial: int, return_indices: boo
     indices = flat.argmax(-1)._cast(dtypes.default_int)
     if routed:
         # the value read at its index: the gradient goes to that one cell, as PyTorch's does
-        chosen = indices.unsqueeze(-1) == iota(plane, x.device)._cast(dtypes.default_int)
+        chosen = indices.unsqueeze(-1) == iota(type(x), plane, x.device)._cast(dtypes.default_int)
         values = x.reshape(*x.shape[:leading], *((1,) * spatial), plane)
         result = chosen.where(values, 0)._cast(x.dtype).sum(-1)._cast(x.dtype)
     return (result, indices) if return_indices else result
 
 
-class AdaptivePoolingMixin:
+class AdaptivePoolingMixin(TensorCore):
     """Adaptive pooling (PyTorch's `torch.nn.functional.adaptive_*_pool*d` with the input as `self`)."""
 
-    def adaptive_avg_pool1d(self: Tensor, output_size: OutputSize) -> Tensor:
+    def adaptive_avg_pool1d(self, output_size: OutputSize) -> Self:
         """Adaptive average pooling of the last dim to `output_size`; see `adaptive_avg_pool2d`.
 
         Example:
@@ -147,7 +143,7 @@ class AdaptivePoolingMixin:
         """
         return _adaptive_avg(self, output_size, 1)
 
-    def adaptive_avg_pool2d(self: Tensor, output_size: OutputSize) -> Tensor:
+    def adaptive_avg_pool2d(self, output_size: OutputSize) -> Self:
         """The last two dims averaged down (or up) to `output_size`, like `torch.nn.functional.adaptive_avg_pool2d`.
 
         Args:
@@ -159,7 +155,7 @@ class AdaptivePoolingMixin:
         """
         return _adaptive_avg(self, output_size, 2)
 
-    def adaptive_avg_pool3d(self: Tensor, output_size: OutputSize) -> Tensor:
+    def adaptive_avg_pool3d(self, output_size: OutputSize) -> Self:
         """Adaptive average pooling of the last three dims; see `adaptive_avg_pool2d`.
 
         Example:
@@ -168,7 +164,7 @@ class AdaptivePoolingMixin:
         """
         return _adaptive_avg(self, output_size, 3)
 
-    def adaptive_max_pool1d(self: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    def adaptive_max_pool1d(self, output_size: OutputSize, return_indices: bool = False) -> Any:
         """Adaptive max pooling of the last dim; see `adaptive_max_pool2d`.
 
         Example:
@@ -177,7 +173,7 @@ class AdaptivePoolingMixin:
         """
         return _adaptive_max(self, output_size, 1, return_indices)
 
-    def adaptive_max_pool2d(self: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    def adaptive_max_pool2d(self, output_size: OutputSize, return_indices: bool = False) -> Any:
         """The maximum of each adaptive window of the last two dims, like `torch.nn.functional.adaptive_max_pool2d`.
 
         Args:
@@ -191,7 +187,7 @@ class AdaptivePoolingMixin:
         """
         return _adaptive_max(self, output_size, 2, return_indices)
 
-    def adaptive_max_pool3d(self: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    def adaptive_max_pool3d(self, output_size: OutputSize, return_indices: bool = False) -> Any:
         """Adaptive max pooling of the last three dims; see `adaptive_max_pool2d`.
 
         Example:

@@ -7,18 +7,14 @@ PyTorch semantics (`//` floors, `%` takes the divisor's sign, `fmod` works on fl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kiln.tensor.core import TensorT
 from kiln.tensor.ops.data_checks import guarded_integer_division
 from kiln.uops import Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["float_floor_divide", "integer_power", "sign_mismatch", "truncated_remainder"]
 
 
-def sign_mismatch(remainder: Tensor, divisor: Tensor) -> Tensor:
+def sign_mismatch(remainder: TensorT, divisor: TensorT) -> TensorT:
     """Where a C remainder is nonzero and its sign differs from the divisor's (bool tensor)."""
     zero = remainder._const(0, remainder.shape, remainder.dtype, remainder.device)
     nonzero = remainder._binary(Ops.CMPNE, zero)
@@ -26,7 +22,7 @@ def sign_mismatch(remainder: Tensor, divisor: Tensor) -> Tensor:
     return nonzero._binary(Ops.AND, differ)
 
 
-def float_floor_divide(left: Tensor, right: Tensor) -> Tensor:
+def float_floor_divide(left: TensorT, right: TensorT) -> TensorT:
     """Python's float floor division (CPython's float_floor_div): exact quotient of (a - fmod(a, b)) / b, floored.
 
     A zero divisor gives a / b (inf or nan), as numpy and PyTorch do.
@@ -48,7 +44,7 @@ def float_floor_divide(left: Tensor, right: Tensor) -> Tensor:
     return right._binary(Ops.CMPEQ, zero)._ternary(Ops.WHERE, left._binary(Ops.FDIV, right), floored)
 
 
-def truncated_remainder(left: Tensor, right: Tensor) -> Tensor:
+def truncated_remainder(left: TensorT, right: TensorT) -> TensorT:
     """C's remainder (sign of the dividend): the MOD primitive for integers; C's `fmod` for floats.
 
     MOD is integer-only in the kernel spec, so float fmod is built from FDIV, TRUNC, MUL and SUB:
@@ -81,14 +77,14 @@ def truncated_remainder(left: Tensor, right: Tensor) -> Tensor:
     return keep._ternary(Ops.WHERE, dividend, remainder)._cast(left.dtype)
 
 
-def _split(x: Tensor) -> tuple[Tensor, Tensor]:
+def _split(x: TensorT) -> tuple[TensorT, TensorT]:
     """Veltkamp's split of a float64 into two halves of 26 significant bits (hi + lo == x exactly)."""
     scaled = x._binary(Ops.MUL, x._scalar_like(134217729.0))  # 2**27 + 1
     high = scaled._binary(Ops.SUB, scaled._binary(Ops.SUB, x))
     return high, x._binary(Ops.SUB, high)
 
 
-def _float64_remainder(dividend: Tensor, divisor: Tensor) -> Tensor:
+def _float64_remainder(dividend: TensorT, divisor: TensorT) -> TensorT:
     quotient = dividend._binary(Ops.FDIV, divisor)._unary(Ops.TRUNC)
     product = quotient._binary(Ops.MUL, divisor)
     # Dekker's two-product: product + error == quotient * divisor exactly
@@ -113,7 +109,7 @@ def _float64_remainder(dividend: Tensor, divisor: Tensor) -> Tensor:
     return too_large._ternary(Ops.WHERE, remainder._binary(Ops.SUB, step), remainder)
 
 
-def integer_power(base: Tensor, exponent: Tensor) -> Tensor:
+def integer_power(base: TensorT, exponent: TensorT) -> TensorT:
     """base ** exponent for integers (POW is float-only in the kernel spec): square-and-multiply over the exponent's
     bits, wrapping like the dtype. Negative exponents give 1 / base**n truncated: 1 for 1, +-1 for -1, else 0."""
     one = base._const(1, base.shape, base.dtype, base.device)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`AttentionMixin`: scaled_dot_product_attention with PyTorch's arguments, composed from matmul and softmax.
 
 softmax(query @ key^T * scale + mask) @ value: two matmuls (each one fused reduce) and a softmax over the last dim.
@@ -10,27 +8,23 @@ A query row whose every key is masked gets zero weights (PyTorch 2.13's safe sof
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_same_device
 from kiln.tensor.ops.creation import iota
 from kiln.uops import dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["AttentionMixin"]
 
 
-def _require(value: object, what: str) -> Tensor:
-    from kiln.tensor.tensor import Tensor
-
-    if not isinstance(value, Tensor):
+def _require(value: TensorT, what: str) -> TensorT:
+    if not isinstance(value, TensorCore):
         raise TypeError(f"{what} must be a Tensor, got {type(value).__name__}")
     return value
 
 
-def _grouped(tensor: Tensor, heads: int, what: str) -> Tensor:
+def _grouped(tensor: TensorT, heads: int, what: str) -> TensorT:
     """`tensor` (..., kv_heads, sequence, features) with each head repeated to `heads` heads (grouped-query)."""
     kv_heads = tensor.shape[-3]
     if heads % kv_heads:
@@ -42,19 +36,19 @@ def _grouped(tensor: Tensor, heads: int, what: str) -> Tensor:
     return expanded.reshape(*tensor.shape[:-3], heads, *tensor.shape[-2:])
 
 
-class AttentionMixin:
+class AttentionMixin(TensorCore):
     """Attention."""
 
     def scaled_dot_product_attention(
-        self: Tensor,
-        key: Tensor,
-        value: Tensor,
-        attn_mask: Tensor | None = None,
+        self,
+        key: Self,
+        value: Self,
+        attn_mask: Self | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
         scale: float | None = None,
         enable_gqa: bool = False,
-    ) -> Tensor:
+    ) -> Self:
         """Attention of queries `self` (..., L, E) over `key` (..., S, E) and `value` (..., S, Ev), like
         `torch.nn.functional.scaled_dot_product_attention`; the batch dims broadcast.
 
@@ -102,7 +96,9 @@ class AttentionMixin:
         factor = 1.0 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = (self @ key.transpose(-2, -1)) * factor
         if is_causal:
-            allowed = iota(keys, self.device).reshape(1, keys) <= iota(queries, self.device).reshape(queries, 1)
+            allowed = iota(type(self), keys, self.device).reshape(1, keys) <= iota(
+                type(self), queries, self.device
+            ).reshape(queries, 1)
             scores = allowed.where(scores, -math.inf)
         if attn_mask is not None:
             mask = _require(attn_mask, f"{name} attn_mask")
@@ -116,7 +112,7 @@ class AttentionMixin:
         if attn_mask is not None:
             # a row with every key masked attends to nothing: zero weights (torch 2.13's safe softmax), computed
             # from finite scores so that no NaN reaches the gradient
-            blocked = (scores == -math.inf).all(-1, keepdim=True)
+            blocked = scores.eq(-math.inf).all(-1, keepdim=True)
             weights = blocked.where(0.0, blocked.where(0.0, scores).softmax(-1))._cast(scores.dtype)
         else:
             weights = scores.softmax(-1)

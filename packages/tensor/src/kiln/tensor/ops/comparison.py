@@ -1,24 +1,20 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ComparisonMixin`: closeness tests, sign manipulation, NaN-aware extrema and the torch / numpy aliases of the
 arithmetic and comparison methods (greater, multiply, ...)."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.uops import ConstType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ComparisonMixin"]
 
 _SIGNED_INTEGER_OF_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 
 
-class ComparisonMixin:
+class ComparisonMixin(TensorCore):
     """Closeness, signs and aliases."""
 
     # ------------------------------------------------------------------------------------------------------------
@@ -26,8 +22,8 @@ class ComparisonMixin:
     # ------------------------------------------------------------------------------------------------------------
 
     def isclose(
-        self: Tensor, other: Tensor | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
-    ) -> Tensor:
+        self, other: Self | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+    ) -> Self:
         """|self - other| <= atol + rtol * |other| elementwise (bool); infinities are close only to themselves.
 
         Example:
@@ -45,7 +41,7 @@ class ComparisonMixin:
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
     def allclose(
-        self: Tensor, other: Tensor | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+        self, other: Self | ConstType, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
     ) -> bool:
         """Whether every element is `isclose` (a Python bool: realizes the comparison).
 
@@ -55,7 +51,7 @@ class ComparisonMixin:
         """
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
-    def equal(self: Tensor, other: Tensor) -> bool:
+    def equal(self, other: Self) -> bool:
         """Whether both have the same shape and the same values (a Python bool).
 
         Example:
@@ -70,7 +66,7 @@ class ComparisonMixin:
     # signs
     # ------------------------------------------------------------------------------------------------------------
 
-    def signbit(self: Tensor) -> Tensor:
+    def signbit(self) -> Self:
         """Whether the sign bit is set (True for -0.0 and negative NaN too).
 
         Example:
@@ -83,7 +79,7 @@ class ComparisonMixin:
             return self._const(False, self.shape, dtypes.bool, self.device)
         return self < 0
 
-    def copysign(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def copysign(self, other: Self | ConstType) -> Self:
         """|self| with the sign of `other` (its sign bit: -0.0 counts as negative).
 
         Example:
@@ -95,11 +91,11 @@ class ComparisonMixin:
         magnitude = a._magnitude()
         return b.signbit().where(-magnitude, magnitude)
 
-    def sgn(self: Tensor) -> Tensor:
+    def sgn(self) -> Self:
         """Alias of `sign` (torch's name for complex-aware sign)."""
         return self.sign()
 
-    def heaviside(self: Tensor, values: Tensor | ConstType) -> Tensor:
+    def heaviside(self, values: Self | ConstType) -> Self:
         """0 below 0, 1 above 0 and `values` at 0.
 
         Example:
@@ -107,9 +103,9 @@ class ComparisonMixin:
             [0.0, 0.5, 1.0]
         """
         x, v = self._operands(values, "heaviside")
-        return (x == 0).where(v, (x > 0)._cast(x.dtype))
+        return x.eq(0).where(v, (x > 0)._cast(x.dtype))
 
-    def hypot(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def hypot(self, other: Self | ConstType) -> Self:
         """sqrt(self**2 + other**2).
 
         Example:
@@ -119,7 +115,7 @@ class ComparisonMixin:
         a, b = self._operands(other, "hypot")
         return (a * a + b * b).sqrt()
 
-    def nan_to_num(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Self:
         """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and smallest finite values).
 
         Example:
@@ -132,9 +128,9 @@ class ComparisonMixin:
         largest = (2.0 - 2.0**-mantissa_bits) * 2.0 ** (2 ** (exponent_bits - 1) - 1)  # torch.finfo(dtype).max
         high = largest if posinf is None else posinf
         low = -largest if neginf is None else neginf
-        return self.isnan().where(nan, (self == math.inf).where(high, (self == -math.inf).where(low, self)))
+        return self.isnan().where(nan, self.eq(math.inf).where(high, self.eq(-math.inf).where(low, self)))
 
-    def frac(self: Tensor) -> Tensor:
+    def frac(self) -> Self:
         """self - trunc(self): the fractional part, with the sign of self.
 
         Example:
@@ -143,11 +139,11 @@ class ComparisonMixin:
         """
         return self - self.trunc()
 
-    def fix(self: Tensor) -> Tensor:
+    def fix(self) -> Self:
         """Alias of `trunc`."""
         return self.trunc()
 
-    def positive(self: Tensor) -> Tensor:
+    def positive(self) -> Self:
         """self (TypeError for bool, like torch).
 
         Example:
@@ -158,15 +154,15 @@ class ComparisonMixin:
             raise TypeError("positive is not supported for bool tensors")
         return self
 
-    def negative(self: Tensor) -> Tensor:
+    def negative(self) -> Self:
         """Alias of `neg`."""
         return self.neg()
 
-    def absolute(self: Tensor) -> Tensor:
+    def absolute(self) -> Self:
         """Alias of `abs`."""
         return self.abs()
 
-    def erfc(self: Tensor) -> Tensor:
+    def erfc(self) -> Self:
         """1 - erf(self).
 
         Example:
@@ -175,7 +171,7 @@ class ComparisonMixin:
         """
         return 1.0 - self.erf()
 
-    def logit(self: Tensor, eps: float | None = None) -> Tensor:
+    def logit(self, eps: float | None = None) -> Self:
         """log(p / (1 - p)), with p clamped to [eps, 1 - eps] when eps is given.
 
         Example:
@@ -185,7 +181,7 @@ class ComparisonMixin:
         p = self._floating() if eps is None else self._floating().clamp(eps, 1.0 - eps)
         return (p / (1.0 - p)).log()
 
-    def float_power(self: Tensor, exponent: Tensor | ConstType) -> Tensor:
+    def float_power(self, exponent: Self | ConstType) -> Self:
         """self ** exponent computed in float64.
 
         Example:
@@ -199,7 +195,7 @@ class ComparisonMixin:
     # NaN-aware extrema and one-sided clamps
     # ------------------------------------------------------------------------------------------------------------
 
-    def fmax(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def fmax(self, other: Self | ConstType) -> Self:
         """The elementwise maximum ignoring NaN (NaN only where both are NaN).
 
         Example:
@@ -211,7 +207,7 @@ class ComparisonMixin:
             return a.maximum(b)
         return a.isnan().where(b, b.isnan().where(a, a.maximum(b)))
 
-    def fmin(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def fmin(self, other: Self | ConstType) -> Self:
         """The elementwise minimum ignoring NaN (NaN only where both are NaN).
 
         Example:
@@ -223,7 +219,7 @@ class ComparisonMixin:
             return a.minimum(b)
         return a.isnan().where(b, b.isnan().where(a, a.minimum(b)))
 
-    def clamp_min(self: Tensor, min: Tensor | ConstType) -> Tensor:
+    def clamp_min(self, min: Self | ConstType) -> Self:
         """clamp(min=min).
 
         Example:
@@ -232,7 +228,7 @@ class ComparisonMixin:
         """
         return self.clamp(min=min)
 
-    def clamp_max(self: Tensor, max: Tensor | ConstType) -> Tensor:
+    def clamp_max(self, max: Self | ConstType) -> Self:
         """clamp(max=max).
 
         Example:
@@ -241,19 +237,19 @@ class ComparisonMixin:
         """
         return self.clamp(max=max)
 
-    def isposinf(self: Tensor) -> Tensor:
+    def isposinf(self) -> Self:
         """Where the value is +inf (bool)."""
         return self.isinf(detect_negative=False)
 
-    def isneginf(self: Tensor) -> Tensor:
+    def isneginf(self) -> Self:
         """Where the value is -inf (bool)."""
         return self.isinf(detect_positive=False)
 
-    def isreal(self: Tensor) -> Tensor:
+    def isreal(self) -> Self:
         """True everywhere (kiln has no complex dtypes)."""
         return self._const(True, self.shape, dtypes.bool, self.device)
 
-    def is_floating_point(self: Tensor) -> bool:
+    def is_floating_point(self) -> bool:
         """Whether the dtype is a floating-point one.
 
         Example:
@@ -262,11 +258,11 @@ class ComparisonMixin:
         """
         return dtypes.is_float(self.dtype)
 
-    def is_signed(self: Tensor) -> bool:
+    def is_signed(self) -> bool:
         """Whether the dtype can hold negative values (floats and signed integers)."""
         return dtypes.is_float(self.dtype) or (dtypes.is_int(self.dtype) and not dtypes.is_unsigned(self.dtype))
 
-    def is_complex(self: Tensor) -> bool:
+    def is_complex(self) -> bool:
         """False: kiln has no complex dtypes."""
         return False
 
@@ -274,7 +270,7 @@ class ComparisonMixin:
     # torch / numpy / tinygrad spellings of existing methods
     # ------------------------------------------------------------------------------------------------------------
 
-    def mod(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def mod(self, other: Self | ConstType) -> Self:
         """Python-style remainder (the sign of the divisor): tinygrad's name for `remainder`.
 
         Example:
@@ -283,46 +279,46 @@ class ComparisonMixin:
         """
         return self.remainder(other)
 
-    def greater(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def greater(self, other: Self | ConstType) -> Self:
         """Alias of `gt`."""
         return self.gt(other)
 
-    def greater_equal(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def greater_equal(self, other: Self | ConstType) -> Self:
         """Alias of `ge`."""
         return self.ge(other)
 
-    def less(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def less(self, other: Self | ConstType) -> Self:
         """Alias of `lt`."""
         return self.lt(other)
 
-    def less_equal(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def less_equal(self, other: Self | ConstType) -> Self:
         """Alias of `le`."""
         return self.le(other)
 
-    def not_equal(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def not_equal(self, other: Self | ConstType) -> Self:
         """Alias of `ne`."""
         return self.ne(other)
 
-    def multiply(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def multiply(self, other: Self | ConstType) -> Self:
         """Alias of `mul`."""
         return self.mul(other)
 
-    def subtract(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+    def subtract(self, other: Self | ConstType, alpha: ConstType | None = None) -> Self:
         """Alias of `sub`."""
         return self.sub(other, alpha=alpha)
 
-    def divide(self: Tensor, other: Tensor | ConstType, rounding_mode: str | None = None) -> Tensor:
+    def divide(self, other: Self | ConstType, rounding_mode: str | None = None) -> Self:
         """Alias of `div`."""
         return self.div(other, rounding_mode=rounding_mode)
 
-    def true_divide(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def true_divide(self, other: Self | ConstType) -> Self:
         """Alias of `div` (true division)."""
         return self.div(other)
 
-    def bitwise_left_shift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def bitwise_left_shift(self, other: Self | ConstType) -> Self:
         """Alias of `lshift`."""
         return self.lshift(other)
 
-    def bitwise_right_shift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def bitwise_right_shift(self, other: Self | ConstType) -> Self:
         """Alias of `rshift`."""
         return self.rshift(other)

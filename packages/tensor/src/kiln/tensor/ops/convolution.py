@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ConvolutionMixin`: conv1d / conv2d / conv3d and conv_transpose1d / 2d / 3d with PyTorch's arguments.
 
 A convolution is sliding windows (`kiln.tensor.ops.windows`: movement ops only) multiplied by the weight and summed
@@ -12,16 +10,14 @@ with the kernel flipped and its channel dims swapped within each group.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.tensor.ops.linalg import multiply_sum, product_dtype
 from kiln.tensor.ops.padding import crop_and_pad, spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
 from kiln.uops import Ops
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ConvolutionMixin"]
 
@@ -33,11 +29,9 @@ PADDED_INPUT_BUFFER_MINIMUM = 2**16
 """Elements of a padded convolution input from which the padding is written to a buffer first (one extra kernel)."""
 
 
-def _check_layout(x: Tensor, weight: object, spatial: int, name: str, weight_layout: str) -> tuple[Tensor, bool]:
+def _check_layout(x: TensorT, weight: TensorT, spatial: int, name: str, weight_layout: str) -> tuple[TensorT, bool]:
     """(weight as a Tensor, whether the input lacks the batch dim); errors name the expected layouts."""
-    from kiln.tensor.tensor import Tensor
-
-    if not isinstance(weight, Tensor):
+    if not isinstance(weight, TensorCore):
         raise TypeError(f"{name} weight must be a Tensor, got {type(weight).__name__}")
     if weight.ndim != spatial + 2:
         raise ValueError(f"{name} weight must have {spatial + 2} dims {weight_layout}, got shape {weight.shape}")
@@ -50,12 +44,10 @@ def _check_layout(x: Tensor, weight: object, spatial: int, name: str, weight_lay
     return weight, x.ndim == spatial + 1
 
 
-def _check_bias(bias: object, channels: int, name: str) -> Tensor | None:
-    from kiln.tensor.tensor import Tensor
-
+def _check_bias(bias: TensorT | None, channels: int, name: str) -> TensorT | None:
     if bias is None:
         return None
-    if not isinstance(bias, Tensor):
+    if not isinstance(bias, TensorCore):
         raise TypeError(f"{name} bias must be a Tensor or None, got {type(bias).__name__}")
     if bias.shape != (channels,):
         raise ValueError(f"{name} bias must have shape ({channels},) (one value per output channel), got {bias.shape}")
@@ -88,15 +80,15 @@ def _padding_pairs(
 
 
 def _convolve(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
+    x: TensorT,
+    weight: TensorT,
+    bias: TensorT | None,
     stride: tuple[int, ...],
     padding: tuple[tuple[int, int], ...],
     dilation: tuple[int, ...],
     groups: int,
     name: str,
-) -> Tensor:
+) -> TensorT:
     """The convolution of batched `x` (batch, in_channels, *spatial) with `weight` (checked arguments)."""
     spatial = len(stride)
     batch, in_channels = x.shape[:2]
@@ -142,8 +134,15 @@ def _convolve(
 
 
 def _convolution(
-    x: Tensor, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any, spatial: int
-) -> Tensor:
+    x: TensorT,
+    weight: TensorT,
+    bias: TensorT | None,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: Any,
+    spatial: int,
+) -> TensorT:
     name = _NAMES[spatial]
     weight, unbatched = _check_layout(x, weight, spatial, name, "(out_channels, in_channels / groups, *kernel)")
     strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
@@ -157,16 +156,16 @@ def _convolution(
 
 
 def _transposed_convolution(
-    x: Tensor,
-    weight: Any,
-    bias: Any,
+    x: TensorT,
+    weight: TensorT,
+    bias: TensorT | None,
     stride: Any,
     padding: Any,
     output_padding: Any,
     groups: Any,
     dilation: Any,
     spatial: int,
-) -> Tensor:
+) -> TensorT:
     name = f"conv_transpose{spatial}d"
     weight, unbatched = _check_layout(x, weight, spatial, name, "(in_channels, out_channels / groups, *kernel)")
     strides = int_tuple(stride, spatial, f"{name} stride", minimum=1)
@@ -224,17 +223,15 @@ def _transposed_convolution(
     return result.reshape(result.shape[1:]) if unbatched else result
 
 
-def _weight_spatial(x: Tensor, weight: object) -> int:
+def _weight_spatial(x: TensorCore, weight: object) -> int:
     """The spatial dims of a conv2d / conv_transpose2d call: 2, or 1 / 3 for a 3-dim / 5-dim weight with a matching
     input (tinygrad's conv2d and conv_transpose2d read the spatial dims from the weight)."""
-    from kiln.tensor.tensor import Tensor
-
-    if isinstance(weight, Tensor) and weight.ndim in (3, 5) and x.ndim in (weight.ndim - 1, weight.ndim):
+    if isinstance(weight, TensorCore) and weight.ndim in (3, 5) and x.ndim in (weight.ndim - 1, weight.ndim):
         return weight.ndim - 2
     return 2
 
 
-def _spread(x: Tensor, stride: tuple[int, ...]) -> Tensor:
+def _spread(x: TensorT, stride: tuple[int, ...]) -> TensorT:
     """`x` with stride - 1 zeros between neighbours along each spatial dim (batch and channel dims untouched)."""
     result = x
     for position, step in enumerate(stride):
@@ -254,18 +251,18 @@ def _spread(x: Tensor, stride: tuple[int, ...]) -> Tensor:
     return result
 
 
-class ConvolutionMixin:
+class ConvolutionMixin(TensorCore):
     """Convolutions (PyTorch's `torch.nn.functional.conv*` with the input as `self`)."""
 
     def conv1d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int] = 1,
         padding: Padding = 0,
         dilation: int | tuple[int] = 1,
         groups: int = 1,
-    ) -> Tensor:
+    ) -> Self:
         """1-D convolution (cross-correlation) of (batch, in_channels, length) with weight
         (out_channels, in_channels / groups, kernel); see `conv2d` for the arguments.
 
@@ -276,14 +273,14 @@ class ConvolutionMixin:
         return _convolution(self, weight, bias, stride, padding, dilation, groups, 1)
 
     def conv2d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int, int] = 1,
         padding: Padding = 0,
         dilation: int | tuple[int, int] = 1,
         groups: int = 1,
-    ) -> Tensor:
+    ) -> Self:
         """2-D convolution (cross-correlation), like `torch.nn.functional.conv2d`.
 
         Args:
@@ -308,14 +305,14 @@ class ConvolutionMixin:
         return _convolution(self, weight, bias, stride, padding, dilation, groups, _weight_spatial(self, weight))
 
     def conv3d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int, int, int] = 1,
         padding: Padding = 0,
         dilation: int | tuple[int, int, int] = 1,
         groups: int = 1,
-    ) -> Tensor:
+    ) -> Self:
         """3-D convolution of (batch, in_channels, depth, height, width); see `conv2d` for the arguments.
 
         Example:
@@ -325,15 +322,15 @@ class ConvolutionMixin:
         return _convolution(self, weight, bias, stride, padding, dilation, groups, 3)
 
     def conv_transpose1d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int] = 1,
         padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int] = 0,
         groups: int = 1,
         dilation: int | tuple[int] = 1,
-    ) -> Tensor:
+    ) -> Self:
         """1-D transposed convolution; see `conv_transpose2d`.
 
         Example:
@@ -343,15 +340,15 @@ class ConvolutionMixin:
         return _transposed_convolution(self, weight, bias, stride, padding, output_padding, groups, dilation, 1)
 
     def conv_transpose2d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int, int] = 1,
         padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int] = 1,
-    ) -> Tensor:
+    ) -> Self:
         """2-D transposed convolution (the gradient of conv2d with respect to its input), like
         `torch.nn.functional.conv_transpose2d`.
 
@@ -374,15 +371,15 @@ class ConvolutionMixin:
         )
 
     def conv_transpose3d(
-        self: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
+        self,
+        weight: Self,
+        bias: Self | None = None,
         stride: int | tuple[int, int, int] = 1,
         padding: int | tuple[int, ...] = 0,
         output_padding: int | tuple[int, int, int] = 0,
         groups: int = 1,
         dilation: int | tuple[int, int, int] = 1,
-    ) -> Tensor:
+    ) -> Self:
         """3-D transposed convolution; see `conv_transpose2d`.
 
         Example:

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`CreationMixin`: new tensors (zeros, ones, full, arange, linspace, eye, random tensors, *_like) and dtype casts.
 
 Constant tensors are CONST nodes broadcast to a shape: they take no memory and fuse into their consumers. `arange`
@@ -10,12 +8,12 @@ is built without memory too (`iota`). Random tensors come from the counter-based
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
 import numpy as np
 
 from kiln.tensor import graph
+from kiln.tensor.core import ShapeArgument, TensorCore, TensorT
 from kiln.tensor.device import canonical_device
 from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, check_dtype, check_int, shape_argument
 from kiln.tensor.ops.promotion import scalar_value
@@ -23,37 +21,24 @@ from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
 from kiln.uops import ConstType, DType, Ops, dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
 
-ShapeArgument = int | Sequence[int]
 
-
-def tensor_class() -> type[Tensor]:
-    """The Tensor class (imported on use: this module is imported while kiln.tensor.tensor loads)."""
-    from kiln.tensor.tensor import Tensor
-
-    return Tensor
-
-
-def iota(size: int, device: str | None = None) -> Tensor:
-    """The tensor [0, 1, ..., size - 1] (int32; int64 past 2**31 elements), built from constants and movement ops
+def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
+    """The `kind` tensor [0, 1, ..., size - 1] (int32; int64 past 2**31 elements), built from constants and movement ops
     only (no memory, no reduce).
 
     The value of position i is the sum of its binary digits: plane k is the vector [0, 2**k] padded from a constant
     and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
     consumer.
     """
-    tensor = tensor_class()
     dtype = dtypes.int32 if size <= 2**31 else dtypes.int64
     if size <= 1:
-        return tensor._const(0, (size,), dtype, device)
+        return kind._const(0, (size,), dtype, device)
     bits = (size - 1).bit_length()
-    total: Tensor | None = None
+    total: TensorT | None = None
     for bit in range(bits):
-        digit = tensor._const(1 << bit, (1,), dtype, device)._movement(Ops.PAD, ((1, 0),))
+        digit = kind._const(1 << bit, (1,), dtype, device)._movement(Ops.PAD, ((1, 0),))
         plane_shape = [1] * bits
         plane_shape[bits - 1 - bit] = 2  # the most significant digit is the outermost dim (row-major order)
         plane = digit._movement(Ops.RESHAPE, tuple(plane_shape))._movement(Ops.EXPAND, (2,) * bits)
@@ -76,7 +61,7 @@ def _check_real(value: object, what: str) -> None:
         raise ValueError(f"{what} must be finite, got {value!r}")
 
 
-def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
+def _with_grad(tensor: TensorT, requires_grad: bool | None) -> TensorT:
     # every creation function ends here: the device must be able to store the dtype asked for
     check_device_dtype(tensor.device, tensor.dtype)
     if requires_grad is not None:
@@ -84,27 +69,27 @@ def _with_grad(tensor: Tensor, requires_grad: bool | None) -> Tensor:
     return tensor
 
 
-def _random_words(count: int, device: str | None) -> tuple[Tensor, Tensor]:
+def _random_words(kind: type[TensorT], count: int, device: str | None) -> tuple[TensorT, TensorT]:
     """Two uint32 words per element of a (count,) tensor: Threefry of the counter (position, call number)."""
     key0, key1, call = random_state.next_stream()
-    block = iota(count, device)._cast(dtypes.uint32)
+    block = iota(kind, count, device)._cast(dtypes.uint32)
     # the call number comes from memory, not a constant, so every call runs the same (cached) kernel
-    stream = tensor_class()(np.array([call], dtype=np.uint32), device=device)
+    stream = kind(np.array([call], dtype=np.uint32), device=device)
     if random_state.stream_observer is not None:
         random_state.stream_observer(stream, call)
     stream = stream._movement(Ops.EXPAND, (count,))
     return threefry2x32(block, stream, key0, key1)
 
 
-def _random_bits(count: int, device: str | None) -> Tensor:
+def _random_bits(kind: type[TensorT], count: int, device: str | None) -> TensorT:
     """`count` random uint32 words: both Threefry outputs of ceil(count / 2) counters, first words first."""
     half = (count + 1) // 2
-    first, second = _random_words(half, device)
+    first, second = _random_words(kind, half, device)
     both = first._movement(Ops.PAD, ((0, half),))._binary(Ops.OR, second._movement(Ops.PAD, ((half, 0),)))
     return both._movement(Ops.SHRINK, ((0, count),))
 
 
-def _unit_interval(bits: Tensor, dtype: DType) -> Tensor:
+def _unit_interval(bits: TensorT, dtype: DType) -> TensorT:
     """Floats in [0, 1) of `dtype` from uint32 `bits`: the top k bits times 2**-k, k = the dtype's precision.
 
     Every value is exact in `dtype`, so rounding can never produce 1.0 (float64 gets 32 random bits).
@@ -118,10 +103,10 @@ def _unit_interval(bits: Tensor, dtype: DType) -> Tensor:
     return scaled._cast(dtype)
 
 
-class DTypeMixin:
+class DTypeMixin(TensorCore):
     """Casts between dtypes (kept apart so the method names float/int/bool never shadow the builtins)."""
 
-    def cast(self: Tensor, dtype: DType) -> Tensor:
+    def cast(self, dtype: DType) -> Self:
         """This tensor's values converted to `dtype` (floats to ints truncate toward zero; ints wrap around).
 
         Example:
@@ -132,7 +117,7 @@ class DTypeMixin:
         check_device_dtype(self.device, target)
         return self._cast(target)
 
-    def bitcast(self: Tensor, dtype: DType) -> Tensor:
+    def bitcast(self, dtype: DType) -> Self:
         """This tensor's bits reinterpreted as `dtype` of the same item size.
 
         Example:
@@ -148,43 +133,43 @@ class DTypeMixin:
         check_device_dtype(self.device, target)
         return self._bitcast(target)
 
-    def float(self: Tensor) -> Tensor:
+    def float(self) -> Self:
         """This tensor as float32."""
         return self.cast(dtypes.float32)
 
-    def half(self: Tensor) -> Tensor:
+    def half(self) -> Self:
         """This tensor as float16."""
         return self.cast(dtypes.float16)
 
-    def double(self: Tensor) -> Tensor:
+    def double(self) -> Self:
         """This tensor as float64."""
         return self.cast(dtypes.float64)
 
-    def int(self: Tensor) -> Tensor:
+    def int(self) -> Self:
         """This tensor as int32."""
         return self.cast(dtypes.int32)
 
-    def long(self: Tensor) -> Tensor:
+    def long(self) -> Self:
         """This tensor as int64."""
         return self.cast(dtypes.int64)
 
-    def bool(self: Tensor) -> Tensor:
+    def bool(self) -> Self:
         """This tensor as bool (nonzero is True)."""
         return self.cast(dtypes.bool)
 
-    def bfloat16(self: Tensor) -> Tensor:
+    def bfloat16(self) -> Self:
         """This tensor as bfloat16."""
         return self.cast(dtypes.bfloat16)
 
-    def short(self: Tensor) -> Tensor:
+    def short(self) -> Self:
         """This tensor as int16."""
         return self.cast(dtypes.int16)
 
-    def char(self: Tensor) -> Tensor:
+    def char(self) -> Self:
         """This tensor as int8."""
         return self.cast(dtypes.int8)
 
-    def byte(self: Tensor) -> Tensor:
+    def byte(self) -> Self:
         """This tensor as uint8."""
         return self.cast(dtypes.uint8)
 
@@ -196,10 +181,14 @@ class CreationMixin(DTypeMixin):
     # constants
     # ------------------------------------------------------------------------------------------------------------
 
-    @staticmethod
+    @classmethod
     def empty(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of `shape` in new, uninitialized memory.
 
         Example:
@@ -214,16 +203,17 @@ class CreationMixin(DTypeMixin):
         size = math.prod(dims)
         node = graph.buffer_uop(target, size, target_dtype)
         attach_buffer(node, Buffer(target, size, target_dtype).allocate())
-        return _with_grad(tensor_class()._from_uop(graph.reshape(node, dims)), requires_grad)
+        return _with_grad(cls._from_uop(graph.reshape(node, dims)), requires_grad)
 
-    @staticmethod
+    @classmethod
     def full(
+        cls,
         shape: ShapeArgument,
         fill_value: ConstType,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """A tensor of `shape` filled with `fill_value` (dtype: the value's, unless given).
 
         Example:
@@ -236,41 +226,50 @@ class CreationMixin(DTypeMixin):
         if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(target_dtype):
             raise ValueError(f"cannot fill a {target_dtype!r} tensor with {value!r}")
         dims = shape_argument((shape,))
-        return _with_grad(tensor_class()._const(value, dims, target_dtype, device), requires_grad)
+        return _with_grad(cls._const(value, dims, target_dtype, device), requires_grad)
 
-    @staticmethod
+    @classmethod
     def zeros(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of `shape` filled with zeros (default dtype: `dtypes.default_float`).
 
         Example:
             >>> Tensor.zeros(2, 2).tolist()
             [[0.0, 0.0], [0.0, 0.0]]
         """
-        return tensor_class().full(shape_argument(shape), 0, dtype or dtypes.default_float, device, requires_grad)
+        return cls.full(shape_argument(shape), 0, dtype or dtypes.default_float, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def ones(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of `shape` filled with ones (default dtype: `dtypes.default_float`).
 
         Example:
             >>> Tensor.ones(3).tolist()
             [1.0, 1.0, 1.0]
         """
-        return tensor_class().full(shape_argument(shape), 1, dtype or dtypes.default_float, device, requires_grad)
+        return cls.full(shape_argument(shape), 1, dtype or dtypes.default_float, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def arange(
+        cls,
         start: int | float,
         stop: int | float | None = None,
         step: int | float = 1,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """The values start, start + step, ... below `stop` (one argument: 0 .. start - 1), like PyTorch.
 
         The dtype is `default_float` when any argument is a float, else `default_int`.
@@ -296,7 +295,7 @@ class CreationMixin(DTypeMixin):
         target_dtype = natural if dtype is None else check_dtype(dtype)
         for end in ends:
             check_constant_fits(end, target_dtype)
-        positions = iota(size, device)
+        positions = iota(cls, size, device)
         compute = target_dtype if dtypes.is_float(target_dtype) or natural == dtypes.default_int else natural
         result = positions._cast(compute)
         if increment != 1:
@@ -305,15 +304,16 @@ class CreationMixin(DTypeMixin):
             result = result._binary(Ops.ADD, result._const(first, result.shape, compute, result.device))
         return _with_grad(result._cast(target_dtype), requires_grad)
 
-    @staticmethod
+    @classmethod
     def linspace(
+        cls,
         start: int | float,
         end: int | float,
         steps: int,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """`steps` evenly spaced values from `start` to `end` inclusive (computed from both ends, like PyTorch).
 
         Example:
@@ -326,31 +326,31 @@ class CreationMixin(DTypeMixin):
         low, high = float(scalar_value(start)), float(scalar_value(end))
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
         compute = target_dtype if dtypes.is_float(target_dtype) else dtypes.default_float
-        tensor = tensor_class()
         if count <= 1:
-            return _with_grad(tensor.full((count,), low, compute, device)._cast(target_dtype), requires_grad)
+            return _with_grad(cls.full((count,), low, compute, device)._cast(target_dtype), requires_grad)
         step = (high - low) / (count - 1)
-        index = iota(count, device)._cast(compute)
+        index = iota(cls, count, device)._cast(compute)
         shape, where = index.shape, index.device
-        from_start = index._binary(Ops.MUL, tensor._const(step, shape, compute, where))._binary(
-            Ops.ADD, tensor._const(low, shape, compute, where)
+        from_start = index._binary(Ops.MUL, cls._const(step, shape, compute, where))._binary(
+            Ops.ADD, cls._const(low, shape, compute, where)
         )
         # the upper half counts back from `end` so that the last value is exactly `end`
-        remaining = tensor._const(count - 1, shape, compute, where)._binary(Ops.SUB, index)
-        from_end = tensor._const(high, shape, compute, where)._binary(
-            Ops.SUB, remaining._binary(Ops.MUL, tensor._const(step, shape, compute, where))
+        remaining = cls._const(count - 1, shape, compute, where)._binary(Ops.SUB, index)
+        from_end = cls._const(high, shape, compute, where)._binary(
+            Ops.SUB, remaining._binary(Ops.MUL, cls._const(step, shape, compute, where))
         )
-        lower_half = index._binary(Ops.CMPLT, tensor._const(count // 2, shape, compute, where))
+        lower_half = index._binary(Ops.CMPLT, cls._const(count // 2, shape, compute, where))
         return _with_grad(lower_half._ternary(Ops.WHERE, from_start, from_end)._cast(target_dtype), requires_grad)
 
-    @staticmethod
+    @classmethod
     def eye(
+        cls,
         n: int,
         m: int | None = None,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """The n x m identity matrix (m defaults to n).
 
         Example:
@@ -362,16 +362,16 @@ class CreationMixin(DTypeMixin):
         if rows < 0 or columns < 0:
             raise ValueError(f"eye sizes must be >= 0, got n={rows} m={columns}")
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
-        row = iota(rows, device)._movement(Ops.RESHAPE, (rows, 1))._movement(Ops.EXPAND, (rows, columns))
-        column = iota(columns, device)._movement(Ops.RESHAPE, (1, columns))._movement(Ops.EXPAND, (rows, columns))
+        row = iota(cls, rows, device)._movement(Ops.RESHAPE, (rows, 1))._movement(Ops.EXPAND, (rows, columns))
+        column = iota(cls, columns, device)._movement(Ops.RESHAPE, (1, columns))._movement(Ops.EXPAND, (rows, columns))
         return _with_grad(row._binary(Ops.CMPEQ, column)._cast(target_dtype), requires_grad)
 
     # ------------------------------------------------------------------------------------------------------------
     # random
     # ------------------------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def manual_seed(seed: int = 0) -> None:
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
         """Seeds the random tensor functions; the same seed gives the same numbers on every device.
 
         Example:
@@ -381,10 +381,14 @@ class CreationMixin(DTypeMixin):
         """
         random_state.reset(seed)
 
-    @staticmethod
+    @classmethod
     def rand(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Uniform random numbers in [0, 1).
 
         Example:
@@ -394,13 +398,17 @@ class CreationMixin(DTypeMixin):
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "rand")
         count = math.prod(dims)
-        values = _unit_interval(_random_bits(count, device), target_dtype)
+        values = _unit_interval(_random_bits(cls, count, device), target_dtype)
         return _with_grad(values._movement(Ops.RESHAPE, dims), requires_grad)
 
-    @staticmethod
+    @classmethod
     def randn(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Standard normal random numbers (Box-Muller transform of two uniform numbers per element).
 
         Example:
@@ -410,7 +418,7 @@ class CreationMixin(DTypeMixin):
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "randn")
         count = math.prod(dims)
-        first, second = _random_words(count, device)
+        first, second = _random_words(cls, count, device)
         radius_uniform = _unit_interval(first, dtypes.float32)
         angle_uniform = _unit_interval(second, dtypes.float32)
         # 1 - u lies in (0, 1], so the logarithm is finite
@@ -418,15 +426,16 @@ class CreationMixin(DTypeMixin):
         values = radius * (angle_uniform * (2.0 * math.pi)).cos()
         return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
 
-    @staticmethod
+    @classmethod
     def randint(
+        cls,
         *shape: ShapeArgument,
         low: int = 0,
         high: int = 10,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Uniform random integers in [low, high) (at most 2**32 distinct values).
 
         Example:
@@ -444,22 +453,23 @@ class CreationMixin(DTypeMixin):
         if lowest < dtypes.min(target_dtype) or highest - 1 > dtypes.max(target_dtype):
             raise ValueError(f"randint range [{lowest}, {highest}) does not fit in {target_dtype!r}")
         count = math.prod(dims)
-        bits = _random_bits(count, device)._cast(dtypes.uint64)
+        bits = _random_bits(cls, count, device)._cast(dtypes.uint64)
         # (bits * span) >> 32 maps the 2**32 words onto [0, span) with at most one count of bias per value
         scaled = bits._binary(Ops.MUL, bits._const(span, bits.shape, dtypes.uint64, bits.device))
         offset = scaled._binary(Ops.SHR, bits._const(32, bits.shape, dtypes.uint64, bits.device))
         values = offset._cast(dtypes.int64)._binary(Ops.ADD, bits._const(lowest, bits.shape, dtypes.int64, bits.device))
         return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
 
-    @staticmethod
+    @classmethod
     def uniform(
+        cls,
         *shape: ShapeArgument,
         low: float = 0.0,
         high: float = 1.0,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Uniform random numbers in [low, high).
 
         Example:
@@ -470,18 +480,19 @@ class CreationMixin(DTypeMixin):
         _check_real(high, "uniform high")
         if not low <= high:
             raise ValueError(f"uniform needs low <= high, got low={low!r} high={high!r}")
-        values = tensor_class().rand(*shape, dtype=dtype, device=device)
+        values = cls.rand(*shape, dtype=dtype, device=device)
         return _with_grad(values * (high - low) + low, requires_grad)
 
-    @staticmethod
+    @classmethod
     def normal(
+        cls,
         *shape: ShapeArgument,
         mean: float = 0.0,
         std: float = 1.0,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Normal random numbers with the given mean and standard deviation.
 
         Example:
@@ -492,7 +503,7 @@ class CreationMixin(DTypeMixin):
         _check_real(std, "normal std")
         if not std >= 0:
             raise ValueError(f"normal needs std >= 0, got std={std!r}")
-        values = tensor_class().randn(*shape, dtype=dtype, device=device)
+        values = cls.randn(*shape, dtype=dtype, device=device)
         return _with_grad(values * std + mean, requires_grad)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -500,12 +511,12 @@ class CreationMixin(DTypeMixin):
     # ------------------------------------------------------------------------------------------------------------
 
     def full_like(
-        self: Tensor,
+        self,
         fill_value: ConstType,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """A tensor of this one's shape (and dtype and device, unless given) filled with `fill_value`.
 
         Example:
@@ -515,49 +526,49 @@ class CreationMixin(DTypeMixin):
         return self.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
 
     def zeros_like(
-        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """Zeros of this tensor's shape (and dtype and device, unless given)."""
         return self.full_like(0, dtype, device, requires_grad)
 
     def ones_like(
-        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """Ones of this tensor's shape (and dtype and device, unless given)."""
         return self.full_like(1, dtype, device, requires_grad)
 
     def empty_like(
-        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """Uninitialized memory of this tensor's shape (and dtype and device, unless given)."""
         return self.empty(
             self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
         )
 
     def rand_like(
-        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """Uniform [0, 1) random numbers of this tensor's shape (and float dtype and device, unless given)."""
         return self.rand(
             self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
         )
 
     def randn_like(
-        self: Tensor, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """Standard normal random numbers of this tensor's shape (and float dtype and device, unless given)."""
         return self.randn(
             self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
         )
 
     def randint_like(
-        self: Tensor,
+        self,
         low: int = 0,
         high: int | None = None,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Uniform random integers in [low, high) of this tensor's shape (and dtype and device, unless given).
 
         Like PyTorch, one bound is the upper one: `randint_like(x, 5)` draws from [0, 5). A float dtype gets the

@@ -17,18 +17,26 @@ Inside a function `TinyJit` is capturing the checks are skipped: reading a value
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from kiln.tensor import graph
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.realize import engine
 from kiln.uops import DType, Ops, dtypes, register_knob
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
+__all__ = [
+    "CHECK",
+    "IntegerDivisionByZero",
+    "check_index_values",
+    "check_nonzero_divisor",
+    "guarded_integer_division",
+    "index_compute_dtype",
+]
 
-__all__ = ["CHECK", "check_index_values", "check_nonzero_divisor", "guarded_integer_division", "index_compute_dtype"]
+
+class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
+    """An integer division or remainder by the literal 0 (PyTorch raises too; the kernel result means nothing)."""
+
 
 CHECK = register_knob(
     "CHECK",
@@ -47,7 +55,7 @@ def _checking() -> bool:
 
 
 def check_index_values(
-    index: Tensor,
+    index: TensorCore,
     size: int,
     what: str,
     dim: int,
@@ -70,21 +78,19 @@ def check_index_values(
         raise error(f"{what}: index {int(bad.flat[0])} is out of bounds for dimension {dim} with size {size}")
 
 
-def check_nonzero_divisor(divisor: Tensor, what: str) -> None:
+def check_nonzero_divisor(divisor: TensorCore, what: str) -> None:
     """With CHECK on: IntegerDivisionByZero naming the op and the first zero's position in the integer `divisor`."""
     if not _checking() or divisor.numel() == 0:
         return
     zeros = np.flatnonzero(divisor.numpy() == 0)
     if zeros.size:
-        from kiln.tensor.ops.elementwise import IntegerDivisionByZero
-
         position = tuple(int(i) for i in np.unravel_index(int(zeros[0]), divisor.shape))
         raise IntegerDivisionByZero(
             f"{what}: integer division by zero (the divisor tensor holds 0 at position {position})"
         )
 
 
-def guarded_integer_division(left: Tensor, right: Tensor, op: Ops, what: str) -> Tensor:
+def guarded_integer_division(left: TensorT, right: TensorT, op: Ops, what: str) -> TensorT:
     """`left op right` for op IDIV or MOD of integer tensors, 0 where `right` is 0 (checked first with CHECK on).
 
     A zero divisor is undefined behaviour in LLVM IR and C and traps on x86: the kernel never divides by it.
@@ -101,7 +107,7 @@ def guarded_integer_division(left: Tensor, right: Tensor, op: Ops, what: str) ->
     return is_zero._ternary(Ops.WHERE, result._const(0, result.shape, result.dtype, result.device), result)
 
 
-def index_compute_dtype(index: Tensor, extent: int) -> DType:
+def index_compute_dtype(index: TensorCore, extent: int) -> DType:
     """The dtype index arithmetic on `index` runs in: int32 when its values and positions below `extent` fit, else
     int64 (an int64 index of 2**32 + 1 must not wrap to 1)."""
     wide = index.dtype.itemsize > 4 or index.dtype == dtypes.uint32 or extent > dtypes.max(dtypes.int32)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`DecompositionMixin`: matrix products beyond matmul (mm, bmm, mv, outer, kron, addmm, ...), trace, and the
 QR and SVD decompositions composed from Tensor ops (meant for small matrices: Python loops over columns).
 
@@ -12,33 +10,31 @@ QR and SVD decompositions composed from Tensor ops (meant for small matrices: Py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
 from kiln.uops import ConstType
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["DecompositionMixin", "householder"]
 
 _JACOBI_SWEEPS = 12  # one-sided Jacobi converges quadratically; 12 sweeps reach float64 precision for n <= 16
 
 
-def _require_matrix(x: Tensor, what: str, ndim: int | None = None) -> None:
+def _require_matrix(x: TensorCore, what: str, ndim: int | None = None) -> None:
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{what} needs a {ndim}-D tensor, got shape {x.shape}")
     if ndim is None and x.ndim < 2:
         raise ValueError(f"{what} needs a matrix (at least 2 dims), got shape {x.shape}")
 
 
-def _unit(size: int, position: int, x: Tensor) -> Tensor:
+def _unit(size: int, position: int, x: TensorT) -> TensorT:
     """The one-hot column vector e_position of length `size` in x's float dtype, shaped (size, 1)."""
-    return (iota(size, x.device) == position)._cast(x.dtype).reshape(size, 1)
+    return iota(type(x), size, x.device).eq(position)._cast(x.dtype).reshape(size, 1)
 
 
-def householder(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def householder(a: TensorT) -> tuple[TensorT, TensorT, TensorT]:
     """(Q, R before zeroing below the diagonal, det(Q)) of float matrices `a` (..., m, n) by Householder reflections;
     det(Q) is (-1) ** (the number of reflections applied), shaped (..., 1, 1)."""
     rows, columns = a.shape[-2:]
@@ -47,7 +43,7 @@ def householder(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     q = identity._broadcast_to((*batch, rows, rows))
     r = a
     flips = a._const(1.0, (*batch, 1, 1), a.dtype, a.device)
-    row_index = iota(rows, a.device).reshape(rows, 1)
+    row_index = iota(type(a), rows, a.device).reshape(rows, 1)
     for k in range(min(rows - 1, columns) if rows > 1 else 0):
         column = (row_index >= k).where(r[..., :, k : k + 1], 0.0)  # (..., rows, 1), zeros above k
         head = column[..., k : k + 1, :]
@@ -55,7 +51,7 @@ def householder(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         sign = (head < 0).where(-1.0, 1.0)
         v = column + sign * norm * _unit(rows, k, a)
         length = v.square().sum(-2, keepdim=True)
-        skip = length == 0  # a zero column: no reflection
+        skip = length.eq(0)  # a zero column: no reflection
         scale = skip.where(0.0, 2.0 / skip.where(1.0, length))
         reflection = identity - scale * v.matmul(v.mT)
         r = reflection.matmul(r)
@@ -64,14 +60,14 @@ def householder(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, r, flips
 
 
-class DecompositionMixin:
+class DecompositionMixin(TensorCore):
     """Matrix products, trace, QR and SVD."""
 
     # ------------------------------------------------------------------------------------------------------------
     # products
     # ------------------------------------------------------------------------------------------------------------
 
-    def mm(self: Tensor, mat2: Tensor) -> Tensor:
+    def mm(self, mat2: Self) -> Self:
         """The product of two matrices.
 
         Example:
@@ -82,7 +78,7 @@ class DecompositionMixin:
         _require_matrix(mat2, "mm mat2", 2)
         return self.matmul(mat2)
 
-    def bmm(self: Tensor, mat2: Tensor) -> Tensor:
+    def bmm(self, mat2: Self) -> Self:
         """Batched matrix product of (b, n, m) and (b, m, p) tensors."""
         _require_matrix(self, "bmm", 3)
         _require_matrix(mat2, "bmm mat2", 3)
@@ -90,13 +86,13 @@ class DecompositionMixin:
             raise ValueError(f"bmm batch sizes differ: {self.shape} and {mat2.shape}")
         return self.matmul(mat2)
 
-    def mv(self: Tensor, vec: Tensor) -> Tensor:
+    def mv(self, vec: Self) -> Self:
         """The product of a matrix and a vector."""
         _require_matrix(self, "mv", 2)
         _require_matrix(vec, "mv vec", 1)
         return self.matmul(vec)
 
-    def outer(self: Tensor, vec2: Tensor) -> Tensor:
+    def outer(self, vec2: Self) -> Self:
         """The outer product of two vectors.
 
         Example:
@@ -107,11 +103,11 @@ class DecompositionMixin:
         _require_matrix(vec2, "outer vec2", 1)
         return self.reshape(-1, 1) * vec2.reshape(1, -1)
 
-    def ger(self: Tensor, vec2: Tensor) -> Tensor:
+    def ger(self, vec2: Self) -> Self:
         """Alias of `outer`."""
         return self.outer(vec2)
 
-    def inner(self: Tensor, other: Tensor) -> Tensor:
+    def inner(self, other: Self) -> Self:
         """Sum over the last dims of both (a scalar operand multiplies).
 
         Example:
@@ -127,12 +123,12 @@ class DecompositionMixin:
         right = other.reshape(*([1] * (self.ndim - 1)), *other.shape)
         return (left * right).sum(-1)
 
-    def vdot(self: Tensor, other: Tensor) -> Tensor:
+    def vdot(self, other: Self) -> Self:
         """The dot product of two 1-D tensors (no conjugation: kiln has no complex dtypes)."""
         _require_matrix(self, "vdot", 1)
         return self.dot(other)
 
-    def kron(self: Tensor, other: Tensor) -> Tensor:
+    def kron(self, other: Self) -> Self:
         """The Kronecker product (the shorter shape padded with leading 1s).
 
         Example:
@@ -146,7 +142,7 @@ class DecompositionMixin:
         interleaved_b = b.reshape([size for length in b.shape for size in (1, length)])
         return (interleaved_a * interleaved_b).reshape([x * y for x, y in zip(a.shape, b.shape)])
 
-    def addmm(self: Tensor, mat1: Tensor, mat2: Tensor, *, beta: ConstType = 1, alpha: ConstType = 1) -> Tensor:
+    def addmm(self, mat1: Self, mat2: Self, *, beta: ConstType = 1, alpha: ConstType = 1) -> Self:
         """beta * self + alpha * (mat1 @ mat2).
 
         Example:
@@ -155,29 +151,29 @@ class DecompositionMixin:
         """
         return self._scaled_sum(mat1.mm(mat2), beta, alpha)
 
-    def addmv(self: Tensor, mat: Tensor, vec: Tensor, *, beta: ConstType = 1, alpha: ConstType = 1) -> Tensor:
+    def addmv(self, mat: Self, vec: Self, *, beta: ConstType = 1, alpha: ConstType = 1) -> Self:
         """beta * self + alpha * (mat @ vec)."""
         return self._scaled_sum(mat.mv(vec), beta, alpha)
 
-    def addr(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: ConstType = 1, alpha: ConstType = 1) -> Tensor:
+    def addr(self, vec1: Self, vec2: Self, *, beta: ConstType = 1, alpha: ConstType = 1) -> Self:
         """beta * self + alpha * outer(vec1, vec2)."""
         return self._scaled_sum(vec1.outer(vec2), beta, alpha)
 
-    def baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: ConstType = 1, alpha: ConstType = 1) -> Tensor:
+    def baddbmm(self, batch1: Self, batch2: Self, *, beta: ConstType = 1, alpha: ConstType = 1) -> Self:
         """beta * self + alpha * bmm(batch1, batch2)."""
         return self._scaled_sum(batch1.bmm(batch2), beta, alpha)
 
-    def addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: ConstType = 1, alpha: ConstType = 1) -> Tensor:
+    def addbmm(self, batch1: Self, batch2: Self, *, beta: ConstType = 1, alpha: ConstType = 1) -> Self:
         """beta * self + alpha * (the sum over the batch of bmm(batch1, batch2))."""
         return self._scaled_sum(batch1.bmm(batch2).sum(0), beta, alpha)
 
-    def _scaled_sum(self: Tensor, product: Tensor, beta: ConstType, alpha: ConstType) -> Tensor:
+    def _scaled_sum(self, product: Self, beta: ConstType, alpha: ConstType) -> Self:
         scaled = product if alpha == 1 else product * alpha
         if beta == 0:  # torch ignores self (even NaN / inf in it) when beta is 0: only its shape broadcasts
             return scaled + self._const(0, self.shape, self.dtype, self.device)
         return (self if beta == 1 else self * beta) + scaled
 
-    def trace(self: Tensor) -> Tensor:
+    def trace(self) -> Self:
         """The sum of the main diagonal of a matrix.
 
         Example:
@@ -187,7 +183,7 @@ class DecompositionMixin:
         _require_matrix(self, "trace", 2)
         return self.diagonal().sum()
 
-    def matrix_power(self: Tensor, n: int) -> Tensor:
+    def matrix_power(self, n: int) -> Self:
         """The matrix to the power `n` by repeated squaring (n = 0: the identity; n < 0: of the inverse).
 
         Example:
@@ -211,7 +207,7 @@ class DecompositionMixin:
                 base = base.matmul(base)
         return result
 
-    def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1.0e-7) -> Tensor:
+    def newton_schulz(self, steps: int, params: tuple[float, ...], eps: float = 1.0e-7) -> Self:
         """`steps` Newton-Schulz iterations X <- sum_i params[i] * X (X^T X)^i on the normalized matrix (the
         orthogonalization of the Muon optimizer, as tinygrad defines it).
 
@@ -237,7 +233,7 @@ class DecompositionMixin:
     # decompositions
     # ------------------------------------------------------------------------------------------------------------
 
-    def qr(self: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
+    def qr(self, mode: str = "reduced") -> tuple[Self, Self]:
         """(Q, R) with self = Q @ R, Q orthonormal columns and R upper triangular ('reduced': k = min(m, n) columns;
         'complete': Q is m x m), matching torch.linalg.qr's signs. Batched over leading dims.
 
@@ -251,13 +247,13 @@ class DecompositionMixin:
         a = self._floating()
         rows, columns = a.shape[-2:]
         q, r, _ = householder(a)
-        upper = iota(rows, a.device).reshape(rows, 1) <= iota(columns, a.device).reshape(1, columns)
+        upper = iota(type(a), rows, a.device).reshape(rows, 1) <= iota(type(a), columns, a.device).reshape(1, columns)
         r = upper.where(r, 0.0)
         if mode == "complete" or rows <= columns:
             return q, r
         return q[..., :, :columns], r[..., :columns, :]
 
-    def svd(self: Tensor, full_matrices: bool = True, some: bool | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def svd(self, full_matrices: bool = True, some: bool | None = None) -> tuple[Self, Self, Self]:
         """(U, S, V) with self = U @ diag(S) @ V^T for one matrix (tinygrad's and torch.svd's order: V, not V^T),
         singular values descending; U is m x k and V n x k with k = min(m, n) (reduced form; full_matrices is
         accepted for the reduced case only). One-sided Jacobi: meant for small matrices.
@@ -305,5 +301,5 @@ class DecompositionMixin:
         norms = work.square().sum(0).sqrt()
         order = norms.argsort(descending=True)
         singular = norms[order]
-        u = work[:, order] / (singular == 0).where(1.0, singular)
+        u = work[:, order] / singular.eq(0).where(1.0, singular)
         return u, singular, v[:, order]

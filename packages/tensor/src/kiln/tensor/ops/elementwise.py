@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ElementwiseMixin`: binary and ternary elementwise math with PyTorch's broadcasting and type promotion.
 
 Operands are broadcast (numpy rules) and promoted (`kiln.tensor.ops.promotion`) before the primitive node is built,
@@ -11,14 +9,15 @@ the C-semantics IDIV / MOD primitives.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, TypeGuard
+from typing import Self
 
 import numpy as np
 
 from kiln.tensor import graph
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import ShapeError, broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
-from kiln.tensor.ops.data_checks import guarded_integer_division
+from kiln.tensor.ops.data_checks import IntegerDivisionByZero, guarded_integer_division
 from kiln.tensor.ops.promotion import (
     DIMENSIONED,
     PYTHON_SCALAR,
@@ -27,28 +26,16 @@ from kiln.tensor.ops.promotion import (
     result_type,
     scalar_dtype,
     scalar_value,
-    tensor_class,
     true_divide_dtype,
 )
 from kiln.tensor.ops.unary import UnaryMixin
 from kiln.uops import ConstType, DType, Ops, dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
-
-
-def _is_tensor(value: object) -> TypeGuard[Tensor]:
-    return isinstance(value, tensor_class())
 
 
 # exact Python number types take the scalar fast path in `_operands` (subclasses and numpy scalars go the long way)
 _PYTHON_NUMBERS: frozenset[type] = frozenset({bool, int, float})
-
-
-class IntegerDivisionByZero(RuntimeError, ZeroDivisionError):
-    """An integer division or remainder by the literal 0 (PyTorch raises too; the kernel result means nothing)."""
 
 
 def _check_divisor(dtype: DType, other: object, reverse: bool, what: str) -> None:
@@ -64,9 +51,9 @@ class ElementwiseMixin(UnaryMixin):
     # operands: broadcasting and promotion
     # ------------------------------------------------------------------------------------------------------------
 
-    def _operand(self: Tensor, value: Tensor | ConstType, dtype: DType, shape: tuple[int, ...], what: str) -> Tensor:
+    def _operand(self, value: Self | ConstType, dtype: DType, shape: tuple[int, ...], what: str) -> Self:
         """`value` (a Tensor on this tensor's device, or a Python scalar) as `dtype`, broadcast to `shape`."""
-        if _is_tensor(value):
+        if isinstance(value, TensorCore):
             tensor = value
             if tensor.device != self.device:
                 raise ValueError(
@@ -80,8 +67,8 @@ class ElementwiseMixin(UnaryMixin):
         return self._const(number, shape, dtype, self.device)
 
     def _operands(
-        self: Tensor, other: Tensor | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
-    ) -> tuple[Tensor, Tensor]:
+        self, other: Self | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
+    ) -> tuple[Self, Self]:
         """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`.
 
         A numpy array `other` takes part as a Tensor on this tensor's device (as `torch.from_numpy` would).
@@ -89,9 +76,9 @@ class ElementwiseMixin(UnaryMixin):
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
             return self._scalar_operands(other, what, reverse, dtype)
         if isinstance(other, np.ndarray):
-            other = tensor_class()(other, device=self.device)
+            other = type(self)(other, device=self.device)
         target = result_type(self, other) if dtype is None else dtype
-        other_shape = other.shape if _is_tensor(other) else ()
+        other_shape = other.shape if isinstance(other, TensorCore) else ()
         try:
             shape = broadcast_shapes(self.shape, other_shape)
         except ValueError as error:
@@ -100,9 +87,7 @@ class ElementwiseMixin(UnaryMixin):
         right = self._operand(other, target, shape, what)
         return (right, left) if reverse else (left, right)
 
-    def _scalar_operands(
-        self: Tensor, number: ConstType, what: str, reverse: bool, dtype: DType | None
-    ) -> tuple[Tensor, Tensor]:
+    def _scalar_operands(self, number: ConstType, what: str, reverse: bool, dtype: DType | None) -> tuple[Self, Self]:
         # `_operands` for a plain Python bool / int / float: the scalar already fits any shape (no broadcast of
         # self), promotion is one memoized lookup, and this tensor's device is already canonical and checked
         shape = self.shape
@@ -115,7 +100,7 @@ class ElementwiseMixin(UnaryMixin):
         right = self._from_uop(graph.const(number, dtype, self.device, shape))
         return (right, left) if reverse else (left, right)
 
-    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""
         if self.shape == shape:
             return self
@@ -128,7 +113,7 @@ class ElementwiseMixin(UnaryMixin):
         except ValueError:
             raise ValueError(f"cannot broadcast shape {self.shape} to {shape}") from None
 
-    def _arithmetic(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+    def _arithmetic(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 
@@ -136,7 +121,7 @@ class ElementwiseMixin(UnaryMixin):
     # arithmetic
     # ------------------------------------------------------------------------------------------------------------
 
-    def add(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+    def add(self, other: Self | ConstType, alpha: ConstType | None = None) -> Self:
         """self + alpha * other (bools: logical or).
 
         Example:
@@ -145,7 +130,7 @@ class ElementwiseMixin(UnaryMixin):
         """
         return self._arithmetic(Ops.ADD, other if alpha is None else other * alpha, "add")
 
-    def sub(self: Tensor, other: Tensor | ConstType, alpha: ConstType | None = None) -> Tensor:
+    def sub(self, other: Self | ConstType, alpha: ConstType | None = None) -> Self:
         """self - alpha * other (not defined for two bool operands, like PyTorch).
 
         Example:
@@ -154,13 +139,13 @@ class ElementwiseMixin(UnaryMixin):
         """
         return self._subtract(other if alpha is None else other * alpha, reverse=False)
 
-    def _subtract(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+    def _subtract(self, other: Self | ConstType, reverse: bool) -> Self:
         left, right = self._operands(other, "sub", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("subtracting bool tensors is not supported; use logical_xor or ~ instead")
         return left._binary(Ops.SUB, right)
 
-    def mul(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def mul(self, other: Self | ConstType) -> Self:
         """self * other (bools: logical and).
 
         Example:
@@ -169,7 +154,7 @@ class ElementwiseMixin(UnaryMixin):
         """
         return self._arithmetic(Ops.MUL, other, "mul")
 
-    def div(self: Tensor, other: Tensor | ConstType, rounding_mode: str | None = None, reverse: bool = False) -> Tensor:
+    def div(self, other: Self | ConstType, rounding_mode: str | None = None, reverse: bool = False) -> Self:
         """self / other: true division (integers give `default_float`), or rounded with `rounding_mode`
         'trunc' (toward zero, C's integer division) or 'floor' (toward -inf, Python's `//`).
 
@@ -180,7 +165,7 @@ class ElementwiseMixin(UnaryMixin):
             [3, -4]
         """
         if isinstance(other, np.ndarray):
-            other = tensor_class()(other, device=self.device)
+            other = type(self)(other, device=self.device)
         if rounding_mode == "floor":
             return self._floor_divide(other, reverse)
         if rounding_mode == "trunc":
@@ -197,7 +182,7 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(other, "div", reverse, dtype=target)
         return left._binary(Ops.FDIV, right)
 
-    def _floor_divide(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+    def _floor_divide(self, other: Self | ConstType, reverse: bool) -> Self:
         left, right = self._operands(other, "floor_divide", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("floor division of bool tensors is not supported")
@@ -210,7 +195,7 @@ class ElementwiseMixin(UnaryMixin):
         # C truncates toward zero: step down by one where the remainder is nonzero and the signs differ
         return quotient - sign_mismatch(truncated_remainder(left, right), right).cast(left.dtype)
 
-    def floor_divide(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def floor_divide(self, other: Self | ConstType) -> Self:
         """self // other, rounded toward -inf (Python's and PyTorch's rule).
 
         Example:
@@ -219,7 +204,7 @@ class ElementwiseMixin(UnaryMixin):
         """
         return self._floor_divide(other, reverse=False)
 
-    def remainder(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def remainder(self, other: Self | ConstType) -> Self:
         """self % other with the sign of the divisor (Python's and PyTorch's rule).
 
         Example:
@@ -228,7 +213,7 @@ class ElementwiseMixin(UnaryMixin):
         """
         return self._remainder(other, reverse=False)
 
-    def _remainder(self: Tensor, other: Tensor | ConstType, reverse: bool) -> Tensor:
+    def _remainder(self, other: Self | ConstType, reverse: bool) -> Self:
         left, right = self._operands(other, "remainder", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("remainder of bool tensors is not supported")
@@ -238,7 +223,7 @@ class ElementwiseMixin(UnaryMixin):
             return truncated
         return sign_mismatch(truncated, right)._ternary(Ops.WHERE, truncated._binary(Ops.ADD, right), truncated)
 
-    def fmod(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def fmod(self, other: Self | ConstType) -> Self:
         """C's remainder (sign of the dividend), like `torch.fmod`.
 
         Example:
@@ -251,7 +236,7 @@ class ElementwiseMixin(UnaryMixin):
         _check_divisor(left.dtype, other, False, "fmod")
         return truncated_remainder(left, right)
 
-    def pow(self: Tensor, exponent: Tensor | ConstType, reverse: bool = False) -> Tensor:
+    def pow(self, exponent: Self | ConstType, reverse: bool = False) -> Self:
         """self ** exponent (integers to negative integer powers are an error, like PyTorch).
 
         Example:
@@ -261,14 +246,14 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(exponent, "pow", reverse)
         if left.dtype == dtypes.bool:
             raise TypeError("pow of bool tensors is not supported; cast to an integer or float dtype first")
-        integer_exponent = not _is_tensor(exponent) and not dtypes.is_float(left.dtype) and not reverse
+        integer_exponent = not isinstance(exponent, TensorCore) and not dtypes.is_float(left.dtype) and not reverse
         if integer_exponent and scalar_value(exponent) < 0:
             raise RuntimeError(f"integers to negative integer powers are not allowed, got exponent {exponent!r}")
         if dtypes.is_float(left.dtype):
             return left._binary(Ops.POW, right)
         return integer_power(left, right)
 
-    def maximum(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def maximum(self, other: Self | ConstType) -> Self:
         """The elementwise larger value; NaN wins (like PyTorch).
 
         Example:
@@ -278,7 +263,7 @@ class ElementwiseMixin(UnaryMixin):
         left, right = self._operands(other, "maximum")
         return _nan_propagating_max(left, right)
 
-    def minimum(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def minimum(self, other: Self | ConstType) -> Self:
         """The elementwise smaller value; NaN wins (like PyTorch).
 
         Example:
@@ -290,7 +275,7 @@ class ElementwiseMixin(UnaryMixin):
             return -_nan_propagating_max(-left, -right)
         return right._binary(Ops.CMPLT, left)._ternary(Ops.WHERE, right, left)
 
-    def clamp(self: Tensor, min: Tensor | ConstType | None = None, max: Tensor | ConstType | None = None) -> Tensor:
+    def clamp(self, min: Self | ConstType | None = None, max: Self | ConstType | None = None) -> Self:
         """Values limited to [min, max] (either may be None; min > max gives max everywhere, like PyTorch).
 
         Example:
@@ -307,11 +292,11 @@ class ElementwiseMixin(UnaryMixin):
             result = result.minimum(max)
         return result
 
-    def clip(self: Tensor, min: Tensor | ConstType | None = None, max: Tensor | ConstType | None = None) -> Tensor:
+    def clip(self, min: Self | ConstType | None = None, max: Self | ConstType | None = None) -> Self:
         """Alias of `clamp`."""
         return self.clamp(min, max)
 
-    def lerp(self: Tensor, end: Tensor | ConstType, weight: Tensor | ConstType) -> Tensor:
+    def lerp(self, end: Self | ConstType, weight: Self | ConstType) -> Self:
         """self + weight * (end - self), exact at weight 1 (PyTorch's two-sided formula).
 
         Example:
@@ -324,7 +309,7 @@ class ElementwiseMixin(UnaryMixin):
         difference = stop - start
         low = start + weight * difference
         high = stop - difference * (1 - weight)
-        small_weight = (weight < 0.5) if _is_tensor(weight) else abs(scalar_value(weight)) < 0.5
+        small_weight = (weight < 0.5) if isinstance(weight, TensorCore) else abs(scalar_value(weight)) < 0.5
         if isinstance(small_weight, bool):
             return low if small_weight else high
         return small_weight.where(low, high)
@@ -333,57 +318,57 @@ class ElementwiseMixin(UnaryMixin):
     # comparisons (bool results)
     # ------------------------------------------------------------------------------------------------------------
 
-    def _compare(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+    def _compare(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 
-    def eq(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def eq(self, other: Self | ConstType) -> Self:
         """self == other, elementwise (a bool tensor)."""
         return self._compare(Ops.CMPEQ, other, "eq")
 
-    def ne(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def ne(self, other: Self | ConstType) -> Self:
         """self != other, elementwise (a bool tensor)."""
         return self._compare(Ops.CMPNE, other, "ne")
 
-    def lt(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def lt(self, other: Self | ConstType) -> Self:
         """self < other, elementwise (a bool tensor)."""
         return self._compare(Ops.CMPLT, other, "lt")
 
-    def gt(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def gt(self, other: Self | ConstType) -> Self:
         """self > other, elementwise (a bool tensor)."""
         return self._compare(Ops.CMPLT, other, "gt", reverse=True)
 
-    def le(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def le(self, other: Self | ConstType) -> Self:
         """self <= other, elementwise (a bool tensor; False where either is NaN)."""
         left, right = self._operands(other, "le")
         return left._binary(Ops.CMPLT, right)._binary(Ops.OR, left._binary(Ops.CMPEQ, right))
 
-    def ge(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def ge(self, other: Self | ConstType) -> Self:
         """self >= other, elementwise (a bool tensor; False where either is NaN)."""
         left, right = self._operands(other, "ge")
         return right._binary(Ops.CMPLT, left)._binary(Ops.OR, left._binary(Ops.CMPEQ, right))
 
-    def __eq__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+    def __eq__(self, other: object) -> Self:  # type: ignore[override]
         return self.eq(other)  # type: ignore[arg-type]
 
-    def __ne__(self: Tensor, other: object) -> Tensor:  # type: ignore[override]
+    def __ne__(self, other: object) -> Self:  # type: ignore[override]
         return self.ne(other)  # type: ignore[arg-type]
 
     __hash__ = object.__hash__  # `==` builds a tensor, so hashing stays by identity (like PyTorch)
 
-    def __lt__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __lt__(self, other: Self | ConstType) -> Self:
         return self.lt(other)
 
-    def __le__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __le__(self, other: Self | ConstType) -> Self:
         return self.le(other)
 
-    def __gt__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __gt__(self, other: Self | ConstType) -> Self:
         return self.gt(other)
 
-    def __ge__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __ge__(self, other: Self | ConstType) -> Self:
         return self.ge(other)
 
-    def __bool__(self: Tensor) -> bool:
+    def __bool__(self) -> bool:
         if self.numel() != 1:
             raise RuntimeError(
                 f"the truth value of a tensor with {self.numel()} elements (shape {self.shape}) is ambiguous; "
@@ -395,28 +380,28 @@ class ElementwiseMixin(UnaryMixin):
     # logic and bits
     # ------------------------------------------------------------------------------------------------------------
 
-    def _logical(self: Tensor, op: Ops, other: Tensor | ConstType, what: str) -> Tensor:
+    def _logical(self, op: Ops, other: Self | ConstType, what: str) -> Self:
         left, right = self._operands(other, what, dtype=dtypes.bool)
         return left._binary(op, right)
 
-    def logical_and(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def logical_and(self, other: Self | ConstType) -> Self:
         """Elementwise `and` of the truth values (nonzero is True)."""
         return self._logical(Ops.AND, other, "logical_and")
 
-    def logical_or(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def logical_or(self, other: Self | ConstType) -> Self:
         """Elementwise `or` of the truth values (nonzero is True)."""
         return self._logical(Ops.OR, other, "logical_or")
 
-    def logical_xor(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def logical_xor(self, other: Self | ConstType) -> Self:
         """Elementwise `xor` of the truth values (nonzero is True)."""
         return self._logical(Ops.XOR, other, "logical_xor")
 
-    def logical_not(self: Tensor) -> Tensor:
+    def logical_not(self) -> Self:
         """Elementwise `not` of the truth values (nonzero is True)."""
         truth = self._cast(dtypes.bool)
         return truth._binary(Ops.CMPNE, self._const(True, self.shape, dtypes.bool, self.device))
 
-    def _bitwise(self: Tensor, op: Ops, other: Tensor | ConstType, what: str, reverse: bool = False) -> Tensor:
+    def _bitwise(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
         left, right = self._operands(other, what, reverse)
         if dtypes.is_float(left.dtype):
             raise TypeError(f"{what} needs integer or bool operands, got {left.dtype!r}")
@@ -424,30 +409,30 @@ class ElementwiseMixin(UnaryMixin):
             raise TypeError(f"{what} needs integer operands, got {left.dtype!r}")
         return left._binary(op, right)
 
-    def bitwise_and(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def bitwise_and(self, other: Self | ConstType) -> Self:
         """Elementwise bitwise and (integers and bools)."""
         return self._bitwise(Ops.AND, other, "bitwise_and")
 
-    def bitwise_or(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def bitwise_or(self, other: Self | ConstType) -> Self:
         """Elementwise bitwise or (integers and bools)."""
         return self._bitwise(Ops.OR, other, "bitwise_or")
 
-    def bitwise_xor(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def bitwise_xor(self, other: Self | ConstType) -> Self:
         """Elementwise bitwise xor (integers and bools)."""
         return self._bitwise(Ops.XOR, other, "bitwise_xor")
 
-    def bitwise_not(self: Tensor) -> Tensor:
+    def bitwise_not(self) -> Self:
         """Elementwise bitwise not (integers; bools: logical not)."""
         if dtypes.is_float(self.dtype):
             raise TypeError(f"bitwise_not needs an integer or bool tensor, got {self.dtype!r}")
         ones = self._const(True if self.dtype == dtypes.bool else -1, self.shape, self.dtype, self.device)
         return self._binary(Ops.XOR, ones)
 
-    def lshift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def lshift(self, other: Self | ConstType) -> Self:
         """self << other (integers)."""
         return self._bitwise(Ops.SHL, other, "lshift")
 
-    def rshift(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def rshift(self, other: Self | ConstType) -> Self:
         """self >> other (integers; arithmetic shift for signed dtypes)."""
         return self._bitwise(Ops.SHR, other, "rshift")
 
@@ -455,7 +440,7 @@ class ElementwiseMixin(UnaryMixin):
     # selection
     # ------------------------------------------------------------------------------------------------------------
 
-    def where(self: Tensor, if_true: Tensor | ConstType, if_false: Tensor | ConstType) -> Tensor:
+    def where(self, if_true: Self | ConstType, if_false: Self | ConstType) -> Self:
         """Select elementwise between two values by a condition; all three broadcast. Two spellings are accepted:
 
         - `condition.where(x, y)` (tinygrad's): `x` where this condition is nonzero, else `y`. Also
@@ -471,13 +456,13 @@ class ElementwiseMixin(UnaryMixin):
             [0.0, 2.0]
         """
         if_true, if_false = (
-            tensor_class()(value, device=self.device) if isinstance(value, np.ndarray) else value
+            type(self)(value, device=self.device) if isinstance(value, np.ndarray) else value
             for value in (if_true, if_false)
         )
-        if self.dtype != dtypes.bool and _is_tensor(if_true) and if_true.dtype == dtypes.bool:
+        if self.dtype != dtypes.bool and isinstance(if_true, TensorCore) and if_true.dtype == dtypes.bool:
             return if_true.where(self, if_false)  # torch's `x.where(condition, y)`
         target = result_type(if_true, if_false)
-        shapes = [self.shape] + [value.shape for value in (if_true, if_false) if _is_tensor(value)]
+        shapes = [self.shape] + [value.shape for value in (if_true, if_false) if isinstance(value, TensorCore)]
         try:
             shape = broadcast_shapes(*shapes)
         except ValueError as error:
@@ -487,18 +472,18 @@ class ElementwiseMixin(UnaryMixin):
         otherwise = self._operand(if_false, target, shape, "where")
         return condition._ternary(Ops.WHERE, chosen, otherwise)
 
-    def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+    def masked_fill(self, mask: Self, value: Self | ConstType) -> Self:
         """This tensor with `value` (cast to this dtype) where the bool `mask` (broadcast) is True.
 
         Example:
             >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
             [0, 2, 0]
         """
-        if not _is_tensor(mask):
+        if not isinstance(mask, TensorCore):
             raise TypeError(f"masked_fill mask must be a bool Tensor, got {type(mask).__name__}")
         if mask.dtype != dtypes.bool:
             raise TypeError(f"masked_fill mask must be a bool tensor, got {mask.dtype!r}")
-        if _is_tensor(value) and value.ndim != 0:
+        if isinstance(value, TensorCore) and value.ndim != 0:
             raise ValueError(f"masked_fill value must be a scalar or a 0-dim tensor, got shape {value.shape}")
         try:
             shape = broadcast_shapes(self.shape, mask.shape)
@@ -515,92 +500,92 @@ class ElementwiseMixin(UnaryMixin):
     # Python operators
     # ------------------------------------------------------------------------------------------------------------
 
-    def __add__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __add__(self, other: Self | ConstType) -> Self:
         return self._arithmetic(Ops.ADD, other, "add")
 
-    def __radd__(self: Tensor, other: ConstType) -> Tensor:
+    def __radd__(self, other: ConstType) -> Self:
         return self._arithmetic(Ops.ADD, other, "add", reverse=True)
 
-    def __sub__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __sub__(self, other: Self | ConstType) -> Self:
         return self._subtract(other, reverse=False)
 
-    def __rsub__(self: Tensor, other: ConstType) -> Tensor:
+    def __rsub__(self, other: ConstType) -> Self:
         return self._subtract(other, reverse=True)
 
-    def __mul__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __mul__(self, other: Self | ConstType) -> Self:
         return self._arithmetic(Ops.MUL, other, "mul")
 
-    def __rmul__(self: Tensor, other: ConstType) -> Tensor:
+    def __rmul__(self, other: ConstType) -> Self:
         return self._arithmetic(Ops.MUL, other, "mul", reverse=True)
 
-    def __truediv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __truediv__(self, other: Self | ConstType) -> Self:
         return self.div(other)
 
-    def __rtruediv__(self: Tensor, other: ConstType) -> Tensor:
+    def __rtruediv__(self, other: ConstType) -> Self:
         return self.div(other, reverse=True)
 
-    def __floordiv__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __floordiv__(self, other: Self | ConstType) -> Self:
         return self._floor_divide(other, reverse=False)
 
-    def __rfloordiv__(self: Tensor, other: ConstType) -> Tensor:
+    def __rfloordiv__(self, other: ConstType) -> Self:
         return self._floor_divide(other, reverse=True)
 
-    def __mod__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __mod__(self, other: Self | ConstType) -> Self:
         return self._remainder(other, reverse=False)
 
-    def __rmod__(self: Tensor, other: ConstType) -> Tensor:
+    def __rmod__(self, other: ConstType) -> Self:
         return self._remainder(other, reverse=True)
 
-    def __pow__(self: Tensor, exponent: Tensor | ConstType) -> Tensor:
+    def __pow__(self, exponent: Self | ConstType) -> Self:
         return self.pow(exponent)
 
-    def __rpow__(self: Tensor, base: ConstType) -> Tensor:
+    def __rpow__(self, base: ConstType) -> Self:
         return self.pow(base, reverse=True)
 
-    def __and__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __and__(self, other: Self | ConstType) -> Self:
         return self._bitwise(Ops.AND, other, "bitwise_and")
 
-    def __rand__(self: Tensor, other: ConstType) -> Tensor:
+    def __rand__(self, other: ConstType) -> Self:
         return self._bitwise(Ops.AND, other, "bitwise_and", reverse=True)
 
-    def __or__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __or__(self, other: Self | ConstType) -> Self:
         return self._bitwise(Ops.OR, other, "bitwise_or")
 
-    def __ror__(self: Tensor, other: ConstType) -> Tensor:
+    def __ror__(self, other: ConstType) -> Self:
         return self._bitwise(Ops.OR, other, "bitwise_or", reverse=True)
 
-    def __xor__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __xor__(self, other: Self | ConstType) -> Self:
         return self._bitwise(Ops.XOR, other, "bitwise_xor")
 
-    def __rxor__(self: Tensor, other: ConstType) -> Tensor:
+    def __rxor__(self, other: ConstType) -> Self:
         return self._bitwise(Ops.XOR, other, "bitwise_xor", reverse=True)
 
-    def __lshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __lshift__(self, other: Self | ConstType) -> Self:
         return self._bitwise(Ops.SHL, other, "lshift")
 
-    def __rlshift__(self: Tensor, other: ConstType) -> Tensor:
+    def __rlshift__(self, other: ConstType) -> Self:
         return self._bitwise(Ops.SHL, other, "lshift", reverse=True)
 
-    def __rshift__(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def __rshift__(self, other: Self | ConstType) -> Self:
         return self._bitwise(Ops.SHR, other, "rshift")
 
-    def __rrshift__(self: Tensor, other: ConstType) -> Tensor:
+    def __rrshift__(self, other: ConstType) -> Self:
         return self._bitwise(Ops.SHR, other, "rshift", reverse=True)
 
-    def __invert__(self: Tensor) -> Tensor:
+    def __invert__(self) -> Self:
         return self.bitwise_not()
 
-    def __neg__(self: Tensor) -> Tensor:
+    def __neg__(self) -> Self:
         return self.neg()
 
-    def __pos__(self: Tensor) -> Tensor:
+    def __pos__(self) -> Self:
         return self
 
-    def __abs__(self: Tensor) -> Tensor:
+    def __abs__(self) -> Self:
         return self.abs()
 
 
-def _nan_propagating_max(left: Tensor, right: Tensor) -> Tensor:
+def _nan_propagating_max(left: TensorT, right: TensorT) -> TensorT:
     """max(left, right) where a NaN operand gives NaN (the MAX primitive ignores NaN, like C's fmax)."""
     largest = left._binary(Ops.MAX, right)
     if not dtypes.is_float(left.dtype):

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`IndexingMixin`: `tensor[index]`, `tensor[index] = value`, gather and scatter, with PyTorch's rules.
 
 Basic indices (ints, slices with any step, None, Ellipsis) become movement ops: a view, no copy. Advanced indices
@@ -17,18 +15,17 @@ kiln.tensor.ops.data_checks). Ints, lists and numpy arrays are always checked ea
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Self
 
 import numpy as np
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
-from kiln.tensor.ops.creation import iota, tensor_class
+from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.uops import ConstType, Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["IndexingMixin"]
 
@@ -68,7 +65,7 @@ class _BasicIndex:
             sizes.insert(position, 1)
         return tuple(sizes)
 
-    def select(self, x: Tensor) -> Tensor:
+    def select(self, x: TensorT) -> TensorT:
         """The view of `x` this index selects."""
         flips = tuple(spec.flip for spec in self.dims)
         if any(flips):
@@ -87,7 +84,7 @@ class _BasicIndex:
             x = _take_every(x, [spec.stride if spec.count else 1 for spec in self.dims])
         return x._movement(Ops.RESHAPE, self.result_shape(x.shape))
 
-    def place(self, value: Tensor, shape: tuple[int, ...]) -> Tensor:
+    def place(self, value: TensorT, shape: tuple[int, ...]) -> TensorT:
         """`value` (shaped like `select`'s result) moved to where `select` takes it from in a tensor of `shape`;
         zeros (False) elsewhere."""
         sizes = [
@@ -116,7 +113,7 @@ class _BasicIndex:
         return x._movement(Ops.FLIP, flips) if any(flips) else x
 
 
-def _take_every(x: Tensor, strides: list[int]) -> Tensor:
+def _take_every(x: TensorT, strides: list[int]) -> TensorT:
     """Every stride-th element along each dim of `x` (starting with the first)."""
     counts = [-(-size // stride) for size, stride in zip(x.shape, strides)]
     x = x._movement(Ops.PAD, tuple((0, count * stride - size) for count, stride, size in zip(counts, strides, x.shape)))
@@ -126,9 +123,9 @@ def _take_every(x: Tensor, strides: list[int]) -> Tensor:
 
 
 @dataclass(frozen=True)
-class _ParsedIndex:
+class _ParsedIndex(Generic[TensorT]):
     basic: _BasicIndex
-    advanced: tuple[tuple[int, Tensor], ...]  # (source dim, integer index tensor)
+    advanced: tuple[tuple[int, TensorT], ...]  # (source dim, integer index tensor)
 
 
 def _as_index_array(item: Any) -> np.ndarray[Any, Any]:
@@ -140,9 +137,7 @@ def _as_index_array(item: Any) -> np.ndarray[Any, Any]:
     return array
 
 
-def _parse(x: Tensor, index: Any) -> _ParsedIndex:
-    from kiln.tensor.tensor import Tensor
-
+def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
     items = list(index) if isinstance(index, tuple) else [index]
     # host lists / arrays and bool masks become index tensors; each entry consumes this many source dims
     expanded: list[Any] = []
@@ -155,7 +150,7 @@ def _parse(x: Tensor, index: Any) -> _ParsedIndex:
                 expanded.append(("mask", array))
             else:
                 expanded.append(("host", array))
-        elif isinstance(item, Tensor):
+        elif isinstance(item, TensorCore):
             if item.dtype == dtypes.bool:
                 expanded.append(("mask", item))
             elif dtypes.is_int(item.dtype):
@@ -194,7 +189,7 @@ def _parse(x: Tensor, index: Any) -> _ParsedIndex:
 
     dims: list[_DimIndex] = []
     new_dims: list[int] = []
-    advanced: list[tuple[int, Tensor]] = []
+    advanced: list[tuple[int, TensorT]] = []
     kept = 0  # dims of the basic result so far
     for entry in expanded:
         source = len(dims)
@@ -221,9 +216,9 @@ def _parse(x: Tensor, index: Any) -> _ParsedIndex:
                     f"the bool mask of shape {mask_shape} does not match the indexed dims {covered} of the tensor of "
                     f"shape {x.shape} (from dim {source})"
                 )
-            host = data.numpy() if isinstance(data, Tensor) else data
+            host = data.numpy() if isinstance(data, TensorCore) else data
             for axis, positions in enumerate(np.nonzero(host)):
-                advanced.append((source + axis, Tensor(positions.astype(np.int32), device=x.device)))
+                advanced.append((source + axis, type(x)(positions.astype(np.int32), device=x.device)))
                 dims.append(_DimIndex("full"))
                 kept += 1
             continue
@@ -232,7 +227,7 @@ def _parse(x: Tensor, index: Any) -> _ParsedIndex:
             if data.size and (data.min() < -size or data.max() >= size):
                 bad = data[(data < -size) | (data >= size)].reshape(-1)[0]
                 raise IndexError(f"index {int(bad)} is out of bounds for dim {source} of size {size} (shape {x.shape})")
-            data = Tensor(data.astype(np.int32) if size < 2**31 else data.astype(np.int64), device=x.device)
+            data = type(x)(data.astype(np.int32) if size < 2**31 else data.astype(np.int64), device=x.device)
         elif data.device != x.device:
             raise ValueError(f"index tensor is on {data.device!r} but the indexed tensor on {x.device!r}")
         advanced.append((source, data))
@@ -260,7 +255,7 @@ class IndexDtypeError(IndexError, TypeError):
     """An index tensor of a float dtype: PyTorch raises IndexError; a TypeError too (kiln's earlier class)."""
 
 
-def _advanced_positions(parsed: _ParsedIndex) -> list[int]:
+def _advanced_positions(parsed: _ParsedIndex[Any]) -> list[int]:
     """Where each advanced dim sits in the basic result (ints removed, None dims inserted)."""
     kept: list[int] = []  # source dims kept, in order
     for source, spec in enumerate(parsed.basic.dims):
@@ -272,7 +267,7 @@ def _advanced_positions(parsed: _ParsedIndex) -> list[int]:
     return [result_order.index(source) for source, _ in parsed.advanced]
 
 
-def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> Tensor:
+def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]) -> TensorT:
     """y indexed at `positions` by the integer tensors `indices` (broadcast together), PyTorch's dim placement."""
     try:
         batch = broadcast_shapes(*(index.shape for index in indices))
@@ -284,7 +279,7 @@ def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> T
     if total == 0 and math.prod(batch) > 0:
         raise IndexError(f"cannot index into size-0 dims {sizes} with indices of shape {batch}")
     # the row-major position inside the indexed dims, from the (wrapped) index of each
-    linear: Tensor | None = None
+    linear: TensorT | None = None
     for dim, (index, size) in enumerate(zip(indices, sizes)):
         check_index_values(index, size, "indexing", positions[dim])
         wrapped = index._cast(index_compute_dtype(index, total))
@@ -296,7 +291,7 @@ def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> T
     rest_shape = tuple(y.shape[axis] for axis in rest)
     flat = moved._movement(Ops.RESHAPE, (1,) * len(batch) + (total,) + rest_shape)
     flat = flat._broadcast_to((*batch, total, *rest_shape))
-    choices = iota(total, y.device)._cast(linear.dtype)._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
+    choices = iota(type(y), total, y.device)._cast(linear.dtype)._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
     column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1))._broadcast_to((*batch, total))
     hits = column._binary(Ops.CMPEQ, choices._broadcast_to((*batch, total)))
     hits = hits._movement(Ops.RESHAPE, (*batch, total) + (1,) * len(rest_shape))._broadcast_to(flat.shape)
@@ -311,10 +306,10 @@ def _one_hot_select(y: Tensor, positions: list[int], indices: list[Tensor]) -> T
     return result
 
 
-class IndexingMixin:
+class IndexingMixin(TensorCore):
     """Indexing, gather and scatter."""
 
-    def __getitem__(self: Tensor, index: Any) -> Tensor:
+    def __getitem__(self, index: Any) -> Self:
         """PyTorch / numpy indexing: ints, slices (any step), None, Ellipsis, bool masks, integer tensors / lists.
 
         Example:
@@ -331,7 +326,7 @@ class IndexingMixin:
         positions = _advanced_positions(parsed)
         return _one_hot_select(selected, positions, [tensor for _, tensor in parsed.advanced])
 
-    def __setitem__(self: Tensor, index: Any, value: Tensor | ConstType | Any) -> None:
+    def __setitem__(self, index: Any, value: Self | ConstType | Any) -> None:
         """Writes `value` (cast to this dtype, broadcast to the selection) into the selected elements.
 
         The tensor takes the new values by ASSIGN (`Tensor.assign`): a realized tensor's buffer is updated in place
@@ -343,14 +338,14 @@ class IndexingMixin:
             >>> x.tolist()
             [[0.0, 5.0, 5.0], [0.0, 0.0, 0.0]]
         """
-        from kiln.tensor.tensor import Tensor
-
         parsed = _parse(self, index)
-        if not isinstance(value, Tensor):
+        if not isinstance(value, TensorCore):
             value = (
-                Tensor(value, dtype=self.dtype, device=self.device) if isinstance(value, (list, np.ndarray)) else value
+                type(self)(value, dtype=self.dtype, device=self.device)
+                if isinstance(value, (list, np.ndarray))
+                else value
             )
-        if isinstance(value, Tensor) and value.device != self.device:
+        if isinstance(value, TensorCore) and value.device != self.device:
             raise ValueError(f"setitem value is on {value.device!r} but the tensor on {self.device!r}")
         if not parsed.advanced:
             shape = parsed.basic.result_shape(self.shape)
@@ -364,15 +359,15 @@ class IndexingMixin:
         # advanced: find the flat positions the index selects, then scatter the values to them (last write wins)
         # positions count from 1 so that an out-of-range index (which selects nothing and reads 0) becomes -1 and
         # matches no element, instead of writing element 0
-        flat_positions = (iota(self.numel(), self.device) + 1)._movement(Ops.RESHAPE, self.shape)[index] - 1
+        flat_positions = (iota(type(self), self.numel(), self.device) + 1)._movement(Ops.RESHAPE, self.shape)[index] - 1
         values = _broadcast_value(self, value, flat_positions.shape)
         count = flat_positions.numel()
         positions = flat_positions._movement(Ops.RESHAPE, (count, 1))
-        everywhere = iota(self.numel(), self.device)._movement(Ops.RESHAPE, (1, self.numel()))
+        everywhere = iota(type(self), self.numel(), self.device)._movement(Ops.RESHAPE, (1, self.numel()))
         hits = positions._broadcast_to((count, self.numel()))._binary(
             Ops.CMPEQ, everywhere._broadcast_to((count, self.numel()))
         )
-        order = (iota(count, self.device) + 1)._movement(Ops.RESHAPE, (count, 1))._broadcast_to(hits.shape)
+        order = (iota(type(self), count, self.device) + 1)._movement(Ops.RESHAPE, (count, 1))._broadcast_to(hits.shape)
         last = hits.where(order, 0)._reduce(Ops.MAX, (0,))
         chosen = hits & (order == last._broadcast_to(hits.shape))
         column = values._movement(Ops.RESHAPE, (count, 1))._broadcast_to(hits.shape)
@@ -383,17 +378,17 @@ class IndexingMixin:
         update = touched._ternary(Ops.WHERE, written, self._movement(Ops.RESHAPE, (1, self.numel())))
         self.assign(update._movement(Ops.RESHAPE, self.shape))
 
-    def __len__(self: Tensor) -> int:
+    def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-dim tensor")
         return self.shape[0]
 
-    def __iter__(self: Tensor) -> Any:
+    def __iter__(self) -> Any:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-dim tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: Self) -> Self:
         """out[i][j] = self[index[i][j]][j] for dim 0 (and likewise for other dims), like `torch.gather`.
 
         `index` has this tensor's number of dims and sizes no larger than its own outside `dim`.
@@ -416,7 +411,7 @@ class IndexingMixin:
         picked = hits._ternary(Ops.WHERE, summable, summable._const(0, summable.shape, summable.dtype, self.device))
         return picked._reduce(Ops.ADD, (self.ndim,))._movement(Ops.RESHAPE, index.shape)._cast(self.dtype)
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
+    def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
         """A copy of this tensor with `src` values written at `index` along `dim`, like `torch.scatter`:
         self[index[i][j]][j] = src[i][j] for dim 0. `reduce` 'add' / 'multiply' combines instead of replacing;
         when positions repeat without `reduce`, the last one (in row-major order along `dim`) wins.
@@ -425,12 +420,10 @@ class IndexingMixin:
             >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5.0, 7.0])).tolist()
             [7.0, 0.0, 5.0]
         """
-        from kiln.tensor.tensor import Tensor
-
         axis, index = _check_index_argument(self, dim, index, "scatter")
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        if isinstance(src, Tensor):
+        if isinstance(src, TensorCore):
             if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
                 raise ValueError(f"scatter src shape {src.shape} must have index's dims {index.shape} or larger")
             if src.device != self.device:
@@ -451,7 +444,9 @@ class IndexingMixin:
             if reduce is None:
                 order_shape = [1] * (self.ndim + 1)
                 order_shape[axis] = index.shape[axis]
-                order = (iota(index.shape[axis], self.device) + 1)._movement(Ops.RESHAPE, tuple(order_shape))
+                order = (iota(type(self), index.shape[axis], self.device) + 1)._movement(
+                    Ops.RESHAPE, tuple(order_shape)
+                )
                 order = order._broadcast_to(hits.shape)
                 last = hits.where(order, 0)._reduce(Ops.MAX, (axis,))._broadcast_to(hits.shape)
                 chosen = hits & (order == last)
@@ -464,7 +459,7 @@ class IndexingMixin:
         target_shape = tuple(size if i == axis else index.shape[i] for i in range(self.ndim))
         padding = tuple((0, self.shape[i] - target_shape[i]) for i in range(self.ndim))
 
-        def to_target(x: Tensor) -> Tensor:
+        def to_target(x: Self) -> Self:
             moved = x._movement(Ops.PERMUTE, tuple(order_axes))._movement(Ops.RESHAPE, target_shape)
             return moved._movement(Ops.PAD, padding)
 
@@ -476,7 +471,7 @@ class IndexingMixin:
             combined = self * combined
         return touched._ternary(Ops.WHERE, combined._cast(self.dtype), self)
 
-    def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    def scatter_add(self, dim: int, index: Self, src: Self) -> Self:
         """`scatter` with reduce='add': values at repeated positions are summed, like `torch.scatter_add`.
 
         Example:
@@ -486,11 +481,9 @@ class IndexingMixin:
         return self.scatter(dim, index, src, reduce="add")
 
 
-def _check_index_argument(x: Tensor, dim: int, index: Any, what: str) -> tuple[int, Tensor]:
-    from kiln.tensor.tensor import Tensor
-
+def _check_index_argument(x: TensorT, dim: int, index: TensorT, what: str) -> tuple[int, TensorT]:
     axis = normalize_axis(dim, x.shape, f"{what} dim")
-    if not isinstance(index, Tensor):
+    if not isinstance(index, TensorCore):
         raise TypeError(f"{what} index must be an integer Tensor, got {type(index).__name__}")
     if not dtypes.is_int(index.dtype):
         raise TypeError(f"{what} index must have an integer dtype, got {index.dtype!r}")
@@ -506,19 +499,18 @@ def _check_index_argument(x: Tensor, dim: int, index: Any, what: str) -> tuple[i
     return axis, index
 
 
-def _one_hot(index: Tensor, size: int) -> Tensor:
+def _one_hot(index: TensorT, size: int) -> TensorT:
     """(*index.shape, size) bool: True where the last position equals the index value."""
-    choices = iota(size, index.device)._cast(index_compute_dtype(index, size))
+    choices = iota(type(index), size, index.device)._cast(index_compute_dtype(index, size))
     choices = choices._movement(Ops.RESHAPE, (1,) * index.ndim + (size,))
     column = index._cast(index_compute_dtype(index, size))._movement(Ops.RESHAPE, (*index.shape, 1))
     shape = (*index.shape, size)
     return column._broadcast_to(shape)._binary(Ops.CMPEQ, choices._broadcast_to(shape))
 
 
-def _broadcast_value(x: Tensor, value: Any, shape: tuple[int, ...]) -> Tensor:
+def _broadcast_value(x: TensorT, value: TensorT | ConstType, shape: tuple[int, ...]) -> TensorT:
     """The setitem `value` (a Tensor or scalar) as x's dtype, broadcast to the selection's `shape`."""
-    tensor = tensor_class()
-    if isinstance(value, tensor):
+    if isinstance(value, TensorCore):
         source = value
         while source.ndim > len(shape) and source.shape[0] == 1:
             source = source._movement(Ops.RESHAPE, source.shape[1:])  # PyTorch drops extra leading size-1 dims

@@ -1,6 +1,4 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
-"""`InitializerMixin`: random weight initialisers as Tensor static methods, with tinygrad's names and formulas, plus
+"""`InitializerMixin`: random weight initialisers as Tensor class methods, with tinygrad's names and formulas, plus
 PyTorch's xavier initialisers.
 
 For a weight of shape (out, in, *kernel), tinygrad takes fan_in = prod(shape[1:]):
@@ -20,13 +18,12 @@ The numbers come from the global generator (`Tensor.manual_seed`), through `Tens
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
+from kiln.tensor.core import ShapeArgument, TensorCore, TensorT
 from kiln.tensor.ops._checks import shape_argument
-from kiln.tensor.ops.creation import ShapeArgument, tensor_class
 
 if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
     from kiln.uops import DType
 
 __all__ = ["InitializerMixin", "initializer_bound"]
@@ -74,58 +71,67 @@ def initializer_bound(name: str, shape: tuple[int, ...], parameter: float | None
 
 
 def _uniform(
-    name: str, shape: tuple[ShapeArgument, ...], parameter: float | None, dtype: DType | None, device: str | None,
-    requires_grad: bool | None,
-) -> Tensor:  # fmt: skip
+    kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
+    dtype: DType | None, device: str | None, requires_grad: bool | None,
+) -> TensorT:  # fmt: skip
     dims = shape_argument(shape, f"{name} shape")
     bound = initializer_bound(name, dims, parameter)
-    return tensor_class().uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
+    return kind.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def _normal(
-    name: str, shape: tuple[ShapeArgument, ...], parameter: float | None, dtype: DType | None, device: str | None,
-    requires_grad: bool | None,
-) -> Tensor:  # fmt: skip
+    kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
+    dtype: DType | None, device: str | None, requires_grad: bool | None,
+) -> TensorT:  # fmt: skip
     dims = shape_argument(shape, f"{name} shape")
     std = initializer_bound(name, dims, parameter)
-    return tensor_class().normal(dims, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
+    return kind.normal(dims, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-class InitializerMixin:
-    """Weight initialisers (static methods)."""
+class InitializerMixin(TensorCore):
+    """Weight initialisers (class methods)."""
 
-    @staticmethod
+    @classmethod
     def scaled_uniform(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """U(-1, 1) / sqrt(prod(shape)) (tinygrad's).
 
         Example:
             >>> bool(Tensor.scaled_uniform(4, 4).abs().max().item() <= 0.25)
             True
         """
-        return _uniform("scaled_uniform", shape, None, dtype, device, requires_grad)
+        return _uniform(cls, "scaled_uniform", shape, None, dtype, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def glorot_uniform(
-        *shape: ShapeArgument, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
-    ) -> Tensor:
+        cls,
+        *shape: ShapeArgument,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (tinygrad's, Keras's GlorotUniform).
 
         Example:
             >>> bool(Tensor.glorot_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _uniform("glorot_uniform", shape, None, dtype, device, requires_grad)
+        return _uniform(cls, "glorot_uniform", shape, None, dtype, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def kaiming_uniform(
+        cls,
         *shape: ShapeArgument,
         a: float = 0.01,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """U(-b, b) with b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's; PyTorch's
         kaiming_uniform_ with leaky-relu slope `a` and fan_in mode).
 
@@ -133,32 +139,34 @@ class InitializerMixin:
             >>> Tensor.kaiming_uniform(8, 2, 3, 3).shape
             (8, 2, 3, 3)
         """
-        return _uniform("kaiming_uniform", shape, _number(a, "kaiming_uniform a"), dtype, device, requires_grad)
+        return _uniform(cls, "kaiming_uniform", shape, _number(a, "kaiming_uniform a"), dtype, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def kaiming_normal(
+        cls,
         *shape: ShapeArgument,
         a: float = 0.01,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """N(0, std) with std = sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's).
 
         Example:
             >>> Tensor.kaiming_normal(8, 4).shape
             (8, 4)
         """
-        return _normal("kaiming_normal", shape, _number(a, "kaiming_normal a"), dtype, device, requires_grad)
+        return _normal(cls, "kaiming_normal", shape, _number(a, "kaiming_normal a"), dtype, device, requires_grad)
 
-    @staticmethod
+    @classmethod
     def xavier_uniform(
+        cls,
         *shape: ShapeArgument,
         gain: float = 1.0,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out)), PyTorch's xavier_uniform_ fans (shape[1] and
         shape[0], each times prod(shape[2:])).
 
@@ -166,20 +174,23 @@ class InitializerMixin:
             >>> bool(Tensor.xavier_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _uniform("xavier_uniform", shape, _number(gain, "xavier_uniform gain"), dtype, device, requires_grad)
+        return _uniform(
+            cls, "xavier_uniform", shape, _number(gain, "xavier_uniform gain"), dtype, device, requires_grad
+        )
 
-    @staticmethod
+    @classmethod
     def xavier_normal(
+        cls,
         *shape: ShapeArgument,
         gain: float = 1.0,
         dtype: DType | None = None,
         device: str | None = None,
         requires_grad: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out)) (PyTorch's xavier_normal_).
 
         Example:
             >>> Tensor.xavier_normal(4, 6).shape
             (4, 6)
         """
-        return _normal("xavier_normal", shape, _number(gain, "xavier_normal gain"), dtype, device, requires_grad)
+        return _normal(cls, "xavier_normal", shape, _number(gain, "xavier_normal gain"), dtype, device, requires_grad)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`InterpolationMixin`: `interpolate` (resizing the spatial dims) with PyTorch's nearest, (bi/tri)linear, bicubic and
 area modes ('area' is adaptive average pooling, `kiln.tensor.ops.adaptive_pooling`).
 
@@ -17,17 +15,14 @@ compute precision for the linear modes), which makes the chosen source cells ide
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
-from kiln.tensor.ops.creation import tensor_class
 from kiln.tensor.ops.linalg import multiply_sum
 from kiln.uops import Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["InterpolationMixin"]
 
@@ -38,7 +33,7 @@ _CUBIC_A = -0.75  # PyTorch's (and OpenCV's) cubic convolution parameter
 
 
 def _output_sizes(
-    x: Tensor, size: Any, scale_factor: Any, spatial: int
+    x: TensorCore, size: Any, scale_factor: Any, spatial: int
 ) -> tuple[tuple[int, ...], tuple[float | None, ...]]:
     """(output size, user scale or None) per spatial dim."""
     if (size is None) == (scale_factor is None):
@@ -136,8 +131,8 @@ def _cubic_weights(
 
 
 def _last_dim_resampled(
-    x: Tensor, sources: np.ndarray[Any, Any] | None, weights: np.ndarray[Any, Any] | None
-) -> Tensor:
+    x: TensorT, sources: np.ndarray[Any, Any] | None, weights: np.ndarray[Any, Any] | None
+) -> TensorT:
     """`x` with its last dim resampled: by source cells (nearest) or by a weight matrix (linear)."""
     length = x.shape[-1]
     lead = x.shape[:-1]
@@ -157,28 +152,28 @@ def _last_dim_resampled(
             return picked.reshape(*lead, out)
         selection = np.zeros((len(sources), length), dtype=np.bool_)
         selection[np.arange(len(sources)), sources] = True
-        chosen = tensor_class()(selection, device=x.device)
+        chosen = type(x)(selection, device=x.device)
         full = (*lead, len(sources), length)
         picked = chosen._broadcast_to(full).where(x.unsqueeze(-2)._broadcast_to(full), 0)
         return picked._reduce(Ops.ADD, (len(full) - 1,)).reshape(*lead, len(sources))._cast(x.dtype)
     assert weights is not None
-    matrix = tensor_class()(weights, dtype=x.dtype, device=x.device)
+    matrix = type(x)(weights, dtype=x.dtype, device=x.device)
     full = (*lead, weights.shape[0], length)
     product = multiply_sum(matrix._broadcast_to(full), x.unsqueeze(-2)._broadcast_to(full), (len(full) - 1,))
     return product.reshape(*lead, weights.shape[0])
 
 
-class InterpolationMixin:
+class InterpolationMixin(TensorCore):
     """Resizing of the spatial dims."""
 
     def interpolate(
-        self: Tensor,
+        self,
         size: int | tuple[int, ...] | None = None,
         scale_factor: float | tuple[float, ...] | None = None,
         mode: str = "nearest",
         align_corners: bool | None = None,
         recompute_scale_factor: bool | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """The input (batch, channels, *spatial) with 1 to 3 spatial dims resized, like
         `torch.nn.functional.interpolate`.
 
@@ -215,7 +210,7 @@ class InterpolationMixin:
         if recompute_scale_factor:
             scales = (None,) * spatial
         if mode == "area":
-            pooled: Tensor = getattr(self, f"adaptive_avg_pool{spatial}d")(sizes)
+            pooled: Self = getattr(self, f"adaptive_avg_pool{spatial}d")(sizes)
             return pooled
         if mode in _CORNER_MODES and not dtypes.is_float(self.dtype):
             raise TypeError(f"interpolate mode {mode!r} needs a floating-point tensor, got {self.dtype!r}")

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`LayoutMixin`: rearranging elements (roll, diagonal, unfold, repeat_interleave, rot90, movedim, rearrange, ...),
 splitting and tiling them, composed from movement and indexing methods.
 
@@ -11,13 +9,11 @@ import itertools
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["LayoutMixin"]
 
@@ -47,14 +43,14 @@ def _parse_side(side: str) -> list[list[str]]:
     return groups
 
 
-class LayoutMixin:
+class LayoutMixin(TensorCore):
     """Element rearrangement, selection, and torch's shape / type conveniences."""
 
     # ------------------------------------------------------------------------------------------------------------
     # dims
     # ------------------------------------------------------------------------------------------------------------
 
-    def movedim(self: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Dims `source` moved to positions `destination` (the others keep their order).
 
         Example:
@@ -76,19 +72,19 @@ class LayoutMixin:
             order[position] = where_from[position] if position in where_from else next(rest)
         return self.permute(order)
 
-    def moveaxis(self: Tensor, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
+    def moveaxis(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Self:
         """Alias of `movedim`."""
         return self.movedim(source, destination)
 
-    def swapaxes(self: Tensor, axis0: int, axis1: int) -> Tensor:
+    def swapaxes(self, axis0: int, axis1: int) -> Self:
         """Alias of `transpose(axis0, axis1)`."""
         return self.transpose(axis0, axis1)
 
-    def swapdims(self: Tensor, dim0: int, dim1: int) -> Tensor:
+    def swapdims(self, dim0: int, dim1: int) -> Self:
         """Alias of `transpose(dim0, dim1)`."""
         return self.transpose(dim0, dim1)
 
-    def t(self: Tensor) -> Tensor:
+    def t(self) -> Self:
         """The transpose of a matrix (a 0-D or 1-D tensor is returned as is); ValueError beyond 2 dims.
 
         Example:
@@ -100,25 +96,25 @@ class LayoutMixin:
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
-    def mT(self: Tensor) -> Tensor:
+    def mT(self) -> Self:
         """The last two dims swapped."""
         if self.ndim < 2:
             raise ValueError(f"mT needs at least 2 dims, got shape {self.shape}")
         return self.transpose(-2, -1)
 
     @property
-    def mH(self: Tensor) -> Tensor:
+    def mH(self) -> Self:
         """The conjugate transpose of the last two dims (= mT: kiln has no complex dtypes)."""
         return self.mT
 
     @property
-    def H(self: Tensor) -> Tensor:
+    def H(self) -> Self:
         """The conjugate transpose of a matrix (= t(): kiln has no complex dtypes)."""
         if self.ndim != 2:
             raise ValueError(f"H needs a 2-D tensor, got shape {self.shape}")
         return self.t()
 
-    def adjoint(self: Tensor) -> Tensor:
+    def adjoint(self) -> Self:
         """Alias of `mH`."""
         return self.mH
 
@@ -126,7 +122,7 @@ class LayoutMixin:
     # rearranging
     # ------------------------------------------------------------------------------------------------------------
 
-    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
         """Elements shifted cyclically by `shifts` along `dims` (of the flattened tensor when None).
 
         Example:
@@ -151,7 +147,7 @@ class LayoutMixin:
                 result = tail.cat(head, dim=index)
         return result
 
-    def rot90(self: Tensor, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Self:
         """Rotated by 90 degrees `k` times, from the first of `dims` toward the second.
 
         Example:
@@ -172,19 +168,19 @@ class LayoutMixin:
             return self.transpose(first, second).flip(second)
         return self
 
-    def fliplr(self: Tensor) -> Tensor:
+    def fliplr(self) -> Self:
         """Reversed along dim 1."""
         if self.ndim < 2:
             raise ValueError(f"fliplr needs at least 2 dims, got shape {self.shape}")
         return self.flip(1)
 
-    def flipud(self: Tensor) -> Tensor:
+    def flipud(self) -> Self:
         """Reversed along dim 0."""
         if self.ndim < 1:
             raise ValueError("flipud needs at least 1 dim")
         return self.flip(0)
 
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The diagonal `offset` of the matrices in dims (dim1, dim2), as a new last dim.
 
         Example:
@@ -207,7 +203,7 @@ class LayoutMixin:
         padded = flat.pad([(0, 0)] * len(batch) + [(0, length)])
         return padded.reshape(*batch, length, length + 1)[..., 0]
 
-    def diag(self: Tensor, diagonal: int = 0) -> Tensor:
+    def diag(self, diagonal: int = 0) -> Self:
         """A 1-D tensor as the `diagonal` of a square matrix, or a matrix's `diagonal` as a 1-D tensor.
 
         Example:
@@ -226,7 +222,7 @@ class LayoutMixin:
         before, after = (max(0, -diagonal), max(0, diagonal))
         return square.pad([(before, size - length - before), (after, size - length - after)])
 
-    def unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
+    def unfold(self, dimension: int, size: int, step: int) -> Self:
         """Every window of `size` elements `step` apart along `dimension`, as a new last dim (torch.Tensor.unfold).
 
         Example:
@@ -244,8 +240,8 @@ class LayoutMixin:
         return windows[0].stack(*windows[1:], dim=index).movedim(index + 1, -1)
 
     def repeat_interleave(
-        self: Tensor, repeats: int | Sequence[int] | Tensor, dim: int | None = None, *, output_size: int | None = None
-    ) -> Tensor:
+        self, repeats: int | Sequence[int] | Self, dim: int | None = None, *, output_size: int | None = None
+    ) -> Self:
         """Each element repeated `repeats` times (one count, or one per element along `dim`); flattened when dim is
         None. Counts given as a Tensor are read first (a sync), like torch without output_size.
 
@@ -273,7 +269,7 @@ class LayoutMixin:
             raise ValueError(f"repeat_interleave output_size {output_size} != the counts' total {len(positions)}")
         return source.index_select(index, type(self)(positions, dtype=dtypes.default_int, device=self.device))
 
-    def rearrange(self: Tensor, pattern: str, **sizes: int) -> Tensor:
+    def rearrange(self, pattern: str, **sizes: int) -> Self:
         """einops-style rearrangement, e.g. 'b (h w) c -> b c h w' with h=2: split, permute and merge dims.
 
         Example:
@@ -310,7 +306,7 @@ class LayoutMixin:
     # splitting and tiling
     # ------------------------------------------------------------------------------------------------------------
 
-    def tensor_split(self: Tensor, indices_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def tensor_split(self, indices_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Split into n nearly equal parts (the first ones one longer), or at the given indices.
 
         Example:
@@ -335,27 +331,27 @@ class LayoutMixin:
             start += piece
         return tuple(pieces)
 
-    def split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split_with_sizes(self, split_sizes: Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Alias of `split(list_of_sizes, dim)`."""
         return self.split(list(split_sizes), dim)
 
-    def hsplit(self: Tensor, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+    def hsplit(self, sections: int | Sequence[int]) -> tuple[Self, ...]:
         """tensor_split along dim 1 (dim 0 for 1-D tensors)."""
         return self.tensor_split(sections, 1 if self.ndim > 1 else 0)
 
-    def vsplit(self: Tensor, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+    def vsplit(self, sections: int | Sequence[int]) -> tuple[Self, ...]:
         """tensor_split along dim 0 (needs at least 2 dims)."""
         if self.ndim < 2:
             raise ValueError(f"vsplit needs at least 2 dims, got shape {self.shape}")
         return self.tensor_split(sections, 0)
 
-    def dsplit(self: Tensor, sections: int | Sequence[int]) -> tuple[Tensor, ...]:
+    def dsplit(self, sections: int | Sequence[int]) -> tuple[Self, ...]:
         """tensor_split along dim 2 (needs at least 3 dims)."""
         if self.ndim < 3:
             raise ValueError(f"dsplit needs at least 3 dims, got shape {self.shape}")
         return self.tensor_split(sections, 2)
 
-    def tile(self: Tensor, *dims: int | Sequence[int]) -> Tensor:
+    def tile(self, *dims: int | Sequence[int]) -> Self:
         """Repeated `dims` times per dim (missing leading counts are 1), like `torch.tile`.
 
         Example:
@@ -369,7 +365,7 @@ class LayoutMixin:
         source = self.reshape((1,) * (len(counts) - self.ndim) + self.shape)
         return source.repeat(counts)
 
-    def pad_to(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
+    def pad_to(self, *shape: int | Sequence[int | None] | None) -> Self:
         """Zero-padded at the end of each dim up to `shape` (None keeps a dim), tinygrad's pad_to.
 
         Example:
@@ -381,7 +377,7 @@ class LayoutMixin:
             raise ValueError(f"pad_to needs {self.ndim} sizes, got {sizes}")
         return self.pad([(0, 0 if s is None else s - length) for s, length in zip(sizes, self.shape)])
 
-    def shrink_to(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
+    def shrink_to(self, *shape: int | Sequence[int | None] | None) -> Self:
         """The leading part of each dim, `shape` long (None keeps a dim), tinygrad's shrink_to.
 
         Example:

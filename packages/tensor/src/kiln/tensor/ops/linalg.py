@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`LinalgMixin`: matmul / `@`, dot, einsum and linear, each a broadcast multiply followed by one ADD reduce.
 
 There is no matmul primitive: (n, k) @ (k, m) is (n, 1, k) * (1, m, k) summed over k, which the scheduler fuses into
@@ -11,22 +9,19 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import ShapeError, broadcast_shapes, check_same_device
-from kiln.tensor.ops.creation import tensor_class
 from kiln.tensor.ops.promotion import result_type
 from kiln.uops import DType, Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["LinalgMixin", "accumulated_sum", "multiply_sum", "product_dtype"]
 
 _LETTERS = frozenset(string.ascii_letters)
 
 
-def product_dtype(what: str, *operands: Tensor) -> DType:
+def product_dtype(what: str, *operands: TensorCore) -> DType:
     """The promoted dtype of a product of `operands`; TypeError for bool, which has no sum."""
     target = result_type(*operands)
     if target == dtypes.bool:
@@ -34,7 +29,7 @@ def product_dtype(what: str, *operands: Tensor) -> DType:
     return target
 
 
-def multiply_sum(left: Tensor, right: Tensor, axes: Sequence[int]) -> Tensor:
+def multiply_sum(left: TensorT, right: TensorT, axes: Sequence[int]) -> TensorT:
     """sum(left * right) over `axes` (kept as size 1) for operands of one shape and dtype.
 
     16-bit floats multiply and accumulate in float32; the result has the operands' dtype.
@@ -44,7 +39,7 @@ def multiply_sum(left: Tensor, right: Tensor, axes: Sequence[int]) -> Tensor:
     return product._reduce(Ops.ADD, tuple(axes))._cast(left.dtype)
 
 
-def accumulated_sum(x: Tensor, axes: Sequence[int]) -> Tensor:
+def accumulated_sum(x: TensorT, axes: Sequence[int]) -> TensorT:
     """sum(x) over `axes` (kept as size 1) in x's dtype (16-bit floats accumulate in float32)."""
     return x._cast(_accumulate_dtype(x.dtype))._reduce(Ops.ADD, tuple(axes))._cast(x.dtype)
 
@@ -53,10 +48,8 @@ def _accumulate_dtype(dtype: DType) -> DType:
     return dtypes.float32 if dtypes.is_float(dtype) and dtype.itemsize < 4 else dtype
 
 
-def _require_tensor(value: object, what: str) -> Tensor:
-    from kiln.tensor.tensor import Tensor
-
-    if not isinstance(value, Tensor):
+def _require_tensor(value: TensorT, what: str) -> TensorT:
+    if not isinstance(value, TensorCore):
         raise TypeError(f"{what} takes Tensors, got {type(value).__name__}")
     return value
 
@@ -69,7 +62,7 @@ PACKED_MINIMUM_ROWS = 64
 """Rows of the left operand from which the copy pays for itself (each panel is read once per block of rows)."""
 
 
-def _panel_matmul(left: Tensor, right: Tensor) -> Tensor:
+def _panel_matmul(left: TensorT, right: TensorT) -> TensorT:
     """`left @ right` (2-D, cast) through a copy of `right` in column panels: (columns / w, inner, w), contiguous.
 
     The product kernel walks the reduce axis inside a block of output rows: read in place, each step of it jumps a
@@ -90,10 +83,10 @@ def _panel_matmul(left: Tensor, right: Tensor) -> Tensor:
     return result._movement(Ops.SHRINK, ((0, rows), (0, columns))) if extra else result
 
 
-class LinalgMixin:
+class LinalgMixin(TensorCore):
     """Matrix products."""
 
-    def matmul(self: Tensor, other: Tensor) -> Tensor:
+    def matmul(self, other: Self) -> Self:
         """The matrix product with PyTorch's rules: 1-D operands act as a row (left) or column (right) vector that is
         dropped from the result, and the dims before the last two broadcast (batched matmul).
 
@@ -139,13 +132,13 @@ class LinalgMixin:
             result = result.reshape(result.shape[:-1])
         return result
 
-    def __matmul__(self: Tensor, other: Tensor) -> Tensor:
+    def __matmul__(self, other: Self) -> Self:
         return self.matmul(other)
 
-    def __rmatmul__(self: Tensor, other: Any) -> Tensor:
-        return tensor_class()(other, device=self.device).matmul(self)
+    def __rmatmul__(self, other: Any) -> Self:
+        return type(self)(other, device=self.device).matmul(self)
 
-    def dot(self: Tensor, other: Tensor) -> Tensor:
+    def dot(self, other: Self) -> Self:
         """The inner product of two 1-D tensors of one length (a 0-dim tensor), like `torch.dot`; for other ranks,
         `matmul` (tinygrad's N-d dot).
 
@@ -162,7 +155,7 @@ class LinalgMixin:
         dtype = product_dtype("dot", self, other)
         return multiply_sum(self._cast(dtype), other._cast(dtype), (0,)).reshape(())
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    def linear(self, weight: Self, bias: Self | None = None) -> Self:
         """self @ weight.T + bias, like `torch.nn.functional.linear`: weight is (out_features, in_features) (or 1-D:
         (in_features,), which drops the feature dim) and bias broadcasts to the result.
 
@@ -191,7 +184,7 @@ class LinalgMixin:
         return result + bias
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+    def einsum(formula: str, *operands: TensorT | Sequence[TensorT]) -> TensorT:
         """Einstein summation over `operands`, like `torch.einsum`: each operand gets one letter per dim; letters
         missing from the output are summed; a letter repeated in one operand takes the diagonal; `...` stands for
         broadcast dims; without `->` the output is `...` and then the letters used once, in alphabetical order.
@@ -213,19 +206,19 @@ class LinalgMixin:
 Label = str  # a letter, or "...<k>" (k < 0, counted from the right) for a broadcast dim of the ellipsis
 
 
-def _einsum_operands(operands: tuple[Any, ...]) -> list[Tensor]:
-    from kiln.tensor.tensor import Tensor
-
-    items = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+def _einsum_operands(operands: tuple[TensorT | Sequence[TensorT], ...]) -> list[TensorT]:
+    items: list[Any] = (
+        list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    )
     for position, item in enumerate(items):
-        if not isinstance(item, Tensor):
+        if not isinstance(item, TensorCore):
             raise TypeError(f"einsum operands must be Tensors, got {type(item).__name__} at position {position}")
     if not items:
         raise ValueError("einsum needs at least one operand")
     return items
 
 
-def _einsum(formula: str, tensors: list[Tensor]) -> Tensor:
+def _einsum(formula: str, tensors: list[TensorT]) -> TensorT:
     if not isinstance(formula, str):
         raise TypeError(f"einsum formula must be a str such as 'ij,jk->ik', got {formula!r}")
     text = formula.replace(" ", "")
@@ -237,7 +230,7 @@ def _einsum(formula: str, tensors: list[Tensor]) -> Tensor:
         raise ValueError(f"einsum {formula!r} has {len(terms)} operand terms but {len(tensors)} operands were given")
     check_same_device("einsum", *tensors)
     dtype = product_dtype("einsum", *tensors)
-    labeled: list[tuple[Tensor, list[Label]]] = []
+    labeled: list[tuple[TensorT, list[Label]]] = []
     for term, tensor in zip(terms, tensors):
         letters = _parse_term(term, formula)
         labels = _expand_ellipsis(letters, term, formula, tensor.shape)
@@ -285,7 +278,7 @@ def _expand_ellipsis(letters: list[str], term: str, formula: str, shape: tuple[i
     return labels
 
 
-def _label_sizes(labeled: list[tuple[Tensor, list[Label]]], formula: str) -> dict[Label, int]:
+def _label_sizes(labeled: Sequence[tuple[TensorCore, list[Label]]], formula: str) -> dict[Label, int]:
     """The size of each label over all operands (size-1 dims broadcast; other sizes must agree)."""
     sizes: dict[Label, int] = {}
     for tensor, labels in labeled:
@@ -302,7 +295,7 @@ def _label_sizes(labeled: list[tuple[Tensor, list[Label]]], formula: str) -> dic
     return sizes
 
 
-def _diagonal(tensor: Tensor, labels: list[Label], formula: str) -> tuple[Tensor, list[Label]]:
+def _diagonal(tensor: TensorT, labels: list[Label], formula: str) -> tuple[TensorT, list[Label]]:
     """`tensor` with every repeated label reduced to its diagonal (one dim per label)."""
     while len(set(labels)) != len(labels):
         label = next(label for label in labels if labels.count(label) > 1)
@@ -326,7 +319,7 @@ def _diagonal(tensor: Tensor, labels: list[Label], formula: str) -> tuple[Tensor
     return tensor, labels
 
 
-def _aligned(tensor: Tensor, labels: list[Label], order: list[Label], sizes: dict[Label, int]) -> Tensor:
+def _aligned(tensor: TensorT, labels: list[Label], order: list[Label], sizes: dict[Label, int]) -> TensorT:
     """`tensor` (unique `labels`) permuted to `order`, with size-1 dims for missing labels, broadcast to `sizes`."""
     present = [label for label in order if label in labels]
     moved = tensor.permute(*[labels.index(label) for label in present]) if tensor.ndim else tensor
@@ -334,7 +327,7 @@ def _aligned(tensor: Tensor, labels: list[Label], order: list[Label], sizes: dic
     return moved.reshape(view)._broadcast_to(tuple(sizes[label] for label in order))
 
 
-def _contract(labeled: list[tuple[Tensor, list[Label]]], output: list[Label], sizes: dict[Label, int]) -> Tensor:
+def _contract(labeled: list[tuple[TensorT, list[Label]]], output: list[Label], sizes: dict[Label, int]) -> TensorT:
     """Multiplies the operands left to right, summing each label as soon as no later operand and no output needs it
     (so a chain like 'ij,jk,kl->il' never builds the full i * j * k * l product).
     """

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`LinearSolveMixin`: determinants, linear solves, inverses, Cholesky and the pseudo-inverse of small matrices,
 composed from the Householder QR (decompositions.py) and Python loops over rows (batched over leading dims).
 
@@ -12,27 +10,25 @@ No pivoting beyond the QR's: meant for well-conditioned small systems (the ones 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.decompositions import householder
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["LinearSolveMixin"]
 
 
-def _square(x: Tensor, what: str) -> Tensor:
+def _square(x: TensorT, what: str) -> TensorT:
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(f"{what} needs square matrices (..., n, n), got shape {x.shape}")
     return x._floating()
 
 
-def _back_substitute(r: Tensor, y: Tensor) -> Tensor:
+def _back_substitute(r: TensorT, y: TensorT) -> TensorT:
     """X with R X = Y for upper-triangular R (..., n, n) and Y (..., n, k)."""
     size = r.shape[-1]
-    solved: list[Tensor] = [y[..., :1, :]] * size
+    solved: list[TensorT] = [y[..., :1, :]] * size
     for i in range(size - 1, -1, -1):
         row = y[..., i : i + 1, :]
         for j in range(i + 1, size):
@@ -41,10 +37,10 @@ def _back_substitute(r: Tensor, y: Tensor) -> Tensor:
     return solved[0].cat(*solved[1:], dim=-2)
 
 
-class LinearSolveMixin:
+class LinearSolveMixin(TensorCore):
     """Determinants, solves, inverses, Cholesky and the pseudo-inverse."""
 
-    def det(self: Tensor) -> Tensor:
+    def det(self) -> Self:
         """The determinant of square matrices (batched).
 
         Example:
@@ -56,7 +52,7 @@ class LinearSolveMixin:
         diagonal = r.diagonal(0, -2, -1)
         return diagonal.prod(-1) * flips.reshape(flips.shape[:-2])
 
-    def slogdet(self: Tensor) -> tuple[Tensor, Tensor]:
+    def slogdet(self) -> tuple[Self, Self]:
         """(sign, log|det|) of square matrices.
 
         Example:
@@ -69,7 +65,7 @@ class LinearSolveMixin:
         sign = diagonal.sign().prod(-1) * flips.reshape(flips.shape[:-2])
         return sign, diagonal.abs().log().sum(-1)
 
-    def logdet(self: Tensor) -> Tensor:
+    def logdet(self) -> Self:
         """log(det) (NaN for a negative determinant, -inf for 0), like `torch.logdet`.
 
         Example:
@@ -77,9 +73,9 @@ class LinearSolveMixin:
             1.79176
         """
         sign, value = self.slogdet()
-        return (sign < 0).where(float("nan"), (sign == 0).where(float("-inf"), value))
+        return (sign < 0).where(float("nan"), sign.eq(0).where(float("-inf"), value))
 
-    def solve(self: Tensor, other: Tensor) -> Tensor:
+    def solve(self, other: Self) -> Self:
         """X with self @ X = other (other (..., n) or (..., n, k)), like `torch.linalg.solve(self, other)`.
 
         Example:
@@ -95,7 +91,7 @@ class LinearSolveMixin:
         solution = _back_substitute(r, q.mT.matmul(rhs))
         return solution.squeeze(-1) if vector else solution
 
-    def inverse(self: Tensor) -> Tensor:
+    def inverse(self) -> Self:
         """The inverse of square matrices.
 
         Example:
@@ -107,7 +103,7 @@ class LinearSolveMixin:
         identity = a.eye(size, dtype=a.dtype, device=a.device)._broadcast_to(a.shape)
         return a.solve(identity)
 
-    def cholesky(self: Tensor, upper: bool = False) -> Tensor:
+    def cholesky(self, upper: bool = False) -> Self:
         """L with self = L @ L^T for symmetric positive-definite matrices (L^T when `upper`).
 
         Example:
@@ -118,8 +114,8 @@ class LinearSolveMixin:
         square = _square(self, "cholesky")
         a = (square + square.mT) * 0.5
         size = a.shape[-1]
-        columns: list[Tensor] = []
-        rows = iota(size, a.device).reshape(size, 1)
+        columns: list[Self] = []
+        rows = iota(type(a), size, a.device).reshape(size, 1)
         for j in range(size):
             column = a[..., :, j : j + 1]
             if columns:
@@ -130,7 +126,7 @@ class LinearSolveMixin:
         lower = columns[0].cat(*columns[1:], dim=-1)
         return lower.mT if upper else lower
 
-    def pinverse(self: Tensor, rcond: float = 1e-15) -> Tensor:
+    def pinverse(self, rcond: float = 1e-15) -> Self:
         """The Moore-Penrose pseudo-inverse of a matrix from its SVD.
 
         Example:

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`LossMixin`: PyTorch's loss functions with the prediction as `self`, and `one_hot` for class targets.
 
 Class-index targets pick their class with a one-hot comparison (target == arange(classes)) inside a sum, so no gather
@@ -11,25 +9,21 @@ lazy): they pick no class and contribute zero.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_same_device
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.data_checks import check_index_values
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["LossMixin"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
 
-def _require(value: object, what: str) -> Tensor:
-    from kiln.tensor.tensor import Tensor
-
-    if not isinstance(value, Tensor):
+def _require(value: TensorT, what: str) -> TensorT:
+    if not isinstance(value, TensorCore):
         raise TypeError(f"{what} must be a Tensor, got {type(value).__name__}")
     return value
 
@@ -40,7 +34,7 @@ def _check_reduction(reduction: object, what: str, allowed: tuple[str, ...] = _R
     return str(reduction)
 
 
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
+def _reduce(loss: TensorT, reduction: str) -> TensorT:
     if reduction == "mean":
         return loss.mean()
     if reduction == "sum":
@@ -48,7 +42,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     return loss
 
 
-def _floating_pair(prediction: Tensor, target: Any, what: str, same_shape: bool) -> tuple[Tensor, Tensor]:
+def _floating_pair(prediction: TensorT, target: TensorT, what: str, same_shape: bool) -> tuple[TensorT, TensorT]:
     """(prediction, target) as one floating dtype; shapes equal (`same_shape`) or broadcast to one shape."""
     target = _require(target, f"{what} target")
     check_same_device(what, prediction, target)
@@ -66,7 +60,7 @@ def _floating_pair(prediction: Tensor, target: Any, what: str, same_shape: bool)
     return prediction._cast(dtype)._broadcast_to(shape), target._cast(dtype)._broadcast_to(shape)
 
 
-def _class_shapes(prediction: Tensor, target: Tensor, what: str) -> None:
+def _class_shapes(prediction: TensorCore, target: TensorCore, what: str) -> None:
     """Checks (classes,) with (), (batch, classes) with (batch,) or (batch, classes, *d) with (batch, *d)."""
     if prediction.ndim == 0:
         raise ValueError(f"{what}: input must have a class dim, got a 0-dim tensor")
@@ -78,7 +72,7 @@ def _class_shapes(prediction: Tensor, target: Tensor, what: str) -> None:
         )
 
 
-def _class_weight(weight: object, classes: int, what: str) -> Tensor | None:
+def _class_weight(weight: TensorT | None, classes: int, what: str) -> TensorT | None:
     if weight is None:
         return None
     checked = _require(weight, f"{what} weight")
@@ -87,30 +81,30 @@ def _class_weight(weight: object, classes: int, what: str) -> Tensor | None:
     return checked
 
 
-def _class_axis_view(values: Tensor, ndim: int) -> Tensor:
+def _class_axis_view(values: TensorT, ndim: int) -> TensorT:
     """A (classes,) tensor shaped to broadcast along dim 1 of an `ndim`-dim input (dim 0 when ndim == 1)."""
     if ndim == 1:
         return values
     return values.reshape(1, values.shape[0], *((1,) * (ndim - 2)))
 
 
-def _picked_weights(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int) -> Tensor:
+def _picked_weights(log_probabilities: TensorT, target: TensorT, weight: TensorT | None, ignore_index: int) -> TensorT:
     """The input-shaped tensor holding weight[t] (1 without weights) at each kept target's class t, else 0."""
     class_dim = 0 if log_probabilities.ndim == 1 else 1
     classes = log_probabilities.shape[class_dim]
     check_index_values(target, classes, "class target", class_dim, negative=False, ignore=ignore_index)
-    positions = _class_axis_view(iota(classes, target.device)._cast(target.dtype), log_probabilities.ndim)
-    hits = (target.unsqueeze(class_dim) == positions) & (target != ignore_index).unsqueeze(class_dim)
+    positions = _class_axis_view(iota(type(target), classes, target.device)._cast(target.dtype), log_probabilities.ndim)
+    hits = target.unsqueeze(class_dim).eq(positions) & target.ne(ignore_index).unsqueeze(class_dim)
     dtype = log_probabilities.dtype
     scale = _class_axis_view(weight._cast(dtype), log_probabilities.ndim) if weight is not None else 1.0
     return hits.where(scale, 0.0)._cast(dtype)
 
 
-def _nll(log_probabilities: Tensor, picked: Tensor, reduction: str) -> Tensor:
+def _nll(log_probabilities: TensorT, picked: TensorT, reduction: str) -> TensorT:
     """PyTorch's nll_loss over checked arguments, given `_picked_weights`."""
     class_dim = 0 if log_probabilities.ndim == 1 else 1
     # where, not a product: a -inf log-probability of a class that is not picked must not turn into NaN
-    losses = -(picked != 0).where(log_probabilities * picked, 0.0).sum(class_dim)
+    losses = -picked.ne(0).where(log_probabilities * picked, 0.0).sum(class_dim)
     if reduction == "none":
         return losses
     if reduction == "sum":
@@ -118,10 +112,10 @@ def _nll(log_probabilities: Tensor, picked: Tensor, reduction: str) -> Tensor:
     return losses.sum() / picked.sum()
 
 
-class LossMixin:
+class LossMixin(TensorCore):
     """Loss functions (`torch.nn.functional.*_loss` with the input as `self`)."""
 
-    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+    def one_hot(self, num_classes: int = -1) -> Self:
         """An int64 tensor with a trailing dim of `num_classes` that is 1 at each value's position, like
         `torch.nn.functional.one_hot` (-1 infers max + 1, which reads the data).
 
@@ -142,12 +136,12 @@ class LossMixin:
         elif classes < 0:
             raise ValueError(f"one_hot num_classes must be -1 (infer) or >= 0, got {classes}")
         check_index_values(self, classes, "one_hot", 0, negative=False, error=RuntimeError)
-        positions = iota(classes, self.device)._cast(self.dtype)
+        positions = iota(type(self), classes, self.device)._cast(self.dtype)
         return (self.unsqueeze(-1) == positions)._cast(dtypes.int64)
 
     def nll_loss(
-        self: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
-    ) -> Tensor:
+        self, target: Self, weight: Self | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> Self:
         """The negative log likelihood of class-index `target` under log-probabilities `self` (classes in dim 1, or
         dim 0 for an unbatched (classes,) input), like `torch.nn.functional.nll_loss`.
 
@@ -168,13 +162,13 @@ class LossMixin:
         return _nll(log_probabilities, _picked_weights(log_probabilities, target, checked, ignore), mode)
 
     def cross_entropy(
-        self: Tensor,
-        target: Tensor,
-        weight: Tensor | None = None,
+        self,
+        target: Self,
+        weight: Self | None = None,
         ignore_index: int = -100,
         reduction: str = "mean",
         label_smoothing: float = 0.0,
-    ) -> Tensor:
+    ) -> Self:
         """Cross entropy between logits `self` (classes in dim 1, or dim 0 unbatched) and `target`, like
         `torch.nn.functional.cross_entropy`.
 
@@ -221,7 +215,7 @@ class LossMixin:
         if label_smoothing == 0:
             return loss
         # PyTorch: (1 - s) * nll + s / classes * (the summed log-probabilities, weighted, of the kept entries)
-        kept = target != ignore
+        kept = target.ne(ignore)
         weighted = log_probabilities * scale if scale is not None else log_probabilities
         smooth = -kept.where(weighted.sum(class_dim), 0.0)
         if mode == "none":
@@ -232,9 +226,7 @@ class LossMixin:
             smoothed = smooth.sum() / picked.sum()
         return loss * (1 - label_smoothing) + smoothed * (label_smoothing / classes)
 
-    def binary_cross_entropy(
-        self: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
-    ) -> Tensor:
+    def binary_cross_entropy(self, target: Self, weight: Self | None = None, reduction: str = "mean") -> Self:
         """-(t * log(p) + (1 - t) * log(1 - p)) for probabilities `self` and targets `t` of one shape, with each log
         clamped at -100 like `torch.nn.functional.binary_cross_entropy`; `weight` broadcasts to the input.
 
@@ -252,12 +244,12 @@ class LossMixin:
         return _reduce(losses, mode)
 
     def binary_cross_entropy_with_logits(
-        self: Tensor,
-        target: Tensor,
-        weight: Tensor | None = None,
+        self,
+        target: Self,
+        weight: Self | None = None,
         reduction: str = "mean",
-        pos_weight: Tensor | None = None,
-    ) -> Tensor:
+        pos_weight: Self | None = None,
+    ) -> Self:
         """binary_cross_entropy(sigmoid(self), target) computed stably from logits, like
         `torch.nn.functional.binary_cross_entropy_with_logits`; `pos_weight` scales the positive term per class
         (broadcast along the last dim).
@@ -279,7 +271,7 @@ class LossMixin:
             losses = losses * _require(weight, "binary_cross_entropy_with_logits weight")
         return _reduce(losses, mode)
 
-    def mse_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def mse_loss(self, target: Self, reduction: str = "mean") -> Self:
         """(self - target) ** 2, reduced, like `torch.nn.functional.mse_loss` (shapes broadcast).
 
         Example:
@@ -290,7 +282,7 @@ class LossMixin:
         difference = prediction - truth
         return _reduce(difference * difference, _check_reduction(reduction, "mse_loss"))
 
-    def l1_loss(self: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    def l1_loss(self, target: Self, reduction: str = "mean") -> Self:
         """|self - target|, reduced, like `torch.nn.functional.l1_loss` (shapes broadcast).
 
         Example:
@@ -300,7 +292,7 @@ class LossMixin:
         prediction, truth = _floating_pair(self, target, "l1_loss", same_shape=False)
         return _reduce((prediction - truth).abs(), _check_reduction(reduction, "l1_loss"))
 
-    def smooth_l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    def smooth_l1_loss(self, target: Self, reduction: str = "mean", beta: float = 1.0) -> Self:
         """0.5 * d ** 2 / beta where |d| < beta, else |d| - 0.5 * beta (d = self - target), like
         `torch.nn.functional.smooth_l1_loss`; beta = 0 is the L1 loss.
 
@@ -318,7 +310,7 @@ class LossMixin:
             losses = (distance < beta).where(distance * distance * (0.5 / beta), distance - 0.5 * beta)
         return _reduce(losses, _check_reduction(reduction, "smooth_l1_loss"))
 
-    def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    def huber_loss(self, target: Self, reduction: str = "mean", delta: float = 1.0) -> Self:
         """0.5 * d ** 2 where |d| <= delta, else delta * (|d| - 0.5 * delta), like
         `torch.nn.functional.huber_loss` (delta times smooth_l1 with beta = delta).
 
@@ -333,7 +325,7 @@ class LossMixin:
         losses = (distance <= delta).where(distance * distance * 0.5, (distance - 0.5 * delta) * delta)
         return _reduce(losses, _check_reduction(reduction, "huber_loss"))
 
-    def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    def kl_div(self, target: Self, reduction: str = "mean", log_target: bool = False) -> Self:
         """The Kullback-Leibler divergence with the input as log-probabilities: target * (log(target) - self)
         (0 where target is 0), like `torch.nn.functional.kl_div`; 'batchmean' divides the sum by the batch size.
 
@@ -349,14 +341,12 @@ class LossMixin:
             losses = truth.exp() * (truth - prediction)
         else:
             # xlogy: 0 * log(0) counts as 0
-            losses = (truth == 0).where(0.0, truth * (truth.log() - prediction))
+            losses = truth.eq(0).where(0.0, truth * (truth.log() - prediction))
         if mode == "batchmean":
             return losses.sum() / (prediction.shape[0] if prediction.ndim else 1)
         return _reduce(losses, mode)
 
-    def margin_ranking_loss(
-        self: Tensor, x2: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
-    ) -> Tensor:
+    def margin_ranking_loss(self, x2: Self, target: Self, margin: float = 0.0, reduction: str = "mean") -> Self:
         """max(0, -target * (self - x2) + margin), reduced, like `torch.nn.functional.margin_ranking_loss`
         (target holds 1 where `self` should rank higher, -1 where `x2` should; shapes broadcast).
 
@@ -371,7 +361,7 @@ class LossMixin:
         difference, truth = _floating_pair(first - second, target, "margin_ranking_loss", same_shape=False)
         return _reduce((-truth * difference + margin).maximum(0.0), mode)
 
-    def hinge_embedding_loss(self: Tensor, target: Tensor, margin: float = 1.0, reduction: str = "mean") -> Tensor:
+    def hinge_embedding_loss(self, target: Self, margin: float = 1.0, reduction: str = "mean") -> Self:
         """self where target is 1 and max(0, margin - self) where target is -1 (PyTorch adds both terms for any
         other target value), reduced, like `torch.nn.functional.hinge_embedding_loss`.
 
@@ -383,13 +373,13 @@ class LossMixin:
             raise TypeError(f"hinge_embedding_loss margin must be a number, got {margin!r}")
         mode = _check_reduction(reduction, "hinge_embedding_loss")
         prediction, truth = _floating_pair(self, target, "hinge_embedding_loss", same_shape=False)
-        beyond_margin = (truth != 1).where((margin - prediction).maximum(0.0), 0.0)
-        kept = (truth != -1).where(prediction, 0.0)
+        beyond_margin = truth.ne(1).where((margin - prediction).maximum(0.0), 0.0)
+        kept = truth.ne(-1).where(prediction, 0.0)
         return _reduce(beyond_margin + kept, mode)
 
     # tinygrad's spellings
 
-    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self, Y: Self, reduction: str = "mean") -> Self:
         """tinygrad's name for `binary_cross_entropy` of probabilities `self` and targets `Y`.
 
         Example:
@@ -398,9 +388,7 @@ class LossMixin:
         """
         return self.binary_cross_entropy(Y, reduction=reduction)
 
-    def binary_crossentropy_logits(
-        self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
-    ) -> Tensor:
+    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean", pos_weight: Self | None = None) -> Self:
         """tinygrad's name for `binary_cross_entropy_with_logits` of logits `self` and targets `Y`.
 
         Example:
@@ -410,8 +398,8 @@ class LossMixin:
         return self.binary_cross_entropy_with_logits(Y, reduction=reduction, pos_weight=pos_weight)
 
     def sparse_categorical_crossentropy(
-        self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
-    ) -> Tensor:
+        self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Self:
         """tinygrad's cross entropy of logits `self` with the classes in the LAST dim and integer class targets `Y`
         (self's shape without that dim); entries equal to `ignore_index` (default -1) count nowhere.
 

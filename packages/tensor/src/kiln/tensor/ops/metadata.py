@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`MetadataMixin`: torch's conveniences about shape, type and device (size, dim, stride, new_zeros, type_as,
 meshgrid, ...), and small tinygrad helpers (sequential, usum, const_like), composed from existing methods."""
 
@@ -7,21 +5,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.uops import ConstType, DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["MetadataMixin"]
 
 
-class MetadataMixin:
+class MetadataMixin(TensorCore):
     """Shape, type and device conveniences."""
 
-    def size(self: Tensor, dim: int | None = None) -> Any:
+    def size(self, dim: int | None = None) -> Any:
         """The shape (a tuple), or the length of `dim`.
 
         Example:
@@ -32,7 +28,7 @@ class MetadataMixin:
             return self.shape
         return self.shape[normalize_axis(dim, self.shape, "size dim")] if self.ndim else 1
 
-    def dim(self: Tensor) -> int:
+    def dim(self) -> int:
         """The number of dims.
 
         Example:
@@ -41,24 +37,24 @@ class MetadataMixin:
         """
         return self.ndim
 
-    def ndimension(self: Tensor) -> int:
+    def ndimension(self) -> int:
         """Alias of `dim()`."""
         return self.ndim
 
-    def nelement(self: Tensor) -> int:
+    def nelement(self) -> int:
         """Alias of `numel()`."""
         return self.numel()
 
     @property
-    def itemsize(self: Tensor) -> int:
+    def itemsize(self) -> int:
         """Bytes per element."""
         return self.dtype.itemsize
 
-    def is_contiguous(self: Tensor) -> bool:
+    def is_contiguous(self) -> bool:
         """True: kiln tensors have no user-visible strides (every tensor reads as contiguous)."""
         return True
 
-    def cpu(self: Tensor) -> Tensor:
+    def cpu(self) -> Self:
         """This tensor on the CPU device.
 
         Example:
@@ -67,7 +63,7 @@ class MetadataMixin:
         """
         return self.to("CPU")
 
-    def clone(self: Tensor) -> Tensor:
+    def clone(self) -> Self:
         """A copy of this tensor with its own buffer (gradients flow through, like torch.clone).
 
         Example:
@@ -76,11 +72,11 @@ class MetadataMixin:
         """
         return self.contiguous()
 
-    def contiguous_backward(self: Tensor) -> Tensor:
+    def contiguous_backward(self) -> Self:
         """This tensor (tinygrad's hint to make the gradient contiguous; kiln's scheduler decides itself)."""
         return self
 
-    def sequential(self: Tensor, functions: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
+    def sequential(self, functions: Sequence[Callable[[Self], Self]]) -> Self:
         """The result of applying `functions` in order.
 
         Example:
@@ -92,7 +88,7 @@ class MetadataMixin:
             result = function(result)
         return result
 
-    def usum(self: Tensor, *others: Tensor | ConstType) -> Tensor:
+    def usum(self, *others: Self | ConstType) -> Self:
         """self + each of `others` (OR for bools), tinygrad's elementwise sum of many.
 
         Example:
@@ -104,7 +100,7 @@ class MetadataMixin:
             result = result | other if result.dtype == dtypes.bool else result + other
         return result
 
-    def uprod(self: Tensor, *others: Tensor | ConstType) -> Tensor:
+    def uprod(self, *others: Self | ConstType) -> Self:
         """self * each of `others` (AND for bools), tinygrad's elementwise product of many.
 
         Example:
@@ -116,7 +112,7 @@ class MetadataMixin:
             result = result & other if result.dtype == dtypes.bool else result * other
         return result
 
-    def const_like(self: Tensor, value: ConstType, dtype: DType | None = None) -> Tensor:
+    def const_like(self, value: ConstType, dtype: DType | None = None) -> Self:
         """`value` in this tensor's shape (and dtype unless given).
 
         Example:
@@ -125,7 +121,7 @@ class MetadataMixin:
         """
         return self._const(value, self.shape, self.dtype if dtype is None else dtype, self.device)
 
-    def new_full(self: Tensor, size: Sequence[int], fill_value: ConstType, *, dtype: DType | None = None) -> Tensor:
+    def new_full(self, size: Sequence[int], fill_value: ConstType, *, dtype: DType | None = None) -> Self:
         """A tensor of `size` filled with `fill_value`, with this tensor's dtype (unless given) and device.
 
         Example:
@@ -134,19 +130,19 @@ class MetadataMixin:
         """
         return self.full(tuple(size), fill_value, dtype=self.dtype if dtype is None else dtype, device=self.device)
 
-    def new_zeros(self: Tensor, *size: int | Sequence[int], dtype: DType | None = None) -> Tensor:
+    def new_zeros(self, *size: int | Sequence[int], dtype: DType | None = None) -> Self:
         """Zeros of `size` with this tensor's dtype (unless given) and device."""
         return self.zeros(*size, dtype=self.dtype if dtype is None else dtype, device=self.device)
 
-    def new_ones(self: Tensor, *size: int | Sequence[int], dtype: DType | None = None) -> Tensor:
+    def new_ones(self, *size: int | Sequence[int], dtype: DType | None = None) -> Self:
         """Ones of `size` with this tensor's dtype (unless given) and device."""
         return self.ones(*size, dtype=self.dtype if dtype is None else dtype, device=self.device)
 
-    def new_empty(self: Tensor, *size: int | Sequence[int], dtype: DType | None = None) -> Tensor:
+    def new_empty(self, *size: int | Sequence[int], dtype: DType | None = None) -> Self:
         """An uninitialized tensor of `size` with this tensor's dtype (unless given) and device."""
         return self.empty(*size, dtype=self.dtype if dtype is None else dtype, device=self.device)
 
-    def new_tensor(self: Tensor, data: Any, *, dtype: DType | None = None) -> Tensor:
+    def new_tensor(self, data: Any, *, dtype: DType | None = None) -> Self:
         """A tensor of `data` with this tensor's dtype (unless given) and device.
 
         Example:
@@ -155,33 +151,33 @@ class MetadataMixin:
         """
         return type(self)(data, dtype=self.dtype if dtype is None else dtype, device=self.device)
 
-    def type_as(self: Tensor, other: Tensor) -> Tensor:
+    def type_as(self, other: Self) -> Self:
         """This tensor cast to `other`'s dtype."""
         return self.cast(other.dtype)
 
-    def view_as(self: Tensor, other: Tensor) -> Tensor:
+    def view_as(self, other: Self) -> Self:
         """This tensor reshaped to `other`'s shape."""
         return self.reshape(other.shape)
 
-    def reshape_as(self: Tensor, other: Tensor) -> Tensor:
+    def reshape_as(self, other: Self) -> Self:
         """This tensor reshaped to `other`'s shape."""
         return self.reshape(other.shape)
 
-    def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    def expand_as(self, other: Self) -> Self:
         """This tensor expanded to `other`'s shape."""
         return self.expand(other.shape)
 
-    def ravel(self: Tensor) -> Tensor:
+    def ravel(self) -> Self:
         """The flattened tensor."""
         return self.reshape(-1)
 
     @property
-    def data(self: Tensor) -> Tensor:
+    def data(self) -> Self:
         """This tensor detached from the gradient graph (torch's `.data`)."""
         return self.detach()
 
     @staticmethod
-    def meshgrid(*tensors: Tensor | Sequence[Tensor], indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(*tensors: TensorT | Sequence[TensorT], indexing: str = "ij") -> tuple[TensorT, ...]:
         """Coordinate grids from 1-D tensors: 'ij' (matrix) or 'xy' (Cartesian: the first two dims swapped).
 
         Example:
@@ -207,7 +203,7 @@ class MetadataMixin:
             grids.append(t.reshape(view).expand(shape))
         return tuple(grids)
 
-    def stride(self: Tensor, dim: int | None = None) -> Any:
+    def stride(self, dim: int | None = None) -> Any:
         """The row-major strides in elements (kiln tensors read as contiguous), or the stride of `dim`.
 
         Example:
@@ -217,11 +213,11 @@ class MetadataMixin:
         strides = tuple(math.prod(self.shape[i + 1 :]) for i in range(self.ndim))
         return strides if dim is None else strides[normalize_axis(dim, self.shape, "stride dim")]
 
-    def storage_offset(self: Tensor) -> int:
+    def storage_offset(self) -> int:
         """0: a kiln tensor's elements start at its own data."""
         return 0
 
-    def get_device(self: Tensor) -> int:
+    def get_device(self) -> int:
         """The device ordinal: -1 on the CPU (like torch), else the number after ':' in the device name (0 if none).
 
         Example:
@@ -234,20 +230,20 @@ class MetadataMixin:
         return int(number) if number.isdigit() else 0
 
     @property
-    def is_cpu(self: Tensor) -> bool:
+    def is_cpu(self) -> bool:
         """Whether the tensor lives on a host device (CPU, PYTHON)."""
         return self.get_device() == -1
 
     @property
-    def is_cuda(self: Tensor) -> bool:
+    def is_cuda(self) -> bool:
         """Whether the tensor lives on an NVIDIA device."""
         return self.device.split(":")[0] in ("CUDA", "NV")
 
-    def is_same_size(self: Tensor, other: Tensor) -> bool:
+    def is_same_size(self, other: Self) -> bool:
         """Whether both have one shape."""
         return self.shape == other.shape
 
-    def is_nonzero(self: Tensor) -> bool:
+    def is_nonzero(self) -> bool:
         """The truth of a one-element tensor (RuntimeError otherwise, like torch; reads the value).
 
         Example:
@@ -258,7 +254,7 @@ class MetadataMixin:
             raise RuntimeError(f"is_nonzero needs a tensor of one element, got shape {self.shape}")
         return bool(self.reshape(()).item() != 0)
 
-    def sum_to_size(self: Tensor, *size: int | Sequence[int]) -> Tensor:
+    def sum_to_size(self, *size: int | Sequence[int]) -> Self:
         """Summed down to `size`, which this shape must broadcast from (the reverse of `expand`).
 
         Example:

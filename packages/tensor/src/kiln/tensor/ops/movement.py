@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`MovementMixin`: reshape, expand, permute, flip, shrink, pad, cat, stack, split and friends.
 
 They map onto the movement primitives (RESHAPE, EXPAND, PERMUTE, PAD, SHRINK, FLIP), so none of them copies data
@@ -11,15 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.promotion import result_type
 from kiln.uops import ConstType, Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["MovementMixin"]
 
@@ -37,14 +33,14 @@ def _int_arguments(arguments: tuple[Any, ...], what: str) -> tuple[int, ...]:
 _CAT_GROUP = 32
 
 
-class MovementMixin:
+class MovementMixin(TensorCore):
     """Methods that rearrange elements without computing new values."""
 
     # ------------------------------------------------------------------------------------------------------------
     # shape
     # ------------------------------------------------------------------------------------------------------------
 
-    def reshape(self: Tensor, *shape: int | Sequence[int | None] | None) -> Tensor:
+    def reshape(self, *shape: int | Sequence[int | None] | None) -> Self:
         """The same elements (row-major order) in `shape`; one size may be -1 (inferred), and None keeps the size
         of the dim at that position (tinygrad's spelling).
 
@@ -70,11 +66,11 @@ class MovementMixin:
             raise ValueError(f"cannot reshape a tensor of shape {self.shape} ({self.numel()} elements) to {sizes}")
         return self._movement(Ops.RESHAPE, sizes)
 
-    def view(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+    def view(self, *shape: int | Sequence[int]) -> Self:
         """Alias of `reshape` (kiln tensors have no strides, so every reshape is a view)."""
         return self.reshape(*shape)
 
-    def expand(self: Tensor, *shape: int | Sequence[int]) -> Tensor:
+    def expand(self, *shape: int | Sequence[int]) -> Self:
         """This tensor with size-1 dims repeated to `shape` (-1 keeps a size; new dims are added in front).
 
         Example:
@@ -102,11 +98,11 @@ class MovementMixin:
             resolved.append(size)
         return self._broadcast_to(tuple(resolved))
 
-    def broadcast_to(self: Tensor, shape: Sequence[int]) -> Tensor:
+    def broadcast_to(self, shape: Sequence[int]) -> Self:
         """This tensor broadcast to `shape` (numpy rules)."""
         return self.expand(tuple(shape))
 
-    def permute(self: Tensor, *order: int | Sequence[int]) -> Tensor:
+    def permute(self, *order: int | Sequence[int]) -> Self:
         """The dims reordered: dim i of the result is dim order[i] of this tensor.
 
         Example:
@@ -121,7 +117,7 @@ class MovementMixin:
             raise ValueError(f"permute order {axes} is not a permutation of the {self.ndim} dims of shape {self.shape}")
         return self._movement(Ops.PERMUTE, normalized)
 
-    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
         """Dims `dim0` and `dim1` swapped.
 
         Example:
@@ -139,11 +135,11 @@ class MovementMixin:
         return self._movement(Ops.PERMUTE, tuple(order))
 
     @property
-    def T(self: Tensor) -> Tensor:
+    def T(self) -> Self:
         """All dims in reverse order."""
         return self._movement(Ops.PERMUTE, tuple(reversed(range(self.ndim))))
 
-    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Dims start_dim..end_dim (inclusive) merged into one (a 0-dim tensor becomes shape (1,)).
 
         Example:
@@ -159,7 +155,7 @@ class MovementMixin:
         merged = math.prod(self.shape[start : end + 1])
         return self.reshape(*self.shape[:start], merged, *self.shape[end + 1 :])
 
-    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Dim `dim` split into `sizes` (one may be -1).
 
         Example:
@@ -178,7 +174,7 @@ class MovementMixin:
             raise ValueError(f"cannot unflatten dim {dim} of size {inner} into {parts} ({math.prod(parts)} elements)")
         return self.reshape(*self.shape[:index], *parts, *self.shape[index + 1 :])
 
-    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Self:
         """Size-1 dims removed (all, or those of `dim`; a named dim of another size is kept, like PyTorch).
 
         Example:
@@ -194,7 +190,7 @@ class MovementMixin:
             return self
         return self.reshape(tuple(size for i, size in enumerate(self.shape) if not (i in targets and size == 1)))
 
-    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Self:
         """A size-1 dim inserted at `dim` (-1: at the end).
 
         Example:
@@ -208,7 +204,7 @@ class MovementMixin:
     # windows
     # ------------------------------------------------------------------------------------------------------------
 
-    def flip(self: Tensor, *axis: int | Sequence[int]) -> Tensor:
+    def flip(self, *axis: int | Sequence[int]) -> Self:
         """The elements reversed along `axis` (one or more dims).
 
         Example:
@@ -225,7 +221,7 @@ class MovementMixin:
             return self
         return self._movement(Ops.FLIP, tuple(i in normalized for i in range(self.ndim)))
 
-    def shrink(self: Tensor, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Self:
         """The window [start, end) along each dim (None keeps the whole dim).
 
         Example:
@@ -243,11 +239,11 @@ class MovementMixin:
         return self._movement(Ops.SHRINK, pairs)
 
     def pad(
-        self: Tensor,
+        self,
         padding: Sequence[int] | Sequence[tuple[int, int] | None],
         mode: str = "constant",
         value: ConstType = 0.0,
-    ) -> Tensor:
+    ) -> Self:
         """This tensor padded. `padding` is PyTorch's flat form (last dim first: (left, right, top, bottom, ...))
         or one (before, after) pair (or None) per dim; negative amounts crop (as `torch.nn.functional.pad` does:
         'circular' wraps what is left, 'reflect' / 'replicate' mirror or repeat the uncropped edge). Modes:
@@ -279,7 +275,7 @@ class MovementMixin:
     # joining and splitting
     # ------------------------------------------------------------------------------------------------------------
 
-    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+    def cat(self, *others: Self, dim: int = 0) -> Self:
         """This tensor and `others` joined along `dim` (dtypes promoted; other dims must match).
 
         `Tensor.cat(a, b, dim=1)` reads like `torch.cat([a, b], dim=1)`.
@@ -338,7 +334,7 @@ class MovementMixin:
             joined = joined._binary(combine, piece)
         return joined
 
-    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+    def stack(self, *others: Self, dim: int = 0) -> Self:
         """This tensor and `others` (all of one shape) joined along a new dim `dim`.
 
         Example:
@@ -363,7 +359,7 @@ class MovementMixin:
         expanded = [tensor.unsqueeze(index) for tensor in tensors]
         return expanded[0].cat(*expanded[1:], dim=index)
 
-    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Pieces along `dim`: of `sizes` elements each (the last may be smaller), or of the listed sizes.
 
         Example:
@@ -392,7 +388,7 @@ class MovementMixin:
             start += size
         return tuple(pieces)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """About `chunks` equal pieces along `dim` (each ceil(size / chunks); fewer when the size runs out).
 
         Example:
@@ -407,7 +403,7 @@ class MovementMixin:
         length = self.shape[normalize_axis(dim, self.shape, "chunk dim")]
         return self.split(max(1, -(-length // count)), dim)
 
-    def repeat(self: Tensor, *repeats: int | Sequence[int]) -> Tensor:
+    def repeat(self, *repeats: int | Sequence[int]) -> Self:
         """The whole tensor tiled `repeats` times along each dim (extra leading repeats add dims), like PyTorch.
 
         Example:
@@ -423,7 +419,7 @@ class MovementMixin:
         tiled = self.reshape(interleaved)._broadcast_to(grown)
         return tiled.reshape(tuple(count * size for count, size in zip(counts, shape)))
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """The lower triangle of the last two dims (column - row <= diagonal kept, the rest zero).
 
         Example:
@@ -432,7 +428,7 @@ class MovementMixin:
         """
         return _triangle(self, check_int(diagonal, "tril diagonal"), lower=True)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """The upper triangle of the last two dims (column - row >= diagonal kept, the rest zero).
 
         Example:
@@ -443,10 +439,8 @@ class MovementMixin:
 
 
 def _check_tensors(tensors: tuple[Any, ...], what: str) -> None:
-    from kiln.tensor.tensor import Tensor
-
     for position, tensor in enumerate(tensors):
-        if not isinstance(tensor, Tensor):
+        if not isinstance(tensor, TensorCore):
             raise TypeError(f"{what} takes Tensors, got {type(tensor).__name__} at position {position}")
     devices = [tensor.device for tensor in tensors]
     if any(device != devices[0] for device in devices):
@@ -482,7 +476,7 @@ def _padding_pairs(padding: Any, shape: tuple[int, ...]) -> list[tuple[int, int]
     return pairs
 
 
-def _constant_pad(x: Tensor, pairs: list[tuple[int, int]], value: ConstType) -> Tensor:
+def _constant_pad(x: TensorT, pairs: list[tuple[int, int]], value: ConstType) -> TensorT:
     # negative amounts crop first (like PyTorch)
     bounds = tuple((max(0, -before), size - max(0, -after)) for (before, after), size in zip(pairs, x.shape))
     for start, end in bounds:
@@ -499,13 +493,13 @@ def _constant_pad(x: Tensor, pairs: list[tuple[int, int]], value: ConstType) -> 
     return inside._ternary(Ops.WHERE, padded, fill)
 
 
-def _take(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+def _take(x: TensorT, axis: int, start: int, end: int) -> TensorT:
     bounds: list[tuple[int, int] | None] = [None] * x.ndim
     bounds[axis] = (start, end)
     return x.shrink(bounds)
 
 
-def _mode_pad_dim(x: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
+def _mode_pad_dim(x: TensorT, axis: int, before: int, after: int, mode: str) -> TensorT:
     size = x.shape[axis]
     if mode == "reflect":
         if before >= size or after >= size:
@@ -525,11 +519,11 @@ def _mode_pad_dim(x: Tensor, axis: int, before: int, after: int, mode: str) -> T
     return head.cat(x, tail, dim=axis)
 
 
-def _triangle(x: Tensor, diagonal: int, lower: bool) -> Tensor:
+def _triangle(x: TensorT, diagonal: int, lower: bool) -> TensorT:
     if x.ndim < 2:
         raise ValueError(f"{'tril' if lower else 'triu'} needs a tensor with at least 2 dims, got shape {x.shape}")
     rows, columns = x.shape[-2:]
-    offset = iota(columns, x.device).reshape(1, columns) - iota(rows, x.device).reshape(rows, 1)
+    offset = iota(type(x), columns, x.device).reshape(1, columns) - iota(type(x), rows, x.device).reshape(rows, 1)
     keep = (offset <= diagonal) if lower else (offset >= diagonal)
     zero = x._const(0, x.shape, x.dtype, x.device)
     return keep._broadcast_to(x.shape)._ternary(Ops.WHERE, x, zero)

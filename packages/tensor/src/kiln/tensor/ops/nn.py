@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`NNMixin`: the neural-network functions of Tensor, gathered from one mixin per concept, plus `dropout`.
 
 | module | methods |
@@ -22,12 +20,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Self
 
 from kiln.tensor.ops.adaptive_pooling import AdaptivePoolingMixin
 from kiln.tensor.ops.attention import AttentionMixin
 from kiln.tensor.ops.convolution import ConvolutionMixin
-from kiln.tensor.ops.creation import tensor_class
 from kiln.tensor.ops.initializers import InitializerMixin
 from kiln.tensor.ops.interpolation import InterpolationMixin
 from kiln.tensor.ops.linalg import LinalgMixin
@@ -38,9 +35,6 @@ from kiln.tensor.ops.similarity import SimilarityMixin
 from kiln.tensor.ops.sorting import SortingMixin
 from kiln.tensor.ops.unpooling import UnpoolingMixin
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["NNMixin"]
 
@@ -62,7 +56,7 @@ class NNMixin(
     """Neural-network functions: linear algebra, convolution, pooling, resizing, sorting, losses, normalization,
     attention and dropout."""
 
-    def dropout(self: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    def dropout(self, p: float = 0.5, training: bool = True) -> Self:
         """Each element zeroed with probability `p` and the rest scaled by 1 / (1 - p), like
         `torch.nn.functional.dropout`; the identity when not `training` or p = 0. The mask comes from the global
         random generator (`Tensor.manual_seed`), so it is the same on every device.
@@ -81,5 +75,5 @@ class NNMixin(
             raise TypeError(f"dropout needs a floating-point tensor, got {self.dtype!r}")
         if p == 1:
             return self * 0
-        keep = tensor_class().rand(*self.shape, device=self.device) >= p
+        keep = type(self).rand(*self.shape, device=self.device) >= p
         return keep.where(self * (1.0 / (1.0 - p)), 0.0)._cast(self.dtype)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`NormalizationMixin`: layer_norm, batch_norm, group_norm and rms_norm in PyTorch's functional form.
 
 Each normalizes by statistics over some dims, (x - mean) / sqrt(var + eps) with the biased variance, then applies an
@@ -11,26 +9,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.uops import DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["NormalizationMixin"]
 
 
-def _require_optional(value: object, what: str) -> Tensor | None:
-    from kiln.tensor.tensor import Tensor
-
-    if value is not None and not isinstance(value, Tensor):
+def _require_optional(value: TensorT | None, what: str) -> TensorT | None:
+    if value is not None and not isinstance(value, TensorCore):
         raise TypeError(f"{what} must be a Tensor or None, got {type(value).__name__}")
     return value
 
 
-def _check_parameter(value: object, shape: tuple[int, ...], what: str) -> Tensor | None:
+def _check_parameter(value: TensorT | None, shape: tuple[int, ...], what: str) -> TensorT | None:
     tensor = _require_optional(value, what)
     if tensor is not None and tensor.shape != shape:
         raise ValueError(f"{what} must have shape {shape}, got {tensor.shape}")
@@ -43,13 +37,13 @@ def _check_eps(eps: object, what: str) -> float:
     return float(eps)
 
 
-def _compute_dtype(x: Tensor, what: str) -> DType:
+def _compute_dtype(x: TensorCore, what: str) -> DType:
     if not dtypes.is_float(x.dtype):
         raise TypeError(f"{what} needs a floating-point tensor, got {x.dtype!r}; cast first")
     return dtypes.float32 if x.dtype.itemsize < 4 else x.dtype
 
 
-def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+def _normalized(x: TensorT, axes: tuple[int, ...], eps: float) -> TensorT:
     """(x - mean) / sqrt(var + eps) with statistics over `axes` (biased variance)."""
     mean = x.mean(axes, keepdim=True)
     centered = x - mean
@@ -57,7 +51,7 @@ def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
     return centered * (variance + eps).rsqrt()
 
 
-def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, view: Sequence[int]) -> Tensor:
+def _affine(x: TensorT, weight: TensorT | None, bias: TensorT | None, view: Sequence[int]) -> TensorT:
     """x * weight + bias with the parameters reshaped to `view` (None skips one)."""
     if weight is not None:
         x = x * weight._cast(x.dtype).reshape(*view)
@@ -66,16 +60,16 @@ def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, view: Sequenc
     return x
 
 
-class NormalizationMixin:
+class NormalizationMixin(TensorCore):
     """Normalization layers in functional form (the input is `self`)."""
 
     def layer_norm(
-        self: Tensor,
+        self,
         normalized_shape: int | Sequence[int],
-        weight: Tensor | None = None,
-        bias: Tensor | None = None,
+        weight: Self | None = None,
+        bias: Self | None = None,
         eps: float = 1e-5,
-    ) -> Tensor:
+    ) -> Self:
         """Normalizes over the last dims given by `normalized_shape`, then scales by `weight` and shifts by `bias`
         (both of that shape), like `torch.nn.functional.layer_norm`.
 
@@ -98,15 +92,15 @@ class NormalizationMixin:
         return _affine(result, checked_weight, checked_bias, shape)._cast(self.dtype)
 
     def batch_norm(
-        self: Tensor,
-        running_mean: Tensor | None,
-        running_var: Tensor | None,
-        weight: Tensor | None = None,
-        bias: Tensor | None = None,
+        self,
+        running_mean: Self | None,
+        running_var: Self | None,
+        weight: Self | None = None,
+        bias: Self | None = None,
         training: bool = False,
         momentum: float = 0.1,
         eps: float = 1e-5,
-    ) -> Tensor:
+    ) -> Self:
         """Normalizes each channel (dim 1) of (batch, channels, *) over every other dim, like
         `torch.nn.functional.batch_norm`.
 
@@ -156,8 +150,8 @@ class NormalizationMixin:
         return result
 
     def group_norm(
-        self: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
-    ) -> Tensor:
+        self, num_groups: int, weight: Self | None = None, bias: Self | None = None, eps: float = 1e-5
+    ) -> Self:
         """Normalizes each of `num_groups` groups of channels (dim 1) of (batch, channels, *) over the group's
         channels and the other dims, then applies the per-channel `weight` and `bias`, like
         `torch.nn.functional.group_norm`.
@@ -181,8 +175,8 @@ class NormalizationMixin:
         return _affine(result, checked_weight, checked_bias, view)._cast(self.dtype)
 
     def rms_norm(
-        self: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
-    ) -> Tensor:
+        self, normalized_shape: int | Sequence[int], weight: Self | None = None, eps: float | None = None
+    ) -> Self:
         """x / sqrt(mean(x ** 2) + eps) over the last dims given by `normalized_shape`, times `weight`, like
         `torch.nn.functional.rms_norm` (eps defaults to the dtype's machine epsilon).
 

@@ -13,13 +13,11 @@ convolution rejects it). `crop_and_pad` applies one (before, after) pair per dim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.uops import Ops
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["crop_and_pad", "spatial_padding"]
 
@@ -46,7 +44,7 @@ def spatial_padding(padding: Any, spatial: int, what: str) -> Pairs:
     return tuple((amount, amount) for _ in range(spatial))
 
 
-def crop_and_pad(x: Tensor, pairs: Pairs, what: str) -> Tensor:
+def crop_and_pad(x: TensorT, pairs: Pairs, what: str) -> TensorT:
     """`x` with one (before, after) amount per trailing dim (len(pairs) of them): negative amounts crop, then
     positive ones add zeros."""
     leading = x.ndim - len(pairs)

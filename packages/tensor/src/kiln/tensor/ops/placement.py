@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`PlacementMixin`: out-of-place writes of values at positions (index_add, index_fill, index_copy, masked_scatter,
 select_scatter, slice_scatter, diagonal_scatter), building diagonal matrices (diag_embed, diagflat), and the
 pointwise multiply-adds (addcmul, addcdiv) and the cross product.
@@ -10,37 +8,35 @@ lazy and differentiable; the indices are integer tensors, not checked (an out-of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import ConstType, dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["PlacementMixin"]
 
 
-def _positions_along(x: Tensor, axis: int) -> Tensor:
+def _positions_along(x: TensorT, axis: int) -> TensorT:
     """The position along `axis` of every element, shaped to broadcast against x."""
     view = [1] * x.ndim
     view[axis] = x.shape[axis]
-    return iota(x.shape[axis], x.device).reshape(view)
+    return iota(type(x), x.shape[axis], x.device).reshape(view)
 
 
-class PlacementMixin:
+class PlacementMixin(TensorCore):
     """Out-of-place writes at positions, diagonal matrices, multiply-adds and the cross product."""
 
-    def _index_one_hot(self: Tensor, axis: int, index: Tensor, what: str) -> Tensor:
+    def _index_one_hot(self, axis: int, index: Self, what: str) -> Self:
         """(k, size) bool: row i is True at position index[i] along `axis`."""
         if index.ndim > 1 or not dtypes.is_int(index.dtype):
             raise TypeError(f"{what} index must be a 0-D or 1-D integer tensor, got {index.dtype!r} {index.shape}")
         size = self.shape[axis]
         flat = index.reshape(-1)
-        return flat.reshape(-1, 1) == iota(size, self.device).reshape(1, size)
+        return flat.reshape(-1, 1) == iota(type(self), size, self.device).reshape(1, size)
 
-    def index_add(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: ConstType = 1) -> Tensor:
+    def index_add(self, dim: int, index: Self, source: Self, *, alpha: ConstType = 1) -> Self:
         """This tensor plus alpha * source's slices added at positions `index` along `dim` (repeats add up).
 
         Example:
@@ -54,7 +50,7 @@ class PlacementMixin:
         added = spread.movedim(-1, axis)
         return self + (added if alpha == 1 else added * alpha)
 
-    def index_fill(self: Tensor, dim: int, index: Tensor, value: ConstType | Tensor) -> Tensor:
+    def index_fill(self, dim: int, index: Self, value: ConstType | Self) -> Self:
         """`value` at positions `index` along `dim`.
 
         Example:
@@ -67,7 +63,7 @@ class PlacementMixin:
         view[axis] = self.shape[axis]
         return chosen.reshape(view).where(value, self)
 
-    def index_copy(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    def index_copy(self, dim: int, index: Self, source: Self) -> Self:
         """source's slices written at positions `index` along `dim` (positions should be distinct, as in torch).
 
         Example:
@@ -82,7 +78,7 @@ class PlacementMixin:
         placed = self.zeros_like().index_add(axis, index, source._cast(self.dtype))
         return chosen.where(placed, self)
 
-    def masked_scatter(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    def masked_scatter(self, mask: Self, source: Self) -> Self:
         """source's elements, in order, written where `mask` (broadcast) is True.
 
         Example:
@@ -99,7 +95,7 @@ class PlacementMixin:
         picked = flat_source[rank.clamp(0, flat_source.shape[0] - 1)]
         return full.where(picked._cast(self.dtype), self.reshape(-1)).reshape(self.shape)
 
-    def select_scatter(self: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
+    def select_scatter(self, src: Self, dim: int, index: int) -> Self:
         """This tensor with the slice at `index` of `dim` replaced by `src`.
 
         Example:
@@ -110,11 +106,11 @@ class PlacementMixin:
         size = self.shape[axis]
         if not -size <= check_int(index, "select_scatter index") < size:
             raise IndexError(f"select_scatter index {index} is out of range for dim {axis} of size {size}")
-        return (_positions_along(self, axis) == index % size).where(src._cast(self.dtype).unsqueeze(axis), self)
+        return _positions_along(self, axis).eq(index % size).where(src._cast(self.dtype).unsqueeze(axis), self)
 
     def slice_scatter(
-        self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
-    ) -> Tensor:
+        self, src: Self, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+    ) -> Self:
         """This tensor with the slice start:end:step of `dim` replaced by `src`.
 
         Example:
@@ -130,7 +126,7 @@ class PlacementMixin:
         index = type(self)(positions, dtype=dtypes.default_int, device=self.device)
         return self.index_copy(axis, index, src)
 
-    def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Self:
         """Matrices whose `offset` diagonal (in dims dim1, dim2 of the result) is the last dim of this tensor.
 
         Example:
@@ -139,7 +135,9 @@ class PlacementMixin:
         """
         length = self.shape[-1] if self.ndim else 1
         size = length + abs(offset)
-        eye = iota(length, self.device).reshape(length, 1) == iota(length, self.device).reshape(1, length)
+        eye = iota(type(self), length, self.device).reshape(length, 1) == iota(type(self), length, self.device).reshape(
+            1, length
+        )
         square = eye.where(self.unsqueeze(-1), 0)  # (..., n, n): values on the diagonal
         before, after = max(0, -offset), max(0, offset)
         lead = [(0, 0)] * (square.ndim - 2)
@@ -151,7 +149,7 @@ class PlacementMixin:
             raise ValueError(f"diag_embed dim1 and dim2 must differ, got {dim1} and {dim2}")
         return placed.movedim((ndim - 2, ndim - 1), (first, second))
 
-    def diagflat(self: Tensor, offset: int = 0) -> Tensor:
+    def diagflat(self, offset: int = 0) -> Self:
         """The flattened tensor as the `offset` diagonal of a square matrix.
 
         Example:
@@ -160,7 +158,7 @@ class PlacementMixin:
         """
         return self.reshape(-1).diag(offset)
 
-    def diagonal_scatter(self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal_scatter(self, src: Self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """This tensor with its `offset` diagonal in (dim1, dim2) replaced by `src`.
 
         Example:
@@ -170,7 +168,7 @@ class PlacementMixin:
         first = normalize_axis(dim1, self.shape, "diagonal_scatter dim1")
         second = normalize_axis(dim2, self.shape, "diagonal_scatter dim2")
         rows, columns = _positions_along(self, first), _positions_along(self, second)
-        on_diagonal = (columns - rows) == offset
+        on_diagonal = (columns - rows).eq(offset)
         moved = self.movedim((first, second), (-2, -1))
         spread = src._cast(self.dtype).diag_embed(offset)
         rows_needed, columns_needed = moved.shape[-2], moved.shape[-1]
@@ -181,7 +179,7 @@ class PlacementMixin:
         placed = spread.pad(padding).movedim((-2, -1), (first, second))
         return on_diagonal.where(placed, self)
 
-    def addcmul(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: ConstType = 1) -> Tensor:
+    def addcmul(self, tensor1: Self, tensor2: Self, *, value: ConstType = 1) -> Self:
         """self + value * tensor1 * tensor2.
 
         Example:
@@ -190,7 +188,7 @@ class PlacementMixin:
         """
         return self + tensor1 * tensor2 * value
 
-    def addcdiv(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: ConstType = 1) -> Tensor:
+    def addcdiv(self, tensor1: Self, tensor2: Self, *, value: ConstType = 1) -> Self:
         """self + value * tensor1 / tensor2.
 
         Example:
@@ -199,7 +197,7 @@ class PlacementMixin:
         """
         return self + tensor1 / tensor2 * value
 
-    def cross(self: Tensor, other: Tensor, dim: int | None = None) -> Tensor:
+    def cross(self, other: Self, dim: int | None = None) -> Self:
         """The 3-D cross product along `dim` (the first dim of size 3 when None).
 
         Example:

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`PoolingMixin`: max and average pooling over 1, 2 or 3 trailing spatial dims, with PyTorch's arguments.
 
 Pooling is sliding windows (`kiln.tensor.ops.windows`) reduced over the window dims: MAX for max pooling (the input
@@ -13,17 +11,15 @@ bottom, ...) which may be asymmetric; negative amounts crop. `lp_pool` is PyTorc
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.linalg import accumulated_sum
 from kiln.tensor.ops.padding import spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
 from kiln.uops import DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["PoolingMixin"]
 
@@ -36,7 +32,7 @@ class _Geometry:
     read."""
 
     def __init__(
-        self, x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, name: str
+        self, x: TensorCore, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, name: str
     ) -> None:
         spatial = int(name[-2])
         self.spatial = spatial
@@ -87,7 +83,7 @@ class _Geometry:
         spatial = tuple((before, after + more) for (before, after), more in zip(self.padding, self.extra))
         return ((0, 0),) * (ndim - self.spatial) + spatial
 
-    def windows(self, x: Tensor) -> Tensor:
+    def windows(self, x: TensorT) -> TensorT:
         """The windows (*leading, *out, *kernel) of an input already padded with `pairs`."""
         return sliding_windows(x, self.kernel, self.stride, self.dilation)
 
@@ -102,8 +98,8 @@ def _lowest(dtype: DType) -> float | int | bool:
 
 
 def _max_pool(
-    x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, indices: bool, name: str
-) -> Tensor | tuple[Tensor, Tensor]:
+    x: TensorT, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, indices: bool, name: str
+) -> TensorT | tuple[TensorT, TensorT]:
     geometry = _Geometry(x, kernel_size, stride, padding, dilation, ceil_mode, name)
     if not isinstance(indices, bool):
         raise TypeError(f"{name} return_indices must be a bool, got {indices!r}")
@@ -112,14 +108,14 @@ def _max_pool(
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    routed = x.requires_grad is True and not type(x).no_grad
+    routed = x.requires_grad is True and not type(x)._grad_disabled
     if not indices and not routed:
         return windows.amax(axes)
     # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
     taps_per_window = math.prod(geometry.kernel)
     flat = windows.reshape(*windows.shape[: x.ndim], taps_per_window)
     first = flat.argmax(-1, keepdim=True)
-    taps = iota(taps_per_window, x.device)._cast(first.dtype)
+    taps = iota(type(x), taps_per_window, x.device)._cast(first.dtype)
     picked = taps == first
     if routed:
         # picking the first maximum by position sends its whole gradient there, as PyTorch does (a plain max would
@@ -131,7 +127,7 @@ def _max_pool(
         return values
     # the flat position (over the spatial dims) of each input cell, -1 in the padding
     sizes = x.shape[-geometry.spatial :]
-    positions = iota(math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
+    positions = iota(type(x), math.prod(sizes), x.device)._cast(dtypes.default_int).reshape(*sizes)
     position_windows = geometry.windows(positions.pad(pairs[-geometry.spatial :], value=-1))
     window_positions = position_windows.reshape(*position_windows.shape[: geometry.spatial], taps_per_window)
     chosen = picked.where(window_positions, 0)
@@ -139,7 +135,7 @@ def _max_pool(
 
 
 def _avg_pool(
-    x: Tensor,
+    x: TensorT,
     kernel_size: Any,
     stride: Any,
     padding: Any,
@@ -148,7 +144,7 @@ def _avg_pool(
     divisor_override: Any,
     name: str,
     dilation: Any = 1,
-) -> Tensor:
+) -> TensorT:
     geometry = _Geometry(x, kernel_size, stride, padding, dilation, ceil_mode, name)
     if not isinstance(count_include_pad, bool):
         raise TypeError(f"{name} count_include_pad must be a bool, got {count_include_pad!r}")
@@ -176,11 +172,11 @@ def _avg_pool(
     return totals / counts.reshape(counts.shape[: geometry.spatial])
 
 
-class PoolingMixin:
+class PoolingMixin(TensorCore):
     """Max and average pooling (PyTorch's `torch.nn.functional.*_pool*d` with the input as `self`)."""
 
     def max_pool1d(
-        self: Tensor,
+        self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
@@ -197,7 +193,7 @@ class PoolingMixin:
         return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool1d")
 
     def max_pool2d(
-        self: Tensor,
+        self,
         kernel_size: Size = 2,
         stride: Size | None = None,
         padding: Size = 0,
@@ -226,7 +222,7 @@ class PoolingMixin:
         return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
 
     def max_pool3d(
-        self: Tensor,
+        self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
@@ -243,14 +239,14 @@ class PoolingMixin:
         return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool3d")
 
     def avg_pool1d(
-        self: Tensor,
+        self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         dilation: Size = 1,
-    ) -> Tensor:
+    ) -> Self:
         """Average pooling over the last dim; see `avg_pool2d`.
 
         Example:
@@ -260,7 +256,7 @@ class PoolingMixin:
         return _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, None, "avg_pool1d", dilation)
 
     def avg_pool2d(
-        self: Tensor,
+        self,
         kernel_size: Size = 2,
         stride: Size | None = None,
         padding: Size = 0,
@@ -268,7 +264,7 @@ class PoolingMixin:
         count_include_pad: bool = True,
         divisor_override: int | None = None,
         dilation: Size = 1,
-    ) -> Tensor:
+    ) -> Self:
         """The mean of each window over the last two dims, like `torch.nn.functional.avg_pool2d`.
 
         Args:
@@ -286,7 +282,7 @@ class PoolingMixin:
         )
 
     def avg_pool3d(
-        self: Tensor,
+        self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
@@ -294,7 +290,7 @@ class PoolingMixin:
         count_include_pad: bool = True,
         divisor_override: int | None = None,
         dilation: Size = 1,
-    ) -> Tensor:
+    ) -> Self:
         """Average pooling over the last three dims; see `avg_pool2d`.
 
         Example:
@@ -306,8 +302,8 @@ class PoolingMixin:
         )
 
     def lp_pool1d(
-        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Tensor:
+        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Self:
         """Power-average pooling over the last dim; see `lp_pool2d`.
 
         Example:
@@ -317,8 +313,8 @@ class PoolingMixin:
         return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool1d")
 
     def lp_pool2d(
-        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Tensor:
+        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Self:
         """(sum of x ** p over each window) ** (1 / p) over the last two dims, like `torch.nn.functional.lp_pool2d`
         (computed as PyTorch does: an average pool of x ** p times the kernel size, so a ceil_mode window that
         is cut short is scaled up to the full kernel).
@@ -330,8 +326,8 @@ class PoolingMixin:
         return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool2d")
 
     def lp_pool3d(
-        self: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Tensor:
+        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    ) -> Self:
         """Power-average pooling over the last three dims; see `lp_pool2d`.
 
         Example:
@@ -341,7 +337,7 @@ class PoolingMixin:
         return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool3d")
 
 
-def _lp_pool(x: Tensor, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool, name: str) -> Tensor:
+def _lp_pool(x: TensorT, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool, name: str) -> TensorT:
     if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
         raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
     kernel = int_tuple(kernel_size, int(name[-2]), f"{name} kernel_size", minimum=1)

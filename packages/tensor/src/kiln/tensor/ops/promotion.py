@@ -18,14 +18,11 @@ memoized (`promote_kinds`); `promote_kinds_uncached` is the same rule without th
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kiln.tensor.core import TensorCore
 from kiln.uops import ConstType, DType, dtypes, least_upper_dtype
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = [
     "DIMENSIONED",
@@ -39,7 +36,6 @@ __all__ = [
     "result_type",
     "scalar_dtype",
     "scalar_value",
-    "tensor_class",
     "true_divide_dtype",
 ]
 
@@ -52,14 +48,6 @@ OperandKind = tuple[int, DType]
 """What promotion sees of one operand: its tier (DIMENSIONED, ZERO_DIM, PYTHON_SCALAR) and its dtype."""
 
 _PROMOTION_CACHE_SIZE = 4096  # distinct operand-kind tuples remembered (pairs of all dtypes and tiers fit)
-
-
-@functools.cache
-def tensor_class() -> type[Tensor]:
-    """The `Tensor` class (imported on first use: kiln.tensor.tensor imports the ops modules), remembered."""
-    from kiln.tensor.tensor import Tensor
-
-    return Tensor
 
 
 def category(dtype: DType) -> int:
@@ -118,18 +106,18 @@ promote_kinds = functools.lru_cache(maxsize=_PROMOTION_CACHE_SIZE)(promote_kinds
 """`promote_kinds_uncached`, memoized: the dtype lattice walk runs once per distinct tuple of operand kinds."""
 
 
-def operand_kind(operand: Tensor | ConstType) -> OperandKind:
+def operand_kind(operand: TensorCore | ConstType) -> OperandKind:
     """The (tier, dtype) promotion sees of `operand`, a Tensor or a Python / numpy scalar (TypeError otherwise).
 
     A scalar's dtype is resolved here (not in the memoized rule), so changing `dtypes.default_float` /
     `dtypes.default_int` takes effect at once.
     """
-    if isinstance(operand, tensor_class()):
+    if isinstance(operand, TensorCore):
         return (DIMENSIONED if operand.ndim else ZERO_DIM, operand.dtype)
     return (PYTHON_SCALAR, scalar_dtype(scalar_value(operand)))
 
 
-def result_type(*operands: Tensor | ConstType) -> DType:
+def result_type(*operands: TensorCore | ConstType) -> DType:
     """The dtype PyTorch gives an elementwise op over `operands` (Tensors and Python scalars).
 
     Example:

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.uops import Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["RandomState", "random_state", "threefry2x32"]
 
@@ -37,7 +34,7 @@ class RandomState:
         self._lock = threading.Lock()
         self.seed = 0
         self.calls = 0
-        self.stream_observer: Callable[[Tensor, int], None] | None = None
+        self.stream_observer: Callable[[TensorCore, int], None] | None = None
         """Told about each call-number tensor a random tensor reads (TinyJit rewrites them on replay)."""
         self.reset(seed)
 
@@ -68,17 +65,17 @@ random_state = RandomState()
 """The state behind `Tensor.manual_seed`, `Tensor.rand` and the other random creation functions."""
 
 
-def _add(x: Tensor, value: int) -> Tensor:
+def _add(x: TensorT, value: int) -> TensorT:
     return x._binary(Ops.ADD, x._const(value & _MASK32, x.shape, dtypes.uint32, x.device))
 
 
-def _rotate_left(x: Tensor, bits: int) -> Tensor:
+def _rotate_left(x: TensorT, bits: int) -> TensorT:
     left = x._binary(Ops.SHL, x._const(bits, x.shape, dtypes.uint32, x.device))
     right = x._binary(Ops.SHR, x._const(32 - bits, x.shape, dtypes.uint32, x.device))
     return left._binary(Ops.OR, right)
 
 
-def threefry2x32(word0: Tensor, word1: Tensor, key0: int, key1: int) -> tuple[Tensor, Tensor]:
+def threefry2x32(word0: TensorT, word1: TensorT, key0: int, key1: int) -> tuple[TensorT, TensorT]:
     """Threefry-2x32 with 20 rounds of the counter words (`word0`, `word1`: uint32 tensors of one shape) under the
     key (`key0`, `key1`); returns the two output words as uint32 tensors.
     """

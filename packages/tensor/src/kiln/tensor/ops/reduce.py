@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ReduceMixin`: reductions (sum, mean, max, argmax, var, softmax, cumsum, ...) over axes, with PyTorch's dtypes.
 
 Axes are an int, a tuple of ints (negative counts from the end) or None (every dim); `keepdim` keeps the reduced
@@ -12,16 +10,13 @@ for integers, which reverses the order without overflow).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, Self
 
 from kiln.tensor import return_types
+from kiln.tensor.core import Axis, TensorCore, TensorT
 from kiln.tensor.ops._checks import check_dtype, normalize_axes, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import DType, Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ReduceMixin"]
 
@@ -30,14 +25,6 @@ class EmptyReductionError(RuntimeError, IndexError, ValueError):
     """A max / min / argmax over a size-0 dim (no identity). PyTorch raises RuntimeError over all elements and
     IndexError over a dim; this is both (and a ValueError, kiln's earlier class)."""
 
-
-def _is_tensor(value: object) -> TypeGuard[Tensor]:
-    from kiln.tensor.tensor import Tensor
-
-    return isinstance(value, Tensor)
-
-
-Axis = int | Sequence[int] | None
 
 _CUMULATIVE_BLOCK = 256  # cumsum runs blocks of this many elements quadratically, then combines block totals
 
@@ -49,37 +36,37 @@ def _accumulate_dtype(dtype: DType) -> DType:
     return dtypes.float32 if dtype.itemsize < 4 else dtype
 
 
-class ReduceMixin:
+class ReduceMixin(TensorCore):
     """Reductions over axes."""
 
     # ------------------------------------------------------------------------------------------------------------
     # helpers
     # ------------------------------------------------------------------------------------------------------------
 
-    def _reduce_axes(self: Tensor, op: Ops, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    def _reduce_axes(self, op: Ops, axes: tuple[int, ...], keepdim: bool) -> Self:
         """REDUCE_AXIS with `op` over normalized `axes`, dropping the reduced dims unless `keepdim`."""
         reduced = self._reduce(op, axes)
         if keepdim:
             return reduced
         return reduced._movement(Ops.RESHAPE, tuple(size for i, size in enumerate(self.shape) if i not in axes))
 
-    def _axes(self: Tensor, axis: Axis, dim: Axis, what: str) -> tuple[int, ...]:
+    def _axes(self, axis: Axis, dim: Axis, what: str) -> tuple[int, ...]:
         return normalize_axes(pick_axis(axis, dim), self.shape, f"{what} axis")
 
-    def _require_elements(self: Tensor, axes: tuple[int, ...], what: str) -> None:
+    def _require_elements(self, axes: tuple[int, ...], what: str) -> None:
         if any(self.shape[axis] == 0 for axis in axes):
             raise EmptyReductionError(
                 f"{what} of an empty range: axes {axes} of shape {self.shape} include a size-0 dim "
                 "(the reduction has no identity)"
             )
 
-    def _raw_max(self: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+    def _raw_max(self, axes: tuple[int, ...], keepdim: bool) -> Self:
         """The MAX reduction as is (ignores NaN like C's fmax); bools reduce as uint8."""
         if self.dtype == dtypes.bool:
             return self._cast(dtypes.uint8)._reduce_axes(Ops.MAX, axes, keepdim)._cast(dtypes.bool)
         return self._reduce_axes(Ops.MAX, axes, keepdim)
 
-    def _order_reversed(self: Tensor) -> Tensor:
+    def _order_reversed(self) -> Self:
         """A bijection of the values that reverses their order: -x for floats, ~x for integers, not x for bools."""
         if dtypes.is_float(self.dtype):
             return self._unary(Ops.NEG)
@@ -89,9 +76,7 @@ class ReduceMixin:
     # sums and products
     # ------------------------------------------------------------------------------------------------------------
 
-    def sum(
-        self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None
-    ) -> Tensor:
+    def sum(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
         """The sum over `axis` (default: all). Integers and bools sum to int64 (like PyTorch); `dtype` overrides.
 
         Example:
@@ -105,9 +90,7 @@ class ReduceMixin:
         accumulate = _accumulate_dtype(target) if dtypes.is_float(target) else target
         return self._cast(accumulate)._reduce_axes(Ops.ADD, axes, keepdim)._cast(target)
 
-    def prod(
-        self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None
-    ) -> Tensor:
+    def prod(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
         """The product over `axis` (default: all). Integers and bools multiply to int64 (like PyTorch).
 
         Example:
@@ -121,9 +104,7 @@ class ReduceMixin:
         accumulate = _accumulate_dtype(target) if dtypes.is_float(target) else target
         return self._cast(accumulate)._reduce_axes(Ops.MUL, axes, keepdim)._cast(target)
 
-    def mean(
-        self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None
-    ) -> Tensor:
+    def mean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
         """The mean over `axis` (default: all); floating point only, like PyTorch (NaN over an empty range).
 
         Example:
@@ -141,9 +122,7 @@ class ReduceMixin:
         total = source._cast(accumulate)._reduce_axes(Ops.ADD, axes, keepdim)
         return (total / count)._cast(source.dtype) if count else (total * math.nan)._cast(source.dtype)
 
-    def var(
-        self: Tensor, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None
-    ) -> Tensor:
+    def var(self, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None) -> Self:
         """The variance over `axis`: sum((x - mean)**2) / (N - correction) (Bessel's correction by default).
 
         Example:
@@ -159,9 +138,7 @@ class ReduceMixin:
         squares = (centered * centered)._reduce_axes(Ops.ADD, axes, keepdim)
         return (squares / max(0, count - correction))._cast(self.dtype)
 
-    def std(
-        self: Tensor, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None
-    ) -> Tensor:
+    def std(self, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None) -> Self:
         """The standard deviation over `axis`: sqrt(var).
 
         Example:
@@ -174,7 +151,7 @@ class ReduceMixin:
     # extremes
     # ------------------------------------------------------------------------------------------------------------
 
-    def max(self: Tensor, axis: Axis | Tensor = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
+    def max(self, axis: Axis | Self = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
         """The largest value, like `torch.max`; NaN wins.
 
         - `max()`: the largest value of all elements (a 0-dim Tensor);
@@ -188,14 +165,14 @@ class ReduceMixin:
             >>> values.tolist(), indices.tolist()
             ([5, 7], [1, 0])
         """
-        if _is_tensor(axis):
+        if isinstance(axis, TensorCore):
             return self.maximum(axis)
         chosen = pick_axis(axis, dim)
         if chosen is None or isinstance(chosen, (tuple, list)):
             return self.amax(chosen, keepdim)
         return return_types.max(self.amax(chosen, keepdim), self.argmax(chosen, keepdim))
 
-    def min(self: Tensor, axis: Axis | Tensor = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
+    def min(self, axis: Axis | Self = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
         """The smallest value, like `torch.min` (see `max` for the forms: `min(dim)` gives `(values, indices)`).
 
         Example:
@@ -203,14 +180,14 @@ class ReduceMixin:
             >>> values.tolist(), indices.tolist()
             ([1, 2], [0, 1])
         """
-        if _is_tensor(axis):
+        if isinstance(axis, TensorCore):
             return self.minimum(axis)
         chosen = pick_axis(axis, dim)
         if chosen is None or isinstance(chosen, (tuple, list)):
             return self.amin(chosen, keepdim)
         return return_types.min(self.amin(chosen, keepdim), self.argmin(chosen, keepdim))
 
-    def amax(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def amax(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """The largest values over `axis` (default: all; an int or a tuple of dims); NaN wins, like `torch.amax`.
 
         Example:
@@ -225,7 +202,7 @@ class ReduceMixin:
         has_nan = self.isnan()._raw_max(axes, keepdim)
         return has_nan._ternary(Ops.WHERE, largest._const(math.nan, largest.shape, self.dtype, self.device), largest)
 
-    def amin(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def amin(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """The smallest values over `axis` (default: all; an int or a tuple of dims); NaN wins, like `torch.amin`.
 
         Example:
@@ -234,7 +211,7 @@ class ReduceMixin:
         """
         return self._order_reversed().amax(axis, keepdim, dim=dim)._order_reversed()
 
-    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
         """The position (`dtypes.default_int`, int32; torch gives int64) of the largest value along `axis` (None: of
         the flattened tensor); the first one on ties, NaN counting as the largest, like PyTorch.
 
@@ -255,14 +232,14 @@ class ReduceMixin:
         if dtypes.is_float(self.dtype):
             hits = hits | self.isnan()
         # the first hit has the largest (size - position)
-        position = iota(size, self.device)
+        position = iota(type(self), size, self.device)
         view = [1] * self.ndim
         view[index] = size
         countdown = (size - position).reshape(view)
         first = hits.where(countdown, 0)._raw_max((index,), keepdim)
         return (size - first)._cast(dtypes.default_int)
 
-    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
         """The position (`dtypes.default_int`) of the smallest value along `axis` (None: of the flattened tensor);
         first on ties.
 
@@ -272,7 +249,7 @@ class ReduceMixin:
         """
         return self._order_reversed().argmax(axis, keepdim, dim=dim)
 
-    def any(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def any(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """Whether any value over `axis` is nonzero (bool; False over an empty range).
 
         Example:
@@ -283,7 +260,7 @@ class ReduceMixin:
         truth = self._cast(dtypes.bool)._cast(dtypes.int32)
         return truth._reduce_axes(Ops.ADD, axes, keepdim)._cast(dtypes.bool)
 
-    def all(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def all(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """Whether every value over `axis` is nonzero (bool; True over an empty range).
 
         Example:
@@ -296,7 +273,7 @@ class ReduceMixin:
     # softmax family
     # ------------------------------------------------------------------------------------------------------------
 
-    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Tensor:
+    def logsumexp(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """log(sum(exp(x))) over `axis`, computed stably (the max is subtracted first).
 
         Example:
@@ -313,7 +290,7 @@ class ReduceMixin:
             return total
         return total._movement(Ops.RESHAPE, tuple(size for i, size in enumerate(x.shape) if i not in axes))
 
-    def softmax(self: Tensor, axis: int = -1, *, dim: int | None = None, dtype: DType | None = None) -> Tensor:
+    def softmax(self, axis: int = -1, *, dim: int | None = None, dtype: DType | None = None) -> Self:
         """exp(x) / sum(exp(x)) along `axis` (default: the last), stably.
 
         Example:
@@ -324,13 +301,13 @@ class ReduceMixin:
         index = normalize_axis(pick_axis(None, dim, axis), x.shape, "softmax axis")
         axes = (index,) if x.ndim else ()
 
-        def body(values: Tensor) -> Tensor:
+        def body(values: Self) -> Self:
             shifted = (values - values._raw_max(axes, keepdim=True).detach()).exp()
             return shifted / shifted._reduce_axes(Ops.ADD, axes, keepdim=True)
 
         return x._math(body)
 
-    def log_softmax(self: Tensor, axis: int = -1, *, dim: int | None = None, dtype: DType | None = None) -> Tensor:
+    def log_softmax(self, axis: int = -1, *, dim: int | None = None, dtype: DType | None = None) -> Self:
         """log(softmax(x)) along `axis`, computed as x - logsumexp(x).
 
         Example:
@@ -341,7 +318,7 @@ class ReduceMixin:
         index = normalize_axis(pick_axis(None, dim, axis), x.shape, "log_softmax axis")
         axes = (index,) if x.ndim else ()
 
-        def body(values: Tensor) -> Tensor:
+        def body(values: Self) -> Self:
             shifted = values - values._raw_max(axes, keepdim=True).detach()
             return shifted - shifted.exp()._reduce_axes(Ops.ADD, axes, keepdim=True).log()
 
@@ -351,7 +328,7 @@ class ReduceMixin:
     # cumulative
     # ------------------------------------------------------------------------------------------------------------
 
-    def cumsum(self: Tensor, axis: int = 0, *, dim: int | None = None, dtype: DType | None = None) -> Tensor:
+    def cumsum(self, axis: int = 0, *, dim: int | None = None, dtype: DType | None = None) -> Self:
         """Running sums along `axis` (integers and bools give int64, like PyTorch).
 
         Example:
@@ -368,7 +345,7 @@ class ReduceMixin:
         last = self._cast(compute).transpose(index, -1)
         return _blocked_cumsum(last).transpose(index, -1)._cast(target)
 
-    def cummax(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+    def cummax(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
         """(running maxima, their positions as `dtypes.default_int`) along `axis`, like `torch.cummax`: the position
         is the latest one holding the maximum, and a NaN stays the maximum once seen. Costs O(n**2) work along the
         axis.
@@ -384,7 +361,7 @@ class ReduceMixin:
         size = last.shape[-1]
         if size == 0:
             return return_types.cummax(self, self._const(0, self.shape, dtypes.default_int, self.device))
-        window = _lower_triangle(size, last.device)  # (size, size): column j <= row i
+        window = _lower_triangle(type(last), size, last.device)  # (size, size): column j <= row i
         rows = last.unsqueeze(-2)._broadcast_to((*last.shape[:-1], size, size))
         lowest = dtypes.min(last.dtype)
         masked = window.where(rows, lowest)
@@ -392,27 +369,27 @@ class ReduceMixin:
         hits = (rows == values.unsqueeze(-1)) & window
         if dtypes.is_float(last.dtype):
             hits = hits | (rows.isnan() & values.unsqueeze(-1).isnan() & window)
-        positions = hits.where(iota(size, last.device) + 1, 0)._raw_max((last.ndim,), keepdim=False) - 1
+        positions = hits.where(iota(type(last), size, last.device) + 1, 0)._raw_max((last.ndim,), keepdim=False) - 1
         positions = positions._cast(dtypes.default_int)
         # read the values back at the positions: the gradient then goes to that one element, like torch's
         values = last.gather(last.ndim - 1, positions)
         return return_types.cummax(values.transpose(index, -1), positions.transpose(index, -1))
 
 
-def _lower_triangle(size: int, device: str) -> Tensor:
-    """The (size, size) bool mask of column <= row."""
-    rows = iota(size, device).reshape(size, 1)
-    columns = iota(size, device).reshape(1, size)
+def _lower_triangle(kind: type[TensorT], size: int, device: str) -> TensorT:
+    """The (size, size) bool `kind` mask of column <= row."""
+    rows = iota(kind, size, device).reshape(size, 1)
+    columns = iota(kind, size, device).reshape(1, size)
     return columns <= rows
 
 
-def _blocked_cumsum(x: Tensor) -> Tensor:
+def _blocked_cumsum(x: TensorT) -> TensorT:
     """Running sums along the last dim: quadratic within blocks, block totals recursively (O(n * block) work)."""
     size = x.shape[-1]
     if size <= _CUMULATIVE_BLOCK:
         if size == 0:
             return x
-        window = _lower_triangle(size, x.device)
+        window = _lower_triangle(type(x), size, x.device)
         rows = x.unsqueeze(-2)._broadcast_to((*x.shape[:-1], size, size))
         return window.where(rows, 0)._reduce_axes(Ops.ADD, (x.ndim,), keepdim=False)
     blocks = -(-size // _CUMULATIVE_BLOCK)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`SamplingMixin`: random index sampling (multinomial, randperm) from the global generator, and `scatter_reduce`.
 
 All stay lazy: multinomial with replacement inverts the CDF (one uniform draw per sample), without replacement it
@@ -10,24 +8,22 @@ takes the top-k of Gumbel-perturbed log-probabilities; randperm sorts uniform ke
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["SamplingMixin"]
 
 _SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
-class SamplingMixin:
+class SamplingMixin(TensorCore):
     """Random index sampling and scatter reductions."""
 
-    def multinomial(self: Tensor, num_samples: int, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int, replacement: bool = False) -> Self:
         """`num_samples` category indices per row drawn with probability proportional to the (non-negative)
         weights of the last dim; without `replacement` each index is drawn at most once.
 
@@ -58,25 +54,21 @@ class SamplingMixin:
             picks = keys.topk(count, dim=1)[1]._cast(dtypes.default_int)
         return picks if self.ndim == 2 else picks.reshape(count)
 
-    @staticmethod
-    def randperm(n: int, *, device: str | None = None, dtype: DType | None = None) -> Tensor:
+    @classmethod
+    def randperm(cls, n: int, *, device: str | None = None, dtype: DType | None = None) -> Self:
         """A random permutation of 0 .. n-1 (`dtypes.default_int` unless `dtype` is given).
 
         Example:
             >>> sorted(Tensor.randperm(4).tolist())
             [0, 1, 2, 3]
         """
-        from kiln.tensor.tensor import Tensor
-
         size = check_int(n, "randperm n")
         if size < 0:
             raise ValueError(f"randperm n must be >= 0, got {size}")
-        order = Tensor.rand(size, device=device).argsort()
+        order = cls.rand(size, device=device).argsort()
         return order if dtype is None else order.cast(dtype)
 
-    def scatter_reduce(
-        self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True
-    ) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str, *, include_self: bool = True) -> Self:
         """A copy of this tensor where the `src` values sent to each position by `index` along `dim` are reduced
         with 'sum', 'prod', 'mean', 'amax' or 'amin' (together with the old value if `include_self`), like
         `torch.Tensor.scatter_reduce`.
@@ -93,7 +85,7 @@ class SamplingMixin:
         values = src[tuple(slice(0, size) for size in index.shape)]._cast(self.dtype)
         size = self.shape[axis]
         # (*index.shape, size): which target position along `axis` each source element goes to
-        hits = index.unsqueeze(-1) == iota(size, self.device).reshape(*([1] * index.ndim), size)
+        hits = index.unsqueeze(-1) == iota(type(self), size, self.device).reshape(*([1] * index.ndim), size)
         spread = values.unsqueeze(-1)._broadcast_to(hits.shape)
         if reduce in ("sum", "mean"):
             combined = hits.where(spread, 0).sum(axis, dtype=self.dtype)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`ScanMixin`: running products / minima / log-sum-exps, and the reductions beyond reduce.py's (amax, aminmax,
 nansum, var_mean, count_nonzero, ...).
 
@@ -10,36 +8,34 @@ reduction), O(n**2) work along the axis like `cummax`, and differentiate through
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import normalize_axes, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import DType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["ScanMixin"]
 
 Axis = int | tuple[int, ...] | list[int] | None
 
 
-def _prefix_rows(last: Tensor) -> tuple[Tensor, Tensor]:
+def _prefix_rows(last: TensorT) -> tuple[TensorT, TensorT]:
     """(window, rows): the (n, n) mask column <= row and the input repeated as (..., n, n) rows, for the last dim."""
     size = last.shape[-1]
-    rows_index = iota(size, last.device).reshape(size, 1)
-    columns_index = iota(size, last.device).reshape(1, size)
+    rows_index = iota(type(last), size, last.device).reshape(size, 1)
+    columns_index = iota(type(last), size, last.device).reshape(1, size)
     rows = last.unsqueeze(-2)._broadcast_to((*last.shape[:-1], size, size))
     return columns_index <= rows_index, rows
 
 
-class ScanMixin:
+class ScanMixin(TensorCore):
     """Running (cumulative) ops and extra reductions."""
 
-    def _scan_axis(self: Tensor, axis: int | None, dim: int | None, what: str) -> int:
+    def _scan_axis(self, axis: int | None, dim: int | None, what: str) -> int:
         return normalize_axis(pick_axis(None, dim, axis), self.shape, f"{what} dim")
 
-    def cumprod(self: Tensor, axis: int = 0, *, dim: int | None = None, dtype: DType | None = None) -> Tensor:
+    def cumprod(self, axis: int = 0, *, dim: int | None = None, dtype: DType | None = None) -> Self:
         """Running products along `axis` (integers and bools give int64, like PyTorch).
 
         Example:
@@ -56,7 +52,7 @@ class ScanMixin:
         window, rows = _prefix_rows(last)
         return window.where(rows, 1).prod(-1, dtype=target).transpose(index, -1)
 
-    def cummin(self: Tensor, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, Tensor]:
+    def cummin(self, axis: int = 0, *, dim: int | None = None) -> tuple[Self, Self]:
         """(running minima, their positions as `dtypes.default_int`) along `axis`, like `torch.cummin`: the
         position is the latest one holding the minimum; a NaN stays the minimum once seen.
 
@@ -67,7 +63,7 @@ class ScanMixin:
         values, positions = self._order_reversed().cummax(axis, dim=dim)
         return values._order_reversed(), positions
 
-    def logcumsumexp(self: Tensor, axis: int = 0, *, dim: int | None = None) -> Tensor:
+    def logcumsumexp(self, axis: int = 0, *, dim: int | None = None) -> Self:
         """Running log(sum(exp(x))) along `axis`, without overflow.
 
         Example:
@@ -87,7 +83,7 @@ class ScanMixin:
     # reductions
     # ------------------------------------------------------------------------------------------------------------
 
-    def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> tuple[Self, Self]:
         """(min, max) over `dim` (every dim when None).
 
         Example:
@@ -96,7 +92,7 @@ class ScanMixin:
         """
         return self.amin(dim, keepdim), self.amax(dim, keepdim)
 
-    def nansum(self: Tensor, dim: Axis = None, keepdim: bool = False, *, dtype: DType | None = None) -> Tensor:
+    def nansum(self, dim: Axis = None, keepdim: bool = False, *, dtype: DType | None = None) -> Self:
         """The sum treating NaN as 0.
 
         Example:
@@ -106,7 +102,7 @@ class ScanMixin:
         values = self.isnan().where(0, self) if dtypes.is_float(self.dtype) else self
         return values.sum(dim, keepdim, dtype=dtype)
 
-    def nanmean(self: Tensor, dim: Axis = None, keepdim: bool = False, *, dtype: DType | None = None) -> Tensor:
+    def nanmean(self, dim: Axis = None, keepdim: bool = False, *, dtype: DType | None = None) -> Self:
         """The mean of the values that are not NaN (NaN where all are).
 
         Example:
@@ -119,18 +115,16 @@ class ScanMixin:
         present = ~source.isnan()
         return source.nansum(dim, keepdim) / present._cast(source.dtype).sum(dim, keepdim)
 
-    def count_nonzero(self: Tensor, dim: Axis = None) -> Tensor:
+    def count_nonzero(self, dim: Axis = None) -> Self:
         """How many elements are not zero (int64).
 
         Example:
             >>> Tensor([0, 1, 2, 0]).count_nonzero().item()
             2
         """
-        return (self != 0).sum(dim)
+        return self.ne(0).sum(dim)
 
-    def var_mean(
-        self: Tensor, dim: Axis = None, *, correction: float = 1, keepdim: bool = False
-    ) -> tuple[Tensor, Tensor]:
+    def var_mean(self, dim: Axis = None, *, correction: float = 1, keepdim: bool = False) -> tuple[Self, Self]:
         """(variance, mean) over `dim`, like `torch.var_mean`.
 
         Example:
@@ -140,9 +134,7 @@ class ScanMixin:
         axes = normalize_axes(dim, self.shape, "var_mean dim")
         return self.var(axes, keepdim, correction=correction), self.mean(axes, keepdim)
 
-    def std_mean(
-        self: Tensor, dim: Axis = None, *, correction: float = 1, keepdim: bool = False
-    ) -> tuple[Tensor, Tensor]:
+    def std_mean(self, dim: Axis = None, *, correction: float = 1, keepdim: bool = False) -> tuple[Self, Self]:
         """(standard deviation, mean) over `dim`, like `torch.std_mean`.
 
         Example:

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`SelectionMixin`: picking elements by position or mask (narrow, select, unbind, index_select, take,
 take_along_dim, masked_select, nonzero), composed from shrink, indexing and gather.
 
@@ -9,36 +7,34 @@ or truncated to `size` entries, like `torch.nonzero_static`); without it they re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import ConstType, dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["SelectionMixin"]
 
 
-def _flat_positions(mask: Tensor, size: int) -> Tensor:
+def _flat_positions(mask: TensorT, size: int) -> TensorT:
     """The flat positions (default_int) of the first `size` True entries of a 1-D bool mask, -1 past the last."""
     count = mask.shape[0]
     if count == 0 or size == 0:
         return mask._const(-1, (size,), dtypes.default_int, mask.device)
     rank = mask._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1  # k-th True has rank k
-    slots = iota(size, mask.device).reshape(size, 1)
+    slots = iota(type(mask), size, mask.device).reshape(size, 1)
     hits = (rank.reshape(1, count) == slots) & mask.reshape(1, count)
-    position = hits.where(iota(count, mask.device).reshape(1, count) + 1, 0).amax(1)
+    position = hits.where(iota(type(mask), count, mask.device).reshape(1, count) + 1, 0).amax(1)
     return position._cast(dtypes.default_int) - 1
 
 
-class SelectionMixin:
+class SelectionMixin(TensorCore):
     """Selecting elements by position or mask."""
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+    def narrow(self, dim: int, start: int, length: int) -> Self:
         """`length` elements from `start` along `dim`.
 
         Example:
@@ -54,7 +50,7 @@ class SelectionMixin:
         bounds[index] = (begin, begin + length)
         return self.shrink(bounds)
 
-    def select(self: Tensor, dim: int, index: int) -> Tensor:
+    def select(self, dim: int, index: int) -> Self:
         """The slice at `index` of `dim` (the dim removed).
 
         Example:
@@ -67,7 +63,7 @@ class SelectionMixin:
             raise IndexError(f"select index {index} is out of range for dim {axis} of size {size}")
         return self.narrow(axis, index % size, 1).squeeze(axis)
 
-    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
         """Every slice along `dim`, each without that dim.
 
         Example:
@@ -77,7 +73,7 @@ class SelectionMixin:
         axis = normalize_axis(dim, self.shape, "unbind dim")
         return tuple(self.select(axis, i) for i in range(self.shape[axis]))
 
-    def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    def index_select(self, dim: int, index: Self) -> Self:
         """The slices at positions `index` (a 1-D integer tensor) along `dim`.
 
         Example:
@@ -91,7 +87,7 @@ class SelectionMixin:
             )
         return self[(slice(None),) * axis + (index.reshape(-1),)]
 
-    def take(self: Tensor, index: Tensor) -> Tensor:
+    def take(self, index: Self) -> Self:
         """The elements of the flattened tensor at `index` (result shaped like `index`).
 
         Example:
@@ -100,7 +96,7 @@ class SelectionMixin:
         """
         return self.reshape(-1)[index.reshape(-1)].reshape(index.shape)
 
-    def take_along_dim(self: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    def take_along_dim(self, indices: Self, dim: int | None = None) -> Self:
         """gather along `dim` with `indices` broadcast against this tensor (flattened when dim is None).
 
         Example:
@@ -116,7 +112,7 @@ class SelectionMixin:
         index_shape = [max(a, b) if i != axis else b for i, (a, b) in enumerate(zip(self.shape, indices.shape))]
         return self.expand(shape).gather(axis, indices.expand(index_shape))
 
-    def masked_select(self: Tensor, mask: Tensor, *, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    def masked_select(self, mask: Self, *, size: int | None = None, fill_value: ConstType = 0) -> Self:
         """The elements where `mask` (broadcast) is True, as a 1-D tensor. With `size` the result has exactly
         `size` entries (padded with `fill_value`, or truncated) and stays lazy; without it the count is read first.
 
@@ -136,7 +132,7 @@ class SelectionMixin:
             return self._const(fill_value, (count,), self.dtype, self.device)
         return found.where(values[positions.maximum(0)], fill_value)
 
-    def nonzero(self: Tensor, *, as_tuple: bool = False, size: int | None = None, fill_value: int = -1) -> Any:
+    def nonzero(self, *, as_tuple: bool = False, size: int | None = None, fill_value: int = -1) -> Any:
         """The indices (`dtypes.default_int`) of the non-zero elements, one row each ((count, ndim)), or one 1-D
         tensor per dim with `as_tuple`. With `size` the result has exactly `size` rows (padded with `fill_value`)
         and stays lazy; without it the count is read first.
@@ -161,12 +157,12 @@ class SelectionMixin:
             return self._const(0, (count, 0), dtypes.default_int, self.device)
         return columns[0].stack(*columns[1:], dim=1)
 
-    def nonzero_static(self: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+    def nonzero_static(self, *, size: int, fill_value: int = -1) -> Self:
         """`nonzero(size=size, fill_value=fill_value)`: exactly `size` rows, lazy."""
-        result: Tensor = self.nonzero(size=size, fill_value=fill_value)
+        result: Self = self.nonzero(size=size, fill_value=fill_value)
         return result
 
-    def argwhere(self: Tensor) -> Tensor:
+    def argwhere(self) -> Self:
         """Alias of `nonzero()`."""
-        result: Tensor = self.nonzero()
+        result: Self = self.nonzero()
         return result

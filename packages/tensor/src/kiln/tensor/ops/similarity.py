@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`SimilarityMixin`: cosine_similarity and pairwise_distance between two broadcast tensors, with PyTorch's formulas.
 
 PyTorch divides each operand by its own norm clamped at eps before the dot product, and leaves the clamp out of the
@@ -9,22 +7,18 @@ gradient (it clamps without recording); the same holds here, with the clamp's st
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_same_device, normalize_axis
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["SimilarityMixin"]
 
 
-def _pair(x1: Tensor, x2: Any, name: str, expand: bool = True) -> tuple[Tensor, Tensor]:
+def _pair(x1: TensorT, x2: TensorT, name: str, expand: bool = True) -> tuple[TensorT, TensorT]:
     """Both operands in one floating dtype, broadcast to one shape (or, without `expand`, only to one ndim)."""
-    from kiln.tensor.tensor import Tensor
-
-    if not isinstance(x2, Tensor):
+    if not isinstance(x2, TensorCore):
         raise TypeError(f"{name} x2 must be a Tensor, got {type(x2).__name__}")
     check_same_device(name, x1, x2)
     try:
@@ -49,10 +43,10 @@ def _check_number(value: object, what: str) -> float:
     return float(value)
 
 
-class SimilarityMixin:
+class SimilarityMixin(TensorCore):
     """Similarities and distances between two tensors."""
 
-    def cosine_similarity(self: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    def cosine_similarity(self, x2: Self, dim: int = 1, eps: float = 1e-8) -> Self:
         """The cosine of the angle between `self` and `x2` along `dim` (shapes broadcast), each norm clamped at
         `eps`, like `torch.nn.functional.cosine_similarity`.
 
@@ -69,14 +63,14 @@ class SimilarityMixin:
             first = first._broadcast_to((*first.shape[:axis], length, *first.shape[axis + 1 :]))
             second = second._broadcast_to((*second.shape[:axis], length, *second.shape[axis + 1 :]))
 
-        def unit(x: Tensor) -> Tensor:
+        def unit(x: Self) -> Self:
             norm = (x * x).sum(axis, keepdim=True).sqrt()
             clamped = norm + (norm.maximum(epsilon) - norm).detach()
             return x / clamped
 
         return (unit(first) * unit(second)).sum(axis)
 
-    def pairwise_distance(self: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    def pairwise_distance(self, x2: Self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Self:
         """The p-norm of (self - x2 + eps) over the last dim (shapes broadcast), like
         `torch.nn.functional.pairwise_distance`; p may be math.inf.
 
@@ -97,7 +91,7 @@ class SimilarityMixin:
         if order == math.inf:
             return difference.amax(-1, keepdim=keepdim)
         if order == 0:
-            return (difference != 0)._cast(difference.dtype).sum(-1, keepdim=keepdim)
+            return difference.ne(0)._cast(difference.dtype).sum(-1, keepdim=keepdim)
         if order == 2:
             return (difference * difference).sum(-1, keepdim=keepdim).sqrt()
         if order == 1:

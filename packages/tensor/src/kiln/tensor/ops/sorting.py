@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`SortingMixin`: sort, argsort and topk along one dim, composed from comparisons and sums (no sort primitive).
 
 Sorting by counting: the rank of element i is how many elements come before it,
@@ -15,25 +13,23 @@ ascending, first when descending), like PyTorch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Self
 
 from kiln.tensor import return_types
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import Ops, dtypes
 
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
-
 __all__ = ["SortingMixin"]
 
 
-def _comparable(x: Tensor) -> Tensor:
+def _comparable(x: TensorT) -> TensorT:
     """`x` in a dtype the comparisons accept (bools compare as uint8)."""
     return x._cast(dtypes.uint8) if x.dtype == dtypes.bool else x
 
 
-def _ranks(x: Tensor, descending: bool) -> Tensor:
+def _ranks(x: TensorT, descending: bool) -> TensorT:
     """The int32 rank of each element of `x` along its last dim in the stable (descending) order."""
     values = _comparable(x)
     size = values.shape[-1]
@@ -47,29 +43,29 @@ def _ranks(x: Tensor, descending: bool) -> Tensor:
         mine_nan, other_nan = mine.isnan(), other.isnan()
         before = before | ((other_nan & mine_nan.logical_not()) if descending else (mine_nan & other_nan.logical_not()))
         ties = ties | (mine_nan & other_nan)
-    positions = iota(size, x.device)
+    positions = iota(type(x), size, x.device)
     earlier = positions.reshape(1, size) < positions.reshape(size, 1)  # [i, j] = j < i
     counted = before | (ties & earlier._broadcast_to(full))
     return counted._cast(dtypes.int32)._reduce(Ops.ADD, (len(full) - 1,)).reshape(values.shape)
 
 
-def _pick_by_rank(x: Tensor, ranks: Tensor, count: int) -> tuple[Tensor, Tensor]:
+def _pick_by_rank(x: TensorT, ranks: TensorT, count: int) -> tuple[TensorT, TensorT]:
     """(values, `dtypes.default_int` positions) of the elements with ranks 0 .. count - 1 along the last dim."""
     size = x.shape[-1]
     full = (*x.shape[:-1], count, size)
-    slots = iota(count, x.device).reshape(count, 1)._broadcast_to(full)
+    slots = iota(type(x), count, x.device).reshape(count, 1)._broadcast_to(full)
     hits = ranks.unsqueeze(-2)._broadcast_to(full) == slots  # [..., r, i]: element i goes to slot r
     values = _comparable(x)
     zero = values._const(0, full, values.dtype, values.device)
     picked = hits._ternary(Ops.WHERE, values.unsqueeze(-2)._broadcast_to(full), zero)
     chosen = picked._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])._cast(x.dtype)
-    positions = iota(size, x.device)._cast(dtypes.default_int).reshape(1, size)._broadcast_to(full)
+    positions = iota(type(x), size, x.device)._cast(dtypes.default_int).reshape(1, size)._broadcast_to(full)
     no_position = positions._const(0, full, dtypes.default_int, positions.device)
     where = hits._ternary(Ops.WHERE, positions, no_position)._reduce(Ops.ADD, (len(full) - 1,)).reshape(full[:-1])
     return chosen, where
 
 
-def _sorted_last(x: Tensor, descending: bool, count: int) -> tuple[Tensor, Tensor]:
+def _sorted_last(x: TensorT, descending: bool, count: int) -> tuple[TensorT, TensorT]:
     """The first `count` (values, positions) of x's last dim in (descending) order."""
     if x.shape[-1] == 0 or count == 0:
         shape = (*x.shape[:-1], count)
@@ -77,12 +73,12 @@ def _sorted_last(x: Tensor, descending: bool, count: int) -> tuple[Tensor, Tenso
     return _pick_by_rank(x, _ranks(x, descending), count)
 
 
-class SortingMixin:
+class SortingMixin(TensorCore):
     """Sorting along one dim."""
 
     def sort(
-        self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None
-    ) -> tuple[Tensor, Tensor]:
+        self, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None
+    ) -> tuple[Self, Self]:
         """(sorted values, their `dtypes.default_int` positions in the input) along `dim`, like `torch.sort`.
 
         The order is always stable (equal values keep their input order), so `stable` changes nothing. O(n**2) work
@@ -102,7 +98,7 @@ class SortingMixin:
         values, positions = _sorted_last(last, descending, last.shape[-1])
         return return_types.sort(values.transpose(index, -1), positions.transpose(index, -1))
 
-    def argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Self:
         """The `dtypes.default_int` positions that sort this tensor along `dim` (stable), like `torch.argsort`.
 
         Example:
@@ -111,7 +107,7 @@ class SortingMixin:
         """
         return self.sort(dim, descending, stable)[1]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Self, Self]:
         """(the k largest (or smallest) values along `dim`, their `dtypes.default_int` positions), like `torch.topk`.
 
         The values come in order (largest first, or smallest first when `largest=False`); among equal values the

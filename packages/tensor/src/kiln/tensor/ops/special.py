@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`SpecialMixin`: the log-gamma family (lgamma, digamma, polygamma of order 0, mvlgamma), composed in float32 or
 wider.
 
@@ -13,12 +11,10 @@ Both branches of each reflection get safe inputs ("double where"), so the unused
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["SpecialMixin"]
 
@@ -39,7 +35,7 @@ _DIGAMMA_SERIES = (1.0 / 12, -1.0 / 120, 1.0 / 252, -1.0 / 240, 1.0 / 132)
 _DIGAMMA_SHIFT = 6
 
 
-def _lanczos_lgamma(z: Tensor) -> Tensor:
+def _lanczos_lgamma(z: TensorT) -> TensorT:
     """lgamma(z) for z >= 0.5."""
     shifted = z - 1.0
     total = shifted * 0.0 + _LANCZOS[0]
@@ -49,7 +45,7 @@ def _lanczos_lgamma(z: Tensor) -> Tensor:
     return 0.5 * math.log(2 * math.pi) + (shifted + 0.5) * t.log() - t + total.log()
 
 
-def _asymptotic_digamma(z: Tensor) -> Tensor:
+def _asymptotic_digamma(z: TensorT) -> TensorT:
     """psi(z) for z > 0 (shifted up by _DIGAMMA_SHIFT first)."""
     correction = z * 0.0
     for k in range(_DIGAMMA_SHIFT):
@@ -62,10 +58,10 @@ def _asymptotic_digamma(z: Tensor) -> Tensor:
     return y.log() - 0.5 / y - series - correction
 
 
-class SpecialMixin:
+class SpecialMixin(TensorCore):
     """The log-gamma family."""
 
-    def lgamma(self: Tensor) -> Tensor:
+    def lgamma(self) -> Self:
         """log|Gamma(self)| (inf at the non-positive integers).
 
         Example:
@@ -73,7 +69,7 @@ class SpecialMixin:
             3.1781
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             reflect = x < 0.5
             z = reflect.where(1.0 - x, x)
             direct = _lanczos_lgamma(z)
@@ -82,7 +78,7 @@ class SpecialMixin:
 
         return self._math(body)
 
-    def digamma(self: Tensor) -> Tensor:
+    def digamma(self) -> Self:
         """psi(self) = d/dx lgamma(x).
 
         Example:
@@ -90,7 +86,7 @@ class SpecialMixin:
             -0.577216
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             reflect = x < 0.5
             z = reflect.where(1.0 - x, x)
             direct = _asymptotic_digamma(z)
@@ -99,7 +95,7 @@ class SpecialMixin:
 
         return self._math(body)
 
-    def polygamma(self: Tensor, n: int) -> Tensor:
+    def polygamma(self, n: int) -> Self:
         """The n-th derivative of digamma; n = 0 (digamma) only, ValueError otherwise.
 
         Example:
@@ -110,7 +106,7 @@ class SpecialMixin:
             raise ValueError(f"polygamma supports n = 0 (digamma) only, got n = {n}")
         return self.digamma()
 
-    def mvlgamma(self: Tensor, p: int) -> Tensor:
+    def mvlgamma(self, p: int) -> Self:
         """The multivariate log-gamma of dimension p: p(p-1)/4 log(pi) + sum_i lgamma(x - i/2), i < p.
 
         Example:

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`StatisticsMixin`: order statistics (median, kthvalue, quantile, msort), differences, covariance and histograms,
 composed from `sort` (O(n**2) per row, see sorting.py), reductions and one-hot comparisons.
 
@@ -10,24 +8,22 @@ composed from `sort` (O(n**2) per row, see sorting.py), reductions and one-hot c
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["StatisticsMixin"]
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
-class StatisticsMixin:
+class StatisticsMixin(TensorCore):
     """Order statistics, differences, covariance and histograms."""
 
-    def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Self, Self]:
         """(the k-th smallest value along `dim` (k from 1), its position), like `torch.kthvalue`.
 
         Example:
@@ -47,7 +43,7 @@ class StatisticsMixin:
             return picked_values, picked_positions
         return picked_values.squeeze(axis), picked_positions.squeeze(axis)
 
-    def median(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def median(self, dim: int | None = None, keepdim: bool = False) -> Self | tuple[Self, Self]:
         """The lower median (the ((n - 1) // 2)-th smallest): of every element when `dim` is None, else (values,
         positions) along `dim`, like `torch.median`.
 
@@ -64,7 +60,7 @@ class StatisticsMixin:
         length = self.shape[axis] if self.ndim else 1
         return self.kthvalue((length - 1) // 2 + 1, axis, keepdim)
 
-    def msort(self: Tensor) -> Tensor:
+    def msort(self) -> Self:
         """The values sorted along dim 0.
 
         Example:
@@ -74,8 +70,8 @@ class StatisticsMixin:
         return self.sort(0)[0]
 
     def quantile(
-        self: Tensor, q: float | Tensor, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"
-    ) -> Tensor:
+        self, q: float | Self, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"
+    ) -> Self:
         """The q-th quantiles (q in [0, 1], a float or a 1-D tensor: then a leading dim) along `dim` (of every
         element when None), interpolated 'linear', 'lower', 'higher', 'midpoint' or 'nearest', like torch.
 
@@ -118,9 +114,7 @@ class StatisticsMixin:
             return results[0]
         return results[0].stack(*results[1:], dim=0)
 
-    def diff(
-        self: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
-    ) -> Tensor:
+    def diff(self, n: int = 1, dim: int = -1, prepend: Self | None = None, append: Self | None = None) -> Self:
         """The n-th forward difference along `dim` (XOR for bools), after joining `prepend` / `append`.
 
         Example:
@@ -141,7 +135,7 @@ class StatisticsMixin:
             result = later ^ earlier if result.dtype == dtypes.bool else later - earlier
         return result
 
-    def cov(self: Tensor, *, correction: int = 1) -> Tensor:
+    def cov(self, *, correction: int = 1) -> Self:
         """The covariance matrix of the variables in rows (observations in columns), like `torch.cov`.
 
         Example:
@@ -156,7 +150,7 @@ class StatisticsMixin:
         product = centered.matmul(centered.mT) / max(0, observations - correction)
         return product.reshape(()) if self.ndim < 2 else product
 
-    def corrcoef(self: Tensor) -> Tensor:
+    def corrcoef(self) -> Self:
         """Pearson correlation coefficients of the variables in rows, clipped to [-1, 1].
 
         Example:
@@ -169,7 +163,7 @@ class StatisticsMixin:
         deviation = covariance.diagonal().sqrt()
         return (covariance / deviation.reshape(-1, 1) / deviation.reshape(1, -1)).clamp(-1.0, 1.0)
 
-    def histc(self: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:
+    def histc(self, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Self:
         """Counts in `bins` equal bins over [min, max] (the data's range when both are 0); values outside are
         ignored, the maximum falls in the last bin. Float, like `torch.histc`.
 
@@ -191,10 +185,10 @@ class StatisticsMixin:
             low, high = values._const(min, (), values.dtype), values._const(max, (), values.dtype)
         inside = (values >= low) & (values <= high)
         slot = ((values - low) / (high - low) * count).floor().clamp(0, count - 1)._cast(dtypes.default_int)
-        hits = (slot.reshape(-1, 1) == iota(count, self.device).reshape(1, count)) & inside.reshape(-1, 1)
+        hits = (slot.reshape(-1, 1) == iota(type(self), count, self.device).reshape(1, count)) & inside.reshape(-1, 1)
         return hits._cast(values.dtype).sum(0)
 
-    def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+    def bincount(self, weights: Self | None = None, minlength: int = 0) -> Self:
         """How often each value 0 .. max occurs in this 1-D non-negative integer tensor (or the sum of `weights`
         there); at least `minlength` bins. Reads the maximum first (a sync), like torch.
 
@@ -207,18 +201,18 @@ class StatisticsMixin:
         if self.shape[0] and int(self.min().item()) < 0:
             raise ValueError("bincount needs non-negative values")
         length = max(check_int(minlength, "bincount minlength"), int(self.max().item()) + 1 if self.shape[0] else 0)
-        hits = self.reshape(-1, 1) == iota(length, self.device).reshape(1, length)
+        hits = self.reshape(-1, 1) == iota(type(self), length, self.device).reshape(1, length)
         if weights is None:
             return hits._cast(dtypes.int64).sum(0)
         return (hits._cast(weights._floating().dtype) * weights._floating().reshape(-1, 1)).sum(0)
 
     def unique(
-        self: Tensor,
+        self,
         sorted: bool = True,
         return_inverse: bool = False,
         return_counts: bool = False,
         dim: int | None = None,
-    ) -> Tensor | tuple[Tensor, ...]:
+    ) -> Self | tuple[Self, ...]:
         """The distinct values of the flattened tensor, ascending (and the position of each input element's value
         among them, `dtypes.default_int`, shaped like the input; and each value's count). Reads the number of
         distinct values first (a sync), like torch.
@@ -235,8 +229,8 @@ class StatisticsMixin:
         return _distinct_runs(self, ordered, order, return_inverse, return_counts)
 
     def unique_consecutive(
-        self: Tensor, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
-    ) -> Tensor | tuple[Tensor, ...]:
+        self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None
+    ) -> Self | tuple[Self, ...]:
         """The flattened tensor with each run of equal neighbours collapsed to one value (and the run of each input
         element, and the run lengths), like `torch.unique_consecutive`. Reads the number of runs first (a sync).
 
@@ -251,8 +245,8 @@ class StatisticsMixin:
 
 
 def _distinct_runs(
-    x: Tensor, values: Tensor, order: Tensor | None, return_inverse: bool, return_counts: bool
-) -> Tensor | tuple[Tensor, ...]:
+    x: TensorT, values: TensorT, order: TensorT | None, return_inverse: bool, return_counts: bool
+) -> TensorT | tuple[TensorT, ...]:
     """The first value of each run of equal neighbours in `values` (1-D), the run of each element of x (through
     `order`, the positions `values` came from, when sorted) and the run lengths."""
     length = values.shape[0]
@@ -267,10 +261,10 @@ def _distinct_runs(
     runs = int(starts.sum().item())
     distinct = values.masked_select(starts, size=runs)
     run = starts._cast(dtypes.default_int).cumsum(0, dtype=dtypes.default_int) - 1
-    results: list[Tensor] = [distinct]
+    results: list[TensorT] = [distinct]
     if return_inverse:
         inverse = run if order is None else run.zeros_like().scatter(0, order, run)
         results.append(inverse.reshape(x.shape))
     if return_counts:
-        results.append((run.reshape(-1, 1) == iota(runs, x.device).reshape(1, runs)).sum(0))
+        results.append((run.reshape(-1, 1) == iota(type(x), runs, x.device).reshape(1, runs)).sum(0))
     return tuple(results) if len(results) > 1 else results[0]

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`TrigonometricMixin`: inverse trigonometric and hyperbolic functions, and the accurate log / exp variants.
 
 Everything is composed from the primitives (EXP2, LOG2, SQRT, RECIPROCAL, WHERE, ...), computed in float32 or wider
@@ -13,13 +11,11 @@ Everything is composed from the primitives (EXP2, LOG2, SQRT, RECIPROCAL, WHERE,
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.uops import ConstType, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["TrigonometricMixin"]
 
@@ -27,29 +23,29 @@ _ATAN_TERMS = 11  # odd series terms up to w**21; |w| <= tan(pi/16) = 0.199 leav
 _LARGE = 1e8  # beyond this, asinh / acosh use log(2|x|) (x*x would overflow float32 at 1.8e19)
 
 
-def _atan_series(w: Tensor) -> Tensor:
+def _atan_series(w: TensorT) -> TensorT:
     """atan(w) for |w| <= 0.2 by its odd series, in Horner form over w**2."""
     square = w * w
     last = _ATAN_TERMS - 1
-    total: Tensor = square * 0.0 + (1.0 if last % 2 == 0 else -1.0) / (2 * last + 1)
+    total: TensorT = square * 0.0 + (1.0 if last % 2 == 0 else -1.0) / (2 * last + 1)
     for k in range(last - 1, -1, -1):
         total = total * square + (1.0 if k % 2 == 0 else -1.0) / (2 * k + 1)
     return total * w
 
 
-def _halve_angle(x: Tensor) -> Tensor:
+def _halve_angle(x: TensorT) -> TensorT:
     """tan(a / 2) from t = tan(a): t / (1 + sqrt(1 + t*t)), for |t| <= 1."""
     return x / ((x * x + 1.0).sqrt() + 1.0)
 
 
-class TrigonometricMixin:
+class TrigonometricMixin(TensorCore):
     """Inverse trigonometric, hyperbolic and accurate exponential / logarithm functions."""
 
     # ------------------------------------------------------------------------------------------------------------
     # exp / log variants
     # ------------------------------------------------------------------------------------------------------------
 
-    def log1p(self: Tensor) -> Tensor:
+    def log1p(self) -> Self:
         """log(1 + self), accurate near 0.
 
         Example:
@@ -57,17 +53,17 @@ class TrigonometricMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             u = x + 1.0
-            exact = u == 1.0  # 1 + x rounds to 1: log1p(x) = x to working precision
-            infinite = u == math.inf
+            exact = u.eq(1.0)  # 1 + x rounds to 1: log1p(x) = x to working precision
+            infinite = u.eq(math.inf)
             safe_u = (exact | infinite).where(2.0, u)
             corrected = safe_u.log() * x / (safe_u - 1.0)
             return exact.where(x, infinite.where(math.inf, corrected))
 
         return self._math(body)
 
-    def expm1(self: Tensor) -> Tensor:
+    def expm1(self) -> Self:
         """exp(self) - 1, accurate near 0.
 
         Example:
@@ -75,17 +71,17 @@ class TrigonometricMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             u = x.exp()
-            exact = u == 1.0
-            special = (u == math.inf) | (u == 0.0)
+            exact = u.eq(1.0)
+            special = u.eq(math.inf) | u.eq(0.0)
             safe_u = (exact | special).where(2.0, u)
             corrected = (safe_u - 1.0) * x / safe_u.log()
             return exact.where(x, special.where(u - 1.0, corrected))
 
         return self._math(body)
 
-    def log10(self: Tensor) -> Tensor:
+    def log10(self) -> Self:
         """The base-10 logarithm.
 
         Example:
@@ -94,7 +90,7 @@ class TrigonometricMixin:
         """
         return self._math(lambda x: x.log2() * math.log10(2.0))
 
-    def logaddexp(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def logaddexp(self, other: Self | ConstType) -> Self:
         """log(exp(self) + exp(other)) without overflow.
 
         Example:
@@ -103,7 +99,7 @@ class TrigonometricMixin:
         """
         return self._log_add(other, math.e)
 
-    def logaddexp2(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def logaddexp2(self, other: Self | ConstType) -> Self:
         """log2(2**self + 2**other) without overflow.
 
         Example:
@@ -112,7 +108,7 @@ class TrigonometricMixin:
         """
         return self._log_add(other, 2.0)
 
-    def _log_add(self: Tensor, other: Tensor | ConstType, base: float) -> Tensor:
+    def _log_add(self, other: Self | ConstType, base: float) -> Self:
         a, b = self._operands(other, "logaddexp")
         a, b = a._floating(), b._floating()
         compute = dtypes.float32 if a.dtype.itemsize < 4 else a.dtype
@@ -128,7 +124,7 @@ class TrigonometricMixin:
             tie = larger + math.log(2.0)
         return same.where(tie, larger + rest)._cast(a.dtype)
 
-    def xlogy(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def xlogy(self, other: Self | ConstType) -> Self:
         """self * log(other), 0 where self is 0 (unless other is NaN), like `torch.xlogy`.
 
         Example:
@@ -137,14 +133,14 @@ class TrigonometricMixin:
         """
         x, y = self._operands(other, "xlogy")
         x, y = x._floating(), y._floating()
-        zero = (x == 0) & ~y.isnan()
+        zero = x.eq(0) & ~y.isnan()
         return zero.where(0.0, x * zero.where(1.0, y).log())
 
     # ------------------------------------------------------------------------------------------------------------
     # inverse trigonometric
     # ------------------------------------------------------------------------------------------------------------
 
-    def atan(self: Tensor) -> Tensor:
+    def atan(self) -> Self:
         """The arc tangent, in (-pi/2, pi/2).
 
         Example:
@@ -152,7 +148,7 @@ class TrigonometricMixin:
             0.785398
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             big = x._magnitude() > 1.0
             reduced = big.where(big.where(x, 1.0).reciprocal(), x)  # |reduced| <= 1
             angle = _atan_series(_halve_angle(_halve_angle(reduced))) * 4.0
@@ -161,7 +157,7 @@ class TrigonometricMixin:
 
         return self._math(body)
 
-    def atan2(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def atan2(self, other: Self | ConstType) -> Self:
         """The angle of the point (other, self) (self is y, other is x), in [-pi, pi], like `torch.atan2`.
 
         Example:
@@ -172,23 +168,23 @@ class TrigonometricMixin:
         y, x = y._floating(), x._floating()
         compute = dtypes.float32 if y.dtype.itemsize < 4 else y.dtype
         y, x = y._cast(compute), x._cast(compute)
-        both_zero = (x == 0) & (y == 0)
+        both_zero = x.eq(0) & y.eq(0)
         both_infinite = y.isinf() & x.isinf()
         # both infinite: the angle of (sign x, sign y); both zero: 0 or +-pi by the signs (like C's atan2)
         safe_x = both_zero.where(1.0, both_infinite.where(x.sign(), x))
         safe_y = both_infinite.where(y.sign(), y)
         base = (safe_y / safe_x).atan()
         negative_x = (x < 0) | (both_zero & (x.reciprocal() < 0))
-        below = (y < 0) | ((y == 0) & (y.reciprocal() < 0))
+        below = (y < 0) | (y.eq(0) & (y.reciprocal() < 0))
         turn = below.where(-math.pi, math.pi)
         angle = negative_x.where(base + turn, base)
         return both_zero.where(negative_x.where(turn, y * 0.0), angle)._cast(self._floating().dtype)
 
-    def arctan2(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def arctan2(self, other: Self | ConstType) -> Self:
         """Alias of `atan2`."""
         return self.atan2(other)
 
-    def asin(self: Tensor) -> Tensor:
+    def asin(self) -> Self:
         """The arc sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).
 
         Example:
@@ -197,7 +193,7 @@ class TrigonometricMixin:
         """
         return self._math(lambda x: (x / ((1.0 - x) * (1.0 + x)).sqrt()).atan())
 
-    def acos(self: Tensor) -> Tensor:
+    def acos(self) -> Self:
         """The arc cosine, in [0, pi] (NaN outside [-1, 1]).
 
         Example:
@@ -211,7 +207,7 @@ class TrigonometricMixin:
     # hyperbolic
     # ------------------------------------------------------------------------------------------------------------
 
-    def sinh(self: Tensor) -> Tensor:
+    def sinh(self) -> Self:
         """The hyperbolic sine.
 
         Example:
@@ -219,14 +215,14 @@ class TrigonometricMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             grown = x._magnitude().expm1()  # e - 1 for e = exp(|x|): sinh = (e - 1/e) / 2, exact near 0
             magnitude = (grown + grown / (grown + 1.0)) * 0.5
             return (x < 0).where(-magnitude, magnitude)
 
         return self._math(body)
 
-    def cosh(self: Tensor) -> Tensor:
+    def cosh(self) -> Self:
         """The hyperbolic cosine.
 
         Example:
@@ -234,13 +230,13 @@ class TrigonometricMixin:
             [1.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             grown = x._magnitude().exp()
             return (grown + grown.reciprocal()) * 0.5
 
         return self._math(body)
 
-    def asinh(self: Tensor) -> Tensor:
+    def asinh(self) -> Self:
         """The inverse hyperbolic sine.
 
         Example:
@@ -248,7 +244,7 @@ class TrigonometricMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             m = x._magnitude()
             big = m > _LARGE
             small = big.where(0.0, m)
@@ -259,7 +255,7 @@ class TrigonometricMixin:
 
         return self._math(body)
 
-    def acosh(self: Tensor) -> Tensor:
+    def acosh(self) -> Self:
         """The inverse hyperbolic cosine (NaN below 1).
 
         Example:
@@ -267,7 +263,7 @@ class TrigonometricMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             big = x > _LARGE
             small = big.where(2.0, x)
             shifted = small - 1.0  # acosh(x) = log1p(t + sqrt(t * (t + 2))), t = x - 1
@@ -276,7 +272,7 @@ class TrigonometricMixin:
 
         return self._math(body)
 
-    def atanh(self: Tensor) -> Tensor:
+    def atanh(self) -> Self:
         """The inverse hyperbolic tangent (+-inf at +-1, NaN beyond).
 
         Example:
@@ -289,31 +285,31 @@ class TrigonometricMixin:
     # torch / numpy spellings
     # ------------------------------------------------------------------------------------------------------------
 
-    def arcsin(self: Tensor) -> Tensor:
+    def arcsin(self) -> Self:
         """Alias of `asin`."""
         return self.asin()
 
-    def arccos(self: Tensor) -> Tensor:
+    def arccos(self) -> Self:
         """Alias of `acos`."""
         return self.acos()
 
-    def arctan(self: Tensor) -> Tensor:
+    def arctan(self) -> Self:
         """Alias of `atan`."""
         return self.atan()
 
-    def arcsinh(self: Tensor) -> Tensor:
+    def arcsinh(self) -> Self:
         """Alias of `asinh`."""
         return self.asinh()
 
-    def arccosh(self: Tensor) -> Tensor:
+    def arccosh(self) -> Self:
         """Alias of `acosh`."""
         return self.acosh()
 
-    def arctanh(self: Tensor) -> Tensor:
+    def arctanh(self) -> Self:
         """Alias of `atanh`."""
         return self.atanh()
 
-    def deg2rad(self: Tensor) -> Tensor:
+    def deg2rad(self) -> Self:
         """Degrees to radians.
 
         Example:
@@ -322,7 +318,7 @@ class TrigonometricMixin:
         """
         return self._floating() * (math.pi / 180.0)
 
-    def rad2deg(self: Tensor) -> Tensor:
+    def rad2deg(self) -> Self:
         """Radians to degrees.
 
         Example:
@@ -331,7 +327,7 @@ class TrigonometricMixin:
         """
         return self._floating() * (180.0 / math.pi)
 
-    def sinc(self: Tensor) -> Tensor:
+    def sinc(self) -> Self:
         """sin(pi x) / (pi x), 1 at 0.
 
         Example:
@@ -339,14 +335,14 @@ class TrigonometricMixin:
             [1.0]
         """
 
-        def body(x: Tensor) -> Tensor:
-            zero = x == 0
+        def body(x: Self) -> Self:
+            zero = x.eq(0)
             scaled = zero.where(1.0, x) * math.pi
             return zero.where(1.0, scaled.sin() / scaled)
 
         return self._math(body)
 
-    def ldexp(self: Tensor, other: Tensor | ConstType) -> Tensor:
+    def ldexp(self, other: Self | ConstType) -> Self:
         """self * 2**other.
 
         Example:

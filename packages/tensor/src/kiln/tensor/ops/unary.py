@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`UnaryMixin`: elementwise functions of one tensor (math, rounding, activations), composed from the primitives.
 
 The primitives are EXP2, LOG2, SIN, SQRT, RECIPROCAL, NEG, TRUNC plus the binary and ternary ALU ops; everything else
@@ -12,12 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Self
 
+from kiln.tensor.core import TensorCore
 from kiln.uops import ConstType, Ops, dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["UnaryMixin"]
 
@@ -28,31 +24,31 @@ _ERF_P = 0.3275911
 _ERF_COEFFICIENTS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
-class UnaryMixin:
+class UnaryMixin(TensorCore):
     """Elementwise functions of one tensor."""
 
     # ------------------------------------------------------------------------------------------------------------
     # helpers
     # ------------------------------------------------------------------------------------------------------------
 
-    def _floating(self: Tensor) -> Tensor:
+    def _floating(self) -> Self:
         """This tensor, cast to `dtypes.default_float` unless it is floating point already."""
         return self if dtypes.is_float(self.dtype) else self._cast(dtypes.default_float)
 
-    def _math(self: Tensor, body: Callable[[Tensor], Tensor]) -> Tensor:
+    def _math(self, body: Callable[[Self], Self]) -> Self:
         """`body` applied in float32 or wider (PyTorch's opmath), the result in this tensor's float dtype."""
         floating = self._floating()
         compute = dtypes.float32 if floating.dtype.itemsize < 4 else floating.dtype
         return body(floating._cast(compute))._cast(floating.dtype)
 
-    def _scalar_like(self: Tensor, value: ConstType) -> Tensor:
+    def _scalar_like(self, value: ConstType) -> Self:
         return self._const(value, self.shape, self.dtype, self.device)
 
-    def _magnitude(self: Tensor) -> Tensor:
+    def _magnitude(self) -> Self:
         """|self| with derivative 1 at 0 (for compositions f(|x|) that are smooth at 0; `abs` itself gives 0)."""
         return self._binary(Ops.CMPLT, self._scalar_like(0))._ternary(Ops.WHERE, self._unary(Ops.NEG), self)
 
-    def _require_numeric(self: Tensor, what: str) -> None:
+    def _require_numeric(self, what: str) -> None:
         if self.dtype == dtypes.bool:
             raise TypeError(f"{what} is not supported for bool tensors; cast to an integer or float dtype first")
 
@@ -60,7 +56,7 @@ class UnaryMixin:
     # basic math
     # ------------------------------------------------------------------------------------------------------------
 
-    def neg(self: Tensor) -> Tensor:
+    def neg(self) -> Self:
         """-self (not defined for bool tensors, like PyTorch; use logical_not).
 
         Example:
@@ -71,7 +67,7 @@ class UnaryMixin:
             raise TypeError("negating a bool tensor is not supported; use logical_not or ~ instead")
         return self._unary(Ops.NEG)
 
-    def reciprocal(self: Tensor) -> Tensor:
+    def reciprocal(self) -> Self:
         """1 / self (integers compute in default_float).
 
         Example:
@@ -80,7 +76,7 @@ class UnaryMixin:
         """
         return self._floating()._unary(Ops.RECIPROCAL)
 
-    def sqrt(self: Tensor) -> Tensor:
+    def sqrt(self) -> Self:
         """The square root (NaN for negative values).
 
         Example:
@@ -89,7 +85,7 @@ class UnaryMixin:
         """
         return self._floating()._unary(Ops.SQRT)
 
-    def rsqrt(self: Tensor) -> Tensor:
+    def rsqrt(self) -> Self:
         """1 / sqrt(self).
 
         Example:
@@ -98,7 +94,7 @@ class UnaryMixin:
         """
         return self.sqrt()._unary(Ops.RECIPROCAL)
 
-    def square(self: Tensor) -> Tensor:
+    def square(self) -> Self:
         """self * self.
 
         Example:
@@ -107,7 +103,7 @@ class UnaryMixin:
         """
         return self * self
 
-    def exp2(self: Tensor) -> Tensor:
+    def exp2(self) -> Self:
         """2 ** self.
 
         Example:
@@ -116,7 +112,7 @@ class UnaryMixin:
         """
         return self._floating()._unary(Ops.EXP2)
 
-    def exp(self: Tensor) -> Tensor:
+    def exp(self) -> Self:
         """e ** self.
 
         Example:
@@ -125,7 +121,7 @@ class UnaryMixin:
         """
         return self._math(lambda x: (x * _LOG2_E)._unary(Ops.EXP2))
 
-    def log2(self: Tensor) -> Tensor:
+    def log2(self) -> Self:
         """The base-2 logarithm (-inf at 0, NaN below).
 
         Example:
@@ -134,7 +130,7 @@ class UnaryMixin:
         """
         return self._floating()._unary(Ops.LOG2)
 
-    def log(self: Tensor) -> Tensor:
+    def log(self) -> Self:
         """The natural logarithm (-inf at 0, NaN below).
 
         Example:
@@ -143,7 +139,7 @@ class UnaryMixin:
         """
         return self._math(lambda x: x._unary(Ops.LOG2) * _LN_2)
 
-    def sin(self: Tensor) -> Tensor:
+    def sin(self) -> Self:
         """The sine (radians).
 
         Example:
@@ -152,7 +148,7 @@ class UnaryMixin:
         """
         return self._floating()._unary(Ops.SIN)
 
-    def cos(self: Tensor) -> Tensor:
+    def cos(self) -> Self:
         """The cosine (radians), as sin(pi/2 - x).
 
         Example:
@@ -161,7 +157,7 @@ class UnaryMixin:
         """
         return self._math(lambda x: (math.pi / 2 - x)._unary(Ops.SIN))
 
-    def tan(self: Tensor) -> Tensor:
+    def tan(self) -> Self:
         """The tangent (radians).
 
         Example:
@@ -174,7 +170,7 @@ class UnaryMixin:
     # rounding and sign
     # ------------------------------------------------------------------------------------------------------------
 
-    def trunc(self: Tensor) -> Tensor:
+    def trunc(self) -> Self:
         """Rounded toward zero (integers are unchanged).
 
         Example:
@@ -183,7 +179,7 @@ class UnaryMixin:
         """
         return self._unary(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
-    def floor(self: Tensor) -> Tensor:
+    def floor(self) -> Self:
         """Rounded toward -inf (integers are unchanged).
 
         Example:
@@ -196,7 +192,7 @@ class UnaryMixin:
         lower = truncated._binary(Ops.SUB, self._scalar_like(1))
         return self._binary(Ops.CMPLT, truncated)._ternary(Ops.WHERE, lower, truncated)
 
-    def ceil(self: Tensor) -> Tensor:
+    def ceil(self) -> Self:
         """Rounded toward +inf (integers are unchanged).
 
         Example:
@@ -209,7 +205,7 @@ class UnaryMixin:
         upper = truncated._binary(Ops.ADD, self._scalar_like(1))
         return truncated._binary(Ops.CMPLT, self)._ternary(Ops.WHERE, upper, truncated)
 
-    def round(self: Tensor) -> Tensor:
+    def round(self) -> Self:
         """Rounded to the nearest integer, halves to even (like PyTorch and numpy; integers are unchanged).
 
         Example:
@@ -229,7 +225,7 @@ class UnaryMixin:
         round_away = half._binary(Ops.CMPLT, fraction)._binary(Ops.OR, tie_to_odd)
         return round_away._ternary(Ops.WHERE, away, truncated)
 
-    def abs(self: Tensor) -> Tensor:
+    def abs(self) -> Self:
         """The absolute value (its gradient is sign(x): 0 at 0, like PyTorch).
 
         Example:
@@ -243,7 +239,7 @@ class UnaryMixin:
         rest = zero._binary(Ops.CMPLT, self)._ternary(Ops.WHERE, self, self._binary(Ops.SUB, self))
         return self._binary(Ops.CMPLT, zero)._ternary(Ops.WHERE, self._unary(Ops.NEG), rest)
 
-    def sign(self: Tensor) -> Tensor:
+    def sign(self) -> Self:
         """-1, 0 or 1 by the sign (NaN stays NaN; bools are unchanged).
 
         Example:
@@ -261,7 +257,7 @@ class UnaryMixin:
         positive = zero._binary(Ops.CMPLT, self)._ternary(Ops.WHERE, self._scalar_like(1), rest)
         return self._binary(Ops.CMPLT, zero)._ternary(Ops.WHERE, self._scalar_like(-1), positive)
 
-    def isnan(self: Tensor) -> Tensor:
+    def isnan(self) -> Self:
         """Where the value is NaN (bool).
 
         Example:
@@ -272,7 +268,7 @@ class UnaryMixin:
             return self._const(False, self.shape, dtypes.bool, self.device)
         return self._binary(Ops.CMPNE, self)
 
-    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
         """Where the value is +inf (if `detect_positive`) or -inf (if `detect_negative`) (bool).
 
         Example:
@@ -287,7 +283,7 @@ class UnaryMixin:
             return positive
         return positive._binary(Ops.OR, negative) if detect_positive else negative
 
-    def isfinite(self: Tensor) -> Tensor:
+    def isfinite(self) -> Self:
         """Where the value is neither infinite nor NaN (bool).
 
         Example:
@@ -302,7 +298,7 @@ class UnaryMixin:
     # special functions and activations
     # ------------------------------------------------------------------------------------------------------------
 
-    def erf(self: Tensor) -> Tensor:
+    def erf(self) -> Self:
         """The error function (Abramowitz & Stegun 7.1.26: absolute error below 1.5e-7, also for float64).
 
         Example:
@@ -310,7 +306,7 @@ class UnaryMixin:
             0.8427
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             magnitude = x._magnitude()
             t = (magnitude * _ERF_P + 1.0).reciprocal()
             polynomial = t * 0.0
@@ -322,7 +318,7 @@ class UnaryMixin:
 
         return self._math(body)
 
-    def sigmoid(self: Tensor) -> Tensor:
+    def sigmoid(self) -> Self:
         """1 / (1 + exp(-self)), computed from e = exp(-|x|) <= 1 so that neither it nor its gradient overflows.
 
         Example:
@@ -330,14 +326,14 @@ class UnaryMixin:
             [0.5]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             small = (-x._magnitude()).exp()
             positive = (small + 1.0).reciprocal()
             return (x < 0).where(small * positive, positive)
 
         return self._math(body)
 
-    def tanh(self: Tensor) -> Tensor:
+    def tanh(self) -> Self:
         """The hyperbolic tangent, as sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|) <= 1 (no overflow).
 
         Example:
@@ -345,14 +341,14 @@ class UnaryMixin:
             [0.0]
         """
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             small = (x._magnitude() * -2.0).exp()
             magnitude = (1.0 - small) / (small + 1.0)
             return (x < 0).where(-magnitude, magnitude)
 
         return self._math(body)
 
-    def relu(self: Tensor) -> Tensor:
+    def relu(self) -> Self:
         """max(self, 0) (NaN stays NaN; the gradient at 0 is 0, like PyTorch).
 
         Example:
@@ -364,7 +360,7 @@ class UnaryMixin:
         not_positive = self._binary(Ops.CMPLT, zero)._binary(Ops.OR, self._binary(Ops.CMPEQ, zero))
         return not_positive._ternary(Ops.WHERE, zero, self)
 
-    def relu6(self: Tensor) -> Tensor:
+    def relu6(self) -> Self:
         """min(max(self, 0), 6).
 
         Example:
@@ -373,7 +369,7 @@ class UnaryMixin:
         """
         return self.relu().minimum(6)
 
-    def hardsigmoid(self: Tensor) -> Tensor:
+    def hardsigmoid(self) -> Self:
         """relu6(x + 3) / 6.
 
         Example:
@@ -382,7 +378,7 @@ class UnaryMixin:
         """
         return (self._floating() + 3.0).relu6() / 6.0
 
-    def hardswish(self: Tensor) -> Tensor:
+    def hardswish(self) -> Self:
         """x * relu6(x + 3) / 6.
 
         Example:
@@ -391,7 +387,7 @@ class UnaryMixin:
         """
         return self._floating() * self.hardsigmoid()
 
-    def leaky_relu(self: Tensor, negative_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, negative_slope: float = 0.01) -> Self:
         """self where positive, else self * negative_slope.
 
         Example:
@@ -401,7 +397,7 @@ class UnaryMixin:
         x = self._floating()
         return (x > 0).where(x, x * negative_slope)
 
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: float = 1.0) -> Self:
         """self where positive, else alpha * (exp(self) - 1).
 
         Example:
@@ -410,7 +406,7 @@ class UnaryMixin:
         """
         return self._math(lambda x: (x > 0).where(x, (x.exp() - 1.0) * alpha))
 
-    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
         """Values limited to [min_val, max_val].
 
         Example:
@@ -421,7 +417,7 @@ class UnaryMixin:
             raise ValueError(f"hardtanh needs min_val <= max_val, got {min_val} > {max_val}")
         return self.clamp(min_val, max_val)
 
-    def gelu(self: Tensor, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "none") -> Self:
         """Gaussian error linear unit: x * Phi(x) with the exact erf form ('none') or the tanh form ('tanh').
 
         Example:
@@ -433,7 +429,7 @@ class UnaryMixin:
         if approximate == "tanh":
             scale = math.sqrt(2.0 / math.pi)
 
-            def body(x: Tensor) -> Tensor:
+            def body(x: Self) -> Self:
                 # tanh saturates to exactly 1 beyond |x| = 10; clamping keeps x**3 (and its gradient) finite
                 inner = x.clamp(-10.0, 10.0)
                 return x * 0.5 * (((inner + inner * inner * inner * 0.044715) * scale).tanh() + 1.0)
@@ -441,7 +437,7 @@ class UnaryMixin:
             return self._math(body)
         raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
 
-    def silu(self: Tensor) -> Tensor:
+    def silu(self) -> Self:
         """x * sigmoid(x) (also called swish).
 
         Example:
@@ -450,11 +446,11 @@ class UnaryMixin:
         """
         return self._math(lambda x: x * x.sigmoid())
 
-    def swish(self: Tensor) -> Tensor:
+    def swish(self) -> Self:
         """Alias of `silu`."""
         return self.silu()
 
-    def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Self:
         """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (like PyTorch).
 
         Example:
@@ -464,7 +460,7 @@ class UnaryMixin:
         if beta == 0:
             raise ValueError("softplus beta must not be zero")
 
-        def body(x: Tensor) -> Tensor:
+        def body(x: Self) -> Self:
             scaled = x * beta
             # max(z, 0) + log(1 + exp(-|z|)) never overflows
             stable = (scaled.relu() + ((-scaled.abs()).exp() + 1.0).log()) / beta
@@ -472,7 +468,7 @@ class UnaryMixin:
 
         return self._math(body)
 
-    def mish(self: Tensor) -> Tensor:
+    def mish(self) -> Self:
         """x * tanh(softplus(x)).
 
         Example:

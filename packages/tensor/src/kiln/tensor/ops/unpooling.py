@@ -1,5 +1,3 @@
-# mypy: disable-error-code="misc"
-# (misc: mixin methods declare `self: Tensor`, the class they are mixed into, which mypy reports as not a supertype)
 """`UnpoolingMixin`: max_unpool1d / 2d / 3d, the partial inverse of max pooling with `return_indices=True`.
 
 Each value is written at its index, a flat position in its (batch, channel) plane of the output; every other output
@@ -14,15 +12,13 @@ nothing (PyTorch raises).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.windows import int_tuple
 from kiln.uops import dtypes
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["UnpoolingMixin"]
 
@@ -30,7 +26,12 @@ Size = int | tuple[int, ...]
 
 
 def _output_sizes(
-    x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...], output_size: Any, name: str
+    x: TensorCore,
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_size: Any,
+    name: str,
 ) -> tuple[int, ...]:
     spatial = len(kernel)
     inputs = x.shape[-spatial:]
@@ -60,12 +61,10 @@ def _output_sizes(
 
 
 def _max_unpool(
-    x: Tensor, indices: Any, kernel_size: Any, stride: Any, padding: Any, output_size: Any, spatial: int
-) -> Tensor:
-    from kiln.tensor.tensor import Tensor
-
+    x: TensorT, indices: Any, kernel_size: Any, stride: Any, padding: Any, output_size: Any, spatial: int
+) -> TensorT:
     name = f"max_unpool{spatial}d"
-    if not isinstance(indices, Tensor):
+    if not isinstance(indices, TensorCore):
         raise TypeError(f"{name} indices must be a Tensor, got {type(indices).__name__}")
     check_same_device(name, x, indices)
     if x.ndim not in (spatial + 1, spatial + 2):
@@ -85,13 +84,13 @@ def _max_unpool(
     count = math.prod(x.shape[-spatial:])
     plane = math.prod(sizes)
     # (*leading, count, plane): value l lands in output cell p
-    positions = iota(plane, x.device)._cast(indices.dtype).reshape(*((1,) * len(leading)), 1, plane)
+    positions = iota(type(x), plane, x.device)._cast(indices.dtype).reshape(*((1,) * len(leading)), 1, plane)
     flat_indices = indices.reshape(*leading, count, 1)
     hits = flat_indices == positions
     values = x.reshape(*leading, count, 1)
     summed = hits.where(values, 0)._cast(x.dtype).sum(-2)
     # the last write wins where one cell is indexed twice (overlapping windows)
-    order = iota(count, x.device)._cast(dtypes.int32).reshape(*((1,) * len(leading)), count, 1)
+    order = iota(type(x), count, x.device)._cast(dtypes.int32).reshape(*((1,) * len(leading)), count, 1)
     last = hits.where(order, -1).amax(-2, keepdim=True)
     kept = hits & (order == last)
     written = kept.where(values, 0)._cast(x.dtype).sum(-2)
@@ -99,17 +98,17 @@ def _max_unpool(
     return result.reshape(*leading, *sizes)
 
 
-class UnpoolingMixin:
+class UnpoolingMixin(TensorCore):
     """Max unpooling (PyTorch's `torch.nn.functional.max_unpool*d` with the pooled values as `self`)."""
 
     def max_unpool1d(
-        self: Tensor,
-        indices: Tensor,
+        self,
+        indices: Self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
         output_size: tuple[int, ...] | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Max unpooling of the last dim; see `max_unpool2d`.
 
         Example:
@@ -119,13 +118,13 @@ class UnpoolingMixin:
         return _max_unpool(self, indices, kernel_size, stride, padding, output_size, 1)
 
     def max_unpool2d(
-        self: Tensor,
-        indices: Tensor,
+        self,
+        indices: Self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
         output_size: tuple[int, ...] | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Each value placed at its index (a flat position in its (batch, channel) plane of the output), zeros
         elsewhere, like `torch.nn.functional.max_unpool2d`.
 
@@ -142,13 +141,13 @@ class UnpoolingMixin:
         return _max_unpool(self, indices, kernel_size, stride, padding, output_size, 2)
 
     def max_unpool3d(
-        self: Tensor,
-        indices: Tensor,
+        self,
+        indices: Self,
         kernel_size: Size,
         stride: Size | None = None,
         padding: Size = 0,
         output_size: tuple[int, ...] | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """Max unpooling of the last three dims; see `max_unpool2d`.
 
         Example:

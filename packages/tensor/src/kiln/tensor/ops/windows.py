@@ -21,13 +21,11 @@ Non-overlapping undilated windows (kernel <= stride) need only steps 3 and 4 on 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.uops import Ops
-
-if TYPE_CHECKING:
-    from kiln.tensor.tensor import Tensor
 
 __all__ = ["int_tuple", "output_size", "sliding_windows"]
 
@@ -52,7 +50,7 @@ def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
     return 0 if size < span else (size - span) // stride + 1
 
 
-def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+def sliding_windows(x: TensorT, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> TensorT:
     """The windows of the last len(kernel) dims of `x`: shape (*leading, *out, *kernel) (see the module docstring).
 
     Callers check the arguments: every kernel, stride and dilation is >= 1 and every window fits in its dim.
@@ -73,7 +71,7 @@ def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dil
     return result._movement(Ops.PERMUTE, order)
 
 
-def _resize_dim(x: Tensor, axis: int, length: int) -> Tensor:
+def _resize_dim(x: TensorT, axis: int, length: int) -> TensorT:
     """`x` with dim `axis` cut or zero-padded at its end to `length`."""
     size = x.shape[axis]
     if length <= size:
@@ -83,11 +81,11 @@ def _resize_dim(x: Tensor, axis: int, length: int) -> Tensor:
     return x._movement(Ops.PAD, padding)
 
 
-def _split_dim(x: Tensor, axis: int, sizes: tuple[int, ...]) -> Tensor:
+def _split_dim(x: TensorT, axis: int, sizes: tuple[int, ...]) -> TensorT:
     return x._movement(Ops.RESHAPE, (*x.shape[:axis], *sizes, *x.shape[axis + 1 :]))
 
 
-def _window_dim(x: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+def _window_dim(x: TensorT, axis: int, kernel: int, stride: int, dilation: int) -> TensorT:
     """Dim `axis` of size `size` replaced by the two dims (out, kernel)."""
     size = x.shape[axis]
     out = output_size(size, kernel, stride, dilation)
@@ -114,7 +112,7 @@ def _window_dim(x: Tensor, axis: int, kernel: int, stride: int, dilation: int) -
     return picked._movement(Ops.PERMUTE, tuple(order))
 
 
-def _merge_dims(x: Tensor, axis: int) -> Tensor:
+def _merge_dims(x: TensorT, axis: int) -> TensorT:
     """Dims `axis` and `axis + 1` merged into one."""
     shape = x.shape
     return x._movement(Ops.RESHAPE, (*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]))
