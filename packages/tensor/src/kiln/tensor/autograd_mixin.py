@@ -25,7 +25,7 @@ from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
 from kiln.tensor.realize.engine import realize_uops
-from kiln.uops import Ops, UOp, dtypes
+from kiln.uops import NodeSlot, Ops, UOp, dtypes
 
 __all__ = ["AutogradMixin"]
 
@@ -214,17 +214,18 @@ def _owns_its_node(tensor: TensorCore) -> bool:
     return not any(other is not tensor and other.uop is tensor.uop for other in list(_requiring_grad.values()))
 
 
+HAS_BUFFER: NodeSlot[bool] = NodeSlot("autograd_has_buffer", __name__, "whether a node's graph reads a BUFFER")
+
+
 def _has_buffer(uop: UOp) -> bool:
     """Whether `uop`'s graph reads a BUFFER (cached on each node, so results built one op at a time cost O(1))."""
-    slot = "autograd_has_buffer"
-    cached: bool | None = uop.__dict__.get(slot)
+    cached = HAS_BUFFER.get(uop)
     if cached is not None:
         return cached
-    for node in uop.toposort(gate=lambda node: slot not in node.__dict__):
-        if slot not in node.__dict__:
-            node.__dict__[slot] = node.op is Ops.BUFFER or any(source.__dict__[slot] for source in node.src)
-    result: bool = uop.__dict__[slot]
-    return result
+    for node in uop.toposort(gate=HAS_BUFFER.missing):
+        if HAS_BUFFER.missing(node):
+            HAS_BUFFER.set(node, node.op is Ops.BUFFER or any(HAS_BUFFER[source] for source in node.src))
+    return HAS_BUFFER[uop]
 
 
 def _is_new_leaf(uop: UOp) -> bool:
