@@ -59,7 +59,10 @@ def _normalized_arg(arg: Any) -> Any:
     if kind is bool:
         return (bool, arg)
     if kind is tuple:
-        return tuple(_normalized_arg(item) for item in arg)
+        for item in arg:  # most tuples (shapes, lanes, axes) hold only ints: they are their own normal form
+            if type(item) in _NORMALIZED_TYPES:
+                return tuple([_normalized_arg(inner) for inner in arg])
+        return arg
     return arg
 
 
