@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from kiln.uops import Context, knobs, knobs_markdown, register_knob
+from kiln.uops import Context, Knob, knobs, knobs_markdown, register_knob
 from kiln.uops.knobs import MARKDOWN_HEADER, knobs_section_markdown
 
 DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "knobs.md"
@@ -107,3 +107,20 @@ def test_docs_knobs_md_is_current() -> None:
     expected = knobs_section_markdown("kiln.uops")
     assert expected in text, "docs/knobs.md is stale: run `uv run python -m kiln.uops.knobs_doc > docs/knobs.md`"
     assert knobs_markdown(["kiln.uops"]) == MARKDOWN_HEADER + "\n" + expected
+
+
+def test_every_write_through_os_environ_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    # knob reads take a shortcut through os.environ's own storage and remember the last value they parsed
+    knob = Knob("TEST_ENV_SHORTCUT", int, 7, "a test knob", env="KILN_TEST_ENV_SHORTCUT")
+    monkeypatch.delenv("KILN_TEST_ENV_SHORTCUT", raising=False)
+    seen = [knob.value()]
+    for text in ("2", "3", "2", " 4 ", "2"):
+        os.environ["KILN_TEST_ENV_SHORTCUT"] = text
+        seen.append(knob.value())
+        seen.append(knob.value())  # the remembered value
+    del os.environ["KILN_TEST_ENV_SHORTCUT"]
+    seen.append(knob.value())
+    assert seen == [7, 2, 2, 3, 3, 2, 2, 4, 4, 2, 2, 7]
+    monkeypatch.setenv("KILN_TEST_ENV_SHORTCUT", "oops")
+    with pytest.raises(ValueError, match="KILN_TEST_ENV_SHORTCUT='oops' is not a valid int"):
+        knob.value()

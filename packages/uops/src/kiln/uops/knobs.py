@@ -18,6 +18,18 @@ _FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
 _UNSET = object()
 
 
+def _environ_key(name: str) -> object:
+    """`name` as a key of CPython's `os.environ._data` (bytes on POSIX, upper-case str on Windows), else None."""
+    try:
+        encode = os.environ.encodekey
+    except AttributeError:
+        return None
+    try:
+        return encode(name)
+    except (TypeError, ValueError):
+        return None
+
+
 class Knob(Generic[T]):
     """One configuration value: `name` (attribute of `knobs`), read from environment variable `env` (default: name).
 
@@ -49,7 +61,9 @@ class Knob(Generic[T]):
         """The accepted values of a knob with a fixed set of them (None: any value of its type)."""
         self._assigned: Any = _UNSET
         self._raw_seen: str | None = None
+        self._encoded_seen: object = None  # the `os.environ._data` value `_parsed` came from
         self._parsed: T = default
+        self._env_key: object = _environ_key(self.env)
 
     @overload
     def __get__(self, instance: None, owner: type) -> Knob[T]: ...
@@ -72,12 +86,26 @@ class Knob(Generic[T]):
                 return layer[self.name]  # type: ignore[no-any-return]
         if self._assigned is not _UNSET:
             return self._assigned  # type: ignore[no-any-return]
-        raw = os.environ.get(self.env)
-        if raw is None:
-            return self.default
+        data = getattr(os.environ, "_data", None)
+        if type(data) is dict and self._env_key is not None:
+            # CPython's os.environ keeps its contents in `_data` (encoded keys and values, updated by every write
+            # through os.environ): one dict probe instead of encoding and decoding through the mapping (knobs are
+            # read on every launch)
+            encoded = data.get(self._env_key)
+            if encoded is None:
+                return self.default
+            if encoded is self._encoded_seen:
+                return self._parsed
+            raw = os.fsdecode(encoded) if isinstance(encoded, bytes) else str(encoded)
+        else:
+            found = os.environ.get(self.env)
+            if found is None:
+                return self.default
+            raw, encoded = found, None
         if raw != self._raw_seen:
             self._parsed = self.parse(raw)
             self._raw_seen = raw
+        self._encoded_seen = encoded
         return self._parsed
 
     def parse(self, raw: str) -> T:
