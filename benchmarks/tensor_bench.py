@@ -7,7 +7,9 @@ Figures are medians of several runs after a warm-up that builds and compiles eve
 wall-clock time of building the lazy graph, scheduling it and running its kernels. torch runs in a subprocess on
 the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
 same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
-- float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS)
+- float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS); at 1024 also
+  a transposed right operand, a narrow right operand (1024, 16), and float16 / bfloat16 inputs accumulated in
+  float32 (numpy: float32 on the same values; torch: the same dtype)
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
 - conv2d (32,16,32,32) x (32,16,3,3), padding 1, and its input and weight gradients: GFLOP/s (numpy: im2col +
@@ -86,9 +88,22 @@ TORCH_SCRIPT = textwrap.dedent(
         return t
     def case(key):
         r = torch.randn
-        if key.startswith("matmul "):
+        if key.startswith("matmul ") and key.split()[1].isdigit():
             size = int(key.split()[1])
             a, b = r(size, size), r(size, size)
+            return lambda: a @ b
+        if key.startswith("matmul T "):
+            size = int(key.split()[2])
+            a, b = r(size, size), r(size, size)
+            return lambda: a @ b.T
+        if key.startswith("matmul narrow "):
+            size = int(key.split()[2])
+            a, b = r(size, size), r(size, 16)
+            return lambda: a @ b
+        if key.startswith("matmul float16 ") or key.startswith("matmul bfloat16 "):
+            size = int(key.split()[2])
+            dtype = torch.float16 if "float16" == key.split()[1] else torch.bfloat16
+            a, b = r(size, size).to(dtype), r(size, size).to(dtype)
             return lambda: a @ b
         if key == "batched matmul":
             a, b = r(8, 512, 512), r(8, 512, 512)
@@ -218,6 +233,61 @@ def bench_batched_matmul(table: Table, device: str, repeats: int) -> None:
     table.row(
         "matmul (8,512,512)@(8,512,512)", "batched matmul", kiln, reference, 2 * 8 * 512**3, "GFLOP/s", ">= 0.8x numpy"
     )
+
+
+def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) -> None:
+    """The matmul shapes and dtypes that must not fall off a cliff: a transposed right operand, a small right
+    operand (n columns = 16), and float16 / bfloat16 inputs accumulated in float32 (numpy: its float32 matmul on the
+    same values; torch: the same dtype)."""
+    from kiln.tensor import dtypes
+
+    rng = np.random.default_rng(7)
+    a_values = rng.standard_normal((size, size)).astype(np.float32)
+    b_values = rng.standard_normal((size, size)).astype(np.float32)
+    narrow_values = rng.standard_normal((size, 16)).astype(np.float32)
+    a, b = Tensor(a_values, device=device), Tensor(b_values, device=device)
+    narrow = Tensor(narrow_values, device=device)
+    flops = 2 * size**3
+    cases: list[tuple[str, str, Callable[[], Tensor], Callable[[], np.ndarray], int, float]] = [
+        (
+            f"matmul {size} @ transposed",
+            f"matmul T {size}",
+            lambda: a @ b.T,
+            lambda: a_values @ b_values.T,
+            flops,
+            1e-3,
+        ),
+        (
+            f"matmul {size} @ ({size},16)",
+            f"matmul narrow {size}",
+            lambda: a @ narrow,
+            lambda: a_values @ narrow_values,
+            2 * size * size * 16,
+            1e-3,
+        ),
+    ]
+    for dtype, name, short in ((dtypes.float16, "float16", "f16"), (dtypes.bfloat16, "bfloat16", "bf16")):
+        low_a, low_b = a.cast(dtype).realize(), b.cast(dtype).realize()
+        # the reference values: the low-precision inputs, widened, multiplied in float32
+        wide_a, wide_b = low_a.float().numpy(), low_b.float().numpy()
+        cases.append(
+            (
+                f"matmul {size} {short} in, f32 accumulate",
+                f"matmul {name} {size}",
+                lambda low_a=low_a, low_b=low_b: low_a @ low_b,
+                lambda wide_a=wide_a, wide_b=wide_b: wide_a @ wide_b,
+                flops,
+                2e-2 if name == "bfloat16" else 2e-3,
+            )
+        )
+    for name, key, build, numpy_version, amount, tolerance in cases:
+        kiln = _median_seconds(_kiln_runner(build, device), repeats)
+        reference = _median_seconds(numpy_version, repeats)
+        expected = numpy_version()
+        np.testing.assert_allclose(
+            build().float().numpy(), expected, rtol=tolerance, atol=tolerance * float(np.abs(expected).max())
+        )
+        table.row(name, key, kiln, reference, amount, "GFLOP/s", "no cliff vs matmul")
 
 
 def bench_chain(table: Table, device: str, elements: int, repeats: int) -> None:
@@ -437,6 +507,7 @@ def main() -> None:
     def matmuls() -> None:
         for size in sizes:
             bench_matmul(table, device, size, 3 if size == 2048 else repeats)
+        bench_matmul_variants(table, device, 256 if quick else 1024, repeats)
 
     groups: tuple[tuple[str, Callable[[], None]], ...] = (
         ("matmul", matmuls),
