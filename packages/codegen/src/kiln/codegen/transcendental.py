@@ -203,12 +203,14 @@ class _Builder:
 
 
 def _exp2_pair(b: _Builder, high: UOp, low: UOp | None) -> UOp:
-    """2**(high + low) for finite `high` (|low| << 1; None: 0); overflows to inf and underflows through the
-    subnormals."""
+    """2**(high + low) for `high` not nan, or nan when `high` is (|low| << 1; None: 0); overflows to inf and
+    underflows through the subnormals."""
     fmt = b.fmt
-    # `high` is never nan here, so a compare-and-select clamps like MAX without MAX's nan and signed-zero rules
+    # compare-and-select clamps like MAX without MAX's signed-zero rules; both compares are false for a nan, which
+    # therefore passes through: its fraction is nan, so is the result (the scale factors are some finite or
+    # infinite float: integer math on its bits wraps)
     lower = high.lt(b.f(-fmt.exp2_clamp)).where(b.f(-fmt.exp2_clamp), high)
-    clamped = lower.lt(b.f(fmt.exp2_clamp)).where(lower, b.f(fmt.exp2_clamp))
+    clamped = b.f(fmt.exp2_clamp).lt(lower).where(b.f(fmt.exp2_clamp), lower)
     whole, whole_float = b.round_small(clamped)
     fraction = clamped - whole_float  # exact
     if low is not None:
@@ -230,9 +232,7 @@ def _factorial(n: int) -> int:
 
 
 def _exp2(b: _Builder, x: UOp) -> UOp:
-    is_nan = x.ne(x)
-    safe = is_nan.where(b.f(0.0), x)
-    return is_nan.where(x, _exp2_pair(b, safe, None))
+    return _exp2_pair(b, x, None)  # a nan passes through (no compare-and-select around it)
 
 
 # ---- log2 ------------------------------------------------------------------------------------------------------
@@ -465,8 +465,10 @@ def decompose(op: Ops, *operands: UOp, fused: bool = False) -> UOp:
     """The basic-ALU graph computing `op` (EXP2, LOG2, SIN or POW) on float `operands`.
 
     float32/float64 are computed directly; other float dtypes (float16, bfloat16, fp8) through float32. `fused`:
-    polynomials are evaluated with MULACC (a renderer with a native fused multiply-add: about 40% fewer
-    instructions in exp2, the softmax's exp-sum 1.4x faster; one rounding per step, so no less accurate).
+    polynomials are evaluated with MULACC (a renderer with a native fused multiply-add; one rounding per step).
+    With MULACC, no zero low part and no nan guard, float32 exp2 is 30 vector ops instead of 45 on the LLVM
+    renderer: the softmax's exp-sum kernel over (4096, 1024) went from ~2.2 to ~1.3 ms (DEBUG=2, the loaded
+    2-core development box).
     """
     if op not in _DECOMPOSITIONS:
         raise ValueError(f"no decomposition for {op!r}; expected one of {sorted(o.name for o in _DECOMPOSITIONS)}")
