@@ -79,7 +79,7 @@ class _Format:
     bias: int
     exponent_mask: int
     exp2_clamp: float  # |x| beyond this over/underflows exp2 for sure; keeps the scale factors normal
-    exp2_terms: int  # Taylor terms of 2**s on |s| <= 1/2
+    exp2_terms: int  # Taylor terms of 2**s on |s| <= 1/2 (float32: 8, truncation error < 5.3e-9 relative, 0.1 ulp)
     log2_terms: int  # terms of the atanh series in u = t*t (the first is 1)
     sin_terms: int  # Taylor terms of sin (r, r**3, ...) and cos (1, r**2, ...) on |r| <= pi/4
     newton_steps: int  # reciprocal refinements from a linear first guess (error squares each step)
@@ -101,7 +101,7 @@ class _Format:
         return high, self.constant(value - Fraction(high))
 
 
-_FLOAT32 = _Format(dtypes.float32, dtypes.int32, 23, 127, 0xFF, 160.0, 9, 8, 6, 3, 2.0**30, 96, 256)
+_FLOAT32 = _Format(dtypes.float32, dtypes.int32, 23, 127, 0xFF, 160.0, 8, 8, 6, 3, 2.0**30, 96, 256)
 _FLOAT64 = _Format(dtypes.float64, dtypes.int64, 52, 1023, 0x7FF, 1100.0, 14, 12, 10, 4, 2.0**64, 192, 1184)
 _FORMATS = {dtypes.float32: _FLOAT32, dtypes.float64: _FLOAT64}
 
