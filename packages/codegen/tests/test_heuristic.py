@@ -117,6 +117,26 @@ def test_matmul_on_vector_cpu_never_puts_rows_inside_the_columns() -> None:
     assert opts[:2] == (Opt(UPCAST, 0, 16), Opt(UPCAST, 1, 16))
 
 
+def test_matmul_on_vector_cpu_puts_the_columns_outside_when_the_contiguous_operand_is_big() -> None:
+    # b is k x n = 1024 x 512 float32 (2 MiB >= STREAM_SWAP_BYTES): each 32-column panel of b should stay in cache
+    # while a streams, so the columns loop (axis 1) goes outside the rows loop (axis 0); THREAD then splits columns
+    opts = hand_coded_optimizations(matmul(256, 512, 1024), _VectorCPU())
+    assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(THREAD, 0, 8))
+    # a smaller b (1 MiB) stays where it was
+    assert OptOps.SWAP not in {opt.op for opt in hand_coded_optimizations(matmul(256, 512, 512), _VectorCPU())}
+
+
+def test_swapped_matmul_tile_computes_what_numpy_computes() -> None:
+    renderer = _VectorCPU()
+    rng = np.random.default_rng(6)
+    a, b = (rng.integers(-4, 4, (64, 64)).astype(np.float32) for _ in range(2))
+    opts = [Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(THREAD, 0, 2)]
+    program = Program(get_program(matmul(64, 64, 64), renderer, opts))
+    out = np.zeros(64 * 64, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out.reshape(64, 64), a @ b)
+
+
 def _row_exp_sum(rows: int, columns: int) -> UOp:
     out, a = buffer(0, rows), buffer(1, rows * columns)
     i, j = UOp.range(rows, 0), UOp.range(columns, 1, AxisKind.REDUCE)

@@ -53,6 +53,8 @@ def test_prepare_makes_loops_global_on_gpu_only() -> None:
             [(0, "GLOBAL", 8), (1, "GLOBAL", 16), (3, "GROUP_REDUCE", 4), (2, "REDUCE", 3)],
         ),
         (GPU, [Opt(OptOps.SWAP, 0, 1)], [(0, "GLOBAL", 16), (1, "GLOBAL", 8), (2, "REDUCE", 12)]),
+        # on a CPU the loops' nesting is exchanged: the columns loop (16) goes outside the rows loop (8)
+        (CPU, [Opt(OptOps.SWAP, 0, 1)], [(0, "LOOP", 16), (1, "LOOP", 8), (2, "REDUCE", 12)]),
         (CPU, [Opt(OptOps.PADTO, 2, 16)], [(0, "LOOP", 8), (1, "LOOP", 16), (2, "REDUCE", 16)]),
         (
             CPU,
@@ -112,7 +114,8 @@ ILLEGAL = [
     (CPU, Opt(OptOps.THREAD, 1, 16), "THREAD: 16 threads exceed the limit 8"),
     (CPU, Opt(OptOps.GROUP, 2, 4), "GROUP needs a renderer with local threads; <CPULikeRenderer for TESTCPU> has none"),
     (GPU, Opt(OptOps.GROUP, 0, 4), "GROUP needs a REDUCE axis; axis 0 is GLOBAL"),
-    (CPU, Opt(OptOps.SWAP, 0, 1), "SWAP needs a GLOBAL axis; axis 0 is LOOP"),
+    (CPU, Opt(OptOps.SWAP, 2, 0), "SWAP needs a GLOBAL or LOOP axis; axis 2 is REDUCE"),
+    (CPU, Opt(OptOps.SWAP, 0, 2), "SWAP needs another LOOP axis as arg, got 2"),
     (GPU, Opt(OptOps.SWAP, 0, 0), "SWAP needs another GLOBAL axis as arg, got 0"),
     (GPU, Opt(OptOps.SWAP, 0, 2), "SWAP needs another GLOBAL axis as arg, got 2"),
     (CPU, Opt(OptOps.NOLOCALS), "NOLOCALS needs a renderer with local threads"),

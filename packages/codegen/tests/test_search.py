@@ -43,11 +43,13 @@ class FakeTimer:
 def test_candidates_are_the_legal_single_opts() -> None:
     sink = apply_opts(matmul(4, 6, 4), [], SCALAR)
     candidates = candidate_opts(sink, SCALAR)
-    # no locals, groups, threads or swaps on a scalar CPU; amounts must divide (UPCAST 0 = whole axis)
+    # no locals, groups or threads on a scalar CPU; amounts must divide (UPCAST 0 = whole axis); SWAP exchanges the
+    # nesting of the two loops
     assert candidates == [
         Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UPCAST, 0, 2),
         Opt(OptOps.UPCAST, 1, 0), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 1, 3),
         Opt(OptOps.UNROLL, 2, 0),
+        Opt(OptOps.SWAP, 0, 1),
     ]  # fmt: skip
 
 

@@ -37,13 +37,14 @@ BASIC_OPS = {
 }
 
 
-def evaluate(op: Ops, dtype: DType, *arrays: np.ndarray) -> np.ndarray:
-    """The decomposition of `op` on `arrays` (one thread per element), run by the interpreter."""
+def evaluate(op: Ops, dtype: DType, *arrays: np.ndarray, fused: bool = False) -> np.ndarray:
+    """The decomposition of `op` on `arrays` (one thread per element), run by the interpreter; `fused`: the form for
+    a renderer with a native MULACC (its polynomials fused, rounded once per step)."""
     count = arrays[0].size
     out = UOp(Ops.DEFINE_GLOBAL, dtype.ptr(count), (), 0)
     inputs = [UOp(Ops.DEFINE_GLOBAL, dtype.ptr(count), (), k + 1) for k in range(len(arrays))]
     thread = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, count),), SpecialArg("gidx0"))
-    value = decompose(op, *(b.index(thread).load() for b in inputs))
+    value = decompose(op, *(b.index(thread).load() for b in inputs), fused=fused)
     program = [*out.index(thread).store(value).toposort()]
     program = [u for u in program if u.op is Ops.DEFINE_GLOBAL] + [u for u in program if u.op is not Ops.DEFINE_GLOBAL]
     result = np.zeros(count, arrays[0].dtype)
@@ -105,15 +106,16 @@ def exp2_edges(dtype: type[np.floating]) -> np.ndarray:
     return np.concatenate([np.linspace(c - 2, c + 2, 4001, dtype=np.float64) for c in centers]).astype(dtype)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN], ids=lambda o: o.name)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
-def test_unary_within_two_ulps_of_numpy(op: Ops, dtype: type[np.floating]) -> None:
+def test_unary_within_two_ulps_of_numpy(op: Ops, dtype: type[np.floating], fused: bool) -> None:
     x = sweep(dtype)
     if op is Ops.EXP2:
         x = np.concatenate([x, exp2_edges(dtype)])
     if op is Ops.LOG2:
         x = np.concatenate([x, (1 + RNG.uniform(-1e-3, 1e-3, 20000)).astype(dtype)])  # results near zero
-    got = evaluate(op, dtypes.float32 if dtype == np.float32 else dtypes.float64, x)
+    got = evaluate(op, dtypes.float32 if dtype == np.float32 else dtypes.float64, x, fused=fused)
     with np.errstate(all="ignore"):
         expected = NUMPY[op](x)
     distance = ulps(got, expected)
@@ -124,11 +126,12 @@ def test_unary_within_two_ulps_of_numpy(op: Ops, dtype: type[np.floating]) -> No
     np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(expected[zeros]))
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN], ids=lambda o: o.name)
-def test_float32_within_one_ulp_of_the_exact_result(op: Ops) -> None:
+def test_float32_within_one_ulp_of_the_exact_result(op: Ops, fused: bool) -> None:
     # float64 numpy rounded to float32 is the correctly rounded result up to a double-rounding tie
     x = sweep(np.float32)
-    got = evaluate(op, dtypes.float32, x)
+    got = evaluate(op, dtypes.float32, x, fused=fused)
     with np.errstate(all="ignore"):
         exact = NUMPY[op](x.astype(np.float64)).astype(np.float32)
     assert ulps(got, exact).max() <= 1
@@ -196,10 +199,11 @@ def _pow_operands(dtype: type[np.floating], count: int) -> tuple[np.ndarray, np.
     )
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
-def test_pow_within_two_ulps_of_numpy_with_c99_special_cases(dtype: type[np.floating]) -> None:
+def test_pow_within_two_ulps_of_numpy_with_c99_special_cases(dtype: type[np.floating], fused: bool) -> None:
     x, y = pow_operands(dtype, 20000)
-    got = evaluate(Ops.POW, dtypes.float32 if dtype == np.float32 else dtypes.float64, x, y)
+    got = evaluate(Ops.POW, dtypes.float32 if dtype == np.float32 else dtypes.float64, x, y, fused=fused)
     with np.errstate(all="ignore"):
         expected = np.power(x, y)
     distance = ulps(got, expected)
@@ -255,6 +259,9 @@ def test_rewrites_remove_only_missing_ops_and_use_basic_ops() -> None:
     partial = graph_rewrite(graph, transcendental_rewrites({Ops.SIN, Ops.EXP2}))
     partial_ops = {u.op for u in partial.toposort()}
     assert {Ops.SIN, Ops.EXP2} <= partial_ops and not partial_ops & {Ops.LOG2, Ops.POW}
+    # with a native MULACC the polynomials fuse (and nothing else new appears)
+    fused_ops = {u.op for u in graph_rewrite(graph, transcendental_rewrites({Ops.MULACC})).toposort()} & GroupOp.ALU
+    assert Ops.MULACC in fused_ops and fused_ops - {Ops.SQRT, Ops.MULACC} <= BASIC_OPS
     with pytest.raises(TypeError, match="only floats"):
         decompose(Ops.EXP2, UOp.const(dtypes.int32, 1))
     with pytest.raises(ValueError, match="no decomposition"):

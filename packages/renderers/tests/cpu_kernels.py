@@ -209,6 +209,15 @@ def symbolic_kernel() -> UOp:
     return UOp(Ops.SINK, dtypes.void, (out.index(i).store(total).end(i),), KernelInfo("symbolic"))
 
 
+def matmul_kernel() -> UOp:
+    """An 8 x 8 float32 matmul over k = 8 (every buffer SIZE elements)."""
+    out, a, b = (buffer(slot, dtypes.float32) for slot in range(3))
+    i, j = UOp.range(8, 0, AxisKind.LOOP), UOp.range(8, 1, AxisKind.LOOP)
+    k = UOp.range(8, 2, AxisKind.REDUCE)
+    total = (a.index(i * 8 + k).load() * b.index(k * 8 + j).load()).reduce(k)
+    return UOp(Ops.SINK, dtypes.void, (out.index(i * 8 + j).store(total).end(i, j),), KernelInfo("matmul"))
+
+
 # ---- inputs ----------------------------------------------------------------------------------------------------
 
 
@@ -362,6 +371,9 @@ def coverage_cases() -> list[tuple[str, UOp, list[Opt] | None, dict[str, int]]]:
     cases.append(("gated", gated_kernel(), None, {}))
     cases.append(("symbolic", symbolic_kernel(), None, {"n": 11, "m": 7}))
     cases.append(("symbolic_upcast", symbolic_kernel(), [Opt(OptOps.UPCAST, 0, 4)], {"n": 5, "m": 3}))
+    # a register-tiled matmul whose columns loop is moved outside its rows loop (SWAP of two LOOP axes)
+    swapped = [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.SWAP, 0, 1)]
+    cases.append(("matmul_swapped_loops", matmul_kernel(), swapped, {}))
     return cases
 
 

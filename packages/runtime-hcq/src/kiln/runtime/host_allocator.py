@@ -48,6 +48,10 @@ class HostMemory:
         return memoryview(self.mapping)[self.offset : self.offset + self.size]
 
 
+HUGE_PAGE_MINIMUM = 1 << 22
+"""Bytes from which a host allocation asks for transparent huge pages (as numpy does for its large arrays)."""
+
+
 class HostAllocator(LRUAllocator[HostMemory]):
     """Allocates page-aligned host memory from anonymous mmaps.
 
@@ -85,6 +89,12 @@ class HostAllocator(LRUAllocator[HostMemory]):
             mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except OSError as error:
             raise MemoryError(f"mmap of {size} bytes failed: {error}") from error
+        if size >= HUGE_PAGE_MINIMUM and hasattr(mmap, "MADV_HUGEPAGE"):
+            # transparent huge pages where the system gives them only on request ("madvise"): a kernel streaming
+            # a large buffer then takes few TLB misses and its prefetches are not cut at every 4 KiB page (a 16M
+            # float32 sum measured 18 -> 36 GB/s on one core); numpy asks for them the same way
+            with contextlib.suppress(OSError):
+                mapping.madvise(mmap.MADV_HUGEPAGE)
         self.allocated_bytes += size
         return HostMemory(mapping, 0, size, _mapping_address(mapping))
 

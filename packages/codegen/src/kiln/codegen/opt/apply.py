@@ -46,7 +46,7 @@ _ALLOWED_KINDS = {
     OptOps.GROUPTOP: (AxisKind.REDUCE,),
     OptOps.THREAD: (AxisKind.LOOP,),
     OptOps.PADTO: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE),
-    OptOps.SWAP: (AxisKind.GLOBAL,),
+    OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP),
 }
 
 
@@ -167,13 +167,13 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
     if opt.op is OptOps.SWAP:
         other = axes.get(opt.arg) if isinstance(opt.arg, int) else None
         _check(
-            other is not None and other is not rng and other.arg.kind is AxisKind.GLOBAL,
-            f"SWAP needs another GLOBAL axis as arg, got {opt.arg!r}",
+            other is not None and other is not rng and other.arg.kind is kind,
+            f"SWAP needs another {kind.name} axis as arg, got {opt.arg!r}",
         )
         assert other is not None
         swapped = {
-            rng: UOp.range(rng.src[0], other.arg.axis, AxisKind.GLOBAL),
-            other: UOp.range(other.src[0], rng.arg.axis, AxisKind.GLOBAL),
+            rng: UOp.range(rng.src[0], other.arg.axis, kind),
+            other: UOp.range(other.src[0], rng.arg.axis, kind),
         }
         return _record(replace_ranges(sink, swapped), opt)
     _check(

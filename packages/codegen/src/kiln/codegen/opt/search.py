@@ -48,10 +48,10 @@ def candidate_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     for op, kinds, amounts in kinds_amounts:
         for rng in axes_of(sink, *kinds):
             candidates.extend(Opt(op, rng.arg.axis, amount) for amount in amounts)
-    global_axes = axes_of(sink, AxisKind.GLOBAL)
-    candidates.extend(
-        Opt(OptOps.SWAP, a.arg.axis, b.arg.axis) for a in global_axes for b in global_axes if a.arg.axis < b.arg.axis
-    )
+    for kind in (AxisKind.GLOBAL, AxisKind.LOOP):  # launch dimensions on GPUs, loop nesting on CPUs
+        same = axes_of(sink, kind)
+        pairs = [(a.arg.axis, b.arg.axis) for a in same for b in same if a.arg.axis < b.arg.axis]
+        candidates.extend(Opt(OptOps.SWAP, first, second) for first, second in pairs)
     candidates.append(Opt(OptOps.NOLOCALS))
     legal = []
     shapes: set[UOp] = set()
