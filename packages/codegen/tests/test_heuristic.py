@@ -14,7 +14,7 @@ from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
 
 from kiln.codegen import Opt, OptOps, Program, Renderer, get_program, hand_coded_optimizations, run_program
-from kiln.uops import AxisKind, Context, Ops, UOp
+from kiln.uops import AxisKind, Context, Ops, UOp, dtypes
 
 CPU, GPU, SCALAR = CPULikeRenderer(), GPULikeRenderer(), ScalarRenderer()
 UPCAST, UNROLL, LOCAL, THREAD, GROUPTOP = OptOps.UPCAST, OptOps.UNROLL, OptOps.LOCAL, OptOps.THREAD, OptOps.GROUPTOP
@@ -124,6 +124,10 @@ def test_matmul_on_vector_cpu_puts_the_columns_outside_when_the_contiguous_opera
     assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(THREAD, 0, 8))
     # a smaller b (1 MiB) stays where it was
     assert OptOps.SWAP not in {opt.op for opt in hand_coded_optimizations(matmul(256, 512, 512), _VectorCPU())}
+    # 16-bit operands (widened after each load) measured slower swapped: a 4 MiB float16 b keeps the rows outside
+    wide = hand_coded_optimizations(matmul(256, 1024, 2048, dtypes.float16), _VectorCPU())
+    assert OptOps.SWAP not in {opt.op for opt in wide}
+    assert OptOps.SWAP in {opt.op for opt in hand_coded_optimizations(matmul(256, 1024, 2048), _VectorCPU())}
 
 
 def test_swapped_matmul_tile_computes_what_numpy_computes() -> None:
