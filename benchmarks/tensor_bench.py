@@ -3,8 +3,9 @@ same run (issues 7 and 16).
 
     uv run python benchmarks/tensor_bench.py [--device CPU] [--quick] [--torch-python /path/to/torch-venv/bin/python]
 
-Figures are medians of several runs after a warm-up that builds and compiles every kernel; kiln's figure is the
-wall-clock time of building the lazy graph, scheduling it and running its kernels. torch runs in a subprocess on
+Figures are medians of several runs after a warm-up (at least 0.25 s of the same work, which also builds and compiles
+every kernel; numpy and torch get the same); kiln's figure is the wall-clock time of building the lazy graph,
+scheduling it and running its kernels. torch runs in a subprocess on
 the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
 same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
 - float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS); at 1024 also
@@ -47,11 +48,20 @@ CONV_FLOPS = 2 * 32 * 32 * 32 * 32 * 16 * 9
 NORM_SHAPE = (4096, 1024)
 
 
+WARMUP_SECONDS = 0.25
+"""Every figure is measured after at least this long of running the same work: on this shared 2-core VM a
+two-thread kernel reaches its speed only after ~20 ms of both cores being busy (a 16M sum read 22 GB/s on its
+first calls, 33-35 once warm), and numpy and torch get the same warm-up."""
+
+
 def _median_seconds(
     run: Callable[[], object], repeats: int, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
 ) -> float:
-    for _ in range(warmup):
+    started = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - started < WARMUP_SECONDS:
         run()
+        done += 1
     times = []
     for _ in range(repeats):
         start = clock()
@@ -75,7 +85,10 @@ TORCH_SCRIPT = textwrap.dedent(
     import torch
     repeats, elements = int(sys.argv[1]), int(sys.argv[2])
     def median(run):
+        started = time.perf_counter()
         run()
+        while time.perf_counter() - started < 0.25:  # the warm-up kiln's and numpy's figures get too
+            run()
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
