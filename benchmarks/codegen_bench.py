@@ -18,7 +18,6 @@ other jobs (the work is single-threaded, so the two agree on an idle machine).
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -103,9 +102,8 @@ def training_step_builds(device: str, clock: Callable[[], float]) -> list[tuple[
     build (no JIT; a fresh realize Engine, the compiler's disk cache off). The build time is what the engine spends
     making the kernel's program (optimize, lower, render, compile, load); the compile time is the compiler alone, run
     again on the same source."""
-    import numpy as np
+    from mlp_step import mlp_step
 
-    from kiln.tensor import Tensor, optim
     from kiln.tensor.device import renderer_for
     from kiln.tensor.realize.engine import Engine, Method, use_engine
     from kiln.uops import Context
@@ -122,31 +120,11 @@ def training_step_builds(device: str, clock: Callable[[], float]) -> list[tuple[
                 self.builds.append((method, device, clock() - start))
             return method
 
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.normal(size=(400, 2)).astype(np.float32), device=device)
-    y = Tensor(rng.integers(0, 2, 400), device=device)
-    sizes = (2, 64, 64, 2)
-    weights = [
-        Tensor(rng.uniform(-0.5, 0.5, (a, b)).astype(np.float32), device=device, requires_grad=True)
-        for a, b in itertools.pairwise(sizes)
-    ]
-    biases = [Tensor(np.zeros(b, np.float32), device=device, requires_grad=True) for b in sizes[1:]]
-    parameters = [*weights, *biases]
-    optimizer = optim.SGD(parameters, lr=0.3, momentum=0.9)
+    step = mlp_step(device)
     engine = TimedEngine()
     with use_engine(engine), Context(DISABLE_COMPILER_CACHE=True):
         for _ in range(2):
-            optimizer.zero_grad()
-            h = x
-            for layer, (weight, bias) in enumerate(zip(weights, biases)):
-                h = h @ weight + bias
-                if layer < len(weights) - 1:
-                    h = h.tanh()
-            loss = -h.log_softmax(-1).gather(1, y.reshape(-1, 1)).mean()
-            loss.backward()
-            optim.clip_grad_norm_(parameters, 0.5)
-            optimizer.step()
-            loss.item()
+            step().item()
         results = []
         for method, kernel_device, seconds in engine.builds:
             compiler = renderer_for(kernel_device).compiler

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import statistics
 import subprocess
@@ -39,6 +38,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from mlp_step import mlp_step
 
 from kiln.runtime import Device
 from kiln.tensor import Tensor
@@ -453,36 +453,12 @@ def bench_per_op(table: Table, device: str, steps: int) -> None:
 
 
 def _mlp_step_runner(device: str, jit: bool) -> Callable[[], object]:
-    """One quickstart training step (see the module docstring) as a function, with or without TinyJit."""
-    from kiln.tensor import TinyJit, optim
+    """One quickstart training step (benchmarks/mlp_step.py) as a function, with or without TinyJit."""
+    from kiln.tensor import TinyJit
 
-    rng = np.random.default_rng(0)
-    x = Tensor(rng.normal(size=(400, 2)).astype(np.float32), device=device)
-    y = Tensor(rng.integers(0, 2, 400), device=device)
-    sizes = (2, 64, 64, 2)
-    weights = [
-        Tensor(rng.uniform(-0.5, 0.5, shape).astype(np.float32), device=device, requires_grad=True)
-        for shape in itertools.pairwise(sizes)
-    ]
-    biases = [Tensor(np.zeros(size, np.float32), device=device, requires_grad=True) for size in sizes[1:]]
-    parameters = [*weights, *biases]
-    optimizer = optim.SGD(parameters, lr=0.3, momentum=0.9)
-
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        optimizer.zero_grad()
-        h = x
-        for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
-            h = h @ weight + bias
-            if layer < len(weights) - 1:
-                h = h.tanh()
-        loss = -h.log_softmax(-1).gather(1, y.reshape(-1, 1)).mean()
-        loss.backward()
-        optim.clip_grad_norm_(parameters, 0.5)
-        optimizer.step()
-        return loss
-
+    step = mlp_step(device)
     run = TinyJit(step) if jit else step
-    return lambda: run(x, y).item()
+    return lambda: run().item()
 
 
 def bench_training_step(table: Table, device: str, repeats: int) -> None:
