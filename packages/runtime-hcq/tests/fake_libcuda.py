@@ -9,7 +9,6 @@ parameter block independently of the runtime (from the program's own parameter l
 from __future__ import annotations
 
 import ctypes
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +42,13 @@ def out(argument: Any) -> Any:
 
 @dataclass
 class Launch:
-    """One recorded cuLaunchKernel: the kernel, its grid and block, and the raw parameter block."""
+    """One recorded cuLaunchKernel: the kernel, its grid and block, and the parameter values (buffer addresses, then
+    variables)."""
 
     program: Program
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    parameters: bytes
+    parameters: tuple[int, ...]
     context: int
 
 
@@ -229,34 +229,37 @@ class FakeLibcuda:
         gx, gy, gz, bx, by, bz, shared, stream, params, extra = arguments
         if self.launch_result != SUCCESS:
             return self.launch_result
-        assert params is None and shared == 0 and stream is None
-        # extra = {BUFFER_POINTER, &block, BUFFER_SIZE, &size, END}
-        assert (extra[0], extra[2], extra[4]) == (1, 2, None)
-        size = ctypes.c_size_t.from_address(extra[3]).value
-        block = ctypes.string_at(extra[1], size)
+        assert shared == 0 and stream is None
+        # kiln passes kernelParams, one pointer per parameter (the packed `extra` form needs the exact parameter
+        # space size, which a padded struct is not: the real driver fails such launches)
+        assert extra is None
         program = self.functions[function]
-        self.launches.append(Launch(program, (gx, gy, gz), (bx, by, bz), block, self.current_context))
-        self.execute(program, block, (gx, gy, gz), (bx, by, bz))
+        values = self.read_parameters(program, params)
+        self.launches.append(Launch(program, (gx, gy, gz), (bx, by, bz), values, self.current_context))
+        self.execute(program, values, (gx, gy, gz), (bx, by, bz))
         return SUCCESS
 
-    def execute(self, program: Program, block: bytes, grid: tuple[int, ...], threads: tuple[int, ...]) -> None:
-        """Runs the kernel with the interpreter: parameters decoded with C struct rules from the program itself."""
-        fields = [(f"buffer{slot}", ctypes.c_uint64) for slot in program.globals]
-        fields += [
-            (variable.arg.name, ctypes.c_int64 if variable.dtype.itemsize == 8 else ctypes.c_int32)
-            for variable in program.variables
-        ]
-        layout = type("Parameters", (ctypes.Structure,), {"_fields_": fields})
-        assert len(block) == ctypes.sizeof(layout), (
-            f"parameter block of {len(block)} bytes, C says {ctypes.sizeof(layout)}"
-        )
-        decoded = layout.from_buffer_copy(block)
+    @staticmethod
+    def read_parameters(program: Program, params: Any) -> tuple[int, ...]:
+        """Every parameter's value, read through its pointer at the size the kernel declares: a 64-bit address per
+        buffer (slot order), then each variable as int32 or int64 (a C compiler's parameter list)."""
+        kinds = [ctypes.c_uint64] * len(program.globals)
+        kinds += [ctypes.c_int64 if variable.dtype.itemsize == 8 else ctypes.c_int32 for variable in program.variables]
+        if not kinds:
+            return ()
+        assert params is not None, "a kernel with parameters launched without kernelParams"
+        return tuple(kind.from_address(params[index]).value for index, kind in enumerate(kinds))
+
+    def execute(
+        self, program: Program, values: tuple[int, ...], grid: tuple[int, ...], threads: tuple[int, ...]
+    ) -> None:
+        """Runs the kernel with the interpreter on the decoded parameters."""
         arrays = []
-        for slot in program.globals:
-            address = getattr(decoded, f"buffer{slot}")
+        for address in values[: len(program.globals)]:
             memory, offset = self.resolve(address, 0)
             arrays.append(np.frombuffer(memory, dtype=np.uint8)[offset:])
-        var_vals = {variable.arg.name: getattr(decoded, variable.arg.name) for variable in program.variables}
+        variables = values[len(program.globals) :]
+        var_vals = {variable.arg.name: value for variable, value in zip(program.variables, variables)}
         run_program(program, arrays, var_vals, grid, threads)
 
     # -- events -----------------------------------------------------------------------------------------------------
@@ -281,12 +284,3 @@ class FakeLibcuda:
 
     def cuEventDestroy_v2(self, event: int) -> int:
         return SUCCESS if self.events.pop(event, None) is not None else INVALID_VALUE
-
-
-def pack_like_c(values: list[tuple[str, int]]) -> bytes:
-    """Parameters packed by hand with struct: ("Q" | "i" | "q", value) each at its natural alignment, padded to 8."""
-    data = b""
-    for code, value in values:
-        size = struct.calcsize(code)
-        data += b"\x00" * (-len(data) % size) + struct.pack("<" + code, value)
-    return data + b"\x00" * (-len(data) % 8)

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_libcuda import INVALID_PTX, LAUNCH_OUT_OF_RESOURCES, NO_DEVICE, FakeLibcuda, pack_like_c
+from fake_libcuda import INVALID_PTX, LAUNCH_OUT_OF_RESOURCES, NO_DEVICE, FakeLibcuda
 
 from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, format_linear, get_program
 from kiln.runtime import Buffer, Device, DeviceUnavailable, OutOfMemoryError, copy_between
@@ -143,8 +143,8 @@ def test_launch_packs_parameters_like_c_and_uses_the_programs_dims(fake: FakeLib
     launch = fake.launches[-1]
     # the grid follows the symbolic size n; the block holds the ROWS threads of the LOCAL axis
     assert (launch.grid, launch.block) == ((40, 1, 1), (ROWS, 1, 1))
-    # buffers by slot, then the variables sorted by name (k before n): the block a C compiler would lay out
-    assert launch.parameters == pack_like_c([("Q", out.opaque), ("Q", source.opaque), ("i", -3), ("i", 40)])
+    # buffers by slot, then the variables sorted by name (k before n), as the kernel's parameter list declares them
+    assert launch.parameters == (out.opaque, source.opaque, -3, 40)
     expected = np.full((ROWS, 64), 7, np.int32)
     expected[:, :40] = values[:40] * -3 + np.arange(ROWS)[:, None]
     np.testing.assert_array_equal(out.numpy().reshape(ROWS, 64), expected)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.cuda.context import CUDAContext
-from kiln.runtime.cuda.driver_api import CUDA_ERROR_NOT_FOUND, CUDAError, packed_launch_extra
+from kiln.runtime.cuda.driver_api import CUDA_ERROR_NOT_FOUND, CUDAError, kernel_parameters
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.program_runner import LaunchDims, ProgramRunner
 
@@ -19,8 +19,8 @@ __all__ = ["CUDAProgramRunner"]
 class CUDAProgramRunner(ProgramRunner):
     """Loads the program's binary (`cuModuleLoadDataEx`: a cubin, or PTX the driver compiles) and launches it.
 
-    Parameters travel in one packed block (cuLaunchKernel's `extra` with CU_LAUNCH_PARAM_BUFFER_POINTER): the
-    `arg_layout` block, which is laid out like the kernel's parameter list (pointers then ints, natural alignment).
+    Parameters are packed into one `arg_layout` block (pointers then ints, natural alignment) and passed as
+    cuLaunchKernel's `kernelParams`, one pointer per parameter into that block (see `kernel_parameters`).
     Launches go to the legacy default stream, so they run in order with each other and with `cuMemcpy` copies.
     """
 
@@ -73,8 +73,7 @@ class CUDAProgramRunner(ProgramRunner):
     ) -> float | None:
         block = self.pack_arguments(addresses, values)
         parameters = (ctypes.c_char * len(block)).from_buffer(block)
-        size = ctypes.c_size_t(self.arg_layout.size)
-        extra = packed_launch_extra(parameters, size)
+        pointers = kernel_parameters(parameters, self.arg_layout.offsets)
         device = self.device
         device.make_current()
         timer = device.launch_timer() if wait else None
@@ -87,8 +86,8 @@ class CUDAProgramRunner(ProgramRunner):
             *local_size,
             0,
             None,
+            pointers,
             None,
-            extra,
             context=f"{self.name} on {device.name}, grid {global_size}, block {local_size}",
         )
         return timer.stop() if timer is not None else None

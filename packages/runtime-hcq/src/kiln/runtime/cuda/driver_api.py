@@ -11,25 +11,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
-    "CU_LAUNCH_PARAM_BUFFER_POINTER",
-    "CU_LAUNCH_PARAM_BUFFER_SIZE",
-    "CU_LAUNCH_PARAM_END",
     "CUDAError",
     "DeviceAttribute",
     "DriverAPI",
     "JitOption",
+    "kernel_parameters",
     "load_driver_library",
-    "packed_launch_extra",
 ]
-
-# cuda.h: markers of cuLaunchKernel's `extra` array, which passes every parameter in one packed buffer.
-CU_LAUNCH_PARAM_END = 0x00
-CU_LAUNCH_PARAM_BUFFER_POINTER = 0x01
-CU_LAUNCH_PARAM_BUFFER_SIZE = 0x02
 
 # cuda.h CUresult values the device treats specially.
 CUDA_SUCCESS = 0
@@ -232,17 +224,18 @@ class DriverAPI:
         return module.value
 
 
-def packed_launch_extra(
-    parameters: ctypes.Array[ctypes.c_char], size: ctypes.c_size_t
-) -> ctypes.Array[ctypes.c_void_p]:
-    """cuLaunchKernel's `extra` array passing every kernel parameter in one packed block (`parameters`, `size` bytes).
+def kernel_parameters(
+    block: ctypes.Array[ctypes.c_char], offsets: Sequence[int]
+) -> ctypes.Array[ctypes.c_void_p] | None:
+    """cuLaunchKernel's `kernelParams`: one pointer per kernel parameter, to its value at `offsets` in `block`.
 
-    The block must outlive the launch call (the driver copies it during the call).
+    The block must outlive the launch call (the driver copies the values during the call). kiln does not use the
+    packed form (`extra` with CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE): there the size must equal the kernel's
+    parameter space exactly, without a struct's tail padding. Two pointers and one int32 are 20 bytes, not 24, and
+    passing 24 made every launch of such a kernel fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H200 (driver
+    580). With one pointer per parameter the driver reads each value at the size the kernel declares.
     """
-    return (ctypes.c_void_p * 5)(
-        CU_LAUNCH_PARAM_BUFFER_POINTER,
-        ctypes.addressof(parameters),
-        CU_LAUNCH_PARAM_BUFFER_SIZE,
-        ctypes.addressof(size),
-        CU_LAUNCH_PARAM_END,
-    )
+    if not offsets:
+        return None
+    base = ctypes.addressof(block)
+    return (ctypes.c_void_p * len(offsets))(*(base + offset for offset in offsets))
