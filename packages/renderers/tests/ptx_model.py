@@ -13,6 +13,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
@@ -387,11 +388,36 @@ def _float_op_quietly(name: str, values: list[float], type_name: str) -> float:
     elif name == "rcp":
         wide = type_name == "f64"
         result = float(np.float64(1.0) / np.float64(a)) if wide else float(np.float32(1.0) / np.float32(a))
+    elif name == "fma":
+        result = _fused_multiply_add(a, b, values[2], type_name)
     else:
         raise AssertionError(f"float op {name} is not modelled")
     if type_name == "f32":
         return float(np.float32(result)) if math.isfinite(result) or math.isnan(result) else result
     return result
+
+
+def _fused_multiply_add(a: float, b: float, c: float, type_name: str) -> float:
+    """fma.rn: a*b+c computed exactly (fractions), then rounded once to nearest-even in the register's format."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c  # infinities and NaN: the unfused rules agree
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:  # IEEE 754: -0 only when both addends are zeros of negative sign
+        negative_product = math.copysign(1.0, a) * math.copysign(1.0, b) < 0
+        return -0.0 if a * b == 0 and c == 0 and negative_product and math.copysign(1.0, c) < 0 else 0.0
+    try:
+        nearest = float(exact)  # Fraction -> float rounds correctly to float64
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf
+    if type_name == "f64":
+        return nearest
+    guess = np.float32(nearest)  # may be one step off (double rounding): the nearest of three candidates wins
+    if not np.isfinite(guess):
+        return float(guess)
+    candidates = [guess, np.nextafter(guess, np.float32(np.inf)), np.nextafter(guess, np.float32(-np.inf))]
+    finite = [value for value in candidates if np.isfinite(value)]
+    best = min(finite, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.float32(v).view(np.uint32)) & 1))
+    return float(best)
 
 
 def _compare(comparison: str, a: object, b: object) -> bool:

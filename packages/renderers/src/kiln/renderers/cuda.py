@@ -41,10 +41,13 @@ _CUDA_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
         (Ops.LOG2, "log2"),
         (Ops.SIN, "sin"),
         (Ops.POW, "pow"),
+        (Ops.MULACC, "fma"),
     )
     for dtype in (dtypes.float32, dtypes.float64)
 }
-"""CUDA's math library (no fast-math: sqrt/div correctly rounded, exp2/log2/sin within 2 ulps, CUDA guide App. E)."""
+"""CUDA's math library (no fast-math: sqrt/div correctly rounded, fma rounded once, exp2/log2/sin within 2 ulps,
+CUDA guide App. E). MULACC is the hardware's fused multiply-add: codegen's exact emulation for renderers without one
+overflows in its Veltkamp split for float64 operands above 2**995 (seen on an H200: 0 * DBL_MAX + c gave NaN)."""
 
 # Fragment layouts of mma.sync.aligned.m16n8k16 with .f16 A/B (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
 # floating point type"), groupID = lane >> 2, threadID_in_group = lane % 4:
@@ -167,7 +170,7 @@ class CUDARenderer(CStyleRenderer):
     vector_widths = (2, 4)
     emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
     native_dtypes = frozenset(dtypes.all) - emulated_dtypes
-    native_ops = GroupOp.ALU - {Ops.MULACC}
+    native_ops = GroupOp.ALU
 
     kernel_prefix: ClassVar[str] = 'extern "C" __global__ '
     helper_prefix: ClassVar[str] = "__device__ static inline "

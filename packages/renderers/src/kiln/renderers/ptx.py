@@ -239,7 +239,9 @@ def _alu(w: PTXWriter, uop: UOp) -> str:
         w.emit(f"setp.{comparison}.{typed} {result}, {operands[0]}, {operands[1]};")
         return result
     if dtypes.is_float(operand_dtype):
-        if op in _FLOAT_BINARY:
+        if op is Ops.MULACC:  # rounded once (PTX ISA: fma.rn.{f32,f64} is IEEE 754 fusedMultiplyAdd)
+            w.emit(f"fma.rn.{typed} {result}, {operands[0]}, {operands[1]}, {operands[2]};")
+        elif op in _FLOAT_BINARY:
             w.emit(f"{_FLOAT_BINARY[op]}.{typed} {result}, {operands[0]}, {operands[1]};")
         elif op is Ops.MAX:
             _float_max(w, operands, typed, result)
@@ -293,6 +295,10 @@ def _int_alu(w: PTXWriter, uop: UOp, operands: list[str], kind: str, typed: str,
     op, bits = uop.op, 64 if kind == "b64" else 32
     if op in _INT_BINARY:
         w.emit(f"{_INT_BINARY[op]}.{typed} {result}, {operands[0]}, {operands[1]};")
+    elif op is Ops.MULACC:  # integers wrap: a multiply then an add
+        product = w.register(kind)
+        w.emit(f"mul.lo.{typed} {product}, {operands[0]}, {operands[1]};")
+        w.emit(f"add.{typed} {result}, {product}, {operands[2]};")
     elif op in _BITWISE:
         w.emit(f"{_BITWISE[op]}.b{bits} {result}, {operands[0]}, {operands[1]};")
     elif op is Ops.NEG:
@@ -470,7 +476,7 @@ class PTXRenderer(Renderer):
     vector_widths = (2, 4)
     emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
     native_dtypes = frozenset(dtypes.all) - emulated_dtypes
-    native_ops = GroupOp.ALU - {Ops.MULACC, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     def __init__(self, arch: str = "sm_80", device: str = "CUDA") -> None:
         self.arch = f"sm_{architecture_number(arch)}"
