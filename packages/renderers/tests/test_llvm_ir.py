@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import builtins
 import sys
+import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +166,19 @@ def test_register_tile_lanes_follow_the_host_vector_registers(renderer: LLVMRend
     # 16 AVX2 registers of 8 lanes keep 64
     flags = set(Path("/proc/cpuinfo").read_text().split())
     assert renderer.register_tile_lanes == (256 if "avx512f" in flags else 64)
+
+
+def test_a_kernel_dropped_on_another_thread_is_disposed_under_the_compile_lock(renderer: LLVMRenderer) -> None:
+    # LLVM's global context is not thread-safe: a kernel released on a queue's worker thread (or by the garbage
+    # collector running there) must not dispose its engine while the main thread compiles; it is queued instead
+    program = Program(get_program(kernels.gated_kernel(), renderer))
+    assert program.binary is not None
+    compiler = renderer.compiler
+    held = [compiler.load(program.binary, program.uops)]
+    engine = weakref.ref(held[0].keepalive[0].engine)
+    worker = threading.Thread(target=held.clear)
+    worker.start()
+    worker.join()
+    assert not held and engine() is not None  # dropped on the worker, but only queued
+    compiler.compile(program.source)
+    assert engine() is None  # disposed by the next compile, which holds the lock

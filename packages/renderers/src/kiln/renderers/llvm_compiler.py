@@ -27,8 +27,8 @@ from kiln.uops import UOp
 class LLVMCompiler(HostCompiler):
     """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (-O2, vectorizers on).
 
-    `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles
-    and loads are serialized by a lock.
+    `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles,
+    loads and the disposal of dropped kernels' engines are serialized by one process-wide lock.
     """
 
     elf_type = 1  # ET_REL: llvmlite emits relocatable objects, linked in process
@@ -98,38 +98,79 @@ class LLVMCompiler(HostCompiler):
 
     def compile(self, source: str) -> bytes:
         """The ELF object of LLVM IR `source`; RuntimeError naming LLVM's message when the IR is invalid."""
-        llvm = self.llvm
         with self._lock:
-            try:
-                module = llvm.parse_assembly(source)
-                module.verify()
-            except RuntimeError as error:
-                raise RuntimeError(f"LLVM rejected the kernel: {error}\n--- source ---\n{source}") from error
-            machine = self.target_machine
-            module.triple = machine.triple
-            module.data_layout = str(machine.target_data)
-            options = llvm.create_pipeline_tuning_options(speed_level=self.optimization_level)
-            options.loop_vectorization = True
-            options.slp_vectorization = True
-            builder = llvm.create_pass_builder(machine, options)
-            builder.getModulePassManager().run(module, builder)
-            return bytes(machine.emit_object(module))
+            _dispose_retired_engines()
+            # every LLVM object of the compile is a local of _compile_locked, so it is freed there, under the lock
+            return self._compile_locked(source)
+
+    def _compile_locked(self, source: str) -> bytes:
+        llvm = self.llvm
+        module = None
+        try:
+            module = llvm.parse_assembly(source)
+            module.verify()
+        except RuntimeError as error:
+            module = None  # freed now, under the lock, not whenever the traceback is dropped
+            raise RuntimeError(f"LLVM rejected the kernel: {error}\n--- source ---\n{source}") from error
+        machine = self.target_machine
+        module.triple = machine.triple
+        module.data_layout = str(machine.target_data)
+        options = llvm.create_pipeline_tuning_options(speed_level=self.optimization_level)
+        options.loop_vectorization = True
+        options.slp_vectorization = True
+        builder = llvm.create_pass_builder(machine, options)
+        builder.getModulePassManager().run(module, builder)
+        return bytes(machine.emit_object(module))
 
     def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
         """Link object `binary` into this process (MCJIT) and return its kernel."""
         llvm = self.llvm
         with self._lock:
+            _dispose_retired_engines()
             _load_runtime_library(llvm)
             # the engine takes ownership of its target machine, so each engine gets a new one
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
             engine.finalize_object()
             address = engine.get_function_address(ENTRY_NAME)
-        return HostKernel(address, kernel_parameters(uops), (engine, binary))
+            owner = _EngineOwner(engine)
+            del engine
+        return HostKernel(address, kernel_parameters(uops), (owner, binary))
 
     def disassemble(self, binary: bytes) -> str:
         """objdump's disassembly of the object (llvmlite has no disassembler; NotImplementedError without objdump)."""
         return objdump_disassembly(binary)
+
+
+_retired_engines: list[Any] = []
+"""Execution engines whose kernels were dropped, waiting to be disposed under `LLVMCompiler._lock`.
+
+llvmlite parses every module into LLVM's one global context, which is not thread-safe, and disposing an engine frees
+the module it owns in that context. A kernel can be dropped on any thread: the CPU queue's worker releases a launch
+command after running it, and the garbage collector runs on whichever thread allocates. Disposing the engine right
+there could race a compile on the main thread; so it is only queued here, and the next compile or load (holding the
+lock) disposes it.
+"""
+
+
+def _dispose_retired_engines() -> None:
+    """Disposes the queued engines (the caller holds `LLVMCompiler._lock`)."""
+    while _retired_engines:
+        _retired_engines.pop()  # the last reference: llvmlite disposes the engine here
+
+
+class _EngineOwner:
+    """Keeps an MCJIT execution engine alive with its kernel; when dropped, queues the engine for disposal."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def __del__(self) -> None:
+        retired = _retired_engines
+        if retired is not None:  # None only during interpreter shutdown
+            retired.append(self.engine)  # list.append is atomic: no lock is taken here (this may run on any thread)
 
 
 @functools.cache
