@@ -85,6 +85,14 @@ def shape_of(uop: UOp) -> Shape:
     cached = SHAPE.get(uop)
     if cached is not None:
         return cached
+    # the usual case, a new node over sources already shaped, needs no walk
+    for source in uop.src:
+        if SHAPE.missing(source) and source.op is not Ops.DEVICE:
+            break
+    else:
+        shape = _infer_shape(uop)
+        SHAPE.set(uop, shape)
+        return shape
     # iterative over the not-yet-cached part so deep graphs never hit the recursion limit
     for node in uop.toposort(gate=SHAPE.missing):
         if SHAPE.missing(node):
@@ -126,6 +134,10 @@ def device_of(uop: UOp) -> str:
     cached = DEVICE.get(uop)
     if cached is not None:
         return cached
+    if uop.op in (Ops.DEVICE, Ops.BUFFER, Ops.COPY) or (uop.src and DEVICE.has(uop.src[0])):
+        device = _infer_device(uop)  # the usual case: no walk (a node's device is its first source's)
+        DEVICE.set(uop, device)
+        return device
     for node in uop.toposort(gate=DEVICE.missing):
         if DEVICE.missing(node):
             DEVICE.set(node, _infer_device(node))
