@@ -220,11 +220,16 @@ class Tensor(
         return cls._from_uop(graph.const(value, dtype, canonical_device(device), tuple(shape)))
 
     def _result(self, uop: UOp, *others: Tensor) -> Tensor:
+        # the result is of the operands' most derived class, as in PyTorch (a subclass's ops return the subclass)
+        cls = type(self)
+        for other in others:
+            if type(other) is not cls and issubclass(type(other), cls):
+                cls = type(other)
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
         if Tensor._grad_disabled or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
-            return Tensor._from_uop(uop)
-        return Tensor._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
+            return cls._from_uop(uop)
+        return cls._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
 
     # -----------------------------------------------------------------------------------------------------------
     # primitive builders (operands already broadcast and promoted by the public methods)
@@ -477,7 +482,7 @@ class Tensor(
 
     def detach(self) -> Tensor:
         """This tensor's values with no gradient history (requires_grad is False)."""
-        return Tensor._from_uop(graph.detach(self.uop), False)
+        return type(self)._from_uop(graph.detach(self.uop), False)
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Writes `value` (same shape and dtype) into this tensor's buffer now; returns self.
