@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +228,51 @@ def input_arrays(program: Program, rng: np.random.Generator, divisor_nonzero: bo
 
 
 __all__ = ["CORPUS", "input_arrays", "coverage_sinks", "from_storage", "representable", "to_storage", "wmma_program"]
+
+
+def _exact_fma(a: float, b: float, c: float, dtype: DType) -> float:
+    """a*b+c rounded once to `dtype` (float32 / float64), from exact rational arithmetic."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:
+        return 0.0 if math.copysign(1.0, a * b) > 0 or math.copysign(1.0, c) > 0 else -0.0
+    try:
+        wide = float(exact)  # rounded to nearest float64
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf
+    if dtype == dtypes.float64:
+        return wide
+    with np.errstate(over="ignore"):
+        near = np.float32(wide)  # may be off by one step (double rounding): the closest neighbour wins
+    if not np.isfinite(near):
+        return float(near)  # beyond float32's range (no row sits at the overflow threshold)
+    steps = (near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf)))
+    return float(min(steps, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(np.uint32)) & 1)))
+
+
+def mulacc_extremes_case(dtype: DType) -> tuple[UOp, list[np.ndarray], np.ndarray]:
+    """out[i] = MULACC(a[i], b[i], c[i]) over operands at the edges of `dtype`'s range (float32 / float64):
+    (sink, [out, a, b, c] buffers, the exactly rounded fused results)."""
+    info = np.finfo(storage_dtype(dtype))
+    big, tiny = float(info.max), float(info.smallest_normal)
+    rows = [
+        (0.0, big, tiny * 3.5),  # 0 * max + c: c (an emulation splitting `big` overflows to NaN)
+        (big, 0.5, -big / 4),
+        (big / 3, 3.0, -big / 2),
+        (2.0**60, 2.0**60 + 1, -(2.0**120)),  # the product's low bits survive only when fused
+        (1.0 + 2.0**-23, 1.0 - 2.0**-23, -1.0),
+        (tiny, tiny, tiny),
+        (-big, big, big),  # overflow: -inf
+        (3.0, float("inf"), -1.0),
+        (0.0, float("inf"), 1.0),  # NaN
+        (-1.5, 2.0, 3.0),
+    ]
+    numpy_type = storage_dtype(dtype)
+    a, b, c = (np.array([row[k] for row in rows], numpy_type) for k in range(3))
+    expected = np.array([_exact_fma(float(x), float(y), float(z), dtype) for x, y, z in zip(a, b, c)], numpy_type)
+    loop = UOp.range(len(rows), 0, AxisKind.LOOP)
+    loads = [_buffer(slot, dtype, len(rows)).index(loop).load() for slot in (1, 2, 3)]
+    value = UOp(Ops.MULACC, dtype, tuple(loads))
+    sink = _kernel(f"mulacc_extremes_{dtype.name}", [(dtype, value)], loop)
+    return sink, [np.full(len(rows), np.nan, numpy_type), a, b, c], expected

@@ -27,6 +27,7 @@ from gpu_kernels import (
     from_storage,
     input_arrays,
     matmul_sink,
+    mulacc_extremes_case,
     to_storage,
     undefined_cast_lanes,
     wmma_program,
@@ -220,6 +221,17 @@ def test_float_max_of_special_values_on_the_host_is_exec_alus() -> None:
     _run_on_host(programs, [buffers for _, _, buffers, _ in cases], [{} for _ in cases])
     for dtype, _, buffers, expected in cases:
         cpu_kernels.check_max_pairs(buffers[0], expected, dtype, buffers, f"CUDA C on the host, {dtype.name}")
+
+
+@needs_host_compiler
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_mulacc_is_fused_at_the_edges_of_the_range_on_the_host(dtype: DType) -> None:
+    # MULACC is CUDA's fma: one rounding, and no overflow inside (codegen's fma emulation gave NaN for 0 * max + c)
+    sink, buffers, expected = mulacc_extremes_case(dtype)
+    program = Program(get_program(sink, HostCUDARenderer("sm_80"), []))
+    assert ("fmaf(" if dtype == dtypes.float32 else "fma(") in program.source
+    _run_on_host([program], [buffers], [{}])
+    np.testing.assert_array_equal(buffers[0], expected)
 
 
 @needs_host_compiler

@@ -26,6 +26,7 @@ from gpu_kernels import (
     coverage_sinks,
     from_storage,
     input_arrays,
+    mulacc_extremes_case,
     to_storage,
     undefined_cast_lanes,
     wmma_program,
@@ -156,6 +157,16 @@ def test_negative_constants_in_the_model_compute_like_numpy(dtype: DType) -> Non
     assert "--" not in program.source
     _run_model(program, buffers, {})
     cpu_kernels.check_negative_constants(buffers, expected, dtype, f"PTX model {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_mulacc_is_fused_at_the_edges_of_the_range(dtype: DType) -> None:
+    # MULACC is fma.rn: one rounding, and no overflow inside (codegen's fma emulation gave NaN for 0 * max + c)
+    sink, buffers, expected = mulacc_extremes_case(dtype)
+    program = Program(get_program(sink, TextPTXRenderer("sm_80"), []))
+    assert f"fma.rn.{'f32' if dtype == dtypes.float32 else 'f64'}" in program.source
+    _run_model(program, buffers, {})
+    np.testing.assert_array_equal(buffers[0], expected)
 
 
 def test_corpus_in_the_model_matches_numpy() -> None:
