@@ -23,12 +23,12 @@ def test_kernels_run_on_each_cpu_device() -> None:
 
 def test_mixing_devices_without_a_copy_is_refused() -> None:
     with pytest.raises(ValueError, match="different devices, 'CPU:1' and 'CPU'"):
-        (Tensor([1.0]).to("CPU:1") + Tensor([1.0])).realize()
+        (Tensor([1.0]).to("CPU:1") + Tensor([1.0], device="CPU")).realize()
 
 
 def test_gradient_flows_back_across_devices() -> None:
     values = np.array([1.0, -2.0, 3.0], dtype=np.float32)
-    leaf = Tensor(values, requires_grad=True)
+    leaf = Tensor(values, device="CPU", requires_grad=True)
     ((leaf.to("CPU:1") * leaf.to("CPU:1")).to("CPU:2").sum()).backward()
     assert leaf.grad is not None and leaf.grad.device == "CPU"
     np.testing.assert_allclose(leaf.grad.numpy(), 2 * values)
