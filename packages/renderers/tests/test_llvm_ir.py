@@ -7,6 +7,8 @@ against each case's numpy reference, the coverage kernels against codegen's inte
 from __future__ import annotations
 
 import builtins
+import platform
+import struct
 import sys
 import threading
 import weakref
@@ -182,3 +184,30 @@ def test_a_kernel_dropped_on_another_thread_is_disposed_under_the_compile_lock(r
     assert not held and engine() is not None  # dropped on the worker, but only queued
     compiler.compile(program.source)
     assert engine() is None  # disposed by the next compile, which holds the lock
+
+
+def _relocation_types(binary: bytes) -> set[int]:
+    """The x86-64 relocation types (ELF64_R_TYPE of every entry of every SHT_RELA section) of an ELF64 object."""
+    (section_offset,) = struct.unpack_from("<Q", binary, 0x28)  # e_shoff
+    entry_size, count = struct.unpack_from("<HH", binary, 0x3A)  # e_shentsize, e_shnum
+    types: set[int] = set()
+    for index in range(count):
+        header = section_offset + index * entry_size
+        (kind,) = struct.unpack_from("<I", binary, header + 4)  # sh_type
+        if kind != 4:  # SHT_RELA
+            continue
+        offset, size = struct.unpack_from("<QQ", binary, header + 0x18)  # sh_offset, sh_size
+        for entry in range(offset, offset + size, 24):  # Elf64_Rela: r_offset, r_info, r_addend
+            (info,) = struct.unpack_from("<Q", binary, entry + 8)
+            types.add(info & 0xFFFFFFFF)
+    return types
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 relocation types")
+def test_kernels_address_their_constants_with_64_bit_relocations(renderer: LLVMRenderer) -> None:
+    # MCJIT places a kernel's sections independently: a 32-bit PC-relative reference from the code to its constant
+    # pool overflowed once they landed over 2 GiB apart, and LLVM aborted the process (the lost pytest worker)
+    program = Program(get_program(kernels.alu_kernel(dtypes.float32), renderer, []))  # exp2, sin...: constants
+    assert program.binary is not None
+    types = _relocation_types(program.binary)
+    assert types and types <= {1}, f"relocation types {sorted(types)}; only R_X86_64_64 (1) is safe under MCJIT"

@@ -58,12 +58,18 @@ class LLVMCompiler(HostCompiler):
     def _new_target_machine(self) -> Any:
         llvm = self.llvm
         target = llvm.Target.from_triple(llvm.get_process_triple())
+        # The large code model: every address the kernel takes (its constant pool, libm functions) is a 64-bit
+        # absolute relocation (R_X86_64_64). With the default small model, the code reaches its constants through
+        # 32-bit PC-relative offsets, and MCJIT places each section on its own, so in a process that has loaded
+        # many kernels the constants could land over 2 GiB from the code: RuntimeDyldELF then aborted the process
+        # (assertion `isInt<32>(RealOffset)`), the lost pytest worker of the README's known issue, seen in a core
+        # dump. The constants are hoisted out of the loops, so the 64-bit address loads cost nothing measurable.
         return target.create_target_machine(
             cpu=llvm.get_host_cpu_name(),
             features=llvm.get_host_cpu_features().flatten(),
             opt=self.optimization_level,
-            reloc="pic",
-            codemodel="default",
+            reloc="static",
+            codemodel="large",
         )
 
     @property
@@ -89,8 +95,8 @@ class LLVMCompiler(HostCompiler):
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The optimization level and vectorizers (every other option is LLVM's default)."""
-        return (f"-O{self.optimization_level}", "loop-vectorize", "slp-vectorize")
+        """The optimization level, vectorizers and code model (every other option is LLVM's default)."""
+        return (f"-O{self.optimization_level}", "loop-vectorize", "slp-vectorize", "code-model=large", "reloc=static")
 
     @flags.setter
     def flags(self, value: tuple[str, ...]) -> None:
