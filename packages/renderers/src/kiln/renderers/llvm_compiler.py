@@ -111,13 +111,17 @@ class LLVMCompiler(HostCompiler):
 
     def _compile_locked(self, source: str) -> bytes:
         llvm = self.llvm
-        module = None
+        rejected = None
         try:
             module = llvm.parse_assembly(source)
             module.verify()
         except RuntimeError as error:
-            module = None  # freed now, under the lock, not whenever the traceback is dropped
-            raise RuntimeError(f"LLVM rejected the kernel: {error}\n--- source ---\n{source}") from error
+            # raised below, without the traceback: its frames hold the module, which must be freed here, under
+            # the lock, not whenever the exception is dropped
+            rejected = str(error)
+        if rejected is not None:
+            module = None
+            raise RuntimeError(f"LLVM rejected the kernel: {rejected}\n--- source ---\n{source}")
         machine = self.target_machine
         module.triple = machine.triple
         module.data_layout = str(machine.target_data)

@@ -31,9 +31,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
@@ -76,6 +76,8 @@ def _fail_shape(uop: UOp, message: str) -> ValueError:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
 SHAPE: NodeSlot[Shape] = NodeSlot("tensor_shape", __name__, "the shape of a tensor-graph node")
 DEVICE: NodeSlot[str] = NodeSlot("tensor_device", __name__, "the device name a tensor-graph node lives on")
 
@@ -85,19 +87,21 @@ def shape_of(uop: UOp) -> Shape:
     cached = SHAPE.get(uop)
     if cached is not None:
         return cached
-    # the usual case, a new node over sources already shaped, needs no walk
-    for source in uop.src:
-        if SHAPE.missing(source) and source.op is not Ops.DEVICE:
-            break
-    else:
-        shape = _infer_shape(uop)
-        SHAPE.set(uop, shape)
-        return shape
-    # iterative over the not-yet-cached part so deep graphs never hit the recursion limit
-    for node in uop.toposort(gate=SHAPE.missing):
-        if SHAPE.missing(node):
-            SHAPE.set(node, _infer_shape(node))
-    return SHAPE[uop]
+    ready = all(SHAPE.has(source) or source.op is Ops.DEVICE for source in uop.src)
+    return _infer_and_cache(uop, SHAPE, _infer_shape, ready)
+
+
+def _infer_and_cache(uop: UOp, slot: NodeSlot[T], infer: Callable[[UOp], T], sources_ready: bool) -> T:
+    """`infer(uop)` stored in `slot`; when the sources `infer` reads lack their value, first for every node below
+    that lacks it (an iterative walk: deep graphs never hit the recursion limit)."""
+    if sources_ready:  # the usual case, a new node over inferred sources: no walk
+        value = infer(uop)
+        slot.set(uop, value)
+        return value
+    for node in uop.toposort(gate=slot.missing):
+        if slot.missing(node):
+            slot.set(node, infer(node))
+    return slot[uop]
 
 
 def _infer_shape(uop: UOp) -> Shape:
@@ -134,14 +138,9 @@ def device_of(uop: UOp) -> str:
     cached = DEVICE.get(uop)
     if cached is not None:
         return cached
-    if uop.op in (Ops.DEVICE, Ops.BUFFER, Ops.COPY) or (uop.src and DEVICE.has(uop.src[0])):
-        device = _infer_device(uop)  # the usual case: no walk (a node's device is its first source's)
-        DEVICE.set(uop, device)
-        return device
-    for node in uop.toposort(gate=DEVICE.missing):
-        if DEVICE.missing(node):
-            DEVICE.set(node, _infer_device(node))
-    return DEVICE[uop]
+    # a node's device is its first source's (DEVICE, BUFFER and COPY name their own)
+    ready = uop.op in (Ops.DEVICE, Ops.BUFFER, Ops.COPY) or bool(uop.src and DEVICE.has(uop.src[0]))
+    return _infer_and_cache(uop, DEVICE, _infer_device, ready)
 
 
 def _infer_device(uop: UOp) -> str:
