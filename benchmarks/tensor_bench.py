@@ -387,19 +387,17 @@ def bench_conv(table: Table, device: str, repeats: int) -> None:
     images = rng.standard_normal(CONV_IMAGES).astype(np.float32)
     weights = rng.standard_normal(CONV_WEIGHTS).astype(np.float32)
     grad_values = rng.standard_normal((32, 32, 32, 32)).astype(np.float32)
-    x, w, grad = (Tensor(v, device=device) for v in (images, weights, grad_values))
+    x, w, grad = (Tensor(v, device=device).realize() for v in (images, weights, grad_values))
+    # the tensors differentiated against live on the device already (torch's conv2d_input / conv2d_weight copy
+    # nothing from the host either); `gradient` builds the gradient graph without accumulating into `.grad`
+    source = Tensor(images, device=device, requires_grad=True).realize()
+    kernel = Tensor(weights, device=device, requires_grad=True).realize()
 
     def input_grad() -> Tensor:
-        source = Tensor(images, device=device, requires_grad=True)
-        source.conv2d(w, padding=1).backward(grad)
-        assert source.grad is not None
-        return source.grad
+        return source.conv2d(w, padding=1).gradient(source, gradient=grad)[0]
 
     def weight_grad() -> Tensor:
-        kernel = Tensor(weights, device=device, requires_grad=True)
-        x.conv2d(kernel, padding=1).backward(grad)
-        assert kernel.grad is not None
-        return kernel.grad
+        return x.conv2d(kernel, padding=1).gradient(kernel, gradient=grad)[0]
 
     cases: tuple[tuple[str, Callable[[], Tensor], Callable[[], np.ndarray], str], ...] = (
         ("conv2d", lambda: x.conv2d(w, padding=1), lambda: _conv_numpy(images, weights), ">= 0.8x torch"),

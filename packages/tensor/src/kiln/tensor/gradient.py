@@ -16,19 +16,69 @@ Choices where the derivative is not unique (the same as PyTorch's):
 
 `compute_gradient` walks the graph from the root in reverse topological order, visiting only float nodes on a
 path to a target, and adds up the gradients of nodes used more than once.
+
+Gradient shortcuts: a layer that builds a composite from primitives (a convolution: windows, a broadcast multiply, a
+reduce) may attach a `GradientShortcut` to the composite's result node with `set_gradient_shortcut`: a rule that
+gives the gradients of the composite's inputs directly, cheaper than the primitives' rules would (a convolution's
+input gradient is the transposed convolution, one reduce kernel, where the primitives give a 6-d window gradient and
+a scatter). A shortcut changes how the gradient is computed, never its value: it must give exactly the partial
+derivatives of the result with respect to each input (the others held fixed). The walk takes it only when no
+target lies strictly between the result and its inputs (such a target needs the primitives' path) and the inputs are
+distinct nodes; otherwise it uses the primitives' rules as usual.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from kiln.tensor import graph
-from kiln.uops import ConstType, Ops, PatternMatcher, UOp, UPat, dtypes
+from kiln.uops import ConstType, NodeSlot, Ops, PatternMatcher, UOp, UPat, dtypes
 
-__all__ = ["compute_gradient", "pm_gradient"]
+__all__ = ["GradientShortcut", "compute_gradient", "partial_gradient", "pm_gradient", "set_gradient_shortcut"]
 
 Gradients = tuple[UOp | None, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class GradientShortcut:
+    """How to get the gradients of a composite's `inputs` straight from the gradient of its result node.
+
+    `rule(result, upstream, wanted)` receives the result node, the gradient flowing into it and one flag per input
+    (whether that input needs a gradient); it returns one entry per input: the partial derivative's contraction
+    with `upstream` (a tensor-graph node of the input's shape and dtype), or None where not wanted.
+    """
+
+    inputs: tuple[UOp, ...]
+    rule: Callable[[UOp, UOp, tuple[bool, ...]], Gradients]
+
+
+SHORTCUT: NodeSlot[GradientShortcut] = NodeSlot(
+    "gradient_shortcut", __name__, "a cheaper rule for the gradients of a composite's inputs (see the module doc)"
+)
+
+
+def set_gradient_shortcut(
+    result: UOp, inputs: tuple[UOp, ...], rule: Callable[[UOp, UOp, tuple[bool, ...]], Gradients]
+) -> None:
+    """Attaches a `GradientShortcut` to `result` (replacing an earlier one: both give the same derivatives)."""
+    if len(set(inputs)) != len(inputs):
+        return  # the same node in two roles (conv2d(x, x)): the primitives' rules add up both paths correctly
+    SHORTCUT.set(result, GradientShortcut(inputs, rule))
+
+
+def _shortcut_for(node: UOp, target_set: set[UOp]) -> GradientShortcut | None:
+    shortcut = SHORTCUT.get(node)
+    if shortcut is None:
+        return None
+    inputs = set(shortcut.inputs)
+    # a target strictly inside the composite (between the result and its inputs) needs the primitives' path
+    interior = node.toposort(gate=lambda inner: inner not in inputs)
+    if any(inner in target_set and inner not in inputs for inner in interior):
+        return None
+    return shortcut
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # small builders over graph.py (every node keeps one shape, dtype and device)
@@ -237,13 +287,22 @@ def _differentiable(uop: UOp) -> bool:
     return dtypes.is_float(uop.dtype)
 
 
-def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) -> dict[UOp, UOp]:
+def compute_gradient(
+    root: UOp,
+    root_gradient: UOp,
+    targets: Collection[UOp],
+    *,
+    constants: Collection[UOp] = (),
+    shortcuts: bool = True,
+) -> dict[UOp, UOp]:
     """The gradients of `root` with respect to each of `targets`, given the gradient `root_gradient` of `root`.
 
     Args:
         root: a tensor-graph node of a float dtype.
         root_gradient: the gradient flowing into `root` (same shape and dtype as `root`; ones for d root / d x).
         targets: float tensor-graph nodes.
+        constants: nodes held fixed (no gradient flows through them unless they are targets).
+        shortcuts: whether `GradientShortcut`s attached to nodes are taken (see the module doc).
 
     Returns:
         target -> its gradient (a tensor-graph node of the target's shape and dtype) for every target a gradient
@@ -264,6 +323,7 @@ def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) ->
             f"got shape {graph.shape_of(root_gradient)} dtype {root_gradient.dtype!r}"
         )
     target_set = set(targets)
+    constant_set = set(constants)
     for target in target_set:
         if not _differentiable(target):
             raise TypeError(f"only float tensors have gradients, got a target of {target.dtype!r}")
@@ -273,18 +333,26 @@ def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) ->
     for node in order:
         if not _differentiable(node):
             continue
-        if node in target_set or (node.op is not Ops.DETACH and any(source in leads for source in node.src)):
+        if node in target_set or (
+            node.op is not Ops.DETACH and node not in constant_set and any(source in leads for source in node.src)
+        ):
             leads.add(node)
     gradients: dict[UOp, UOp] = {root: root_gradient}
     for node in reversed(order):
         upstream = gradients.get(node)
         if upstream is None or node not in leads or not any(source in leads for source in node.src):
             continue
-        result, _ = pm_gradient.rewrite_with_rule(node, ctx=upstream)
-        if result is None:
-            raise RuntimeError(f"no gradient rule for {node.op!r} ({node.dtype!r}): it is not differentiable")
-        assert len(result) == len(node.src), f"gradient rule for {node.op!r} returned {len(result)} entries"
-        for source, gradient in zip(node.src, result):
+        shortcut = _shortcut_for(node, target_set) if shortcuts else None
+        if shortcut is not None:
+            sources = shortcut.inputs
+            result = shortcut.rule(node, upstream, tuple(source in leads for source in sources))
+        else:
+            sources = node.src
+            result, _ = pm_gradient.rewrite_with_rule(node, ctx=upstream)
+            if result is None:
+                raise RuntimeError(f"no gradient rule for {node.op!r} ({node.dtype!r}): it is not differentiable")
+        assert len(result) == len(sources), f"gradient rule for {node.op!r} returned {len(result)} entries"
+        for source, gradient in zip(sources, result):
             if gradient is None or source not in leads:
                 continue
             assert graph.shape_of(gradient) == graph.shape_of(source) and gradient.dtype == source.dtype, (
@@ -297,3 +365,10 @@ def compute_gradient(root: UOp, root_gradient: UOp, targets: Collection[UOp]) ->
             previous = gradients.get(source)
             gradients[source] = gradient if previous is None else _add(previous, gradient)
     return {target: gradients[target] for target in targets if target in gradients}
+
+
+def partial_gradient(root: UOp, root_gradient: UOp, target: UOp, constants: Collection[UOp]) -> UOp | None:
+    """The gradient of `root` with respect to `target` with `constants` held fixed, by the primitives' rules only
+    (no shortcut): what a `GradientShortcut` rule uses for an input it has no cheaper formula for."""
+    found = compute_gradient(root, root_gradient, [target], constants=constants, shortcuts=False)
+    return found.get(target)
