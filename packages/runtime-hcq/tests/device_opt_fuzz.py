@@ -1,0 +1,87 @@
+"""The harness shared by the on-device opt fuzzers (test_opt_fuzz_cl.py, test_opt_fuzz_webgpu.py).
+
+Each fuzzer draws like codegen's opt fuzzer (packages/codegen/tests/test_opt_fuzz.py, imported by path): a corpus
+kernel and up to four opts, illegal ones skipped while drawing, so every example is a non-empty legal sequence. Here
+the kernel is then lowered for a real device's renderer, built by that device's compiler, run on the device, and
+compared with the corpus case's numpy reference (exact where the case says so).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, event
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus and fuzzer, by path
+
+from corpus import KernelCase, assert_matches, from_storage, to_storage
+from test_opt_fuzz import draw_opt
+
+from kiln.codegen import KernelOptError, Opt, Program, apply_opt, get_program
+from kiln.codegen.numpy_semantics import storage_dtype
+from kiln.codegen.opt.apply import prepare_axes
+from kiln.runtime import Buffer, Device
+
+EXAMPLES = 300
+"""Examples per fuzzer run (the seed is pinned by each fuzzer, so a CI run is reproducible)."""
+
+
+def run_on_device(device_name: str, case: KernelCase, opts: list[Opt], inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The case's outputs (values) after lowering for `device_name` with `opts`, building and running there."""
+    device = Device[device_name]
+    program = Program(get_program(case.sink, device.renderer, opts))
+    buffers = [Buffer(device_name, size, dtype) for dtype, size in case.buffers]
+    for buffer, (dtype, size) in zip(buffers[: case.outputs], case.buffers):
+        buffer.copyin(np.zeros(size, storage_dtype(dtype)))
+    for buffer, values, (dtype, _) in zip(buffers[case.outputs :], inputs, case.buffers[case.outputs :]):
+        buffer.copyin(np.ascontiguousarray(to_storage(values, dtype)))
+    device.runtime(program)(buffers, case.var_vals, wait=True)
+    results = []
+    for buffer, (dtype, size) in zip(buffers[: case.outputs], case.buffers):
+        raw = np.empty(size, storage_dtype(dtype))
+        buffer.copyout(raw)
+        results.append(from_storage(raw, dtype))
+    return results
+
+
+def fuzz_one(
+    data: st.DataObject,
+    device_name: str,
+    cases: list[KernelCase],
+    inputs_of: dict[int, list[np.ndarray]],
+    executed: list[tuple[str, tuple[Opt, ...]]],
+) -> None:
+    """Draws a case and a legal opt sequence, runs it on the device and checks it against the case's reference."""
+    case_index = data.draw(st.integers(0, len(cases) - 1), label="case")
+    case = cases[case_index]
+    renderer = Device[device_name].renderer
+    sink = prepare_axes(case.sink, renderer)
+    opts: list[Opt] = []
+    for _ in range(data.draw(st.integers(1, 4), label="length")):
+        opt = draw_opt(data, sink)
+        try:
+            sink = apply_opt(sink, opt, renderer)
+        except KernelOptError:
+            continue
+        opts.append(opt)
+        event(f"{device_name} {opt.op.name}")
+    assume(opts)
+    if case_index not in inputs_of:
+        inputs_of[case_index] = case.inputs(np.random.default_rng(case_index))
+    inputs = inputs_of[case_index]
+    got = run_on_device(device_name, case, opts, inputs)
+    executed.append((case.name, tuple(opts)))
+    assert_matches(case, got, case.reference(inputs, case.var_vals), exact=case.exact)
+
+
+def check_coverage(device_name: str, executed: list[tuple[str, tuple[Opt, ...]]], fuzzer: str) -> None:
+    """At least EXAMPLES legal sequences ran on the device, and more than half of them distinct."""
+    if not executed:
+        pytest.skip(f"run together with {fuzzer} (same process)")
+    assert len(executed) >= EXAMPLES, f"only {len(executed)} legal sequences ran on {device_name}"
+    distinct = len(set(executed))
+    assert distinct > EXAMPLES // 2, f"only {distinct} distinct (kernel, opts) pairs"  # not one sequence repeated
