@@ -551,3 +551,28 @@ def _root_buffer(pointer: UOp) -> UOp:
     while pointer.op in (Ops.INDEX, Ops.AFTER):
         pointer = pointer.src[0]
     return pointer
+
+
+class LongIntegerCStyleRenderer(CStyleRenderer):
+    """The integer literals and signed arithmetic shared by the OpenCL C and Metal dialects.
+
+    Both have a 64-bit `long`, so 64-bit literals take the `l` suffix. Signed 32- and 64-bit ADD / SUB / MUL / NEG
+    are computed in the unsigned type of the same width and converted back: the IR wraps around, and signed
+    overflow is undefined in both languages (narrower types promote to int and cannot overflow).
+    """
+
+    def int_constant(self, value: int, dtype: DType) -> str:
+        bits = dtype.itemsize * 8
+        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("l" if bits == 64 else "")
+        if value == -(1 << (bits - 1)) and bits >= 32:
+            return f"({value + 1}{suffix}-1)"
+        return f"{value}{suffix}"
+
+    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
+        if dtypes.is_unsigned(dtype) or dtype.itemsize < 4 or uop.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
+            return super().int_alu(writer, uop, dtype, operands)
+        signed, unsigned = self.scalar_type(dtype), "u" + self.scalar_type(dtype)
+        if uop.op is Ops.NEG:
+            return f"(({signed})(0u-({unsigned})({operands[0]})))"
+        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[uop.op]
+        return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"

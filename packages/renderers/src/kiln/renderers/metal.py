@@ -7,7 +7,7 @@ The dialect differs from C in the places `CStyleRenderer`'s hooks cover:
 - MSL's vector types (`float4`, lanes by subscript); a wide access goes through the `packed_` vector type, which
   needs only the element's alignment (an aligned `float4` access would need 16 bytes, more than codegen promises);
 - bit casts by `as_type<T>`, 64-bit integers as `long`/`ulong`, signed ADD/SUB/MUL/NEG through the unsigned type
-  (signed overflow is undefined in MSL as in C++);
+  (signed overflow is undefined in MSL as in C++; shared with OpenCL C: `c_style.LongIntegerCStyleRenderer`);
 - no 64-bit float at all (MSL has no `double`): float64 is neither native nor emulated, so codegen refuses it.
 float16 is native (`half`); bfloat16 is native (`bfloat`) from MSL 3.1 and emulated by codegen before; fp8 is emulated;
 the transcendentals are decomposed by codegen (exact against the interpreter) instead of taken from `metal::` (its
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
-from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
+from kiln.renderers.c_style import CStyleWriter, LongIntegerCStyleRenderer
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -206,7 +206,7 @@ pm_metal = PatternMatcher(
 """Metal's own string rules (packed wide accesses, threadgroup arrays, simdgroup matrices), tried before C's."""
 
 
-class MetalRenderer(CStyleRenderer):
+class MetalRenderer(LongIntegerCStyleRenderer):
     """MSL kernels (`language_version` "3.0" or newer; bfloat16 is native from "3.1"); owns a `MetalCompiler`."""
 
     device = "METAL"
@@ -293,23 +293,6 @@ class MetalRenderer(CStyleRenderer):
             text = f"as_type<float>({bits:#x}u)"
             return text if dtype == dtypes.float32 else f"(({self.scalar_type(dtype)}){text})"
         return super().float_constant(value, dtype)
-
-    def int_constant(self, value: int, dtype: DType) -> str:
-        bits = dtype.itemsize * 8
-        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("l" if bits == 64 else "")
-        if value == -(1 << (bits - 1)) and bits >= 32:
-            return f"({value + 1}{suffix}-1)"
-        return f"{value}{suffix}"
-
-    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
-        # signed 32/64-bit ADD/SUB/MUL/NEG wrap around through the unsigned type (narrower ones promote to int)
-        if dtypes.is_unsigned(dtype) or dtype.itemsize < 4 or uop.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
-            return super().int_alu(writer, uop, dtype, operands)
-        signed, unsigned = self.scalar_type(dtype), "u" + self.scalar_type(dtype)
-        if uop.op is Ops.NEG:
-            return f"(({signed})(0u-({unsigned})({operands[0]})))"
-        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[uop.op]
-        return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"
 
     def float_alu(self, writer: CStyleWriter, op: Ops, dtype: DType, operands: list[str]) -> str:
         # half and bfloat take sqrt/trunc of float (exact: sqrt of a float rounds once more to the narrow type only

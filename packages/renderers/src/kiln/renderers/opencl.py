@@ -10,6 +10,7 @@ The dialect differs from C in a few places, each handled here by a hook of `CSty
 - the IR's numerics: `#pragma OPENCL FP_CONTRACT OFF` (OpenCL C contracts `a*b+c` by default; the IR rounds every
   op), `-cl-fp32-correctly-rounded-divide-sqrt` (float32 `/` and `sqrt` are otherwise allowed 2.5-3 ulp), signed
   ADD/SUB/MUL/NEG computed in unsigned arithmetic (wrap-around; signed overflow is undefined in OpenCL C as in C).
+  The integer literals and that signed arithmetic are shared with Metal (`c_style.LongIntegerCStyleRenderer`).
 float16 (no `cl_khr_fp16` on PoCL's CPU device), bfloat16 and fp8 are emulated by codegen; the transcendentals are
 decomposed by codegen (exact against the interpreter) rather than taken from the OpenCL library (3-4 ulp).
 """
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from kiln.codegen import Compiler
-from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter
+from kiln.renderers.c_style import ENTRY_NAME, CStyleWriter, LongIntegerCStyleRenderer
 from kiln.renderers.opencl_library import (
     CL_PROGRAM_BINARIES,
     CL_PROGRAM_BINARY_SIZES,
@@ -187,7 +188,7 @@ pm_opencl = PatternMatcher(
 """OpenCL's own string rules (wide accesses by vloadN/vstoreN, bool memory as uchar), tried before the C family's."""
 
 
-class OpenCLRenderer(CStyleRenderer):
+class OpenCLRenderer(LongIntegerCStyleRenderer):
     """OpenCL C kernels for one OpenCL device (`device_index` over all platforms); owns an `OpenCLCompiler`."""
 
     device = "CL"
@@ -265,23 +266,6 @@ class OpenCLRenderer(CStyleRenderer):
             bits = 0x7FC00000 if math.isnan(value) else 0x7F800000 | (value < 0) << 31
             return f"as_float({bits:#x}u)"
         return super().float_constant(value, dtype)
-
-    def int_constant(self, value: int, dtype: DType) -> str:
-        bits = dtype.itemsize * 8
-        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("l" if bits == 64 else "")
-        if value == -(1 << (bits - 1)) and bits >= 32:
-            return f"({value + 1}{suffix}-1)"
-        return f"{value}{suffix}"
-
-    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
-        # signed 32/64-bit ADD/SUB/MUL/NEG wrap around through the unsigned type (narrower ones promote to int)
-        if dtypes.is_unsigned(dtype) or dtype.itemsize < 4 or uop.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
-            return super().int_alu(writer, uop, dtype, operands)
-        signed, unsigned = self.scalar_type(dtype), "u" + self.scalar_type(dtype)
-        if uop.op is Ops.NEG:
-            return f"(({signed})(0u-({unsigned})({operands[0]})))"
-        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[uop.op]
-        return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"
 
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
         if source.scalar() == dtypes.bool or target.scalar() == dtypes.bool:
