@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -12,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from renderers_for_tests import CPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel
 
-from kiln.codegen import Opt, OptOps, apply_opts
+from kiln.codegen import Opt, OptOps, Program, apply_opts, get_program, run_program
 from kiln.codegen.lowering.expander import lane_map, merge_axes, pm_expand
 from kiln.uops import AxisKind, Ops, UOp, dtypes, graph_rewrite, print_graph
 
@@ -168,3 +169,37 @@ def test_unrolled_lanes_fold_inside_the_loop_by_default_and_after_it_with_ctx() 
     store = next(node for node in deferred.toposort() if node.op is Ops.STORE)
     lanes = sorted(node.arg for node in store.src[1].toposort() if node.op is Ops.GEP and node.src[0] is reduction)
     assert lanes == [(0,), (1,), (2,), (3,)]
+
+
+def _rows_sum_with_output_lanes() -> UOp:
+    """out[i] = sum_j a[16 i + j]: the 4 rows upcast whole (axis 0), then j split into a loop of 4 and an unroll of
+    4 (axis 2): the output lanes are the outer ones, the unrolled lanes the inner ones."""
+    out, a = buffer(0, 4), buffer(1, 64)
+    i, j = UOp.range(4, 0), UOp.range(16, 1, AxisKind.REDUCE)
+    sink = kernel(out.index(i).store(a.index(i * 16 + j).load().reduce(j)).end(i))
+    return apply_opts(sink, [Opt(OptOps.UPCAST, 0, 0), Opt(OptOps.UNROLL, 1, 4)], ScalarRenderer())
+
+
+class _VectorALU(CPULikeRenderer):
+    """A CPU-like renderer whose ALU ops stay vectors (like the LLVM IR renderer): the deferred fold is taken."""
+
+    device = "TESTVECTORALU"
+    vector_alu = True
+    vector_widths = (4, 8, 16)
+
+
+def test_deferred_accumulator_keeps_the_lane_order_of_its_value() -> None:
+    # the 16 lanes (4 rows x 4 unrolled) accumulate in the order the loads give them (each row's 4 lanes one
+    # contiguous load), not regrouped by unrolled lane every iteration; the fold after the loop picks each row's
+    # lanes, so the results still match numpy
+    deferred = graph_rewrite(_rows_sum_with_output_lanes(), pm_expand, ctx=True)
+    (reduction,) = _reduces(deferred)
+    assert reduction.dtype.count == 16
+    assert reduction.src[0].op is not Ops.GEP  # no per-iteration shuffle of the accumulated value
+    rng = np.random.default_rng(0)
+    a = rng.integers(-8, 8, 64).astype(np.float32)
+    for renderer in (ScalarRenderer(), _VectorALU()):
+        program = Program(get_program(_rows_sum_with_output_lanes(), renderer, ()))
+        out = np.zeros(4, np.float32)
+        run_program(program, [out, a], {}, *program.launch_dims({}))
+        np.testing.assert_array_equal(out, a.reshape(4, 16).sum(axis=1))

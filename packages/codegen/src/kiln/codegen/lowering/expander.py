@@ -197,12 +197,11 @@ def _expand_reduce(reduction: UOp, ctx: bool | None = None) -> UOp | None:
         parts.append(full.gep(tuple(lanes)))
         part_lanes.append(tuple(lanes))
     if ctx and loops and len(parts) > 1 and len(parts) * len(out_coordinates) <= DEFERRED_LANES_MAX:
-        # every lane accumulates on its own through the loops; the unrolled lanes are folded once, after them
-        width = len(out_coordinates)
-        lanes_in_order = tuple(lane for lanes in part_lanes for lane in lanes)
-        partial = full.gep(lanes_in_order)
-        partial = UOp(Ops.REDUCE, partial.dtype, (partial, *loops), reduction.arg)
-        parts = [partial.gep(tuple(range(k * width, (k + 1) * width))) for k in range(len(parts))]
+        # every lane accumulates on its own through the loops, in the lane order the value already has (no shuffle
+        # per iteration: with output lanes outside the unrolled ones, each output's lanes are one contiguous load);
+        # the unrolled lanes are folded once, after the loops
+        partial = UOp(Ops.REDUCE, full.dtype, (full, *loops), reduction.arg)
+        parts = [partial.gep(lanes) for lanes in part_lanes]
         loops = ()
     combined = parts[0]
     for part in parts[1:]:
