@@ -211,19 +211,29 @@ def _transposed_product(m: int, n: int, k: int) -> UOp:
 
 
 @pytest.mark.parametrize(
-    ("k", "expected"), [(64, (Opt(UNROLL, 2, 16),)), (11, (Opt(OptOps.PADTO, 2, 16), Opt(UNROLL, 2, 16)))]
+    ("m", "n", "k", "expected"),
+    [
+        (6, 5, 64, (Opt(UNROLL, 2, 16),)),
+        (6, 5, 11, (Opt(OptOps.PADTO, 2, 16), Opt(UNROLL, 2, 16))),
+        # output lanes first (independent accumulator chains): a 4 x 4 tile when a walks one output axis and b the
+        # other, every loaded vector serving 4 outputs; 8 rows when only one axis qualifies (b's 5 rows do not)
+        (8, 12, 64, (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 16))),
+        (16, 5, 32, (Opt(UPCAST, 0, 8), Opt(UNROLL, 2, 16))),
+    ],
 )
-def test_vector_cpu_unrolls_the_contiguous_reduce_of_an_untileable_product(k: int, expected: tuple[Opt, ...]) -> None:
+def test_vector_cpu_unrolls_the_contiguous_reduce_of_an_untileable_product(
+    m: int, n: int, k: int, expected: tuple[Opt, ...]
+) -> None:
     # no columns axis (b walks j by k, not 1): step 2r unrolls the reduce by 16 (11 padded to 16 first); the deferred
-    # fold keeps 16 accumulator lanes; integer-valued floats make the reassociated sum exact
+    # fold keeps the accumulator lanes; integer-valued floats make the reassociated sum exact
     renderer = _VectorCPU()
-    sink = _transposed_product(6, 5, k)
+    sink = _transposed_product(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
-    assert opts == expected
+    assert opts[: len(expected)] == expected and all(opt.op is THREAD for opt in opts[len(expected) :])
     rng = np.random.default_rng(7)
-    a, b = rng.integers(-4, 4, (6, k)).astype(np.float32), rng.integers(-4, 4, (5, k)).astype(np.float32)
+    a, b = rng.integers(-4, 4, (m, k)).astype(np.float32), rng.integers(-4, 4, (n, k)).astype(np.float32)
     program = Program(get_program(sink, renderer, list(opts)))
-    out = np.full(30, np.nan, np.float32)
+    out = np.full(m * n, np.nan, np.float32)
     run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out, (a @ b.T).reshape(-1))
 
