@@ -13,7 +13,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
 
-from kiln.codegen import Opt, OptOps, Program, Renderer, get_program, hand_coded_optimizations, run_program
+from kiln.codegen import (
+    Opt,
+    OptOps,
+    Program,
+    Renderer,
+    apply_opts,
+    get_program,
+    hand_coded_optimizations,
+    run_program,
+)
+from kiln.codegen.opt.kernel_axes import axes_of, constant_size
 from kiln.uops import AxisKind, Context, Ops, UOp, dtypes
 
 CPU, GPU, SCALAR = CPULikeRenderer(), GPULikeRenderer(), ScalarRenderer()
@@ -111,10 +121,28 @@ def test_matmul_on_vector_cpu_tiles_rows_then_32_contiguous_columns() -> None:
 
 
 def test_matmul_on_vector_cpu_never_puts_rows_inside_the_columns() -> None:
-    # 32 columns upcast whole would keep axis 1 (below the rows' new axis): rows would be the inner lanes, so the
-    # 16 x 16 tile (both proper splits) is taken instead
+    # 32 columns upcast whole keep axis 1 (below the rows' new axis 3): the rows would be the inner lanes, so the
+    # two upcast axes swap numbers and the columns become the inner lanes (b's row is one vector load)
     opts = hand_coded_optimizations(matmul(64, 32, 64), _VectorCPU())
-    assert opts[:2] == (Opt(UPCAST, 0, 16), Opt(UPCAST, 1, 16))
+    assert opts[:3] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 1, 3))
+    sink = apply_opts(matmul(64, 32, 64), list(opts), _VectorCPU())
+    lanes = sorted(axes_of(sink, AxisKind.UPCAST), key=lambda r: r.arg.axis)
+    assert [constant_size(r) for r in lanes] == [8, 32]  # rows outer, columns inner
+
+
+@pytest.mark.parametrize("columns", [16, 32])
+def test_narrow_right_operand_gets_a_whole_columns_tile(columns: int) -> None:
+    # (m, k) @ (k, 16 or 32): the columns upcast whole and swapped inside, at most 8 rows (16 x 16 measured 1.5x the
+    # time of 8 x 16 on (1024, 1024) @ (1024, 16)); the result matches numpy
+    renderer = _VectorCPU()
+    opts = hand_coded_optimizations(matmul(64, columns, 64), renderer)
+    assert opts[:3] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, columns), Opt(OptOps.SWAP, 1, 3))
+    rng = np.random.default_rng(9)
+    a, b = rng.integers(-4, 4, (64, 64)).astype(np.float32), rng.integers(-4, 4, (64, columns)).astype(np.float32)
+    program = Program(get_program(matmul(64, columns, 64), renderer, list(opts)))
+    out = np.zeros(64 * columns, np.float32)
+    run_program(program, [out, a.reshape(-1), b.reshape(-1)], {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out.reshape(64, columns), a @ b)
 
 
 def test_matmul_on_vector_cpu_puts_the_columns_outside_when_the_contiguous_operand_is_big() -> None:

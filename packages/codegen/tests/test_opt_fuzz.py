@@ -39,7 +39,7 @@ AXIS_KINDS = {
     OptOps.GROUPTOP: _REDUCE,
     OptOps.UPCAST: _OUTPUT,
     OptOps.LOCAL: (AxisKind.GLOBAL,),
-    OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP),
+    OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST),
     OptOps.THREAD: (AxisKind.LOOP,),
 }
 

@@ -61,6 +61,12 @@ def test_prepare_makes_loops_global_on_gpu_only() -> None:
             [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 0), Opt(OptOps.UNROLL, 2, 3)],
             [(0, "LOOP", 4), (2, "REDUCE", 4), (1, "UPCAST", 16), (3, "UPCAST", 2), (4, "UNROLL", 3)],
         ),
+        # two upcast axes exchange numbers, so the lanes change order: the 16 columns become the inner lanes
+        (
+            CPU,
+            [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 0), Opt(OptOps.SWAP, 1, 3)],
+            [(0, "LOOP", 4), (2, "REDUCE", 12), (1, "UPCAST", 2), (3, "UPCAST", 16)],
+        ),
     ],
 )
 def test_opt_reshapes_ranges_and_keeps_results(
@@ -114,7 +120,7 @@ ILLEGAL = [
     (CPU, Opt(OptOps.THREAD, 1, 16), "THREAD: 16 threads exceed the limit 8"),
     (CPU, Opt(OptOps.GROUP, 2, 4), "GROUP needs a renderer with local threads; <CPULikeRenderer for TESTCPU> has none"),
     (GPU, Opt(OptOps.GROUP, 0, 4), "GROUP needs a REDUCE axis; axis 0 is GLOBAL"),
-    (CPU, Opt(OptOps.SWAP, 2, 0), "SWAP needs a GLOBAL or LOOP axis; axis 2 is REDUCE"),
+    (CPU, Opt(OptOps.SWAP, 2, 0), "SWAP needs a GLOBAL or LOOP or UPCAST axis; axis 2 is REDUCE"),
     (CPU, Opt(OptOps.SWAP, 0, 2), "SWAP needs another LOOP axis as arg, got 2"),
     (GPU, Opt(OptOps.SWAP, 0, 0), "SWAP needs another GLOBAL axis as arg, got 0"),
     (GPU, Opt(OptOps.SWAP, 0, 2), "SWAP needs another GLOBAL axis as arg, got 2"),

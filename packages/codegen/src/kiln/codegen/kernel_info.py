@@ -16,7 +16,8 @@ class OptOps(enum.Enum):
     GROUPTOP  like GROUP, but the threads take the outer part (each thread reduces a contiguous chunk)
     THREAD    split a loop axis; the outer part is spread over `arg` CPU cores (core_id)
     PADTO     round an axis up to a multiple of `arg`; the extra iterations are masked off
-    SWAP      exchange two global axes' launch dimensions, or two loops' nesting on a CPU (`arg`: the other axis)
+    SWAP      exchange two global axes' launch dimensions, two loops' nesting on a CPU, or two upcast axes' order in
+              the vector lanes (lanes are ordered by axis number, the highest innermost) (`arg`: the other axis)
     NOLOCALS  promise not to use local threads in this kernel (axis and arg are None)
     TC        map a matmul-shaped reduce onto the renderer's tensor cores (`arg` = (tensor core index, level))
     """

@@ -46,7 +46,7 @@ _ALLOWED_KINDS = {
     OptOps.GROUPTOP: (AxisKind.REDUCE,),
     OptOps.THREAD: (AxisKind.LOOP,),
     OptOps.PADTO: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE),
-    OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP),
+    OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST),
 }
 
 
