@@ -266,3 +266,26 @@ def test_a_large_matmul_copies_its_right_operand_into_panels(rows: int, inner: i
     left_grad, right_grad = (product * Tensor(weights)).sum().gradient(left, right)
     np.testing.assert_array_equal(left_grad.numpy(), weights @ b.T)
     np.testing.assert_array_equal(right_grad.numpy(), a.T @ weights)
+
+
+def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 -> the nearest bfloat16 (ties to even), as float32: the top 16 bits, rounded."""
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_a_large_16_bit_matmul_widens_its_operands_once(dtype: Any) -> None:
+    # the left operand and the panels are widened to float32 by copies (three kernels); the products and sums are
+    # those of float32 (exact here: small integers) and the result is rounded to the 16-bit dtype once
+    generator = np.random.default_rng(5)
+    a = generator.integers(-3, 4, (64, 1024)).astype(np.float32)
+    b = generator.integers(-3, 4, (1024, 512)).astype(np.float32)
+    left, right = Tensor(a).cast(dtype).realize(), Tensor(b).cast(dtype).realize()
+    GlobalCounters.reset()
+    product = (left @ right).realize()
+    assert GlobalCounters.kernel_count == 3 and product.dtype == dtype
+    exact = a @ b  # |sums| <= 9216: exact in float32, not all of them in 16 bits
+    expected = exact.astype(np.float16).astype(np.float32) if dtype == dtypes.float16 else _round_to_bfloat16(exact)
+    np.testing.assert_array_equal(product.float().numpy(), expected)
