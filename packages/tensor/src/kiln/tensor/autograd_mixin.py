@@ -222,6 +222,11 @@ def _has_buffer(uop: UOp) -> bool:
     cached = HAS_BUFFER.get(uop)
     if cached is not None:
         return cached
+    known = [HAS_BUFFER.get(source) for source in uop.src]
+    if None not in known:  # a node built on known sources (one op at a time): no walk
+        found = uop.op is Ops.BUFFER or any(known)
+        HAS_BUFFER.set(uop, found)
+        return found
     for node in uop.toposort(gate=HAS_BUFFER.missing):
         if HAS_BUFFER.missing(node):
             HAS_BUFFER.set(node, node.op is Ops.BUFFER or any(HAS_BUFFER[source] for source in node.src))

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kiln.tensor import graph
 from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
-from kiln.uops import Ops
+from kiln.uops import UOp
 
 __all__ = ["int_tuple", "output_size", "sliding_windows"]
 
@@ -53,66 +54,72 @@ def output_size(size: int, kernel: int, stride: int, dilation: int) -> int:
 def sliding_windows(x: TensorT, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> TensorT:
     """The windows of the last len(kernel) dims of `x`: shape (*leading, *out, *kernel) (see the module docstring).
 
-    Callers check the arguments: every kernel, stride and dilation is >= 1 and every window fits in its dim.
+    Callers check the arguments: every kernel, stride and dilation is >= 1 and every window fits in its dim. The
+    chain is built on graph nodes and wrapped in a tensor once (its links are no tensor anyone holds).
     """
     spatial = len(kernel)
     leading = x.ndim - spatial
     assert leading >= 0 and len(stride) == spatial and len(dilation) == spatial
-    result = x
+    node = x.uop
     for position in range(spatial):
         # after `position` dims were split in two, spatial dim `position` sits at leading + 2 * position
         axis = leading + 2 * position
-        result = _window_dim(result, axis, kernel[position], stride[position], dilation[position])
+        node = _window_dim(node, axis, kernel[position], stride[position], dilation[position])
     order = (
         *range(leading),
         *(leading + 2 * position for position in range(spatial)),
         *(leading + 2 * position + 1 for position in range(spatial)),
     )
-    return result._movement(Ops.PERMUTE, order)
+    node = graph.permute(node, order)
+    return x if node is x.uop else x._result(node)
 
 
-def _resize_dim(x: TensorT, axis: int, length: int) -> TensorT:
+def _resize_dim(x: UOp, axis: int, length: int) -> UOp:
     """`x` with dim `axis` cut or zero-padded at its end to `length`."""
-    size = x.shape[axis]
-    if length <= size:
-        bounds = tuple((0, length if index == axis else extent) for index, extent in enumerate(x.shape))
-        return x._movement(Ops.SHRINK, bounds)
-    padding = tuple((0, length - size if index == axis else 0) for index in range(x.ndim))
-    return x._movement(Ops.PAD, padding)
+    shape = graph.shape_of(x)
+    if length <= shape[axis]:
+        return graph.shrink(x, tuple((0, length if index == axis else extent) for index, extent in enumerate(shape)))
+    return graph.pad(x, tuple((0, length - shape[axis] if index == axis else 0) for index in range(len(shape))))
 
 
-def _split_dim(x: TensorT, axis: int, sizes: tuple[int, ...]) -> TensorT:
-    return x._movement(Ops.RESHAPE, (*x.shape[:axis], *sizes, *x.shape[axis + 1 :]))
+def _split_dim(x: UOp, axis: int, sizes: tuple[int, ...]) -> UOp:
+    shape = graph.shape_of(x)
+    return graph.reshape(x, (*shape[:axis], *sizes, *shape[axis + 1 :]))
 
 
-def _window_dim(x: TensorT, axis: int, kernel: int, stride: int, dilation: int) -> TensorT:
+def _window_dim(x: UOp, axis: int, kernel: int, stride: int, dilation: int) -> UOp:
     """Dim `axis` of size `size` replaced by the two dims (out, kernel)."""
-    size = x.shape[axis]
+    shape = graph.shape_of(x)
+    size = shape[axis]
     out = output_size(size, kernel, stride, dilation)
     assert out >= 1, "callers check that every window fits"
     if kernel <= stride and dilation == 1:
         # (out, stride) blocks, keep the first `kernel` of each block
         blocks = _split_dim(_resize_dim(x, axis, out * stride), axis, (out, stride))
-        bounds = tuple((0, kernel) if index == axis + 1 else (0, extent) for index, extent in enumerate(blocks.shape))
-        return blocks._movement(Ops.SHRINK, bounds)
+        kept = tuple(
+            (0, kernel) if index == axis + 1 else (0, extent) for index, extent in enumerate(graph.shape_of(blocks))
+        )
+        return graph.shrink(blocks, kept)
     # width = size * factor + dilation must be >= out * stride so step 3 can cut out * stride positions
     factor = max(1, -(-(out * stride - dilation) // size))
     width = size * factor + dilation
     repeats = -(-(kernel * width) // size)
     tiled = _split_dim(x, axis, (1, size))
-    tiled = tiled._movement(Ops.EXPAND, (*x.shape[:axis], repeats, size, *x.shape[axis + 1 :]))
+    tiled = graph.expand(tiled, (*shape[:axis], repeats, size, *shape[axis + 1 :]))
     tiled = _merge_dims(tiled, axis)
     rows = _split_dim(_resize_dim(tiled, axis, kernel * width), axis, (kernel, width))
     rows = _split_dim(_resize_dim(rows, axis + 1, out * stride), axis + 1, (out, stride))
-    first = tuple((0, 1) if index == axis + 2 else (0, extent) for index, extent in enumerate(rows.shape))
-    picked = rows._movement(Ops.SHRINK, first)
-    picked = picked._movement(Ops.RESHAPE, (*picked.shape[: axis + 2], *picked.shape[axis + 3 :]))
-    order = list(range(picked.ndim))
+    rows_shape = graph.shape_of(rows)
+    first = tuple((0, 1) if index == axis + 2 else (0, extent) for index, extent in enumerate(rows_shape))
+    picked = graph.shrink(rows, first)
+    picked_shape = graph.shape_of(picked)
+    picked = graph.reshape(picked, (*picked_shape[: axis + 2], *picked_shape[axis + 3 :]))
+    order = list(range(len(picked_shape) - 1))
     order[axis], order[axis + 1] = axis + 1, axis
-    return picked._movement(Ops.PERMUTE, tuple(order))
+    return graph.permute(picked, tuple(order))
 
 
-def _merge_dims(x: TensorT, axis: int) -> TensorT:
+def _merge_dims(x: UOp, axis: int) -> UOp:
     """Dims `axis` and `axis + 1` merged into one."""
-    shape = x.shape
-    return x._movement(Ops.RESHAPE, (*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]))
+    shape = graph.shape_of(x)
+    return graph.reshape(x, (*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]))
