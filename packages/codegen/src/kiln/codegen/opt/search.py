@@ -48,7 +48,8 @@ def candidate_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     for op, kinds, amounts in kinds_amounts:
         for rng in axes_of(sink, *kinds):
             candidates.extend(Opt(op, rng.arg.axis, amount) for amount in amounts)
-    for kind in (AxisKind.GLOBAL, AxisKind.LOOP):  # launch dimensions on GPUs, loop nesting on CPUs
+    # launch dimensions on GPUs, loop nesting on CPUs, the order of upcast lanes
+    for kind in (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST):
         same = axes_of(sink, kind)
         pairs = [(a.arg.axis, b.arg.axis) for a in same for b in same if a.arg.axis < b.arg.axis]
         candidates.extend(Opt(OptOps.SWAP, first, second) for first, second in pairs)
