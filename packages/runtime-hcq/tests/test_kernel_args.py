@@ -139,3 +139,46 @@ def test_one_call_packing_still_refuses_bad_values() -> None:
         HCQArgsState(layout, memoryview(bytearray(16)), [2.0], [0])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"buffer address 0 must be an int in \[0, 18446744073709551615\]"):
         HCQArgsState(layout, memoryview(bytearray(16)), [2**64], [0])
+
+
+@given(
+    st.lists(st.sampled_from(list(ArgKind)), max_size=10).flatmap(
+        lambda kinds: st.tuples(
+            st.just(tuple(kinds)),
+            st.lists(
+                st.integers(0, 2**64 - 1), min_size=kinds.count(ArgKind.POINTER), max_size=kinds.count(ArgKind.POINTER)
+            ),
+            st.tuples(
+                *(
+                    st.integers(-(2**31), 2**31 - 1) if kind is ArgKind.INT32 else st.integers(-(2**63), 2**63 - 1)
+                    for kind in kinds
+                    if kind is not ArgKind.POINTER
+                )
+            ),
+        )
+    )
+)
+def test_for_launch_blocks_read_back_through_a_c_struct(
+    case: tuple[tuple[ArgKind, ...], list[int], tuple[int, ...]],
+) -> None:
+    # the launch path's block (its own memory, one pack) holds what a C kernel reads, whatever the layout
+    kinds, addresses, values = case
+    layout = KernelArgLayout(kinds)
+    state = HCQArgsState.for_launch(layout, tuple(addresses), values)
+    assert state.buffer_addresses == tuple(addresses) and state.variable_values == tuple(values)
+    c_args = struct_of(kinds).from_buffer(bytearray(state.memory))
+    pointers, ints = iter(addresses), iter(values)
+    for index, kind in enumerate(kinds):
+        expected = next(pointers) if kind is ArgKind.POINTER else next(ints)
+        assert getattr(c_args, f"f{index}") == expected
+    if values:  # the block stays writable like any other
+        state.update_variable(0, -1)
+        assert state.variable_values[0] == -1
+
+
+def test_for_launch_refuses_bad_values_like_the_constructor() -> None:
+    layout = KernelArgLayout.buffers_then_variables(1, 1)
+    with pytest.raises(ValueError, match=r"variable value 0 must be an int in \[-2147483648, 2147483647\]"):
+        HCQArgsState.for_launch(layout, (0x1000,), (2**31,))
+    with pytest.raises(ValueError, match="takes 1 buffer"):
+        HCQArgsState.for_launch(layout, (0x1000, 0x2000), (1,))

@@ -10,7 +10,15 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from kiln.runtime import EngineClosed, HCQArgsState, HCQQueue, KernelArgLayout, ThreadQueueEngine, TimelineSignal
+from kiln.runtime import (
+    EngineClosed,
+    ExecCommand,
+    HCQArgsState,
+    HCQQueue,
+    KernelArgLayout,
+    ThreadQueueEngine,
+    TimelineSignal,
+)
 
 Launch = tuple[int, int, int]
 
@@ -285,3 +293,70 @@ def test_an_inline_failure_is_kept_like_a_queued_one(engines: list[ThreadQueueEn
     with pytest.raises(RuntimeError, match="ZeroDivisionError: inline crash"):
         HCQQueue().signal(done, 2).submit(engine)
     assert not engine.run_inline(HCQQueue().signal(done, 2).commands)  # a failed engine runs nothing more
+
+
+# -- one launch and its signal, inline (the CPU device's launch fast path) --------------------------------------
+
+
+def _exec_command(kernel: Callable[[HCQArgsState, Launch, Launch], None]) -> ExecCommand:
+    command = HCQQueue().exec(kernel, no_args(), (1,)).commands[0]
+    assert isinstance(command, ExecCommand)
+    return command
+
+
+def test_run_exec_inline_runs_the_launch_here_and_sets_the_signal(engines: list[ThreadQueueEngine]) -> None:
+    log: list[tuple[str, int]] = []
+    done = TimelineSignal(0, name="done")
+    assert engines[0].run_exec_inline(_exec_command(thread_recorder(log, "tiny")), done, 1)
+    assert log == [("tiny", threading.get_ident())] and done.value == 1 and engines[0].idle
+
+
+def test_run_exec_inline_refuses_behind_queued_work_and_runs_nothing(engines: list[ThreadQueueEngine]) -> None:
+    engine = engines[0]
+    log: list[tuple[str, int]] = []
+    gate = threading.Event()
+
+    def blocked(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        assert gate.wait(5.0)
+        log.append(("queued", threading.get_ident()))
+
+    done = TimelineSignal(0, name="done")
+    HCQQueue().exec(blocked, no_args(), (1,)).signal(done, 1).submit(engine)
+    assert not engine.run_exec_inline(_exec_command(thread_recorder(log, "later")), done, 2)
+    gate.set()
+    done.wait(1, timeout=5.0)
+    assert [label for label, _ in log] == ["queued"] and done.value == 1
+
+
+def test_run_exec_inline_keeps_a_failure_like_a_queued_one(engines: list[ThreadQueueEngine]) -> None:
+    engine = engines[0]
+
+    def crash(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise ZeroDivisionError("inline crash")
+
+    done = TimelineSignal(0, name="done")
+    assert engine.run_exec_inline(_exec_command(crash), done, 1)  # no raise here
+    with pytest.raises(RuntimeError, match="inline crash"):
+        done.wait(1, timeout=5.0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError: inline crash"):
+        engine.check()
+    assert not engine.run_exec_inline(_exec_command(crash), done, 2)  # a failed engine runs nothing more
+
+
+def test_a_waiter_blocked_before_an_inline_launch_wakes_when_it_sets_the_signal(
+    engines: list[ThreadQueueEngine],
+) -> None:
+    # set() notifies only when someone waits: a thread already waiting must still be woken at once
+    done = TimelineSignal(0, name="done")
+    woke = threading.Event()
+
+    def waiter() -> None:
+        done.wait(1, timeout=5.0)
+        woke.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.05)  # the waiter is blocked in wait()
+    assert engines[0].run_exec_inline(_exec_command(appender([], "tiny")), done, 1)
+    assert woke.wait(1.0)
+    thread.join()

@@ -169,9 +169,23 @@ class HCQCompiled(DeviceBase):
             command = replace(command, profile=profile)
         return self.launch(command, wait=wait, inline=inline)
 
-    def launch(self, command: ExecCommand, *, wait: bool = False, inline: bool = False) -> float | None:
-        """Launches an exec command whose launch sizes are already concrete and checked (see `execute`)."""
-        timed = wait or profiling_enabled()
+    def launch(
+        self, command: ExecCommand, *, wait: bool = False, inline: bool = False, profiling: bool | None = None
+    ) -> float | None:
+        """Launches an exec command whose launch sizes are already concrete and checked (see `execute`).
+        `profiling`: PROFILE's value when the caller has just read it (None: read it here)."""
+        timed = wait or (profiling_enabled() if profiling is None else profiling)
+        if inline and not timed:
+            # the common launch of a tiny kernel on an idle software queue: the engine runs the command and sets the
+            # timeline signal without the list `_submit_timed` builds (the same conditions, order and errors)
+            run_exec_inline = getattr(self.compute_engine, "run_exec_inline", None)
+            if run_exec_inline is not None:
+                timeline = self.timeline_signal
+                with self._submit_lock:
+                    value = self.timeline_value
+                    if timeline.value >= value - 1 and run_exec_inline(command, timeline, value):
+                        self.timeline_value = value + 1
+                        return None
         pending = self._submit_timed(
             self.compute_engine,
             "compute",

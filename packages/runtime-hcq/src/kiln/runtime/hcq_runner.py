@@ -48,7 +48,7 @@ class HCQProgramRunner(ProgramRunner):
 
     def buffer_address(self, buffer: Buffer) -> int:
         """The address of the buffer's memory, from its allocator handle."""
-        address: int = buffer.opaque.address
+        address: int = (buffer.opaque if buffer._opaque is None else buffer._opaque).address
         return address
 
     def _launch(
@@ -61,11 +61,12 @@ class HCQProgramRunner(ProgramRunner):
         wait: bool,
     ) -> float | None:
         # A fresh block per launch: queued launches keep their own arguments until they run.
-        args = HCQArgsState(self.arg_layout, memoryview(bytearray(self.arg_layout.size)), addresses, values)
-        profile = self.profile_args(values) if profiling_enabled() else None
+        args = HCQArgsState.for_launch(self.arg_layout, addresses, values)
+        profiling = profiling_enabled()
+        profile = self.profile_args(values) if profiling else None
         if self._static_launch:
             command = ExecCommand(self.kernel_for(buffers), args, global_size, local_size, self.name, profile)
-            return self.device.launch(command, wait=wait, inline=self.inline)
+            return self.device.launch(command, wait=wait, inline=self.inline, profiling=profiling)
         return self.device.execute(
             self.kernel_for(buffers), args, global_size, local_size, name=self.name, wait=wait, profile=profile
         )

@@ -151,6 +151,34 @@ class HCQArgsState:
         for index, value in enumerate(variable_values):
             self.update_variable(index, value)
 
+    @classmethod
+    def for_launch(
+        cls, layout: KernelArgLayout, buffer_addresses: tuple[int, ...], variable_values: tuple[int, ...]
+    ) -> HCQArgsState:
+        """A fresh block of host memory holding these parameters: what the constructor makes from
+        `memoryview(bytearray(layout.size))`, packed in one call when the layout puts pointers first and the counts
+        match it (every launch of a runner makes one); otherwise, or for a value out of range, the constructor's
+        checks name the problem."""
+        if (
+            layout.pointers_first
+            and len(buffer_addresses) == len(layout.pointer_positions)
+            and len(variable_values) == len(layout.variable_positions)
+        ):
+            memory = bytearray(layout.size)
+            try:
+                layout.packer.pack_into(memory, 0, *buffer_addresses, *variable_values)
+            except struct.error:
+                pass
+            else:
+                state = cls.__new__(cls)
+                state.layout = layout
+                state.memory = memoryview(memory)
+                state.address = 0
+                state._pointers = layout.pointer_positions
+                state._variables = layout.variable_positions
+                return state
+        return cls(layout, memoryview(bytearray(layout.size)), buffer_addresses, variable_values)
+
     def _write(self, parameter: int, value: int, what: str) -> None:
         kind = self.layout.kinds[parameter]
         low, high = _RANGES[kind]

@@ -13,7 +13,11 @@ _MAX_VALUE = 2**64 - 1
 
 # Every change of a software-set signal wakes all waiters, which then re-check their own signal: few threads wait
 # at once, and one condition lets a waiter also notice failures of the engine that should have set its signal.
-_changed = threading.Condition()
+# `_waiting` counts the threads inside a wait (under the condition's lock), so a change nobody waits for (most of
+# them: every launch sets its device's timeline) skips the notification.
+_changed_lock = threading.Lock()
+_changed = threading.Condition(_changed_lock)
+_waiting = [0]
 
 
 class TimelineSignal:
@@ -65,12 +69,14 @@ class TimelineSignal:
         """Moves the value to `value` (what a signal command does); the value must not go backwards."""
         if type(value) is not int or not 0 <= value <= _MAX_VALUE:  # exact-type test first: set on every launch
             _check_value(value)
-        with _changed:
-            current = self.value
+        memory = self._memory
+        with _changed_lock:
+            current = memory[0]
             if value < current:
                 raise ValueError(f"{self.name}: timeline value cannot go back from {current} to {value}")
-            self._memory[0] = value
-            _changed.notify_all()
+            memory[0] = value
+            if _waiting[0]:
+                _changed.notify_all()
 
     def reset(self, value: int = 0) -> None:
         """Sets the value unconditionally (host only, when nothing can be waiting on the signal) and clears failures."""
@@ -107,18 +113,27 @@ class TimelineSignal:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         with _changed:
-            while self.value < value:
-                if self._failure is not None:
-                    raise RuntimeError(
-                        f"{self.name} will not reach {value} (it is at {self.value}): its producer failed: "
-                        f"{self._failure}"
-                    ) from self._failure
-                if abort is not None:
-                    abort()
-                remaining = self.poll_interval if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"{self.name} did not reach {value} within {timeout} s (it is at {self.value})")
-                _changed.wait(min(remaining, self.poll_interval))
+            _waiting[0] += 1
+            try:
+                self._wait_locked(value, deadline, timeout, abort)
+            finally:
+                _waiting[0] -= 1
+
+    def _wait_locked(
+        self, value: int, deadline: float | None, timeout: float | None, abort: Callable[[], None] | None
+    ) -> None:
+        # the body of `wait`, holding the condition's lock
+        while self.value < value:
+            if self._failure is not None:
+                raise RuntimeError(
+                    f"{self.name} will not reach {value} (it is at {self.value}): its producer failed: {self._failure}"
+                ) from self._failure
+            if abort is not None:
+                abort()
+            remaining = self.poll_interval if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self.name} did not reach {value} within {timeout} s (it is at {self.value})")
+            _changed.wait(min(remaining, self.poll_interval))
 
 
 def _check_value(value: int) -> None:

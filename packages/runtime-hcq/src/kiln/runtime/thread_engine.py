@@ -24,6 +24,7 @@ from kiln.runtime.command_queue import (
     WaitCommand,
 )
 from kiln.runtime.kernel_args import HCQArgsState
+from kiln.runtime.signal import TimelineSignal
 
 __all__ = ["EngineClosed", "SoftwareKernel", "ThreadQueueEngine"]
 
@@ -124,6 +125,35 @@ class ThreadQueueEngine:
                 self._run_list(
                     [command for command in commands if type(command) is not WaitCommand] if waits else commands
                 )
+        finally:
+            with self._state_lock:
+                self._outstanding -= 1
+        return True
+
+    def run_exec_inline(self, command: ExecCommand, signal: TimelineSignal, value: int) -> bool:
+        """`run_inline((command, SignalCommand(signal, value)))` for the most common list, one launch and its
+        timeline signal, without building the list or dispatching on command types: the same conditions (an idle
+        engine that has not failed), the same lock, the same order and the same failure handling. The launch sizes
+        must be concrete ints (a runner with static launch sizes checked them when it was made)."""
+        if self._closed or self.error is not None:
+            return False
+        with self._state_lock:
+            if self._outstanding:
+                return False
+            self._outstanding = 1
+        try:
+            with self._run_lock:
+                try:
+                    program = command.program
+                    if not callable(program):
+                        raise TypeError(
+                            f"{self.name!r} runs Python callables, got {type(program).__name__} for {command.name}"
+                        )
+                    program(command.args, command.global_size, command.local_size)
+                    signal.set(value)
+                except BaseException as error:  # kept like a queued failure: seen at the next wait or submit
+                    self.error = error
+                    signal.fail(error)
         finally:
             with self._state_lock:
                 self._outstanding -= 1
