@@ -263,6 +263,16 @@ def alu(op: Ops, *operands: UOp) -> UOp:
     return operands[0].alu(op, *operands[1:])
 
 
+def binary_alu(op: Ops, left: UOp, right: UOp) -> UOp:
+    """The binary ALU op `op` of two nodes of one shape, device and dtype that the caller built so (a tensor and
+    a constant broadcast over its shape): `alu`'s result without re-checking them."""
+    if op not in GroupOp.Binary:
+        raise ValueError(f"{op!r} is not a binary ALU op")
+    if left.dtype is not right.dtype:
+        raise TypeError(f"{op!r} operands must share one dtype, got {left.dtype!r} and {right.dtype!r}")
+    return UOp(op, dtypes.bool if op in GroupOp.Comparison else left.dtype, (left, right))
+
+
 def cast(x: UOp, dtype: DType) -> UOp:
     """`x` converted to `dtype` (the same node when it already has it)."""
     _check_storable(dtype)
@@ -425,6 +435,11 @@ def fold_movement_chains(uop: UOp) -> UOp:
 
 
 _UNCHANGED: Final = object()
+
+
+def mark_folded(node: UOp) -> None:
+    """Records that `node` (a new BUFFER node, say) has no movement chain to fold: later folds stop at it."""
+    FOLDED.set(node, _UNCHANGED)
 
 
 def _folded(node: UOp) -> UOp:

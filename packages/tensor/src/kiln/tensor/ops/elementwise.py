@@ -29,7 +29,7 @@ from kiln.tensor.ops.promotion import (
     true_divide_dtype,
 )
 from kiln.tensor.ops.unary import UnaryMixin
-from kiln.uops import ConstType, DType, Ops, dtypes
+from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
 
@@ -88,17 +88,23 @@ class ElementwiseMixin(UnaryMixin):
         return (right, left) if reverse else (left, right)
 
     def _scalar_operands(self, number: ConstType, what: str, reverse: bool, dtype: DType | None) -> tuple[Self, Self]:
-        # `_operands` for a plain Python bool / int / float: the scalar already fits any shape (no broadcast of
-        # self), promotion is one memoized lookup, and this tensor's device is already canonical and checked
-        shape = self.shape
+        # `_operands` for a plain Python bool / int / float
+        left, constant = self._scalar_operand_nodes(number, what, dtype)
+        right = self._from_uop(constant)
+        return (right, left) if reverse else (left, right)
+
+    def _scalar_operand_nodes(self, number: ConstType, what: str, dtype: DType | None = None) -> tuple[Self, UOp]:
+        # this tensor cast to the promoted dtype (`dtype` if given) and the constant node of `number` in it: the
+        # scalar already fits any shape (no broadcast of self), promotion is one memoized lookup, and this tensor's
+        # device is already canonical and checked
+        uop = self.uop
+        shape = graph.shape_of(uop)
         if dtype is None:
-            kinds = ((DIMENSIONED if shape else ZERO_DIM, self.dtype), (PYTHON_SCALAR, scalar_dtype(number)))
+            kinds = ((DIMENSIONED if shape else ZERO_DIM, uop.dtype), (PYTHON_SCALAR, scalar_dtype(number)))
             dtype = promote_kinds(kinds)
         if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
             raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
-        left = self._cast(dtype)
-        right = self._from_uop(graph.const(number, dtype, self.device, shape))
-        return (right, left) if reverse else (left, right)
+        return self._cast(dtype), graph.const(number, dtype, graph.device_of(uop), shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""
@@ -114,6 +120,13 @@ class ElementwiseMixin(UnaryMixin):
             raise ValueError(f"cannot broadcast shape {self.shape} to {shape}") from None
 
     def _arithmetic(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
+        if type(other) in _PYTHON_NUMBERS:
+            # a plain Python number: the constant node is built over this tensor's shape and device and joins the op
+            # directly (no Tensor is made for it); the same promotion, checks and result as the general path
+            assert isinstance(other, (bool, int, float))
+            left, constant = self._scalar_operand_nodes(other, what)
+            uop = graph.binary_alu(op, constant, left.uop) if reverse else graph.binary_alu(op, left.uop, constant)
+            return left._result(uop)
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 

@@ -27,10 +27,10 @@ from kiln.codegen import Program, Renderer, beam_search, get_program
 from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
-from kiln.tensor.graph import DEVICE, SHAPE, BufferArg
+from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
+from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.schedule import (
-    BufferRef,
     BufferSource,
     CopyStep,
     InputSlot,
@@ -104,14 +104,29 @@ def _slots_of(ast: UOp, program: Program) -> tuple[int, ...]:
 
 
 class _PreparedPlan:
-    """What every run of one plan needs beyond the plan, worked out on its first run: each output's (device, size,
-    dtype), and each view that is a bare buffer as (is output, number) so it needs no substitution."""
+    """What every run of one plan needs beyond the plan, worked out on its first run.
 
-    __slots__ = ("bare_views", "outputs", "plan")
+    A run keeps its runtime Buffers in one list: the outputs, then the temporaries, then the inputs. `steps` holds
+    each step with the positions in that list of the buffers it takes (a kernel's slots, or a copy's destination and
+    source), so a run never resolves a `BufferRef` again. `outputs` is each output's (device, size, dtype);
+    `bare_views` each view that is a bare buffer as (is output, number), so it needs no substitution.
+    """
+
+    __slots__ = ("bare_views", "outputs", "plan", "steps")
 
     def __init__(self, plan: SchedulePlan) -> None:
         self.plan = plan
         self.outputs = tuple((spec.device, spec.size, spec.dtype) for spec in plan.outputs)
+        first = {
+            BufferSource.OUTPUT: 0,
+            BufferSource.TEMPORARY: len(plan.outputs),
+            BufferSource.INPUT: len(plan.outputs) + len(plan.temporaries),
+        }
+        steps: list[tuple[KernelStep | CopyStep, tuple[int, ...]]] = []
+        for step in plan.steps:
+            refs = step.buffers if isinstance(step, KernelStep) else (step.destination, step.source)
+            steps.append((step, tuple(first[ref.source] + ref.number for ref in refs)))
+        self.steps = tuple(steps)
         bare: list[tuple[bool, int] | None] = []
         for view in plan.views:
             slot = view.arg if view.op is Ops.BUFFER else None
@@ -124,14 +139,19 @@ class _PreparedPlan:
         self.bare_views = tuple(bare)
 
 
-def _output_node(device: str, size: int, dtype: DType) -> UOp:
+def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
+    """A new BUFFER node for an output of a run, with its (unallocated) runtime Buffer attached."""
     # the plan's output specs are valid buffer specs already, so the node is built directly (no re-checks). The
     # next op on a result asks for its shape and device at once: a BUFFER node's are (size,) and its device
-    # (graph._infer_shape / _infer_device), so they go into graph's per-node caches now instead of by a graph walk.
+    # (graph._infer_shape / _infer_device), so they go into graph's per-node caches now instead of by a graph walk;
+    # and a BUFFER node has no movement chain to fold.
     node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_fresh_numbers), size, device))
     SHAPE.set(node, (size,))
     DEVICE.set(node, device)
-    return node
+    mark_folded(node)
+    buffer = Buffer(device, size, dtype)
+    BUFFER_SLOT.set(node, buffer)
+    return node, buffer
 
 
 def _lift_all(number: int) -> bool:
@@ -152,33 +172,13 @@ def _slot_buffer(device: str, nbytes: int) -> Buffer:
     return Buffer(device, max(1, -(-nbytes // 4)), dtypes.uint32)
 
 
-class _Buffers:
-    """The runtime Buffers of one run of a plan."""
-
-    def __init__(self, engine: Engine, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> None:
-        self.inputs = [engine.input_buffer(node) for node in inputs]
-        self.output_nodes = [_output_node(device, size, dtype) for device, size, dtype in prepared.outputs]
-        self.outputs = [buffer_of(node) for node in self.output_nodes]
-        for buffer in self.outputs:
-            if buffer.size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
-                buffer.allocate()
-        self.temporaries: list[Buffer] = []
-        if plan.temporaries:
-            slots = [
-                _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size)
-                for slot, size in enumerate(plan.slot_bytes)
-            ]
-            self.temporaries = [
-                slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)
-            ]
-
-    def get(self, ref: BufferRef) -> Buffer:
-        source = ref.source
-        if source is BufferSource.INPUT:
-            return self.inputs[ref.number]
-        if source is BufferSource.OUTPUT:
-            return self.outputs[ref.number]
-        return self.temporaries[ref.number]
+def _temporary_buffers(plan: SchedulePlan) -> list[Buffer]:
+    """The temporaries of one run: views into one raw base per memory slot of the plan (`memory_planner`)."""
+    slots = [
+        _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size)
+        for slot, size in enumerate(plan.slot_bytes)
+    ]
+    return [slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)]
 
 
 def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
@@ -191,21 +191,23 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
     )
 
 
-def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], buffers: _Buffers) -> list[UOp]:
+def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], output_nodes: list[UOp]) -> list[UOp]:
     # placeholders -> real BUFFER nodes; an overwritten input gets a fresh node, so graphs built on the old node
     # (and values realized from them) are never mistaken for graphs of the new contents
-    replaced = list(inputs)
-    for position in plan.written_inputs:
-        old = inputs[position]
-        arg: BufferArg = old.arg
-        fresh = UOp(Ops.BUFFER, old.dtype, (), BufferArg(next(_fresh_numbers), arg.size, arg.device))
-        attach_buffer(fresh, buffer_of(old))
-        replaced[position] = fresh
+    replaced = inputs
+    if plan.written_inputs:
+        replaced = list(inputs)
+        for position in plan.written_inputs:
+            old = inputs[position]
+            arg: BufferArg = old.arg
+            fresh = UOp(Ops.BUFFER, old.dtype, (), BufferArg(next(_fresh_numbers), arg.size, arg.device))
+            attach_buffer(fresh, buffer_of(old))
+            replaced[position] = fresh
     results = []
     for view, bare in zip(plan.views, prepared.bare_views):
         if bare is not None:  # the view is one buffer: no graph to rebuild
             is_output, number = bare
-            results.append(buffers.output_nodes[number] if is_output else replaced[number])
+            results.append(output_nodes[number] if is_output else replaced[number])
             continue
         mapping: dict[UOp, UOp] = {}
         for node in view.toposort():
@@ -214,7 +216,7 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], b
                 if isinstance(slot, InputSlot):
                     mapping[node] = replaced[slot.position]
                 elif isinstance(slot, OutputSlot):
-                    mapping[node] = buffers.output_nodes[slot.number]
+                    mapping[node] = output_nodes[slot.number]
         results.append(view.substitute(mapping))
     return results
 
@@ -366,31 +368,44 @@ class Engine:
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
         """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
         prepared = self._prepare(plan)
-        buffers = _Buffers(self, plan, prepared, inputs)
+        # the run's Buffers in one list: outputs, temporaries, inputs (the positions `prepared.steps` refers to)
+        output_nodes: list[UOp] = []
+        buffers: list[Buffer] = []
+        for device, size, dtype in prepared.outputs:
+            node, buffer = _output_node(device, size, dtype)
+            if size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
+                buffer.allocate()
+            output_nodes.append(node)
+            buffers.append(buffer)
+        if plan.temporaries:
+            buffers.extend(_temporary_buffers(plan))
+        for node in inputs:
+            found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
+            buffers.append(found if found is not None else self.input_buffer(node))
         debug = knobs.DEBUG
         recorder = launch_recorder
         started = time.perf_counter_ns()
         kernels = 0
-        for step in plan.steps:
-            if isinstance(step, KernelStep):
-                self.run_kernel_step(step, [buffers.get(ref) for ref in step.buffers], debug)
+        for step, positions in prepared.steps:
+            if type(step) is KernelStep:
+                self.run_kernel_step(step, [buffers[position] for position in positions], debug)
                 kernels += 1
-            else:
-                assert isinstance(step, CopyStep)
-                destination, source = buffers.get(step.destination), buffers.get(step.source)
-                begin = time.perf_counter_ns()
-                copy_between(destination, source)
-                GlobalCounters.copies += 1
-                GlobalCounters.time_ns += time.perf_counter_ns() - begin
-                GlobalCounters.mem_bytes += 2 * source.nbytes
-                if recorder is not None:
-                    recorder.record_copy(destination, source)
+                continue
+            assert isinstance(step, CopyStep)
+            destination, source = buffers[positions[0]], buffers[positions[1]]
+            begin = time.perf_counter_ns()
+            copy_between(destination, source)
+            GlobalCounters.copies += 1
+            GlobalCounters.time_ns += time.perf_counter_ns() - begin
+            GlobalCounters.mem_bytes += 2 * source.nbytes
+            if recorder is not None:
+                recorder.record_copy(destination, source)
         if debug >= 1 and plan.steps:
             for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
                 Device[device].synchronize()
             total = (time.perf_counter_ns() - started) / 1e6
             print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
-        return _views(plan, prepared, inputs, buffers)
+        return _views(plan, prepared, inputs, output_nodes)
 
     def realize(self, uops: Sequence[UOp]) -> list[UOp]:
         """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.

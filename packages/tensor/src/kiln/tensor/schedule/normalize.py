@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kiln.tensor.graph import MOVEMENT_OPS
 from kiln.tensor.schedule.items import InputSlot
@@ -23,6 +23,11 @@ SELF_EPOCH: NodeSlot[int] = NodeSlot(
 )
 OVERWRITTEN: NodeSlot[bool] = NodeSlot(
     "tensor_overwritten", __name__, "a BUFFER node whose contents a write has replaced (its graphs are stale)"
+)
+# The nodes recorded as realized into each BUFFER node (weakly: the list lives on the BUFFER node), so a write can
+# forget them.
+RECORDED_INTO: NodeSlot[list[weakref.ref[UOp]]] = NodeSlot(
+    "tensor_recorded_into", __name__, "(weak references to) the nodes recorded as realized into a BUFFER node"
 )
 _epoch = [0]
 
@@ -70,9 +75,13 @@ def record_realized(uop: UOp, view: UOp) -> None:
             # holds the node keeps a buffer alive
             return
         REALIZED.set(uop, view)
+        reference = weakref.ref(uop)
+        if view.op is Ops.BUFFER:  # the usual view: a fresh output buffer
+            RECORDED_INTO.setdefault(view, []).append(reference)
+            return
         for node in view.toposort():
             if node.op is Ops.BUFFER:
-                _recorded_into.setdefault(node, []).append(weakref.ref(uop))
+                RECORDED_INTO.setdefault(node, []).append(reference)
 
 
 def mark_overwritten(buffer: UOp) -> None:
@@ -81,14 +90,12 @@ def mark_overwritten(buffer: UOp) -> None:
     OVERWRITTEN.set(buffer, True)
 
 
-# the nodes recorded as realized into each BUFFER node (weakly both ways), so a write can forget them
-_recorded_into: weakref.WeakKeyDictionary[UOp, list[weakref.ref[UOp]]] = weakref.WeakKeyDictionary()
-
-
 def forget_realized_into(buffer: UOp) -> None:
     """Forgets every record of a value realized into BUFFER node `buffer` (it is being overwritten): later schedules
     compute those nodes again from their graphs."""
-    for reference in _recorded_into.pop(buffer, []):
+    references = RECORDED_INTO.get(buffer)
+    RECORDED_INTO.discard(buffer)
+    for reference in references or ():
         node = reference()
         if node is None:
             continue
@@ -97,10 +104,9 @@ def forget_realized_into(buffer: UOp) -> None:
             REALIZED.discard(node)
 
 
-@dataclass(frozen=True)
-class NormalizedGraph:
+class NormalizedGraph(NamedTuple):
     """The normalized requested nodes (`roots`, their SINK is `sink`) and the real BUFFER node of each input
-    position."""
+    position (a named tuple: one is made on every realize)."""
 
     roots: tuple[UOp, ...]
     inputs: tuple[UOp, ...]
