@@ -401,25 +401,28 @@ def fold_movement_chains(uop: UOp) -> UOp:
     at a time, and one merged op gives it simpler index math. The result is cached on each node, so folding a graph
     built on an already folded one only visits the new nodes.
     """
-    # iterative post-order walk over the nodes not folded yet (the cache entry doubles as the visited mark)
-    missing, folded_of = FOLDED.missing, FOLDED.get
+    # iterative post-order walk over the nodes not folded yet (the cache entry doubles as the visited mark); a node
+    # is pushed again under its unfolded sources and finished when it comes back on top with all of them folded
+    folded_of = FOLDED.get
+    if folded_of(uop) is not None:
+        return _folded(uop)
     stack = [uop]
     while stack:
         node = stack[-1]
-        if not missing(node):
-            stack.pop()
-            continue
-        pending = [source for source in node.src if missing(source)]
+        changed = pending = False
+        for source in node.src:  # a loop, not comprehensions: this walk runs on every realize
+            found = folded_of(source)
+            if found is None:
+                stack.append(source)
+                pending = True
+            elif found is not _UNCHANGED:
+                changed = True
         if pending:
-            stack.extend(pending)
             continue
         stack.pop()
+        if folded_of(node) is not None:  # reached twice through different users before it was finished
+            continue
         folded = node
-        changed = False
-        for source in node.src:  # a loop, not any(<generator>): this walk runs on every realize
-            if folded_of(source) is not _UNCHANGED:
-                changed = True
-                break
         if changed:
             folded = node.replace(src=tuple([_folded(source) for source in node.src]))
             # same sources' shapes and devices, so the same shape and device: keep the cached ones

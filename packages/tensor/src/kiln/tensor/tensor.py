@@ -355,7 +355,7 @@ class Tensor(
         # chains merged (a node remembers its folded form, so repeated realizes only fold new nodes)
         folded = [graph.fold_movement_chains(tensor.uop) for tensor in tensors]
         seen: set[UOp] = set()
-        for index, node in enumerate(folded):
+        for index, node in enumerate(folded if len(folded) > 1 else ()):  # one tensor has no duplicate
             duplicate = node in seen and tensors[index] is not tensors[folded.index(node)]
             if duplicate and alias_base(node) is None and math.prod(tensors[index].shape) > 0:
                 # two tensors of one (hash-consed) graph: the second gets a copy, so each owns its memory

@@ -88,15 +88,12 @@ class ElementwiseMixin(UnaryMixin):
         return (right, left) if reverse else (left, right)
 
     def _scalar_operands(self, number: ConstType, what: str, reverse: bool, dtype: DType | None) -> tuple[Self, Self]:
-        # `_operands` for a plain Python bool / int / float
-        left, constant = self._scalar_operand_nodes(number, what, dtype)
-        right = self._from_uop(constant)
-        return (right, left) if reverse else (left, right)
+        left, constant = self._scalar_operand_nodes(number, what, dtype)  # for a plain Python bool / int / float
+        return (self._from_uop(constant), left) if reverse else (left, self._from_uop(constant))
 
     def _scalar_operand_nodes(self, number: ConstType, what: str, dtype: DType | None = None) -> tuple[Self, UOp]:
-        # this tensor cast to the promoted dtype (`dtype` if given) and the constant node of `number` in it: the
-        # scalar already fits any shape (no broadcast of self), promotion is one memoized lookup, and this tensor's
-        # device is already canonical and checked
+        # this tensor cast to the promoted dtype (`dtype` if given) and `number`'s constant node over its shape and
+        # (canonical, checked) device: no broadcast of self, promotion is one memoized lookup
         uop = self.uop
         shape = graph.shape_of(uop)
         if dtype is None:
@@ -120,13 +117,9 @@ class ElementwiseMixin(UnaryMixin):
             raise ValueError(f"cannot broadcast shape {self.shape} to {shape}") from None
 
     def _arithmetic(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
-        if type(other) in _PYTHON_NUMBERS:
-            # a plain Python number: the constant node is built over this tensor's shape and device and joins the op
-            # directly (no Tensor is made for it); the same promotion, checks and result as the general path
-            assert isinstance(other, (bool, int, float))
+        if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:  # `_operands`'s result, no Tensor
             left, constant = self._scalar_operand_nodes(other, what)
-            uop = graph.binary_alu(op, constant, left.uop) if reverse else graph.binary_alu(op, left.uop, constant)
-            return left._result(uop)
+            return left._result(graph.binary_alu(op, *((constant, left.uop) if reverse else (left.uop, constant))))
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 

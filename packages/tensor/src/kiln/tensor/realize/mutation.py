@@ -382,8 +382,11 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
         for old in old_nodes:
             forget_realized_into(old)
             mark_overwritten(old)
+    # one memo for the values (they share most of their graphs): a node's answer cannot change here, only nodes
+    # answering True are recorded below
+    values_memo: dict[UOp, bool] = {}
     for index, (target, _, _, _, value_holder) in enumerate(targets):
         value = value_holder.uop
-        if alias_base(value) is None and realized_view(value) is None and _reads_a_buffer(value):
+        if alias_base(value) is None and realized_view(value) is None and _reads_a_buffer(value, values_memo):
             record_realized(value, views[index])  # the value's tensor reads the written contents (copy on write)
         target.uop = views[index]
