@@ -167,56 +167,61 @@ def normalize(
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
     # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
     stack: list[UOp] = list(reversed(uops))
+    # nodes whose sources were pushed: when one is on top again, every source is resolved (a DAG: the nodes above it
+    # on the stack are its own sources and theirs), so it is finished without its checks again
+    expanded: set[UOp] = set()
     while stack:
         node = stack[-1]
         if node in resolved:
             stack.pop()
             continue
-        if self_epoch(node) == epoch:
-            resolved[node] = node
-            stack.pop()
-            continue
-        if node.op is Ops.BUFFER:
-            if overwritten(node):
-                raise RuntimeError(
-                    "one of the buffers this computation reads has been modified by an in-place operation "
-                    f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the write "
-                    "(e.g. for backward()) cannot be computed again; compute it before the write"
-                )
-            resolved[node] = _placeholder(len(inputs), node, placeholders)
-            inputs.append(node)
-            stack.pop()
-            continue
-        if (
-            lift is not None
-            and node.op is Ops.CONST
-            and node.dtype != dtypes.bool
-            and node.dtype.fmt is not None
-            and node not in kept
-        ):
-            stack.pop()
-            resolved[node] = node
-            if lift(len(constants)):
-                slot = _constant_placeholder(len(inputs), node)
-                resolved[node] = UOp(Ops.RESHAPE, node.dtype, (slot,), ())
-                inputs.append(node)
-            constants.append(const_key(node.arg))
-            continue
-        view = realized(node)
-        if view is not None:
-            if view in resolved:
-                resolved[node] = resolved[view]
-                stack.pop()
-            else:
-                stack.append(view)
-            continue
         sources = node.src
-        waiting = len(stack)
-        for source in reversed(sources):
-            if source not in resolved:
-                stack.append(source)
-        if len(stack) != waiting:
-            continue
+        if node not in expanded:
+            if self_epoch(node) == epoch:
+                resolved[node] = node
+                stack.pop()
+                continue
+            if node.op is Ops.BUFFER:
+                if overwritten(node):
+                    raise RuntimeError(
+                        "one of the buffers this computation reads has been modified by an in-place operation "
+                        f"(buffer {node.arg.number}, {node.arg.size} x {node.dtype!r}): a graph kept from before the "
+                        "write (e.g. for backward()) cannot be computed again; compute it before the write"
+                    )
+                resolved[node] = _placeholder(len(inputs), node, placeholders)
+                inputs.append(node)
+                stack.pop()
+                continue
+            if (
+                lift is not None
+                and node.op is Ops.CONST
+                and node.dtype != dtypes.bool
+                and node.dtype.fmt is not None
+                and node not in kept
+            ):
+                stack.pop()
+                resolved[node] = node
+                if lift(len(constants)):
+                    slot = _constant_placeholder(len(inputs), node)
+                    resolved[node] = UOp(Ops.RESHAPE, node.dtype, (slot,), ())
+                    inputs.append(node)
+                constants.append(const_key(node.arg))
+                continue
+            view = realized(node)
+            if view is not None:
+                if view in resolved:
+                    resolved[node] = resolved[view]
+                    stack.pop()
+                else:
+                    stack.append(view)
+                continue
+            waiting = len(stack)
+            for source in reversed(sources):
+                if source not in resolved:
+                    stack.append(source)
+            if len(stack) != waiting:
+                expanded.add(node)
+                continue
         stack.pop()
         if not sources:
             resolved[node] = node
