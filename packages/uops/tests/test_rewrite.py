@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.uops import Ops, PatternMatcher, UOp, UPat, VarArg, dtypes, graph_rewrite, graph_rewrite_map
+from kiln.uops import Ops, PatternMatcher, UOp, UPat, VarArg, dtypes, graph_rewrite, graph_rewrite_map, tracing
 
 x_var = UOp(Ops.DEFINE_VAR, dtypes.int32, (), VarArg("x", 0, 9))
 y_var = UOp(Ops.DEFINE_VAR, dtypes.int32, (), VarArg("y", 0, 9))
@@ -177,3 +180,99 @@ def test_arguments_are_checked() -> None:
     for bottom_up in (False, True):
         with pytest.raises(TypeError, match="returned True"):
             graph_rewrite(x_var, returns_bool, bottom_up=bottom_up)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the engine against an independent model: a recursive walk trying every pattern of the table by linear scan
+# (UPat.match, no dispatch by op), on random graphs and random rule tables
+# ---------------------------------------------------------------------------------------------------------------
+
+_three = UOp.const(dtypes.int32, 3)
+_x = UPat.var("x")
+_RULE_POOL: list[tuple[UPat, Callable[..., UOp | None]]] = [
+    (_x + 0, lambda x: x),
+    (_x * 1, lambda x: x),
+    (_x * 0, lambda x: x.const_like(0)),
+    (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(_x,)),)), lambda x: x),
+    (
+        UPat((Ops.ADD, Ops.MUL), src=(UPat.cvar("left", vec=False), UPat.cvar("right", vec=False)), name="n"),
+        lambda n, left, right: _fold(n.op, left, right),
+    ),
+    # wildcard roots: no op, so every node is a candidate (one also filters by dtype, one observes only)
+    (UPat(dtype=dtypes.int32, name="n"), lambda n: _three if n is y_var else None),
+    (UPat(name="n"), lambda n: None),
+    # alternatives with different root ops (one of them commutative), and a rule binding one name twice
+    (UPat.any(-UPat.cvar("c", vec=False), UPat.var("y") * UPat.cvar("c", vec=False)), lambda c, **_: -c),
+    (_x + _x, lambda x: x * 2),
+]
+
+
+def _reference_rewrite(
+    root: UOp, table: list[tuple[UPat, Callable[..., UOp | None]]], fired: list[tuple[UOp, UOp]]
+) -> UOp:
+    done: dict[UOp, UOp] = {}
+
+    def rewrite(node: UOp) -> UOp | None:
+        for pattern, callback in table:
+            for bound in pattern.match(node):
+                result = callback(**bound)
+                if result is not None and result is not node:
+                    fired.append((node, result))
+                    return result
+        return None
+
+    def visit(node: UOp) -> UOp:
+        if node in done:
+            return done[node]
+        sources = tuple(visit(source) for source in node.src)
+        if sources != node.src:
+            result = visit(node.replace(src=sources))
+        else:
+            replaced = rewrite(node)
+            result = node if replaced is None else visit(replaced)
+        done[node] = result
+        return result
+
+    return visit(root)
+
+
+def _logged(table: list[tuple[UPat, Callable[..., UOp | None]]], log: list[tuple[int, UOp]]) -> list[Any]:
+    def wrap(position: int, callback: Callable[..., UOp | None]) -> Callable[..., UOp | None]:
+        def logged(**bound: UOp) -> UOp | None:
+            result = callback(**bound)
+            if result is not None:
+                log.append((position, result))
+            return result
+
+        return logged
+
+    return [(pattern, wrap(position, callback)) for position, (pattern, callback) in enumerate(table)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions, st.lists(st.sampled_from(range(len(_RULE_POOL))), min_size=1, max_size=8, unique=True))
+def test_dispatch_by_op_fires_the_rules_a_linear_scan_fires(expression: UOp, chosen: list[int]) -> None:
+    table = [_RULE_POOL[i] for i in chosen]
+    expected_log: list[tuple[int, UOp]] = []
+    expected_steps: list[tuple[UOp, UOp]] = []
+    expected = _reference_rewrite(expression, _logged(table, expected_log), expected_steps)
+    for traced in (False, True):
+        log: list[tuple[int, UOp]] = []
+        pm = PatternMatcher(_logged(table, log))
+        if traced:
+            with tracing() as traces:
+                result = graph_rewrite(expression, pm)
+            assert [(step.before, step.after) for step in traces[0].steps] == expected_steps
+        else:
+            result = graph_rewrite(expression, pm)
+        assert result is expected
+        assert log == expected_log
+
+
+def test_a_wildcard_root_pattern_is_tried_on_every_op() -> None:
+    seen: list[Ops] = []
+    pm = PatternMatcher([(UPat(Ops.NEG, name="n"), lambda n: None), (UPat(name="n"), lambda n: seen.append(n.op))])
+    graph_rewrite(UOp.sink(-(x_var + y_var), UOp.const(dtypes.int32, 1)), pm)
+    assert sorted(seen, key=lambda op: op.value) == sorted(
+        [Ops.DEFINE_VAR, Ops.DEFINE_VAR, Ops.ADD, Ops.NEG, Ops.CONST, Ops.SINK], key=lambda op: op.value
+    )

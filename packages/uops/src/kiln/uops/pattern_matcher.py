@@ -26,6 +26,10 @@ class Rule:
     location: str
 
 
+RulesByOp = dict[Ops, tuple[tuple[Matcher, RewriteCallback, bool, Rule], ...]]
+"""A PatternMatcher's dispatch table: for each op, (matcher, callback, wants_ctx, rule) of its candidate rules."""
+
+
 def _location(callback: RewriteCallback) -> str:
     code = getattr(callback, "__code__", None)
     if code is None:
@@ -81,7 +85,7 @@ class PatternMatcher:
             for ops, matcher in pattern.matchers():
                 self.rules.append(Rule(pattern, ops, matcher, callback, wants_ctx, location))
         # dispatch table: op -> its candidate rules in table order, as plain tuples for a fast inner loop
-        self.by_op: dict[Ops, tuple[tuple[Matcher, RewriteCallback, bool, Rule], ...]] = {}
+        self.by_op: RulesByOp = {}
         for op in Ops:
             self.by_op[op] = tuple(
                 (rule.matcher, rule.callback, rule.wants_ctx, rule)

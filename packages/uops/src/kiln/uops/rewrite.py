@@ -6,14 +6,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kiln.uops import trace
-from kiln.uops.pattern_matcher import PatternMatcher
+from kiln.uops.pattern_matcher import PatternMatcher, Rule, RulesByOp
 from kiln.uops.uop import UOp
 
-NodeRewrite = Callable[[UOp, Any], "UOp | None"]
+Fired = Callable[[Rule, UOp, Any], None]
+"""Called when a rule fires, with the rule, the node and the rule's result (tracing records the step)."""
 
-# stack entry stages
-_VISIT = 0  # first visit: (bottom-up: rewrite the node itself) then queue its sources
-_BUILD = 1  # sources are done: rebuild on the new sources, (top-down: rewrite the node)
+# stack entry stages of the bottom-up walk
+_VISIT = 0  # first visit: rewrite the node itself, then queue its sources
+_BUILD = 1  # sources are done: rebuild on the new sources
 _LINK = 2  # the node was replaced: its result is the result of the replacement
 
 
@@ -59,36 +60,113 @@ def _run(
     if not isinstance(pm, PatternMatcher):
         raise TypeError(f"graph_rewrite needs a PatternMatcher, got {pm!r}")
     if not trace.STATE.enabled:
-        return _rewrite_all(sink, pm.rewrite, ctx, bottom_up, extra_roots)
+        return _rewrite_all(sink, pm.by_op, ctx, bottom_up, extra_roots, None)
     record = trace.begin_trace(name, bottom_up, sink)
 
-    def traced(node: UOp, context: Any) -> UOp | None:
-        result, rule = pm.rewrite_with_rule(node, context)
-        if rule is not None:
-            record.steps.append(trace.RewriteStep(rule.location, repr(rule.pattern), node, result))
-        return result  # type: ignore[no-any-return]
+    def fired(rule: Rule, node: UOp, result: Any) -> None:
+        record.steps.append(trace.RewriteStep(rule.location, repr(rule.pattern), node, result))
 
-    done = _rewrite_all(sink, traced, ctx, bottom_up, extra_roots)
+    done = _rewrite_all(sink, pm.by_op, ctx, bottom_up, extra_roots, fired)
     record.result = done[sink]
     return done
 
 
 def _rewrite_all(
-    sink: UOp, rewrite: NodeRewrite, ctx: Any, bottom_up: bool, extra_roots: list[UOp] | None
+    sink: UOp, rules: RulesByOp, ctx: Any, bottom_up: bool, extra_roots: list[UOp] | None, fired: Fired | None
 ) -> dict[UOp, UOp]:
     done: dict[UOp, UOp] = {}
-    _rewrite_from(sink, rewrite, ctx, bottom_up, done)
+    rewrite_from = _bottom_up_from if bottom_up else _sources_first_from
+    rewrite_from(sink, rules, ctx, done, fired)
     if extra_roots is not None:
         # bottom-up rewriting can replace a node before visiting its sources; give those sources a result too
         for root in extra_roots:
             if root not in done:
-                _rewrite_from(root, rewrite, ctx, bottom_up, done)
+                rewrite_from(root, rules, ctx, done, fired)
     return done
 
 
-def _rewrite_from(root: UOp, rewrite: NodeRewrite, ctx: Any, bottom_up: bool, done: dict[UOp, UOp]) -> None:
+def _sources_first_from(root: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], fired: Fired | None) -> None:
+    # The hot loop of every pass, so the rule loop is inlined (`_apply_rules` is the same loop) and a node whose
+    # sources are all final is finished where it is met, without a trip through the stack.
     # `done` maps a node to its final form (every final form maps to itself). `active` holds the nodes whose
-    # result is pending: meeting one again as a source means a rule keeps rebuilding its own input.
+    # result is pending: meeting one again means a rule keeps rebuilding its own input. A stack entry is a node
+    # to visit, or (node, None): its sources are final, build it, or (node, target): node's result is target's.
+    active: set[UOp] = set()
+    stack: list[UOp | tuple[UOp, UOp | None]] = [root]
+    push = stack.append
+    pop = stack.pop
+    while stack:
+        entry = pop()
+        if type(entry) is tuple:
+            node, target = entry
+            if target is not None:
+                done[node] = done[target]
+                active.discard(node)
+                continue
+        else:
+            node = entry  # type: ignore[assignment]
+            if node in done:
+                continue
+            if node in active:
+                raise RuntimeError(f"graph_rewrite does not terminate: a rule rebuilds a graph containing {node.op!r}")
+            waiting = False
+            for source in node.src:
+                if source not in done:
+                    waiting = True
+                    break
+            if waiting:
+                active.add(node)
+                push((node, None))
+                for source in reversed(node.src):
+                    if source not in done:
+                        push(source)
+                continue
+            # every source is final: build the node now
+        sources = node.src
+        if sources:
+            new_sources = tuple([done[source] for source in sources])
+            if new_sources != sources:
+                rebuilt = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+                active.add(node)
+                push((node, rebuilt))
+                push(rebuilt)
+                continue
+        for matcher, callback, wants_ctx, rule in rules[node.op]:
+            store: dict[str, UOp] = {}
+            if matcher(node, store):
+                result = callback(ctx=ctx, **store) if wants_ctx else callback(**store)
+                if result is not None and result is not node:
+                    if fired is not None:
+                        fired(rule, node, result)
+                    if type(result) is not UOp:
+                        _bad_result(node, result)
+                    active.add(node)
+                    push((node, result))
+                    push(result)
+                    break
+        else:
+            done[node] = node
+            active.discard(node)
+
+
+def _apply_rules(node: UOp, rules: RulesByOp, ctx: Any, fired: Fired | None) -> UOp | None:
+    # the result of the first rule that fires on `node` (PatternMatcher.rewrite's loop), or None
+    for matcher, callback, wants_ctx, rule in rules[node.op]:
+        store: dict[str, UOp] = {}
+        if matcher(node, store):
+            result = callback(ctx=ctx, **store) if wants_ctx else callback(**store)
+            if result is not None and result is not node:
+                if fired is not None:
+                    fired(rule, node, result)
+                if type(result) is not UOp:
+                    _bad_result(node, result)
+                return result  # type: ignore[no-any-return]
+    return None
+
+
+def _bottom_up_from(root: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], fired: Fired | None) -> None:
+    # like _sources_first_from, but the rules are tried on a node before its sources, and again after a source
+    # changed (when the node is rebuilt on the new sources)
     active: set[UOp] = set()
     stack: list[tuple[UOp, int, UOp]] = [(root, _VISIT, root)]
     push = stack.append
@@ -101,12 +179,11 @@ def _rewrite_from(root: UOp, rewrite: NodeRewrite, ctx: Any, bottom_up: bool, do
             if node in active:
                 raise RuntimeError(f"graph_rewrite does not terminate: a rule rebuilds a graph containing {node.op!r}")
             active.add(node)
-            if bottom_up:
-                replaced = _rewrite_node(node, rewrite, ctx)
-                if replaced is not node:
-                    push((node, _LINK, replaced))
-                    push((replaced, _VISIT, replaced))
-                    continue
+            replaced = _rewrite_node(node, rules, ctx, fired)
+            if replaced is not node:
+                push((node, _LINK, replaced))
+                push((replaced, _VISIT, replaced))
+                continue
             push((node, _BUILD, node))
             for source in reversed(node.src):
                 if source not in done:
@@ -119,11 +196,6 @@ def _rewrite_from(root: UOp, rewrite: NodeRewrite, ctx: Any, bottom_up: bool, do
                 push((node, _LINK, rebuilt))
                 push((rebuilt, _VISIT, rebuilt))
                 continue
-            if not bottom_up and (replaced_or_none := rewrite(node, ctx)) is not None:
-                _check_result(node, replaced_or_none)
-                push((node, _LINK, replaced_or_none))
-                push((replaced_or_none, _VISIT, replaced_or_none))
-                continue
             done[node] = node
             active.discard(node)
         else:
@@ -131,12 +203,11 @@ def _rewrite_from(root: UOp, rewrite: NodeRewrite, ctx: Any, bottom_up: bool, do
             active.discard(node)
 
 
-def _rewrite_node(node: UOp, rewrite: NodeRewrite, ctx: Any) -> UOp:
+def _rewrite_node(node: UOp, rules: RulesByOp, ctx: Any, fired: Fired | None) -> UOp:
     # apply rules to one node until none fires (bottom-up mode); a rewrite cycle a -> b -> a is an error
     seen: set[UOp] | None = None
     current = node
-    while (replaced := rewrite(current, ctx)) is not None:
-        _check_result(current, replaced)
+    while (replaced := _apply_rules(current, rules, ctx, fired)) is not None:
         if seen is None:
             seen = {node}
         if replaced in seen:
@@ -146,6 +217,5 @@ def _rewrite_node(node: UOp, rewrite: NodeRewrite, ctx: Any) -> UOp:
     return current
 
 
-def _check_result(node: UOp, replaced: object) -> None:
-    if type(replaced) is not UOp:
-        raise TypeError(f"a rewrite rule for {node.op!r} returned {replaced!r}; rules must return a UOp or None")
+def _bad_result(node: UOp, replaced: object) -> None:
+    raise TypeError(f"a rewrite rule for {node.op!r} returned {replaced!r}; rules must return a UOp or None")
