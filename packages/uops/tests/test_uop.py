@@ -8,8 +8,11 @@ import pickle
 import subprocess
 import sys
 import weakref
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kiln.uops import AxisKind, DType, Ops, RangeArg, SpecialArg, UOp, VarArg, dtypes, live_uop_count
 
@@ -157,6 +160,46 @@ def test_toposort_orders_sources_first_in_source_order() -> None:
     order = root.toposort()
     assert order == [a, b, ab, c, ab * c, root]
     assert root.toposort(gate=lambda node: node is not ab * c) == [ab * c, a, b, ab, root]
+
+
+def _reference_toposort(root: UOp, gate: Callable[[UOp], bool] | None) -> list[UOp]:
+    # the definition, recursively: each node once, after its sources in source order; gate False: sources skipped
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+
+    def visit(node: UOp) -> None:
+        if node in seen:
+            return
+        seen.add(node)
+        if gate is None or gate(node):
+            for source in node.src:
+                visit(source)
+        order.append(node)
+
+    visit(root)
+    return order
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_toposort_agrees_with_the_recursive_definition(data: st.DataObject) -> None:
+    # a random DAG: each node takes 1-3 sources (repeats allowed) among the earlier ones; a random set of gated nodes
+    nodes = [_leaf(name) for name in "abc"]
+    for _ in range(data.draw(st.integers(0, 25))):
+        sources = data.draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=3))
+        nodes.append(UOp(Ops.SINK, dtypes.void, tuple(sources), len(nodes)))
+    root = nodes[-1]
+    closed = set(data.draw(st.lists(st.sampled_from(nodes))))
+    assert root.toposort() == _reference_toposort(root, None)
+    asked: list[list[UOp]] = [[], []]
+
+    def gate(node: UOp, log: list[UOp]) -> bool:
+        log.append(node)
+        return node not in closed
+
+    expected = _reference_toposort(root, lambda node: gate(node, asked[0]))
+    assert root.toposort(lambda node: gate(node, asked[1])) == expected
+    assert asked[1] == asked[0]  # the gate is asked once per node met, in the same order
 
 
 def test_toposort_of_a_deep_chain() -> None:

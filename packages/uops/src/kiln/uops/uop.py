@@ -151,20 +151,23 @@ class UOp:
 
         `gate(node)` False stops the walk from descending into `node`'s sources (the node itself is listed).
         """
-        visited: set[UOp] = set()
+        # a depth-first walk with an explicit stack of (node, iterator over its sources): a node is listed when its
+        # iterator runs out, and each node is visited (gated) once, when it is first met
         order: list[UOp] = []
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        visited = {self}
+        no_sources: tuple[UOp, ...] = ()
+        stack = [(self, iter(self.src if gate is None or gate(self) else no_sources))]
+        push, pop, visit, emit = stack.append, stack.pop, visited.add, order.append
         while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if node in visited:
-                continue
-            visited.add(node)
-            stack.append((node, True))
-            if gate is None or gate(node):
-                stack.extend((source, False) for source in reversed(node.src) if source not in visited)
+            node, sources = stack[-1]
+            for source in sources:
+                if source not in visited:
+                    visit(source)
+                    push((source, iter(source.src if gate is None or gate(source) else no_sources)))
+                    break
+            else:
+                pop()
+                emit(node)
         return order
 
     def substitute(self, mapping: Mapping[UOp, UOp]) -> UOp:
