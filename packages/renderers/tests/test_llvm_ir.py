@@ -211,3 +211,20 @@ def test_kernels_address_their_constants_with_64_bit_relocations(renderer: LLVMR
     assert program.binary is not None
     types = _relocation_types(program.binary)
     assert types and types <= {1}, f"relocation types {sorted(types)}; only R_X86_64_64 (1) is safe under MCJIT"
+
+
+def test_loads_ask_llvm_for_the_host_cpu_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each load builds a target machine for its MCJIT engine; the host CPU's name and features are read once
+    program = Program(get_program(kernels.gated_kernel(), LLVMRenderer()))
+    assert program.source is not None
+    compiler = LLVMCompiler()
+    llvm = compiler.llvm
+    asked: list[str] = []
+    real_features, real_name = llvm.get_host_cpu_features, llvm.get_host_cpu_name
+    monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: asked.append("features") or real_features())
+    monkeypatch.setattr(llvm, "get_host_cpu_name", lambda: asked.append("name") or real_name())
+    binary = compiler.compile(program.source)
+    loaded = [compiler.load(binary, program.uops) for _ in range(3)]
+    assert sorted(asked) == ["features", "name"]
+    assert compiler.host_cpu == (real_name(), real_features().flatten())
+    assert len({kernel.address for kernel in loaded}) == 3  # three engines, each with its own copy of the code

@@ -40,6 +40,7 @@ class LLVMCompiler(HostCompiler):
         self._llvm: Any = None
         self._target_machine: Any = None
         self._identity: str | None = None
+        self._host_cpu: tuple[str, str] | None = None
 
     @property
     def llvm(self) -> Any:
@@ -55,9 +56,19 @@ class LLVMCompiler(HostCompiler):
             self._target_machine = self._new_target_machine()
         return self._target_machine
 
+    @property
+    def host_cpu(self) -> tuple[str, str]:
+        """The host CPU's name and its feature string, as LLVM reports them (asked once: each `load` builds a target
+        machine, and reading the features costs about as much as building it)."""
+        if self._host_cpu is None:
+            llvm = self.llvm
+            self._host_cpu = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+        return self._host_cpu
+
     def _new_target_machine(self) -> Any:
         llvm = self.llvm
         target = llvm.Target.from_triple(llvm.get_process_triple())
+        cpu, features = self.host_cpu
         # The large code model: every address the kernel takes (its constant pool, libm functions) is a 64-bit
         # absolute relocation (R_X86_64_64). With the default small model, the code reaches its constants through
         # 32-bit PC-relative offsets, and MCJIT places each section on its own, so in a process that has loaded
@@ -65,8 +76,8 @@ class LLVMCompiler(HostCompiler):
         # (assertion `isInt<32>(RealOffset)`), the lost pytest worker of the README's known issue, seen in a core
         # dump. The constants are hoisted out of the loops, so the 64-bit address loads cost nothing measurable.
         return target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(),
-            features=llvm.get_host_cpu_features().flatten(),
+            cpu=cpu,
+            features=features,
             opt=self.optimization_level,
             reloc="static",
             codemodel="large",
@@ -89,8 +100,8 @@ class LLVMCompiler(HostCompiler):
 
         llvm = self.llvm
         version = ".".join(str(part) for part in llvm.llvm_version_info)
-        features = llvm.get_host_cpu_features().flatten()
-        cpu = f"{llvm.get_host_cpu_name()}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
+        name, features = self.host_cpu
+        cpu = f"{name}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
         return f"llvmlite {llvmlite.__version__} LLVM {version} {llvm.get_process_triple()} cpu={cpu}"
 
     @property
