@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 from collections.abc import Callable
 
 import pytest
 
-from kiln.uops import Ops, UOp, dtypes, graph_rewrite
+from kiln.uops import Ops, UOp, dtypes, graph_rewrite, live_uop_count
 from kiln.uops.symbolic import pm_symbolic, pm_symbolic_simple, render, simplify, sym_infer
 
 a = UOp.variable("a", 0, 10)
@@ -231,3 +232,19 @@ def test_sym_infer_errors_name_the_variable() -> None:
         sym_infer(r0 + 1, {})
     with pytest.raises(TypeError):
         sym_infer("a", {})  # type: ignore[arg-type]
+
+
+def test_the_memos_on_simplified_nodes_die_with_them() -> None:
+    # canonical sums, their prefixes and range bounds are kept on the nodes themselves: dropping the graph frees it
+    def simplify_fresh_sums() -> None:
+        loop, lane = UOp.range(1000, 0), UOp.range(16, 1)
+        for k in range(50):
+            expression = (lane * 7 + loop * 16 + (k + 1)) * 3 - loop + k * lane
+            result = simplify(expression)
+            assert result.vmin <= result.vmax
+
+    gc.collect()
+    before = live_uop_count()
+    simplify_fresh_sums()
+    gc.collect()
+    assert live_uop_count() == before

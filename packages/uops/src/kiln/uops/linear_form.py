@@ -8,10 +8,10 @@ The helpers here are internal to the symbolic modules (symbolic.py, division_fol
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 
 from kiln.uops.dtype import ConstType, DType, dtypes
+from kiln.uops.node_slot import NodeSlot
 from kiln.uops.ops import Ops
 from kiln.uops.range_analysis import fits
 from kiln.uops.uop import UOp
@@ -67,11 +67,14 @@ def _ordered_pair(first: UOp, second: UOp) -> tuple[UOp, UOp]:
 
 Terms = dict[UOp, int]
 
-# Sums built by build_sum are canonical, and so is every prefix of their chain. Remembering them (weakly: the entry
-# dies with the UOp) makes re-normalizing a canonical node O(1) and lets linear_form reuse a whole sum's terms,
-# which keeps growing a long sum one term at a time quadratic instead of cubic.
-_canonical_sums: weakref.WeakKeyDictionary[UOp, tuple[Terms, int]] = weakref.WeakKeyDictionary()
-_canonical_prefixes: weakref.WeakSet[UOp] = weakref.WeakSet()
+# Sums built by build_sum are canonical, and so is every prefix of their chain. Remembering them on the node (the
+# fact dies with the UOp) makes re-normalizing a canonical node O(1) and lets linear_form reuse a whole sum's terms,
+# which keeps growing a long sum one term at a time quadratic instead of cubic. Node slots rather than weak
+# containers: a lookup is one dict probe, where a WeakKeyDictionary builds a weak reference per lookup.
+_CANONICAL_SUM: NodeSlot[tuple[Terms, int]] = NodeSlot(
+    "canonical_sum", __name__, "the (terms, constant) of a canonical sum that build_sum made"
+)
+_CANONICAL_PREFIX: NodeSlot[bool] = NodeSlot("canonical_prefix", __name__, "True on each prefix of a canonical sum")
 
 
 def _wrap_signed(dtype: DType, value: int) -> int:
@@ -101,7 +104,7 @@ def linear_form(uop: UOp) -> tuple[Terms, int]:
     The identity uop == sum(c*t) + constant holds modulo 2**bits (ring arithmetic); it holds exactly when
     `linear_bounds` of the result fits the dtype.
     """
-    cached = _canonical_sums.get(uop)
+    cached = _CANONICAL_SUM.get(uop)
     if cached is not None:
         return dict(cached[0]), cached[1]
     dtype = uop.dtype
@@ -111,7 +114,7 @@ def linear_form(uop: UOp) -> tuple[Terms, int]:
     while stack:
         node, coefficient = stack.pop()
         op = node.op
-        if (known := _canonical_sums.get(node)) is not None:
+        if (known := _CANONICAL_SUM.get(node)) is not None:
             for term, term_coefficient in known[0].items():
                 terms[term] = terms.get(term, 0) + coefficient * term_coefficient
             constant += coefficient * known[1]
@@ -174,8 +177,8 @@ def build_sum(dtype: DType, terms: Mapping[UOp, int], constant: int) -> UOp:
         terms = {t: _wrap_signed(dtype, f) for t, f in expanded.items() if _wrap_signed(dtype, f)}
         constant = _wrap_signed(dtype, constant)
     result = _build_sum(dtype, terms, constant)
-    if result.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and result not in _canonical_sums:
-        _canonical_sums[result] = (dict(terms), constant)
+    if result.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and _CANONICAL_SUM.missing(result):
+        _CANONICAL_SUM.set(result, (dict(terms), constant))
     return result
 
 
@@ -203,7 +206,7 @@ def _build_sum(dtype: DType, terms: Mapping[UOp, int], constant: int) -> UOp:
                 result = term if coefficient == 1 else UOp(Ops.MUL, dtype, (term, make_const(dtype, coefficient)))
         else:
             result = UOp(Ops.ADD if coefficient > 0 else Ops.SUB, dtype, (result, scaled))
-        _canonical_prefixes.add(result)
+        _CANONICAL_PREFIX.set(result, True)
     if result is None:
         return make_const(dtype, constant)
     if constant == 0:
@@ -293,7 +296,7 @@ def _shift_canonical(dtype: DType, canonical: UOp, amount: int) -> UOp | None:
     under the digit and Hermite folds and start with a positive term, the canonical result is the same chain of
     terms with only the trailing constant changed, so no sorting or rebuilding is needed. None: use the slow path.
     """
-    terms, constant = _canonical_sums[canonical]
+    terms, constant = _CANONICAL_SUM[canonical]
     if not any(coefficient > 0 for coefficient in terms.values()):
         return None  # the chain may start with the constant (c - x): its shape depends on the constant
     if any(term.op in (Ops.MOD, Ops.IDIV) for term in terms):
@@ -307,14 +310,14 @@ def _shift_canonical(dtype: DType, canonical: UOp, amount: int) -> UOp | None:
         result = chain
     else:
         result = UOp(Ops.ADD if new_constant > 0 else Ops.SUB, dtype, (chain, make_const(dtype, abs(new_constant))))
-    if result.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and result not in _canonical_sums:
-        _canonical_sums[result] = (dict(terms), new_constant)
+    if result.op in (Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL) and _CANONICAL_SUM.missing(result):
+        _CANONICAL_SUM.set(result, (dict(terms), new_constant))
     return result
 
 
 def normalize_sum(root: UOp) -> UOp | None:
     """Rewrite an integer ADD/SUB/NEG/MUL-by-constant tree into its canonical sum (see `build_sum`)."""
-    if not is_int_scalar(root) or root in _canonical_sums or root in _canonical_prefixes:
+    if not is_int_scalar(root) or _CANONICAL_SUM.has(root) or _CANONICAL_PREFIX.has(root):
         return None
     if (
         root.op is Ops.MUL
@@ -324,7 +327,7 @@ def normalize_sum(root: UOp) -> UOp | None:
         and _split_factor(root.src[1])[1] == 1
     ):
         return None  # a plain product: only the order of its operands matters (see order_commutative)
-    if root.op in (Ops.ADD, Ops.SUB) and root.src[1].op is Ops.CONST and root.src[0] in _canonical_sums:
+    if root.op in (Ops.ADD, Ops.SUB) and root.src[1].op is Ops.CONST and _CANONICAL_SUM.has(root.src[0]):
         shifted = _shift_canonical(root.dtype, root.src[0], int(root.src[1].arg) * (1 if root.op is Ops.ADD else -1))
         if shifted is not None:
             return None if shifted is root else shifted

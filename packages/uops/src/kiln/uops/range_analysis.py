@@ -278,7 +278,7 @@ def _union(dtype: DType, a: Bounds, b: Bounds) -> Bounds:
 
 
 def _cached(node: GraphNode) -> bool:
-    # UOp caches its bounds in a functools.cached_property named `_bounds` (stored in the instance __dict__)
+    # UOp keeps its bounds in its instance __dict__ under "_bounds" (see UOp.vmin)
     return "_bounds" in node.__dict__
 
 
@@ -288,8 +288,15 @@ def bounds(uop: GraphNode) -> Bounds:
     Sources are analysed first, bottom-up and without recursion, so graphs of any depth work; each UOp's result is
     cached by `UOp.vmin` / `UOp.vmax`, which call this.
     """
-    if not all(_cached(source) for source in uop.src):
-        for node in uop.toposort(gate=lambda node: node is uop or not _cached(node)):
-            if node is not uop and not _cached(node):
-                node.vmin  # noqa: B018 - computes and caches the node's bounds while its sources are already cached
+    known: list[Bounds] = []
+    for source in uop.src:
+        found: Bounds | None = source.__dict__.get("_bounds")
+        if found is None:
+            break
+        known.append(found)
+    else:
+        return bounds_from_sources(uop, known)  # the common case: every source's bounds are known already
+    for node in uop.toposort(gate=lambda node: node is uop or not _cached(node)):
+        if node is not uop and not _cached(node):
+            node.vmin  # noqa: B018 - computes and caches the node's bounds while its sources are already cached
     return bounds_from_sources(uop, [(source.vmin, source.vmax) for source in uop.src])

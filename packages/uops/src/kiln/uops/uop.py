@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import weakref
 from collections.abc import Callable, Mapping
@@ -223,19 +222,23 @@ class UOp:
     # UOps with the pattern matcher, sits above and installs itself: see `install_simplifier`)
     # ----------------------------------------------------------------------------------------------------------
 
-    @functools.cached_property
-    def _bounds(self) -> tuple[ConstType, ConstType]:
-        return bounds(self)
+    def _vbounds(self) -> tuple[ConstType, ConstType]:
+        # computed once and kept in the instance dict under "_bounds" (range_analysis looks for that key); a plain
+        # dict probe, not functools.cached_property, whose first access takes a lock (every new index node has one)
+        found: tuple[ConstType, ConstType] | None = self.__dict__.get("_bounds")
+        if found is None:
+            found = self.__dict__["_bounds"] = bounds(self)
+        return found
 
     @property
     def vmin(self) -> ConstType:
         """The proven smallest value of this UOp over every assignment of its variables (range analysis)."""
-        return self._bounds[0]
+        return self._vbounds()[0]
 
     @property
     def vmax(self) -> ConstType:
         """The proven largest value of this UOp over every assignment of its variables (range analysis)."""
-        return self._bounds[1]
+        return self._vbounds()[1]
 
     def simplify(self) -> UOp:
         """This expression rewritten to a fixed point by the symbolic simplifier."""

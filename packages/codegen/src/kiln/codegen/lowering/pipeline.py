@@ -11,7 +11,6 @@ on the lowering format without index dtypes; `get_program` checks the LINEAR aga
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from kiln.codegen.renderer import Renderer
 from kiln.codegen.spec import pm_spec_kernel, pm_spec_lowered, pm_spec_lowering
 from kiln.uops import (
     GroupOp,
+    NodeSlot,
     Ops,
     PatternMatcher,
     SpecError,
@@ -107,17 +107,19 @@ pm_linear_form = PatternMatcher([(UPat(Ops.VCONST, name="vector"), _lanes_to_vec
 
 
 # Nodes pm_symbolic leaves alone. Its rules are functions of a node's graph alone, so a node none of them changed
-# once stays unchanged: later passes (which re-run the index simplifier over the whole kernel) skip it. Weak: an
-# entry dies with its node.
-_symbolic_fixed_points: weakref.WeakSet[UOp] = weakref.WeakSet()
+# once stays unchanged: later passes (which re-run the index simplifier over the whole kernel) skip it. Kept on the
+# node, so the mark dies with it.
+_SYMBOLIC_FIXED_POINT: NodeSlot[bool] = NodeSlot(
+    "symbolic_fixed_point", __name__, "True on a node that no rule of pm_symbolic changes"
+)
 
 
 def _simplify_index_math(x: UOp) -> UOp | None:
-    if x in _symbolic_fixed_points:
+    if _SYMBOLIC_FIXED_POINT.has(x):
         return None
     simplified = pm_symbolic.rewrite(x)
     if simplified is None:
-        _symbolic_fixed_points.add(x)
+        _SYMBOLIC_FIXED_POINT.set(x, True)
     return simplified
 
 
