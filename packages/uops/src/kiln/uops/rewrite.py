@@ -75,23 +75,71 @@ def _rewrite_all(
     sink: UOp, rules: RulesByOp, ctx: Any, bottom_up: bool, extra_roots: list[UOp] | None, fired: Fired | None
 ) -> dict[UOp, UOp]:
     done: dict[UOp, UOp] = {}
-    rewrite_from = _bottom_up_from if bottom_up else _sources_first_from
-    rewrite_from(sink, rules, ctx, done, fired)
+    if bottom_up:
+        _bottom_up_from(sink, rules, ctx, done, fired)
+    else:
+        _sources_first(sink, rules, ctx, done, fired)
     if extra_roots is not None:
         # bottom-up rewriting can replace a node before visiting its sources; give those sources a result too
+        rewrite_from = _bottom_up_from if bottom_up else _sources_first_from
         for root in extra_roots:
             if root not in done:
                 rewrite_from(root, rules, ctx, done, fired)
     return done
 
 
-def _sources_first_from(root: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], fired: Fired | None) -> None:
-    # The hot loop of every pass, so the rule loop is inlined (`_apply_rules` is the same loop) and a node whose
-    # sources are all final is finished where it is met, without a trip through the stack.
+def _sources_first(sink: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], fired: Fired | None) -> None:
+    # The walk over the input graph. In toposort order (sources first, in source order: the order in which
+    # _sources_first_from would finish the nodes of a graph no rule changes) each node's sources are final when the
+    # node is reached, so most nodes cost one step of a for loop. A node rebuilt on changed sources gets the rules
+    # here too; only the graph a rule returns is new, and _sources_first_from walks it (the node and its rebuilt
+    # form stay active meanwhile, so a rule rebuilding its own input is still caught).
+    final_form = done.__getitem__
+    for node in sink.toposort():
+        if node in done:
+            continue  # reached already through a rule's result
+        current = node
+        sources = node.src
+        if sources:
+            new_sources = tuple(map(final_form, sources))
+            if new_sources != sources:
+                current = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+                if (final := done.get(current)) is not None:
+                    done[node] = final
+                    continue
+        for matcher, callback, wants_ctx, rule in rules[current.op]:
+            store: dict[str, UOp] = {}
+            if matcher(current, store):
+                result = callback(ctx=ctx, **store) if wants_ctx else callback(**store)
+                if result is not None and result is not current:
+                    if fired is not None:
+                        fired(rule, current, result)
+                    if type(result) is not UOp:
+                        _bad_result(current, result)
+                    _sources_first_from(result, rules, ctx, done, fired, {node, current})
+                    done[node] = done[current] = done[result]
+                    break
+        else:
+            done[node] = done[current] = current
+
+
+def _sources_first_from(
+    root: UOp,
+    rules: RulesByOp,
+    ctx: Any,
+    done: dict[UOp, UOp],
+    fired: Fired | None,
+    active: set[UOp] | None = None,
+) -> None:
+    # The walk of a graph a rule returned (or of any graph whose nodes may already have results). The rule loop is
+    # inlined (`_apply_rules` is the same loop) and a node whose sources are all final is finished where it is
+    # met, without a trip through the stack.
     # `done` maps a node to its final form (every final form maps to itself). `active` holds the nodes whose
     # result is pending: meeting one again means a rule keeps rebuilding its own input. A stack entry is a node
     # to visit, or (node, None): its sources are final, build it, or (node, target): node's result is target's.
-    active: set[UOp] = set()
+    if active is None:
+        active = set()
+    final_form = done.__getitem__
     stack: list[UOp | tuple[UOp, UOp | None]] = [root]
     push = stack.append
     pop = stack.pop
@@ -124,7 +172,7 @@ def _sources_first_from(root: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, U
             # every source is final: build the node now
         sources = node.src
         if sources:
-            new_sources = tuple([done[source] for source in sources])
+            new_sources = tuple(map(final_form, sources))
             if new_sources != sources:
                 rebuilt = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
                 active.add(node)
