@@ -66,6 +66,7 @@ def _normalized_arg(arg: Any) -> Any:
 
 
 _NORMALIZED_TYPES: Final = frozenset({float, bool, tuple})
+_INDEX: Final = dtypes.index
 _KEEP: Final = object()
 
 
@@ -257,6 +258,8 @@ class UOp:
     @classmethod
     def const(cls, dtype: DType, value: ConstType | tuple[ConstType, ...]) -> UOp:
         """A constant of `dtype` holding `value` truncated to it (a vector dtype or a tuple gives VCONST)."""
+        if dtype is _INDEX and type(value) is int:
+            return UOp(Ops.CONST, dtype, (), value)  # the most common constant: an index int is exact already
         if isinstance(dtype, PtrDType) or not isinstance(dtype, DType) or dtype.scalar() == dtypes.void:
             raise TypeError(f"constants need a bool, int or float dtype, got {dtype!r}")
         if isinstance(value, (tuple, list)):
