@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kiln.uops import Ops, UOp, dtypes, graph_rewrite, live_uop_count
 from kiln.uops.symbolic import pm_symbolic, pm_symbolic_simple, render, simplify, sym_infer
@@ -248,3 +250,49 @@ def test_the_memos_on_simplified_nodes_die_with_them() -> None:
     simplify_fresh_sums()
     gc.collect()
     assert live_uop_count() == before
+
+
+def _read_sum(node: UOp) -> tuple[dict[UOp, int], int]:
+    # an independent reading of a canonical chain: ADD/SUB/NEG of terms, MUL by a constant, constants
+    if node.op is Ops.CONST:
+        return {}, int(node.arg)
+    if node.op in (Ops.ADD, Ops.SUB):
+        left_terms, left_constant = _read_sum(node.src[0])
+        right_terms, right_constant = _read_sum(node.src[1])
+        sign = 1 if node.op is Ops.ADD else -1
+        for term, coefficient in right_terms.items():
+            left_terms[term] = left_terms.get(term, 0) + sign * coefficient
+        return {t: c for t, c in left_terms.items() if c}, left_constant + sign * right_constant
+    if node.op is Ops.NEG:
+        terms, constant = _read_sum(node.src[0])
+        return {t: -c for t, c in terms.items()}, -constant
+    if node.op is Ops.MUL and node.src[1].op is Ops.CONST:
+        return {node.src[0]: int(node.src[1].arg)}, 0
+    return {node: 1}, 0
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5)), min_size=1, max_size=6),
+    st.integers(-40, 40),
+    st.integers(-40, 40),
+)
+@settings(max_examples=200, deadline=None)
+def test_every_remembered_sum_is_what_its_chain_reads(terms: list[tuple[int, int]], constant: int, shift: int) -> None:
+    # build_sum remembers the terms of its result and of every ADD/SUB prefix of the chain; linear_form and the
+    # `prefix + c` fast path trust them, so each must be what the node reads, and `prefix + c` must simplify to
+    # what the same sum built in another order does
+    from kiln.uops.linear_form import _CANONICAL_SUM
+
+    ranges = [UOp.range(7 + axis, axis) for axis in range(4)]
+    expression = UOp.const(dtypes.index, constant)
+    for axis, coefficient in terms:
+        expression = ranges[axis] * coefficient + expression
+    result = simplify(expression)
+    for node in result.toposort():
+        remembered = _CANONICAL_SUM.get(node)
+        if remembered is not None:
+            assert (dict(remembered[0]), remembered[1]) == _read_sum(node), node.render()
+            reordered = UOp.const(dtypes.index, shift)
+            for term, coefficient in reversed(list(_read_sum(node)[0].items())):
+                reordered = reordered + term * coefficient
+            assert simplify(node + shift) is simplify(reordered + _read_sum(node)[1])

@@ -194,8 +194,11 @@ def _is_atom(uop: UOp) -> bool:
 def _build_sum(dtype: DType, terms: Mapping[UOp, int], constant: int) -> UOp:
     ordered = sorted(terms.items(), key=lambda item: (item[1] < 0, order_key(item[0])))
     result: UOp | None = None
+    prefix_terms: Terms = {}
+    prefix_constant = 0
     if ordered and ordered[0][1] < 0 and constant > 0:
         result, constant = make_const(dtype, constant), 0  # c - x rather than -x + c
+        prefix_constant = int(result.arg)
     for term, coefficient in ordered:
         magnitude = abs(coefficient)
         scaled = term if magnitude == 1 else UOp(Ops.MUL, dtype, (term, make_const(dtype, magnitude)))
@@ -207,6 +210,11 @@ def _build_sum(dtype: DType, terms: Mapping[UOp, int], constant: int) -> UOp:
         else:
             result = UOp(Ops.ADD if coefficient > 0 else Ops.SUB, dtype, (result, scaled))
         _CANONICAL_PREFIX.set(result, True)
+        # a prefix of the chain is the canonical sum of the terms it holds (sorted the same way, the same chain is
+        # built): remember them, so that `prefix + c` (each lane of an unrolled address) takes _shift_canonical
+        prefix_terms[term] = coefficient
+        if result.op in (Ops.ADD, Ops.SUB) and _CANONICAL_SUM.missing(result):
+            _CANONICAL_SUM.set(result, (dict(prefix_terms), prefix_constant))
     if result is None:
         return make_const(dtype, constant)
     if constant == 0:
