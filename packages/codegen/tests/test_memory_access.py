@@ -15,6 +15,7 @@ from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, Program, Renderer, get_program, run_program
+from kiln.codegen.lowering import memory_access
 from kiln.codegen.lowering.memory_access import known_factor
 from kiln.uops import AxisKind, MemoryScope, Ops, PtrDType, UOp, dtypes
 
@@ -122,3 +123,41 @@ def test_known_factor() -> None:
     assert known_factor((i * 4) * (n * 2)) == 8
     assert known_factor(i + 4) == 1
     assert known_factor(n) == 1
+
+
+class _VectorALURenderer(CPULikeRenderer):
+    device = "TESTVECTORALU"
+    vector_alu = True  # accesses may start anywhere; vector values stay whole (as on LLVM)
+
+
+# lanes of one aligned access, out of order
+SWAPPED: list[tuple[str, Offset, Callable[[np.ndarray], np.ndarray]]] = [
+    ("pairs swapped", lambda i, n: i + 1 - (i % 2) * 2, lambda i: i + 1 - (i % 2) * 2),
+    ("quads reversed", lambda i, n: i + 3 - (i % 4) * 2, lambda i: i + 3 - (i % 4) * 2),
+]
+
+
+@pytest.mark.parametrize("renderer", [CPU, GPU, SCALAR, _VectorALURenderer()], ids=lambda r: r.device)
+@pytest.mark.parametrize("upcast", [2, 4, 8, 16])
+@pytest.mark.parametrize(("name", "offset", "reference"), CASES + SWAPPED, ids=[c[0] for c in CASES + SWAPPED])
+def test_a_whole_vector_access_is_the_folded_vectorize_of_its_lanes(
+    renderer: Renderer,
+    upcast: int,
+    name: str,
+    offset: Offset,
+    reference: Callable[[np.ndarray], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a load or store whose lanes are one access in order skips building VECTORIZE(GEP(access, i)...), which the
+    # lane folding turns back into the access: the program must be the one the lanes give
+    def lowered() -> list[UOp]:
+        return Program(get_program(gather_kernel(offset), renderer, (Opt(OptOps.UPCAST, 0, upcast),))).uops
+
+    with_shortcut = lowered()
+    monkeypatch.setattr(memory_access, "_one_access_in_order", lambda runs, placement: False)
+    assert lowered() == with_shortcut
+    program = Program(get_program(gather_kernel(offset), renderer, (Opt(OptOps.UPCAST, 0, upcast),)))
+    a, out = np.arange(4 * N, dtype=np.float32), np.zeros(N, np.float32)
+    global_size, local_size = program.launch_dims({"n": 3})
+    run_program(program, [out, a], {"n": 3}, global_size, local_size)
+    np.testing.assert_array_equal(out, a[reference(np.arange(N))])

@@ -118,7 +118,14 @@ def _legalize_load(ctx: Renderer, load: UOp, index: UOp) -> UOp | None:
     runs, placement = _plan(offsets, gates, _widths(pointer.dtype, ctx, len(offsets)), unaligned=ctx.vector_alu)
     scalar = load.dtype.scalar()
     loads = [UOp(Ops.LOAD, scalar.vec(run[2]), (_address(pointer, run),)) for run in runs]
+    if _one_access_in_order(runs, placement):
+        return loads[0]  # what the VECTORIZE of its lanes below folds back to, without building the lanes
     return UOp.vectorize(*(loads[access].gep(lane) for access, lane in placement))
+
+
+def _one_access_in_order(runs: list[Run], placement: list[tuple[int, int]]) -> bool:
+    # one access holds every lane, lane i at position i: the wide access is the whole vector
+    return len(runs) == 1 and all(position == (0, lane) for lane, position in enumerate(placement))
 
 
 def _legalize_store(ctx: Renderer, store: UOp, index: UOp, value: UOp) -> UOp | None:
@@ -134,6 +141,10 @@ def _legalize_store(ctx: Renderer, store: UOp, index: UOp, value: UOp) -> UOp | 
     runs, placement = _plan(
         [offsets[k] for k in kept], [gates[k] for k in kept], _widths(pointer.dtype, ctx, len(kept)), ctx.vector_alu
     )
+    if len(kept) == value.dtype.count and _one_access_in_order(runs, placement):
+        # every lane kept, in order, in one access: its value is `value` itself (what the VECTORIZE of its lanes
+        # below folds back to, without building the lanes)
+        return UOp(Ops.STORE, dtypes.void, (_address(pointer, runs[0]), value))
     values: list[list[UOp]] = [[] for _ in runs]
     for (access, _), lane in sorted(zip(placement, kept), key=lambda item: item[0]):
         values[access].append(lane_of(value, lane))
