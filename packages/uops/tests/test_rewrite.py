@@ -204,6 +204,8 @@ _RULE_POOL: list[tuple[UPat, Callable[..., UOp | None]]] = [
     # alternatives with different root ops (one of them commutative), and a rule binding one name twice
     (UPat.any(-UPat.cvar("c", vec=False), UPat.var("y") * UPat.cvar("c", vec=False)), lambda c, **_: -c),
     (_x + _x, lambda x: x * 2),
+    # a result holding a node that another rule rewrites (y -> 3 above): it must be rebuilt on that node's result
+    (UPat(Ops.DEFINE_VAR, arg=VarArg("x", 0, 9)), lambda: -y_var),
 ]
 
 
@@ -276,3 +278,15 @@ def test_a_wildcard_root_pattern_is_tried_on_every_op() -> None:
     assert sorted(seen, key=lambda op: op.value) == sorted(
         [Ops.DEFINE_VAR, Ops.DEFINE_VAR, Ops.ADD, Ops.NEG, Ops.CONST, Ops.SINK], key=lambda op: op.value
     )
+
+
+def test_a_result_holding_an_already_rewritten_node_is_rebuilt_on_its_result() -> None:
+    # y -> 3, then x -> -y: y was rewritten before x is reached, so the result -y must become -3
+    pm = PatternMatcher(
+        [
+            (UPat(Ops.DEFINE_VAR, arg=VarArg("y", 0, 9)), lambda: _three),
+            (UPat(Ops.DEFINE_VAR, arg=VarArg("x", 0, 9)), lambda: -y_var),
+        ]
+    )
+    assert graph_rewrite(y_var + x_var, pm) is _three + -_three
+    assert graph_rewrite(x_var + y_var, pm) is -_three + _three
