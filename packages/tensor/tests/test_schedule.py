@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kiln.tensor import GlobalCounters, Tensor, graph
 from kiln.tensor.realize import default_engine
 from kiln.tensor.schedule import CopyStep, KernelStep
+from kiln.tensor.schedule.row_fusion import ROW_FUSION_BYTES
 from kiln.uops import Ops, dtypes
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -135,26 +136,61 @@ def test_dependent_outputs_are_not_merged() -> None:
     np.testing.assert_array_equal(second.numpy(), (np.arange(6) + 1.0) ** 2)
 
 
-def test_expand_after_reduce_gets_a_buffer() -> None:
+def test_reduce_over_a_short_row_stays_in_its_reader() -> None:
+    # row fusion: the max is computed once per row inside the kernel that subtracts it, no buffer
     values = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
     a = _tensor(values)
+    centered = a._binary(Ops.SUB, a._reduce(Ops.MAX, (1,))._movement(Ops.EXPAND, a.shape))
+    plan = plan_of(centered)
+    assert plan.kernel_count == 1 and not plan.temporaries
+    np.testing.assert_allclose(centered.numpy(), values - values.max(1, keepdims=True))
+
+
+def test_expand_after_column_reduce_gets_a_buffer() -> None:
+    # a column max read back over the rows would sit inside the row loop (recomputed per row): it is cut
+    values = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
+    a = _tensor(values)
+    centered = a._binary(Ops.SUB, a._reduce(Ops.MAX, (0,))._movement(Ops.EXPAND, a.shape))
+    plan = plan_of(centered)
+    assert plan.kernel_count == 2 and len(plan.temporaries) == 1
+    np.testing.assert_allclose(centered.numpy(), values - values.max(0, keepdims=True))
+
+
+def test_expand_after_reduce_of_a_long_row_gets_a_buffer() -> None:
+    # a row past ROW_FUSION_BYTES does not stay in the cache between the loops: the reduce is cut as before
+    length = ROW_FUSION_BYTES // 4 * 2
+    values = np.random.default_rng(1).standard_normal((2, length)).astype(np.float32)
+    a = Tensor(values, device="CPU")
     centered = a._binary(Ops.SUB, a._reduce(Ops.MAX, (1,))._movement(Ops.EXPAND, a.shape))
     plan = plan_of(centered)
     assert plan.kernel_count == 2 and len(plan.temporaries) == 1
     np.testing.assert_allclose(centered.numpy(), values - values.max(1, keepdims=True))
 
 
-def test_nested_reduce_gets_a_buffer() -> None:
-    values = np.arange(24, dtype=np.float32).reshape(4, 6)
-    a = _tensor(values)
+def _nested(values: np.ndarray, device: str) -> Tensor:
+    a = Tensor(values, device=device)
+    rows = values.shape[0]
     inner = (
         a._reduce(Ops.ADD, (1,))
-        ._movement(Ops.RESHAPE, (1, 4))
-        ._binary(Ops.MUL, const_like(a, 0.5)._movement(Ops.SHRINK, ((0, 1), (0, 4))))
+        ._movement(Ops.RESHAPE, (1, rows))
+        ._binary(Ops.MUL, Tensor._const(0.5, (1, rows), a.dtype, a.device))
     )
-    outer = inner._reduce(Ops.MAX, (1,))
-    assert plan_of(outer).kernel_count == 2
+    return inner._reduce(Ops.MAX, (1,))
+
+
+def test_nested_reduce_over_short_rows_is_one_kernel() -> None:
+    values = np.arange(24, dtype=np.float32).reshape(4, 6)
+    outer = _nested(values, FAST_DEVICE)
+    assert plan_of(outer).kernel_count == 1
     np.testing.assert_allclose(outer.numpy(), [[(values.sum(1) * 0.5).max()]])
+
+
+def test_nested_reduce_gets_a_buffer() -> None:
+    # the outer reduce's row is too long for row fusion: the inner reduce gets a buffer
+    values = np.random.default_rng(2).standard_normal((ROW_FUSION_BYTES // 4 * 2, 3)).astype(np.float32)
+    outer = _nested(values, "CPU")
+    assert plan_of(outer).kernel_count == 2
+    np.testing.assert_allclose(outer.numpy(), [[(values.sum(1) * 0.5).max()]], rtol=1e-6)
 
 
 def test_reduce_used_twice_is_computed_once() -> None:
@@ -175,7 +211,8 @@ def test_temporaries_reuse_memory() -> None:
         node = node._binary(Ops.SUB, peak)._binary(Ops.MUL, const_like(node, 3.0)).contiguous()
         expected = (expected - expected.max(1, keepdims=True)) * 3
     plan = plan_of(node)
-    assert len(plan.temporaries) == 7  # four maxima, three intermediate steps (the last one is the output)
+    # three intermediate steps (the last one is the output); each max is computed inside its step (row fusion)
+    assert len(plan.temporaries) == 3
     assert len(plan.slot_bytes) < len(plan.temporaries)
     assert sum(plan.slot_bytes) < sum(spec.nbytes for spec in plan.temporaries)
     np.testing.assert_allclose(node.numpy(), expected, rtol=1e-5)

@@ -201,11 +201,11 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
         _check(renderer.has_threads, f"THREAD needs a renderer with CPU threads; {renderer!r} has none")
         _check(not axes_of(sink, AxisKind.THREAD), "THREAD: the kernel already has a THREAD axis")
         _check(amount <= renderer.thread_max, f"THREAD: {amount} threads exceed the limit {renderer.thread_max}")
-    if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
-        lanes = lane_count(sink) * amount
-        _check(lanes <= MAX_LANES, f"{opt.op.name} by {amount} makes {lanes} vector lanes (limit {MAX_LANES})")
     top = opt.op in (OptOps.GROUPTOP, OptOps.THREAD)
     result = _split(sink, rng, amount, _SPLIT_KIND[opt.op], top)
+    if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+        lanes = lane_count(result)
+        _check(lanes <= MAX_LANES, f"{opt.op.name} by {amount} makes {lanes} vector lanes (limit {MAX_LANES})")
     if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
         _local_indices_fit(result, renderer)
     if opt.op in (OptOps.GROUP, OptOps.GROUPTOP):

@@ -320,21 +320,48 @@ def _product_rows(build: _Builder, operands: tuple[UOp, UOp]) -> None:
 
 
 def _vector_reduce_unroll(build: _Builder) -> bool:
-    """UNROLL the innermost reduce axis along which a load is contiguous by a vector width (step 3v of the module
-    docstring, vector-ALU CPU renderers): whole-vector loads, elementwise work (exp of a softmax) in vector lanes."""
-    reduce_axes = axes_of(build.sink, AxisKind.REDUCE)
-    if not reduce_axes:
-        return False
-    last = reduce_axes[-1]
-    loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
-    if not any(stride_of(index.src[1], last) == 1 for index in loads):
-        return False
-    # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes
-    widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
-    width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
-    if width is None or _divides_axis(loads, last, width):
-        return False
-    return build.attempt(Opt(OptOps.UNROLL, last.arg.axis, width))
+    """UNROLL, for each REDUCE, its innermost reduce axis along which a load is contiguous by a vector width (step 3v
+    of the module docstring, vector-ALU CPU renderers): whole-vector loads, elementwise work (exp of a softmax) in
+    vector lanes. A row kernel (softmax: max, sum, output) has one loop per reduce: each is unrolled."""
+    chosen: list[int] = []
+    for reduction in reduces_of(build.sink):
+        own = sorted((r for r in reduction.src[1:] if r.op is Ops.RANGE and r.arg.kind is AxisKind.REDUCE), key=_axis)
+        if own and own[-1].arg.axis not in chosen:
+            chosen.append(own[-1].arg.axis)
+    unrolled = False
+    for axis in chosen:
+        last = range_by_axis(build.sink)[axis]
+        loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
+        if not any(stride_of(index.src[1], last) == 1 for index in loads):
+            continue
+        # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes
+        widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
+        width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
+        if width is not None and not _divides_axis(loads, last, width):
+            unrolled = build.attempt(Opt(OptOps.UNROLL, axis, width)) or unrolled
+    return unrolled
+
+
+def _axis(rng: UOp) -> int:
+    return int(rng.arg.axis)
+
+
+def _row_output_upcast(build: _Builder) -> None:
+    """UPCAST the innermost output axis of a row kernel by the vector width (step 3v): an axis with contiguous stores
+    that no REDUCE depends on runs over the row the reduces were computed from (softmax's output loop)."""
+    reductions = reduces_of(build.sink)
+    if not reductions:
+        return
+    used = set().union(*(r.src[0].toposort() for r in reductions))
+    store_indices = _store_indices(build.sink)
+    widths = tuple(w for w in build.renderer.vector_widths if w > 1)
+    for rng in reversed(_output_axes(build.sink)):
+        if rng in used or not store_indices or not all(stride_of(index, rng) == 1 for index in store_indices):
+            continue
+        width = _largest_dividing(constant_size(rng), widths, constant_size(rng) or 0)
+        if width is not None:
+            build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, width))
+        return
 
 
 def _divides_axis(indices: list[UOp], rng: UOp, width: int = 0) -> bool:
@@ -380,6 +407,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
         tiled = tiled or (products is not None and _vector_product_unroll(build, products))
         if tiled or _vector_reduce_unroll(build):
             blocked = unrolled = True
+            if not tiled:
+                _row_output_upcast(build)
     elif operands is not None:
         for axis in reversed([r.arg.axis for r in _output_axes(build.sink)]):
             operands = _matmul_operands(build.sink)

@@ -40,8 +40,22 @@ def product_of_sizes(ranges: list[UOp]) -> int:
 
 
 def lane_count(sink: UOp) -> int:
-    """How many vector lanes the kernel expands to: the product of its UPCAST and UNROLL sizes."""
-    return product_of_sizes(axes_of(sink, AxisKind.UPCAST, AxisKind.UNROLL))
+    """How many vector lanes the widest value of the kernel expands to: the product of the UPCAST and UNROLL sizes
+    it depends on. A REDUCE folds its own lanes, so the reduces of a row kernel (softmax: max, then sum, then the
+    output) each count their own unroll, not the product of all of them."""
+    expanded: dict[UOp, frozenset[UOp]] = {}
+    widest = 1
+    for node in sink.toposort():
+        if node.op is Ops.RANGE:
+            lanes = frozenset({node}) if node.arg.kind in (AxisKind.UPCAST, AxisKind.UNROLL) else frozenset()
+        else:
+            lanes = frozenset().union(*(expanded[source] for source in node.src))
+            if node.op is Ops.REDUCE:
+                lanes -= frozenset(node.src[1:])
+        expanded[node] = lanes
+        if lanes:
+            widest = max(widest, product_of_sizes(list(lanes)))
+    return widest
 
 
 def uses_nolocals(sink: UOp) -> bool:

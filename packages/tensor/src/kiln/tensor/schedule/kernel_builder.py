@@ -61,6 +61,8 @@ class KernelStats:
     loads: dict[UOp, set[tuple[UOp, UOp | None]]] = field(default_factory=dict)
     racing_assigns: set[UOp] = field(default_factory=set)
     size: int = 0
+    built_reduces: dict[UOp, UOp] = field(default_factory=dict)
+    """Each REDUCE of the kernel and the REDUCE_AXIS node it computes."""
 
 
 class KernelTooLarge(Exception):
@@ -100,7 +102,8 @@ class KernelBuilder:
         self.memo: dict[Key, UOp] = {}
         self.globals: dict[BufferRef, UOp] = {}
         self.slots: list[BufferRef] = []
-        self.reduce_ranges: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[UOp, ...]] = {}
+        self.reduce_ranges: dict[tuple[tuple[int, ...], tuple[int, ...], int], tuple[UOp, ...]] = {}
+        self.reduce_depths: dict[UOp, int] = {}
         self.next_axis = 0
         self.stats = KernelStats()
 
@@ -190,7 +193,9 @@ class KernelBuilder:
         if math.prod(source_shape) == 0:
             identity = _reduce_identity(op, node.dtype)
             return [], lambda _: identity
-        range_key = (source_shape, axes)
+        # reduces of the same shape share their loop, unless one needs the other's result (softmax's sum needs the
+        # max): a reduce gets the loop of its nesting depth, so a chain of row reduces runs one loop after the other
+        range_key = (source_shape, axes, self._reduce_depth(node))
         ranges = self.reduce_ranges.get(range_key)
         if ranges is None:
             ranges = tuple(self._new_range(source_shape[axis], AxisKind.REDUCE) for axis in axes)
@@ -198,7 +203,24 @@ class KernelBuilder:
         by_axis = dict(zip(axes, ranges))
         source_indices = tuple(by_axis.get(axis, index) for axis, index in enumerate(indices))
         live = tuple(r for r in ranges if r.op is Ops.RANGE)
-        return [(source, source_indices, gate)], lambda values: values[0].reduce(*live, op=op) if live else values[0]
+        if not live:
+            return [(source, source_indices, gate)], _first
+
+        def combine(values: Sequence[UOp]) -> UOp:
+            reduced = values[0].reduce(*live, op=op)
+            self.stats.built_reduces[reduced] = node
+            return reduced
+
+        return [(source, source_indices, gate)], combine
+
+    def _reduce_depth(self, node: UOp) -> int:
+        # 1 + the deepest reduce this kernel computes inside `node`'s source (leaves are loads: not computed here)
+        found = self.reduce_depths.get(node)
+        if found is None:
+            inner = node.src[0].toposort(gate=lambda n: n not in self.leaves)
+            nested = [n for n in inner if n.op is Ops.REDUCE_AXIS and n not in self.leaves]
+            found = self.reduce_depths[node] = 1 + max((self._reduce_depth(n) for n in nested), default=0)
+        return found
 
     def _new_range(self, size: int, kind: AxisKind) -> UOp:
         if size == 1:

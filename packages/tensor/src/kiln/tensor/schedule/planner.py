@@ -39,6 +39,7 @@ from kiln.tensor.schedule.kernel_builder import (
     LeafBuffer,
 )
 from kiln.tensor.schedule.memory_planner import plan_temporaries
+from kiln.tensor.schedule.row_fusion import fits_in_a_row, recomputed_reduces
 from kiln.tensor.schedule.split_reduce import split_large_reductions
 from kiln.uops import GroupOp, Ops, UOp, dtypes, trace
 
@@ -126,6 +127,9 @@ class _Planner:
         self.position = {node: i for i, node in enumerate(self.order)}
         self.points: dict[UOp, None] = {}
         self.reasons: dict[UOp, str] = {}  # why each point is one (the viz trace shows it as a refused fusion)
+        # values read through an expand left in their readers by row fusion: the reason they would be a point, and
+        # the reduces they hold (if a built kernel would recompute one, the value becomes a point after all)
+        self.row_fused: dict[UOp, tuple[str, frozenset[UOp]]] = {}
 
     def mark(self, node: UOp, reason: str) -> None:
         """Make `node` a point (its value gets a buffer), remembering the first reason."""
@@ -180,20 +184,27 @@ class _Planner:
             if self._is_boundary(source) or ratio <= 1:
                 continue
             inner = [n for n in self._subtree(source) if not self._is_boundary(n) or n is source]
-            has_reduce = any(n.op is Ops.REDUCE_AXIS for n in inner)
+            reduces = frozenset(n for n in inner if n.op is Ops.REDUCE_AXIS)
             constant = _constant_only(inner)
             alu = [n for n in inner if n.op in GroupOp.ALU and not (n in constant and _cheap_integer_op(n))]
             costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
-            if has_reduce or (costly and ratio >= _COSTLY_EXPAND_RATIO):
-                what = "a reduce" if has_reduce else "a costly elementwise value"
-                self.mark(source, f"{what} read through an expand would be recomputed {ratio:g} times per value")
+            if reduces or (costly and ratio >= _COSTLY_EXPAND_RATIO):
+                what = "a reduce" if reduces else "a costly elementwise value"
+                reason = f"{what} read through an expand would be recomputed {ratio:g} times per value"
+                if reduces and all(fits_in_a_row(n) for n in reduces):
+                    # row fusion: computed once per row inside the reader, checked once the kernel is built
+                    self.row_fused[source] = (reason, reduces)
+                else:
+                    self.mark(source, reason)
 
     def _nested_reduce_rule(self) -> None:
         for node in self.order:
             if node.op is not Ops.REDUCE_AXIS or self._is_boundary(node.src[0]):
                 continue
             for inner in self._subtree(node.src[0]):
-                if inner.op is Ops.REDUCE_AXIS and not self._is_boundary(inner):
+                if inner.op is not Ops.REDUCE_AXIS or self._is_boundary(inner):
+                    continue
+                if not (fits_in_a_row(inner) and fits_in_a_row(node)):
                     self.mark(inner, "a reduce nested inside another reduce")
 
     # -- step 2 -----------------------------------------------------------------------------------------------------
@@ -240,6 +251,13 @@ class _Planner:
         for reduce, count in reduce_users.items():
             if count > 1:
                 found.setdefault(reduce, f"a reduce needed by {count} kernels")
+        for kernel in kernels:
+            if kernel.ast is None:
+                continue
+            for reduce in recomputed_reduces(kernel.ast, kernel.stats.built_reduces):
+                # cut where the planner would have cut without row fusion
+                cuts = {v: why for v, (why, held) in self.row_fused.items() if reduce in held and v not in self.points}
+                found.update(cuts or {reduce: "a reduce nested inside another reduce (its loops would recompute it)"})
         if found:
             return found
         for kernel in kernels:

@@ -1,0 +1,82 @@
+"""Row fusion: a reduce over short rows stays in the kernel that reads it back over the same rows.
+
+softmax, log_softmax, layer_norm, rms_norm and logsumexp reduce a row, broadcast the result back over the row and
+reduce or store again: max, then sum(exp(x - max)), then exp(x - max) / sum. Cut at every reduce this is three
+kernels, and the whole array crosses memory once per kernel plus a write. When a row is small enough to stay in the
+cache (`ROW_FUSION_BYTES`), one kernel does it all: for each row, a loop computes the max, a second loop the sum, a
+third one the output; the row is read from memory once.
+
+The planner keeps such a reduce in its reader (instead of giving it a buffer) when every reduce involved is over
+short rows (`fits_in_a_row`). Whether the fused kernel really computes each reduce once per row is only known once
+it is built: the reduce must not depend on a loop that also runs over the row it broadcasts into (a column sum read
+back over the rows would sit inside the row loop). `recomputed_reduces` reads that off the built kernel, and the
+planner gives such a reduce a buffer after all (today's cut).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from kiln.tensor.graph import shape_of
+from kiln.uops import Ops, UOp
+
+ROW_FUSION_BYTES = 1 << 14
+"""Largest row (reduced elements times their size) a reduce may have to stay in the kernel that reads it back."""
+
+
+def fits_in_a_row(reduce: UOp) -> bool:
+    """Whether REDUCE_AXIS `reduce` reduces rows of at most ROW_FUSION_BYTES (it may then be fused into its reader)."""
+    source = reduce.src[0]
+    shape = shape_of(source)
+    reduced = math.prod(shape[axis] for axis in reduce.arg.axes)
+    return reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
+
+
+def _open_ranges(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    # the RANGEs each node of a built kernel depends on that no REDUCE on the way closes
+    found: dict[UOp, frozenset[UOp]] = {}
+    for node in sink.toposort():
+        if node.op is Ops.RANGE:
+            found[node] = frozenset({node})
+        elif node.op is Ops.REDUCE:
+            found[node] = found[node.src[0]] - frozenset(node.src[1:])
+        else:
+            found[node] = frozenset().union(*(found[source] for source in node.src))
+    return found
+
+
+def recomputed_reduces(sink: UOp, reduces: Mapping[UOp, UOp]) -> list[UOp]:
+    """The tensor-graph reduces of a built kernel `sink` that its loops would compute more than once per value.
+
+    `reduces` maps each REDUCE of the kernel to the REDUCE_AXIS node it computes. A REDUCE runs once per iteration
+    of the loops it depends on and of every loop around those: the output loops before it (they nest in order)
+    and, inside another reduce, that reduce's loops and the loops around it. More runs than the reduce has values
+    means it sits inside a loop it does not depend on.
+    """
+    open_map = _open_ranges(sink)
+    output_loops: list[UOp] = []
+    for node in sink.src:
+        if node.op is Ops.END:
+            output_loops.extend(r for r in node.src[1:] if r.op is Ops.RANGE and r not in output_loops)
+    output_loops.sort(key=lambda r: r.arg.axis)
+    enclosing: dict[UOp, frozenset[UOp]] = {
+        loop: frozenset(output_loops[:position]) for position, loop in enumerate(output_loops)
+    }
+    for uop in reduces:
+        own = sorted((r for r in uop.src[1:] if r.op is Ops.RANGE), key=lambda r: r.arg.axis)
+        for position, rng in enumerate(own):
+            enclosing[rng] = open_map[uop] | frozenset(own[:position])
+    found = []
+    for uop, node in reduces.items():
+        loops: set[UOp] = set()
+        pending = list(open_map[uop])
+        while pending:
+            rng = pending.pop()
+            if rng not in loops:
+                loops.add(rng)
+                pending.extend(enclosing.get(rng, ()))
+        runs = math.prod(int(rng.src[0].vmax) for rng in loops)
+        if runs > math.prod(shape_of(node)):
+            found.append(node)
+    return found
