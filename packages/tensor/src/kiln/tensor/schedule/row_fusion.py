@@ -21,16 +21,24 @@ from collections.abc import Mapping
 from kiln.tensor.graph import shape_of
 from kiln.uops import Ops, UOp
 
-ROW_FUSION_BYTES = 1 << 14
-"""Largest row (reduced elements times their size) a reduce may have to stay in the kernel that reads it back."""
+ROW_FUSION_BYTES = 1 << 15
+"""Largest row (reduced elements times their size) a reduce may have to stay in the kernel that reads it back: a
+core's L1 (32 KiB on the development box; its L2 holds many such rows). Softmax and layer_norm over (N, 1024) to
+(N, 8192) float32 measured equal or faster fused (CPU time, LLVM renderer); longer rows are split in two stages
+anyway from 32768 elements (split_reduce.py)."""
+ROW_FUSION_MIN_ELEMENTS = 32
+"""Shortest row a fused reduce may have. A short row leaves each reduce loop a few scalar iterations, while the
+separate kernels put 16 rows in vector lanes: log_softmax over rows of 2 / 4 / 8 measured 10x / 8x / 1.06x slower
+fused, 16 about even, 32 and longer equal or faster (4M float32 elements, LLVM renderer)."""
 
 
 def fits_in_a_row(reduce: UOp) -> bool:
-    """Whether REDUCE_AXIS `reduce` reduces rows of at most ROW_FUSION_BYTES (it may then be fused into its reader)."""
+    """Whether REDUCE_AXIS `reduce` reduces rows of ROW_FUSION_MIN_ELEMENTS up to ROW_FUSION_BYTES (it may then be
+    fused into the kernel that reads it back)."""
     source = reduce.src[0]
     shape = shape_of(source)
     reduced = math.prod(shape[axis] for axis in reduce.arg.axes)
-    return reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
+    return reduced >= ROW_FUSION_MIN_ELEMENTS and reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
 
 
 def _open_ranges(sink: UOp) -> dict[UOp, frozenset[UOp]]:
