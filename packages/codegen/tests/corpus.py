@@ -388,6 +388,59 @@ def softmax() -> KernelCase:
     )
 
 
+@case
+def row_norm() -> KernelCase:
+    # layer_norm's row kernel: the mean, then the variance around it (a reduce that needs the first), then the output
+    rows, columns = 5, 24
+    out, a = buffer(0, dtypes.float32, rows * columns), buffer(1, dtypes.float32, rows * columns)
+    i, j, r_mean, r_var = loop(rows, 0), loop(columns, 1), reduce_range(columns, 2), reduce_range(columns, 3)
+    mean = a.index(i * columns + r_mean).load().reduce(r_mean) * (1 / columns)
+    centered = a.index(i * columns + r_var).load() - mean
+    variance = (centered * centered).reduce(r_var) * (1 / columns)
+    value = (a.index(i * columns + j).load() - mean) / (variance + 1.0)
+    sink = kernel("row_norm", write(out, i * columns + j, value, i, j))
+
+    def reference(arrays: Arrays, v: dict[str, int]) -> Arrays:
+        x = arrays[0].reshape(rows, columns)
+        mean = x.sum(axis=1, keepdims=True) * np.float32(1 / columns)
+        variance = ((x - mean) ** 2).sum(axis=1, keepdims=True) * np.float32(1 / columns)
+        return [((x - mean) / (variance + 1)).reshape(-1)]
+
+    return KernelCase(
+        "row_norm",
+        sink,
+        ((dtypes.float32, rows * columns),) * 2,
+        1,
+        inputs_of((normal(), rows * columns)),
+        reference,
+        exact=False,
+    )
+
+
+@case
+def sum_of_row_maxima() -> KernelCase:
+    # a row reduce nested in an outer reduce over the rows (cross-entropy's shape): the max runs once per row
+    rows, columns = 6, 16
+    out, a = buffer(0, dtypes.float32, 1), buffer(1, dtypes.float32, rows * columns)
+    r_rows, r_max = reduce_range(rows, 0), reduce_range(columns, 1)
+    peak = a.index(r_rows * columns + r_max).load().reduce(r_max, op=Ops.MAX)
+    value = (a.index(r_rows * columns + 3).load() - peak).reduce(r_rows)
+    sink = kernel("sum_of_row_maxima", write(out, 0, value))
+
+    def reference(arrays: Arrays, v: dict[str, int]) -> Arrays:
+        x = arrays[0].reshape(rows, columns)
+        return [np.array([(x[:, 3] - x.max(axis=1)).sum()], np.float32)]
+
+    return KernelCase(
+        "sum_of_row_maxima",
+        sink,
+        ((dtypes.float32, 1), (dtypes.float32, rows * columns)),
+        1,
+        inputs_of((small_ints(-9, 10), rows * columns)),
+        reference,
+    )
+
+
 # ---- padding (gated loads) ---------------------------------------------------------------------------------------
 
 

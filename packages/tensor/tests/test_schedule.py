@@ -158,7 +158,7 @@ def test_expand_after_reduce_of_a_very_short_row_gets_a_buffer() -> None:
 
 def test_expand_after_column_reduce_gets_a_buffer() -> None:
     # a column max read back over the rows would sit inside the row loop (recomputed per row): it is cut
-    values = np.random.default_rng(1).standard_normal((5, 7)).astype(np.float32)
+    values = np.random.default_rng(1).standard_normal((ROW_FUSION_MIN_ELEMENTS + 8, 7)).astype(np.float32)
     a = _tensor(values)
     centered = a._binary(Ops.SUB, a._reduce(Ops.MAX, (0,))._movement(Ops.EXPAND, a.shape))
     plan = plan_of(centered)

@@ -60,9 +60,16 @@ def _check(condition: bool, message: str) -> None:
 
 
 def prepare_axes(sink: UOp, renderer: Renderer) -> UOp:
-    """Loops become GLOBAL axes on renderers with local threads (GLOBAL become loops on the others)."""
+    """Loops become GLOBAL axes on renderers with local threads (GLOBAL become loops on the others), except a loop
+    some REDUCE does not depend on: the loop over a row after its reduces (softmax's output loop, the scheduler's
+    row fusion). As threads, every one of them would compute the row's reduces again; as a loop, each thread
+    computes them once and then walks the row."""
     source, target = (AxisKind.LOOP, AxisKind.GLOBAL) if renderer.has_local else (AxisKind.GLOBAL, AxisKind.LOOP)
-    values = {r: UOp.range(r.src[0], r.arg.axis, target) for r in kernel_ranges(sink) if r.arg.kind is source}
+    candidates = [r for r in kernel_ranges(sink) if r.arg.kind is source]
+    if renderer.has_local and candidates:
+        depends = [set(reduction.toposort()) for reduction in reduces_of(sink)]
+        candidates = [r for r in candidates if all(r in needed for needed in depends)]
+    values = {r: UOp.range(r.src[0], r.arg.axis, target) for r in candidates}
     return replace_ranges(sink, values) if values else sink
 
 
