@@ -49,13 +49,20 @@ The recipe, in order (each step is skipped when its opt is illegal):
        in output lanes); not when an index divides the axis by an amount the lanes would straddle, but a block
        size the width divides is fine (a Q8_0 row: k/32, k%32; its matrix-vector product measured 3-6x faster
        with 16 lanes per block than with 16 output rows of byte gathers); else step 3 as above.
+       A row kernel (the scheduler's row fusion: softmax's max loop, sum loop and output loop per row) has one
+       reduce axis per REDUCE: each is unrolled so, and the innermost output axis that no REDUCE depends on (the
+       output loop over the row) is upcast by the vector width as in step 3. `lane_count` counts each REDUCE's own
+       lanes (the 16 x 16 x 16 lanes of the three loops are 16 per value, not 4096).
 4. A reduce axis not unrolled yet is unrolled fully when its size is at most 8, else by 4 when that divides it
    (on vector-ALU CPU renderers with output lanes, only the full unroll: the 4-long reduce of a convolution's
    input gradient (col2im) measured 4x faster without its loop).
-5. Renderers with local threads: LOCAL on the output axes, innermost first, by the largest of 32/16/8/4/2 that
-   divides the axis while the block stays within 128 threads (and the renderer's limit); at most two axes.
+5. Renderers with local threads (`prepare_axes` made their loops GLOBAL axes, all but a row kernel's output
+   loop: as threads, each would compute the row's reduces again): LOCAL on the output axes, innermost first, by
+   the largest of 32/16/8/4/2 that divides the axis while the block stays within 128 threads (and the renderer's
+   limit); at most two axes.
 6. Renderers with CPU threads: THREAD on the outermost loop axis by the largest divisor of its size that is at
-   most `thread_max`, when the kernel does at least 2**14 iterations of work in total.
+   most `thread_max`, when the kernel does at least 2**14 iterations of work in total (`loop_work`: the loops of
+   a row kernel add up, they are not nested in each other).
 """
 
 from __future__ import annotations
@@ -63,7 +70,14 @@ from __future__ import annotations
 from kiln.codegen.kernel_info import KernelOptError, Opt, OptOps
 from kiln.codegen.loop_structure import range_by_axis
 from kiln.codegen.opt.apply import apply_opt, prepare_axes
-from kiln.codegen.opt.kernel_axes import axes_of, constant_size, product_of_sizes, reduces_of, stride_of
+from kiln.codegen.opt.kernel_axes import (
+    axes_of,
+    constant_size,
+    loop_work,
+    product_of_sizes,
+    reduces_of,
+    stride_of,
+)
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp
 
@@ -459,7 +473,7 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
 
     # 6. CPU threads over the outermost loop
     if renderer.has_threads and renderer.thread_max > 1:
-        work = product_of_sizes(axes_of(build.sink))
+        work = loop_work(build.sink)
         loops = axes_of(build.sink, AxisKind.LOOP)
         if loops and work >= THREAD_WORK_MINIMUM:
             loop_size = constant_size(loops[0])

@@ -58,6 +58,23 @@ def lane_count(sink: UOp) -> int:
     return widest
 
 
+def loop_work(sink: UOp) -> int:
+    """Iterations the kernel's loop nests run in total: each REDUCE runs over its own ranges and the ones around it,
+    each store over its loops. A row kernel's loops (max, sum, output per row) add up rather than multiply."""
+    running: dict[UOp, frozenset[UOp]] = {}
+    total = 0
+    for node in sink.toposort():
+        if node.op is Ops.RANGE:
+            running[node] = frozenset({node})
+            continue
+        ranges = frozenset().union(*(running[source] for source in node.src))
+        if node.op in (Ops.REDUCE, Ops.END):
+            total += product_of_sizes(list(ranges))
+            ranges -= frozenset(node.src[1:])
+        running[node] = ranges
+    return max(total, 1)
+
+
 def uses_nolocals(sink: UOp) -> bool:
     """True once NOLOCALS was applied."""
     return any(opt.op is OptOps.NOLOCALS for opt in applied_opts(sink))

@@ -103,7 +103,7 @@ class KernelBuilder:
         self.globals: dict[BufferRef, UOp] = {}
         self.slots: list[BufferRef] = []
         self.reduce_ranges: dict[tuple[tuple[int, ...], tuple[int, ...], int], tuple[UOp, ...]] = {}
-        self.reduce_depths: dict[UOp, int] = {}
+        self.reduce_depths: dict[UOp, int] = {}  # tensor-graph node -> reduces on the deepest path into it
         self.next_axis = 0
         self.stats = KernelStats()
 
@@ -214,13 +214,15 @@ class KernelBuilder:
         return [(source, source_indices, gate)], combine
 
     def _reduce_depth(self, node: UOp) -> int:
-        # 1 + the deepest reduce this kernel computes inside `node`'s source (leaves are loads: not computed here)
-        found = self.reduce_depths.get(node)
-        if found is None:
-            inner = node.src[0].toposort(gate=lambda n: n not in self.leaves)
-            nested = [n for n in inner if n.op is Ops.REDUCE_AXIS and n not in self.leaves]
-            found = self.reduce_depths[node] = 1 + max((self._reduce_depth(n) for n in nested), default=0)
-        return found
+        # how many reduces this kernel computes on the deepest path into REDUCE_AXIS `node`, itself included (leaves
+        # are loads: not computed here); one walk shared by every reduce of the kernel
+        depths = self.reduce_depths
+        for inner in node.src[0].toposort(gate=lambda n: n not in self.leaves and n not in depths):
+            if inner in depths:
+                continue
+            below = 0 if inner in self.leaves else max((depths[s] for s in inner.src), default=0)
+            depths[inner] = below + 1 if inner.op is Ops.REDUCE_AXIS and inner not in self.leaves else below
+        return depths[node.src[0]] + 1
 
     def _new_range(self, size: int, kind: AxisKind) -> UOp:
         if size == 1:

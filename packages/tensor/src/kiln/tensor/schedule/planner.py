@@ -3,10 +3,12 @@
 0. Split reductions of very many elements into two stages (split_reduce.py).
 1. Decide where buffers must exist ("points"): requested values that are not already a buffer, CONTIGUOUS, COPY
    (and its source), ASSIGN, a reduce or costly value read through an EXPAND (it would be recomputed for every
-   expanded element), a reduce nested in another reduce.
+   expanded element), a reduce nested in another reduce. Row fusion (row_fusion.py) exempts reduces over short
+   rows from the last two: softmax's max, sum and output stay one kernel that loops over each row three times.
 2. Build one kernel per point (`KernelBuilder`); everything between points fuses into the kernel that reads it.
-   Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, or a node
-   needed at many index sets (a recomputation blow-up), becomes a point too, and the kernels are built again.
+   Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, a row-fused
+   reduce the kernel's loops would run more than once per value (a column reduce read back over the rows), or a
+   node needed at many index sets (a recomputation blow-up), becomes a point too, and the kernels are built again.
 3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels.
 4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
    the rest: temporaries) and let temporaries with disjoint lifetimes share memory.

@@ -37,7 +37,7 @@ def fits_in_a_row(reduce: UOp) -> bool:
     fused into the kernel that reads it back)."""
     source = reduce.src[0]
     shape = shape_of(source)
-    reduced = math.prod(shape[axis] for axis in reduce.arg.axes)
+    reduced: int = math.prod(shape[axis] for axis in reduce.arg.axes)
     return reduced >= ROW_FUSION_MIN_ELEMENTS and reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
 
 
