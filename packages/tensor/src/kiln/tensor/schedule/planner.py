@@ -7,8 +7,9 @@
    rows from the last two: softmax's max, sum and output stay one kernel that loops over each row three times.
 2. Build one kernel per point (`KernelBuilder`); everything between points fuses into the kernel that reads it.
    Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, a row-fused
-   reduce the kernel's loops would run more than once per value (a column reduce read back over the rows), or a
-   node needed at many index sets (a recomputation blow-up), becomes a point too, and the kernels are built again.
+   reduce the kernel's loops would run more than once per value (a column reduce read back over the rows) or
+   inside another reduce's loop, or a node needed at many index sets (a recomputation blow-up), becomes a point
+   too, and the kernels are built again.
 3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels.
 4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
    the rest: temporaries) and let temporaries with disjoint lifetimes share memory.
@@ -259,7 +260,7 @@ class _Planner:
             for reduce in recomputed_reduces(kernel.ast, kernel.stats.built_reduces):
                 # cut where the planner would have cut without row fusion
                 cuts = {v: why for v, (why, held) in self.row_fused.items() if reduce in held and v not in self.points}
-                found.update(cuts or {reduce: "a reduce nested inside another reduce (its loops would recompute it)"})
+                found.update(cuts or {reduce: "a reduce nested inside another reduce (recomputed, or run serially)"})
         if found:
             return found
         for kernel in kernels:

@@ -9,8 +9,9 @@ third one the output; the row is read from memory once.
 The planner keeps such a reduce in its reader (instead of giving it a buffer) when every reduce involved is over
 short rows (`fits_in_a_row`). Whether the fused kernel really computes each reduce once per row is only known once
 it is built: the reduce must not depend on a loop that also runs over the row it broadcasts into (a column sum read
-back over the rows would sit inside the row loop). `recomputed_reduces` reads that off the built kernel, and the
-planner gives such a reduce a buffer after all (today's cut).
+back over the rows would sit inside the row loop), nor sit inside another reduce's loop (a loss summed over the
+rows of a cross-entropy: every row's work would run serially, on one core). `recomputed_reduces` reads that off the
+built kernel, and the planner gives such a reduce a buffer after all (the cut it would have without row fusion).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def _open_ranges(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 
 
 def recomputed_reduces(sink: UOp, reduces: Mapping[UOp, UOp]) -> list[UOp]:
-    """The tensor-graph reduces of a built kernel `sink` that its loops would compute more than once per value.
+    """The tensor-graph reduces of a built kernel `sink` that its loops would compute more than once per value, or
+    inside another reduce's loop.
 
     `reduces` maps each REDUCE of the kernel to the REDUCE_AXIS node it computes. A REDUCE runs once per iteration
     of the loops it depends on and of every loop around those: the output loops before it (they nest in order)
@@ -75,6 +77,7 @@ def recomputed_reduces(sink: UOp, reduces: Mapping[UOp, UOp]) -> list[UOp]:
         own = sorted((r for r in uop.src[1:] if r.op is Ops.RANGE), key=lambda r: r.arg.axis)
         for position, rng in enumerate(own):
             enclosing[rng] = open_map[uop] | frozenset(own[:position])
+    reduce_loops = {rng for uop in reduces for rng in uop.src[1:]}
     found = []
     for uop, node in reduces.items():
         loops: set[UOp] = set()
@@ -85,6 +88,8 @@ def recomputed_reduces(sink: UOp, reduces: Mapping[UOp, UOp]) -> list[UOp]:
                 loops.add(rng)
                 pending.extend(enclosing.get(rng, ()))
         runs = math.prod(int(rng.src[0].vmax) for rng in loops)
-        if runs > math.prod(shape_of(node)):
+        # inside another reduce's loop it is computed once per value, but serially: a loss summed over the rows
+        # of a cross-entropy would run its per-row work on one core instead of one row kernel per output row
+        if runs > math.prod(shape_of(node)) or loops & reduce_loops:
             found.append(node)
     return found
