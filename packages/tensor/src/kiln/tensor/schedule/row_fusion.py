@@ -16,10 +16,11 @@ built kernel, and the planner gives such a reduce a buffer after all (the cut it
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
-from kiln.tensor.graph import shape_of
+from kiln.tensor.graph import device_of, shape_of
 from kiln.uops import Ops, UOp
 
 ROW_FUSION_BYTES = 1 << 15
@@ -34,12 +35,25 @@ fused, 16 about even, 32 and longer equal or faster (4M float32 elements, LLVM r
 
 
 def fits_in_a_row(reduce: UOp) -> bool:
-    """Whether REDUCE_AXIS `reduce` reduces rows of ROW_FUSION_MIN_ELEMENTS up to ROW_FUSION_BYTES (it may then be
-    fused into the kernel that reads it back)."""
+    """Whether REDUCE_AXIS `reduce` reduces rows of ROW_FUSION_MIN_ELEMENTS up to ROW_FUSION_BYTES on a device that
+    fuses rows (it may then be fused into the kernel that reads it back)."""
+    if not fuses_rows(device_of(reduce)):
+        return False
     source = reduce.src[0]
     shape = shape_of(source)
     reduced: int = math.prod(shape[axis] for axis in reduce.arg.axes)
     return reduced >= ROW_FUSION_MIN_ELEMENTS and reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
+
+
+@functools.cache
+def fuses_rows(device: str) -> bool:
+    """Whether kernels for `device` fuse short rows: only where a kernel's loops run in one CPU thread (a renderer
+    without local threads). A GPU-style renderer would give each fused row to one thread of its own, reading the row
+    serially and uncoalesced, where the separate kernels reduce each row with a block of threads (group reduce);
+    row fusion on GPUs is not measured yet."""
+    from kiln.runtime import Device  # the device's renderer, opened lazily (the scheduler is otherwise device-blind)
+
+    return not Device[device].renderer.has_local
 
 
 def _open_ranges(sink: UOp) -> dict[UOp, frozenset[UOp]]:
