@@ -71,16 +71,9 @@ def draw_opt(data: st.DataObject, sink: UOp) -> Opt:
     return Opt(op, axis, amount)
 
 
-@settings(
-    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
-)
-@given(data=st.data())
-def test_random_legal_opt_sequences_keep_results(data: st.DataObject) -> None:
-    case_index = data.draw(st.integers(0, len(CASES) - 1), label="case")
-    renderer_index = data.draw(st.integers(0, len(RENDERERS) - 1), label="renderer")
-    case: KernelCase = CASES[case_index]
-    renderer = RENDERERS[renderer_index]
-    sink = prepare_axes(case.sink, renderer)  # what apply_opts starts from (loops -> GLOBAL on GPUs)
+def draw_legal_opts(data: st.DataObject, sink: UOp, renderer: Renderer) -> list[Opt]:
+    """Up to four drawn opts for `sink` on `renderer`, the illegal ones (KernelOptError) skipped; never empty."""
+    sink = prepare_axes(sink, renderer)  # what apply_opts starts from (loops -> GLOBAL on GPUs)
     opts: list[Opt] = []
     for _ in range(data.draw(st.integers(1, 4), label="length")):
         opt = draw_opt(data, sink)
@@ -91,5 +84,18 @@ def test_random_legal_opt_sequences_keep_results(data: st.DataObject) -> None:
         opts.append(opt)
         event(f"{renderer.device} {opt.op.name}")
     assume(opts)
+    return opts
+
+
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+@given(data=st.data())
+def test_random_legal_opt_sequences_keep_results(data: st.DataObject) -> None:
+    case_index = data.draw(st.integers(0, len(CASES) - 1), label="case")
+    renderer_index = data.draw(st.integers(0, len(RENDERERS) - 1), label="renderer")
+    case: KernelCase = CASES[case_index]
+    renderer = RENDERERS[renderer_index]
+    opts = draw_legal_opts(data, case.sink, renderer)
     got = run_case(case, renderer, opts, inputs_of(case_index))
     assert_matches(case, got, unoptimized(case_index, renderer_index), exact=case.exact)

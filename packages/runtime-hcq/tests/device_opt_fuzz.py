@@ -13,17 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, event
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus and fuzzer, by path
 
 from corpus import KernelCase, assert_matches, from_storage, to_storage
-from test_opt_fuzz import draw_opt
+from test_opt_fuzz import draw_legal_opts
 
-from kiln.codegen import KernelOptError, Opt, Program, apply_opt, get_program
+from kiln.codegen import Opt, Program, get_program
 from kiln.codegen.numpy_semantics import storage_dtype
-from kiln.codegen.opt.apply import prepare_axes
 from kiln.runtime import Buffer, Device
 
 EXAMPLES = 300
@@ -58,18 +56,7 @@ def fuzz_one(
     """Draws a case and a legal opt sequence, runs it on the device and checks it against the case's reference."""
     case_index = data.draw(st.integers(0, len(cases) - 1), label="case")
     case = cases[case_index]
-    renderer = Device[device_name].renderer
-    sink = prepare_axes(case.sink, renderer)
-    opts: list[Opt] = []
-    for _ in range(data.draw(st.integers(1, 4), label="length")):
-        opt = draw_opt(data, sink)
-        try:
-            sink = apply_opt(sink, opt, renderer)
-        except KernelOptError:
-            continue
-        opts.append(opt)
-        event(f"{device_name} {opt.op.name}")
-    assume(opts)
+    opts = draw_legal_opts(data, case.sink, Device[device_name].renderer)
     if case_index not in inputs_of:
         inputs_of[case_index] = case.inputs(np.random.default_rng(case_index))
     inputs = inputs_of[case_index]
