@@ -166,9 +166,52 @@ def test_unrolled_lanes_fold_inside_the_loop_by_default_and_after_it_with_ctx() 
     deferred = graph_rewrite(partly_unrolled_sum(), pm_expand, ctx=True)
     (reduction,) = _reduces(deferred)
     assert reduction.dtype.count == 4 and reduction.src[0].op is not Ops.ADD
+    # the fold after the loop is a tree: lanes (0, 1) + (2, 3) in one 2-lane add, then the two halves of that
     store = next(node for node in deferred.toposort() if node.op is Ops.STORE)
     lanes = sorted(node.arg for node in store.src[1].toposort() if node.op is Ops.GEP and node.src[0] is reduction)
-    assert lanes == [(0,), (1,), (2,), (3,)]
+    assert lanes == [(0, 1), (2, 3)]
+    adds = [n for n in store.src[1].toposort() if n.op is Ops.ADD and dtypes.is_float(n.dtype)]
+    assert sorted(n.dtype.count for n in adds) == [1, 2]
+
+
+def _unrolled_reduce(op: Ops, lanes: int, rows: int = 3, length: int = 0) -> UOp:
+    """out[i] = reduce_j a[length i + j], j split into a loop and an unroll of `lanes`."""
+    length = length or 4 * lanes
+    out, a = buffer(0, rows), buffer(1, rows * length)
+    i, j = UOp.range(rows, 0), UOp.range(length, 1, AxisKind.REDUCE)
+    value = a.index(i * length + j).load()
+    sink = kernel(out.index(i).store(value.reduce(j, op=op)).end(i))
+    return apply_opts(sink, [Opt(OptOps.UNROLL, 1, lanes)], ScalarRenderer())
+
+
+@pytest.mark.parametrize("lanes", [2, 3, 5, 6, 7, 8, 12, 16, 64])
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MAX])
+def test_deferred_fold_is_a_tree_of_vector_ops_and_matches_numpy(op: Ops, lanes: int) -> None:
+    # the deferred accumulator's lanes are folded by halves (an odd part out set aside and folded in last): at most
+    # log2(lanes) + (number of odd levels) ops after the loop, each on a vector, and the values stay exact (small
+    # integers: any order of the adds gives numpy's sum; MAX: nan operands ignored, -0 below +0, as exec_alu)
+    deferred = graph_rewrite(_unrolled_reduce(op, lanes), pm_expand, ctx=True)
+    (reduction,) = _reduces(deferred)
+    store = next(node for node in deferred.toposort() if node.op is Ops.STORE)
+    folds = [
+        n for n in store.src[1].toposort() if n.op is op and dtypes.is_float(n.dtype) and reduction in n.toposort()
+    ]
+    assert len(folds) <= 2 * (lanes - 1).bit_length()
+    assert max(n.dtype.count for n in folds) == lanes // 2
+    rng = np.random.default_rng(lanes)
+    a = rng.integers(-50, 50, 3 * 4 * lanes).astype(np.float32)
+    if op is Ops.MAX:
+        a[::7] = -0.0
+        a[1 :: 4 * lanes] = np.nan
+    for renderer in (ScalarRenderer(), _VectorALU()):
+        program = Program(get_program(_unrolled_reduce(op, lanes), renderer, ()))
+        out = np.zeros(3, np.float32)
+        run_program(program, [out, a], {}, *program.launch_dims({}))
+        rows = a.reshape(3, 4 * lanes)
+        expected = rows.sum(axis=1) if op is Ops.ADD else np.fmax.reduce(rows, axis=1)
+        np.testing.assert_array_equal(out, expected)
+        if op is Ops.MAX:  # a row whose largest value is 0: +0 if any +0 is in it, and -0 here only when none is
+            assert all(np.signbit(o) == np.signbit(e) for o, e in zip(out, expected) if e == 0)
 
 
 def _rows_sum_with_output_lanes() -> UOp:

@@ -201,13 +201,33 @@ def _expand_reduce(reduction: UOp, ctx: bool | None = None) -> UOp | None:
         # per iteration: with output lanes outside the unrolled ones, each output's lanes are one contiguous load);
         # the unrolled lanes are folded once, after the loops
         partial = UOp(Ops.REDUCE, full.dtype, (full, *loops), reduction.arg)
-        parts = [partial.gep(lanes) for lanes in part_lanes]
-        loops = ()
+        result = _fold_tree(partial, part_lanes, reduction.arg)
+        return UOp(Ops.UNROLL, reduction.dtype, (result,), out_axes) if out_axes else result
     combined = parts[0]
     for part in parts[1:]:
         combined = combined.alu(reduction.arg, part)
     result = UOp(Ops.REDUCE, combined.dtype, (combined, *loops), reduction.arg) if loops else combined
     return UOp(Ops.UNROLL, reduction.dtype, (result,), out_axes) if out_axes else result
+
+
+def _fold_tree(vector: UOp, part_lanes: list[tuple[int, ...]], op: Ops) -> UOp:
+    """Fold the parts of `vector` (each part: the lanes of one unrolled reduce coordinate, in output-lane order) by
+    halves: the first half of the parts against the second, one vector op per level (log2 of the part count levels),
+    instead of a chain of one op per part. An odd part out at a level is set aside and folded in at the end. The
+    folded order is the graph's, so it is the same on every renderer (the interpreter runs this graph too)."""
+    leftovers: list[UOp] = []
+    while len(part_lanes) > 1:
+        half, width = len(part_lanes) // 2, len(part_lanes[0])
+        if len(part_lanes) % 2:
+            leftovers.append(vector.gep(part_lanes[-1]))
+        first = tuple(lane for lanes in part_lanes[:half] for lane in lanes)
+        second = tuple(lane for lanes in part_lanes[half : 2 * half] for lane in lanes)
+        vector = vector.gep(first).alu(op, vector.gep(second))
+        part_lanes = [tuple(range(i * width, (i + 1) * width)) for i in range(half)]
+    result = vector.gep(part_lanes[0])
+    for leftover in leftovers:
+        result = result.alu(op, leftover)
+    return result
 
 
 def _expand_end(end: UOp) -> UOp | None:

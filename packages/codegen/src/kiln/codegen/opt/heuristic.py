@@ -44,7 +44,8 @@ The recipe, in order (each step is skipped when its opt is illegal):
        latency: the conv2d (32,16,32,32) weight gradient measured 2.5x less CPU time with the 4 x 4 tile, a
        4096 x 4096 matrix-vector product ~15% less with 8 rows (A/B, process CPU time, loaded machine).
    3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
-       divides it (16 exps of a softmax at once; a sum or max reads whole vectors), its lanes accumulating on their
+       divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it (16-64 exps of a softmax at once; a sum or max
+       reads whole vectors into independent accumulator vectors), its lanes accumulating on their
        own until after the loop (the expander's deferred fold; the 16M sum measured 2.2x faster than with 16 rows
        in output lanes); not when an index divides the axis by an amount the lanes would straddle, but a block
        size the width divides is fine (a Q8_0 row: k/32, k%32; its matrix-vector product measured 3-6x faster
@@ -333,6 +334,12 @@ def _product_rows(build: _Builder, operands: tuple[UOp, UOp]) -> None:
         build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, 8 if (constant_size(rng) or 0) % 8 == 0 else 4))
 
 
+REDUCE_ACCUMULATOR_VECTORS = 4
+"""Most vector registers a row reduce's unrolled accumulator spans (step 3v): a row max over (4096, 1024) float32
+took 0.76 ms of CPU time with four 16-lane accumulators against 1.03 ms with one (llvm-mca, znver4: 32 against 41
+cycles per 128 elements), and exp-sum loops, throughput-bound, kept their speed."""
+
+
 def _vector_reduce_unroll(build: _Builder) -> bool:
     """UNROLL, for each REDUCE, its innermost reduce axis along which a load is contiguous by a vector width (step 3v
     of the module docstring, vector-ALU CPU renderers): whole-vector loads, elementwise work (exp of a softmax) in
@@ -348,8 +355,12 @@ def _vector_reduce_unroll(build: _Builder) -> bool:
         loads = [n.src[0] for n in build.sink.toposort() if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
         if not any(stride_of(index.src[1], last) == 1 for index in loads):
             continue
-        # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes
+        # at least 8 lanes: a 2-lane unroll of a 26-long reduce (a bias gradient) measured 3x slower than output lanes;
+        # up to REDUCE_ACCUMULATOR_VECTORS full vectors: each is an independent accumulator chain (a float MAX update
+        # is a compare-select chain of ~6 dependent instructions, so one vector leaves the loop latency-bound)
         widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
+        widest = max(widths, default=0)
+        widths += tuple(widest * k for k in range(2, REDUCE_ACCUMULATOR_VECTORS + 1))
         width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
         if width is not None and not _divides_axis(loads, last, width):
             unrolled = build.attempt(Opt(OptOps.UNROLL, axis, width)) or unrolled
