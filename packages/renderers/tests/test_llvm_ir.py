@@ -228,3 +228,45 @@ def test_loads_ask_llvm_for_the_host_cpu_once(monkeypatch: pytest.MonkeyPatch) -
     assert sorted(asked) == ["features", "name"]
     assert compiler.host_cpu == (real_name(), real_features().flatten())
     assert len({kernel.address for kernel in loaded}) == 3  # three engines, each with its own copy of the code
+
+
+# ---- exp2's power-of-two scaling as llvm.ldexp (AVX-512 hosts) ----------------------------------------------------
+
+
+def _exp2_sweep_kernel(size: int) -> UOp:
+    out, x = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot) for slot in range(2))
+    i = UOp.range(size, 0, AxisKind.LOOP)
+    return UOp(Ops.SINK, dtypes.void, (out.index(i).store(x.index(i).load().alu(Ops.EXP2)).end(i),), KernelInfo("e"))
+
+
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_exp2_scaling_as_ldexp_gives_the_bits_of_the_two_factor_scaling(lanes: int, renderer: LLVMRenderer) -> None:
+    # exp2's result v * 2**w is built from two normal factors (one rounding); llvm.ldexp rounds the same product
+    # once: the bits must be the interpreter's for arguments whose results are normal, subnormal (-126 .. -150),
+    # zero, inf and nan, and the program without the ldexp form must give the same bits
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 127.99999, 128.0, -149.0, -149.5, -150.0, -150.5, -126.0]
+    sweep = np.concatenate([np.linspace(-160, 160, 4096 - 128 - len(special)), np.linspace(-151, -124, 128), special])
+    x = sweep.astype(np.float32)
+    opts = [Opt(OptOps.UPCAST, 0, lanes)] if lanes > 1 else []
+    results = {}
+    for vector_ldexp in (renderer.vector_ldexp, False):
+        plain = LLVMRenderer()
+        plain.vector_ldexp = vector_ldexp
+        program = Program(get_program(_exp2_sweep_kernel(x.size), plain, opts))
+        assert ("@llvm.ldexp" in program.source) == vector_ldexp
+        out = np.zeros_like(x)
+        kernels.run_native(program, plain.compiler, [out, x], {})
+        reference = np.zeros_like(x)
+        kernels.run_reference(program, [reference, x], {})
+        assert kernels.same_bits(dtypes.float32, out, reference).all(), (x[out != reference], out[out != reference])
+        results[vector_ldexp] = out
+    np.testing.assert_array_equal(results[renderer.vector_ldexp], results[False])
+    subnormal = (x > -149) & (x < -126)
+    assert (results[False][subnormal] > 0).all() and (results[False][subnormal] < np.finfo(np.float32).tiny).all()
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU flags from Linux's /proc/cpuinfo")
+def test_ldexp_scaling_follows_the_host_avx512(renderer: LLVMRenderer) -> None:
+    # without AVX-512F LLVM would call libm's ldexpf lane by lane: the bit-built factors stay
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert renderer.vector_ldexp == ("avx512f" in flags)

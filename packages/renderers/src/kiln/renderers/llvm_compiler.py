@@ -204,6 +204,17 @@ def _load_runtime_library(llvm: Any) -> None:
 
 
 @functools.cache
+def host_has_vector_ldexp() -> bool:
+    """Whether the host CPU scales floats by powers of two in one vector instruction (AVX-512F's VSCALEFPS, which
+    LLVM selects for `llvm.ldexp`); without it LLVM calls libm's ldexpf lane by lane. False without llvmlite."""
+    try:
+        features = llvmlite_binding().get_host_cpu_features()
+    except ToolchainNotFoundError:
+        return False
+    return bool(features.get("avx512f"))
+
+
+@functools.cache
 def host_register_tile_lanes() -> int:
     """float32 accumulator lanes a register tile may keep on the host CPU: half its vector register file (256 with
     AVX-512's 32 x 16 lanes, else 64: AVX2's 16 x 8); 64 when llvmlite is missing (nothing compiles then anyway)."""
