@@ -337,3 +337,32 @@ def test_vector_cpu_reduce_unroll_needs_8_lanes_and_an_undivided_index() -> None
     flattened = i * 400 + (k // 25) * 25 + (k // 5 % 5) * 5 + k % 5
     sink = kernel(out.index(i).store(a.index(flattened).load().reduce(k)).end(i))
     assert all(opt.op is not UNROLL for opt in hand_coded_optimizations(sink, _VectorCPU()))
+
+
+def _padded_rows(rows: int, width: int, compute: bool) -> UOp:
+    """out[i, j] = a[i, j - 1] for 1 <= j <= width - 2, else 0 (a row padded by 1 on each side); `compute`: its exp2."""
+    out, a = buffer(0, rows * width), buffer(1, rows * (width - 2))
+    i, j = UOp.range(rows, 0), UOp.range(width, 1)
+    valid = (j >= 1) & (j < width - 1)
+    value = valid.where(a.index(i * (width - 2) + j - 1, valid).load(), 0.0)
+    if compute:
+        value = value.alu(Ops.EXP2)
+    return kernel(out.index(i * width + j).store(value).end(i, j))
+
+
+def test_padded_copy_on_vector_cpu_keeps_its_rolled_loop_but_computed_values_get_2_lanes() -> None:
+    # 34 columns: only 2 divides them; a padded copy stays a rolled loop (LLVM's vectorizer masks the loads), an
+    # exp2 of the padded values still gets its 2 lanes; both compute numpy's values
+    renderer = _VectorCPU()
+    renderer.vector_widths = (2, 4, 8, 16)  # the LLVM renderer's
+    copy_opts = hand_coded_optimizations(_padded_rows(64, 34, False), renderer)
+    exp_opts = hand_coded_optimizations(_padded_rows(64, 34, True), renderer)
+    assert not any(o.op is UPCAST for o in copy_opts)
+    assert Opt(UPCAST, 1, 2) in exp_opts
+    x = np.random.default_rng(2).integers(-3, 4, (64, 32)).astype(np.float32)
+    for compute, opts in ((False, copy_opts), (True, exp_opts)):
+        program = Program(get_program(_padded_rows(64, 34, compute), renderer, list(opts)))
+        out = np.zeros(64 * 34, np.float32)
+        run_program(program, [out, x.reshape(-1)], {}, *program.launch_dims({}))
+        padded = np.pad(x, ((0, 0), (1, 1)))
+        np.testing.assert_array_equal(out.reshape(64, 34), np.exp2(padded) if compute else padded)

@@ -13,7 +13,11 @@ The recipe, in order (each step is skipped when its opt is illegal):
    renderer that divides it (wide loads and stores). Skipped for kernels without a reduce on CPU renderers (CPU
    threads) that split vector ALU ops into scalars: their compiler's loop vectorizer turns the plain scalar loop
    into full-width vector code, while the scalarized lanes of an upcast are only partly re-vectorized (measured
-   with benchmarks/tensor_bench.py: the fused exp2 chain ran 1.5x faster on LLVM, 1.2x on C).
+   with benchmarks/tensor_bench.py: the fused exp2 chain ran 1.5x faster on LLVM, 1.2x on C). Nor, on vector-ALU
+   renderers, by 2 lanes in a padded copy (every store writes WHERE(valid, LOAD, 0): a convolution's padded input):
+   its 2-lane gated stores compile to branches and mask shuffles, where LLVM vectorizes the rolled loop with masked
+   loads (32 -> 34 columns: 0.34 -> 0.12 ms of CPU time per (32,16,32,32) pad, 224 -> 226: ~20% less); computed
+   values keep their 2 lanes (a 6-wide exp measured 1.5x slower without).
    Vector-ALU CPU renderers (LLVM IR) take their own steps 2 and 3 instead:
    2v. A kernel reducing a product of two loads (matmul, or conv2d through its padding guard) gets a register tile:
        the "rows" axis (only one operand walks it; its element is broadcast) is upcast first, then the "columns"
@@ -138,6 +142,14 @@ def _strip_padding(node: UOp) -> UOp:
     if node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0:
         return _strip_casts(node.src[1])
     return node
+
+
+def _is_padded_copy(sink: UOp) -> bool:
+    """Whether every store of `sink` writes a padded read (WHERE(valid, LOAD, 0)) and nothing else computed."""
+    stores = [node for node in sink.toposort() if node.op is Ops.STORE]
+    return bool(stores) and all(
+        _strip_casts(store.src[1]).op is Ops.WHERE and _strip_padding(store.src[1]).op is Ops.LOAD for store in stores
+    )
 
 
 def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
@@ -457,6 +469,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
         for rng in reversed(_output_axes(build.sink)):
             if store_indices and all(stride_of(index, rng) == 1 for index in store_indices):
                 width = _largest_dividing(constant_size(rng), widths, constant_size(rng) or 0)
+                if width == 2 and renderer.vector_alu and _is_padded_copy(build.sink):
+                    break  # LLVM's loop vectorizer does better with the rolled loop (see step 3)
                 if width is not None:
                     build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, width))
                 break
