@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -99,3 +100,21 @@ def test_random_legal_opt_sequences_keep_results(data: st.DataObject) -> None:
     opts = draw_legal_opts(data, case.sink, renderer)
     got = run_case(case, renderer, opts, inputs_of(case_index))
     assert_matches(case, got, unoptimized(case_index, renderer_index), exact=case.exact)
+
+
+# sequences the fuzzer found failing once, kept as fixed cases: (corpus case, renderer index, opts)
+FOUND_FAILING = [
+    # a group reduce (row max, local memory) inside an unrolled outer reduce (the rows): every row's partials shared
+    # one local slot, so all rows got the last row's max (found 2026-12-04)
+    ("sum_of_row_maxima", 2, [Opt(OptOps.GROUP, 1, 0), Opt(OptOps.UNROLL, 0, 0)]),
+    ("sum_of_row_maxima", 2, [Opt(OptOps.GROUP, 1, 0), Opt(OptOps.UNROLL, 0, 2)]),
+    ("sum_of_row_maxima", 2, [Opt(OptOps.GROUPTOP, 1, 4), Opt(OptOps.UNROLL, 0, 3)]),
+]
+
+
+@pytest.mark.parametrize(("name", "renderer_index", "opts"), FOUND_FAILING)
+def test_sequences_found_failing_keep_results(name: str, renderer_index: int, opts: list[Opt]) -> None:
+    case_index = next(index for index, case in enumerate(CASES) if case.name == name)
+    case = CASES[case_index]
+    got = run_case(case, RENDERERS[renderer_index], opts, inputs_of(case_index))
+    assert_matches(case, got, case.reference(inputs_of(case_index), case.var_vals), exact=case.exact)

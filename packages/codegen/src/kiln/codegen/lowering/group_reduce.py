@@ -3,7 +3,7 @@
     REDUCE(value, r, g)          g: GROUP_REDUCE axis (a local thread index)
 becomes
     partial = REDUCE(value, r)                      each thread reduces its share
-    STORE(INDEX(buf, slot), partial); BARRIER       buf = DEFINE_LOCAL, one slot per thread (and upcast lane)
+    STORE(INDEX(buf, slot), partial); BARRIER       buf = DEFINE_LOCAL, one slot per thread (and expanded lane)
     REDUCE(LOAD(INDEX(AFTER(buf, BARRIER), slot with g -> g')), g')   every thread reduces the partials
 Inside an outer loop a second BARRIER precedes the store, so no thread overwrites partials others still read.
 Global stores are then gated to the threads with g == 0, so each output is written once.
@@ -43,7 +43,12 @@ def _lower_group_reduce(ctx: GroupReduceContext, reduction: UOp) -> UOp | None:
     value = reduction.src[0]
     others = [r for r in reduction.src[1:] if r.arg.kind is not AxisKind.GROUP_REDUCE]
     partial = UOp(Ops.REDUCE, reduction.dtype, (value, *others), reduction.arg) if others else value
-    upcasts = sorted((r for r in open_ranges(partial) if r.arg.kind is AxisKind.UPCAST), key=lambda r: r.arg.axis)
+    # every lane gets its own slot: the output's UPCAST lanes and the UNROLL lanes of an outer reduce the partial
+    # is computed for (sum of row maxima with the rows unrolled: one max per row, not one slot they all overwrite)
+    upcasts = sorted(
+        (r for r in open_ranges(partial) - set(others) if r.arg.kind in (AxisKind.UPCAST, AxisKind.UNROLL)),
+        key=lambda r: r.arg.axis,
+    )
     index, size = _flat_index([*ctx.local_axes, *upcasts])
     buffer = UOp(Ops.DEFINE_LOCAL, reduction.dtype.ptr(size, MemoryScope.LOCAL), (), ctx.next_slot)
     ctx.next_slot += 1
