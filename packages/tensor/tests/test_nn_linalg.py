@@ -289,3 +289,29 @@ def test_a_large_16_bit_matmul_widens_its_operands_once(dtype: Any) -> None:
     exact = a @ b  # |sums| <= 9216: exact in float32, not all of them in 16 bits
     expected = exact.astype(np.float16).astype(np.float32) if dtype == dtypes.float16 else _round_to_bfloat16(exact)
     np.testing.assert_array_equal(product.float().numpy(), expected)
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [
+        ((3,), (3,)),
+        ((3,), (3, 4)),
+        ((2, 3), (3,)),
+        ((5, 2, 3), (3, 4)),
+        ((2, 3), (5, 3, 4)),
+        ((2, 1, 2, 3), (5, 3, 4)),
+        ((1, 2, 3), (4, 1, 3, 2)),
+        ((7, 1, 3), (3,)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_matmul_shapes_and_dtypes_match_numpy_exactly(
+    left: tuple[int, ...], right: tuple[int, ...], dtype: Any
+) -> None:
+    # 1-D operands, broadcast batch dims of every rank, integer and 16-bit products (small integers: exact)
+    rng = np.random.default_rng(len(left) * 10 + len(right))
+    a, b = rng.integers(-3, 4, left).astype(dtype), rng.integers(-3, 4, right).astype(dtype)
+    result = (Tensor(a) @ Tensor(b)).numpy()
+    expected = a @ b
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
