@@ -17,7 +17,7 @@ from kiln.tensor.ops._checks import ShapeError, broadcast_shapes, check_same_dev
 from kiln.tensor.ops.promotion import result_type
 from kiln.uops import DType, Ops, dtypes
 
-__all__ = ["LinalgMixin", "accumulated_sum", "multiply_sum", "product_dtype"]
+__all__ = ["LinalgMixin", "accumulate_dtype", "accumulated_sum", "multiply_sum", "product_dtype"]
 
 _LETTERS = frozenset(string.ascii_letters)
 
@@ -35,17 +35,18 @@ def multiply_sum(left: TensorT, right: TensorT, axes: Sequence[int]) -> TensorT:
 
     16-bit floats multiply and accumulate in float32; the result has the operands' dtype.
     """
-    compute = _accumulate_dtype(left.dtype)
+    compute = accumulate_dtype(left.dtype)
     product = left._cast(compute)._binary(Ops.MUL, right._cast(compute))
     return product._reduce(Ops.ADD, tuple(axes))._cast(left.dtype)
 
 
 def accumulated_sum(x: TensorT, axes: Sequence[int]) -> TensorT:
     """sum(x) over `axes` (kept as size 1) in x's dtype (16-bit floats accumulate in float32)."""
-    return x._cast(_accumulate_dtype(x.dtype))._reduce(Ops.ADD, tuple(axes))._cast(x.dtype)
+    return x._cast(accumulate_dtype(x.dtype))._reduce(Ops.ADD, tuple(axes))._cast(x.dtype)
 
 
-def _accumulate_dtype(dtype: DType) -> DType:
+def accumulate_dtype(dtype: DType) -> DType:
+    """The dtype products of `dtype` accumulate in: float32 for 16-bit floats, else `dtype` itself."""
     return dtypes.float32 if dtypes.is_float(dtype) and dtype.itemsize < 4 else dtype
 
 
@@ -79,7 +80,7 @@ def _panel_matmul(left: TensorT, right: TensorT) -> TensorT:
     panels = -(-columns // PANEL_WIDTH)
     if (extra := panels * PANEL_WIDTH - columns) > 0:  # the last panel is filled up with zero columns
         right = right._movement(Ops.PAD, ((0, 0), (0, extra)))
-    wide = _accumulate_dtype(dtype)
+    wide = accumulate_dtype(dtype)
     if wide != dtype:
         # 16-bit floats are widened once, in copies (the panels' copy anyway, and one of `left`), instead of one
         # conversion per loaded element in the product kernel, where each element of `left` is converted alone
@@ -135,7 +136,7 @@ class LinalgMixin(TensorCore):
         # and summed over k. Built on graph nodes (the shapes, dtypes and device are checked above): one tensor for
         # the result instead of one per view, a matmul's Python cost halved
         full = (*batch, rows, columns, inner)
-        compute = _accumulate_dtype(dtype)
+        compute = accumulate_dtype(dtype)
         left_node = graph.cast(graph.cast(left.uop, dtype), compute)
         left_node = graph.reshape(left_node, (*(1,) * (len(batch) + 2 - left.ndim), *left.shape[:-1], 1, inner))
         right_node = graph.cast(graph.cast(right.uop, dtype), compute)
