@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kiln.runtime import Device
-from kiln.tensor.ops.windows import output_size, sliding_windows
+from kiln.tensor import graph
+from kiln.tensor.ops.windows import _build_windows, output_size, sliding_windows
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -202,3 +203,30 @@ def test_pooling_errors() -> None:
         Tensor.zeros(1, 1, 4, 4, dtype=dtypes.bool).max_pool2d(2)
     with pytest.raises(TypeError, match="avg_pool1d ceil_mode must be a bool"):
         Tensor.zeros(1, 1, 4).avg_pool1d(2, ceil_mode=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "dilation"),
+    [
+        ((2, 3, 9, 7), (3, 2), (1, 2), (1, 1)),
+        ((1, 2, 10), (4,), (4,), (1,)),
+        ((4, 5, 6, 6, 5), (2, 3, 2), (1, 1, 2), (2, 1, 1)),
+    ],
+)
+def test_sliding_windows_replay_the_checked_chain(
+    shape: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+) -> None:
+    # the cached plan builds the very nodes graph's checked constructors build (hash-consed: the same objects), and
+    # the windows hold x[..., o * stride + j * dilation]
+    values = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    x = Tensor(values)
+    for _ in range(2):  # the second call replays the cached plan
+        windows = sliding_windows(x, kernel, stride, dilation)
+        assert windows.uop is _build_windows(x.uop, kernel, stride, dilation)
+        assert graph.shape_of(windows.uop) == windows.numpy().shape
+    got = windows.numpy()
+    spatial = len(kernel)
+    for out_index in np.ndindex(*got.shape[-2 * spatial : -spatial]):
+        for tap in np.ndindex(*kernel):
+            source = tuple(o * s + j * d for o, s, j, d in zip(out_index, stride, tap, dilation))
+            np.testing.assert_array_equal(got[(..., *out_index, *tap)], values[(..., *source)])

@@ -20,13 +20,14 @@ Non-overlapping undilated windows (kernel <= stride) need only steps 3 and 4 on 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from kiln.tensor import graph
 from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
-from kiln.uops import UOp
+from kiln.uops import Ops, UOp, dtypes
 
 __all__ = ["int_tuple", "output_size", "sliding_windows"]
 
@@ -57,10 +58,37 @@ def sliding_windows(x: TensorT, kernel: Sequence[int], stride: Sequence[int], di
     Callers check the arguments: every kernel, stride and dilation is >= 1 and every window fits in its dim. The
     chain is built on graph nodes and wrapped in a tensor once (its links are no tensor anyone holds).
     """
-    spatial = len(kernel)
-    leading = x.ndim - spatial
-    assert leading >= 0 and len(stride) == spatial and len(dilation) == spatial
     node = x.uop
+    device = graph.device_of(node)
+    for op, arg, shape in _window_plan(graph.shape_of(node), tuple(kernel), tuple(stride), tuple(dilation)):
+        # the plan's nodes were checked when it was made: each link is made directly, its shape and device known
+        node = UOp(op, node.dtype, (node,), arg)
+        graph.SHAPE.set(node, shape)
+        graph.DEVICE.set(node, device)
+    return x if node is x.uop else x._result(node)
+
+
+@functools.lru_cache(maxsize=512)
+def _window_plan(
+    shape: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+) -> tuple[tuple[Ops, Any, tuple[int, ...]], ...]:
+    """The chain of movement ops (op, arg, result shape) that `sliding_windows` applies to a node of `shape`: built
+    once per shape and window on a placeholder through graph's checked constructors, then replayed (a conv2d and
+    its gradients build the same windows every step)."""
+    placeholder = graph.contiguous(graph.const(0.0, dtypes.float32, "CPU", shape))
+    node = _build_windows(placeholder, kernel, stride, dilation)
+    chain = []
+    while node is not placeholder:
+        chain.append((node.op, node.arg, graph.shape_of(node)))
+        node = node.src[0]
+    return tuple(reversed(chain))
+
+
+def _build_windows(x: UOp, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> UOp:
+    spatial = len(kernel)
+    leading = len(graph.shape_of(x)) - spatial
+    assert leading >= 0 and len(stride) == spatial and len(dilation) == spatial
+    node = x
     for position in range(spatial):
         # after `position` dims were split in two, spatial dim `position` sits at leading + 2 * position
         axis = leading + 2 * position
@@ -70,8 +98,7 @@ def sliding_windows(x: TensorT, kernel: Sequence[int], stride: Sequence[int], di
         *(leading + 2 * position for position in range(spatial)),
         *(leading + 2 * position + 1 for position in range(spatial)),
     )
-    node = graph.permute(node, order)
-    return x if node is x.uop else x._result(node)
+    return graph.permute(node, order)
 
 
 def _resize_dim(x: UOp, axis: int, length: int) -> UOp:
