@@ -214,7 +214,7 @@ def test_kernels_address_their_constants_with_64_bit_relocations(renderer: LLVMR
 
 
 def test_loads_ask_llvm_for_the_host_cpu_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # each load builds a target machine for its MCJIT engine; the host CPU's name and features are read once
+    # the host CPU's name and features are read once (compiles and loads never ask again)
     program = Program(get_program(kernels.gated_kernel(), LLVMRenderer()))
     assert program.source is not None
     compiler = LLVMCompiler()
@@ -228,6 +228,26 @@ def test_loads_ask_llvm_for_the_host_cpu_once(monkeypatch: pytest.MonkeyPatch) -
     assert sorted(asked) == ["features", "name"]
     assert compiler.host_cpu == (real_name(), real_features().flatten())
     assert len({kernel.address for kernel in loaded}) == 3  # three engines, each with its own copy of the code
+
+
+def test_load_links_the_object_without_running_the_code_generator(renderer: LLVMRenderer) -> None:
+    # an MCJIT engine runs the code generator on every IR module it holds when finalized, an empty one too (its
+    # module passes, such as the pre-ISel intrinsic lowering, are timed); a load holds none: it only links the object
+    program = Program(get_program(kernels.gated_kernel(), renderer))
+    assert program.binary is not None
+    compiler = renderer.compiler
+    llvm = compiler.llvm
+    llvm.set_time_passes(True)
+    try:
+        loaded = [compiler.load(program.binary, program.uops) for _ in range(2)]
+        loads_report = llvm.report_and_reset_timings()
+        compiler.compile(program.source)
+        compile_report = llvm.report_and_reset_timings()
+    finally:
+        llvm.set_time_passes(False)
+    assert "Pre-ISel Intrinsic Lowering" in compile_report  # the timers do see the code generator
+    assert "Pre-ISel Intrinsic Lowering" not in loads_report
+    assert len({kernel.address for kernel in loaded}) == 2 and all(kernel.address for kernel in loaded)
 
 
 # ---- exp2's power-of-two scaling as llvm.ldexp (AVX-512 hosts) ----------------------------------------------------
