@@ -162,6 +162,38 @@ def test_toposort_orders_sources_first_in_source_order() -> None:
     assert root.toposort(gate=lambda node: node is not ab * c) == [ab * c, a, b, ab, root]
 
 
+def test_a_sinks_order_is_kept_on_it_and_each_call_gets_its_own_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, c = _leaf("a"), _leaf("b"), _leaf("c")
+    ab = a + b
+    sink = UOp(Ops.SINK, dtypes.void, (ab * c, ab), "kept order")
+    walks: list[UOp] = []
+    walk = UOp._walk
+    monkeypatch.setattr(UOp, "_walk", lambda node, gate: walks.append(node) or walk(node, gate))
+    first = sink.toposort()
+    first.append(a)  # a caller's list is its own
+    second = sink.toposort()
+    assert second == [a, b, ab, c, ab * c, sink] and second is not first
+    assert walks == [sink]  # the second call read the kept order
+    assert sink.toposort(gate=lambda node: node is not ab * c) == [ab * c, a, b, ab, sink]  # a gate walks anew
+    (ab * c).toposort()
+    (ab * c).toposort()
+    assert walks == [sink, sink, ab * c, ab * c]  # only sinks keep their order
+
+
+def test_a_sink_keeping_its_order_is_freed_without_the_garbage_collector() -> None:
+    # the kept order holds the graph below the sink, not the sink itself: no reference cycle
+    a = _leaf("a")
+    sink = UOp(Ops.SINK, dtypes.void, (a + 1,), "freed by refcount")
+    assert sink.toposort()[-1] is sink and sink.toposort()[-1] is sink
+    gone = weakref.ref(sink)
+    gc.disable()
+    try:
+        del sink
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def _reference_toposort(root: UOp, gate: Callable[[UOp], bool] | None) -> list[UOp]:
     # the definition, recursively: each node once, after its sources in source order; gate False: sources skipped
     order: list[UOp] = []

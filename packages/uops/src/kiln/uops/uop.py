@@ -150,7 +150,21 @@ class UOp:
         """Every UOp this one depends on, itself last; sources come before their users, in source order.
 
         `gate(node)` False stops the walk from descending into `node`'s sources (the node itself is listed).
+        A SINK's ungated order is computed once and kept on it (a graph never changes; the pipeline's passes and
+        analyses walk the same kernel sink many times); each call returns a new list.
         """
+        if gate is None and self.op is Ops.SINK:
+            # kept without the sink itself: a sink holding itself would be a reference cycle, freed only by the
+            # garbage collector instead of when its last user drops it
+            sources: tuple[UOp, ...] | None = self.__dict__.get("_toposort")
+            if sources is None:
+                order = self._walk(None)
+                self.__dict__["_toposort"] = tuple(order[:-1])
+                return order
+            return [*sources, self]
+        return self._walk(gate)
+
+    def _walk(self, gate: Callable[[UOp], bool] | None) -> list[UOp]:
         # a depth-first walk with an explicit stack of (node, iterator over its sources): a node is listed when its
         # iterator runs out, and each node is visited (gated) once, when it is first met
         order: list[UOp] = []
