@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from renderers_for_tests import GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
 
+import kiln.codegen.loop_structure as loop_structure
 from kiln.codegen import Opt, OptOps, Renderer, apply_opts, format_linear, linearize, lower, verify_linear
 from kiln.uops import AxisKind, Ops, UOp, dtypes
 
@@ -180,3 +183,29 @@ def test_malformed_loop_structure_is_rejected() -> None:
     )
     with pytest.raises(ValueError, match="closed by two ENDs"):
         linearize(twice)
+
+
+def test_a_sinks_open_ranges_are_computed_once_and_each_caller_gets_its_own_map(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    computed: list[UOp] = []
+    compute = loop_structure._open_ranges_map
+    monkeypatch.setattr(loop_structure, "_open_ranges_map", lambda root: computed.append(root) or compute(root))
+    sink = row_sum(7, 13)
+    first = loop_structure.open_ranges_map(sink)
+    first.clear()  # a caller's map is its own
+    second = loop_structure.open_ranges_map(sink)
+    assert second == compute(sink) and list(second) == sink.toposort()
+    assert computed == [sink]  # the second call read the kept map
+    value = sink.src[0].src[0]  # not a sink: computed each time
+    loop_structure.open_ranges_map(value)
+    loop_structure.open_ranges_map(value)
+    assert computed == [sink, value, value]
+    gone = weakref.ref(sink)  # the kept map does not hold its sink: no reference cycle
+    del first, second, sink
+    computed.clear()
+    gc.disable()
+    try:
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Mapping
 
-from kiln.uops import AxisKind, Ops, UOp
+from kiln.uops import AxisKind, NodeSlot, Ops, UOp
 
 # Nesting order of loop kinds (outermost first). Kinds that become hardware indices or vector lanes never nest as
 # loops, but they still need a place in axis listings.
@@ -51,8 +51,31 @@ def range_by_axis(root: UOp) -> dict[int, UOp]:
     return found
 
 
+# open_ranges_map of a SINK, kept on the sink: the END normalization and the linearizer ask again for the same
+# kernel sink. Kept without the sink's own entry (a map holding its sink would be a reference cycle: the sink would
+# then be freed by the garbage collector only, not when its last user drops it).
+_OPEN_RANGES: NodeSlot[tuple[dict[UOp, frozenset[UOp]], frozenset[UOp]]] = NodeSlot(
+    "open_ranges_below", __name__, "a SINK's open_ranges_map without its own entry, and that entry"
+)
+
+
 def open_ranges_map(root: UOp) -> dict[UOp, frozenset[UOp]]:
     """For every node, the RANGEs it depends on that no END on the way has closed (the loops it must run in)."""
+    if root.op is not Ops.SINK:
+        return _open_ranges_map(root)
+    kept = _OPEN_RANGES.get(root)
+    if kept is None:
+        result = _open_ranges_map(root)
+        own = result.pop(root)
+        kept = (result, own)
+        _OPEN_RANGES.set(root, kept)
+    below, own = kept
+    result = dict(below)  # the caller's own map
+    result[root] = own
+    return result
+
+
+def _open_ranges_map(root: UOp) -> dict[UOp, frozenset[UOp]]:
     result: dict[UOp, frozenset[UOp]] = {}
     for node in root.toposort():
         if node.op is Ops.RANGE:
