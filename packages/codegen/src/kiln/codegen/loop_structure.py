@@ -75,20 +75,27 @@ def open_ranges_map(root: UOp) -> dict[UOp, frozenset[UOp]]:
     return result
 
 
+_NO_RANGES: frozenset[UOp] = frozenset()
+
+
 def _open_ranges_map(root: UOp) -> dict[UOp, frozenset[UOp]]:
     result: dict[UOp, frozenset[UOp]] = {}
     for node in root.toposort():
+        sources = node.src
+        if not sources:
+            result[node] = frozenset({node}) if node.op is Ops.RANGE else _NO_RANGES
+            continue
+        # the union of the sources' sets; most sources share one set (or a subset of it): reuse it, build none
+        combined = result[sources[0]]
+        for source in sources[1:]:
+            other = result[source]
+            if other is not combined and not other <= combined:
+                combined = combined | other
         if node.op is Ops.RANGE:
-            result[node] = frozenset({node}).union(*(result[s] for s in node.src))
+            combined = combined | {node}
         elif node.op is Ops.END:
-            closed = frozenset(s for s in node.src[1:] if s.op is Ops.RANGE)
-            result[node] = frozenset().union(*(result[s] for s in node.src)) - closed
-        elif not node.src:
-            result[node] = frozenset()
-        elif len(node.src) == 1:
-            result[node] = result[node.src[0]]
-        else:
-            result[node] = frozenset().union(*(result[s] for s in node.src))
+            combined = combined - {s for s in sources[1:] if s.op is Ops.RANGE}
+        result[node] = combined
     return result
 
 
