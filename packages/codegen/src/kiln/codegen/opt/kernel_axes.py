@@ -39,22 +39,41 @@ def product_of_sizes(ranges: list[UOp]) -> int:
     return math.prod(int(r.src[0].vmax) for r in ranges)
 
 
+_NO_RANGES: frozenset[UOp] = frozenset()
+
+
+def _union_of_sources(node: UOp, sets: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    # the union of the sources' sets; most sources share one set (or a subset of it): reuse it, build none
+    sources = node.src
+    if not sources:
+        return _NO_RANGES
+    combined = sets[sources[0]]
+    for source in sources[1:]:
+        other = sets[source]
+        if other is not combined and not other <= combined:
+            combined = combined | other
+    return combined
+
+
 def lane_count(sink: UOp) -> int:
     """How many vector lanes the widest value of the kernel expands to: the product of the UPCAST and UNROLL sizes
     it depends on. A REDUCE folds its own lanes, so the reduces of a row kernel (softmax: max, then sum, then the
     output) each count their own unroll, not the product of all of them."""
     expanded: dict[UOp, frozenset[UOp]] = {}
+    widths: dict[frozenset[UOp], int] = {_NO_RANGES: 1}  # most nodes share a set: its product is computed once
     widest = 1
     for node in sink.toposort():
         if node.op is Ops.RANGE:
-            lanes = frozenset({node}) if node.arg.kind in (AxisKind.UPCAST, AxisKind.UNROLL) else frozenset()
+            lanes = frozenset({node}) if node.arg.kind in (AxisKind.UPCAST, AxisKind.UNROLL) else _NO_RANGES
         else:
-            lanes = frozenset().union(*(expanded[source] for source in node.src))
+            lanes = _union_of_sources(node, expanded)
             if node.op is Ops.REDUCE:
-                lanes -= frozenset(node.src[1:])
+                lanes = lanes - frozenset(node.src[1:])
         expanded[node] = lanes
-        if lanes:
-            widest = max(widest, product_of_sizes(list(lanes)))
+        width = widths.get(lanes)
+        if width is None:
+            width = widths[lanes] = product_of_sizes(list(lanes))
+        widest = max(widest, width)
     return widest
 
 
@@ -67,7 +86,7 @@ def loop_work(sink: UOp) -> int:
         if node.op is Ops.RANGE:
             running[node] = frozenset({node})
             continue
-        ranges = frozenset().union(*(running[source] for source in node.src))
+        ranges = _union_of_sources(node, running)
         if node.op in (Ops.REDUCE, Ops.END):
             total += product_of_sizes(list(ranges))
             ranges -= frozenset(node.src[1:])
