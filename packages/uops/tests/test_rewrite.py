@@ -290,3 +290,19 @@ def test_a_result_holding_an_already_rewritten_node_is_rebuilt_on_its_result() -
     )
     assert graph_rewrite(y_var + x_var, pm) is _three + -_three
     assert graph_rewrite(x_var + y_var, pm) is -_three + _three
+
+
+def test_users_of_the_first_rewritten_node_are_rebuilt_and_an_untouched_graph_is_returned_as_is() -> None:
+    # the walk looks sources up only once a rule has fired: nodes before the first firing keep their sources, every
+    # user after it (near or far) is rebuilt on the new form
+    x, y = UOp.variable("x", 0, 9), UOp.variable("y", 0, 9)
+    before = x * 3  # met before the node the rule rewrites
+    far = ((y + 100) * 2) + before  # the rewritten node's user, and that user's user
+    sink = UOp(Ops.SINK, dtypes.void, (before, far))
+    marker = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.const_like(7) if c.arg == 100 else None)])
+    rewritten = graph_rewrite(sink, marker)
+    assert rewritten.src[0] is before
+    assert rewritten.src[1] is ((y + 7) * 2) + before
+    assert graph_rewrite(sink, PatternMatcher([])) is sink
+    never = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.const_like(7) if c.arg == 12345 else None)])
+    assert graph_rewrite(sink, never) is sink

@@ -94,13 +94,16 @@ def _sources_first(sink: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], 
     # node is reached, so most nodes cost one step of a for loop. A node rebuilt on changed sources gets the rules
     # here too; only the graph a rule returns is new, and _sources_first_from walks it (the node and its rebuilt
     # form stay active meanwhile, so a rule rebuilding its own input is still caught).
+    # Until a rule first fires, every node met so far is its own final form, so no node's sources can have changed:
+    # the sources are looked up only from then on.
     final_form = done.__getitem__
+    fired_yet = False
     for node in sink.toposort():
         if node in done:
             continue  # reached already through a rule's result
         current = node
         sources = node.src
-        if sources:
+        if fired_yet and sources:
             new_sources = tuple(map(final_form, sources))
             if new_sources != sources:
                 current = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
@@ -116,6 +119,7 @@ def _sources_first(sink: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], 
                         fired(rule, current, result)
                     if type(result) is not UOp:
                         _bad_result(current, result)
+                    fired_yet = True
                     _sources_first_from(result, rules, ctx, done, fired, {node, current})
                     done[node] = done[current] = done[result]
                     break
