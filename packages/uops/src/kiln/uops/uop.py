@@ -154,8 +154,7 @@ class UOp:
         analyses walk the same kernel sink many times); each call returns a new list.
         """
         if gate is None and self.op is Ops.SINK:
-            # kept without the sink itself: a sink holding itself would be a reference cycle, freed only by the
-            # garbage collector instead of when its last user drops it
+            # kept without the sink itself: holding itself, a sink would be freed by the garbage collector only
             sources: tuple[UOp, ...] | None = self.__dict__.get("_toposort")
             if sources is None:
                 order = self._walk(None)
