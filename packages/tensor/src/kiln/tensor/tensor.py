@@ -351,19 +351,19 @@ class Tensor(
     @staticmethod
     def realize_all(*tensors: TensorCore) -> list[UOp]:
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
-        # graphs keep every movement op the user built (gradients may target any of them); the scheduler gets
-        # chains merged (a node remembers its folded form, so repeated realizes only fold new nodes)
-        folded = [graph.fold_movement_chains(tensor.uop) for tensor in tensors]
-        seen: set[UOp] = set()
-        for index, node in enumerate(folded if len(folded) > 1 else ()):  # one tensor has no duplicate
-            duplicate = node in seen and tensors[index] is not tensors[folded.index(node)]
-            if duplicate and alias_base(node) is None and math.prod(tensors[index].shape) > 0:
+        # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
+        # chains for the scheduler
+        nodes = [tensor.uop for tensor in tensors]
+        seen: dict[UOp, TensorCore] = {}
+        for index, tensor in enumerate(tensors if len(tensors) > 1 else ()):  # one tensor has no duplicate
+            node = graph.fold_movement_chains(tensor.uop)  # compared with chains merged: two may be one value
+            first = seen.setdefault(node, tensor)
+            if first is not tensor and alias_base(node) is None and math.prod(tensor.shape) > 0:
                 # two tensors of one (hash-consed) graph: the second gets a copy, so each owns its memory
-                memory = graph.buffer_uop(graph.device_of(node), math.prod(tensors[index].shape), node.dtype)
-                folded[index] = graph.assign(graph.reshape(memory, tensors[index].shape), node)
-            seen.add(node)
-        views = realize_uops(folded)
-        for tensor, node, view in zip(tensors, folded, views):
+                memory = graph.buffer_uop(graph.device_of(node), math.prod(tensor.shape), node.dtype)
+                nodes[index] = graph.assign(graph.reshape(memory, tensor.shape), tensor.uop)
+        views = realize_uops(nodes)
+        for tensor, node, view in zip(tensors, nodes, views):
             if alias_base(tensor.uop) is not None:
                 continue  # a view of a buffer stays one (it sees later writes into the buffer, like a PyTorch view)
             if node is not tensor.uop:

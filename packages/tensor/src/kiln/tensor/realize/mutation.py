@@ -215,7 +215,7 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         reads = _reads(held, storage)
         if reads:
             (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
-    assign = graph.fold_movement_chains(graph.assign(node, graph.fold_movement_chains(value)))
+    assign = graph.assign(node, value)  # normalizing merges the movement chains of the roots
     roots = [assign]
     # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
     value_reads = _reads(value, storage) if keep_graph else []
@@ -224,10 +224,9 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         roots.append(graph.assign(snapshot_target, base))
     snapshot_at = len(roots) - 1
     first_shared = len(roots)
-    roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
+    roots.extend(holder.uop for holder in shared)
     views = realize_uops(roots)
     for holder, view in zip(shared, views[first_shared:]):
-        record_realized(holder.uop, view)
         if getattr(holder, "requires_grad", None) is not True:  # like Tensor.realize_all
             holder.uop = view
     new_base = _target_base(views[0])
@@ -346,8 +345,8 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
                 readers.append((holder, reads_of))
     roots: list[UOp] = []
     for _, node, _, _, value_holder in targets:
-        value = graph.contiguous(graph.fold_movement_chains(value_holder.uop))
-        roots.append(graph.fold_movement_chains(graph.assign(node, value)))
+        # normalizing merges the movement chains of the roots (no fold_movement_chains walk here)
+        roots.append(graph.assign(node, graph.contiguous(value_holder.uop)))
     snapshot_of: dict[int, int] = {}  # id(buffer) -> index in roots of the copy of its old contents
     needed = {key for _, reads_of in readers for key in reads_of}
     for _, _, base, storage, _ in targets:
@@ -355,10 +354,9 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             snapshot_of[id(storage)] = len(roots)
             roots.append(graph.assign(graph.buffer_uop(base.arg.device, base.arg.size, base.dtype), base))
     first_shared = len(roots)
-    roots.extend(graph.fold_movement_chains(holder.uop) for holder in shared)
+    roots.extend(holder.uop for holder in shared)
     views = realize_uops(roots)
     for holder, view in zip(shared, views[first_shared:]):
-        record_realized(holder.uop, view)
         if getattr(holder, "requires_grad", None) is not True:
             holder.uop = view
     new_bases: dict[int, UOp] = {}

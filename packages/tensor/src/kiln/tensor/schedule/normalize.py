@@ -1,4 +1,5 @@
-"""Normalizing the graphs to realize: realized nodes become their buffer views, buffers become numbered inputs.
+"""Normalizing the graphs to realize: realized nodes become their buffer views, buffers become numbered inputs,
+and chains of movement ops are merged (what `graph.fold_movement_chains` does, in the same walk).
 
 Two requests with the same structure (the same ops and constants over buffers of the same sizes and dtypes, in the
 same positions) normalize to the very same SINK node (UOps are hash-consed), which keys the schedule cache.
@@ -10,17 +11,21 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kiln.tensor.graph import MOVEMENT_OPS
+from kiln.tensor.graph import MOVEMENT_OPS, merge_movement_link
 from kiln.tensor.schedule.items import InputSlot
 from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, dtypes
 
 REALIZED: NodeSlot[UOp] = NodeSlot("tensor_realized", __name__, "the buffer view a node's value was realized into")
-# A node whose graph holds no BUFFER and no realized node normalizes to itself; such a node remembers so in this
-# slot (with the epoch it was seen in), and later walks stop there. Realizing such a node would change what its
-# users normalize to, so record_realized() starts a new epoch then, which forgets every mark at once.
+# A node whose graph holds no BUFFER and no realized node (a pure graph) normalizes to itself with its movement
+# chains merged; such a node remembers so in this slot (with the epoch it was seen in), and later walks stop there
+# (taking its merged form from PURE_FORM when merging changed it). Such a graph is never recorded as realized.
 SELF_EPOCH: NodeSlot[int] = NodeSlot(
-    "tensor_normalizes_to_self", __name__, "the epoch in which a node was seen to normalize to itself"
+    "tensor_normalizes_to_self", __name__, "the epoch in which a node was seen to be pure (no buffer, not realized)"
 )
+PURE_FORM: NodeSlot[UOp] = NodeSlot(
+    "tensor_pure_form", __name__, "a pure node's normalized form when merging its movement chains changed it"
+)
+_CHAIN_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND})
 OVERWRITTEN: NodeSlot[bool] = NodeSlot(
     "tensor_overwritten", __name__, "a BUFFER node whose contents a write has replaced (its graphs are stale)"
 )
@@ -163,7 +168,7 @@ def normalize(
     constants: list[ConstKey] = []
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
-    self_epoch, overwritten, realized = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get
+    self_epoch, overwritten, realized, pure_form = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get, PURE_FORM.get
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
     # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
     stack: list[UOp] = list(reversed(uops))
@@ -178,7 +183,7 @@ def normalize(
         sources = node.src
         if node not in expanded:
             if self_epoch(node) == epoch:
-                resolved[node] = node
+                resolved[node] = pure_form(node) or node
                 stack.pop()
                 continue
             if node.op is Ops.BUFFER:
@@ -229,12 +234,15 @@ def normalize(
                 SELF_EPOCH.set(node, epoch)
             continue
         new_sources = tuple([resolved[source] for source in sources])
-        if new_sources == sources:  # UOps compare by identity: every source normalized to itself
-            resolved[node] = node
-            if not lifting and all(self_epoch(source) == epoch for source in sources):
-                SELF_EPOCH.set(node, epoch)
-        else:
-            resolved[node] = node.replace(src=new_sources)
+        # UOps compare by identity: the same sources when every source normalized to itself
+        result = node if new_sources == sources else node.replace(src=new_sources)
+        if result.src[0].op is result.op and result.op in _CHAIN_OPS:
+            result = merge_movement_link(result)  # chains merged here: `fold_movement_chains` is not needed first
+        resolved[node] = result
+        if not lifting and all(self_epoch(source) == epoch for source in sources):
+            SELF_EPOCH.set(node, epoch)  # a pure graph (no buffer, nothing realized): its form never changes
+            if result is not node:
+                PURE_FORM.set(node, result)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
 
 
