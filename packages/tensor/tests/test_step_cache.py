@@ -10,11 +10,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
-from kiln.tensor import Tensor, optim
+from kiln.tensor import GlobalCounters, Tensor, optim
 from kiln.tensor.realize import Engine, use_engine
 from kiln.tensor.schedule import normalize
 from kiln.tensor.schedule.normalize import realized_view
+from kiln.uops import Context
 
 DEVICE = "CPU"
 LR, MOMENTUM, MAX_NORM = 0.3, 0.9, 0.5
@@ -160,3 +162,30 @@ def test_a_step_reading_a_written_parameter_through_a_chain_sees_the_old_values(
             after = w.reshape(2, 3).reshape(3, 2) * 2
             np.testing.assert_array_equal(before.numpy(), np.arange(6, dtype=np.float32).reshape(3, 2) * 2)
             np.testing.assert_array_equal(after.numpy(), (np.arange(6, dtype=np.float32) + 10).reshape(3, 2) * 2)
+
+
+def test_the_kernels_of_a_plan_submitted_as_one_list_count_and_compute_like_one_by_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # independent reductions, a kernel reading their results, and small and large kernels mixed (inline-sized and
+    # queued ones): the values and the counters match the one-by-one launches DEBUG=2 makes
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(64, 300)).astype(np.float32), rng.normal(size=(300,)).astype(np.float32)
+
+    def run() -> tuple[np.ndarray, int]:
+        left, right = Tensor(a, device=DEVICE), Tensor(b, device=DEVICE)
+        centred = left - left.mean(0)
+        before = GlobalCounters.kernel_count
+        result = ((centred * right).sum(1) / (centred.abs().amax(1) + 1) + right[:64]).realize()
+        return result.numpy(), GlobalCounters.kernel_count - before
+
+    expected = ((a - a.mean(0)) * b).sum(1) / (np.abs(a - a.mean(0)).max(1) + 1) + b[:64]
+    with use_engine(Engine()) as engine:
+        batched, kernels = run()
+        np.testing.assert_allclose(batched, expected, rtol=1e-4, atol=1e-5)
+        with Context(DEBUG=2):
+            one_by_one, kernels_one_by_one = run()
+        assert kernels == kernels_one_by_one >= 2
+        np.testing.assert_array_equal(batched, one_by_one)
+        assert engine.schedule.hits >= 1
+    assert capsys.readouterr().out.count("***") >= kernels  # DEBUG=2 printed each kernel

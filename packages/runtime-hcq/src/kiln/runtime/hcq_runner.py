@@ -42,6 +42,25 @@ class HCQProgramRunner(ProgramRunner):
             if isinstance(flops, int) and isinstance(memory, int):
                 self.inline = flops + memory <= self.inline_work_limit
 
+    @property
+    def batchable(self) -> bool:
+        """Whether launches can be built ahead as exec commands (`exec_command`) and submitted in a list with
+        `HCQCompiled.launch_many`: fixed launch sizes (checked) and no variables."""
+        return self._static_launch and not self.variables
+
+    def exec_command(self, buffers: Sequence[Buffer], profiling: bool = False) -> ExecCommand:
+        """The exec command of a launch on `buffers` (checked like a call: one per slot, allocated if needed), with
+        a fresh argument block, for `HCQCompiled.launch_many`; only for a `batchable` runner. `profiling`: attach
+        the PROFILE event's arguments."""
+        if not self.batchable:
+            raise RuntimeError(f"{self.name}: only a runner with fixed launch sizes and no variables builds commands")
+        args = HCQArgsState.for_launch(self.arg_layout, self.buffer_addresses(buffers), ())
+        dims = self._static_dims
+        assert dims is not None  # a static launch has them
+        global_size, local_size = dims
+        profile = self.profile_args(()) if profiling else None
+        return ExecCommand(self.kernel_for(buffers), args, global_size, local_size, self.name, profile)
+
     def kernel_for(self, buffers: Sequence[Buffer]) -> object:
         """The object the exec command runs for this launch (the loaded kernel; subclasses may bind the buffers)."""
         return self.kernel

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from kiln.codegen import Program, Renderer, beam_search, get_program
-from kiln.runtime import Buffer, Device, ProgramRunner, copy_between
+from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRunner, ProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
@@ -79,13 +79,15 @@ launch_recorder: LaunchRecorder | None = None
 @dataclass(frozen=True)
 class Method:
     """A kernel ready to launch: the program, the kernel slot each program parameter takes, the loaded runner and
-    the program's cost estimates."""
+    the program's cost estimates. `queue`: the queue-driven device a run of a plan may submit the launch to in one
+    list with its neighbours (a runner with fixed launch sizes and no variables), else None."""
 
     program: Program
     slots: tuple[int, ...]
     runner: ProgramRunner
     flops: int
     mem_bytes: int
+    queue: HCQCompiled | None = None
 
 
 # numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's; shared
@@ -221,6 +223,51 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], o
     return results
 
 
+class _LaunchBatch:
+    """Kernel launches of one run of a plan, collected as exec commands and submitted as one list per run of
+    consecutive launches on one queue-driven device (`HCQCompiled.launch_many`, which keeps their order after
+    everything submitted before). The counters are updated as `Engine.run_kernel_step` does (the time is the
+    host-side time of building and submitting the list)."""
+
+    __slots__ = ("commands", "device", "inline", "profiling", "started")
+
+    def __init__(self) -> None:
+        self.commands: list[ExecCommand] = []
+        self.device: HCQCompiled | None = None
+        self.inline = True
+        self.profiling = knobs.PROFILE
+        self.started = 0
+
+    def add(self, method: Method, buffers: list[Buffer]) -> None:
+        queue = method.queue
+        assert queue is not None and isinstance(method.runner, HCQProgramRunner)
+        if queue is not self.device:
+            self.flush()
+            self.device = queue
+        if not self.commands:
+            self.started = time.perf_counter_ns()
+        try:
+            command = method.runner.exec_command(buffers, self.profiling)
+        except Exception:
+            self.flush()  # the launches before the bad one still run, as they would one by one
+            raise
+        self.commands.append(command)
+        self.inline = self.inline and method.runner.inline
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.flops += method.flops
+        GlobalCounters.mem_bytes += method.mem_bytes
+
+    def flush(self) -> None:
+        """Submits the collected commands (if any)."""
+        if not self.commands:
+            return
+        assert self.device is not None
+        commands, self.commands = self.commands, []
+        self.device.launch_many(commands, inline=self.inline)
+        self.inline = True
+        GlobalCounters.time_ns += time.perf_counter_ns() - self.started
+
+
 def _device_timer(device: str) -> Callable[[Program], float]:
     """The timer BEAM search runs candidates with: the program loaded on `device`, launched on scratch buffers of
     its parameters' sizes (variables at their largest value), the fastest of three runs in seconds."""
@@ -319,7 +366,13 @@ class Engine:
         flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
         if len(methods) >= self.max_methods:
             methods.popitem(last=False)
-        method = Method(program, _slots_of(ast, program), load(program, device), int(flops), int(memory))
+        runner = load(program, device)
+        queue = (
+            runner.device
+            if isinstance(runner, HCQProgramRunner) and runner.batchable and isinstance(runner.device, HCQCompiled)
+            else None
+        )
+        method = Method(program, _slots_of(ast, program), runner, int(flops), int(memory), queue)
         methods[key] = method
         return method
 
@@ -386,12 +439,25 @@ class Engine:
         recorder = launch_recorder
         started = time.perf_counter_ns()
         kernels = 0
+        # consecutive kernels of one queue-driven device go to its queue as one list (one submission, one handoff to
+        # the queue's thread), as TinyJit replays them; not while DEBUG waits for each kernel or a capture records
+        # each launch
+        batch = _LaunchBatch() if debug < 2 and recorder is None and len(prepared.steps) > 1 else None
         for step, positions in prepared.steps:
             if type(step) is KernelStep:
+                if batch is not None:
+                    method = self.compiled_program(step.ast, step.device)
+                    if method.queue is not None:
+                        batch.add(method, [buffers[positions[slot]] for slot in method.slots])
+                        kernels += 1
+                        continue
+                    batch.flush()
                 self.run_kernel_step(step, [buffers[position] for position in positions], debug)
                 kernels += 1
                 continue
             assert isinstance(step, CopyStep)
+            if batch is not None:
+                batch.flush()
             destination, source = buffers[positions[0]], buffers[positions[1]]
             begin = time.perf_counter_ns()
             copy_between(destination, source)
@@ -400,6 +466,8 @@ class Engine:
             GlobalCounters.mem_bytes += 2 * source.nbytes
             if recorder is not None:
                 recorder.record_copy(destination, source)
+        if batch is not None:
+            batch.flush()
         if debug >= 1 and plan.steps:
             for device in {step.device for step in plan.steps if isinstance(step, KernelStep)}:
                 Device[device].synchronize()
