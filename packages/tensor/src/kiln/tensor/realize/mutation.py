@@ -137,23 +137,28 @@ def _reads_a_buffer(uop: UOp, memo: dict[UOp, bool] | None = None) -> bool:
     found = memo.get(uop)
     if found is not None:
         return found
-    stack = [uop]
-    while stack:  # iterative post-order; a node is decided once all its sources are
-        node = stack[-1]
-        if node in memo:
-            stack.pop()
-            continue
-        if node.op is Ops.BUFFER or realized_view(node) is not None:
-            memo[node] = True
-            stack.pop()
-            continue
-        pending = [source for source in node.src if source not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        memo[node] = any(memo[source] for source in node.src)
-    return memo[uop]
+    if uop.op is Ops.BUFFER or realized_view(uop) is not None:
+        memo[uop] = True
+        return True
+    # depth-first, stopping at the first node that reads memory: then every node on the path reads it; a node
+    # whose sources are all exhausted reads none. Each node is decided once across the calls sharing `memo`.
+    path = [(uop, iter(uop.src))]
+    while path:
+        node, sources = path[-1]
+        for source in sources:
+            known = memo.get(source)
+            if known is False:
+                continue
+            if known is True or source.op is Ops.BUFFER or realized_view(source) is not None:
+                for on_path, _ in path:
+                    memo[on_path] = True
+                return True
+            path.append((source, iter(source.src)))
+            break
+        else:
+            path.pop()
+            memo[node] = False
+    return False
 
 
 def _unrealized_nodes(roots: Iterable[UOp]) -> set[UOp]:
