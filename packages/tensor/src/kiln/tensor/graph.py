@@ -87,7 +87,11 @@ def shape_of(uop: UOp) -> Shape:
     cached = SHAPE.get(uop)
     if cached is not None:
         return cached
-    ready = all(SHAPE.has(source) or source.op is Ops.DEVICE for source in uop.src)
+    ready = True  # a loop, not all() over a generator: this runs several times per op built
+    for source in uop.src:
+        if source.op is not Ops.DEVICE and SHAPE.missing(source):
+            ready = False
+            break
     return _infer_and_cache(uop, SHAPE, _infer_shape, ready)
 
 
@@ -138,9 +142,23 @@ def device_of(uop: UOp) -> str:
     cached = DEVICE.get(uop)
     if cached is not None:
         return cached
-    # a node's device is its first source's (DEVICE, BUFFER and COPY name their own)
-    ready = uop.op in (Ops.DEVICE, Ops.BUFFER, Ops.COPY) or bool(uop.src and DEVICE.has(uop.src[0]))
-    return _infer_and_cache(uop, DEVICE, _infer_device, ready)
+    # a node's device is its first source's (DEVICE, BUFFER and COPY name their own): follow the first sources down
+    # to a node that knows its device (a loop, however deep), and cache it on every node passed
+    chain = []
+    node = uop
+    while (found := DEVICE.get(node)) is None:
+        if node.op in _OWN_DEVICE_OPS or not node.src:
+            found = _infer_device(node)
+            DEVICE.set(node, found)
+            break
+        chain.append(node)
+        node = node.src[0]
+    for passed in chain:
+        DEVICE.set(passed, found)
+    return found
+
+
+_OWN_DEVICE_OPS: Final = frozenset({Ops.DEVICE, Ops.BUFFER, Ops.COPY})
 
 
 def _infer_device(uop: UOp) -> str:

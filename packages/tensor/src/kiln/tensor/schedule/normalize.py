@@ -235,12 +235,17 @@ def normalize(
             continue
         new_sources = tuple([resolved[source] for source in sources])
         # UOps compare by identity: the same sources when every source normalized to itself
-        result = node if new_sources == sources else node.replace(src=new_sources)
-        if result.src[0].op is result.op and result.op in _CHAIN_OPS:
+        result = node if new_sources == sources else UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+        if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
             result = merge_movement_link(result)  # chains merged here: `fold_movement_chains` is not needed first
         resolved[node] = result
-        if not lifting and all(self_epoch(source) == epoch for source in sources):
-            SELF_EPOCH.set(node, epoch)  # a pure graph (no buffer, nothing realized): its form never changes
+        if lifting:
+            continue
+        for source in sources:
+            if self_epoch(source) != epoch:
+                break
+        else:  # a pure graph (no buffer, nothing realized): its form never changes
+            SELF_EPOCH.set(node, epoch)
             if result is not node:
                 PURE_FORM.set(node, result)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
