@@ -165,13 +165,16 @@ def _unrealized_nodes(roots: Iterable[UOp]) -> set[UOp]:
     """Every node of the graphs of `roots`, not descending into realized nodes or buffers (one shared walk)."""
     seen: set[UOp] = set()
     stack = list(roots)
-    while stack:
-        node = stack.pop()
+    pop, push, visit, buffer_op = stack.pop, stack.append, seen.add, Ops.BUFFER
+    while stack:  # plain loops and local names: this walks a whole training step's graph on every optimizer step
+        node = pop()
         if node in seen:
             continue
-        seen.add(node)
-        if _unrealized(node):
-            stack.extend(source for source in node.src if source not in seen)
+        visit(node)
+        if node.op is not buffer_op and realized_view(node) is None:
+            for source in node.src:
+                if source not in seen:
+                    push(source)
     return seen
 
 
