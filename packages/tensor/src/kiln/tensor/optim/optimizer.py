@@ -171,7 +171,9 @@ class SGD(Optimizer):
                 if self.steps == 0:
                     velocity = gradient
                 else:
-                    velocity = buffer * self.momentum + gradient * (1.0 - self.dampening)
+                    # x * 1.0 is x exactly (also -0.0, inf, nan): no op for the usual dampening 0
+                    damped = gradient * (1.0 - self.dampening) if self.dampening else gradient
+                    velocity = buffer * self.momentum + damped
                 targets.append(self.write(buffer, velocity))
                 gradient = gradient + velocity * self.momentum if self.nesterov else velocity
             step = gradient * lr.cast(gradient.dtype)
