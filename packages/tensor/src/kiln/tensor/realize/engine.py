@@ -111,7 +111,8 @@ class _PreparedPlan:
     A run keeps its runtime Buffers in one list: the outputs, then the temporaries, then the inputs. `steps` holds
     each step with the positions in that list of the buffers it takes (a kernel's slots, or a copy's destination and
     source), so a run never resolves a `BufferRef` again. `outputs` is each output's (device, size, dtype);
-    `bare_views` each view that is a bare buffer as (is output, number), so it needs no substitution.
+    `bare_views` each view that is a bare buffer, or a reshape of one (the usual view of a result that is not
+    1-D), as (is output, number, reshape or None), so it needs no graph substitution.
     """
 
     __slots__ = ("bare_views", "outputs", "plan", "steps")
@@ -129,13 +130,15 @@ class _PreparedPlan:
             refs = step.buffers if isinstance(step, KernelStep) else (step.destination, step.source)
             steps.append((step, tuple(first[ref.source] + ref.number for ref in refs)))
         self.steps = tuple(steps)
-        bare: list[tuple[bool, int] | None] = []
+        bare: list[tuple[bool, int, UOp | None] | None] = []
         for view in plan.views:
-            slot = view.arg if view.op is Ops.BUFFER else None
+            reshape = view if view.op is Ops.RESHAPE else None
+            base = view.src[0] if reshape is not None else view
+            slot = base.arg if base.op is Ops.BUFFER else None
             if isinstance(slot, InputSlot):
-                bare.append((False, slot.position))
+                bare.append((False, slot.position, reshape))
             elif isinstance(slot, OutputSlot):
-                bare.append((True, slot.number))
+                bare.append((True, slot.number, reshape))
             else:
                 bare.append(None)
         self.bare_views = tuple(bare)
@@ -207,9 +210,10 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], o
             replaced[position] = fresh
     results = []
     for view, bare in zip(plan.views, prepared.bare_views):
-        if bare is not None:  # the view is one buffer: no graph to rebuild
-            is_output, number = bare
-            results.append(output_nodes[number] if is_output else replaced[number])
+        if bare is not None:  # the view is one buffer or a reshape of one: no graph to walk
+            is_output, number, reshape = bare
+            node = output_nodes[number] if is_output else replaced[number]
+            results.append(node if reshape is None else UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg))
             continue
         mapping: dict[UOp, UOp] = {}
         for node in view.toposort():
