@@ -47,7 +47,10 @@ def clip_grad_norm_(
             total = norms[0].stack(*norms[1:]).amax()
         elif norm_type == 2.0:  # the common case: squares need no abs (and no pow)
             squares = [(g.float() * g.float()).sum() for g in gradients]
-            total = squares[0].stack(*squares[1:]).sum().sqrt()
+            total = squares[0]
+            for square in squares[1:]:  # 0-dim sums added up: fewer ops to build than stack().sum() on every step
+                total = total + square
+            total = total.sqrt()
         else:
             powers = [(g.abs().float() ** norm_type).sum() for g in gradients]
             total = powers[0].stack(*powers[1:]).sum() ** (1.0 / norm_type)
