@@ -63,12 +63,18 @@ class AutogradMixin(TensorCore):
         if newly and uop is not None and dtypes.is_float(uop.dtype) and not _has_buffer(uop) and _is_new_leaf(uop):
             # a constant graph (zeros, randn ...) is hash-consed with every equal one: give the leaf its own buffer
             self.__dict__["uop"] = _into_new_buffer(uop)
-        self.__dict__["_requires_grad"] = value
         if value is True:
-            self.__dict__["_grad_order"] = next(_registrations)
-            _requiring_grad[id(self)] = self
+            self._register_requiring_grad()
         else:
+            self.__dict__["_requires_grad"] = value
             _requiring_grad.pop(id(self), None)
+
+    def _register_requiring_grad(self) -> None:
+        """Makes this float tensor require grad without the leaf checks of the setter: for the result of an op on a
+        tensor that requires grad (its graph holds that tensor's node, so it is no new leaf; `Tensor._result`)."""
+        self.__dict__["_requires_grad"] = True
+        self.__dict__["_grad_order"] = next(_registrations)
+        _requiring_grad[id(self)] = self
 
     def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Sets `requires_grad` in place and returns this tensor (only float tensors can require gradients).

@@ -229,7 +229,12 @@ class Tensor(
         # integer and bool results (comparisons, argmax) never do
         if Tensor._grad_disabled or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
             return cls._from_uop(uop)
-        return cls._from_uop(uop, True if dtypes.is_float(uop.dtype) else None)
+        result = cls._from_uop(uop)
+        if dtypes.is_float(uop.dtype):
+            # an operand that requires grad is alive and its node is in `uop`'s graph: the result is no new leaf,
+            # so the setter's leaf checks (graph walks) are not needed
+            result._register_requiring_grad()
+        return result
 
     # -----------------------------------------------------------------------------------------------------------
     # primitive builders (operands already broadcast and promoted by the public methods)
