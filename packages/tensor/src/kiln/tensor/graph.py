@@ -276,9 +276,13 @@ def alu(op: Ops, *operands: UOp) -> UOp:
     """The ALU op `op` over `operands` of one shape and device (and one dtype; WHERE takes a bool condition)."""
     if op not in GroupOp.ALU:
         raise ValueError(f"{op!r} is not an ALU op; expected one of GroupOp.ALU")
-    _shapes_match(operands, op)
-    _devices_match(operands, op)
-    return operands[0].alu(op, *operands[1:])
+    shape = _shapes_match(operands, op)
+    device = _devices_match(operands, op)
+    node = operands[0].alu(op, *operands[1:])
+    # an elementwise op has its operands' shape and device: cached now, so no inference runs for the new node
+    SHAPE.setdefault(node, shape)
+    DEVICE.setdefault(node, device)
+    return node
 
 
 def binary_alu(op: Ops, left: UOp, right: UOp) -> UOp:
@@ -288,7 +292,13 @@ def binary_alu(op: Ops, left: UOp, right: UOp) -> UOp:
         raise ValueError(f"{op!r} is not a binary ALU op")
     if left.dtype is not right.dtype:
         raise TypeError(f"{op!r} operands must share one dtype, got {left.dtype!r} and {right.dtype!r}")
-    return UOp(op, dtypes.bool if op in GroupOp.Comparison else left.dtype, (left, right))
+    node = UOp(op, dtypes.bool if op in GroupOp.Comparison else left.dtype, (left, right))
+    shape, device = SHAPE.get(left), DEVICE.get(left)
+    if shape is not None:  # the operands' shape and device (one shape by the caller's construction)
+        SHAPE.setdefault(node, shape)
+    if device is not None:
+        DEVICE.setdefault(node, device)
+    return node
 
 
 def cast(x: UOp, dtype: DType) -> UOp:
