@@ -213,7 +213,9 @@ def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], o
         if bare is not None:  # the view is one buffer or a reshape of one: no graph to walk
             is_output, number, reshape = bare
             node = output_nodes[number] if is_output else replaced[number]
-            results.append(node if reshape is None else UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg))
+            if reshape is not None:
+                node = UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg, reshape.tag)
+            results.append(node)
             continue
         mapping: dict[UOp, UOp] = {}
         for node in view.toposort():
