@@ -177,10 +177,12 @@ def _row_exp_sum(rows: int, columns: int) -> UOp:
 
 def test_row_exp_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_up_to_four_vectors() -> None:
     # the exp-sum of a softmax: the reduce axis is unrolled by up to 4 widest vectors (64 exps, 4 independent
-    # accumulator chains) when that divides it, else by the largest multiple of the width that does (96: 3 vectors;
-    # 80: 5 would be more than 4), else the width; these rows are too short for THREAD
+    # accumulator chains) when that divides it and leaves a loop of at least 4 steps, else by the largest such
+    # multiple of the width (192: 3 vectors, 128: 2), else the width (96 and 80: too short for more than one)
     assert hand_coded_optimizations(_row_exp_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 64), Opt(THREAD, 0, 8))
-    assert hand_coded_optimizations(_row_exp_sum(64, 96), _VectorCPU()) == (Opt(UNROLL, 1, 48),)
+    assert hand_coded_optimizations(_row_exp_sum(64, 192), _VectorCPU())[0] == Opt(UNROLL, 1, 48)
+    assert hand_coded_optimizations(_row_exp_sum(64, 128), _VectorCPU())[0] == Opt(UNROLL, 1, 32)
+    assert hand_coded_optimizations(_row_exp_sum(64, 96), _VectorCPU()) == (Opt(UNROLL, 1, 16),)
     assert hand_coded_optimizations(_row_exp_sum(64, 80), _VectorCPU()) == (Opt(UNROLL, 1, 16),)
 
 

@@ -48,8 +48,9 @@ The recipe, in order (each step is skipped when its opt is illegal):
        latency: the conv2d (32,16,32,32) weight gradient measured 2.5x less CPU time with the 4 x 4 tile, a
        4096 x 4096 matrix-vector product ~15% less with 8 rows (A/B, process CPU time, loaded machine).
    3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
-       divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it (16-64 exps of a softmax at once; a sum or max
-       reads whole vectors into independent accumulator vectors), its lanes accumulating on their
+       divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it when a loop of 4 or more steps is left (16-64
+       exps of a softmax at once; a sum or max reads whole vectors into independent accumulator vectors; a short
+       reduce unrolled whole into 64 lanes compiled for 158 ms), its lanes accumulating on their
        own until after the loop (the expander's deferred fold; the 16M sum measured 2.2x faster than with 16 rows
        in output lanes); not when an index divides the axis by an amount the lanes would straddle, but a block
        size the width divides is fine (a Q8_0 row: k/32, k%32; its matrix-vector product measured 3-6x faster
@@ -371,9 +372,11 @@ def _vector_reduce_unroll(build: _Builder) -> bool:
         # up to REDUCE_ACCUMULATOR_VECTORS full vectors: each is an independent accumulator chain (a float MAX update
         # is a compare-select chain of ~6 dependent instructions, so one vector leaves the loop latency-bound)
         widths = tuple(w for w in build.renderer.vector_widths if w >= 8)
-        widest = max(widths, default=0)
-        widths += tuple(widest * k for k in range(2, REDUCE_ACCUMULATOR_VECTORS + 1))
-        width = _largest_dividing(constant_size(last), widths, constant_size(last) or 0)
+        widest, size = max(widths, default=0), constant_size(last) or 0
+        # more accumulator vectors only for a reduce that keeps a loop of at least 4 steps: a short one unrolled
+        # whole into 64 lanes was a 158 ms LLVM compile of lane shuffles (a (400, 64) @ (64, 2) product)
+        widths += tuple(widest * k for k in range(2, REDUCE_ACCUMULATOR_VECTORS + 1) if size >= 4 * widest * k)
+        width = _largest_dividing(constant_size(last), widths, size)
         if width is not None and not _divides_axis(loads, last, width):
             unrolled = build.attempt(Opt(OptOps.UNROLL, axis, width)) or unrolled
     return unrolled
