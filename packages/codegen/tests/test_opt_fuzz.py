@@ -25,6 +25,7 @@ from kiln.codegen import KernelOptError, Opt, OptOps, Renderer, apply_opt
 from kiln.codegen.loop_structure import range_by_axis
 from kiln.codegen.opt.apply import prepare_axes
 from kiln.codegen.opt.kernel_axes import constant_size
+from kiln.codegen.opt.optimize import prepare_kernel
 from kiln.uops import AxisKind, UOp
 
 RENDERERS: list[Renderer] = [ScalarRenderer(), CPULikeRenderer(), GPULikeRenderer()]
@@ -74,7 +75,9 @@ def draw_opt(data: st.DataObject, sink: UOp) -> Opt:
 
 def draw_legal_opts(data: st.DataObject, sink: UOp, renderer: Renderer) -> list[Opt]:
     """Up to four drawn opts for `sink` on `renderer`, the illegal ones (KernelOptError) skipped; never empty."""
-    sink = prepare_axes(sink, renderer)  # what apply_opts starts from (loops -> GLOBAL on GPUs)
+    # what get_program's opts apply to: the prepared kernel (a softmax row keeps its values on serial renderers) with
+    # its loops as GLOBAL axes on GPUs
+    sink = prepare_axes(prepare_kernel(sink, renderer), renderer)
     opts: list[Opt] = []
     for _ in range(data.draw(st.integers(1, 4), label="length")):
         opt = draw_opt(data, sink)

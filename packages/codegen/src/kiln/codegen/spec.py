@@ -126,6 +126,7 @@ pm_spec_kernel = PatternMatcher(
         (UPat(Ops.REDUCE, name="x"), _reduce_ok),
         (UPat(Ops.DEFINE_VAR, dtype=dtypes.index, src=()), lambda: True),
         (UPat(Ops.WMMA, name="x"), _wmma_ok),
+        (UPat(Ops.AFTER, name="x"), lambda x: len(x.src) >= 1 and x.dtype == x.src[0].dtype),
     ]
 )
 """The kernel sink format (README "Kernel sink format"), before and after optimization; extends pm_spec_alu."""

@@ -230,6 +230,18 @@ def _fold_tree(vector: UOp, part_lanes: list[tuple[int, ...]], op: Ops) -> UOp:
     return result
 
 
+def _expand_after(after: UOp) -> UOp | None:
+    """AFTER(value, effects...): the value keeps its lanes; the effects only order it, any lanes of theirs will do."""
+    if not any(source.op is Ops.UNROLL for source in after.src):
+        return None
+    first, *effects = after.src
+    ordered = tuple(s.src[0] if s.op is Ops.UNROLL else s for s in effects)
+    if first.op is not Ops.UNROLL:
+        return after.replace(src=(first, *ordered))
+    inner = first.src[0]
+    return UOp(Ops.UNROLL, after.dtype, (UOp(Ops.AFTER, inner.dtype, (inner, *ordered)),), first.arg)
+
+
 def _expand_end(end: UOp) -> UOp | None:
     if not any(r.op is Ops.UNROLL for r in end.src[1:]):
         return None
@@ -242,6 +254,7 @@ pm_expand = PatternMatcher(
         (UPat(Ops.RANGE, name="rng"), _expand_range),
         (UPat(Ops.REDUCE, name="reduction"), _expand_reduce),
         (UPat(Ops.END, name="end"), _expand_end),
+        (UPat(Ops.AFTER, name="after"), _expand_after),
         (UPat(GroupOp.Elementwise | {Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.BARRIER}, name="node"), _expand_op),
     ]
 )

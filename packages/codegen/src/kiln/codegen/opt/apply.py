@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from kiln.codegen.kernel_info import KernelInfo, KernelOptError, Opt, OptOps
-from kiln.codegen.loop_structure import kernel_ranges, range_by_axis, replace_ranges
+from kiln.codegen.loop_structure import kernel_ranges, range_by_axis, range_sort_key, replace_ranges
 from kiln.codegen.lowering.accumulators import reduce_identity
 from kiln.codegen.lowering.gpu_dims import hardware_indices
 from kiln.codegen.opt.kernel_axes import (
@@ -73,7 +73,32 @@ def prepare_axes(sink: UOp, renderer: Renderer) -> UOp:
     return replace_ranges(sink, values) if values else sink
 
 
+_LOOP_KINDS = (AxisKind.THREAD, AxisKind.GLOBAL, AxisKind.LOOP)
+
+
+def _kept_rows_stay_inside(sink: UOp, opt: Opt) -> None:
+    """A reduce that stores the values it sums (`reuse_row_values`) must run once per row before the loop that
+    rescales the row: every loop of the output that the reduce does not depend on has to nest inside every loop it
+    does depend on (a SWAP putting the output loop outside the row loop would store the row again after scaling
+    part of it)."""
+    nodes = sink.toposort()
+    if not any(node.op is Ops.AFTER and node.src[0].op is not Ops.DEFINE_GLOBAL for node in nodes):
+        return
+    loops = [r for r in kernel_ranges(sink) if r.arg.kind in _LOOP_KINDS]
+    for reduction in (node for node in nodes if node.op is Ops.REDUCE):
+        needed = set(reduction.toposort())
+        if not any(n.op is Ops.STORE for n in needed):
+            continue
+        inner = [range_sort_key(r) for r in loops if r in needed]
+        outer = [range_sort_key(r) for r in loops if r not in needed]
+        _check(
+            not inner or not outer or max(inner) < min(outer),
+            f"{opt.op.name}: a loop over the output would enclose the reduce that stores the row it rescales",
+        )
+
+
 def _record(sink: UOp, opt: Opt) -> UOp:
+    _kept_rows_stay_inside(sink, opt)
     info = kernel_info(sink)
     return sink.replace(arg=dataclasses.replace(info, applied_opts=(*info.applied_opts, opt)))
 
@@ -104,7 +129,7 @@ def _pad(sink: UOp, rng: UOp, amount: int) -> UOp:
         if node is rng:
             rebuilt[node] = padded
             continue
-        if node.op is Ops.INDEX and depends[node]:
+        if node.op is Ops.INDEX and any(depends[s] for s in node.src[1:]):  # the address, not an AFTER's order
             gate = valid if len(src) == 2 else src[2] & valid
             src = (src[0], src[1], gate)
         elif node.op is Ops.REDUCE and rng in node.src[1:]:
@@ -208,6 +233,11 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
         _check(renderer.has_threads, f"THREAD needs a renderer with CPU threads; {renderer!r} has none")
         _check(not axes_of(sink, AxisKind.THREAD), "THREAD: the kernel already has a THREAD axis")
         _check(amount <= renderer.thread_max, f"THREAD: {amount} threads exceed the limit {renderer.thread_max}")
+        stores = [node for node in sink.toposort() if node.op is Ops.STORE]
+        _check(
+            all(rng in node.src[0].toposort() for node in stores),
+            f"THREAD: axis {opt.axis} does not split every store of the kernel (threads would write one address)",
+        )
     top = opt.op in (OptOps.GROUPTOP, OptOps.THREAD)
     result = _split(sink, rng, amount, _SPLIT_KIND[opt.op], top)
     if opt.op in (OptOps.UPCAST, OptOps.UNROLL):

@@ -168,7 +168,15 @@ def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
 
 
 def _store_indices(sink: UOp) -> list[UOp]:
-    return [n.src[0].src[1] for n in sink.toposort() if n.op is Ops.STORE and n.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+    """The indices of the kernel's output stores (not of a store kept inside a reduce's loop: `reuse_row_values`)."""
+    stores, stack = [], list(sink.src)
+    while stack:
+        node = stack.pop()
+        if node.op in (Ops.END, Ops.GROUP):
+            stack.extend(node.src[:1] if node.op is Ops.END else node.src)
+        elif node.op is Ops.STORE and node.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+            stores.append(node.src[0].src[1])
+    return stores
 
 
 def _output_axes(sink: UOp) -> list[UOp]:

@@ -101,12 +101,15 @@ def beam_search(
     Candidates whose timer raises RuntimeError are skipped. The result is cached on disk (see `beam_cache_key`).
     """
     from kiln.codegen.lifecycle import get_program
+    from kiln.codegen.opt.optimize import prepare_kernel
 
     if width < 1:
         raise ValueError(f"beam width must be at least 1, got {width}")
     key = beam_cache_key(sink, renderer, width)
     if use_cache and (cached := _beam_cache.get(key)) is not None and (opts := _decode(cached)) is not None:
         return opts
+
+    sink = prepare_kernel(sink, renderer)  # the kernel the opts will apply to (get_program prepares it the same way)
 
     def measure(opts: tuple[Opt, ...]) -> float | None:
         try:
