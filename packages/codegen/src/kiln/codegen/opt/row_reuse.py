@@ -3,8 +3,8 @@
 softmax's row kernel is `out[r, k] = e(k) * f(sum_j e(j))` with `e(k) = exp(x[r, k] - max_r)`: the output loop
 computes every `e` a second time after the sum loop computed it once. When the output is a product with (or a
 quotient by) a function of one ADD reduce whose reduced expression is the output's own factor with the reduce's
-range in place of an output loop of the same size, the sum loop also stores `e(j)` into the output, and the output
-loop reads it back and scales it:
+range in place of an output loop of the same size, and `e` has a costly op in it (a transcendental, a division), the
+sum loop also stores `e(j)` into the output, and the output loop reads it back and scales it:
 
     REDUCE(AFTER(e(j), STORE(out[.. j ..], e(j))), j)          the sum; each value is stored as it is added
     STORE(out[.. k ..], LOAD(AFTER(out, that REDUCE)[.. k ..]) * f(sum))
@@ -25,6 +25,9 @@ from kiln.codegen.renderer import Renderer
 from kiln.uops import Ops, UOp, dtypes
 
 __all__ = ["reuse_row_values"]
+
+_COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.FDIV, Ops.RECIPROCAL})
+"""Ops whose decomposition costs more than the store and reload (a row without one is left as it is)."""
 
 
 def _fused(sink: UOp, end: UOp) -> UOp | None:
@@ -47,6 +50,8 @@ def _fused(sink: UOp, end: UOp) -> UOp | None:
     for row, scale in pairs:
         scale_nodes = set(scale.toposort())
         row_nodes = set(row.toposort())
+        if not any(n.op in _COSTLY for n in row_nodes):
+            continue  # a row of loads and cheap ALU ops: storing and reloading it would save nothing
         for reduction in (n for n in scale.toposort() if n.op is Ops.REDUCE):
             if reduction.arg is not Ops.ADD or len(reduction.src) != 2 or reduction.dtype != row.dtype:
                 continue
