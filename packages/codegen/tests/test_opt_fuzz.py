@@ -43,6 +43,7 @@ AXIS_KINDS = {
     OptOps.LOCAL: (AxisKind.GLOBAL,),
     OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST),
     OptOps.THREAD: (AxisKind.LOOP,),
+    OptOps.BLOCK: _REDUCE,
 }
 
 

@@ -20,6 +20,9 @@ class OptOps(enum.Enum):
               the vector lanes (lanes are ordered by axis number, the highest innermost) (`arg`: the other axis)
     NOLOCALS  promise not to use local threads in this kernel (axis and arg are None)
     TC        map a matmul-shaped reduce onto the renderer's tensor cores (`arg` = (tensor core index, level))
+    BLOCK     reduce blocking: split a reduce axis into an outer loop of blocks (outside the output loops, inside the
+              threads) and an inner reduce of `arg`; each block adds its partial result to the one the previous
+              block stored in the output, and the epilogue (what follows the reduce) applies in the last block
     """
 
     UPCAST = enum.auto()
@@ -32,6 +35,7 @@ class OptOps(enum.Enum):
     SWAP = enum.auto()
     NOLOCALS = enum.auto()
     TC = enum.auto()
+    BLOCK = enum.auto()
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

@@ -8,16 +8,18 @@ from collections.abc import Iterable, Mapping
 from kiln.uops import AxisKind, NodeSlot, Ops, UOp
 
 # Nesting order of loop kinds (outermost first). Kinds that become hardware indices or vector lanes never nest as
-# loops, but they still need a place in axis listings.
+# loops, but they still need a place in axis listings. A BLOCK loop (reduce blocking) encloses the output loops but
+# sits inside the threads: each thread walks the K blocks over its own outputs.
 AXIS_KIND_RANK: dict[AxisKind, int] = {
     AxisKind.THREAD: 0,
     AxisKind.GLOBAL: 0,
-    AxisKind.LOOP: 1,
-    AxisKind.LOCAL: 2,
-    AxisKind.GROUP_REDUCE: 3,
-    AxisKind.REDUCE: 4,
-    AxisKind.UPCAST: 5,
-    AxisKind.UNROLL: 6,
+    AxisKind.BLOCK: 1,
+    AxisKind.LOOP: 2,
+    AxisKind.LOCAL: 3,
+    AxisKind.GROUP_REDUCE: 4,
+    AxisKind.REDUCE: 5,
+    AxisKind.UPCAST: 6,
+    AxisKind.UNROLL: 7,
 }
 
 REDUCE_KINDS = frozenset({AxisKind.REDUCE, AxisKind.GROUP_REDUCE, AxisKind.UNROLL})

@@ -17,6 +17,7 @@ class AxisKind(enum.Enum):
     UNROLL = enum.auto()
     GROUP_REDUCE = enum.auto()
     THREAD = enum.auto()
+    BLOCK = enum.auto()
 
     __hash__ = object.__hash__
 

@@ -26,6 +26,7 @@ from kiln.codegen.opt.kernel_axes import (
     reduces_of,
     uses_nolocals,
 )
+from kiln.codegen.opt.reduce_blocking import block_reduce
 from kiln.codegen.opt.tensor_core_opt import apply_tensor_core
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp
@@ -47,6 +48,7 @@ _ALLOWED_KINDS = {
     OptOps.THREAD: (AxisKind.LOOP,),
     OptOps.PADTO: (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE),
     OptOps.SWAP: (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST),
+    OptOps.BLOCK: (AxisKind.REDUCE,),
 }
 
 
@@ -177,6 +179,7 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
         _check(not axes_of(sink, AxisKind.LOCAL, AxisKind.GROUP_REDUCE), "NOLOCALS after LOCAL or GROUP axes exist")
         return _record(sink, opt)
     if opt.op is OptOps.TC:
+        _check(not axes_of(sink, AxisKind.BLOCK), "TC after BLOCK is not supported")
         result = apply_tensor_core(sink, opt, renderer)
         _local_indices_fit(result, renderer)
         return _record(result, opt)
@@ -229,6 +232,9 @@ def apply_opt(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
         _check(not uses_nolocals(sink), f"{opt.op.name} after NOLOCALS")
     if opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
         _check(renderer.has_shared, f"{opt.op.name} needs shared memory; {renderer!r} has none")
+        _check(not axes_of(sink, AxisKind.BLOCK), f"{opt.op.name} after BLOCK: partial results would be shared")
+    if opt.op is OptOps.BLOCK:
+        return _record(block_reduce(sink, rng, amount), opt)
     if opt.op is OptOps.THREAD:
         _check(renderer.has_threads, f"THREAD needs a renderer with CPU threads; {renderer!r} has none")
         _check(not axes_of(sink, AxisKind.THREAD), "THREAD: the kernel already has a THREAD axis")
