@@ -53,6 +53,12 @@ def test_candidates_are_the_legal_single_opts() -> None:
     ]  # fmt: skip
 
 
+def test_candidates_include_reduce_blocks_that_leave_two_or_more_blocks() -> None:
+    sink = apply_opts(matmul(4, 4, 64), [], SCALAR)
+    blocks = [opt for opt in candidate_opts(sink, SCALAR) if opt.op is OptOps.BLOCK]
+    assert blocks == [Opt(OptOps.BLOCK, 2, 8), Opt(OptOps.BLOCK, 2, 16), Opt(OptOps.BLOCK, 2, 32)]
+
+
 def test_wide_beam_finds_the_known_best(tmp_path: Path) -> None:
     timer = FakeTimer()
     with Context(CACHEDIR=str(tmp_path)):

@@ -67,6 +67,35 @@ def test_multi_core_kernels_give_the_bits_of_single_core_ones(
         np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize(
+    ("case_name", "opts"),
+    [
+        ("matmul", [Opt(OptOps.BLOCK, 2, 4)]),
+        (
+            "matmul",
+            [Opt(OptOps.BLOCK, 2, 6), Opt(OptOps.THREAD, 0, 2), Opt(OptOps.UPCAST, 1, 5), Opt(OptOps.UNROLL, 2, 2)],
+        ),
+        (
+            "conv2d",
+            [Opt(OptOps.PADTO, 4, 4), Opt(OptOps.BLOCK, 4, 2), Opt(OptOps.THREAD, 1, 4), Opt(OptOps.UPCAST, 3, 4)],
+        ),
+        ("max_axis1", [Opt(OptOps.BLOCK, 1, 4), Opt(OptOps.UNROLL, 1, 4)]),
+        ("row_mean", [Opt(OptOps.BLOCK, 1, 2), Opt(OptOps.UPCAST, 0, 5)]),
+        ("subtract_row_sum", [Opt(OptOps.BLOCK, 2, 4), Opt(OptOps.UPCAST, 1, 4)]),
+    ],
+)
+@pytest.mark.parametrize("renderer_class", CPU_RENDERERS, ids=lambda r: r.__name__)
+def test_reduce_blocked_kernels_match_numpy(renderer_class: type[Renderer], case_name: str, opts: list[Opt]) -> None:
+    # BLOCK (reduce blocking) compiled by a real toolchain: the partial results carried through the output buffer
+    case = CASES_BY_NAME[case_name]
+    renderer = renderer_class()
+    renderer.thread_max = 8
+    program = Program(get_program(case.sink, renderer, opts))
+    (raw,) = run_raw(case, program)
+    (expected,) = case.reference(case.inputs(np.random.default_rng(0)), {})
+    np.testing.assert_allclose(raw.view(np.float32), expected, rtol=1e-6)
+
+
 def test_binaries_are_loaded_by_their_renderers_compiler() -> None:
     case = CASES_BY_NAME["outer_product"]
     device = Device["CPU"]

@@ -28,6 +28,8 @@ GROUPTOP_AMOUNTS = (13, 16, 28, 29, 32, 49, 64, 256)
 GROUP_AMOUNTS = (0, 4, 8, 16)
 THREAD_AMOUNTS = (2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64)
 PAD_AMOUNTS = (32,)
+BLOCK_AMOUNTS = (8, 16, 32, 64, 128, 256)
+"""Reduce panel sizes BLOCK tries (the inner reduce of each block)."""
 
 _beam_cache = DiskCache("beam")
 
@@ -44,6 +46,7 @@ def candidate_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
         (OptOps.GROUP, (AxisKind.REDUCE,), GROUP_AMOUNTS),
         (OptOps.THREAD, (AxisKind.LOOP,), tuple(a for a in THREAD_AMOUNTS if a <= renderer.thread_max)),
         (OptOps.PADTO, (AxisKind.LOOP, AxisKind.GLOBAL, AxisKind.REDUCE), PAD_AMOUNTS),
+        (OptOps.BLOCK, (AxisKind.REDUCE,), BLOCK_AMOUNTS),
     )
     for op, kinds, amounts in kinds_amounts:
         for rng in axes_of(sink, *kinds):
