@@ -23,6 +23,7 @@ from kiln.codegen import (
     hand_coded_optimizations,
     run_program,
 )
+from kiln.codegen.opt import heuristic
 from kiln.codegen.opt.kernel_axes import axes_of, constant_size
 from kiln.uops import AxisKind, Context, Ops, UOp, dtypes
 
@@ -368,3 +369,47 @@ def test_padded_copy_on_vector_cpu_keeps_its_rolled_loop_but_computed_values_get
         run_program(program, [out, x.reshape(-1)], {}, *program.launch_dims({}))
         padded = np.pad(x, ((0, 0), (1, 1)))
         np.testing.assert_array_equal(out.reshape(64, 34), np.exp2(padded) if compute else padded)
+
+
+def _weight_gradient(batch: int, outputs: int, inputs: int, size: int) -> UOp:
+    # conv2d's weight gradient, padding 1, 3 x 3 taps: w[o, c, u, v] = sum_{n, y, x} g[n, o, y, x] * p[n, c, y+u, x+v]
+    # with p the padded image (size + 2 wide); axes o, c, u, v are the outputs, n, y, x the reduce
+    padded = size + 2
+    w = buffer(0, outputs * inputs * 9)
+    g, p = buffer(1, batch * outputs * size * size), buffer(2, batch * inputs * padded * padded)
+    o, c, u, v = (UOp.range(n, axis) for axis, n in enumerate((outputs, inputs, 3, 3)))
+    n, y, x = (UOp.range(s, axis, AxisKind.REDUCE) for axis, s in ((4, batch), (5, size), (6, size)))
+    grad = g.index(((n * outputs + o) * size + y) * size + x).load()
+    image = p.index(((n * inputs + c) * padded + y + u) * padded + x + v).load()
+    return kernel(w.index(((o * inputs + c) * 3 + u) * 3 + v).store((grad * image).reduce(n, y, x)).end(o, c, u, v))
+
+
+def test_vector_cpu_blocks_the_batch_of_a_weight_gradient_whose_operands_outgrow_the_cache() -> None:
+    # step 7: an 18 KiB output, 6.5 MiB of operands each re-read by the output loops the other walks: blocks of 8
+    # of the 32 images (1.6 MiB of operands each); not when the operands fit (4 images), nor for a big output
+    opts = hand_coded_optimizations(_weight_gradient(32, 32, 16, 32), _VectorCPU())
+    assert opts[-1] == Opt(OptOps.BLOCK, 4, 8)
+    assert all(
+        opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(_weight_gradient(4, 32, 16, 32), _VectorCPU())
+    )
+    assert all(opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(matmul(2048, 2048, 2048), _VectorCPU()))
+    assert all(opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(_weight_gradient(32, 32, 16, 32), CPU))
+
+
+def test_blocked_weight_gradient_computes_what_numpy_computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the thresholds scaled down so a kernel the interpreter runs quickly is blocked: 4 blocks of 4 images (10 KiB)
+    monkeypatch.setattr(heuristic, "BLOCK_REUSED_BYTES", 1024)
+    monkeypatch.setattr(heuristic, "BLOCK_PANEL_BYTES", 11000)
+    batch, outputs, inputs, size = 16, 4, 4, 8
+    renderer = _VectorCPU()
+    sink = _weight_gradient(batch, outputs, inputs, size)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts[-1] == Opt(OptOps.BLOCK, 4, 4)
+    rng = np.random.default_rng(9)
+    g = rng.integers(-4, 4, (batch, outputs, size, size)).astype(np.float32)
+    p = np.pad(rng.integers(-4, 4, (batch, inputs, size, size)).astype(np.float32), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(outputs * inputs * 9, np.nan, np.float32)
+    run_program(program, [out, g.reshape(-1), p.reshape(-1)], {}, *program.launch_dims({}))
+    windows = np.lib.stride_tricks.sliding_window_view(p, (size, size), axis=(2, 3))  # n, c, u, v, y, x
+    np.testing.assert_array_equal(out, np.einsum("noyx,ncuvyx->ocuv", g, windows).reshape(-1))
