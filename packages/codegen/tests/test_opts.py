@@ -1,4 +1,5 @@
-"""apply_opts: what each opt does to the RANGE structure, and a clear KernelOptError for each illegal one."""
+"""apply_opts: what each opt does to the RANGE structure, and a clear KernelOptError for each illegal one (BLOCK's own
+rejections and values: test_reduce_blocking.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ def test_prepare_makes_loops_global_on_gpu_only() -> None:
         # on a CPU the loops' nesting is exchanged: the columns loop (16) goes outside the rows loop (8)
         (CPU, [Opt(OptOps.SWAP, 0, 1)], [(0, "LOOP", 16), (1, "LOOP", 8), (2, "REDUCE", 12)]),
         (CPU, [Opt(OptOps.PADTO, 2, 16)], [(0, "LOOP", 8), (1, "LOOP", 16), (2, "REDUCE", 16)]),
+        # BLOCK: the block loop (3 blocks, the new axis 3) goes outside the output loops; the reduce keeps axis 2
+        (CPU, [Opt(OptOps.BLOCK, 2, 4)], [(3, "BLOCK", 3), (0, "LOOP", 8), (1, "LOOP", 16), (2, "REDUCE", 4)]),
+        (GPU, [Opt(OptOps.BLOCK, 2, 6)], [(0, "GLOBAL", 8), (1, "GLOBAL", 16), (3, "BLOCK", 2), (2, "REDUCE", 6)]),
         (
             CPU,
             [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 0), Opt(OptOps.UNROLL, 2, 3)],
@@ -130,6 +134,8 @@ ILLEGAL = [
     (CPU, Opt(OptOps.PADTO, 0, 32), "PADTO: padding axis 0 from 8 to 32 more than doubles it"),
     (CPU, Opt(OptOps.PADTO, 0, 1), "PADTO needs an amount > 1, got 1"),
     (CPU, Opt(OptOps.TC, 2, (0, 0)), "TC needs a renderer with tensor cores"),
+    (CPU, Opt(OptOps.BLOCK, 0, 2), "BLOCK needs a REDUCE axis; axis 0 is LOOP"),
+    (CPU, Opt(OptOps.BLOCK, 2, 0), "BLOCK: blocking axis 2 of size 12 by 12 leaves one block"),
 ]
 
 
