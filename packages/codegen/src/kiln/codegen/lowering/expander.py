@@ -149,8 +149,10 @@ def _expand_op(node: UOp) -> UOp | None:
         return None
     if (affine := _expand_index_math(node)) is not None:
         return affine
-    if node.op is Ops.BARRIER:  # its sources only order it: any lanes will do
-        return node.replace(src=tuple(s.src[0] if s.op is Ops.UNROLL else s for s in node.src))
+    if node.op is Ops.BARRIER:
+        # its sources only order it: one lane will do (a whole vector would be a VECTORIZE a scalar renderer, WGSL,
+        # cannot print)
+        return node.replace(src=tuple(s.src[0].gep(0) if s.op is Ops.UNROLL else s for s in node.src))
     axes = merge_axes(*(source.arg for source in node.src if source.op is Ops.UNROLL))
     count = math.prod(size for _, size in axes)
     sources: list[UOp] = []
