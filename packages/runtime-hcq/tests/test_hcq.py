@@ -205,6 +205,19 @@ def test_inline_kernel_failure_surfaces_at_synchronize(host_device: HCQCompiled)
         host_device.synchronize(timeout=5.0)
 
 
+def test_launch_inline_runs_here_when_idle_and_refuses_behind_queued_work(host_device: HCQCompiled) -> None:
+    seen: list[tuple[int, int]] = []
+    value = host_device.timeline_value
+    assert host_device.launch_inline(thread_observer(host_device, seen), no_args(), (1, 1, 1), (1, 1, 1), "here")
+    assert host_device.timeline_value == value + 1 and host_device.timeline_signal.value == value
+    host_device.execute(thread_observer(host_device, seen, delay=0.05), no_args(), (1,))
+    # busy: refused, nothing ran and no timeline value was taken (the caller queues it instead)
+    assert not host_device.launch_inline(thread_observer(host_device, seen), no_args(), (1, 1, 1), (1, 1, 1), "x")
+    assert host_device.timeline_value == value + 2
+    host_device.synchronize(timeout=5.0)
+    assert seen == [(value - 1, threading.get_ident()), (value, seen[1][1])] and seen[1][1] != threading.get_ident()
+
+
 def test_launch_many_is_one_submission_in_order(host_device: HCQCompiled) -> None:
     from kiln.runtime import ExecCommand
 

@@ -17,6 +17,7 @@ from kiln.runtime.command_queue import (
     ExecCommand,
     HCQCommand,
     HCQQueue,
+    LaunchSize,
     MemoryBarrierCommand,
     QueueTarget,
     SignalCommand,
@@ -175,17 +176,12 @@ class HCQCompiled(DeviceBase):
         """Launches an exec command whose launch sizes are already concrete and checked (see `execute`).
         `profiling`: PROFILE's value when the caller has just read it (None: read it here)."""
         timed = wait or (profiling_enabled() if profiling is None else profiling)
-        if inline and not timed:
-            # the common launch of a tiny kernel on an idle software queue: the engine runs the command and sets the
-            # timeline signal without the list `_submit_timed` builds (the same conditions, order and errors)
-            run_exec_inline = getattr(self.compute_engine, "run_exec_inline", None)
-            if run_exec_inline is not None:
-                timeline = self.timeline_signal
-                with self._submit_lock:
-                    value = self.timeline_value
-                    if timeline.value >= value - 1 and run_exec_inline(command, timeline, value):
-                        self.timeline_value = value + 1
-                        return None
+        if (
+            inline
+            and not timed
+            and self.launch_inline(command.program, command.args, command.global_size, command.local_size, command.name)
+        ):
+            return None
         pending = self._submit_timed(
             self.compute_engine,
             "compute",
@@ -198,6 +194,26 @@ class HCQCompiled(DeviceBase):
         self.synchronize()
         assert pending is not None
         return (pending.end.timestamp - pending.start.timestamp) / 1e6
+
+    def launch_inline(
+        self, program: object, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize, name: str
+    ) -> bool:
+        """Runs an untimed launch (concrete, checked launch sizes) in the calling thread when the compute engine can
+        (a software engine's `run_call_inline`) and everything submitted before is done; returns False, having run
+        nothing, otherwise (then `launch` it). The order of work on the device is the same either way, and a failure
+        is kept like a queued one. The exec command is never built for a launch that runs here."""
+        run_call_inline = getattr(self.compute_engine, "run_call_inline", None)
+        if run_call_inline is None:
+            return False
+        timeline = self.timeline_signal
+        with self._submit_lock:
+            value = self.timeline_value
+            if timeline.value >= value - 1 and run_call_inline(
+                program, args, global_size, local_size, name, timeline, value
+            ):
+                self.timeline_value = value + 1
+                return True
+        return False
 
     def launch_many(self, commands: Sequence[ExecCommand], *, inline: bool = False) -> None:
         """Launches exec commands whose launch sizes are concrete and checked (see `launch`) as one submission after

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
@@ -41,6 +41,23 @@ class HCQProgramRunner(ProgramRunner):
             flops, memory = estimates.flops, estimates.global_memory_bytes
             if isinstance(flops, int) and isinstance(memory, int):
                 self.inline = flops + memory <= self.inline_work_limit
+        # a launch that may run in the caller's thread without a command object (`HCQCompiled.launch_inline`)
+        self._inline_call = self.inline and not self.variables
+
+    def __call__(
+        self, buffers: Sequence[Buffer], var_vals: Mapping[str, int] | None = None, wait: bool = False
+    ) -> float | None:
+        """`ProgramRunner.__call__`; a tiny kernel without variables on an idle queue runs here at once (the usual
+        launch of a small op), with the same buffer checks and argument block and without the exec command."""
+        if self._inline_call and not wait and not profiling_enabled():
+            addresses = self.buffer_addresses(buffers)
+            args = HCQArgsState.for_launch(self.arg_layout, addresses, ())
+            dims = self._static_dims
+            assert dims is not None  # an inline runner has static launch sizes
+            if self.device.launch_inline(self.kernel_for(buffers), args, dims[0], dims[1], self.name):
+                return None
+            return self._launch(buffers, addresses, (), dims[0], dims[1], wait)
+        return super().__call__(buffers, var_vals, wait)
 
     @property
     def batchable(self) -> bool:

@@ -117,6 +117,8 @@ class HCQArgsState:
         address: the device address of `memory` (what the kernel launch passes), if the device needs one.
     """
 
+    __slots__ = ("_pointers", "_variables", "address", "layout", "memory")  # one is made per launch
+
     def __init__(
         self,
         layout: KernelArgLayout,

@@ -135,6 +135,22 @@ class ThreadQueueEngine:
         timeline signal, without building the list or dispatching on command types: the same conditions (an idle
         engine that has not failed), the same lock, the same order and the same failure handling. The launch sizes
         must be concrete ints (a runner with static launch sizes checked them when it was made)."""
+        return self.run_call_inline(
+            command.program, command.args, command.global_size, command.local_size, command.name, signal, value
+        )
+
+    def run_call_inline(
+        self,
+        program: object,
+        args: HCQArgsState,
+        global_size: LaunchSize,
+        local_size: LaunchSize,
+        name: str,
+        signal: TimelineSignal,
+        value: int,
+    ) -> bool:
+        """`run_exec_inline` of the exec command these fields would make, without making it (a launch that runs
+        here never needs the command object; the caller builds one only when this refuses)."""
         if self._closed or self.error is not None:
             return False
         with self._state_lock:
@@ -144,12 +160,9 @@ class ThreadQueueEngine:
         try:
             with self._run_lock:
                 try:
-                    program = command.program
                     if not callable(program):
-                        raise TypeError(
-                            f"{self.name!r} runs Python callables, got {type(program).__name__} for {command.name}"
-                        )
-                    program(command.args, command.global_size, command.local_size)
+                        raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {name}")
+                    program(args, global_size, local_size)
                     signal.set(value)
                 except BaseException as error:  # kept like a queued failure: seen at the next wait or submit
                     self.error = error

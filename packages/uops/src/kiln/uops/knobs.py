@@ -81,9 +81,10 @@ class Knob(Generic[T]):
 
     def value(self) -> T:
         """The current value (see the class docstring for the order of precedence)."""
-        for layer in reversed(_context_stack):
-            if self.name in layer:
-                return layer[self.name]  # type: ignore[no-any-return]
+        if _context_stack:  # read on every launch: no iterator when no Context is open
+            for layer in reversed(_context_stack):
+                if self.name in layer:
+                    return layer[self.name]  # type: ignore[no-any-return]
         if self._assigned is not _UNSET:
             return self._assigned  # type: ignore[no-any-return]
         data = getattr(os.environ, "_data", None)
