@@ -73,6 +73,19 @@ def test_cache_is_keyed_by_size_and_options() -> None:
     assert allocator.alloc(4096, BufferSpec()) == block  # default options equal BufferSpec()
 
 
+def test_blocks_freed_with_equal_options_objects_share_a_cache_entry_and_free_cache_returns_each_spec() -> None:
+    allocator = BudgetAllocator(1 << 20)
+    default, uncached = allocator.alloc(256, BufferSpec()), allocator.alloc(256, BufferSpec(uncached=True))
+    allocator.free(default, 256, BufferSpec())  # an equal object, not the module's default one
+    allocator.free(uncached, 256, BufferSpec(uncached=True))
+    assert allocator.alloc(256) == default  # found under the default options
+    allocator.free(default, 256)
+    freed_specs: list[BufferSpec] = []
+    allocator._free = lambda opaque, options: freed_specs.append(options)  # type: ignore[method-assign]
+    assert allocator.free_cache() == 512
+    assert sorted(freed_specs, key=repr) == sorted([BufferSpec(), BufferSpec(uncached=True)], key=repr)
+
+
 def test_nolru_blocks_go_straight_back_to_the_device() -> None:
     allocator = BudgetAllocator(1 << 20)
     spec = BufferSpec(nolru=True)

@@ -144,7 +144,9 @@ class LRUAllocator(Allocator[OpaqueT]):
 
     def __init__(self, device: str = "") -> None:
         super().__init__(device)
-        self._cache: defaultdict[tuple[int, BufferSpec], list[OpaqueT]] = defaultdict(list)
+        # blocks by size for the default options (the usual request: an int key, no BufferSpec hash per call), by
+        # (size, options) for others
+        self._cache: defaultdict[int | tuple[int, BufferSpec], list[OpaqueT]] = defaultdict(list)
         self._cached_bytes = 0
         # Buffers are freed by the garbage collector, possibly on another thread than the allocating one.
         self._lock = threading.Lock()
@@ -156,9 +158,14 @@ class LRUAllocator(Allocator[OpaqueT]):
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> OpaqueT:
         """Reuses a cached block of the same size and options, else allocates; empties the cache on OOM and retries."""
-        spec = self._check_request(size, options)
+        key: int | tuple[int, BufferSpec]
+        if type(size) is int and size > 0 and options is None:  # the common request, checked in one step
+            spec, key = DEFAULT_SPEC, size
+        else:
+            spec = self._check_request(size, options)
+            key = _cache_key(size, spec)
         with self._lock:
-            bucket = self._cache.get((size, spec))
+            bucket = self._cache.get(key)
             if bucket:
                 self._cached_bytes -= size
                 return bucket.pop()
@@ -178,8 +185,9 @@ class LRUAllocator(Allocator[OpaqueT]):
         if spec.nolru or not lru_enabled():
             self._free(opaque, spec)
             return
+        key = size if options is None else _cache_key(size, spec)
         with self._lock:
-            self._cache[(size, spec)].append(opaque)
+            self._cache[key].append(opaque)
             self._cached_bytes += size
 
     def free_cache(self) -> int:
@@ -187,7 +195,12 @@ class LRUAllocator(Allocator[OpaqueT]):
         with self._lock:
             cache, self._cache = self._cache, defaultdict(list)
             freed, self._cached_bytes = self._cached_bytes, 0
-        for (_, spec), blocks in cache.items():
+        for key, blocks in cache.items():
+            spec = DEFAULT_SPEC if isinstance(key, int) else key[1]
             for opaque in blocks:
                 self._free(opaque, spec)
         return freed
+
+
+def _cache_key(size: int, spec: BufferSpec) -> int | tuple[int, BufferSpec]:
+    return size if spec == DEFAULT_SPEC else (size, spec)
