@@ -63,3 +63,27 @@ def test_cached_plan_of_the_roots_is_the_plan_of_their_sink() -> None:
     hits = cache.hits
     assert cache.plan_of(normalized.roots) is plan
     assert cache.hits == hits + 1
+
+
+def test_a_small_op_normalizes_as_the_walk_does() -> None:
+    # one requested op over buffers and pure parts takes a shortcut past the walk; asking for the node twice walks
+    a, b = (_tensor(np.arange(6, dtype=np.float32) + offset).realize() for offset in (0.0, 10.0))
+    constant = const_like(a, 2.0)
+    normalize([a._binary(Ops.ADD, constant).uop])  # marks the constant's graph pure
+    inner = a._binary(Ops.MUL, b)
+    outer = inner._binary(Ops.ADD, a)
+    graphs = [
+        a._binary(Ops.ADD, constant),
+        constant._binary(Ops.ADD, a),
+        a._binary(Ops.ADD, a),
+        a._binary(Ops.ADD, b),
+        b._binary(Ops.MAX, a),
+        outer,
+    ]
+    for graph in graphs:
+        shallow, walked = normalize([graph.uop]), normalize([graph.uop, graph.uop])
+        assert shallow.roots == walked.roots[:1] and shallow.inputs == walked.inputs, graph.uop.op
+    inner.realize()  # a realized source stands for its view: still what the walk gives
+    shallow, walked = normalize([outer.uop]), normalize([outer.uop, outer.uop])
+    assert shallow.roots == walked.roots[:1] and shallow.inputs == walked.inputs == (inner.uop, a.uop)
+    np.testing.assert_array_equal(outer.numpy(), np.arange(6) * (np.arange(6) + 10) + np.arange(6))

@@ -108,3 +108,41 @@ def test_a_write_after_cached_realizes_is_seen_by_later_ops_and_not_by_earlier_r
     before[0].assign(before[0] * 0)  # each earlier result is its own buffer: writing one leaves the others
     np.testing.assert_array_equal(before[1].numpy(), np.arange(4) + 1)
     np.testing.assert_array_equal(before[0].numpy(), np.zeros(4))
+
+
+def test_one_kernel_plans_hit_only_for_the_same_structure_and_match_numpy() -> None:
+    # the lean paths of a small op (shallow normalize, the single-kernel run): a plan per shape, dtype, device and
+    # structure; a constant seen with two values is lifted into an input (one more plan, then hits)
+    engine = Engine()
+    rng = np.random.default_rng(7)
+    with use_engine(engine):
+        cases: list[tuple[str, np.ndarray, str, object]] = [
+            ("add 1", rng.normal(size=16).astype(np.float32), DEVICE, 1),
+            ("add 1 other shape", rng.normal(size=17).astype(np.float32), DEVICE, 1),
+            ("add 1 int32", rng.integers(-9, 9, size=16).astype(np.int32), DEVICE, 1),
+            ("add 1 other device", rng.normal(size=16).astype(np.float32), "CPU:1", 1),
+            ("add 2", rng.normal(size=16).astype(np.float32), DEVICE, 2),
+        ]
+        for label, values, device, constant in cases:
+            x = Tensor(values, device=device).realize()
+            misses, hits = engine.schedule.misses, engine.schedule.hits
+            results = [(x + constant).realize() for _ in range(3)]
+            # a new structure plans once, then hits ("add 2" differs from "add 1" only in its constant: lifted
+            # into an input on its first call, a new plan that the next calls hit)
+            assert (engine.schedule.misses - misses, engine.schedule.hits - hits) == (1, 2), label
+            for result in results:
+                np.testing.assert_array_equal(result.numpy(), values + constant, err_msg=label)
+        x = Tensor(np.arange(8, dtype=np.float32), device=DEVICE).realize()
+        other = Tensor(np.ones(8, np.float32), device=DEVICE).realize()
+        misses = engine.schedule.misses
+        both = (x + x).realize()  # one buffer read twice: one input, a new structure
+        pair = (x + other).realize()  # two buffers: another structure
+        assert engine.schedule.misses == misses + 2
+        np.testing.assert_array_equal(both.numpy(), 2 * np.arange(8))
+        np.testing.assert_array_equal(pair.numpy(), np.arange(8) + 1)
+        x.assign(x * 3)  # a mutated input: the next op reads the new contents, from the cached plan
+        hits = engine.schedule.hits
+        again = (x + x).realize()
+        assert engine.schedule.hits == hits + 1
+        np.testing.assert_array_equal(again.numpy(), 6 * np.arange(8))
+        np.testing.assert_array_equal(both.numpy(), 2 * np.arange(8))  # the earlier result keeps its value

@@ -55,6 +55,11 @@ class BufferArg:
     size: int
     device: str
 
+    def __hash__(self) -> int:
+        # equal payloads have equal numbers; hashing the number alone is cheaper than the generated hash of all three
+        # fields, and a new BUFFER node's payload is hashed four times (made and freed: hash-consing table probes)
+        return hash(self.number)
+
 
 @dataclass(frozen=True)
 class ReduceArg:

@@ -227,7 +227,9 @@ class Tensor(
                 cls = type(other)
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        if Tensor._grad_disabled or not (self.requires_grad is True or any(o.requires_grad is True for o in others)):
+        if Tensor._grad_disabled or not (
+            self.requires_grad is True or (others and any(o.requires_grad is True for o in others))
+        ):
             return cls._from_uop(uop)
         result = cls._from_uop(uop)
         if dtypes.is_float(uop.dtype):
@@ -358,9 +360,15 @@ class Tensor(
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
         # chains for the scheduler
+        if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for
+            tensor = tensors[0]
+            views = realize_uops([tensor.uop])
+            if alias_base(tensor.uop) is None and tensor.requires_grad is not True:
+                tensor.uop = views[0]  # see below
+            return views
         nodes = [tensor.uop for tensor in tensors]
         seen: dict[UOp, TensorCore] = {}
-        for index, tensor in enumerate(tensors if len(tensors) > 1 else ()):  # one tensor has no duplicate
+        for index, tensor in enumerate(tensors):
             node = graph.fold_movement_chains(tensor.uop)  # compared with chains merged: two may be one value
             first = seen.setdefault(node, tensor)
             if first is not tensor and alias_base(node) is None and math.prod(tensor.shape) > 0:

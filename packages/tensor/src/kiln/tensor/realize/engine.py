@@ -112,10 +112,11 @@ class _PreparedPlan:
     each step with the positions in that list of the buffers it takes (a kernel's slots, or a copy's destination and
     source), so a run never resolves a `BufferRef` again. `outputs` is each output's (device, size, dtype);
     `bare_views` each view that is a bare buffer, or a reshape of one (the usual view of a result that is not
-    1-D), as (is output, number, reshape or None), so it needs no graph substitution.
+    1-D), as (is output, number, reshape or None), so it needs no graph substitution. `single_kernel`: the step and
+    its positions when the plan is one kernel step and has no temporaries, else None.
     """
 
-    __slots__ = ("bare_views", "outputs", "plan", "steps")
+    __slots__ = ("bare_views", "outputs", "plan", "single_kernel", "steps")
 
     def __init__(self, plan: SchedulePlan) -> None:
         self.plan = plan
@@ -130,6 +131,10 @@ class _PreparedPlan:
             refs = step.buffers if isinstance(step, KernelStep) else (step.destination, step.source)
             steps.append((step, tuple(first[ref.source] + ref.number for ref in refs)))
         self.steps = tuple(steps)
+        # a plan of one kernel and nothing else (the usual plan of one small op): run without the step loop
+        self.single_kernel: tuple[KernelStep, tuple[int, ...]] | None = None
+        if len(steps) == 1 and not plan.temporaries and isinstance(steps[0][0], KernelStep):
+            self.single_kernel = (steps[0][0], steps[0][1])
         bare: list[tuple[bool, int, UOp | None] | None] = []
         for view in plan.views:
             reshape = view if view.op is Ops.RESHAPE else None
@@ -427,6 +432,9 @@ class Engine:
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
         """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
         prepared = self._prepare(plan)
+        debug = knobs.DEBUG
+        if prepared.single_kernel is not None and debug < 1 and launch_recorder is None:
+            return self._run_single_kernel(plan, prepared, inputs)
         # the run's Buffers in one list: outputs, temporaries, inputs (the positions `prepared.steps` refers to)
         output_nodes: list[UOp] = []
         buffers: list[Buffer] = []
@@ -441,7 +449,6 @@ class Engine:
         for node in inputs:
             found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
             buffers.append(found if found is not None else self.input_buffer(node))
-        debug = knobs.DEBUG
         recorder = launch_recorder
         started = time.perf_counter_ns()
         kernels = 0
@@ -479,6 +486,31 @@ class Engine:
                 Device[device].synchronize()
             total = (time.perf_counter_ns() - started) / 1e6
             print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
+        return _views(plan, prepared, inputs, output_nodes)
+
+    def _run_single_kernel(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> list[UOp]:
+        # `run_plan` of a plan that is one kernel step (no DEBUG output, no capture): the same buffers, launch,
+        # counters and views, without the step loop and its batching
+        assert prepared.single_kernel is not None
+        step, positions = prepared.single_kernel
+        output_nodes: list[UOp] = []
+        buffers: list[Buffer] = []
+        for device, size, dtype in prepared.outputs:
+            node, buffer = _output_node(device, size, dtype)
+            if size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
+                buffer.allocate()
+            output_nodes.append(node)
+            buffers.append(buffer)
+        for node in inputs:
+            found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
+            buffers.append(found if found is not None else self.input_buffer(node))
+        method = self.compiled_program(step.ast, step.device)
+        begin = time.perf_counter_ns()
+        method.runner([buffers[positions[slot]] for slot in method.slots], None)
+        GlobalCounters.time_ns += time.perf_counter_ns() - begin
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.flops += method.flops
+        GlobalCounters.mem_bytes += method.mem_bytes
         return _views(plan, prepared, inputs, output_nodes)
 
     def realize(self, uops: Sequence[UOp]) -> list[UOp]:

@@ -164,6 +164,10 @@ def normalize(
     """
     lifting = lift is not None
     epoch = -1 if lifting else _epoch[0]  # marks describe graphs with their constants: not used when lifting
+    if not lifting and len(uops) == 1:
+        shallow = _normalize_shallow(uops[0], epoch, placeholders)
+        if shallow is not None:
+            return shallow
     kept = {const_node(uop) for uop in uops} if lifting else set()
     constants: list[ConstKey] = []
     inputs: list[UOp] = []
@@ -249,6 +253,34 @@ def normalize(
             if result is not node:
                 PURE_FORM.set(node, result)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
+
+
+def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | None) -> NormalizedGraph | None:
+    """`normalize([root])` without the walk when `root` is an op (not a movement chain link, not realized) whose
+    sources are each a BUFFER or a pure graph, one of them at least a BUFFER (the usual small op: an elementwise op
+    of buffers and constants); None for any other node (then the walk runs). The same result: sources in order, one
+    input per distinct buffer, pure sources in their merged form; the root is not pure, so nothing is marked."""
+    if root.op in _CHAIN_OPS or not root.src or REALIZED.get(root) is not None:
+        return None
+    inputs: list[UOp] = []
+    new_sources: list[UOp] = []
+    for source in root.src:
+        if source.op is Ops.BUFFER:
+            if OVERWRITTEN.has(source):
+                return None  # the walk raises the error naming the buffer
+            if source in inputs:
+                new_sources.append(new_sources[root.src.index(source)])
+                continue
+            new_sources.append(_placeholder(len(inputs), source, placeholders))
+            inputs.append(source)
+        elif SELF_EPOCH.get(source) == epoch:
+            new_sources.append(PURE_FORM.get(source) or source)
+        else:
+            return None
+    if not inputs:
+        return None
+    result = UOp(root.op, root.dtype, tuple(new_sources), root.arg, root.tag)
+    return NormalizedGraph((result,), tuple(inputs))
 
 
 def const_node(uop: UOp) -> UOp | None:
