@@ -205,6 +205,25 @@ def test_repeated_launches_on_other_buffers_match_numpy() -> None:
         np.testing.assert_array_equal(out.numpy()[:16], values[:16] + np.float32(1))
 
 
+def test_inline_launches_on_repeated_addresses_run_on_each_launchs_buffers() -> None:
+    # an inline launch reuses the argument block of earlier launches on the same addresses (kept per runner, at
+    # most 64): every launch must still read and write its own buffers
+    runner = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
+    rng = np.random.default_rng(11)
+    values = [rng.standard_normal(16).astype(np.float32) for _ in range(3)]
+    sources = [Buffer("CPU", 16, dtypes.float32).copyin(v) for v in values]
+    outputs = [Buffer("CPU", 16, dtypes.float32) for _ in range(2)]
+    for step in range(12):
+        runner([outputs[step % 2], sources[step % 3]])
+        np.testing.assert_array_equal(outputs[step % 2].numpy(), values[step % 3] + np.float32(1))
+    many = [Buffer("CPU", 16, dtypes.float32) for _ in range(100)]
+    for out in many:
+        runner([out, sources[0]])
+    assert len(runner._inline_blocks) <= 64  # type: ignore[attr-defined]
+    for out in many:
+        np.testing.assert_array_equal(out.numpy(), values[0] + np.float32(1))
+
+
 def test_wrong_buffers_are_refused_after_good_launches() -> None:
     runner = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
     good = [Buffer("CPU", 16, dtypes.float32), Buffer("CPU", 16, dtypes.float32).copyin(np.zeros(16, np.float32))]

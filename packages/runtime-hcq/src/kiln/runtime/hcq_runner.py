@@ -43,6 +43,10 @@ class HCQProgramRunner(ProgramRunner):
                 self.inline = flops + memory <= self.inline_work_limit
         # a launch that may run in the caller's thread without a command object (`HCQCompiled.launch_inline`)
         self._inline_call = self.inline and not self.variables
+        # the argument blocks of such launches by buffer addresses: the allocator hands the same memory out again,
+        # so launches repeat addresses; a block run inline is only read and never leaves the call, so one serves
+        # every launch on the same addresses (a queued launch gets a fresh block, see `_launch`)
+        self._inline_blocks: dict[tuple[int, ...], HCQArgsState] = {}
 
     def __call__(
         self, buffers: Sequence[Buffer], var_vals: Mapping[str, int] | None = None, wait: bool = False
@@ -51,7 +55,12 @@ class HCQProgramRunner(ProgramRunner):
         launch of a small op), with the same buffer checks and argument block and without the exec command."""
         if self._inline_call and not wait and not profiling_enabled():
             addresses = self.buffer_addresses(buffers)
-            args = HCQArgsState.for_launch(self.arg_layout, addresses, ())
+            blocks = self._inline_blocks
+            args = blocks.get(addresses)
+            if args is None:
+                if len(blocks) >= 64:
+                    blocks.clear()
+                args = blocks[addresses] = HCQArgsState.for_launch(self.arg_layout, addresses, ())
             dims = self._static_dims
             assert dims is not None  # an inline runner has static launch sizes
             if self.device.launch_inline(self.kernel_for(buffers), args, dims[0], dims[1], self.name):

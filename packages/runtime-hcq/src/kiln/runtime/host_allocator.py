@@ -6,7 +6,7 @@ import contextlib
 import ctypes
 import mmap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.runtime.allocator import Allocator, BufferSpec, LRUAllocator
@@ -37,11 +37,11 @@ class HostMemory:
     size: int
     base_address: int
     external: bool = False
+    address: int = field(init=False, repr=False)
+    """The host address of the first byte (what a compiled CPU kernel receives as a pointer; read on every launch)."""
 
-    @property
-    def address(self) -> int:
-        """The host address of the first byte (what a compiled CPU kernel receives as a pointer)."""
-        return self.base_address + self.offset
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "address", self.base_address + self.offset)
 
     def view(self) -> memoryview:
         """A writable memoryview (format "B") of the block."""

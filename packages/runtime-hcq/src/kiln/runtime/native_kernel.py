@@ -76,8 +76,9 @@ class NativeKernel:
 
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
         # the kernel takes the pointers, then the variables: the block's own order when pointers come first
-        if args.layout.pointers_first:
-            arguments = args.parameter_values()
+        layout = args.layout
+        if layout.pointers_first:
+            arguments = layout.packer.unpack_from(args.memory)  # `parameter_values()`, one call less per launch
         else:
             arguments = (*args.buffer_addresses, *args.variable_values)
         kernel = self.kernel

@@ -61,6 +61,11 @@ def alias_base(uop: UOp, through_assign: bool = False) -> UOp | None:
     return uop if uop.op is Ops.BUFFER else None
 
 
+# the ops a view of a buffer can end in: `alias_base` of a node with any other op is None (checked first where
+# realizing asks on every call)
+_VIEW_END_OPS = _ALIAS_OPS | {Ops.ASSIGN, Ops.CONTIGUOUS, Ops.BUFFER}
+
+
 def _whole_buffer(uop: UOp) -> bool:
     # CONTIGUOUS of the whole buffer in row-major order realizes to the buffer itself (PyTorch: returns self)
     while uop.op in (Ops.RESHAPE, Ops.DETACH):
@@ -73,7 +78,7 @@ def record_realized(uop: UOp, view: UOp) -> None:
 
     A view of a buffer (`alias_base`) is not recorded: it reads the buffer, whatever is written into it later.
     """
-    if uop is not view and alias_base(uop) is None:
+    if uop is not view and (uop.op not in _VIEW_END_OPS or alias_base(uop) is None):
         if SELF_EPOCH.has(uop):
             # a graph of constants only (a mark of any epoch says so) is computed again for each tensor, so each one
             # gets memory of its own (as in PyTorch: a write into one never shows in another), and no cache that
