@@ -29,6 +29,18 @@ def test_set_get_has_discard() -> None:
     assert SIZES.setdefault(node, (9,)) == (9,)
 
 
+def test_copy_missing_copies_only_into_a_node_without_a_value() -> None:
+    source, target, empty = _node(7654321), _node(7654322), _node(7654323)
+    SIZES.copy_missing(empty, target)  # nothing on the source: nothing copied
+    assert SIZES.missing(target)
+    SIZES.set(source, (4,))
+    SIZES.copy_missing(source, target)
+    assert SIZES[target] == (4,)
+    SIZES.set(source, (5,))
+    SIZES.copy_missing(source, target)  # the target's own value stays
+    assert SIZES[target] == (4,)
+
+
 def test_the_value_belongs_to_the_hash_consed_node() -> None:
     first = _node(7654321)
     SIZES.set(first, (5,))

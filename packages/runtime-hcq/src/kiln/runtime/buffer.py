@@ -132,6 +132,7 @@ class Buffer:
         self.device = _devices.canonicalize(device)
         self.size = size
         self.dtype = dtype
+        self._nbytes = size * dtype.nbytes  # read by every allocation and free
         self._opaque: Any = None
         self._allocator: Allocator[Any] | None = None
         self._views: weakref.WeakSet[Buffer] | None = None  # allocated views of a base, made with the first one
@@ -166,7 +167,7 @@ class Buffer:
     @property
     def nbytes(self) -> int:
         """Size in bytes: elements times the bytes of one (possibly vector) element."""
-        return self.size * self.dtype.nbytes
+        return self._nbytes
 
     @property
     def is_allocated(self) -> bool:
@@ -202,7 +203,7 @@ class Buffer:
         allocator = device.allocator
         if self._base is None:
             # A zero-element buffer still takes one byte, so every allocated buffer has real memory behind it.
-            self._opaque = allocator.alloc(max(self.nbytes, 1), self.options)
+            self._opaque = allocator.alloc(self._nbytes or 1, self.options)
         else:
             if not allocator.supports_offset:
                 raise RuntimeError(f"the allocator of device {self.device!r} does not support views into buffers")
@@ -236,7 +237,7 @@ class Buffer:
         if self._base is None:
             if live := [view for view in self._views or () if view.is_allocated]:
                 raise RuntimeError(f"cannot deallocate {self!r}: {len(live)} allocated view(s) still use its memory")
-            self._allocator.free(self._opaque, max(self.nbytes, 1), self.options)
+            self._allocator.free(self._opaque, self._nbytes or 1, self.options)
         elif self._base._views is not None:
             self._base._views.discard(self)
         self._opaque = None
@@ -246,7 +247,7 @@ class Buffer:
         # Views keep their base alive, so a base is only collected once no view of it exists.
         allocator = getattr(self, "_allocator", None)
         if allocator is not None and self._base is None:
-            allocator.free(self._opaque, max(self.nbytes, 1), self.options)
+            allocator.free(self._opaque, self._nbytes or 1, self.options)
 
     # -- views -------------------------------------------------------------------------------------------------------
     def view(self, size: int, dtype: DType, offset: int = 0) -> Buffer:

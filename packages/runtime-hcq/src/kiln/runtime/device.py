@@ -331,6 +331,10 @@ class DeviceRegistry:
     # -- opening -----------------------------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> DeviceBase:
         """The opened device `name` (opened on first use); raises DeviceUnavailable if it cannot be opened."""
+        # the names of opened devices are canonical: a canonical name (a Buffer's, on every allocation) is found as is
+        opened = self._opened.get(name) if type(name) is str else None
+        if opened is not None:
+            return opened
         canonical = self.canonicalize(name)
         opened = self._opened.get(canonical)
         if opened is not None:

@@ -37,9 +37,12 @@ def default_device() -> str:
     return knobs.DEVICE.strip()
 
 
+_PROFILE = knobs.get_knob("PROFILE")  # read on every launch: the Knob itself, not through the registry's attribute
+
+
 def profiling_enabled() -> bool:
     """Whether PROFILE is on."""
-    return knobs.PROFILE
+    return bool(_PROFILE.value())
 
 
 def lru_enabled() -> bool:

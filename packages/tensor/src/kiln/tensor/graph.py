@@ -33,7 +33,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
@@ -44,21 +44,18 @@ ELEMENTWISE_OPS: Final = GroupOp.Elementwise
 REDUCE_OPS: Final = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
 
 
-@dataclass(frozen=True)
-class BufferArg:
+class BufferArg(NamedTuple):
     """Payload of BUFFER: a realized device buffer known by its unique `number`, holding `size` elements on `device`.
 
     The runtime Buffer object itself lives in a side table (`kiln.tensor.realize.buffers`), keyed by `number`.
+    A named tuple rather than a dataclass: every realize makes a BUFFER node per output, and hash-consing hashes its
+    payload four times (made, freed), which a tuple does in C. Only BUFFER nodes carry it, so it never meets the
+    payloads of other ops it could compare equal to as a tuple.
     """
 
     number: int
     size: int
     device: str
-
-    def __hash__(self) -> int:
-        # equal payloads have equal numbers; hashing the number alone is cheaper than the generated hash of all three
-        # fields, and a new BUFFER node's payload is hashed four times (made and freed: hash-consing table probes)
-        return hash(self.number)
 
 
 @dataclass(frozen=True)
@@ -298,11 +295,9 @@ def binary_alu(op: Ops, left: UOp, right: UOp) -> UOp:
     if left.dtype is not right.dtype:
         raise TypeError(f"{op!r} operands must share one dtype, got {left.dtype!r} and {right.dtype!r}")
     node = UOp(op, dtypes.bool if op in GroupOp.Comparison else left.dtype, (left, right))
-    shape, device = SHAPE.get(left), DEVICE.get(left)
-    if shape is not None:  # the operands' shape and device (one shape by the caller's construction)
-        SHAPE.setdefault(node, shape)
-    if device is not None:
-        DEVICE.setdefault(node, device)
+    # the operands' shape and device (one shape by the caller's construction)
+    SHAPE.copy_missing(left, node)
+    DEVICE.copy_missing(left, node)
     return node
 
 

@@ -74,6 +74,13 @@ class NodeSlot(Generic[V]):
         found: V = node.__dict__.setdefault(self.name, value)
         return found
 
+    def copy_missing(self, source: UOp, target: UOp) -> None:
+        """Gives `target` the value on `source`, unless `target` holds one already or `source` holds none (one call
+        where `setdefault(target, get(source))` would be two; an elementwise node takes its operand's shape so)."""
+        value = source.__dict__.get(self.name)
+        if value is not None:
+            target.__dict__.setdefault(self.name, value)
+
     def has(self, node: UOp) -> bool:
         """Whether `node` holds a value."""
         return self.name in node.__dict__

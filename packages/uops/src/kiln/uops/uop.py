@@ -25,9 +25,12 @@ class _CacheRef(weakref.ref["UOp"]):
 
 
 def _forget(reference: _CacheRef) -> None:
+    # one probe of the table (hashing the content once): the entry is this reference unless a node of the same
+    # content was built after this one died and before this callback ran; then that node's entry is put back
     content = reference.content
-    if _live_uops.get(content) is reference:
-        del _live_uops[content]
+    found = _live_uops.pop(content, None)
+    if found is not None and found is not reference:
+        _live_uops[content] = found
 
 
 _live_uops: dict[tuple[Any, ...], _CacheRef] = {}

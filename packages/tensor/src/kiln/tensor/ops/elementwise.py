@@ -101,7 +101,8 @@ class ElementwiseMixin(UnaryMixin):
             dtype = promote_kinds(kinds)
         if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
             raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
-        return self._cast(dtype), graph.const(number, dtype, graph.device_of(uop), shape)
+        left = self if dtype is uop.dtype else self._cast(dtype)  # dtypes are interned: `is` is `_cast`'s test
+        return left, graph.const(number, dtype, graph.device_of(uop), shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""

@@ -431,7 +431,9 @@ class Engine:
 
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
         """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
-        prepared = self._prepare(plan)
+        prepared = self._prepared.get(id(plan))
+        if prepared is None or prepared.plan is not plan:
+            prepared = self._prepare(plan)
         debug = knobs.DEBUG
         if prepared.single_kernel is not None and debug < 1 and launch_recorder is None:
             return self._run_single_kernel(plan, prepared, inputs)
