@@ -46,6 +46,12 @@ def test_args_that_compare_equal_across_types_stay_distinct() -> None:
     assert str(negative_zero.arg) == "-0.0"
     assert UOp(Ops.GEP, dtypes.void, (), (1, 2)) is not UOp(Ops.GEP, dtypes.void, (), (True, 2))
     assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
+    # pairs (PAD / SHRINK bounds) and deeper tuples too: only equal types and values are one node
+    pairs = [((0, 1), (2, 3)), ((0, 1.0), (2, 3)), ((0, True), (2, 3)), ((0, 1), (2, (3,))), ((0, 1), (2, (3.0,)))]
+    nodes = [UOp(Ops.DEVICE, dtypes.void, (), pair) for pair in pairs]
+    assert len({id(node) for node in nodes}) == len(pairs)
+    assert [UOp(Ops.DEVICE, dtypes.void, (), pair) for pair in pairs] == nodes
+    assert [node.arg for node in nodes] == pairs and type(nodes[1].arg[0][1]) is float
 
 
 def test_unreferenced_uops_are_freed_and_forgotten() -> None:

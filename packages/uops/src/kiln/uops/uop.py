@@ -62,8 +62,14 @@ def _normalized_arg(arg: Any) -> Any:
         return (bool, arg)
     if kind is tuple:
         for item in arg:  # most tuples (shapes, lanes, axes) hold only ints: they are their own normal form
-            if type(item) in _NORMALIZED_TYPES:
-                return tuple([_normalized_arg(inner) for inner in arg])
+            item_kind = type(item)
+            if item_kind is tuple:
+                # pairs of ints (PAD / SHRINK bounds) are their own normal form too: checked here without a call
+                for inner in item:
+                    if type(inner) in _NORMALIZED_TYPES:
+                        return tuple([_normalized_arg(each) for each in arg])
+            elif item_kind in _NORMALIZED_TYPES:
+                return tuple([_normalized_arg(each) for each in arg])
         return arg
     return arg
 

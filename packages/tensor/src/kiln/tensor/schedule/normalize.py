@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kiln.tensor.graph import MOVEMENT_OPS, merge_movement_link
+from kiln.tensor.graph import MOVEMENT_OPS, SHAPE, merge_movement_link
 from kiln.tensor.schedule.items import InputSlot
 from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, dtypes
 
@@ -244,7 +244,13 @@ def normalize(
             continue
         new_sources = tuple([resolved[source] for source in sources])
         # UOps compare by identity: the same sources when every source normalized to itself
-        result = node if new_sources == sources else UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+        if new_sources == sources:
+            result = node
+        else:
+            result = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+            # normalizing keeps every shape (placeholders, views and merged chains have their node's): the rebuilt
+            # node takes the original's known shape, so merging a chain above it infers none (a walk per merge)
+            SHAPE.copy_missing(node, result)
         if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
             result = merge_movement_link(result)  # chains merged here: `fold_movement_chains` is not needed first
         resolved[node] = result
