@@ -69,6 +69,8 @@ class HCQCompiled(DeviceBase):
         super().__init__(name, allocator)
         self.compute_engine = compute_engine
         self.copy_engine = copy_engine
+        # the engine's way of running a launch in the caller's thread (software engines), looked up once
+        self._run_call_inline = getattr(compute_engine, "run_call_inline", None)
         self.timeline_signal = TimelineSignal(0, name=f"{name} timeline")
         self.timeline_value = 1  # the value the next submission signals
         self._pending_profile: list[_PendingProfile] = []
@@ -202,7 +204,7 @@ class HCQCompiled(DeviceBase):
         (a software engine's `run_call_inline`) and everything submitted before is done; returns False, having run
         nothing, otherwise (then `launch` it). The order of work on the device is the same either way, and a failure
         is kept like a queued one. The exec command is never built for a launch that runs here."""
-        run_call_inline = getattr(self.compute_engine, "run_call_inline", None)
+        run_call_inline = self._run_call_inline
         if run_call_inline is None:
             return False
         timeline = self.timeline_signal

@@ -352,7 +352,13 @@ class Tensor(
 
     def realize(self, *others: Tensor) -> Tensor:
         """Computes this tensor (and `others`, in one schedule) into buffers; returns self."""
-        Tensor.realize_all(self, *others)
+        if others:
+            Tensor.realize_all(self, *others)
+            return self
+        # `realize_all(self)` without its calls (one tensor: no duplicate to look for; the rule is realize_all's)
+        view = realize_uops([self.uop])[0]
+        if alias_base(self.uop) is None and self.requires_grad is not True:
+            self.uop = view
         return self
 
     @staticmethod

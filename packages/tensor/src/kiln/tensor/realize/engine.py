@@ -90,6 +90,8 @@ class Method:
     queue: HCQCompiled | None = None
 
 
+_DEBUG = knobs.get_knob("DEBUG")  # read on every run: the Knob itself, not through the registry's attribute
+
 # numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's; shared
 # by every Engine, so node numbers stay unique in the process
 _fresh_numbers = itertools.count(1 << 40)
@@ -116,7 +118,7 @@ class _PreparedPlan:
     its positions when the plan is one kernel step and has no temporaries, else None.
     """
 
-    __slots__ = ("bare_views", "outputs", "plan", "single_kernel", "steps")
+    __slots__ = ("arguments", "bare_views", "outputs", "plan", "single_kernel", "steps")
 
     def __init__(self, plan: SchedulePlan) -> None:
         self.plan = plan
@@ -133,6 +135,8 @@ class _PreparedPlan:
         self.steps = tuple(steps)
         # a plan of one kernel and nothing else (the usual plan of one small op): run without the step loop
         self.single_kernel: tuple[KernelStep, tuple[int, ...]] | None = None
+        # for a single kernel: its Method and the positions of the buffers its program takes (set by the first run)
+        self.arguments: tuple[Method, tuple[int, ...]] | None = None
         if len(steps) == 1 and not plan.temporaries and isinstance(steps[0][0], KernelStep):
             self.single_kernel = (steps[0][0], steps[0][1])
         bare: list[tuple[bool, int, UOp | None] | None] = []
@@ -434,7 +438,7 @@ class Engine:
         prepared = self._prepared.get(id(plan))
         if prepared is None or prepared.plan is not plan:
             prepared = self._prepare(plan)
-        debug = knobs.DEBUG
+        debug: int = _DEBUG.value()
         if prepared.single_kernel is not None and debug < 1 and launch_recorder is None:
             return self._run_single_kernel(plan, prepared, inputs)
         # the run's Buffers in one list: outputs, temporaries, inputs (the positions `prepared.steps` refers to)
@@ -507,8 +511,11 @@ class Engine:
             found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
             buffers.append(found if found is not None else self.input_buffer(node))
         method = self.compiled_program(step.ast, step.device)
+        arguments = prepared.arguments
+        if arguments is None or arguments[0] is not method:  # the run's positions of the program's slots, kept
+            arguments = prepared.arguments = (method, tuple(positions[slot] for slot in method.slots))
         begin = time.perf_counter_ns()
-        method.runner([buffers[positions[slot]] for slot in method.slots], None)
+        method.runner([buffers[position] for position in arguments[1]], None)
         GlobalCounters.time_ns += time.perf_counter_ns() - begin
         GlobalCounters.kernel_count += 1
         GlobalCounters.flops += method.flops

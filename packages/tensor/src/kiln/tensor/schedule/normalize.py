@@ -291,7 +291,8 @@ def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | No
     if not inputs:
         return None
     result = UOp(root.op, root.dtype, tuple(new_sources), root.arg, root.tag)
-    return NormalizedGraph((result,), tuple(inputs))
+    # `NormalizedGraph((result,), tuple(inputs))` as the named tuple's own `_make` builds it (in C)
+    return tuple.__new__(NormalizedGraph, ((result,), tuple(inputs), ()))
 
 
 def const_node(uop: UOp) -> UOp | None:
