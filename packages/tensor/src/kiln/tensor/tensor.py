@@ -227,9 +227,8 @@ class Tensor(
                 cls = type(other)
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        if Tensor._grad_disabled or not (
-            self.requires_grad is True or (others and any(o.requires_grad is True for o in others))
-        ):
+        wants_grad = self.requires_grad is True or (others and any(o.requires_grad is True for o in others))
+        if Tensor._grad_disabled or not wants_grad:
             return cls._from_uop(uop)
         result = cls._from_uop(uop)
         if dtypes.is_float(uop.dtype):
@@ -352,13 +351,7 @@ class Tensor(
 
     def realize(self, *others: Tensor) -> Tensor:
         """Computes this tensor (and `others`, in one schedule) into buffers; returns self."""
-        if others:
-            Tensor.realize_all(self, *others)
-            return self
-        # `realize_all(self)` without its calls (one tensor: no duplicate to look for; the rule is realize_all's)
-        view = realize_uops([self.uop])[0]
-        if alias_base(self.uop) is None and self.requires_grad is not True:
-            self.uop = view
+        Tensor.realize_all(self, *others)
         return self
 
     @staticmethod
@@ -366,11 +359,10 @@ class Tensor(
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
         # chains for the scheduler
-        if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for
-            tensor = tensors[0]
-            views = realize_uops([tensor.uop])
+        if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for; rule below
+            views = realize_uops([(tensor := tensors[0]).uop])
             if alias_base(tensor.uop) is None and tensor.requires_grad is not True:
-                tensor.uop = views[0]  # see below
+                tensor.uop = views[0]
             return views
         nodes = [tensor.uop for tensor in tensors]
         seen: dict[UOp, TensorCore] = {}
