@@ -196,8 +196,8 @@ class Buffer:
         if self._allocator is not None:
             return self
         device = _devices[self.device]
-        scalar = self.dtype.scalar()
-        if scalar not in device.supported_dtypes:
+        supported = device.supported_dtypes
+        if self.dtype not in supported and (scalar := self.dtype.scalar()) not in supported:  # scalars: one test
             names = ", ".join(sorted(dtype.name for dtype in device.supported_dtypes))
             raise TypeError(f"device {self.device!r} cannot store {scalar!r}; it supports: {names}")
         allocator = device.allocator

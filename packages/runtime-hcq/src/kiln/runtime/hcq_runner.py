@@ -47,6 +47,8 @@ class HCQProgramRunner(ProgramRunner):
         # so launches repeat addresses; a block run inline is only read and never leaves the call, so one serves
         # every launch on the same addresses (a queued launch gets a fresh block, see `_launch`)
         self._inline_blocks: dict[tuple[int, ...], HCQArgsState] = {}
+        # whether `kernel_for` is this class's (the loaded kernel for any buffers): then a launch reads `kernel`
+        self._kernel_unbound = type(self).kernel_for is HCQProgramRunner.kernel_for
 
     def __call__(
         self, buffers: Sequence[Buffer], var_vals: Mapping[str, int] | None = None, wait: bool = False
@@ -63,7 +65,8 @@ class HCQProgramRunner(ProgramRunner):
                 args = blocks[addresses] = HCQArgsState.for_launch(self.arg_layout, addresses, ())
             dims = self._static_dims
             assert dims is not None  # an inline runner has static launch sizes
-            if self.device.launch_inline(self.kernel_for(buffers), args, dims[0], dims[1], self.name):
+            kernel = self.kernel if self._kernel_unbound else self.kernel_for(buffers)
+            if self.device.launch_inline(kernel, args, dims[0], dims[1], self.name):
                 return None
             return self._launch(buffers, addresses, (), dims[0], dims[1], wait)
         return super().__call__(buffers, var_vals, wait)

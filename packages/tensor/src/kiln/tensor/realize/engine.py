@@ -114,11 +114,12 @@ class _PreparedPlan:
     each step with the positions in that list of the buffers it takes (a kernel's slots, or a copy's destination and
     source), so a run never resolves a `BufferRef` again. `outputs` is each output's (device, size, dtype);
     `bare_views` each view that is a bare buffer, or a reshape of one (the usual view of a result that is not
-    1-D), as (is output, number, reshape or None), so it needs no graph substitution. `single_kernel`: the step and
-    its positions when the plan is one kernel step and has no temporaries, else None.
+    1-D), as (is output, number, reshape or None), so it needs no graph substitution; `views_are_outputs` when every
+    view is its output itself. `single_kernel`: the step and its positions when the plan is one kernel step and has no
+    temporaries, else None.
     """
 
-    __slots__ = ("arguments", "bare_views", "outputs", "plan", "single_kernel", "steps")
+    __slots__ = ("arguments", "bare_views", "outputs", "plan", "single_kernel", "steps", "views_are_outputs")
 
     def __init__(self, plan: SchedulePlan) -> None:
         self.plan = plan
@@ -151,6 +152,10 @@ class _PreparedPlan:
             else:
                 bare.append(None)
         self.bare_views = tuple(bare)
+        # the views are the outputs themselves, in order (a result that is one buffer): a run returns its output nodes
+        self.views_are_outputs = len(bare) == len(plan.outputs) and all(
+            view == (True, number, None) for number, view in enumerate(bare)
+        )
 
 
 def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
@@ -520,7 +525,7 @@ class Engine:
         GlobalCounters.kernel_count += 1
         GlobalCounters.flops += method.flops
         GlobalCounters.mem_bytes += method.mem_bytes
-        return _views(plan, prepared, inputs, output_nodes)
+        return output_nodes if prepared.views_are_outputs else _views(plan, prepared, inputs, output_nodes)
 
     def realize(self, uops: Sequence[UOp]) -> list[UOp]:
         """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.
