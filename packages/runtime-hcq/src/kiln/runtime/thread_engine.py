@@ -115,10 +115,8 @@ class ThreadQueueEngine:
                 if not (isinstance(command.value, int) and command.signal.value >= command.value):
                     return False
                 waits = True
-        with self._state_lock:
-            if self._outstanding:
-                return False
-            self._outstanding = 1
+        if not self._claim_idle():
+            return False
         try:
             with self._run_lock:
                 # the waits are satisfied (checked above, and signals never go back): running them is a no-op
@@ -126,8 +124,7 @@ class ThreadQueueEngine:
                     [command for command in commands if type(command) is not WaitCommand] if waits else commands
                 )
         finally:
-            with self._state_lock:
-                self._outstanding -= 1
+            self._finish_one()
         return True
 
     def run_exec_inline(self, command: ExecCommand, signal: TimelineSignal, value: int) -> bool:
@@ -153,10 +150,8 @@ class ThreadQueueEngine:
         here never needs the command object; the caller builds one only when this refuses)."""
         if self._closed or self.error is not None:
             return False
-        with self._state_lock:
-            if self._outstanding:
-                return False
-            self._outstanding = 1
+        if not self._claim_idle():
+            return False
         try:
             with self._run_lock:
                 try:
@@ -168,9 +163,20 @@ class ThreadQueueEngine:
                     self.error = error
                     signal.fail(error)
         finally:
-            with self._state_lock:
-                self._outstanding -= 1
+            self._finish_one()
         return True
+
+    def _claim_idle(self) -> bool:
+        """Claims the idle engine for an inline list (counted as outstanding); False if anything is outstanding."""
+        with self._state_lock:
+            if self._outstanding:
+                return False
+            self._outstanding = 1
+            return True
+
+    def _finish_one(self) -> None:
+        with self._state_lock:
+            self._outstanding -= 1
 
     def check(self) -> None:
         """Raises RuntimeError if a command failed on this engine."""
@@ -194,8 +200,7 @@ class ThreadQueueEngine:
         while (commands := self._pending.get()) is not None:
             with self._run_lock:
                 self._run_list(commands)
-            with self._state_lock:
-                self._outstanding -= 1
+            self._finish_one()
 
     def _run_list(self, commands: Sequence[HCQCommand]) -> None:
         if self.error is not None:

@@ -21,11 +21,7 @@ class Counters:
     __slots__ = ("copies", "flops", "kernel_count", "mem_bytes", "time_ns")
 
     def __init__(self) -> None:
-        self.kernel_count = 0
-        self.flops = 0
-        self.mem_bytes = 0
-        self.time_ns = 0
-        self.copies = 0
+        self.reset()
 
     def __repr__(self) -> str:
         return (

@@ -447,19 +447,7 @@ class Engine:
         if prepared.single_kernel is not None and debug < 1 and launch_recorder is None:
             return self._run_single_kernel(plan, prepared, inputs)
         # the run's Buffers in one list: outputs, temporaries, inputs (the positions `prepared.steps` refers to)
-        output_nodes: list[UOp] = []
-        buffers: list[Buffer] = []
-        for device, size, dtype in prepared.outputs:
-            node, buffer = _output_node(device, size, dtype)
-            if size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
-                buffer.allocate()
-            output_nodes.append(node)
-            buffers.append(buffer)
-        if plan.temporaries:
-            buffers.extend(_temporary_buffers(plan))
-        for node in inputs:
-            found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
-            buffers.append(found if found is not None else self.input_buffer(node))
+        output_nodes, buffers = self._run_buffers(plan, prepared, inputs)
         recorder = launch_recorder
         started = time.perf_counter_ns()
         kernels = 0
@@ -499,11 +487,10 @@ class Engine:
             print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
         return _views(plan, prepared, inputs, output_nodes)
 
-    def _run_single_kernel(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> list[UOp]:
-        # `run_plan` of a plan that is one kernel step (no DEBUG output, no capture): the same buffers, launch,
-        # counters and views, without the step loop and its batching
-        assert prepared.single_kernel is not None
-        step, positions = prepared.single_kernel
+    def _run_buffers(
+        self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]
+    ) -> tuple[list[UOp], list[Buffer]]:
+        """The output nodes of a run and its Buffers in one list: outputs, temporaries, inputs."""
         output_nodes: list[UOp] = []
         buffers: list[Buffer] = []
         for device, size, dtype in prepared.outputs:
@@ -512,9 +499,19 @@ class Engine:
                 buffer.allocate()
             output_nodes.append(node)
             buffers.append(buffer)
+        if plan.temporaries:
+            buffers.extend(_temporary_buffers(plan))
         for node in inputs:
             found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
             buffers.append(found if found is not None else self.input_buffer(node))
+        return output_nodes, buffers
+
+    def _run_single_kernel(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> list[UOp]:
+        # `run_plan` of a plan that is one kernel step (no DEBUG output, no capture): the same buffers, launch,
+        # counters and views, without the step loop and its batching
+        assert prepared.single_kernel is not None
+        step, positions = prepared.single_kernel
+        output_nodes, buffers = self._run_buffers(plan, prepared, inputs)
         method = self.compiled_program(step.ast, step.device)
         arguments = prepared.arguments
         if arguments is None or arguments[0] is not method:  # the run's positions of the program's slots, kept
