@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
 import pytest
 
 from kiln.runtime import CorePool
+from kiln.uops import Context
 
 
 def test_every_core_runs_once_at_the_same_time() -> None:
@@ -69,3 +71,62 @@ def test_without_workers_cores_run_in_order_on_the_caller() -> None:
     assert seen == [(core, threading.get_ident()) for core in range(3)]
     with pytest.raises(ValueError, match="non-negative number of workers"):
         CorePool("bad", workers=-1)
+
+
+def test_the_launching_thread_runs_the_cores_a_busy_worker_has_not_claimed() -> None:
+    # The only worker is held inside an earlier launch; a second launch must not wait for it: its launching thread
+    # claims every core itself (before, each core was queued for one worker, and this launch waited for the first).
+    pool = CorePool("test", workers=1)
+    release = threading.Event()
+    inside = threading.Barrier(3, timeout=10)  # both cores of the first launch, and this thread
+
+    def hold(core: int) -> None:
+        inside.wait()
+        release.wait(10)
+
+    first = threading.Thread(target=pool.run, args=(hold, 2))
+    first.start()
+    inside.wait()  # the first launch's launcher and the worker are both inside `hold` now
+    runners: list[tuple[int, int]] = []
+    second = threading.Thread(target=pool.run, args=(lambda core: runners.append((core, threading.get_ident())), 3))
+    second.start()
+    second.join(10)
+    finished_alone = not second.is_alive()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert finished_alone, "the second launch waited for the busy worker"
+    assert sorted(core for core, _ in runners) == [0, 1, 2]
+    assert {ident for _, ident in runners} == {second.ident}
+    pool.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="thread affinity is Linux-only")
+@pytest.mark.parametrize("pin", [True, False])
+def test_workers_are_pinned_one_core_each_unless_cpu_pin_is_off(pin: bool) -> None:
+    available = sorted(os.sched_getaffinity(0))
+    pool = CorePool("test", workers=3)
+    with Context(CPU_PIN=int(pin)):
+        pool.run(lambda core: None, 4)  # starts the workers
+    affinities = [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads]
+    if pin:
+        assert affinities == [{available[k % len(available)]} for k in (1, 2, 3)]
+    else:
+        assert affinities == [set(available)] * 3
+    pool.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="thread affinity is Linux-only")
+def test_a_pool_on_given_cores_pins_its_workers_inside_them() -> None:
+    available = sorted(os.sched_getaffinity(0))
+    cores = tuple(available[-1:] * 3)  # one real core named three times: three pinned workers share it
+    pool = CorePool("test", cores=cores)
+    assert pool.workers == 2
+    pool.run(lambda core: None, 3)
+    assert [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads] == [{available[-1]}] * 2
+    pool.close()
+    with Context(CPU_PIN=0):
+        unpinned = CorePool("test", cores=available)
+        unpinned.run(lambda core: None, 2)
+        assert all(os.sched_getaffinity(t.native_id or 0) == set(available) for t in unpinned._threads)
+        unpinned.close()

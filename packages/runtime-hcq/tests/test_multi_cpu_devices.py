@@ -68,19 +68,23 @@ def test_core_share_refuses_bad_counts() -> None:
 def test_pinned_core_pool_workers_run_on_their_cores() -> None:
     cores = (sorted(os.sched_getaffinity(0))[-1],)
     pool = CorePool("pinned", workers=2, cores=cores)
-    seen: dict[int, set[int]] = {}
+    seen: dict[int, tuple[int, set[int]]] = {}
     lock = threading.Lock()
 
     def work(core: int) -> None:
         with lock:
-            seen[core] = set(os.sched_getaffinity(0))
+            seen[core] = (threading.get_ident(), set(os.sched_getaffinity(0)))
 
     try:
         pool.run(work, 3)
+        workers = [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads]
     finally:
         pool.close()
     assert sorted(seen) == [0, 1, 2]
-    assert seen[1] == set(cores) and seen[2] == set(cores)  # the workers (core 0 is the caller's thread)
+    assert workers == [set(cores), set(cores)]
+    # a core run by a worker (any core: threads claim them in turn) ran on the pool's cores
+    caller = threading.get_ident()
+    assert all(affinity == set(cores) for ident, affinity in seen.values() if ident != caller)
 
 
 def test_cpu_shares_gives_each_device_its_part(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,14 +3,24 @@
 A kernel with a THREAD axis reads its core number from the `core_id` parameter; a launch of `n` cores calls the
 compiled function once per core number. Compiled code called through ctypes releases the GIL, so the calls really
 run at the same time, one per CPU core.
+
+Two things keep a short launch parallel. Workers are pinned to one core each (knob CPU_PIN): unpinned, Linux kept
+waking the worker on the core where the launching thread was already running the first core (measured on the 2-core
+VM: softmax over (4096, 1024) ran its two cores one after the other, 1.9 ms instead of 1.3). And threads claim core
+numbers in turn rather than each worker owning one, so a worker that wakes late never holds up a launch: the
+threads already running take its cores.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
+
+from kiln.runtime.knobs import cpu_pin
 
 __all__ = ["CorePool", "core_share"]
 
@@ -34,36 +44,48 @@ def core_share(index: int, shares: int, cores: Sequence[int] | None = None) -> t
 
 
 class _Batch:
-    """The calls of one launch: counts finished cores and keeps the first error."""
+    """The calls of one launch. Whoever runs the batch (the launching thread or a woken worker) claims core numbers
+    one at a time until none is left, so a worker that wakes late (its core busy with other work) leaves its share
+    to the threads already running instead of holding up the launch. Counts finished cores and keeps the first
+    error."""
 
     def __init__(self, function: Callable[[int], None], count: int) -> None:
         self.function = function
+        self.count = count
+        self._claims = itertools.count()  # next() on it is one C call: atomic under the GIL
         self.remaining = count
         self.error: BaseException | None = None
         self.lock = threading.Lock()
         self.done = threading.Event()
 
-    def run(self, core: int) -> None:
-        try:
-            self.function(core)
-        except BaseException as error:  # reported to the launching thread, never lost in a worker
+    def work(self) -> None:
+        """Runs unclaimed cores until every core is claimed."""
+        claims, count, function = self._claims, self.count, self.function
+        while (core := next(claims)) < count:
+            try:
+                function(core)
+            except BaseException as error:  # reported to the launching thread, never lost in a worker
+                with self.lock:
+                    self.error = self.error or error
             with self.lock:
-                self.error = self.error or error
-        with self.lock:
-            self.remaining -= 1
-            finished = self.remaining == 0
-        if finished:
-            self.done.set()
+                self.remaining -= 1
+                finished = self.remaining == 0
+            if finished:
+                self.done.set()
 
 
 class CorePool:
-    """Threads that call `function(core)` for every core of a launch; the launching thread runs core 0 itself.
+    """Threads that call `function(core)` for every core of a launch; the launching thread takes part.
+
+    A launch wakes up to `count - 1` workers and runs cores itself; every thread claims the next core number until
+    all are claimed, so each core runs exactly once, in parallel where workers are free.
 
     Args:
         name: used for the thread names.
-        workers: worker threads (default: the CPU count minus one, since the caller works too); started on first use.
-        cores: the host cores the workers are pinned to (None: not pinned); the default worker count is then one
-            fewer than these cores.
+        workers: worker threads (default: the core count minus one, since the caller works too); started on first use.
+        cores: the host cores of this pool (None: the cores this process may run on, read when the workers start).
+            With the knob CPU_PIN on (the default), worker `k` (1, 2, ...) is pinned to core `cores[k mod n]`, so
+            each worker wakes on its own core; the launching thread is left where the OS puts it.
     """
 
     def __init__(self, name: str, workers: int | None = None, cores: Sequence[int] | None = None) -> None:
@@ -74,25 +96,35 @@ class CorePool:
         self.workers = workers
         if self.workers < 0:
             raise ValueError(f"a core pool needs a non-negative number of workers, got {self.workers}")
-        self._tasks: queue.SimpleQueue[tuple[_Batch, int] | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
 
     def _start(self) -> None:
         with self._start_lock:
+            pin = cpu_pin() and hasattr(os, "sched_setaffinity")
+            cores = self.cores
+            if cores is None and hasattr(os, "sched_getaffinity"):
+                cores = tuple(sorted(os.sched_getaffinity(0)))
             while len(self._threads) < self.workers:
+                number = len(self._threads) + 1
+                affinity = None
+                if cores:
+                    affinity = (cores[number % len(cores)],) if pin else self.cores
                 thread = threading.Thread(
-                    target=self._work, name=f"kiln-{self.name}-core{len(self._threads) + 1}", daemon=True
+                    target=self._work, args=(affinity,), name=f"kiln-{self.name}-core{number}", daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
 
-    def _work(self) -> None:
-        if self.cores is not None:
-            os.sched_setaffinity(0, self.cores)  # 0: this thread (Linux sets affinity per thread)
-        while (task := self._tasks.get()) is not None:
-            batch, core = task
-            batch.run(core)
+    def _work(self, affinity: tuple[int, ...] | None) -> None:
+        if affinity is not None:
+            # 0: this thread (Linux sets affinity per thread). A core this process may no longer use leaves the
+            # worker unpinned; the launch still completes.
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, affinity)
+        while (batch := self._tasks.get()) is not None:
+            batch.work()
 
     def run(self, function: Callable[[int], None], count: int) -> None:
         """Calls `function(core)` for core in 0..count-1 in parallel; returns when all are done, re-raising an error."""
@@ -103,9 +135,9 @@ class CorePool:
         if len(self._threads) < self.workers:
             self._start()
         batch = _Batch(function, count)
-        for core in range(1, count):
-            self._tasks.put((batch, core))
-        batch.run(0)
+        for _ in range(min(count - 1, self.workers)):
+            self._tasks.put(batch)
+        batch.work()
         batch.done.wait()
         if batch.error is not None:
             raise batch.error

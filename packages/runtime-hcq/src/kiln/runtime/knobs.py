@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kiln.uops import Knob, knobs, register_knob
 
-__all__ = ["cpu_shares", "default_device", "lru_enabled", "profiling_enabled", "renderer_knob"]
+__all__ = ["cpu_pin", "cpu_shares", "default_device", "lru_enabled", "profiling_enabled", "renderer_knob"]
 
 _LRU = register_knob(
     "LRU", bool, True, "Keep freed device memory in a cache for reuse by allocations of the same size."
@@ -22,6 +22,20 @@ _CPU_SHARES = register_knob(
     "Split the host's cores into this many parts: device CPU:i runs its multi-core kernels on part i (mod the "
     "count), with its own queue. 1: every CPU device uses every core.",
 )
+
+_CPU_PIN = register_knob(
+    "CPU_PIN",
+    bool,
+    True,
+    "Pin each core-pool worker thread of a CPU device to one host core of its set (the launching thread stays "
+    "free). Off, the OS may wake a worker on the launching thread's busy core, and a short multi-core kernel then "
+    "runs its cores one after the other.",
+)
+
+
+def cpu_pin() -> bool:
+    """Whether core-pool workers are pinned to one core each (the CPU_PIN knob)."""
+    return _CPU_PIN.value()
 
 
 def cpu_shares() -> int:
