@@ -339,3 +339,19 @@ def test_reduction_keeps_size_zero_output_dims() -> None:
     columns = Tensor(np.zeros((2, 0), dtype=np.float32))
     assert columns.amax(0).shape == (0,)
     assert columns.amax(0).numpy().shape == (0,)
+
+
+def test_argmax_and_arange_share_iota_graphs_across_devices_and_sizes() -> None:
+    # iota's graph is kept per (size, device): one size used on two devices, and sizes that differ by one, must each
+    # get their own positions and device (numpy is the oracle)
+    rng = np.random.default_rng(7)
+    for size in (5, 6, 5, 17, 16, 17):
+        values = rng.standard_normal((3, size)).astype(np.float32)
+        for device in ("CPU", "PYTHON"):
+            x = Tensor(values, device=device)
+            positions = x.argmax(1)
+            assert positions.device == device
+            np.testing.assert_array_equal(positions.numpy(), values.argmax(1))
+            counting = Tensor.arange(size, device=device)
+            assert counting.device == device
+            np.testing.assert_array_equal(counting.numpy(), np.arange(size))

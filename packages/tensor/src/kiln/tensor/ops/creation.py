@@ -19,9 +19,14 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, che
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
-from kiln.uops import ConstType, DType, Ops, dtypes
+from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
+
+
+_IOTA_NODES: dict[tuple[int, str], UOp] = {}
+"""`iota`'s graph by (size, device): graph nodes are immutable, so every call of a size shares one graph (argmax,
+random numbers, one-hot and sorting build the same iota every call; building it is O(log size) nodes each time)."""
 
 
 def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
@@ -32,6 +37,18 @@ def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
     and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
     consumer.
     """
+    key = (size, canonical_device(device))
+    node = _IOTA_NODES.get(key)
+    if node is not None:
+        return kind._from_uop(node)
+    result = _build_iota(kind, size, key[1])
+    if len(_IOTA_NODES) >= 256:
+        _IOTA_NODES.clear()
+    _IOTA_NODES[key] = result.uop
+    return result
+
+
+def _build_iota(kind: type[TensorT], size: int, device: str) -> TensorT:
     dtype = dtypes.int32 if size <= 2**31 else dtypes.int64
     if size <= 1:
         return kind._const(0, (size,), dtype, device)
