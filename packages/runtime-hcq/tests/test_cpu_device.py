@@ -3,6 +3,7 @@ compiler (chosen by ELF type), and loading problems raise clear errors."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from corpus import CASES_BY_NAME, KernelCase, to_storage
 from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, get_program
 from kiln.renderers import CRenderer, LLVMRenderer, cpu_renderers
 from kiln.runtime import Buffer, CPUDevice, Device, elf_type
+from kiln.runtime.cpu_device import CPUProgramRunner
 from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
 from kiln.runtime.program_runner import VariableSpec
 from kiln.uops import Context, Ops, UOp, dtypes
@@ -178,11 +180,24 @@ def add_one_program(size: int, name: str) -> Program:
     return Program(get_program(UOp(Ops.SINK, src=(stored,), arg=KernelInfo(name)), Device["CPU"].renderer))
 
 
-def test_tiny_programs_launch_inline_and_big_ones_queue() -> None:
+def test_small_programs_launch_inline_and_big_ones_queue() -> None:
     tiny = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
-    big = Device["CPU"].runtime(add_one_program(1 << 16, "big_add_one"))
-    # estimated work: 16 adds + 128 bytes, against 65536 adds + 512 KiB
-    assert tiny.inline and not big.inline  # type: ignore[attr-defined]
+    middle = Device["CPU"].runtime(add_one_program(1 << 16, "middle_add_one"))
+    big = Device["CPU"].runtime(add_one_program(1 << 23, "big_add_one"))
+    # estimated work (adds + bytes): 144, ~0.6 Mi and 72 Mi against the device's limit of 64 Mi
+    assert Device["CPU"].inline_work_limit == 1 << 26  # type: ignore[attr-defined]
+    assert tiny.inline and middle.inline and not big.inline  # type: ignore[attr-defined]
+
+
+def test_devices_sharing_the_cores_out_run_only_tiny_programs_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with CPU_SHARES the devices run side by side: a caller thread running mid-size kernels of several devices
+    # would serialize them, so only ~10 us launches run in the caller's thread
+    monkeypatch.setenv("CPU_SHARES", "2")
+    device = CPUDevice("CPU:1")
+    assert device.inline_work_limit == 1 << 16
+    tiny = CPUProgramRunner(device, add_one_program(16, "tiny_add_one"))
+    middle = CPUProgramRunner(device, add_one_program(1 << 16, "middle_add_one"))
+    assert tiny.inline and not middle.inline
 
 
 def test_repeated_launches_on_other_buffers_match_numpy() -> None:
@@ -245,7 +260,7 @@ def test_wrong_buffers_are_refused_after_good_launches() -> None:
 
 
 def test_inline_launches_wait_for_queued_big_kernels() -> None:
-    size = 1 << 22  # a few milliseconds of work: queued on the device's worker
+    size = 1 << 23  # several milliseconds of work: queued on the device's worker
     big = Device["CPU"].runtime(add_one_program(size, "big_add_one_4m"))
     tiny = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
     values = np.arange(size, dtype=np.float32)
@@ -261,3 +276,17 @@ def test_inline_launches_wait_for_queued_big_kernels() -> None:
     Device["CPU"].synchronize()
     for out in results:
         np.testing.assert_array_equal(out.numpy(), values[-16:] + np.float32(2))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread affinity is Linux-only")
+def test_the_queue_thread_is_pinned_off_the_core_pool_workers_cores() -> None:
+    available = sorted(os.sched_getaffinity(0))
+    device = CPUDevice("CPU:5")  # its own queue and pool (threads start on first use)
+    assert device.engine.affinity == (available[0],)
+    device.core_pool.run(lambda core: None, len(available))  # starts the workers
+    workers = [os.sched_getaffinity(thread.native_id or 0) for thread in device.core_pool._threads]
+    if len(available) > 1:
+        assert all(available[0] not in cores and len(cores) == 1 for cores in workers)
+    device.core_pool.close()
+    with Context(CPU_PIN=0):
+        assert CPUDevice("CPU:6").engine.affinity is None

@@ -83,7 +83,7 @@ class CorePool:
     Args:
         name: used for the thread names.
         workers: worker threads (default: the core count minus one, since the caller works too); started on first use.
-        cores: the host cores of this pool (None: the cores this process may run on, read when the workers start).
+        cores: the host cores of this pool (None: the cores the creating thread may run on).
             With the knob CPU_PIN on (the default), worker `k` (1, 2, ...) is pinned to core `cores[k mod n]`, so
             each worker wakes on its own core; the launching thread is left where the OS puts it.
     """
@@ -96,16 +96,26 @@ class CorePool:
         self.workers = workers
         if self.workers < 0:
             raise ValueError(f"a core pool needs a non-negative number of workers, got {self.workers}")
+        # the cores to pin to, read here: the thread that starts the workers may itself be pinned to one core
+        self._pin_cores = self.cores
+        if self._pin_cores is None and hasattr(os, "sched_getaffinity"):
+            self._pin_cores = tuple(sorted(os.sched_getaffinity(0)))
         self._tasks: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
 
+    def launcher_affinity(self) -> tuple[int, ...] | None:
+        """The cores a thread that launches on this pool should be pinned to, to stay off the workers' cores: the
+        first core (which no worker takes while the pool has a core per worker and one more) when CPU_PIN is on and
+        the platform pins threads; None otherwise."""
+        if not (cpu_pin() and hasattr(os, "sched_setaffinity")):
+            return None
+        return (self._pin_cores or ())[:1] or None
+
     def _start(self) -> None:
         with self._start_lock:
             pin = cpu_pin() and hasattr(os, "sched_setaffinity")
-            cores = self.cores
-            if cores is None and hasattr(os, "sched_getaffinity"):
-                cores = tuple(sorted(os.sched_getaffinity(0)))
+            cores = self._pin_cores
             while len(self._threads) < self.workers:
                 number = len(self._threads) + 1
                 affinity = None

@@ -53,9 +53,9 @@ class CPUProgramRunner(HCQProgramRunner):
     """A CPU program's binary loaded into the process by its renderer's compiler, launched on the CPU's queue."""
 
     device: CPUDevice
-    inline_work_limit = 1 << 16  # ~10 us of work or less: cheaper to run than to hand to the queue's thread
 
     def __init__(self, device: CPUDevice, program: Program) -> None:
+        self.inline_work_limit = device.inline_work_limit
         super().__init__(device, program, None)
         binary = program.binary
         if binary is None:
@@ -73,8 +73,6 @@ class CPUDevice(HCQCompiled):
     """The host CPU ("CPU"): host memory, a software queue, compiled kernels called through ctypes on every core."""
 
     def __init__(self, name: str) -> None:
-        self.engine = ThreadQueueEngine(name)
-        super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
         shares = cpu_shares()
         suffix = name.partition(":")[2]
         self.index = int(suffix) if suffix.isdigit() else 0
@@ -82,6 +80,16 @@ class CPUDevice(HCQCompiled):
         # run side by side like several GPUs would; unset, every CPU device uses every core
         self.cores = core_share(self.index, shares) if shares > 1 else None
         self.core_pool = CorePool(name, cores=self.cores)
+        # Launches of at most this much estimated work (flops + bytes) run in the calling thread when the queue is
+        # idle (HCQProgramRunner.inline_work_limit). Handing a launch to the queue's thread and waking the caller
+        # again costs ~50 us on a 2-core VM: 64 Mi units (~0.3 ms of kernel, e.g. (1024, 1024) @ (1024, 16)) keep
+        # that off mid-size ops a caller waits for, while longer kernels still run behind the caller's Python. With
+        # CPU_SHARES the devices run side by side on their own cores, so only tiny launches (~10 us) run inline:
+        # one caller thread running several devices' kernels would serialize them.
+        self.inline_work_limit = 1 << 26 if shares == 1 else 1 << 16
+        # the queue's thread runs core 0 of a multi-core launch: pinned off the pool workers' cores (CPU_PIN)
+        self.engine = ThreadQueueEngine(name, affinity=self.core_pool.launcher_affinity())
+        super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
         self.renderers = cpu_renderer_classes()
         self._loaders: dict[int, HostKernelLoader] = {}  # by the ELF type they load
 
