@@ -521,3 +521,32 @@ def test_dunder_helpers() -> None:
     x = Tensor([1.0, 2.0])
     assert hash(x) == hash(x) and len({x, x}) == 1  # hashable by identity even though == builds a tensor
     assert abs(Tensor([-2])).tolist() == [2] and (+x) is x
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_add_and_mul_of_two_tensors_alike_match_numpy_and_carry_gradients(device: str) -> None:
+    # two tensors of one class, dtype, shape and device take the short path (no promotion, no broadcast): the same
+    # values, dtypes, result class and gradients as the general path (numpy and the product rule are the oracles)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    x, y = Tensor(a, device=device, requires_grad=True), Tensor(b, device=device)
+    total, product = x + y, x * y
+    np.testing.assert_allclose(total.numpy(), a + b, rtol=1e-6)
+    np.testing.assert_allclose(product.numpy(), a * b, rtol=1e-6)
+    assert total.requires_grad and product.requires_grad and total.dtype == dtypes.float32
+    (product.sum() + total.sum()).backward()
+    assert x.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), b + 1, rtol=1e-6)
+    ints = np.array([2**31 - 1, -7, 3], dtype=np.int32)
+    wrapped = Tensor(ints, device=device) + Tensor(ints, device=device)
+    assert wrapped.dtype == dtypes.int32
+    np.testing.assert_array_equal(wrapped.numpy(), ints + ints)  # int32 wraps like numpy
+    flags = np.array([True, False, False]), np.array([True, True, False])
+    either = Tensor(flags[0], device=device) + Tensor(flags[1], device=device)
+    assert either.dtype == dtypes.bool
+    np.testing.assert_array_equal(either.numpy(), flags[0] | flags[1])
+    # one dtype apart or one shape apart: the general path promotes and broadcasts
+    mixed = Tensor(a, device=device) * Tensor(b.astype(np.float16), device=device)
+    assert mixed.dtype == dtypes.float32
+    np.testing.assert_allclose(mixed.numpy(), a * b.astype(np.float16).astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose((Tensor(a, device=device) + Tensor(b[:1], device=device)).numpy(), a + b[:1], rtol=1e-6)

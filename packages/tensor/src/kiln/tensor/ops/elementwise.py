@@ -121,6 +121,15 @@ class ElementwiseMixin(UnaryMixin):
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:  # `_operands`'s result, no Tensor
             left, constant = self._scalar_operand_nodes(other, what)
             return left._result(graph.binary_alu(op, *((constant, left.uop) if reverse else (left.uop, constant))))
+        if type(other) is type(self):  # two tensors of one dtype, shape and device: nothing to promote or broadcast
+            assert isinstance(other, TensorCore)
+            mine, theirs = self.uop, other.uop
+            if (
+                mine.dtype is theirs.dtype
+                and graph.shape_of(mine) == graph.shape_of(theirs)
+                and graph.device_of(mine) == graph.device_of(theirs)
+            ):
+                return self._result(graph.binary_alu(op, *((theirs, mine) if reverse else (mine, theirs))), other)
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 
