@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kiln.runtime import Device
+from kiln.tensor.ops._checks import ShapeError
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
@@ -550,3 +551,26 @@ def test_add_and_mul_of_two_tensors_alike_match_numpy_and_carry_gradients(device
     assert mixed.dtype == dtypes.float32
     np.testing.assert_allclose(mixed.numpy(), a * b.astype(np.float16).astype(np.float32), rtol=1e-6)
     np.testing.assert_allclose((Tensor(a, device=device) + Tensor(b[:1], device=device)).numpy(), a + b[:1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_broadcast_operands_of_one_dtype_carry_gradients_and_refuse_bad_shapes(device: str) -> None:
+    # a (3, 4) tensor with a (4,) bias and a (3, 1) column: each broadcast operand's gradient sums over the
+    # broadcast dims (numpy is the oracle); shapes that do not broadcast raise ShapeError naming the op
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    bias, column = rng.standard_normal(4).astype(np.float32), rng.standard_normal((3, 1)).astype(np.float32)
+    x = Tensor(a, device=device)
+    b = Tensor(bias, device=device, requires_grad=True)
+    c = Tensor(column, device=device, requires_grad=True)
+    out = (x + b) * c - c / b
+    expected = (a + bias) * column - column / bias
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5)
+    out.sum().backward()
+    assert b.grad is not None and c.grad is not None
+    np.testing.assert_allclose(b.grad.numpy(), (column + column / bias**2).sum(0), rtol=1e-4)
+    np.testing.assert_allclose(c.grad.numpy(), ((a + bias) - 1 / bias).sum(1, keepdims=True), rtol=1e-4)
+    with pytest.raises(ShapeError, match=r"^add: .*\(3, 4\).*\(3,\)"):
+        x + Tensor(np.zeros(3, np.float32), device=device)
+    with pytest.raises(ShapeError, match=r"^sub: "):
+        x - Tensor(np.zeros((2, 4), np.float32), device=device)

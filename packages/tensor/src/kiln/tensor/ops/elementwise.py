@@ -44,6 +44,12 @@ def _check_divisor(dtype: DType, other: object, reverse: bool, what: str) -> Non
         raise IntegerDivisionByZero(f"{what}: integer division by zero (divisor {other!r}, dtype {dtype!r})")
 
 
+def _broadcast_node(uop: UOp, shape: tuple[int, ...], target: tuple[int, ...]) -> UOp:
+    # graph node `uop` of `shape` broadcast to `target` (numpy rules, known to hold): leading 1s, then an expand
+    missing = len(target) - len(shape)
+    return graph.expand(graph.reshape(uop, (1,) * missing + shape) if missing else uop, target)
+
+
 class ElementwiseMixin(UnaryMixin):
     """Binary and ternary elementwise Tensor methods and operators."""
 
@@ -75,6 +81,10 @@ class ElementwiseMixin(UnaryMixin):
         """
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
             return self._scalar_operands(other, what, reverse, dtype)
+        if type(other) is type(self):
+            alike = self._alike_operands(other, what, dtype)
+            if alike is not None:
+                return (alike[1], alike[0]) if reverse else alike
         if isinstance(other, np.ndarray):
             other = type(self)(other, device=self.device)
         target = result_type(self, other) if dtype is None else dtype
@@ -86,6 +96,25 @@ class ElementwiseMixin(UnaryMixin):
         left = self._cast(target)._broadcast_to(shape)
         right = self._operand(other, target, shape, what)
         return (right, left) if reverse else (left, right)
+
+    def _alike_operands(self, other: Self, what: str, dtype: DType | None) -> tuple[Self, Self] | None:
+        """`_operands` of two tensors of one class, dtype and device (and `dtype`, if given, theirs): nothing to
+        promote, and a broadcast operand gets one graph node per view and one Tensor; None for any other pair."""
+        mine, theirs = self.uop, other.uop
+        if mine.dtype is not theirs.dtype or (dtype is not None and dtype is not mine.dtype):
+            return None
+        if graph.device_of(mine) != graph.device_of(theirs):
+            return None
+        my_shape, their_shape = graph.shape_of(mine), graph.shape_of(theirs)
+        if my_shape == their_shape:
+            return self, other
+        try:
+            shape = broadcast_shapes(my_shape, their_shape)
+        except ValueError as error:
+            raise ShapeError(f"{what}: {error}") from None
+        left = self if my_shape == shape else self._result(_broadcast_node(mine, my_shape, shape))
+        right = other if their_shape == shape else other._result(_broadcast_node(theirs, their_shape, shape))
+        return left, right
 
     def _scalar_operands(self, number: ConstType, what: str, reverse: bool, dtype: DType | None) -> tuple[Self, Self]:
         left, constant = self._scalar_operand_nodes(number, what, dtype)  # for a plain Python bool / int / float
@@ -121,15 +150,6 @@ class ElementwiseMixin(UnaryMixin):
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:  # `_operands`'s result, no Tensor
             left, constant = self._scalar_operand_nodes(other, what)
             return left._result(graph.binary_alu(op, *((constant, left.uop) if reverse else (left.uop, constant))))
-        if type(other) is type(self):  # two tensors of one dtype, shape and device: nothing to promote or broadcast
-            assert isinstance(other, TensorCore)
-            mine, theirs = self.uop, other.uop
-            if (
-                mine.dtype is theirs.dtype
-                and graph.shape_of(mine) == graph.shape_of(theirs)
-                and graph.device_of(mine) == graph.device_of(theirs)
-            ):
-                return self._result(graph.binary_alu(op, *((theirs, mine) if reverse else (mine, theirs))), other)
         left, right = self._operands(other, what, reverse)
         return left._binary(op, right)
 
