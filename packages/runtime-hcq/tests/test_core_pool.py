@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections import Counter
@@ -105,12 +106,12 @@ def test_the_launching_thread_runs_the_cores_a_busy_worker_has_not_claimed() -> 
 @pytest.mark.parametrize("pin", [True, False])
 def test_workers_are_pinned_one_core_each_unless_cpu_pin_is_off(pin: bool) -> None:
     available = sorted(os.sched_getaffinity(0))
-    pool = CorePool("test", workers=3)
     with Context(CPU_PIN=int(pin)):
-        pool.run(lambda core: None, 4)  # starts the workers
+        pool = CorePool("test", workers=3)  # the knob is read when the pool is made
+    pool.run(lambda core: None, 4)  # starts the workers
     affinities = [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads]
     if pin:
-        assert affinities == [{available[k % len(available)]} for k in (1, 2, 3)]
+        assert affinities == [{available[k % len(available)]} for k in (0, 1, 2)]
     else:
         assert affinities == [set(available)] * 3
     pool.close()
@@ -121,12 +122,43 @@ def test_a_pool_on_given_cores_pins_its_workers_inside_them() -> None:
     available = sorted(os.sched_getaffinity(0))
     cores = tuple(available[-1:] * 3)  # one real core named three times: three pinned workers share it
     pool = CorePool("test", cores=cores)
-    assert pool.workers == 2
+    assert pool.workers == 3  # pinned: one per core, so every core but the launching thread's has a worker
     pool.run(lambda core: None, 3)
-    assert [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads] == [{available[-1]}] * 2
+    assert [os.sched_getaffinity(thread.native_id or 0) for thread in pool._threads] == [{available[-1]}] * 3
     pool.close()
     with Context(CPU_PIN=0):
         unpinned = CorePool("test", cores=available)
+        assert unpinned.workers == len(available) - 1  # the launching thread works too
         unpinned.run(lambda core: None, 2)
         assert all(os.sched_getaffinity(t.native_id or 0) == set(available) for t in unpinned._threads)
         unpinned.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread affinity is Linux-only")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_launch_wakes_the_worker_of_another_core_than_the_launching_threads() -> None:
+    # the launching thread runs on core A: the worker it wakes must be pinned elsewhere, or the two halves of the
+    # launch would share core A (both must be inside `work` at once to pass the barrier, then report their cores)
+    available = sorted(os.sched_getaffinity(0))
+    libc = ctypes.CDLL(None)
+    pool = CorePool("test")
+    meeting = threading.Barrier(2, timeout=10)
+    seen: dict[int, int] = {}
+
+    def work(core: int) -> None:
+        meeting.wait()
+        seen[core] = libc.sched_getcpu()
+
+    def launch_from(core: int) -> None:
+        os.sched_setaffinity(0, {core})
+        pool.run(work, 2)
+
+    for launcher_core in available[:2]:
+        seen.clear()
+        meeting.reset()
+        thread = threading.Thread(target=launch_from, args=(launcher_core,))
+        thread.start()
+        thread.join(10)
+        assert sorted(seen) == [0, 1] and len(set(seen.values())) == 2, seen
+        assert launcher_core in seen.values()
+    pool.close()

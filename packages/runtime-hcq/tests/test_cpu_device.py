@@ -3,7 +3,6 @@ compiler (chosen by ELF type), and loading problems raise clear errors."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -276,17 +275,3 @@ def test_inline_launches_wait_for_queued_big_kernels() -> None:
     Device["CPU"].synchronize()
     for out in results:
         np.testing.assert_array_equal(out.numpy(), values[-16:] + np.float32(2))
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread affinity is Linux-only")
-def test_the_queue_thread_is_pinned_off_the_core_pool_workers_cores() -> None:
-    available = sorted(os.sched_getaffinity(0))
-    device = CPUDevice("CPU:5")  # its own queue and pool (threads start on first use)
-    assert device.engine.affinity == (available[0],)
-    device.core_pool.run(lambda core: None, len(available))  # starts the workers
-    workers = [os.sched_getaffinity(thread.native_id or 0) for thread in device.core_pool._threads]
-    if len(available) > 1:
-        assert all(available[0] not in cores and len(cores) == 1 for cores in workers)
-    device.core_pool.close()
-    with Context(CPU_PIN=0):
-        assert CPUDevice("CPU:6").engine.affinity is None

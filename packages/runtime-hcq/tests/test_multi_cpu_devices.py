@@ -92,7 +92,7 @@ def test_cpu_shares_gives_each_device_its_part(monkeypatch: pytest.MonkeyPatch) 
     available = sorted(os.sched_getaffinity(0))
     device = CPUDevice("CPU:1")
     assert device.cores == core_share(1, 2, available)
-    assert device.core_pool.workers == len(device.cores) - 1
+    assert device.core_pool.workers == len(device.cores)  # pinned (CPU_PIN): one worker per core of its part
     monkeypatch.setenv("CPU_SHARES", "0")
     with pytest.raises(ValueError, match="CPU_SHARES must be at least 1, got 0"):
         CPUDevice("CPU:3")

@@ -14,11 +14,13 @@ threads already running take its cores.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from kiln.runtime.knobs import cpu_pin
 
@@ -74,6 +76,20 @@ class _Batch:
                 self.done.set()
 
 
+def _cpu_reader() -> Callable[[], int] | None:
+    # glibc's sched_getcpu (the core the calling thread runs on, from the vDSO: no system call); None elsewhere
+    try:
+        function = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = []
+    return cast(Callable[[], int], function)
+
+
+_current_cpu = _cpu_reader()
+
+
 class CorePool:
     """Threads that call `function(core)` for every core of a launch; the launching thread takes part.
 
@@ -82,59 +98,70 @@ class CorePool:
 
     Args:
         name: used for the thread names.
-        workers: worker threads (default: the core count minus one, since the caller works too); started on first use.
+        workers: worker threads, started on first use (default: one per core, so that wherever the launching
+            thread runs, every other core has a worker; the core count minus one when CPU_PIN is off).
         cores: the host cores of this pool (None: the cores the creating thread may run on).
-            With the knob CPU_PIN on (the default), worker `k` (1, 2, ...) is pinned to core `cores[k mod n]`, so
-            each worker wakes on its own core; the launching thread is left where the OS puts it.
+            With the knob CPU_PIN on (the default), worker `k` (0, 1, ...) is pinned to core `cores[k mod n]`, and a
+            launch wakes the workers of the cores other than the launching thread's own first. The launching thread
+            is never pinned.
     """
 
     def __init__(self, name: str, workers: int | None = None, cores: Sequence[int] | None = None) -> None:
         self.name = name
         self.cores = None if cores is None else tuple(cores)
-        if workers is None:
-            workers = max(1, (os.cpu_count() or 2) - 1) if self.cores is None else len(self.cores) - 1
-        self.workers = workers
-        if self.workers < 0:
-            raise ValueError(f"a core pool needs a non-negative number of workers, got {self.workers}")
-        # the cores to pin to, read here: the thread that starts the workers may itself be pinned to one core
+        # the cores to pin to, read here: the thread that starts the workers may itself be pinned
         self._pin_cores = self.cores
         if self._pin_cores is None and hasattr(os, "sched_getaffinity"):
             self._pin_cores = tuple(sorted(os.sched_getaffinity(0)))
-        self._tasks: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._pinned = bool(
+            cpu_pin() and self._pin_cores and hasattr(os, "sched_setaffinity") and _current_cpu is not None
+        )
+        if workers is None:
+            count = len(self.cores) if self.cores is not None else os.cpu_count() or 2
+            workers = count if self._pinned else max(1, count - 1) if self.cores is None else count - 1
+        self.workers = workers
+        if self.workers < 0:
+            raise ValueError(f"a core pool needs a non-negative number of workers, got {self.workers}")
         self._threads: list[threading.Thread] = []
+        self._queues: list[queue.SimpleQueue[_Batch | None]] = []
+        self._worker_cores: list[int | None] = []
+        # the workers' queues in the order a launch from a given core wakes them (other cores' workers first)
+        self._wake_order: dict[int, list[queue.SimpleQueue[_Batch | None]]] = {}
         self._start_lock = threading.Lock()
-
-    def launcher_affinity(self) -> tuple[int, ...] | None:
-        """The cores a thread that launches on this pool should be pinned to, to stay off the workers' cores: the
-        first core (which no worker takes while the pool has a core per worker and one more) when CPU_PIN is on and
-        the platform pins threads; None otherwise."""
-        if not (cpu_pin() and hasattr(os, "sched_setaffinity")):
-            return None
-        return (self._pin_cores or ())[:1] or None
 
     def _start(self) -> None:
         with self._start_lock:
-            pin = cpu_pin() and hasattr(os, "sched_setaffinity")
             cores = self._pin_cores
             while len(self._threads) < self.workers:
-                number = len(self._threads) + 1
-                affinity = None
-                if cores:
-                    affinity = (cores[number % len(cores)],) if pin else self.cores
+                number = len(self._threads)
+                core = cores[number % len(cores)] if self._pinned and cores else None
+                affinity = (core,) if core is not None else self.cores
+                tasks: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
                 thread = threading.Thread(
-                    target=self._work, args=(affinity,), name=f"kiln-{self.name}-core{number}", daemon=True
+                    target=self._work, args=(tasks, affinity), name=f"kiln-{self.name}-core{number}", daemon=True
                 )
                 thread.start()
+                self._queues.append(tasks)
+                self._worker_cores.append(core)
                 self._threads.append(thread)
+            self._wake_order.clear()
 
-    def _work(self, affinity: tuple[int, ...] | None) -> None:
+    @staticmethod
+    def _work(tasks: queue.SimpleQueue[_Batch | None], affinity: tuple[int, ...] | None) -> None:
         if affinity is not None:
             # 0: this thread (Linux sets affinity per thread). A core this process may no longer use leaves the
             # worker unpinned; the launch still completes.
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, affinity)
-        while (batch := self._tasks.get()) is not None:
+        while (batch := tasks.get()) is not None:
             batch.work()
+
+    def _queues_for(self, here: int) -> list[queue.SimpleQueue[_Batch | None]]:
+        order = self._wake_order.get(here)
+        if order is None:
+            ranked = sorted(range(len(self._queues)), key=lambda k: self._worker_cores[k] == here)  # stable
+            order = self._wake_order[here] = [self._queues[k] for k in ranked]
+        return order
 
     def run(self, function: Callable[[int], None], count: int) -> None:
         """Calls `function(core)` for core in 0..count-1 in parallel; returns when all are done, re-raising an error."""
@@ -145,8 +172,11 @@ class CorePool:
         if len(self._threads) < self.workers:
             self._start()
         batch = _Batch(function, count)
-        for _ in range(min(count - 1, self.workers)):
-            self._tasks.put(batch)
+        # pinned workers: wake those on the other cores first, or a worker would wait for the core this thread is
+        # about to keep busy (unpinned, Linux woke the worker on the launching thread's core again and again)
+        here = _current_cpu() if self._pinned and _current_cpu is not None else -1
+        for tasks in self._queues_for(here)[: count - 1]:
+            tasks.put(batch)
         batch.work()
         batch.done.wait()
         if batch.error is not None:
@@ -154,8 +184,11 @@ class CorePool:
 
     def close(self) -> None:
         """Stops the workers (after the tasks already queued)."""
-        for _ in self._threads:
-            self._tasks.put(None)
+        for tasks in self._queues:
+            tasks.put(None)
         for thread in self._threads:
             thread.join()
         self._threads.clear()
+        self._queues.clear()
+        self._worker_cores.clear()
+        self._wake_order.clear()

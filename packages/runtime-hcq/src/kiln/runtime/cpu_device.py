@@ -87,8 +87,7 @@ class CPUDevice(HCQCompiled):
         # CPU_SHARES the devices run side by side on their own cores, so only tiny launches (~10 us) run inline:
         # one caller thread running several devices' kernels would serialize them.
         self.inline_work_limit = 1 << 26 if shares == 1 else 1 << 16
-        # the queue's thread runs core 0 of a multi-core launch: pinned off the pool workers' cores (CPU_PIN)
-        self.engine = ThreadQueueEngine(name, affinity=self.core_pool.launcher_affinity())
+        self.engine = ThreadQueueEngine(name)
         super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
         self.renderers = cpu_renderer_classes()
         self._loaders: dict[int, HostKernelLoader] = {}  # by the ELF type they load

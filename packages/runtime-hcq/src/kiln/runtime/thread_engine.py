@@ -7,9 +7,7 @@ written against the HCQ abstractions behaves the same on them.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -64,14 +62,10 @@ class ThreadQueueEngine:
 
     Args:
         name: used for the thread and in error messages.
-        affinity: host cores the worker thread is pinned to (None: not pinned). The CPU device pins its queue's
-            thread to a core none of its core-pool workers has, so a multi-core launch never wakes a worker onto
-            the core the queue's thread is running on.
     """
 
-    def __init__(self, name: str, affinity: Sequence[int] | None = None) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.affinity = None if affinity is None else tuple(affinity)
         self.error: BaseException | None = None
         self._pending: queue.SimpleQueue[list[HCQCommand] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -203,9 +197,6 @@ class ThreadQueueEngine:
             raise EngineClosed(f"engine {self.name!r} was closed while waiting on a signal")
 
     def _work(self) -> None:
-        if self.affinity is not None:
-            with contextlib.suppress(OSError):  # a core this process may no longer use: the thread runs unpinned
-                os.sched_setaffinity(0, self.affinity)  # 0: this thread
         while (commands := self._pending.get()) is not None:
             with self._run_lock:
                 self._run_list(commands)
