@@ -165,3 +165,21 @@ def test_deep_graph_shape_is_iterative() -> None:
     for _ in range(5000):
         node = UOp(Ops.NEG, node.dtype, (node,))
     assert shape_of(node) == (4,) and device_of(node) == "PYTHON"
+
+
+def test_movement_builders_cache_the_shape_and_device_inference_would_give() -> None:
+    # each builder stores its node's shape and device when it builds it; the oracle is the inference that runs for
+    # nodes built without them (graph._infer_shape, and a device is its first source's)
+    base = graph.reshape(graph.buffer_uop("PYTHON", 24, dtypes.float32), (2, 3, 4))
+    nodes = [
+        graph.reshape(base, (6, 4)),
+        graph.permute(base, (2, 0, 1)),
+        graph.expand(graph.reshape(base, (2, 1, 3, 4)), (2, 5, 3, 4)),
+        graph.pad(base, ((1, 0), (0, 2), (3, 1))),
+        graph.shrink(base, ((0, 1), (1, 3), (0, 4))),
+        graph.flip(base, (True, False, True)),
+    ]
+    for node in nodes:
+        assert graph.SHAPE.get(node) == graph._infer_shape(node), node.op
+        assert graph.DEVICE.get(node) in (None, "PYTHON") and device_of(node) == "PYTHON"
+    assert [shape_of(node) for node in nodes] == [(6, 4), (4, 2, 3), (2, 5, 3, 4), (3, 5, 8), (1, 2, 4), (2, 3, 4)]

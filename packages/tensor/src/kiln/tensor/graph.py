@@ -330,7 +330,7 @@ def reshape(x: UOp, shape: Sequence[int]) -> UOp:
         raise ValueError(f"cannot reshape {old} ({math.prod(old)} elements) to {new} ({math.prod(new)} elements)")
     if new == old:
         return x
-    return UOp(Ops.RESHAPE, x.dtype, (x,), new)
+    return _moved(UOp(Ops.RESHAPE, x.dtype, (x,), new), x, new)
 
 
 def permute(x: UOp, order: Sequence[int]) -> UOp:
@@ -341,7 +341,7 @@ def permute(x: UOp, order: Sequence[int]) -> UOp:
         raise ValueError(f"permute order {order} is not a permutation of range({len(shape)}) for shape {shape}")
     if order == tuple(range(len(shape))):
         return x
-    return UOp(Ops.PERMUTE, x.dtype, (x,), order)
+    return _moved(UOp(Ops.PERMUTE, x.dtype, (x,), order), x, tuple(shape[axis] for axis in order))
 
 
 def expand(x: UOp, shape: Sequence[int]) -> UOp:
@@ -352,7 +352,7 @@ def expand(x: UOp, shape: Sequence[int]) -> UOp:
         raise ValueError(f"cannot expand {old} to {new}: only size-1 dims can grow and the rank must match")
     if new == old:
         return x
-    return UOp(Ops.EXPAND, x.dtype, (x,), new)
+    return _moved(UOp(Ops.EXPAND, x.dtype, (x,), new), x, new)
 
 
 def _check_pairs(x: UOp, pairs: Sequence[tuple[int, int]], what: str) -> tuple[tuple[int, int], ...]:
@@ -373,7 +373,8 @@ def pad(x: UOp, padding: Sequence[tuple[int, int]]) -> UOp:
         raise ValueError(f"pad amounts must be >= 0 (use shrink to cut), got {pairs}")
     if all(before == 0 and after == 0 for before, after in pairs):
         return x
-    return UOp(Ops.PAD, x.dtype, (x,), pairs)
+    shape = tuple(size + before + after for size, (before, after) in zip(shape_of(x), pairs))
+    return _moved(UOp(Ops.PAD, x.dtype, (x,), pairs), x, shape)
 
 
 def shrink(x: UOp, bounds: Sequence[tuple[int, int]]) -> UOp:
@@ -384,7 +385,7 @@ def shrink(x: UOp, bounds: Sequence[tuple[int, int]]) -> UOp:
         raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {shape}")
     if all(start == 0 and end == size for (start, end), size in zip(pairs, shape)):
         return x
-    return UOp(Ops.SHRINK, x.dtype, (x,), pairs)
+    return _moved(UOp(Ops.SHRINK, x.dtype, (x,), pairs), x, tuple(end - start for start, end in pairs))
 
 
 def flip(x: UOp, axes: Sequence[bool]) -> UOp:
@@ -395,7 +396,15 @@ def flip(x: UOp, axes: Sequence[bool]) -> UOp:
         raise ValueError(f"flip needs one bool per dim of shape {shape}, got {flags!r}")
     if not any(flags):
         return x
-    return UOp(Ops.FLIP, x.dtype, (x,), flags)
+    return _moved(UOp(Ops.FLIP, x.dtype, (x,), flags), x, shape)
+
+
+def _moved(node: UOp, source: UOp, shape: Shape) -> UOp:
+    # a movement node's shape is known where it is built, and its device is its source's: cached now, so a node
+    # built on it later infers nothing (without this, the first shape asked of an op over it walked the graph)
+    SHAPE.setdefault(node, shape)
+    DEVICE.copy_missing(source, node)
+    return node
 
 
 def movement(op: Ops, x: UOp, arg: object) -> UOp:
