@@ -89,6 +89,7 @@ def test_pinned_core_pool_workers_run_on_their_cores() -> None:
 
 def test_cpu_shares_gives_each_device_its_part(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CPU_SHARES", "2")
+    monkeypatch.setenv("CPU_PIN", "1")
     available = sorted(os.sched_getaffinity(0))
     device = CPUDevice("CPU:1")
     assert device.cores == core_share(1, 2, available)
