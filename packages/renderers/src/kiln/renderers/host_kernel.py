@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -66,14 +66,16 @@ class HostKernel:
         self.parameters = tuple(parameters)
         self.keepalive = keepalive
         prototype = ctypes.CFUNCTYPE(None, *(p.ctype for p in self.parameters))
-        self._function = prototype(address)
+        # the ctypes call itself, without `__call__`'s argument count check: for a caller that checked `parameters`
+        # once (the CPU runtime does when it loads the kernel) and calls it on every launch
+        self.function: Callable[..., None] = prototype(address)
 
     def __call__(self, *arguments: int) -> None:
         """Run the kernel: buffer addresses, variable values, core id (see `kernel_parameters`)."""
         if len(arguments) != len(self.parameters):
             names = [f"{p.kind} {p.name}" for p in self.parameters]
             raise TypeError(f"the kernel takes {len(self.parameters)} arguments ({names}), got {len(arguments)}")
-        self._function(*arguments)
+        self.function(*arguments)
 
     def __repr__(self) -> str:
         return f"<HostKernel at {self.address:#x} ({', '.join(p.name for p in self.parameters)})>"

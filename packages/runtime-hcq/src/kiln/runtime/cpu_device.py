@@ -66,7 +66,9 @@ class CPUProgramRunner(HCQProgramRunner):
         self.takes_core_id = program.uses_core_id
         check_parameters(program.name, host_kernel.parameters, self.slots, self.variables, self.takes_core_id)
         self.host_kernel = host_kernel
-        self.kernel = NativeKernel(host_kernel, self.takes_core_id, device.core_pool)
+        # the parameters were checked just above: launches call the loaded function itself when the loader offers
+        # it (`HostKernel.function`), without the per-call argument count check
+        self.kernel = NativeKernel(getattr(host_kernel, "function", host_kernel), self.takes_core_id, device.core_pool)
 
 
 class CPUDevice(HCQCompiled):

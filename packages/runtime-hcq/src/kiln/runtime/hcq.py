@@ -210,7 +210,7 @@ class HCQCompiled(DeviceBase):
         timeline = self.timeline_signal
         with self._submit_lock:
             value = self.timeline_value
-            if timeline.value >= value - 1 and run_call_inline(
+            if timeline._memory[0] >= value - 1 and run_call_inline(  # `timeline.value`, without the property
                 program, args, global_size, local_size, name, timeline, value
             ):
                 self.timeline_value = value + 1

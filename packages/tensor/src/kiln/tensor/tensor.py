@@ -227,7 +227,10 @@ class Tensor(
                 cls = type(other)
         # a float result needs gradients when any input does (unless gradient recording is off); like PyTorch,
         # integer and bool results (comparisons, argmax) never do
-        wants_grad = self.requires_grad is True or (others and any(o.requires_grad is True for o in others))
+        # the requires_grad property's value, read from the instance dict (this runs for every op built)
+        wants_grad = self.__dict__.get("_requires_grad") is True or (
+            others and any(o.requires_grad is True for o in others)
+        )
         if Tensor._grad_disabled or not wants_grad:
             return cls._from_uop(uop)
         result = cls._from_uop(uop)
@@ -361,7 +364,7 @@ class Tensor(
         # chains for the scheduler
         if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for; rule below
             views = realize_uops([(tensor := tensors[0]).uop])
-            if alias_base(tensor.uop) is None and tensor.requires_grad is not True:
+            if alias_base(tensor.uop) is None and tensor.__dict__.get("_requires_grad") is not True:
                 tensor.uop = views[0]
             return views
         nodes = [tensor.uop for tensor in tensors]
