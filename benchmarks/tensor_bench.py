@@ -16,7 +16,7 @@ same load on a shared machine); its gradients go through `torch.nn.grad` (no for
 - conv2d (32,16,32,32) x (32,16,3,3), padding 1, and its input and weight gradients: GFLOP/s (numpy: im2col +
   tensordot)
 - first-call latency of a never-seen kernel (schedule + codegen + compile + run), in ms; per-op cost of `x = x + 1`
-  realized on a 16-element tensor, in microseconds
+  realized on a 16-element tensor, in microseconds (the median of five runs of 1000 ops after the warm-up)
 - the quickstart's training step (MLP 2-64-64-2 on 400 points, cross-entropy, backward, gradient clipping, SGD with
   momentum) without the JIT, in ms (torch: the same step in eager mode), and the Python time of that step: the
   step without the JIT minus the same step replayed by TinyJit (the kernels are the same, so the difference is
@@ -427,16 +427,23 @@ def bench_first_call(table: Table, device: str) -> None:
 
 def bench_per_op(table: Table, device: str, steps: int) -> None:
     x = Tensor(np.zeros(16, np.float32), device=device)
-    for _ in range(10):
+    done = 0
+    started = time.perf_counter()
+    while done < 10 or time.perf_counter() - started < WARMUP_SECONDS:  # the same warm-up as the other rows
         x = (x + 1).realize()
+        done += 1
     Device[device].synchronize()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        x = (x + 1).realize()
-    Device[device].synchronize()
-    kiln = (time.perf_counter() - start) / steps
-    cpu = (time.process_time() - cpu_start) / steps
-    assert x.numpy()[0] == steps + 10
+    walls, cpus = [], []
+    for _ in range(5):  # the median of five runs of `steps` ops, like the other rows' medians
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            x = (x + 1).realize()
+        Device[device].synchronize()
+        walls.append((time.perf_counter() - start) / steps)
+        cpus.append((time.process_time() - cpu_start) / steps)
+        done += steps
+    kiln, cpu = statistics.median(walls), statistics.median(cpus)
+    assert x.numpy()[0] == done
     values = np.zeros(16, np.float32)
 
     def numpy_steps() -> None:
