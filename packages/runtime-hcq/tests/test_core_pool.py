@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -163,4 +165,45 @@ def test_a_launch_wakes_the_worker_of_another_core_than_the_launching_threads() 
         thread.join(10)
         assert sorted(seen) == [0, 1] and len(set(seen.values())) == 2, seen
         assert launcher_core in seen.values()
+    pool.close()
+
+
+class _Interrupt(BaseException):
+    """Stands for KeyboardInterrupt (a BaseException raised by a signal handler) without stopping pytest."""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs POSIX signals")
+def test_an_interrupted_launch_returns_only_after_the_workers_cores_finish() -> None:
+    # A signal handler raises in the launching (main) thread while a worker still runs a core of the launch: the
+    # interrupt must reach the caller only after that core is done, or the worker would go on writing into buffers
+    # the caller frees and hands out again
+    assert threading.current_thread() is threading.main_thread()
+    pool = CorePool("test", workers=1)
+    worker_started = threading.Event()
+    worker_done = threading.Event()
+
+    def work(core: int) -> None:
+        if threading.current_thread() is threading.main_thread():
+            worker_started.wait(5)  # the launcher's core ends once the worker holds the other one
+        else:
+            worker_started.set()
+            time.sleep(0.3)
+            worker_done.set()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupt()
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(_Interrupt):
+            pool.run(work, 2)
+        assert worker_done.is_set(), "the launch returned while its worker was still running a core"
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    ran: list[int] = []
+    pool.run(ran.append, 3)  # the pool still works
+    assert sorted(ran) == [0, 1, 2]
     pool.close()

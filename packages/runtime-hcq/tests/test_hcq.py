@@ -240,3 +240,54 @@ def test_launch_many_is_one_submission_in_order(host_device: HCQCompiled) -> Non
     assert order == [0, 1, 2, 3, 4, 5]  # after earlier work, before later work, in list order
     host_device.launch_many([])
     assert host_device.timeline_value == before + 2  # an empty list submits nothing
+
+
+class _Interrupt(BaseException):
+    """Stands for KeyboardInterrupt (a BaseException, not an Exception) without stopping pytest."""
+
+
+@pytest.mark.parametrize("path", ["launch_inline", "execute"])
+def test_an_interrupted_inline_launch_leaves_the_device_usable(host_device: HCQCompiled, path: str) -> None:
+    # Ctrl-C in the launching thread is not a device fault: the interrupt reaches the caller, the launch's timeline
+    # value is used up (set), and later launches, inline or queued, run and synchronize as before
+    def interrupted(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+        raise _Interrupt()
+
+    value = host_device.timeline_value
+    with pytest.raises(_Interrupt):
+        if path == "launch_inline":
+            host_device.launch_inline(interrupted, no_args(), (1, 1, 1), (1, 1, 1), "interrupted")
+        else:
+            host_device.execute(interrupted, no_args(), (1,), inline=True)
+    assert host_device.timeline_value == value + 1 and host_device.timeline_signal.value == value
+    host_device.synchronize(timeout=5.0)  # no failure recorded
+    seen: list[tuple[int, int]] = []
+    host_device.execute(thread_observer(host_device, seen), no_args(), (1,), inline=True)
+    host_device.execute(thread_observer(host_device, seen, delay=0.02), no_args(), (1,))
+    host_device.synchronize(timeout=5.0)
+    assert [number for number, _ in seen] == [value, value + 1]
+
+
+def test_an_interrupted_inline_list_skips_its_rest_and_leaves_the_device_usable(host_device: HCQCompiled) -> None:
+    from kiln.runtime import ExecCommand
+
+    order: list[int] = []
+
+    def step(number: int) -> Callable[[HCQArgsState, Launch, Launch], None]:
+        def kernel(args: HCQArgsState, global_size: Launch, local_size: Launch) -> None:
+            if number == 2:
+                raise _Interrupt()
+            order.append(number)
+
+        return kernel
+
+    commands = [ExecCommand(step(n), no_args(), (1, 1, 1), (1, 1, 1), f"k{n}") for n in range(5)]
+    value = host_device.timeline_value
+    with pytest.raises(_Interrupt):
+        host_device.launch_many(commands, inline=True)
+    assert order == [0, 1]  # run in this thread up to the interrupt; the rest abandoned
+    assert host_device.timeline_value == value + 1 and host_device.timeline_signal.value == value
+    host_device.launch_many([ExecCommand(step(7), no_args(), (1, 1, 1), (1, 1, 1), "k7")], inline=True)
+    host_device.execute(step(8), no_args(), (1,))
+    host_device.synchronize(timeout=5.0)
+    assert order == [0, 1, 7, 8]

@@ -19,6 +19,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -50,9 +51,11 @@ class _Batch:
     one at a time until none is left, so a worker that wakes late (its core busy with other work) leaves its share
     to the threads already running instead of holding up the launch. Counts finished cores and keeps the errors.
 
-    Both counters are `itertools.count` objects: next() on one is a single C call, atomic under the GIL, so no lock
-    is taken per core; `done` is a lock held from the start and released by whoever finishes the last core (cheaper
-    to make and to wait on than an Event)."""
+    The claim and finish counters are `itertools.count` objects: next() on one is a single C call, atomic under the
+    GIL, so no lock is taken per core. `done` is a lock held from the start and released by whoever finishes the
+    last core (cheaper to make and to wait on than an Event). Workers also count themselves in and out (`inside`),
+    which only `abandon` reads.
+    """
 
     def __init__(self, function: Callable[[int], None], count: int) -> None:
         self.function = function
@@ -62,6 +65,8 @@ class _Batch:
         self.errors: list[BaseException] = []  # list.append is atomic under the GIL
         self.done = threading.Lock()
         self.done.acquire()
+        self._inside_lock = threading.Lock()
+        self.inside = 0
 
     def work(self) -> None:
         """Runs unclaimed cores until every core is claimed."""
@@ -74,11 +79,32 @@ class _Batch:
             if next(self._finished) == count:
                 self.done.release()
 
-    def wait(self) -> None:
-        """Returns when every core has finished; re-raises the first error."""
-        self.done.acquire()
-        if self.errors:
-            raise self.errors[0]
+    def work_as_worker(self) -> None:
+        """`work`, counted in `inside` from before the first claim to after the last core (workers only: a signal
+        never interrupts them)."""
+        with self._inside_lock:
+            self.inside += 1
+        self.work()
+        with self._inside_lock:
+            self.inside -= 1
+
+    def abandon(self) -> None:
+        """What the launching thread does when an exception not of the launch (KeyboardInterrupt from a signal
+        handler, which only the main thread gets) leaves its `work` or its wait: claims every core no thread has
+        started, then waits, interrupts or not, until no worker is inside the batch. Leaving earlier would let a
+        worker write into buffers the caller frees and hands out again. (The finished count is not used: the
+        interrupt may have come between this thread's claim of a core and its count.) A worker that enters after
+        the claims are drained finds nothing to run; one that claimed a core before counted itself in first."""
+        while next(self._claims) < self.count:
+            pass
+        while True:
+            try:
+                with self._inside_lock:
+                    if self.inside == 0:
+                        return
+                time.sleep(0.0002)
+            except KeyboardInterrupt:  # another Ctrl-C while the running cores finish: still wait for them
+                continue
 
 
 def _cpu_reader() -> Callable[[], int] | None:
@@ -159,7 +185,7 @@ class CorePool:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, affinity)
         while (batch := tasks.get()) is not None:
-            batch.work()
+            batch.work_as_worker()
 
     def _queues_for(self, here: int) -> list[queue.SimpleQueue[_Batch | None]]:
         order = self._wake_order.get(here)
@@ -176,14 +202,20 @@ class CorePool:
             return
         if len(self._threads) < self.workers:
             self._start()
-        batch = _Batch(function, count)
         # pinned workers: wake those on the other cores first, or a worker would wait for the core this thread is
         # about to keep busy (unpinned, Linux woke the worker on the launching thread's core again and again)
         here = _current_cpu() if self._pinned and _current_cpu is not None else -1
-        for tasks in self._queues_for(here)[: count - 1]:
-            tasks.put(batch)
-        batch.work()
-        batch.wait()
+        batch = _Batch(function, count)
+        try:
+            for tasks in self._queues_for(here)[: count - 1]:
+                tasks.put(batch)
+            batch.work()
+            batch.done.acquire()
+        except BaseException:  # raised in this thread by a signal handler, not by a core (those are kept)
+            batch.abandon()
+            raise
+        if batch.errors:
+            raise batch.errors[0]
 
     def close(self) -> None:
         """Stops the workers (after the tasks already queued)."""

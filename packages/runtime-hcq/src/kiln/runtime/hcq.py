@@ -118,7 +118,12 @@ class HCQCompiled(DeviceBase):
             inline_now = run_inline is not None and timeline.value >= value - 1
             if inline_now and record is None:  # the common case (an untimed launch), without building a list
                 assert run_inline is not None
-                if run_inline((*body, SignalCommand(timeline, value))):
+                try:
+                    ran = run_inline((*body, SignalCommand(timeline, value)))
+                except BaseException:  # an interrupted list set its value (see run_inline): it is used up
+                    self.timeline_value = value + 1
+                    raise
+                if ran:
                     self.timeline_value = value + 1
                     return None
                 inline_now = False
@@ -138,7 +143,14 @@ class HCQCompiled(DeviceBase):
             if pending is not None:
                 commands.append(TimestampCommand(pending.end))
             commands.append(SignalCommand(timeline, value))
-            if not (inline_now and run_inline is not None and run_inline(commands)):
+            ran = False
+            if inline_now and run_inline is not None:
+                try:
+                    ran = run_inline(commands)
+                except BaseException:  # an interrupted inline list set its value (see run_inline): it is used up
+                    self.timeline_value = value + 1
+                    raise
+            if not ran:
                 engine.submit_commands([WaitCommand(timeline, value - 1), _BARRIER, *commands])
             self.timeline_value = value + 1
             if pending is not None and profiling_enabled():
@@ -210,9 +222,14 @@ class HCQCompiled(DeviceBase):
         timeline = self.timeline_signal
         with self._submit_lock:
             value = self.timeline_value
-            if timeline._memory[0] >= value - 1 and run_call_inline(  # `timeline.value`, without the property
-                program, args, global_size, local_size, name, timeline, value
-            ):
+            try:
+                ran = timeline._memory[0] >= value - 1 and run_call_inline(  # `timeline.value`, without the property
+                    program, args, global_size, local_size, name, timeline, value
+                )
+            except BaseException:  # an interrupted launch set its value (see run_call_inline): it is used up
+                self.timeline_value = value + 1
+                raise
+            if ran:
                 self.timeline_value = value + 1
                 return True
         return False

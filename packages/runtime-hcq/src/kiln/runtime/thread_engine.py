@@ -105,7 +105,10 @@ class ThreadQueueEngine:
         run nothing, otherwise (submit the list instead).
 
         A failing command is handled as on the worker (kept in `error`, the list's signals failed): the caller
-        sees it when it waits on a signal or submits again, not as an exception from this call.
+        sees it when it waits on a signal or submits again, not as an exception from this call. An interrupt of the
+        calling thread (KeyboardInterrupt, SystemExit: not an `Exception`) is not a failure of the engine: the rest
+        of the list is skipped, its signals are set (the list counts as done, so later work is not held up) and
+        the interrupt goes on to the caller; the engine stays usable.
         """
         if self._closed or self.error is not None:
             return False  # let submit_commands raise its usual error
@@ -121,7 +124,8 @@ class ThreadQueueEngine:
             with self._run_lock:
                 # the waits are satisfied (checked above, and signals never go back): running them is a no-op
                 self._run_list(
-                    [command for command in commands if type(command) is not WaitCommand] if waits else commands
+                    [command for command in commands if type(command) is not WaitCommand] if waits else commands,
+                    inline=True,
                 )
         finally:
             self._finish_one()
@@ -159,9 +163,12 @@ class ThreadQueueEngine:
                         raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {name}")
                     program(args, global_size, local_size)
                     signal.set(value)
-                except BaseException as error:  # kept like a queued failure: seen at the next wait or submit
+                except Exception as error:  # kept like a queued failure: seen at the next wait or submit
                     self.error = error
                     signal.fail(error)
+                except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
+                    signal.set(value)
+                    raise
         finally:
             self._finish_one()
         return True
@@ -202,7 +209,7 @@ class ThreadQueueEngine:
                 self._run_list(commands)
             self._finish_one()
 
-    def _run_list(self, commands: Sequence[HCQCommand]) -> None:
+    def _run_list(self, commands: Sequence[HCQCommand], inline: bool = False) -> None:
         if self.error is not None:
             self._fail_signals(commands, self.error)
             return
@@ -210,6 +217,13 @@ class ThreadQueueEngine:
             try:
                 self._execute(command)
             except BaseException as error:  # a failing command must never kill the worker silently
+                if inline and not isinstance(error, Exception):
+                    # an interrupt of the calling thread (see run_inline): the list is abandoned, not failed
+                    for rest in commands[position:]:
+                        if isinstance(rest, SignalCommand):
+                            assert isinstance(rest.value, int)
+                            rest.signal.set(rest.value)
+                    raise
                 self.error = error
                 self._fail_signals(commands[position:], error)
                 break
