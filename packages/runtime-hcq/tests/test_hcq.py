@@ -291,3 +291,23 @@ def test_an_interrupted_inline_list_skips_its_rest_and_leaves_the_device_usable(
     host_device.execute(step(8), no_args(), (1,))
     host_device.synchronize(timeout=5.0)
     assert order == [0, 1, 7, 8]
+
+
+def test_an_interrupt_before_the_inline_run_starts_does_not_hold_up_later_work(
+    host_device: HCQCompiled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the interrupt lands in the engine's call before it ran anything (so it set no signal): the device still
+    # counts the value as used up and sets it, or every later wait on the timeline would hang
+    def interrupted_early(*arguments: object) -> bool:
+        raise _Interrupt()
+
+    value = host_device.timeline_value
+    monkeypatch.setattr(host_device, "_run_call_inline", interrupted_early)
+    with pytest.raises(_Interrupt):
+        host_device.launch_inline(observer(host_device, []), no_args(), (1, 1, 1), (1, 1, 1), "early")
+    monkeypatch.undo()
+    assert host_device.timeline_value == value + 1 and host_device.timeline_signal.value == value
+    seen: list[tuple[int, int]] = []
+    host_device.execute(thread_observer(host_device, seen, delay=0.01), no_args(), (1,))
+    host_device.synchronize(timeout=5.0)  # TimeoutError here if the value were never set
+    assert [number for number, _ in seen] == [value]

@@ -121,7 +121,7 @@ class HCQCompiled(DeviceBase):
                 try:
                     ran = run_inline((*body, SignalCommand(timeline, value)))
                 except BaseException:  # an interrupted list set its value (see run_inline): it is used up
-                    self.timeline_value = value + 1
+                    self._abandon_value(value)
                     raise
                 if ran:
                     self.timeline_value = value + 1
@@ -148,7 +148,7 @@ class HCQCompiled(DeviceBase):
                 try:
                     ran = run_inline(commands)
                 except BaseException:  # an interrupted inline list set its value (see run_inline): it is used up
-                    self.timeline_value = value + 1
+                    self._abandon_value(value)
                     raise
             if not ran:
                 engine.submit_commands([WaitCommand(timeline, value - 1), _BARRIER, *commands])
@@ -227,12 +227,21 @@ class HCQCompiled(DeviceBase):
                     program, args, global_size, local_size, name, timeline, value
                 )
             except BaseException:  # an interrupted launch set its value (see run_call_inline): it is used up
-                self.timeline_value = value + 1
+                self._abandon_value(value)
                 raise
             if ran:
                 self.timeline_value = value + 1
                 return True
         return False
+
+    def _abandon_value(self, value: int) -> None:
+        # An inline run of timeline value `value` was interrupted (the caller's thread got KeyboardInterrupt): the
+        # value is used up. The engine sets it when the interrupt came while the run was under way; if it came
+        # before (the run never started), it is set here, so later work never waits for it. Called under
+        # `_submit_lock`, after value - 1 was reached (the condition for running inline).
+        if self.timeline_signal.value < value:
+            self.timeline_signal.set(value)
+        self.timeline_value = value + 1
 
     def launch_many(self, commands: Sequence[ExecCommand], *, inline: bool = False) -> None:
         """Launches exec commands whose launch sizes are concrete and checked (see `launch`) as one submission after
