@@ -4,11 +4,12 @@ A kernel with a THREAD axis reads its core number from the `core_id` parameter; 
 compiled function once per core number. Compiled code called through ctypes releases the GIL, so the calls really
 run at the same time, one per CPU core.
 
-Two things keep a short launch parallel. Workers are pinned to one core each (knob CPU_PIN): unpinned, Linux kept
-waking the worker on the core where the launching thread was already running the first core (measured on the 2-core
-VM: softmax over (4096, 1024) ran its two cores one after the other, 1.9 ms instead of 1.3). And threads claim core
-numbers in turn rather than each worker owning one, so a worker that wakes late never holds up a launch: the
-threads already running take its cores.
+Two things keep a short launch parallel. There is one worker pinned to each core (knob CPU_PIN), and a launch
+wakes the workers of the cores other than its own thread's first: unpinned, Linux kept waking the worker on the core
+where the launching thread was already running the first core (measured on the 2-core VM: softmax over (4096, 1024)
+ran its two cores one after the other, 1.9 ms instead of 1.3). And threads claim core numbers in turn rather than
+each worker owning one, so a worker that wakes late never holds up a launch: the threads already running take its
+cores. An interrupt of the launching thread (Ctrl-C) leaves `run` only once no worker runs a core of the launch.
 """
 
 from __future__ import annotations
