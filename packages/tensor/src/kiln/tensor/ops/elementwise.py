@@ -1,6 +1,6 @@
 """`ElementwiseMixin`: binary and ternary elementwise math with PyTorch's broadcasting and type promotion.
 
-Operands are broadcast (numpy rules) and promoted (`kiln.tensor.ops.promotion`) before the primitive node is built,
+Operands are broadcast (numpy rules) and promoted (`kiln.tensor.ops.operands`) before the primitive node is built,
 so the tensor graph only ever sees operands of one shape and dtype. Division follows PyTorch: `/` is true division
 (integers give `dtypes.default_float`), `//` floors and `%` takes the divisor's sign (Python's rules), both built on
 the C-semantics IDIV / MOD primitives.
@@ -8,7 +8,6 @@ the C-semantics IDIV / MOD primitives.
 
 from __future__ import annotations
 
-import math
 from typing import Self
 
 import numpy as np
@@ -18,24 +17,15 @@ from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import ShapeError, broadcast_shapes
 from kiln.tensor.ops.arithmetic import float_floor_divide, integer_power, sign_mismatch, truncated_remainder
 from kiln.tensor.ops.data_checks import IntegerDivisionByZero, guarded_integer_division
+from kiln.tensor.ops.operands import _PYTHON_NUMBERS, OperandMixin
 from kiln.tensor.ops.promotion import (
-    DIMENSIONED,
-    PYTHON_SCALAR,
-    ZERO_DIM,
-    promote_kinds,
     result_type,
-    scalar_dtype,
     scalar_value,
     true_divide_dtype,
 )
-from kiln.tensor.ops.unary import UnaryMixin
-from kiln.uops import ConstType, DType, Ops, UOp, dtypes
+from kiln.uops import ConstType, DType, Ops, dtypes
 
 __all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
-
-
-# exact Python number types take the scalar fast path in `_operands` (subclasses and numpy scalars go the long way)
-_PYTHON_NUMBERS: frozenset[type] = frozenset({bool, int, float})
 
 
 def _check_divisor(dtype: DType, other: object, reverse: bool, what: str) -> None:
@@ -44,107 +34,8 @@ def _check_divisor(dtype: DType, other: object, reverse: bool, what: str) -> Non
         raise IntegerDivisionByZero(f"{what}: integer division by zero (divisor {other!r}, dtype {dtype!r})")
 
 
-def _broadcast_node(uop: UOp, shape: tuple[int, ...], target: tuple[int, ...]) -> UOp:
-    # graph node `uop` of `shape` broadcast to `target` (numpy rules, known to hold): leading 1s, then an expand
-    missing = len(target) - len(shape)
-    return graph.expand(graph.reshape(uop, (1,) * missing + shape) if missing else uop, target)
-
-
-class ElementwiseMixin(UnaryMixin):
+class ElementwiseMixin(OperandMixin):
     """Binary and ternary elementwise Tensor methods and operators."""
-
-    # ------------------------------------------------------------------------------------------------------------
-    # operands: broadcasting and promotion
-    # ------------------------------------------------------------------------------------------------------------
-
-    def _operand(self, value: Self | ConstType, dtype: DType, shape: tuple[int, ...], what: str) -> Self:
-        """`value` (a Tensor on this tensor's device, or a Python scalar) as `dtype`, broadcast to `shape`."""
-        if isinstance(value, TensorCore):
-            tensor = value
-            if tensor.device != self.device:
-                raise ValueError(
-                    f"{what}: operands are on different devices, {self.device!r} and {tensor.device!r}; "
-                    "move one with .to(device)"
-                )
-            return tensor._cast(dtype)._broadcast_to(shape)
-        number = scalar_value(value)
-        if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
-            raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
-        return self._const(number, shape, dtype, self.device)
-
-    def _operands(
-        self, other: Self | ConstType, what: str, reverse: bool = False, dtype: DType | None = None
-    ) -> tuple[Self, Self]:
-        """(self, other) promoted to one dtype (`dtype` if given) and broadcast to one shape; swapped if `reverse`.
-
-        A numpy array `other` takes part as a Tensor on this tensor's device (as `torch.from_numpy` would).
-        """
-        if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:
-            return self._scalar_operands(other, what, reverse, dtype)
-        if type(other) is type(self):
-            alike = self._alike_operands(other, what, dtype)
-            if alike is not None:
-                return (alike[1], alike[0]) if reverse else alike
-        if isinstance(other, np.ndarray):
-            other = type(self)(other, device=self.device)
-        target = result_type(self, other) if dtype is None else dtype
-        other_shape = other.shape if isinstance(other, TensorCore) else ()
-        try:
-            shape = broadcast_shapes(self.shape, other_shape)
-        except ValueError as error:
-            raise ShapeError(f"{what}: {error}") from None
-        left = self._cast(target)._broadcast_to(shape)
-        right = self._operand(other, target, shape, what)
-        return (right, left) if reverse else (left, right)
-
-    def _alike_operands(self, other: Self, what: str, dtype: DType | None) -> tuple[Self, Self] | None:
-        """`_operands` of two tensors of one class, dtype and device (and `dtype`, if given, theirs): nothing to
-        promote, and a broadcast operand gets one graph node per view and one Tensor; None for any other pair."""
-        mine, theirs = self.uop, other.uop
-        if mine.dtype is not theirs.dtype or (dtype is not None and dtype is not mine.dtype):
-            return None
-        if graph.device_of(mine) != graph.device_of(theirs):
-            return None
-        my_shape, their_shape = graph.shape_of(mine), graph.shape_of(theirs)
-        if my_shape == their_shape:
-            return self, other
-        try:
-            shape = broadcast_shapes(my_shape, their_shape)
-        except ValueError as error:
-            raise ShapeError(f"{what}: {error}") from None
-        left = self if my_shape == shape else self._result(_broadcast_node(mine, my_shape, shape))
-        right = other if their_shape == shape else other._result(_broadcast_node(theirs, their_shape, shape))
-        return left, right
-
-    def _scalar_operands(self, number: ConstType, what: str, reverse: bool, dtype: DType | None) -> tuple[Self, Self]:
-        left, constant = self._scalar_operand_nodes(number, what, dtype)  # for a plain Python bool / int / float
-        return (self._from_uop(constant), left) if reverse else (left, self._from_uop(constant))
-
-    def _scalar_operand_nodes(self, number: ConstType, what: str, dtype: DType | None = None) -> tuple[Self, UOp]:
-        # this tensor cast to the promoted dtype (`dtype` if given) and `number`'s constant node over its shape and
-        # (canonical, checked) device: no broadcast of self, promotion is one memoized lookup
-        uop = self.uop
-        shape = graph.shape_of(uop)
-        if dtype is None:
-            kinds = ((DIMENSIONED if shape else ZERO_DIM, uop.dtype), (PYTHON_SCALAR, scalar_dtype(number)))
-            dtype = promote_kinds(kinds)
-        if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
-            raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
-        left = self if dtype is uop.dtype else self._cast(dtype)  # dtypes are interned: `is` is `_cast`'s test
-        return left, graph.const(number, dtype, graph.device_of(uop), shape)
-
-    def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
-        """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""
-        if self.shape == shape:
-            return self
-        missing = len(shape) - self.ndim
-        if missing < 0:
-            raise ValueError(f"cannot broadcast shape {self.shape} to the smaller shape {shape}")
-        aligned = self._movement(Ops.RESHAPE, (1,) * missing + self.shape)
-        try:
-            return aligned._movement(Ops.EXPAND, shape)
-        except ValueError:
-            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}") from None
 
     def _arithmetic(self, op: Ops, other: Self | ConstType, what: str, reverse: bool = False) -> Self:
         if isinstance(other, (int, float)) and type(other) in _PYTHON_NUMBERS:  # `_operands`'s result, no Tensor
