@@ -8,7 +8,7 @@ single wait for the last value handed out.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -118,13 +118,7 @@ class HCQCompiled(DeviceBase):
             inline_now = run_inline is not None and timeline.value >= value - 1
             if inline_now and record is None:  # the common case (an untimed launch), without building a list
                 assert run_inline is not None
-                try:
-                    ran = run_inline((*body, SignalCommand(timeline, value)))
-                except BaseException:  # an interrupted list set its value (see run_inline): it is used up
-                    self._abandon_value(value)
-                    raise
-                if ran:
-                    self.timeline_value = value + 1
+                if self._run_here(value, run_inline, (*body, SignalCommand(timeline, value))):
                     return None
                 inline_now = False
             commands: list[HCQCommand] = []
@@ -143,16 +137,9 @@ class HCQCompiled(DeviceBase):
             if pending is not None:
                 commands.append(TimestampCommand(pending.end))
             commands.append(SignalCommand(timeline, value))
-            ran = False
-            if inline_now and run_inline is not None:
-                try:
-                    ran = run_inline(commands)
-                except BaseException:  # an interrupted inline list set its value (see run_inline): it is used up
-                    self._abandon_value(value)
-                    raise
-            if not ran:
+            if not (inline_now and run_inline is not None and self._run_here(value, run_inline, commands)):
                 engine.submit_commands([WaitCommand(timeline, value - 1), _BARRIER, *commands])
-            self.timeline_value = value + 1
+                self.timeline_value = value + 1
             if pending is not None and profiling_enabled():
                 self._pending_profile.append(pending)
         return pending
@@ -222,23 +209,36 @@ class HCQCompiled(DeviceBase):
         timeline = self.timeline_signal
         with self._submit_lock:
             value = self.timeline_value
+            # `_run_here` written out: every cached small op launches here (a call more measured ~0.3-0.7 us per op)
             try:
                 ran = timeline._memory[0] >= value - 1 and run_call_inline(  # `timeline.value`, without the property
                     program, args, global_size, local_size, name, timeline, value
                 )
-            except BaseException:  # an interrupted launch set its value (see run_call_inline): it is used up
-                self._abandon_value(value)
+            except BaseException:
+                self._interrupted_at(value)
                 raise
             if ran:
                 self.timeline_value = value + 1
-                return True
-        return False
+            return ran
 
-    def _abandon_value(self, value: int) -> None:
-        # An inline run of timeline value `value` was interrupted (the caller's thread got KeyboardInterrupt): the
+    def _run_here(
+        self, value: int, run_inline: Callable[[Sequence[HCQCommand]], bool], commands: Sequence[HCQCommand]
+    ) -> bool:
+        """An engine's inline run of a list signalling timeline value `value` (under `_submit_lock`, once value - 1
+        was reached): True when it ran (the value is then used), False when the engine refused (nothing ran)."""
+        try:
+            ran = run_inline(commands)
+        except BaseException:
+            self._interrupted_at(value)
+            raise
+        if ran:
+            self.timeline_value = value + 1
+        return ran
+
+    def _interrupted_at(self, value: int) -> None:
+        # The caller's thread was interrupted (KeyboardInterrupt) in an inline run of timeline value `value`: the
         # value is used up. The engine sets it when the interrupt came while the run was under way; if it came
-        # before (the run never started), it is set here, so later work never waits for it. Called under
-        # `_submit_lock`, after value - 1 was reached (the condition for running inline).
+        # before the run started, it is set here, so later work never waits for it.
         if self.timeline_signal.value < value:
             self.timeline_signal.set(value)
         self.timeline_value = value + 1
