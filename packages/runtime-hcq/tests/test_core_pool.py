@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from kiln.renderers import CoreLauncher, HostCompiler, core_launcher_for, launcher_supported
 from kiln.runtime import CorePool
 from kiln.uops import Context
 
@@ -206,4 +207,150 @@ def test_an_interrupted_launch_returns_only_after_the_workers_cores_finish() -> 
     ran: list[int] = []
     pool.run(ran.append, 3)  # the pool still works
     assert sorted(ran) == [0, 1, 2]
+    pool.close()
+
+
+# -- native launches (kiln.renderers' core launcher) ------------------------------------------------------------
+
+
+def _native_launcher() -> CoreLauncher:
+    from kiln.renderers import CCompiler, LLVMCompiler
+    from kiln.renderers.toolchain import ToolchainNotFoundError, llvmlite_binding
+
+    try:
+        llvmlite_binding()
+        compiler: HostCompiler = LLVMCompiler()
+    except ToolchainNotFoundError:
+        compiler = CCompiler()
+    launcher = core_launcher_for(compiler)
+    assert launcher is not None
+    return launcher
+
+
+native = pytest.mark.skipif(not launcher_supported(), reason="the native core launcher is for x86-64 / AArch64 Linux")
+CoreFunction = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int32)
+
+
+def _recording_kernel(delay: float = 0.0) -> tuple[object, int, list[tuple[int, int, int]]]:
+    """A ctypes function with a kernel's shape (one argument, then the core id) that records (argument, core,
+    thread); its address, and the records."""
+    records: list[tuple[int, int, int]] = []
+
+    def core(argument: int, number: int) -> None:
+        if delay:
+            time.sleep(delay)
+        records.append((argument, number, threading.get_ident()))
+
+    function = CoreFunction(core)
+    return function, ctypes.cast(function, ctypes.c_void_p).value or 0, records
+
+
+@native
+def test_a_native_launch_runs_every_core_once_with_its_arguments() -> None:
+    with Context(CPU_PIN=1):
+        pool = CorePool("test", launcher=_native_launcher)
+    function, address, records = _recording_kernel()
+    for launch in range(50):
+        records.clear()
+        count = 1 + launch % 6
+        pool.run_kernel(address, function, (launch,), count)  # type: ignore[arg-type]
+        assert sorted(core for _, core, _ in records) == list(range(count))
+        assert all(argument == launch for argument, _, _ in records)
+    assert pool.launcher is not None and pool._state is not None
+    pool.close()
+    assert not any(thread.is_alive() for thread in pool._threads)
+
+
+@native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+@pytest.mark.parametrize("spin", [0, 1000])
+def test_native_launches_use_the_workers_whether_they_poll_or_sleep(spin: int) -> None:
+    # CPU_SPIN=0: every worker sleeps right after a launch, and the next launch must wake it; with polling, the
+    # worker takes its core without being woken. Either way a core that takes 20 ms gives the worker time to
+    # claim the other one, so two threads run each launch.
+    with Context(CPU_PIN=1, CPU_SPIN=spin):
+        pool = CorePool("test", launcher=_native_launcher)
+        function, address, records = _recording_kernel(delay=0.02)
+        for _ in range(5):
+            records.clear()
+            pool.run_kernel(address, function, (7,), 2)  # type: ignore[arg-type]
+            assert sorted(core for _, core, _ in records) == [0, 1]
+            assert len({ident for _, _, ident in records}) == 2, "a worker took no core"
+            time.sleep(0.005)  # with CPU_SPIN=0 the worker is asleep again
+    pool.close()
+
+
+@native
+def test_python_and_native_launches_interleave_without_losing_a_core() -> None:
+    with Context(CPU_PIN=1):
+        pool = CorePool("test", launcher=_native_launcher)
+    function, address, records = _recording_kernel()
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def python_core(core: int) -> None:
+        with lock:
+            ran.append(core)
+
+    for launch in range(300):
+        count = 1 + launch % 5
+        if launch % 3:
+            records.clear()
+            pool.run_kernel(address, function, (launch,), count)  # type: ignore[arg-type]
+            assert sorted(core for _, core, _ in records) == list(range(count))
+        else:
+            ran.clear()
+            pool.run(python_core, count)
+            assert sorted(ran) == list(range(count))
+    pool.close()
+
+
+@native
+def test_a_kernel_with_too_many_parameters_for_the_launcher_runs_through_python() -> None:
+    with Context(CPU_PIN=1):
+        pool = CorePool("test", launcher=_native_launcher)
+    calls: list[tuple[int, ...]] = []
+    parameters = CoreLauncher.MAX_ARGUMENTS  # with the core id one more than the launcher passes
+    prototype = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * parameters), ctypes.c_int32)
+    function = prototype(lambda *received: calls.append(received))
+    arguments = tuple(range(100, 100 + parameters))
+    address = ctypes.cast(function, ctypes.c_void_p).value or 0
+    pool.run_kernel(address, function, arguments, 3)  # type: ignore[arg-type]
+    assert sorted(call[-1] for call in calls) == [0, 1, 2]
+    assert all(call[:-1] == arguments for call in calls)
+    assert pool._launches == 0  # never published natively
+    pool.close()
+
+
+@native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_an_interrupt_between_the_launch_calls_still_finishes_the_launch_and_wakes_the_workers() -> None:
+    # phase 0 claimed a sleeping worker's flag; an interrupt before Python woke it must not leave that worker
+    # asleep for good (later launches would count on it) nor leave the launch half run
+    with Context(CPU_PIN=1, CPU_SPIN=0):
+        pool = CorePool("test", launcher=_native_launcher)  # a worker on every core: one is on another core
+    function, address, records = _recording_kernel(delay=0.005)
+    pool.run_kernel(address, function, (1,), 2)  # type: ignore[arg-type]  # starts the worker
+    time.sleep(0.02)  # CPU_SPIN=0: it is asleep now
+    real_wake = pool._wake
+    raised: list[int] = []
+
+    def interrupted_wake(woken: int) -> None:
+        if not raised:
+            raised.append(woken)
+            raise _Interrupt()
+        real_wake(woken)
+
+    pool._wake = interrupted_wake  # type: ignore[method-assign]
+    records.clear()
+    with pytest.raises(_Interrupt):
+        pool.run_kernel(address, function, (2,), 2)  # type: ignore[arg-type]
+    assert raised == [1]
+    assert sorted(core for _, core, _ in records) == [0, 1]  # the launch ran to the end before the interrupt left
+    pool._wake = real_wake  # type: ignore[method-assign]
+    for _ in range(3):
+        records.clear()
+        time.sleep(0.02)
+        pool.run_kernel(address, function, (3,), 2)  # type: ignore[arg-type]
+        assert len({ident for _, _, ident in records}) == 2, "the worker was left asleep"
     pool.close()

@@ -18,6 +18,7 @@ from kiln.renderers.amd import (
 from kiln.renderers.amd_toolchain import AMD_CLANG, AMDToolchain, amd_toolchain_available, find_amd_toolchain
 from kiln.renderers.c import CCompiler, CompileError, CRenderer
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
+from kiln.renderers.core_launcher import CoreLauncher, core_launcher_for, launcher_supported
 from kiln.renderers.cpu_renderers import cpu_renderers, renderers_for
 from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer
 from kiln.renderers.device_table import DEVICE_TABLE, DeviceRow, dtypes_for
@@ -64,6 +65,7 @@ __all__ = [
     "CUDARenderer",
     "CompileError",
     "DeviceRow",
+    "CoreLauncher",
     "HostCompiler",
     "HostKernel",
     "KernelParameter",
@@ -86,11 +88,13 @@ __all__ = [
     "WGSLCompiler",
     "WGSLRenderer",
     "WebGPUNotFoundError",
+    "core_launcher_for",
     "cpu_renderers",
     "dtypes_for",
     "renderers_for",
     "find_c_compiler",
     "kernel_parameters",
+    "launcher_supported",
     "load_nvrtc",
     "load_shared_object",
     "opencl_available",

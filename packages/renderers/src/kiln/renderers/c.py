@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
-from kiln.renderers.host_kernel import HostCompiler, HostKernel, load_shared_object, objdump_disassembly
+from kiln.renderers.core_launcher import c_launcher_source
+from kiln.renderers.host_kernel import (
+    HostCompiler,
+    HostKernel,
+    load_shared_object,
+    objdump_disassembly,
+    shared_object_functions,
+)
 from kiln.renderers.toolchain import CToolchain, find_c_compiler, host_cpu_signature
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 
@@ -93,6 +100,14 @@ class CCompiler(HostCompiler):
     def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
         """The kernel function of shared object `binary` (see host_kernel for the calling convention)."""
         return load_shared_object(binary, uops)
+
+    def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
+        """The functions `names` of shared object `binary` (their addresses) and the loaded library."""
+        return shared_object_functions(binary, names)
+
+    def core_launcher_source(self) -> str | None:
+        """The core launcher in C (kiln.renderers.core_launcher)."""
+        return c_launcher_source()
 
     def disassemble(self, binary: bytes) -> str:
         """objdump's disassembly of `binary` (NotImplementedError without objdump)."""

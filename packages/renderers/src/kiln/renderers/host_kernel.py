@@ -94,24 +94,49 @@ class HostCompiler(Compiler):
     def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
         """The kernel of `binary` (compiled from the rendering of linear program `uops`), ready to call."""
 
+    def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
+        """The addresses of the functions `names` in `binary` (0 for a missing one) and what keeps the code alive:
+        for binaries that are not one kernel (the core launcher). NotImplementedError unless a subclass loads them."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load functions by name")
 
-def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
-    """Load shared-object bytes (the C compiler's binary) with the dynamic loader; the file is deleted at once."""
+    def core_launcher_source(self) -> str | None:
+        """The source, in this compiler's language, of the native core launcher (kiln.renderers.core_launcher); None
+        when it has none (the runtime then calls a multi-core kernel's cores through ctypes)."""
+        return None
+
+
+def _open_shared_object(binary: bytes, what: str) -> ctypes.CDLL:
+    # the dynamic loader needs a file: written to a temporary one, deleted at once
     handle, path = tempfile.mkstemp(prefix="kiln-kernel-", suffix=".so")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(binary)
-        library = ctypes.CDLL(path)
+        return ctypes.CDLL(path)
     except OSError as error:
-        raise RuntimeError(f"cannot load the kernel's shared object: {error}") from error
+        raise RuntimeError(f"cannot load {what}'s shared object: {error}") from error
     finally:
         os.unlink(path)
+
+
+def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+    """Load shared-object bytes (the C compiler's binary) with the dynamic loader; the file is deleted at once."""
+    library = _open_shared_object(binary, "the kernel")
     try:
         entry = getattr(library, ENTRY_NAME)
     except AttributeError as error:
         raise RuntimeError(f"the kernel's shared object has no function {ENTRY_NAME!r}") from error
     address = ctypes.cast(entry, ctypes.c_void_p).value
     return HostKernel(address or 0, kernel_parameters(uops), library)
+
+
+def shared_object_functions(binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
+    """`HostCompiler.load_functions` for shared-object bytes: the functions' addresses and the loaded library."""
+    library = _open_shared_object(binary, "a library")
+    addresses = {}
+    for name in names:
+        function = getattr(library, name, None)
+        addresses[name] = (ctypes.cast(function, ctypes.c_void_p).value or 0) if function is not None else 0
+    return addresses, library
 
 
 def objdump_disassembly(binary: bytes) -> str:

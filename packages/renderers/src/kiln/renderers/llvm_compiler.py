@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.renderers.c_style import ENTRY_NAME
+from kiln.renderers.core_launcher import llvm_ir_launcher_source
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
 from kiln.renderers.toolchain import ToolchainNotFoundError, llvmlite_binding
 from kiln.uops import UOp
@@ -156,6 +157,24 @@ class LLVMCompiler(HostCompiler):
             owner = _EngineOwner(engine)
             del engine
         return HostKernel(address, kernel_parameters(uops), (owner, binary))
+
+    def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
+        """Link object `binary` into this process (MCJIT): the addresses of its functions `names`, and the owner of
+        the execution engine (the code lives while it does)."""
+        llvm = self.llvm
+        with self._lock:
+            _dispose_retired_engines()
+            engine = self._linking_engine()
+            engine.add_object_file(llvm.ObjectFileRef.from_data(binary))
+            engine.finalize_object()
+            addresses = {name: engine.get_function_address(name) for name in names}
+            owner = _EngineOwner(engine)
+            del engine
+        return addresses, (owner, binary)
+
+    def core_launcher_source(self) -> str | None:
+        """The core launcher in LLVM IR for the host (kiln.renderers.core_launcher)."""
+        return llvm_ir_launcher_source()
 
     def _linking_engine(self) -> Any:
         """A new MCJIT engine that holds no IR module, only there to link objects (the caller holds the lock).

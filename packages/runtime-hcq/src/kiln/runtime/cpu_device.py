@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kiln.codegen import Program, Renderer
+from kiln.renderers import CoreLauncher, HostCompiler, core_launcher_for
 from kiln.runtime.core_pool import CorePool, core_share
 from kiln.runtime.device import find_renderers
 from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.hcq_runner import HCQProgramRunner
 from kiln.runtime.host_allocator import HostAllocator
-from kiln.runtime.knobs import cpu_shares
+from kiln.runtime.knobs import cpu_native_launch, cpu_shares
 from kiln.runtime.native_kernel import NativeKernel, check_parameters, elf_type
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.thread_engine import ThreadQueueEngine
@@ -68,7 +69,12 @@ class CPUProgramRunner(HCQProgramRunner):
         self.host_kernel = host_kernel
         # the parameters were checked just above: launches call the loaded function itself when the loader offers
         # it (`HostKernel.function`), without the per-call argument count check
-        self.kernel = NativeKernel(getattr(host_kernel, "function", host_kernel), self.takes_core_id, device.core_pool)
+        self.kernel = NativeKernel(
+            getattr(host_kernel, "function", host_kernel),
+            self.takes_core_id,
+            device.core_pool,
+            getattr(host_kernel, "address", 0),  # the pool's native launcher calls the kernel at its address
+        )
 
 
 class CPUDevice(HCQCompiled):
@@ -81,7 +87,7 @@ class CPUDevice(HCQCompiled):
         # CPU_SHARES=n splits the host's cores into n parts, CPU:i working on part i (mod n), so several CPU devices
         # run side by side like several GPUs would; unset, every CPU device uses every core
         self.cores = core_share(self.index, shares) if shares > 1 else None
-        self.core_pool = CorePool(name, cores=self.cores)
+        self.core_pool = CorePool(name, cores=self.cores, launcher=self._core_launcher)
         # Launches of at most this much estimated work (flops + bytes) run in the calling thread when the queue is
         # idle (HCQProgramRunner.inline_work_limit). Handing a launch to the queue's thread and waking the caller
         # again costs ~50 us on a 2-core VM: 64 Mi units (~0.3 ms of kernel, e.g. (1024, 1024) @ (1024, 16)) keep
@@ -93,6 +99,14 @@ class CPUDevice(HCQCompiled):
         super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
         self.renderers = cpu_renderer_classes()
         self._loaders: dict[int, HostKernelLoader] = {}  # by the ELF type they load
+
+    def _core_launcher(self) -> CoreLauncher | None:
+        """The native core launcher the core pool uses (CPU_NATIVE_LAUNCH), built by the compiler of this device's
+        renderer; None when the knob is off or that compiler has none."""
+        if not cpu_native_launch():
+            return None
+        compiler = self.create_renderer(self.renderer_class).compiler
+        return core_launcher_for(compiler) if isinstance(compiler, HostCompiler) else None
 
     @property
     def renderer_class(self) -> type[Renderer]:

@@ -33,6 +33,39 @@ _CPU_PIN = register_knob(
 )
 
 
+_CPU_SPIN = register_knob(
+    "CPU_SPIN",
+    int,
+    1000,
+    "Microseconds a pinned core-pool worker keeps polling for the next multi-core launch after one before it "
+    "sleeps (native launches only; it yields its core to any other runnable thread while it polls). A polling "
+    "worker starts a launch at once; a sleeping one takes tens of microseconds to wake. 0: sleep at once (no CPU "
+    "time spent waiting, e.g. for several kiln processes on one machine; slower back-to-back launches).",
+)
+
+_CPU_NATIVE_LAUNCH = register_knob(
+    "CPU_NATIVE_LAUNCH",
+    bool,
+    True,
+    "Run the cores of a multi-core CPU kernel from the compiler-built core launcher (kiln.renderers' "
+    "core_launcher): no Python and no GIL per core. Off: one ctypes call per core from Python threads.",
+)
+
+
+def cpu_spin_microseconds() -> int:
+    """How long a pinned core-pool worker polls for launches before sleeping (the CPU_SPIN knob; ValueError below
+    0)."""
+    value = _CPU_SPIN.value()
+    if value < 0:
+        raise ValueError(f"CPU_SPIN is a number of microseconds, at least 0; got {value}")
+    return value
+
+
+def cpu_native_launch() -> bool:
+    """Whether multi-core CPU kernels are launched through the native core launcher (the CPU_NATIVE_LAUNCH knob)."""
+    return _CPU_NATIVE_LAUNCH.value()
+
+
 def cpu_pin() -> bool:
     """Whether core-pool workers are pinned to one core each (the CPU_PIN knob)."""
     return _CPU_PIN.value()

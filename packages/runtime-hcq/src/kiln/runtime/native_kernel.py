@@ -69,10 +69,11 @@ class NativeKernel:
         pool: the threads that run the cores of a multi-core launch.
     """
 
-    def __init__(self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool) -> None:
+    def __init__(self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool, address: int = 0) -> None:
         self.kernel = kernel
         self.takes_core_id = takes_core_id
         self.pool = pool
+        self.address = address
 
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
         # the kernel takes the pointers, then the variables: the block's own order when pointers come first
@@ -85,5 +86,9 @@ class NativeKernel:
         if not self.takes_core_id:
             kernel(*arguments)
             return
-        # A multi-core launch has its core count as global_size[0] (codegen's Program.global_size).
-        self.pool.run(lambda core: kernel(*arguments, core), global_size[0])
+        # A multi-core launch has its core count as global_size[0] (codegen's Program.global_size); with the kernel's
+        # address the pool may run the cores natively (CorePool.run_kernel)
+        if self.address:
+            self.pool.run_kernel(self.address, kernel, arguments, global_size[0])
+        else:
+            self.pool.run(lambda core: kernel(*arguments, core), global_size[0])
