@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -114,11 +113,17 @@ def test_a_worker_parks_after_its_budget_and_returns_when_poked(launcher: CoreLa
 def test_a_polling_worker_runs_the_cores_of_each_new_launch(launcher: CoreLauncher) -> None:
     threads: list[int] = []
     lock = threading.Lock()
+    worker_started = threading.Event()
 
     def core(number: int) -> None:
         with lock:
             threads.append(threading.get_ident())
-        time.sleep(0.002)  # long enough that the launching thread cannot take every core itself
+        if threading.current_thread() is threading.main_thread():
+            # the launching thread's core lasts until the worker has claimed the other one (however late the OS
+            # runs it), so the launching thread cannot take both
+            worker_started.wait(10)
+        else:
+            worker_started.set()
 
     callback = ctypes.CFUNCTYPE(None, ctypes.c_int32)(core)
     state = _state(workers=1)
@@ -131,6 +136,7 @@ def test_a_polling_worker_runs_the_cores_of_each_new_launch(launcher: CoreLaunch
         for launch in range(1, 6):
             _set_kernel(state, callback, [])
             threads.clear()
+            worker_started.clear()
             assert launcher.launch(address, (launch << 32) | 2, 2, 0) == 0  # the worker polls: none to wake
             assert len(threads) == 2
             assert len(set(threads)) == 2, "the polling worker took one core"

@@ -231,15 +231,21 @@ native = pytest.mark.skipif(not launcher_supported(), reason="the native core la
 CoreFunction = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int32)
 
 
-def _recording_kernel(delay: float = 0.0) -> tuple[object, int, list[tuple[int, int, int]]]:
+def _recording_kernel(meet: bool = False) -> tuple[object, int, list[tuple[int, int, int]]]:
     """A ctypes function with a kernel's shape (one argument, then the core id) that records (argument, core,
-    thread); its address, and the records."""
+    thread); its address, and the records. With `meet`, a core run by the main thread lasts until a core has
+    started on another thread (10 s at most), so a launch of two cores fails to use two threads only if no worker
+    ever claims a core."""
     records: list[tuple[int, int, int]] = []
+    other_started = threading.Event()
 
     def core(argument: int, number: int) -> None:
-        if delay:
-            time.sleep(delay)
         records.append((argument, number, threading.get_ident()))
+        if meet and threading.current_thread() is threading.main_thread():
+            other_started.wait(10)
+            other_started.clear()
+        elif meet:
+            other_started.set()
 
     function = CoreFunction(core)
     return function, ctypes.cast(function, ctypes.c_void_p).value or 0, records
@@ -266,11 +272,10 @@ def test_a_native_launch_runs_every_core_once_with_its_arguments() -> None:
 @pytest.mark.parametrize("spin", [0, 1000])
 def test_native_launches_use_the_workers_whether_they_poll_or_sleep(spin: int) -> None:
     # CPU_SPIN=0: every worker sleeps right after a launch, and the next launch must wake it; with polling, the
-    # worker takes its core without being woken. Either way a core that takes 20 ms gives the worker time to
-    # claim the other one, so two threads run each launch.
+    # worker takes its core without being woken. Either way two threads run each launch.
     with Context(CPU_PIN=1, CPU_SPIN=spin):
         pool = CorePool("test", launcher=_native_launcher)
-        function, address, records = _recording_kernel(delay=0.02)
+        function, address, records = _recording_kernel(meet=True)
         for _ in range(5):
             records.clear()
             pool.run_kernel(address, function, (7,), 2)  # type: ignore[arg-type]
@@ -329,7 +334,7 @@ def test_an_interrupt_between_the_launch_calls_still_finishes_the_launch_and_wak
     # asleep for good (later launches would count on it) nor leave the launch half run
     with Context(CPU_PIN=1, CPU_SPIN=0):
         pool = CorePool("test", launcher=_native_launcher)  # a worker on every core: one is on another core
-    function, address, records = _recording_kernel(delay=0.005)
+    function, address, records = _recording_kernel(meet=True)
     pool.run_kernel(address, function, (1,), 2)  # type: ignore[arg-type]  # starts the worker
     time.sleep(0.02)  # CPU_SPIN=0: it is asleep now
     real_wake = pool._wake
