@@ -106,48 +106,57 @@ class LinalgMixin(TensorCore):
             [3.0, 7.0]
         """
         other = _require_tensor(other, "matmul")
-        if self.ndim == 0 or other.ndim == 0:
+        # the shapes are read once: each `.shape` / `.ndim` is a property call, and a matmul read them ~30 times
+        self_shape, other_shape = self.shape, other.shape
+        if not self_shape or not other_shape:
             raise ShapeError(
-                f"matmul needs operands with at least 1 dim, got shapes {self.shape} and {other.shape} "
+                f"matmul needs operands with at least 1 dim, got shapes {self_shape} and {other_shape} "
                 "(use * to multiply by a scalar)"
             )
         check_same_device("matmul", self, other)
         dtype = product_dtype("matmul", self, other)
-        left = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
-        right = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
-        inner, rows, columns = left.shape[-1], left.shape[-2], right.shape[-1]
-        if right.shape[-2] != inner:
+        left_vector, right_vector = len(self_shape) == 1, len(other_shape) == 1
+        left_shape = (1, self_shape[0]) if left_vector else self_shape
+        right_shape = (other_shape[0], 1) if right_vector else other_shape
+        inner, rows, columns = left_shape[-1], left_shape[-2], right_shape[-1]
+        if right_shape[-2] != inner:
             raise ShapeError(
-                f"matmul: shapes {self.shape} and {other.shape} do not line up: the left operand's last dim ({inner}) "
-                f"must equal the right operand's {'only' if other.ndim == 1 else 'second-to-last'} dim "
-                f"({right.shape[-2]})"
+                f"matmul: shapes {self_shape} and {other_shape} do not line up: the left operand's last dim ({inner}) "
+                f"must equal the right operand's {'only' if right_vector else 'second-to-last'} dim "
+                f"({right_shape[-2]})"
             )
         try:
-            batch = broadcast_shapes(left.shape[:-2], right.shape[:-2])
+            batch = broadcast_shapes(left_shape[:-2], right_shape[:-2]) if len(left_shape) + len(right_shape) > 4 else ()
         except ValueError:
             raise ShapeError(
-                f"matmul: the batch dims of shapes {self.shape} and {other.shape} do not broadcast "
-                f"({left.shape[:-2]} vs {right.shape[:-2]})"
+                f"matmul: the batch dims of shapes {self_shape} and {other_shape} do not broadcast "
+                f"({left_shape[:-2]} vs {right_shape[:-2]})"
             ) from None
         large = rows >= PACKED_MINIMUM_ROWS and inner * columns >= PACKED_MINIMUM_ELEMENTS
         if not batch and large:  # 2-D operands only (a vector has 1 row or column)
+            left = self.reshape(*left_shape) if left_vector else self
+            right = other.reshape(*right_shape) if right_vector else other
             return _panel_matmul(left._cast(dtype), right._cast(dtype))
         # (..., n, k) -> (..., n, 1, k); (..., k, m) -> (..., 1, m, k); both broadcast to (*batch, n, m, k), multiplied
         # and summed over k. Built on graph nodes (the shapes, dtypes and device are checked above): one tensor for
         # the result instead of one per view, a matmul's Python cost halved
         full = (*batch, rows, columns, inner)
         compute = accumulate_dtype(dtype)
-        left_node = graph.cast(graph.cast(left.uop, dtype), compute)
-        left_node = graph.reshape(left_node, (*(1,) * (len(batch) + 2 - left.ndim), *left.shape[:-1], 1, inner))
-        right_node = graph.cast(graph.cast(right.uop, dtype), compute)
-        swapped = (*range(right.ndim - 2), right.ndim - 1, right.ndim - 2)
-        right_node = graph.permute(right_node, swapped)
-        right_node = graph.reshape(
-            right_node, (*(1,) * (len(batch) + 2 - right.ndim), *right.shape[:-2], 1, columns, inner)
-        )
+        lead = len(batch) + 2
+        left_node = graph.cast(graph.cast(self.uop, dtype), compute)
+        left_node = graph.reshape(left_node, (*(1,) * (lead - len(left_shape)), *left_shape[:-1], 1, inner))
+        right_node = graph.cast(graph.cast(other.uop, dtype), compute)
+        if right_vector:
+            right_node = graph.reshape(right_node, (*(1,) * (lead - 2), 1, 1, inner))
+        else:
+            last = len(right_shape) - 1
+            right_node = graph.permute(right_node, (*range(last - 1), last, last - 1))
+            right_node = graph.reshape(
+                right_node, (*(1,) * (lead - len(right_shape)), *right_shape[:-2], 1, columns, inner)
+            )
         product = graph.binary_alu(Ops.MUL, graph.expand(left_node, full), graph.expand(right_node, full))
         node = graph.cast(graph.reduce_axis(product, Ops.ADD, (len(full) - 1,)), dtype)
-        shape = (*batch, *(() if self.ndim == 1 else (rows,)), *(() if other.ndim == 1 else (columns,)))
+        shape = (*batch, *(() if left_vector else (rows,)), *(() if right_vector else (columns,)))
         return self._result(graph.reshape(node, shape), other)
 
     def __matmul__(self, other: Self) -> Self:
