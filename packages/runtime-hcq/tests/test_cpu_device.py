@@ -3,6 +3,7 @@ compiler (chosen by ELF type), and loading problems raise clear errors."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -170,22 +171,44 @@ def test_a_kernel_whose_parameters_disagree_with_the_program_is_refused() -> Non
 # -- the launch fast path: per-runner argument checks, inline tiny kernels ---------------------------------------
 
 
-def add_one_program(size: int, name: str) -> Program:
-    """out[i] = a[i] + 1 over `size` float32 elements, built with the CPU device's renderer."""
+def add_one_program(size: int, name: str, opts: list[Opt] | None = None) -> Program:
+    """out[i] = a[i] + 1 over `size` float32 elements, built with the CPU device's renderer (its heuristic's opts
+    unless `opts` is given)."""
     i = UOp.range(size, 0)
     out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=0)
     a = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=1)
     stored = out.index(i).store(a.index(i).load() + UOp.const(dtypes.float32, 1.0)).end(i)
-    return Program(get_program(UOp(Ops.SINK, src=(stored,), arg=KernelInfo(name)), Device["CPU"].renderer))
+    sink = UOp(Ops.SINK, src=(stored,), arg=KernelInfo(name))
+    return Program(get_program(sink, Device["CPU"].renderer, opts))
 
 
 def test_small_programs_launch_inline_and_big_ones_queue() -> None:
     tiny = Device["CPU"].runtime(add_one_program(16, "tiny_add_one"))
     middle = Device["CPU"].runtime(add_one_program(1 << 16, "middle_add_one"))
-    big = Device["CPU"].runtime(add_one_program(1 << 23, "big_add_one"))
+    big = Device["CPU"].runtime(add_one_program(1 << 23, "big_add_one", opts=[]))
     # estimated work (adds + bytes): 144, ~0.6 Mi and 72 Mi against the device's limit of 64 Mi
     assert Device["CPU"].inline_work_limit == 1 << 26  # type: ignore[attr-defined]
     assert tiny.inline and middle.inline and not big.inline  # type: ignore[attr-defined]
+
+
+def test_multi_core_programs_launch_inline_whatever_their_size() -> None:
+    # a multi-core kernel keeps the launching thread busy too: from the queue's thread it would only add handoffs
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no multi-core kernels")
+    multi = add_one_program(1 << 23, "big_add_one_threads")
+    assert multi.uses_core_id  # the heuristic splits 8 Mi elements over the cores
+    assert Device["CPU"].runtime(multi).inline  # type: ignore[attr-defined]
+    assert not Device["CPU"].runtime(add_one_program(1 << 23, "big_add_one_single", opts=[])).inline  # type: ignore[attr-defined]
+
+
+def test_with_cpu_shares_multi_core_programs_keep_the_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no multi-core kernels")
+    monkeypatch.setenv("CPU_SHARES", "2")
+    device = CPUDevice("CPU:1")
+    multi = add_one_program(1 << 23, "big_add_one_threads")
+    assert multi.uses_core_id and device.inline_multicore_limit == 1 << 16
+    assert not CPUProgramRunner(device, multi).inline
 
 
 def test_devices_sharing_the_cores_out_run_only_tiny_programs_inline(monkeypatch: pytest.MonkeyPatch) -> None:
