@@ -18,6 +18,7 @@ from kiln.tensor import graph
 from kiln.tensor.autograd_mixin import AutogradMixin
 from kiln.tensor.core import TensorCore
 from kiln.tensor.device import canonical_device
+from kiln.tensor.host_data import dtype_from_numpy, numpy_from_dtype, uop_from_host
 from kiln.tensor.inplace import InplaceMixin
 from kiln.tensor.multi.sharded import MultiTensor, shard_tensor
 from kiln.tensor.ops import (
@@ -43,47 +44,17 @@ from kiln.tensor.ops import (
 )
 from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize import engine
-from kiln.tensor.realize.buffers import attach_buffer, buffer_of, has_buffer
+from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
-__all__ = ["Tensor"]
-
-_NUMPY_TO_DTYPE: dict[str, DType] = {
-    "bool": dtypes.bool,
-    "int8": dtypes.int8,
-    "uint8": dtypes.uint8,
-    "int16": dtypes.int16,
-    "uint16": dtypes.uint16,
-    "int32": dtypes.int32,
-    "uint32": dtypes.uint32,
-    "int64": dtypes.int64,
-    "uint64": dtypes.uint64,
-    "float16": dtypes.float16,
-    "float32": dtypes.float32,
-    "float64": dtypes.float64,
-}
+__all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
 
 _REPR_VALUES_LIMIT = 16  # repr shows the values of realized tensors with at most this many elements
 
 TensorData = "Tensor | UOp | np.ndarray[Any, Any] | Sequence[Any] | ConstType | np.generic"
-
-
-def dtype_from_numpy(dtype: np.dtype[Any]) -> DType:
-    """The kiln dtype of a numpy dtype; TypeError for numpy dtypes kiln has no counterpart of."""
-    found = _NUMPY_TO_DTYPE.get(dtype.name)
-    if found is None:
-        raise TypeError(f"numpy dtype {dtype} has no kiln dtype; expected one of {sorted(_NUMPY_TO_DTYPE)}")
-    return found
-
-
-def numpy_from_dtype(dtype: DType) -> np.dtype[Any]:
-    """The numpy dtype of a kiln dtype; TypeError for bfloat16 / fp8 (numpy has none)."""
-    if dtype.fmt is None:
-        raise TypeError(f"numpy has no dtype for {dtype!r}")
-    return np.dtype(dtype.fmt)
 
 
 _NO_GRAD_IS_READ_ONLY = (
@@ -546,61 +517,4 @@ def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_gr
             return graph.const(data, scalar_dtype, target)
         # a gradient leaf needs an identity of its own: equal constants are one hash-consed node
         data = np.array(data, dtype=numpy_from_dtype(scalar_dtype) if scalar_dtype.fmt is not None else None)
-    return _uop_from_host(data, dtype, target)
-
-
-def _uop_from_host(data: Any, dtype: DType | None, device: str) -> UOp:
-    """A BUFFER (reshaped to the data's shape) holding host data: a numpy array, numpy scalar or nested sequence."""
-    if isinstance(data, np.ndarray | np.generic):
-        array = np.asarray(data)
-        natural = dtype_from_numpy(array.dtype)
-    elif isinstance(data, (list, tuple)):
-        if dtype is not None and dtype.fmt is not None:
-            natural = dtype  # numpy checks each value against it: OverflowError naming an out-of-range one
-        else:
-            natural = dtypes.from_py(data) if _has_items(data) else dtypes.default_float
-        try:
-            array = np.array(data, dtype=numpy_from_dtype(natural))
-        except OverflowError as error:
-            bad = next((item for item in _flatten(data) if not _fits(item, natural)), None)
-            named = f"value {bad!r} is out of range" if bad is not None else str(error)
-            raise OverflowError(f"cannot build a {natural!r} tensor: {named} ({error})") from None
-        except ValueError as error:
-            what = "ragged or mixed data" if "sequence" in str(error) or "inhomogeneous" in str(error) else "this data"
-            raise ValueError(f"cannot build a {natural!r} tensor from {what}: {error}") from None
-        if array.dtype == object:
-            raise ValueError("cannot build a tensor from ragged nested sequences")
-    else:
-        raise TypeError(
-            f"cannot build a Tensor from {type(data).__name__}; expected a numpy array, list, tuple, scalar or Tensor"
-        )
-    if dtype is not None and dtype != natural and dtype.fmt is not None:
-        array, natural = array.astype(numpy_from_dtype(dtype)), dtype
-    shape = array.shape
-    flat = np.ascontiguousarray(array).reshape(-1)
-    node = graph.buffer_uop(device, flat.size, natural)
-    buffer = Buffer(device, flat.size, natural)
-    buffer.copyin(flat.view(np.uint8) if flat.size else b"")
-    attach_buffer(node, buffer)
-    uop = graph.reshape(node, shape)
-    # a dtype numpy cannot hold (bfloat16, fp8) is reached by a cast on the device
-    return graph.cast(uop, dtype) if dtype is not None else uop
-
-
-def _flatten(data: Any) -> list[Any]:
-    if isinstance(data, (list, tuple)):
-        return [item for part in data for item in _flatten(part)]
-    return [data]
-
-
-def _fits(value: Any, dtype: DType) -> bool:
-    # whether a Python number converts to the integer dtype without overflow (numpy's rule: floats truncate)
-    if not dtypes.is_int(dtype) or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return True
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    return bool(dtypes.min(dtype) <= math.trunc(value) <= dtypes.max(dtype))
-
-
-def _has_items(data: Sequence[Any]) -> bool:
-    return any(not isinstance(item, (list, tuple)) or _has_items(item) for item in data)
+    return uop_from_host(data, dtype, target)

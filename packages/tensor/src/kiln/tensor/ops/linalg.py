@@ -126,7 +126,9 @@ class LinalgMixin(TensorCore):
                 f"({right_shape[-2]})"
             )
         try:
-            batch = broadcast_shapes(left_shape[:-2], right_shape[:-2]) if len(left_shape) + len(right_shape) > 4 else ()
+            batch = (
+                broadcast_shapes(left_shape[:-2], right_shape[:-2]) if len(left_shape) + len(right_shape) > 4 else ()
+            )
         except ValueError:
             raise ShapeError(
                 f"matmul: the batch dims of shapes {self_shape} and {other_shape} do not broadcast "
