@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # code
 from corpus import CASES_BY_NAME, KernelCase, to_storage
 
 from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, get_program
-from kiln.renderers import CRenderer, LLVMRenderer, cpu_renderers
+from kiln.renderers import CoreLauncher, CRenderer, LLVMRenderer, cpu_renderers
 from kiln.runtime import Buffer, CPUDevice, Device, elf_type
 from kiln.runtime.cpu_device import CPUProgramRunner
 from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
@@ -298,3 +298,35 @@ def test_inline_launches_wait_for_queued_big_kernels() -> None:
     Device["CPU"].synchronize()
     for out in results:
         np.testing.assert_array_equal(out.numpy(), values[-16:] + np.float32(2))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no multi-core kernels")
+@pytest.mark.parametrize("inputs", [1, 5, 11, 14])
+def test_multi_core_kernels_with_many_parameters_and_int32_variables_match_numpy(inputs: int) -> None:
+    # out[i] = sum_k a_k[i] * (k + 1) + (p - q) over 4096 elements split over 2 cores: with 11 and more inputs the
+    # parameters (buffers, two int32 variables, the core id) go past the registers onto the stack, where the native
+    # launcher passes 64-bit words (with 14 inputs: 18 parameters, more than it takes, so the ctypes path runs)
+    size = 4096
+    i = UOp.range(size, 0)
+    p, q = UOp.variable("p", -(2**31), 2**31 - 1, dtypes.int32), UOp.variable("q", -(2**31), 2**31 - 1, dtypes.int32)
+    total = (p - q).cast(dtypes.float32)
+    for k in range(inputs):
+        source = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=k + 1)
+        total = total + source.index(i).load() * UOp.const(dtypes.float32, float(k + 1))
+    out = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=0)
+    sink = UOp(Ops.SINK, src=(out.index(i).store(total).end(i),), arg=KernelInfo(f"many_inputs_{inputs}"))
+    program = Program(get_program(sink, Device["CPU"].renderer, [Opt(OptOps.THREAD, 0, 2)]))
+    assert program.uses_core_id and program.global_size[0] == 2
+    runner = Device["CPU"].runtime(program)
+    rng = np.random.default_rng(inputs)
+    arrays = [rng.integers(-8, 8, size).astype(np.float32) for _ in range(inputs)]
+    pool = Device["CPU"].core_pool  # type: ignore[attr-defined]
+    launches_before = pool._launches
+    for p_value, q_value in ((3, 10), (-(2**31), -(2**31) + 5), (2**31 - 1, 2**31 - 3)):
+        result = Buffer("CPU", size, dtypes.float32)
+        runner([result, *(Buffer("CPU", size, dtypes.float32).copyin(a) for a in arrays)], {"p": p_value, "q": q_value})
+        Device["CPU"].synchronize()
+        expected = np.float32(p_value - q_value) + sum(a * np.float32(k + 1) for k, a in enumerate(arrays))
+        np.testing.assert_array_equal(result.numpy(), expected.astype(np.float32))
+    native = pool.launcher is not None and inputs + 3 < CoreLauncher.MAX_ARGUMENTS  # buffers + 2 variables < 16
+    assert pool._launches - launches_before == (3 if native else 0)
