@@ -21,7 +21,7 @@ from kiln.uops.trace import (
     tracing,
     tracing_enabled,
 )
-from kiln.uops.uop import UOp, live_uop_count
+from kiln.uops.uop import UOp, content_arg, live_uop_count
 from kiln.uops.upat import ANY_ARG, UPat
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "SpecError",
     "SpecialArg",
     "UOp",
+    "content_arg",
     "UPat",
     "VarArg",
     "dtypes",

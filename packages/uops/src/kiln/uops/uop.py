@@ -75,6 +75,15 @@ def _normalized_arg(arg: Any) -> Any:
 
 
 _NORMALIZED_TYPES: Final = frozenset({float, bool, tuple})
+
+
+def content_arg(value: Any) -> Any:
+    """`value` (an arg or tag) as hash-consing compares it: floats by their exact bits (0.0 and -0.0 apart, NaN
+    equal to itself), bools apart from ints, tuples element by element. Two payloads make the same UOp exactly when
+    their `content_arg`s are equal (for keys that must tell nodes apart the way UOp does)."""
+    return _normalized_arg(value) if type(value) in _NORMALIZED_TYPES else value
+
+
 _INDEX: Final = dtypes.index
 _KEEP: Final = object()
 

@@ -34,6 +34,8 @@ class ScheduleCache:
         self.max_plans, self.max_structures, self.variants_kept = max_plans, max_structures, variants_kept
         self._plans: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
         self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
+        # plans by `structure_key`: found without normalizing (only plans of graphs normalized without lifting)
+        self._keyed: OrderedDict[tuple[int, ...], SchedulePlan] = OrderedDict()
         self.placeholders: PlaceholderMemo = {}  # input placeholder nodes for `normalize`
         self.hits = 0
         self.misses = 0
@@ -67,6 +69,20 @@ class ScheduleCache:
             self._plans.move_to_end(roots)
         return plan
 
+    def lookup_key(self, key: tuple[int, ...]) -> SchedulePlan | None:
+        """The plan remembered for `StructureKey.key` `key`, or None (counted as a hit only when found)."""
+        plan = self._keyed.get(key)
+        if plan is not None:
+            self.hits += 1
+            self._keyed.move_to_end(key)
+        return plan
+
+    def remember_key(self, key: tuple[int, ...], plan: SchedulePlan) -> None:
+        """Remembers `plan` for `key`: the plan of the graph that key was made of, normalized without lifting."""
+        if len(self._keyed) >= self.max_plans:
+            self._keyed.popitem(last=False)
+        self._keyed[key] = plan
+
     def varying_constants(self, masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
         """The numbers of the constants whose value differed between the calls seen with the structure
         `masked_roots` (normalized with every constant lifted), counting this call with `constants`."""
@@ -88,13 +104,14 @@ class ScheduleCache:
         return frozenset(n for n in range(len(constants)) if len({values[n] for values in alike}) > 1)
 
     def sizes(self) -> dict[str, int]:
-        """How many entries each part holds (plans, structures with constant variants)."""
-        return {"plans": len(self._plans), "structures": len(self._variants)}
+        """How many entries each part holds (plans, structures with constant variants, plans by structure key)."""
+        return {"plans": len(self._plans), "structures": len(self._variants), "keyed_plans": len(self._keyed)}
 
     def clear(self) -> None:
         """Forgets every plan and constant variant and resets the hit and miss counts."""
         self._plans.clear()
         self._variants.clear()
+        self._keyed.clear()
         self.placeholders.clear()
         self.hits = 0
         self.misses = 0

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from kiln.tensor.graph import MOVEMENT_OPS, SHAPE, merge_movement_link
 from kiln.tensor.schedule.items import InputSlot
-from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, dtypes
+from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, content_arg, dtypes
 
 REALIZED: NodeSlot[UOp] = NodeSlot("tensor_realized", __name__, "the buffer view a node's value was realized into")
 # A node whose graph holds no BUFFER and no realized node (a pure graph) normalizes to itself with its movement
@@ -266,6 +266,11 @@ def normalize(
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
 
 
+def normalize_shallow(root: UOp, placeholders: PlaceholderMemo | None = None) -> NormalizedGraph | None:
+    """`normalize([root])` when `root` is one op over buffers and pure graphs (see `_normalize_shallow`), else None."""
+    return _normalize_shallow(root, _epoch[0], placeholders)
+
+
 def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | None) -> NormalizedGraph | None:
     """`normalize([root])` without the walk when `root` is an op (not a movement chain link, not realized) whose
     sources are each a BUFFER or a pure graph, one of them at least a BUFFER (the usual small op: an elementwise op
@@ -293,6 +298,88 @@ def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | No
     result = UOp(root.op, root.dtype, tuple(new_sources), root.arg, root.tag)
     # `NormalizedGraph((result,), tuple(inputs))` as the named tuple's own `_make` builds it (in C)
     return tuple.__new__(NormalizedGraph, ((result,), tuple(inputs), ()))
+
+
+class StructureKey(NamedTuple):
+    """A request's structure as small integers (`key`: the generation of the numbering, then one number per
+    requested node) and the BUFFER nodes it reads (`inputs`, in `normalize`'s order)."""
+
+    key: tuple[int, ...]
+    inputs: tuple[UOp, ...]
+
+
+# Node contents numbered in the order first seen: (op, dtype, arg, tag, the sources' numbers), a placeholder's
+# (position, size, dtype, device), or a pure or leaf node itself (hash-consed: its identity is its content). The
+# table is emptied when it grows past its limit; the generation then changes, so no key made before can match one
+# made after.
+_numbers: dict[tuple[object, ...], int] = {}
+_NUMBERS_LIMIT = 1 << 18
+_PURE = object()  # heads the content of a node standing for itself (pure or a leaf), apart from any op's
+_generation = [0]
+
+
+def structure_key(uops: Sequence[UOp]) -> StructureKey | None:
+    """A key for the structure `normalize(uops)` (without lifting) finds, computed without building its nodes.
+
+    The walk is `normalize`'s (the same order, realized nodes standing for their views, pure nodes for their
+    normalized form, buffers numbered as inputs where first reached), but each node becomes a number instead of a
+    rebuilt node: equal keys mean equal normalized roots (by induction over the nodes: equal numbers, equal
+    normalized nodes), so a plan found by key runs with `inputs` as it would with `normalize`'s. Different keys may
+    still normalize alike (merged movement chains, a node marked pure between calls): that only costs a lookup
+    through `normalize`. None when a buffer was overwritten (`normalize` raises the error).
+    """
+    if len(_numbers) > _NUMBERS_LIMIT:
+        _numbers.clear()
+        _generation[0] += 1
+    number = _numbers.setdefault
+    epoch = _epoch[0]
+    resolved: dict[UOp, int] = {}
+    inputs: list[UOp] = []
+    self_epoch, overwritten, realized, pure_form = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get, PURE_FORM.get
+    stack: list[UOp] = list(reversed(uops))
+    expanded: set[UOp] = set()
+    while stack:
+        node = stack[-1]
+        if node in resolved:
+            stack.pop()
+            continue
+        sources = node.src
+        if node not in expanded:
+            if self_epoch(node) == epoch:
+                content: tuple[object, ...] = (_PURE, pure_form(node) or node)
+                resolved[node] = number(content, len(_numbers))
+                stack.pop()
+                continue
+            if node.op is Ops.BUFFER:
+                if overwritten(node):
+                    return None
+                arg = node.arg
+                resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), len(_numbers))
+                inputs.append(node)
+                stack.pop()
+                continue
+            view = realized(node)
+            if view is not None:
+                if view in resolved:
+                    resolved[node] = resolved[view]
+                    stack.pop()
+                else:
+                    stack.append(view)
+                continue
+            waiting = len(stack)
+            for source in reversed(sources):
+                if source not in resolved:
+                    stack.append(source)
+            if len(stack) != waiting:
+                expanded.add(node)
+                continue
+        stack.pop()
+        if not sources:  # a leaf (CONST, DEVICE, ...): normalize keeps it and marks it pure
+            resolved[node] = number((_PURE, node), len(_numbers))
+            continue
+        content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
+        resolved[node] = number(content, len(_numbers))
+    return StructureKey((_generation[0], *[resolved[uop] for uop in uops]), tuple(inputs))
 
 
 def const_node(uop: UOp) -> UOp | None:
