@@ -41,7 +41,7 @@ from kiln.tensor.schedule import (
     record_realized,
 )
 from kiln.tensor.schedule.cache import ScheduleCache
-from kiln.tensor.schedule.normalize import const_key, normalize_shallow, structure_key
+from kiln.tensor.schedule.normalize import const_key, normalize_shallow
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
@@ -538,7 +538,7 @@ class Engine:
         keyed = None
         normalized = normalize_shallow(uops[0], memo) if len(uops) == 1 else None
         if normalized is None:
-            keyed = structure_key(uops)
+            keyed = schedule.structure_key(uops)
             if keyed is not None:
                 plan = schedule.lookup_key(keyed.key)
                 if plan is not None:

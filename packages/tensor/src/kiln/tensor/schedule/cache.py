@@ -12,9 +12,16 @@ one-element input buffers (`normalize(..., lift=...)`), so later calls share one
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from kiln.tensor.schedule.items import SchedulePlan
-from kiln.tensor.schedule.normalize import ConstKey, PlaceholderMemo
+from kiln.tensor.schedule.normalize import (
+    ConstKey,
+    PlaceholderMemo,
+    StructureKey,
+    StructureNumbering,
+    structure_key,
+)
 from kiln.tensor.schedule.planner import plan_schedule
 from kiln.uops import Ops, UOp
 
@@ -36,6 +43,7 @@ class ScheduleCache:
         self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
         # plans by `structure_key`: found without normalizing (only plans of graphs normalized without lifting)
         self._keyed: OrderedDict[tuple[int, ...], SchedulePlan] = OrderedDict()
+        self.numbering = StructureNumbering()
         self.placeholders: PlaceholderMemo = {}  # input placeholder nodes for `normalize`
         self.hits = 0
         self.misses = 0
@@ -68,6 +76,14 @@ class ScheduleCache:
             self.hits += 1
             self._plans.move_to_end(roots)
         return plan
+
+    def structure_key(self, uops: Sequence[UOp]) -> StructureKey | None:
+        """`structure_key(uops)` in this cache's numbering; a numbering grown past its limit starts again, and the
+        plans remembered by its keys are forgotten with it (a key of the old numbering could mean another graph)."""
+        if len(self.numbering.numbers) > self.numbering.limit:
+            self.numbering.clear()
+            self._keyed.clear()
+        return structure_key(uops, self.numbering)
 
     def lookup_key(self, key: tuple[int, ...]) -> SchedulePlan | None:
         """The plan remembered for `StructureKey.key` `key`, or None (counted as a hit only when found)."""
@@ -112,6 +128,7 @@ class ScheduleCache:
         self._plans.clear()
         self._variants.clear()
         self._keyed.clear()
+        self.numbering.clear()
         self.placeholders.clear()
         self.hits = 0
         self.misses = 0

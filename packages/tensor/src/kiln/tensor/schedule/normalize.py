@@ -301,41 +301,53 @@ def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | No
 
 
 class StructureKey(NamedTuple):
-    """A request's structure as small integers (`key`: the generation of the numbering, then one number per
-    requested node) and the BUFFER nodes it reads (`inputs`, in `normalize`'s order)."""
+    """A request's structure as small integers (one number per requested node) and the BUFFER nodes it reads
+    (`inputs`, in `normalize`'s order)."""
 
     key: tuple[int, ...]
     inputs: tuple[UOp, ...]
 
 
-# Node contents numbered in the order first seen: (op, dtype, arg, tag, the sources' numbers), a placeholder's
-# (position, size, dtype, device), or a pure or leaf node itself (hash-consed: its identity is its content). The
-# table is emptied when it grows past its limit; the generation then changes, so no key made before can match one
-# made after.
-_numbers: dict[tuple[object, ...], int] = {}
-_NUMBERS_LIMIT = 1 << 18
-_PURE = object()  # heads the content of a node standing for itself (pure or a leaf), apart from any op's
-_generation = [0]
+class StructureNumbering:
+    """The numbers `structure_key` gives node contents, in the order first seen: (op, dtype, arg, tag, the sources'
+    numbers) or a placeholder's (position, size, dtype, device). One per schedule cache (an engine's). No node is
+    held, so the table keeps nothing alive; it is emptied when it grows past `limit` entries (a few MiB at most),
+    and a new `token` then marks the new numbering, so no key made before can match one made after. A pure node
+    (see SELF_EPOCH) keeps its number in a slot with the token, so later walks stop there as normalize's do."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit
+        self.numbers: dict[tuple[object, ...], int] = {}
+        self.token = object()
+
+    def clear(self) -> None:
+        """Forgets every number (keys made before never match keys made after)."""
+        self.numbers = {}
+        self.token = object()
 
 
-def structure_key(uops: Sequence[UOp]) -> StructureKey | None:
+PURE_NUMBER: NodeSlot[tuple[object, int]] = NodeSlot(
+    "tensor_structure_number", __name__, "a pure node's structure-key number, with its numbering's token"
+)
+
+
+def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> StructureKey | None:
     """A key for the structure `normalize(uops)` (without lifting) finds, computed without building its nodes.
 
-    The walk is `normalize`'s (the same order, realized nodes standing for their views, pure nodes for their
-    normalized form, buffers numbered as inputs where first reached), but each node becomes a number instead of a
-    rebuilt node: equal keys mean equal normalized roots (by induction over the nodes: equal numbers, equal
-    normalized nodes), so a plan found by key runs with `inputs` as it would with `normalize`'s. Different keys may
-    still normalize alike (merged movement chains, a node marked pure between calls): that only costs a lookup
+    The walk is `normalize`'s (the same order, realized nodes standing for their views, buffers numbered as inputs
+    where first reached), but each node becomes a number instead of a rebuilt node: equal keys mean equal normalized
+    roots (by induction over the nodes: equal numbers, equal normalized nodes; a pure node's number is that of its
+    own structure, which normalizes to its merged form), so a plan found by key runs with `inputs` as it would with
+    `normalize`'s. Different keys may still normalize alike (merged movement chains): that only costs a lookup
     through `normalize`. None when a buffer was overwritten (`normalize` raises the error).
     """
-    if len(_numbers) > _NUMBERS_LIMIT:
-        _numbers.clear()
-        _generation[0] += 1
-    number = _numbers.setdefault
+    numbers, token = numbering.numbers, numbering.token
+    number = numbers.setdefault
     epoch = _epoch[0]
     resolved: dict[UOp, int] = {}
     inputs: list[UOp] = []
-    self_epoch, overwritten, realized, pure_form = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get, PURE_FORM.get
+    self_epoch, overwritten, realized = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get
+    pure_number, remember = PURE_NUMBER.get, PURE_NUMBER.set
     stack: list[UOp] = list(reversed(uops))
     expanded: set[UOp] = set()
     while stack:
@@ -344,28 +356,32 @@ def structure_key(uops: Sequence[UOp]) -> StructureKey | None:
             stack.pop()
             continue
         sources = node.src
+        pure = False
         if node not in expanded:
-            if self_epoch(node) == epoch:
-                content: tuple[object, ...] = (_PURE, pure_form(node) or node)
-                resolved[node] = number(content, len(_numbers))
-                stack.pop()
-                continue
-            if node.op is Ops.BUFFER:
+            if self_epoch(node) == epoch:  # no buffer and nothing realized below: no input, its structure as is
+                known = pure_number(node)
+                if known is not None and known[0] is token:
+                    resolved[node] = known[1]
+                    stack.pop()
+                    continue
+                pure = True
+            elif node.op is Ops.BUFFER:
                 if overwritten(node):
                     return None
                 arg = node.arg
-                resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), len(_numbers))
+                resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), len(numbers))
                 inputs.append(node)
                 stack.pop()
                 continue
-            view = realized(node)
-            if view is not None:
-                if view in resolved:
-                    resolved[node] = resolved[view]
-                    stack.pop()
-                else:
-                    stack.append(view)
-                continue
+            else:
+                view = realized(node)
+                if view is not None:
+                    if view in resolved:
+                        resolved[node] = resolved[view]
+                        stack.pop()
+                    else:
+                        stack.append(view)
+                    continue
             waiting = len(stack)
             for source in reversed(sources):
                 if source not in resolved:
@@ -374,12 +390,11 @@ def structure_key(uops: Sequence[UOp]) -> StructureKey | None:
                 expanded.add(node)
                 continue
         stack.pop()
-        if not sources:  # a leaf (CONST, DEVICE, ...): normalize keeps it and marks it pure
-            resolved[node] = number((_PURE, node), len(_numbers))
-            continue
         content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
-        resolved[node] = number(content, len(_numbers))
-    return StructureKey((_generation[0], *[resolved[uop] for uop in uops]), tuple(inputs))
+        resolved[node] = found = number(content, len(numbers))
+        if pure or self_epoch(node) == epoch:
+            remember(node, (token, found))
+    return StructureKey(tuple([resolved[uop] for uop in uops]), tuple(inputs))
 
 
 def const_node(uop: UOp) -> UOp | None:
