@@ -6,13 +6,14 @@ numpy."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor
-from kiln.tensor.realize import default_engine
+from kiln.tensor.realize import Engine, default_engine, use_engine
 from kiln.tensor.schedule import normalize
 from kiln.tensor.schedule.normalize import StructureKey, StructureNumbering, structure_key
 
@@ -20,6 +21,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from engine_graphs import FAST_DEVICE
 
 NUMBERING = StructureNumbering()
+
+
+@pytest.fixture(autouse=True)
+def _own_engine() -> Iterator[None]:
+    # these tests build many plans: they go into an engine of their own, dropped afterwards, so the default engine's
+    # caches (and what they keep alive) stay as other tests expect them
+    with use_engine(Engine()):
+        yield
 
 
 def _key(tensor: Tensor) -> StructureKey | None:
@@ -133,8 +142,6 @@ def test_a_realized_part_changes_the_key_and_the_inputs() -> None:
 
 
 def test_a_numbering_grown_past_its_limit_starts_again_and_forgets_its_keyed_plans() -> None:
-    from kiln.tensor.realize import Engine, use_engine
-
     engine = Engine()
     engine.schedule.numbering.limit = 0  # every realize finds the numbering full
     x = _tensor(np.arange(4, dtype=np.float32)).realize()

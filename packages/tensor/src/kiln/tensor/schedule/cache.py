@@ -42,7 +42,7 @@ class ScheduleCache:
         self._plans: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
         self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
         # plans by `structure_key`: found without normalizing (only plans of graphs normalized without lifting)
-        self._keyed: OrderedDict[tuple[int, ...], SchedulePlan] = OrderedDict()
+        self._keyed: OrderedDict[tuple[object, ...], SchedulePlan] = OrderedDict()
         self.numbering = StructureNumbering()
         self.placeholders: PlaceholderMemo = {}  # input placeholder nodes for `normalize`
         self.hits = 0
@@ -85,7 +85,7 @@ class ScheduleCache:
             self._keyed.clear()
         return structure_key(uops, self.numbering)
 
-    def lookup_key(self, key: tuple[int, ...]) -> SchedulePlan | None:
+    def lookup_key(self, key: tuple[object, ...]) -> SchedulePlan | None:
         """The plan remembered for `StructureKey.key` `key`, or None (counted as a hit only when found)."""
         plan = self._keyed.get(key)
         if plan is not None:
@@ -93,7 +93,7 @@ class ScheduleCache:
             self._keyed.move_to_end(key)
         return plan
 
-    def remember_key(self, key: tuple[int, ...], plan: SchedulePlan) -> None:
+    def remember_key(self, key: tuple[object, ...], plan: SchedulePlan) -> None:
         """Remembers `plan` for `key`: the plan of the graph that key was made of, normalized without lifting."""
         if len(self._keyed) >= self.max_plans:
             self._keyed.popitem(last=False)

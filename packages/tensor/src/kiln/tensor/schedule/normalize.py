@@ -301,19 +301,19 @@ def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | No
 
 
 class StructureKey(NamedTuple):
-    """A request's structure as small integers (one number per requested node) and the BUFFER nodes it reads
-    (`inputs`, in `normalize`'s order)."""
+    """A request's structure (`key`: one number per requested node, then the constants' values) and the BUFFER
+    nodes it reads (`inputs`, in `normalize`'s order)."""
 
-    key: tuple[int, ...]
+    key: tuple[object, ...]
     inputs: tuple[UOp, ...]
 
 
 class StructureNumbering:
     """The numbers `structure_key` gives node contents, in the order first seen: (op, dtype, arg, tag, the sources'
-    numbers) or a placeholder's (position, size, dtype, device). One per schedule cache (an engine's). No node is
-    held, so the table keeps nothing alive; it is emptied when it grows past `limit` entries (a few MiB at most),
-    and a new `token` then marks the new numbering, so no key made before can match one made after. A pure node
-    (see SELF_EPOCH) keeps its number in a slot with the token, so later walks stop there as normalize's do."""
+    numbers), a placeholder's (position, size, dtype, device), or a constant's (dtype, tag, its position among the
+    request's constants: the values themselves go into the key, not into this table, so new constant values do not
+    grow it). One per schedule cache (an engine's). No node is held; its owner empties it when it grows past
+    `limit` entries, and a new `token` then marks the new numbering."""
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self.limit = limit
@@ -321,33 +321,31 @@ class StructureNumbering:
         self.token = object()
 
     def clear(self) -> None:
-        """Forgets every number (keys made before never match keys made after)."""
+        """Forgets every number (keys made before must then be forgotten too: they could mean other graphs)."""
         self.numbers = {}
         self.token = object()
 
 
-PURE_NUMBER: NodeSlot[tuple[object, int]] = NodeSlot(
-    "tensor_structure_number", __name__, "a pure node's structure-key number, with its numbering's token"
-)
+_CONSTANT = object()  # heads a constant's content in the numbering, apart from any node's
 
 
 def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> StructureKey | None:
     """A key for the structure `normalize(uops)` (without lifting) finds, computed without building its nodes.
 
     The walk is `normalize`'s (the same order, realized nodes standing for their views, buffers numbered as inputs
-    where first reached), but each node becomes a number instead of a rebuilt node: equal keys mean equal normalized
-    roots (by induction over the nodes: equal numbers, equal normalized nodes; a pure node's number is that of its
-    own structure, which normalizes to its merged form), so a plan found by key runs with `inputs` as it would with
-    `normalize`'s. Different keys may still normalize alike (merged movement chains): that only costs a lookup
-    through `normalize`. None when a buffer was overwritten (`normalize` raises the error).
+    where first reached), but each node becomes a number instead of a rebuilt node, and the key is the roots'
+    numbers followed by the constants' values in the order first reached. Equal keys mean equal normalized roots
+    (by induction over the nodes: equal numbers and equal constants, equal normalized nodes; a pure part, which
+    normalize keeps as its merged form, is numbered by its own structure), so a plan found by key runs with
+    `inputs` as it would with `normalize`'s. Different keys may still normalize alike (merged movement chains): that
+    only costs a lookup through `normalize`. None when a buffer was overwritten (`normalize` raises the error).
     """
-    numbers, token = numbering.numbers, numbering.token
-    number = numbers.setdefault
-    epoch = _epoch[0]
+    number = numbering.numbers.setdefault
+    count = numbering.numbers.__len__
     resolved: dict[UOp, int] = {}
     inputs: list[UOp] = []
-    self_epoch, overwritten, realized = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get
-    pure_number, remember = PURE_NUMBER.get, PURE_NUMBER.set
+    constants: list[object] = []
+    overwritten, realized = OVERWRITTEN.has, REALIZED.get
     stack: list[UOp] = list(reversed(uops))
     expanded: set[UOp] = set()
     while stack:
@@ -356,32 +354,31 @@ def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> Structu
             stack.pop()
             continue
         sources = node.src
-        pure = False
         if node not in expanded:
-            if self_epoch(node) == epoch:  # no buffer and nothing realized below: no input, its structure as is
-                known = pure_number(node)
-                if known is not None and known[0] is token:
-                    resolved[node] = known[1]
-                    stack.pop()
-                    continue
-                pure = True
-            elif node.op is Ops.BUFFER:
+            op = node.op
+            if op is Ops.BUFFER:
                 if overwritten(node):
                     return None
                 arg = node.arg
-                resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), len(numbers))
+                resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), count())
                 inputs.append(node)
                 stack.pop()
                 continue
-            else:
-                view = realized(node)
-                if view is not None:
-                    if view in resolved:
-                        resolved[node] = resolved[view]
-                        stack.pop()
-                    else:
-                        stack.append(view)
-                    continue
+            if op is Ops.CONST:
+                # its sources (the DEVICE node) as they are: a handful of long-lived nodes, one per device
+                content = (_CONSTANT, node.dtype, content_arg(node.tag), len(constants), sources)
+                resolved[node] = number(content, count())
+                constants.append(content_arg(node.arg))
+                stack.pop()
+                continue
+            view = realized(node)  # never set inside a pure part (record_realized skips those)
+            if view is not None:
+                if view in resolved:
+                    resolved[node] = resolved[view]
+                    stack.pop()
+                else:
+                    stack.append(view)
+                continue
             waiting = len(stack)
             for source in reversed(sources):
                 if source not in resolved:
@@ -391,10 +388,8 @@ def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> Structu
                 continue
         stack.pop()
         content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
-        resolved[node] = found = number(content, len(numbers))
-        if pure or self_epoch(node) == epoch:
-            remember(node, (token, found))
-    return StructureKey(tuple([resolved[uop] for uop in uops]), tuple(inputs))
+        resolved[node] = number(content, count())
+    return StructureKey((*[resolved[uop] for uop in uops], *constants), tuple(inputs))
 
 
 def const_node(uop: UOp) -> UOp | None:
