@@ -359,3 +359,37 @@ def test_an_interrupt_between_the_launch_calls_still_finishes_the_launch_and_wak
         pool.run_kernel(address, function, (3,), 2)  # type: ignore[arg-type]
         assert len({ident for _, _, ident in records}) == 2, "the worker was left asleep"
     pool.close()
+
+
+@native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_an_interrupt_right_after_phase_zero_still_wakes_the_claimed_workers() -> None:
+    # the interrupt lands as phase 0 returns, before its count of workers to wake is even stored
+    with Context(CPU_PIN=1, CPU_SPIN=0):
+        pool = CorePool("test", launcher=_native_launcher)
+    function, address, records = _recording_kernel(meet=True)
+    pool.run_kernel(address, function, (1,), 2)  # type: ignore[arg-type]  # starts the workers
+    time.sleep(0.02)  # CPU_SPIN=0: they are asleep now
+    real_launch = pool._launch_function
+    interrupted: list[int] = []
+
+    def launch(state: int, word: int, count: int, phase: int) -> int:
+        result = real_launch(state, word, count, phase)
+        if phase == 0 and not interrupted:
+            interrupted.append(result)
+            raise _Interrupt()
+        return result
+
+    pool._launch_function = launch
+    records.clear()
+    with pytest.raises(_Interrupt):
+        pool.run_kernel(address, function, (2,), 2)  # type: ignore[arg-type]
+    assert interrupted == [1]  # phase 0 had claimed one sleeping worker's flag
+    assert sorted(core for _, core, _ in records) == [0, 1]
+    pool._launch_function = real_launch
+    for _ in range(3):
+        records.clear()
+        time.sleep(0.02)
+        pool.run_kernel(address, function, (3,), 2)  # type: ignore[arg-type]
+        assert len({ident for _, _, ident in records}) == 2, "the worker was left asleep"
+    pool.close()

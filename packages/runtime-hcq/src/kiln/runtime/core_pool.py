@@ -332,7 +332,7 @@ class CorePool:
             except BaseException:
                 # an interrupt (a signal handler's exception) between the calls: the launch is published, so it is
                 # finished before the caller may reuse its buffers, and every worker whose flag was claimed is woken
-                self._finish_interrupted(word, count, woken)
+                self._finish_interrupted(word, count)
                 raise
 
     def _wake(self, woken: int) -> None:
@@ -342,11 +342,14 @@ class CorePool:
         for position in range(woken):
             queues[state[listed + position]].put(_WAKE)
 
-    def _finish_interrupted(self, word: int, count: int, woken: int) -> None:
+    def _finish_interrupted(self, word: int, count: int) -> None:
+        # Every worker gets a wake-up, not only those phase 0 named: the interrupt may have come before its count
+        # was even stored, and a worker whose parked flag was claimed but never woken would sleep for good while
+        # launches counted on it. A spare wake-up only makes a worker poll once more.
         while True:
             try:
-                if woken:
-                    self._wake(woken)  # again: a spare wake-up only makes a worker poll once more
+                for tasks in self._queues:
+                    tasks.put(_WAKE)
                 self._launch_function(self._state_address, word, count, 1)
                 return
             except KeyboardInterrupt:  # another Ctrl-C meanwhile: the launch must still finish
