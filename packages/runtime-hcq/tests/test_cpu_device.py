@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ from kiln.runtime import Buffer, CPUDevice, Device, elf_type
 from kiln.runtime.cpu_device import CPUProgramRunner
 from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
 from kiln.runtime.program_runner import VariableSpec
+from kiln.runtime.thread_engine import ThreadQueueEngine
 from kiln.uops import Context, Ops, UOp, dtypes
 
 CPU_RENDERERS = [CRenderer, LLVMRenderer]
@@ -330,3 +333,72 @@ def test_multi_core_kernels_with_many_parameters_and_int32_variables_match_numpy
         np.testing.assert_array_equal(result.numpy(), expected.astype(np.float32))
     native = pool.launcher is not None and inputs + 3 < CoreLauncher.MAX_ARGUMENTS  # buffers + 2 variables < 16
     assert pool._launches - launches_before == (3 if native else 0)
+
+
+def _in_forked_child(work: Callable[[], None], timeout: float = 60.0) -> int:
+    """Runs `work` in a child made by os.fork(); its exit status (0: `work` returned), or -1 when it hung."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return -1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_queued_and_multi_core_launches() -> None:
+    # the queue's worker thread and the core pool's workers do not survive a fork: before the fork hooks, a queued
+    # launch in the child waited forever for a thread that was not there
+    device = Device["CPU"]
+    big = device.runtime(add_one_program(1 << 23, "fork_big_add_one", opts=[]))  # one core, queued (over the limit)
+    assert not big.inline  # type: ignore[attr-defined]
+    values = np.arange(1 << 23, dtype=np.float32)
+    source = Buffer("CPU", values.size, dtypes.float32).copyin(values)
+    result = Buffer("CPU", values.size, dtypes.float32)
+    big([result, source])
+    device.synchronize()  # the parent has used the queue's thread and (below) the core pool before forking
+    multi = device.runtime(add_one_program(1 << 23, "fork_multi_add_one")) if (os.cpu_count() or 1) > 1 else big
+    multi([result, source])
+    device.synchronize()
+
+    def child() -> None:
+        for runner in (big, multi, big):
+            out = Buffer("CPU", values.size, dtypes.float32)
+            runner([out, source])
+            device.synchronize()
+            if not np.array_equal(out.numpy(), values + 1):
+                raise AssertionError("wrong result in the child")
+
+    assert _in_forked_child(child) == 0
+    big([result, source])  # the parent is unaffected
+    device.synchronize()
+    np.testing.assert_array_equal(result.numpy(), values + 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_an_engine_forked_while_running_a_list_fails_in_the_child_naming_the_fork() -> None:
+    engine = ThreadQueueEngine("fork-test")
+    engine._run_lock.acquire()  # as if its worker were running a list at the fork
+    try:
+
+        def child() -> None:
+            if engine.error is None or "forked while a command list was running" not in str(engine.error):
+                raise AssertionError(f"expected the fork named in the error, got {engine.error!r}")
+            with pytest.raises(RuntimeError, match="forked while a command list was running"):
+                engine.check()
+
+        assert _in_forked_child(child) == 0
+    finally:
+        engine._run_lock.release()
+    assert engine.error is None  # the parent's engine is untouched

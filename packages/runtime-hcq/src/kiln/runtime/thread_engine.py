@@ -8,8 +8,10 @@ written against the HCQ abstractions behaves the same on them.
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -27,6 +29,18 @@ from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.signal import TimelineSignal
 
 __all__ = ["EngineClosed", "SoftwareKernel", "ThreadQueueEngine"]
+
+# every engine of this process, weakly: a fork hook makes the child's copies usable (threads do not survive a fork)
+_live_engines: weakref.WeakSet[ThreadQueueEngine] = weakref.WeakSet()
+
+
+def _engines_after_fork() -> None:
+    for engine in list(_live_engines):
+        engine.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_engines_after_fork)
 
 
 @runtime_checkable
@@ -65,6 +79,7 @@ class ThreadQueueEngine:
     """
 
     def __init__(self, name: str) -> None:
+        _live_engines.add(self)
         self.name = name
         self.error: BaseException | None = None
         self._pending: queue.SimpleQueue[list[HCQCommand] | None] = queue.SimpleQueue()
@@ -80,6 +95,29 @@ class ThreadQueueEngine:
 
     def __repr__(self) -> str:
         return f"<ThreadQueueEngine {self.name}>"
+
+    def after_fork_in_child(self) -> None:
+        """Makes this process's copy usable after `os.fork()` (run by the fork hook of this module): the worker
+        thread and whatever held the locks did not survive the fork, so the locks are new and the next submission
+        starts a new worker, which runs the lists still queued at the fork in order. A list that was running at
+        the fork cannot finish in the child: the engine then fails, naming the fork, so waiting on its signals
+        raises instead of hanging."""
+        running = self._run_lock.locked()
+        self._start_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._thread = None
+        queued, self._pending = self._pending, queue.SimpleQueue()
+        while True:
+            try:
+                self._pending.put(queued.get_nowait())
+            except queue.Empty:
+                break
+        if running and self.error is None:
+            self.error = RuntimeError(
+                f"engine {self.name!r}: the process forked while a command list was running on it; that work cannot "
+                "finish in the child process (fork when the device is idle, e.g. after synchronize())"
+            )
 
     def submit_commands(self, commands: Sequence[HCQCommand]) -> None:
         """Queues `commands` behind everything submitted before."""
