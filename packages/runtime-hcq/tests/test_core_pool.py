@@ -329,49 +329,24 @@ def test_a_kernel_with_too_many_parameters_for_the_launcher_runs_through_python(
 
 @native
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_an_interrupt_between_the_launch_calls_still_finishes_the_launch_and_wakes_the_workers() -> None:
-    # phase 0 claimed a sleeping worker's flag; an interrupt before Python woke it must not leave that worker
-    # asleep for good (later launches would count on it) nor leave the launch half run
+@pytest.mark.parametrize("where", ["waking", "after phase 0"])
+def test_an_interrupted_native_launch_finishes_and_leaves_no_worker_asleep(where: str) -> None:
+    # Phase 0 claims a sleeping worker's flag; an interrupt before Python woke it (while waking it, or as phase 0
+    # returns, before its count is even stored) must neither leave the launch half run nor leave that worker
+    # asleep for good while later launches count on it
     with Context(CPU_PIN=1, CPU_SPIN=0):
         pool = CorePool("test", launcher=_native_launcher)  # a worker on every core: one is on another core
     function, address, records = _recording_kernel(meet=True)
-    pool.run_kernel(address, function, (1,), 2)  # type: ignore[arg-type]  # starts the worker
-    time.sleep(0.02)  # CPU_SPIN=0: it is asleep now
-    real_wake = pool._wake
-    raised: list[int] = []
-
-    def interrupted_wake(woken: int) -> None:
-        if not raised:
-            raised.append(woken)
-            raise _Interrupt()
-        real_wake(woken)
-
-    pool._wake = interrupted_wake  # type: ignore[method-assign]
-    records.clear()
-    with pytest.raises(_Interrupt):
-        pool.run_kernel(address, function, (2,), 2)  # type: ignore[arg-type]
-    assert raised == [1]
-    assert sorted(core for _, core, _ in records) == [0, 1]  # the launch ran to the end before the interrupt left
-    pool._wake = real_wake  # type: ignore[method-assign]
-    for _ in range(3):
-        records.clear()
-        time.sleep(0.02)
-        pool.run_kernel(address, function, (3,), 2)  # type: ignore[arg-type]
-        assert len({ident for _, _, ident in records}) == 2, "the worker was left asleep"
-    pool.close()
-
-
-@native
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_an_interrupt_right_after_phase_zero_still_wakes_the_claimed_workers() -> None:
-    # the interrupt lands as phase 0 returns, before its count of workers to wake is even stored
-    with Context(CPU_PIN=1, CPU_SPIN=0):
-        pool = CorePool("test", launcher=_native_launcher)
-    function, address, records = _recording_kernel(meet=True)
     pool.run_kernel(address, function, (1,), 2)  # type: ignore[arg-type]  # starts the workers
     time.sleep(0.02)  # CPU_SPIN=0: they are asleep now
-    real_launch = pool._launch_function
+    real_wake, real_launch = pool._wake, pool._launch_function
     interrupted: list[int] = []
+
+    def wake(woken: int) -> None:
+        if not interrupted:
+            interrupted.append(woken)
+            raise _Interrupt()
+        real_wake(woken)
 
     def launch(state: int, word: int, count: int, phase: int) -> int:
         result = real_launch(state, word, count, phase)
@@ -380,13 +355,16 @@ def test_an_interrupt_right_after_phase_zero_still_wakes_the_claimed_workers() -
             raise _Interrupt()
         return result
 
-    pool._launch_function = launch
+    if where == "waking":
+        pool._wake = wake  # type: ignore[method-assign]
+    else:
+        pool._launch_function = launch
     records.clear()
     with pytest.raises(_Interrupt):
         pool.run_kernel(address, function, (2,), 2)  # type: ignore[arg-type]
     assert interrupted == [1]  # phase 0 had claimed one sleeping worker's flag
-    assert sorted(core for _, core, _ in records) == [0, 1]
-    pool._launch_function = real_launch
+    assert sorted(core for _, core, _ in records) == [0, 1]  # the launch ran to the end before the interrupt left
+    pool._wake, pool._launch_function = real_wake, real_launch  # type: ignore[method-assign]
     for _ in range(3):
         records.clear()
         time.sleep(0.02)

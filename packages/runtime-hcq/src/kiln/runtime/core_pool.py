@@ -28,11 +28,11 @@ import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import cast
 
 from kiln.renderers import CoreLauncher
+from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.knobs import cpu_pin, cpu_spin_microseconds
 
 __all__ = ["CorePool", "core_share"]
@@ -147,18 +147,6 @@ def _no_launcher(state: int, word: int, count: int, phase: int) -> int:
     raise RuntimeError("this core pool has no native launcher")
 
 
-_live_pools: weakref.WeakSet[CorePool] = weakref.WeakSet()
-"""Every core pool of this process, weakly: a fork hook makes the child's copies usable."""
-
-
-def _pools_after_fork() -> None:
-    for pool in list(_live_pools):
-        pool.after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_pools_after_fork)
-
 _WAKE = object()
 """Put in a worker's queue by a native launch that found the worker asleep (its parked flag claimed)."""
 _LAUNCH_NUMBERS = 0x7FFFFFFF  # launch numbers are 31 bits (the claim word's high half), 1.. and round again
@@ -187,7 +175,7 @@ class CorePool:
         cores: Sequence[int] | None = None,
         launcher: Callable[[], CoreLauncher | None] | None = None,
     ) -> None:
-        _live_pools.add(self)
+        renew_after_fork(self)  # its workers do not survive a fork
         self.name = name
         self._launcher_factory = launcher
         self.launcher: CoreLauncher | None = None
@@ -370,7 +358,7 @@ class CorePool:
                 continue
 
     def after_fork_in_child(self) -> None:
-        """Makes this process's copy usable after `os.fork()` (run by the fork hook of this module): the workers did
+        """Makes this process's copy usable after `os.fork()` (run by `fork_hooks` in the child): the workers did
         not survive the fork, so the pool forgets them and starts new ones at its next launch (the native state is
         kept: a new worker marks itself polling when it starts); the locks are new."""
         self._threads = []

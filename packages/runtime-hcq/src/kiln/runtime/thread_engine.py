@@ -8,10 +8,8 @@ written against the HCQ abstractions behaves the same on them.
 from __future__ import annotations
 
 import ctypes
-import os
 import queue
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -25,22 +23,11 @@ from kiln.runtime.command_queue import (
     TimestampCommand,
     WaitCommand,
 )
+from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.signal import TimelineSignal
 
 __all__ = ["EngineClosed", "SoftwareKernel", "ThreadQueueEngine"]
-
-# every engine of this process, weakly: a fork hook makes the child's copies usable (threads do not survive a fork)
-_live_engines: weakref.WeakSet[ThreadQueueEngine] = weakref.WeakSet()
-
-
-def _engines_after_fork() -> None:
-    for engine in list(_live_engines):
-        engine.after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_engines_after_fork)
 
 
 @runtime_checkable
@@ -79,7 +66,7 @@ class ThreadQueueEngine:
     """
 
     def __init__(self, name: str) -> None:
-        _live_engines.add(self)
+        renew_after_fork(self)  # its worker thread does not survive a fork
         self.name = name
         self.error: BaseException | None = None
         self._pending: queue.SimpleQueue[list[HCQCommand] | None] = queue.SimpleQueue()
@@ -97,7 +84,7 @@ class ThreadQueueEngine:
         return f"<ThreadQueueEngine {self.name}>"
 
     def after_fork_in_child(self) -> None:
-        """Makes this process's copy usable after `os.fork()` (run by the fork hook of this module): the worker
+        """Makes this process's copy usable after `os.fork()` (run by `fork_hooks` in the child): the worker
         thread and whatever held the locks did not survive the fork, so the locks are new and the next submission
         starts a new worker, which runs the lists still queued at the fork in order. A list that was running at
         the fork cannot finish in the child: the engine then fails, naming the fork, so waiting on its signals
