@@ -535,30 +535,28 @@ class Engine:
         # The usual op (one node over buffers and constants) normalizes cheaply. A larger graph is looked up by its
         # structure key first (a walk that builds no nodes: a @ b with b (1024, 16) 36 -> 16 us); normalizing
         # rebuilds every node over placeholders, so it is left for structures not seen before.
-        keyed = None
+        keyed, plan = None, None
         normalized = normalize_shallow(uops[0], memo) if len(uops) == 1 else None
         if normalized is None:
             keyed = schedule.structure_key(uops)
             if keyed is not None:
-                plan = schedule.lookup_key(keyed.key)
-                if plan is not None:
-                    views = self.run_plan(plan, keyed.inputs)
-                    for uop, view in zip(uops, views):
-                        record_realized(uop, view)
-                    return views
-            normalized = normalize(uops, placeholders=memo)
-        plan = schedule.lookup(normalized.roots)
-        lifted = False
+                plan, inputs = schedule.lookup_key(keyed.key), keyed.inputs
         if plan is None:
-            masked = normalize(uops, lift=_lift_all, placeholders=memo)
-            varying = schedule.varying_constants(masked.roots, masked.constants)
-            if varying:
-                normalized = normalize(uops, lift=varying.__contains__, placeholders=memo)
-                lifted = True
-            plan = schedule.plan_of(normalized.roots)
-        if keyed is not None and not lifted:
-            schedule.remember_key(keyed.key, plan)
-        views = self.run_plan(plan, normalized.inputs)
+            if normalized is None:
+                normalized = normalize(uops, placeholders=memo)
+            plan = schedule.lookup(normalized.roots)
+            lifted = False
+            if plan is None:
+                masked = normalize(uops, lift=_lift_all, placeholders=memo)
+                varying = schedule.varying_constants(masked.roots, masked.constants)
+                if varying:
+                    normalized = normalize(uops, lift=varying.__contains__, placeholders=memo)
+                    lifted = True
+                plan = schedule.plan_of(normalized.roots)
+            if keyed is not None and not lifted:
+                schedule.remember_key(keyed.key, plan)
+            inputs = normalized.inputs
+        views = self.run_plan(plan, inputs)
         for uop, view in zip(uops, views):
             record_realized(uop, view)
         return views

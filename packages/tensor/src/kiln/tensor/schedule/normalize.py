@@ -312,18 +312,15 @@ class StructureNumbering:
     """The numbers `structure_key` gives node contents, in the order first seen: (op, dtype, arg, tag, the sources'
     numbers), a placeholder's (position, size, dtype, device), or a constant's (dtype, tag, its position among the
     request's constants: the values themselves go into the key, not into this table, so new constant values do not
-    grow it). One per schedule cache (an engine's). No node is held; its owner empties it when it grows past
-    `limit` entries, and a new `token` then marks the new numbering."""
+    grow it). One per schedule cache (an engine's), which empties it when it grows past `limit` entries."""
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self.limit = limit
         self.numbers: dict[tuple[object, ...], int] = {}
-        self.token = object()
 
     def clear(self) -> None:
         """Forgets every number (keys made before must then be forgotten too: they could mean other graphs)."""
         self.numbers = {}
-        self.token = object()
 
 
 _CONSTANT = object()  # heads a constant's content in the numbering, apart from any node's
