@@ -162,6 +162,49 @@ def test_matmul_tile_is_fused_vector_code_and_matches_numpy(renderer: LLVMRender
     np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_output_loops_carry_llvms_no_unroll_hint_and_reduction_loops_do_not(renderer: LLVMRenderer) -> None:
+    # no opts: two output loops (i, j) around a reduction loop (k), each with its own latch branch
+    size = 8
+    program = Program(get_program(_matmul_sink(size), renderer, []))
+    latches = [line.strip() for line in program.source.splitlines() if "%loop_again" in line and "br i1" in line]
+    assert len(latches) == 3
+    hinted = [line for line in latches if ", !llvm.loop !" in line]
+    assert len(hinted) == 2 and "%loop_again2" not in " ".join(hinted)  # k (the innermost, reduce) is left alone
+    nodes = [line.rsplit("!llvm.loop ", 1)[1] for line in hinted]
+    assert len(set(nodes)) == 2  # one distinct loop ID per loop (LangRef: loop IDs must not be shared)
+    definitions = dict(line.split(" = ", 1) for line in program.source.splitlines() if line.startswith("!"))
+    assert definitions["!0"] == '!{!"llvm.loop.unroll.disable"}'
+    for node in nodes:
+        assert definitions[node] == f"distinct !{{{node}, !0}}"
+    # LLVM keeps the hint through its pipeline, and the kernel still computes the matmul
+    optimized = renderer.compiler.optimized_ir(program.source)
+    assert "llvm.loop.unroll.disable" in optimized
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
+    out = np.zeros(size * size, np.float32)
+    kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
+    np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_llvm_does_not_unroll_a_hinted_output_loop(renderer: LLVMRenderer) -> None:
+    # out[i] = a[i] * 3 over 32 elements, upcast by 4 (kiln's own vector body; LLVM's loop vectorizer leaves loops of
+    # vector code alone): LLVM fully unrolls the loop of eight iterations unless told not to, so the hinted kernel's
+    # optimized IR keeps one store in a loop (a phi), where the same source without the hint gets eight stores
+    size = 32
+    out, a = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size), arg=slot) for slot in range(2))
+    i = UOp.range(size, 0, AxisKind.LOOP)
+    sink = UOp(Ops.SINK, dtypes.void, (out.index(i).store(a.index(i).load() * 3.0).end(i),), KernelInfo("triple"))
+    program = Program(get_program(sink, renderer, [Opt(OptOps.UPCAST, 0, 4)]))
+    hinted = renderer.compiler.optimized_ir(program.source)
+    unhinted = renderer.compiler.optimized_ir(program.source.replace(", !llvm.loop !1", ""))
+    assert hinted.count("store <4 x float>") == 1 and " phi " in hinted
+    assert unhinted.count("store <4 x float>") == 8 and " phi " not in unhinted
+    values = np.arange(size, dtype=np.float32) - 7.5
+    result = np.zeros(size, np.float32)
+    kernels.run_native(program, renderer.compiler, [result, values], {})
+    np.testing.assert_array_equal(result, values * 3)
+
+
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU flags from Linux's /proc/cpuinfo")
 def test_register_tile_lanes_follow_the_host_vector_registers(renderer: LLVMRenderer) -> None:
     # the kernel's own list of CPU flags is the oracle: 32 AVX-512 registers of 16 lanes keep 256 accumulator lanes,

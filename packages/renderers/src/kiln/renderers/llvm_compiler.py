@@ -121,7 +121,19 @@ class LLVMCompiler(HostCompiler):
             # every LLVM object of the compile is a local of _compile_locked, so it is freed there, under the lock
             return self._compile_locked(source)
 
+    def optimized_ir(self, source: str) -> str:
+        """LLVM IR `source` after this compiler's optimization pipeline (what `compile` turns into machine code), as
+        text: for reading what LLVM made of a kernel. RuntimeError naming LLVM's message when the IR is invalid."""
+        with self._lock:
+            _dispose_retired_engines()
+            return str(self._optimized_module(source))
+
     def _compile_locked(self, source: str) -> bytes:
+        module = self._optimized_module(source)
+        return bytes(self.target_machine.emit_object(module))
+
+    def _optimized_module(self, source: str) -> Any:
+        # the caller holds the lock; the module is freed when the caller drops it (under the lock)
         llvm = self.llvm
         rejected = None
         try:
@@ -142,7 +154,7 @@ class LLVMCompiler(HostCompiler):
         options.slp_vectorization = True
         builder = llvm.create_pass_builder(machine, options)
         builder.getModulePassManager().run(module, builder)
-        return bytes(machine.emit_object(module))
+        return module
 
     def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
         """Link object `binary` into this process (MCJIT) and return its kernel."""
