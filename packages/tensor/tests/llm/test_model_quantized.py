@@ -74,3 +74,27 @@ def test_one_row_decodes_like_gguf(kind: GGMLType) -> None:
     for bad in (-1, rows):
         with pytest.raises(IndexError):
             weight.row(bad)
+
+
+@pytest.mark.parametrize("kind", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K])
+def test_quantized_linear_of_batched_tokens_with_bias(kind: GGMLType) -> None:
+    # (batch, tokens, cols) inputs as the model passes them (prefill: many tokens; decode: one), with a bias
+    rng = np.random.default_rng(40 + int(kind))
+    rows, cols = 24, 512
+    raw = random_blocks(kind, rows, cols, rng)
+    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
+    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
+    bias = rng.standard_normal(rows).astype(np.float32)
+    for tokens in (1, 5):
+        x = rng.standard_normal((2, tokens, cols)).astype(np.float32)
+        got = linear(Tensor(x), weight, Tensor(bias)).numpy()
+        assert got.shape == (2, tokens, rows)
+        expected = x.astype(np.float64) @ oracle.T.astype(np.float64) + bias
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_quantized_linear_names_mismatched_shapes() -> None:
+    rng = np.random.default_rng(9)
+    weight = QuantizedWeight(Tensor(random_blocks(GGMLType.Q8_0, 4, 64, rng)), GGMLType.Q8_0, (4, 64))
+    with pytest.raises(ValueError, match=r"shape \(3, 32\) cannot multiply a weight of shape \(4, 64\)"):
+        linear(Tensor.ones(3, 32), weight)
