@@ -78,19 +78,23 @@ def test_one_row_decodes_like_gguf(kind: GGMLType) -> None:
 
 @pytest.mark.parametrize("kind", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K])
 def test_quantized_linear_of_batched_tokens_with_bias(kind: GGMLType) -> None:
-    # (batch, tokens, cols) inputs as the model passes them (prefill: many tokens; decode: one), with a bias
+    # (batch, tokens, cols) inputs as the model passes them (decode: one token; prompts), with a bias; and a 1-D input
     rng = np.random.default_rng(40 + int(kind))
     rows, cols = 24, 512
     raw = random_blocks(kind, rows, cols, rng)
     oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
     weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
     bias = rng.standard_normal(rows).astype(np.float32)
-    for tokens in (1, 5):
+    for tokens in (1, 5, 40):
         x = rng.standard_normal((2, tokens, cols)).astype(np.float32)
         got = linear(Tensor(x), weight, Tensor(bias)).numpy()
         assert got.shape == (2, tokens, rows)
         expected = x.astype(np.float64) @ oracle.T.astype(np.float64) + bias
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    vector = rng.standard_normal(cols).astype(np.float32)
+    got = linear(Tensor(vector), weight).numpy()
+    assert got.shape == (rows,)
+    np.testing.assert_allclose(got, oracle.astype(np.float64) @ vector, rtol=1e-4, atol=1e-4)
 
 
 def test_quantized_linear_names_mismatched_shapes() -> None:
