@@ -9,7 +9,8 @@ scheduling it and running its kernels. torch runs in a subprocess on
 the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
 same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
 - float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS); at 1024 also
-  a transposed right operand, a narrow right operand (1024, 16), and float16 / bfloat16 inputs accumulated in
+  a transposed right operand, a single row times the matrix (1, 1024) @ (1024, 1024), a narrow right operand
+  (1024, 16), and float16 / bfloat16 inputs accumulated in
   float32 (numpy: float32 on the same values; torch: the same dtype)
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
@@ -113,6 +114,10 @@ TORCH_SCRIPT = textwrap.dedent(
         if key.startswith("matmul narrow "):
             size = int(key.split()[2])
             a, b = r(size, size), r(size, 16)
+            return lambda: a @ b
+        if key.startswith("matmul vector "):
+            size = int(key.split()[2])
+            a, b = r(1, size), r(size, size)
             return lambda: a @ b
         if key.startswith("matmul float16 ") or key.startswith("matmul bfloat16 "):
             size = int(key.split()[2])
@@ -250,9 +255,9 @@ def bench_batched_matmul(table: Table, device: str, repeats: int) -> None:
 
 
 def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) -> None:
-    """The matmul shapes and dtypes that must not fall off a cliff: a transposed right operand, a small right
-    operand (n columns = 16), and float16 / bfloat16 inputs accumulated in float32 (numpy: its float32 matmul on the
-    same values; torch: the same dtype)."""
+    """The matmul shapes and dtypes that must not fall off a cliff: a transposed right operand, one row times the
+    matrix (a vector-matrix product), a small right operand (n columns = 16), and float16 / bfloat16 inputs
+    accumulated in float32 (numpy: its float32 matmul on the same values; torch: the same dtype)."""
     from kiln.tensor import dtypes
 
     rng = np.random.default_rng(7)
@@ -269,6 +274,14 @@ def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) ->
             lambda: a @ b.T,
             lambda: a_values @ b_values.T,
             flops,
+            1e-3,
+        ),
+        (
+            f"matmul (1,{size}) @ {size}",
+            f"matmul vector {size}",
+            lambda: a[:1] @ b,
+            lambda: a_values[:1] @ b_values,
+            2 * size * size,
             1e-3,
         ),
         (
@@ -301,7 +314,9 @@ def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) ->
         np.testing.assert_allclose(
             build().float().numpy(), expected, rtol=tolerance, atol=tolerance * float(np.abs(expected).max())
         )
-        table.row(name, key, kiln, reference, amount, "GFLOP/s", "no cliff vs matmul")
+        # a vector-matrix product reads 4 bytes per 2 flops: memory-bound, its GFLOP/s are not a matmul's
+        target = "measured" if key.startswith("matmul vector") else "no cliff vs matmul"
+        table.row(name, key, kiln, reference, amount, "GFLOP/s", target)
 
 
 def bench_chain(table: Table, device: str, elements: int, repeats: int) -> None:
