@@ -75,10 +75,11 @@ def _blocked_product(x: Tensor, weight: QuantizedWeight) -> Tensor:
     `cols` read every quant through a division and a remainder by the block size and gathered bytes across rows.
 
     Kernel time of a (2048, 1024) weight times one vector on CPU (`DEBUG=2`): Q8_0 0.93 -> 0.14 ms, Q4_0 1.41 ->
-    0.08, Q4_K 1.41 -> 0.18, Q6_K 3.43 -> 0.27 (summing whole 256-value K-quant blocks instead: 1.25 and 1.78 ms);
-    Q5_0 / Q5_1 only 4.2 -> 3.5 (their fifth bits are gathered across the block). The 100M bench model's Q8_0
-    decode went from 20.8 to ~120 tok/s, its prefill from 46 to ~195. (The merged product of a 2-D input of 64 or
-    more rows gets a matmul register tile and was faster in isolation, but slower in the model: prefill 62 tok/s.)"""
+    0.08, Q4_K 1.41 -> 0.18, Q6_K 3.43 -> 0.27 (summing whole 256-value K-quant blocks instead: 1.25 and 1.78 ms),
+    Q5_0 4.2 -> 0.14 (its fifth bits decoded by shifts: kiln.tensor.state.quantization). The 100M bench model's
+    Q8_0 decode went from 20.8 to ~120 tok/s, its prefill from 46 to ~195. (The merged product of a 2-D input of 64
+    or more rows gets a matmul register tile and was faster in isolation, but slower in the model: prefill 62
+    tok/s.)"""
     rows, cols = weight.shape
     if x.ndim == 0 or x.shape[-1] != cols:
         raise ShapeError(

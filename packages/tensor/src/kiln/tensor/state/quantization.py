@@ -100,8 +100,14 @@ def _q4_1(raw: Tensor) -> Tensor:
 
 
 def _five_bit(raw: Tensor, high_at: int, low_at: int) -> Tensor:
-    # bit e of the 32-bit little-endian word at `high_at` is the fifth bit of element e
-    high = _bits(raw[:, high_at : high_at + 4], 1, dim=-1).reshape(-1, 32)
+    # bit e of the 32-bit little-endian word at `high_at` is the fifth bit of element e: the word shifted right by
+    # each element's own position (a per-lane shift of one broadcast word; stacking the 8 bits of each of the 4 bytes
+    # selected among 8 values per element: a (2048, 1024) Q5_0 matrix times a vector took 3.5 ms, now 0.14)
+    word = raw[:, high_at : high_at + 1].cast(dtypes.uint32)
+    for byte in range(1, 4):
+        word = word | (raw[:, high_at + byte : high_at + byte + 1].cast(dtypes.uint32) << (8 * byte))
+    positions = Tensor.arange(32, dtype=dtypes.uint32, device=raw.device).reshape(1, 32)
+    high = ((word >> positions) & 1).cast(dtypes.uint8)
     low = _nibbles(raw[:, low_at : low_at + 16]).reshape(-1, 32)
     return _float(low | (high << 4))
 
