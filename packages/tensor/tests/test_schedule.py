@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kiln.tensor import GlobalCounters, Tensor, graph
 from kiln.tensor.realize import default_engine
 from kiln.tensor.schedule import CopyStep, KernelStep
+from kiln.tensor.schedule.planner import SEPARATE_PRODUCT_MACS
 from kiln.tensor.schedule.row_fusion import ROW_FUSION_BYTES, ROW_FUSION_MIN_ELEMENTS
 from kiln.uops import Ops, dtypes
 
@@ -134,6 +135,29 @@ def test_dependent_outputs_are_not_merged() -> None:
     assert plan.kernel_count == 2  # second reads the buffer first is written to
     Tensor.realize_all(first, second)
     np.testing.assert_array_equal(second.numpy(), (np.arange(6) + 1.0) ** 2)
+
+
+def _reduces_per_kernel(*tensors: Tensor) -> list[int]:
+    plan = plan_of(*tensors)
+    return [sum(n.op is Ops.REDUCE for n in s.ast.toposort()) for s in plan.steps if isinstance(s, KernelStep)]
+
+
+@pytest.mark.parametrize(("rows", "inner", "cols", "apart"), [(64, 512, 1024, True), (8, 16, 32, False)])
+def test_independent_matrix_products_get_kernels_of_their_own(rows: int, inner: int, cols: int, apart: bool) -> None:
+    # silu(x @ w1.T) * (x @ w3.T), a llama MLP's gate and up: inside their elementwise reader's kernel the two
+    # products got no register tile ((64, 768) inputs, (2048, 768) weights: 62 ms against 2.7 ms apart), so each
+    # gets a kernel of its own and the reader reads two buffers; nor are they merged back into one multi-output
+    # kernel. Products of fewer than SEPARATE_PRODUCT_MACS multiply-adds (an MLP's small layers) stay together.
+    rng = np.random.default_rng(rows)
+    x, w1, w3 = (
+        rng.standard_normal(shape).astype(np.float32) for shape in ((rows, inner), (cols, inner), (cols, inner))
+    )
+    out = (_tensor(x) @ _tensor(w1).T).silu() * (_tensor(x) @ _tensor(w3).T)
+    assert (rows * inner * cols >= SEPARATE_PRODUCT_MACS) is apart
+    assert max(_reduces_per_kernel(out)) == (1 if apart else 2)
+    gate, up = x.astype(np.float64) @ w1.T, x.astype(np.float64) @ w3.T
+    expected = gate / (1 + np.exp(-gate)) * up
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
 
 def test_reduce_over_a_short_row_stays_in_its_reader() -> None:

@@ -9,8 +9,10 @@
    Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, a row-fused
    reduce the kernel's loops would run more than once per value (a column reduce read back over the rows) or
    inside another reduce's loop, or a node needed at many index sets (a recomputation blow-up), becomes a point
-   too, and the kernels are built again.
-3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels.
+   too, and the kernels are built again. So do two or more large matrix products one kernel would hold side by side
+   (a llama MLP's silu(x @ w1.T) * (x @ w3.T)): together they get no register tile.
+3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels (never two
+   large matrix products, for the same reason).
 4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
    the rest: temporaries) and let temporaries with disjoint lifetimes share memory.
 """
@@ -53,6 +55,36 @@ _COSTLY_OPS = frozenset(
 _CHEAP_ALU_LIMIT = 8  # more ALU ops than this under an expand is costly too
 _COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times than this is cheaper than a kernel
 _MAX_ROUNDS = 64
+
+
+SEPARATE_PRODUCT_MACS = 1 << 24
+"""Multiply-adds from which a matrix product is big enough to keep out of a kernel holding another one (see
+`_Planner._sibling_products`): smaller ones (an MLP's layers and their gradients) stay merged, saving launches."""
+
+
+def _broadcast_operand(node: UOp) -> bool:
+    """Whether `node` reaches a non-movement value through a movement chain (casts included) holding an EXPAND."""
+    expanded = False
+    while node.op in MOVEMENT_OPS or node.op in (Ops.CAST, Ops.DETACH):
+        expanded = expanded or node.op is Ops.EXPAND
+        node = node.src[0]
+    return expanded
+
+
+def _is_matrix_product(node: UOp) -> bool:
+    """Whether REDUCE_AXIS `node` sums a product of two broadcast operands over one axis (a matmul's contraction).
+
+    A product summed over more axes is not one: kiln.tensor.llm.quantized sums a quantized weight's runs of 32 values
+    as two axes, which get no register tile either way, and two of them in one kernel share the loads of their input
+    (the Q8_0 bench model prefilled ~195 tok/s with its gate and up products together, 161 apart)."""
+    if node.op is not Ops.REDUCE_AXIS or node.arg.op is not Ops.ADD or len(node.arg.axes) != 1:
+        return False
+    if math.prod(shape_of(node.src[0])) < SEPARATE_PRODUCT_MACS:
+        return False
+    value = node.src[0]
+    while value.op is Ops.CAST:
+        value = value.src[0]
+    return value.op is Ops.MUL and all(_broadcast_operand(source) for source in value.src)
 
 
 def _constant_only(nodes: list[UOp]) -> set[UOp]:
@@ -255,6 +287,9 @@ class _Planner:
             if count > 1:
                 found.setdefault(reduce, f"a reduce needed by {count} kernels")
         for kernel in kernels:
+            for reduce in self._sibling_products(kernel.stats.reduces):
+                found.setdefault(reduce, "one of several independent matrix products that would share a kernel")
+        for kernel in kernels:
             if kernel.ast is None:
                 continue
             for reduce in recomputed_reduces(kernel.ast, kernel.stats.built_reduces):
@@ -277,6 +312,20 @@ class _Planner:
             if middle is not None:
                 found[middle] = f"a chain longer than {MAX_KERNEL_NODES} nodes is cut in the middle"
         return found
+
+    def _sibling_products(self, reduces: Iterable[UOp]) -> list[UOp]:
+        """The matrix products among a kernel's `reduces` that neither read nor are read by another of them, when
+        there are two or more (silu(x @ w1.T) * (x @ w3.T)): together in one kernel they get no register tile and no
+        packed operand ((64, 768) inputs, (2048, 768) weights: 62 ms against 2.7 ms as kernels of their own). A product
+        inside another's operand (the last token's row through a model's last layers into its output head) stays:
+        as a point it would be computed for every row."""
+        products = [r for r in reduces if _is_matrix_product(r)]
+        if len(products) < 2:
+            return []
+        inside = {p: {q for q in self._subtree(p.src[0]) if q in products and q is not p} for p in products}
+        nested = set().union(*inside.values())
+        siblings = [p for p in products if not inside[p] and p not in nested]
+        return sorted(siblings, key=self.position.__getitem__) if len(siblings) > 1 else []
 
     # -- steps 3 and 4 ----------------------------------------------------------------------------------------------
     def assign_refs(self) -> tuple[dict[UOp, BufferRef], list[BufferSpecification], list[BufferSpecification]]:
@@ -370,6 +419,9 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
     group_of: dict[UOp, int] = {}
     needs: list[set[int]] = []
     inputs: list[int] = []  # buffers each group's kernel reads (an upper bound: leaves counted once per member)
+    # whether each group computes a matrix product: two products sharing a kernel get no register tile (see
+    # _Planner._sibling_products), so a product never joins a group that has one
+    products: list[bool] = []
 
     def reads(point: UOp) -> set[UOp]:
         if point.op is Ops.COPY:
@@ -391,6 +443,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
 
     for point in sorted(planner.points, key=planner.position.__getitem__):
         depends = {group_of[leaf] for leaf in reads(point) if leaf is not point}
+        product = point in kernels and any(_is_matrix_product(r) for r in kernels[point].stats.reduces)
         chosen = None
         if point in kernels and point.op is not Ops.ASSIGN:
             for number, group in enumerate(groups):
@@ -401,6 +454,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
                     and shape_of(first) == shape_of(point)
                     and kernels[first].device == kernels[point].device
                     and inputs[number] + len(kernels[point].stats.leaves) <= _MAX_MERGED_INPUTS
+                    and not (product and products[number])
                     and not reaches(depends, number)
                 ):
                     chosen = number
@@ -409,9 +463,11 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
             groups.append([point])
             needs.append(set())
             inputs.append(0)
+            products.append(False)
             chosen = len(groups) - 1
         else:
             groups[chosen].append(point)
+        products[chosen] = products[chosen] or product
         kernel = kernels.get(point)
         inputs[chosen] += 0 if kernel is None else len(kernel.stats.leaves)
         group_of[point] = chosen
