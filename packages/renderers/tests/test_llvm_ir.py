@@ -155,7 +155,12 @@ def test_matmul_tile_is_fused_vector_code_and_matches_numpy(renderer: LLVMRender
     program = Program(get_program(_matmul_sink(size), renderer))
     # the heuristic's register tile: rows x 32 columns, accumulated with one fma per 16-lane register
     assert "@llvm.fma.v" in program.source and "load <16 x float>" in program.source
-    rng = np.random.default_rng(3)
+    _check_matmul(program, renderer, size, seed=3)
+
+
+def _check_matmul(program: Program, renderer: LLVMRenderer, size: int, seed: int) -> None:
+    """Runs a `_matmul_sink(size)` program natively on random inputs against numpy."""
+    rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
     out = np.zeros(size * size, np.float32)
     kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
@@ -179,11 +184,7 @@ def test_output_loops_carry_llvms_no_unroll_hint_and_reduction_loops_do_not(rend
     # LLVM keeps the hint through its pipeline, and the kernel still computes the matmul
     optimized = renderer.compiler.optimized_ir(program.source)
     assert "llvm.loop.unroll.disable" in optimized
-    rng = np.random.default_rng(5)
-    a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
-    out = np.zeros(size * size, np.float32)
-    kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
-    np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    _check_matmul(program, renderer, size, seed=5)
 
 
 def test_llvm_does_not_unroll_a_hinted_output_loop(renderer: LLVMRenderer) -> None:

@@ -32,14 +32,21 @@ def random_blocks(kind: GGMLType, rows: int, cols: int, rng: np.random.Generator
     return raw.reshape(-1)
 
 
+def weight_and_oracle(
+    kind: GGMLType, rows: int, cols: int, rng: np.random.Generator
+) -> tuple[QuantizedWeight, np.ndarray]:
+    """A random (rows, cols) quantized weight and gguf-py's numpy dequantization of the same bytes."""
+    raw = random_blocks(kind, rows, cols, rng)
+    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
+    return QuantizedWeight(Tensor(raw), kind, (rows, cols)), oracle
+
+
 @pytest.mark.parametrize("kind", list(SCALE_FIELDS))
 def test_quantized_linear_matches_numpy_dequantization(kind: GGMLType) -> None:
     rng = np.random.default_rng(int(kind))
     rows, cols = 48, 512
-    raw = random_blocks(kind, rows, cols, rng)
-    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
+    weight, oracle = weight_and_oracle(kind, rows, cols, rng)
     x = rng.standard_normal((3, cols)).astype(np.float32)
-    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
     inputs = Tensor(x).realize()
     GlobalCounters.reset()
     got = linear(inputs, weight).numpy()
@@ -66,9 +73,7 @@ def test_expert_slices_stay_quantized() -> None:
 def test_one_row_decodes_like_gguf(kind: GGMLType) -> None:
     rng = np.random.default_rng(100 + int(kind))
     rows, cols = 7, 512
-    raw = random_blocks(kind, rows, cols, rng)
-    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
-    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
+    weight, oracle = weight_and_oracle(kind, rows, cols, rng)
     for row in (0, 3, rows - 1):
         np.testing.assert_array_equal(weight.row(row).numpy(), oracle[row : row + 1])
     for bad in (-1, rows):
@@ -81,9 +86,7 @@ def test_quantized_linear_of_batched_tokens_with_bias(kind: GGMLType) -> None:
     # (batch, tokens, cols) inputs as the model passes them (decode: one token; prompts), with a bias; and a 1-D input
     rng = np.random.default_rng(40 + int(kind))
     rows, cols = 24, 512
-    raw = random_blocks(kind, rows, cols, rng)
-    oracle = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(int(kind))).reshape(rows, cols)
-    weight = QuantizedWeight(Tensor(raw), kind, (rows, cols))
+    weight, oracle = weight_and_oracle(kind, rows, cols, rng)
     bias = rng.standard_normal(rows).astype(np.float32)
     for tokens in (1, 5, 40):
         x = rng.standard_normal((2, tokens, cols)).astype(np.float32)
