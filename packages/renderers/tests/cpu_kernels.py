@@ -24,7 +24,7 @@ from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, get_program
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, compute_dtype, storage_dtype, to_storage
 from kiln.renderers import HostCompiler
-from kiln.uops import AxisKind, DType, Ops, RangeArg, UOp, dtypes, exec_alu, truncate
+from kiln.uops import AxisKind, DType, Ops, RangeArg, SpecialArg, UOp, dtypes, exec_alu, truncate
 
 SIZE = 64
 
@@ -216,6 +216,44 @@ def matmul_kernel() -> UOp:
     k = UOp.range(8, 2, AxisKind.REDUCE)
     total = (a.index(i * 8 + k).load() * b.index(k * 8 + j).load()).reduce(k)
     return UOp(Ops.SINK, dtypes.void, (out.index(i * 8 + j).store(total).end(i, j),), KernelInfo("matmul"))
+
+
+def threaded_gather_case(rows: int = 64, width: int = 48, table_rows: int = 10) -> tuple[UOp, list[Opt]]:
+    """out[i, j] = table[row[i], j] spread over 2 cores: the loaded row may be any int32, so the offsets are int64
+    while core_id stays the convention's int32 (issue 36: LLVM rejected `mul i64 %core_id` of an `i32 %core_id`).
+    Buffers (out: float32, row: int32, table: float32); rows[i] < table_rows."""
+    out = buffer(0, dtypes.float32, rows * width)
+    row_of, table = buffer(1, dtypes.int32, rows), buffer(2, dtypes.float32, table_rows * width)
+    i, j = UOp.range(rows, 0, AxisKind.LOOP), UOp.range(width, 1, AxisKind.LOOP)
+    row = row_of.index(i).load().cast(dtypes.index)
+    store = out.index(i * width + j).store(table.index(row * width + j).load())
+    return UOp(Ops.SINK, dtypes.void, (store.end(i, j),), KernelInfo("threaded_gather")), [Opt(OptOps.THREAD, 0, 2)]
+
+
+def check_threaded_gather(renderer: Renderer) -> Program:
+    """Compile `threaded_gather_case` for `renderer`, run it natively on every core and compare with numpy."""
+    sink, opts = threaded_gather_case()
+    program = Program(get_program(sink, renderer, opts))
+    (core,) = [u for u in program.uops if u.op is Ops.SPECIAL]
+    assert core.arg.name == "core_id" and core.dtype == dtypes.int32
+    assert any(u.op is Ops.INDEX and u.src[1].dtype == dtypes.int64 for u in program.uops)
+    rng = np.random.default_rng(36)
+    row_of = rng.integers(0, 10, 64).astype(np.int32)
+    table = rng.standard_normal(10 * 48).astype(np.float32)
+    out = np.zeros(64 * 48, np.float32)
+    compiler = renderer.compiler
+    assert isinstance(compiler, HostCompiler)
+    run_native(program, compiler, [out, row_of, table], {})
+    np.testing.assert_array_equal(out.reshape(64, 48), table.reshape(10, 48)[row_of])
+    return program
+
+
+def wide_core_id_program() -> list[UOp]:
+    """A linear program reading an int64 core_id, which the CPU convention (an int32 parameter) cannot pass."""
+    size = UOp.const(dtypes.int64, 2)
+    out = buffer(0, dtypes.int64, 2)
+    core = UOp(Ops.SPECIAL, dtypes.int64, (size,), SpecialArg("core_id"))
+    return [out, size, core, out.index(core), out.index(core).store(core)]
 
 
 # ---- inputs ----------------------------------------------------------------------------------------------------

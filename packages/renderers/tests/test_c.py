@@ -141,6 +141,14 @@ def test_threaded_kernel_on_python_threads_matches_numpy(compiler: str) -> None:
     np.testing.assert_array_equal(out, x * np.float32(2.5) + y)
 
 
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_multi_core_kernel_with_int64_offsets_widens_the_int_core_id(compiler: str) -> None:
+    program = kernels.check_threaded_gather(CRenderer(compiler))
+    assert "int core_id)" in program.source and "((long long)core_id)" in program.source
+    with pytest.raises(ValueError, match=r"core_id is the kernel's int parameter, got a SPECIAL of dtypes\.int64"):
+        CRenderer(compiler).render(kernels.wide_core_id_program(), "wide_core_id")
+
+
 def _division_sink(dtype: DType) -> UOp:
     i = UOp.range(6, 0, AxisKind.LOOP)
     quotient, remainder, a, b = (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(6), arg=slot) for slot in range(4))

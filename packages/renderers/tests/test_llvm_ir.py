@@ -92,6 +92,14 @@ def test_source_is_vector_ir_with_the_abi(renderer: LLVMRenderer) -> None:
     assert [p.kind for p in kernel_parameters(program.uops)] == ["buffer", "buffer", "variable", "variable", "core_id"]
 
 
+def test_multi_core_kernel_with_int64_offsets_widens_the_int32_core_id(renderer: LLVMRenderer) -> None:
+    program = kernels.check_threaded_gather(renderer)
+    assert "i32 %core_id) nounwind {" in program.source
+    assert "sext i32 %core_id to i64" in program.source
+    with pytest.raises(ValueError, match=r"core_id is the kernel's i32 parameter, got a SPECIAL of dtypes\.int64"):
+        renderer.render(kernels.wide_core_id_program(), "wide_core_id")
+
+
 def test_binary_is_a_relocatable_object_and_keys_name_llvm_and_cpu(renderer: LLVMRenderer) -> None:
     program = Program(get_program(kernels.gated_kernel(), renderer))
     assert program.binary is not None and program.binary[:4] == b"\x7fELF"

@@ -15,10 +15,20 @@ def _as_index(expression: UOp) -> UOp:
     # the linear program computes sizes in a machine int; estimates are exact integers (dtypes.index)
     rebuilt: dict[UOp, UOp] = {}
     for node in expression.toposort():
+        if _exact_integer_cast(node):
+            rebuilt[node] = rebuilt[node.src[0]]  # a hardware index's size, narrowed to int32: the same integer
+            continue
         src = tuple(rebuilt[s] for s in node.src)
         dtype = dtypes.index if dtypes.is_int(node.dtype) else node.dtype
         rebuilt[node] = UOp(node.op, dtype, src, node.arg) if node.op is not Ops.CONST else UOp.const(dtype, node.arg)
     return rebuilt[expression]
+
+
+def _exact_integer_cast(node: UOp) -> bool:
+    if node.op is not Ops.CAST or not (dtypes.is_int(node.dtype) and dtypes.is_int(node.src[0].dtype)):
+        return False
+    source = node.src[0]
+    return bool(dtypes.min(node.dtype) <= source.vmin and source.vmax <= dtypes.max(node.dtype))
 
 
 def size_value(size: UOp) -> Size:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kiln.codegen.kernel_info import KernelInfo
+from kiln.codegen.lowering.index_dtype import HARDWARE_INDEX_DTYPE
 from kiln.codegen.tensor_core import WmmaArg
 from kiln.uops import (
     AxisKind,
@@ -138,6 +139,11 @@ def _no_index_dtype(x: UOp) -> bool | None:
     return False if dtype.scalar() == dtypes.index else None
 
 
+def _narrow_hardware_index(x: UOp) -> bool | None:
+    # a hardware index reads a 32-bit register or `int core_id` in every format without index dtypes
+    return None if x.dtype == HARDWARE_INDEX_DTYPE else False
+
+
 def _special_ok(x: UOp) -> bool:
     name = x.arg.name if isinstance(x.arg, SpecialArg) else ""
     return name == "core_id" or (name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"))
@@ -164,6 +170,7 @@ _pm_lowered_definitions: list[tuple[UPat, Callable[..., bool]]] = [
 pm_spec_linear = PatternMatcher(
     [
         (UPat(name="x"), _no_index_dtype),
+        (UPat(Ops.SPECIAL, name="x"), _narrow_hardware_index),
         (UPat(Ops.INDEX, name="x"), lambda x: _index_ok(x, linear=True)),
         *_pm_memory,
         *_pm_lowered_definitions,
@@ -212,8 +219,12 @@ pm_spec_lowering = PatternMatcher(
 "accumulators" on: registers, hardware indices, linear or kernel-form INDEX side by side); extends pm_spec_alu."""
 pm_spec_lowering = pm_spec_lowering + pm_spec_alu
 
-pm_spec_lowered = PatternMatcher([(UPat(name="x"), _no_index_dtype)]) + pm_spec_lowering
-"""pm_spec_lowering once index arithmetic has a machine dtype (the passes from "index dtype" on): no index dtype."""
+pm_spec_lowered = (
+    PatternMatcher([(UPat(name="x"), _no_index_dtype), (UPat(Ops.SPECIAL, name="x"), _narrow_hardware_index)])
+    + pm_spec_lowering
+)
+"""pm_spec_lowering once index arithmetic has a machine dtype (the passes from "index dtype" on): no index dtype,
+hardware indices (SPECIAL) int32."""
 
 
 def verify_linear(uops: list[UOp]) -> None:

@@ -179,6 +179,8 @@ class CRenderer(CStyleRenderer):
         """core_id (the CPU has no block or thread indices)."""
         if uop.arg.name != "core_id":
             raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only core_id (THREAD axes)")
+        if uop.dtype != dtypes.int32:
+            raise ValueError(f"core_id is the kernel's int parameter, got a SPECIAL of {uop.dtype!r}")
         return "core_id"
 
     def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:

@@ -166,6 +166,8 @@ def _value_name(uop: UOp, writer: LLVMWriter) -> str:
     if uop.op is Ops.SPECIAL:
         if uop.arg.name != "core_id":
             raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only core_id (THREAD axes)")
+        if uop.dtype != dtypes.int32:
+            raise ValueError(f"core_id is the kernel's i32 parameter, got a SPECIAL of {uop.dtype!r}")
         return "%core_id"
     if uop.op is Ops.RANGE:
         writer.block_ids[uop] = writer.next_id("loop")

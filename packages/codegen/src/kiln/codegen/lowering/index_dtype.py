@@ -1,10 +1,19 @@
-"""dtypes.index -> a machine integer: int32 when every index value of the kernel provably fits, else int64."""
+"""dtypes.index -> a machine integer: int32 when every index value of the kernel provably fits, else int64.
+
+A hardware index (SPECIAL) is the exception: it reads a 32-bit register (a GPU's block and thread ids) or the CPU
+kernels' `int core_id` parameter, whatever width the kernel's index math takes. It stays `HARDWARE_INDEX_DTYPE`
+(its size too) and an int64 kernel widens it with a CAST, so no renderer has to (issue 36: an LLVM kernel declared
+`i32 %core_id` and used it as an i64).
+"""
 
 from __future__ import annotations
 
 from kiln.uops import DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes, graph_rewrite
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+HARDWARE_INDEX_DTYPE = dtypes.int32
+"""The dtype of every SPECIAL once index dtypes are lowered (the lowered and linear specs check it)."""
 
 
 def index_dtype_for(sink: UOp) -> DType:
@@ -30,9 +39,22 @@ def _machine_int(ctx: DType, x: UOp) -> UOp | None:
     return UOp(x.op, ctx.vec(dtype.count), x.src, x.arg, x.tag)
 
 
-pm_index_dtype = PatternMatcher([(UPat(dtype=dtypes.index, name="x"), _machine_int)])
+def _hardware_index(ctx: DType, x: UOp) -> UOp:
+    size = x.src[0]  # already in `ctx`: sources are rewritten first
+    if not 0 < size.vmax <= _INT32_MAX:
+        raise ValueError(f"hardware index {x.arg.name!r} of size up to {size.vmax} does not fit int32")
+    narrow = UOp.const(HARDWARE_INDEX_DTYPE, size.arg) if size.op is Ops.CONST else size.cast(HARDWARE_INDEX_DTYPE)
+    return UOp(Ops.SPECIAL, HARDWARE_INDEX_DTYPE, (narrow,), x.arg, x.tag).cast(ctx)
+
+
+pm_index_dtype = PatternMatcher(
+    [
+        (UPat(Ops.SPECIAL, dtype=dtypes.index, name="x"), _hardware_index),
+        (UPat(dtype=dtypes.index, name="x"), _machine_int),
+    ]
+)
 """Every dtypes.index node (scalar or vector) -> the same node in the machine integer `ctx` (the rewrite rebuilds
-its users on it)."""
+its users on it); a SPECIAL -> an int32 SPECIAL, cast to `ctx` when that is wider."""
 
 
 def lower_index_dtype(sink: UOp) -> UOp:
