@@ -52,7 +52,10 @@ class InplaceMixin(TensorCore):
     def _write_result(self, result: Self) -> Self:
         """Checks `result` fits this tensor (shape, dtype kind, autograd) and writes it in; returns self."""
         if self.requires_grad is True and not type(self)._grad_disabled and alias_base(self.uop) is not None:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            what = "a view of a leaf Variable" if self.__dict__.get("_view_base") is not None else "a leaf Variable"
+            raise RuntimeError(
+                f"{what} that requires grad is being used in an in-place operation (shape {list(self.shape)})."
+            )
         if result.shape != self.shape:
             raise RuntimeError(
                 f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(result.shape)}"

@@ -46,7 +46,7 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize import engine
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.realize.mutation import track, write
+from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
@@ -248,12 +248,26 @@ class Tensor(
     def _movement(self, op: Ops, arg: Any) -> Tensor:
         """The movement op `op` (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP) with payload `arg` (see graph.py)."""
         uop = graph.movement(op, self.uop, arg)
-        return self if uop is self.uop else self._result(uop)
+        if uop is self.uop:
+            return self
+        result = self._result(uop)
+        # the tensor this one views (PyTorch's `_base`): a lazy result has no storage yet, and hash-consing makes
+        # two equal results one node, so its views are told apart by the tensor they were taken of
+        _note_view(self, result)
+        return result
 
     def _reduce(self, op: Ops, axes: Sequence[int]) -> Tensor:
         """This tensor reduced with `op` (ADD, MUL, MAX) over `axes`, reduced dims kept as size 1."""
         uop = graph.reduce_axis(self.uop, op, axes)
-        return self if uop is self.uop else self._result(uop)
+        if uop is self.uop:
+            # only size-1 dims to reduce: still a new value, as in PyTorch, never a view of this tensor
+            return self._fresh_copy() if axes and self.numel() else self
+        return self._result(uop)
+
+    def _fresh_copy(self) -> Tensor:
+        """This tensor's values written into a new buffer when realized (a value that never aliases this one)."""
+        memory = graph.buffer_uop(self.device, self.numel(), self.dtype)
+        return self._result(graph.assign(graph.reshape(memory, self.shape), self.uop))
 
     def _assign_uop(self, value: Tensor) -> UOp:
         return graph.assign(self.uop, value.uop)
@@ -333,6 +347,10 @@ class Tensor(
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
         # chains for the scheduler
+        for each in tensors:
+            base = each.__dict__.get("_view_base")
+            if (each if base is None else base).__dict__.get("_has_views"):
+                share_root_before_realize(each)  # a lazy result some live views share: it gets storage first
         if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for; rule below
             views = realize_uops([(tensor := tensors[0]).uop])
             if alias_base(tensor.uop) is None and tensor.__dict__.get("_requires_grad") is not True:
@@ -467,7 +485,9 @@ class Tensor(
 
     def detach(self) -> Tensor:
         """This tensor's values with no gradient history (requires_grad is False)."""
-        return type(self)._from_uop(graph.detach(self.uop), False)
+        result = type(self)._from_uop(graph.detach(self.uop), False)
+        _note_view(self, result)
+        return result
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Writes `value` (same shape and dtype) into this tensor's buffer now; returns self.
@@ -495,6 +515,16 @@ class Tensor(
         if keep_graph:
             self.requires_grad = True  # like PyTorch: written from a value that requires grad, it requires grad
         return self
+
+
+def _note_view(source: Tensor, view: Tensor) -> None:
+    # `view` views `source` (PyTorch's `_base`: the first tensor of the chain): a lazy result has no storage yet,
+    # and hash-consing makes two equal results one node, so its views are told apart by the tensor they were taken
+    # of; the base remembers it has views, so realizing a tensor without any asks nothing more
+    base = source.__dict__.get("_view_base")
+    base = source if base is None else base
+    view.__dict__["_view_base"] = base
+    base.__dict__["_has_views"] = True
 
 
 def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> UOp:

@@ -70,7 +70,11 @@ class MetadataMixin(TensorCore):
             >>> Tensor([1, 2]).clone().tolist()
             [1, 2]
         """
-        return self.contiguous()
+        if self.numel() == 0:
+            return self.contiguous()
+        # a lazy write of the values into memory of its own: `contiguous()` of a whole buffer is that buffer (an
+        # alias, as in PyTorch), a clone never is
+        return self._fresh_copy()
 
     def contiguous_backward(self) -> Self:
         """This tensor (tinygrad's hint to make the gradient contiguous; kiln's scheduler decides itself)."""

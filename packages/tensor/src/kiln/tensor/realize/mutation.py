@@ -28,6 +28,7 @@ from kiln.tensor import graph
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.views import check_writable, place, region_writable, store_chain, view_root
 from kiln.tensor.schedule import (
     alias_base,
     forget_realized_into,
@@ -37,7 +38,16 @@ from kiln.tensor.schedule import (
 )
 from kiln.uops import Ops, UOp
 
-__all__ = ["GraphHolder", "live_count", "track", "write", "write_many"]
+__all__ = [
+    "GraphHolder",
+    "live_count",
+    "materialize",
+    "share_root_before_realize",
+    "track",
+    "viewers",
+    "write",
+    "write_many",
+]
 
 
 class GraphHolder(Protocol):
@@ -85,7 +95,7 @@ def live_count() -> int:
 
 def _target_base(node: UOp) -> UOp | None:
     # the buffer under the movement ops of a write's target (the planner rejects PAD and EXPAND there)
-    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN):
+    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN, Ops.CONTIGUOUS):
         node = node.src[0]
     return node if node.op is Ops.BUFFER else None
 
@@ -124,6 +134,21 @@ def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -
         assert view is not None
         mapping[node] = view.substitute({inner: replacement for inner in view.toposort() if _storage(inner) is storage})
     return uop.substitute(mapping)
+
+
+def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp) -> UOp:
+    """`uop` reading the copy `snapshot` of `storage`'s old contents instead of `storage`: its BUFFER nodes of the
+    storage are replaced; a realized node reading it keeps its place in the graph (and so its gradient path) and is
+    recorded as realized into the copy (every graph still holding it means the old values)."""
+    mapping: dict[UOp, UOp] = {}
+    for node in reads:
+        if node.op is Ops.BUFFER:
+            mapping[node] = snapshot
+            continue
+        view = realized_view(node)
+        assert view is not None
+        record_realized(node, view.substitute({n: snapshot for n in view.toposort() if _storage(n) is storage}))
+    return uop.substitute(mapping) if mapping else uop
 
 
 def _unrealized(node: UOp) -> bool:
@@ -178,22 +203,166 @@ def _unrealized_nodes(roots: Iterable[UOp]) -> set[UOp]:
     return seen
 
 
-def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holder: GraphHolder | None = None) -> None:
-    """Writes `value` into the buffer behind `target.uop` now, and rebinds the live tensors (see the module doc).
+def _written_view(node: UOp) -> bool:
+    """Whether `node` views a buffer through targets of realized writes (a write that kept its gradient graph);
+    a lazy ASSIGN (a clone not realized yet) is a value."""
+    if alias_base(node, through_assign=True) is None:
+        return False
+    while node.op is not Ops.BUFFER:
+        if node.op is Ops.ASSIGN and realized_view(node) is None:
+            return False
+        node = node.src[0]
+    return True
+
+
+def _lazy(root: UOp) -> bool:
+    # a root with no storage yet: a lazy result or a constant
+    return root.op is not Ops.BUFFER and realized_view(root) is None
+
+
+def viewers(root: UOp, exclude: GraphHolder | None = None) -> list[GraphHolder]:
+    """The live tensors (but `exclude`) that are views of `root` (`view_root`), `root` itself included."""
+    found = []
+    for holder in _alive():
+        if holder is not exclude and view_root(holder.uop) is root:
+            found.append(holder)
+    return found
+
+
+def _base_of(holder: GraphHolder) -> GraphHolder:
+    # the tensor `holder` was taken as a view of (PyTorch's `_base`), else itself
+    base: GraphHolder | None = getattr(holder, "_view_base", None)
+    return holder if base is None else base
+
+
+def _sharing(holder: GraphHolder, root: UOp) -> list[GraphHolder]:
+    """The other live tensors that share `holder`'s lazy `root`: its base tensor and the views taken of that base.
+    Told apart by tensor, not by node: two equal lazy results are one hash-consed node but two tensors."""
+    base = _base_of(holder)
+    found = []
+    for other in _alive():
+        if other is not holder and (other is base or _base_of(other) is base) and _root(other) is root:
+            found.append(other)
+    return found
+
+
+def _root(holder: GraphHolder) -> UOp:
+    # the root of `holder`'s view chain, stopping at its base tensor's node
+    base = _base_of(holder)
+    root = view_root(holder.uop, None if base is holder else base.uop)
+    if base is not holder and root is base.uop:
+        deeper = view_root(root)  # the base is itself a view of storage (given storage since): its storage
+        if not _lazy(deeper):
+            return deeper
+    return root
+
+
+def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
+    """Gives lazy `root` storage: computes it into a buffer now, so that `holders` (its views) share that buffer
+    and see each other's writes. Tensors that keep their graph for gradients read the root's recorded buffer;
+    the others hold the buffer view directly."""
+    view = realize_uops([graph.contiguous(root)])[0]  # contiguous: a broadcast constant gets a buffer too
+    if graph.shape_of(view) != graph.shape_of(root):
+        view = graph.reshape(view, graph.shape_of(root))
+    # a graph that reads no memory (constants, random numbers) is never recorded: hash-consing makes it the node of
+    # every equal graph of the program, which must not read this tensor's storage
+    recorded = _reads_a_buffer(root)
+    if recorded:
+        record_realized(root, view)
+    for holder in holders:
+        if not recorded or getattr(holder, "requires_grad", None) is not True:
+            holder.uop = holder.uop.substitute({root: view})
+
+
+def share_root_before_realize(holder: GraphHolder) -> None:
+    """Before `holder` (a lazy result with live views, or a view of one) is realized on its own: give the result
+    storage, so that the views stay views of one tensor (PyTorch computed it whole) instead of each getting a copy
+    of its part."""
+    root = _root(holder)
+    if not _lazy(root):
+        return
+    others = _sharing(holder, root)
+    if others:
+        materialize(root, [holder, *others])
+
+
+def write(
+    target: GraphHolder,
+    value: UOp,
+    keep_graph: bool = False,
+    value_holder: GraphHolder | None = None,
+    operation: str = "assign",
+) -> None:
+    """Writes `value` into the storage `target` views, now, and rebinds the live tensors (see the module doc).
 
     Args:
-        target: the tensor written to (its graph: a view of a buffer; one with no buffer just takes the value).
+        target: the tensor written to: a view (`kiln.tensor.realize.views`) of a buffer, of a realized result or of
+            a lazy result (given storage first when other live tensors view it too; alone, it just takes the value).
         value: the new values (target's shape, dtype and device).
-        keep_graph: leave the target's graph the realized ASSIGN node (gradients flow into the value through it).
+        keep_graph: keep the gradient path through the write (gradients flow into the value and, outside the
+            written elements, into the old contents).
         value_holder: the tensor `value` belongs to: it is recorded as realized into the written buffer (copy on
             write) instead of being snapshotted.
+        operation: the name of the write, for errors.
+
+    Raises:
+        RuntimeError: the target is an expanded view (several of its elements are one element of the storage).
     """
-    node = graph.fold_movement_chains(target.uop)
-    node = realized_view(node) or node
-    base = _target_base(node)
-    if base is None:  # no buffer to write into (a lazy result or constant): the tensor just takes the value
+    node = target.uop
+    root = _root(target)
+    check_writable(node, root, operation)
+    if _lazy(root):
+        others = _sharing(target, root)
+        if not others:  # nothing else shares it: the tensor just takes the value
+            target.uop = value
+            return
+        materialize(root, [target, *others])
+        node = target.uop
+        root = view_root(node)
+    if keep_graph:
+        # a write that gradients flow through: the whole root is written (through a view: with the value placed
+        # into its old contents, PyTorch's CopySlices), and every view of the root is rebuilt over the written root
+        shared = [target, *viewers(root, exclude=target)]
+        whole = root is node
+        new_value = value if whole else place(node, root, value)
+        kept = _write_into(realized_view(root) or root, new_value, True, value_holder if whole else None, shared)
+        for holder in shared:
+            holder.uop = holder.uop.substitute({root: kept})
+        return
+    stored = realized_view(root)
+    views_of: list[GraphHolder] = []
+    if stored is not None:  # a realized result: write into its buffer view; its other views see the write
+        views_of = viewers(root, exclude=target)
+        node = node.substitute({root: stored})
+        root = view_root(node)
+    if root.op is not Ops.BUFFER:
         target.uop = value
         return
+    if region_writable(node, root):
+        target.uop = _write_into(store_chain(node, root, root), value, False, value_holder, [target], views_of)
+        return
+    # a chain the scheduler cannot store through (a strided slice): the whole buffer is written, and the target is
+    # rebound like every other view of it
+    _write_into(root, place(node, root, value), False, None, [], [target, *views_of])
+
+
+def _write_into(
+    node: UOp,
+    value: UOp,
+    keep_graph: bool,
+    value_holder: GraphHolder | None,
+    skip: list[GraphHolder],
+    views_of: Sequence[GraphHolder] = (),
+) -> UOp:
+    """Writes `value` into `node` (a view chain over a BUFFER node, realized nodes allowed) in one schedule, rebinds
+    the live tensors but those in `skip` (and the value's), and returns the written node for the target.
+
+    `views_of` are views of a realized result whose buffer is written: they see the write. Other tensors realized
+    into the buffer (a value assigned earlier, copy on write) keep their values."""
+    node = graph.fold_movement_chains(node)
+    node = realized_view(node) or node
+    base = _target_base(node)
+    assert base is not None
     storage = buffer_of(base)
     shares_value = (
         value_holder is not None
@@ -202,12 +371,14 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
         and realized_view(value) is None
         and _reads_a_buffer(value)
     )
+    skipped = {id(holder) for holder in skip}
+    viewing = {id(holder) for holder in views_of}
     aliases: list[tuple[GraphHolder, list[UOp]]] = []
     readers: list[tuple[GraphHolder, list[UOp]]] = []
     shared: list[GraphHolder] = []
     value_nodes = set(value.toposort(gate=_unrealized))
     for holder in _alive():
-        if holder is target or (shares_value and holder is value_holder):
+        if id(holder) in skipped or (shares_value and holder is value_holder):
             continue
         held = holder.uop
         view_of = alias_base(held)
@@ -222,7 +393,8 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
             continue
         reads = _reads(held, storage)
         if reads:
-            (aliases if alias_base(held, through_assign=True) is not None else readers).append((holder, reads))
+            is_view = id(holder) in viewing or _written_view(held)
+            (aliases if is_view else readers).append((holder, reads))
     assign = graph.assign(node, value)  # normalizing merges the movement chains of the roots
     roots = [assign]
     # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
@@ -241,26 +413,25 @@ def write(target: GraphHolder, value: UOp, keep_graph: bool = False, value_holde
     assert new_base is not None
     for holder, reads in aliases:
         holder.uop = _rebind(holder.uop, reads, storage, new_base)
-    for holder, reads in readers:
-        holder.uop = _rebind(holder.uop, reads, storage, views[snapshot_at])
-    # values realized into the buffer earlier are gone (the live tensors reading them were rebound above)
+    # values realized into the buffer earlier are gone (the live tensors reading them are rebound below)
     old_nodes = {base}
     for _, reads in aliases + readers:
         for read in reads:
             old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+    for holder, reads in readers:
+        holder.uop = _to_snapshot(holder.uop, reads, storage, views[snapshot_at])
+    # gradients flow through the ASSIGN into the value, which reads the snapshot of the old contents
+    kept_value = _to_snapshot(value, value_reads, storage, views[snapshot_at]) if value_reads else value
     for old in old_nodes:
         forget_realized_into(old)
         mark_overwritten(old)
     if shares_value:
         record_realized(value, views[0])
     if not keep_graph:
-        target.uop = views[0]
-        return
-    # gradients flow through the ASSIGN into the value, which reads the snapshot of the old contents
-    kept_value = _rebind(value, value_reads, storage, views[snapshot_at]) if value_reads else value
+        return views[0]
     kept = graph.assign(views[0], kept_value)
     record_realized(kept, views[0])
-    target.uop = kept
+    return kept
 
 
 def _reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[UOp]]:

@@ -18,8 +18,10 @@ from kiln.tensor.schedule.normalize import (
     forget_realized_into,
     mark_overwritten,
     normalize,
+    padding_hidden,
     realized_view,
     record_realized,
+    whole_buffer,
 )
 from kiln.tensor.schedule.planner import plan_schedule
 
@@ -39,7 +41,9 @@ __all__ = [
     "forget_realized_into",
     "mark_overwritten",
     "normalize",
+    "padding_hidden",
     "plan_schedule",
     "realized_view",
     "record_realized",
+    "whole_buffer",
 ]

@@ -11,7 +11,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from kiln.tensor.graph import MOVEMENT_OPS, SHAPE, merge_movement_link
+from kiln.tensor.graph import MOVEMENT_OPS, SHAPE, merge_movement_link, shape_of
+from kiln.tensor.schedule.indexing import and_gates, movement_indices
 from kiln.tensor.schedule.items import InputSlot
 from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, content_arg, dtypes
 
@@ -42,31 +43,67 @@ def realized_view(uop: UOp) -> UOp | None:
     return REALIZED.get(uop)
 
 
-_ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.DETACH})
+_ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+_INDEX_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP})
+PADDING_HIDDEN: NodeSlot[bool] = NodeSlot(
+    "tensor_padding_hidden",
+    __name__,
+    "whether every element of a movement chain holding a PAD comes from its source (a strided slice's padding is "
+    "cut away again), so the chain is a view",
+)
+
+
+def padding_hidden(top: UOp) -> bool:
+    """Whether no element of the movement chain `top` (holding PADs) reads padding: every position maps to an
+    element of the node under the chain. A strided slice (`x[::2]`) pads a dim to a multiple of the step and keeps
+    the first of each group, which is never padding: a view, as in PyTorch; `pad()` itself is a new value.
+
+    Decided once per node by the symbolic simplifier: the chain's validity condition over index variables with
+    the view's bounds must fold to True."""
+    found = PADDING_HIDDEN.get(top)
+    if found is not None:
+        return found
+    indices = tuple(UOp.variable(f"view{axis}", 0, max(size - 1, 0)) for axis, size in enumerate(shape_of(top)))
+    node, gate = top, None
+    while node.op in _INDEX_OPS or node.op in (Ops.DETACH, Ops.CONTIGUOUS, Ops.ASSIGN):
+        if node.op in _INDEX_OPS:
+            indices, valid = movement_indices(node, indices, shape_of(node.src[0]))
+            gate = and_gates(gate, valid)
+        node = node.src[0]
+    folded = None if gate is None else gate.simplify()
+    hidden = folded is None or (folded.op is Ops.CONST and folded.arg is True)
+    PADDING_HIDDEN.set(top, hidden)
+    return hidden
 
 
 def alias_base(uop: UOp, through_assign: bool = False) -> UOp | None:
     """The BUFFER node `uop` is a view of, else None.
 
-    A view has only RESHAPE / PERMUTE / EXPAND / SHRINK / DETACH (and CONTIGUOUS of the whole buffer; with
-    `through_assign`, the target of an ASSIGN) between it and the buffer. Like a PyTorch view, it reads the buffer's
-    current contents: it sees every later write into the buffer, and it is never recorded as realized.
+    A view has only RESHAPE / PERMUTE / EXPAND / SHRINK / FLIP / DETACH (and CONTIGUOUS of the whole buffer; a PAD whose
+    padding the ops above it cut away again, `padding_hidden`; with `through_assign`, the target of an ASSIGN)
+    between it and the buffer. Like a PyTorch view, it reads the buffer's current contents: it sees every later
+    write into the buffer, and it is never recorded as realized.
     """
+    top, padded = uop, False
     while (
         uop.op in _ALIAS_OPS
         or (uop.op is Ops.ASSIGN and through_assign)
-        or (uop.op is Ops.CONTIGUOUS and _whole_buffer(uop.src[0]))
+        or (uop.op is Ops.CONTIGUOUS and whole_buffer(uop.src[0]))
+        or uop.op is Ops.PAD
     ):
+        padded = padded or uop.op is Ops.PAD
         uop = uop.src[0]
-    return uop if uop.op is Ops.BUFFER else None
+    if uop.op is not Ops.BUFFER:
+        return None
+    return uop if not padded or padding_hidden(top) else None
 
 
 # the ops a view of a buffer can end in: `alias_base` of a node with any other op is None (checked first where
 # realizing asks on every call)
-_VIEW_END_OPS = _ALIAS_OPS | {Ops.ASSIGN, Ops.CONTIGUOUS, Ops.BUFFER}
+_VIEW_END_OPS = _ALIAS_OPS | {Ops.ASSIGN, Ops.CONTIGUOUS, Ops.BUFFER, Ops.PAD}
 
 
-def _whole_buffer(uop: UOp) -> bool:
+def whole_buffer(uop: UOp) -> bool:
     # CONTIGUOUS of the whole buffer in row-major order realizes to the buffer itself (PyTorch: returns self)
     while uop.op in (Ops.RESHAPE, Ops.DETACH):
         uop = uop.src[0]
