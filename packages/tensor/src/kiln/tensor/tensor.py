@@ -8,6 +8,7 @@ the realize plumbing. The public math / movement / reduce / nn / indexing method
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, overload
 
@@ -347,13 +348,15 @@ class Tensor(
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
         # chains for the scheduler
+        shared: set[int] = set()  # tensors sharing a lazy result with live views: they keep their graphs
         for each in tensors:
-            base = each.__dict__.get("_view_base")
-            if (each if base is None else base).__dict__.get("_has_views"):
-                share_root_before_realize(each)  # a lazy result some live views share: it gets storage first
+            if each.__dict__.get("_view_token") is not None and share_root_before_realize(each):
+                shared.add(id(each))
         if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for; rule below
             views = realize_uops([(tensor := tensors[0]).uop])
-            if alias_base(tensor.uop) is None and tensor.__dict__.get("_requires_grad") is not True:
+            if shared:
+                record_realized(tensor.uop, views[0])
+            elif alias_base(tensor.uop) is None and tensor.__dict__.get("_requires_grad") is not True:
                 tensor.uop = views[0]
             return views
         nodes = [tensor.uop for tensor in tensors]
@@ -369,10 +372,10 @@ class Tensor(
         for tensor, node, view in zip(tensors, nodes, views):
             if alias_base(tensor.uop) is not None:
                 continue  # a view of a buffer stays one (it sees later writes into the buffer, like a PyTorch view)
-            if node is not tensor.uop:
+            if node is not tensor.uop or id(tensor) in shared:
                 record_realized(tensor.uop, view)  # the node as built remembers its buffer too
             # Tensors in an autograd graph keep their graph (the node remembers its buffer); others drop it
-            if tensor.requires_grad is not True:
+            if tensor.requires_grad is not True and id(tensor) not in shared:
                 tensor.uop = view
         return views
 
@@ -518,13 +521,15 @@ class Tensor(
 
 
 def _note_view(source: Tensor, view: Tensor) -> None:
-    # `view` views `source` (PyTorch's `_base`: the first tensor of the chain): a lazy result has no storage yet,
-    # and hash-consing makes two equal results one node, so its views are told apart by the tensor they were taken
-    # of; the base remembers it has views, so realizing a tensor without any asks nothing more
-    base = source.__dict__.get("_view_base")
-    base = source if base is None else base
-    view.__dict__["_view_base"] = base
-    base.__dict__["_has_views"] = True
+    # `view` views `source`: a lazy result has no storage yet, and hash-consing makes two equal results one node, so
+    # the views of one tensor are told apart by a token they share with it (PyTorch's `_base`, without keeping the
+    # base alive: a base nobody holds is no one's to see a write) and a weak reference to the base
+    token = source.__dict__.get("_view_token")
+    if token is None:
+        token = source.__dict__["_view_token"] = object()
+        source.__dict__["_view_base"] = weakref.ref(source)
+    view.__dict__["_view_token"] = token
+    view.__dict__["_view_base"] = source.__dict__["_view_base"]
 
 
 def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> UOp:

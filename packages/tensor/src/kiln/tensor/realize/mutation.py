@@ -19,6 +19,7 @@ graphs of the new contents. Finding aliases and readers needs every live tensor:
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -229,19 +230,21 @@ def viewers(root: UOp, exclude: GraphHolder | None = None) -> list[GraphHolder]:
     return found
 
 
-def _base_of(holder: GraphHolder) -> GraphHolder:
-    # the tensor `holder` was taken as a view of (PyTorch's `_base`), else itself
-    base: GraphHolder | None = getattr(holder, "_view_base", None)
-    return holder if base is None else base
+def _base_of(holder: GraphHolder) -> GraphHolder | None:
+    # the live tensor `holder` was taken as a view of (PyTorch's `_base`; itself for a base), else None
+    reference: weakref.ref[GraphHolder] | None = getattr(holder, "_view_base", None)
+    return None if reference is None else reference()
 
 
 def _sharing(holder: GraphHolder, root: UOp) -> list[GraphHolder]:
-    """The other live tensors that share `holder`'s lazy `root`: its base tensor and the views taken of that base.
-    Told apart by tensor, not by node: two equal lazy results are one hash-consed node but two tensors."""
-    base = _base_of(holder)
+    """The other live tensors that share `holder`'s lazy `root`: its base tensor and the views taken of that base
+    (one token). Told apart by tensor, not by node: two equal lazy results are one hash-consed node, two tensors."""
+    token = getattr(holder, "_view_token", None)
+    if token is None:
+        return []
     found = []
     for other in _alive():
-        if other is not holder and (other is base or _base_of(other) is base) and _root(other) is root:
+        if other is not holder and getattr(other, "_view_token", None) is token and _root(other) is root:
             found.append(other)
     return found
 
@@ -249,8 +252,10 @@ def _sharing(holder: GraphHolder, root: UOp) -> list[GraphHolder]:
 def _root(holder: GraphHolder) -> UOp:
     # the root of `holder`'s view chain, stopping at its base tensor's node
     base = _base_of(holder)
-    root = view_root(holder.uop, None if base is holder else base.uop)
-    if base is not holder and root is base.uop:
+    if base is None or base is holder:
+        return view_root(holder.uop)
+    root = view_root(holder.uop, base.uop)
+    if root is base.uop:
         deeper = view_root(root)  # the base is itself a view of storage (given storage since): its storage
         if not _lazy(deeper):
             return deeper
@@ -274,16 +279,27 @@ def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
             holder.uop = holder.uop.substitute({root: view})
 
 
-def share_root_before_realize(holder: GraphHolder) -> None:
-    """Before `holder` (a lazy result with live views, or a view of one) is realized on its own: give the result
+# a lazy result of more elements than this is not computed whole when one of its views is realized (see
+# `share_root_before_realize`): `Tensor.arange(2**33)[-5:]` must not allocate 32 GiB
+_MATERIALIZE_ON_REALIZE_LIMIT = 1 << 22
+
+
+def share_root_before_realize(holder: GraphHolder) -> bool:
+    """Before `holder` (a lazy result with live views, or a view of one) is realized on its own: gives the result
     storage, so that the views stay views of one tensor (PyTorch computed it whole) instead of each getting a copy
-    of its part."""
+    of its part. A result over `_MATERIALIZE_ON_REALIZE_LIMIT` elements is left lazy: returns True, and the caller
+    keeps `holder`'s graph (its value is only recorded), so a later write through any of the views still finds it
+    and gives the result storage then."""
     root = _root(holder)
     if not _lazy(root):
-        return
+        return False
     others = _sharing(holder, root)
-    if others:
-        materialize(root, [holder, *others])
+    if not others:
+        return False
+    if math.prod(graph.shape_of(root)) > _MATERIALIZE_ON_REALIZE_LIMIT:
+        return True
+    materialize(root, [holder, *others])
+    return False
 
 
 def write(
