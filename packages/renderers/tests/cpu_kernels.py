@@ -248,6 +248,23 @@ def check_threaded_gather(renderer: Renderer) -> Program:
     return program
 
 
+def threefry_max_case(rounds: int = 20) -> tuple[UOp, list[Opt]]:
+    """max over (16, 64, 3) of Threefry-like rounds (x0 += x1; x1 = rotl(x1) ^ x0) of each position, the size-3 axis
+    unrolled: what a fused `Tensor.normal(16, 64, 3).max()` computes, whose NaN-flag accumulator sent LLVM 22's CRC
+    recognizer into exponential time (see kiln.renderers.toolchain.LLVM_OPTIONS). Buffers (out: float32 of 1, key:
+    uint32 of 1)."""
+    out, key = buffer(0, dtypes.float32, 1), buffer(1, dtypes.uint32, 1)
+    i, j, k = (UOp.range(size, axis, AxisKind.REDUCE) for axis, size in enumerate((16, 64, 3)))
+    word0, word1 = ((i * 64 + j) * 3 + k).cast(dtypes.uint32), key.index(UOp.const(dtypes.index, 0)).load()
+    for number in range(rounds):
+        bits = (13, 15, 26, 6, 17, 29, 16, 24)[number % 8]
+        word0 = word0 + word1
+        word1 = ((word1 << bits) | (word1 >> (32 - bits))) ^ word0
+    total = (word0 >> 8).cast(dtypes.float32).reduce(i, j, k, op=Ops.MAX)
+    store = out.index(UOp.const(dtypes.index, 0)).store(total)
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo("threefry_max")), [Opt(OptOps.UNROLL, 2, 0)]
+
+
 def wide_core_id_program() -> list[UOp]:
     """A linear program reading an int64 core_id, which the CPU convention (an int32 parameter) cannot pass."""
     size = UOp.const(dtypes.int64, 2)

@@ -7,8 +7,10 @@ against each case's numpy reference, the coverage kernels against codegen's inte
 from __future__ import annotations
 
 import builtins
+import os
 import platform
 import struct
+import subprocess
 import sys
 import threading
 import weakref
@@ -26,6 +28,7 @@ pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install '
 
 from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
 from kiln.renderers import ENTRY_NAME, LLVMCompiler, LLVMRenderer, ToolchainNotFoundError, kernel_parameters
+from kiln.renderers.toolchain import llvm_options
 from kiln.uops import AxisKind, Context, DType, Ops, UOp, dtypes
 
 CORPUS = kernels.load_corpus().CORPUS
@@ -98,6 +101,36 @@ def test_multi_core_kernel_with_int64_offsets_widens_the_int32_core_id(renderer:
     assert "sext i32 %core_id to i64" in program.source
     with pytest.raises(ValueError, match=r"core_id is the kernel's i32 parameter, got a SPECIAL of dtypes\.int64"):
         renderer.render(kernels.wide_core_id_program(), "wide_core_id")
+
+
+def test_an_integer_accumulator_over_a_deep_shared_dag_compiles_in_seconds(renderer: LLVMRenderer) -> None:
+    # LLVM 22's CRC recognizer walked this kernel's use-def chains in exponential time (16 rounds: 16 s; 20, the
+    # fused Tensor.normal(16, 64, 3).max() of the init-fusion fuzzer: hours) until LLVM_OPTIONS turned it off. In a
+    # subprocess, so that a regression fails at the timeout instead of hanging the run.
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import cpu_kernels as kernels\n"
+        "from kiln.codegen import Program, get_program\n"
+        "from kiln.renderers import LLVMRenderer\n"
+        "sink, opts = kernels.threefry_max_case()\n"
+        "assert Program(get_program(sink, LLVMRenderer(), opts)).binary is not None\n"
+    )
+    environment = {**os.environ, "DISABLE_COMPILER_CACHE": "1"}
+    subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)], env=environment, timeout=60, check=True)
+    sink, opts = kernels.threefry_max_case()
+    assert renderer.compiler.flags[5:] == llvm_options(renderer.compiler.llvm)  # part of the compile-cache key
+    out, key = np.zeros(1, np.float32), np.array([0x9E3779B9], np.uint32)
+    kernels.run_native(Program(get_program(sink, renderer, opts)), renderer.compiler, [out, key], {})
+    expected = _threefry_max_reference(0x9E3779B9)
+    assert out[0] == expected
+
+
+def _threefry_max_reference(key: int, rounds: int = 20) -> np.float32:
+    word0, word1 = np.arange(16 * 64 * 3, dtype=np.uint32), np.full(16 * 64 * 3, key, np.uint32)
+    for number in range(rounds):
+        bits = np.uint32((13, 15, 26, 6, 17, 29, 16, 24)[number % 8])
+        word0 = word0 + word1
+        word1 = ((word1 << bits) | (word1 >> (np.uint32(32) - bits))) ^ word0
+    return np.float32((word0 >> np.uint32(8)).astype(np.float32).max())
 
 
 def test_binary_is_a_relocatable_object_and_keys_name_llvm_and_cpu(renderer: LLVMRenderer) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.core_launcher import llvm_ir_launcher_source
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
-from kiln.renderers.toolchain import ToolchainNotFoundError, llvmlite_binding
+from kiln.renderers.toolchain import ToolchainNotFoundError, llvm_options, llvmlite_binding
 from kiln.uops import UOp
 
 
@@ -107,8 +107,10 @@ class LLVMCompiler(HostCompiler):
 
     @property
     def flags(self) -> tuple[str, ...]:
-        """The optimization level, vectorizers and code model (every other option is LLVM's default)."""
-        return (f"-O{self.optimization_level}", "loop-vectorize", "slp-vectorize", "code-model=large", "reloc=static")
+        """The optimization level, vectorizers, code model and the process's LLVM options (`LLVM_OPTIONS`; every
+        other option is LLVM's default)."""
+        level = f"-O{self.optimization_level}"
+        return (level, "loop-vectorize", "slp-vectorize", "code-model=large", "reloc=static", *llvm_options(self.llvm))
 
     @flags.setter
     def flags(self, value: tuple[str, ...]) -> None:

@@ -83,6 +83,22 @@ def _describe(path: str, name: str) -> CToolchain:
     return CToolchain(path, family, first_line, target.strip())
 
 
+LLVM_OPTIONS: dict[int, tuple[str, ...]] = {22: ("-disable-loop-idiom-hashrecognize",)}
+"""LLVM command-line options set once per process, by LLVM major version.
+
+LLVM 22's loop idiom pass looks for CRC loops (HashRecognize) by walking a loop's use-def chains without a visited
+set: exponential in the depth of a DAG whose values are used twice, so a kernel keeping an integer accumulator over
+a fused Threefry (`Tensor.normal(16, 64, 3).max()`: its NaN flag, next to three unrolled lanes of 20 rounds) never
+finished compiling; 16 rounds took 16 s (fixed upstream after 22: llvm/llvm-project#211711 and #211887). Kernels
+hold no CRC loops, so nothing is lost. Only versions known to have the option get it: LLVM ends the process on an
+option it does not know."""
+
+
+def llvm_options(llvm: ModuleType) -> tuple[str, ...]:
+    """The LLVM_OPTIONS of the LLVM version `llvm` (llvmlite.binding) carries."""
+    return LLVM_OPTIONS.get(int(llvm.llvm_version_info[0]), ())
+
+
 def llvmlite_binding() -> ModuleType:
     """`llvmlite.binding`, with the native target initialized; ToolchainNotFoundError if llvmlite is missing."""
     try:
@@ -101,6 +117,8 @@ def llvmlite_binding() -> ModuleType:
 def _initialize_llvm(llvm: ModuleType) -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    for option in llvm_options(llvm):
+        llvm.set_option("kiln", option)
 
 
 @functools.cache
