@@ -14,7 +14,8 @@ degree: the difference quotient's error is far below the tolerance).
 
 CI runs `PROGRAMS` programs of each family (about 30 s on 2 cores). The long form:
 `KILN_VIEW_FUZZ=20000 uv run pytest packages/tensor/tests/test_view_fuzz.py -n 2` runs that many programs per family
-(seeds 0 .. N-1). A seed that ever fails is pinned in `PINNED` with what it found. While it was written, earlier
+(seeds 0 .. N-1). A seed (or a sequence of programs in one process) that ever fails is pinned in `PINNED_SEQUENCES` with
+what it found. While it was written, earlier
 forms of the generator found: a CONTIGUOUS of a whole buffer hiding the buffer from writes, views of realized results
 taken for readers, lazy results and constants whose views did not share storage (and equal constants that did, one
 hash-consed node), `clone()` and size-1 reductions returning aliases, a constant recorded as realized leaking into
@@ -38,7 +39,12 @@ DEVICE = "PYTHON"  # the interpreter device: no compiler, so the many small kern
 PROGRAMS = int(os.environ.get("KILN_VIEW_FUZZ", "240"))
 BLOCKS = 8
 STEPS = 10
-PINNED: list[int] = []
+# programs that failed only after another ran in the same process, with what they found
+PINNED_SEQUENCES = [
+    # a lazy one-element constant given storage by realizing CONTIGUOUS of it: once the engine had seen that graph
+    # structure (seed 1200), it answered with the constant and no buffer, and the write through a view was lost
+    [1200, 1408],
+]
 WRITE_FORMS = ["assign", "copy_", "setitem", "iadd", "isub", "imul", "idiv", "add_", "sub_", "mul_", "div_"]
 WRITE_FORMS += ["clamp_", "fill_", "zero_"]
 WRITE_FORMS = ["assign", "copy_", "setitem", "iadd", "isub", "imul", "idiv", "add_", "sub_", "mul_", "div_"]
@@ -353,7 +359,7 @@ def test_random_gradient_programs_match_central_differences(block: int) -> None:
         run_gradient_program(seed)
 
 
-@pytest.mark.parametrize("seed", PINNED)
-def test_pinned_seeds(seed: int) -> None:
-    run_program(seed)
-    run_gradient_program(seed)
+@pytest.mark.parametrize("sequence", PINNED_SEQUENCES, ids=str)
+def test_pinned_sequences(sequence: list[int]) -> None:
+    for seed in sequence:
+        run_program(seed)

@@ -266,9 +266,12 @@ def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
     """Gives lazy `root` storage: computes it into a buffer now, so that `holders` (its views) share that buffer
     and see each other's writes. Tensors that keep their graph for gradients read the root's recorded buffer;
     the others hold the buffer view directly."""
-    view = realize_uops([graph.contiguous(root)])[0]  # contiguous: a broadcast constant gets a buffer too
-    if graph.shape_of(view) != graph.shape_of(root):
-        view = graph.reshape(view, graph.shape_of(root))
+    # written into memory of its own: a constant (even one the engine has seen as a constant before) gets a buffer
+    shape = graph.shape_of(root)
+    memory = graph.buffer_uop(graph.device_of(root), max(1, math.prod(shape)), root.dtype)
+    view = realize_uops([graph.assign(graph.reshape(graph.shrink(memory, ((0, math.prod(shape)),)), shape), root)])[0]
+    if graph.shape_of(view) != shape:
+        view = graph.reshape(view, shape)
     # a graph that reads no memory (constants, random numbers) is never recorded: hash-consing makes it the node of
     # every equal graph of the program, which must not read this tensor's storage
     recorded = _reads_a_buffer(root)
