@@ -14,12 +14,11 @@ degree: the difference quotient's error is far below the tolerance).
 
 CI runs `PROGRAMS` programs of each family (about 30 s on 2 cores). The long form:
 `KILN_VIEW_FUZZ=20000 uv run pytest packages/tensor/tests/test_view_fuzz.py -n 2` runs that many programs per family
-(seeds 0 .. N-1). A seed (or a sequence of programs in one process) that ever fails is pinned in `PINNED_SEQUENCES` with
-what it found. While it was written, earlier
-forms of the generator found: a CONTIGUOUS of a whole buffer hiding the buffer from writes, views of realized results
-taken for readers, lazy results and constants whose views did not share storage (and equal constants that did, one
-hash-consed node), `clone()` and size-1 reductions returning aliases, a constant recorded as realized leaking into
-later programs, and gradients lost through view writes; each is a case of `test_view_alias.py` now.
+(seeds 0 .. N-1). A seed, or a sequence of programs in one process, that ever fails is pinned in `PINNED_SEQUENCES`
+with what it found. While the fuzzer was written, earlier forms of the code under it failed on: a CONTIGUOUS of a
+whole buffer hiding the buffer from writes, views of realized results taken for readers, lazy results and constants
+whose views did not share storage (and equal constants that did: one hash-consed node), `clone()` and size-1
+reductions returning aliases, and gradients lost through view writes; each is a case of `test_view_alias.py` now.
 """
 
 from __future__ import annotations
