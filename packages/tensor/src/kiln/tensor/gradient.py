@@ -24,7 +24,10 @@ input gradient is the transposed convolution, one reduce kernel, where the primi
 a scatter). A shortcut changes how the gradient is computed, never its value: it must give exactly the partial
 derivatives of the result with respect to each input (the others held fixed). The walk takes it only when no
 target lies strictly between the result and its inputs (such a target needs the primitives' path) and the inputs are
-distinct nodes; otherwise it uses the primitives' rules as usual.
+distinct nodes; otherwise it uses the primitives' rules as usual. When the rule gives more than one gradient, the
+gradient flowing into the result is made a buffer first (`contiguous`): each of those gradients is a kernel that
+reads it many times per element, and fused into them it would be recomputed in each (a small CNN's step spent 9.7 ms
+against 1.9 ms in its second convolution's weight gradient).
 """
 
 from __future__ import annotations
@@ -66,6 +69,13 @@ def set_gradient_shortcut(
     if len(set(inputs)) != len(inputs):
         return  # the same node in two roles (conv2d(x, x)): the primitives' rules add up both paths correctly
     SHORTCUT.set(result, GradientShortcut(inputs, rule))
+
+
+def _stored(node: UOp) -> bool:
+    """Whether `node` is memory or a constant seen through movement ops (nothing to compute into a buffer)."""
+    while node.op in graph.MOVEMENT_OPS or node.op is Ops.DETACH:
+        node = node.src[0]
+    return node.op in (Ops.BUFFER, Ops.CONST, Ops.CONTIGUOUS)
 
 
 def _shortcut_for(node: UOp, target_set: set[UOp]) -> GradientShortcut | None:
@@ -345,7 +355,12 @@ def compute_gradient(
         shortcut = _shortcut_for(node, target_set) if shortcuts else None
         if shortcut is not None:
             sources = shortcut.inputs
-            result = shortcut.rule(node, upstream, tuple(source in leads for source in sources))
+            wanted = tuple(source in leads for source in sources)
+            if sum(wanted) > 1 and not _stored(upstream):
+                # each wanted gradient is its own kernel reading `upstream` many times per element (a convolution's
+                # input and weight gradients): computed once into memory, as PyTorch's grad_output is
+                upstream = graph.contiguous(upstream)
+            result = shortcut.rule(node, upstream, wanted)
         else:
             sources = node.src
             result, _ = pm_gradient.rewrite_with_rule(node, ctx=upstream)
