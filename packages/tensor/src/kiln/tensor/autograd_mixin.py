@@ -1,7 +1,13 @@
 """`AutogradMixin`: the gradient methods of `Tensor`: `requires_grad`, `requires_grad_`, `backward`, `gradient`.
 
-Gradients are rewrites of the tensor graph (`kiln.tensor.gradient`): `backward()` and `gradient()` build lazy
-gradient graphs and never run anything themselves; the gradients are computed when they are realized.
+Gradients are rewrites of the tensor graph (`kiln.tensor.gradient`). `gradient()` returns them as lazy graphs (they
+can be differentiated again). `backward()` computes, as PyTorch's does: the `.grad` of every leaf it reaches, the
+tensor it was called on and the live results of that tensor's history not computed yet (the logits kept for an
+accuracy) are realized together, in one schedule, so the forward pass runs once. The gradients are then data: a
+training step that updates its parameters one by one (`p.assign(p.detach() - p.grad * lr)`, or `p -= lr * p.grad`
+under `no_grad`) runs one small kernel per write, where gradients still lazy would each be computed from a snapshot
+of the parameters written before them, recomputing the forward and backward passes (issue 36; measured in
+`benchmarks/train_bench.py`, checked in `tests/test_write_loop_cost.py`).
 
 Leaves: a tensor that requires grad is a leaf when no other live tensor that requires grad lies below it in its graph
 (DETACH starts a new history: `w.detach().requires_grad_()` is a leaf; so is a tensor after `assign` of a value
@@ -25,6 +31,7 @@ from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.schedule import alias_base, realized_view
 from kiln.uops import NodeSlot, Ops, UOp, dtypes
 
 __all__ = ["AutogradMixin"]
@@ -151,9 +158,10 @@ class AutogradMixin(TensorCore):
             gradient: the gradient flowing into this tensor; optional for a one-element tensor (then 1).
 
         Returns:
-            This tensor. The `.grad` tensors are lazy until realized; calling backward again adds to them (set
-            `.grad = None` to start over, as an optimizer's `zero_grad` does). Leaves no gradient reaches keep
-            their `.grad`.
+            This tensor, computed: the gradients, this tensor and the live results of its graph not computed yet
+            are realized together, in one schedule (see the module doc). Calling backward again adds to `.grad`
+            (set `.grad = None` to start over, as an optimizer's `zero_grad` does). Leaves no gradient reaches
+            keep their `.grad`.
 
         Raises:
             RuntimeError: this tensor does not require grad; it has more than one element and no `gradient` is
@@ -176,8 +184,10 @@ class AutogradMixin(TensorCore):
         if not dtypes.is_float(root.dtype):
             raise RuntimeError(f"backward() needs a float tensor, got {root.dtype!r}")
         root_gradient = _root_gradient(root, gradient, "backward()")
-        leaves = _leaves(root.uop)
+        history = _history(root.uop)
+        leaves = _leaves(history)
         found = compute_gradient(root.uop, root_gradient, list(leaves))
+        grads: list[TensorCore] = []
         for node, leaf in leaves.items():
             gradient_uop = found.get(node)
             if gradient_uop is None:
@@ -186,6 +196,11 @@ class AutogradMixin(TensorCore):
             if leaf.grad is not None:
                 gradient_uop = graph.alu(Ops.ADD, leaf.grad.uop, gradient_uop)
             leaf.grad = type(leaf)._from_uop(gradient_uop)
+            grads.append(leaf.grad)
+        if grads:
+            # computed now, together (see the module doc)
+            computed = _computed_with(root, set(history), leaves)
+            type(root).realize_all(*computed, *grads)
         return root
 
 
@@ -270,9 +285,26 @@ def _root_gradient(root: TensorCore, gradient: TensorCore | Any | None, caller: 
     return graph.cast(graph.copy_to(gradient.uop, root.device), root.dtype)
 
 
-def _leaves(root: UOp) -> dict[UOp, TensorCore]:
-    """The live leaf tensors that require grad in root's graph (not behind DETACH), by their gradient node."""
-    order = _history(root)
+def _computed_with(root: TensorCore, history: set[UOp], leaves: dict[UOp, TensorCore]) -> list[TensorCore]:
+    """The tensors `backward()` computes with the gradients: `root` and the other live tensors of its history that
+    are results not computed yet (the logits kept for an accuracy, an input a gradient rule holds on to). The
+    gradients compute their values anyway; computed later, each would run the forward pass again."""
+    found: list[TensorCore] = []
+    for tensor in [root, *list(_requiring_grad.values())]:
+        node = tensor.uop
+        if tensor is not root and (node not in history or _gradient_node(node) in leaves):
+            continue
+        if node.op is Ops.BUFFER or alias_base(node) is not None or realized_view(node) is not None:
+            continue  # memory already (a view of a buffer, a realized result)
+        if not _has_buffer(node) or any(tensor is other for other in found):
+            continue  # a constant graph: nothing to compute (and shared with every equal constant)
+        found.append(tensor)
+    return found
+
+
+def _leaves(order: list[UOp]) -> dict[UOp, TensorCore]:
+    """The live leaf tensors that require grad in a graph (not behind DETACH), by their gradient node; `order` is
+    the graph's `_history`."""
     nodes = set(order)
     groups: dict[UOp, list[TensorCore]] = {}
     for tensor in list(_requiring_grad.values()):
