@@ -37,10 +37,11 @@ from kiln.tensor.schedule import (
     realized_view,
     record_realized,
 )
-from kiln.uops import Ops, UOp
+from kiln.uops import NodeSlot, Ops, UOp
 
 __all__ = [
     "GraphHolder",
+    "check_gradient_operands",
     "live_count",
     "materialize",
     "share_root_before_realize",
@@ -137,6 +138,37 @@ def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -
     return uop.substitute(mapping)
 
 
+# A realized node whose buffer was written after it was built: its values now live in a snapshot. A gradient that
+# needs them as an operand (`s = v * v; v.mul_(2); s.backward()`) is PyTorch's version-counter error.
+_MODIFIED: NodeSlot[bool] = NodeSlot(
+    "tensor_modified_in_place", __name__, "a realized node whose buffer an in-place write changed after it was built"
+)
+
+
+def check_gradient_operands(gradients: Iterable[UOp], forward: UOp) -> None:
+    """Raises PyTorch's RuntimeError when a node that gradients added to `forward`'s graph reads, as an operand
+    (through view ops only), a value a later in-place write replaced: PyTorch saved that tensor for backward and
+    its version has changed since."""
+    built = set(forward.toposort())
+    for gradient in gradients:
+        for node in gradient.toposort(gate=lambda n: n not in built):
+            if node in built:
+                continue
+            for source in node.src:
+                operand = source
+                while operand.op in _OPERAND_VIEW_OPS and not _MODIFIED.has(operand):
+                    operand = operand.src[0]
+                if _MODIFIED.has(operand):
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been modified by an inplace "
+                        f"operation: a tensor of shape {list(graph.shape_of(operand))} was written in place after "
+                        "it was used; its old version is needed here (clone() it before the write)"
+                    )
+
+
+_OPERAND_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP, Ops.DETACH})
+
+
 def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp) -> UOp:
     """`uop` reading the copy `snapshot` of `storage`'s old contents instead of `storage`: its BUFFER nodes of the
     storage are replaced; a realized node reading it keeps its place in the graph (and so its gradient path) and is
@@ -149,6 +181,7 @@ def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp)
         view = realized_view(node)
         assert view is not None
         record_realized(node, view.substitute({n: snapshot for n in view.toposort() if _storage(n) is storage}))
+        _MODIFIED.set(node, True)
     return uop.substitute(mapping) if mapping else uop
 
 
@@ -344,7 +377,8 @@ def write(
         shared = [target, *viewers(root, exclude=target)]
         whole = root is node
         new_value = value if whole else place(node, root, value)
-        kept = _write_into(realized_view(root) or root, new_value, True, value_holder if whole else None, shared)
+        # (no copy on write for the value here: a later write of the same hash-consed value would read its target)
+        kept = _write_into(realized_view(root) or root, new_value, True, None, shared)
         for holder in shared:
             holder.uop = holder.uop.substitute({root: kept})
         return
@@ -415,6 +449,11 @@ def _write_into(
             is_view = id(holder) in viewing or _written_view(held)
             (aliases if is_view else readers).append((holder, reads))
     assign = graph.assign(node, value)  # normalizing merges the movement chains of the roots
+    while realized_view(assign) is not None:
+        # the same write as an earlier one kept for gradients (one hash-consed node, realized already): this write
+        # must run and get a node of its own
+        value = graph.contiguous(value)
+        assign = graph.assign(node, value)
     roots = [assign]
     # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
     value_reads = _reads(value, storage) if keep_graph else []
