@@ -44,6 +44,10 @@ PINNED_SEQUENCES = [
     # structure (seed 1200), it answered with the constant and no buffer, and the write through a view was lost
     [1200, 1408],
 ]
+# gradient programs that failed: a second `y.assign(x * x)` after a view write was the same hash-consed ASSIGN as
+# the first, already realized, so it never ran and its buffer node was marked overwritten (6031, 7175: three writes
+# of (3,); 4026: a (1,) one)
+PINNED_GRADIENT_SEEDS = [4026, 6031, 7175]
 WRITE_FORMS = ["assign", "copy_", "setitem", "iadd", "isub", "imul", "idiv", "add_", "sub_", "mul_", "div_"]
 WRITE_FORMS += ["clamp_", "fill_", "zero_"]
 WRITE_FORMS = ["assign", "copy_", "setitem", "iadd", "isub", "imul", "idiv", "add_", "sub_", "mul_", "div_"]
@@ -362,3 +366,8 @@ def test_random_gradient_programs_match_central_differences(block: int) -> None:
 def test_pinned_sequences(sequence: list[int]) -> None:
     for seed in sequence:
         run_program(seed)
+
+
+@pytest.mark.parametrize("seed", PINNED_GRADIENT_SEEDS)
+def test_pinned_gradient_seeds(seed: int) -> None:
+    run_gradient_program(seed)
