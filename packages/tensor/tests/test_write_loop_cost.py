@@ -17,7 +17,7 @@ import pytest
 
 from kiln.tensor import GlobalCounters, Tensor, nn, no_grad, optim
 from kiln.tensor.gradient import compute_gradient
-from kiln.uops import Ops
+from kiln.uops import Ops, UOp
 
 LR = 0.05
 STEPS = 3
@@ -123,18 +123,33 @@ def test_backward_computes_the_gradients_the_loss_and_kept_results_together() ->
 
 def test_gradient_read_by_two_shortcut_gradients_is_computed_once() -> None:
     # a convolution's input and weight gradients are kernels of their own that read the gradient flowing into the
-    # convolution many times per element: it becomes a buffer (CONTIGUOUS) both read, not a graph each recomputes
+    # convolution many times per element: it becomes a buffer (CONTIGUOUS) they read, and so does the bias gradient,
+    # built before the convolution's rule ran, instead of a graph each recomputes
     rng = np.random.default_rng(7)
     x = Tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32), requires_grad=True)
     w = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
-    out = x.conv2d(w)
+    b = Tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True)
+    out = x.conv2d(w) + b.reshape(1, 4, 1, 1)
     upstream = (Tensor(rng.standard_normal(out.shape).astype(np.float32)) * 2.0).relu()
-    found = compute_gradient(out.uop, upstream.uop, [x.uop, w.uop])
-    shared = [
-        {node for node in found[target].toposort() if node.op is Ops.CONTIGUOUS and node.src[0] is upstream.uop}
-        for target in (x.uop, w.uop)
-    ]
-    assert len(shared[0]) == 1 and shared[0] == shared[1]
+    targets = (x.uop, w.uop, b.uop)
+    found = compute_gradient(out.uop, upstream.uop, targets)
+
+    def outside_buffers(node: UOp) -> bool:
+        return node.op is not Ops.CONTIGUOUS
+
+    def reads(gradient: UOp) -> set[UOp]:
+        # how the gradient reads `upstream`: through CONTIGUOUS nodes of it, or as the graph itself
+        nodes = gradient.toposort(gate=outside_buffers)
+        buffered = {node for node in nodes if node.op is Ops.CONTIGUOUS and node.src[0] is upstream.uop}
+        return buffered | ({upstream.uop} if upstream.uop in nodes else set())
+
+    shared = [reads(found[target]) for target in targets]
+    assert len(shared[0]) == 1 and next(iter(shared[0])).op is Ops.CONTIGUOUS
+    assert shared[0] == shared[1] == shared[2]
+    for target in targets:  # the same values as the primitives' rules give
+        plain = compute_gradient(out.uop, upstream.uop, [target], shortcuts=False)[target]
+        got, expected = Tensor._from_uop(found[target]).numpy(), Tensor._from_uop(plain).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     # one gradient wanted, or a gradient already in memory: nothing to share, no copy
     alone = compute_gradient(out.uop, upstream.uop, [w.uop])[w.uop]
     assert not any(node.op is Ops.CONTIGUOUS for node in alone.toposort())
