@@ -296,9 +296,8 @@ def _computed_with(root: TensorCore, history: set[UOp], leaves: dict[UOp, Tensor
             continue
         if node.op is Ops.BUFFER or alias_base(node) is not None or realized_view(node) is not None:
             continue  # memory already (a view of a buffer, a realized result)
-        if not _has_buffer(node) or any(tensor is other for other in found):
-            continue  # a constant graph: nothing to compute (and shared with every equal constant)
-        found.append(tensor)
+        if all(tensor is not other for other in found):
+            found.append(tensor)
     return found
 
 

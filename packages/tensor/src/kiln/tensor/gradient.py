@@ -382,14 +382,17 @@ def compute_gradient(
             previous = gradients.get(source)
             gradients[source] = gradient if previous is None else _add(previous, gradient)
     found = {target: gradients[target] for target in targets if target in gradients}
-    return _read_stored(found, stored) if stored else found
+    return _read_stored(found, stored, order) if stored else found
 
 
-def _read_stored(found: dict[UOp, UOp], stored: dict[UOp, UOp]) -> dict[UOp, UOp]:
+def _read_stored(found: dict[UOp, UOp], stored: dict[UOp, UOp], forward: list[UOp]) -> dict[UOp, UOp]:
     """`found` with every read of a gradient that was made a buffer reading the buffer: the rules that ran before
     the shortcut's read it as a graph (a convolution's bias gradient sums the gradient flowing into the convolution,
-    and would compute it again)."""
-    mapping = {**stored, **{buffered: buffered for buffered in stored.values()}}
+    and would compute it again). The walk stays out of the `forward` graph (mapped to itself), which holds no
+    gradient unless it is one of them."""
+    mapping = {node: node for node in forward}
+    mapping.update(stored)
+    mapping.update({buffered: buffered for buffered in stored.values()})
     targets = list(found)
     rebuilt = UOp(Ops.SINK, dtypes.void, tuple(found[target] for target in targets)).substitute(mapping)
     return dict(zip(targets, rebuilt.src))
