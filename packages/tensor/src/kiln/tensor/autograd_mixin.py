@@ -31,6 +31,7 @@ from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.mutation import check_gradient_operands
 from kiln.tensor.schedule import alias_base, realized_view
 from kiln.uops import NodeSlot, Ops, UOp, dtypes
 
@@ -187,6 +188,7 @@ class AutogradMixin(TensorCore):
         history = _history(root.uop)
         leaves = _leaves(history)
         found = compute_gradient(root.uop, root_gradient, list(leaves))
+        check_gradient_operands(found.values(), set(history))  # PyTorch's version counter error
         grads: list[TensorCore] = []
         for node, leaf in leaves.items():
             gradient_uop = found.get(node)

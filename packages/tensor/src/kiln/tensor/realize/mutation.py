@@ -145,14 +145,18 @@ _MODIFIED: NodeSlot[bool] = NodeSlot(
 )
 
 
-def check_gradient_operands(gradients: Iterable[UOp], forward: UOp) -> None:
-    """Raises PyTorch's RuntimeError when a node that gradients added to `forward`'s graph reads, as an operand
-    (through view ops only), a value a later in-place write replaced: PyTorch saved that tensor for backward and
-    its version has changed since."""
-    built = set(forward.toposort())
+_modified_count = [0]  # how many nodes were ever marked: while none, `check_gradient_operands` has nothing to find
+
+
+def check_gradient_operands(gradients: Iterable[UOp], forward: set[UOp]) -> None:
+    """Raises PyTorch's RuntimeError when a node that the gradients added to the forward graph (`forward`, its
+    nodes) reads, as an operand (through view ops only), a value a later in-place write replaced: PyTorch saved
+    that tensor for backward and its version has changed since."""
+    if not _modified_count[0]:
+        return
     for gradient in gradients:
-        for node in gradient.toposort(gate=lambda n: n not in built):
-            if node in built:
+        for node in gradient.toposort(gate=lambda n: n not in forward):
+            if node in forward:
                 continue
             for source in node.src:
                 operand = source
@@ -182,6 +186,7 @@ def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp)
         assert view is not None
         record_realized(node, view.substitute({n: snapshot for n in view.toposort() if _storage(n) is storage}))
         _MODIFIED.set(node, True)
+        _modified_count[0] += 1
     return uop.substitute(mapping) if mapping else uop
 
 
