@@ -85,6 +85,7 @@ _ENGINE_MODULES = ("realize", "schedule")
 _GRAPH_STATE = {
     "mutation.py:_live",  # the live tensors, weakly, by id
     "mutation.py:_sweep_at",  # when the live table is swept next
+    "mutation.py:_modified_count",  # whether any node was ever written in place after use (version checks)
     "normalize.py:_epoch",  # the epoch of "normalizes to itself" marks
     "normalize.py:_recorded_into",  # the nodes realized into each BUFFER node, weakly both ways
 }
