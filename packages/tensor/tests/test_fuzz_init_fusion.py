@@ -303,14 +303,7 @@ class Program:
         left = self.float_source((rows, inner))
         right = self.float_source((inner, columns))
         self.start, self.shape = left, (rows, columns)
-        self.steps.append(
-            Step(
-                f"x = x @ s{right}",
-                lambda x, s: x @ s[right],
-                lambda x, s: x @ s[right],
-                lambda x, m, s, sm: m @ sm[right],
-            )
-        )
+        self._append_product(right)
 
     def _start_linear(self) -> None:
         inner, outer = self.size((3, 32, 128), 128), self.size((4, 64, 256), 256)
@@ -433,11 +426,7 @@ class Program:
             )
         )
 
-    def _matmul_step(self) -> None:
-        inner = self.shape[1]
-        columns = self.size((1, 8, 64), max(self.budget // max(self.shape[0], inner), 1))
-        right = self.float_source((inner, columns))
-        self.shape = (self.shape[0], columns)
+    def _append_product(self, right: int) -> None:
         self.steps.append(
             Step(
                 f"x = x @ s{right}",
@@ -446,6 +435,13 @@ class Program:
                 lambda x, m, s, sm: m @ sm[right],
             )
         )
+
+    def _matmul_step(self) -> None:
+        inner = self.shape[1]
+        columns = self.size((1, 8, 64), max(self.budget // max(self.shape[0], inner), 1))
+        right = self.float_source((inner, columns))
+        self.shape = (self.shape[0], columns)
+        self._append_product(right)
 
     # -- running -------------------------------------------------------------------------------------------------
 

@@ -125,16 +125,16 @@ def _reads(uop: UOp, storage: Buffer) -> list[UOp]:
     return found
 
 
+def _view_over(node: UOp, storage: Buffer, replacement: UOp) -> UOp:
+    # the buffer view realized node `node` lives in, with each BUFFER node of `storage` made `replacement`
+    view = realized_view(node)
+    assert view is not None
+    return view.substitute({inner: replacement for inner in view.toposort() if _storage(inner) is storage})
+
+
 def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -> UOp:
     # each BUFFER node of `storage` becomes `replacement`; a realized node reading it becomes its view rebuilt so
-    mapping: dict[UOp, UOp] = {}
-    for node in reads:
-        if node.op is Ops.BUFFER:
-            mapping[node] = replacement
-            continue
-        view = realized_view(node)
-        assert view is not None
-        mapping[node] = view.substitute({inner: replacement for inner in view.toposort() if _storage(inner) is storage})
+    mapping = {node: replacement if node.op is Ops.BUFFER else _view_over(node, storage, replacement) for node in reads}
     return uop.substitute(mapping)
 
 
@@ -182,9 +182,7 @@ def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp)
         if node.op is Ops.BUFFER:
             mapping[node] = snapshot
             continue
-        view = realized_view(node)
-        assert view is not None
-        record_realized(node, view.substitute({n: snapshot for n in view.toposort() if _storage(n) is storage}))
+        record_realized(node, _view_over(node, storage, snapshot))
         _MODIFIED.set(node, True)
         _modified_count[0] += 1
     return uop.substitute(mapping) if mapping else uop
