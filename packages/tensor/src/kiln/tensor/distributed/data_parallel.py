@@ -1,12 +1,13 @@
 """Data-parallel training over MPI ranks: every rank holds the whole model, computes gradients on its part of the
 batch, and `DataParallel.average_gradients()` replaces each gradient by its mean over the ranks.
 
-Gradients are averaged in buckets of about `bucket_bytes`, last parameters first (backward computes the gradients
-of the last layers first). Each bucket is realized (running the backward kernels it needs), its sum-allreduce is
-posted as a non-blocking MPI request, and the next bucket's kernels run while that message travels; the requests
-are waited for (with the DIST_TIMEOUT timeout) once every bucket is posted. A bucket's schedule also realizes the
-intermediate gradients that later buckets read (the frontier of the shared part of their graphs), so the backward
-work they share runs once, not once per bucket.
+Gradients are averaged in buckets of about `bucket_bytes`, last parameters first, each bucket's sum-allreduce
+posted as a non-blocking MPI request; the requests are waited for (with the DIST_TIMEOUT timeout) once every bucket
+is posted. `backward()` computes every gradient (as PyTorch does), so by the time `average_gradients()` runs the
+gradients are data and the buckets only communicate: the overlap of communication with backward kernels (`overlap`)
+applies to gradients that are still lazy (ones built with `Tensor.gradient()` and assigned to `.grad`). A bucket's
+schedule then also realizes the intermediate gradients that later buckets read (the frontier of the shared part of
+their graphs), so the backward work they share runs once, not once per bucket.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class DataParallel:
     Args:
         parameters: the trainable tensors (`model.parameters()`), in the same order on every rank.
         bucket_bytes: how many bytes of gradients one allreduce carries (at least one parameter's).
-        overlap: post each bucket's allreduce before the next bucket's backward kernels run (False: realize
-            every gradient first, then communicate).
+        overlap: for gradients still lazy, post each bucket's allreduce before the next bucket's backward
+            kernels run (False: realize every gradient first, then communicate). After `backward()` the gradients
+            are computed already and this changes nothing.
 
     Example (each rank, under `mpirun -n 2`):
         >>> parallel = DataParallel(model.parameters())
