@@ -23,6 +23,7 @@ reductions returning aliases, and gradients lost through view writes; each is a 
 
 from __future__ import annotations
 
+import operator
 import os
 import random
 from collections.abc import Callable
@@ -230,18 +231,11 @@ class Program:
                 other, other_array = self.operand(a.shape)
                 if form == "idiv":
                     other, other_array = other * 0 + 2, other_array * 0 + 2
-            if form == "iadd":
-                t += other
-                a += other_array
-            elif form == "isub":
-                t -= other
-                a -= other_array
-            elif form == "imul":
-                t *= other
-                a *= other_array
-            else:
-                t /= other
-                a /= other_array
+            operation = {"iadd": operator.iadd, "isub": operator.isub, "imul": operator.imul}.get(
+                form, operator.itruediv
+            )
+            operation(t, other)  # in place on both: the tensor's method writes it, numpy's array too
+            operation(a, other_array)
         elif form in ("add_", "sub_", "mul_", "div_"):
             factor = float(rng.choice([-2, 2, 4]))
             getattr(t, form)(factor)

@@ -29,7 +29,7 @@ from kiln.tensor import graph
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.realize.views import check_writable, place, region_writable, store_chain, view_root
+from kiln.tensor.realize.views import VIEW_OPS, check_writable, place, region_writable, store_chain, view_root
 from kiln.tensor.schedule import (
     alias_base,
     forget_realized_into,
@@ -160,7 +160,7 @@ def check_gradient_operands(gradients: Iterable[UOp], forward: set[UOp]) -> None
                 continue
             for source in node.src:
                 operand = source
-                while operand.op in _OPERAND_VIEW_OPS and not _MODIFIED.has(operand):
+                while operand.op in VIEW_OPS and not _MODIFIED.has(operand):
                     operand = operand.src[0]
                 if _MODIFIED.has(operand):
                     raise RuntimeError(
@@ -168,9 +168,6 @@ def check_gradient_operands(gradients: Iterable[UOp], forward: set[UOp]) -> None
                         f"operation: a tensor of shape {list(graph.shape_of(operand))} was written in place after "
                         "it was used; its old version is needed here (clone() it before the write)"
                     )
-
-
-_OPERAND_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.PAD, Ops.FLIP, Ops.DETACH})
 
 
 def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp) -> UOp:
