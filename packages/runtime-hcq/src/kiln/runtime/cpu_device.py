@@ -74,6 +74,7 @@ class CPUProgramRunner(HCQProgramRunner):
             self.takes_core_id,
             device.core_pool,
             getattr(host_kernel, "address", 0),  # the pool's native launcher calls the kernel at its address
+            owner=host_kernel,  # the code lives as long as any launch command that can call it
         )
 
 

@@ -67,13 +67,22 @@ class NativeKernel:
             the core number.
         takes_core_id: whether the kernel is a multi-core one; a launch then runs `global_size[0]` cores.
         pool: the threads that run the cores of a multi-core launch.
+        address: the kernel's address, for the pool's native launcher (0: call `kernel` from Python).
+        owner: what keeps the kernel's code mapped (the loaded `HostKernel`, which holds the execution engine or
+            library). An exec command holds only this object, and may still be queued, or running on another
+            thread, when the runner that loaded the code is dropped (an evicted or duplicate runner of a program
+            two threads loaded at once): without the owner here, the next load disposed the engine and reused its
+            memory for another kernel's code, so the queued launch ran that code or faulted.
     """
 
-    def __init__(self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool, address: int = 0) -> None:
+    def __init__(
+        self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool, address: int = 0, owner: object = None
+    ) -> None:
         self.kernel = kernel
         self.takes_core_id = takes_core_id
         self.pool = pool
         self.address = address
+        self.owner = owner
 
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
         # the kernel takes the pointers, then the variables: the block's own order when pointers come first
