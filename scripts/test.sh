@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command of kiln (README "Run the tests"); .ci/run calls exactly this.
 # Runs: ruff lint + format check, file-length check, mypy --strict on strict-clean packages,
-# import cycles inside packages, import-linter layer contracts, wheel packaging check, and pytest over every package.
+# import cycles inside packages, import-linter layer contracts, wheel packaging check, that every test file is under
+# pytest's testpaths, and pytest over every package and tests/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,10 @@ uv run --locked ruff format --check .
 
 echo "== file length"
 uv run --locked python scripts/check_file_length.py
+
+echo "== every test file collected"
+# a test_*.py outside pyproject.toml's testpaths would never run (tests/scripts/ was missed that way)
+uv run --locked python scripts/check_test_paths.py
 
 echo "== knobs documentation is current"
 uv run --locked python -m kiln.uops.knobs_doc 2>/dev/null | diff -u docs/knobs.md - || {
@@ -33,11 +38,20 @@ uv run --locked python scripts/check_wheels.py
 
 echo "== pytest"
 # the WEBGPU tests run in their own pytest process (scripts/ci.d/20-webgpu.sh): see the root conftest.py
-# A run that loses an xdist worker ("worker 'gwN' crashed", an intermittent issue under investigation, see the README)
-# retries the failed tests once; a real failure fails the retry too
-if ! uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" "$@"; then
-  echo "== pytest: retrying the failed tests once"
-  uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -m "not webgpu" --last-failed --last-failed-no-failures none "$@"
+# Only the tests that were running on a lost xdist worker ("worker 'gwN' crashed while running ...") are retried,
+# once, and listed; any other failure fails CI at once (scripts/pytest_plugins/kiln_run_report.py decides).
+# `-rs` lists every skipped test with its reason at the end: a skip is a test that did not run.
+export PYTHONPATH="$PWD/scripts/pytest_plugins${PYTHONPATH:+:$PYTHONPATH}"
+report="$(mktemp -d)/pytest-run.json"
+workers="${KILN_TEST_WORKERS:-2}"
+if ! uv run --locked pytest -n "$workers" -p kiln_run_report --run-report "$report" -rs -m "not webgpu" "$@"; then
+  if ! retry="$(uv run --locked python scripts/pytest_plugins/kiln_run_report.py retry "$report")"; then
+    exit 1
+  fi
+  mapfile -t lost <<<"$retry"
+  echo "== pytest: ${#lost[@]} test(s) ran on a lost xdist worker; retrying them once:"
+  printf '  %s\n' "${lost[@]}"
+  uv run --locked pytest -n "$workers" -p kiln_run_report --run-report "$report" -rs "${lost[@]}"
 fi
 
 # Extra suites that need their own launcher (MPI ranks, a browser...): each is one script in scripts/ci.d/, run in
