@@ -1,17 +1,27 @@
-"""Tensors made straight from raw little-endian bytes (a slice of a memory-mapped file) and back.
+"""Tensors read from little-endian bytes of a checkpoint file, their bytes back, and atomic file writes.
 
-On a device whose memory is host memory (CPU, PYTHON: `HostAllocator`), `tensor_from_mapping` makes the buffer
-alias the file mapping itself (no copy; the mapping is copy-on-write, so writes never reach the file). Elsewhere,
-or when the data is not 64-byte aligned, the mapped pages are copied once into the device buffer
-(`Buffer.copyin`). No numpy array is built in between, so bfloat16 / fp8 data loads bit-exactly.
+Loading policy: a loaded tensor owns private memory. `tensor_from_file` reads the tensor's bytes (`readinto`, one
+copy from the page cache) straight into a freshly allocated buffer on a device whose memory is host memory (CPU,
+PYTHON: `HostAllocator`), or into one staging block copied into the device buffer elsewhere. Nothing maps the file,
+so nothing done to the file afterwards (rewritten in place, truncated, replaced) can change a loaded value or fault
+the process (a truncated mapping raises SIGBUS on the next read); a file that shrinks while it is read raises
+ValueError. No numpy array is built in between, so bfloat16 / fp8 data loads bit-exactly.
+
+Saving policy: `write_atomically` writes a temporary file in the target's folder, flushes and fsyncs it, then
+renames it over the target (`os.replace`, atomic on POSIX and Windows): a save that fails part-way (disk full, an
+exception while producing the bytes) leaves the previous file as it was and removes the temporary file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
-import mmap
+import os
+import stat
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -22,14 +32,10 @@ from kiln.tensor.realize.buffers import attach_buffer
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
-__all__ = ["tensor_bytes", "tensor_from_bytes", "tensor_from_mapping"]
+__all__ = ["read_exactly", "tensor_bytes", "tensor_from_bytes", "tensor_from_file", "write_atomically"]
 
 if sys.byteorder != "little":  # every format read here stores little-endian data
     raise ImportError("kiln.tensor.state reads little-endian checkpoint data and needs a little-endian host")
-
-# a buffer aliasing file data must be aligned for the widest vector access a kernel may make (the program runner
-# refuses a buffer not aligned to its kernel's access width)
-ALIAS_ALIGNMENT = 64
 
 # an unsigned int of each item size, to move bits of dtypes numpy lacks (bfloat16, fp8) through numpy unchanged
 _BITS_OF_SIZE: dict[int, DType] = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -47,22 +53,38 @@ def tensor_from_bytes(data: memoryview, dtype: DType, shape: Sequence[int], devi
     return Tensor._from_uop(graph.reshape(node, tuple(shape)))
 
 
-def tensor_from_mapping(
-    mapping: mmap.mmap, offset: int, dtype: DType, shape: Sequence[int], device: str | None = None
+def read_exactly(file: io.BufferedIOBase, offset: int, into: memoryview, where: str) -> None:
+    """Fills `into` with the file's bytes from `offset`; ValueError naming the offset if the file ends first."""
+    file.seek(offset)
+    done, total = 0, into.nbytes
+    while done < total:
+        count = file.readinto(into[done:])
+        if not count:
+            raise ValueError(
+                f"{where}: truncated file: {total} bytes needed at offset {offset}, the file ended after {done} "
+                f"(at offset {offset + done})"
+            )
+        done += count
+
+
+def tensor_from_file(
+    file: io.BufferedIOBase, offset: int, dtype: DType, shape: Sequence[int], device: str | None = None, where: str = ""
 ) -> Tensor:
-    """A realized Tensor over bytes `offset`.. of a writable (ACCESS_COPY) file mapping: aliased where the device
-    memory is host memory and the data starts ALIAS_ALIGNMENT-aligned, else copied once."""
+    """A realized Tensor of the bytes at `offset` of `file`, copied into memory the tensor owns (see the module
+    docstring): read straight into the buffer on a host-memory device, through one staging block elsewhere."""
     count, target = math.prod(shape), canonical_device(device)
-    nbytes = count * dtype.itemsize
-    allocator = Device[target].allocator
-    if count and isinstance(allocator, HostAllocator):
-        memory = allocator.adopt(mapping, offset, nbytes)
-        if memory.address % ALIAS_ALIGNMENT == 0:
-            node = graph.buffer_uop(target, count, dtype)
-            attach_buffer(node, Buffer(target, count, dtype).attach(memory))
-            return Tensor._from_uop(graph.reshape(node, tuple(shape)))
-    with memoryview(mapping)[offset : offset + nbytes] as data:
-        return tensor_from_bytes(data, dtype, shape, target)
+    node = graph.buffer_uop(target, count, dtype)
+    buffer = Buffer(node.arg.device, count, dtype)
+    if not count:
+        buffer.copyin(b"")
+    elif isinstance(Device[target].allocator, HostAllocator):
+        read_exactly(file, offset, buffer.host_view(), where)  # host_view allocates and waits for queued work
+    else:
+        staging = bytearray(count * dtype.itemsize)
+        read_exactly(file, offset, memoryview(staging), where)
+        buffer.copyin(staging)
+    attach_buffer(node, buffer)
+    return Tensor._from_uop(graph.reshape(node, tuple(shape)))
 
 
 def tensor_bytes(tensor: Tensor) -> bytes:
@@ -71,3 +93,44 @@ def tensor_bytes(tensor: Tensor) -> bytes:
         tensor = tensor.bitcast(_BITS_OF_SIZE[tensor.dtype.itemsize])
     array: np.ndarray = np.ascontiguousarray(tensor.numpy())
     return array.tobytes()
+
+
+def write_atomically(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
+    """Writes the concatenated `chunks` to `path` all at once or not at all (see the module docstring).
+
+    The new file keeps the mode of the file it replaces (0o644 when there was none); a symbolic link at `path` is
+    followed, so its target is the file replaced.
+    """
+    target = os.path.realpath(os.fspath(path))
+    folder, name = os.path.split(target)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            for chunk in chunks:
+                file.write(chunk)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _sync_folder(folder)
+
+
+def _sync_folder(folder: str) -> None:
+    """Makes the rename durable (POSIX: fsync of the folder); skipped where folders cannot be opened (Windows)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(handle)
+    finally:
+        os.close(handle)

@@ -3,20 +3,22 @@
 The header maps each tensor name to {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]} (byte offsets
 relative to the first byte after the header) and may hold a "__metadata__" dict of str -> str. The header is padded
 with spaces (to a multiple of 8 bytes by the reference writer; kiln pads so the data area starts at a multiple of
-64). The tensors' byte ranges
-tile the data area exactly: no gaps, no overlaps, nothing after the last one.
+64). The tensors' byte ranges tile the data area exactly: no gaps, no overlaps, nothing after the last one. A name
+appears once (a JSON object with a repeated key is refused, as the reference implementation does).
+
+Saving is atomic and loading copies (see host_bytes): a loaded tensor never changes when the file does.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import struct
+from collections.abc import Iterator
 from typing import Any
 
-from kiln.tensor.state.host_bytes import tensor_bytes, tensor_from_mapping
+from kiln.tensor.state.host_bytes import read_exactly, tensor_bytes, tensor_from_file, write_atomically
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
@@ -41,7 +43,7 @@ SAFETENSORS_DTYPES: dict[str, DType] = {
 }
 _NAME_OF_DTYPE = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 _HEADER_LIMIT = 100 * 1024 * 1024  # the reference implementation refuses larger headers too
-_DATA_ALIGNMENT = 64  # a multiple of the format's 8; lets CPU buffers alias the file (see host_bytes)
+_DATA_ALIGNMENT = 64  # a multiple of the format's 8: every tensor starts aligned to the widest vector access
 
 PathLike = str | os.PathLike[str]
 
@@ -53,6 +55,10 @@ def safe_save(tensors: dict[str, Tensor], path: PathLike, metadata: dict[str, st
         tensors: name -> Tensor; any kiln dtype the format has (all but none).
         path: the file to write (replaced if it exists).
         metadata: optional str -> str pairs stored under "__metadata__".
+
+    The file is replaced atomically: the bytes go to a temporary file in the same folder, which is fsynced and renamed
+    over `path`. If anything fails part-way (a full disk: OSError ENOSPC) the previous file at `path` is left intact,
+    the temporary file is removed, and the error propagates.
     """
     if metadata is not None and (
         not isinstance(metadata, dict)
@@ -69,25 +75,28 @@ def safe_save(tensors: dict[str, Tensor], path: PathLike, metadata: dict[str, st
     # largest items first (then by name), so every tensor stays aligned to its own item size
     order = sorted(tensors, key=lambda name: (-tensors[name].dtype.itemsize, name))
     header: dict[str, Any] = {} if metadata is None else {"__metadata__": metadata}
-    chunks: list[bytes] = []
     offset = 0
     for name in order:
         tensor = tensors[name]
-        data = tensor_bytes(tensor)
+        nbytes = tensor.numel() * tensor.dtype.itemsize
         header[name] = {
             "dtype": _NAME_OF_DTYPE[tensor.dtype],
             "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + len(data)],
+            "data_offsets": [offset, offset + nbytes],
         }
-        chunks.append(data)
-        offset += len(data)
+        offset += nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-(8 + len(encoded)) % _DATA_ALIGNMENT)  # the data area starts 64-byte aligned
-    with open(path, "wb") as file:
-        file.write(struct.pack("<Q", len(encoded)))
-        file.write(encoded)
-        for chunk in chunks:
-            file.write(chunk)
+
+    def chunks() -> Iterator[bytes]:  # one tensor's bytes in memory at a time
+        yield struct.pack("<Q", len(encoded)) + encoded
+        for name in order:
+            data = tensor_bytes(tensors[name])
+            if len(data) != header[name]["data_offsets"][1] - header[name]["data_offsets"][0]:
+                raise RuntimeError(f"tensor {name!r} produced {len(data)} bytes, not the {header[name]} announced")
+            yield data
+
+    write_atomically(path, chunks())
 
 
 def safe_load_metadata(path: PathLike) -> dict[str, str]:
@@ -103,26 +112,28 @@ def safe_load_metadata(path: PathLike) -> dict[str, str]:
 def safe_load(path: PathLike, device: str | None = None) -> dict[str, Tensor]:
     """The tensors of a .safetensors file, in file order, each realized on `device`.
 
-    The file is memory-mapped copy-on-write: on a host-memory device (CPU) each tensor's buffer aliases the mapping
-    (no copy; in-place writes stay private to the process), elsewhere its bytes are copied once into the buffer.
+    Each tensor's bytes are read once into memory the tensor owns (on CPU straight into its buffer; see host_bytes):
+    no mapping of the file is kept, so rewriting, truncating or replacing the file later never changes a loaded
+    value nor faults the process. The header is checked against the file size before any tensor is allocated.
 
     Raises:
-        ValueError: a malformed file (truncated, bad header JSON, unknown dtype, offsets that overlap, leave gaps or
-            disagree with the shape), naming the problem.
+        ValueError: a malformed file (truncated, bad or too deeply nested header JSON, a repeated name, unknown
+            dtype, offsets that overlap, leave gaps or disagree with the shape), naming the problem.
     """
+    where = str(path)
     with open(path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
-            raise ValueError(f"{path}: empty file, not a safetensors file (expected an 8-byte header length)")
-        # not closed here: buffers may alias it; it is unmapped when the last of them is freed
-        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
-    length = _header_length(mapping[:8], size)
-    _, entries = _parse_header(mapping[8 : 8 + length], size, str(path))
-    start = 8 + length
-    return {
-        name: tensor_from_mapping(mapping, start + begin, dtype, shape, device)
-        for name, dtype, shape, begin, _ in entries
-    }
+            raise ValueError(f"{where}: empty file, not a safetensors file (expected an 8-byte header length)")
+        length = _header_length(file.read(8), size)
+        raw = bytearray(length)
+        read_exactly(file, 8, memoryview(raw), where)
+        _, entries = _parse_header(bytes(raw), size, where)
+        start = 8 + length
+        return {
+            name: tensor_from_file(file, start + begin, dtype, shape, device, where)
+            for name, dtype, shape, begin, _ in entries
+        }
 
 
 def _header_length(prefix: bytes, file_size: int) -> int:
@@ -139,12 +150,30 @@ def _header_length(prefix: bytes, file_size: int) -> int:
 Entry = tuple[str, DType, tuple[int, ...], int, int]
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key that appears twice (json.loads would keep the last silently)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _DuplicateKey(f"the key {key!r} appears twice in one JSON object")
+        found[key] = value
+    return found
+
+
 def _parse_header(raw: bytes, file_size: int, where: str) -> tuple[dict[str, Any], list[Entry]]:
     """The decoded header and its tensors (name, dtype, shape, begin, end) sorted by offset, checked for consistency."""
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as error:
+        raise ValueError(f"{where}: safetensors header: {error}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{where}: safetensors header is not valid JSON: {error}") from None
+    except RecursionError:  # the decoder recurses once per nesting level; a header needs three
+        raise ValueError(f"{where}: safetensors header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise ValueError(f"{where}: safetensors header must be a JSON object, got {type(header).__name__}")
     metadata = header.get("__metadata__", {})
