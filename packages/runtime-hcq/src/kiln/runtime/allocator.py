@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.knobs import lru_enabled
 
-__all__ = ["Allocator", "BufferSpec", "LRUAllocator", "OpaqueT", "OutOfMemoryError"]
+__all__ = ["Allocator", "BufferSpec", "DeviceTimeline", "LRUAllocator", "OpaqueT", "OutOfMemoryError"]
 
 OpaqueT = TypeVar("OpaqueT")
 
@@ -52,16 +53,97 @@ class OutOfMemoryError(MemoryError):
         )
 
 
+class DeviceTimeline(Protocol):
+    """What an allocator needs of its device's work to know when a freed block is no longer used (`HCQCompiled`)."""
+
+    def submitted_value(self) -> int:
+        """The timeline value of the last work handed to the device: no later work can use a block freed now."""
+        ...
+
+    def completed_value(self) -> int:
+        """The timeline value the device has reached: all work up to it is done."""
+        ...
+
+    def synchronize(self) -> None:
+        """Waits until all work handed to the device is done."""
+        ...
+
+
 class Allocator(abc.ABC, Generic[OpaqueT]):
     """Allocates and frees device memory and copies between it and host memory.
 
     Subclasses implement `_alloc`, `_free`, `_copyin` and `_copyout`. They may implement `_offset` (sub-buffer views
     that share the base block's memory) and `_as_buffer` (a zero-copy host view of the memory); `supports_offset` and
     `supports_as_buffer` tell whether they do. `_transfer` is an optional fast device-to-device copy.
+
+    An allocator that follows its device's timeline (`follow_timeline`, which `HCQCompiled` calls) returns a freed
+    block to the device only once the device has passed the block's last use: a block freed while queued work may
+    still write it (its tensor dropped right after `realize()`) waits in a deferred list until the timeline passes
+    the value the device had handed out at the free. Unmapping it at once let a running kernel write into unmapped
+    memory (SIGSEGV).
     """
 
     def __init__(self, device: str = "") -> None:
         self.device = device
+        self._timeline: DeviceTimeline | None = None
+        # (last use, block, size, options) of freed blocks the device may still use, oldest first
+        self._deferred: deque[tuple[int, OpaqueT, int, BufferSpec]] = deque()
+        self._deferred_lock = threading.Lock()
+        renew_after_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        """Renews the locks (another thread of the parent may have held them at the fork)."""
+        self._deferred_lock = threading.Lock()
+
+    def follow_timeline(self, timeline: DeviceTimeline) -> None:
+        """Makes frees wait for the device's work: see the class docstring."""
+        self._timeline = timeline
+
+    @property
+    def deferred_bytes(self) -> int:
+        """Bytes freed by their users that wait for the device to pass their last use before they are released."""
+        with self._deferred_lock:
+            return sum(entry[2] for entry in self._deferred)
+
+    def _release(self, opaque: OpaqueT, size: int, spec: BufferSpec) -> None:
+        """Returns a freed block to the device (`_free`) now if no queued work can still use it, else once the device
+        has passed the last work handed out before this free."""
+        timeline = self._timeline
+        if timeline is not None:
+            last_use = timeline.submitted_value()
+            if timeline.completed_value() < last_use:
+                with self._deferred_lock:
+                    self._deferred.append((last_use, opaque, size, spec))
+                return
+        self._free(opaque, spec)
+        if self._deferred:
+            self.release_passed()
+
+    def release_passed(self) -> int:
+        """Releases the deferred blocks whose last use the device has passed; returns their bytes."""
+        timeline = self._timeline
+        if timeline is None or not self._deferred:
+            return 0
+        done = timeline.completed_value()
+        ready = []
+        with self._deferred_lock:
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= done:
+                ready.append(deferred.popleft())
+        for _, opaque, _, spec in ready:
+            self._free(opaque, spec)
+        return sum(entry[2] for entry in ready)
+
+    def _wait_and_release_deferred(self) -> int:
+        """Waits for the device, then releases every deferred block; returns their bytes."""
+        if self._timeline is None:
+            return 0
+        self._timeline.synchronize()
+        with self._deferred_lock:
+            ready, self._deferred = list(self._deferred), deque()
+        for _, opaque, _, spec in ready:
+            self._free(opaque, spec)
+        return sum(entry[2] for entry in ready)
 
     # -- public interface -------------------------------------------------------------------------------------------
     def alloc(self, size: int, options: BufferSpec | None = None) -> OpaqueT:
@@ -75,8 +157,8 @@ class Allocator(abc.ABC, Generic[OpaqueT]):
             raise OutOfMemoryError(self.device, size, 0, str(error) or type(error).__name__) from error
 
     def free(self, opaque: OpaqueT, size: int, options: BufferSpec | None = None) -> None:
-        """Gives back a block from `alloc(size, options)`."""
-        self._free(opaque, options or DEFAULT_SPEC)
+        """Gives back a block from `alloc(size, options)` (released once the device's queued work is past it)."""
+        self._release(opaque, size, options or DEFAULT_SPEC)
 
     @property
     def supports_offset(self) -> bool:
@@ -139,7 +221,12 @@ class LRUAllocator(Allocator[OpaqueT]):
 
     Device allocation is slow (a driver call, page-table updates); tensors of the same shape are freed and
     allocated over and over, so caching freed blocks makes most allocations a dictionary lookup. When the device
-    runs out of memory, the whole cache is given back to the device and the allocation is tried once more.
+    runs out of memory, the allocator waits for the device, gives the whole cache (and the blocks whose release
+    waited for the device) back to it, and tries the allocation once more.
+
+    A freed block goes into the cache at once, even while queued work may still use it: whoever gets it next uses
+    it through the same in-order queue (after that work) or through host access, which synchronizes first. Only
+    giving it back to the device waits for the timeline (see `Allocator`).
     """
 
     def __init__(self, device: str = "") -> None:
@@ -149,6 +236,11 @@ class LRUAllocator(Allocator[OpaqueT]):
         self._cache: defaultdict[int | tuple[int, BufferSpec], list[OpaqueT]] = defaultdict(list)
         self._cached_bytes = 0
         # Buffers are freed by the garbage collector, possibly on another thread than the allocating one.
+        self._lock = threading.Lock()
+
+    def after_fork_in_child(self) -> None:
+        """Renews the locks (another thread of the parent may have held them at the fork)."""
+        super().after_fork_in_child()
         self._lock = threading.Lock()
 
     @property
@@ -169,6 +261,8 @@ class LRUAllocator(Allocator[OpaqueT]):
             if bucket:
                 self._cached_bytes -= size
                 return bucket.pop()
+        if self._deferred:
+            self.release_passed()
         try:
             return self._alloc(size, spec)
         except MemoryError as first_error:
@@ -183,7 +277,7 @@ class LRUAllocator(Allocator[OpaqueT]):
         """Keeps the block for reuse (unless `options.nolru` or the LRU knob is off)."""
         spec = options or DEFAULT_SPEC
         if spec.nolru or not lru_enabled():
-            self._free(opaque, spec)
+            self._release(opaque, size, spec)
             return
         key = size if options is None else _cache_key(size, spec)
         with self._lock:
@@ -191,7 +285,9 @@ class LRUAllocator(Allocator[OpaqueT]):
             self._cached_bytes += size
 
     def free_cache(self) -> int:
-        """Returns every cached block to the device; returns how many bytes that freed."""
+        """Returns every cached block to the device, and the freed blocks that waited for it, after waiting for the
+        device (a queued kernel may still write a cached block); returns how many bytes that freed."""
+        deferred = self._wait_and_release_deferred()
         with self._lock:
             cache, self._cache = self._cache, defaultdict(list)
             freed, self._cached_bytes = self._cached_bytes, 0
@@ -199,7 +295,7 @@ class LRUAllocator(Allocator[OpaqueT]):
             spec = DEFAULT_SPEC if isinstance(key, int) else key[1]
             for opaque in blocks:
                 self._free(opaque, spec)
-        return freed
+        return freed + deferred
 
 
 def _cache_key(size: int, spec: BufferSpec) -> int | tuple[int, BufferSpec]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
 from kiln.runtime.buffer import install_device_lookup
+from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.knobs import default_device, profiling_enabled, renderer_knob
 from kiln.runtime.profile import profiler
 from kiln.uops import DType, UOp, dtypes
@@ -102,6 +103,12 @@ class DeviceBase:
         self.allocator = allocator
         self._renderer: Renderer | None = None
         self._runners: OrderedDict[UOp, ProgramRunner] = OrderedDict()
+        self._runners_lock = threading.Lock()
+        if type(self).after_fork_in_child is DeviceBase.after_fork_in_child:
+            renew_after_fork(self)  # a subclass that renews more registers itself once its own state exists
+
+    def after_fork_in_child(self) -> None:
+        """Renews the locks in a child of `os.fork()` (a thread of the parent may have held one at the fork)."""
         self._runners_lock = threading.Lock()
 
     @property
@@ -242,6 +249,11 @@ class DeviceRegistry:
         self._canonical: dict[str, str] = {}
         self._default: str | None = None
         self._probed_default: str | None = None
+        self._lock = threading.RLock()
+        renew_after_fork(self)
+
+    def after_fork_in_child(self) -> None:
+        """Renews the lock in a child of `os.fork()` (a thread of the parent may have been opening a device)."""
         self._lock = threading.RLock()
 
     # -- discovery ---------------------------------------------------------------------------------------------------

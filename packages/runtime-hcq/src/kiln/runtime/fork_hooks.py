@@ -1,16 +1,24 @@
-"""Objects that own threads and must renew them in a child after `os.fork()` (threads do not survive a fork).
+"""What the runtime renews in a child after `os.fork()`: threads and locks do not survive a fork.
 
-An object registers itself with `renew_after_fork`; in the child, its `after_fork_in_child()` runs (from the hook
-`os.register_at_fork` installs) before any other code of the child. Objects are held weakly.
+Only the forking thread lives on in the child. A lock another thread held at the fork stays held forever there, and
+work another thread (a queue's worker, a thread in the middle of a launch) was doing never finishes. So every object
+owning threads or locks registers with `renew_after_fork`, and in the child its `after_fork_in_child()` runs (from
+the hook `os.register_at_fork` installs) before any other code of the child. Module-level state (a module's global
+lock) registers a plain function with `renew_module_after_fork`; those run first, then the objects, in the order
+they registered (a queue engine registers before the device that owns it, so a device sees its engines renewed).
+Objects are held weakly. An object may also have a `before_fork()` method, which runs in the parent, in the forking
+thread, just before the fork (to note state its child hook compares against).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import weakref
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["ForkRenewable", "renew_after_fork"]
+__all__ = ["ForkRenewable", "renew_after_fork", "renew_module_after_fork"]
 
 
 class ForkRenewable(Protocol):
@@ -19,18 +27,41 @@ class ForkRenewable(Protocol):
     def after_fork_in_child(self) -> None: ...
 
 
-_registered: weakref.WeakSet[ForkRenewable] = weakref.WeakSet()
+_module_hooks: list[Callable[[], None]] = []
+_registered: list[weakref.ref[ForkRenewable]] = []
+_registered_lock = threading.Lock()
+
+
+def renew_module_after_fork(hook: Callable[[], None]) -> None:
+    """Has `hook()` run in every child this process forks from now on, before the objects' hooks."""
+    _module_hooks.append(hook)
 
 
 def renew_after_fork(owner: ForkRenewable) -> None:
     """Has `owner.after_fork_in_child()` run in every child this process forks from now on (while owner lives)."""
-    _registered.add(owner)
+    with _registered_lock:
+        if len(_registered) >= 64:  # drop the references of collected objects now and then
+            _registered[:] = [reference for reference in _registered if reference() is not None]
+        _registered.append(weakref.ref(owner))
+
+
+def _before_fork() -> None:
+    for reference in list(_registered):
+        before = getattr(reference(), "before_fork", None)
+        if before is not None:
+            before()
 
 
 def _after_fork_in_child() -> None:
-    for owner in list(_registered):
-        owner.after_fork_in_child()
+    global _registered_lock
+    _registered_lock = threading.Lock()  # another thread may have been registering at the fork
+    for hook in _module_hooks:
+        hook()
+    for reference in list(_registered):
+        owner = reference()
+        if owner is not None:
+            owner.after_fork_in_child()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

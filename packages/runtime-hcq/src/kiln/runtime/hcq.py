@@ -26,6 +26,7 @@ from kiln.runtime.command_queue import (
     WaitCommand,
 )
 from kiln.runtime.device import DeviceBase
+from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.knobs import profiling_enabled
 from kiln.runtime.profile import ProfileEvent, profiler
@@ -76,6 +77,78 @@ class HCQCompiled(DeviceBase):
         self._pending_profile: list[_PendingProfile] = []
         # Handing out a timeline value and submitting must be one step, or two host threads could submit out of order.
         self._submit_lock = threading.Lock()
+        # in a child of os.fork(): the last timeline value handed out in the parent, while the engines have not yet
+        # been restarted to run the work the parent had queued (0: nothing to resume)
+        self._resume_after_fork = 0
+        self._failed_before_fork = False  # noted by `before_fork`
+        # the allocator releases a freed block only once the timeline has passed its last use
+        allocator.follow_timeline(self)
+        renew_after_fork(self)  # after the engines (made before this constructor runs), so it sees them renewed
+
+    def submitted_value(self) -> int:
+        """The timeline value of the last submission (work handed out so far; `DeviceTimeline`)."""
+        return self.timeline_value - 1
+
+    def completed_value(self) -> int:
+        """The timeline value the device has reached (`DeviceTimeline`)."""
+        return self.timeline_signal.value
+
+    def _engines(self) -> tuple[QueueTarget, ...]:
+        return (self.compute_engine,) if self.copy_engine is None else (self.compute_engine, self.copy_engine)
+
+    def after_fork_in_child(self) -> None:
+        """Makes this process's copy usable after `os.fork()` (run by `fork_hooks` in the child).
+
+        The locks are new (a thread of the parent may have held one: it does not exist here). Work the parent had
+        queued but not started runs in the child once its engines restart (at the next submission or
+        `synchronize`). Work that was running at the fork (on a queue's thread, or a launch in another thread of
+        the parent) cannot finish here, and an engine that does not renew itself after a fork (a hardware queue)
+        keeps none of it: then the timeline fails with an error naming the fork, so every wait on the device's
+        work, and every later launch, raises instead of hanging."""
+        super().after_fork_in_child()
+        launching, self._submit_lock = self._submit_lock.locked(), threading.Lock()
+        self._resume_after_fork = 0
+        timeline, target = self.timeline_signal, self.timeline_value - 1
+        if timeline.value >= target:
+            if launching and not self._failed_before_fork:
+                # another thread of the parent was launching: everything submitted is done, so what an engine saw
+                # running was that thread's inline launch, of a value not handed out yet. It is abandoned as if the
+                # thread had been interrupted; the engines are not failed for it.
+                for engine in self._engines():
+                    if getattr(engine, "error", None) is not None:
+                        setattr(engine, "error", None)  # noqa: B010 (QueueTarget declares no `error`)
+            return
+        if timeline.failure is not None:
+            return
+        cause = self._engine_error()
+        if cause is None and all(callable(getattr(engine, "after_fork_in_child", None)) for engine in self._engines()):
+            self._resume_after_fork = target
+            return
+        timeline.fail(self._fork_error(target, cause))
+
+    def before_fork(self) -> None:
+        """Notes whether an engine had failed already (run by `fork_hooks` in the parent just before a fork)."""
+        self._failed_before_fork = self._engine_error() is not None
+
+    def _fork_error(self, target: int, cause: BaseException | None) -> RuntimeError:
+        why = f": {cause}" if cause is not None else ": its queue does not survive a fork"
+        error = RuntimeError(
+            f"device {self.name!r}: the process forked while work up to timeline value {target} was in flight on it "
+            f"(done: {self.timeline_signal.value}); that work cannot finish in the child process{why}. Fork when "
+            "the device is idle (after synchronize()), or start processes with the 'spawn' method"
+        )
+        error.__cause__ = cause
+        return error
+
+    def _resume_engines(self) -> None:
+        """In a child of os.fork(): restarts the engines so they run the work the parent had queued."""
+        self._resume_after_fork = 0
+        for engine in self._engines():
+            engine.submit_commands([])  # an empty list starts a new worker thread, which runs the kept lists first
+
+    def _engine_error(self) -> BaseException | None:
+        errors = (getattr(engine, "error", None) for engine in self._engines())
+        return next((error for error in errors if error is not None), None)
 
     def next_timeline(self) -> int:
         """Hands out the next timeline value (call with the submission it belongs to)."""
@@ -91,9 +164,12 @@ class HCQCompiled(DeviceBase):
         """Waits for every submission so far; raises TimeoutError, or RuntimeError if a queue failed."""
         # The host synchronizes before every host access to device memory: keep the idle case cheap.
         if self.timeline_signal.value < self.timeline_value - 1:
+            if self._resume_after_fork:
+                self._resume_engines()
             self.timeline_signal.wait(self.timeline_value - 1, timeout)
         if self._pending_profile:
             self._collect_profile()
+        self.allocator.release_passed()
 
     def _submit_timed(
         self,

@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from kiln.runtime.fork_hooks import renew_module_after_fork
+
 __all__ = ["TimelineSignal"]
 
 _MAX_VALUE = 2**64 - 1
@@ -18,6 +20,18 @@ _MAX_VALUE = 2**64 - 1
 _changed_lock = threading.Lock()
 _changed = threading.Condition(_changed_lock)
 _waiting = [0]
+
+
+def _renew_after_fork() -> None:
+    # In a child of os.fork() only the forking thread lives: a thread of the parent may have held the lock (setting
+    # or waiting on a signal) and the waiters it counted are gone.
+    global _changed_lock, _changed
+    _changed_lock = threading.Lock()
+    _changed = threading.Condition(_changed_lock)
+    _waiting[0] = 0
+
+
+renew_module_after_fork(_renew_after_fork)
 
 
 class TimelineSignal:

@@ -95,11 +95,17 @@ class ThreadQueueEngine:
         self._run_lock = threading.Lock()
         self._thread = None
         queued, self._pending = self._pending, queue.SimpleQueue()
+        kept = 0
         while True:
             try:
                 self._pending.put(queued.get_nowait())
             except queue.Empty:
                 break
+            kept += 1
+        # a list the worker had taken from the queue but not started is lost like a running one; the count is the
+        # kept lists only (the threads that counted the others are gone), so the engine can go idle again
+        running = running or self._outstanding > kept
+        self._outstanding = kept
         if running and self.error is None:
             self.error = RuntimeError(
                 f"engine {self.name!r}: the process forked while a command list was running on it; that work cannot "
