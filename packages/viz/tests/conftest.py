@@ -69,3 +69,18 @@ def training_profile(training_files: Path) -> list[dict[str, Any]]:
         for event in events
         if event["ph"] == "X"
     ]
+
+
+SMALL_PROGRAM = """
+from kiln.tensor import Tensor
+print((Tensor([1.0, 2.0, 3.0]) * 2 + 1).sum().item())
+"""
+
+
+@pytest.fixture(scope="session")
+def small_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trace.json and profile.json of one small traced program (one schedule, one kernel, one launch): the seed
+    files the loader fuzzer mutates."""
+    out = tmp_path_factory.mktemp("small") / "viz"
+    run_traced(SMALL_PROGRAM, out)
+    return out

@@ -71,10 +71,10 @@ def test_pick_a_kernel_step_a_rewrite_and_read_its_source(
     page.wait_for_selector("#graph svg")
     busiest = max(kernel["rewrites"], key=lambda r: len(training_trace["rewrites"][r]["steps"]))
     page.click(f"#rewrite-list div[data-rewrite='{busiest}']")
-    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 0 /')")
+    page.wait_for_function("() => document.querySelector('#step-label').textContent.includes('step 0 /')")
     assert page.locator("#graph g.node.changed").count() == 0
     page.click("#next-step")
-    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 1 /')")
+    page.wait_for_function("() => document.querySelector('#step-label').textContent.includes('step 1 /')")
     changed = page.locator("#graph g.node.changed")
     assert changed.count() >= 1
     fired = training_trace["rewrites"][busiest]["steps"][0]
@@ -83,7 +83,7 @@ def test_pick_a_kernel_step_a_rewrite_and_read_its_source(
     after_op = training_trace["nodes"][fired["after"]]["op"]
     assert any(after_op in (changed.nth(i).text_content() or "") for i in range(changed.count()))
     page.keyboard.press("ArrowRight")
-    page.wait_for_function("document.querySelector('#step-label').textContent.includes('step 2 /')")
+    page.wait_for_function("() => document.querySelector('#step-label').textContent.includes('step 2 /')")
     page.screenshot(path=str(tmp_path / "rewrite-step.png"))
     # the source view shows the kernel's rendered source with its function
     page.click("#code-tabs button[data-tab='source']")
@@ -118,7 +118,7 @@ def test_timeline_shows_kernel_bars_that_open_their_kernel(
     first = page.locator("#timeline rect.bar.program").first
     kernel = first.get_attribute("data-kernel")
     first.dispatch_event("click")
-    page.wait_for_function(f"location.hash.startsWith('#/kernel/{kernel}')")
+    page.wait_for_function(f"() => location.hash.startsWith('#/kernel/{kernel}')")
     page.wait_for_selector("#kernel-header .kernel-name")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ def test_trace_directory_and_single_files_load(training_files: Path) -> None:
             json.dumps(
                 {"format": "kiln-rewrite-trace", "version": 2, "rewrites": [], "nodes": [{"op": "ADD", "src": [3]}]}
             ),
-            "node 0 has source 3",
+            r"nodes\[0\]\.src\[0\] must be the id of an earlier node \(0 <= id < 0\), got 3",
         ),
         (
             json.dumps(
@@ -83,7 +84,7 @@ def test_trace_directory_and_single_files_load(training_files: Path) -> None:
                     "rewrites": [{"steps": [], "input": 7}],
                 }
             ),
-            "refers to node 7",
+            r"rewrites\[0\]\.input must be the id of a node \(0 <= id < 1\), got 7",
         ),
         ('{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "numeric 'ts'"),
     ],
@@ -137,3 +138,79 @@ def test_jit_replays_are_profiled_kernel_by_kernel(tmp_path: Path) -> None:
     assert len(programs) == 6
     assert {event["args"]["kernel"] for event in programs} <= set(keys)
     assert all(event["name"] == keys[event["args"]["kernel"]] for event in programs)
+
+
+def _retyped(document: dict[str, Any], change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    copied: dict[str, Any] = json.loads(json.dumps(document))
+    change(copied)
+    return copied
+
+
+def _kernel(document: dict[str, Any]) -> dict[str, Any]:
+    return next(group for group in document["groups"] if group["kind"] == "kernel")
+
+
+def _schedule(document: dict[str, Any]) -> dict[str, Any]:
+    return next(group for group in document["groups"] if group["kind"] == "schedule")
+
+
+# each a malformed trace that loaded (and then crashed the viewer or the page) or crashed the loader before
+MALFORMED_TRACES: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
+    ("uops a list", lambda d: _kernel(d).update(uops=[1, 2]), r"groups\[\d+\]\.uops must be an object, got \[1, 2\]"),
+    ("info a list", lambda d: _kernel(d).update(info=[]), r"groups\[\d+\]\.info must be an object"),
+    ("version true", lambda d: d.update(version=True), "trace version True"),
+    ("node id true", lambda d: d["rewrites"][0].update(input=True), r"rewrites\[0\]\.input must be the id of a node"),
+    ("tag a list", lambda d: d["nodes"][0].update(tag=[1]), r"nodes\[0\]\.tag must be a string or null, got \[1\]"),
+    ("ast a list", lambda d: _kernel(d)["uops"].update(ast=[0]), r"groups\[\d+\]\.uops\.ast must be the id of a node"),
+    (
+        "schedule kernels unhashable",
+        lambda d: _schedule(d)["uops"].update(kernels=[[0]]),
+        r"groups\[\d+\]\.uops\.kernels\[0\] must be the id of a node",
+    ),
+    (
+        "schedule entries missing",
+        lambda d: _schedule(d)["info"].update(kernels=[]),
+        r"groups\[\d+\]\.info\.kernels must be one entry per kernel of uops\.kernels \(1\)",
+    ),
+    ("source a number", lambda d: _kernel(d)["info"].update(source=5), r"groups\[\d+\]\.info\.source must be a string"),
+    ("opts a string", lambda d: _kernel(d)["info"].update(opts="UPCAST"), r"groups\[\d+\]\.info\.opts must be a list"),
+    ("flops huge", lambda d: _kernel(d)["info"].update(flops=10**30), r"groups\[\d+\]\.info\.flops must be a number"),
+    ("step pattern", lambda d: d["rewrites"][0]["steps"].append({"before": 0, "after": 0, "pattern": {}}), "pattern"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), [case[1:] for case in MALFORMED_TRACES], ids=[case[0] for case in MALFORMED_TRACES]
+)
+def test_a_malformed_field_is_a_trace_file_error_naming_it(
+    small_files: Path, tmp_path: Path, change: Callable[[dict[str, Any]], object], message: str
+) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(_retyped(json.loads((small_files / "trace.json").read_text()), change)))
+    with pytest.raises(TraceFileError, match=message) as raised:
+        load_files([path])
+    assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nests deeper than 32 levels"),  # json's own recursion limit: RecursionError
+        ('{"traceEvents": ' + "[" * 40 + "]" * 40 + "}", "nests deeper than 32 levels"),
+        ('{"traceEvents": [{"ph": "X", "ts": NaN, "dur": 1}]}', "NaN is not a JSON number"),
+        ('{"traceEvents": [{"ph": "X", "ts": 1e999, "dur": 1}]}', "1e999 is not finite"),
+        ('{"traceEvents": [{"ph": "X", "ts": ' + "9" * 5000 + ', "dur": 1}]}', "not a number the viewer reads"),
+        ('{"traceEvents": [{"ph": "X", "ts": 1e300, "dur": 1}]}', r"traceEvents\[0\]\.ts must be a number"),
+        ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": -5}]}', r"traceEvents\[0\]\.dur must be a number in \[0"),
+        ('{"traceEvents": [{"ph": "M", "pid": [1], "name": "x"}]}', r"traceEvents\[0\]\.pid must be an integer"),
+        ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": {"flops": "many"}}]}', r"args\.flops must be"),
+        ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "cat": ["program"]}]}', r"traceEvents\[0\]\.cat must be"),
+    ],
+    ids=["deep", "past-max-depth", "nan", "inf", "many-digits", "huge", "negative-duration", "pid", "flops", "cat"],
+)
+def test_hostile_json_is_a_trace_file_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(TraceFileError, match=message) as raised:
+        load_files([path])
+    assert str(path) in str(raised.value)

@@ -132,7 +132,7 @@ class VizData:
 
     def _rewrite_summary(self, number: int) -> dict[str, Any]:
         record = self.rewrites[number]
-        steps = len(record["steps"]) or (int(self.store.whole_result_step(number)) if record.get("result") else 0)
+        steps = len(record["steps"]) or self.store.step_count(number)
         return {"id": number, "name": record.get("name") or "(unnamed rewrite)", "steps": steps}
 
     def group(self, group_id: str) -> dict[str, Any]:

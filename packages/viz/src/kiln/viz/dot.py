@@ -7,7 +7,6 @@ current step created it, so the page can find and highlight it.
 from __future__ import annotations
 
 import functools
-import html
 import shutil
 import subprocess
 
@@ -49,8 +48,20 @@ def _label(store: GraphStore, node: int) -> str:
     return "\n".join(parts)
 
 
+def _visible(character: str) -> str:
+    # control characters and lone surrogates (which JSON allows) are neither valid XML nor UTF-8: show their code
+    code = ord(character)
+    if character != "\n" and (code < 0x20 or code in (0x7F, 0xFFFE, 0xFFFF) or 0xD800 <= code <= 0xDFFF):
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return character
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """`text` as a DOT string that Graphviz draws literally: backslashes, quotes and `&` (which would start an
+    entity) escaped, so a label from a trace is always text in the SVG."""
+    text = "".join(map(_visible, text))
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;").replace("\n", "\\n")
+    return '"' + escaped + '"'
 
 
 def to_dot(store: GraphStore, drawn: DrawnGraph, changed: frozenset[int]) -> str:
@@ -98,7 +109,7 @@ def render_svg(dot_text: str, timeout: float = 60.0) -> str:
     except subprocess.TimeoutExpired:
         raise GraphvizError(f"Graphviz took longer than {timeout:g} s to lay out the graph") from None
     if completed.returncode != 0:
-        raise GraphvizError(f"Graphviz failed: {html.escape(completed.stderr.strip()[:500])}")
+        raise GraphvizError(f"Graphviz failed: {completed.stderr.strip()[:500]}")
     svg = completed.stdout
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg

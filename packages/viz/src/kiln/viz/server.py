@@ -1,8 +1,15 @@
 """The local HTTP server: the page's static files and the JSON endpoints (stdlib `http.server`, one thread per
-request). A trace that cannot be read still gets a server: every page and endpoint answers with the error."""
+request). A trace that cannot be read still gets a server: every page and endpoint answers with the error.
+
+A trace is untrusted input and the server is local: it listens on 127.0.0.1 unless told otherwise, answers only
+requests whose `Host` names a loopback address (or the address it was told to bind) with its port, so a web page
+cannot read it through DNS rebinding, and every response carries a Content-Security-Policy that allows only the
+server's own script files (no inline script or style, no other origin) and `X-Content-Type-Options: nosniff`.
+"""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -22,6 +29,14 @@ __all__ = ["VizServer", "start_server"]
 _STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
 _STEP = re.compile(r"^/api/rewrite/(\d+)/step/(\d+)$")
 _GROUP = re.compile(r"^/api/group/([A-Za-z0-9_]+)$")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""Sent with every response: the page runs only /static/*.js and reads only its own endpoints."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+"""The host names a request's `Host` header may give (with the server's port)."""
+_WILDCARDS = ("", "0.0.0.0", "::")
 
 
 def _static(name: str) -> bytes | None:
@@ -33,11 +48,11 @@ def _static(name: str) -> bytes | None:
 
 
 def _error_page(message: str) -> bytes:
-    escaped = message.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>kiln.viz: error</title></head>"
-        "<body style='font-family:sans-serif;margin:2em'><h1>kiln.viz cannot show this trace</h1>"
-        f"<pre id='load-error' style='white-space:pre-wrap;color:#a00'>{escaped}</pre></body></html>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>kiln.viz: error</title>"
+        "<link rel='stylesheet' href='/static/style.css'></head>"
+        "<body class='error-page'><h1>kiln.viz cannot show this trace</h1>"
+        f"<pre id='load-error'>{html.escape(message, quote=True)}</pre></body></html>"
     ).encode()
 
 
@@ -61,10 +76,22 @@ class VizServer:
         self.port = int(address[1])
         self._thread: threading.Thread | None = None
 
+    def accepts_host(self, host: str | None) -> bool:
+        """Whether a request's `Host` header names this server: a loopback name (or the address it was bound to,
+        when that is not a wildcard) with its port (the port may be left out only when it is 80)."""
+        if host is None:
+            return False
+        bound = f"[{self.host}]" if ":" in self.host else self.host
+        names = {*LOOPBACK_NAMES, *(() if self.host in _WILDCARDS else (bound,))}
+        given = host.strip().lower()
+        allowed = {f"{name}:{self.port}" for name in names} | (names if self.port == 80 else set())
+        return given in allowed
+
     @property
     def url(self) -> str:
-        """The page's address."""
-        return f"http://{self.host}:{self.port}/"
+        """The page's address (a loopback one when the server listens on every address)."""
+        host = "127.0.0.1" if self.host in _WILDCARDS else f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
 
     def serve_forever(self) -> None:
         """Serve in this thread until `shutdown` (or KeyboardInterrupt)."""
@@ -132,18 +159,35 @@ class VizServer:
 
 def _make_handler(server: VizServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def end_headers(self) -> None:  # every response, error pages of http.server included
+            self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            super().end_headers()
+
         def do_GET(self) -> None:
+            host = self.headers.get("Host")
+            if not server.accepts_host(host):
+                refusal = f"kiln.viz answers only requests for 127.0.0.1:{server.port} or localhost:{server.port}"
+                self._send(HTTPStatus.MISDIRECTED_REQUEST, "text/plain", f"{refusal}, not Host {host!r}".encode())
+                return
             try:
                 status, kind, body = server.answer(self.path)
             except Exception as error:  # one bad request must not stop the server: answer it with the error
                 status, kind = HTTPStatus.INTERNAL_SERVER_ERROR, "application/json"
                 body = json.dumps({"error": f"{type(error).__name__}: {error}"}).encode()
+            self._send(status, kind, body)
+
+        def _send(self, status: int, kind: str, body: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", f"{kind}; charset=utf-8" if kind.startswith("text") else kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the page went away (a reload, a closed tab) before the answer was sent
 
         def log_message(self, format: str, *args: Any) -> None:
             return  # quiet: the terminal shows the URL, not every request

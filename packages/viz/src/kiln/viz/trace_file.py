@@ -1,20 +1,31 @@
 """Reading the files the lower layers write: the rewrite trace (kiln.uops.trace) and the profile (Chrome trace events
-from kiln.runtime). Every problem is a `TraceFileError` naming the file and what is wrong with it."""
+from kiln.runtime).
+
+A trace is untrusted input (it may come from another machine): every problem, whatever the bytes, is a
+`TraceFileError` (a ValueError) naming the file and the field at fault, never another exception. The JSON may nest
+at most `MAX_DEPTH` levels, its numbers must be finite and of magnitude at most `MAX_MAGNITUDE`, and every field the
+viewer reads is checked for its type and its references (node, rewrite and kernel ids) before any of it is used.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["PROFILE_NAME", "TRACE_NAME", "TraceFileError", "VizFiles", "load_files"]
+__all__ = ["MAX_DEPTH", "MAX_MAGNITUDE", "PROFILE_NAME", "TRACE_NAME", "TraceFileError", "VizFiles", "load_files"]
 
 TRACE_FORMAT = "kiln-rewrite-trace"
 SUPPORTED_VERSIONS = (1, 2)
 TRACE_NAME = "trace.json"
 PROFILE_NAME = "profile.json"
+MAX_DEPTH = 32
+"""The deepest nesting of arrays and objects accepted (kiln's own files nest about 10 levels)."""
+MAX_MAGNITUDE = 2.0**63
+"""The largest magnitude of a number accepted: sums of many of them stay finite, so every answer is valid JSON."""
 
 
 class TraceFileError(ValueError):
@@ -31,6 +42,28 @@ class VizFiles:
     paths: list[str] = field(default_factory=list)
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is not finite")
+    return value
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_depth(path: Path, document: Any) -> None:
+    # an explicit stack: a hostile file must not make the checker itself recurse
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if children and depth >= MAX_DEPTH:
+            raise TraceFileError(f"{path}: the JSON nests deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
 def _read_json(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -41,57 +74,155 @@ def _read_json(path: Path) -> Any:
     if not text.strip():
         raise TraceFileError(f"{path}: the file is empty")
     try:
-        return json.loads(text)
+        document = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         cut = error.pos >= len(text.rstrip()) - 1 or not text.rstrip().endswith(("}", "]"))
         ending = " (the file looks truncated)" if cut else ""
         raise TraceFileError(
             f"{path}: not valid JSON{ending}: {error.msg} at line {error.lineno} column {error.colno}"
         ) from None
+    except RecursionError:
+        raise TraceFileError(f"{path}: the JSON nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:  # a hook's refusal (NaN, 1e999) or an integer of too many digits
+        raise TraceFileError(f"{path}: not a number the viewer reads: {error}") from None
+    _check_depth(path, document)
+    return document
+
+
+class _Fields:
+    """Type checks of one file's fields; each failure names the file, the field and what was expected."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, expected: str, value: Any) -> NoReturn:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise TraceFileError(f"{self.path}: {where} must be {expected}, got {shown}")
+
+    def object(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, "an object", value)
+        return value
+
+    def list(self, value: Any, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(where, "a list", value)
+        return value
+
+    def text(self, value: Any, where: str, optional: bool = True) -> None:
+        if not (isinstance(value, str) or (optional and value is None)):
+            self.fail(where, "a string" + (" or null" if optional else ""), value)
+
+    def number(self, value: Any, where: str, optional: bool = True, minimum: float = -MAX_MAGNITUDE) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, int | float) or isinstance(value, bool) or not minimum <= value <= MAX_MAGNITUDE:
+            self.fail(where, f"a number in [{minimum:g}, {MAX_MAGNITUDE:g}]", value)
+
+    def index(self, value: Any, where: str, count: int, what: str, optional: bool = False) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+            self.fail(where, f"the id of {what} (0 <= id < {count})", value)
+
+    def sizes(self, value: Any, where: str, optional: bool = True) -> None:
+        # a shape or launch size: numbers, or strings for symbolic sizes
+        if value is None and optional:
+            return
+        for number, item in enumerate(self.list(value, where)):
+            if isinstance(item, str):
+                continue
+            self.number(item, f"{where}[{number}]", optional=False)
+
+    def texts(self, value: Any, where: str) -> None:
+        for number, item in enumerate(self.list(value, where)):
+            self.text(item, f"{where}[{number}]", optional=False)
+
+
+def _check_nodes(fields: _Fields, nodes: list[Any]) -> None:
+    for number, node in enumerate(nodes):
+        where = f"nodes[{number}]"
+        fields.object(node, where)
+        fields.text(node.get("op"), f"{where}.op", optional=False)
+        for key in ("dtype", "arg", "tag"):
+            fields.text(node.get(key), f"{where}.{key}")
+        for position, source in enumerate(fields.list(node.get("src"), f"{where}.src")):
+            fields.index(source, f"{where}.src[{position}]", number, "an earlier node")
+
+
+def _check_rewrites(fields: _Fields, rewrites: list[Any], nodes: int) -> None:
+    for number, rewrite in enumerate(rewrites):
+        where = f"rewrites[{number}]"
+        fields.object(rewrite, where)
+        fields.text(rewrite.get("name"), f"{where}.name")
+        fields.index(rewrite.get("input"), f"{where}.input", nodes, "a node")
+        fields.index(rewrite.get("result"), f"{where}.result", nodes, "a node", optional=True)
+        for index, step in enumerate(fields.list(rewrite.get("steps"), f"{where}.steps")):
+            at = f"{where}.steps[{index}]"
+            fields.object(step, at)
+            fields.index(step.get("before"), f"{at}.before", nodes, "a node")
+            fields.index(step.get("after"), f"{at}.after", nodes, "a node")
+            fields.text(step.get("location"), f"{at}.location")
+            fields.text(step.get("pattern"), f"{at}.pattern")
+
+
+def _check_kernel_info(fields: _Fields, info: dict[str, Any], where: str) -> None:
+    for key in ("key", "name", "device", "source", "linear", "disassembly", "disassembly_note", "language"):
+        fields.text(info.get(key), f"{where}.{key}")
+    fields.sizes(info.get("global_size"), f"{where}.global_size")
+    fields.sizes(info.get("local_size"), f"{where}.local_size")
+    fields.texts(info.get("opts", []), f"{where}.opts")
+    fields.number(info.get("flops"), f"{where}.flops")
+    fields.number(info.get("global_bytes"), f"{where}.global_bytes")
+
+
+def _check_schedule_info(fields: _Fields, info: dict[str, Any], asts: list[Any], where: str) -> None:
+    entries = fields.list(info.get("kernels", []), f"{where}.kernels")
+    if len(entries) != len(asts):
+        fields.fail(f"{where}.kernels", f"one entry per kernel of uops.kernels ({len(asts)})", entries)
+    for number, entry in enumerate(entries):
+        at = f"{where}.kernels[{number}]"
+        fields.object(entry, at)
+        fields.text(entry.get("device"), f"{at}.device", optional=False)
+        fields.texts(entry.get("fused_ops"), f"{at}.fused_ops")
+        fields.number(entry.get("fused_count"), f"{at}.fused_count", optional=False)
+        for index, output in enumerate(fields.list(entry.get("outputs"), f"{at}.outputs")):
+            fields.object(output, f"{at}.outputs[{index}]")
+            fields.text(output.get("op"), f"{at}.outputs[{index}].op", optional=False)
+            fields.text(output.get("reason"), f"{at}.outputs[{index}].reason", optional=False)
+            fields.sizes(output.get("shape"), f"{at}.outputs[{index}].shape", optional=False)
+
+
+def _check_groups(fields: _Fields, groups: list[Any], rewrites: int, nodes: int) -> None:
+    for number, group in enumerate(groups):
+        where = f"groups[{number}]"
+        fields.object(group, where)
+        fields.text(group.get("kind"), f"{where}.kind")
+        fields.text(group.get("name"), f"{where}.name")
+        for index, member in enumerate(fields.list(group.setdefault("rewrites", []), f"{where}.rewrites")):
+            fields.index(member, f"{where}.rewrites[{index}]", rewrites, "a rewrite")
+        info = fields.object(group.setdefault("info", {}), f"{where}.info")
+        uops = fields.object(group.setdefault("uops", {}), f"{where}.uops")
+        fields.index(uops.get("ast"), f"{where}.uops.ast", nodes, "a node", optional=True)
+        asts = fields.list(uops.get("kernels", []), f"{where}.uops.kernels")
+        for index, ast in enumerate(asts):
+            fields.index(ast, f"{where}.uops.kernels[{index}]", nodes, "a node")
+        _check_kernel_info(fields, info, f"{where}.info")  # the page shows these facts for any group it opens
+        if group.get("kind") == "schedule":
+            _check_schedule_info(fields, info, asts, f"{where}.info")
 
 
 def _check_trace(path: Path, document: dict[str, Any]) -> dict[str, Any]:
     version = document.get("version")
-    if version not in SUPPORTED_VERSIONS:
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
         raise TraceFileError(f"{path}: trace version {version!r} is not one this viewer reads {SUPPORTED_VERSIONS}")
-    nodes, rewrites = document.get("nodes"), document.get("rewrites")
-    if not isinstance(nodes, list) or not isinstance(rewrites, list):
-        raise TraceFileError(f"{path}: a trace needs 'nodes' and 'rewrites' lists")
-    for number, node in enumerate(nodes):
-        if not isinstance(node, dict) or not isinstance(node.get("op"), str) or not isinstance(node.get("src"), list):
-            raise TraceFileError(f"{path}: node {number} is malformed (needs 'op' and 'src')")
-        for source in node["src"]:
-            if not isinstance(source, int) or not 0 <= source < number:
-                raise TraceFileError(f"{path}: node {number} has source {source!r}, not an earlier node")
-    count = len(nodes)
-
-    def check_id(value: Any, where: str, optional: bool = False) -> None:
-        if value is None and optional:
-            return
-        if not isinstance(value, int) or not 0 <= value < count:
-            raise TraceFileError(f"{path}: {where} refers to node {value!r}, the trace has {count} nodes")
-
-    for number, rewrite in enumerate(rewrites):
-        if not isinstance(rewrite, dict) or not isinstance(rewrite.get("steps"), list):
-            raise TraceFileError(f"{path}: rewrite {number} is malformed (needs 'steps')")
-        check_id(rewrite.get("input"), f"rewrite {number} input")
-        check_id(rewrite.get("result"), f"rewrite {number} result", optional=True)
-        for index, step in enumerate(rewrite["steps"]):
-            if not isinstance(step, dict):
-                raise TraceFileError(f"{path}: rewrite {number} step {index} is malformed")
-            check_id(step.get("before"), f"rewrite {number} step {index}")
-            check_id(step.get("after"), f"rewrite {number} step {index}")
-    groups = document.setdefault("groups", [])
-    if not isinstance(groups, list):
-        raise TraceFileError(f"{path}: 'groups' must be a list")
-    for number, group in enumerate(groups):
-        if not isinstance(group, dict) or not isinstance(group.get("rewrites", []), list):
-            raise TraceFileError(f"{path}: group {number} is malformed")
-        for member in group.get("rewrites", []):
-            if not isinstance(member, int) or not 0 <= member < len(rewrites):
-                raise TraceFileError(f"{path}: group {number} lists rewrite {member!r}, there are {len(rewrites)}")
-        group.setdefault("info", {})
-        group.setdefault("uops", {})
+    fields = _Fields(path)
+    nodes = fields.list(document.get("nodes"), "nodes")
+    rewrites = fields.list(document.get("rewrites"), "rewrites")
+    _check_nodes(fields, nodes)
+    _check_rewrites(fields, rewrites, len(nodes))
+    _check_groups(fields, fields.list(document.setdefault("groups", []), "groups"), len(rewrites), len(nodes))
     return document
 
 
@@ -100,12 +231,17 @@ def _check_profile(path: Path, document: Any) -> tuple[list[dict[str, Any]], lis
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise TraceFileError(f"{path}: a profile needs a 'traceEvents' list (Chrome trace-event format)")
+    fields = _Fields(path)
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     for number, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise TraceFileError(f"{path}: event {number} is not an object")
-        name = (event.get("args") or {}).get("name") if isinstance(event.get("args"), dict) else None
+        where = f"traceEvents[{number}]"
+        fields.object(event, where)
+        for key in ("pid", "tid"):
+            if not (event.get(key) is None or isinstance(event.get(key), int | str)):
+                fields.fail(f"{where}.{key}", "an integer or a string", event.get(key))
+        args = fields.object(event.get("args", {}), f"{where}.args") if event.get("args") is not None else {}
+        name = args.get("name")
         if event.get("ph") == "M" and event.get("name") == "process_name" and isinstance(name, str):
             processes[event.get("pid")] = name
         elif event.get("ph") == "M" and event.get("name") == "thread_name" and isinstance(name, str):
@@ -114,9 +250,17 @@ def _check_profile(path: Path, document: Any) -> tuple[list[dict[str, Any]], lis
     for number, event in enumerate(events):
         if event.get("ph") != "X":
             continue  # metadata and instant events carry no duration to draw
-        for key in ("ts", "dur"):
+        where = f"traceEvents[{number}]"
+        for key, minimum in (("ts", -MAX_MAGNITUDE), ("dur", 0.0)):
             if not isinstance(event.get(key), int | float):
                 raise TraceFileError(f"{path}: event {number} has no numeric {key!r}")
+            fields.number(event.get(key), f"{where}.{key}", optional=False, minimum=minimum)
+        fields.text(event.get("name"), f"{where}.name")
+        fields.text(event.get("cat"), f"{where}.cat")
+        args = event.get("args") or {}
+        fields.text(args.get("kernel"), f"{where}.args.kernel")
+        fields.number(args.get("flops"), f"{where}.args.flops")
+        fields.number(args.get("bytes"), f"{where}.args.bytes")
         pid, tid = event.get("pid"), event.get("tid")
         named = dict(event, pid=processes.get(pid, str(pid)), tid=threads.get((pid, tid), str(tid)))
         checked.append(named)
@@ -124,7 +268,9 @@ def _check_profile(path: Path, document: Any) -> tuple[list[dict[str, Any]], lis
 
 
 def load_files(paths: list[str | os.PathLike[str]]) -> VizFiles:
-    """Read every path: a directory (its trace.json and profile.json), a trace file or a profile file (by contents)."""
+    """Read every path: a directory (its trace.json and profile.json), a trace file or a profile file (by contents).
+
+    Raises TraceFileError (a ValueError) naming the file and the field for anything it cannot read."""
     found = VizFiles()
     files: list[Path] = []
     for given in paths:

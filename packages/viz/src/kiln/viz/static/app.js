@@ -1,10 +1,53 @@
 // kiln.viz front end: a kernel list, a kernel page (rewrites stepped rule by rule, uops, source, disassembly,
 // fusion), the scheduler's view and the profile timeline. Everything is fetched lazily from the JSON endpoints.
+// Every string of a trace is untrusted: it reaches the page only as a text node or an attribute value set through the
+// DOM (el / svgEl below), never through innerHTML or markup in a template string; the server's CSP forbids inline
+// script besides.
 "use strict";
 (() => {
   const $ = (selector) => document.querySelector(selector);
-  const esc = KilnHighlight.escape;
+  const SVG_NS = "http://www.w3.org/2000/svg";
   const cache = new Map();
+
+  // an element with its attributes set as values (null / undefined left out) and its children appended: nodes as
+  // they are, anything else as a text node
+  function build(element, attributes, children) {
+    for (const [name, value] of Object.entries(attributes || {})) {
+      if (value !== null && value !== undefined) element.setAttribute(name, String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined) continue;
+      element.append(child instanceof Node ? child : String(child));
+    }
+    return element;
+  }
+  const el = (tag, attributes, ...children) => build(document.createElement(tag), attributes, children);
+  const svgEl = (tag, attributes, ...children) => build(document.createElementNS(SVG_NS, tag), attributes, children);
+  const text = (value) => (value === null || value === undefined ? "" : String(value));
+
+  function fill(target, ...children) {
+    const fragment = document.createDocumentFragment();
+    build(fragment, {}, children);
+    target.replaceChildren(fragment);
+  }
+
+  // Graphviz's drawing, parsed as XML (not HTML) and imported: anything that could run (script, foreignObject,
+  // handlers, links out of the page) is dropped, though Graphviz writes none and the CSP would block it
+  function importSvg(markup) {
+    const root = new DOMParser().parseFromString(markup, "image/svg+xml").documentElement;
+    if (root.namespaceURI !== SVG_NS || root.localName !== "svg") return null;
+    for (const node of root.querySelectorAll("script, foreignObject, iframe, object, embed")) node.remove();
+    for (const node of [root, ...root.querySelectorAll("*")]) {
+      for (const attribute of [...node.attributes]) {
+        const name = attribute.name.toLowerCase();
+        if (name.startsWith("on") || (name.endsWith("href") && !attribute.value.startsWith("#"))) {
+          node.removeAttribute(attribute.name);
+        }
+      }
+    }
+    return document.importNode(root, true);
+  }
+
   const state = { kernels: null, sort: null, kernel: null, rewrite: null, step: 0, steps: 0, tab: "source",
                   zoom: 1, timeline: null, view: null, stepToken: 0, compact: true };
 
@@ -61,16 +104,17 @@
         return String(x ?? "").localeCompare(String(y ?? ""));
       });
     }
-    const body = rows.map((row) => `<tr class="kernel-row" data-id="${row.id}">` +
-      `<td class="name">${esc(row.name)}</td><td>${esc(row.device)}</td>` +
-      `<td>${esc((row.shape || []).map((s) => `(${s.join(", ")})`).join(" "))}</td><td>${esc(launchText(row))}</td>` +
-      `<td class="num">${row.runs ?? ""}</td><td class="num">${fmtTime(row.time_us)}</td>` +
-      `<td class="num">${fmt(row.gflops, 2)}</td><td class="num">${fmt(row.gbs, 2)}</td>` +
-      `<td>${esc((row.opts || []).join(", "))}</td></tr>`).join("");
-    $("#kernel-list tbody").innerHTML = body;
+    const body = rows.map((row) => el("tr", { class: "kernel-row", "data-id": row.id },
+      el("td", { class: "name" }, text(row.name)), el("td", {}, text(row.device)),
+      el("td", {}, (row.shape || []).map((s) => `(${s.join(", ")})`).join(" ")), el("td", {}, launchText(row)),
+      el("td", { class: "num" }, text(row.runs)), el("td", { class: "num" }, fmtTime(row.time_us)),
+      el("td", { class: "num" }, fmt(row.gflops, 2)), el("td", { class: "num" }, fmt(row.gbs, 2)),
+      el("td", {}, (row.opts || []).join(", "))));
+    fill($("#kernel-list tbody"), body);
     const others = state.kernels.others.map((group) =>
-      `<a href="#/kernel/${group.id}" class="other-group">${esc(group.kind)}: ${esc(group.name)}</a>`).join("");
-    $("#other-groups").innerHTML = others ? `<h3>Other traced work</h3>${others}` : "";
+      el("a", { href: `#/kernel/${encodeURIComponent(group.id)}`, class: "other-group" },
+        `${text(group.kind)}: ${text(group.name)}`));
+    fill($("#other-groups"), others.length ? [el("h3", {}, "Other traced work"), others] : []);
     setStatus(`${rows.length} of ${state.kernels.kernels.length} kernels`);
   }
 
@@ -99,15 +143,15 @@
         if (group.profile.gbs !== null) facts.push(`${fmt(group.profile.gbs, 2)} GB/s`);
       }
       if (info.opts && info.opts.length) facts.push(`opts: ${info.opts.join(", ")}`);
-      $("#kernel-header").innerHTML = `<b class="kernel-name">${esc(group.name || group.kind)}</b> ` +
-        `<span class="facts">${esc(facts.join(" · "))}</span>`;
-      $("#rewrite-list").innerHTML = group.rewrites.map((r) =>
-        `<div data-rewrite="${r.id}" title="${esc(r.name)}">${esc(r.name)}<span class="count">${r.steps}</span></div>`
-      ).join("") || "<div>no rewrites recorded</div>";
+      fill($("#kernel-header"), el("b", { class: "kernel-name" }, text(group.name || group.kind)), " ",
+        el("span", { class: "facts" }, facts.join(" · ")));
+      const items = group.rewrites.map((r) =>
+        el("div", { "data-rewrite": r.id, title: text(r.name) }, text(r.name), el("span", { class: "count" }, r.steps)));
+      fill($("#rewrite-list"), items.length ? items : el("div", {}, "no rewrites recorded"));
       renderCode();
     }
     if (!group.rewrites.length) {
-      $("#graph").innerHTML = "";
+      $("#graph").replaceChildren();
       return;
     }
     const chosen = rewrite !== undefined ? rewrite :
@@ -124,15 +168,16 @@
     }
     const view = $("#code-view");
     if (state.tab === "schedule") {
-      view.innerHTML = group.schedule ? scheduleEntry(group.schedule, false) :
-        (group.kind === "schedule" ? scheduleGroup(group) : "no schedule recorded for this kernel");
+      view.className = "";
+      fill(view, group.schedule ? scheduleEntry(group.schedule, false) :
+        (group.kind === "schedule" ? scheduleGroup(group) : "no schedule recorded for this kernel"));
       return;
     }
-    const text = state.tab === "source" ? info.source : state.tab === "linear" ? info.linear :
+    const source = state.tab === "source" ? info.source : state.tab === "linear" ? info.linear :
       info.disassembly || info.disassembly_note || "the renderer's compiler offers no disassembly";
     const language = state.tab === "source" ? info.language : state.tab === "linear" ? "python" : "asm";
-    view.className = `lang-${language}`;
-    view.innerHTML = text ? KilnHighlight.highlight(text, language || "c") : "(nothing recorded)";
+    view.className = `lang-${text(language)}`;
+    fill(view, source ? KilnHighlight.highlight(source, language || "c") : "(nothing recorded)");
   }
 
   async function showStep(rewrite, step) {
@@ -162,12 +207,12 @@
     if (answer.collapsed) rule += `\nshowing ${answer.drawn_count} of ${answer.node_count} nodes`;
     $("#rule-info").textContent = rule;
     const graph = $("#graph");
-    if (answer.svg_error) {
-      graph.innerHTML = `<div class="notice">${esc(answer.svg_error)}</div>`;
+    const drawing = answer.svg_error ? null : importSvg(answer.svg);
+    if (!drawing) {
+      fill(graph, el("div", { class: "notice" }, answer.svg_error || "the graph's drawing could not be read"));
     } else {
-      graph.innerHTML = answer.svg;
-      const svg = graph.querySelector("svg");
-      if (svg) svg.style.transform = `scale(${state.zoom})`;
+      graph.replaceChildren(drawing);
+      drawing.style.transform = `scale(${state.zoom})`;
       for (const id of answer.changed) {
         const node = document.getElementById(`n${id}`);
         if (node) node.classList.add("changed");
@@ -187,29 +232,28 @@
 
   // ---- schedule ----------------------------------------------------------------------------------------------------
   function scheduleEntry(entry, withLink) {
-    const outputs = entry.outputs.map((output) =>
-      `<div>${esc(output.op)} ${esc(JSON.stringify(output.shape))}: <span class="reason">${esc(output.reason)}</span></div>`
-    ).join("");
+    const outputs = entry.outputs.map((output) => el("div", {}, `${text(output.op)} ${JSON.stringify(output.shape)}: `,
+      el("span", { class: "reason" }, text(output.reason))));
     const link = withLink && entry.kernel !== null && entry.kernel !== undefined ?
-      `<a href="#/kernel/${entry.kernel}" class="kernel-link">open kernel</a>` : "";
+      el("a", { href: `#/kernel/${encodeURIComponent(entry.kernel)}`, class: "kernel-link" }, "open kernel") : null;
     const more = entry.fused_count > entry.fused_ops.length ? ` (+${entry.fused_count - entry.fused_ops.length} more)` : "";
-    return `<div class="schedule-kernel"><b>${esc(entry.device)}</b> ${link}` +
-      `<div>outputs (each is a kernel boundary, not fused into its readers, because):</div>${outputs}` +
-      `<div>fused tensor ops (${entry.fused_count}):</div>` +
-      `<div class="ops">${esc(entry.fused_ops.join("\n")).replace(/\n/g, "<br>")}${more}</div></div>`;
+    return el("div", { class: "schedule-kernel" }, el("b", {}, text(entry.device)), " ", link,
+      el("div", {}, "outputs (each is a kernel boundary, not fused into its readers, because):"), outputs,
+      el("div", {}, `fused tensor ops (${entry.fused_count}):`),
+      el("div", { class: "ops" }, entry.fused_ops.join("\n"), more));
   }
 
   function scheduleGroup(group) {
     return (group.info.kernels || []).map((entry, index) =>
-      scheduleEntry({ ...entry, kernel: (group.kernel_links || [])[index] }, true)).join("");
+      scheduleEntry({ ...entry, kernel: (group.kernel_links || [])[index] }, true));
   }
 
   async function showSchedule() {
     showView("schedule");
     const data = await api("/api/schedule");
-    $("#view-schedule").innerHTML = data.schedules.map((schedule) =>
-      `<h3>${esc(schedule.name)}</h3>` + schedule.kernels.map((entry) => scheduleEntry(entry, true)).join("")
-    ).join("") || "no schedules recorded";
+    const parts = data.schedules.map((schedule) =>
+      [el("h3", {}, text(schedule.name)), schedule.kernels.map((entry) => scheduleEntry(entry, true))]);
+    fill($("#view-schedule"), parts.length ? parts : "no schedules recorded");
     setStatus(`${data.schedules.length} schedules`);
   }
 
@@ -231,7 +275,7 @@
     const parts = [];
     lanes.forEach((lane, row) => {
       const y = row * LANE + 4;
-      parts.push(`<text x="4" y="${y + 14}" class="lane-label">${esc(lane.device.name)} ${esc(lane.queue.name)}</text>`);
+      parts.push(svgEl("text", { x: 4, y: y + 14, class: "lane-label" }, `${lane.device.name} ${lane.queue.name}`));
       lane.queue.events.forEach((event, index) => {
         const begin = place(event.start);
         const end = begin + event.duration;
@@ -242,19 +286,20 @@
         if (event.gflops !== null && event.gflops !== undefined) rates.push(`${fmt(event.gflops, 2)} GFLOP/s`);
         if (event.gbs !== null && event.gbs !== undefined) rates.push(`${fmt(event.gbs, 2)} GB/s`);
         const kernel = event.kernel === null || event.kernel === undefined ? "" : event.kernel;
-        parts.push(`<rect class="bar ${esc(event.category)}" x="${x}" y="${y}" width="${w}" height="${LANE - 6}" ` +
-          `data-kernel="${kernel}" data-lane="${row}" data-index="${index}">` +
-          `<title>${esc(event.name)}: ${esc(rates.join(", "))}</title></rect>`);
-        if (w > 40) parts.push(`<text x="${x + 2}" y="${y + 12}">${esc(event.name.slice(0, Math.floor(w / 6)))}</text>`);
+        // the category is a class (the bar's colour) set as an attribute value, never parsed as markup
+        parts.push(svgEl("rect", { class: `bar ${text(event.category)}`, x, y, width: w, height: LANE - 6,
+          "data-kernel": kernel, "data-lane": row, "data-index": index },
+          svgEl("title", {}, `${text(event.name)}: ${rates.join(", ")}`)));
+        if (w > 40) parts.push(svgEl("text", { x: x + 2, y: y + 12 }, text(event.name).slice(0, Math.floor(w / 6))));
       });
     });
     for (let tick = 0; tick <= 5; tick++) {  // a time axis: six evenly spaced labels
       const x = LABEL + tick / 5 * (width - LABEL - 10);
-      parts.push(`<line x1="${x}" x2="${x}" y1="0" y2="${height - 18}" stroke="#eee"></line>`);
+      parts.push(svgEl("line", { x1: x, x2: x, y1: 0, y2: height - 18, stroke: "#eee" }));
       const label = state.compact ? `+${fmtTime(tick / 5 * (t1 - t0))}` : fmtTime(t0 + tick / 5 * (t1 - t0));
-      parts.push(`<text x="${Math.min(x, width - 70)}" y="${height - 6}">${label}</text>`);
+      parts.push(svgEl("text", { x: Math.min(x, width - 70), y: height - 6 }, label));
     }
-    svg.innerHTML = parts.join("");
+    fill(svg, parts);
     state.lanes = lanes;
   }
 

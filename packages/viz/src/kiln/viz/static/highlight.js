@@ -18,8 +18,14 @@ const KilnHighlight = (() => {
     "as lambda with pass break continue yield class").split(" "));
   const TOKEN = /(\/\/[^\n]*|\/\*[\s\S]*?\*\/|;[^\n]*|#[^\n]*)|("(?:[^"\\\n]|\\.)*")|(0x[0-9a-fA-F]+|\d+\.?\d*(?:[eE][+-]?\d+)?[fFuUlLh]*)|([%@$][\w.]+)|([A-Za-z_][\w.]*)(\s*\()?/g;
 
-  function escape(text) {
-    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  // a piece of source as a DOM node: a text node, or a span of one highlight class holding a text node (the source
+  // comes from a trace, so it is never parsed as markup)
+  function piece(text, cls) {
+    if (!cls) return document.createTextNode(text);
+    const span = document.createElement("span");
+    span.className = cls;
+    span.textContent = text;
+    return span;
   }
 
   function commentStarts(language, text) {
@@ -31,31 +37,33 @@ const KilnHighlight = (() => {
     return text.startsWith("//") || text.startsWith("/*");
   }
 
+  // the highlighted source as a DocumentFragment of text nodes and classed spans
   function highlight(source, language) {
     const keywords = language === "llvm" ? LLVM_KEYWORDS : language === "python" ? PY_KEYWORDS : C_KEYWORDS;
     const types = language === "llvm" ? LLVM_TYPES : C_TYPES;
-    let out = "";
+    const out = document.createDocumentFragment();
+    const add = (text, cls) => { if (text) out.append(piece(text, cls)); };
     let last = 0;
     TOKEN.lastIndex = 0;
     let match;
     while ((match = TOKEN.exec(source)) !== null) {
       const [whole, comment, string, number, sigil, word, call] = match;
-      out += escape(source.slice(last, match.index));
+      add(source.slice(last, match.index));
       last = match.index + whole.length;
       if (comment !== undefined) {
-        if (commentStarts(language, comment)) out += `<span class="hl-com">${escape(comment)}</span>`;
-        else { out += escape(comment[0]); last = match.index + 1; TOKEN.lastIndex = last; }
-      } else if (string !== undefined) out += `<span class="hl-str">${escape(string)}</span>`;
-      else if (number !== undefined) out += `<span class="hl-num">${escape(number)}</span>`;
-      else if (sigil !== undefined) out += `<span class="hl-var">${escape(sigil)}</span>`;
+        if (commentStarts(language, comment)) add(comment, "hl-com");
+        else { add(comment[0]); last = match.index + 1; TOKEN.lastIndex = last; }
+      } else if (string !== undefined) add(string, "hl-str");
+      else if (number !== undefined) add(number, "hl-num");
+      else if (sigil !== undefined) add(sigil, "hl-var");
       else if (word !== undefined) {
-        const cls = keywords.has(word) ? "hl-kw" : types.has(word) ? "hl-ty" : call ? "hl-fn" : null;
-        out += cls ? `<span class="${cls}">${escape(word)}</span>` : escape(word);
-        if (call) out += escape(call);
+        add(word, keywords.has(word) ? "hl-kw" : types.has(word) ? "hl-ty" : call ? "hl-fn" : null);
+        if (call) add(call);
       }
     }
-    return out + escape(source.slice(last));
+    add(source.slice(last));
+    return out;
   }
 
-  return { highlight, escape };
+  return { highlight };
 })();
