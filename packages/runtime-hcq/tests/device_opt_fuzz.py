@@ -1,4 +1,4 @@
-"""The harness shared by the on-device opt fuzzers (test_opt_fuzz_cl.py, test_opt_fuzz_webgpu.py).
+"""The harness shared by the on-device opt fuzzers (test_opt_fuzz_cpu.py, test_opt_fuzz_cl.py, test_opt_fuzz_webgpu.py).
 
 Each fuzzer draws like codegen's opt fuzzer (packages/codegen/tests/test_opt_fuzz.py, imported by path): a corpus
 kernel and up to four opts, illegal ones skipped while drawing, so every example is a non-empty legal sequence. Here
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus and fuzzer, by path
@@ -65,10 +65,32 @@ def fuzz_one(
     assert_matches(case, got, case.reference(inputs, case.var_vals), exact=case.exact)
 
 
-def check_coverage(device_name: str, executed: list[tuple[str, tuple[Opt, ...]]], fuzzer: str) -> None:
+def fuzz(device_name: str, cases: list[KernelCase], seed_value: int) -> list[tuple[str, tuple[Opt, ...]]]:
+    """Runs EXAMPLES hypothesis examples of `fuzz_one` with a pinned seed; returns the (case, opts) pairs that ran.
+
+    The coverage check belongs in the same test as the loop (check_coverage): a separate test could run on another
+    xdist worker, see an empty list and prove nothing.
+    """
+    inputs_of: dict[int, list[np.ndarray]] = {}
+    executed: list[tuple[str, tuple[Opt, ...]]] = []
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @seed(seed_value)
+    @given(data=st.data())
+    def one_example(data: st.DataObject) -> None:
+        fuzz_one(data, device_name, cases, inputs_of, executed)
+
+    one_example()
+    return executed
+
+
+def check_coverage(device_name: str, executed: list[tuple[str, tuple[Opt, ...]]]) -> None:
     """At least EXAMPLES legal sequences ran on the device, and more than half of them distinct."""
-    if not executed:
-        pytest.skip(f"run together with {fuzzer} (same process)")
-    assert len(executed) >= EXAMPLES, f"only {len(executed)} legal sequences ran on {device_name}"
+    assert len(executed) >= EXAMPLES, f"only {len(executed)} legal sequences ran on {device_name}, not {EXAMPLES}"
     distinct = len(set(executed))
     assert distinct > EXAMPLES // 2, f"only {distinct} distinct (kernel, opts) pairs"  # not one sequence repeated

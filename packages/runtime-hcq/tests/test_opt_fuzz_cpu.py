@@ -12,34 +12,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared harness
 sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus, by path
 
 from corpus import CORPUS
-from device_opt_fuzz import EXAMPLES, check_coverage, fuzz_one
-
-from kiln.codegen import Opt
+from device_opt_fuzz import check_coverage, fuzz
 
 CASES = [case for case in CORPUS if case.name != "conv2d"]  # its many opt variants each compile for ~1 s
-inputs_of: dict[int, list[np.ndarray]] = {}
-executed: list[tuple[str, tuple[Opt, ...]]] = []
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@seed(21)
-@given(data=st.data())
-def test_random_legal_opt_sequences_run_on_cpu(data: st.DataObject) -> None:
-    fuzz_one(data, "CPU", CASES, inputs_of, executed)
+def test_random_legal_opt_sequences_run_on_cpu() -> None:
+    executed = fuzz("CPU", CASES, seed_value=21)
+    check_coverage("CPU", executed)  # in the same test as the loop: it holds under xdist too
 
 
-def test_the_fuzzer_ran_at_least_300_legal_sequences_on_cpu() -> None:
-    check_coverage("CPU", executed, "test_random_legal_opt_sequences_run_on_cpu")
+def test_the_coverage_check_fails_when_no_sequence_ran() -> None:
+    # it used to skip on an empty list (the loop had run on another xdist worker), so it never held under xdist
+    with pytest.raises(AssertionError, match="only 0 legal sequences ran on CPU"):
+        check_coverage("CPU", [])
+    repeated = [("sum", ())] * 400  # enough runs, but one sequence over and over
+    with pytest.raises(AssertionError, match="only 1 distinct"):
+        check_coverage("CPU", repeated)
