@@ -41,7 +41,7 @@ from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, Ops, PtrDType, dtypes
 from kiln.uops.knobs import Context
 
-needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not found")
+needs_ptxas = pytest.mark.usefixtures("requires_ptxas")  # conftest.py: a failure instead of a skip in CI
 ARCHITECTURES = ("sm_80", "sm_90")
 
 
