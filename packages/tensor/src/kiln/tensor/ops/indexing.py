@@ -25,6 +25,7 @@ from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
+from kiln.tensor.realize.graph_lock import serialized
 from kiln.uops import ConstType, Ops, dtypes
 
 __all__ = ["IndexingMixin"]
@@ -326,6 +327,7 @@ class IndexingMixin(TensorCore):
         positions = _advanced_positions(parsed)
         return _one_hot_select(selected, positions, [tensor for _, tensor in parsed.advanced])
 
+    @serialized  # the selection is a view of the tensor as it is when the write runs (threads: README)
     def __setitem__(self, index: Any, value: Self | ConstType | Any) -> None:
         """Writes `value` (cast to this dtype, broadcast to the selection) into the selected elements.
 

@@ -30,6 +30,7 @@ from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
+from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.schedule import (
     BufferSource,
     CopyStep,
@@ -363,6 +364,7 @@ class Engine:
         self._renderers.clear()
 
     # -- programs ------------------------------------------------------------------------------------------------
+    @serialized
     def compiled_program(self, ast: UOp, device: str) -> Method:
         """The `Method` of kernel sink `ast` on `device`, built once per sink, device and renderer."""
         key = (ast, device)
@@ -421,6 +423,7 @@ class Engine:
         return prepared
 
     # -- running -------------------------------------------------------------------------------------------------
+    @serialized
     def run_kernel_step(self, step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
         """Runs one kernel step: its program (from the method cache) on `buffers`, the runtime Buffer of each of the
         step's buffer slots in order; updates `GlobalCounters` (and prints the kernel's line when `debug` >= 2)."""
@@ -438,6 +441,7 @@ class Engine:
         if launch_recorder is not None:
             launch_recorder.record_kernel(method, arguments)
 
+    @serialized
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
         """Runs `plan` on the BUFFER nodes `inputs` (by position); returns the realized view of each requested node."""
         prepared = self._prepared.get(id(plan))
@@ -524,6 +528,7 @@ class Engine:
         GlobalCounters.mem_bytes += method.mem_bytes
         return output_nodes if prepared.views_are_outputs else _views(plan, prepared, inputs, output_nodes)
 
+    @serialized
     def realize(self, uops: Sequence[UOp]) -> list[UOp]:
         """Realizes tensor-graph nodes: schedules (cached by structure) and runs them; returns their buffer views.
 

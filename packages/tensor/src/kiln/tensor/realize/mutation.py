@@ -29,6 +29,7 @@ from kiln.tensor import graph
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.realize.views import VIEW_OPS, check_writable, place, region_writable, store_chain, view_root
 from kiln.tensor.schedule import (
     alias_base,
@@ -65,6 +66,7 @@ _live: dict[int, weakref.ref[GraphHolder]] = {}
 _sweep_at = [1024]
 
 
+@serialized
 def track(holder: GraphHolder) -> None:
     """Registers a new tensor (weakly) so writes can rebind it."""
     key = id(holder)
@@ -90,6 +92,7 @@ def _alive() -> list[GraphHolder]:
     return found
 
 
+@serialized
 def live_count() -> int:
     """How many tracked tensors are alive."""
     return len(_alive())
@@ -254,6 +257,7 @@ def _lazy(root: UOp) -> bool:
     return root.op is not Ops.BUFFER and realized_view(root) is None
 
 
+@serialized
 def viewers(root: UOp, exclude: GraphHolder | None = None) -> list[GraphHolder]:
     """The live tensors (but `exclude`) that are views of `root` (`view_root`), `root` itself included."""
     found = []
@@ -295,6 +299,7 @@ def _root(holder: GraphHolder) -> UOp:
     return root
 
 
+@serialized
 def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
     """Gives lazy `root` storage: computes it into a buffer now, so that `holders` (its views) share that buffer
     and see each other's writes. Tensors that keep their graph for gradients read the root's recorded buffer;
@@ -320,6 +325,7 @@ def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
 _MATERIALIZE_ON_REALIZE_LIMIT = 1 << 22
 
 
+@serialized
 def share_root_before_realize(holder: GraphHolder) -> bool:
     """Before `holder` (a lazy result with live views, or a view of one) is realized on its own: gives the result
     storage, so that the views stay views of one tensor (PyTorch computed it whole) instead of each getting a copy
@@ -338,6 +344,7 @@ def share_root_before_realize(holder: GraphHolder) -> bool:
     return False
 
 
+@serialized
 def write(
     target: GraphHolder,
     value: UOp,
@@ -524,6 +531,7 @@ def _computes_new_values(uop: UOp) -> bool:
     return realized_view(node) is None and node.op not in (Ops.BUFFER, Ops.CONST)
 
 
+@serialized
 def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     """Writes each value tensor into its target's buffer, all in one schedule, as one simultaneous update.
 

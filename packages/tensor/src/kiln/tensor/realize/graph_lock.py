@@ -1,0 +1,40 @@
+"""The lock that lets several threads use kiln: the tensor layer's shared state changes under it, one thread at a time.
+
+Every thread's tensors are graphs over one process-wide state: the live tensors a write must rebind
+(`mutation._live`), the record of which node was realized into which buffer (`schedule.normalize`), and the
+engine's caches (plans, compiled methods, constant buffers, the placeholder memo of normalizing). Each of these is
+read and then changed in several steps, so two threads interleaving them broke invariants: a write found a realized
+reader and, before it could rebuild the reader over the new node, another thread's write had forgotten that node
+(a bare AssertionError in `_view_over`); a sweep of dead tensors could drop the entry a new tensor at the same
+address had just made. Realizing, writing and tracking tensors therefore run under `graph_lock`; building graphs
+(hash-consed, immutable nodes) and kernels running on the devices' queues stay concurrent.
+
+The lock is reentrant: a write realizes its schedule, and realizing one node compiles its kernels, each of which
+takes the lock again on the same thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+__all__ = ["graph_lock", "serialized"]
+
+graph_lock = threading.RLock()
+"""Held while a thread realizes, writes or registers tensors (see the module doc)."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def serialized(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`function`, run while holding `graph_lock`."""
+
+    @functools.wraps(function)
+    def under_lock(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with graph_lock:
+            return function(*args, **kwargs)
+
+    return under_lock

@@ -1,0 +1,167 @@
+"""kiln used from several threads: each thread's own tensors give numpy's numbers while the others build, realize,
+write and compile at the same time, and writes into one shared tensor are serialized (each lands once) or refused
+with a clear RuntimeError, never a crash or a bare AssertionError (see the README's "Threads" section).
+
+Every scenario runs in a fresh interpreter: a fault in compiled code kills the process, which is then reported as
+this test's failure (naming the signal) instead of taking pytest down.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+PRELUDE = """
+import json, sys, threading
+import numpy as np
+from kiln.tensor import Tensor
+
+def run_threads(work, count):
+    # runs work(thread) on `count` threads; an exception is kept as its type name and message
+    errors = []
+    def guarded(thread):
+        try:
+            work(thread)
+        except BaseException as error:
+            errors.append(f"{type(error).__name__}: {error}"[:300])
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+"""
+
+
+def run_scenario(body: str, timeout: float = 120.0) -> Any:
+    """Runs PRELUDE + `body` in a fresh interpreter and returns the JSON it prints last; fails naming the signal
+    or the exit status and the end of stderr otherwise."""
+    script = PRELUDE + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    killed = f" (killed by signal {-done.returncode})" if done.returncode < 0 else ""
+    assert done.returncode == 0, f"exit status {done.returncode}{killed}\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_threads_compiling_and_realizing_their_own_tensors_match_numpy() -> None:
+    # the stress test of the issue, in its bounded form: 50 rounds of 4 threads; each round has a new size, so its
+    # kernels are compiled while the other threads load and run theirs (the threads of a round build the same
+    # kernels: two threads may load one program at once), a third of the rounds large enough for multi-core kernels
+    report = run_scenario("""
+        ROUNDS = 50
+        mismatches = []
+
+        def work(thread):
+            rng = np.random.default_rng(thread)
+            for round_ in range(ROUNDS):
+                size = 5 + 3 * round_ + (1 << 17) * (round_ % 3 == 0)
+                a = rng.standard_normal(size).astype(np.float32)
+                b = rng.standard_normal(size).astype(np.float32)
+                x, y = Tensor(a), Tensor(b)
+                scale = float(thread + 2)
+                got = ((x * scale + y).maximum(0.0) - y * float(round_)).sum().numpy()
+                want = (np.maximum(a * np.float32(scale) + b, 0) - b * np.float32(round_)).astype(np.float64).sum()
+                if not np.isclose(float(got), want, rtol=1e-4, atol=1e-3):
+                    mismatches.append([thread, round_, float(got), float(want)])
+                y.assign(x + 1.0)  # each thread writes its own tensor: the others are never touched
+                if not np.array_equal(y.numpy(), a + np.float32(1)):
+                    mismatches.append([thread, round_, "write"])
+
+        errors = run_threads(work, 4)
+        print(json.dumps({"errors": errors, "mismatches": mismatches[:5]}))
+    """)
+    assert report == {"errors": [], "mismatches": []}
+
+
+def test_values_written_into_one_tensor_by_two_threads_keep_their_own_values() -> None:
+    # each written value's tensor is recorded as realized into the shared buffer (copy on write) and must keep its
+    # values through the other thread's writes. Unserialized, the writes interleaved: values read another write's
+    # numbers (1000.0 for 0), a sweep lost a tracked tensor (KeyError), or a bare AssertionError (mutation.py)
+    report = run_scenario("""
+        shared = Tensor(np.zeros(64, np.float32)).realize()
+        wrong = []
+
+        def work(thread):
+            kept = []
+            for step in range(100):
+                number = thread * 1000 + step
+                value = Tensor(np.full(64, number, np.float32)) * 1.0  # lazy, reads a buffer of its own
+                shared.assign(value)
+                kept.append((value, number))
+                if len(kept) > 3:
+                    old, expected = kept.pop(0)
+                    if not (old.numpy() == expected).all():
+                        wrong.append([thread, step, float(old.numpy()[0]), expected])
+
+        errors = run_threads(work, 2)
+        final = shared.numpy()
+        print(json.dumps({"errors": errors, "wrong": wrong[:5], "final": sorted(set(final.tolist()))}))
+    """)
+    assert report["errors"] == [] and report["wrong"] == []
+    # the last write of one of the two threads, whole (never a mix of two writes)
+    assert report["final"] in ([99.0], [1099.0])
+
+
+def test_slice_writes_into_one_tensor_from_several_threads_each_land() -> None:
+    # four threads write their own slice of one buffer, through the base tensor and through a view of it: the
+    # writes are serialized, so every thread's last write is there, and every view sees it
+    report = run_scenario("""
+        shared = Tensor(np.zeros(32, np.float32)).realize()
+        views = [shared[8 * t : 8 * t + 8] for t in range(4)]
+
+        def work(thread):
+            for step in range(60):
+                value = Tensor(np.full(8, thread * 1000 + step, np.float32))
+                if step % 2:
+                    shared[8 * thread : 8 * thread + 8] = value
+                else:
+                    views[thread].assign(value)
+
+        errors = run_threads(work, 4)
+        seen = [view.numpy().tolist() for view in views]
+        print(json.dumps({"errors": errors, "base": shared.numpy().tolist(), "views": seen}))
+    """)
+    expected = [[float(t * 1000 + 59)] * 8 for t in range(4)]
+    assert report["errors"] == []
+    assert [report["base"][8 * t : 8 * t + 8] for t in range(4)] == expected
+    assert report["views"] == expected
+
+
+def test_racing_in_place_updates_of_one_tensor_never_crash_and_with_a_lock_all_land() -> None:
+    # `shared += 1` reads the tensor, then writes it: not atomic (as in PyTorch, where two threads' kernels race).
+    # Unlocked, an update whose read another thread's write overtook is refused with a RuntimeError naming the
+    # in-place modification (it writes nothing), or two threads that read the same value both write value + 1;
+    # the tensor stays whole and usable. Under the caller's own lock every update lands once.
+    report = run_scenario("""
+        shared = Tensor(np.zeros(16, np.float32)).realize()
+        guarded = Tensor(np.zeros(16, np.float32)).realize()
+        lock = threading.Lock()
+        landed = [0, 0, 0]
+        refused = []
+
+        def work(thread):
+            global shared, guarded
+            for _ in range(80):
+                with lock:
+                    guarded += 1.0
+                try:
+                    shared += 1.0
+                except RuntimeError as error:
+                    refused.append(str(error)[:200])
+                    continue
+                landed[thread] += 1
+
+        errors = run_threads(work, 3)
+        print(json.dumps({
+            "errors": errors, "landed": landed, "refused": refused[:3], "final": shared.numpy().tolist(),
+            "guarded": guarded.numpy().tolist(),
+        }))
+    """)
+    assert report["errors"] == []
+    assert report["guarded"] == [240.0] * 16
+    final = report["final"]
+    assert final == [final[0]] * 16 and max(report["landed"]) <= final[0] <= sum(report["landed"])
+    assert all("modified by an in-place operation" in message for message in report["refused"])
