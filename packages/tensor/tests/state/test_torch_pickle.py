@@ -140,7 +140,9 @@ def test_bad_files(tmp_path: pathlib.Path) -> None:
         torch_load(path)
     legacy = (FIXTURES / "views_legacy.pth").read_bytes()
     path.write_bytes(legacy[:-10])
-    with pytest.raises(ValueError, match=r"truncated: storage '\d+' needs \d+ bytes"):
+    with pytest.raises(
+        ValueError, match=r"truncated: storage '\d+' needs \d+ x 4 bytes at offset \d+; the file has \d+ left"
+    ):
         torch_load(path)
     with zipfile.ZipFile(FIXTURES / "views.pth") as source, zipfile.ZipFile(path, "w") as target:
         for item in source.namelist():
@@ -199,6 +201,8 @@ def test_strided_views_match_numpy(sizes: list[int], strides: list[int], offset:
     size = tuple(sizes)
     storage = np.arange(offset + sum((s - 1) * t for s, t in zip(size, stride)) + 3, dtype=np.int32)
     ref = _TensorRef(_StorageRef("0", dtypes.int32, storage.size), offset, size, stride, False, dtypes.int32)
-    got = _strided_view(ref, _StorageTensors({"0": (storage.tobytes(), dtypes.int32)}, None)).numpy()
+    got = _strided_view(
+        ref, _StorageTensors(io.BytesIO(), {"0": (storage.tobytes(), dtypes.int32)}, None, "test")
+    ).numpy()
     expected = np.lib.stride_tricks.as_strided(storage[offset:], size, tuple(4 * t for t in stride))
     np.testing.assert_array_equal(got, expected)

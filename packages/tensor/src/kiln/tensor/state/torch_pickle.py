@@ -10,7 +10,11 @@ In both, a tensor is pickled as `torch._utils._rebuild_tensor_v2(storage, offset
 storage is a persistent id ("storage", <storage class>, key, location, numel). Several tensors may view one storage.
 
 The unpickler resolves only the globals of `ALLOWED_GLOBALS`; any other (os.system, builtins.eval, subprocess...)
-raises pickle.UnpicklingError before anything runs.
+raises pickle.UnpicklingError before anything runs. It is Python's own pure-Python unpickler (its memo is a dict, so
+a hostile memo index cannot make it allocate), reading through a file whose reads stop at the file's end; any
+failure inside the pickle (a malformed opcode stream, wrong arguments to an allowed global, an attempt to set state
+on a kiln object) is reported as pickle.UnpicklingError. Storage sizes are checked against the file before anything
+is allocated for them, and a tensor broadcast by stride 0 (`expand`) loads as an expand of its storage.
 """
 
 from __future__ import annotations
@@ -18,18 +22,19 @@ from __future__ import annotations
 import collections
 import io
 import math
-import mmap
 import os
 import pickle
+import reprlib
 import struct
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
-from kiln.tensor.state.host_bytes import tensor_from_bytes
+from kiln.tensor.state.host_bytes import read_exactly, tensor_from_bytes, tensor_from_file
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
@@ -37,6 +42,21 @@ __all__ = ["ALLOWED_GLOBALS", "torch_load"]
 
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
+MAX_NESTING = 200
+"""How deeply containers may nest in a checkpoint's object (a state dict needs 2 or 3 levels)."""
+MAX_ELEMENTS = 1 << 48
+"""The most elements one loaded tensor may have (a stride-0 view may declare far more than its storage holds)."""
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
+
+
+class _Refuse:
+    """A mixin for the objects the unpickler makes: refuses pickle's BUILD opcode (state set on an instance),
+    which would otherwise rewrite their fields, or those of the shared ALLOWED_GLOBALS values."""
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError(f"a checkpoint may not set the state of a {type(self).__name__.lstrip('_')}")
+
 
 STORAGE_DTYPES: dict[str, DType] = {
     "DoubleStorage": dtypes.float64,
@@ -74,21 +94,21 @@ TORCH_DTYPES: dict[str, DType] = {
 
 
 @dataclass(frozen=True)
-class _TorchDType:
+class _TorchDType(_Refuse):
     """What a torch dtype global (torch.float8_e4m3fn, ...) unpickles to."""
 
     dtype: DType
 
 
 @dataclass(frozen=True)
-class _StorageType:
+class _StorageType(_Refuse):
     """What a storage class global (torch.FloatStorage, ...) unpickles to: the element dtype it stands for."""
 
     dtype: DType
 
 
 @dataclass(frozen=True)
-class _StorageRef:
+class _StorageRef(_Refuse):
     """A storage named by a persistent id: its data is read after unpickling (legacy files store it after)."""
 
     key: str
@@ -98,7 +118,7 @@ class _StorageRef:
 
 
 @dataclass
-class _TensorRef:
+class _TensorRef(_Refuse):
     """A tensor as `_rebuild_tensor_v2` describes it: a strided view of a storage."""
 
     storage: _StorageRef
@@ -114,9 +134,25 @@ def _rebuild_tensor_v2(
 ) -> _TensorRef:
     if not isinstance(storage, _StorageRef):
         raise pickle.UnpicklingError(f"_rebuild_tensor_v2 expects a storage, got {type(storage).__name__}")
-    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)):
-        raise pickle.UnpicklingError(f"_rebuild_tensor_v2: bad size {size!r} / stride {stride!r}")
-    return _TensorRef(storage, int(storage_offset), tuple(size), tuple(stride), bool(requires_grad), storage.dtype)
+    if not (
+        isinstance(size, tuple)
+        and isinstance(stride, tuple)
+        and len(size) == len(stride)
+        and all(_is_count(item) for item in size + stride)
+    ):
+        raise pickle.UnpicklingError(
+            f"_rebuild_tensor_v2: size {_short.repr(size)} / stride {_short.repr(stride)}; expected two tuples of "
+            f"as many ints >= 0"
+        )
+    if not _is_count(storage_offset):
+        raise pickle.UnpicklingError(
+            f"_rebuild_tensor_v2: storage offset {_short.repr(storage_offset)}; expected int >= 0"
+        )
+    return _TensorRef(storage, storage_offset, size, stride, requires_grad is True, storage.dtype)
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
 
 
 def _rebuild_tensor_v3(
@@ -132,7 +168,7 @@ def _rebuild_tensor_v3(
 def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any, *state: Any) -> _TensorRef:
     if not isinstance(data, _TensorRef):
         raise pickle.UnpicklingError(f"_rebuild_parameter expects a tensor, got {type(data).__name__}")
-    data.requires_grad = bool(requires_grad)
+    data.requires_grad = requires_grad is True
     return data
 
 
@@ -149,12 +185,55 @@ ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
 """The only globals a checkpoint may name: (module, name) -> what the unpickler hands back for it."""
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
+class _BoundedFile:
+    """What the unpickler reads from: a file whose reads stop at byte `end`, so a length read from a hostile pickle
+    never makes a read allocate more than the file holds."""
+
+    def __init__(self, file: io.BufferedIOBase, end: int) -> None:
+        self.file, self.end = file, end
+
+    def read(self, size: int = -1) -> bytes:
+        left = max(0, self.end - self.file.tell())
+        return self.file.read(left if size < 0 else min(size, left))
+
+    def readline(self) -> bytes:
+        return self.file.readline(max(0, self.end - self.file.tell()))
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        with memoryview(buffer) as view:
+            return self.file.readinto(view[: max(0, self.end - self.file.tell())])
+
+
+class _RestrictedUnpickler(pickle._Unpickler):
     """An unpickler that resolves only ALLOWED_GLOBALS and turns storage persistent ids into _StorageRef."""
 
-    def __init__(self, file: IO[bytes], storage_reader: Callable[[tuple[Any, ...]], _StorageRef] | None) -> None:
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, file: _BoundedFile, storage_reader: Callable[[tuple[Any, ...]], _StorageRef] | None) -> None:
         super().__init__(file)
         self._storage_reader = storage_reader
+        self._size_limit = file.end
+
+    def load_bytearray8(self) -> None:
+        (length,) = struct.unpack("<Q", self.read(8))  # type: ignore[attr-defined]
+        if length > self._size_limit:  # pickle's own handler allocates the bytearray before reading into it
+            raise pickle.UnpicklingError(f"BYTEARRAY8 of {length} bytes in a file of {self._size_limit}")
+        data = bytearray(length)
+        self.readinto(data)  # type: ignore[attr-defined]
+        self.append(data)  # type: ignore[attr-defined]
+
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8  # type: ignore[assignment]
+
+    def load(self) -> Any:
+        """The unpickled object; any failure inside the pickle as pickle.UnpicklingError."""
+        try:
+            return super().load()
+        except pickle.UnpicklingError:
+            raise
+        except EOFError:
+            raise pickle.UnpicklingError("truncated pickle: the data ends before its STOP opcode") from None
+        except (Exception, RecursionError, MemoryError) as error:
+            raise pickle.UnpicklingError(f"malformed pickle: {type(error).__name__}: {_short.repr(error)}") from None
 
     def find_class(self, module: str, name: str) -> Any:
         found = ALLOWED_GLOBALS.get((module, name))
@@ -167,188 +246,286 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         if self._storage_reader is None or not isinstance(pid, tuple) or not pid or pid[0] != "storage":
-            raise pickle.UnpicklingError(f"unsupported persistent id {pid!r}; expected a ('storage', ...) tuple")
+            raise pickle.UnpicklingError(
+                f"unsupported persistent id {_short.repr(pid)}; expected a ('storage', ...) tuple"
+            )
         return self._storage_reader(pid)
 
 
 def _storage_ref(pid: tuple[Any, ...]) -> _StorageRef:
+    if len(pid) < 5 or not isinstance(pid[2], (str, int)):
+        raise pickle.UnpicklingError(
+            f"storage persistent id {_short.repr(pid)}; expected ('storage', class, key, location, numel[, view])"
+        )
     storage_type, key, numel = pid[1], str(pid[2]), pid[4]
     if not isinstance(storage_type, _StorageType):
-        raise pickle.UnpicklingError(f"storage {key!r} has type {storage_type!r}; expected a torch storage class")
+        raise pickle.UnpicklingError(
+            f"storage {key!r} has type {_short.repr(storage_type)}; expected a torch storage class"
+        )
     view = pid[5] if len(pid) > 5 else None
     if view is not None:  # pre-1.0 storage views: (view key, element offset, element count) of the root `key`
-        return _StorageRef(key, storage_type.dtype, int(view[2]), int(view[1]))
-    return _StorageRef(key, storage_type.dtype, int(numel))
+        if not (isinstance(view, tuple) and len(view) == 3 and _is_count(view[1]) and _is_count(view[2])):
+            raise pickle.UnpicklingError(f"storage {key!r} view {_short.repr(view)}; expected (key, offset, count)")
+        return _StorageRef(key, storage_type.dtype, view[2], view[1])
+    if not _is_count(numel):
+        raise pickle.UnpicklingError(f"storage {key!r} element count {_short.repr(numel)}; expected an int >= 0")
+    return _StorageRef(key, storage_type.dtype, numel)
 
 
 def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
     """The object a `torch.save` file holds, its tensors turned into kiln Tensors (realized) on `device`.
 
     Reads both the zip format and the legacy one. Containers (dict, OrderedDict, list, tuple) and plain values
-    (numbers, strings) come back as they were pickled.
+    (numbers, strings) come back as they were pickled. Each storage is read once into memory its tensors own.
 
     Raises:
-        pickle.UnpicklingError: the pickle names a global outside ALLOWED_GLOBALS (nothing of it is run).
-        ValueError: not a torch checkpoint, a big-endian one, or storages that do not hold the tensors' data.
+        pickle.UnpicklingError: the pickle names a global outside ALLOWED_GLOBALS (nothing of it is run), or is
+            malformed (bad opcodes, wrong arguments to an allowed global, a bad storage id, state set on a tensor).
+        ValueError: not a torch checkpoint, a malformed zip archive, a big-endian one, a truncated file, a storage
+            larger than the file, storages that do not hold the tensors' data, or containers nested deeper than
+            MAX_NESTING; the message names the storage, member or offset.
     """
-    if zipfile.is_zipfile(path):
-        result, storages = _load_zip(path)
-    else:
-        result, storages = _load_legacy(path)
-    built: list[Tensor] = []
-    resolved = _resolve(result, _StorageTensors(storages, device), built)
+    where = str(path)
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if zipfile.is_zipfile(file):
+            result, storages = _load_zip(file, size, where)
+        else:
+            file.seek(0)
+            result, storages = _load_legacy(file, size, where)
+        built: list[Tensor] = []
+        resolved = _resolve(result, _StorageTensors(file, storages, device, where), built, {}, 0)
     if built:
         Tensor.realize_all(*built)
     return resolved
 
 
-def _load_zip(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes | memoryview, DType]]]:
-    # the mapping is not closed explicitly: storage views of it live until their buffers are filled, and it is
-    # unmapped when the last one is dropped
-    with open(path, "rb") as file:
-        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    with zipfile.ZipFile(path) as archive:
+@dataclass(frozen=True)
+class _Span:
+    """A storage's bytes where they lie in the file (read straight into the tensor's buffer)."""
+
+    offset: int
+    nbytes: int
+
+
+Storages = dict[str, tuple[bytes | _Span, DType]]
+# what zipfile raises on a malformed archive, besides ValueError (bad offsets make it seek before the start: OSError)
+_ZIP_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, struct.error, EOFError)
+_ZIP_ERRORS += (
+    NotImplementedError,
+    RuntimeError,
+    OSError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    UnicodeError,
+    zlib.error,
+)
+
+
+def _load_zip(file: io.BufferedIOBase, size: int, where: str) -> tuple[Any, Storages]:
+    try:
+        return _read_zip(file, size, where)
+    except (ValueError, pickle.UnpicklingError):
+        raise
+    except _ZIP_ERRORS as error:
+        raise ValueError(f"{where}: malformed zip archive: {type(error).__name__}: {_short.repr(error)}") from None
+
+
+def _read_zip(file: io.BufferedIOBase, size: int, where: str) -> tuple[Any, Storages]:
+    with zipfile.ZipFile(file) as archive:
         pickles = [name for name in archive.namelist() if name.endswith("data.pkl") and name.count("/") == 1]
         if len(pickles) != 1:
-            raise ValueError(f"{path}: a torch zip checkpoint holds one <archive>/data.pkl, found {pickles}")
+            raise ValueError(f"{where}: a torch zip checkpoint holds one <archive>/data.pkl, found {pickles[:4]}")
         prefix = pickles[0].removesuffix("data.pkl")
         names = set(archive.namelist())
-        if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":
-            raise ValueError(f"{path}: big-endian checkpoints are not supported (byteorder is not 'little')")
+        if f"{prefix}byteorder" in names and _member(archive, f"{prefix}byteorder", 64, where).strip() != b"little":
+            raise ValueError(f"{where}: big-endian checkpoints are not supported (byteorder is not 'little')")
         refs: dict[str, _StorageRef] = {}
 
         def read_storage(pid: tuple[Any, ...]) -> _StorageRef:
             ref = _storage_ref(pid)
-            refs[ref.key] = ref
+            refs.setdefault(ref.key, ref)
             return ref
 
-        result = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), read_storage).load()
-        storages: dict[str, tuple[bytes | memoryview, DType]] = {}
+        data = _member(archive, pickles[0], size, where)
+        result = _RestrictedUnpickler(_BoundedFile(io.BytesIO(data), len(data)), read_storage).load()
+        storages: Storages = {}
         for key, ref in refs.items():
             member = f"{prefix}data/{key}"
             if member not in names:
-                raise ValueError(f"{path}: storage {key!r} is missing (no {member} in the archive)")
-            storages[key] = (_member_bytes(archive, member, mapping), ref.dtype)
+                raise ValueError(f"{where}: storage {key!r} is missing (no {member} in the archive)")
+            storages[key] = (_storage_bytes(archive, member, ref, file, size, where), ref.dtype)
     return result, storages
 
 
-def _member_bytes(archive: zipfile.ZipFile, member: str, mapping: mmap.mmap) -> bytes | memoryview:
-    """A zip member's bytes: a view of the file mapping when stored uncompressed (torch stores storages so),
-    else decompressed into memory."""
+def _member(archive: zipfile.ZipFile, member: str, limit: int, where: str) -> bytes:
+    """A member's bytes, refused before decompressing when it declares more than `limit` bytes."""
+    declared = archive.getinfo(member).file_size
+    if declared > limit:
+        raise ValueError(f"{where}: zip member {member} declares {declared} bytes, over the {limit}-byte limit")
+    return archive.read(member)
+
+
+def _storage_bytes(
+    archive: zipfile.ZipFile, member: str, ref: _StorageRef, file: io.BufferedIOBase, size: int, where: str
+) -> bytes | _Span:
+    """A storage member: its span of the file when stored uncompressed (torch stores storages so), else its bytes
+    decompressed; its size must be the storage's (numel x item size) either way."""
     info = archive.getinfo(member)
-    header = mapping[info.header_offset : info.header_offset + 30]  # the local file header
-    if info.compress_type != zipfile.ZIP_STORED or len(header) != 30 or header[:4] != b"PK\x03\x04":
+    needed = ref.numel * ref.dtype.itemsize
+    if info.file_size != needed:
+        raise ValueError(
+            f"{where}: zip member {member} holds {info.file_size} bytes; storage {ref.key!r} of {ref.numel} "
+            f"elements of {ref.dtype!r} needs {needed}"
+        )
+    if info.compress_type != zipfile.ZIP_STORED:
         return archive.read(member)
+    header = bytearray(30)  # the local file header
+    read_exactly(file, info.header_offset, memoryview(header), where)
+    if header[:4] != b"PK\x03\x04":
+        raise ValueError(f"{where}: zip member {member} has no local file header at offset {info.header_offset}")
     name_length, extra_length = struct.unpack("<HH", header[26:30])
     start = info.header_offset + 30 + name_length + extra_length
-    if start + info.file_size > len(mapping):
-        raise ValueError(f"{archive.filename}: truncated archive: member {member} runs past the file end")
-    return memoryview(mapping)[start : start + info.file_size]
+    if start + info.file_size > size:
+        raise ValueError(f"{where}: truncated archive: member {member} runs past the file end (offset {start})")
+    return _Span(start, info.file_size)
 
 
-def _load_legacy(path: str | os.PathLike[str]) -> tuple[Any, dict[str, tuple[bytes | memoryview, DType]]]:
-    with open(path, "rb") as file:
-        try:
-            magic = _RestrictedUnpickler(file, None).load()
-        except EOFError:
+def _load_legacy(file: io.BufferedIOBase, size: int, where: str) -> tuple[Any, Storages]:
+    bounded = _BoundedFile(file, size)
+    if size == 0:
+        raise ValueError(f"{where}: not a torch checkpoint: empty or truncated before the legacy magic number")
+    magic = _RestrictedUnpickler(bounded, None).load()
+    if magic != _LEGACY_MAGIC:
+        raise ValueError(
+            f"{where}: not a torch checkpoint: first pickle is {_short.repr(magic)}, not the legacy magic number"
+        )
+    refs: dict[str, _StorageRef] = {}
+
+    def read_storage(pid: tuple[Any, ...]) -> _StorageRef:
+        ref = _storage_ref(pid)
+        refs.setdefault(ref.key, ref)
+        return ref
+
+    protocol = _RestrictedUnpickler(bounded, None).load()
+    if protocol != _LEGACY_PROTOCOL:
+        raise ValueError(f"{where}: legacy checkpoint protocol {_short.repr(protocol)}; expected {_LEGACY_PROTOCOL}")
+    system = _RestrictedUnpickler(bounded, None).load()
+    if isinstance(system, dict) and system.get("little_endian") is False:
+        raise ValueError(f"{where}: big-endian checkpoints are not supported")
+    result = _RestrictedUnpickler(bounded, read_storage).load()
+    keys = _RestrictedUnpickler(bounded, None).load()
+    if not isinstance(keys, list):
+        raise ValueError(f"{where}: the legacy storage key list is a {type(keys).__name__}, not a list")
+    storages: Storages = {}
+    for key in keys:
+        ref = refs.get(str(key)) if isinstance(key, (str, int)) else None
+        if ref is None:
+            raise ValueError(f"{where}: storage {_short.repr(key)} is listed but no tensor uses it")
+        position = file.tell()
+        header = file.read(8)
+        if len(header) != 8:
+            raise ValueError(f"{where}: truncated: storage {ref.key!r} has no element count (offset {position})")
+        (count,) = struct.unpack("<q", header)
+        left = size - position - 8
+        if count < 0 or count * ref.dtype.itemsize > left:
             raise ValueError(
-                f"{path}: not a torch checkpoint: empty or truncated before the legacy magic number"
-            ) from None
-        if magic != _LEGACY_MAGIC:
-            raise ValueError(f"{path}: not a torch checkpoint: first pickle is {magic!r}, not the legacy magic number")
-        protocol = _RestrictedUnpickler(file, None).load()
-        if protocol != _LEGACY_PROTOCOL:
-            raise ValueError(f"{path}: legacy checkpoint protocol {protocol!r}; expected {_LEGACY_PROTOCOL}")
-        system = _RestrictedUnpickler(file, None).load()
-        if isinstance(system, dict) and system.get("little_endian") is False:
-            raise ValueError(f"{path}: big-endian checkpoints are not supported")
-        refs: dict[str, _StorageRef] = {}
-
-        def read_storage(pid: tuple[Any, ...]) -> _StorageRef:
-            ref = _storage_ref(pid)
-            refs.setdefault(ref.key, _StorageRef(ref.key, ref.dtype, 0))
-            return ref
-
-        result = _RestrictedUnpickler(file, read_storage).load()
-        keys = _RestrictedUnpickler(file, None).load()
-        if not isinstance(keys, list):
-            raise ValueError(f"{path}: the legacy storage key list is a {type(keys).__name__}, not a list")
-        storages: dict[str, tuple[bytes | memoryview, DType]] = {}
-        for key in keys:
-            ref = refs.get(str(key))
-            if ref is None:
-                raise ValueError(f"{path}: storage {key!r} is listed but no tensor uses it")
-            header = file.read(8)
-            if len(header) != 8:
-                raise ValueError(f"{path}: truncated: storage {key!r} has no element count")
-            (count,) = struct.unpack("<q", header)
-            data = file.read(count * ref.dtype.itemsize)
-            if len(data) != count * ref.dtype.itemsize:
-                raise ValueError(f"{path}: truncated: storage {key!r} needs {count * ref.dtype.itemsize} bytes")
-            storages[str(key)] = (data, ref.dtype)
+                f"{where}: truncated: storage {ref.key!r} needs {count} x {ref.dtype.itemsize} bytes at offset "
+                f"{position + 8}; the file has {left} left"
+            )
+        storages[ref.key] = (_Span(position + 8, count * ref.dtype.itemsize), ref.dtype)
+        file.seek(position + 8 + count * ref.dtype.itemsize)
     return result, storages
 
 
 class _StorageTensors:
     """One kiln buffer per (storage, dtype it is read as), made on first use from the storage's bytes."""
 
-    def __init__(self, storages: dict[str, tuple[bytes | memoryview, DType]], device: str | None) -> None:
-        self.storages, self.device = storages, device
+    def __init__(self, file: io.BufferedIOBase, storages: Storages, device: str | None, where: str) -> None:
+        self.file, self.storages, self.device, self.where = file, storages, device, where
         self.made: dict[tuple[str, DType], Tensor] = {}
 
     def get(self, key: str, dtype: DType) -> Tensor:
         if key not in self.storages:
-            raise ValueError(f"tensor data refers to storage {key!r}, which the checkpoint does not hold")
+            raise ValueError(f"{self.where}: tensor data refers to storage {key!r}, which the checkpoint does not hold")
         if (key, dtype) not in self.made:
-            data = memoryview(self.storages[key][0])
-            if data.nbytes % dtype.itemsize:
-                raise ValueError(f"storage {key!r} of {data.nbytes} bytes is not a whole number of {dtype!r} items")
-            self.made[key, dtype] = tensor_from_bytes(data, dtype, (data.nbytes // dtype.itemsize,), self.device)
+            source = self.storages[key][0]
+            nbytes = source.nbytes if isinstance(source, _Span) else len(source)
+            if nbytes % dtype.itemsize:
+                raise ValueError(
+                    f"{self.where}: storage {key!r} of {nbytes} bytes is not a whole number of {dtype!r} items"
+                )
+            shape = (nbytes // dtype.itemsize,)
+            if isinstance(source, _Span):
+                tensor = tensor_from_file(self.file, source.offset, dtype, shape, self.device, self.where)
+            else:
+                tensor = tensor_from_bytes(memoryview(source), dtype, shape, self.device)
+            self.made[key, dtype] = tensor
         return self.made[key, dtype]
 
 
-def _resolve(value: Any, storages: _StorageTensors, built: list[Tensor]) -> Any:
-    """`value` with every _TensorRef replaced by a kiln Tensor (containers rebuilt, OrderedDict attributes kept)."""
+def _resolve(value: Any, storages: _StorageTensors, built: list[Tensor], done: dict[int, Any], depth: int) -> Any:
+    """`value` with every _TensorRef replaced by a kiln Tensor (containers rebuilt, OrderedDict attributes kept).
+
+    `done` maps the id of each value already resolved to its result: a shared or self-containing value is visited
+    once. Nesting is bounded by MAX_NESTING."""
+    if id(value) in done:
+        return done[id(value)]
+    if depth > MAX_NESTING:
+        raise ValueError(f"{storages.where}: containers nest deeper than {MAX_NESTING} levels")
     if isinstance(value, _TensorRef):
         tensor = _strided_view(value, storages)
         built.append(tensor)
+        done[id(value)] = tensor
         return tensor
     if isinstance(value, dict):
+        done[id(value)] = value
         for key in value:
-            value[key] = _resolve(value[key], storages, built)
+            value[key] = _resolve(value[key], storages, built, done, depth + 1)
         return value
     if isinstance(value, list):
-        value[:] = [_resolve(item, storages, built) for item in value]
+        done[id(value)] = value
+        value[:] = [_resolve(item, storages, built, done, depth + 1) for item in value]
         return value
     if isinstance(value, tuple):
-        return type(value)(_resolve(item, storages, built) for item in value)
+        result = tuple(_resolve(item, storages, built, done, depth + 1) for item in value)
+        done[id(value)] = result
+        return result
     return value
 
 
 def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> Tensor:
-    """The tensor of `ref` (storage[offset + sum(index * stride)]): a movement view if one fits, else a gather."""
+    """The tensor of `ref` (storage[offset + sum(index * stride)]): a movement view if one fits, else a gather.
+
+    A dim of stride 0 (what `expand` makes) repeats one element: only the other dims are read from the storage and
+    the result is expanded, a view of them, so `tensor([2.5]).expand(10**8)` costs one element of memory."""
+    where = storages.where
     storage = storages.get(ref.storage.key, ref.dtype)
     offset, size, stride = ref.storage.view_offset + ref.offset, ref.size, ref.stride
     count = math.prod(size)
-    if any(s < 0 for s in stride) or offset < 0:
-        raise ValueError(f"negative storage offset {offset} or stride {stride} in a checkpoint tensor")
+    if count > MAX_ELEMENTS:
+        raise ValueError(f"{where}: a tensor of size {list(size)} has {count} elements, over {MAX_ELEMENTS}")
     if count == 0:
         return Tensor.zeros(*size, dtype=storage.dtype, device=storage.device).contiguous()
     last = offset + sum((s - 1) * st for s, st in zip(size, stride))
     if last >= storage.shape[0]:
         raise ValueError(
-            f"a tensor of size {list(size)}, stride {list(stride)} at offset {offset} reads element {last} of a "
-            f"storage of {storage.shape[0]} elements"
+            f"{where}: a tensor of size {list(size)}, stride {list(stride)} at offset {offset} reads element {last} "
+            f"of a storage of {storage.shape[0]} elements"
         )
-    tensor = _as_permuted_view(storage, offset, size, stride)
+    read = tuple(extent if step else 1 for extent, step in zip(size, stride))
+    tensor = _as_permuted_view(storage, offset, read, stride)
     if tensor is None:  # slices with steps etc.: gather the elements by their computed flat index
-        index = np.full(size, offset, dtype=np.int64)
-        for dim, (extent, step) in enumerate(zip(size, stride)):
-            shape = [1] * len(size)
+        index = np.full(read, offset, dtype=np.int64)
+        for dim, (extent, step) in enumerate(zip(read, stride)):
+            shape = [1] * len(read)
             shape[dim] = extent
             index = index + (np.arange(extent, dtype=np.int64) * step).reshape(shape)
         tensor = storage[Tensor(index, device=storage.device)]
     tensor = tensor.contiguous()
+    if read != size:  # realized first: an expand of a buffer stays a view of it when the result is realized
+        tensor = tensor.realize().expand(size)
     if ref.requires_grad and dtypes.is_float(tensor.dtype):
         tensor.requires_grad = True
     return tensor
