@@ -158,6 +158,54 @@ def test_arithmetic_rounds_once_per_op() -> None:
     np.testing.assert_array_equal(native, reference)
 
 
+FP8 = [dtypes.fp8e4m3, dtypes.fp8e5m2]
+
+
+def _is_nan_code(dtype: DType, codes: np.ndarray) -> np.ndarray:
+    # the OCP FP8 spec's NaNs, by bit arithmetic: e4m3 (fn) S.1111.111; e5m2 S.11111.mm with mm != 0
+    magnitude = codes.astype(np.int64) & 0x7F
+    return magnitude == 0x7F if dtype == dtypes.fp8e4m3 else magnitude > 0x7C
+
+
+@pytest.mark.parametrize("dtype", FP8, ids=repr)
+def test_fp8_bit_patterns_survive_copies_selects_and_bitcasts(dtype: DType) -> None:
+    # every pattern (NaNs of both signs and every payload, inf, subnormals, zeros) through a select, then a copy, a
+    # BITCAST to uint8 and a BITCAST to the other fp8 format: the raw input bits come out (no pattern canonicalized)
+    other = FP8[1 - FP8.index(dtype)]
+    size = 256
+    thread = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, size),), SpecialArg("gidx0"))
+    a, b = (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(size), arg=slot).index(thread).load() for slot in (3, 4))
+    selected = UOp(Ops.DEFINE_GLOBAL, dtypes.bool.ptr(size), arg=5).index(thread).load().where(a, b)
+    results = [selected, selected.bitcast(dtypes.uint8), selected.bitcast(other)]
+    stores = [
+        UOp(Ops.DEFINE_GLOBAL, value.dtype.ptr(size), arg=slot).index(thread).store(value)
+        for slot, value in enumerate(results)
+    ]
+    uops = linearize(emulate_float_formats(UOp.sink(*stores), FP8))
+    verify_linear(uops)
+    codes = _codes(dtype)
+    gate = np.random.default_rng(5).integers(0, 2, size).astype(np.bool_)
+    outputs = [np.zeros(size, np.uint8) for _ in results]
+    run_program(uops, [*outputs, codes.copy(), codes[::-1].copy(), gate], {}, (size, 1, 1), (1, 1, 1))
+    expected = np.where(gate, codes, codes[::-1])
+    assert _is_nan_code(dtype, expected).sum() == (2 if dtype == dtypes.fp8e4m3 else 6)
+    for slot, got in enumerate(outputs):
+        wrong = np.flatnonzero(got != expected)
+        assert not len(wrong), (slot, [(hex(expected[k]), hex(got[k])) for k in wrong[:4]])
+
+
+@pytest.mark.parametrize("dtype", FP8, ids=repr)
+def test_casts_and_arithmetic_give_the_formats_nan(dtype: DType) -> None:
+    # only data movement keeps a NaN pattern: a float32 NaN cast to fp8 gives the format's NaN whatever its payload
+    # (x86's default NaN, signalling ones, payloads that look like a decoded fp8 pattern around a finite code)
+    carriers = [FLOAT_FORMATS[f].nan_carrier for f in FP8]
+    bits = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, *(c | low for c in carriers for low in range(256))], np.uint32)
+    values = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
+    uops = emulate_floats(_cast_program(dtypes.float32, dtype, len(values)), [dtype])
+    got = _run(uops, np.zeros(len(values), np.uint8), values.copy())
+    np.testing.assert_array_equal(got, 0x7F if dtype == dtypes.fp8e4m3 else 0x7E)  # OCP FP8: S.1111.111, S.11111.10
+
+
 def test_programs_without_emulated_dtypes_are_unchanged() -> None:
     sink = UOp.sink(_cast_program(dtypes.float32, dtypes.int32, 8)[-1])
     assert emulate_float_formats(sink, FORMATS) is sink

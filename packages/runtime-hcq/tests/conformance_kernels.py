@@ -304,6 +304,23 @@ def cast_kernel(source: DType) -> CoverageKernel:
     )
 
 
+def fp8_patterns_kernel(source: DType, other: DType) -> tuple[UOp, list[tuple[DType, int]]]:
+    """Every bit pattern of fp8 `source` moved by BITCASTs and copies, of loaded and of selected values.
+
+    Buffers: outputs 0..4, then inputs a, b (`source`, 256 each) and a bool gate; with v = gate ? a : b:
+    out0 = bitcast(a, uint8), out1 = a, out2 = bitcast(v, uint8), out3 = bitcast(v, `other`), out4 = v, each
+    holding the bits of a (out0, out1) or of v (the others) exactly."""
+    count = 256
+    i = UOp.range(count, 0)
+    a = buffer(5, source, count).index(i).load()
+    b = buffer(6, source, count).index(i).load()
+    selected = buffer(7, dtypes.bool, count).index(i).load().where(a, b)
+    results = [a.bitcast(dtypes.uint8), a, selected.bitcast(dtypes.uint8), selected.bitcast(other), selected]
+    stores = [buffer(slot, value.dtype, count).index(i).store(value).end(i) for slot, value in enumerate(results)]
+    layout = [(value.dtype, count) for value in results] + [(source, count), (source, count), (dtypes.bool, count)]
+    return kernel(f"fp8_patterns_{source.name}", stores), layout
+
+
 # ---- transcendental sweeps -----------------------------------------------------------------------------------------
 
 SWEEP_OPS = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL)

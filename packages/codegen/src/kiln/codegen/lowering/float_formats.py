@@ -9,9 +9,15 @@ because float32 carries more than twice the format's precision plus two bits; a 
 from float64 (no double rounding).
 
 The semantics are those of `kiln.codegen.numpy_semantics` (the interpreter): overflow gives inf (fp8e5m2, float16)
-or NaN (fp8e4m3, which has no infinity); a NaN stored to fp8 becomes the format's NaN pattern, to float16 keeps its
-sign and the top of its payload (numpy's conversion). Decoding uses float32 subnormals, so flush-to-zero modes
-must be off (no fast-math).
+or NaN (fp8e4m3, which has no infinity); a NaN computed or converted to fp8 becomes the format's NaN pattern, to
+float16 keeps its sign and the top of its payload (numpy's conversion). Decoding uses float32 subnormals, so
+flush-to-zero modes must be off (no fast-math).
+
+BITCAST and copies keep every bit. A BITCAST of a loaded value reads the loaded bits (no float round trip); any
+other fp8 NaN keeps its pattern through float32 as the interpreter keeps it through float64: decoding puts the
+whole fp8 code in the low byte of a quiet float32 NaN tagged with the format (`FloatFormat.nan_carrier`), and a
+store or BITCAST gives that code back (float16 NaNs keep their payload the way numpy converts them, which
+round-trips). Arithmetic and casts give the format's NaN pattern.
 """
 
 from __future__ import annotations
@@ -56,6 +62,20 @@ class FloatFormat:
             return self.exponent_mask - 1
         return self.exponent_mask | ((1 << self.mantissa_bits) - 2)  # the all-ones pattern is NaN
 
+    @property
+    def nan_carrier(self) -> int:
+        """The float32 NaN (bits, sign excluded) that carries this fp8 format's NaN pattern p as `nan_carrier | p`.
+
+        Quiet, with a marker and the format's field widths in bits 8..20, so a NaN of another format or one
+        computed by float32 arithmetic (x86's default NaN 0xFFC00000) is not read as a pattern."""
+        return 0x7FC00000 | _NAN_MARKER << 16 | ((self.exponent_bits << 4) | self.mantissa_bits) << 8
+
+    def is_nan_code(self, magnitude: UOp) -> UOp:
+        """Whether the code with magnitude bits `magnitude` (sign cleared, uint32) is a NaN of this format."""
+        if self.has_infinity:
+            return UOp.const(magnitude.dtype, self.exponent_mask).lt(magnitude)
+        return magnitude.eq(UOp.const(magnitude.dtype, (1 << (self.bits - 1)) - 1))
+
     @functools.cached_property
     def _codes_by_value(self) -> dict[float, int]:
         return {value: code for code in range(1 << self.bits) if (value := decode_python(self, code)) == value}
@@ -69,6 +89,9 @@ class FloatFormat:
             return (1 << (self.bits - 1)) if struct.pack(">d", value)[0] & 0x80 else 0
         return self._codes_by_value[value]
 
+
+_NAN_MARKER = 0b10101
+"""Bits 16..20 of a float32 NaN carrying an fp8 pattern (`FloatFormat.nan_carrier`)."""
 
 FLOAT_FORMATS: dict[DType, FloatFormat] = {
     # fp8e4m3 is the OCP "fn" variant kiln.uops defines: no infinity, 0x7f/0xff are NaN
@@ -104,13 +127,16 @@ def decode(fmt: FloatFormat, bits: UOp) -> UOp:
     # exponent and mantissa fields placed where float32 keeps them read as float32 with bias 127, then rescaled:
     # exact for normal and subnormal values (a float32 subnormal times a power of two)
     scaled = (magnitude << shift).bitcast(dtypes.float32) * UOp.const(dtypes.float32, 2.0 ** (127 - fmt.bias))
-    if fmt.has_infinity:
+    if fmt.keeps_nan_payload:
         special = (magnitude & fmt.exponent_mask).eq(UOp.const(u32, fmt.exponent_mask))
-        special_bits = (magnitude << shift) | 0x7F800000  # inf, or NaN with its payload
+        unsigned = special.where((magnitude << shift) | 0x7F800000, scaled.bitcast(u32))  # inf, or NaN's payload
     else:
-        special = magnitude.eq(UOp.const(u32, (1 << (fmt.bits - 1)) - 1))
-        special_bits = UOp.const(u32, 0x7FC00000)
-    unsigned = special.where(special_bits, scaled.bitcast(u32))
+        unsigned = scaled.bitcast(u32)
+        if fmt.has_infinity:
+            infinite = magnitude.eq(UOp.const(u32, fmt.exponent_mask))
+            unsigned = infinite.where(UOp.const(u32, 0x7F800000), unsigned)
+        # a NaN carries its whole code (sign included) in a tagged float32 NaN, so encoding can give it back
+        unsigned = fmt.is_nan_code(magnitude).where(bits.cast(u32) | fmt.nan_carrier, unsigned)
     sign = (bits.cast(u32) >> (fmt.bits - 1)) << 31
     return (unsigned | sign).bitcast(dtypes.float32)
 
@@ -135,8 +161,11 @@ def _overflow_threshold(fmt: FloatFormat, source_mantissa: int, source_bias: int
     return low
 
 
-def encode(fmt: FloatFormat, value: UOp) -> UOp:
-    """The bit pattern (dtype `fmt.storage`) nearest to the scalar float32 or float64 `value`, ties to even."""
+def encode(fmt: FloatFormat, value: UOp, keep_nan_pattern: bool = False) -> UOp:
+    """The bit pattern (dtype `fmt.storage`) nearest to the scalar float32 or float64 `value`, ties to even.
+
+    A NaN becomes `fmt.nan_bits`, or with `keep_nan_pattern` (stores and BITCASTs: data movement) the fp8 pattern
+    a decoded NaN carries; float16 NaNs keep their payload either way."""
     source = value.dtype
     assert source in (dtypes.float32, dtypes.float64), f"encode takes a float32 or float64 scalar, got {source}"
     word, source_mantissa, source_bias = (
@@ -169,7 +198,11 @@ def encode(fmt: FloatFormat, value: UOp) -> UOp:
         payload = (magnitude & ((1 << source_mantissa) - 1)) >> shift
         payload = payload.eq(UOp.const(word, 0)).where(UOp.const(word, 1), payload)
         nan = sign | fmt.exponent_mask | payload
-    else:
+    elif keep_nan_pattern and source == dtypes.float32:
+        # the value is this format's, decoded: its NaNs carry their pattern (`nan_carrier`), others get the format's
+        carries = (bits & 0x7FFFFF00).eq(UOp.const(word, fmt.nan_carrier))
+        nan = carries.where(bits & 0xFF, UOp.const(word, fmt.nan_bits))
+    else:  # arithmetic and conversions give the format's NaN (a float64 NaN carries no fp8 pattern anyway)
         nan = UOp.const(word, fmt.nan_bits)
     return is_nan.where(nan, code).cast(fmt.storage)
 
@@ -183,6 +216,8 @@ _EXACT_OPS = frozenset({Ops.MAX, Ops.NEG, Ops.TRUNC, Ops.WHERE})
 class _Emulation:
     def __init__(self, formats: dict[DType, FloatFormat]) -> None:
         self.formats = formats
+        self.loaded_bits: dict[UOp, UOp] = {}
+        """The raw LOAD (storage bits) of each emulated LOAD of the kernel: a BITCAST of the value reads them."""
 
     def format_of(self, dtype: DType) -> FloatFormat | None:
         base = dtype.base if isinstance(dtype, PtrDType) else dtype
@@ -212,7 +247,7 @@ class _Emulation:
         if uop.op is Ops.LOAD and fmt is not None:
             return self._load(fmt, uop, src)
         if uop.op is Ops.STORE and (value_format := self.format_of(uop.src[1].dtype)) is not None:
-            encoded = self.lanes(src[1], functools.partial(encode, value_format))
+            encoded = self.lanes(src[1], functools.partial(encode, value_format, keep_nan_pattern=True))
             return UOp(Ops.STORE, uop.dtype, (src[0], encoded, *src[2:]), uop.arg)
         if uop.op is Ops.CAST:
             return self._cast(uop, src[0])
@@ -234,6 +269,7 @@ class _Emulation:
             raw = UOp(Ops.LOAD, raw_dtype, (src[0], alternative_bits, src[2]), uop.arg)
         else:
             raw = UOp(Ops.LOAD, raw_dtype, src, uop.arg)
+        self.loaded_bits[uop] = raw
         return self.lanes(raw, functools.partial(decode, fmt))
 
     def _cast(self, uop: UOp, value: UOp) -> UOp:
@@ -248,7 +284,9 @@ class _Emulation:
     def _bitcast(self, uop: UOp, value: UOp) -> UOp:
         source_format, target_format = self.format_of(uop.src[0].dtype), self.format_of(uop.dtype)
         if source_format is not None:
-            value = self.lanes(value, functools.partial(encode, source_format))
+            loaded = self.loaded_bits.get(uop.src[0])
+            keep = functools.partial(encode, source_format, keep_nan_pattern=True)
+            value = loaded if loaded is not None else self.lanes(value, keep)
         if target_format is None:
             return value.bitcast(uop.dtype)
         raw = value.bitcast(target_format.storage.vec(uop.dtype.count))
