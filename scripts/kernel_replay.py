@@ -6,10 +6,13 @@ heuristic opts, lowered, linearized and rendered by every renderer that can rend
 CUDA C, PTX: rendering needs no GPU). Sources are saved under `.cache/kernel_replay/<label>/` (the label is the
 current commit's sha unless `--label` says otherwise). `--against SHA` prints the kernels whose source differs from
 that commit's saved run (`-v`: with a unified diff); with `--check` a difference is exit code 1 (for CI). A
-refactor that should not change code shows no changed kernel.
+refactor that should not change code shows no changed kernel. `--tree DIR` renders the kiln of another source tree
+(an earlier commit unpacked with `git archive`: its packages and its corpus) with this script, which is how
+scripts/ci.d/40-kernel-replay.sh compares a change with its merge base.
 
     uv run python scripts/kernel_replay.py                      # save this commit's sources
     uv run python scripts/kernel_replay.py --against abc1234 -v # compare with a saved earlier run
+    uv run python scripts/kernel_replay.py --tree /tmp/base --label base   # render an unpacked earlier commit
 """
 
 from __future__ import annotations
@@ -28,8 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "kernel_replay"
 
 
-def _load_corpus() -> list[Any]:
-    path = ROOT / "packages" / "codegen" / "tests" / "corpus.py"
+def _use_tree(tree: Path) -> None:
+    """Import kiln from `tree`'s packages: their source folders go before the installed (editable) ones."""
+    sources = sorted(str(path) for path in tree.glob("packages/*/src"))
+    if not sources:
+        raise SystemExit(f"--tree {tree}: no packages/*/src folder there (expected a kiln source tree)")
+    sys.path[:0] = sources
+
+
+def _load_corpus(tree: Path) -> list[Any]:
+    path = tree / "packages" / "codegen" / "tests" / "corpus.py"
     spec = importlib.util.spec_from_file_location("corpus", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -113,11 +124,11 @@ def _render(renderer: Any, uops: list[Any], name: str) -> str:
     return str(renderer.render(uops, name))
 
 
-def render_all(names: list[str] | None) -> dict[str, str]:
+def render_all(names: list[str] | None, tree: Path = ROOT) -> dict[str, str]:
     """{renderer/kernel: source} for every kernel and renderer (an error is recorded as the source's text)."""
     from kiln.codegen import linearize, lower, optimize_kernel
 
-    kernels = [(f"corpus/{case.name}", case.sink) for case in _load_corpus()]
+    kernels = [(f"corpus/{case.name}", case.sink) for case in _load_corpus(tree)]
     kernels += list(_captured_tensor_kernels())
     sources: dict[str, str] = {}
     for renderer_name, renderer in _renderers().items():
@@ -150,6 +161,13 @@ def _load(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder).with_suffix("")): p.read_text() for p in sorted(folder.rglob("*.txt"))}
 
 
+def new_errors(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """The keys a renderer rendered before and refuses now (its source became an `error:` line)."""
+    return sorted(
+        key for key in old.keys() & new.keys() if new[key].startswith("error:") and not old[key].startswith("error:")
+    )
+
+
 def compare(old: dict[str, str], new: dict[str, str], verbose: bool) -> list[str]:
     """The keys whose source differs (or exists on one side only), printed with a diff when `verbose`."""
     changed = []
@@ -174,9 +192,15 @@ def main() -> int:
     parser.add_argument("--ignore-header", action="store_true", help="compare without each source's first line")
     parser.add_argument("-v", "--verbose", action="store_true", help="print a diff of each changed kernel")
     parser.add_argument("--check", action="store_true", help="exit code 1 when a kernel changed")
+    parser.add_argument("--tree", type=Path, help="render the kiln source tree in this folder, not this checkout's")
+    parser.add_argument(
+        "--allow-changes", action="store_true", help="with --check: only a kernel a renderer now refuses fails"
+    )
     args = parser.parse_args()
     names = args.renderers.split(",") if args.renderers else None
-    sources = render_all(names)
+    if args.tree is not None:
+        _use_tree(args.tree.resolve())
+    sources = render_all(names, args.tree.resolve() if args.tree is not None else ROOT)
     label = args.label or _commit()
     _save(sources, CACHE / label)
     print(f"{len(sources)} kernel sources saved under {CACHE / label}")
@@ -193,7 +217,12 @@ def main() -> int:
         old, new = ({k: v.split("\n", 1)[-1] for k, v in side.items()} for side in (old, sources))
     changed = compare(old, new, args.verbose)
     print(f"{len(changed)} of {len(sources)} kernel sources differ from {matches[0].name}")
-    return 1 if changed and args.check else 0
+    refused = new_errors(old, new)
+    for key in refused:
+        print(f"now refused: {key}: {new[key].strip()}")
+    if not args.check:
+        return 0
+    return 1 if refused or (changed and not args.allow_changes) else 0
 
 
 if __name__ == "__main__":
