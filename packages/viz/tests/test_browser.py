@@ -3,6 +3,7 @@ changed nodes highlighted, the source view, and the timeline. Screenshots go to 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -46,6 +47,8 @@ def page(browser: Any) -> Iterator[Any]:
     opened = browser.new_page(viewport={"width": 1400, "height": 900})
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
+    # a Content-Security-Policy violation (an inline script or style the page tried) is a console error
+    opened.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
     yield opened
     opened.close()
     assert errors == [], f"JavaScript errors: {errors}"
@@ -129,3 +132,88 @@ def test_schedule_view_lists_fusion_reasons(page: Any, server: VizServer) -> Non
     assert "requested: realized as an output" in text and "fused tensor ops" in text
     page.click(".schedule-kernel a.kernel-link >> nth=0")
     page.wait_for_selector("#kernel-header .kernel-name")
+
+
+def _hostile_copy(training_files: Path, folder: Path) -> dict[str, str]:
+    """The training step's files with hostile strings in every kind of field the page shows; what was put where."""
+    trace = json.loads((training_files / "trace.json").read_text())
+    profile = json.loads((training_files / "profile.json").read_text())
+    kernel_id, kernel = next(
+        (number, group)
+        for number, group in enumerate(trace["groups"])
+        if group["kind"] == "kernel" and any(trace["rewrites"][r]["steps"] for r in group["rewrites"])
+    )
+    shown = next(r for r in kernel["rewrites"] if trace["rewrites"][r]["steps"])
+    planted = {
+        "kernel": str(kernel_id),
+        "rewrite": str(shown),
+        "rewrite_name": 'x" onmouseover="window.pwned=1" data-x="',
+        "kernel_name": '<img src=x onerror="window.pwned=2">',
+        "source": '</pre><img src=x onerror="window.pwned=3"><pre>',
+        "reason": '<img src=x onerror="window.pwned=4">',
+        "arg": "<img src=x onerror=window.pwned=5>",
+        "category": 'program" onmouseover="window.pwned=6" x="',
+        "event": '<img src=x onerror="window.pwned=7">',
+    }
+    trace["rewrites"][shown]["name"] = planted["rewrite_name"]
+    kernel["info"]["name"] = kernel["name"] = planted["kernel_name"]
+    kernel["info"]["source"] = planted["source"]
+    trace["nodes"][trace["rewrites"][shown]["input"]]["arg"] = planted["arg"]
+    ast = kernel["uops"]["ast"]
+    schedule = next(g for g in trace["groups"] if g["kind"] == "schedule" and ast in g["uops"]["kernels"])
+    for entry in schedule["info"]["kernels"]:
+        for output in entry["outputs"]:
+            output["reason"] = planted["reason"]
+    program = next(event for event in profile["traceEvents"] if event.get("cat") == "program")
+    program.update(cat=planted["category"], name=planted["event"])
+    folder.mkdir()
+    (folder / "trace.json").write_text(json.dumps(trace))
+    (folder / "profile.json").write_text(json.dumps(profile))
+    return planted
+
+
+def test_a_hostile_trace_shows_its_strings_as_text_and_runs_nothing(
+    page: Any, training_files: Path, tmp_path: Path
+) -> None:
+    planted = _hostile_copy(training_files, tmp_path / "hostile")
+    running = start_server([tmp_path / "hostile"])
+    try:
+        page.goto(running.url)
+        page.wait_for_selector("tr.kernel-row")
+        row = page.locator(f"tr.kernel-row[data-id='{planted['kernel']}']")
+        assert row.locator("td.name").inner_text() == planted["kernel_name"]
+        row.click()
+        page.wait_for_selector("#graph svg")
+        item = page.locator(f"#rewrite-list div[data-rewrite='{planted['rewrite']}']")
+        assert item.get_attribute("title") == planted["rewrite_name"]
+        assert item.inner_text().startswith(planted["rewrite_name"])
+        assert page.locator("#kernel-header .kernel-name").inner_text() == planted["kernel_name"]
+        # the planted rewrite's input graph (step 0) draws the planted arg as a label's text
+        item.click()
+        page.wait_for_function(
+            "(name) => document.querySelector('#step-label').textContent.startsWith(name + ': step 0 /')",
+            arg=planted["rewrite_name"],
+        )
+        assert planted["arg"] in page.locator("#graph svg").text_content()
+        page.click("#code-tabs button[data-tab='source']")
+        assert page.inner_text("#code-view") == planted["source"]
+        page.click("#code-tabs button[data-tab='schedule']")
+        assert planted["reason"] in page.inner_text("#code-view")
+        for element in page.locator("#rewrite-list div, #kernel-list td, #graph g").all():
+            element.dispatch_event("mouseover")
+        page.goto(running.url + "#/timeline")
+        page.reload()
+        page.wait_for_selector("#timeline rect.bar")
+        bar = page.locator("#timeline rect.bar").first
+        for element in page.locator("#timeline rect.bar").all():
+            element.dispatch_event("mouseover")
+        titles = [title.text_content() for title in page.locator("#timeline rect.bar title").all()]
+        assert any(title.startswith(planted["event"] + ": ") for title in titles)
+        classes = [element.get_attribute("class") for element in page.locator("#timeline rect.bar").all()]
+        assert f"bar {planted['category']}" in classes
+        bar.dispatch_event("click")
+        # nothing planted ran: no handler fired, no element was made from a trace string
+        assert page.evaluate("() => window.pwned") is None
+        assert page.locator("img, script:not([src])").count() == 0
+    finally:
+        running.shutdown()

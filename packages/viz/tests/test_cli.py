@@ -140,3 +140,36 @@ def test_bad_command_lines_say_what_is_wrong(arguments: list[str], message: str)
         [sys.executable, "-m", "kiln.viz", *arguments], capture_output=True, text=True, timeout=60, check=False
     )
     assert completed.returncode == 2 and message in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, b"nests deeper than 32 levels"),
+        (
+            json.dumps(
+                {
+                    "format": "kiln-rewrite-trace",
+                    "version": 2,
+                    "nodes": [{"op": "SINK", "src": []}],
+                    "rewrites": [],
+                    "groups": [{"kind": "kernel", "uops": [0], "info": {}}],
+                }
+            ),
+            b"groups[0].uops must be an object, got [0]",
+        ),
+    ],
+    ids=["deep-nesting", "uops-a-list"],
+)
+def test_open_serves_the_error_page_for_a_malformed_trace(tmp_path: Path, content: str, message: bytes) -> None:
+    broken = tmp_path / "trace.json"
+    broken.write_text(content)
+    process = _start([sys.executable, "-m", "kiln.viz", "--open", str(broken), "--port", "0"])
+    try:
+        url, output = _wait_for_url(process)
+        assert any(message.decode() in line for line in output)
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(url, timeout=60)
+        assert raised.value.code == 500 and message in raised.value.read()
+    finally:
+        assert _stop(process) == 0

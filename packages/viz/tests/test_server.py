@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html.parser
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -174,3 +176,116 @@ def test_a_corrupt_trace_gets_an_error_page_not_a_crash(training_files: Path, tm
         assert status == 500 and "truncated" in answer["error"]
     finally:
         running.shutdown()
+
+
+def raw_get(server: VizServer, path: str, host: str | None) -> tuple[int, dict[str, str], bytes]:
+    """GET `path` with exactly the `Host` header given (None: no Host header at all)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, {key.lower(): value for key, value in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_every_response_carries_a_content_security_policy_and_nosniff(server: VizServer, tmp_path: Path) -> None:
+    broken = tmp_path / "trace.json"
+    broken.write_text("{")
+    failing = start_server([broken])
+    try:
+        answers = [raw_get(server, path, f"127.0.0.1:{server.port}") for path in PAGES]
+        answers.append(raw_get(failing, "/", f"127.0.0.1:{failing.port}"))
+        answers.append(raw_get(server, "/", "attacker.example"))
+    finally:
+        failing.shutdown()
+    for _, headers, _ in answers:
+        policy = {
+            part.split()[0]: part.split()[1:] for part in headers["content-security-policy"].split(";") if part.strip()
+        }
+        # scripts and styles only from the server's own files: no inline script, no eval, no other origin
+        assert policy["script-src"] == ["'self'"] and policy["style-src"] == ["'self'"]
+        assert policy["default-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"]
+        assert headers["x-content-type-options"] == "nosniff"
+    assert [status for status, _, _ in answers] == [200, 200, 200, 404, 500, 421]
+
+
+PAGES = ("/", "/static/app.js", "/api/kernels", "/api/nothing")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "LOCALHOST:{port}"])
+def test_loopback_hosts_with_the_port_are_answered(server: VizServer, host: str) -> None:
+    status, _, body = raw_get(server, "/api/kernels", host.format(port=server.port))
+    assert status == 200 and json.loads(body)["kernels"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "attacker.example:{port}",  # DNS rebinding: the attacker's name resolved to 127.0.0.1
+        "attacker.example",
+        "127.0.0.1",  # the right address, another port (80)
+        "127.0.0.1:{other}",
+        "localhost.attacker.example:{port}",
+        "127.0.0.1:{port}@attacker.example",
+        "",
+        None,
+    ],
+)
+def test_other_hosts_are_refused_with_421(server: VizServer, host: str | None) -> None:
+    given = None if host is None else host.format(port=server.port, other=server.port + 1)
+    status, headers, body = raw_get(server, "/api/kernels", given)
+    assert status == 421 and headers["content-type"].startswith("text/plain")
+    assert f"127.0.0.1:{server.port}" in body.decode() and b"kernels" not in body
+
+
+def test_the_server_binds_loopback_by_default(training_files: Path) -> None:
+    running = VizServer([training_files])
+    try:
+        assert running.host == "127.0.0.1" and running.url == f"http://127.0.0.1:{running.port}/"
+    finally:
+        running.httpd.server_close()
+    # bound to every address on request, the page's address and the accepted Host stay loopback
+    everywhere = VizServer([training_files], "0.0.0.0", 0)
+    try:
+        assert everywhere.url == f"http://127.0.0.1:{everywhere.port}/"
+        assert everywhere.accepts_host(f"localhost:{everywhere.port}")
+        assert not everywhere.accepts_host(f"0.0.0.0:{everywhere.port}")
+    finally:
+        everywhere.httpd.server_close()
+
+
+def test_the_error_page_shows_a_hostile_message_as_text(tmp_path: Path) -> None:
+    folder = tmp_path / '"><img src=x onerror=window.pwned=1><b x="'
+    folder.mkdir()
+    broken = folder / "trace.json"
+    hostile = '"><script>window.pwned=1</script>'
+    document = {"format": "kiln-rewrite-trace", "version": 2, "nodes": [], "rewrites": [], "groups": [hostile]}
+    broken.write_text(json.dumps(document))
+    running = start_server([broken])
+    try:
+        status, _, body = raw_get(running, "/", f"127.0.0.1:{running.port}")
+    finally:
+        running.shutdown()
+    # the stdlib's HTML parser as the browser's stand-in: no element but the page's own, the message as text
+    parser = _Elements()
+    parser.feed(body.decode())
+    assert status == 500 and parser.tags == ["html", "head", "meta", "title", "link", "body", "h1", "pre"]
+    assert f"{broken}: groups[0] must be an object, got {hostile!r}" in parser.text["pre"]
+
+
+class _Elements(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        if self.tags:
+            self.text[self.tags[-1]] = self.text.get(self.tags[-1], "") + data

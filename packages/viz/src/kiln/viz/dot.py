@@ -75,7 +75,9 @@ def to_dot(store: GraphStore, drawn: DrawnGraph, changed: frozenset[int]) -> str
     for node in drawn.nodes:
         attributes = [f"id={_quote(f'n{node}')}", f"label={_quote(_label(store, node))}"]
         attributes.append(f"fillcolor={_quote(op_colour(store.op[node]))}")
-        attributes.append(f"tooltip={_quote(f'node {node}: ' + store.op[node] + ' ' + store.arg[node][:200])}")
+        # Graphviz expands escapes (\N: the node's name) in a tooltip once more than in a label
+        tooltip = f"node {node}: {store.op[node]} {store.arg[node][:200]}".replace("\\", "\\\\")
+        attributes.append(f"tooltip={_quote(tooltip)}")
         if node in changed:
             attributes += ['class="changed"', 'color="#d62728"', "penwidth=3"]
         else:
