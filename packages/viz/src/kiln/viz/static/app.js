@@ -135,8 +135,8 @@
       if (info.device) facts.push(info.device);
       if (info.global_size) facts.push(`global ${info.global_size.join("×")}`);
       if (info.local_size) facts.push(`local ${info.local_size.join("×")}`);
-      if (info.flops !== undefined) facts.push(`${info.flops} flops`);
-      if (info.global_bytes !== undefined) facts.push(`${info.global_bytes} bytes`);
+      if (info.flops !== undefined && info.flops !== null) facts.push(`${info.flops} flops`);
+      if (info.global_bytes !== undefined && info.global_bytes !== null) facts.push(`${info.global_bytes} bytes`);
       if (group.profile) {
         facts.push(`${group.profile.runs} runs, ${fmtTime(group.profile.total_us)}`);
         if (group.profile.gflops !== null) facts.push(`${fmt(group.profile.gflops, 2)} GFLOP/s`);
