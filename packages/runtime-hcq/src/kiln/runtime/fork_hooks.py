@@ -12,7 +12,9 @@ thread, just before the fork (to note state its child hook compares against).
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -45,7 +47,40 @@ def renew_after_fork(owner: ForkRenewable) -> None:
         _registered.append(weakref.ref(owner))
 
 
+_cached_properties: list[functools.cached_property[object]] = []
+_cached_properties_modules = [0]  # len(sys.modules) when `_cached_properties` was collected
+
+
+def _collect_cached_properties() -> None:
+    # in the parent, before a fork: the cached properties of kiln's classes, collected again when modules were added
+    if len(sys.modules) == _cached_properties_modules[0]:
+        return
+    found: list[functools.cached_property[object]] = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("kiln.") and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == name:
+                    found.extend(item for item in vars(value).values() if isinstance(item, functools.cached_property))
+    _cached_properties[:] = found
+    _cached_properties_modules[0] = len(sys.modules)
+
+
+def _renew_cached_property_locks() -> None:
+    """Python 3.11's `functools.cached_property` computes under one lock per descriptor, shared by every instance of
+    the class: a thread of the parent computing one at the fork left it held, and the child hung on that property
+    of any object. Renews the locks of the cached properties of kiln's classes (3.12 dropped the lock)."""
+    for descriptor in _cached_properties:
+        descriptor.lock = threading.RLock()  # type: ignore[attr-defined]
+
+
+_has_cached_property_lock = sys.version_info < (3, 12)
+if _has_cached_property_lock:
+    _module_hooks.append(_renew_cached_property_locks)
+
+
 def _before_fork() -> None:
+    if _has_cached_property_lock:
+        _collect_cached_properties()
     for reference in list(_registered):
         before = getattr(reference(), "before_fork", None)
         if before is not None:

@@ -111,9 +111,12 @@ class HCQCompiled(DeviceBase):
         timeline, target = self.timeline_signal, self.timeline_value - 1
         if timeline.value >= target:
             if launching and not self._failed_before_fork:
-                # another thread of the parent was launching: everything submitted is done, so what an engine saw
-                # running was that thread's inline launch, of a value not handed out yet. It is abandoned as if the
-                # thread had been interrupted; the engines are not failed for it.
+                # another thread of the parent was launching: everything handed out is done, so what an engine saw
+                # running, or keeps queued, is that thread's launch of the next value, which it had not recorded as
+                # handed out. Its work is abandoned as if the thread had been interrupted (`_interrupted_at`): the
+                # value is used up (a list of it still queued runs first and sets it again), and the engines are
+                # not failed for it.
+                self._interrupted_at(self.timeline_value)
                 for engine in self._engines():
                     if getattr(engine, "error", None) is not None:
                         setattr(engine, "error", None)  # noqa: B010 (QueueTarget declares no `error`)
