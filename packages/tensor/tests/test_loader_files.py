@@ -7,6 +7,7 @@ writer that refuses duplicates or overlaps cannot hide what kiln does with them.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import pathlib
@@ -20,8 +21,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from kiln.tensor import Tensor
+from kiln.tensor import Tensor, dtypes
 from kiln.tensor.state import gguf_load, safe_load, safe_save
+from kiln.tensor.state.host_bytes import tensor_from_file
 
 F32, ARRAY, UINT32 = 0, 9, 4  # ggml type F32; GGUF value types array and uint32
 
@@ -141,6 +143,7 @@ def test_truncating_the_file_after_loading_does_not_fault(tmp_path: pathlib.Path
         import numpy as np
         from kiln.tensor import Tensor
         from kiln.tensor.state import gguf_load, safe_load, safe_save
+from kiln.tensor.state.host_bytes import tensor_from_file
         path = pathlib.Path({str(tmp_path)!r}) / "model.safetensors"
         safe_save({{"w": Tensor(np.full(4096, 7.0, np.float32))}}, path)
         loaded = safe_load(path)["w"]
@@ -269,3 +272,11 @@ def test_safetensors_header_overlaps_are_still_refused(tmp_path: pathlib.Path) -
     _write_safetensors(path, json.dumps(header).encode(), b"\0" * 8)
     with pytest.raises(ValueError, match=r"tensor 'b' data_offsets \[4, 8\] overlap the previous tensor"):
         safe_load(path)
+
+
+def test_a_file_shrinking_under_the_read_raises_value_error() -> None:
+    """What a loader sees when the file is cut between its header check and the tensor read."""
+    message = r"f\.bin: truncated file: 16 bytes needed at offset 4, the file ended after 6"
+    with pytest.raises(ValueError, match=message):
+        tensor_from_file(io.BytesIO(b"\0" * 10), 4, dtypes.float32, (4,), where="f.bin")
+    assert tensor_from_file(io.BytesIO(b"\0" * 4 + b"\1" * 16), 4, dtypes.uint8, (2, 8)).numpy().sum() == 16
