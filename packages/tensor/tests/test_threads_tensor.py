@@ -165,3 +165,37 @@ def test_racing_in_place_updates_of_one_tensor_never_crash_and_with_a_lock_all_l
     final = report["final"]
     assert final == [final[0]] * 16 and max(report["landed"]) <= final[0] <= sum(report["landed"])
     assert all("modified by an in-place operation" in message for message in report["refused"])
+
+
+def test_a_fork_while_another_thread_realizes_gives_a_working_child() -> None:
+    # os.fork() waits until no thread is inside the graph lock: forked while another thread held it, the child
+    # found it held by a thread it does not have, and its first realize hung
+    report = run_scenario("""
+        import os, time
+        from kiln.tensor.realize.graph_lock import graph_lock
+
+        (Tensor(np.ones(4, np.float32)) + 1).numpy()  # the device and its queue exist before the fork
+        inside = threading.Event()
+
+        def hold():
+            with graph_lock:  # what a long realize (a compile) does
+                inside.set()
+                time.sleep(0.3)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        inside.wait()
+        child = os.fork()
+        if child == 0:
+            values = (Tensor(np.arange(4, dtype=np.float32)) * 2).numpy()
+            os._exit(0 if values.tolist() == [0.0, 2.0, 4.0, 6.0] else 3)
+        holder.join()
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if done[0] == 0:
+            os.kill(child, 9)
+            os.waitpid(child, 0)
+        print(json.dumps({"child": "hung" if done[0] == 0 else os.waitstatus_to_exitcode(done[1])}))
+    """)
+    assert report == {"child": 0}

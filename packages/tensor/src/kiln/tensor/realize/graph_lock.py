@@ -10,12 +10,15 @@ address had just made. Realizing, writing and tracking tensors therefore run und
 (hash-consed, immutable nodes) and kernels running on the devices' queues stay concurrent.
 
 The lock is reentrant: a write realizes its schedule, and realizing one node compiles its kernels, each of which
-takes the lock again on the same thread.
+takes the lock again on the same thread. `os.fork()` waits for it: a child forked while another thread held it
+would find it held forever by a thread the child does not have (its first realize hung), and the state it guards
+half changed.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -24,6 +27,11 @@ __all__ = ["graph_lock", "serialized"]
 
 graph_lock = threading.RLock()
 """Held while a thread realizes, writes or registers tensors (see the module doc)."""
+
+if hasattr(os, "register_at_fork"):  # POSIX: the forking thread holds the lock across the fork, in both processes
+    os.register_at_fork(
+        before=graph_lock.acquire, after_in_parent=graph_lock.release, after_in_child=graph_lock.release
+    )
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
