@@ -24,7 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--open", nargs="+", metavar="PATH", help="serve saved files instead of running a script")
     parser.add_argument("--port", type=int, default=knobs.VIZ_PORT, help="port (default VIZ_PORT, 8000; 0: any)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); requests must name 127.0.0.1, localhost or this address",
+    )
     parser.add_argument("--out", help="directory for a script's files (default: a new temporary directory)")
     parser.add_argument("--no-browser", action="store_true", help="never open a browser")
     parser.add_argument("script", nargs="?", help="a Python script to run with VIZ=1 and PROFILE=1")
