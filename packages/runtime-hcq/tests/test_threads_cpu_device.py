@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROGRAM_BUILDER = """
 import gc, sys, threading
 import numpy as np
@@ -34,17 +36,26 @@ def run_script(body: str, timeout: float = 120.0) -> str:
     """Runs PROGRAM_BUILDER + `body` in a fresh interpreter; fails naming the signal or the output otherwise."""
     script = PROGRAM_BUILDER + textwrap.dedent(body)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, (
-        f"exit status {done.returncode} (negative: killed by that signal)\n{done.stderr[-3000:]}"
-    )
+    killed = f" (killed by signal {-done.returncode})" if done.returncode < 0 else ""
+    assert done.returncode == 0, f"exit status {done.returncode}{killed}\n{done.stderr[-3000:]}"
     return done.stdout
 
 
-def test_a_queued_launch_keeps_its_kernel_alive_when_the_runner_is_dropped() -> None:
+@pytest.mark.parametrize(
+    "meanwhile",
+    [
+        # loads dispose the engines of dropped kernels and map new code: the launch ran another kernel (+24, not +3)
+        'device.load_program(add_program(16 + k, f"other_add_{k}", 5.0 + k))',
+        # a compile disposes them too, mapping nothing: the launch jumped into unmapped memory (SIGSEGV)
+        'device.renderer.compiler.compile("")',
+    ],
+    ids=["loads", "compiles"],
+)
+def test_a_queued_launch_keeps_its_kernel_alive_when_the_runner_is_dropped(meanwhile: str) -> None:
     # The exec command of a launch holds the NativeKernel, not the runner. A runner dropped while its launch waited
-    # in the queue (a duplicate runner of a program two threads loaded at once) let the next load dispose its MCJIT
-    # engine and reuse the code's memory: the launch then ran another kernel (+24 instead of +3) or faulted.
-    output = run_script("""
+    # in the queue (a duplicate runner of a program two threads loaded at once) let the next compile or load on
+    # any thread dispose its MCJIT engine under the queued launch.
+    output = run_script(f"""
         device = Device["CPU"]
         values = np.arange(16, dtype=np.float32)
         source = Buffer("CPU", 16, dtypes.float32).copyin(values)
@@ -56,8 +67,8 @@ def test_a_queued_launch_keeps_its_kernel_alive_when_the_runner_is_dropped() -> 
         runner([out, source])
         del runner
         gc.collect()
-        for k in range(20):  # the loads dispose the engines of dropped kernels and map new code
-            device.load_program(add_program(16 + k, f"other_add_{k}", 5.0 + k))
+        for k in range(20):
+            {meanwhile}
         gate.set()
         device.synchronize()
         print(out.numpy().tolist())
