@@ -220,7 +220,8 @@ llvmlite parses every module into LLVM's one global context, which is not thread
 the module it owns in that context. A kernel can be dropped on any thread: the CPU queue's worker releases a launch
 command after running it, and the garbage collector runs on whichever thread allocates. Disposing the engine right
 there could race a compile on the main thread; so it is only queued here, and the next compile or load (holding the
-lock) disposes it.
+lock) disposes it. Disposing unmaps the kernel's code, and the next load may map another kernel there: whatever can
+still call the code must hold its `HostKernel` (the CPU device's launch commands do, through `NativeKernel.owner`).
 """
 
 
