@@ -199,3 +199,62 @@ def test_a_fork_while_another_thread_realizes_gives_a_working_child() -> None:
         print(json.dumps({"child": "hung" if done[0] == 0 else os.waitstatus_to_exitcode(done[1])}))
     """)
     assert report == {"child": 0}
+
+
+def test_threads_training_their_own_models_match_numpy() -> None:
+    # forward, backward() and an SGD step (under no_grad) on 4 threads at once, each on its own least-squares
+    # problem: the weights follow numpy's gradient descent. backward() on one thread used to walk another thread's
+    # tensor while it was being made (AttributeError: no attribute 'uop'), and one thread's optimizer step (no_grad)
+    # turned gradient recording off for all ("backward() on a tensor which does not require grad")
+    report = run_scenario("""
+        from kiln.tensor import optim
+
+        gaps = {}
+
+        def work(thread):
+            rng = np.random.default_rng(thread)
+            features = 4 + thread
+            x = rng.standard_normal((32, features)).astype(np.float32)
+            y = x @ np.linspace(-1, 1, features, dtype=np.float32)[:, None]
+            start = rng.standard_normal((features, 1)).astype(np.float32)
+            weights = Tensor(start.copy(), requires_grad=True)
+            optimizer = optim.SGD([weights], lr=0.05)
+            expected = start.astype(np.float64)
+            for _ in range(15):
+                optimizer.zero_grad()
+                loss = ((Tensor(x) @ weights - Tensor(y)) ** 2).mean()
+                loss.backward()
+                optimizer.step()
+                expected = expected - 0.05 * 2 * x.T @ (x @ expected - y) / 32
+            gaps[thread] = float(np.abs(weights.numpy() - expected).max())
+
+        errors = run_threads(work, 4)
+        print(json.dumps({"errors": errors, "gaps": [gaps.get(t) for t in range(4)]}))
+    """)
+    assert report["errors"] == []
+    assert all(gap is not None and gap < 1e-4 for gap in report["gaps"]), report["gaps"]
+
+
+def test_gradient_recording_mode_is_per_thread() -> None:
+    # as in PyTorch: no_grad() on one thread leaves recording on for the others (and their own setting to them)
+    import threading
+
+    from kiln.tensor import Tensor, is_grad_enabled, no_grad
+
+    inside, built = threading.Event(), threading.Event()
+    leaf = Tensor([1.0, 2.0], requires_grad=True)
+    seen: dict[str, object] = {}
+
+    def optimizer_thread() -> None:
+        with no_grad():
+            inside.set()
+            built.wait(10)
+            seen["off here"] = not is_grad_enabled() and (leaf * 2).requires_grad is None
+
+    worker = threading.Thread(target=optimizer_thread)
+    worker.start()
+    inside.wait(10)
+    seen["on here"] = is_grad_enabled() and (leaf * 3).requires_grad is True
+    built.set()
+    worker.join()
+    assert seen == {"off here": True, "on here": True}

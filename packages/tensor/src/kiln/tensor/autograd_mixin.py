@@ -31,6 +31,7 @@ from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.realize.mutation import check_gradient_operands
 from kiln.tensor.schedule import alias_base, realized_view
 from kiln.uops import NodeSlot, Ops, UOp, dtypes
@@ -152,6 +153,7 @@ class AutogradMixin(TensorCore):
             type(self)._from_uop(_gradient_of(target, node, found.get(node))) for target, node in zip(targets, nodes)
         ]
 
+    @serialized  # it reads every thread's tensors that require grad, and rebinds the ones it computes
     def backward(self, gradient: Self | Any | None = None) -> Self:
         """Adds the gradient of this tensor to `.grad` of every leaf tensor it was computed from that requires grad.
 
@@ -293,7 +295,9 @@ def _computed_with(root: TensorCore, history: set[UOp], leaves: dict[UOp, Tensor
     gradients compute their values anyway; computed later, each would run the forward pass again."""
     found: list[TensorCore] = []
     for tensor in [root, *list(_requiring_grad.values())]:
-        node = tensor.uop
+        node = tensor.__dict__.get("uop")
+        if node is None:
+            continue  # being made on another thread (registered before its node is set): not of this graph
         if tensor is not root and (node not in history or _gradient_node(node) in leaves):
             continue
         if node.op is Ops.BUFFER or alias_base(node) is not None or realized_view(node) is not None:
@@ -309,9 +313,10 @@ def _leaves(order: list[UOp]) -> dict[UOp, TensorCore]:
     nodes = set(order)
     groups: dict[UOp, list[TensorCore]] = {}
     for tensor in list(_requiring_grad.values()):
-        if tensor.requires_grad is not True or not dtypes.is_float(tensor.dtype):
+        uop = tensor.__dict__.get("uop")  # None: being made on another thread, not of this graph
+        if uop is None or tensor.requires_grad is not True or not dtypes.is_float(uop.dtype):
             continue
-        node = _gradient_node(tensor.uop)
+        node = _gradient_node(uop)
         if node in nodes:
             groups.setdefault(node, []).append(tensor)
     # whether a node has another requiring-grad node strictly below it; DETACH and ASSIGN start a new history

@@ -8,6 +8,7 @@ the realize plumbing. The public math / movement / reduce / nn / indexing method
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, overload
@@ -64,10 +65,28 @@ _NO_GRAD_IS_READ_ONLY = (
 )
 
 
-class _TensorType(type):
-    """Tensor's metaclass: makes the class attribute `Tensor.no_grad` readable but not assignable."""
+class _GradMode(threading.local):
+    """The gradient recording mode of the calling thread (PyTorch's is per thread too): an optimizer step under
+    `no_grad` on one thread must not make the tensors another thread builds meanwhile stop requiring grad."""
 
-    _grad_disabled: bool
+    disabled = False
+
+
+_grad_mode = _GradMode()
+
+
+class _TensorType(type):
+    """Tensor's metaclass: makes the class attribute `Tensor.no_grad` readable but not assignable, and keeps
+    `Tensor._grad_disabled` per thread."""
+
+    @property
+    def _grad_disabled(cls) -> bool:
+        """Whether gradient recording is off on the calling thread (set by kiln.tensor.grad_mode)."""
+        return _grad_mode.disabled
+
+    @_grad_disabled.setter
+    def _grad_disabled(cls, value: bool) -> None:
+        _grad_mode.disabled = value
 
     @property
     def no_grad(cls) -> bool:
@@ -130,9 +149,8 @@ class Tensor(
         10.0
     """
 
-    _grad_disabled: ClassVar[bool] = False
-    """While True, new tensors record no gradient requirement: read as `Tensor.no_grad`, set by kiln.tensor's
-    `no_grad()` / `enable_grad()` / `set_grad_enabled()` (kiln.tensor.grad_mode)."""
+    # `Tensor._grad_disabled` (the metaclass's, per thread): while True, new tensors record no gradient requirement;
+    # read as `Tensor.no_grad`, set by kiln.tensor's `no_grad()` / `enable_grad()` / `set_grad_enabled()`
 
     no_grad = _InstanceNoGrad()
 
