@@ -138,12 +138,13 @@ class Allocator(abc.ABC, Generic[OpaqueT]):
         """Waits for the device, then releases every deferred block; returns their bytes."""
         if self._timeline is None:
             return 0
-        self._timeline.synchronize()
+        waiting = self.deferred_bytes
+        self._timeline.synchronize()  # a device may release the passed blocks itself when it synchronizes
         with self._deferred_lock:
             ready, self._deferred = list(self._deferred), deque()
         for _, opaque, _, spec in ready:
             self._free(opaque, spec)
-        return sum(entry[2] for entry in ready)
+        return max(waiting, sum(entry[2] for entry in ready))
 
     # -- public interface -------------------------------------------------------------------------------------------
     def alloc(self, size: int, options: BufferSpec | None = None) -> OpaqueT:
