@@ -6,7 +6,9 @@ from __future__ import annotations
 import pathlib
 import pickle
 import struct
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -57,6 +59,29 @@ def test_stride_zero_view_loads_as_an_expand(layout: str, tmp_path: pathlib.Path
     assert x[EXPANDED - 1].item() == 2.5 and x[:3].tolist() == [2.5, 2.5, 2.5]
     expected = np.lib.stride_tricks.as_strided(np.arange(7, dtype=np.float32)[1:], (3, 1000, 2), (8, 0, 4))
     np.testing.assert_array_equal(rows.numpy(), expected)
+
+
+def test_stride_zero_view_peak_memory(tmp_path: pathlib.Path) -> None:
+    """Loading the expand of 50M float32 must not write them out anywhere (200 MB): the child's peak resident memory
+    (VmHWM) grows by far less while it loads."""
+    path = str(tmp_path / "expand.pth")
+    zip_checkpoint(path, op_dict({"x": op_tensor("0", 1, 0, [EXPANDED], [0])}), {"0": struct.pack("<f", 2.5)})
+    script = textwrap.dedent(
+        f"""
+        from kiln.tensor import Tensor
+        from kiln.tensor.state import torch_load
+        def peak_mb():
+            with open("/proc/self/status") as status:
+                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+        (Tensor([1.0]) + 1).realize().numpy()
+        before = peak_mb()
+        loaded = torch_load({path!r})
+        print(peak_mb() - before)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) < 100, f"loading grew the peak by {done.stdout.split()[-1]} MB"
 
 
 def _zip_with(tmp_path: pathlib.Path, data_pkl: bytes, storages: dict[str, bytes] | None = None) -> str:

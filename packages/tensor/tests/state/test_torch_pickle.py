@@ -201,8 +201,8 @@ def test_strided_views_match_numpy(sizes: list[int], strides: list[int], offset:
     size = tuple(sizes)
     storage = np.arange(offset + sum((s - 1) * t for s, t in zip(size, stride)) + 3, dtype=np.int32)
     ref = _TensorRef(_StorageRef("0", dtypes.int32, storage.size), offset, size, stride, False, dtypes.int32)
-    got = _strided_view(
-        ref, _StorageTensors(io.BytesIO(), {"0": (storage.tobytes(), dtypes.int32)}, None, "test")
-    ).numpy()
+    got = _strided_view(ref, _StorageTensors(io.BytesIO(), {"0": (storage.tobytes(), dtypes.int32)}, None, "test"))[
+        0
+    ].numpy()
     expected = np.lib.stride_tricks.as_strided(storage[offset:], size, tuple(4 * t for t in stride))
     np.testing.assert_array_equal(got, expected)

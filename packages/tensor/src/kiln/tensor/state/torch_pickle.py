@@ -475,8 +475,9 @@ def _resolve(value: Any, storages: _StorageTensors, built: list[Tensor], done: d
     if depth > MAX_NESTING:
         raise ValueError(f"{storages.where}: containers nest deeper than {MAX_NESTING} levels")
     if isinstance(value, _TensorRef):
-        tensor = _strided_view(value, storages)
-        built.append(tensor)
+        tensor, realized = _strided_view(value, storages)
+        if not realized:
+            built.append(tensor)
         done[id(value)] = tensor
         return tensor
     if isinstance(value, dict):
@@ -495,11 +496,13 @@ def _resolve(value: Any, storages: _StorageTensors, built: list[Tensor], done: d
     return value
 
 
-def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> Tensor:
+def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> tuple[Tensor, bool]:
     """The tensor of `ref` (storage[offset + sum(index * stride)]): a movement view if one fits, else a gather.
 
     A dim of stride 0 (what `expand` makes) repeats one element: only the other dims are read from the storage and
-    the result is expanded, a view of them, so `tensor([2.5]).expand(10**8)` costs one element of memory."""
+    the result is expanded, a view of them, so `tensor([2.5]).expand(10**8)` costs one element of memory.
+    Returns the tensor and whether it is realized already (an expand must not be realized again: that would write
+    out every repeated element)."""
     where = storages.where
     storage = storages.get(ref.storage.key, ref.dtype)
     offset, size, stride = ref.storage.view_offset + ref.offset, ref.size, ref.stride
@@ -507,7 +510,7 @@ def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> Tensor:
     if count > MAX_ELEMENTS:
         raise ValueError(f"{where}: a tensor of size {list(size)} has {count} elements, over {MAX_ELEMENTS}")
     if count == 0:
-        return Tensor.zeros(*size, dtype=storage.dtype, device=storage.device).contiguous()
+        return Tensor.zeros(*size, dtype=storage.dtype, device=storage.device).contiguous(), False
     last = offset + sum((s - 1) * st for s, st in zip(size, stride))
     if last >= storage.shape[0]:
         raise ValueError(
@@ -524,11 +527,11 @@ def _strided_view(ref: _TensorRef, storages: _StorageTensors) -> Tensor:
             index = index + (np.arange(extent, dtype=np.int64) * step).reshape(shape)
         tensor = storage[Tensor(index, device=storage.device)]
     tensor = tensor.contiguous()
-    if read != size:  # realized first: an expand of a buffer stays a view of it when the result is realized
+    if read != size:  # the repeated part realized now, then a view of it
         tensor = tensor.realize().expand(size)
     if ref.requires_grad and dtypes.is_float(tensor.dtype):
         tensor.requires_grad = True
-    return tensor
+    return tensor, read != size
 
 
 def _as_permuted_view(storage: Tensor, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> Tensor | None:
