@@ -86,7 +86,8 @@ class Allocator(abc.ABC, Generic[OpaqueT]):
     def __init__(self, device: str = "") -> None:
         self.device = device
         self._timeline: DeviceTimeline | None = None
-        # (last use, block, size, options) of freed blocks the device may still use, oldest first
+        # (last use, block, size, options) of freed blocks the device may still use, oldest first; the same deque
+        # for the allocator's life (emptied in place), so its device can test it cheaply
         self._deferred: deque[tuple[int, OpaqueT, int, BufferSpec]] = deque()
         self._deferred_lock = threading.Lock()
         renew_after_fork(self)
@@ -141,7 +142,8 @@ class Allocator(abc.ABC, Generic[OpaqueT]):
         waiting = self.deferred_bytes
         self._timeline.synchronize()  # a device may release the passed blocks itself when it synchronizes
         with self._deferred_lock:
-            ready, self._deferred = list(self._deferred), deque()
+            ready = list(self._deferred)
+            self._deferred.clear()
         for _, opaque, _, spec in ready:
             self._free(opaque, spec)
         return max(waiting, sum(entry[2] for entry in ready))

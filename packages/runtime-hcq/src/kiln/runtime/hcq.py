@@ -83,6 +83,9 @@ class HCQCompiled(DeviceBase):
         self._failed_before_fork = False  # noted by `before_fork`
         # the allocator releases a freed block only once the timeline has passed its last use
         allocator.follow_timeline(self)
+        # the allocator's list of blocks waiting for the timeline (one object for the allocator's life), read by
+        # `synchronize` without a call: the host synchronizes before every host access
+        self._deferred_frees = allocator._deferred
         renew_after_fork(self)  # after the engines (made before this constructor runs), so it sees them renewed
 
     def submitted_value(self) -> int:
@@ -170,9 +173,10 @@ class HCQCompiled(DeviceBase):
             if self._resume_after_fork:
                 self._resume_engines()
             self.timeline_signal.wait(self.timeline_value - 1, timeout)
+        if self._deferred_frees:  # blocks freed while the device worked are released now that it has passed them
+            self.allocator.release_passed()
         if self._pending_profile:
             self._collect_profile()
-        self.allocator.release_passed()
 
     def _submit_timed(
         self,
