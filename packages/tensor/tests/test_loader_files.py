@@ -143,7 +143,6 @@ def test_truncating_the_file_after_loading_does_not_fault(tmp_path: pathlib.Path
         import numpy as np
         from kiln.tensor import Tensor
         from kiln.tensor.state import gguf_load, safe_load, safe_save
-from kiln.tensor.state.host_bytes import tensor_from_file
         path = pathlib.Path({str(tmp_path)!r}) / "model.safetensors"
         safe_save({{"w": Tensor(np.full(4096, 7.0, np.float32))}}, path)
         loaded = safe_load(path)["w"]
