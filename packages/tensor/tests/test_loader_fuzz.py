@@ -8,6 +8,8 @@ over another place, insert or delete bytes, overwrite an aligned 4- or 8-byte fi
     KILN_LOADER_FUZZ=20000 uv run pytest packages/tensor/tests/test_loader_fuzz.py -n 0 -q
 
 runs that many seeds per loader (KILN_LOADER_FUZZ_START shifts the first seed); a failure names its seed.
+`test_mutants_within_an_address_space_limit` reruns part of them in a child process whose address space is capped
+(RLIMIT_AS): a loader that allocates from a hostile count instead of checking it against the file fails there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import pathlib
 import pickle
 import random
 import struct
+import subprocess
 import sys
+import textwrap
 import zipfile
 from collections.abc import Callable
 
@@ -195,6 +199,29 @@ def test_mutants_raise_only_documented_errors(loader: str, tmp_path: pathlib.Pat
     files = LOADERS[loader][0](tmp_path)
     for seed in [*PINNED[loader], *range(START, START + CASES)]:
         run_case(loader, seed, files, tmp_path)
+
+
+ADDRESS_SPACE_LIMIT = 3 << 30  # the seed files are a few KB: any allocation near this is one a header talked it into
+
+
+def test_mutants_within_an_address_space_limit(tmp_path: pathlib.Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import pathlib, resource, sys
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import test_loader_fuzz as fuzz
+        folder = pathlib.Path({str(tmp_path)!r})
+        files = {{loader: make(folder) for loader, (make, _) in fuzz.LOADERS.items()}}
+        fuzz.run_case("gguf", 0, files["gguf"], folder)  # the compiler's first allocations made under no limit
+        resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT}, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        for loader in fuzz.LOADERS:
+            for seed in range({START + 100_000}, {START + 100_000 + max(CASES // 3, 1)}):
+                fuzz.run_case(loader, seed, files[loader], folder)
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr[-3000:]
 
 
 def test_the_mutator_changes_files() -> None:
