@@ -17,7 +17,7 @@ from renderers_for_tests import CPULikeRenderer, GPULikeRenderer
 from sinks_for_tests import matmul
 
 from kiln.codegen import Opt, OptOps, Program, get_program
-from kiln.codegen.lowering.gpu_dims import hardware_indices
+from kiln.codegen.lowering.gpu_dims import _largest_divisor_at_most, hardware_indices
 from kiln.uops import AxisKind, Ops, UOp, sym_infer
 
 
@@ -93,3 +93,22 @@ def test_cpu_has_no_hardware_dims_but_threads() -> None:
     program = Program(get_program(matmul(16, 12, 4), CPULikeRenderer(), (Opt(OptOps.THREAD, 1, 6),)))
     assert [u.arg.name for u in program.uops if u.op is Ops.SPECIAL] == ["core_id"]
     assert program.global_size == (6, 1, 1)
+
+
+@given(value=st.integers(1, 5000), limit=st.integers(1, 6000))
+@settings(max_examples=400, deadline=None)
+def test_the_largest_divisor_within_a_limit_matches_brute_force(value: int, limit: int) -> None:
+    assert _largest_divisor_at_most(value, limit) == max(d for d in range(1, min(value, limit) + 1) if value % d == 0)
+
+
+@pytest.mark.parametrize(
+    ("size", "dims"),
+    [(2**31 + 64, [2**30 + 32, 2]), (2**40, [2**30, 2**10]), (3 * (2**31 - 1), [2**31 - 1, 3])],
+    ids=["2**31+64", "2**40", "3*(2**31-1)"],
+)
+def test_grids_past_int32_split_by_their_largest_divisor(size: int, dims: list[int]) -> None:
+    # issue 44: the split counted every divisor candidate up to 2**31 - 1 in Python (minutes per kernel)
+    (value,) = hardware_indices([UOp.range(size, 0, AxisKind.GLOBAL)], (2**31 - 1, 65535, 65535), "gidx").values()
+    specials = sorted((n for n in value.toposort() if n.op is Ops.SPECIAL), key=lambda n: n.arg.name)
+    assert [int(s.src[0].arg) for s in specials] == dims
+    assert math.prod(dims) == size

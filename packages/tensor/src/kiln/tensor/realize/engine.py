@@ -195,7 +195,7 @@ def _slot_buffer(device: str, nbytes: int) -> Buffer:
 def _temporary_buffers(plan: SchedulePlan) -> list[Buffer]:
     """The temporaries of one run: views into one raw base per memory slot of the plan (`memory_planner`)."""
     slots = [
-        _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size)
+        _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size).allocate()
         for slot, size in enumerate(plan.slot_bytes)
     ]
     return [slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)]
@@ -494,13 +494,13 @@ class Engine:
     def _run_buffers(
         self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]
     ) -> tuple[list[UOp], list[Buffer]]:
-        """The output nodes of a run and its Buffers in one list: outputs, temporaries, inputs."""
+        """The output nodes of a run and its Buffers in one list: outputs, temporaries, inputs. Outputs and
+        temporaries are allocated before any kernel is compiled: a size past memory raises OutOfMemoryError at once."""
         output_nodes: list[UOp] = []
         buffers: list[Buffer] = []
         for device, size, dtype in prepared.outputs:
             node, buffer = _output_node(device, size, dtype)
-            if size == 0:  # no kernel writes an empty output: give it (one byte of) memory to be read
-                buffer.allocate()
+            buffer.allocate()  # an empty output gets one byte of memory to be read
             output_nodes.append(node)
             buffers.append(buffer)
         if plan.temporaries:
