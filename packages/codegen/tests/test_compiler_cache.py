@@ -160,6 +160,6 @@ def test_concurrent_processes_share_the_cache(tmp_path: Path) -> None:
     # every source compiled at least once overall, and no process compiled one source twice (rounds 2-3 hit)
     assert {line for log in logs for line in log} == {f"kernel {n}" for n in range(20)}
     assert all(len(log) == len(set(log)) for log in logs)
-    leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name.startswith(".tmp")]
+    leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name.startswith(".")]
     assert leftovers == []
     assert all(os.path.getsize(p) > 0 for p in (tmp_path / "cache").rglob("*.bin"))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 from pathlib import Path
+
+import pytest
 
 from kiln.runtime import ProfileEvent, Profiler
 
@@ -52,3 +56,21 @@ def test_profiler_collects_from_threads_and_saves_json(tmp_path: Path) -> None:
     assert {event["args"]["name"] for event in threads} == {"compute"} and len(threads) == 4
     profiler.clear()
     assert profiler.events == []
+
+
+def test_a_failing_save_keeps_the_previous_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profiler = Profiler()
+    profiler.record(ProfileEvent("DEV:0", "first", "program", 0, 1.0))
+    path = profiler.save(tmp_path / "trace.json")
+    saved = path.read_bytes()
+    profiler.record(ProfileEvent("DEV:0", "second", "program", 1, 2.0))
+
+    def disk_full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError):
+        profiler.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == saved
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]

@@ -9,13 +9,11 @@ hand, a hash collision of the file names) also reads as missing instead of handi
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 from kiln.uops import knobs
+from kiln.uops.files import write_atomically
 
 _MAGIC = b"KILNDC2\n"  # format 2: the key's digest follows the magic
 _DIGEST_SIZE = 32
@@ -65,15 +63,9 @@ class DiskCache:
     def put(self, key: str, value: bytes) -> None:
         """Store `value` under `key` atomically; an unwritable cache directory is silently skipped (it is a cache)."""
         path = self.path_of(key)
+        entry = _MAGIC + hashlib.sha256(key.encode()).digest() + hashlib.sha256(value).digest() + value
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
+            write_atomically(path, [entry], durable=False)
         except OSError:
             return
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(_MAGIC + hashlib.sha256(key.encode()).digest() + hashlib.sha256(value).digest() + value)
-            os.replace(temporary, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)

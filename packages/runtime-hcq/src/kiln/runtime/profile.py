@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln.uops.files import write_atomically
+
 __all__ = ["ProfileEvent", "Profiler", "profiler"]
 
 
@@ -107,9 +109,9 @@ class Profiler:
         return {"traceEvents": metadata + timed, "displayTimeUnit": "ns"}
 
     def save(self, path: str | Path) -> Path:
-        """Writes `to_chrome_trace()` as JSON to `path`; returns the path."""
+        """Writes `to_chrome_trace()` as JSON to `path` atomically (a failed save keeps the old file); returns it."""
         target = Path(path)
-        target.write_text(json.dumps(self.to_chrome_trace()))
+        write_atomically(target, [json.dumps(self.to_chrome_trace()).encode()])
         return target
 
 

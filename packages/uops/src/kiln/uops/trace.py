@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.uops.files import write_atomically
 from kiln.uops.knobs import knobs
 from kiln.uops.uop import UOp
 
@@ -222,12 +223,12 @@ def traces_to_json(traces: list[RewriteTrace], groups: list[TraceGroup] | None =
 def save_trace(
     path: str | os.PathLike[str], traces: list[RewriteTrace] | None = None, groups: list[TraceGroup] | None = None
 ) -> None:
-    """Write `traces` and `groups` (default: everything recorded) as a JSON file that kiln.viz reads."""
+    """Write `traces` and `groups` (default: everything recorded) as a JSON file that kiln.viz reads; the write is
+    atomic (`kiln.uops.files.write_atomically`): a failing save leaves the old file."""
     if traces is None:
         traces, groups = STATE.traces, STATE.groups if groups is None else groups
     document = traces_to_json(traces, groups)
-    with open(path, "w", encoding="utf-8") as file:
-        json.dump(document, file, separators=(",", ":"))
+    write_atomically(path, [json.dumps(document, separators=(",", ":")).encode()])
 
 
 # -- files at exit ----------------------------------------------------------------------------------------------------

@@ -7,21 +7,17 @@ so nothing done to the file afterwards (rewritten in place, truncated, replaced)
 the process (a truncated mapping raises SIGBUS on the next read); a file that shrinks while it is read raises
 ValueError. No numpy array is built in between, so bfloat16 / fp8 data loads bit-exactly.
 
-Saving policy: `write_atomically` writes a temporary file in the target's folder, flushes and fsyncs it, then
-renames it over the target (`os.replace`, atomic on POSIX and Windows): a save that fails part-way (disk full, an
-exception while producing the bytes) leaves the previous file as it was and removes the temporary file.
+Saving policy: every save goes through `kiln.uops.files.write_atomically` (a temporary file in the target's folder,
+fsynced, renamed over the target): a save that fails part-way (disk full, an exception while producing the bytes)
+leaves the previous file as it was and removes the temporary file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import math
-import os
-import stat
 import sys
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,7 +28,7 @@ from kiln.tensor.realize.buffers import attach_buffer
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
-__all__ = ["read_exactly", "tensor_bytes", "tensor_from_bytes", "tensor_from_file", "write_atomically"]
+__all__ = ["read_exactly", "tensor_bytes", "tensor_from_bytes", "tensor_from_file"]
 
 if sys.byteorder != "little":  # every format read here stores little-endian data
     raise ImportError("kiln.tensor.state reads little-endian checkpoint data and needs a little-endian host")
@@ -93,44 +89,3 @@ def tensor_bytes(tensor: Tensor) -> bytes:
         tensor = tensor.bitcast(_BITS_OF_SIZE[tensor.dtype.itemsize])
     array: np.ndarray = np.ascontiguousarray(tensor.numpy())
     return array.tobytes()
-
-
-def write_atomically(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> None:
-    """Writes the concatenated `chunks` to `path` all at once or not at all (see the module docstring).
-
-    The new file keeps the mode of the file it replaces (0o644 when there was none); a symbolic link at `path` is
-    followed, so its target is the file replaced.
-    """
-    target = os.path.realpath(os.fspath(path))
-    folder, name = os.path.split(target)
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o644
-    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            for chunk in chunks:
-                file.write(chunk)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    _sync_folder(folder)
-
-
-def _sync_folder(folder: str) -> None:
-    """Makes the rename durable (POSIX: fsync of the folder); skipped where folders cannot be opened (Windows)."""
-    try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(handle)
-    finally:
-        os.close(handle)

@@ -18,9 +18,10 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from kiln.tensor.state.host_bytes import read_exactly, tensor_bytes, tensor_from_file, write_atomically
+from kiln.tensor.state.host_bytes import read_exactly, tensor_bytes, tensor_from_file
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
+from kiln.uops.files import write_atomically
 
 __all__ = ["safe_load", "safe_load_metadata", "safe_save"]
 
