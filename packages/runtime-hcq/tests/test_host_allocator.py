@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,26 @@ def test_freed_adopted_memory_stays_mapped_until_a_sync() -> None:
     assert alive() is not None  # a kernel queued before the free may still read it
     allocator._sync()
     assert synced == [True] and alive() is None
+
+
+def test_a_request_past_ram_and_swap_is_refused_before_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with overcommit on, mmap would grant it and the process would be killed when a kernel writes the pages
+    from kiln.runtime import host_allocator
+
+    lines = Path("/proc/meminfo").read_text().splitlines()
+    meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines}
+    assert host_allocator.host_memory_bytes() == meminfo["MemTotal"] + meminfo["SwapTotal"]
+    monkeypatch.setattr(host_allocator, "host_memory_bytes", lambda: 1 << 20)
+    mapped: list[int] = []
+    real_mmap = mmap.mmap
+
+    def counting_mmap(*args: object, **kwargs: object) -> mmap.mmap:
+        mapped.append(1)
+        return real_mmap(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mmap, "mmap", counting_mmap)
+    allocator = HostAllocator("HOST:small")
+    with pytest.raises(OutOfMemoryError, match=r"could not allocate 2097152 bytes.*1048576 bytes of RAM and swap"):
+        allocator.alloc(2 << 20)
+    assert mapped == []
+    assert allocator.alloc(4096).size == 4096

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import mmap
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +50,25 @@ class HostMemory:
         return memoryview(self.mapping)[self.offset : self.offset + self.size]
 
 
+@functools.cache
+def host_memory_bytes() -> int | None:
+    """The host's RAM plus swap in bytes (None where the OS does not say): no single host allocation can be larger.
+
+    An anonymous mmap is not a promise of memory: with overcommit on (Linux `vm.overcommit_memory=1`) a 4 TiB mapping
+    succeeds and the process is killed when the kernel writing it runs out of pages, so requests past this size are
+    refused up front. RAM from `sysconf(_SC_PHYS_PAGES) * _SC_PAGE_SIZE`; swap from /proc/meminfo's `SwapTotal`."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    swap = 0
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("SwapTotal:"):
+                swap = int(line.split()[1]) * 1024  # the field is in kB
+    return ram + swap if ram > 0 else None
+
+
 HUGE_PAGE_MINIMUM = 1 << 22
 """Bytes from which a host allocation asks for transparent huge pages (as numpy does for its large arrays)."""
 
@@ -85,6 +106,9 @@ class HostAllocator(LRUAllocator[HostMemory]):
             raise MemoryError(
                 f"{size} bytes requested, {self.allocated_bytes} of the {self.max_bytes}-byte limit already in use"
             )
+        limit = host_memory_bytes()
+        if limit is not None and size > limit:
+            raise MemoryError(f"{size} bytes requested, more than the host's {limit} bytes of RAM and swap")
         try:
             mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except OSError as error:
