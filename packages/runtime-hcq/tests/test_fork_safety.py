@@ -215,3 +215,35 @@ def test_fork_while_another_thread_launches_stress(host_device: HCQCompiled) -> 
         thread.join(10.0)
     assert set(outcomes) == {"ok"}, outcomes
     assert launches[0] > 0
+
+
+def test_a_child_forked_while_the_python_device_records_a_failure_synchronizes() -> None:
+    # PYTHON keeps failed programs' errors under a lock its engine thread takes; held at the fork, the child's first
+    # synchronize after a failure hung on it
+    device = Device["PYTHON"]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with device._failures_lock:  # type: ignore[attr-defined]
+            holding.set()
+            release.wait(30.0)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(10.0)
+
+        def child() -> None:
+            device.record_failure("probe", ValueError("recorded in the child"))  # type: ignore[attr-defined]
+            try:
+                device.synchronize()
+            except RuntimeError as error:
+                if "recorded in the child" not in str(error):
+                    raise
+            else:
+                raise AssertionError("the failure recorded in the child was not raised")
+
+        assert _in_child(child, deadline=10.0) == ""
+    finally:
+        release.set()
+        thread.join(10.0)

@@ -84,6 +84,11 @@ class PythonDevice(HCQCompiled):
         self._failures: list[tuple[str, Exception]] = []
         self._failures_lock = threading.Lock()
 
+    def after_fork_in_child(self) -> None:
+        """Also renews the failures lock (the engine's thread of the parent may have held it at the fork)."""
+        super().after_fork_in_child()
+        self._failures_lock = threading.Lock()
+
     def record_failure(self, program_name: str, error: Exception) -> None:
         """Keeps the error of a failed program for the next `synchronize()` (called on the engine's thread)."""
         with self._failures_lock:
