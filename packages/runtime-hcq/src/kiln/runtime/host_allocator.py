@@ -124,7 +124,8 @@ class HostAllocator(LRUAllocator[HostMemory]):
 
     def adopt(self, mapping: mmap.mmap, offset: int, size: int) -> HostMemory:
         """`size` bytes at `offset` of a writable mapping the caller made (e.g. a file mapped with ACCESS_COPY), as
-        memory for `Buffer.attach`: a buffer over file data without copying it."""
+        memory for `Buffer.attach`: a buffer over file data without copying it. The caller answers for the file: a
+        write to it shows through and a truncation faults the next read (SIGBUS)."""
         if mapping.closed or offset < 0 or size < 0 or offset + size > len(mapping):
             raise ValueError(f"cannot adopt bytes {offset}..{offset + size} of a mapping of {len(mapping)} bytes")
         return HostMemory(mapping, offset, size, _mapping_address(mapping), external=True)
