@@ -286,6 +286,33 @@ def test_native_launches_use_the_workers_whether_they_poll_or_sleep(spin: int) -
 
 
 @native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_worker_that_starts_after_the_first_launch_is_published_still_takes_part() -> None:
+    # The lost wake-up behind rare "a worker took no core" failures under CPU load: a new worker's parked flag is
+    # clear, so the pool's first launch counts on it polling and wakes nobody; a worker thread that got to run only
+    # after that launch was published read the launch's number as already seen and slept through it (the main
+    # thread's core then waited 10 s for it). Here every worker starts only once the launch is published.
+    with Context(CPU_PIN=1, CPU_SPIN=0):
+        pool = CorePool("test", launcher=_native_launcher)
+    function, address, records = _recording_kernel(meet=True)
+
+    def pin_once_published(affinity: tuple[int, ...] | None) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (pool._state is None or pool._state[CoreLauncher.CLAIM] >> 32 == 0):
+            time.sleep(0.001)
+        CorePool._pin(affinity)
+
+    pool._pin = pin_once_published  # type: ignore[method-assign]
+    for launch in range(3):
+        records.clear()
+        pool.run_kernel(address, function, (launch,), 2)  # type: ignore[arg-type]
+        assert sorted(core for _, core, _ in records) == [0, 1]
+        assert len({ident for _, _, ident in records}) == 2, f"launch {launch}: a worker took no core"
+        time.sleep(0.005)
+    pool.close()
+
+
+@native
 def test_python_and_native_launches_interleave_without_losing_a_core() -> None:
     with Context(CPU_PIN=1):
         pool = CorePool("test", launcher=_native_launcher)

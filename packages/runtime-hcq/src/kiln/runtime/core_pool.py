@@ -258,7 +258,11 @@ class CorePool:
         state, address = self._state, self._state_address
         assert state is not None and self.launcher is not None
         worker, budget = self.launcher.worker, self._budget
-        seen = state[CLAIM] >> 32
+        # No launch is seen yet (-1 is no launch number), so the first look at the claim word takes part in the
+        # launch there if it has unclaimed cores. Reading that launch's number here instead lost a wake-up: a launch
+        # published while this thread was starting found its parked flag clear (not parked: polling, so not woken)
+        # and counted on it, and it then read that launch's number here and slept through it.
+        seen = -1
         while True:
             poke = state[POKE]  # read before looking at the queue: a `run` after this look changes it
             try:
@@ -363,6 +367,10 @@ class CorePool:
         kept: a new worker marks itself polling when it starts); the locks are new."""
         self._threads = []
         self._queues = []
+        if self._state is not None:
+            # a launch another thread had published at the fork has no launching thread here: its unclaimed cores
+            # are dropped, or a new worker (that sees no launch yet) would run one and count it in the next launch
+            self._state[CLAIM] = self._state[CLAIM] >> 32 << 32
         self._worker_cores = []
         self._wake_order = {}
         self._start_lock = threading.Lock()
