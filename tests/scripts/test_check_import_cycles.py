@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_import_cycles.py"
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loading import load_script
 
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_import_cycles", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = load_script()
+checker = load_script("scripts/check_import_cycles.py")
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:

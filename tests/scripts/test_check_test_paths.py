@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loading import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "check_test_paths.py"
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_test_paths", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = load_script()
+checker = load_script("scripts/check_test_paths.py")
 
 TREE = [
     "packages/a/tests/test_x.py",

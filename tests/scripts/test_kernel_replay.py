@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kernel_replay.py"
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loading import load_script
 
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kernel_replay", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-replay = load_script()
+replay = load_script("scripts/kernel_replay.py")
 
 OLD = {
     "c/corpus/add": "void add() {}\n",

@@ -3,30 +3,22 @@ and the retry rule of scripts/test.sh: only a lost worker's tests are retried, a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from script_loading import load_script
+
 PLUGINS = Path(__file__).resolve().parents[2] / "scripts" / "pytest_plugins"
 
 
-def load_plugin() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kiln_run_report", PLUGINS / "kiln_run_report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-run_report = load_plugin()
+run_report = load_script("scripts/pytest_plugins/kiln_run_report.py")
 
 PASSING = "def test_one():\n    assert 1 + 1 == 2\n\ndef test_two():\n    assert 'a' * 2 == 'aa'\n"
 # SIGKILL: the worker dies as it does when the kernel's OOM killer or a native crash takes it
