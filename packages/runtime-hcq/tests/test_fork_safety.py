@@ -8,11 +8,13 @@ work, a child waited forever on a lock or a signal of the parent's threads).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -72,6 +74,28 @@ def _launch_and_check(device: HCQCompiled, inline: bool) -> None:
         raise AssertionError(f"the child's launch did not run once: {ran}")
 
 
+@contextlib.contextmanager
+def _held_by_another_thread(*locks: Any) -> Iterator[None]:
+    """While the block runs, another thread holds every lock of `locks` (what a fork at that moment inherits)."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            holding.set()
+            release.wait(30.0)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(10.0)
+        yield
+    finally:
+        release.set()
+        thread.join(10.0)
+
+
 class _Blocker:
     """A kernel that announces it started and then waits for the test to let it finish."""
 
@@ -128,17 +152,7 @@ def test_a_child_forked_with_a_launch_running_on_the_queue_fails_naming_the_fork
 
 def test_a_child_forked_while_a_thread_holds_the_signal_lock_can_signal_and_wait(host_device: HCQCompiled) -> None:
     # every signal change takes one module-level lock; a thread of the parent holding it at the fork left it held
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with signal_module._changed_lock:
-            holding.set()
-            release.wait(30.0)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert holding.wait(10.0)
+    with _held_by_another_thread(signal_module._changed_lock):
 
         def child() -> None:
             signal = TimelineSignal(0, name="child")
@@ -147,26 +161,13 @@ def test_a_child_forked_while_a_thread_holds_the_signal_lock_can_signal_and_wait
             _launch_and_check(host_device, inline=False)
 
         assert _in_child(child) == ""
-    finally:
-        release.set()
-        thread.join(10.0)
 
 
 def test_a_child_forked_while_threads_hold_the_allocator_and_registry_locks_allocates_and_opens_devices(
     host_device: HCQCompiled,
 ) -> None:
     allocator = host_device.allocator
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with allocator._lock, allocator._deferred_lock, Device._lock, host_device._runners_lock:  # type: ignore[attr-defined]
-            holding.set()
-            release.wait(30.0)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert holding.wait(10.0)
+    with _held_by_another_thread(allocator._lock, allocator._deferred_lock, Device._lock, host_device._runners_lock):  # type: ignore[attr-defined]
 
         def child() -> None:
             block = allocator.alloc(4096)
@@ -175,9 +176,6 @@ def test_a_child_forked_while_threads_hold_the_allocator_and_registry_locks_allo
                 raise AssertionError("the registry opened the wrong device")
 
         assert _in_child(child) == ""
-    finally:
-        release.set()
-        thread.join(10.0)
 
 
 def test_fork_while_another_thread_launches_stress(host_device: HCQCompiled) -> None:
@@ -221,17 +219,7 @@ def test_a_child_forked_while_the_python_device_records_a_failure_synchronizes()
     # PYTHON keeps failed programs' errors under a lock its engine thread takes; held at the fork, the child's first
     # synchronize after a failure hung on it
     device = Device["PYTHON"]
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with device._failures_lock:  # type: ignore[attr-defined]
-            holding.set()
-            release.wait(30.0)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert holding.wait(10.0)
+    with _held_by_another_thread(device._failures_lock):  # type: ignore[attr-defined]
 
         def child() -> None:
             device.record_failure("probe", ValueError("recorded in the child"))  # type: ignore[attr-defined]
@@ -244,6 +232,3 @@ def test_a_child_forked_while_the_python_device_records_a_failure_synchronizes()
                 raise AssertionError("the failure recorded in the child was not raised")
 
         assert _in_child(child, deadline=10.0) == ""
-    finally:
-        release.set()
-        thread.join(10.0)
