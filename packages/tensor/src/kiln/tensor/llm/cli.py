@@ -4,6 +4,8 @@
     python -m kiln.tensor.llm --model PATH --prompt TEXT        one completion of the raw prompt (--chat: as a chat)
     python -m kiln.tensor.llm serve --model PATH --port N       the HTTP server (kiln.tensor.llm.server)
 
+`--max-context N` (both) sizes the KV cache: prompt plus completion fit N positions (default min(trained, 4096)).
+
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
 
@@ -26,6 +28,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _context_size(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of positions, got {text}")
+    return value
+
+
+def context_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-context N`: the KV cache's positions (prompt plus completion); shared with `serve`."""
+    parser.add_argument(
+        "--max-context", type=_context_size, default=None,
+        help="positions the KV cache holds, prompt plus completion (default: min(the trained context, 4096))",
+    )  # fmt: skip
+
+
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
     parser.add_argument("--top-k", type=_positive_int, default=0, help="keep the k likeliest tokens (0 = all)")
@@ -44,6 +61,7 @@ def _chat_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat", action="store_true", help="send --prompt as a user message in the chat format")
     parser.add_argument("--system", default=None, help="a system message for chat")
     parser.add_argument("--max-tokens", type=_positive_int, default=256, help="at most this many new tokens")
+    context_argument(parser)
     _sampling_arguments(parser)
     return parser
 
@@ -105,7 +123,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         print(f"error: need --temperature >= 0 and 0 < --top-p <= 1, got {args.temperature}, {args.top_p}", file=err)
         return 2
     try:
-        model = load_chat_model(args.model)
+        model = load_chat_model(args.model, max_context=args.max_context)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: cannot load the model: {error}", file=err)
         return 1

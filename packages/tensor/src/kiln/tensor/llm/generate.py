@@ -61,7 +61,7 @@ class Generator:
 
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded, self.model, self.config = loaded, loaded.model, loaded.config
-        self.position_variable = Variable("start_pos", 0, self.config.context_length - 1)
+        self.position_variable = Variable("start_pos", 0, self.model.max_context - 1)
         self.model._caches(1)  # allocated before the step is captured: the replays write these very buffers
         self.step = TinyJit(self._step)
         self.last_stats = GenerationStats()
@@ -89,13 +89,13 @@ class Generator:
         stop_ids: set[int] | None = None,
     ) -> Iterator[int]:
         """Yields up to `max_tokens` new token ids after `prompt_ids` (the cache is reset first), stopping after a
-        token in `stop_ids` (which is yielded) or at the end of the context.
+        token in `stop_ids` (which is yielded) or at the end of the context (the model's `max_context`).
 
         Raises:
             ValueError: an empty prompt, a prompt longer than the context, a token outside the vocabulary, or a
                 negative max_tokens / temperature, top_k < 0, top_p outside (0, 1].
         """
-        context, vocab = self.config.context_length, self.config.vocab_size
+        context, vocab = self.model.max_context, self.config.vocab_size
         if not prompt_ids:
             raise ValueError("the prompt is empty; generation needs at least one token")
         if len(prompt_ids) > context:
@@ -125,7 +125,7 @@ class Generator:
         token = sample(logits, temperature, top_k, top_p, rng)
         yield token
         produced = 1
-        while produced < max_tokens and token not in stop_ids and self.position < self.config.context_length:
+        while produced < max_tokens and token not in stop_ids and self.position < self.model.max_context:
             started = time.perf_counter()
             embedded = self.model.embed_row(token).contiguous().realize()
             logits = self.step(embedded, self.position_variable.bind(self.position)).numpy()[0]

@@ -2,9 +2,11 @@
 
 Weights are held by their GGUF names (`token_embd.weight`, `blk.N.attn_q.weight`, ...; safetensors names are
 mapped onto them by kiln.tensor.llm.weights), as float Tensors or `QuantizedWeight`s. Each layer owns a KV cache
-(batch, kv_heads, context_length, head_dim) updated in place: a call with an int `start_pos` writes its T positions
-and attends over the first start_pos + T; a call with a Tensor position (a jitted `Variable`) writes one token and
-attends over the whole cache under a mask, so its kernels do not depend on the position.
+(batch, kv_heads, max_context, head_dim) updated in place (`max_context`: at most the trained context, by default
+min(trained context, 4096), so a 128k-context model does not allocate its whole context's cache up front): a call
+with an int `start_pos` writes its T positions and attends over the first start_pos + T; a call with a Tensor
+position (a jitted `Variable`) writes one token and attends over the whole cache under a mask, so its kernels do not
+depend on the position.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight, linear
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["Transformer"]
+__all__ = ["DEFAULT_MAX_CONTEXT", "Transformer"]
 
 
 def _rms(x: Tensor, weight: Weight, eps: float) -> Tensor:
@@ -39,11 +41,26 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     return Tensor.cat(a * cos - b * sin, b * cos + a * sin, dim=-1)
 
 
-class Transformer:
-    """The decoder. `weights` maps GGUF tensor names to Tensors / QuantizedWeights."""
+DEFAULT_MAX_CONTEXT = 4096
+"""The KV cache's length when `max_context` is not given (or the trained context, when that is shorter)."""
 
-    def __init__(self, config: LlamaConfig, weights: dict[str, Weight]) -> None:
+
+class Transformer:
+    """The decoder. `weights` maps GGUF tensor names to Tensors / QuantizedWeights; `max_context` positions fit the
+    KV cache (None: min(trained context, DEFAULT_MAX_CONTEXT)).
+
+    Raises:
+        ValueError: a missing weight, or a max_context below 1 or above the trained context.
+    """
+
+    def __init__(self, config: LlamaConfig, weights: dict[str, Weight], max_context: int | None = None) -> None:
         self.config, self.weights = config, weights
+        trained = config.context_length
+        if max_context is None:
+            max_context = min(trained, DEFAULT_MAX_CONTEXT)
+        if isinstance(max_context, bool) or not isinstance(max_context, int) or not 1 <= max_context <= trained:
+            raise ValueError(f"max_context must be an int in [1, {trained}] (the trained context), got {max_context!r}")
+        self.max_context = max_context
         required = ["token_embd.weight", "output_norm.weight"]
         for index in range(config.n_layers):
             names = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm"]
@@ -64,12 +81,16 @@ class Transformer:
     def _caches(self, batch: int) -> list[tuple[Tensor, Tensor]]:
         config = self.config
         if not self.caches or self.caches[0][0].shape[0] != batch:
-            shape = (batch, config.n_kv_heads, config.context_length, config.head_dim)
+            shape = (batch, config.n_kv_heads, self.max_context, config.head_dim)
             self.caches = [
                 (Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize())
                 for _ in range(config.n_layers)
             ]
         return self.caches
+
+    def cache_bytes(self) -> int:
+        """The bytes the allocated KV caches hold (0 before the first forward pass allocates them)."""
+        return sum(t.numel() * t.dtype.itemsize for pair in self.caches for t in pair)
 
     def reset(self) -> None:
         """Zeroes the KV caches in place (the same buffers, so a jitted step stays valid)."""
@@ -112,26 +133,25 @@ class Transformer:
     def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at positions start_pos.. of the cache."""
         config = self.config
-        if isinstance(start_pos, BoundVariable):
-            start_pos = start_pos.tensor()
+        position: int | Tensor = start_pos.tensor() if isinstance(start_pos, BoundVariable) else start_pos
         if h.ndim != 3 or h.shape[2] != config.dim:
             raise ValueError(f"embedded tokens must be (batch, seq, {config.dim}), got shape {h.shape}")
         batch, length = h.shape[0], h.shape[1]
-        symbolic = isinstance(start_pos, Tensor)
+        symbolic = isinstance(position, Tensor)
         if symbolic and length != 1:
             raise ValueError(f"a Tensor start_pos decodes one token per call, got {length} tokens")
-        if not symbolic and not 0 <= int(start_pos) <= config.context_length - length:
-            last = int(start_pos) + length - 1
-            raise ValueError(f"positions {start_pos}..{last} exceed the context length {config.context_length}")
-        positions = (Tensor.arange(length).reshape(length, 1) + start_pos).float()
+        if not symbolic and not 0 <= int(position) <= self.max_context - length:
+            last = int(position) + length - 1
+            raise ValueError(f"positions {position}..{last} exceed the context length {self.max_context}")
+        positions = (Tensor.arange(length).reshape(length, 1) + position).float()
         angles = positions * self.inv_freq
         cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
-        span = config.context_length if symbolic else int(start_pos) + length
+        span = self.max_context if symbolic else int(position) + length
         keys_at = Tensor.arange(span).reshape(1, span)
-        allowed = keys_at <= Tensor.arange(length).reshape(length, 1) + start_pos  # (T, span)
+        allowed = keys_at <= Tensor.arange(length).reshape(length, 1) + position  # (T, span)
         mask = allowed.where(0.0, float("-inf")).reshape(1, 1, length, span)
         for index, (key_cache, value_cache) in enumerate(self._caches(batch)):
-            h = h + self._attention(index, h, cos, sin, mask, start_pos, key_cache, value_cache, span)
+            h = h + self._attention(index, h, cos, sin, mask, position, key_cache, value_cache, span)
             normed = _rms(h, self.weights[f"blk.{index}.ffn_norm.weight"], config.norm_eps)
             h = h + (self._moe(index, normed) if config.n_experts else self._ffn(f"blk.{index}.ffn_", normed))
         h = _rms(h, self.weights["output_norm.weight"], config.norm_eps)
@@ -156,13 +176,13 @@ class Transformer:
         q = _rope(q.transpose(1, 2), cos, sin, config.rope_interleaved)
         k = _rope(k.transpose(1, 2), cos, sin, config.rope_interleaved)
         v = v.reshape(batch, length, kv_heads, head_dim).transpose(1, 2)
-        rows = Tensor.arange(config.context_length).reshape(1, 1, -1, 1)
+        rows = Tensor.arange(self.max_context).reshape(1, 1, -1, 1)
         if isinstance(start_pos, Tensor):
             write = rows == start_pos
             k_new, v_new = k, v  # (B, KVH, 1, D) broadcast over the rows
         else:
             write = (rows >= start_pos) & (rows < start_pos + length)
-            pad = ((0, 0), (0, 0), (start_pos, config.context_length - start_pos - length), (0, 0))
+            pad = ((0, 0), (0, 0), (start_pos, self.max_context - start_pos - length), (0, 0))
             k_new, v_new = k.pad(pad), v.pad(pad)
         key_cache.assign(write.where(k_new, key_cache)).realize()
         value_cache.assign(write.where(v_new, value_cache)).realize()

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kiln.tensor.llm.chat_template import validate_messages
+from kiln.tensor.llm.cli import context_argument
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 
 __all__ = ["LLMServer", "RequestError", "make_server", "serve_main"]
@@ -277,9 +278,10 @@ def serve_main(argv: Sequence[str]) -> int:
     parser.add_argument("--model", required=True, help="a .gguf file, or a folder with config.json + *.safetensors")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free one)")
+    context_argument(parser)
     args = parser.parse_args(argv)
     try:
-        model = load_chat_model(args.model)
+        model = load_chat_model(args.model, max_context=args.max_context)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: cannot load the model: {error}", file=sys.stderr)
         return 1

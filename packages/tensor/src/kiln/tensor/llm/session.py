@@ -82,7 +82,7 @@ class ChatModel:
         self.loaded, self.tokenizer, self.template = loaded, tokenizer, template
         self.generator = Generator(loaded)
         self.name = loaded.name
-        self.context_length = loaded.config.context_length
+        self.context_length = loaded.model.max_context  # the KV cache's positions: prompt plus completion
 
     def encode_prompt(self, text: str) -> list[int]:
         """A raw prompt's token ids (with BOS when the tokenizer adds one)."""
@@ -152,9 +152,9 @@ def _overlap(text: str, stop: str) -> int:
     return 0
 
 
-def load_chat_model(path: str | os.PathLike[str]) -> ChatModel:
-    """Loads a model (GGUF or safetensors folder), its tokenizer and its chat format."""
-    loaded = load_model(path)
+def load_chat_model(path: str | os.PathLike[str], *, max_context: int | None = None) -> ChatModel:
+    """Loads a model (GGUF or safetensors folder), its tokenizer and its chat format; `max_context` as `load_model`."""
+    loaded = load_model(path, max_context=max_context)
     tokenizer = load_tokenizer(loaded)
     bos = tokenizer.id_to_token.get(tokenizer.bos_id, "") if tokenizer.bos_id is not None else ""
     return ChatModel(loaded, tokenizer, ChatTemplate.from_template(_template_text(loaded), bos))

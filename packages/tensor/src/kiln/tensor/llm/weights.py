@@ -60,24 +60,27 @@ class LoadedModel:
     name: str
 
 
-def load_model(path: str | os.PathLike[str]) -> LoadedModel:
+def load_model(path: str | os.PathLike[str], *, max_context: int | None = None) -> LoadedModel:
     """Loads a .gguf file, a folder with config.json and *.safetensors, or a .safetensors with config.json beside.
+
+    `max_context` sizes the KV cache in positions (None: min(the trained context, 4096)); a prompt plus its
+    generation cannot run past it.
 
     Raises:
         FileNotFoundError: the path (or its config.json / a shard the index names) does not exist.
-        ValueError: a corrupt or unsupported file, naming it.
+        ValueError: a corrupt or unsupported file, naming it, or a max_context outside [1, trained context].
     """
     where = Path(path)
     if not where.exists():
         raise FileNotFoundError(f"model path {str(where)!r} does not exist")
     if where.is_file() and where.suffix == ".gguf":
-        return _load_gguf(where)
+        return _load_gguf(where, max_context)
     if where.is_dir() or where.suffix == ".safetensors":
-        return _load_safetensors(where)
+        return _load_safetensors(where, max_context)
     raise ValueError(f"{where}: expected a .gguf file, a .safetensors file or a folder holding config.json")
 
 
-def _load_gguf(path: Path) -> LoadedModel:
+def _load_gguf(path: Path, max_context: int | None) -> LoadedModel:
     metadata, raw = gguf_load_raw(path)
     config = LlamaConfig.from_gguf_metadata(metadata)
     weights: dict[str, Weight] = {}
@@ -93,14 +96,14 @@ def _load_gguf(path: Path) -> LoadedModel:
         assert isinstance(factors, Tensor)
         config.rope_scaling = {"rope_type": "factors", "factors": factors.numpy().astype("float64").tolist()}
     try:
-        model = Transformer(config, weights)
+        model = Transformer(config, weights, max_context)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     name = metadata.get("general.name") or path.stem
     return LoadedModel(config, model, metadata, str(name))
 
 
-def _load_safetensors(path: Path) -> LoadedModel:
+def _load_safetensors(path: Path, max_context: int | None) -> LoadedModel:
     folder = path if path.is_dir() else path.parent
     config_path = folder / "config.json"
     if not config_path.is_file():
@@ -133,7 +136,7 @@ def _load_safetensors(path: Path) -> LoadedModel:
             raise ValueError(f"{file}: {error}") from None
     weights = _gguf_names(tensors)
     try:
-        model = Transformer(config, weights)
+        model = Transformer(config, weights, max_context)
     except ValueError as error:
         raise ValueError(f"{folder}: {error}") from None
     return LoadedModel(config, model, {"hf_config": hf_config, "dir": str(folder)}, folder.name)
