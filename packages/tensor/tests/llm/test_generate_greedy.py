@@ -10,6 +10,9 @@ import pytest
 from kiln.tensor import GlobalCounters, Tensor
 from kiln.tensor.llm import load_model
 from kiln.tensor.llm.generate import Generator, sample
+from kiln.tensor.llm.sampling import SamplingMode
+
+GREEDY = SamplingMode(greedy=True)
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -36,11 +39,11 @@ def test_decode_is_captured_once_and_matches_recomputation() -> None:
     captures, kernels, tokens = [], [], []
     for token in generator.generate(prompt, max_tokens=8):
         tokens.append(token)
-        captures.append(id(generator.step.captured))
+        captures.append(id(generator.step(GREEDY).captured))
         kernels.append(GlobalCounters.kernel_count)
         GlobalCounters.reset()
     # the step is captured on its second call (token 3) and replayed from then on: one capture, same kernel count
-    assert len(set(captures[3:])) == 1 and generator.step.captured is not None
+    assert len(set(captures[3:])) == 1 and generator.step(GREEDY).captured is not None
     assert len(set(kernels[4:])) == 1
     # oracle: argmax of the last position of a cache-free run over the whole sequence (a fresh model each time)
     fresh = load_model(FIXTURES / "llama" / "llama-q4_0.gguf").model

@@ -1,9 +1,12 @@
 """`Generator`: token generation with the KV cache: the prompt prefilled in one pass, then one jitted step per token.
 
-The decode step is a `TinyJit` over the model called with a `Variable` cache position: the position reaches the
-kernels as a 0-dim int32 Tensor (the cache row to write and the attention mask read it from memory), so the step is
-captured once and replayed for every position. Sampling (greedy, temperature, top-k, top-p, a seed) runs on the host
-on the step's logits.
+The decode step is a `TinyJit` over the model whose inputs are the token id (a (1, 1) int32 Tensor), a `Variable`
+cache position (a 0-dim int32 Tensor: the cache row to write and the attention mask read it from memory) and the
+sampler's parameters (kiln.tensor.llm.sampling): the step gathers the token's embedding row (a one-hot product that
+codegen turns into one row's read, also for a quantized table), runs the model and samples on the device, returning
+the next token id as a (1,) int32 Tensor, the only value that comes back to the host. So the step is captured once per
+sampling mode and replayed for every token id, position, temperature, top-k, top-p and seed: nothing compiles
+during generation. `sample` is the host reference sampler (the same distribution).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kiln.tensor.jit import TinyJit, Variable
+from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_params
 from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.tensor import Tensor
 
@@ -63,14 +67,21 @@ class Generator:
         self.loaded, self.model, self.config = loaded, loaded.model, loaded.config
         self.position_variable = Variable("start_pos", 0, self.model.max_context - 1)
         self.model._caches(1)  # allocated before the step is captured: the replays write these very buffers
-        self.step = TinyJit(self._step)
+        self.steps: dict[SamplingMode, TinyJit[Tensor]] = {}
         self.last_stats = GenerationStats()
         self.position = 0
 
-    def _step(self, embedded: Tensor, start_pos: Tensor) -> Tensor:
-        # the token's embedding row comes in (sliced on the host side of the step): the jitted step never reads the
-        # whole embedding table
-        return self.model.forward_embedded(embedded, start_pos)[:, -1, :].contiguous()
+    def step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+        """The jitted decode step of a sampling mode: (token (1, 1) int32, position, params (4,) float32) -> the next
+        token id (1,) int32."""
+        if mode not in self.steps:
+
+            def decode(token: Tensor, start_pos: Tensor, params: Tensor) -> Tensor:
+                logits = self.model.forward_embedded(self.model.embed(token), start_pos)[0, -1, :]
+                return sample_on_device(logits, params, mode)
+
+            self.steps[mode] = TinyJit(decode)
+        return self.steps[mode]
 
     def reset(self) -> None:
         """Clears the KV cache (the next `generate` starts from an empty context)."""
@@ -118,19 +129,22 @@ class Generator:
         self.reset()
         if max_tokens == 0:
             return
+        mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
+        step = self.step(mode)
         started = time.perf_counter()
-        logits = self.model.forward_embedded(self.model.embed_ids(prompt), 0)[0, -1].numpy()
+        ids = Tensor(np.array([prompt], np.int32))
+        logits = self.model.forward_embedded(self.model.embed(ids), 0)[0, -1]
+        token = int(sample_on_device(logits, sampling_params(temperature, top_k, top_p, rng), mode).numpy()[0])
         self.position = len(prompt)
         stats.prefill_tokens, stats.prefill_seconds = len(prompt), time.perf_counter() - started
-        token = sample(logits, temperature, top_k, top_p, rng)
         yield token
         produced = 1
         while produced < max_tokens and token not in stop_ids and self.position < self.model.max_context:
             started = time.perf_counter()
-            embedded = self.model.embed_row(token).contiguous().realize()
-            logits = self.step(embedded, self.position_variable.bind(self.position)).numpy()[0]
+            params = sampling_params(temperature, top_k, top_p, rng)
+            token_input = Tensor(np.array([[token]], np.int32))
+            token = int(step(token_input, self.position_variable.bind(self.position), params).numpy()[0])
             self.position += 1
-            token = sample(logits, temperature, top_k, top_p, rng)
             stats.decode_tokens += 1
             stats.decode_seconds += time.perf_counter() - started
             yield token

@@ -11,7 +11,6 @@ depend on the position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -98,37 +97,22 @@ class Transformer:
             key.assign(Tensor.zeros(*key.shape)).realize()
             value.assign(Tensor.zeros(*value.shape)).realize()
 
-    def _embed(self, tokens: Tensor) -> Tensor:
+    def embed(self, tokens: Tensor) -> Tensor:
+        """The embeddings of int token ids `tokens` (B, T) (a device Tensor), (B, T, dim) float32: a one-hot product
+        with the table, which codegen's gather rewrite (kiln.codegen.opt.gather) turns into reading the T rows only,
+        also for a quantized table (its rows decoded in the same kernel). The kernel depends on the tokens' shape,
+        not on their values: a new token id compiles nothing."""
         table = self.weights["token_embd.weight"]
         matrix = table.dequantized() if isinstance(table, QuantizedWeight) else table.float()
         vocab = matrix.shape[0]
         picked = (tokens.reshape(-1, 1) == Tensor.arange(vocab).reshape(1, -1)).where(1.0, 0.0)
         return (picked @ matrix).reshape(*tokens.shape, matrix.shape[1])
 
-    def embed_row(self, token: int) -> Tensor:
-        """The embedding of one token id known on the host, (1, 1, dim) float32: a slice of the table (a decode
-        step reads one row, where the one-hot product of `_embed` would read the whole vocabulary)."""
-        table = self.weights["token_embd.weight"]
-        vocab = table.shape[0]
-        if not 0 <= token < vocab:
-            raise ValueError(f"token id {token} is outside the vocabulary [0, {vocab})")
-        row = table.row(token) if isinstance(table, QuantizedWeight) else table[token : token + 1].float()
-        return row.reshape(1, 1, table.shape[1])
-
-    def embed_ids(self, ids: Sequence[int]) -> Tensor:
-        """The embeddings of token ids known on the host, (1, len(ids), dim) float32: each row read by a slice of
-        the table and realized on its own (a prompt's prefill reads len(ids) rows, not the whole vocabulary len(ids)
-        times as the one-hot product of `_embed` does)."""
-        if not ids:
-            raise ValueError("embed_ids needs at least one token id")
-        rows = [self.embed_row(int(token)).contiguous().realize() for token in ids]
-        return rows[0] if len(rows) == 1 else rows[0].cat(*rows[1:], dim=1)
-
     def __call__(self, tokens: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of `tokens` (B, T) placed at positions start_pos.. of the cache."""
         if tokens.ndim != 2:
             raise ValueError(f"tokens must be (batch, seq), got shape {tokens.shape}")
-        return self.forward_embedded(self._embed(tokens), start_pos)
+        return self.forward_embedded(self.embed(tokens), start_pos)
 
     def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at positions start_pos.. of the cache."""

@@ -1,0 +1,107 @@
+"""The device-resident decode step: the token id is a step input gathered inside it (new ids compile nothing), and
+sampling runs on the device (greedy, temperature, top-k, top-p, seeded) against an independent numpy reference."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from kiln.tensor import Tensor
+from kiln.tensor.jit import TinyJit
+from kiln.tensor.llm import load_model
+from kiln.tensor.llm.generate import Generator
+from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_params
+from kiln.tensor.realize.engine import default_engine
+from kiln.uops import dtypes
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def _token(token: int) -> Tensor:
+    return Tensor(np.array([[token]], np.int32))
+
+
+@pytest.mark.parametrize("where", ["chat", "llama-q4_0"])
+def test_fresh_token_ids_compile_nothing(where: str, chat_model_dir: pathlib.Path) -> None:
+    path = chat_model_dir if where == "chat" else FIXTURES / "llama" / "llama-q4_0.gguf"  # a Q4_0 embedding table
+    generator = Generator(load_model(path, max_context=64))
+    vocab = generator.config.vocab_size
+    list(generator.generate([1, 2, 3], max_tokens=4))  # warm-up: the step is captured and replayed once
+    greedy = generator.step(SamplingMode(greedy=True))
+    params = sampling_params(0.0, 0, 1.0, np.random.default_rng(0))
+    engine = default_engine()
+    built = engine.programs_built
+    steps = 300
+    for index in range(steps):
+        token = (index * 7 + 11) % vocab  # every id of the chat model's 400 is fresh; the Q4_0 model has 128
+        out = greedy(_token(token), generator.position_variable.bind(index % 64), params)
+        assert out.shape == (1,) and out.dtype == dtypes.int32 and 0 <= int(out.numpy()[0]) < vocab
+    assert engine.programs_built == built, f"{engine.programs_built - built} programs compiled during decode"
+    # new sampling settings and seeds replay one step per mode: nothing compiles after each mode's warm-up
+    rng = np.random.default_rng(1)
+    for settings in [(0.9, 5, 0.8), (1.3, 0, 1.0)]:
+        list(generator.generate([4, 5], max_tokens=4, temperature=settings[0], top_k=settings[1], top_p=settings[2]))
+    built = engine.programs_built
+    for index in range(40):
+        top_k, top_p = int(rng.integers(2, vocab)), float(rng.uniform(0.1, 0.99))
+        list(generator.generate([4, 5], max_tokens=3, temperature=float(rng.uniform(0.2, 2)), top_k=top_k,
+                                top_p=top_p, seed=index))  # fmt: skip
+        list(generator.generate([4, 5], max_tokens=3, temperature=float(rng.uniform(0.2, 2)), seed=index))
+    assert engine.programs_built == built
+
+
+def _reference(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """softmax(logits / T) restricted to the top_k largest, then to the smallest prefix (by descending probability)
+    whose mass reaches top_p, renormalized: numpy, written from the definitions."""
+    probs = np.exp((logits - logits.max()) / temperature)
+    probs /= probs.sum()
+    order = np.argsort(-probs)
+    keep = np.zeros(len(logits), bool)
+    keep[order[: top_k or len(logits)]] = True
+    kept = np.where(keep, probs, 0.0)
+    kept /= kept.sum()
+    before = np.cumsum(kept[order]) - kept[order]  # mass ahead of each token in descending order
+    nucleus = np.zeros(len(logits), bool)
+    nucleus[order[before < top_p]] = True
+    final = np.where(keep & nucleus, kept, 0.0)
+    return final / final.sum()
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.3, 0, 1.0), (0.6, 6, 1.0), (1.0, 0, 0.7), (0.8, 10, 0.85)]
+)
+def test_device_sampling_matches_the_distribution(temperature: float, top_k: int, top_p: float) -> None:
+    logits = np.random.default_rng(3).standard_normal(40).astype(np.float32) * 1.5
+    expected = _reference(logits.astype(np.float64), temperature, top_k, top_p)
+    mode = SamplingMode.of(temperature, top_k, top_p, len(logits))
+    draw = TinyJit(lambda values, params: sample_on_device(values, params, mode))
+    device_logits = Tensor(logits)
+    draws = 3000
+    counts = np.zeros(len(logits))
+    for seed in range(draws):
+        params = sampling_params(temperature, top_k, top_p, np.random.default_rng(seed))
+        counts[int(draw(device_logits, params).numpy()[0])] += 1
+    frequencies = counts / draws
+    assert frequencies[expected == 0].sum() == 0, "a token outside the top-k / top-p set was drawn"
+    # each frequency within 4.5 standard deviations of its binomial expectation (plus a little for tiny p)
+    bound = 4.5 * np.sqrt(expected * (1 - expected) / draws) + 2 / draws
+    assert np.all(np.abs(frequencies - expected) <= bound), np.abs(frequencies - expected) / bound
+
+
+def test_greedy_step_is_argmax_and_ties_take_the_first() -> None:
+    logits = np.array([0.5, 3.0, -1.0, 3.0, 2.9], np.float32)
+    mode = SamplingMode.of(0.0, 0, 1.0, 5)
+    params = sampling_params(0.0, 0, 1.0, np.random.default_rng(0))
+    assert int(sample_on_device(Tensor(logits), params, mode).numpy()[0]) == 1
+    assert SamplingMode.of(0.7, 1, 0.5, 5) == mode  # top_k 1 keeps only the argmax
+
+
+def test_seed_reproduces_and_seeds_differ() -> None:
+    generator = Generator(load_model(FIXTURES / "qwen2"))
+    settings = {"max_tokens": 16, "temperature": 1.5, "top_k": 50, "top_p": 0.95}
+    first = list(generator.generate([3, 4, 5], seed=5, **settings))  # type: ignore[arg-type]
+    assert list(generator.generate([3, 4, 5], seed=5, **settings)) == first  # type: ignore[arg-type]
+    others = [list(generator.generate([3, 4, 5], seed=seed, **settings)) for seed in (6, 7)]  # type: ignore[arg-type]
+    assert any(other != first for other in others)
