@@ -133,7 +133,7 @@ class Generator:
         step = self.step(mode)
         started = time.perf_counter()
         ids = Tensor(np.array([prompt], np.int32))
-        logits = self.model.forward_embedded(self.model.embed(ids), 0)[0, -1]
+        logits = self.model.forward_embedded(self.model.embed(ids).contiguous(), 0)[0, -1]
         token = int(sample_on_device(logits, sampling_params(temperature, top_k, top_p, rng), mode).numpy()[0])
         self.position = len(prompt)
         stats.prefill_tokens, stats.prefill_seconds = len(prompt), time.perf_counter() - started

@@ -73,7 +73,7 @@ def _cut(lo: Tensor, hi: Tensor, reaches: Callable[[Tensor], Tensor]) -> Tensor:
 def sample_on_device(logits: Tensor, params: Tensor, mode: SamplingMode) -> Tensor:
     """The next token id, a (1,) int32 Tensor, from `logits` (vocab,) (see the module docstring)."""
     vocab = logits.shape[0]
-    logits = logits.float()
+    logits = logits.float().contiguous()  # one buffer: the reductions below would each recompute the lm head
     if mode.greedy:
         return logits.argmax(0).cast(dtypes.int32).reshape(1)
     inverse, top_k, top_p, uniform = params[0], params[1], params[2], params[3]
