@@ -7,6 +7,11 @@ LlamaForCausalLM (float32, eager, KV cache) of the same shape run by a Python th
 (`--torch-python PATH`; skipped when not given). Figures are medians over `--runs`; peak RSS of each process.
 
     uv run python benchmarks/llm_bench.py [--size 100m|small] [--runs 3] [--torch-python /path/to/python]
+
+`--context N` is the trained context written into the GGUF (default 512), `--max-context N` the KV cache kiln
+allocates (default: kiln's, min(trained, 4096)); `--temperature T` decodes by sampling (seeded, so each run draws the
+same tokens) instead of greedily: fresh token ids, which compiled a kernel each when the decode step read its
+embedding row by a host-side slice.
 """
 
 from __future__ import annotations
@@ -58,12 +63,12 @@ print(json.dumps({"prefill": statistics.median(prefill), "decode": statistics.me
 """
 
 
-def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationType) -> None:
+def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationType, context: int = CONTEXT) -> None:
     rng = np.random.default_rng(0)
     dim, ff, heads, kv, vocab = shape["dim"], shape["ff"], shape["heads"], shape["kv_heads"], shape["vocab"]
     head_dim = dim // heads
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(CONTEXT)
+    writer.add_context_length(context)
     writer.add_embedding_length(dim)
     writer.add_block_count(shape["layers"])
     writer.add_feed_forward_length(ff)
@@ -103,16 +108,22 @@ def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationTyp
     writer.close()
 
 
-def bench_kiln(path: Path, prompt_len: int, new: int, runs: int) -> tuple[float, float, int]:
+def bench_kiln(
+    path: Path, prompt_len: int, new: int, runs: int, max_context: int | None = None, temperature: float = 0.0
+) -> tuple[float, float, int]:
     from kiln.tensor.llm import Generator, load_model
 
-    loaded = load_model(path)
+    try:
+        loaded = load_model(path, max_context=max_context)
+    except TypeError:  # a kiln from before --max-context: its cache spans the trained context
+        loaded = load_model(path)
     generator = Generator(loaded)
     prompt = np.random.default_rng(1).integers(0, loaded.config.vocab_size, prompt_len).tolist()
-    list(generator.generate(prompt, max_tokens=4))  # compile the prefill and capture the decode step
+    sampling = {"temperature": temperature, "top_k": 40, "top_p": 0.95} if temperature else {}
+    list(generator.generate(prompt, max_tokens=4, **sampling))  # compile the prefill and capture the decode step
     prefill, decode = [], []
-    for _ in range(runs):
-        list(generator.generate(prompt, max_tokens=new + 1))
+    for run in range(runs):
+        list(generator.generate(prompt, max_tokens=new + 1, seed=run, **sampling))  # type: ignore[arg-type]
         stats = generator.last_stats
         prefill.append(stats.prefill_tokens_per_second)
         decode.append(stats.decode_tokens_per_second)
@@ -126,11 +137,16 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens")
     parser.add_argument("--new", type=int, default=32, help="decoded tokens per run")
     parser.add_argument("--formats", default="F16,Q8_0")
+    parser.add_argument("--context", type=int, default=CONTEXT, help="the trained context written into the GGUF")
+    parser.add_argument("--max-context", type=int, default=None, help="kiln's KV cache positions (default: kiln's)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sample (top-k 40, top-p 0.95); 0: greedy")
     parser.add_argument("--torch-python", help="a Python with torch and transformers (reference; omitted: skipped)")
     parser.add_argument("--kiln-child", help=argparse.SUPPRESS)  # internal: measure one GGUF file in a fresh process
     args = parser.parse_args()
     if args.kiln_child:
-        prefill, decode, weight_bytes = bench_kiln(Path(args.kiln_child), args.prompt, args.new, args.runs)
+        prefill, decode, weight_bytes = bench_kiln(
+            Path(args.kiln_child), args.prompt, args.new, args.runs, args.max_context, args.temperature
+        )
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({"prefill": prefill, "decode": decode, "weights": weight_bytes, "rss_mb": rss}))
         return
@@ -142,16 +158,18 @@ def main() -> None:
     )
     print(
         f"model: {args.size} ({params / 1e6:.0f}M parameters), prompt {args.prompt}, decode {args.new}, "
-        f"runs {args.runs} (medians; each measured in a fresh process)"
+        f"runs {args.runs}, context {args.context}, max-context {args.max_context or 'default'}, temperature "
+        f"{args.temperature} (medians; each measured in a fresh process)"
     )
     with tempfile.TemporaryDirectory() as folder:
         for name in args.formats.split(","):
             kind = gguf.GGMLQuantizationType[name]
             path = Path(folder) / f"bench-{name.lower()}.gguf"
-            write_gguf(path, shape, kind)
+            write_gguf(path, shape, kind, args.context)
             started = time.perf_counter()
             command = [sys.executable, __file__, "--kiln-child", str(path), "--prompt", str(args.prompt)]
-            command += ["--new", str(args.new), "--runs", str(args.runs)]
+            command += ["--new", str(args.new), "--runs", str(args.runs), "--temperature", str(args.temperature)]
+            command += ["--max-context", str(args.max_context)] if args.max_context else []
             child = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().splitlines()
             got = json.loads(child[-1])
             print(
@@ -160,7 +178,7 @@ def main() -> None:
                 f"({time.perf_counter() - started:.0f} s incl. compile)"
             )
     if args.torch_python:
-        payload = json.dumps([shape, args.prompt, args.new, args.runs, CONTEXT])
+        payload = json.dumps([shape, args.prompt, args.new, args.runs, args.context])
         out = (
             subprocess.run([args.torch_python, "-c", TORCH_SCRIPT, payload], capture_output=True, text=True, check=True)
             .stdout.strip()
