@@ -34,7 +34,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeVar
+from typing import cast as typing_cast
 
+from kiln.tensor.symbolic import check_symbolic_size, provably_le, settle, sizes_equal
 from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
 Shape = tuple[int, ...]
@@ -129,14 +131,19 @@ def _infer_shape(uop: UOp) -> Shape:
     if op is Ops.PERMUTE:
         return tuple(first[axis] for axis in uop.arg)
     if op is Ops.PAD:
-        return tuple(size + before + after for size, (before, after) in zip(first, uop.arg))
+        return _settled(tuple(size + before + after for size, (before, after) in zip(first, uop.arg)))
     if op is Ops.SHRINK:
-        return tuple(end - start for start, end in uop.arg)
+        return _settled(tuple(end if type(start) is int and start == 0 else end - start for start, end in uop.arg))
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if axis in uop.arg.axes else size for axis, size in enumerate(first))
     if op in (Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
         return first
     raise _fail_shape(uop, f"{op!r} is not a tensor-graph primitive")
+
+
+def _settled(shape: Shape) -> Shape:
+    # a shape with its symbolic entries simplified, as the builders make them
+    return shape if all(type(size) is int for size in shape) else tuple(_simplified(size) for size in shape)
 
 
 def device_of(uop: UOp) -> str:
@@ -263,6 +270,9 @@ def _check_shape(shape: Sequence[int], what: str) -> Shape:
         raise TypeError(f"{what} must be a tuple of ints, got {shape!r}")
     for size in shape:
         if isinstance(size, bool) or not isinstance(size, int):
+            if isinstance(size, UOp):
+                check_symbolic_size(size, what)
+                continue
             raise TypeError(f"{what} must be a tuple of ints, got {tuple(shape)!r}")
         if size < 0:
             raise ValueError(f"{what} must not have negative sizes, got {tuple(shape)!r}")
@@ -326,7 +336,7 @@ def reshape(x: UOp, shape: Sequence[int]) -> UOp:
     """`x` with the same elements in row-major order viewed as `shape`."""
     old = shape_of(x)
     new = _check_shape(shape, "reshape shape")
-    if math.prod(old) != math.prod(new):
+    if (old_count := math.prod(old)) != (new_count := math.prod(new)) and not sizes_equal(old_count, new_count):
         raise ValueError(f"cannot reshape {old} ({math.prod(old)} elements) to {new} ({math.prod(new)} elements)")
     if new == old:
         return x
@@ -358,17 +368,39 @@ def expand(x: UOp, shape: Sequence[int]) -> UOp:
 def _check_pairs(x: UOp, pairs: Sequence[tuple[int, int]], what: str) -> tuple[tuple[int, int], ...]:
     shape = shape_of(x)
     try:
-        result = tuple((int(a), int(b)) for a, b in pairs)
+        result = tuple((_pair_entry(a), _pair_entry(b)) for a, b in pairs)
     except (TypeError, ValueError):
         raise TypeError(f"{what} needs one (int, int) pair per dim, got {pairs!r}") from None
     if len(result) != len(shape) or any(isinstance(v, bool) or not isinstance(v, int) for pair in pairs for v in pair):
+        if len(result) == len(shape) and all(isinstance(v, UOp) or type(v) is int for pair in pairs for v in pair):
+            # symbolic entries (bound variables): simplified (an int when constant) and checked, off the int path
+            result = tuple((_simplified(first), _simplified(second)) for first, second in result)
+            for pair in result:
+                for entry in pair:
+                    if isinstance(entry, UOp):
+                        check_symbolic_size(entry, what)
+            return result
         raise ValueError(f"{what} needs one (int, int) pair per dim of shape {shape}, got {tuple(pairs)!r}")
     return result
 
 
+def _pair_entry(value: object) -> int:
+    # a symbolic entry (a UOp) passes through as is: its type is the runtime extension `kiln.tensor.symbolic` names
+    return value if isinstance(value, UOp) else int(value)  # type: ignore[call-overload,return-value]
+
+
+def _all_ints(shape: Sequence[int], pairs: Sequence[tuple[int, int]]) -> bool:
+    for size in shape:
+        if type(size) is not int:
+            return False
+    return all(type(first) is int and type(second) is int for first, second in pairs)
+
+
 def pad(x: UOp, padding: Sequence[tuple[int, int]]) -> UOp:
-    """`x` with `before` zeros in front and `after` zeros behind along each dim."""
+    """`x` with `before` zeros in front and `after` zeros behind along each dim (a bound Variable may be one)."""
     pairs = _check_pairs(x, padding, "pad")
+    if not _all_ints(shape_of(x), pairs):
+        return _symbolic_pad(x, pairs)
     if any(before < 0 or after < 0 for before, after in pairs):
         raise ValueError(f"pad amounts must be >= 0 (use shrink to cut), got {pairs}")
     if all(before == 0 and after == 0 for before, after in pairs):
@@ -377,15 +409,53 @@ def pad(x: UOp, padding: Sequence[tuple[int, int]]) -> UOp:
     return _moved(UOp(Ops.PAD, x.dtype, (x,), pairs), x, shape)
 
 
+def _symbolic_pad(x: UOp, pairs: tuple[tuple[int, int], ...]) -> UOp:
+    if any(not (provably_le(0, before) and provably_le(0, after)) for before, after in pairs):
+        raise ValueError(f"pad amounts must be >= 0 for every value of their variables, got {pairs}")
+    shape = tuple(_simplified(size + before + after) for size, (before, after) in zip(shape_of(x), pairs))
+    return _moved(UOp(Ops.PAD, x.dtype, (x,), pairs), x, shape)
+
+
+def _simplified(size: int) -> int:
+    # a symbolic size in its simplest form (so `x[:v]` has the very variable as its size); ints unchanged
+    return typing_cast(int, settle(size))
+
+
 def shrink(x: UOp, bounds: Sequence[tuple[int, int]]) -> UOp:
-    """The window [start, end) of `x` along each dim."""
+    """The window [start, end) of `x` along each dim (a bound Variable may be a bound, or a size of `x`)."""
     shape = shape_of(x)
     pairs = _check_pairs(x, bounds, "shrink")
+    if not _all_ints(shape, pairs):
+        return _symbolic_shrink(x, shape, pairs)
     if any(not 0 <= start <= end <= size for (start, end), size in zip(pairs, shape)):
         raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {shape}")
     if all(start == 0 and end == size for (start, end), size in zip(pairs, shape)):
         return x
     return _moved(UOp(Ops.SHRINK, x.dtype, (x,), pairs), x, tuple(end - start for start, end in pairs))
+
+
+def _symbolic_shrink(x: UOp, shape: Shape, pairs: tuple[tuple[int, int], ...]) -> UOp:
+    for (start, end), size in zip(pairs, shape):
+        if not (provably_le(0, start) and provably_le(start, end) and provably_le(end, size)):
+            raise ValueError(
+                f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {shape} for every value of "
+                f"their variables ({_ranges(start, end, size)})"
+            )
+    if all(start == 0 and sizes_equal(end, size) for (start, end), size in zip(pairs, shape)):
+        return x
+    new_shape = tuple(_simplified(end if type(start) is int and start == 0 else end - start) for start, end in pairs)
+    return _moved(UOp(Ops.SHRINK, x.dtype, (x,), pairs), x, new_shape)
+
+
+def _ranges(*sizes: int) -> str:
+    # each variable in `sizes` with its range, for error messages
+    found: dict[str, str] = {}
+    for size in sizes:
+        if isinstance(size, UOp):
+            for node in size.toposort():
+                if node.op is Ops.DEFINE_VAR:
+                    found[node.arg.name] = f"{node.arg.name!r} in [{node.arg.lo}, {node.arg.hi}]"
+    return ", ".join(found.values()) or "no variables"
 
 
 def flip(x: UOp, axes: Sequence[bool]) -> UOp:

@@ -43,6 +43,7 @@ from kiln.tensor.nn.module import walk_state
 from kiln.tensor.ops.random import random_state
 from kiln.tensor.realize import attach_buffer, buffer_of, engine, has_buffer
 from kiln.tensor.schedule import realized_view
+from kiln.tensor.symbolic import BoundVariable, Variable
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, Ops, UOp
 
@@ -51,35 +52,6 @@ __all__ = ["BoundVariable", "TinyJit", "Variable"]
 Result = TypeVar("Result")
 # numbers for the BUFFER nodes of replayed outputs: disjoint from graph.buffer_uop's and the engine's
 _output_numbers = itertools.count(1 << 50)
-
-
-@dataclass(frozen=True)
-class Variable:
-    """A named integer in [low, high] a jitted function takes as an argument (e.g. a sequence position)."""
-
-    name: str
-    low: int
-    high: int
-
-    def bind(self, value: int) -> BoundVariable:
-        """This variable with a value (ValueError outside [low, high])."""
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"variable {self.name!r} takes an int, got {value!r}")
-        if not self.low <= value <= self.high:
-            raise ValueError(f"variable {self.name!r} = {value} is outside its bounds [{self.low}, {self.high}]")
-        return BoundVariable(self, value)
-
-
-@dataclass(frozen=True)
-class BoundVariable:
-    """A `Variable` with its value for one call."""
-
-    variable: Variable
-    value: int
-
-    def tensor(self) -> Tensor:
-        """The value as a 0-dim int32 Tensor (what the jitted function receives)."""
-        return Tensor(np.array(self.value, dtype=np.int32))
 
 
 class _Slot:

@@ -50,6 +50,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
+from kiln.tensor.symbolic import bound_shape
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
@@ -416,9 +417,12 @@ class Tensor(
             return np.zeros(self.shape, dtype=numpy_from_dtype(self.dtype))
         constant = graph.const_value(self.uop)
         if constant is not None:
-            return np.full(self.shape, constant, dtype=numpy_from_dtype(self.dtype))
+            return np.full(bound_shape(self.shape), constant, dtype=numpy_from_dtype(self.dtype))
         buffer, shape = self._buffer_view()
-        return np.array(buffer.numpy()[: math.prod(shape)].reshape(shape), copy=True)
+        if not isinstance(count := math.prod(shape), int):  # bound variables in the shape: read the bound shape
+            shape = bound_shape(shape)
+            count = math.prod(shape)
+        return np.array(buffer.numpy()[:count].reshape(shape), copy=True)
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists; a Python scalar for a 0-dim tensor."""

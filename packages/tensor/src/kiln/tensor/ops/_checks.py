@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from kiln.runtime import Device
 from kiln.tensor.core import TensorCore
-from kiln.uops import DType, dtypes
+from kiln.tensor.symbolic import BoundVariable, Variable, as_size
+from kiln.uops import DType, UOp, dtypes
 
 __all__ = [
     "AxisError",
@@ -22,6 +23,7 @@ __all__ = [
     "check_device_dtype",
     "check_dtype",
     "check_int",
+    "check_size",
     "check_same_device",
     "normalize_axes",
     "normalize_axis",
@@ -44,6 +46,16 @@ def check_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{what} must be an int, got {value!r} of type {type(value).__name__}")
     return operator.index(value)
+
+
+def check_size(value: object, what: str) -> int:
+    """`value` as a size: an int (as `check_int`), or a bound Variable / bound index expression as its size UOp
+    (typed int like the tensor graph's shapes, whose symbolic entries `kiln.tensor.symbolic` describes)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, (BoundVariable, Variable, UOp)):
+        return cast(int, as_size(value, what))
+    return check_int(value, what)
 
 
 def normalize_axis(axis: object, shape: Sequence[int], what: str = "axis") -> int:
@@ -83,11 +95,16 @@ def pick_axis(axis: Any, dim: Any, default: Any = None) -> Any:
 
 
 def shape_argument(shape: tuple[Any, ...], what: str = "shape") -> tuple[int, ...]:
-    """A shape given as separate ints (`zeros(2, 3)`) or as one tuple / list (`zeros((2, 3))`), checked."""
+    """A shape given as separate ints (`zeros(2, 3)`) or as one tuple / list (`zeros((2, 3))`), checked; an entry
+    may be a bound Variable (or a bound index expression)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    result = tuple(check_int(size, f"{what} entry") for size in shape)
-    if any(size < 0 for size in result):
+    # an entry that is a bound Variable becomes its size UOp: typed as int like the shapes of the tensor graph, whose
+    # symbolic entries are the runtime extension `kiln.tensor.symbolic` describes
+    result = cast(
+        tuple[int, ...], tuple(size if type(size) is int else as_size(size, f"{what} entry") for size in shape)
+    )
+    if any(isinstance(size, int) and size < 0 for size in result):
         raise ValueError(f"{what} must not have negative sizes, got {result}")
     return result
 

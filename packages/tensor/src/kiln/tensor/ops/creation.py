@@ -8,7 +8,7 @@ is built without memory too (`iota`). Random tensors come from the counter-based
 from __future__ import annotations
 
 import math
-from typing import Self
+from typing import Self, cast
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, che
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
+from kiln.tensor.symbolic import BoundVariable, Variable, as_size, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
@@ -45,6 +46,42 @@ def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
     if len(_IOTA_NODES) >= 256:
         _IOTA_NODES.clear()
     _IOTA_NODES[key] = result.uop
+    return result
+
+
+def sized_iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
+    """`iota` of a size that may be a bound Variable expression: the positions of its largest value, shrunk to it."""
+    if isinstance(size, int):
+        return iota(kind, size, device)
+    return iota(kind, max(max_int(size), 1), device)._movement(Ops.SHRINK, ((0, size),))
+
+
+def _symbolic_arange(
+    kind: type[TensorT],
+    start: object,
+    stop: BoundVariable | Variable | UOp,
+    step: object,
+    dtype: DType | None,
+    device: str | None,
+) -> TensorT:
+    """`arange(start, stop, step)` with a bound-Variable `stop` (int start and step): the positions of the largest
+    length, shrunk to the bound length, so one kernel serves every value."""
+    first, increment = check_int(start, "arange start"), check_int(step, "arange step")
+    if increment <= 0:
+        raise ValueError(f"arange with a Variable stop needs a positive int step, got {increment}")
+    end = cast(UOp, as_size(stop, "arange stop"))
+    span = (end - first) if first else end
+    if int(span.vmin) < 0:  # a stop below start is an empty range, as with ints
+        span = span.maximum(0)
+    size = span if increment == 1 else (span + (increment - 1)) // increment
+    target_dtype = dtypes.default_int if dtype is None else check_dtype(dtype)
+    check_constant_fits(first + (max_int(size) - 1) * increment, target_dtype)
+    positions = sized_iota(kind, cast(int, size), device)
+    result = positions._cast(target_dtype)
+    if increment != 1:
+        result = result._binary(Ops.MUL, result._const(increment, result.shape, target_dtype, result.device))
+    if first != 0:
+        result = result._binary(Ops.ADD, result._const(first, result.shape, target_dtype, result.device))
     return result
 
 
@@ -217,9 +254,11 @@ class CreationMixin(DTypeMixin):
         dims = shape_argument(shape)
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
         target = canonical_device(device)
-        size = math.prod(dims)
+        size = max_numel(dims)  # a symbolic shape gets the memory of its largest value
         node = graph.buffer_uop(target, size, target_dtype)
         attach_buffer(node, Buffer(target, size, target_dtype).allocate())
+        if not isinstance(count := math.prod(dims), int):
+            node = graph.shrink(node, ((0, cast(int, count)),))
         return _with_grad(cls._from_uop(graph.reshape(node, dims)), requires_grad)
 
     @classmethod
@@ -297,6 +336,8 @@ class CreationMixin(DTypeMixin):
         """
         if stop is None:
             start, stop = 0, start
+        if isinstance(stop, (BoundVariable, Variable, UOp)):
+            return _with_grad(_symbolic_arange(cls, start, stop, step, dtype, device), requires_grad)
         values = [scalar_value(v) for v in (start, stop, step)]
         if any(isinstance(v, bool) for v in values):
             raise TypeError(f"arange takes int or float arguments, got start={start!r} stop={stop!r} step={step!r}")

@@ -17,16 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Self
+from typing import Any, Generic, Self, cast
 
 import numpy as np
 
 from kiln.tensor.core import TensorCore, TensorT
-from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
-from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, normalize_axis
+from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.tensor.realize.graph_lock import serialized
-from kiln.uops import ConstType, Ops, dtypes
+from kiln.tensor.symbolic import BoundVariable, Variable, bound_int, max_int, provably_le, settle
+from kiln.uops import ConstType, Ops, UOp, dtypes
 
 __all__ = ["IndexingMixin"]
 
@@ -75,6 +76,10 @@ class _BasicIndex:
         for spec, size in zip(self.dims, x.shape):
             if spec.kind == "int":
                 bounds.append((spec.first, spec.first + 1))
+            elif spec.kind == "slice" and (type(spec.count) is not int or type(spec.first) is not int):
+                bounds.append(
+                    (spec.first, spec.count if type(spec.first) is int and spec.first == 0 else spec.first + spec.count)
+                )
             elif spec.kind == "slice":
                 span = (spec.count - 1) * spec.stride + 1 if spec.count else 0
                 bounds.append((spec.first, spec.first + span))
@@ -238,6 +243,8 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
 
 
 def _slice_spec(item: slice, size: int) -> _DimIndex:
+    if _symbolic_slice(item, size):
+        return _symbolic_slice_spec(item, size)
     for name, value in (("start", item.start), ("stop", item.stop), ("step", item.step)):
         if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")):
             raise TypeError(f"slice {name} must be an int or None, got {value!r}")
@@ -250,6 +257,27 @@ def _slice_spec(item: slice, size: int) -> _DimIndex:
     if step > 0:
         return _DimIndex("slice", start, count, step, False)
     return _DimIndex("slice", size - 1 - start, count, -step, True)
+
+
+_SYMBOLIC = (BoundVariable, Variable, UOp)
+
+
+def _symbolic_slice(item: slice, size: int) -> bool:
+    return type(size) is not int or isinstance(item.start, _SYMBOLIC) or isinstance(item.stop, _SYMBOLIC)
+
+
+def _symbolic_slice_spec(item: slice, size: int) -> _DimIndex:
+    """A slice with a bound Variable in its start or stop (or over a symbolic dim): step 1, bounds counted from the
+    front, proven inside the dim for every value of the variables (by the shrink it becomes)."""
+    if item.step is not None and item.step != 1:
+        raise ValueError(f"a slice with a bound Variable takes step 1, got step {item.step!r}")
+    start = 0 if item.start is None else check_size(item.start, "slice start")
+    stop = size if item.stop is None else check_size(item.stop, "slice stop")
+    for name, value in (("start", start), ("stop", stop)):
+        if type(value) is int and value < 0:
+            raise ValueError(f"a slice with a bound Variable counts from the front: slice {name} {value} is negative")
+    count = stop if type(start) is int and start == 0 else stop - start
+    return _DimIndex("slice", start, cast(int, settle(count)), 1, False)
 
 
 class IndexDtypeError(IndexError, TypeError):
@@ -281,7 +309,16 @@ def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]
         raise IndexError(f"cannot index into size-0 dims {sizes} with indices of shape {batch}")
     # the row-major position inside the indexed dims, from the (wrapped) index of each
     linear: TensorT | None = None
+    symbolic = not isinstance(total, int)
+    if symbolic and len(sizes) > 1:
+        raise ValueError(
+            f"index tensors for several dims {sizes} where one holds a bound Variable: index one at a time"
+        )
     for dim, (index, size) in enumerate(zip(indices, sizes)):
+        if symbolic:  # a dim of bound-Variable size: indices in [0, bound size), checked at the bound value
+            check_index_values(index, bound_int(size), "indexing", positions[dim], negative=False)
+            linear = index._cast(index_compute_dtype(index, max_int(total)))
+            continue
         check_index_values(index, size, "indexing", positions[dim])
         wrapped = index._cast(index_compute_dtype(index, total))
         wrapped = (wrapped < 0).where(wrapped + size, wrapped)
@@ -292,7 +329,8 @@ def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]
     rest_shape = tuple(y.shape[axis] for axis in rest)
     flat = moved._movement(Ops.RESHAPE, (1,) * len(batch) + (total,) + rest_shape)
     flat = flat._broadcast_to((*batch, total, *rest_shape))
-    choices = iota(type(y), total, y.device)._cast(linear.dtype)._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
+    choices = sized_iota(type(y), total, y.device)._cast(linear.dtype)
+    choices = choices._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
     column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1))._broadcast_to((*batch, total))
     hits = column._binary(Ops.CMPEQ, choices._broadcast_to((*batch, total)))
     hits = hits._movement(Ops.RESHAPE, (*batch, total) + (1,) * len(rest_shape))._broadcast_to(flat.shape)
@@ -401,7 +439,7 @@ class IndexingMixin(TensorCore):
         """
         axis, index = _check_index_argument(self, dim, index, "gather")
         size = self.shape[axis]
-        check_index_values(index, size, "gather", axis, negative=False, error=RuntimeError)
+        check_index_values(index, bound_int(size), "gather", axis, negative=False, error=RuntimeError)
         window = [(0, index.shape[i]) if i != axis else (0, size) for i in range(self.ndim)]
         source = self._movement(Ops.SHRINK, tuple(window))
         expanded = source._movement(Ops.RESHAPE, (*source.shape, 1))
@@ -494,7 +532,7 @@ def _check_index_argument(x: TensorT, dim: int, index: TensorT, what: str) -> tu
     if index.ndim != x.ndim or x.ndim == 0:
         raise ValueError(f"{what} index must have the tensor's {x.ndim} dims (>= 1), got shape {index.shape}")
     for i, (wanted, available) in enumerate(zip(index.shape, x.shape)):
-        if i != axis and wanted > available:
+        if i != axis and not provably_le(wanted, available):
             raise ValueError(
                 f"{what} index shape {index.shape} exceeds the tensor's shape {x.shape} in dim {i} (outside dim {axis})"
             )
@@ -503,9 +541,10 @@ def _check_index_argument(x: TensorT, dim: int, index: TensorT, what: str) -> tu
 
 def _one_hot(index: TensorT, size: int) -> TensorT:
     """(*index.shape, size) bool: True where the last position equals the index value."""
-    choices = iota(type(index), size, index.device)._cast(index_compute_dtype(index, size))
+    compute = index_compute_dtype(index, max_int(size))
+    choices = sized_iota(type(index), size, index.device)._cast(compute)
     choices = choices._movement(Ops.RESHAPE, (1,) * index.ndim + (size,))
-    column = index._cast(index_compute_dtype(index, size))._movement(Ops.RESHAPE, (*index.shape, 1))
+    column = index._cast(compute)._movement(Ops.RESHAPE, (*index.shape, 1))
     shape = (*index.shape, size)
     return column._broadcast_to(shape)._binary(Ops.CMPEQ, choices._broadcast_to(shape))
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from kiln.tensor.core import TensorCore, TensorT
-from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.promotion import result_type
+from kiln.tensor.symbolic import settle, sizes_equal
 from kiln.uops import ConstType, Ops, dtypes
 
 __all__ = ["MovementMixin"]
@@ -26,7 +27,12 @@ def _int_arguments(arguments: tuple[Any, ...], what: str) -> tuple[int, ...]:
     """Ints given separately (`f(2, 3)`) or as one tuple / list (`f((2, 3))`)."""
     if len(arguments) == 1 and isinstance(arguments[0], (tuple, list)):
         arguments = tuple(arguments[0])
-    return tuple(check_int(value, what) for value in arguments)
+    return tuple(check_size(value, what) for value in arguments)
+
+
+def _symbolic(sizes: Sequence[int]) -> bool:
+    """True when a size is a bound Variable expression (a UOp; see `kiln.tensor.symbolic`)."""
+    return any(type(size) is not int for size in sizes)
 
 
 # the most operands one cat kernel joins (see cat)
@@ -54,6 +60,8 @@ class MovementMixin(TensorCore):
                 raise ValueError(f"reshape: None keeps a dim of the input, but {given} has None past its {self.ndim}")
             given = tuple(self.shape[i] if size is None else size for i, size in enumerate(given))
         sizes = _int_arguments(given, "reshape size")
+        if _symbolic(sizes) or _symbolic(self.shape):
+            return self._movement(Ops.RESHAPE, _symbolic_reshape(self.shape, sizes))
         unknown = [i for i, size in enumerate(sizes) if size == -1]
         if len(unknown) > 1 or any(size < -1 for size in sizes):
             raise ValueError(f"reshape sizes must be >= 0 with at most one -1, got {sizes}")
@@ -78,6 +86,8 @@ class MovementMixin(TensorCore):
             [[1, 1, 1], [2, 2, 2]]
         """
         sizes = _int_arguments(shape, "expand size")
+        if _symbolic(sizes) or _symbolic(self.shape):
+            return self._broadcast_to(_symbolic_expand(self.shape, sizes))
         extra = len(sizes) - self.ndim
         if extra < 0:
             raise ValueError(f"expand shape {sizes} has fewer dims than the tensor's shape {self.shape}")
@@ -231,9 +241,10 @@ class MovementMixin(TensorCore):
         if len(bounds) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) or None per dim of shape {self.shape}, got {bounds}")
         pairs = tuple((0, size) if pair is None else (pair[0], pair[1]) for pair, size in zip(bounds, self.shape))
+        pairs = tuple((check_size(start, "shrink start"), check_size(end, "shrink end")) for start, end in pairs)
+        if _symbolic([value for pair in pairs for value in pair]) or _symbolic(self.shape):
+            return self._movement(Ops.SHRINK, pairs)  # the graph proves the bounds for every value
         for (start, end), size in zip(pairs, self.shape):
-            check_int(start, "shrink start")
-            check_int(end, "shrink end")
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {self.shape}")
         return self._movement(Ops.SHRINK, pairs)
@@ -257,6 +268,12 @@ class MovementMixin(TensorCore):
         pairs = _padding_pairs(padding, self.shape)
         if mode not in _PAD_MODES:
             raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
+        if _symbolic([amount for pair in pairs for amount in pair]) or _symbolic(self.shape):
+            if mode != "constant":
+                raise ValueError(
+                    f"pad with a bound Variable in the amounts or the shape takes mode 'constant', got {mode!r}"
+                )
+            return _grow(self, tuple(pairs), value)  # the graph proves every amount >= 0
         if mode == "constant":
             return _constant_pad(self, pairs, value)
         # negative amounts crop. PyTorch's order: 'circular' wraps the cropped tensor; 'reflect' and 'replicate'
@@ -453,7 +470,7 @@ def _padding_pairs(padding: Any, shape: tuple[int, ...]) -> list[tuple[int, int]
         raise TypeError(f"pad padding must be a tuple, got {padding!r}")
     items = list(padding)
     if all(not isinstance(item, (tuple, list)) and item is not None for item in items):
-        amounts = [check_int(item, "pad amount") for item in items]
+        amounts = [check_size(item, "pad amount") for item in items]
         if len(amounts) % 2 or len(amounts) > 2 * len(shape):
             raise ValueError(
                 f"flat pad amounts (last dim first) need an even count of at most {2 * len(shape)} for shape "
@@ -472,7 +489,7 @@ def _padding_pairs(padding: Any, shape: tuple[int, ...]) -> list[tuple[int, int]
             continue
         if len(item) != 2:
             raise ValueError(f"pad pairs must be (before, after), got {item!r}")
-        pairs.append((check_int(item[0], "pad amount"), check_int(item[1], "pad amount")))
+        pairs.append((check_size(item[0], "pad amount"), check_size(item[1], "pad amount")))
     return pairs
 
 
@@ -484,7 +501,11 @@ def _constant_pad(x: TensorT, pairs: list[tuple[int, int]], value: ConstType) ->
             raise ValueError(f"pad amounts {tuple(pairs)} crop more than the shape {x.shape} holds")
     if any(pair != (0, size) for pair, size in zip(bounds, x.shape)):
         x = x._movement(Ops.SHRINK, bounds)
-    grow = tuple((max(0, before), max(0, after)) for before, after in pairs)
+    return _grow(x, tuple((max(0, before), max(0, after)) for before, after in pairs), value)
+
+
+def _grow(x: TensorT, grow: tuple[tuple[int, int], ...], value: ConstType) -> TensorT:
+    # `x` padded by the amounts `grow` (>= 0) with `value`
     padded = x._movement(Ops.PAD, grow)
     if value == 0 or padded is x:
         return padded
@@ -527,3 +548,37 @@ def _triangle(x: TensorT, diagonal: int, lower: bool) -> TensorT:
     keep = (offset <= diagonal) if lower else (offset >= diagonal)
     zero = x._const(0, x.shape, x.dtype, x.device)
     return keep._broadcast_to(x.shape)._ternary(Ops.WHERE, x, zero)
+
+
+def _symbolic_reshape(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """`reshape`'s sizes when a size or the shape holds a bound Variable: -1 inferred by exact division."""
+    count = math.prod(shape)
+    unknown = [i for i, size in enumerate(sizes) if type(size) is int and size == -1]
+    if len(unknown) > 1 or any(type(size) is int and size < -1 for size in sizes):
+        raise ValueError(f"reshape sizes must be >= 0 with at most one -1, got {sizes}")
+    if unknown:
+        known = math.prod(size for size in sizes if not (type(size) is int and size == -1))
+        inferred = (count // known) if type(known) is not int or known != 1 else count
+        inferred = cast(int, settle(inferred))
+        sizes = tuple(inferred if i == unknown[0] else size for i, size in enumerate(sizes))
+    if not sizes_equal(math.prod(sizes), count):
+        raise ValueError(f"cannot reshape a tensor of shape {shape} to {sizes}: the element counts differ")
+    return sizes
+
+
+def _symbolic_expand(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """`expand`'s target when a size or the shape holds a bound Variable."""
+    extra = len(sizes) - len(shape)
+    if extra < 0:
+        raise ValueError(f"expand shape {sizes} has fewer dims than the tensor's shape {shape}")
+    resolved = []
+    for position, size in enumerate(sizes):
+        old = 1 if position < extra else shape[position - extra]
+        if type(size) is int and size == -1 and position >= extra:
+            size = old
+        if type(size) is int and size < 0:
+            raise ValueError(f"expand sizes must be >= 0 or -1, got {sizes}")
+        if not (type(old) is int and old == 1) and not sizes_equal(old, size):
+            raise ValueError(f"cannot expand shape {shape} to {sizes}: dim {position - extra} has size {old}")
+        resolved.append(size)
+    return tuple(resolved)

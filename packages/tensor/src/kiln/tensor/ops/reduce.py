@@ -120,6 +120,9 @@ class ReduceMixin(TensorCore):
         count = math.prod(source.shape[axis] for axis in axes)
         accumulate = _accumulate_dtype(source.dtype)
         total = source._cast(accumulate)._reduce_axes(Ops.ADD, axes, keepdim)
+        if not isinstance(count, int):  # a bound Variable among the reduced sizes: count the elements on the device
+            ones = source._const(1, source.shape, accumulate, source.device)._reduce_axes(Ops.ADD, axes, keepdim)
+            return (total / ones)._cast(source.dtype)
         return (total / count)._cast(source.dtype) if count else (total * math.nan)._cast(source.dtype)
 
     def var(self, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None) -> Self:

@@ -385,7 +385,9 @@ class Engine:
         program = Program(get_program(ast, renderer, opts))
         self.programs_built += 1
         estimates = program.estimates
-        flops, memory = sym_infer(estimates.flops, {}), sym_infer(estimates.global_memory_bytes, {})
+        # a program over variables counts its work at their largest values
+        largest = {variable.arg.name: variable.arg.hi for variable in program.variables}
+        flops, memory = sym_infer(estimates.flops, largest), sym_infer(estimates.global_memory_bytes, largest)
         if len(methods) >= self.max_methods:
             methods.popitem(last=False)
         runner = load(program, device)
@@ -430,7 +432,7 @@ class Engine:
         method = self.compiled_program(step.ast, step.device)
         arguments = [buffers[slot] for slot in method.slots]
         begin = time.perf_counter_ns()
-        seconds = method.runner(arguments, None, wait=debug >= 2)
+        seconds = method.runner(arguments, step.var_vals, wait=debug >= 2)
         elapsed = int(seconds * 1e9) if seconds is not None else time.perf_counter_ns() - begin
         GlobalCounters.kernel_count += 1
         GlobalCounters.time_ns += elapsed
@@ -463,7 +465,7 @@ class Engine:
             if type(step) is KernelStep:
                 if batch is not None:
                     method = self.compiled_program(step.ast, step.device)
-                    if method.queue is not None:
+                    if method.queue is not None and step.var_vals is None:
                         batch.add(method, [buffers[positions[slot]] for slot in method.slots])
                         kernels += 1
                         continue
@@ -521,7 +523,7 @@ class Engine:
         if arguments is None or arguments[0] is not method:  # the run's positions of the program's slots, kept
             arguments = prepared.arguments = (method, tuple(positions[slot] for slot in method.slots))
         begin = time.perf_counter_ns()
-        method.runner([buffers[position] for position in arguments[1]], None)
+        method.runner([buffers[position] for position in arguments[1]], step.var_vals)
         GlobalCounters.time_ns += time.perf_counter_ns() - begin
         GlobalCounters.kernel_count += 1
         GlobalCounters.flops += method.flops

@@ -16,8 +16,8 @@ Indices = tuple[UOp, ...]
 
 
 def index_const(value: int) -> UOp:
-    """An index-typed constant."""
-    return UOp.const(dtypes.index, value)
+    """An index-typed constant (a symbolic size, a UOp of bound variables, as itself)."""
+    return value if isinstance(value, UOp) else UOp.const(dtypes.index, value)
 
 
 ZERO = index_const(0)
@@ -51,6 +51,8 @@ def reshape_indices(indices: Indices, new_shape: Sequence[int], old_shape: Seque
     """
     if math.prod(old_shape) == 0:
         return tuple(ZERO for _ in old_shape)
+    if not all(isinstance(size, int) for size in (*old_shape, *new_shape)):
+        return _unravel(linear_index(indices, new_shape), old_shape)
     new = [(size, index) for size, index in zip(new_shape, indices) if size != 1]
     old_positions = [position for position, size in enumerate(old_shape) if size != 1]
     result: list[UOp] = [ZERO] * len(old_shape)
@@ -76,6 +78,18 @@ def reshape_indices(indices: Indices, new_shape: Sequence[int], old_shape: Seque
         for position, size, stride in zip(old_group, group_sizes, strides_of(group_sizes)):
             part = flat if stride == 1 else flat // stride
             result[position] = part if position == old_group[0] else part % size
+    return tuple(result)
+
+
+def _unravel(flat: UOp, shape: Sequence[int]) -> Indices:
+    # a symbolic reshape: the row-major offset split into `shape`'s indices by its (possibly symbolic) strides
+    result = []
+    for position, (size, stride) in enumerate(zip(shape, strides_of(shape))):
+        if isinstance(size, int) and size == 1:
+            result.append(ZERO)
+            continue
+        part = flat if isinstance(stride, int) and stride == 1 else flat // stride
+        result.append(part if position == 0 else part % size)
     return tuple(result)
 
 

@@ -40,11 +40,16 @@ class BufferSpecification:
 
 @dataclass(frozen=True)
 class KernelStep:
-    """Run the kernel `ast` (a codegen kernel sink) on `device` with `buffers` bound to its DEFINE_GLOBAL slots."""
+    """Run the kernel `ast` (a codegen kernel sink) on `device` with `buffers` bound to its DEFINE_GLOBAL slots.
+
+    `var_vals`: for a kernel over symbolic sizes, the value of each of its variables by name (the `ast` holds the
+    bare DEFINE_VARs, so one compiled program serves every value); None for a kernel without variables.
+    """
 
     ast: UOp
     device: str
     buffers: tuple[BufferRef, ...]
+    var_vals: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kiln.tensor.graph import MOVEMENT_OPS, const_value, device_of, reshape, shape_of
+from kiln.tensor.graph import MOVEMENT_OPS, const_value, device_of, reshape, shape_of, shrink
 from kiln.tensor.schedule.items import (
     BufferRef,
     BufferSource,
@@ -46,6 +46,7 @@ from kiln.tensor.schedule.kernel_builder import (
 from kiln.tensor.schedule.memory_planner import plan_temporaries
 from kiln.tensor.schedule.row_fusion import fits_in_a_row, recomputed_reduces
 from kiln.tensor.schedule.split_reduce import split_large_reductions
+from kiln.tensor.symbolic import max_numel, unbind
 from kiln.uops import GroupOp, Ops, UOp, dtypes, trace
 
 # ops whose recomputation for every element of an expand costs more than reading a buffer
@@ -79,7 +80,7 @@ def _is_matrix_product(node: UOp) -> bool:
     (the Q8_0 bench model prefilled ~195 tok/s with its gate and up products together, 161 apart)."""
     if node.op is not Ops.REDUCE_AXIS or node.arg.op is not Ops.ADD or len(node.arg.axes) != 1:
         return False
-    if math.prod(shape_of(node.src[0])) < SEPARATE_PRODUCT_MACS:
+    if max_numel(shape_of(node.src[0])) < SEPARATE_PRODUCT_MACS:
         return False
     value = node.src[0]
     while value.op is Ops.CAST:
@@ -212,7 +213,7 @@ class _Planner:
         for node in self.order:
             if node.op is not Ops.EXPAND:
                 continue
-            ratio = math.prod(node.arg) / max(1, math.prod(shape_of(node.src[0])))
+            ratio = max_numel(node.arg) / max(1, max_numel(shape_of(node.src[0])))
             source = node.src[0]
             while source.op in MOVEMENT_OPS or source.op is Ops.DETACH:
                 source = source.src[0]
@@ -246,7 +247,7 @@ class _Planner:
     def computed_points(self) -> list[UOp]:
         """Points computed by kernels, in graph order."""
         ordered = sorted(self.points, key=self.position.__getitem__)
-        return [p for p in ordered if p.op is not Ops.COPY and math.prod(shape_of(p)) > 0]
+        return [p for p in ordered if p.op is not Ops.COPY and max_numel(shape_of(p)) > 0]
 
     def build_kernel(self, members: list[UOp], refs: dict[UOp, BufferRef]) -> _Kernel:
         member_set = set(members)
@@ -256,14 +257,14 @@ class _Planner:
                 leaves[node] = LeafBuffer(refs[node], (node.arg.size,), node.arg.size, node.dtype)
             elif node in self.points and node not in member_set and node.op is not Ops.ASSIGN:
                 shape = shape_of(node)
-                leaves[node] = LeafBuffer(refs[node], shape, math.prod(shape), node.dtype)
+                leaves[node] = LeafBuffer(refs[node], shape, max_numel(shape), node.dtype)
         assigns = frozenset(p for p in self.points if p.op is Ops.ASSIGN and p not in member_set)
         builder = KernelBuilder(leaves, assigns)
         outputs = []
         for member in members:
             shape = shape_of(member)
             target = member.src[0] if member.op is Ops.ASSIGN else None
-            size = target_base_size(member) if target is not None else math.prod(shape)
+            size = target_base_size(member) if target is not None else max_numel(shape)
             outputs.append(KernelOutput(member, _value_node(member), refs[member], shape, size, target))
         try:
             ast = builder.build(outputs)
@@ -343,7 +344,7 @@ class _Planner:
                 assert base is not None
                 refs[point] = refs[base]
                 continue
-            spec = BufferSpecification(math.prod(shape), point.dtype, device_of(point))
+            spec = BufferSpecification(max_numel(shape), point.dtype, device_of(point))
             if point in requested:
                 refs[point] = BufferRef(BufferSource.OUTPUT, len(outputs))
                 outputs.append(spec)
@@ -363,7 +364,11 @@ class _Planner:
         ref = refs[stripped]
         spec = outputs[ref.number]
         buffer = UOp(Ops.BUFFER, stripped.dtype, (), OutputSlot(ref.number, spec.size, spec.device))
-        return reshape(buffer, shape_of(stripped))
+        shape = shape_of(stripped)
+        count = math.prod(shape)
+        if not isinstance(count, int):  # symbolic: the bound elements lead a buffer sized for the largest value
+            buffer = shrink(buffer, ((0, count),))
+        return reshape(buffer, shape)
 
 
 def _middle_node(nodes: list[UOp]) -> UOp | None:
@@ -539,9 +544,9 @@ def _order_steps(planner: _Planner, kernels: dict[UOp, _Kernel], refs: dict[UOp,
             continue
         seen.add(id(kernel))
         assert kernel.ast is not None, "plan_schedule stops before ordering a kernel that failed to build"
-        step = KernelStep(kernel.ast, kernel.device, tuple(kernel.slots))
+        step = _kernel_step(kernel.ast, kernel.device, tuple(kernel.slots))
         # an empty point has no kernel (nothing to compute); a kernel reading it loops over no elements of it
-        needs = {leaf for leaf in kernel.stats.leaves if leaf in planner.points and math.prod(shape_of(leaf)) > 0}
+        needs = {leaf for leaf in kernel.stats.leaves if leaf in planner.points and max_numel(shape_of(leaf)) > 0}
         needs -= set(kernel.members)
         reads = {leaf for leaf in kernel.stats.leaves if leaf.op is Ops.BUFFER}
         units.append(_Unit(planner.position[point], step, set(kernel.members), needs, reads))
@@ -643,3 +648,11 @@ def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UO
         if record is not None:
             record.info["kernels"] = entries
             record.uops["kernels"] = asts
+
+
+def _kernel_step(ast: UOp, device: str, slots: tuple[BufferRef, ...]) -> KernelStep:
+    """The step of one kernel; a kernel over bound variables runs its unbound program with their values."""
+    if not any(node.op is Ops.BIND for node in ast.toposort()):
+        return KernelStep(ast, device, slots)
+    unbound, var_vals = unbind(ast)
+    return KernelStep(unbound, device, slots, var_vals)

@@ -1,0 +1,241 @@
+"""Symbolic sizes: a shape entry that is a bound Variable (or an index expression over bound Variables).
+
+A shape entry is an `int` or a `Size` UOp: an index-typed expression whose every DEFINE_VAR sits under a BIND (the
+variable and its value for this tensor, `Variable("i", 1, 10).bind(3)`). The graph carries the BINDs as built, so a
+tensor knows its bound shape (`bound_int`); memory is allocated at the largest value the expression can take
+(`max_int`). When a kernel is compiled, its BINDs are replaced by their bare DEFINE_VARs (`unbind`): the compiled
+program is keyed on that unbound structure, so every value of a variable's range runs one program, and the values
+travel to the launch as `var_vals`.
+
+Plain int shapes never reach this module: the checks here run only for entries that are not ints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.uops import Ops, UOp, dtypes
+
+__all__ = [
+    "BoundVariable",
+    "Size",
+    "Variable",
+    "as_size",
+    "bound_int",
+    "bound_shape",
+    "check_symbolic_size",
+    "is_symbolic",
+    "max_int",
+    "max_numel",
+    "provably_le",
+    "sizes_equal",
+    "unbind",
+]
+
+Size = int | UOp
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A named integer in [low, high]: a size in a Tensor's shape once bound (`Variable("i", 1, 10).bind(3)`), or
+    an argument of a jitted function (e.g. a sequence position)."""
+
+    name: str
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        for what, value in (("low", self.low), ("high", self.high)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Variable {self.name!r}: {what} must be an int, got {value!r}")
+        if not 0 <= self.low <= self.high:
+            raise ValueError(f"Variable {self.name!r} needs 0 <= low <= high, got [{self.low}, {self.high}]")
+
+    def bind(self, value: int) -> BoundVariable:
+        """This variable with a value (ValueError outside [low, high])."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"variable {self.name!r} takes an int, got {value!r}")
+        if not self.low <= value <= self.high:
+            raise ValueError(f"variable {self.name!r} = {value} is outside its bounds [{self.low}, {self.high}]")
+        return BoundVariable(self, value)
+
+    @property
+    def uop(self) -> UOp:
+        """The unbound variable (DEFINE_VAR): a shape entry needs it bound."""
+        return UOp.variable(self.name, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class BoundVariable:
+    """A `Variable` with its value: usable as a shape entry, a slice bound, or a jitted function's argument."""
+
+    variable: Variable
+    value: int
+
+    @property
+    def uop(self) -> UOp:
+        """The bound variable as a size (BIND of the DEFINE_VAR to the value)."""
+        return self.variable.uop.bind(self.value)
+
+    def tensor(self) -> Any:
+        """The value as a 0-dim int32 Tensor (what a jitted function receives)."""
+        import numpy as np
+
+        from kiln.tensor.tensor import Tensor
+
+        return Tensor(np.array(self.value, dtype=np.int32))
+
+    def __add__(self, other: Size | BoundVariable) -> UOp:
+        return self.uop + as_size(other, "operand")
+
+    def __radd__(self, other: int) -> UOp:
+        return as_size(other, "operand") + self.uop
+
+    def __sub__(self, other: Size | BoundVariable) -> UOp:
+        return self.uop - as_size(other, "operand")
+
+    def __rsub__(self, other: int) -> UOp:
+        return _as_uop(as_size(other, "operand")) - self.uop
+
+    def __mul__(self, other: Size | BoundVariable) -> UOp:
+        return self.uop * as_size(other, "operand")
+
+    def __rmul__(self, other: int) -> UOp:
+        return as_size(other, "operand") * self.uop
+
+
+def as_size(value: object, what: str) -> Size:
+    """`value` (an int, a `BoundVariable` or a bound index expression) as a shape entry; TypeError otherwise."""
+    if isinstance(value, BoundVariable):
+        return value.uop
+    if isinstance(value, Variable):
+        raise ValueError(
+            f"{what} uses variable {value.name!r} (range [{value.low}, {value.high}]) unbound: "
+            f"bind it to a value first, e.g. {value!r}.bind(value)"
+        )
+    if isinstance(value, UOp):
+        check_symbolic_size(value, what)
+        return value
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what} must be an int or a bound Variable, got {value!r} of type {type(value).__name__}")
+    return int(value.__index__())
+
+
+def _variables(size: UOp) -> tuple[list[UOp], list[UOp]]:
+    """(BIND nodes, DEFINE_VARs not under a BIND) of a size expression."""
+    binds: list[UOp] = []
+    free: list[UOp] = []
+    for node in size.toposort(gate=lambda node: node.op is not Ops.BIND):
+        if node.op is Ops.BIND:
+            binds.append(node)
+        elif node.op is Ops.DEFINE_VAR:
+            free.append(node)
+    return binds, free
+
+
+def check_symbolic_size(size: UOp, what: str) -> None:
+    """Raises unless `size` is an index expression over bound variables that is never negative.
+
+    TypeError for a UOp that is not index-typed; ValueError naming the variable and its range for an unbound
+    variable, for one variable bound to two values, and for an expression that can be negative.
+    """
+    if size.dtype is not dtypes.index and size.dtype is not dtypes.int32 and size.dtype is not dtypes.int64:
+        raise TypeError(f"{what} entry {size!r} must be an int or an integer Variable expression, got {size.dtype!r}")
+    binds, free = _variables(size)
+    if free:
+        variable = free[0].arg
+        raise ValueError(
+            f"{what} uses variable {variable.name!r} (range [{variable.lo}, {variable.hi}]) unbound: "
+            f"bind it to a value first, e.g. Variable({variable.name!r}, {variable.lo}, {variable.hi}).bind(value)"
+        )
+    seen: dict[str, int] = {}
+    for bind in binds:
+        name, value = bind.src[0].arg.name, bind.src[1].arg
+        if seen.setdefault(name, value) != value:
+            raise ValueError(f"{what} binds variable {name!r} to both {seen[name]} and {value}")
+    if int(size.simplify().vmin) < 0:
+        raise ValueError(f"{what} entry {size!r} can be negative (its smallest value is {size.vmin})")
+
+
+def is_symbolic(shape: Iterable[Size]) -> bool:
+    """True when some entry of `shape` is not an int."""
+    return any(not isinstance(size, int) for size in shape)
+
+
+def bound_int(size: Size) -> int:
+    """The value of `size` with each variable at its bound value."""
+    if isinstance(size, int):
+        return size
+    binds, _ = _variables(size)
+    return _evaluate(size, {bind.src[0]: bind.src[1].arg for bind in binds})
+
+
+def bound_shape(shape: Iterable[Size]) -> tuple[int, ...]:
+    """`shape` with every entry at its bound value."""
+    return tuple(bound_int(size) for size in shape)
+
+
+def max_int(size: Size) -> int:
+    """The largest value `size` takes over its variables' ranges (what memory is allocated for)."""
+    return size if isinstance(size, int) else int(size.vmax)
+
+
+def max_numel(shape: Iterable[Size]) -> int:
+    """The largest element count of `shape` over its variables' ranges (its product for an int shape)."""
+    count = math.prod(shape)
+    return count if isinstance(count, int) else int(count.vmax)
+
+
+def settle(size: Size) -> Size:
+    """`size` in its simplest form: a symbolic expression simplified, and an int when it is a constant."""
+    if isinstance(size, int):
+        return size
+    simple = size.simplify()
+    return int(simple.arg) if simple.op is Ops.CONST else simple
+
+
+def _as_uop(size: Size) -> UOp:
+    return size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+
+
+def sizes_equal(first: Size, second: Size) -> bool:
+    """True when two sizes are equal for every value of their variables (provably, by the simplifier)."""
+    if isinstance(first, int) and isinstance(second, int):
+        return first == second
+    difference = (_as_uop(first) - _as_uop(second)).simplify()
+    return difference.op is Ops.CONST and difference.arg == 0
+
+
+def provably_le(first: Size, second: Size) -> bool:
+    """True when `first <= second` for every value of their variables."""
+    if isinstance(first, int) and isinstance(second, int):
+        return first <= second
+    return int((_as_uop(second) - _as_uop(first)).simplify().vmin) >= 0
+
+
+def unbind(ast: UOp) -> tuple[UOp, dict[str, int]]:
+    """`ast` with each BIND replaced by its DEFINE_VAR, and the bound values by variable name.
+
+    ValueError when one variable is bound to two values in `ast`.
+    """
+    mapping: dict[UOp, UOp] = {}
+    values: dict[str, int] = {}
+    for node in ast.toposort():
+        if node.op is Ops.BIND:
+            variable, value = node.src[0], node.src[1].arg
+            if values.setdefault(variable.arg.name, value) != value:
+                raise ValueError(
+                    f"variable {variable.arg.name!r} is bound to both {values[variable.arg.name]} and {value} "
+                    "in one kernel"
+                )
+            mapping[node] = variable
+    return ast.substitute(mapping), values
+
+
+def _evaluate(size: UOp, values: Mapping[UOp, int]) -> int:
+    from kiln.uops import sym_infer
+
+    return sym_infer(size, {variable.arg.name: value for variable, value in values.items()})
