@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeVar
 from typing import cast as typing_cast
 
-from kiln.tensor.symbolic import check_symbolic_size, provably_le, settle, sizes_equal
+from kiln.tensor.symbolic import (
+    check_symbolic_size,
+    is_symbolic,
+    pairs_symbolic,
+    provably_le,
+    settle,
+    sizes_equal,
+)
 from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
 Shape = tuple[int, ...]
@@ -390,10 +397,7 @@ def _pair_entry(value: object) -> int:
 
 
 def _all_ints(shape: Sequence[int], pairs: Sequence[tuple[int, int]]) -> bool:
-    for size in shape:
-        if type(size) is not int:
-            return False
-    return all(type(first) is int and type(second) is int for first, second in pairs)
+    return not is_symbolic(shape) and not pairs_symbolic(pairs)
 
 
 def pad(x: UOp, padding: Sequence[tuple[int, int]]) -> UOp:

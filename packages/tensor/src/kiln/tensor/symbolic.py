@@ -28,6 +28,7 @@ __all__ = [
     "bound_shape",
     "check_symbolic_size",
     "is_symbolic",
+    "pairs_symbolic",
     "max_int",
     "max_numel",
     "provably_le",
@@ -161,8 +162,23 @@ def check_symbolic_size(size: UOp, what: str) -> None:
 
 
 def is_symbolic(shape: Iterable[Size]) -> bool:
-    """True when some entry of `shape` is not an int."""
-    return any(not isinstance(size, int) for size in shape)
+    """True when some entry of `shape` is not an int (a loop: this runs on the int path of every movement op)."""
+    for size in shape:
+        if type(size) is not int:
+            break
+    else:
+        return False
+    return True
+
+
+def pairs_symbolic(pairs: Iterable[tuple[Size, Size]]) -> bool:
+    """True when an entry of some (start, end) / (before, after) pair is not an int."""
+    for first, second in pairs:
+        if type(first) is not int or type(second) is not int:
+            break
+    else:
+        return False
+    return True
 
 
 def bound_int(size: Size) -> int:

@@ -15,7 +15,7 @@ from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.promotion import result_type
-from kiln.tensor.symbolic import settle, sizes_equal
+from kiln.tensor.symbolic import is_symbolic, pairs_symbolic, settle, sizes_equal
 from kiln.uops import ConstType, Ops, dtypes
 
 __all__ = ["MovementMixin"]
@@ -28,11 +28,6 @@ def _int_arguments(arguments: tuple[Any, ...], what: str) -> tuple[int, ...]:
     if len(arguments) == 1 and isinstance(arguments[0], (tuple, list)):
         arguments = tuple(arguments[0])
     return tuple(check_size(value, what) for value in arguments)
-
-
-def _symbolic(sizes: Sequence[int]) -> bool:
-    """True when a size is a bound Variable expression (a UOp; see `kiln.tensor.symbolic`)."""
-    return any(type(size) is not int for size in sizes)
 
 
 # the most operands one cat kernel joins (see cat)
@@ -60,7 +55,7 @@ class MovementMixin(TensorCore):
                 raise ValueError(f"reshape: None keeps a dim of the input, but {given} has None past its {self.ndim}")
             given = tuple(self.shape[i] if size is None else size for i, size in enumerate(given))
         sizes = _int_arguments(given, "reshape size")
-        if _symbolic(sizes) or _symbolic(self.shape):
+        if is_symbolic(sizes) or is_symbolic(self.shape):
             return self._movement(Ops.RESHAPE, _symbolic_reshape(self.shape, sizes))
         unknown = [i for i, size in enumerate(sizes) if size == -1]
         if len(unknown) > 1 or any(size < -1 for size in sizes):
@@ -86,7 +81,7 @@ class MovementMixin(TensorCore):
             [[1, 1, 1], [2, 2, 2]]
         """
         sizes = _int_arguments(shape, "expand size")
-        if _symbolic(sizes) or _symbolic(self.shape):
+        if is_symbolic(sizes) or is_symbolic(self.shape):
             return self._broadcast_to(_symbolic_expand(self.shape, sizes))
         extra = len(sizes) - self.ndim
         if extra < 0:
@@ -241,10 +236,12 @@ class MovementMixin(TensorCore):
         if len(bounds) != self.ndim:
             raise ValueError(f"shrink needs one (start, end) or None per dim of shape {self.shape}, got {bounds}")
         pairs = tuple((0, size) if pair is None else (pair[0], pair[1]) for pair, size in zip(bounds, self.shape))
-        pairs = tuple((check_size(start, "shrink start"), check_size(end, "shrink end")) for start, end in pairs)
-        if _symbolic([value for pair in pairs for value in pair]) or _symbolic(self.shape):
+        if pairs_symbolic(pairs) or is_symbolic(self.shape):
+            pairs = tuple((check_size(start, "shrink start"), check_size(end, "shrink end")) for start, end in pairs)
             return self._movement(Ops.SHRINK, pairs)  # the graph proves the bounds for every value
         for (start, end), size in zip(pairs, self.shape):
+            check_int(start, "shrink start")
+            check_int(end, "shrink end")
             if not 0 <= start <= end <= size:
                 raise ValueError(f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {self.shape}")
         return self._movement(Ops.SHRINK, pairs)
@@ -268,7 +265,7 @@ class MovementMixin(TensorCore):
         pairs = _padding_pairs(padding, self.shape)
         if mode not in _PAD_MODES:
             raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
-        if _symbolic([amount for pair in pairs for amount in pair]) or _symbolic(self.shape):
+        if pairs_symbolic(pairs) or is_symbolic(self.shape):
             if mode != "constant":
                 raise ValueError(
                     f"pad with a bound Variable in the amounts or the shape takes mode 'constant', got {mode!r}"
