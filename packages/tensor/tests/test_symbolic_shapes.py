@@ -118,6 +118,24 @@ def test_slice_between_variable_bounds(engine: Engine) -> None:
     _each_value(engine, run)
 
 
+def test_integer_index_by_a_variable(engine: Engine) -> None:
+    x, columns = Tensor(DATA).realize(), Tensor(DATA.T.copy()).realize()
+
+    def run(value: int) -> None:
+        s = START.bind(value - 1)
+        np.testing.assert_array_equal(x[s].numpy(), DATA[value - 1])
+        np.testing.assert_array_equal((columns[:, s] + 1).numpy(), DATA.T[:, value - 1] + 1)
+
+    _each_value(engine, run)
+
+
+def test_integer_index_by_a_variable_that_can_leave_the_dim_raises() -> None:
+    with pytest.raises(ValueError, match=r"'p' in \[0, 10\]"):
+        Tensor(DATA)[Variable("p", 0, 10).bind(2)]
+    with pytest.raises(ValueError, match=r"'p'.*\[0, 9\].*unbound"):
+        Tensor(DATA)[Variable("p", 0, 9)]
+
+
 def test_reshape_pad_expand_one_compile(engine: Engine) -> None:
     x = Tensor(DATA).realize()
 

@@ -165,12 +165,14 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
                 raise IndexDtypeError(f"index tensors must have an integer or bool dtype, got {item.dtype!r}")
         elif item is None or item is Ellipsis or isinstance(item, slice):
             expanded.append(item)
+        elif isinstance(item, _SYMBOLIC):  # a bound Variable picks one position, proven inside the dim by shrink
+            expanded.append(("variable", check_size(item, "index")))
         elif hasattr(item, "__index__"):
             expanded.append(check_int(item, "index"))
         else:
             raise TypeError(
-                f"invalid index {item!r} of type {type(item).__name__}; expected an int, slice, None, Ellipsis, "
-                "list, numpy array or Tensor"
+                f"invalid index {item!r} of type {type(item).__name__}; expected an int, a bound Variable, slice, "
+                "None, Ellipsis, list, numpy array or Tensor"
             )
 
     def consumed(entry: Any) -> int:
@@ -214,6 +216,9 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
             kept += 1
             continue
         kind, data = entry
+        if kind == "variable":
+            dims.append(_DimIndex("int", data))
+            continue
         if kind == "mask":
             mask_shape = tuple(data.shape)
             covered = x.shape[source : source + len(mask_shape)]
