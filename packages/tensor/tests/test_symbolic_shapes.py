@@ -43,6 +43,13 @@ def test_shape_holds_the_variable_and_numpy_the_bound_shape(engine: Engine) -> N
     assert x.tolist() == [[0.0] * 3] * 4
 
 
+def test_repr_shows_the_variable_and_its_value() -> None:
+    v = N.bind(3)
+    assert "shape=(n=3, 4)" in repr(Tensor.zeros(v, 4))
+    assert "shape=((n+1)=4,)" in repr(Tensor.zeros(v + 1))
+    assert "shape=(2, 4)" in repr(Tensor.zeros(2, 4))
+
+
 def test_creation_and_elementwise_one_compile(engine: Engine) -> None:
     def run(value: int) -> None:
         v = N.bind(value)

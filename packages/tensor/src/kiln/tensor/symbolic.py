@@ -27,6 +27,7 @@ __all__ = [
     "bound_int",
     "bound_shape",
     "check_symbolic_size",
+    "format_shape",
     "is_symbolic",
     "pairs_symbolic",
     "max_int",
@@ -192,6 +193,15 @@ def bound_int(size: Size) -> int:
 def bound_shape(shape: Iterable[Size]) -> tuple[int, ...]:
     """`shape` with every entry at its bound value."""
     return tuple(bound_int(size) for size in shape)
+
+
+def format_shape(shape: tuple[Size, ...]) -> str:
+    """`shape` as text: an int shape as Python prints it, a symbolic entry as its expression and bound value, e.g.
+    `(n=3, 4)` or `((n+1)=4, 4)`."""
+    if not is_symbolic(shape):
+        return str(shape)
+    entries = [str(size) if isinstance(size, int) else f"{size.render()}={bound_int(size)}" for size in shape]
+    return f"({entries[0]},)" if len(entries) == 1 else f"({', '.join(entries)})"
 
 
 def max_int(size: Size) -> int:

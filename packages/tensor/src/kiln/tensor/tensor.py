@@ -50,7 +50,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
-from kiln.tensor.symbolic import bound_shape
+from kiln.tensor.symbolic import bound_shape, format_shape
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
@@ -333,7 +333,8 @@ class Tensor(
         grad = f", requires_grad={self.requires_grad}" if self.requires_grad is not None else ""
         values = self._realized_values()
         shown = f" {values.tolist()}" if values is not None else ""
-        return f"<Tensor{shown} shape={self.shape} dtype={self.dtype!r} device={self.device!r}{grad}>"
+        shape = format_shape(self.shape)
+        return f"<Tensor{shown} shape={shape} dtype={self.dtype!r} device={self.device!r}{grad}>"
 
     def _realized_values(self) -> np.ndarray[Any, Any] | None:
         """The values of a small tensor that needs no computation to read (data in a buffer, a constant), else None.
