@@ -8,9 +8,10 @@ optimizer state, temporaries, outputs) is the very memory the capture used. The 
 - the Tensor arguments (positional, then keyword by name) must match the captured ones in number, shape, dtype and
   device (ValueError / TypeError naming the first difference); other arguments must equal the captured values
   (ValueError), and Tensors must not hide inside list / tuple / dict arguments (TypeError);
-- `Variable` values (`Variable("pos", 0, 127).bind(5)`) reach the function as 0-dim int32 Tensors, read from memory
-  by the kernels, so a new value replays without re-capture; out-of-bounds values raise ValueError. (kiln's tensor
-  graph has no symbolic shapes: a variable indexes and masks, shapes stay at their bound.)
+- `Variable` values (`Variable("pos", 0, 127).bind(5)`) passed as arguments reach the function as 0-dim int32
+  Tensors, read from memory by the kernels, so a new value replays without re-capture; out-of-bounds values raise
+  ValueError. (Outside the JIT a bound Variable may also be a size in a Tensor's shape, see `kiln.tensor.symbolic`;
+  the JIT does not capture such shapes yet: an argument's shape must equal the captured one.)
 - reading data to the host inside the function (`.numpy()`, `.item()`, `.tolist()`) raises RuntimeError during
   capture: a replay would not repeat it;
 - tensors the function reaches through its closure, globals, bound `self`, default arguments or non-Tensor arguments
