@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from kiln.tensor.llm.arguments import context_argument
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 
 __all__ = ["main"]
@@ -26,21 +27,6 @@ def _positive_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
     return value
-
-
-def _context_size(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of positions, got {text}")
-    return value
-
-
-def context_argument(parser: argparse.ArgumentParser) -> None:
-    """`--max-context N`: the KV cache's positions (prompt plus completion); shared with `serve`."""
-    parser.add_argument(
-        "--max-context", type=_context_size, default=None,
-        help="positions the KV cache holds, prompt plus completion (default: min(the trained context, 4096))",
-    )  # fmt: skip
 
 
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:

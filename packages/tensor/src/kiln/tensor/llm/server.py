@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from kiln.tensor.llm.arguments import context_argument
 from kiln.tensor.llm.chat_template import validate_messages
-from kiln.tensor.llm.cli import context_argument
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 
 __all__ = ["LLMServer", "RequestError", "make_server", "serve_main"]
