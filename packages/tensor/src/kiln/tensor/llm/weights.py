@@ -1,6 +1,7 @@
 """`load_model`: a llama-family model from a GGUF file or Hugging Face safetensors (sharded, with the index).
 
-Both formats are memory-mapped. GGUF tensors keep their encoding: F32 / F16 / BF16 as Tensors aliasing the file,
+Both formats are read into memory kiln owns (kiln.tensor.state's copy-on-load: nothing done to the file afterwards
+reaches the model). GGUF tensors keep their encoding: F32 / F16 / BF16 as their bytes behind a lazy decode,
 block-quantized ones (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, ...) as `QuantizedWeight`s decoded inside the matmul kernels.
 Safetensors names are mapped to the GGUF names the model uses; per-expert matrices are stacked.
 """
