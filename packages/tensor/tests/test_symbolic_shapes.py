@@ -304,3 +304,15 @@ def test_reshape_with_other_element_count_raises() -> None:
         rows.expand(N.bind(4), 8)
     with pytest.raises(ValueError, match=r"mode 'constant'"):
         rows.pad(((1, 1), (0, 0)), mode="reflect")
+
+
+def test_tinyjit_refuses_to_capture_a_symbolic_kernel() -> None:
+    from kiln.tensor import TinyJit
+
+    x = Tensor(DATA).realize()
+    v = N.bind(3)
+    step = TinyJit(lambda scale: (x[:v] * scale).sum(0))
+    scale = Tensor(np.float32(2.0))
+    np.testing.assert_array_equal(step(scale).numpy(), (DATA[:3] * 2).sum(0))  # call 1 runs the function as is
+    with pytest.raises(RuntimeError, match=r"symbolic shapes.*\['n'\]"):
+        step(scale)  # call 2 captures

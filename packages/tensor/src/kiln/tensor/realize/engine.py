@@ -441,6 +441,11 @@ class Engine:
         if debug >= 2:
             _debug_kernel(step, method, elapsed / 1e9)
         if launch_recorder is not None:
+            if step.var_vals:  # a replay would launch it without the variables' values
+                raise RuntimeError(
+                    f"TinyJit cannot capture a kernel over symbolic shapes yet (variables {sorted(step.var_vals)}); "
+                    "call the function without TinyJit"
+                )
             launch_recorder.record_kernel(method, arguments)
 
     @serialized
