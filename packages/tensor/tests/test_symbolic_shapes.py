@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from kiln.tensor import Tensor, Variable
+from kiln.tensor import Tensor, Variable, dtypes
 from kiln.tensor.realize.engine import Engine, use_engine
 
 VALUES = (1, 3, 7, 10)
@@ -316,3 +316,9 @@ def test_tinyjit_refuses_to_capture_a_symbolic_kernel() -> None:
     np.testing.assert_array_equal(step(scale).numpy(), (DATA[:3] * 2).sum(0))  # call 1 runs the function as is
     with pytest.raises(RuntimeError, match=r"symbolic shapes.*\['n'\]"):
         step(scale)  # call 2 captures
+
+
+def test_a_bound_variable_as_tensor_data_is_its_value_as_a_0_dim_int32() -> None:
+    bound = Variable("i", 0, 9).bind(7)
+    value = Tensor(bound)
+    assert (value.shape, value.dtype, value.item()) == ((), dtypes.int32, 7)

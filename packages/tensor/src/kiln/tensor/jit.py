@@ -128,7 +128,7 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Arguments:
     for name, value, where in entries:
         if isinstance(value, BoundVariable):
             result.others.append((name, value.variable))
-            value = value.tensor()
+            value = Tensor(value)
             if isinstance(where, int):
                 passed[where] = value
             else:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kiln.uops import Ops, UOp, dtypes
 
@@ -72,7 +71,8 @@ class Variable:
 
 @dataclass(frozen=True)
 class BoundVariable:
-    """A `Variable` with its value: usable as a shape entry, a slice bound, or a jitted function's argument."""
+    """A `Variable` with its value: usable as a shape entry, a slice bound, or a jitted function's argument (which
+    receives it as a 0-dim int32 Tensor: `Tensor(bound)` makes one)."""
 
     variable: Variable
     value: int
@@ -81,14 +81,6 @@ class BoundVariable:
     def uop(self) -> UOp:
         """The bound variable as a size (BIND of the DEFINE_VAR to the value)."""
         return self.variable.uop.bind(self.value)
-
-    def tensor(self) -> Any:
-        """The value as a 0-dim int32 Tensor (what a jitted function receives)."""
-        import numpy as np
-
-        from kiln.tensor.tensor import Tensor
-
-        return Tensor(np.array(self.value, dtype=np.int32))
 
     def __add__(self, other: Size | BoundVariable) -> UOp:
         return self.uop + as_size(other, "operand")

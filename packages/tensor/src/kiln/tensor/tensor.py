@@ -50,7 +50,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
-from kiln.tensor.symbolic import bound_shape, format_shape
+from kiln.tensor.symbolic import BoundVariable, bound_shape, format_shape
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
@@ -567,6 +567,8 @@ def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_gr
         uop = data.uop if dtype is None else graph.cast(data.uop, dtype)
         return uop if device is None else graph.copy_to(uop, canonical_device(device))
     target = canonical_device(device)
+    if isinstance(data, BoundVariable):  # its value, as a jitted function receives it
+        data = np.array(data.value, dtype=np.int32)
     if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
         scalar_dtype = dtype if dtype is not None else dtypes.from_py(data)
         check_constant_fits(data, scalar_dtype)

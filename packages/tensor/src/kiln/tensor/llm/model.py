@@ -119,7 +119,7 @@ class Transformer:
     def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at positions start_pos.. of the cache."""
         config = self.config
-        position: int | Tensor = start_pos.tensor() if isinstance(start_pos, BoundVariable) else start_pos
+        position: int | Tensor = Tensor(start_pos) if isinstance(start_pos, BoundVariable) else start_pos
         if h.ndim != 3 or h.shape[2] != config.dim:
             raise ValueError(f"embedded tokens must be (batch, seq, {config.dim}), got shape {h.shape}")
         batch, length = h.shape[0], h.shape[1]
