@@ -86,7 +86,6 @@ for step in range(50):
     assert np.array_equal(((a + 1) * 2).numpy(), (x + 1) * 2), step
     assert np.allclose((a @ a + step).numpy(), square + step, rtol=1e-4), step
 print("interrupted", interrupted)
-assert interrupted == 50, interrupted
 """
 
 
@@ -109,6 +108,14 @@ def test_fork_with_kernels_queued_leaves_a_usable_child_or_a_clear_error_stress(
 
 @pytest.mark.parametrize("shares", ["2", "1"])
 def test_ctrl_c_during_realize_and_synchronize_leaves_the_process_usable_stress(shares: str) -> None:
+    # every Ctrl-C interrupts the realize, except one Python delivers while it runs a weakref callback (kiln's
+    # hash-consing table drops a freed node's entry in one): Python reports that one as "Exception ignored" and
+    # drops it (a language rule: no exception leaves a callback); the process stays usable either way (checked
+    # after each step inside the script)
     result = _run(INTERRUPTED_REALIZE, shares)
     assert result.returncode == 0, f"exit {result.returncode}: {result.stdout[-500:]} {result.stderr[-3000:]}"
-    assert result.stdout.split() == ["interrupted", "50"]
+    words = result.stdout.split()
+    assert words[0] == "interrupted", result.stdout
+    ignored = result.stderr.count("Exception ignored")
+    assert ignored == result.stderr.count("KeyboardInterrupt"), result.stderr[-3000:]  # nothing else was ignored
+    assert int(words[1]) + ignored == 50, f"{words[1]} interrupted, {ignored} ignored: {result.stderr[-3000:]}"

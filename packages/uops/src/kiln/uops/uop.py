@@ -25,12 +25,13 @@ class _CacheRef(weakref.ref["UOp"]):
 
 
 def _forget(reference: _CacheRef) -> None:
-    # one probe of the table (hashing the content once): the entry is this reference unless a node of the same
-    # content was built after this one died and before this callback ran; then that node's entry is put back
+    # the entry is this reference unless a node of the same content was built after this one died and before this
+    # callback ran. Compared before deleting (a pop and a put-back had a window without the live node's entry): a
+    # Ctrl-C that Python delivers inside this callback (it reports it as "Exception ignored" and drops it) can only
+    # leave a dead reference behind, which `UOp.__new__` overwrites.
     content = reference.content
-    found = _live_uops.pop(content, None)
-    if found is not None and found is not reference:
-        _live_uops[content] = found
+    if _live_uops.get(content) is reference:
+        del _live_uops[content]
 
 
 _live_uops: dict[tuple[Any, ...], _CacheRef] = {}
