@@ -10,8 +10,12 @@ optimizer state, temporaries, outputs) is the very memory the capture used. The 
   (ValueError), and Tensors must not hide inside list / tuple / dict arguments (TypeError);
 - `Variable` values (`Variable("pos", 0, 127).bind(5)`) passed as arguments reach the function as 0-dim int32
   Tensors, read from memory by the kernels, so a new value replays without re-capture; out-of-bounds values raise
-  ValueError. (Outside the JIT a bound Variable may also be a size in a Tensor's shape, see `kiln.tensor.symbolic`;
-  the JIT does not capture such shapes yet: an argument's shape must equal the captured one.)
+  ValueError. Such a Tensor is also the variable where a size is expected (`x[:v]`, `Tensor.zeros(v, 4)`): the
+  kernels over those symbolic sizes replay with the new value, no new compile. An unbound `Variable` argument
+  raises ValueError naming it;
+- a Tensor argument whose shape holds bound Variables (`x[:v]`, see `kiln.tensor.symbolic`) is checked by structure
+  (the same int dims, the same variables in the same places), not by value: its variables' values are replay
+  inputs too, and outputs over those sizes come back with the new values in their shapes.
 - reading data to the host inside the function (`.numpy()`, `.item()`, `.tolist()`) raises RuntimeError during
   capture: a replay would not repeat it;
 - tensors the function reaches through its closure, globals, bound `self`, default arguments or non-Tensor arguments
@@ -28,10 +32,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -44,7 +49,16 @@ from kiln.tensor.nn.module import walk_state
 from kiln.tensor.ops.random import random_state
 from kiln.tensor.realize import attach_buffer, buffer_of, engine, has_buffer
 from kiln.tensor.schedule import realized_view
-from kiln.tensor.symbolic import BoundVariable, Variable
+from kiln.tensor.symbolic import (
+    BoundVariable,
+    Size,
+    Variable,
+    format_shape,
+    max_numel,
+    rebind,
+    shape_structure,
+    shape_values,
+)
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, Ops, UOp
 
@@ -58,15 +72,18 @@ _output_numbers = itertools.count(1 << 50)
 class _Slot:
     """One Tensor argument of the captured call: where it came from and what it must look like."""
 
-    __slots__ = ("device", "dtype", "name", "shape")
+    __slots__ = ("device", "dtype", "name", "shape", "structure")
 
     def __init__(self, name: str, tensor: Tensor) -> None:
         self.name, self.shape, self.dtype, self.device = name, tensor.shape, tensor.dtype, tensor.device
+        self.structure = shape_structure(self.shape)
 
     def check(self, tensor: Tensor) -> None:
-        if tensor.shape != self.shape:
+        # a symbolic dim matches the same expression over the same variables, whatever their values
+        if shape_structure(tensor.shape) != self.structure:
             raise ValueError(
-                f"TinyJit: argument {self.name} has shape {tensor.shape}, it was captured with {self.shape}"
+                f"TinyJit: argument {self.name} has shape {format_shape(tensor.shape)}, it was captured with "
+                f"{format_shape(self.shape)}"
             )
         if tensor.dtype != self.dtype:
             raise TypeError(
@@ -80,17 +97,20 @@ class _Slot:
 
 def _plain_buffer(tensor: Tensor) -> Buffer | None:
     """The Buffer holding exactly `tensor`'s elements in row-major order, or None when it is not one."""
-    return _view_buffer(realized_view(tensor.uop) or tensor.uop, tensor.numel())
+    return _view_buffer(realized_view(tensor.uop) or tensor.uop, tensor.shape)
 
 
-def _view_buffer(node: UOp, numel: int) -> Buffer | None:
-    """The Buffer of a realized view that is a whole buffer (possibly reshaped), else None."""
+def _view_buffer(node: UOp, shape: tuple[Size, ...]) -> Buffer | None:
+    """The Buffer of a realized view that is a whole buffer (possibly reshaped), else None. A symbolic shape's
+    buffer is allocated at its largest element count and viewed as its front (a SHRINK from 0)."""
     if node.op is Ops.RESHAPE:
+        node = node.src[0]
+    if node.op is Ops.SHRINK and len(node.arg) == 1 and isinstance(node.arg[0][0], int) and node.arg[0][0] == 0:
         node = node.src[0]
     if node.op is not Ops.BUFFER or not has_buffer(node):
         return None
     buffer = buffer_of(node)
-    return buffer if buffer.size == numel else None
+    return buffer if buffer.size == max_numel(shape) else None
 
 
 def _as_input(tensor: Tensor) -> tuple[Tensor, Buffer]:
@@ -116,18 +136,34 @@ class _Arguments:
     others: list[tuple[str, Any]]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    values: dict[str, int]  # each bound variable's value, from the arguments and the Tensor arguments' shapes
+
+
+def _add_values(values: dict[str, int], new: dict[str, int], name: str) -> None:
+    for variable, value in new.items():
+        if values.setdefault(variable, value) != value:
+            raise ValueError(
+                f"TinyJit: argument {name} binds variable {variable!r} to {value}, another argument to "
+                f"{values[variable]}"
+            )
 
 
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Arguments:
-    result = _Arguments([], [], (), dict(kwargs))
+    result = _Arguments([], [], (), dict(kwargs), {})
     passed = list(args)
     entries: list[tuple[str, Any, int | str]] = [
         (f"{index} (positional)", value, index) for index, value in enumerate(args)
     ]
     entries += [(repr(key), kwargs[key], key) for key in sorted(kwargs)]
     for name, value, where in entries:
+        if isinstance(value, Variable):
+            raise ValueError(
+                f"TinyJit: argument {name} is variable {value.name!r} (range [{value.low}, {value.high}]) unbound; "
+                f"pass it bound to this call's value, e.g. {value!r}.bind(value)"
+            )
         if isinstance(value, BoundVariable):
             result.others.append((name, value.variable))
+            _add_values(result.values, {value.variable.name: value.value}, name)
             value = Tensor(value)
             if isinstance(where, int):
                 passed[where] = value
@@ -135,6 +171,7 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Arguments:
                 result.kwargs[where] = value
         if isinstance(value, Tensor):
             result.tensors.append((name, value))
+            _add_values(result.values, shape_values(value.shape), name)
         elif isinstance(value, (list, tuple, dict)) and any(True for _ in walk_state(value)):
             raise TypeError(
                 f"TinyJit: argument {name} holds Tensors inside a {type(value).__name__}; pass each Tensor as an "
@@ -179,8 +216,10 @@ class _Recorder:
                 self.written.add(id(buffer))
         self.steps.append(CapturedStep(runner, list(buffers), tuple(patches)))
 
-    def record_kernel(self, method: engine.Method, buffers: list[Buffer]) -> None:
+    def record_kernel(self, method: engine.Method, buffers: list[Buffer], var_vals: dict[str, int] | None) -> None:
         self._step(method.runner, list(buffers), [buffers[position] for position in method.program.outs])
+        if var_vals:
+            self.steps[-1].var_vals = dict(var_vals)
 
     def record_copy(self, destination: Buffer, source: Buffer) -> None:
         self._step(None, [destination, source], [destination])
@@ -308,7 +347,7 @@ class _Output:
 
     input_number: int | None
     buffer: Buffer | None
-    shape: tuple[int, ...]
+    shape: tuple[Size, ...]  # symbolic entries hold the capture's values: a replay rebinds them
     dtype: DType
 
 
@@ -334,10 +373,16 @@ class _Capture:
         self.segments = replay_segments(steps)
 
 
-def _output_tensor(buffer: Buffer, shape: tuple[int, ...], dtype: DType) -> Tensor:
+def _output_tensor(buffer: Buffer, shape: tuple[Size, ...], dtype: DType, values: dict[str, int]) -> Tensor:
     node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_output_numbers), buffer.size, buffer.device))
     attach_buffer(node, buffer)
-    return Tensor._from_uop(node).reshape(shape) if shape != (buffer.size,) else Tensor._from_uop(node)
+    tensor = Tensor._from_uop(node)
+    if shape == (buffer.size,):
+        return tensor
+    if any(not isinstance(size, int) for size in shape):  # the front of a buffer allocated at the largest size
+        shape = tuple(rebind(size, values) for size in shape)
+        tensor = tensor[: math.prod(shape)]
+    return tensor.reshape(cast(tuple[int, ...], shape))  # shape entries may be symbolic sizes
 
 
 class TinyJit(Generic[Result]):
@@ -402,7 +447,7 @@ class TinyJit(Generic[Result]):
             random_state.stream_observer = None
         outputs = []
         for (path, tensor), view in zip(flat, views):
-            buffer = _view_buffer(view, tensor.numel())
+            buffer = _view_buffer(view, tensor.shape)
             if buffer is None:
                 raise RuntimeError(
                     f"TinyJit: output {path} is not held in a buffer of its own after realize (a broadcast "
@@ -422,6 +467,13 @@ class TinyJit(Generic[Result]):
         assert captured is not None
         named = arguments.tensors
         slots = captured.slots
+        # a bound Variable left out is named as one, not as a missing 0-dim Tensor
+        for _name, old in captured.others if len(arguments.others) < len(captured.others) else []:
+            if isinstance(old, Variable) and not any(_same(value, old) for _, value in arguments.others):
+                raise ValueError(
+                    f"TinyJit: the call passes no value for variable {old.name!r} (range [{old.low}, {old.high}]); "
+                    f"it was captured with it bound: pass {old!r}.bind(value)"
+                )
         if len(named) != len(slots):
             raise ValueError(
                 f"TinyJit: called with {len(named)} Tensor arguments ({[name for name, _ in named]}), it was captured "
@@ -435,10 +487,11 @@ class TinyJit(Generic[Result]):
                 for (name, value), (_, old) in zip(arguments.others, captured.others)
                 if not _same(value, old)
             ]
-            names = [name for name, _ in arguments.others], [name for name, _ in captured.others]
+            given = [f"{name} = {value!r}" for name, value in arguments.others]
+            expected = [f"{name} = {value!r}" for name, value in captured.others]
             raise ValueError(
                 "TinyJit: the non-Tensor arguments differ from the capture's: "
-                + ("; ".join(differences) if differences else f"{names[0]} vs {names[1]}")
+                + ("; ".join(differences) if differences else f"{given} vs {expected}")
                 + ". Their values are compiled into the captured kernels: pass changing values as Tensors"
             )
         inputs: list[Buffer] = []
@@ -464,12 +517,12 @@ class TinyJit(Generic[Result]):
             for buffer, offset in captured.streams:
                 buffer.copyin(np.array([(first + offset) & 0xFFFFFFFF], dtype=np.uint32).view(np.uint8))
         for segment in captured.segments:
-            segment(inputs)
+            segment(inputs, arguments.values)
         GlobalCounters.kernel_count += captured.kernels
         tensors = []
         for output in captured.outputs:
             held = inputs[output.input_number] if output.input_number is not None else output.buffer
             assert held is not None
-            tensors.append(_output_tensor(held, output.shape, output.dtype))
+            tensors.append(_output_tensor(held, output.shape, output.dtype, arguments.values))
         result: Result = _rebuild(captured.structure, tensors, [0])
         return result

@@ -3,7 +3,8 @@
 A run of kernels on one queue-driven device (`HCQCompiled`) with fixed launch sizes becomes one `ReplayBatch`: its
 exec commands are built once at capture (argument blocks holding the captured buffers' addresses) and submitted as
 one list per replay (`HCQCompiled.launch_many`); only the kernels that touch an argument get a new argument block.
-Anything else (copies, other devices, kernels with variables) replays step by step (`ReplayStep`).
+Anything else (copies, other devices, kernels with variables) replays step by step (`ReplayStep`); a kernel over
+symbolic sizes launches with the replay call's variable values.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class CapturedStep:
     runner: Any
     buffers: list[Buffer | None]
     patches: tuple[tuple[int, int], ...]  # (position in buffers, input number)
+    var_vals: dict[str, int] | None = None  # a kernel over symbolic sizes: its variables' values at capture
 
 
 class ReplayStep:
@@ -34,7 +36,8 @@ class ReplayStep:
     def __init__(self, step: CapturedStep) -> None:
         self.step = step
 
-    def __call__(self, inputs: list[Buffer]) -> None:
+    def __call__(self, inputs: list[Buffer], values: dict[str, int]) -> None:
+        """Launches the step on `inputs`; a kernel's variables take their value in `values`, else the captured one."""
         step = self.step
         buffers = step.buffers
         if step.patches:
@@ -42,7 +45,10 @@ class ReplayStep:
             for position, number in step.patches:
                 buffers[position] = inputs[number]
         if step.runner is not None:
-            step.runner(buffers)
+            if step.var_vals:
+                step.runner(buffers, {name: values.get(name, value) for name, value in step.var_vals.items()})
+            else:
+                step.runner(buffers)
         else:
             destination, source = buffers
             assert destination is not None and source is not None
@@ -53,7 +59,9 @@ def _batchable(step: CapturedStep) -> HCQCompiled | None:
     """The device whose queue can take `step` in a batch: a kernel of a queue-driven device, no variables, fixed
     launch sizes; None otherwise."""
     runner = step.runner
-    if not isinstance(runner, HCQProgramRunner) or runner.variables or not isinstance(runner.device, HCQCompiled):
+    if step.var_vals or not isinstance(runner, HCQProgramRunner) or runner.variables:
+        return None
+    if not isinstance(runner.device, HCQCompiled):
         return None
     dims = runner.launch_dims({})
     if not all(isinstance(size, int) and size >= 1 for sizes in dims for size in sizes):
@@ -93,8 +101,8 @@ class ReplayBatch:
         # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
         self.inline = all(step.runner.inline for step in steps)
 
-    def __call__(self, inputs: list[Buffer]) -> None:
-        commands = self.commands
+    def __call__(self, inputs: list[Buffer], values: dict[str, int]) -> None:
+        commands = self.commands  # a batch holds no kernel over variables: `values` are not used
         if self.patched:
             commands = list(commands)
             for index, runner, template, patches in self.patched:

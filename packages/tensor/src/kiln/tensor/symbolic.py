@@ -22,6 +22,7 @@ __all__ = [
     "BoundVariable",
     "Size",
     "Variable",
+    "VariableValue",
     "as_size",
     "bound_int",
     "bound_shape",
@@ -29,6 +30,9 @@ __all__ = [
     "format_shape",
     "is_symbolic",
     "pairs_symbolic",
+    "rebind",
+    "shape_structure",
+    "shape_values",
     "max_int",
     "max_numel",
     "provably_le",
@@ -101,8 +105,22 @@ class BoundVariable:
         return as_size(other, "operand") * self.uop
 
 
+class VariableValue:
+    """A value that may stand for a bound variable: a Tensor made from a `BoundVariable` (what a jitted function
+    receives) is the variable's value in arithmetic and the variable itself as a size (`x[:v]`, `zeros(v, 4)`)."""
+
+    bound_variable: BoundVariable | None = None
+
+
+def carries_variable(value: object) -> bool:
+    """True for a `VariableValue` that stands for a bound variable."""
+    return isinstance(value, VariableValue) and value.bound_variable is not None
+
+
 def as_size(value: object, what: str) -> Size:
     """`value` (an int, a `BoundVariable` or a bound index expression) as a shape entry; TypeError otherwise."""
+    if isinstance(value, VariableValue) and value.bound_variable is not None:
+        value = value.bound_variable
     if isinstance(value, BoundVariable):
         return value.uop
     if isinstance(value, Variable):
@@ -251,6 +269,32 @@ def unbind(ast: UOp) -> tuple[UOp, dict[str, int]]:
                 )
             mapping[node] = variable
     return ast.substitute(mapping), values
+
+
+def shape_values(shape: Iterable[Size]) -> dict[str, int]:
+    """The bound value of each variable in `shape`, by name."""
+    values: dict[str, int] = {}
+    for size in shape:
+        if not isinstance(size, int):
+            values.update(unbind(size)[1])
+    return values
+
+
+def shape_structure(shape: Iterable[Size]) -> tuple[Size, ...]:
+    """`shape` with its variables unbound: equal for two shapes that differ only in their variables' values."""
+    return tuple(size if isinstance(size, int) else unbind(size)[0] for size in shape)
+
+
+def rebind(size: Size, values: Mapping[str, int]) -> Size:
+    """`size` with each variable named in `values` bound to that value instead (the others keep theirs)."""
+    if isinstance(size, int):
+        return size
+    mapping = {
+        node: node.src[0].bind(values[node.src[0].arg.name])
+        for node in size.toposort()
+        if node.op is Ops.BIND and node.src[0].arg.name in values
+    }
+    return size.substitute(mapping) if mapping else size
 
 
 def _evaluate(size: UOp, values: Mapping[UOp, int]) -> int:

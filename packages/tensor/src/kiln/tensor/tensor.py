@@ -50,7 +50,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
-from kiln.tensor.symbolic import BoundVariable, bound_shape, format_shape
+from kiln.tensor.symbolic import BoundVariable, VariableValue, bound_shape, format_shape
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
@@ -131,6 +131,7 @@ class Tensor(
     MetadataMixin,
     SpecialMixin,
     LinearSolveMixin,
+    VariableValue,
     metaclass=_TensorType,
 ):
     """A lazy n-dimensional array on a device.
@@ -179,6 +180,8 @@ class Tensor(
         self.requires_grad = requires_grad
         try:
             self.uop = _initial_uop(data, dtype, device, requires_grad)
+            if isinstance(data, BoundVariable):  # also the variable itself where a size is expected (`x[:v]`)
+                self.bound_variable = data
             track(self)
             check_device_dtype(self.device, self.dtype)
             if requires_grad is True and not dtypes.is_float(self.dtype):

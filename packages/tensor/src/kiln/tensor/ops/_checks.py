@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from kiln.runtime import Device
 from kiln.tensor.core import TensorCore
-from kiln.tensor.symbolic import BoundVariable, Variable, as_size
+from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable
 from kiln.uops import DType, UOp, dtypes
 
 __all__ = [
@@ -53,7 +53,7 @@ def check_size(value: object, what: str) -> int:
     (typed int like the tensor graph's shapes, whose symbolic entries `kiln.tensor.symbolic` describes)."""
     if type(value) is int:
         return value
-    if isinstance(value, (BoundVariable, Variable, UOp)):
+    if isinstance(value, (BoundVariable, Variable, UOp)) or carries_variable(value):
         return cast(int, as_size(value, what))
     return check_int(value, what)
 

@@ -19,7 +19,7 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, che
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
-from kiln.tensor.symbolic import BoundVariable, Variable, as_size, max_int, max_numel
+from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
@@ -336,6 +336,9 @@ class CreationMixin(DTypeMixin):
         """
         if stop is None:
             start, stop = 0, start
+        if carries_variable(stop):  # a jitted function's Tensor of a bound variable: the variable
+            variable_stop = cast(UOp, as_size(stop, "arange stop"))
+            return _with_grad(_symbolic_arange(cls, start, variable_stop, step, dtype, device), requires_grad)
         if isinstance(stop, (BoundVariable, Variable, UOp)):
             return _with_grad(_symbolic_arange(cls, start, stop, step, dtype, device), requires_grad)
         values = [scalar_value(v) for v in (start, stop, step)]

@@ -26,7 +26,7 @@ from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, nor
 from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.tensor.realize.graph_lock import serialized
-from kiln.tensor.symbolic import BoundVariable, Variable, bound_int, max_int, provably_le, settle
+from kiln.tensor.symbolic import BoundVariable, Variable, bound_int, carries_variable, max_int, provably_le, settle
 from kiln.uops import ConstType, Ops, UOp, dtypes
 
 __all__ = ["IndexingMixin"]
@@ -268,7 +268,13 @@ _SYMBOLIC = (BoundVariable, Variable, UOp)
 
 
 def _symbolic_slice(item: slice, size: int) -> bool:
-    return type(size) is not int or isinstance(item.start, _SYMBOLIC) or isinstance(item.stop, _SYMBOLIC)
+    return (
+        type(size) is not int
+        or isinstance(item.start, _SYMBOLIC)
+        or isinstance(item.stop, _SYMBOLIC)
+        or carries_variable(item.start)
+        or carries_variable(item.stop)
+    )
 
 
 def _symbolic_slice_spec(item: slice, size: int) -> _DimIndex:

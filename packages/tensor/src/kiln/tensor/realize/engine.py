@@ -63,7 +63,7 @@ __all__ = [
 class LaunchRecorder(Protocol):
     """What `kiln.tensor.jit` installs as `launch_recorder` while it captures a function."""
 
-    def record_kernel(self, method: Method, buffers: list[Buffer]) -> None:
+    def record_kernel(self, method: Method, buffers: list[Buffer], var_vals: dict[str, int] | None) -> None:
         """Called after each kernel launch with the program and its argument buffers."""
 
     def record_copy(self, destination: Buffer, source: Buffer) -> None:
@@ -441,12 +441,7 @@ class Engine:
         if debug >= 2:
             _debug_kernel(step, method, elapsed / 1e9)
         if launch_recorder is not None:
-            if step.var_vals:  # a replay would launch it without the variables' values
-                raise RuntimeError(
-                    f"TinyJit cannot capture a kernel over symbolic shapes yet (variables {sorted(step.var_vals)}); "
-                    "call the function without TinyJit"
-                )
-            launch_recorder.record_kernel(method, arguments)
+            launch_recorder.record_kernel(method, arguments, step.var_vals)
 
     @serialized
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:

@@ -1,0 +1,110 @@
+"""TinyJit over symbolic shapes: bound Variables as arguments used in shapes, and Tensor arguments whose shapes hold
+bound Variables. Every replay is checked against numpy, and no replay compiles a program."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from kiln.tensor import Tensor, TinyJit, Variable
+from kiln.tensor.realize.engine import Engine, use_engine
+
+N = Variable("n", 1, 8)
+DATA = np.arange(32, dtype=np.float32).reshape(8, 4)
+VALUES = [3, 5, 1, 8, 2]
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    fresh = Engine()
+    with use_engine(fresh):
+        yield fresh
+
+
+def test_variable_argument_sizes_replay_without_compiling(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+
+    @TinyJit
+    def step(v: Tensor, scale: Tensor) -> Tensor:
+        # v is the variable as a size (slice, zeros, arange) and its value in arithmetic
+        rows = x[:v] * scale + Tensor.zeros(v, 4)
+        return rows + Tensor.arange(v).float().reshape(v, 1) + v.float()
+
+    built = None
+    for call, n in enumerate(VALUES):
+        out = step(N.bind(n), Tensor(np.float32(2.0)))
+        expected = DATA[:n] * 2 + np.arange(n, dtype=np.float32)[:, None] + n
+        np.testing.assert_array_equal(out.numpy(), expected)
+        assert out.numpy().shape == (n, 4)
+        if call == 1:
+            built = engine.programs_built
+    assert step.captured is not None and built is not None
+    assert engine.programs_built == built, "a replay compiled a program"
+
+
+def test_symbolic_tensor_argument_replays_by_structure(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+    weight = Tensor(np.linspace(-1, 1, 4, dtype=np.float32)).realize()
+
+    @TinyJit
+    def step(rows: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+        return (rows * w).sum(1), (rows + 1).sum(0)
+
+    built = None
+    for call, n in enumerate(VALUES):
+        sums, tops = step(x[: N.bind(n)], w=weight)
+        w = np.linspace(-1, 1, 4, dtype=np.float32)
+        np.testing.assert_allclose(sums.numpy(), (DATA[:n] * w).sum(1), rtol=1e-6)
+        np.testing.assert_array_equal(tops.numpy(), (DATA[:n] + 1).sum(0))
+        if call == 1:
+            built = engine.programs_built
+    assert engine.programs_built == built, "a replay compiled a program"
+
+
+def test_variable_argument_and_symbolic_tensor_together(engine: Engine) -> None:
+    other = np.arange(8, dtype=np.float32) * 10
+    x = Tensor(DATA).realize()
+    y = Tensor(other).realize()
+    step = TinyJit(lambda rows, v, col: rows.sum(1) + col[:v])
+    for n in VALUES:
+        out = step(x[: N.bind(n)], N.bind(n), y)
+        np.testing.assert_array_equal(out.numpy(), DATA[:n].sum(1) + other[:n])
+    with pytest.raises(ValueError, match=r"variable 'n' to 4, another argument to 3"):
+        step(x[: N.bind(3)], N.bind(4), y)
+
+
+def test_a_different_structure_raises() -> None:
+    x = Tensor(DATA).realize()
+    step = TinyJit(lambda rows: rows * 2)
+    for n in (2, 3):
+        step(x[: N.bind(n)])
+    with pytest.raises(ValueError, match=r"argument 0 \(positional\) has shape \(m=3, 4\).*captured with \(n=3, 4\)"):
+        step(x[: Variable("m", 1, 8).bind(3)])
+    with pytest.raises(ValueError, match=r"has shape \(3, 4\)"):
+        step(x[:3])
+    with pytest.raises(ValueError, match=r"has shape \(n=2, 2\)"):
+        step(x[: N.bind(2), :2])
+
+
+def test_missing_or_unbound_variable_raises_naming_it() -> None:
+    x = Tensor(DATA).realize()
+    step = TinyJit(lambda v: x[:v] * 2)
+    for n in (2, 3):
+        step(N.bind(n))
+    with pytest.raises(ValueError, match=r"variable 'n' \(range \[1, 8\]\) unbound"):
+        step(N)
+    with pytest.raises(ValueError, match=r"no value for variable 'n' \(range \[1, 8\]\)"):
+        step()
+    with pytest.raises(ValueError, match=r"arguments differ.*name='k'.*captured with Variable\(name='n'"):
+        step(Variable("k", 1, 8).bind(2))
+
+
+def test_closure_variable_keeps_its_captured_value() -> None:
+    x = Tensor(DATA).realize()
+    v = N.bind(3)
+    step = TinyJit(lambda scale: (x[:v] * scale).sum(0))
+    for value in (2.0, 3.0, 4.0):
+        out = step(Tensor(np.float32(value)))
+        np.testing.assert_array_equal(out.numpy(), (DATA[:3] * value).sum(0))
