@@ -109,18 +109,18 @@ class VariableValue:
     """A value that may stand for a bound variable: a Tensor made from a `BoundVariable` (what a jitted function
     receives) is the variable's value in arithmetic and the variable itself as a size (`x[:v]`, `zeros(v, 4)`)."""
 
-    bound_variable: BoundVariable | None = None
+    _bound_variable: BoundVariable | None = None
 
 
 def carries_variable(value: object) -> bool:
     """True for a `VariableValue` that stands for a bound variable."""
-    return isinstance(value, VariableValue) and value.bound_variable is not None
+    return isinstance(value, VariableValue) and value._bound_variable is not None
 
 
 def as_size(value: object, what: str) -> Size:
     """`value` (an int, a `BoundVariable` or a bound index expression) as a shape entry; TypeError otherwise."""
-    if isinstance(value, VariableValue) and value.bound_variable is not None:
-        value = value.bound_variable
+    if isinstance(value, VariableValue) and value._bound_variable is not None:
+        value = value._bound_variable
     if isinstance(value, BoundVariable):
         return value.uop
     if isinstance(value, Variable):
