@@ -32,6 +32,7 @@ class LlamaConfig:
     qk_norm: bool = False
     n_experts: int = 0
     n_experts_used: int = 0
+    shared_expert_dim: int = 0  # the hidden size of a MoE layer's shared expert (Qwen MoE), 0: none
     norm_topk_prob: bool = True
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -74,6 +75,7 @@ class LlamaConfig:
                 qk_norm=model_type in ("qwen3", "qwen3_moe"),
                 n_experts=experts,
                 n_experts_used=int(hf.get("num_experts_per_tok", 0) or 0),
+                shared_expert_dim=int(hf.get("shared_expert_intermediate_size", 0) or 0) if experts else 0,
                 norm_topk_prob=bool(hf.get("norm_topk_prob", model_type == "mixtral")),
                 bos_token_id=hf.get("bos_token_id"),
                 eos_token_id=None if eos is None else int(eos),
@@ -126,6 +128,7 @@ class LlamaConfig:
             qk_norm=arch in ("qwen3", "qwen3moe"),
             n_experts=experts,
             n_experts_used=int(meta.get(f"{arch}.expert_used_count", 0) or 0),
+            shared_expert_dim=int(meta.get(f"{arch}.expert_shared_feed_forward_length", 0) or 0) if experts else 0,
             norm_topk_prob=arch != "qwen2moe",
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),

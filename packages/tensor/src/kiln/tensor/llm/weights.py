@@ -22,6 +22,7 @@ from kiln.tensor.state.gguf import gguf_load_raw
 from kiln.tensor.state.quantization import GGMLType, dequantize
 from kiln.tensor.state.safetensors import safe_load
 from kiln.tensor.tensor import Tensor
+from kiln.uops import dtypes
 
 __all__ = ["LoadedModel", "load_model"]
 
@@ -96,10 +97,8 @@ def _load_gguf(path: Path, max_context: int | None) -> LoadedModel:
         factors = weights.pop("rope_freqs.weight")
         assert isinstance(factors, Tensor)
         config.rope_scaling = {"rope_type": "factors", "factors": factors.numpy().astype("float64").tolist()}
-    try:
-        model = Transformer(config, weights, max_context)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
+    config.tie_embeddings = "output.weight" not in weights  # llama.cpp leaves a tied head out of the file
+    model = _build(config, weights, max_context, path)
     name = metadata.get("general.name") or path.stem
     return LoadedModel(config, model, metadata, str(name))
 
@@ -136,11 +135,27 @@ def _load_safetensors(path: Path, max_context: int | None) -> LoadedModel:
         except ValueError as error:
             raise ValueError(f"{file}: {error}") from None
     weights = _gguf_names(tensors)
-    try:
-        model = Transformer(config, weights, max_context)
-    except ValueError as error:
-        raise ValueError(f"{folder}: {error}") from None
+    if config.tie_embeddings:  # some checkpoints store the tied head anyway: it is the embedding table
+        weights.pop("output.weight", None)
+    model = _build(config, weights, max_context, folder)
     return LoadedModel(config, model, {"hf_config": hf_config, "dir": str(folder)}, folder.name)
+
+
+def _build(config: LlamaConfig, weights: dict[str, Weight], max_context: int | None, where: Path) -> Transformer:
+    """The model of `config`, loaded with `weights` (GGUF names) through `load_state_dict`."""
+    for name, weight in list(weights.items()):
+        if not isinstance(weight, Tensor):
+            continue
+        if name.endswith("ffn_gate_inp_shexp.weight") and weight.shape == (config.dim,):
+            weights[name] = weight.reshape(1, config.dim)  # the shared expert's 1-row gate, stored as a vector
+        elif weight.ndim == 1 and weight.dtype != dtypes.float32:
+            weights[name] = weight.float().realize()  # norms and biases: small, computed in float32
+    model = Transformer(config, max_context=max_context)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return model
 
 
 def _gguf_names(tensors: dict[str, Tensor]) -> dict[str, Weight]:

@@ -1,0 +1,371 @@
+"""The llama family's layers as `kiln.tensor.nn` modules: `Projection`, `TokenEmbedding`, `Experts`, `Attention`
+(with its KV cache), `FeedForward`, `MoE` and `Block`, all `WeightModule`s.
+
+A weight is a float Tensor or a `QuantizedWeight` (kept as its ggml blocks, decoded inside the kernel that reads
+it), so these modules name their weights by a walk that treats both as leaves: `state_dict()` lists them under the
+attribute paths, which are the GGUF tensor names (`blk.0.attn_q.weight`), and `load_state_dict` puts the given
+objects in place (torch's `assign=True`): a half-precision or quantized weight stays encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from kiln.tensor.llm.config import LlamaConfig
+from kiln.tensor.llm.quantized import QuantizedWeight, Weight, linear
+from kiln.tensor.nn import Module, RMSNorm
+from kiln.tensor.state.state_dict import IncompatibleKeys
+from kiln.tensor.tensor import Tensor
+
+__all__ = [
+    "Attention",
+    "Block",
+    "Experts",
+    "FeedForward",
+    "MoE",
+    "Projection",
+    "Rotary",
+    "TokenEmbedding",
+    "WeightModule",
+    "named_weights",
+]
+
+
+def named_weights(module: Module, prefix: str = "") -> Iterator[tuple[str, Module, str, Weight]]:
+    """(dotted name, holding module, attribute, weight) for every Tensor or QuantizedWeight below `module`: public
+    attributes, submodules, and lists of submodules named by index (`blk.3.attn_q.weight`)."""
+    for key, value in vars(module).items():
+        if key.startswith("_"):
+            continue
+        name = prefix + key
+        if isinstance(value, (Tensor, QuantizedWeight)):
+            yield name, module, key, value
+        elif isinstance(value, Module):
+            yield from named_weights(value, name + ".")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, Module):
+                    yield from named_weights(item, f"{name}.{index}.")
+
+
+class WeightModule(Module):
+    """A Module whose weights may be `QuantizedWeight`s: its state dict holds them as leaves under their names."""
+
+    accepts_quantized = False
+    """Whether this module's own weights may be QuantizedWeights (a norm's vector must be a float Tensor)."""
+
+    def state_dict(self, prefix: str = "") -> dict[str, Weight]:  # type: ignore[override]  # quantized leaves too
+        """Name -> weight (Tensor or QuantizedWeight) for every weight of this module and its submodules."""
+        return {name: weight for name, _holder, _key, weight in named_weights(self, prefix)}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Puts the weights of `state_dict` in place of this module's (the objects themselves, like torch's
+        `load_state_dict(..., assign=True)`: an encoded weight stays encoded and nothing is copied).
+
+        Returns:
+            (missing_keys, unexpected_keys).
+
+        Raises:
+            RuntimeError: naming every missing or unexpected weight (strict), every weight of another shape than
+                the module's, and every value that is neither a Tensor nor a QuantizedWeight, at once.
+        """
+        targets = {name: (holder, key, weight) for name, holder, key, weight in named_weights(self)}
+        missing = [name for name in targets if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in targets]
+        errors: list[str] = []
+        if strict and missing:
+            errors.append(f"the model lacks weights {_listed(missing)}")
+        if strict and unexpected:
+            errors.append(f"unexpected weights {_listed(unexpected)} (this model has no such layer)")
+        loads: list[tuple[Module, str, Weight]] = []
+        for name, (holder, key, current) in targets.items():
+            if name not in state_dict:
+                continue
+            value = state_dict[name]
+            quantizable = isinstance(holder, WeightModule) and holder.accepts_quantized
+            if not isinstance(value, Tensor) and not (isinstance(value, QuantizedWeight) and quantizable):
+                expected = "a Tensor or a QuantizedWeight" if quantizable else "a float Tensor"
+                errors.append(f"weight {name} must be {expected}, got {type(value).__name__}")
+            elif tuple(value.shape) != tuple(current.shape):
+                errors.append(f"weight {name} has shape {tuple(value.shape)}, the model expects {tuple(current.shape)}")
+            else:
+                loads.append((holder, key, value))
+        if errors:
+            raise RuntimeError(f"Error(s) in loading the weights of {type(self).__name__}: " + "; ".join(errors))
+        for holder, key, value in loads:
+            setattr(holder, key, value)
+        return IncompatibleKeys(missing, unexpected)
+
+    def parameter_bytes(self) -> int:
+        """The bytes the weights hold (quantized ones at their encoded size)."""
+        total = 0
+        for weight in self.state_dict().values():
+            total += weight.nbytes if isinstance(weight, QuantizedWeight) else weight.numel() * weight.dtype.itemsize
+        return total
+
+
+def _listed(names: list[str]) -> str:
+    return f"{names[:8]}{f' and {len(names) - 8} more' if len(names) > 8 else ''}"
+
+
+def _placeholder(*shape: int) -> Tensor:
+    # never realized: load_state_dict replaces it (a model is built, then loaded)
+    return Tensor.empty(*shape)
+
+
+class Projection(WeightModule):
+    """y = x @ weight.T (+ bias) in float32, like `nn.Linear`, over a weight (out_features, in_features) that may
+    be half precision or a `QuantizedWeight` (decoded inside the product, kiln.tensor.llm.quantized.linear)."""
+
+    accepts_quantized = True
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight: Weight = _placeholder(out_features, in_features)
+        self.bias: Tensor | None = _placeholder(out_features) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.forward(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x @ weight.T + bias, float32."""
+        return linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class TokenEmbedding(WeightModule):
+    """The rows of a (vocab, dim) table picked by int token ids, like `nn.Embedding`, the table possibly quantized."""
+
+    accepts_quantized = True
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight: Weight = _placeholder(num_embeddings, embedding_dim)
+
+    def matrix(self) -> Tensor:
+        """The table as a lazy float32 Tensor (a quantized one decoded where it is read)."""
+        return self.weight.dequantized() if isinstance(self.weight, QuantizedWeight) else self.weight.float()
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        return self.forward(tokens)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """(*tokens.shape, dim) float32: a one-hot product with the table, which codegen's gather rewrite
+        (kiln.codegen.opt.gather) turns into reading the picked rows only, also for a quantized table (its rows
+        decoded in the same kernel). The kernel depends on the tokens' shape, not on their values."""
+        matrix = self.matrix()
+        vocab, dim = self.num_embeddings, self.embedding_dim
+        # a broadcast product summed over the vocabulary, not `@`: the matmul of 2 or more rows is laid out for
+        # register tiles and is not recognised as a gather (64 prompt tokens read the whole table: 18 ms, not 1)
+        picked = (tokens.reshape(-1, 1, 1) == Tensor.arange(vocab).reshape(1, vocab, 1)).where(1.0, 0.0)
+        return (picked * matrix.reshape(1, vocab, dim)).sum(1).reshape(*tokens.shape, dim)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class Experts(WeightModule):
+    """The stacked (experts, out_features, in_features) matrices of a MoE layer's experts (one GGUF tensor)."""
+
+    accepts_quantized = True
+
+    def __init__(self, experts: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.experts, self.in_features, self.out_features = experts, in_features, out_features
+        self.weight: Weight = _placeholder(experts, out_features, in_features)
+
+    def extra_repr(self) -> str:
+        return f"experts={self.experts}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+class Rotary:
+    """Rotary position embedding: the inverse frequencies and attention scale of a config (kiln's own tensors,
+    not weights), the cos / sin of positions, and the rotation of a (B, H, T, D) query or key."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        inv_freq, self.scale = config.inv_freq()
+        self.inv_freq = Tensor(inv_freq.astype(np.float32).reshape(1, -1))
+        self.interleaved = config.rope_interleaved
+
+    def angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin (T, D/2) (times the attention scale) of float positions (T, 1)."""
+        angles = positions * self.inv_freq
+        return angles.cos() * self.scale, angles.sin() * self.scale
+
+    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """x (B, H, T, D) rotated by the angles whose cos / sin are (T, D/2): pairs (2i, 2i+1) when interleaved
+        (GGUF's llama layout), else (i, i + D/2)."""
+        half = x.shape[-1] // 2
+        if self.interleaved:
+            pairs = x.reshape(*x.shape[:-1], half, 2)
+            a, b = pairs[..., 0], pairs[..., 1]
+            return Tensor.stack(a * cos - b * sin, a * sin + b * cos, dim=-1).reshape(x.shape)
+        a, b = x[..., :half], x[..., half:]
+        return Tensor.cat(a * cos - b * sin, b * cos + a * sin, dim=-1)
+
+
+class Attention(WeightModule):
+    """Pre-normed grouped-query self-attention with RoPE, optional QK-norm and q/k/v biases, and its KV cache
+    (batch, kv_heads, max_context, head_dim), a private buffer (not a weight) written in place."""
+
+    def __init__(self, config: LlamaConfig, max_context: int) -> None:
+        super().__init__()
+        dim, heads, kv_heads, head_dim = config.dim, config.n_heads, config.n_kv_heads, config.head_dim
+        self.attn_norm = RMSNorm(dim, config.norm_eps)
+        self.attn_q = Projection(dim, heads * head_dim, config.attention_bias)
+        self.attn_k = Projection(dim, kv_heads * head_dim, config.attention_bias)
+        self.attn_v = Projection(dim, kv_heads * head_dim, config.attention_bias)
+        self.attn_output = Projection(heads * head_dim, dim)
+        if config.qk_norm:
+            self.attn_q_norm = RMSNorm(head_dim, config.norm_eps)
+            self.attn_k_norm = RMSNorm(head_dim, config.norm_eps)
+        self._heads, self._kv_heads, self._head_dim, self._max_context = heads, kv_heads, head_dim, max_context
+        self._cache: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def cache(self) -> tuple[Tensor, Tensor] | None:
+        """The (key, value) cache, None before `allocate_cache`."""
+        return self._cache
+
+    def allocate_cache(self, batch: int) -> tuple[Tensor, Tensor]:
+        """The (key, value) cache for `batch` rows: kept when its batch matches, else new zeroed buffers."""
+        if self._cache is None or self._cache[0].shape[0] != batch:
+            shape = (batch, self._kv_heads, self._max_context, self._head_dim)
+            self._cache = (Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize())
+        return self._cache
+
+    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, rotary: Rotary, mask: Tensor, start_pos: Any) -> Tensor:
+        """The attention output (B, T, dim) of the residual stream h (B, T, dim) at positions start_pos.., whose
+        keys and values are written to the cache first."""
+        batch, length, _ = h.shape
+        heads, kv_heads, head_dim = self._heads, self._kv_heads, self._head_dim
+        x: Tensor = self.attn_norm(h)
+        q = self.attn_q(x).reshape(batch, length, heads, head_dim)
+        k = self.attn_k(x).reshape(batch, length, kv_heads, head_dim)
+        v = self.attn_v(x).reshape(batch, length, kv_heads, head_dim).transpose(1, 2)
+        if hasattr(self, "attn_q_norm"):
+            q, k = self.attn_q_norm(q), self.attn_k_norm(k)
+        q = rotary.rotate(q.transpose(1, 2), cos, sin)
+        k = rotary.rotate(k.transpose(1, 2), cos, sin)
+        key_cache, value_cache = self.allocate_cache(batch)
+        rows = Tensor.arange(self._max_context).reshape(1, 1, -1, 1)
+        if isinstance(start_pos, Tensor):
+            write = rows == start_pos
+            k_new, v_new = k, v  # (B, KVH, 1, D) broadcast over the rows
+        else:
+            write = (rows >= start_pos) & (rows < start_pos + length)
+            pad = ((0, 0), (0, 0), (start_pos, self._max_context - start_pos - length), (0, 0))
+            k_new, v_new = k.pad(pad), v.pad(pad)
+        key_cache.assign(write.where(k_new, key_cache)).realize()
+        value_cache.assign(write.where(v_new, value_cache)).realize()
+        span = mask.shape[-1]
+        keys, values = key_cache[:, :, :span], value_cache[:, :, :span]
+        group = heads // kv_heads
+        if group > 1:
+            keys = keys.reshape(batch, kv_heads, 1, span, head_dim).expand(batch, kv_heads, group, span, head_dim)
+            values = values.reshape(batch, kv_heads, 1, span, head_dim).expand(batch, kv_heads, group, span, head_dim)
+            keys, values = keys.reshape(batch, heads, span, head_dim), values.reshape(batch, heads, span, head_dim)
+        scores = (q @ keys.transpose(-1, -2)) * (1.0 / float(np.sqrt(head_dim))) + mask
+        attended = scores.softmax(-1) @ values  # (B, H, T, D)
+        return self.attn_output(attended.transpose(1, 2).reshape(batch, length, heads * head_dim))
+
+
+class FeedForward(WeightModule):
+    """Pre-normed SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.ffn_gate = Projection(config.dim, config.hidden_dim)
+        self.ffn_up = Projection(config.dim, config.hidden_dim)
+        self.ffn_down = Projection(config.hidden_dim, config.dim)
+
+    def __call__(self, h: Tensor) -> Tensor:
+        return self.forward(h)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """The feed-forward output (B, T, dim) of the residual stream h."""
+        x: Tensor = self.ffn_norm(h)
+        return self.ffn_down(self.ffn_gate(x).silu() * self.ffn_up(x))
+
+
+class MoE(WeightModule):
+    """Pre-normed top-k routed SwiGLU experts (softmax over the router's logits, the k best, renormalized when
+    configured), plus a shared expert behind a sigmoid gate when the config has one (Qwen MoE)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        dim, hidden, experts = config.dim, config.hidden_dim, config.n_experts
+        self.ffn_norm = RMSNorm(dim, config.norm_eps)
+        self.ffn_gate_inp = Projection(dim, experts)
+        self.ffn_gate_exps = Experts(experts, dim, hidden)
+        self.ffn_up_exps = Experts(experts, dim, hidden)
+        self.ffn_down_exps = Experts(experts, hidden, dim)
+        if config.shared_expert_dim:
+            self.ffn_gate_inp_shexp = Projection(dim, 1)
+            self.ffn_gate_shexp = Projection(dim, config.shared_expert_dim)
+            self.ffn_up_shexp = Projection(dim, config.shared_expert_dim)
+            self.ffn_down_shexp = Projection(config.shared_expert_dim, dim)
+        self._experts, self._used, self._normalize = experts, config.n_experts_used, config.norm_topk_prob
+
+    def __call__(self, h: Tensor) -> Tensor:
+        return self.forward(h)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """The routed (and shared) experts' output (B, T, dim) of the residual stream h."""
+        x: Tensor = self.ffn_norm(h)
+        probs = self.ffn_gate_inp(x).softmax(-1)  # (B, T, E)
+        top, chosen = probs.topk(self._used, dim=-1)
+        if self._normalize:
+            top = top / top.sum(-1, keepdim=True)
+        experts = Tensor.arange(self._experts).reshape(1, 1, 1, -1)
+        share = ((chosen.unsqueeze(-1) == experts).where(1.0, 0.0) * top.unsqueeze(-1)).sum(2)  # (B, T, E)
+        gates, ups, downs = self.ffn_gate_exps.weight, self.ffn_up_exps.weight, self.ffn_down_exps.weight
+        out = x.float() * 0.0
+        for expert in range(self._experts):  # dense: every expert runs, weighted by its share (0 if unchosen)
+            result = linear(linear(x, gates[expert]).silu() * linear(x, ups[expert]), downs[expert])
+            out = out + result * share[..., expert : expert + 1]
+        if hasattr(self, "ffn_gate_shexp"):
+            shared = self.ffn_down_shexp(self.ffn_gate_shexp(x).silu() * self.ffn_up_shexp(x))
+            out = out + shared * self.ffn_gate_inp_shexp(x).sigmoid()
+        return out
+
+
+class Block(WeightModule):
+    """One decoder layer: h + attention(h), then + feed-forward (dense or MoE).
+
+    GGUF names a layer's tensors flat (`blk.N.attn_q.weight`, `blk.N.ffn_up_exps.weight`), so the block lists its
+    parts' layers as its own attributes (the same objects: loading a weight into one is loading it into the part)
+    and keeps the parts themselves private.
+    """
+
+    def __init__(self, config: LlamaConfig, max_context: int) -> None:
+        super().__init__()
+        self._attention = Attention(config, max_context)
+        self._feed_forward: FeedForward | MoE = MoE(config) if config.n_experts else FeedForward(config)
+        for part in (self._attention, self._feed_forward):
+            for key, layer in vars(part).items():
+                if isinstance(layer, Module) and not key.startswith("_"):
+                    setattr(self, key, layer)
+
+    @property
+    def attention(self) -> Attention:
+        """The self-attention part (its layers are also this block's attributes)."""
+        return self._attention
+
+    @property
+    def feed_forward(self) -> FeedForward | MoE:
+        """The feed-forward part, dense or MoE (its layers are also this block's attributes)."""
+        return self._feed_forward
+
+    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, rotary: Rotary, mask: Tensor, start_pos: Any) -> Tensor:
+        """The residual stream (B, T, dim) after this layer."""
+        h = h + self._attention(h, cos, sin, rotary, mask, start_pos)
+        return h + self._feed_forward(h)
