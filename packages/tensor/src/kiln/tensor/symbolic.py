@@ -13,8 +13,9 @@ Plain int shapes never reach this module: the checks here run only for entries t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from kiln.uops import Ops, UOp, dtypes
 
@@ -27,7 +28,11 @@ __all__ = [
     "bound_int",
     "bound_shape",
     "check_symbolic_size",
+    "describe_variables",
     "format_shape",
+    "format_size",
+    "graph_rebind",
+    "graph_unbind",
     "is_symbolic",
     "pairs_symbolic",
     "rebind",
@@ -172,6 +177,23 @@ def check_symbolic_size(size: UOp, what: str) -> None:
         raise ValueError(f"{what} entry {size!r} can be negative (its smallest value is {size.vmin})")
 
 
+def describe_variables(*sizes: Size) -> str:
+    """The variables of `sizes` with their ranges and bound values, for messages: "'n' in [1, 10] (bound to 3)"."""
+    found: dict[str, str] = {}
+    for size in sizes:
+        if isinstance(size, int):
+            continue
+        for node in size.toposort():
+            if node.op is Ops.BIND:
+                variable = node.src[0].arg
+                found[variable.name] = (
+                    f"{variable.name!r} in [{variable.lo}, {variable.hi}] (bound to {node.src[1].arg})"
+                )
+            elif node.op is Ops.DEFINE_VAR and node.arg.name not in found:
+                found[node.arg.name] = f"{node.arg.name!r} in [{node.arg.lo}, {node.arg.hi}]"
+    return ", ".join(found.values()) or "no variables"
+
+
 def is_symbolic(shape: Iterable[Size]) -> bool:
     """True when some entry of `shape` is not an int (a loop: this runs on the int path of every movement op)."""
     for size in shape:
@@ -205,12 +227,17 @@ def bound_shape(shape: Iterable[Size]) -> tuple[int, ...]:
     return tuple(bound_int(size) for size in shape)
 
 
+def format_size(size: Size) -> str:
+    """`size` as text: an int as itself, a symbolic size as its expression and bound value, e.g. `(n+1)=4`."""
+    return str(size) if isinstance(size, int) else f"{size.render()}={bound_int(size)}"
+
+
 def format_shape(shape: tuple[Size, ...]) -> str:
     """`shape` as text: an int shape as Python prints it, a symbolic entry as its expression and bound value, e.g.
     `(n=3, 4)` or `((n+1)=4, 4)`."""
     if not is_symbolic(shape):
         return str(shape)
-    entries = [str(size) if isinstance(size, int) else f"{size.render()}={bound_int(size)}" for size in shape]
+    entries = [format_size(size) for size in shape]
     return f"({entries[0]},)" if len(entries) == 1 else f"({', '.join(entries)})"
 
 
@@ -295,6 +322,61 @@ def rebind(size: Size, values: Mapping[str, int]) -> Size:
         if node.op is Ops.BIND and node.src[0].arg.name in values
     }
     return size.substitute(mapping) if mapping else size
+
+
+def _map_sizes(arg: object, convert: Callable[[UOp], UOp]) -> object:
+    """A movement op's `arg` (sizes, or (start, end) pairs) with `convert` applied to each symbolic entry."""
+    if isinstance(arg, UOp):
+        return convert(arg)
+    if type(arg) is tuple:
+        return tuple([_map_sizes(entry, convert) for entry in arg])
+    return arg
+
+
+def _holds_size(arg: object) -> bool:
+    # a tensor-graph arg holds symbolic sizes only as UOps inside (nested) tuples: (n, 4), ((0, n), (0, 4))
+    if type(arg) is not tuple:
+        return False
+    return any(isinstance(entry, UOp) or (type(entry) is tuple and _holds_size(entry)) for entry in arg)
+
+
+def _map_graph(roots: tuple[UOp, ...], convert: Callable[[UOp], UOp]) -> tuple[UOp, ...]:
+    """`roots` rebuilt with `convert` applied to every symbolic size in their nodes' args (unchanged nodes kept)."""
+    mapped: dict[UOp, UOp] = {}
+    for node in UOp(Ops.SINK, src=roots).toposort():
+        sources = tuple([mapped[source] for source in node.src])
+        arg = _map_sizes(node.arg, convert) if _holds_size(node.arg) else node.arg
+        changed = arg is not node.arg or any(new is not old for new, old in zip(sources, node.src))
+        mapped[node] = UOp(node.op, node.dtype, sources, arg, node.tag) if changed else node
+    return tuple(mapped[root] for root in roots)
+
+
+def graph_unbind(roots: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], dict[str, int]] | None:
+    """A tensor graph's structure without its variables' values: `roots` with every BIND in a size (a movement op's
+    arg) replaced by its DEFINE_VAR, and the values by name. Two graphs that differ only in the values give the same
+    roots (the key of a plan that serves every value). None when no size holds a variable, or when one variable is
+    bound to two values (then the graph is only what it is for these values)."""
+    values: dict[str, int] = {}
+    conflict = False
+
+    def convert(size: UOp) -> UOp:
+        nonlocal conflict
+        try:
+            unbound, found = unbind(size)
+        except ValueError:
+            conflict = True
+            return size
+        for name, value in found.items():
+            conflict = conflict or values.setdefault(name, value) != value
+        return unbound
+
+    unbound_roots = _map_graph(roots, convert)
+    return None if conflict or not values else (unbound_roots, values)
+
+
+def graph_rebind(roots: tuple[UOp, ...], values: Mapping[str, int]) -> tuple[UOp, ...]:
+    """`roots` with each variable named in `values` bound to that value in every size of their nodes' args."""
+    return _map_graph(roots, lambda size: cast(UOp, rebind(size, values)))
 
 
 def _evaluate(size: UOp, values: Mapping[UOp, int]) -> int:

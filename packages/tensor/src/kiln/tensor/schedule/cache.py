@@ -7,6 +7,11 @@ Constants that change from call to call (a fill value, a learning rate, a step c
 structure, a new plan and a new kernel. `varying_constants` remembers, for each structure with its constants taken
 out, the constant values it was seen with; the constants that differed between calls are then lifted into
 one-element input buffers (`normalize(..., lift=...)`), so later calls share one plan and one kernel.
+
+A graph over bound Variables (`x[:n]`) normalizes to other roots for each value of `n`, but its plan does not depend
+on the values: the kernels are compiled unbound and buffers are sized for the largest values. Plans are therefore
+also kept by the graph's unbound structure (`graph_unbind`); a new value finds the plan made for another one and
+takes it with its own values (`SchedulePlan.rebound`: the kernels' var_vals and the views' sizes), without planning.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from kiln.tensor.schedule.normalize import (
     structure_key,
 )
 from kiln.tensor.schedule.planner import plan_schedule
+from kiln.tensor.symbolic import graph_unbind
 from kiln.uops import Ops, UOp
 
 __all__ = ["ScheduleCache"]
@@ -33,6 +39,7 @@ class ScheduleCache:
 
     Attributes:
         hits, misses: lookups that found a plan / had to plan, since construction or the last `clear()`.
+        rebinds: plans taken from the plan of the same graph with other values of its Variables (no planning).
         max_plans, max_structures: the least recently used entries beyond these are forgotten.
         variants_kept: how many constant sets are remembered per structure.
     """
@@ -43,10 +50,13 @@ class ScheduleCache:
         self._variants: OrderedDict[tuple[UOp, ...], list[tuple[ConstKey, ...]]] = OrderedDict()
         # plans by `structure_key`: found without normalizing (only plans of graphs normalized without lifting)
         self._keyed: OrderedDict[tuple[object, ...], SchedulePlan] = OrderedDict()
+        # plans by the unbound structure of a graph over bound Variables (`graph_unbind`): serve every value
+        self._unbound: OrderedDict[tuple[UOp, ...], SchedulePlan] = OrderedDict()
         self.numbering = StructureNumbering()
         self.placeholders: PlaceholderMemo = {}  # input placeholder nodes for `normalize`
         self.hits = 0
         self.misses = 0
+        self.rebinds = 0
 
     def __repr__(self) -> str:
         return f"<ScheduleCache {len(self._plans)} plans, {self.hits} hits, {self.misses} misses>"
@@ -62,8 +72,19 @@ class ScheduleCache:
         plan = self.lookup(roots)
         if plan is not None:
             return plan
-        self.misses += 1
-        plan = plan_schedule(UOp(Ops.SINK, src=roots))
+        unbound = graph_unbind(roots)
+        general = self._unbound.get(unbound[0]) if unbound is not None else None
+        if unbound is not None and general is not None:
+            self.rebinds += 1
+            self._unbound.move_to_end(unbound[0])
+            plan = general.rebound(unbound[1])
+        else:
+            self.misses += 1
+            plan = plan_schedule(UOp(Ops.SINK, src=roots))
+            if unbound is not None:
+                if len(self._unbound) >= self.max_plans:
+                    self._unbound.popitem(last=False)
+                self._unbound[unbound[0]] = plan
         if len(self._plans) >= self.max_plans:
             self._plans.popitem(last=False)  # the least recently used entry
         self._plans[roots] = plan
@@ -121,14 +142,21 @@ class ScheduleCache:
 
     def sizes(self) -> dict[str, int]:
         """How many entries each part holds (plans, structures with constant variants, plans by structure key)."""
-        return {"plans": len(self._plans), "structures": len(self._variants), "keyed_plans": len(self._keyed)}
+        return {
+            "plans": len(self._plans),
+            "structures": len(self._variants),
+            "keyed_plans": len(self._keyed),
+            "unbound_plans": len(self._unbound),
+        }
 
     def clear(self) -> None:
         """Forgets every plan and constant variant and resets the hit and miss counts."""
         self._plans.clear()
         self._variants.clear()
         self._keyed.clear()
+        self._unbound.clear()
         self.numbering.clear()
         self.placeholders.clear()
         self.hits = 0
         self.misses = 0
+        self.rebinds = 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
+from kiln.tensor.symbolic import graph_rebind
 from kiln.uops import DType, UOp
 
 
@@ -84,6 +86,18 @@ class SchedulePlan:
     slot_bytes: tuple[int, ...]
     views: tuple[UOp, ...]
     written_inputs: tuple[int, ...] = ()
+
+    def rebound(self, values: Mapping[str, int]) -> SchedulePlan:
+        """This plan for other values of its variables (a plan of a graph over bound Variables, by name in
+        `values`): the kernels, buffers and memory slots are the same (sized for the largest values), only the
+        kernels' `var_vals` and the views' bound sizes change."""
+        steps = tuple(
+            replace(step, var_vals={name: values[name] for name in step.var_vals})
+            if isinstance(step, KernelStep) and step.var_vals
+            else step
+            for step in self.steps
+        )
+        return replace(self, steps=steps, views=graph_rebind(self.views, values))
 
     @property
     def kernel_count(self) -> int:
