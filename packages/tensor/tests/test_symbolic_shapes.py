@@ -292,8 +292,8 @@ def test_slice_past_the_dim_for_some_values_raises() -> None:
     x = Tensor(DATA)
     with pytest.raises(ValueError, match=r"'n' in \[1, 10\]"):
         x[: N.bind(3) + 1]  # n + 1 reaches 11 > 10 rows for n = 10
-    with pytest.raises(ValueError, match=r"step 1"):
-        x[: N.bind(3) : 2]
+    with pytest.raises(ValueError, match=r"negative step only over the whole dim"):
+        x[: N.bind(3) : -1]
 
 
 def test_reshape_with_other_element_count_raises() -> None:
@@ -302,8 +302,8 @@ def test_reshape_with_other_element_count_raises() -> None:
         rows.reshape(N.bind(4), 3)
     with pytest.raises(ValueError, match=r"cannot expand"):
         rows.expand(N.bind(4), 8)
-    with pytest.raises(ValueError, match=r"mode 'constant'"):
-        rows.pad(((1, 1), (0, 0)), mode="reflect")
+    with pytest.raises(ValueError, match=r"reflect padding \(1, 1\).*got n=4 \('n' in \[1, 10\]"):
+        rows.pad(((1, 1), (0, 0)), mode="reflect")  # n = 1 has no row to mirror
 
 
 def test_tinyjit_replays_a_symbolic_kernel_with_its_variable_values() -> None:

@@ -19,7 +19,7 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, che
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
-from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, max_int, max_numel
+from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, is_symbolic, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
@@ -36,8 +36,10 @@ def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
 
     The value of position i is the sum of its binary digits: plane k is the vector [0, 2**k] padded from a constant
     and broadcast along one dim of a (2, 2, ..., 2) view, so the graph has O(log size) nodes and fuses into its
-    consumer.
+    consumer. A size that is a bound Variable expression gets `sized_iota`'s positions.
     """
+    if type(size) is not int:
+        return sized_iota(kind, size, device)
     key = (size, canonical_device(device))
     node = _IOTA_NODES.get(key)
     if node is not None:
@@ -51,7 +53,7 @@ def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
 
 def sized_iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
     """`iota` of a size that may be a bound Variable expression: the positions of its largest value, shrunk to it."""
-    if isinstance(size, int):
+    if type(size) is int:
         return iota(kind, size, device)
     return iota(kind, max(max_int(size), 1), device)._movement(Ops.SHRINK, ((0, size),))
 
@@ -141,6 +143,21 @@ def _random_bits(kind: type[TensorT], count: int, device: str | None) -> TensorT
     first, second = _random_words(kind, half, device)
     both = first._movement(Ops.PAD, ((0, half),))._binary(Ops.OR, second._movement(Ops.PAD, ((half, 0),)))
     return both._movement(Ops.SHRINK, ((0, count),))
+
+
+def _largest_shape(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """A symbolic shape at its largest value (what a random tensor of that shape draws, see `_cut`)."""
+    return tuple(max_int(size) for size in dims)
+
+
+def _cut(values: TensorT, dims: tuple[int, ...], requires_grad: bool | None) -> TensorT:
+    """Random `values` drawn at the largest shape, cut to the symbolic shape `dims`.
+
+    A random tensor of a shape with bound Variables draws the stream of its largest shape (the same values as the
+    int shape of every variable at its upper bound) and keeps the leading `dims`: one kernel serves every value, and
+    two values of a variable give consistent prefixes (`rand(n, 4)` at n = 3 is the first 3 rows of n = 7's). Only
+    the kept elements are computed (the cut fuses into the generator)."""
+    return _with_grad(values._movement(Ops.SHRINK, tuple((0, size) for size in dims)), requires_grad)
 
 
 def _unit_interval(bits: TensorT, dtype: DType) -> TensorT:
@@ -458,6 +475,8 @@ class CreationMixin(DTypeMixin):
         """
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "rand")
+        if is_symbolic(dims):
+            return _cut(cls.rand(_largest_shape(dims), dtype=target_dtype, device=device), dims, requires_grad)
         count = math.prod(dims)
         values = _unit_interval(_random_bits(cls, count, device), target_dtype)
         return _with_grad(values._movement(Ops.RESHAPE, dims), requires_grad)
@@ -478,6 +497,8 @@ class CreationMixin(DTypeMixin):
         """
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "randn")
+        if is_symbolic(dims):
+            return _cut(cls.randn(_largest_shape(dims), dtype=target_dtype, device=device), dims, requires_grad)
         count = math.prod(dims)
         first, second = _random_words(cls, count, device)
         radius_uniform = _unit_interval(first, dtypes.float32)
@@ -513,6 +534,9 @@ class CreationMixin(DTypeMixin):
             raise TypeError(f"randint makes integer tensors, got dtype {target_dtype!r}")
         if lowest < dtypes.min(target_dtype) or highest - 1 > dtypes.max(target_dtype):
             raise ValueError(f"randint range [{lowest}, {highest}) does not fit in {target_dtype!r}")
+        if is_symbolic(dims):
+            largest = cls.randint(_largest_shape(dims), low=lowest, high=highest, dtype=target_dtype, device=device)
+            return _cut(largest, dims, requires_grad)
         count = math.prod(dims)
         bits = _random_bits(cls, count, device)._cast(dtypes.uint64)
         # (bits * span) >> 32 maps the 2**32 words onto [0, span) with at most one count of bias per value

@@ -26,7 +26,18 @@ from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, nor
 from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.tensor.realize.graph_lock import serialized
-from kiln.tensor.symbolic import BoundVariable, Variable, bound_int, carries_variable, max_int, provably_le, settle
+from kiln.tensor.symbolic import (
+    BoundVariable,
+    Variable,
+    bound_int,
+    carries_variable,
+    describe_variables,
+    format_shape,
+    format_size,
+    max_int,
+    provably_le,
+    settle,
+)
 from kiln.uops import ConstType, Ops, UOp, dtypes
 
 __all__ = ["IndexingMixin"]
@@ -35,13 +46,15 @@ __all__ = ["IndexingMixin"]
 @dataclass(frozen=True)
 class _DimIndex:
     """How one source dim is indexed: kind 'int' (position `first`), 'slice' (`count` elements from `first` every
-    `stride`, after flipping when `flip`), or 'full' (kept whole for an advanced index)."""
+    `stride`, after flipping when `flip`), or 'full' (kept whole for an advanced index). A slice with a bound
+    Variable in its bounds or its dim's size also keeps its `end` (the window is [first, end), cut every `stride`)."""
 
     kind: str
     first: int = 0
     count: int = 0
     stride: int = 1
     flip: bool = False
+    end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,10 +89,8 @@ class _BasicIndex:
         for spec, size in zip(self.dims, x.shape):
             if spec.kind == "int":
                 bounds.append((spec.first, spec.first + 1))
-            elif spec.kind == "slice" and (type(spec.count) is not int or type(spec.first) is not int):
-                bounds.append(
-                    (spec.first, spec.count if type(spec.first) is int and spec.first == 0 else spec.first + spec.count)
-                )
+            elif spec.kind == "slice" and spec.end is not None:
+                bounds.append((spec.first, spec.end))
             elif spec.kind == "slice":
                 span = (spec.count - 1) * spec.stride + 1 if spec.count else 0
                 bounds.append((spec.first, spec.first + span))
@@ -120,12 +131,22 @@ class _BasicIndex:
 
 
 def _take_every(x: TensorT, strides: list[int]) -> TensorT:
-    """Every stride-th element along each dim of `x` (starting with the first)."""
-    counts = [-(-size // stride) for size, stride in zip(x.shape, strides)]
-    x = x._movement(Ops.PAD, tuple((0, count * stride - size) for count, stride, size in zip(counts, strides, x.shape)))
-    x = x._movement(Ops.RESHAPE, tuple(size for count, stride in zip(counts, strides) for size in (count, stride)))
-    x = x._movement(Ops.SHRINK, tuple(pair for count in counts for pair in ((0, count), (0, 1))))
-    return x._movement(Ops.RESHAPE, tuple(counts))
+    """Every stride-th element along each dim of `x` (starting with the first).
+
+    A dim of bound-Variable size is padded to a multiple of its stride above its largest value (a constant, so the
+    rows of the split are ints), and the rows it keeps are cut to its count afterwards."""
+    sizes = x.shape
+    rows = [-(-max_int(size) // stride) for size, stride in zip(sizes, strides)]
+    x = x._movement(Ops.PAD, tuple((0, count * stride - size) for count, stride, size in zip(rows, strides, sizes)))
+    x = x._movement(Ops.RESHAPE, tuple(size for count, stride in zip(rows, strides) for size in (count, stride)))
+    x = x._movement(Ops.SHRINK, tuple(pair for count in rows for pair in ((0, count), (0, 1))))
+    x = x._movement(Ops.RESHAPE, tuple(rows))
+    if all(type(size) is int for size in sizes):
+        return x
+    counts = [
+        size if type(size) is int else settle((size + (stride - 1)) // stride) for size, stride in zip(sizes, strides)
+    ]
+    return x._movement(Ops.SHRINK, tuple((0, count) for count in counts))
 
 
 @dataclass(frozen=True)
@@ -207,6 +228,14 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
             continue
         if isinstance(entry, int):
             size = x.shape[source]
+            if type(size) is not int:  # a dim of bound-Variable size: the position must be inside for every value
+                if not provably_le(entry + 1 if entry >= 0 else -entry, size):
+                    raise IndexError(
+                        f"index {entry} is out of bounds for dim {source} of size {_size_text(size)} for some values "
+                        f"of its variables (shape {format_shape(x.shape)})"
+                    )
+                dims.append(_DimIndex("int", cast(int, settle(entry + size)) if entry < 0 else entry))
+                continue
             if not -size <= entry < size:
                 raise IndexError(f"index {entry} is out of bounds for dim {source} of size {size} (shape {x.shape})")
             dims.append(_DimIndex("int", entry + size if entry < 0 else entry))
@@ -278,17 +307,36 @@ def _symbolic_slice(item: slice, size: int) -> bool:
 
 
 def _symbolic_slice_spec(item: slice, size: int) -> _DimIndex:
-    """A slice with a bound Variable in its start or stop (or over a symbolic dim): step 1, bounds counted from the
-    front, proven inside the dim for every value of the variables (by the shrink it becomes)."""
-    if item.step is not None and item.step != 1:
-        raise ValueError(f"a slice with a bound Variable takes step 1, got step {item.step!r}")
+    """A slice with a bound Variable in its start or stop (or over a symbolic dim): bounds counted from the front,
+    proven inside the dim for every value of the variables (by the shrink it becomes), any positive step; a
+    negative step only over the whole dim (`x[::-2]`: the dim flipped, then every second)."""
+    step = 1 if item.step is None else check_int(item.step, "slice step")
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    if step < 0:
+        if item.start is not None or item.stop is not None:
+            raise ValueError(
+                f"a slice with a bound Variable takes a negative step only over the whole dim (x[::{step}]), got "
+                f"start {item.start!r} and stop {item.stop!r} with step {step}"
+            )
+        return _DimIndex("slice", 0, _stepped_count(size, -step), -step, True, size)
     start = 0 if item.start is None else check_size(item.start, "slice start")
     stop = size if item.stop is None else check_size(item.stop, "slice stop")
-    for name, value in (("start", start), ("stop", stop)):
-        if type(value) is int and value < 0:
-            raise ValueError(f"a slice with a bound Variable counts from the front: slice {name} {value} is negative")
-    count = stop if type(start) is int and start == 0 else stop - start
-    return _DimIndex("slice", start, cast(int, settle(count)), 1, False)
+    # a negative int counts from the end, as in Python (x[:n][:-1] keeps n - 1 rows); the shrink proves the bounds
+    start = cast(int, settle(size + start)) if type(start) is int and start < 0 else start
+    stop = cast(int, settle(size + stop)) if type(stop) is int and stop < 0 else stop
+    span = stop if type(start) is int and start == 0 else stop - start
+    return _DimIndex("slice", start, _stepped_count(span, step), step, False, stop)
+
+
+def _stepped_count(span: int, step: int) -> int:
+    # how many elements a slice of `span` elements keeps taking every `step`-th: ceil(span / step)
+    return cast(int, settle(span if step == 1 else (span + (step - 1)) // step))
+
+
+def _size_text(size: int) -> str:
+    # a dim's size for messages: an int, or a bound Variable expression with its value and its variables' ranges
+    return str(size) if type(size) is int else f"{format_size(size)} ({describe_variables(size)})"
 
 
 class IndexDtypeError(IndexError, TypeError):

@@ -15,7 +15,16 @@ from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.promotion import result_type
-from kiln.tensor.symbolic import is_symbolic, pairs_symbolic, settle, sizes_equal
+from kiln.tensor.symbolic import (
+    describe_variables,
+    format_shape,
+    format_size,
+    is_symbolic,
+    pairs_symbolic,
+    provably_le,
+    settle,
+    sizes_equal,
+)
 from kiln.uops import ConstType, Ops, dtypes
 
 __all__ = ["MovementMixin"]
@@ -266,11 +275,9 @@ class MovementMixin(TensorCore):
         if mode not in _PAD_MODES:
             raise ValueError(f"pad mode must be one of {_PAD_MODES}, got {mode!r}")
         if pairs_symbolic(pairs) or is_symbolic(self.shape):
-            if mode != "constant":
-                raise ValueError(
-                    f"pad with a bound Variable in the amounts or the shape takes mode 'constant', got {mode!r}"
-                )
-            return _grow(self, tuple(pairs), value)  # the graph proves every amount >= 0
+            if mode == "constant":
+                return _grow(self, tuple(pairs), value)  # the graph proves every amount >= 0
+            _check_symbolic_mode_pad(pairs, mode)  # int amounts >= 0 over a symbolic shape: the mode's ops below
         if mode == "constant":
             return _constant_pad(self, pairs, value)
         # negative amounts crop. PyTorch's order: 'circular' wraps the cropped tensor; 'reflect' and 'replicate'
@@ -312,11 +319,11 @@ class MovementMixin(TensorCore):
         index = normalize_axis(dim, self.shape, "cat dim")
         for position, tensor in enumerate(tensors):
             if tensor.ndim != self.ndim or any(
-                a != b for i, (a, b) in enumerate(zip(tensor.shape, self.shape)) if i != index
+                not sizes_equal(a, b) for i, (a, b) in enumerate(zip(tensor.shape, self.shape)) if i != index
             ):
                 raise ValueError(
-                    f"cat: tensor {position} has shape {tensor.shape}, but all tensors must match shape "
-                    f"{self.shape} except in dim {index}"
+                    f"cat: tensor {position} has shape {format_shape(tensor.shape)}, but all tensors must match shape "
+                    f"{format_shape(self.shape)} except in dim {index}"
                 )
         if len(tensors) > _CAT_GROUP:
             # one kernel holds one branch per operand, and its cost grows faster than the branch count: join groups
@@ -431,7 +438,7 @@ class MovementMixin(TensorCore):
         interleaved = tuple(size for pair in ((1, size) for size in shape) for size in pair)
         grown = tuple(size for pair in zip(counts, shape) for size in pair)
         tiled = self.reshape(interleaved)._broadcast_to(grown)
-        return tiled.reshape(tuple(count * size for count, size in zip(counts, shape)))
+        return tiled.reshape(tuple(cast(int, settle(count * size)) for count, size in zip(counts, shape)))
 
     def tril(self, diagonal: int = 0) -> Self:
         """The lower triangle of the last two dims (column - row <= diagonal kept, the rest zero).
@@ -517,21 +524,42 @@ def _take(x: TensorT, axis: int, start: int, end: int) -> TensorT:
     return x.shrink(bounds)
 
 
+def _check_symbolic_mode_pad(pairs: Sequence[tuple[int, int]], mode: str) -> None:
+    """A 'reflect' / 'replicate' / 'circular' pad of a tensor with a bound Variable in its shape takes int amounts
+    >= 0 (ValueError otherwise): the amounts are the sizes of the copied edges."""
+    for before, after in pairs:
+        for amount in (before, after):
+            if type(amount) is not int:
+                raise ValueError(
+                    f"pad mode {mode!r} takes int amounts, got {format_size(amount)} with variable(s) "
+                    f"{describe_variables(amount)}: only mode 'constant' pads by a bound Variable"
+                )
+            if amount < 0:
+                raise ValueError(
+                    f"pad mode {mode!r} of a tensor with a bound Variable in its shape cannot crop: got amount "
+                    f"{amount} (negative amounts need int shapes)"
+                )
+
+
+def _fits(amount: int, size: int, mode: str, rule: str) -> None:
+    # `amount <= size` for every value of size's variables, else ValueError naming the mode, the rule and the range
+    if not provably_le(amount, size):
+        shown = format_size(size) if type(size) is int else f"{format_size(size)} ({describe_variables(size)})"
+        raise ValueError(f"{mode} padding {rule}: needs the dim size >= {amount}, got {shown}")
+
+
 def _mode_pad_dim(x: TensorT, axis: int, before: int, after: int, mode: str) -> TensorT:
     size = x.shape[axis]
     if mode == "reflect":
-        if before >= size or after >= size:
-            raise ValueError(f"reflect padding ({before}, {after}) must be smaller than the dim size {size}")
+        _fits(max(before, after) + 1, size, mode, f"({before}, {after}) must be smaller than the dim size")
         head = _take(x, axis, 1, before + 1).flip(axis)
         tail = _take(x, axis, size - 1 - after, size - 1).flip(axis)
     elif mode == "replicate":
-        if size == 0:
-            raise ValueError("replicate padding needs a non-empty dim")
+        _fits(1, size, mode, "needs a non-empty dim")
         head = _take(x, axis, 0, 1).repeat(*[before if i == axis else 1 for i in range(x.ndim)])
         tail = _take(x, axis, size - 1, size).repeat(*[after if i == axis else 1 for i in range(x.ndim)])
     else:
-        if before > size or after > size:
-            raise ValueError(f"circular padding ({before}, {after}) must not exceed the dim size {size}")
+        _fits(max(before, after), size, mode, f"({before}, {after}) must not exceed the dim size")
         head = _take(x, axis, size - before, size)
         tail = _take(x, axis, 0, after)
     return head.cat(x, tail, dim=axis)

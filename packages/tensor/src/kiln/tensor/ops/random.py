@@ -9,6 +9,10 @@ a seed.
 Streams: `Tensor.manual_seed(seed)` sets the key words to the low and high 32 bits of `seed` and restarts the call
 counter. Each random tensor takes the next call number `c` and uses the counter words `(block, c)` for
 block = 0, 1, 2, ...; see `kiln.tensor.ops.creation` for how words become values.
+
+A shape with bound Variables (`Tensor.rand(n, 4)`) draws the stream of its largest shape (every variable at its upper
+bound) and keeps the leading part of each dim: two values of a variable give consistent prefixes, and one kernel
+serves every value.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from typing import Any, Self
 from kiln.tensor import return_types
 from kiln.tensor.core import Axis, TensorCore, TensorT
 from kiln.tensor.ops._checks import check_dtype, normalize_axes, normalize_axis, pick_axis
-from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.creation import iota, sized_iota
+from kiln.tensor.symbolic import max_int
 from kiln.uops import DType, Ops, dtypes
 
 __all__ = ["ReduceMixin"]
@@ -139,6 +140,9 @@ class ReduceMixin(TensorCore):
         compute = self._cast(_accumulate_dtype(self.dtype))
         centered = compute - compute.mean(axes, keepdim=True)
         squares = (centered * centered)._reduce_axes(Ops.ADD, axes, keepdim)
+        if not isinstance(count, int):  # a bound Variable among the reduced sizes: count the elements on the device
+            ones = compute._const(1, compute.shape, compute.dtype, compute.device)._reduce_axes(Ops.ADD, axes, keepdim)
+            return (squares / (ones - correction).maximum(0))._cast(self.dtype)
         return (squares / max(0, count - correction))._cast(self.dtype)
 
     def std(self, axis: Axis = None, keepdim: bool = False, *, correction: int | float = 1, dim: Axis = None) -> Self:
@@ -234,13 +238,15 @@ class ReduceMixin(TensorCore):
         hits = self == largest
         if dtypes.is_float(self.dtype):
             hits = hits | self.isnan()
-        # the first hit has the largest (size - position)
-        position = iota(type(self), size, self.device)
+        # the first hit has the largest (top - position); a dim of bound-Variable size counts down from its
+        # largest value, a constant, so one kernel serves every value
+        top = max_int(size)
+        position = sized_iota(type(self), size, self.device)
         view = [1] * self.ndim
         view[index] = size
-        countdown = (size - position).reshape(view)
+        countdown = (top - position).reshape(view)
         first = hits.where(countdown, 0)._raw_max((index,), keepdim)
-        return (size - first)._cast(dtypes.default_int)
+        return (top - first)._cast(dtypes.default_int)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Self:
         """The position (`dtypes.default_int`) of the smallest value along `axis` (None: of the flattened tensor);
@@ -391,7 +397,12 @@ def _lower_triangle(kind: type[TensorT], size: int, device: str) -> TensorT:
 def _blocked_cumsum(x: TensorT) -> TensorT:
     """Running sums along the last dim: quadratic within blocks, block totals recursively (O(n * block) work)."""
     size = x.shape[-1]
-    if size <= _CUMULATIVE_BLOCK:
+    if type(size) is not int and max_int(size) > _CUMULATIVE_BLOCK:
+        # a bound-Variable length past one block: the running sums of the zero-padded largest length, cut back (a
+        # prefix does not see what follows it), so one set of kernels serves every value
+        padding = ((0, 0),) * (x.ndim - 1) + ((0, max_int(size) - size),)
+        return _blocked_cumsum(x._movement(Ops.PAD, padding))[..., :size]
+    if max_int(size) <= _CUMULATIVE_BLOCK:
         if size == 0:
             return x
         window = _lower_triangle(type(x), size, x.device)

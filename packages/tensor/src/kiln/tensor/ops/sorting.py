@@ -19,6 +19,7 @@ from kiln.tensor import return_types
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis, pick_axis
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.symbolic import describe_variables, format_shape, format_size, provably_le
 from kiln.uops import Ops, dtypes
 
 __all__ = ["SortingMixin"]
@@ -130,7 +131,13 @@ class SortingMixin(TensorCore):
             return return_types.topk(empty, self._const(0, (0,), dtypes.default_int, self.device))
         index = normalize_axis(dim, self.shape, "topk dim")
         size = self.shape[index]
-        if not 0 <= count <= size:
+        if type(size) is not int:  # a dim of bound-Variable size: k must fit its smallest value
+            if count < 0 or not provably_le(count, size):
+                raise ValueError(
+                    f"topk k={count} is out of range for dim {index} of size {format_size(size)} for some values of "
+                    f"its variables ({describe_variables(size)}; shape {format_shape(self.shape)})"
+                )
+        elif not 0 <= count <= size:
             raise ValueError(f"topk k={count} is out of range for dim {index} of size {size} (shape {self.shape})")
         last = self.transpose(index, -1)
         values, positions = _sorted_last(last, largest, count)
