@@ -20,14 +20,9 @@ from gpu_kernels import coverage_sinks, group_reduce_kernel, matmul_sink, vector
 
 from kiln.codegen import Opt, OptOps, Program, get_program, run_program
 from kiln.renderers import DEVICE_TABLE, ToolchainNotFoundError, dtypes_for, renderers_for
-from kiln.renderers.amd import (
-    TENSOR_CORES_GFX942,
-    TENSOR_CORES_GFX1100,
-    AMDCompileError,
-    AMDCompiler,
-    AMDRenderer,
-)
+from kiln.renderers.amd import AMDCompileError, AMDCompiler, AMDRenderer
 from kiln.renderers.amd_toolchain import amd_toolchain_available, find_amd_toolchain
+from kiln.renderers.tensor_cores import TENSOR_CORES_GFX942, TENSOR_CORES_GFX1100
 from kiln.uops import Ops, UOp, dtypes
 from kiln.uops.knobs import Context
 

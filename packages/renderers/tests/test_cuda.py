@@ -35,9 +35,11 @@ from gpu_kernels import (
 
 from kiln.codegen import Opt, OptOps, Program, get_program, run_program
 from kiln.codegen.numpy_semantics import EMULATED
-from kiln.renderers.cuda import TENSOR_CORES_SM80, CUDACompiler, CUDARenderer, architecture_number
+from kiln.renderers.cuda import CUDACompiler, CUDARenderer
 from kiln.renderers.nvrtc import NvrtcCompileError, NvrtcNotFoundError, load_nvrtc, nvrtc_available
 from kiln.renderers.ptx import PTXAssemblerError, PTXCompiler, find_ptxas
+from kiln.renderers.target import architecture_number
+from kiln.renderers.tensor_cores import TENSOR_CORES_SM80
 from kiln.uops import DType, Ops, dtypes
 from kiln.uops.knobs import Context
 

@@ -27,7 +27,8 @@ from gpu_kernels import coverage_sinks, group_reduce_kernel, matmul_sink, vector
 
 from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, run_program
 from kiln.renderers import DEVICE_TABLE, ToolchainNotFoundError, dtypes_for, renderers_for
-from kiln.renderers.metal import TENSOR_CORES_METAL, MetalCompiler, MetalRenderer
+from kiln.renderers.metal import MetalCompiler, MetalRenderer
+from kiln.renderers.tensor_cores import TENSOR_CORES_METAL
 from kiln.uops import AxisKind, DType, Ops, UOp, dtypes
 
 SHIM = Path(__file__).parent / "metal_shim"

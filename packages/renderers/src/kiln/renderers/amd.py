@@ -20,87 +20,20 @@ import functools
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
+from kiln.codegen import Compiler, TensorCore, WmmaArg
 from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
 from kiln.renderers.c_style import C_SCALAR_TYPES, CStyleRenderer, CStyleWriter
+from kiln.renderers.target import AMD, amd_target
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 AMD_COMPILE_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-nogpulib")
 """Flags of every compile: no contraction into fma (the IR rounds every op), wrapping integers, no libm."""
 
 
-@dataclass(frozen=True)
-class AMDTarget:
-    """One AMD GPU architecture: its wave size and its tensor cores."""
-
-    name: str
-    wave_size: int
-    tensor_cores: tuple[TensorCore, ...]
-
-
 # ---- tensor cores -----------------------------------------------------------------------------------------------
-
-# gfx1100 v_wmma_f32_16x16x16_f16 in wave32 (RDNA3 ISA guide, "Wave Matrix Multiply Accumulate"; the GPUOpen article
-# "How to accelerate AI applications on RDNA 3 using WMMA"): lane l holds row l % 16 of A and column l % 16 of B,
-# all 16 K values each, and lanes 16-31 repeat lanes 0-15; the f32 accumulator register j of lane l is
-# D[2j + l / 16][l % 16]. kiln's layouts map lanes x registers one-to-one, so each lane keeps 8 of its 16 K values
-# (lanes 16-31 the upper half) and the WMMA helper fetches the other 8 from lane l ^ 16 with v_permlanex16.
-_GFX1100_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 8)), ((0, 1), (0, 2), (0, 4)))
-_GFX1100_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (8, 0)), ((1, 0), (2, 0), (4, 0)))
-_GFX1100_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (1, 0)), ((2, 0), (4, 0), (8, 0)))
-
-TENSOR_CORES_GFX1100: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(16, 16, 16),  # (N, M, K)
-        threads=32,
-        elements_per_thread=(8, 8, 8),
-        dtype_in=dtypes.float16,
-        dtype_out=dtype_out,
-        layouts=(_GFX1100_A, _GFX1100_B, _GFX1100_C),
-    )
-    for dtype_out in (dtypes.float32, dtypes.float16)
-)
-"""v_wmma_f32_16x16x16_f16 and v_wmma_f16_16x16x16_f16 (wave32): f16 A/B, f32 or f16 accumulators; 8 A, 8 B and
-8 C registers per lane. An f16 accumulator register j sits in the low half of VGPR j (OPSEL 0), the same rows and
-columns as the f32 one (RDNA3 ISA, WMMA "OPSEL"; the GPUOpen WMMA article reads c_frag[2 * ele])."""
-
-# gfx942 v_mfma_f32_16x16x16_f16 in wave64 (AMD Matrix Instruction Calculator for CDNA3, "v_mfma_f32_16x16x16_f16";
-# CDNA3 ISA, "Matrix Fused Multiply Add"): A[i][k] is in lane i + 16 * (k / 4), register k % 4; B[k][j] in lane
-# j + 16 * (k / 4), register k % 4; D[i][j] in lane j + 16 * (i / 4), register i % 4.
-_GFX942_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 4), (0, 8)), ((0, 1), (0, 2)))
-_GFX942_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
-_GFX942_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
-
-TENSOR_CORES_GFX942: tuple[TensorCore, ...] = (
-    TensorCore(
-        dims=(16, 16, 16),
-        threads=64,
-        elements_per_thread=(4, 4, 4),
-        dtype_in=dtypes.float16,
-        dtype_out=dtypes.float32,
-        layouts=(_GFX942_A, _GFX942_B, _GFX942_C),
-    ),
-)
-"""v_mfma_f32_16x16x16_f16 (wave64): f16 A/B, f32 accumulators; 4 A, 4 B and 4 C registers per lane."""
-
-AMD_TARGETS: dict[str, AMDTarget] = {
-    "gfx1100": AMDTarget("gfx1100", 32, TENSOR_CORES_GFX1100),
-    "gfx942": AMDTarget("gfx942", 64, TENSOR_CORES_GFX942),
-}
-"""The architectures the renderer targets (RDNA3 runs wave32 kernels by default, CDNA3 only has wave64)."""
-
-
-def amd_target(arch: str) -> AMDTarget:
-    """The target named `arch`; ValueError naming the supported ones otherwise."""
-    target = AMD_TARGETS.get(arch)
-    if target is None:
-        raise ValueError(f"unsupported AMD architecture {arch!r}; expected one of {', '.join(AMD_TARGETS)}")
-    return target
-
 
 # ---- the compiler -----------------------------------------------------------------------------------------------
 
@@ -113,7 +46,7 @@ class AMDCompiler(Compiler):
     """C -> an HSA code object (an ELF shared object) for one architecture, with clang and ld.lld."""
 
     def __init__(self, arch: str = "gfx1100") -> None:
-        self.arch = amd_target(arch).name
+        self.arch = amd_target(arch).architecture
         self.flags = (f"-mcpu={self.arch}", *AMD_COMPILE_FLAGS)
 
     @functools.cached_property
@@ -210,19 +143,10 @@ _PREAMBLE = (
 )
 
 
-class AMDRenderer(CStyleRenderer):
+class AMDRenderer(CStyleRenderer, target=AMD):
     """C kernels for one AMD GPU architecture (`arch`: "gfx1100" or "gfx942"); owns an `AMDCompiler`."""
 
-    device = "AMD"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 1024)
-    local_size_max = 1024  # the default amdgpu-flat-work-group-size bound of a kernel (AMDGPUUsage)
-    shared_max = 65536  # LDS per workgroup on gfx1100 and gfx942
     vector_widths = (2, 4)
-    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
-    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     kernel_prefix: ClassVar[str] = '__attribute__((amdgpu_kernel, visibility("default"))) '
@@ -238,10 +162,9 @@ class AMDRenderer(CStyleRenderer):
     extra_rules: ClassVar[PatternMatcher | None] = pm_amd
 
     def __init__(self, arch: str = "gfx1100", device: str = "AMD") -> None:
-        self.target = amd_target(arch)
-        self.arch = self.target.name
+        self.use_target(amd_target(arch))
+        self.arch = self.target.architecture
         self.device = device
-        self.tensor_cores = self.target.tensor_cores
 
     @functools.cached_property
     def compiler(self) -> AMDCompiler:  # type: ignore[override]

@@ -9,7 +9,6 @@ integers wrap around), `-fno-math-errno` (lets sqrt inline; no value changes).
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from kiln.renderers.host_kernel import (
     objdump_disassembly,
     shared_object_functions,
 )
+from kiln.renderers.target import CPU
 from kiln.renderers.toolchain import CToolchain, find_c_compiler, host_cpu_signature
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 
@@ -126,7 +126,7 @@ def _supports_float16(toolchain: CToolchain, flags: tuple[str, ...]) -> bool:
     return result.returncode == 0
 
 
-class CRenderer(CStyleRenderer):
+class CRenderer(CStyleRenderer, target=CPU):
     """C for the CPU device: scalar ALU ops (the C compiler vectorizes), wide loads/stores of 2, 4 or 8 lanes,
     THREAD axes over the host's cores (`core_id` parameter). Owns a `CCompiler`, created on first use.
 
@@ -135,11 +135,7 @@ class CRenderer(CStyleRenderer):
     libm's results differ from the IR's reference; SQRT is the exact hardware instruction, MULACC a true fma.
     """
 
-    device = "CPU"
-    has_threads = True
-    thread_max = os.cpu_count() or 1
     vector_widths = (2, 4, 8)
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     def __init__(self, compiler_choice: str | None = None) -> None:
@@ -163,8 +159,8 @@ class CRenderer(CStyleRenderer):
         """bfloat16 and fp8 always; float16 too when the compiler has no _Float16 arithmetic for this CPU (asked
         on first use: codegen reads this only for kernels using one of these dtypes)."""
         if self._emulated is None:
-            emulated = {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
-            self._emulated = frozenset(emulated if self.compiler.supports_float16() else emulated | {dtypes.float16})
+            emulated = self.target.emulated_dtypes
+            self._emulated = emulated if self.compiler.supports_float16() else emulated | {dtypes.float16}
         return self._emulated
 
     @emulated_dtypes.setter

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from kiln.codegen import Renderer
+from kiln.renderers.target import TargetRenderer
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 ENTRY_NAME = "kiln_kernel"
@@ -265,7 +265,7 @@ def variable_name(name: str) -> str:
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 
-class CStyleRenderer(Renderer):
+class CStyleRenderer(TargetRenderer):
     """Base of the C-family renderers. Subclasses set the device, capabilities and dialect attributes."""
 
     kernel_prefix: ClassVar[str] = ""

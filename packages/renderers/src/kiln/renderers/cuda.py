@@ -20,13 +20,11 @@ import tempfile
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
+from kiln.codegen import Compiler, TensorCore, WmmaArg
 from kiln.renderers.c_style import C_SCALAR_TYPES, ENTRY_NAME, CStyleRenderer, CStyleWriter
 from kiln.renderers.nvrtc import Nvrtc, load_nvrtc
+from kiln.renderers.target import NVIDIA, architecture_number, nvidia_target
 from kiln.uops import DType, GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes
-
-SUPPORTED_ARCHITECTURES = (75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
-"""sm numbers the CUDA and PTX renderers target: Turing (sm_75, the oldest NVRTC 13 compiles for) and newer."""
 
 CUDA_SCALAR_TYPES: dict[DType, str] = {**C_SCALAR_TYPES, dtypes.bool: "bool"}  # C++ spelling (also `cplusplus`)
 del CUDA_SCALAR_TYPES[dtypes.float16]  # emulated: no header provides `half` to NVRTC
@@ -48,42 +46,6 @@ _CUDA_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
 """CUDA's math library (no fast-math: sqrt/div correctly rounded, fma rounded once, exp2/log2/sin within 2 ulps,
 CUDA guide App. E). MULACC is the hardware's fused multiply-add: codegen's exact emulation for renderers without one
 overflows in its Veltkamp split for float64 operands above 2**995 (seen on an H200: 0 * DBL_MAX + c gave NaN)."""
-
-# Fragment layouts of mma.sync.aligned.m16n8k16 with .f16 A/B (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
-# floating point type"), groupID = lane >> 2, threadID_in_group = lane % 4:
-#   a_i (A, 16 x 16): row groupID (+8 for i in 2, 3, 6, 7), column 2 * threadID_in_group + (i & 1) (+8 for i >= 4)
-#   b_i (B, 16 x 8):  row 2 * threadID_in_group + (i & 1) (+8 for i >= 2), column groupID
-#   c_i (C/D, 16 x 8, .f32 and .f16 accumulators alike): row groupID (+8 for i >= 2), column 2 * threadID_in_group +
-#   (i & 1)
-# Written bit by bit: lane bits 0-1 are threadID_in_group, lane bits 2-4 groupID; element bits are those of i.
-_M16N8K16_A = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0), (0, 8)))
-_M16N8K16_B = FragmentLayout(((2, 0), (4, 0), (0, 1), (0, 2), (0, 4)), ((1, 0), (8, 0)))
-_M16N8K16_C = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0)))
-
-TENSOR_CORES_SM80: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(8, 16, 16),  # (N, M, K)
-        threads=32,
-        elements_per_thread=(8, 4, 4),
-        dtype_in=dtypes.float16,
-        dtype_out=dtype_out,
-        layouts=(_M16N8K16_A, _M16N8K16_B, _M16N8K16_C),
-    )
-    for dtype_out in (dtypes.float32, dtypes.float16)
-)
-"""mma.sync.aligned.m16n8k16.row.col with f16 inputs and f32 or f16 accumulators (sm_80+): per lane 8 A registers
-(four f16x2), 4 B registers (two f16x2), 4 accumulators (four f32 or two f16x2). A WMMA's vector lanes are the
-fragment's registers in layout order (A: a0..a7, B: b0..b3, C/D: c0..c3); a register pair 2r, 2r+1 is packed into
-one f16x2 with the even register in the low half (PTX ISA, same section)."""
-
-
-def architecture_number(arch: str) -> int:
-    """75 for "sm_75"; ValueError for a name outside SUPPORTED_ARCHITECTURES."""
-    digits = arch.removeprefix("sm_").removeprefix("compute_").rstrip("a")
-    if not digits.isdigit() or int(digits) not in SUPPORTED_ARCHITECTURES:
-        supported = ", ".join(f"sm_{n}" for n in SUPPORTED_ARCHITECTURES)
-        raise ValueError(f"unsupported CUDA architecture {arch!r}; expected one of {supported}")
-    return int(digits)
 
 
 def local_size(uops: Sequence[UOp]) -> int:
@@ -157,19 +119,10 @@ pm_cuda = PatternMatcher([(UPat(Ops.WMMA, name="x"), _wmma)])
 """CUDA's own string rules, tried before the C family's."""
 
 
-class CUDARenderer(CStyleRenderer):
+class CUDARenderer(CStyleRenderer, target=NVIDIA):
     """CUDA C kernels for one architecture (`arch`, e.g. "sm_80"); its compiler is NVRTC (created lazily)."""
 
-    device = "CUDA"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    local_size_max = 1024
-    shared_max = 49152
     vector_widths = (2, 4)
-    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
-    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU
 
     kernel_prefix: ClassVar[str] = 'extern "C" __global__ '
@@ -183,10 +136,10 @@ class CUDARenderer(CStyleRenderer):
     cplusplus: ClassVar[bool] = True
 
     def __init__(self, arch: str = "sm_80", output: str = "ptx", device: str = "CUDA") -> None:
-        self.arch = f"sm_{architecture_number(arch)}"
+        self.use_target(nvidia_target(arch))
+        self.arch = self.target.architecture
         self.output = output
         self.device = device
-        self.tensor_cores = TENSOR_CORES_SM80 if architecture_number(arch) >= 80 else ()
 
     @functools.cached_property
     def compiler(self) -> CUDACompiler:  # type: ignore[override]

@@ -15,10 +15,8 @@ scalar ones on vector types; float -> int casts and THREEFRY have scalar helpers
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
-from kiln.codegen import Renderer
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
 from kiln.renderers.llvm_compiler import LLVMCompiler, host_has_vector_ldexp, host_register_tile_lanes
 from kiln.renderers.llvm_ir_helpers import (
@@ -29,6 +27,7 @@ from kiln.renderers.llvm_ir_helpers import (
     memory_type,
     threefry_helper,
 )
+from kiln.renderers.target import CPU, TargetRenderer
 from kiln.uops import (
     AxisKind,
     ConstType,
@@ -631,20 +630,15 @@ def _bitcast(ctx: LLVMWriter, x: UOp) -> str:
 # ---- the renderer and its compiler -----------------------------------------------------------------------------
 
 
-class LLVMRenderer(Renderer):
+class LLVMRenderer(TargetRenderer, target=CPU):
     """LLVM IR for the CPU device: the C renderer's capabilities, compiled in process by llvmlite (`LLVMCompiler`,
     created on first use; a missing llvmlite raises ToolchainNotFoundError then, naming the package to install).
     """
 
-    device = "CPU"
-    has_threads = True
-    thread_max = os.cpu_count() or 1
     vector_widths = (2, 4, 8, 16)
     vector_alu = True
     fuse_multiply_add = True
-    native_dtypes = frozenset(dtypes.all) - {dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2}
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
-    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
     """Float formats LLVM lacks, emulated by codegen (float16 is LLVM's `half`)."""
 
     def __init__(self) -> None:

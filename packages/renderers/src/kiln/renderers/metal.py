@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from kiln.codegen import Compiler, FragmentLayout, TensorCore, WmmaArg
+from kiln.codegen import Compiler, TensorCore, WmmaArg
 from kiln.renderers.c_style import CStyleWriter, LongIntegerCStyleRenderer
+from kiln.renderers.target import METAL, metal_language_version, metal_target
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -68,38 +69,7 @@ _METAL_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
 }
 """MSL functions that are exact (trunc) or correctly rounded in precise mode (sqrt, with -fno-fast-math)."""
 
-# simdgroup_matrix 8x8 in a 32-lane SIMD-group: Apple does not document which thread holds which element. The layout
-# below is the one reverse-engineered in philipturner/metal-flash-attention (simdgroup_matrix_storage.h, `offset`):
-# lane l holds row (l / 2) % 4 + 4 * (l / 16) and columns 2 * (l % 2) + 4 * ((l / 8) % 2) + {0, 1} (thread_elements
-# 0 and 1), the same for A, B and C.
-_SIMDGROUP_8X8 = FragmentLayout(((0, 2), (1, 0), (2, 0), (0, 4), (4, 0)), ((0, 1),))
-
-TENSOR_CORES_METAL: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(8, 8, 8),
-        threads=32,
-        elements_per_thread=(2, 2, 2),
-        dtype_in=dtype_in,
-        dtype_out=dtype_out,
-        layouts=(_SIMDGROUP_8X8, _SIMDGROUP_8X8, _SIMDGROUP_8X8),
-    )
-    for dtype_in, dtype_out in (
-        (dtypes.float32, dtypes.float32),
-        (dtypes.float16, dtypes.float32),
-        (dtypes.float16, dtypes.float16),
-    )
-)
-"""simdgroup_multiply_accumulate on 8x8 tiles: float x float -> float, half x half -> float or half."""
-
 _MATRIX_TYPES = {dtypes.float32: "simdgroup_float8x8", dtypes.float16: "simdgroup_half8x8"}
-
-
-def metal_language_version(version: str) -> tuple[int, int]:
-    """(3, 1) for "3.1"; ValueError for anything but a MSL version from 2.0 on."""
-    parts = version.split(".")
-    if len(parts) != 2 or not all(part.isdigit() for part in parts) or int(parts[0]) < 2:
-        raise ValueError(f"Metal language version must look like '3.1' (2.0 or newer), got {version!r}")
-    return int(parts[0]), int(parts[1])
 
 
 # ---- the compiler -----------------------------------------------------------------------------------------------
@@ -206,19 +176,11 @@ pm_metal = PatternMatcher(
 """Metal's own string rules (packed wide accesses, threadgroup arrays, simdgroup matrices), tried before C's."""
 
 
-class MetalRenderer(LongIntegerCStyleRenderer):
+class MetalRenderer(LongIntegerCStyleRenderer, target=METAL):
     """MSL kernels (`language_version` "3.0" or newer; bfloat16 is native from "3.1"); owns a `MetalCompiler`."""
 
-    device = "METAL"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 1024)
-    local_size_max = 1024  # maxTotalThreadsPerThreadgroup of Apple GPUs
-    shared_max = 32768  # threadgroup memory of every Apple GPU family (Metal feature set tables)
     vector_widths = (2, 4)
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.MULACC}
-    tensor_cores = TENSOR_CORES_METAL
 
     kernel_prefix: ClassVar[str] = "kernel "
     helper_prefix: ClassVar[str] = "inline "
@@ -231,13 +193,9 @@ class MetalRenderer(LongIntegerCStyleRenderer):
     cplusplus: ClassVar[bool] = True
 
     def __init__(self, language_version: str = "3.0", device: str = "METAL") -> None:
+        self.use_target(metal_target(language_version))
         self.language_version = language_version
         self.device = device
-        emulated = {dtypes.fp8e4m3, dtypes.fp8e5m2}
-        if metal_language_version(language_version) < (3, 1):
-            emulated.add(dtypes.bfloat16)
-        self.emulated_dtypes = frozenset(emulated)
-        self.native_dtypes = frozenset(dtypes.all) - self.emulated_dtypes - {dtypes.float64}
 
     @functools.cached_property
     def compiler(self) -> MetalCompiler:  # type: ignore[override]

@@ -34,6 +34,7 @@ from kiln.renderers.opencl_library import (
     load_opencl,
     opencl_target,
 )
+from kiln.renderers.target import OPENCL
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 OPENCL_BUILD_OPTIONS: tuple[str, ...] = ("-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt")
@@ -188,19 +189,10 @@ pm_opencl = PatternMatcher(
 """OpenCL's own string rules (wide accesses by vloadN/vstoreN, bool memory as uchar), tried before the C family's."""
 
 
-class OpenCLRenderer(LongIntegerCStyleRenderer):
+class OpenCLRenderer(LongIntegerCStyleRenderer, target=OPENCL):
     """OpenCL C kernels for one OpenCL device (`device_index` over all platforms); owns an `OpenCLCompiler`."""
 
-    device = "CL"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (256, 256, 64)
-    local_size_max = 256
-    shared_max = 32768  # the OpenCL 1.2 full profile's minimum CL_DEVICE_LOCAL_MEM_SIZE
     vector_widths = (2, 4, 8)
-    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
-    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     kernel_prefix: ClassVar[str] = "__kernel "

@@ -21,9 +21,10 @@ import struct
 import subprocess
 import tempfile
 
-from kiln.codegen import Compiler, Renderer, TensorCore, WmmaArg
+from kiln.codegen import Compiler, TensorCore, WmmaArg
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
-from kiln.renderers.cuda import TENSOR_CORES_SM80, architecture_number, local_size
+from kiln.renderers.cuda import local_size
+from kiln.renderers.target import NVIDIA, TargetRenderer, architecture_number, nvidia_target
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes, register_knob
 
@@ -463,25 +464,16 @@ def _wmma(w: PTXWriter, uop: UOp, core: TensorCore) -> list[str]:
 # ---- the renderer -------------------------------------------------------------------------------------------------
 
 
-class PTXRenderer(Renderer):
+class PTXRenderer(TargetRenderer, target=NVIDIA):
     """PTX kernels for one architecture (`arch`, e.g. "sm_80"); its compiler validates them with ptxas."""
 
-    device = "CUDA"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    local_size_max = 1024
-    shared_max = 49152
     vector_widths = (2, 4)
-    emulated_dtypes = frozenset({dtypes.bfloat16, dtypes.float16, dtypes.fp8e4m3, dtypes.fp8e5m2})
-    native_dtypes = frozenset(dtypes.all) - emulated_dtypes
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
 
     def __init__(self, arch: str = "sm_80", device: str = "CUDA") -> None:
-        self.arch = f"sm_{architecture_number(arch)}"
+        self.use_target(nvidia_target(arch))
+        self.arch = self.target.architecture
         self.device = device
-        self.tensor_cores = TENSOR_CORES_SM80 if architecture_number(arch) >= 80 else ()
 
     @functools.cached_property
     def compiler(self) -> PTXCompiler:  # type: ignore[override]

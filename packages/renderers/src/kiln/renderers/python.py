@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kiln.codegen import Compiler, Renderer, verify_linear
+from kiln.codegen import Compiler, verify_linear
+from kiln.renderers.target import PYTHON, TargetRenderer
 from kiln.uops import (
     AxisKind,
     DType,
@@ -149,18 +150,11 @@ class PythonCompiler(Compiler):
         return parse_linear(binary.decode())
 
 
-class PythonRenderer(Renderer):
+class PythonRenderer(TargetRenderer, target=PYTHON):
     """Linear programs as text for the PYTHON device (the reference interpreter). It renders every op and dtype
     the interpreter knows: blocks of threads with shared memory and barriers, vectors, all ALU ops natively.
     """
 
-    device = "PYTHON"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    local_size_max = 1024
-    shared_max = 49152
     vector_widths = (2, 4)
     native_ops = GroupOp.ALU
 

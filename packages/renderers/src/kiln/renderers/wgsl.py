@@ -27,8 +27,9 @@ import functools
 import math
 from collections.abc import Sequence
 
-from kiln.codegen import Compiler, Renderer
+from kiln.codegen import Compiler
 from kiln.renderers.c_style import ENTRY_NAME
+from kiln.renderers.target import WEBGPU, TargetRenderer
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
 from kiln.renderers.wgsl_helpers import NARROW_BITS, POW_HELPER, float_to_int_helper, narrow
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
@@ -317,7 +318,7 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 
-class WGSLRenderer(Renderer):
+class WGSLRenderer(TargetRenderer, target=WEBGPU):
     """WGSL compute shaders for the WEBGPU device; owns a `WGSLCompiler` (wgpu's validation).
 
     Args:
@@ -326,14 +327,6 @@ class WGSLRenderer(Renderer):
             device passes its adapter's limit, the default is WebGPU's guaranteed minimum.
     """
 
-    device = "WEBGPU"
-    has_local = True
-    has_shared = True
-    global_max = (65535, 65535, 65535)  # maxComputeWorkgroupsPerDimension
-    local_max = (256, 256, 64)  # maxComputeWorkgroupSizeX/Y/Z
-    local_size_max = 256  # maxComputeInvocationsPerWorkgroup
-    shared_max = 16384  # maxComputeWorkgroupStorageSize
-    native_dtypes = frozenset(WGSL_SCALAR_TYPES)
     native_ops = GroupOp.ALU
 
     def __init__(self, device: str = "WEBGPU", max_storage_buffers: int = 8) -> None:
