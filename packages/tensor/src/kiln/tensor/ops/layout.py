@@ -11,8 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Self
 
-from kiln.tensor.core import TensorCore
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.symbolic import describe_variables, format_size, provably_le
 from kiln.uops import dtypes
 
 __all__ = ["LayoutMixin"]
@@ -141,6 +142,9 @@ class LayoutMixin(TensorCore):
         for shift, dim in zip(shift_list, dim_list):
             index = normalize_axis(dim, self.shape, "roll dim")
             length = self.shape[index]
+            if type(length) is not int:
+                result = _roll_symbolic(result, check_int(shift, "roll shift"), index)
+                continue
             amount = check_int(shift, "roll shift") % length if length else 0
             if amount:
                 head, tail = result.split([length - amount, amount], index)
@@ -388,3 +392,19 @@ class LayoutMixin(TensorCore):
         if len(sizes) != self.ndim:
             raise ValueError(f"shrink_to needs {self.ndim} sizes, got {sizes}")
         return self.shrink([None if s is None else (0, s) for s in sizes])
+
+
+def _roll_symbolic(x: TensorT, shift: int, index: int) -> TensorT:
+    """`x` rolled by the int `shift` along dim `index`, whose size holds a bound Variable: the shift must be within
+    the dim for every value (no wrap-around count that changes with the variable), else ValueError naming it."""
+    length = x.shape[index]
+    if not provably_le(abs(shift), length):
+        raise ValueError(
+            f"roll by {shift} along dim {index} of size {format_size(length)} ({describe_variables(length)}): a shift "
+            "of a dim with a bound Variable must be at most its smallest size"
+        )
+    amount = shift if shift >= 0 else length + shift
+    if type(amount) is int and amount == 0:
+        return x
+    head, tail = x.split([length - amount, amount], index)
+    return tail.cat(head, dim=index)

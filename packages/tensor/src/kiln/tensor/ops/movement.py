@@ -391,10 +391,24 @@ class MovementMixin(TensorCore):
             raise ValueError("split needs a tensor with at least one dim")
         index = normalize_axis(dim, self.shape, "split dim")
         length = self.shape[index]
-        if isinstance(sizes, (list, tuple)):
+        if isinstance(sizes, (list, tuple)) and (type(length) is not int or any(type(s) is not int for s in sizes)):
+            parts = [check_size(size, "split size") for size in sizes]  # a bound Variable among the sizes or the dim
+            if not sizes_equal(sum(parts), length):
+                raise ValueError(
+                    f"split sizes ({', '.join(format_size(part) for part in parts)}) must sum to the dim size "
+                    f"{format_size(length)} (dim {index}) for every value of their variables "
+                    f"({describe_variables(length, *parts)})"
+                )
+        elif isinstance(sizes, (list, tuple)):
             parts = [check_int(size, "split size") for size in sizes]
             if any(size < 0 for size in parts) or sum(parts) != length:
                 raise ValueError(f"split sizes {parts} must be >= 0 and sum to the dim size {length} (dim {index})")
+        elif type(length) is not int:
+            raise ValueError(
+                f"split of dim {index} of size {format_size(length)} ({describe_variables(length)}) into pieces of "
+                f"{sizes!r}: the number of pieces would change with the variable; give sizes that sum to the dim, "
+                "e.g. split([2, n - 2])"
+            )
         else:
             step = check_int(sizes, "split size")
             if step <= 0:
@@ -422,6 +436,11 @@ class MovementMixin(TensorCore):
         if self.ndim == 0:
             raise ValueError("chunk needs a tensor with at least one dim")
         length = self.shape[normalize_axis(dim, self.shape, "chunk dim")]
+        if type(length) is not int:
+            raise ValueError(
+                f"chunk of dim {dim} of size {format_size(length)} ({describe_variables(length)}): the pieces' sizes "
+                "and number would change with the variable; use split with sizes that sum to the dim"
+            )
         return self.split(max(1, -(-length // count)), dim)
 
     def repeat(self, *repeats: int | Sequence[int]) -> Self:

@@ -11,9 +11,10 @@ import math
 from typing import Self
 
 from kiln.tensor.core import TensorCore, TensorT
-from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
-from kiln.uops import dtypes
+from kiln.tensor.symbolic import describe_variables, format_size, provably_le
+from kiln.uops import Ops, dtypes
 
 __all__ = ["StatisticsMixin"]
 
@@ -32,6 +33,20 @@ class StatisticsMixin(TensorCore):
         """
         axis = normalize_axis(dim, self.shape, "kthvalue dim")
         length = self.shape[axis] if self.ndim else 1
+        if type(length) is not int or not isinstance(k, int):  # a bound Variable in k or the dim's size
+            k = check_size(k, "kthvalue k")
+            if not (provably_le(1, k) and provably_le(k, length)):
+                raise IndexError(
+                    f"kthvalue k = {format_size(k)} is out of range for a dim of {format_size(length)} for some values "
+                    f"of their variables ({describe_variables(k, length)}; expected 1 <= k <= the dim)"
+                )
+            values, positions = self.sort(axis)
+            bounds: list[tuple[int, int] | None] = [None] * self.ndim
+            bounds[axis] = (k - 1, k)
+            picked_values, picked_positions = values.shrink(bounds), positions.shrink(bounds)
+            if keepdim:
+                return picked_values, picked_positions
+            return picked_values.squeeze(axis), picked_positions.squeeze(axis)
         if not 1 <= check_int(k, "kthvalue k") <= length:
             raise IndexError(f"kthvalue k = {k} is out of range for a dim of {length} (expected 1..{length})")
         values, positions = self.sort(axis) if self.ndim else (self, self._const(0, (), dtypes.default_int))
@@ -53,12 +68,31 @@ class StatisticsMixin(TensorCore):
         """
         if dim is None:
             flat = self.reshape(-1)
+            if type(flat.shape[0]) is not int:
+                return flat._symbolic_median(0, False)[0]
             if flat.shape[0] == 0:
                 raise ValueError("median of an empty tensor")
             return flat.kthvalue((flat.shape[0] - 1) // 2 + 1, 0)[0]
         axis = normalize_axis(dim, self.shape, "median dim")
         length = self.shape[axis] if self.ndim else 1
+        if type(length) is not int:
+            return self._symbolic_median(axis, keepdim)
         return self.kthvalue((length - 1) // 2 + 1, axis, keepdim)
+
+    def _symbolic_median(self, axis: int, keepdim: bool) -> tuple[Self, Self]:
+        """`median` along a dim of bound-Variable size n: the sorted position (n - 1) // 2 is picked by comparing the
+        positions with that rank computed on the device (n counted there), so one kernel serves every n."""
+        values, positions = self.sort(axis)
+        count = self._const(1, self.shape, dtypes.int32, self.device)._reduce(Ops.ADD, (axis,))
+        view = [1] * self.ndim
+        view[axis] = self.shape[axis]
+        hits = iota(type(self), self.shape[axis], self.device).reshape(view) == (count - 1) // 2
+        picked = []
+        for chosen in (values, positions):
+            summed = chosen._cast(dtypes.uint8) if chosen.dtype == dtypes.bool else chosen
+            total = hits.where(summed, 0)._reduce(Ops.ADD, (axis,))._cast(chosen.dtype)
+            picked.append(total if keepdim else total.squeeze(axis))
+        return picked[0], picked[1]
 
     def msort(self) -> Self:
         """The values sorted along dim 0.

@@ -1,0 +1,136 @@
+"""More op families over a dim of bound-Variable size (issue 37): roll, split, median / kthvalue, attention,
+cross-entropy, one-hot, layernorm and writes through a Variable slice. Each against numpy at several bound values
+with one compile (the engine's program counter), and the ops that cannot follow a variable raise naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from kiln.tensor import Tensor, Variable
+from kiln.tensor.realize.engine import Engine, use_engine
+
+N = Variable("n", 1, 10)
+AT_LEAST_THREE = Variable("m", 3, 10)
+START = Variable("s", 0, 9)
+DATA = np.random.default_rng(37).standard_normal((10, 6)).astype(np.float32)
+CLOSE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    with use_engine(Engine()) as fresh:
+        yield fresh
+
+
+def _each_value(engine: Engine, run: Callable[[int], None], values: tuple[int, ...] = (3, 4, 7, 10)) -> None:
+    run(values[0])
+    built = engine.programs_built
+    assert built >= 1
+    for value in values[1:]:
+        run(value)
+    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
+
+
+def _softmax(values: np.ndarray) -> np.ndarray:
+    shifted = np.exp(values - values.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+def test_roll_and_split_along_a_variable_dim(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+
+    def run(value: int) -> None:
+        rows, want = x[: N.bind(value)], DATA[:value]
+        np.testing.assert_array_equal(rows.roll(1, 0).numpy(), np.roll(want, 1, 0))
+        np.testing.assert_array_equal(rows.roll(-1, 0).numpy(), np.roll(want, -1, 0))
+        np.testing.assert_array_equal(rows.roll(2).numpy(), np.roll(want, 2))  # flattened: n * 6 >= 6
+        m = AT_LEAST_THREE.bind(value)
+        np.testing.assert_array_equal(x[:m].roll(3, 0).numpy(), np.roll(want, 3, 0))
+        head, tail = x[:m].split([2, m - 2], 0)
+        np.testing.assert_array_equal(head.numpy(), want[:2])
+        np.testing.assert_array_equal(tail.numpy(), want[2:])
+
+    _each_value(engine, run)
+
+
+def test_median_and_kthvalue_along_a_variable_dim(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+
+    def run(value: int) -> None:
+        rows, want = x[: N.bind(value)], DATA[:value]
+        lower = (value - 1) // 2
+        values, positions = rows.median(0)
+        np.testing.assert_array_equal(values.numpy(), np.sort(want, 0)[lower])
+        np.testing.assert_array_equal(positions.numpy(), np.argsort(want, 0, kind="stable")[lower])
+        assert rows.median(1, keepdim=True)[0].numpy().shape == (value, 1)
+        assert rows.median().item() == np.sort(want.reshape(-1))[(value * 6 - 1) // 2]
+        values, _ = x[: AT_LEAST_THREE.bind(value)].kthvalue(3, 0)
+        np.testing.assert_array_equal(values.numpy(), np.sort(want, 0)[2])
+
+    _each_value(engine, run)
+
+
+def test_causal_attention_over_a_variable_length(engine: Engine) -> None:
+    x = Tensor(DATA[:, :4].copy()).realize()
+
+    def run(value: int) -> None:
+        v = N.bind(value)
+        q = x[:v].reshape(1, v, 4)
+        got = Tensor.scaled_dot_product_attention(q, q, q, is_causal=True).numpy()
+        values = DATA[:value, :4]
+        scores = np.where(np.tril(np.ones((value, value))) > 0, values @ values.T / 2, -np.inf)
+        np.testing.assert_allclose(got, (_softmax(scores) @ values)[None], **CLOSE)
+        # one query at position s over the keys 0..s: the decode step's shape
+        s = START.bind(value - 1)
+        got = Tensor.scaled_dot_product_attention(x[s : s + 1], x[: s + 1], x[: s + 1]).numpy()
+        expected = _softmax(values[-1:] @ values.T / 2) @ values
+        np.testing.assert_allclose(got, expected, **CLOSE)
+
+    _each_value(engine, run)
+
+
+def test_cross_entropy_one_hot_and_layernorm_over_a_variable_batch(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+    labels = Tensor(np.arange(10, dtype=np.int32) % 6).realize()
+
+    def run(value: int) -> None:
+        v, want = N.bind(value), DATA[:value]
+        targets = np.arange(value) % 6
+        loss = x[:v].cross_entropy(labels[:v]).item()
+        assert loss == pytest.approx(-np.log(_softmax(want)[np.arange(value), targets]).mean(), rel=1e-5)
+        np.testing.assert_array_equal(labels[:v].one_hot(6).numpy(), np.eye(6, dtype=np.int32)[targets])
+        normalized = (want.T - want.T.mean(-1, keepdims=True)) / np.sqrt(want.T.var(-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(x[:v].T.layernorm().numpy(), normalized, rtol=1e-4, atol=1e-4)
+
+    _each_value(engine, run)
+
+
+def test_writes_through_a_variable_slice(engine: Engine) -> None:
+    def run(value: int) -> None:
+        cache = Tensor.zeros(10, 4).contiguous().realize()
+        s = START.bind(value - 1)
+        cache[s : s + 1] = Tensor.full((1, 4), 2.0)  # a KV cache write at the position
+        cache[: N.bind(value)] += 1.0
+        expected = np.zeros((10, 4), np.float32)
+        expected[value - 1] = 2.0
+        expected[:value] += 1.0
+        np.testing.assert_array_equal(cache.numpy(), expected)
+
+    _each_value(engine, run)
+
+
+def test_ops_whose_result_would_change_shape_with_the_variable_raise() -> None:
+    rows = Tensor(DATA)[: N.bind(3)]
+    with pytest.raises(ValueError, match=r"roll by 2 along dim 0 of size n=3 \('n' in \[1, 10\]"):
+        rows.roll(2, 0)  # n = 1 has no two positions to shift by
+    with pytest.raises(ValueError, match=r"chunk of dim 0 of size n=3 \('n' in \[1, 10\]"):
+        rows.chunk(2, 0)
+    with pytest.raises(ValueError, match=r"split of dim 0 of size n=3 .*number of pieces would change"):
+        rows.split(2, 0)
+    with pytest.raises(ValueError, match=r"split sizes \(2, 1\) must sum to the dim size n=3"):
+        rows.split([2, 1], 0)
+    with pytest.raises(IndexError, match=r"kthvalue k = 2 is out of range for a dim of n=3"):
+        rows.kthvalue(2, 0)
