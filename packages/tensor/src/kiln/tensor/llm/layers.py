@@ -10,6 +10,7 @@ objects in place (torch's `assign=True`): a half-precision or quantized weight s
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight, linear
 from kiln.tensor.nn import Module, RMSNorm
 from kiln.tensor.state.state_dict import IncompatibleKeys
+from kiln.tensor.symbolic import Size
 from kiln.tensor.tensor import Tensor
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "Experts",
     "FeedForward",
     "MoE",
+    "Positions",
     "Projection",
     "Rotary",
     "TokenEmbedding",
@@ -211,9 +214,23 @@ class Rotary:
         return Tensor.cat(a * cos - b * sin, b * cos + a * sin, dim=-1)
 
 
+@dataclass(frozen=True)
+class Positions:
+    """Where a forward pass's T tokens sit in the KV cache: rows start .. end - 1 (ints, or symbolic sizes over
+    bound Variables), their rotary cos / sin (T, D/2), and the causal mask (1, 1, T, end) of their queries over
+    keys 0 .. end - 1 (None where every key is visible: one query at the last position)."""
+
+    start: Size
+    end: Size
+    cos: Tensor
+    sin: Tensor
+    mask: Tensor | None
+    rotary: Rotary
+
+
 class Attention(WeightModule):
     """Pre-normed grouped-query self-attention with RoPE, optional QK-norm and q/k/v biases, and its KV cache
-    (batch, kv_heads, max_context, head_dim), a private buffer (not a weight) written in place."""
+    (batch, kv_heads, max_context, head_dim), a private buffer (not a weight) written in place row by row."""
 
     def __init__(self, config: LlamaConfig, max_context: int) -> None:
         super().__init__()
@@ -241,10 +258,15 @@ class Attention(WeightModule):
             self._cache = (Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize())
         return self._cache
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, rotary: Rotary, mask: Tensor, start_pos: Any) -> Tensor:
-        """The attention output (B, T, dim) of the residual stream h (B, T, dim) at positions start_pos.., whose
-        keys and values are written to the cache first."""
-        batch, length, _ = h.shape
+    def __call__(self, h: Tensor, where: Positions) -> Tensor:
+        return self.forward(h, where)
+
+    def forward(self, h: Tensor, where: Positions) -> Tensor:
+        """The attention output (B, T, dim) of the residual stream h (B, T, dim) at positions where.start ..
+        where.end - 1: their keys and values are written to those cache rows (an indexed store), then the queries
+        attend over cache rows 0 .. where.end - 1 only. With symbolic start and T, one set of kernels serves every
+        value (the slices' bounds are the variables)."""
+        batch, length = h.shape[0], h.shape[1]
         heads, kv_heads, head_dim = self._heads, self._kv_heads, self._head_dim
         x: Tensor = self.attn_norm(h)
         q = self.attn_q(x).reshape(batch, length, heads, head_dim)
@@ -252,27 +274,23 @@ class Attention(WeightModule):
         v = self.attn_v(x).reshape(batch, length, kv_heads, head_dim).transpose(1, 2)
         if hasattr(self, "attn_q_norm"):
             q, k = self.attn_q_norm(q), self.attn_k_norm(k)
-        q = rotary.rotate(q.transpose(1, 2), cos, sin)
-        k = rotary.rotate(k.transpose(1, 2), cos, sin)
+        q = where.rotary.rotate(q.transpose(1, 2), where.cos, where.sin)
+        k = where.rotary.rotate(k.transpose(1, 2), where.cos, where.sin)
         key_cache, value_cache = self.allocate_cache(batch)
-        rows = Tensor.arange(self._max_context).reshape(1, 1, -1, 1)
-        if isinstance(start_pos, Tensor):
-            write = rows == start_pos
-            k_new, v_new = k, v  # (B, KVH, 1, D) broadcast over the rows
-        else:
-            write = (rows >= start_pos) & (rows < start_pos + length)
-            pad = ((0, 0), (0, 0), (start_pos, self._max_context - start_pos - length), (0, 0))
-            k_new, v_new = k.pad(pad), v.pad(pad)
-        key_cache.assign(write.where(k_new, key_cache)).realize()
-        value_cache.assign(write.where(v_new, value_cache)).realize()
-        span = mask.shape[-1]
-        keys, values = key_cache[:, :, :span], value_cache[:, :, :span]
+        Tensor.realize_all(
+            key_cache[:, :, where.start : where.end].assign(k),
+            value_cache[:, :, where.start : where.end].assign(v),
+        )
+        keys, values = key_cache[:, :, : where.end], value_cache[:, :, : where.end]
+        span = keys.shape[2]
         group = heads // kv_heads
         if group > 1:
             keys = keys.reshape(batch, kv_heads, 1, span, head_dim).expand(batch, kv_heads, group, span, head_dim)
             values = values.reshape(batch, kv_heads, 1, span, head_dim).expand(batch, kv_heads, group, span, head_dim)
             keys, values = keys.reshape(batch, heads, span, head_dim), values.reshape(batch, heads, span, head_dim)
-        scores = (q @ keys.transpose(-1, -2)) * (1.0 / float(np.sqrt(head_dim))) + mask
+        scores = (q @ keys.transpose(-1, -2)) * (1.0 / float(np.sqrt(head_dim)))
+        if where.mask is not None:
+            scores = scores + where.mask
         attended = scores.softmax(-1) @ values  # (B, H, T, D)
         return self.attn_output(attended.transpose(1, 2).reshape(batch, length, heads * head_dim))
 
@@ -365,7 +383,10 @@ class Block(WeightModule):
         """The feed-forward part, dense or MoE (its layers are also this block's attributes)."""
         return self._feed_forward
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, rotary: Rotary, mask: Tensor, start_pos: Any) -> Tensor:
+    def __call__(self, h: Tensor, where: Positions) -> Tensor:
+        return self.forward(h, where)
+
+    def forward(self, h: Tensor, where: Positions) -> Tensor:
         """The residual stream (B, T, dim) after this layer."""
-        h = h + self._attention(h, cos, sin, rotary, mask, start_pos)
+        h = h + self._attention(h, where)
         return h + self._feed_forward(h)

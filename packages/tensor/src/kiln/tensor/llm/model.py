@@ -7,9 +7,10 @@ QK-norm, MoE with or without a shared expert, a tied head).
 
 Each layer owns a KV cache (batch, kv_heads, max_context, head_dim) updated in place (`max_context`: at most the
 trained context, by default min(trained context, 4096), so a 128k-context model does not allocate its whole
-context's cache up front): a call with an int `start_pos` writes its T positions and attends over the first
-start_pos + T; a call with a Tensor position (a jitted `Variable`) writes one token and attends over the whole cache
-under a mask, so its kernels do not depend on the position.
+context's cache up front). A call at `start_pos` with T tokens writes cache rows start_pos .. start_pos + T - 1 (an
+indexed store into that slice) and attends over rows 0 .. start_pos + T - 1 only, so its work follows the position.
+start_pos and T may be bound Variables (a jitted decode step's position, a prefill chunk's length): the slices'
+bounds are then symbolic and one set of kernels serves every value.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from collections.abc import Mapping
 
 from kiln.tensor.jit import BoundVariable
 from kiln.tensor.llm.config import LlamaConfig
-from kiln.tensor.llm.layers import Block, Projection, Rotary, TokenEmbedding, WeightModule
+from kiln.tensor.llm.layers import Block, Positions, Projection, Rotary, TokenEmbedding, WeightModule
 from kiln.tensor.llm.quantized import Weight, linear
 from kiln.tensor.nn import RMSNorm
+from kiln.tensor.symbolic import Size, as_size, bound_int, describe_variables, format_shape, max_int
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["DEFAULT_MAX_CONTEXT", "Transformer"]
@@ -103,27 +105,49 @@ class Transformer(WeightModule):
         return self.forward_embedded(self.embed(tokens), start_pos)
 
     def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
-        """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at positions start_pos.. of the cache."""
+        """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at cache positions start_pos ..
+        start_pos + T - 1, attending over positions 0 .. start_pos + T - 1 only.
+
+        T may be symbolic (`tokens[:, :length]` with `length` a bound Variable) and start_pos an int, a
+        `BoundVariable`, or the Tensor a jitted function receives for one: the kernels then depend on the variables'
+        ranges, not their values (one compile serves every position and length).
+
+        Raises:
+            ValueError: h not (B, T, dim); positions past max_context (for bound variables: their bound values, or
+                ranges that could reach past it, e.g. start_pos in [0, 99] with T in [1, 8] for a 100-row cache).
+            TypeError: a start_pos that is neither an int nor a bound Variable.
+        """
         config = self.config
-        position: int | Tensor = Tensor(start_pos) if isinstance(start_pos, BoundVariable) else start_pos
         if h.ndim != 3 or h.shape[2] != config.dim:
-            raise ValueError(f"embedded tokens must be (batch, seq, {config.dim}), got shape {h.shape}")
+            raise ValueError(f"embedded tokens must be (batch, seq, {config.dim}), got shape {format_shape(h.shape)}")
         batch, length = h.shape[0], h.shape[1]
-        symbolic = isinstance(position, Tensor)
-        if symbolic and length != 1:
-            raise ValueError(f"a Tensor start_pos decodes one token per call, got {length} tokens")
-        if not symbolic and not 0 <= int(position) <= self.max_context - length:
-            last = int(position) + length - 1
-            raise ValueError(f"positions {position}..{last} exceed the context length {self.max_context}")
-        cos, sin = self._rotary.angles((Tensor.arange(length).reshape(length, 1) + position).float())
-        span = self.max_context if symbolic else int(position) + length
-        keys_at = Tensor.arange(span).reshape(1, span)
-        allowed = keys_at <= Tensor.arange(length).reshape(length, 1) + position  # (T, span)
-        mask = allowed.where(0.0, float("-inf")).reshape(1, 1, length, span)
+        start = as_size(start_pos, "start_pos")
+        end = start + length
+        self._check_span(start, length, end)
+        offset = Tensor(start_pos) if isinstance(start_pos, BoundVariable) else start_pos  # the start as a value
+        queries_at = Tensor.arange(length).reshape(length, 1) + offset  # (T, 1)
+        cos, sin = self._rotary.angles(queries_at.float())
+        mask = None
+        if not (isinstance(length, int) and length == 1):  # one query at the last position sees every key
+            keys_at = Tensor.arange(self.max_context)[:end].unsqueeze(0)  # (1, end)
+            mask = (keys_at <= queries_at).where(0.0, float("-inf")).unsqueeze(0).unsqueeze(0)  # (1, 1, T, end)
+        where = Positions(start, end, cos, sin, mask, self._rotary)
         self._caches(batch)
         for block in self.blk:
-            h = block(h, cos, sin, self._rotary, mask, position)
+            h = block(h, where)
         h = self.output_norm(h)
         if config.tie_embeddings:
             return linear(h, self.token_embd.weight)
         return self.output(h)
+
+    def _check_span(self, start: Size, length: Size, end: Size) -> None:
+        """Raises ValueError unless rows start .. end - 1 fit the cache (for bound variables: at their values, and
+        over their whole ranges, which the kernels are built for)."""
+        first, last = bound_int(start), bound_int(end) - 1
+        if first < 0 or last >= self.max_context:
+            raise ValueError(f"positions {first}..{last} exceed the context length {self.max_context}")
+        if not isinstance(end, int) and max_int(end) > self.max_context:
+            raise ValueError(
+                f"start_pos + T reaches {max_int(end)} for some values of {describe_variables(start, length)}, past "
+                f"the context length {self.max_context}: bound the variables so start_pos + T <= {self.max_context}"
+            )
