@@ -134,3 +134,52 @@ def test_ops_whose_result_would_change_shape_with_the_variable_raise() -> None:
         rows.split([2, 1], 0)
     with pytest.raises(IndexError, match=r"kthvalue k = 2 is out of range for a dim of n=3"):
         rows.kthvalue(2, 0)
+
+
+IMAGES = np.random.default_rng(39).standard_normal((10, 2, 5, 5)).astype(np.float32)
+KERNEL = np.random.default_rng(40).standard_normal((3, 2, 3, 3)).astype(np.float32)
+
+
+def _conv2d(images: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    windows = np.lib.stride_tricks.sliding_window_view(images, kernel.shape[2:], axis=(2, 3))  # (n, c, h, w, kh, kw)
+    return np.einsum("nchwij,ocij->nohw", windows, kernel)
+
+
+def test_convolution_and_pooling_over_a_variable_batch(engine: Engine) -> None:
+    images, kernel = Tensor(IMAGES).realize(), Tensor(KERNEL).realize()
+
+    def run(value: int) -> None:
+        batch, want = images[: N.bind(value)], IMAGES[:value]
+        np.testing.assert_allclose(batch.conv2d(kernel).numpy(), _conv2d(want, KERNEL), rtol=1e-4, atol=1e-4)
+        cut = want[:, :, :4, :4].reshape(value, 2, 2, 2, 2, 2)
+        np.testing.assert_array_equal(batch.max_pool2d(2).numpy(), cut.max((3, 5)))
+        np.testing.assert_allclose(batch.avg_pool2d(2).numpy(), cut.mean((3, 5)), **CLOSE)
+
+    _each_value(engine, run)
+
+
+def test_scatter_diff_eye_einsum_and_cov_over_a_variable_dim(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+    zeros = Tensor(np.zeros((1, 6), np.int32)).realize()
+
+    def run(value: int) -> None:
+        v, want = N.bind(value), DATA[:value]
+        scattered = want.copy()
+        scattered[0] = 1.0
+        np.testing.assert_array_equal(x[:v].scatter(0, zeros, 1.0).numpy(), scattered)
+        np.testing.assert_allclose(x[:v].diff(dim=0).numpy(), np.diff(want, axis=0), **CLOSE)
+        np.testing.assert_array_equal(Tensor.eye(v).numpy(), np.eye(value, dtype=np.float32))
+        np.testing.assert_allclose(Tensor.einsum("ij,kj->ik", x[:v], x[:v]).numpy(), want @ want.T, **CLOSE)
+        np.testing.assert_allclose(x[:v].T.cov().numpy(), np.cov(want.T), rtol=1e-4, atol=1e-5)
+
+    _each_value(engine, run)
+
+
+def test_nonzero_of_a_tensor_with_a_variable_first_dim(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+    for value in (3, 7, 10):
+        np.testing.assert_array_equal(x[: N.bind(value)].gt(0).nonzero().numpy(), np.argwhere(DATA[:value] > 0))
+    with pytest.raises(ValueError, match=r"nonzero of a tensor of shape \(6, n=3\): only its first dim"):
+        x[: N.bind(3)].T.nonzero()
+    with pytest.raises(ValueError, match=r"quantile along dim 0 of size n=3 \('n' in \[1, 10\]"):
+        x[: N.bind(3)].quantile(0.5, dim=0)

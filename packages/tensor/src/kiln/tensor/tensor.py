@@ -50,7 +50,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
-from kiln.tensor.symbolic import BoundVariable, VariableValue, bound_shape, format_shape
+from kiln.tensor.symbolic import BoundVariable, VariableValue, bound_shape, format_shape, max_numel
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = ["Tensor", "dtype_from_numpy", "numpy_from_dtype"]
@@ -289,7 +289,11 @@ class Tensor(
 
     def _fresh_copy(self) -> Tensor:
         """This tensor's values written into a new buffer when realized (a value that never aliases this one)."""
-        memory = graph.buffer_uop(self.device, self.numel(), self.dtype)
+        count = math.prod(self.shape)
+        if isinstance(count, int):
+            memory = graph.buffer_uop(self.device, count, self.dtype)
+        else:  # a symbolic shape: memory for its largest value, the bound elements leading
+            memory = graph.shrink(graph.buffer_uop(self.device, max_numel(self.shape), self.dtype), ((0, count),))
         return self._result(graph.assign(graph.reshape(memory, self.shape), self.uop))
 
     def _assign_uop(self, value: Tensor) -> UOp:

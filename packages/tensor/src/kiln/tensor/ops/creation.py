@@ -15,7 +15,14 @@ import numpy as np
 from kiln.tensor import graph
 from kiln.tensor.core import ShapeArgument, TensorCore, TensorT
 from kiln.tensor.device import canonical_device
-from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype, check_dtype, check_int, shape_argument
+from kiln.tensor.ops._checks import (
+    check_constant_fits,
+    check_device_dtype,
+    check_dtype,
+    check_int,
+    check_size,
+    shape_argument,
+)
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import random_state, threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
@@ -435,9 +442,9 @@ class CreationMixin(DTypeMixin):
             >>> Tensor.eye(2).tolist()
             [[1.0, 0.0], [0.0, 1.0]]
         """
-        rows = check_int(n, "eye n")
-        columns = rows if m is None else check_int(m, "eye m")
-        if rows < 0 or columns < 0:
+        rows = check_size(n, "eye n")  # sizes may be bound Variables
+        columns = rows if m is None else check_size(m, "eye m")
+        if (type(rows) is int and rows < 0) or (type(columns) is int and columns < 0):
             raise ValueError(f"eye sizes must be >= 0, got n={rows} m={columns}")
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
         row = iota(cls, rows, device)._movement(Ops.RESHAPE, (rows, 1))._movement(Ops.EXPAND, (rows, columns))

@@ -22,6 +22,7 @@ import numpy as np
 from kiln.tensor import graph
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.realize import engine
+from kiln.tensor.symbolic import bound_int
 from kiln.uops import DType, Ops, dtypes, register_knob
 
 __all__ = [
@@ -68,6 +69,7 @@ def check_index_values(
     indices are not accepted; the value `ignore` is always accepted). Realizes `index`."""
     if not _checking() or index.numel() == 0:
         return
+    size = bound_int(size)  # a dim of bound-Variable size: checked at its value for this call
     values = index.numpy()
     low = -size if negative else 0
     outside = (values < low) | (values >= size)

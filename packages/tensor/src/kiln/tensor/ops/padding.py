@@ -17,6 +17,7 @@ from typing import Any
 
 from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
+from kiln.tensor.symbolic import provably_le
 from kiln.uops import Ops
 
 __all__ = ["crop_and_pad", "spatial_padding"]
@@ -50,7 +51,7 @@ def crop_and_pad(x: TensorT, pairs: Pairs, what: str) -> TensorT:
     leading = x.ndim - len(pairs)
     full = ((0, 0),) * leading + tuple(pairs)
     bounds = tuple((max(0, -before), size - max(0, -after)) for (before, after), size in zip(full, x.shape))
-    if any(start > end for start, end in bounds):
+    if any(not provably_le(start, end) for start, end in bounds):  # for every value of a symbolic size
         raise ValueError(f"{what} {tuple(pairs)} crops more than the input of shape {x.shape} holds")
     result = x
     if any(bound != (0, size) for bound, size in zip(bounds, x.shape)):

@@ -7,11 +7,12 @@ or truncated to `size` entries, like `torch.nonzero_static`); without it they re
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from kiln.tensor.core import TensorCore, TensorT
-from kiln.tensor.ops._checks import broadcast_shapes, check_int, normalize_axis
+from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.symbolic import describe_variables, format_shape, format_size, provably_le, settle
 from kiln.uops import ConstType, dtypes
 
 __all__ = ["SelectionMixin"]
@@ -43,11 +44,30 @@ class SelectionMixin(TensorCore):
         """
         index = normalize_axis(dim, self.shape, "narrow dim")
         size = self.shape[index]
+        if type(size) is not int or type(start) is not int or type(length) is not int:
+            return self._symbolic_narrow(index, start, length)
         begin = check_int(start, "narrow start") + (size if start < 0 else 0)
         if not 0 <= begin <= size or not 0 <= check_int(length, "narrow length") <= size - begin:
             raise IndexError(f"narrow: start {start} and length {length} are out of range for a dim of {size}")
         bounds: list[tuple[int, int] | None] = [None] * self.ndim
         bounds[index] = (begin, begin + length)
+        return self.shrink(bounds)
+
+    def _symbolic_narrow(self, index: int, start: object, length: object) -> Self:
+        """`narrow` where the dim's size, the start or the length holds a bound Variable: a negative int start
+        counts from the end; the window must lie inside the dim for every value (IndexError naming the range)."""
+        size = self.shape[index]
+        begin, count = check_size(start, "narrow start"), check_size(length, "narrow length")
+        if type(begin) is int and begin < 0:
+            begin = cast(int, settle(size + begin))
+        end = cast(int, settle(begin + count))
+        if not (provably_le(0, begin) and provably_le(0, count) and provably_le(end, size)):
+            raise IndexError(
+                f"narrow: start {format_size(begin)} and length {format_size(count)} are out of range for a dim of "
+                f"{format_size(size)} for some values of their variables ({describe_variables(begin, count, size)})"
+            )
+        bounds: list[tuple[int, int] | None] = [None] * self.ndim
+        bounds[index] = (begin, end)
         return self.shrink(bounds)
 
     def select(self, dim: int, index: int) -> Self:
@@ -145,11 +165,18 @@ class SelectionMixin(TensorCore):
         count = int(flat_mask.sum().item()) if size is None else check_int(size, "nonzero size")
         positions = _flat_positions(flat_mask, count)
         found = positions >= 0
+        if any(type(length) is not int for length in self.shape[1:]):
+            raise ValueError(
+                f"nonzero of a tensor of shape {format_shape(self.shape)}: only its first dim may hold a bound "
+                "Variable (the coordinates of the others are computed with their sizes)"
+            )
         columns = []
         stride = 1
-        for length in reversed(self.shape):
-            columns.append(found.where((positions // stride) % length, fill_value))
-            stride *= length
+        for axis in reversed(range(self.ndim)):
+            coordinate = positions // stride
+            # the first dim's coordinate is below its size already (and that size may be a bound Variable)
+            columns.append(found.where(coordinate % self.shape[axis] if axis else coordinate, fill_value))
+            stride *= self.shape[axis]
         columns.reverse()
         if as_tuple:
             return tuple(columns) if columns else (found.where(positions * 0, fill_value),)

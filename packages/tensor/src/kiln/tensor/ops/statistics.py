@@ -120,6 +120,11 @@ class StatisticsMixin(TensorCore):
         source = self.reshape(-1) if dim is None else self
         axis = 0 if dim is None else normalize_axis(dim, self.shape, "quantile dim")
         length = source.shape[axis]
+        if type(length) is not int:
+            raise ValueError(
+                f"quantile along dim {axis} of size {format_size(length)} ({describe_variables(length)}): the "
+                "interpolated positions would change with the variable; median() takes a symbolic dim"
+            )
         levels = [float(q)] if isinstance(q, (int, float)) else [float(v) for v in q.tolist()]
         if any(not 0.0 <= level <= 1.0 for level in levels):
             raise ValueError(f"quantile q must be in [0, 1], got {levels}")
@@ -181,6 +186,10 @@ class StatisticsMixin(TensorCore):
         x = self._floating().reshape(1, -1) if self.ndim < 2 else self._floating()
         observations = x.shape[1]
         centered = x - x.mean(1, keepdim=True)
+        if type(observations) is not int:  # a bound Variable: the observations counted on the device
+            count = x._const(1, (1, observations), x.dtype, x.device)._reduce(Ops.ADD, (1,))
+            product = centered.matmul(centered.mT) / (count - correction).maximum(0)
+            return product.reshape(()) if self.ndim < 2 else product
         product = centered.matmul(centered.mT) / max(0, observations - correction)
         return product.reshape(()) if self.ndim < 2 else product
 
