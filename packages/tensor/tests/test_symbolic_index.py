@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kiln.tensor import Tensor, Variable
 from kiln.tensor.realize.engine import Engine, use_engine
@@ -140,3 +142,36 @@ def test_index_outside_a_variable_dim_for_some_values_raises() -> None:
         rows[::0]
     with pytest.raises(ValueError, match=r"'n' in \[1, 10\]"):
         rows[1:3]  # 3 rows need n >= 3
+
+
+def _inside_for_every_value(start: int | None, stop: int | None, step: int | None) -> bool:
+    """Whether x[:n][start:stop:step] keeps its bounds inside the dim, unclamped, for every n in [1, 10] (negative
+    ints counting from the end); a negative step only over the whole dim."""
+    if step is not None and step < 0:
+        return start is None and stop is None
+    for n in range(1, 11):
+        first = 0 if start is None else start + n if start < 0 else start
+        last = n if stop is None else stop + n if stop < 0 else stop
+        if not 0 <= first <= last <= n:
+            return False
+    return True
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    value=st.integers(1, 10),
+    start=st.none() | st.integers(-10, 10),
+    stop=st.none() | st.integers(-10, 10),
+    step=st.sampled_from([None, 1, 2, 3, -1, -2]),
+)
+def test_slices_of_a_variable_dim_match_numpy_or_raise(
+    value: int, start: int | None, stop: int | None, step: int | None
+) -> None:
+    """Any int slice of x[:n]: numpy's result at the bound value when its bounds hold for every n in [1, 10], else
+    ValueError / IndexError (never numpy's silent clamping, which would change the kernel with n)."""
+    rows = Tensor(DATA)[: N.bind(value)]
+    if not _inside_for_every_value(start, stop, step):
+        with pytest.raises((ValueError, IndexError)):
+            rows[start:stop:step]
+        return
+    np.testing.assert_array_equal(rows[start:stop:step].numpy(), DATA[:value][start:stop:step])
