@@ -108,3 +108,43 @@ def test_closure_variable_keeps_its_captured_value() -> None:
     for value in (2.0, 3.0, 4.0):
         out = step(Tensor(np.float32(value)))
         np.testing.assert_array_equal(out.numpy(), (DATA[:3] * value).sum(0))
+
+
+def test_int_arithmetic_on_a_variable_argument_stays_a_size(engine: Engine) -> None:
+    # a decode step: write the key at `pos` into a cache, attend over the rows 0..pos (pos + 1 of them)
+    position = Variable("pos", 0, 15)
+    keys = np.random.default_rng(37).standard_normal((16, 4)).astype(np.float32)
+    cache = Tensor.zeros(16, 4).contiguous().realize()
+
+    @TinyJit
+    def step(pos: Tensor, key: Tensor) -> Tensor:
+        cache[pos : pos + 1] = key.reshape(1, 4)
+        seen = cache[: pos + 1]
+        scores = (key.reshape(1, 4) @ seen.T) / 2
+        return (scores.softmax(-1) @ seen).realize()
+
+    built = None
+    for pos in range(12):
+        out = step(position.bind(pos), Tensor(keys[pos]))
+        seen = keys[: pos + 1]
+        scores = keys[pos : pos + 1] @ seen.T / 2
+        weights = np.exp(scores - scores.max())
+        np.testing.assert_allclose(out.numpy(), (weights / weights.sum()) @ seen, rtol=1e-5, atol=1e-6)
+        if pos == 1:
+            built = engine.programs_built
+    assert engine.programs_built == built, "a replay compiled a program"
+    np.testing.assert_array_equal(cache.numpy()[:12], keys[:12])
+
+
+def test_expressions_of_a_variable_tensor_as_sizes() -> None:
+    x = Tensor(DATA).realize()
+    v = Tensor(Variable("k", 1, 4).bind(3))  # 2 * k and k + 1 stay inside the 8 rows
+    np.testing.assert_array_equal(x[: v + 1].numpy(), DATA[:4])
+    np.testing.assert_array_equal(x[: 2 * v].numpy(), DATA[:6])
+    np.testing.assert_array_equal(x[v - 1 : v].numpy(), DATA[2:3])
+    np.testing.assert_array_equal(x[: 8 - v].numpy(), DATA[:5])
+    assert (v + 1).item() == 4 and (v * 2 - v).item() == 3  # the values, as before
+    with pytest.raises(ValueError, match=r"can be negative"):
+        x[: v - 2]  # k - 2 < 0 for k = 1
+    with pytest.raises(TypeError):
+        x[: v + 0.5]  # a float is no size

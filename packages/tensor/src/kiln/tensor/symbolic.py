@@ -28,6 +28,7 @@ __all__ = [
     "bound_int",
     "bound_shape",
     "check_symbolic_size",
+    "combined_size",
     "describe_variables",
     "format_shape",
     "format_size",
@@ -112,20 +113,40 @@ class BoundVariable:
 
 class VariableValue:
     """A value that may stand for a bound variable: a Tensor made from a `BoundVariable` (what a jitted function
-    receives) is the variable's value in arithmetic and the variable itself as a size (`x[:v]`, `zeros(v, 4)`)."""
+    receives) is the variable's value in arithmetic and the variable itself as a size (`x[:v]`, `zeros(v, 4)`).
+    Adding, subtracting or multiplying it by ints (or by another such value) keeps the size expression:
+    `x[: v + 1]` inside a jitted function is the first v + 1 rows for every value of v."""
 
-    _bound_variable: BoundVariable | None = None
+    _bound_size: UOp | None = None
 
 
 def carries_variable(value: object) -> bool:
-    """True for a `VariableValue` that stands for a bound variable."""
-    return isinstance(value, VariableValue) and value._bound_variable is not None
+    """True for a `VariableValue` that stands for a bound variable (or an expression of bound variables)."""
+    return isinstance(value, VariableValue) and value._bound_size is not None
+
+
+def combined_size(op: str, value: VariableValue, other: object, reverse: bool) -> UOp | None:
+    """The size expression of `value <op> other` ('+', '-', '*'; `other <op> value` when `reverse`) where `value`
+    stands for a size and `other` is an int or another such value; None when `other` is anything else."""
+    if value._bound_size is None:
+        return None
+    if isinstance(other, VariableValue):
+        if other._bound_size is None:
+            return None
+        operand: UOp | int = other._bound_size
+    elif type(other) is int:
+        operand = other
+    else:
+        return None
+    left, right = (_as_uop(operand), value._bound_size) if reverse else (value._bound_size, _as_uop(operand))
+    result = left + right if op == "+" else left - right if op == "-" else left * right
+    return result
 
 
 def as_size(value: object, what: str) -> Size:
     """`value` (an int, a `BoundVariable` or a bound index expression) as a shape entry; TypeError otherwise."""
-    if isinstance(value, VariableValue) and value._bound_variable is not None:
-        value = value._bound_variable
+    if isinstance(value, VariableValue) and value._bound_size is not None:
+        value = value._bound_size
     if isinstance(value, BoundVariable):
         return value.uop
     if isinstance(value, Variable):

@@ -181,7 +181,7 @@ class Tensor(
         try:
             self.uop = _initial_uop(data, dtype, device, requires_grad)
             if isinstance(data, BoundVariable):  # also the variable itself where a size is expected (`x[:v]`)
-                self._bound_variable = data
+                self._bound_size = data.uop
             track(self)
             check_device_dtype(self.device, self.dtype)
             if requires_grad is True and not dtypes.is_float(self.dtype):

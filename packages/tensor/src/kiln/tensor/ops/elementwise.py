@@ -23,6 +23,7 @@ from kiln.tensor.ops.promotion import (
     scalar_value,
     true_divide_dtype,
 )
+from kiln.tensor.symbolic import VariableValue, combined_size
 from kiln.uops import ConstType, DType, Ops, dtypes
 
 __all__ = ["ElementwiseMixin", "IntegerDivisionByZero"]
@@ -428,22 +429,30 @@ class ElementwiseMixin(OperandMixin):
     # ------------------------------------------------------------------------------------------------------------
 
     def __add__(self, other: Self | ConstType) -> Self:
-        return self._arithmetic(Ops.ADD, other, "add")
+        return self._sized(self._arithmetic(Ops.ADD, other, "add"), "+", other, False)
 
     def __radd__(self, other: ConstType) -> Self:
-        return self._arithmetic(Ops.ADD, other, "add", reverse=True)
+        return self._sized(self._arithmetic(Ops.ADD, other, "add", reverse=True), "+", other, True)
 
     def __sub__(self, other: Self | ConstType) -> Self:
-        return self._subtract(other, reverse=False)
+        return self._sized(self._subtract(other, reverse=False), "-", other, False)
 
     def __rsub__(self, other: ConstType) -> Self:
-        return self._subtract(other, reverse=True)
+        return self._sized(self._subtract(other, reverse=True), "-", other, True)
 
     def __mul__(self, other: Self | ConstType) -> Self:
-        return self._arithmetic(Ops.MUL, other, "mul")
+        return self._sized(self._arithmetic(Ops.MUL, other, "mul"), "*", other, False)
 
     def __rmul__(self, other: ConstType) -> Self:
-        return self._arithmetic(Ops.MUL, other, "mul", reverse=True)
+        return self._sized(self._arithmetic(Ops.MUL, other, "mul", reverse=True), "*", other, True)
+
+    def _sized(self, result: Self, op: str, other: object, reverse: bool) -> Self:
+        """`result` of `self <op> other`; when this tensor stands for a bound Variable's size (a jitted function's
+        Variable argument) and `other` is an int or another such tensor, the result stands for that expression too
+        (`x[: v + 1]`)."""
+        if isinstance(self, VariableValue) and self._bound_size is not None and isinstance(result, VariableValue):
+            result._bound_size = combined_size(op, self, other, reverse)
+        return result
 
     def __truediv__(self, other: Self | ConstType) -> Self:
         return self.div(other)
