@@ -184,6 +184,15 @@ class Experts(WeightModule):
         self.experts, self.in_features, self.out_features = experts, in_features, out_features
         self.weight: Weight = _placeholder(experts, out_features, in_features)
 
+    def picked(self, hot: Tensor) -> Tensor:
+        """The matrices of the experts a one-hot `hot` (..., experts, 1) picks, (..., out_features, in_features)
+        float32: a product with the one-hot summed over the experts, which codegen's gather rewrite
+        (kiln.codegen.opt.gather) turns into reading the picked matrices only (a quantized one decoded as read)."""
+        matrix = self.weight.dequantized() if isinstance(self.weight, QuantizedWeight) else self.weight.float()
+        flat = matrix.reshape(self.experts, self.out_features * self.in_features)
+        picked = (hot * flat).sum(-2)  # (..., out * in)
+        return picked.reshape(*picked.shape[:-1], self.out_features, self.in_features)
+
     def extra_repr(self) -> str:
         return f"experts={self.experts}, in_features={self.in_features}, out_features={self.out_features}"
 
@@ -316,7 +325,12 @@ class FeedForward(WeightModule):
 
 class MoE(WeightModule):
     """Pre-normed top-k routed SwiGLU experts (softmax over the router's logits, the k best, renormalized when
-    configured), plus a shared expert behind a sigmoid gate when the config has one (Qwen MoE)."""
+    configured), plus a shared expert behind a sigmoid gate when the config has one (Qwen MoE).
+
+    Sparse: each token runs only its k chosen experts, whose matrices are gathered per token on the device (a
+    one-hot product that reads the picked experts' weights only, quantized ones decoded as they are read); an
+    unchosen expert's weights are never read, so they cannot reach the output.
+    """
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
@@ -343,13 +357,13 @@ class MoE(WeightModule):
         top, chosen = probs.topk(self._used, dim=-1)
         if self._normalize:
             top = top / top.sum(-1, keepdim=True)
-        experts = Tensor.arange(self._experts).reshape(1, 1, 1, -1)
-        share = ((chosen.unsqueeze(-1) == experts).where(1.0, 0.0) * top.unsqueeze(-1)).sum(2)  # (B, T, E)
-        gates, ups, downs = self.ffn_gate_exps.weight, self.ffn_up_exps.weight, self.ffn_down_exps.weight
-        out = x.float() * 0.0
-        for expert in range(self._experts):  # dense: every expert runs, weighted by its share (0 if unchosen)
-            result = linear(linear(x, gates[expert]).silu() * linear(x, ups[expert]), downs[expert])
-            out = out + result * share[..., expert : expert + 1]
+        # a one-hot (B, T, k, E, 1) of each token's chosen experts: the products below read their matrices only
+        hot = (chosen.unsqueeze(-1) == Tensor.arange(self._experts)).where(1.0, 0.0).unsqueeze(-1)
+        rows = x.unsqueeze(2).unsqueeze(2)  # (B, T, 1, 1, dim)
+        gate = (rows * self.ffn_gate_exps.picked(hot)).sum(-1)  # (B, T, k, hidden)
+        up = (rows * self.ffn_up_exps.picked(hot)).sum(-1)
+        down = ((gate.silu() * up).unsqueeze(-2) * self.ffn_down_exps.picked(hot)).sum(-1)  # (B, T, k, dim)
+        out = (down * top.unsqueeze(-1)).sum(2)
         if hasattr(self, "ffn_gate_shexp"):
             shared = self.ffn_down_shexp(self.ffn_gate_shexp(x).silu() * self.ffn_up_shexp(x))
             out = out + shared * self.ffn_gate_inp_shexp(x).sigmoid()
