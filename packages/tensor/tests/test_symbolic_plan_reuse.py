@@ -73,3 +73,18 @@ def test_graphs_without_variables_or_with_one_variable_at_two_values_have_no_unb
     with pytest.raises(ValueError, match=r"'n' is bound to both 3 and 4"):  # planned as before: one kernel
         Tensor.realize_all(three, four)
     assert engine.schedule.rebinds == 0
+
+
+def test_a_sum_of_two_variables_is_one_structure_for_every_pair_of_values(engine: Engine) -> None:
+    # the simplifier orders a sum's terms by their nodes, and a bound node holds its value: sizes are simplified
+    # unbound, so start + length keeps one form (one plan, one kernel) whatever the values
+    start, length = Variable("start", 0, 32), Variable("length", 1, 32)
+    x = Tensor(DATA).realize()
+    pairs = [(0, 8), (4, 5), (3, 8), (5, 2), (32, 32), (17, 1)]
+    for count, (first, size) in enumerate(pairs):
+        total = start.bind(first) + length.bind(size)
+        np.testing.assert_allclose((x[:total] * 2).sum(0).numpy(), DATA[: first + size].sum(0) * 2, rtol=1e-5)
+        if count == 0:
+            misses, built = engine.schedule.misses, engine.programs_built
+    assert (engine.schedule.misses, engine.programs_built) == (misses, built)
+    assert engine.schedule.rebinds == len(pairs) - 1

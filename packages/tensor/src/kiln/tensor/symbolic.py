@@ -274,11 +274,29 @@ def max_numel(shape: Iterable[Size]) -> int:
 
 
 def settle(size: Size) -> Size:
-    """`size` in its simplest form: a symbolic expression simplified, and an int when it is a constant."""
+    """`size` in its simplest form: a symbolic expression simplified, and an int when it is a constant.
+
+    The expression is simplified unbound and bound again, so its form does not depend on the values: the simplifier
+    orders a sum's terms by their nodes, and a BIND node holds its value (start + length and length + start would
+    otherwise be two structures, two plans and two kernels, depending on the values)."""
     if isinstance(size, int):
         return size
-    simple = size.simplify()
-    return int(simple.arg) if simple.op is Ops.CONST else simple
+    try:
+        unbound, values = unbind(size)
+    except ValueError:  # one variable at two values: check_symbolic_size names it
+        unbound, values = size, {}
+    simple = unbound.simplify()
+    if simple.op is Ops.CONST:
+        return int(simple.arg)
+    if not values:
+        return simple
+    return simple.substitute(
+        {
+            node: node.bind(values[node.arg.name])
+            for node in simple.toposort()
+            if node.op is Ops.DEFINE_VAR and node.arg.name in values
+        }
+    )
 
 
 def _as_uop(size: Size) -> UOp:
