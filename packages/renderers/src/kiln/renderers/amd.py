@@ -19,15 +19,15 @@ from __future__ import annotations
 import functools
 import subprocess
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
-from kiln.codegen import Compiler, TensorCore, WmmaArg
+from kiln.codegen import TensorCore
 from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
-from kiln.renderers.c_style import C_SCALAR_TYPES, CStyleRenderer, CStyleWriter
+from kiln.renderers.c_dialect import CDialect
+from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.target import AMD, amd_target
-from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kiln.renderers.toolchain import ToolchainCompiler
+from kiln.uops import DType, GroupOp, MemoryScope, Ops, dtypes
 
 AMD_COMPILE_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-nogpulib")
 """Flags of every compile: no contraction into fma (the IR rounds every op), wrapping integers, no libm."""
@@ -42,7 +42,7 @@ class AMDCompileError(RuntimeError):
     """clang or ld.lld rejected a kernel; the message has their diagnostics."""
 
 
-class AMDCompiler(Compiler):
+class AMDCompiler(ToolchainCompiler):
     """C -> an HSA code object (an ELF shared object) for one architecture, with clang and ld.lld."""
 
     def __init__(self, arch: str = "gfx1100") -> None:
@@ -54,8 +54,7 @@ class AMDCompiler(Compiler):
         """clang, ld.lld and llvm-objdump that know the architecture (ToolchainNotFoundError otherwise)."""
         return find_amd_toolchain(self.arch)
 
-    @property
-    def identity(self) -> str:  # type: ignore[override]
+    def toolchain_identity(self) -> str:
         return f"{self.toolchain.version} amdgcn-amd-amdhsa {self.arch}"
 
     def compile(self, source: str) -> bytes:
@@ -91,39 +90,6 @@ def _run(command: list[str], folder: Path, tool: str, source: str) -> str:
 
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
-_ADDRESS_SPACES: dict[MemoryScope, str] = {MemoryScope.GLOBAL: "KILN_GLOBAL ", MemoryScope.LOCAL: "KILN_LDS_POINTER "}
-
-
-def _root_scope(pointer: UOp) -> MemoryScope:
-    while pointer.op in (Ops.INDEX, Ops.AFTER):
-        pointer = pointer.src[0]
-    assert isinstance(pointer.dtype, PtrDType)
-    return pointer.dtype.scope
-
-
-def _index(ctx: CStyleWriter, x: UOp) -> str:
-    # a vector access casts the element pointer to a vector pointer in the same address space (a cast without it
-    # would make a flat pointer and flat_* instructions)
-    pointer, offset = ctx[x.src[0]], ctx[x.src[1]]
-    assert isinstance(x.dtype, PtrDType)
-    address = pointer if x.src[1].op is Ops.CONST and x.src[1].arg == 0 else f"({pointer}+{offset})"
-    if x.dtype.base.count == 1:
-        return address
-    space = _ADDRESS_SPACES.get(_root_scope(x), "")
-    return f"(({space}{ctx.type_name(x.dtype.base)}*){address})"
-
-
-def _wmma(ctx: CStyleWriter, x: UOp) -> str:
-    language = ctx.language
-    assert isinstance(language, AMDRenderer)
-    core = language.tensor_core_of(x)
-    helper = ctx.require_helper(f"kiln_{core}", lambda: language.wmma_helper(ctx, core))
-    return f"{helper}({', '.join(ctx[s] for s in x.src)})"
-
-
-pm_amd = PatternMatcher([(UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.WMMA, name="x"), _wmma)])
-"""AMD's own string rules (address-space-preserving vector pointers, tensor cores), tried before the C family's."""
-
 _AMD_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
     (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",
     (Ops.SQRT, dtypes.float64): "__builtin_sqrt",
@@ -135,123 +101,80 @@ _AMD_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
 }
 """Builtins the amdgcn backend lowers to instructions (llvm.sqrt.f32 without !fpmath is correctly rounded)."""
 
-_PREAMBLE = (
-    # LLVM AMDGPUUsage, "Address Spaces": 1 is global memory, 3 is local memory (LDS, shared by a workgroup)
-    "#define KILN_GLOBAL __attribute__((address_space(1)))",
-    "#define KILN_LDS_POINTER __attribute__((address_space(3)))",
-    "#define KILN_LDS static __attribute__((address_space(3), loader_uninitialized))",
+AMD_DIALECT = CDialect(
+    "C for amdgcn",
+    float_functions=_AMD_FLOAT_FUNCTIONS,
+    preamble=(
+        # LLVM AMDGPUUsage, "Address Spaces": 1 is global memory, 3 is local memory (LDS, shared by a workgroup)
+        "#define KILN_GLOBAL __attribute__((address_space(1)))",
+        "#define KILN_LDS_POINTER __attribute__((address_space(3)))",
+        "#define KILN_LDS static __attribute__((address_space(3), loader_uninitialized))",
+    ),
+    kernel_prefix='__attribute__((amdgpu_kernel, visibility("default"))) ',
+    buffer_parameter="{const}KILN_GLOBAL {element}* {restrict} {name}",
+    shared_prefix="KILN_LDS ",
+    barrier_statement=(
+        '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+        '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
+    ),
+    group_index="__builtin_amdgcn_workgroup_id_{axis}()",
+    thread_index="__builtin_amdgcn_workitem_id_{axis}()",
+    # buffers and block-shared arrays keep their address spaces through vector pointers, so loads and stores become
+    # global_* and ds_* instructions, not flat_*
+    vector_pointer_spaces={MemoryScope.GLOBAL: "KILN_GLOBAL ", MemoryScope.LOCAL: "KILN_LDS_POINTER "},
+    # without fmod (a libm call, and there is no libm): for |x| >= 2**64 the double is a multiple of 2**12, so
+    # x - trunc(x / 2**64) * 2**64 is exact
+    float_modulo="{x} - __builtin_trunc({x} / {m}) * {m}",
 )
+"""Plain C for clang's amdgcn target (no HIP headers, no device libraries): address spaces by attributes."""
 
 
-class AMDRenderer(CStyleRenderer, target=AMD):
+class AMDRenderer(CStyleRenderer[AMDCompiler], target=AMD):
     """C kernels for one AMD GPU architecture (`arch`: "gfx1100" or "gfx942"); owns an `AMDCompiler`."""
 
     vector_widths = (2, 4)
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
-
-    kernel_prefix: ClassVar[str] = '__attribute__((amdgpu_kernel, visibility("default"))) '
-    helper_prefix: ClassVar[str] = "static inline "
-    restrict_keyword: ClassVar[str] = "restrict"
-    shared_prefix: ClassVar[str] = "KILN_LDS "
-    barrier_statement: ClassVar[str | None] = (
-        '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
-        '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
-    )
-    scalar_types: ClassVar[dict[DType, str]] = C_SCALAR_TYPES
-    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _AMD_FLOAT_FUNCTIONS
-    extra_rules: ClassVar[PatternMatcher | None] = pm_amd
+    dialect = AMD_DIALECT
 
     def __init__(self, arch: str = "gfx1100", device: str = "AMD") -> None:
         self.use_target(amd_target(arch))
         self.arch = self.target.architecture
         self.device = device
 
-    @functools.cached_property
-    def compiler(self) -> AMDCompiler:  # type: ignore[override]
+    def make_compiler(self) -> AMDCompiler:
+        """clang's amdgcn target and ld.lld for this architecture."""
         return AMDCompiler(self.arch)
 
     def __repr__(self) -> str:
         return f"AMDRenderer(arch={self.arch!r})"
 
-    def preamble(self) -> list[str]:
-        return list(_PREAMBLE)
-
-    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
-        declarations = super().parameters(writer, uops)
-        buffers = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
-        # `const float* restrict data1` -> `const KILN_GLOBAL float* restrict data1`
-        spaced = [_with_global_space(declaration) for declaration in declarations[:buffers]]
-        return spaced + declarations[buffers:]
-
-    def special(self, writer: CStyleWriter, uop: UOp) -> str:
-        name = uop.arg.name
-        if name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"):
-            builtin = "__builtin_amdgcn_workgroup_id_" if name.startswith("gidx") else "__builtin_amdgcn_workitem_id_"
-            return f"(({writer.type_name(uop.dtype)}){builtin}{'xyz'[int(name[4])]}())"
-        raise ValueError(f"{type(self).__name__} has no hardware index {name!r}; expected gidx0..2 or lidx0..2")
-
-    def float_to_int_helper(self, target: DType) -> str:
-        """Truncate, wrap around, NaN/inf -> the minimum; without fmod (a libm call, and there is no libm).
-
-        For |x| >= 2**64 the double is a multiple of 2**12, so x - trunc(x / 2**64) * 2**64 is exact.
-        """
-        c_type = self.scalar_type(target)
-        minimum = self.int_constant(int(dtypes.min(target)), target)
-        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
-        return (
-            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
-            f"  if (!__builtin_isfinite(x)) return {minimum};\n"
-            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long long)x;\n"
-            f"  double wrapped = x - __builtin_trunc(x / {two64}) * {two64};\n"
-            f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
-            f"  if (wrapped < -{two63}) wrapped += {two64};\n"
-            f"  return ({c_type})(long long)wrapped;\n"
-            "}"
-        )
-
     # ---- tensor cores ----
 
-    def tensor_core_of(self, uop: UOp) -> TensorCore:
-        """The tensor core a WMMA uop runs on (its `WmmaArg` names one of `tensor_cores`)."""
-        for core in self.tensor_cores:
-            if isinstance(uop.arg, WmmaArg) and uop.arg == core.wmma_arg():
-                return core
-        raise ValueError(f"{self!r} has no tensor core {uop.arg!r}; it has {self.tensor_cores}")
-
-    def wmma_helper(self, writer: CStyleWriter, core: TensorCore) -> str:
-        """A function running one WMMA (gfx1100) or MFMA (gfx942) on this lane's fragments."""
-        a_lanes, b_lanes, c_lanes = core.elements_per_thread
-        a_type = writer.type_name(core.dtype_in.vec(a_lanes))
-        b_type = writer.type_name(core.dtype_in.vec(b_lanes))
-        c_type = writer.type_name(core.dtype_out.vec(c_lanes))
-        signature = f"{self.helper_prefix}{c_type} kiln_{core}({a_type} a, {b_type} b, {c_type} c) {{"
+    def wmma_body(self, writer: CStyleWriter, core: TensorCore, types: tuple[str, str, str]) -> list[str]:
+        """One WMMA (gfx1100) or MFMA (gfx942) on this lane's fragments."""
+        a_type, _, c_type = types
         if self.arch == "gfx942":
             # the builtin takes clang's ext_vector_type operands; kiln's vectors are GCC vectors of the same size
-            typedefs = [
-                "  typedef _Float16 half4 __attribute__((ext_vector_type(4)));",
-                "  typedef float float4 __attribute__((ext_vector_type(4)));",
-            ]
             # the last three operands (cbsz, abid, blgp) are 0: no broadcast between blocks, no B lane swizzle
             call = "__builtin_amdgcn_mfma_f32_16x16x16f16((half4)a, (half4)b, (float4)c, 0, 0, 0)"
-            return "\n".join([signature, *typedefs, f"  return ({c_type}){call};", "}"])
+            return [
+                "  typedef _Float16 half4 __attribute__((ext_vector_type(4)));",
+                "  typedef float float4 __attribute__((ext_vector_type(4)));",
+                f"  return ({c_type}){call};",
+            ]
         full = writer.require_helper("kiln_wave32_full_k", lambda: self._full_k_helper(a_type))
         if core.dtype_out == dtypes.float32:
             call = f"__builtin_amdgcn_wmma_f32_16x16x16_f16_w32({full}(a), {full}(b), (float8)c)"
-            typedef = "  typedef float float8 __attribute__((ext_vector_type(8)));"
-            return "\n".join([signature, typedef, f"  return ({c_type}){call};", "}"])
+            return ["  typedef float float8 __attribute__((ext_vector_type(8)));", f"  return ({c_type}){call};"]
         # f16 accumulators: register j in element 2j (the low half of VGPR j), the odd elements unused
         lanes = ", ".join(f"c[{j // 2}]" if j % 2 == 0 else "0" for j in range(16))
         results = ", ".join(f"d[{2 * j}]" for j in range(8))
-        return "\n".join(
-            [
-                signature,
-                "  typedef _Float16 half16 __attribute__((ext_vector_type(16)));",
-                f"  half16 wide = {{{lanes}}};",
-                f"  half16 d = __builtin_amdgcn_wmma_f16_16x16x16_f16_w32({full}(a), {full}(b), wide, 0);",
-                f"  return ({c_type}){{{results}}};",
-                "}",
-            ]
-        )
+        return [
+            "  typedef _Float16 half16 __attribute__((ext_vector_type(16)));",
+            f"  half16 wide = {{{lanes}}};",
+            f"  half16 d = __builtin_amdgcn_wmma_f16_16x16x16_f16_w32({full}(a), {full}(b), wide, 0);",
+            f"  return ({c_type}){{{results}}};",
+        ]
 
     def _full_k_helper(self, half8: str) -> str:
         """The 16 K values of this lane's row (of A) or column (of B) for v_wmma: its own 8 and those of lane l ^ 16.
@@ -264,7 +187,7 @@ class AMDRenderer(CStyleRenderer, target=AMD):
                 "typedef _Float16 kiln_half16 __attribute__((ext_vector_type(16)));",
                 "typedef unsigned int kiln_uint4 __attribute__((ext_vector_type(4)));",
                 "typedef unsigned int kiln_uint8 __attribute__((ext_vector_type(8)));",
-                f"{self.helper_prefix}kiln_half16 kiln_wave32_full_k({half8} own) {{",
+                f"{self.dialect.helper_prefix}kiln_half16 kiln_wave32_full_k({half8} own) {{",
                 "  kiln_uint4 mine = (kiln_uint4)own, other;",
                 "  for (int i = 0; i < 4; i++)",
                 "    other[i] = __builtin_amdgcn_permlanex16(mine[i], mine[i], 0x76543210u, 0xfedcba98u, 0, 0);",
@@ -276,9 +199,3 @@ class AMDRenderer(CStyleRenderer, target=AMD):
                 "}",
             ]
         )
-
-
-def _with_global_space(declaration: str) -> str:
-    if declaration.startswith("const "):
-        return "const KILN_GLOBAL " + declaration.removeprefix("const ")
-    return "KILN_GLOBAL " + declaration

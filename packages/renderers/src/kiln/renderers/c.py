@@ -24,7 +24,7 @@ from kiln.renderers.host_kernel import (
     shared_object_functions,
 )
 from kiln.renderers.target import CPU
-from kiln.renderers.toolchain import CToolchain, find_c_compiler, host_cpu_signature
+from kiln.renderers.toolchain import CToolchain, ToolchainCompiler, find_c_compiler, host_cpu_signature
 from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
 
 C_FLAGS: tuple[str, ...] = (
@@ -45,7 +45,7 @@ class CompileError(RuntimeError):
     """The C compiler rejected a kernel; the message has its diagnostics."""
 
 
-class CCompiler(HostCompiler):
+class CCompiler(HostCompiler, ToolchainCompiler):
     """C source -> shared object bytes, with clang or gcc (the CPU_CC knob, or `choice`, picks one).
 
     The toolchain is looked up on first use; a missing one raises `ToolchainNotFoundError` naming what to install.
@@ -65,14 +65,9 @@ class CCompiler(HostCompiler):
             self._toolchain = find_c_compiler(self.choice)
         return self._toolchain
 
-    @property
-    def identity(self) -> str:
+    def toolchain_identity(self) -> str:
         """Compiler name, version and target, plus the host CPU (binaries are built for it)."""
         return f"{self.toolchain.identity} cpu={host_cpu_signature()}"
-
-    @identity.setter
-    def identity(self, value: str) -> None:
-        raise AttributeError("a CCompiler's identity comes from its toolchain")
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -126,7 +121,7 @@ def _supports_float16(toolchain: CToolchain, flags: tuple[str, ...]) -> bool:
     return result.returncode == 0
 
 
-class CRenderer(CStyleRenderer, target=CPU):
+class CRenderer(CStyleRenderer[CCompiler], target=CPU):
     """C for the CPU device: scalar ALU ops (the C compiler vectorizes), wide loads/stores of 2, 4 or 8 lanes,
     THREAD axes over the host's cores (`core_id` parameter). Owns a `CCompiler`, created on first use.
 
@@ -140,19 +135,11 @@ class CRenderer(CStyleRenderer, target=CPU):
 
     def __init__(self, compiler_choice: str | None = None) -> None:
         self._compiler_choice = compiler_choice
-        self._compiler: CCompiler | None = None
         self._emulated: frozenset[DType] | None = None
 
-    @property
-    def compiler(self) -> CCompiler:
-        """The C compiler (clang or gcc), created on first use."""
-        if self._compiler is None:
-            self._compiler = CCompiler(self._compiler_choice)
-        return self._compiler
-
-    @compiler.setter
-    def compiler(self, compiler: CCompiler) -> None:
-        self._compiler = compiler
+    def make_compiler(self) -> CCompiler:
+        """The C compiler (clang or gcc: `compiler_choice`, else the CPU_CC knob)."""
+        return CCompiler(self._compiler_choice)
 
     @property
     def emulated_dtypes(self) -> frozenset[DType]:

@@ -1,12 +1,14 @@
-"""The C family of renderers: one string-rendering pattern table shared by C for CPUs and by CUDA.
+"""The C family of renderers: one string-rendering pattern table and one set of helper templates for C, CUDA C,
+OpenCL C, MSL and C for AMD GPUs, reading their spellings from a `CDialect` (c_dialect.py).
 
 `CStyleRenderer.render` turns a linear program into one C function. Each uop becomes a string by the first rule of
-`pm_c_style` (or of a dialect's `extra_rules`) that matches it: an expression for values, a statement for effects.
+`pm_c_style` (or of a renderer's `extra_rules`) that matches it: an expression for values, a statement for effects.
 Values that are cheap and pure (constants, addresses, parameters, vector lanes) are used inline; every other value
 gets a typed local variable, so each ALU result is rounded to its dtype exactly once, as the IR says.
 
-A dialect (C, CUDA ...) subclasses `CStyleRenderer` and changes class attributes (keywords, type names) and the few
-methods that differ (vector types, lanes, casts, bit casts, hardware indices, parameters).
+A renderer of the family is a `Target` (its device), a `CDialect` (its spellings) and, where its memory accesses
+differ, a few string rules of its own (`extra_rules`); it overrides the few methods whose logic differs (vector
+types, special float constants, casts).
 
 Semantics the rendering keeps (those of `kiln.uops.exec_alu`, the definition of the IR):
 - integer ops wrap around: C compilers must get `-fwrapv` (signed overflow), shifts are written so no count is
@@ -24,39 +26,24 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from kiln.renderers.target import TargetRenderer
+from kiln.codegen import TensorCore
+from kiln.renderers.c_dialect import C_DIALECT, CDialect
+from kiln.renderers.target import CompilerT, TargetRenderer, tensor_core_of
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+
+__all__ = [
+    "ENTRY_NAME",
+    "CStyleRenderer",
+    "CStyleWriter",
+    "local_size",
+    "pm_c_style",
+    "variable_name",
+]
 
 ENTRY_NAME = "kiln_kernel"
 """The name of the function every C-family renderer emits (one kernel per source)."""
-
-C_SCALAR_TYPES: dict[DType, str] = {
-    dtypes.bool: "_Bool",
-    dtypes.int8: "signed char",
-    dtypes.uint8: "unsigned char",
-    dtypes.int16: "short",
-    dtypes.uint16: "unsigned short",
-    dtypes.int32: "int",
-    dtypes.uint32: "unsigned int",
-    dtypes.int64: "long long",
-    dtypes.uint64: "unsigned long long",
-    dtypes.float16: "_Float16",
-    dtypes.float32: "float",
-    dtypes.float64: "double",
-}
-"""C type of each scalar dtype (fp8 and bfloat16 are emulated before rendering)."""
-
-_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
-    (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",
-    (Ops.SQRT, dtypes.float64): "__builtin_sqrt",
-    (Ops.TRUNC, dtypes.float32): "__builtin_truncf",
-    (Ops.TRUNC, dtypes.float64): "__builtin_trunc",
-    (Ops.MULACC, dtypes.float32): "__builtin_fmaf",
-    (Ops.MULACC, dtypes.float64): "__builtin_fma",
-}
-"""Correctly rounded C builtins (no fast-math: each is exact or IEEE-exact)."""
 
 _COMMON_TEMPLATES: dict[Ops, str] = {
     Ops.CMPLT: "({0}<{1})",
@@ -122,7 +109,7 @@ _NAME_PREFIXES: dict[Ops, str] = {
 class CStyleWriter:
     """The state of rendering one kernel: names of rendered uops, body lines, typedefs and helpers it needs."""
 
-    def __init__(self, language: CStyleRenderer) -> None:
+    def __init__(self, language: CStyleRenderer[Any]) -> None:
         self.language = language
         self.names: dict[UOp, str] = {}
         self.lines: list[str] = []
@@ -150,6 +137,15 @@ class CStyleWriter:
                 self.typedefs.setdefault(name, declaration)
             return name
         return self.language.scalar_type(dtype)
+
+    def memory_type(self, dtype: DType) -> str:
+        """The C type of `dtype` in memory: the dialect's `stored_bool` for bool, else its own type."""
+        stored = self.language.dialect.stored_bool
+        return stored if dtype == dtypes.bool and stored is not None else self.type_name(dtype)
+
+    def vector_literal(self, dtype: DType, lanes: list[str]) -> str:
+        """A vector value of `dtype` from lane expressions, spelled by the dialect."""
+        return self.language.dialect.vector_literal.format(type=self.type_name(dtype), lanes=",".join(lanes))
 
     def require_helper(self, name: str, make: Callable[[], str]) -> str:
         """Declare helper function `name` (its definition made once by `make`); returns the name."""
@@ -184,12 +180,21 @@ class CStyleWriter:
 
 
 def _index(ctx: CStyleWriter, x: UOp) -> str:
+    # a vector access casts the element pointer to a vector pointer, in the buffer's address space where the dialect
+    # names one (a cast without it would make a generic pointer: flat_* instructions on AMD, an error in MSL)
     pointer, offset = ctx[x.src[0]], ctx[x.src[1]]
     assert isinstance(x.dtype, PtrDType)
     address = pointer if x.src[1].op is Ops.CONST and x.src[1].arg == 0 else f"({pointer}+{offset})"
-    if x.dtype.base.count > 1:
-        return f"(({ctx.type_name(x.dtype.base)}*){address})"
-    return address
+    if x.dtype.base.count == 1:
+        return address
+    dialect = ctx.language.dialect
+    root = _root_buffer(x).dtype
+    assert isinstance(root, PtrDType)
+    space = dialect.vector_pointer_spaces.get(root.scope, "")
+    vector = ctx.type_name(x.dtype.base)
+    if dialect.packed_vectors and x.dtype.base.scalar() != dtypes.bool:  # MSL has no packed_bool
+        vector = f"packed_{vector}"
+    return f"(({space}{vector}*){address})"
 
 
 def _load(ctx: CStyleWriter, x: UOp) -> str:
@@ -205,23 +210,27 @@ def _range(ctx: CStyleWriter, x: UOp) -> str:
 
 def _memory(ctx: CStyleWriter, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType)
-    prefix = ctx.language.shared_prefix if x.dtype.scope is MemoryScope.LOCAL else ""
-    return f"{prefix}{ctx.type_name(x.dtype.base)} {ctx[x]}[{x.dtype.size}];"
+    prefix = ctx.language.dialect.shared_prefix if x.dtype.scope is MemoryScope.LOCAL else ""
+    return f"{prefix}{ctx.memory_type(x.dtype.base)} {ctx[x]}[{x.dtype.size}];"
 
 
 def _gep(ctx: CStyleWriter, x: UOp) -> str:
-    lanes = [ctx.language.lane(ctx[x.src[0]], x.src[0].dtype, lane) for lane in x.arg]
-    return lanes[0] if len(lanes) == 1 else ctx.language.vector_literal(ctx, x.dtype, lanes)
+    lanes = [ctx.language.dialect.lane.format(vector=ctx[x.src[0]], lane=lane) for lane in x.arg]
+    return lanes[0] if len(lanes) == 1 else ctx.vector_literal(x.dtype, lanes)
 
 
 def _barrier(ctx: CStyleWriter, x: UOp) -> str:
-    if ctx.language.barrier_statement is None:
+    statement = ctx.language.dialect.barrier_statement
+    if statement is None:
         raise ValueError(f"{ctx.language!r} has no BARRIER (no threads sharing memory)")
-    return ctx.language.barrier_statement
+    return statement
 
 
 def _wmma(ctx: CStyleWriter, x: UOp) -> str:
-    raise ValueError(f"{ctx.language!r} has no tensor cores; got WMMA {x.arg!r}")
+    language = ctx.language
+    core = tensor_core_of(language, x)
+    helper = ctx.require_helper(f"kiln_{core}", lambda: language.wmma_helper(ctx, core, x))
+    return f"{helper}({', '.join(ctx[s] for s in x.src)})"
 
 
 pm_c_style = PatternMatcher(
@@ -246,10 +255,7 @@ pm_c_style = PatternMatcher(
             UPat(Ops.BITCAST, name="x"),
             lambda ctx, x: ctx.language.bitcast(ctx, ctx[x.src[0]], x.src[0].dtype, x.dtype),
         ),
-        (
-            UPat(Ops.VECTORIZE, name="x"),
-            lambda ctx, x: ctx.language.vector_literal(ctx, x.dtype, [ctx[s] for s in x.src]),
-        ),
+        (UPat(Ops.VECTORIZE, name="x"), lambda ctx, x: ctx.vector_literal(x.dtype, [ctx[s] for s in x.src])),
         (UPat(Ops.GEP, name="x"), _gep),
         (UPat(Ops.WMMA, name="x"), _wmma),
     ]
@@ -262,29 +268,25 @@ def variable_name(name: str) -> str:
     return "var_" + re.sub(r"\W", "_", name)
 
 
+def local_size(uops: Sequence[UOp]) -> int:
+    """Threads per block of a linear program: the product of its lidx sizes (1 without local threads)."""
+    sizes = {u.arg.name: u.src[0] for u in uops if u.op is Ops.SPECIAL and u.arg.name.startswith("lidx")}
+    if any(size.op is not Ops.CONST for size in sizes.values()):
+        raise ValueError(f"local sizes must be constants, got {sizes}")
+    return math.prod(int(size.arg) for size in sizes.values())
+
+
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 
-class CStyleRenderer(TargetRenderer):
-    """Base of the C-family renderers. Subclasses set the device, capabilities and dialect attributes."""
+class CStyleRenderer(TargetRenderer[CompilerT]):
+    """Base of the C-family renderers: a subclass names its Target in its class statement and sets `dialect` (its
+    spellings) and, where its memory accesses differ, `extra_rules`."""
 
-    kernel_prefix: ClassVar[str] = ""
-    """Written before `void <entry>(...)`, e.g. `extern "C" __global__ ` for CUDA."""
-    helper_prefix: ClassVar[str] = "static inline "
-    """Written before each helper function (CUDA: `__device__ static inline `)."""
-    restrict_keyword: ClassVar[str] = "restrict"
-    shared_prefix: ClassVar[str] = ""
-    """Qualifier of block-shared arrays (DEFINE_LOCAL), e.g. `__shared__ `."""
-    barrier_statement: ClassVar[str | None] = None
-    """The statement of a BARRIER; None: the target has none."""
-    scalar_types: ClassVar[dict[DType, str]] = C_SCALAR_TYPES
-    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _FLOAT_FUNCTIONS
+    dialect: ClassVar[CDialect] = C_DIALECT
+    """The language's spellings, read by the rules and helper templates here."""
     extra_rules: ClassVar[PatternMatcher | None] = None
-    """A dialect's own string rules, tried before `pm_c_style`."""
-    cplusplus: ClassVar[bool] = False
-    """Whether the dialect is C++ (CUDA): `bool` is spelled `bool` and BITCAST goes through memcpy, since C++ has
-    neither `_Bool` nor compound literals of unions (and reading a union member other than the last one written is
-    undefined in C++)."""
+    """The renderer's own string rules, tried before `pm_c_style`."""
 
     _rules_by_class: ClassVar[dict[type, PatternMatcher]] = {}
 
@@ -297,7 +299,7 @@ class CStyleRenderer(TargetRenderer):
         for uop in uops:
             writer.add(uop)
         parameters = self.parameters(writer, uops)
-        parts = [f"/* kiln {type(self).__name__} kernel {name} */", *self.preamble(), *writer.typedefs.values()]
+        parts = [f"/* kiln {type(self).__name__} kernel {name} */", *self.dialect.preamble, *writer.typedefs.values()]
         parts += writer.helpers.values()
         parts.append(f"{self.kernel_signature(uops, parameters)} {{")
         parts += writer.lines
@@ -315,21 +317,42 @@ class CStyleRenderer(TargetRenderer):
             raise ValueError(f"{type(self).__name__} cannot render {uop.op!r} of dtype {uop.dtype!r}")
         return text
 
-    # ---- dialect hooks ----
-
-    def preamble(self) -> list[str]:
-        """Lines before the typedefs (includes, macros)."""
-        return []
+    # ---- the kernel's declaration ----
 
     def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
-        """The kernel function's declaration (without its body): `<kernel_prefix>void <ENTRY_NAME>(parameters)`."""
-        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
+        """The kernel function's declaration (without its body): `<kernel_prefix>void <ENTRY_NAME>(parameters)`, with
+        the dialect's launch bounds of the block size after `void`."""
+        bounds = self.dialect.launch_bounds
+        entry = ENTRY_NAME if bounds is None else f"{bounds.format(threads=local_size(uops))} {ENTRY_NAME}"
+        return f"{self.dialect.kernel_prefix}void {entry}({', '.join(parameters)})"
+
+    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+        """The kernel's parameter declarations: buffers by slot, then variables by name, then the dialect's extra
+        parameters."""
+        dialect = self.dialect
+        stored = {_root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
+        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        declarations = []
+        for slot, buffer in enumerate(buffers):
+            assert isinstance(buffer.dtype, PtrDType)
+            constant, element = "" if buffer in stored else "const ", writer.memory_type(buffer.dtype.base.scalar())
+            declaration = dialect.buffer_parameter.format(
+                const=constant, element=element, restrict=dialect.restrict_keyword, name=writer[buffer], slot=slot
+            )
+            declarations.append(declaration.replace("  ", " "))
+        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
+        for slot, variable in enumerate(variables, start=len(buffers)):
+            type_name = writer.type_name(variable.dtype)
+            declarations.append(dialect.variable_parameter.format(type=type_name, name=writer[variable], slot=slot))
+        return declarations + list(dialect.extra_parameters)
+
+    # ---- types ----
 
     def scalar_type(self, dtype: DType) -> str:
         """The C type of scalar `dtype`."""
-        if dtype == dtypes.bool and self.cplusplus:
+        if dtype == dtypes.bool and self.dialect.cplusplus:
             return "bool"
-        name = self.scalar_types.get(dtype)
+        name = self.dialect.scalar_types.get(dtype)
         if name is None:
             raise ValueError(f"{type(self).__name__} has no C type for {dtype!r}")
         return name
@@ -347,35 +370,23 @@ class CStyleRenderer(TargetRenderer):
         attributes = f"vector_size({size}), aligned({scalar.itemsize}), may_alias"
         return name, f"typedef {element} {name} __attribute__(({attributes}));"
 
-    def vector_literal(self, writer: CStyleWriter, dtype: DType, lanes: list[str]) -> str:
-        """A vector value of `dtype` from lane expressions."""
-        return f"(({writer.type_name(dtype)}){{{','.join(lanes)}}})"
-
-    def lane(self, vector: str, dtype: DType, lane: int) -> str:
-        """Lane `lane` of the vector expression `vector`."""
-        return f"{vector}[{lane}]"
+    # ---- hardware indices ----
 
     def special_is_parameter(self, uop: UOp) -> bool:
         """Whether SPECIAL `uop` is a kernel parameter (used inline) rather than a computed local variable."""
         return False
 
     def special(self, writer: CStyleWriter, uop: UOp) -> str:
-        """The expression of a hardware index (SPECIAL)."""
-        raise ValueError(f"{type(self).__name__} has no hardware index {uop.arg.name!r}")
+        """The expression of a hardware index (SPECIAL): gidx0..2 and lidx0..2 from the dialect's block and thread
+        indices."""
+        name = uop.arg.name
+        template = {"gidx": self.dialect.group_index, "lidx": self.dialect.thread_index}.get(name[:4])
+        if template is None or name[4:] not in ("0", "1", "2"):
+            raise ValueError(f"{type(self).__name__} has no hardware index {name!r}; expected gidx0..2 or lidx0..2")
+        dimension = int(name[4])
+        return f"(({writer.type_name(uop.dtype)}){template.format(axis='xyz'[dimension], dimension=dimension)})"
 
-    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
-        """The kernel's parameter declarations: buffers by slot, then variables by name."""
-        stored = {_root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
-        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        declarations = []
-        for buffer in buffers:
-            assert isinstance(buffer.dtype, PtrDType)
-            constant = "" if buffer in stored else "const "
-            element = writer.type_name(buffer.dtype.base.scalar())
-            declarations.append(f"{constant}{element}* {self.restrict_keyword} {writer[buffer]}".replace("  ", " "))
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
-        declarations += [f"{writer.type_name(v.dtype)} {writer[v]}" for v in variables]
-        return declarations
+    # ---- constants ----
 
     def constant(self, value: ConstType, dtype: DType) -> str:
         """A C literal of `value` (already truncated to `dtype`)."""
@@ -406,7 +417,7 @@ class CStyleRenderer(TargetRenderer):
     def int_constant(self, value: int, dtype: DType) -> str:
         """An integer literal of `dtype` (the most negative values written as an expression)."""
         bits = dtype.itemsize * 8
-        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("ll" if bits == 64 else "")
+        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + (self.dialect.long_suffix if bits == 64 else "")
         if value == -(1 << (bits - 1)) and bits >= 32:
             return f"({value + 1}{suffix}-1)"
         return f"{value}{suffix}"
@@ -433,34 +444,43 @@ class CStyleRenderer(TargetRenderer):
         template = _FLOAT_TEMPLATES.get(op)
         if template is not None:
             return template.format(*operands)
-        function = self.float_functions.get((op, dtype))
+        function = self.dialect.float_functions.get((op, dtype))
         if function is not None:
             return f"{function}({','.join(operands)})"
-        wide = self.float_functions.get((op, dtypes.float32))
+        wide = self.dialect.float_functions.get((op, dtypes.float32))
         if wide is not None and dtype.itemsize < 4 and op is not Ops.MULACC:  # fma would round twice
             return f"(({self.scalar_type(dtype)}){wide}({','.join(operands)}))"
         raise ValueError(f"{type(self).__name__} has no native {op!r} for {dtype!r}; codegen should decompose it")
 
     def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
         """An integer op with the IR's wrap-around semantics and no undefined C behaviour."""
-        op = uop.op
+        op, dialect = uop.op, self.dialect
+        wraps = op in _WRAPPING_OPS and dialect.unsigned_signed_arithmetic and not dtypes.is_unsigned(dtype)
+        if wraps and dtype.itemsize >= 4:
+            # signed overflow is undefined (and no flag makes it wrap): computed in the unsigned type, converted back
+            signed, unsigned = self.scalar_type(dtype), self.scalar_type(_UNSIGNED[dtype])
+            if op is Ops.NEG:
+                return f"(({signed})(0u-({unsigned})({operands[0]})))"
+            symbol = _WRAPPING_OPS[op]
+            return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"
         template = _INT_TEMPLATES.get(op)
         if template is not None:
             return template.format(*operands)
         a, b = operands[0], operands[1]
         bits = dtype.itemsize * 8
         c_type = self.scalar_type(dtype)
-        wide_unsigned = "unsigned long long" if bits == 64 else "unsigned int"
+        wide_unsigned = dialect.uint64 if bits == 64 else dialect.uint32
         count = uop.src[1]
         constant_count = count.op is Ops.CONST and 0 <= count.arg < bits
+        in_range = f"(({dialect.uint64})({b})<{bits}u)"
         if op is Ops.SHL:
             shifted = f"({c_type})(({wide_unsigned})({a})<<({b}))"  # unsigned: no overflow of a signed shift
-            return shifted if constant_count else f"(((unsigned long long)({b})<{bits}u)?{shifted}:({c_type})0)"
+            return shifted if constant_count else f"({in_range}?{shifted}:({c_type})0)"
         if op is Ops.SHR:
             if constant_count:
                 return f"({a}>>{b})"
             outside = f"({a}>>{bits - 1})" if not dtypes.is_unsigned(dtype) else f"({c_type})0"
-            return f"(((unsigned long long)({b})<{bits}u)?({a}>>({b})):{outside})"
+            return f"({in_range}?({a}>>({b})):{outside})"
         if op in (Ops.IDIV, Ops.MOD):
             return self._division(uop, dtype, a, b)
         if op is Ops.THREEFRY:
@@ -474,7 +494,7 @@ class CStyleRenderer(TargetRenderer):
         if divisor.op is Ops.CONST and divisor.arg != 0 and not (signed and divisor.arg == -1):
             return f"({a}{symbol}{b})"
         c_type = self.scalar_type(dtype)
-        wide_unsigned = "unsigned long long" if dtype.itemsize == 8 else "unsigned int"
+        wide_unsigned = self.dialect.uint64 if dtype.itemsize == 8 else self.dialect.uint32
         if signed and dtype.itemsize >= 4:
             # INT_MIN / -1 overflows (and traps on x86): the quotient wraps to INT_MIN, the remainder is 0
             minus_one = f"(({c_type})(0u-({wide_unsigned})({a})))" if uop.op is Ops.IDIV else f"({c_type})0"
@@ -495,16 +515,19 @@ class CStyleRenderer(TargetRenderer):
         return f"(({self.scalar_type(target)}){value})"
 
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
-        """A reinterpretation of the bits of `value` (BITCAST): through a union in C (defined there), through a
-        memcpy helper in C++ (where memcpy between trivially copyable objects is the defined way)."""
+        """A reinterpretation of the bits of `value` (BITCAST): by the dialect's template, else through a union in C
+        (defined there), through a memcpy helper in C++ (where memcpy between trivially copyable objects is the
+        defined way)."""
+        if self.dialect.bitcast is not None:
+            return self.dialect.bitcast.format(type=writer.type_name(target), value=value)
         source_type, target_type = writer.type_name(source), writer.type_name(target)
-        if not self.cplusplus:
+        if not self.dialect.cplusplus:
             return f"((union {{{source_type} from; {target_type} to;}}){{.from={value}}}).to"
         name = f"kiln_bitcast_{source.name}{source.count}_{target.name}{target.count}"
 
         def make() -> str:
             return (
-                f"{self.helper_prefix}{target_type} {name}({source_type} x) {{\n"
+                f"{self.dialect.helper_prefix}{target_type} {name}({source_type} x) {{\n"
                 f"  {target_type} y; memcpy(&y, &x, sizeof(y)); return y;\n}}"
             )
 
@@ -513,37 +536,59 @@ class CStyleRenderer(TargetRenderer):
     # ---- helper functions ----
 
     def float_to_int_helper(self, target: DType) -> str:
-        """C conversion of a float (as double) to integer `target`: truncate, wrap around, NaN/inf -> minimum."""
-        c_type = self.scalar_type(target)
+        """The conversion of a float (in the dialect's `helper_float`) to integer `target` with the IR's semantics:
+        truncate, wrap around modulo 2**bits, NaN/inf -> the target's minimum (C leaves all three undefined, CUDA's
+        and OpenCL's own conversions saturate or are undefined out of range)."""
+        dialect = self.dialect
+        c_type, real, int64 = self.scalar_type(target), dialect.helper_float, dialect.int64
         minimum = self.int_constant(int(dtypes.min(target)), target)
-        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
+        two63, two64 = (
+            f"9223372036854775808.0{dialect.helper_float_suffix}",
+            f"18446744073709551616.0{dialect.helper_float_suffix}",
+        )
         return (
-            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
-            f"  if (!__builtin_isfinite(x)) return {minimum};\n"
-            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long long)x;\n"
-            f"  double wrapped = __builtin_fmod(__builtin_trunc(x), {two64});\n"
+            f"{dialect.helper_prefix}{c_type} kiln_to_{target.name}({real} x) {{\n"
+            f"  if ({dialect.not_finite.format(x='x')}) return {minimum};\n"
+            f"  if (x >= -{two63} && x < {two63}) return ({c_type})({int64})x;\n"
+            f"  {real} wrapped = {dialect.float_modulo.format(x='x', m=two64)};\n"
             f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
             f"  if (wrapped < -{two63}) wrapped += {two64};\n"
-            f"  return ({c_type})(long long)wrapped;\n"
+            f"  return ({c_type})({int64})wrapped;\n"
             "}"
         )
 
     def threefry_helper(self) -> str:
         """Threefry-2x32 with 20 rounds (Salmon et al., SC'11; constants from Random123's threefry.h)."""
+        u32, u64 = self.dialect.uint32, self.dialect.uint64
         rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
         lines = [
-            f"{self.helper_prefix}unsigned long long kiln_threefry2x32(unsigned long long counter, "
-            "unsigned long long key) {",
-            "  unsigned int k0 = (unsigned int)key, k1 = (unsigned int)(key >> 32), k2 = k0 ^ k1 ^ 0x1BD11BDAu;",
-            "  unsigned int ks[3] = {k0, k1, k2};",
-            "  unsigned int x0 = (unsigned int)counter + k0, x1 = (unsigned int)(counter >> 32) + k1;",
+            f"{self.dialect.helper_prefix}{u64} kiln_threefry2x32({u64} counter, {u64} key) {{",
+            f"  {u32} k0 = ({u32})key, k1 = ({u32})(key >> 32), k2 = k0 ^ k1 ^ 0x1BD11BDAu;",
+            f"  {u32} ks[3] = {{k0, k1, k2}};",
+            f"  {u32} x0 = ({u32})counter + k0, x1 = ({u32})(counter >> 32) + k1;",
         ]
         for group in range(5):
             for rotation in rotations[group % 2]:
                 lines.append(f"  x0 += x1; x1 = ((x1 << {rotation}) | (x1 >> {32 - rotation})) ^ x0;")
             lines.append(f"  x0 += ks[{(group + 1) % 3}]; x1 += ks[{(group + 2) % 3}] + {group + 1}u;")
-        lines += ["  return ((unsigned long long)x1 << 32) | x0;", "}"]
+        lines += [f"  return (({u64})x1 << 32) | x0;", "}"]
         return "\n".join(lines)
+
+    def wmma_helper(self, writer: CStyleWriter, core: TensorCore, wmma: UOp) -> str:
+        """The function running tensor core `core` on one thread's fragments, with the operand and result types of
+        the WMMA uop `wmma`: the signature here, the body the target's (`wmma_body`)."""
+        a_type, b_type, c_type = (writer.type_name(operand.dtype) for operand in wmma.src)
+        signature = f"{self.dialect.helper_prefix}{c_type} kiln_{core}({a_type} a, {b_type} b, {c_type} c) {{"
+        return "\n".join([signature, *self.wmma_body(writer, core, (a_type, b_type, c_type)), "}"])
+
+    def wmma_body(self, writer: CStyleWriter, core: TensorCore, types: tuple[str, str, str]) -> list[str]:
+        """The lines of the tensor-core helper's body: operands `a`, `b`, `c` of the C `types`; returns the new
+        accumulators (of the third type)."""
+        raise ValueError(f"{self!r} has no tensor cores; got {core}")
+
+
+_WRAPPING_OPS: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.NEG: "-"}
+_UNSIGNED: dict[DType, DType] = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
 
 
 def _root_buffer(pointer: UOp) -> UOp:
@@ -551,28 +596,3 @@ def _root_buffer(pointer: UOp) -> UOp:
     while pointer.op in (Ops.INDEX, Ops.AFTER):
         pointer = pointer.src[0]
     return pointer
-
-
-class LongIntegerCStyleRenderer(CStyleRenderer):
-    """The integer literals and signed arithmetic shared by the OpenCL C and Metal dialects.
-
-    Both have a 64-bit `long`, so 64-bit literals take the `l` suffix. Signed 32- and 64-bit ADD / SUB / MUL / NEG
-    are computed in the unsigned type of the same width and converted back: the IR wraps around, and signed
-    overflow is undefined in both languages (narrower types promote to int and cannot overflow).
-    """
-
-    def int_constant(self, value: int, dtype: DType) -> str:
-        bits = dtype.itemsize * 8
-        suffix = ("u" if dtypes.is_unsigned(dtype) else "") + ("l" if bits == 64 else "")
-        if value == -(1 << (bits - 1)) and bits >= 32:
-            return f"({value + 1}{suffix}-1)"
-        return f"{value}{suffix}"
-
-    def int_alu(self, writer: CStyleWriter, uop: UOp, dtype: DType, operands: list[str]) -> str:
-        if dtypes.is_unsigned(dtype) or dtype.itemsize < 4 or uop.op not in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG):
-            return super().int_alu(writer, uop, dtype, operands)
-        signed, unsigned = self.scalar_type(dtype), "u" + self.scalar_type(dtype)
-        if uop.op is Ops.NEG:
-            return f"(({signed})(0u-({unsigned})({operands[0]})))"
-        symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}[uop.op]
-        return f"(({signed})(({unsigned})({operands[0]}){symbol}({unsigned})({operands[1]})))"

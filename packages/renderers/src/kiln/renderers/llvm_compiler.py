@@ -21,11 +21,11 @@ from typing import Any
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.core_launcher import llvm_ir_launcher_source
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
-from kiln.renderers.toolchain import ToolchainNotFoundError, llvm_options, llvmlite_binding
+from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError, llvm_options, llvmlite_binding
 from kiln.uops import UOp
 
 
-class LLVMCompiler(HostCompiler):
+class LLVMCompiler(HostCompiler, ToolchainCompiler):
     """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (-O2, vectorizers on).
 
     `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles,
@@ -84,17 +84,12 @@ class LLVMCompiler(HostCompiler):
             codemodel="large",
         )
 
-    @property
-    def identity(self) -> str:
+    def toolchain_identity(self) -> str:
         """llvmlite and LLVM versions, the target triple and the host CPU with its features (computed once: it is
         part of every compile-cache key)."""
         if self._identity is None:
             self._identity = self._host_identity()
         return self._identity
-
-    @identity.setter
-    def identity(self, value: str) -> None:
-        raise AttributeError("an LLVMCompiler's identity comes from llvmlite and the host CPU")
 
     def _host_identity(self) -> str:
         import llvmlite

@@ -630,7 +630,7 @@ def _bitcast(ctx: LLVMWriter, x: UOp) -> str:
 # ---- the renderer and its compiler -----------------------------------------------------------------------------
 
 
-class LLVMRenderer(TargetRenderer, target=CPU):
+class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
     """LLVM IR for the CPU device: the C renderer's capabilities, compiled in process by llvmlite (`LLVMCompiler`,
     created on first use; a missing llvmlite raises ToolchainNotFoundError then, naming the package to install).
     """
@@ -639,25 +639,16 @@ class LLVMRenderer(TargetRenderer, target=CPU):
     vector_alu = True
     fuse_multiply_add = True
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
-    """Float formats LLVM lacks, emulated by codegen (float16 is LLVM's `half`)."""
 
     def __init__(self) -> None:
-        self._compiler: LLVMCompiler | None = None
         self.register_tile_lanes = host_register_tile_lanes()
         self.vector_ldexp = host_has_vector_ldexp()
         """exp2's power-of-two scaling is one `llvm.ldexp` (AVX-512 hosts: VSCALEFPS; same results, 6 fewer vector
         instructions per exp2: softmax's two exp loops ~20% fewer cycles, llvm-mca znver4)."""
 
-    @property
-    def compiler(self) -> LLVMCompiler:
-        """The llvmlite compiler, created on first use."""
-        if self._compiler is None:
-            self._compiler = LLVMCompiler()
-        return self._compiler
-
-    @compiler.setter
-    def compiler(self, compiler: LLVMCompiler) -> None:
-        self._compiler = compiler
+    def make_compiler(self) -> LLVMCompiler:
+        """The llvmlite compiler (in process)."""
+        return LLVMCompiler()
 
     def render(self, uops: list[UOp], name: str) -> str:
         """One LLVM IR function named ENTRY_NAME computing `uops` of kernel `name` (calling convention:

@@ -1,6 +1,6 @@
 """OpenCL C kernels for the CL device, built by the OpenCL platform itself into a binary the device reloads.
 
-The dialect differs from C in a few places, each handled here by a hook of `CStyleRenderer`:
+The dialect (`OPENCL_DIALECT`) differs from C in a few places:
 - `__kernel` entry, `__global` buffers (bool buffers are `uchar`: kernel arguments may not point to bool), `__local`
   shared arrays, `barrier(CLK_LOCAL_MEM_FENCE)`, gidx/lidx from `get_group_id` / `get_local_id`;
 - OpenCL's vector types (`float4`, lanes `.s0`...), read and written with `vloadN` / `vstoreN`, which need only the
@@ -10,7 +10,7 @@ The dialect differs from C in a few places, each handled here by a hook of `CSty
 - the IR's numerics: `#pragma OPENCL FP_CONTRACT OFF` (OpenCL C contracts `a*b+c` by default; the IR rounds every
   op), `-cl-fp32-correctly-rounded-divide-sqrt` (float32 `/` and `sqrt` are otherwise allowed 2.5-3 ulp), signed
   ADD/SUB/MUL/NEG computed in unsigned arithmetic (wrap-around; signed overflow is undefined in OpenCL C as in C).
-  The integer literals and that signed arithmetic are shared with Metal (`c_style.LongIntegerCStyleRenderer`).
+  The integer literals and that signed arithmetic are shared with Metal (`CDialect.unsigned_signed_arithmetic`).
 float16 (no `cl_khr_fp16` on PoCL's CPU device), bfloat16 and fp8 are emulated by codegen; the transcendentals are
 decomposed by codegen (exact against the interpreter) rather than taken from the OpenCL library (3-4 ulp).
 """
@@ -20,12 +20,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import re
-from collections.abc import Sequence
-from typing import ClassVar
 
-from kiln.codegen import Compiler
-from kiln.renderers.c_style import ENTRY_NAME, CStyleWriter, LongIntegerCStyleRenderer
+from kiln.renderers.c_dialect import CDialect
+from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.opencl_library import (
     CL_PROGRAM_BINARIES,
     CL_PROGRAM_BINARY_SIZES,
@@ -35,7 +32,8 @@ from kiln.renderers.opencl_library import (
     opencl_target,
 )
 from kiln.renderers.target import OPENCL
-from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kiln.renderers.toolchain import ToolchainCompiler
+from kiln.uops import DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 OPENCL_BUILD_OPTIONS: tuple[str, ...] = ("-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt")
 """Options of every program build (no -cl-mad-enable / -cl-fast-relaxed-math: they change results)."""
@@ -54,17 +52,6 @@ OPENCL_SCALAR_TYPES: dict[DType, str] = {
     dtypes.float64: "double",
 }
 
-_C_SPELLINGS = {
-    "unsigned long long": "ulong",
-    "long long": "long",
-    "unsigned int": "uint",
-    "unsigned short": "ushort",
-    "unsigned char": "uchar",
-    "signed char": "char",
-}
-_C_SPELLING_PATTERN = re.compile(r"\b(" + "|".join(re.escape(name) for name in _C_SPELLINGS) + r")\b")
-"""The shared C helpers (shifts, division, threefry) spell types the C way; OpenCL C reserves `long long`."""
-
 _OPENCL_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
     (op, dtype): name
     for op, name in ((Ops.SQRT, "sqrt"), (Ops.TRUNC, "trunc"), (Ops.MOD, "fmod"), (Ops.MULACC, "fma"))
@@ -80,7 +67,7 @@ class OpenCLCompileError(RuntimeError):
     """The OpenCL platform rejected a program; the message has its build log and the source."""
 
 
-class OpenCLCompiler(Compiler):
+class OpenCLCompiler(ToolchainCompiler):
     """OpenCL C -> the platform's program binary for one device (`clBuildProgram`, `CL_PROGRAM_BINARIES`).
 
     The binary is what `clCreateProgramWithBinary` reloads on the same device (the CL device does, then builds it
@@ -96,8 +83,7 @@ class OpenCLCompiler(Compiler):
         """The OpenCL device built for (OpenCLNotFoundError naming what to install when there is none)."""
         return opencl_target(self.device_index)
 
-    @property
-    def identity(self) -> str:  # type: ignore[override]
+    def toolchain_identity(self) -> str:
         return self.target.identity
 
     def compile(self, source: str) -> bytes:
@@ -165,70 +151,56 @@ def _store(ctx: CStyleWriter, x: UOp) -> str:
     return f"*{ctx[x.src[0]]} = {ctx[x.src[1]]};"
 
 
-def _memory(ctx: CStyleWriter, x: UOp) -> str:
-    assert isinstance(x.dtype, PtrDType)
-    prefix = "__local " if x.dtype.scope is MemoryScope.LOCAL else ""
-    return f"{prefix}{memory_type(ctx, x.dtype.base)} {ctx[x]}[{x.dtype.size}];"
-
-
-def memory_type(writer: CStyleWriter, dtype: DType) -> str:
-    """The type of `dtype` in memory: bool is stored as uchar (no bool pointers in kernel arguments)."""
-    if dtype == dtypes.bool:
-        return "uchar"
-    return writer.type_name(dtype)
-
-
 pm_opencl = PatternMatcher(
     [
         (UPat(Ops.INDEX, name="x"), _index),
         (UPat(Ops.LOAD, name="x"), _load),
         (UPat(Ops.STORE, name="x"), _store),
-        (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _memory),
     ]
 )
-"""OpenCL's own string rules (wide accesses by vloadN/vstoreN, bool memory as uchar), tried before the C family's."""
+"""OpenCL's own string rules (wide accesses by vloadN/vstoreN, never a vector pointer), tried before the C family's."""
+
+OPENCL_DIALECT = CDialect(
+    "OpenCL C",
+    scalar_types=OPENCL_SCALAR_TYPES,
+    float_functions=_OPENCL_FLOAT_FUNCTIONS,
+    preamble=("#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "#pragma OPENCL FP_CONTRACT OFF"),
+    kernel_prefix="__kernel ",
+    buffer_parameter="__global {const}{element}* {restrict} {name}",
+    stored_bool="uchar",  # kernel arguments may not point to bool
+    shared_prefix="__local ",
+    barrier_statement="barrier(CLK_LOCAL_MEM_FENCE);",
+    group_index="get_group_id({dimension})",
+    thread_index="get_local_id({dimension})",
+    vector_literal="(({type})({lanes}))",
+    lane="({vector}).s{lane:x}",
+    bitcast="as_{type}({value})",
+    long_suffix="l",
+    int64="long",  # OpenCL C reserves `long long`
+    uint64="ulong",
+    uint32="uint",
+    unsigned_signed_arithmetic=True,
+    not_finite="!isfinite({x})",
+    float_modulo="fmod(trunc({x}), {m})",
+)
+"""OpenCL C 1.2: address-space qualifiers, built-in vector types, `as_<type>` bit casts, 64-bit `long`."""
 
 
-class OpenCLRenderer(LongIntegerCStyleRenderer, target=OPENCL):
+class OpenCLRenderer(CStyleRenderer[OpenCLCompiler], target=OPENCL):
     """OpenCL C kernels for one OpenCL device (`device_index` over all platforms); owns an `OpenCLCompiler`."""
 
     vector_widths = (2, 4, 8)
     native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
-
-    kernel_prefix: ClassVar[str] = "__kernel "
-    helper_prefix: ClassVar[str] = "static inline "
-    restrict_keyword: ClassVar[str] = "restrict"
-    shared_prefix: ClassVar[str] = "__local "
-    barrier_statement: ClassVar[str | None] = "barrier(CLK_LOCAL_MEM_FENCE);"
-    scalar_types: ClassVar[dict[DType, str]] = {**OPENCL_SCALAR_TYPES}
-    float_functions: ClassVar[dict[tuple[Ops, DType], str]] = _OPENCL_FLOAT_FUNCTIONS
-    extra_rules: ClassVar[PatternMatcher | None] = pm_opencl
+    dialect = OPENCL_DIALECT
+    extra_rules = pm_opencl
 
     def __init__(self, device_index: int = 0, device: str = "CL") -> None:
         self.device_index = device_index
         self.device = device
 
-    @functools.cached_property
-    def compiler(self) -> OpenCLCompiler:  # type: ignore[override]
+    def make_compiler(self) -> OpenCLCompiler:
+        """The OpenCL platform's program build for device `device_index`."""
         return OpenCLCompiler(self.device_index)
-
-    def render(self, uops: list[UOp], name: str) -> str:
-        """The OpenCL C program of one `__kernel void kiln_kernel(...)` (see the module docstring)."""
-        return _C_SPELLING_PATTERN.sub(lambda match: _C_SPELLINGS[match.group(1)], super().render(uops, name))
-
-    def preamble(self) -> list[str]:
-        return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "#pragma OPENCL FP_CONTRACT OFF"]
-
-    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
-        declarations = super().parameters(writer, uops)
-        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        result = []
-        for declaration, buffer in zip(declarations, buffers):
-            assert isinstance(buffer.dtype, PtrDType)
-            if buffer.dtype.base.scalar() == dtypes.bool:
-                declaration = declaration.replace("bool*", "uchar*", 1)
-            result.append(f"__global {declaration}")
-        return result + declarations[len(buffers) :]
 
     def vector_type(self, dtype: DType) -> tuple[str, str | None]:
         if dtype.count not in VECTOR_COUNTS:
@@ -236,19 +208,6 @@ class OpenCLRenderer(LongIntegerCStyleRenderer, target=OPENCL):
         scalar = dtype.scalar()
         element = "uchar" if scalar == dtypes.bool else self.scalar_type(scalar)  # no bool vectors in OpenCL C
         return f"{element}{dtype.count}", None
-
-    def vector_literal(self, writer: CStyleWriter, dtype: DType, lanes: list[str]) -> str:
-        return f"(({writer.type_name(dtype)})({','.join(lanes)}))"
-
-    def lane(self, vector: str, dtype: DType, lane: int) -> str:
-        return f"({vector}).s{lane:x}"
-
-    def special(self, writer: CStyleWriter, uop: UOp) -> str:
-        name = uop.arg.name
-        if name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"):
-            function = "get_group_id" if name.startswith("gidx") else "get_local_id"
-            return f"(({writer.type_name(uop.dtype)}){function}({name[4]}))"
-        raise ValueError(f"{type(self).__name__} has no hardware index {name!r}; expected gidx0..2 or lidx0..2")
 
     def float_constant(self, value: float, dtype: DType) -> str:
         if math.isnan(value) or math.isinf(value):
@@ -262,23 +221,4 @@ class OpenCLRenderer(LongIntegerCStyleRenderer, target=OPENCL):
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
         if source.scalar() == dtypes.bool or target.scalar() == dtypes.bool:
             return self.cast(writer, value, source, target)  # bool and uint8 carry the same 0/1 byte
-        return f"as_{writer.type_name(target)}({value})"
-
-    def float_to_int_helper(self, target: DType) -> str:
-        """Truncate, wrap around, NaN/inf -> the minimum (OpenCL's own conversion is undefined out of range)."""
-        c_type = self.scalar_type(target)
-        minimum = self.int_constant(int(dtypes.min(target)), target)
-        two63, two64 = "9223372036854775808.0", "18446744073709551616.0"
-        return (
-            f"{self.helper_prefix}{c_type} kiln_to_{target.name}(double x) {{\n"
-            f"  if (!isfinite(x)) return {minimum};\n"
-            f"  if (x >= -{two63} && x < {two63}) return ({c_type})(long)x;\n"
-            f"  double wrapped = fmod(trunc(x), {two64});\n"
-            f"  if (wrapped >= {two63}) wrapped -= {two64};\n"
-            f"  if (wrapped < -{two63}) wrapped += {two64};\n"
-            f"  return ({c_type})(long)wrapped;\n"
-            "}"
-        )
-
-    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
-        return f"{self.kernel_prefix}void {ENTRY_NAME}({', '.join(parameters)})"
+        return super().bitcast(writer, value, source, target)

@@ -21,11 +21,10 @@ import struct
 import subprocess
 import tempfile
 
-from kiln.codegen import Compiler, TensorCore, WmmaArg
-from kiln.renderers.c_style import ENTRY_NAME, variable_name
-from kiln.renderers.cuda import local_size
+from kiln.codegen import TensorCore, WmmaArg
+from kiln.renderers.c_style import ENTRY_NAME, local_size, variable_name
 from kiln.renderers.target import NVIDIA, TargetRenderer, architecture_number, nvidia_target
-from kiln.renderers.toolchain import ToolchainNotFoundError
+from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes, register_knob
 
 PTXAS = register_knob("PTXAS", str, "", "ptxas used to validate PTX; empty: `ptxas` on PATH, else /usr/local/cuda/bin.")
@@ -461,10 +460,95 @@ def _wmma(w: PTXWriter, uop: UOp, core: TensorCore) -> list[str]:
     return result
 
 
+# ---- the compiler -------------------------------------------------------------------------------------------------
+
+
+class PTXAssemblerError(RuntimeError):
+    """ptxas rejected a PTX module; the message carries its log."""
+
+
+def find_ptxas() -> str | None:
+    """The ptxas binary: the PTXAS knob, else `ptxas` on PATH, else under CUDA_HOME or /usr/local/cuda."""
+    chosen = PTXAS.value().strip()
+    if chosen:
+        found = shutil.which(chosen)
+        if found is None:
+            raise ToolchainNotFoundError(f"PTXAS={chosen!r} names no executable; install the CUDA toolkit's ptxas")
+        return found
+    homes = [home for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if home]
+    candidates = [os.path.join(home, "bin", "ptxas") for home in homes]
+    found = shutil.which("ptxas")
+    if found is not None:
+        return found
+    return next((path for path in candidates if os.path.isfile(path) and os.access(path, os.X_OK)), None)
+
+
+@functools.cache
+def _ptxas_version(path: str) -> str:
+    output = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown"
+
+
+class PTXCompiler(ToolchainCompiler):
+    """Returns the PTX text (the driver JIT-compiles it); when `ptxas` is found it first assembles it for `arch`
+    to catch errors early (PTXAssemblerError with ptxas's log)."""
+
+    def __init__(self, arch: str = "sm_80", validate: bool = True) -> None:
+        self.arch = f"sm_{architecture_number(arch)}"
+        self.validate = validate
+        self.flags = (self.arch, "validated" if validate else "unvalidated")
+
+    @property
+    def ptxas(self) -> str | None:
+        """Path of the ptxas used for validation (None: not found or validation off)."""
+        return find_ptxas() if self.validate else None
+
+    def toolchain_identity(self) -> str:
+        ptxas = self.ptxas
+        version = ptx_version(self.arch)
+        return f"ptx {version} ptxas {_ptxas_version(ptxas)}" if ptxas else f"ptx {version}"
+
+    def compile(self, source: str) -> bytes:
+        ptxas = self.ptxas
+        if ptxas is not None:
+            self.assemble(source, ptxas)
+        return source.encode()
+
+    def assemble(self, source: str, ptxas: str | None = None) -> bytes:
+        """A cubin of `source` made by ptxas (ToolchainNotFoundError without ptxas)."""
+        ptxas = ptxas or find_ptxas()
+        if ptxas is None:
+            raise ToolchainNotFoundError("assembling PTX needs ptxas from the CUDA toolkit; install it or set PTXAS")
+        with tempfile.TemporaryDirectory(prefix="kiln-ptx-") as directory:
+            source_path, output_path = os.path.join(directory, "kernel.ptx"), os.path.join(directory, "kernel.cubin")
+            with open(source_path, "w", encoding="utf-8") as file:
+                file.write(source)
+            completed = subprocess.run(
+                [ptxas, f"-arch={self.arch}", "-o", output_path, source_path],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            if completed.returncode != 0:
+                log = (completed.stderr + completed.stdout).strip()
+                raise PTXAssemblerError(f"ptxas -arch={self.arch} rejected the PTX:\n{log}")
+            with open(output_path, "rb") as file:
+                return file.read()
+
+    def disassemble(self, binary: bytes) -> str:
+        """The binary is the PTX text itself."""
+        return binary.decode()
+
+    def __repr__(self) -> str:
+        return f"PTXCompiler(arch={self.arch!r})"
+
+
 # ---- the renderer -------------------------------------------------------------------------------------------------
 
 
-class PTXRenderer(TargetRenderer, target=NVIDIA):
+class PTXRenderer(TargetRenderer[PTXCompiler], target=NVIDIA):
     """PTX kernels for one architecture (`arch`, e.g. "sm_80"); its compiler validates them with ptxas."""
 
     vector_widths = (2, 4)
@@ -475,8 +559,8 @@ class PTXRenderer(TargetRenderer, target=NVIDIA):
         self.arch = self.target.architecture
         self.device = device
 
-    @functools.cached_property
-    def compiler(self) -> PTXCompiler:  # type: ignore[override]
+    def make_compiler(self) -> PTXCompiler:
+        """ptxas validation for this architecture."""
         return PTXCompiler(self.arch)
 
     def render(self, uops: list[UOp], name: str) -> str:
@@ -590,89 +674,3 @@ class PTXRenderer(TargetRenderer, target=NVIDIA):
             if isinstance(uop.arg, WmmaArg) and uop.arg == core.wmma_arg():
                 return core
         raise ValueError(f"{self!r} ({self.arch}) has no tensor core {uop.arg!r}; it has {self.tensor_cores}")
-
-
-# ---- the compiler -------------------------------------------------------------------------------------------------
-
-
-class PTXAssemblerError(RuntimeError):
-    """ptxas rejected a PTX module; the message carries its log."""
-
-
-def find_ptxas() -> str | None:
-    """The ptxas binary: the PTXAS knob, else `ptxas` on PATH, else under CUDA_HOME or /usr/local/cuda."""
-    chosen = PTXAS.value().strip()
-    if chosen:
-        found = shutil.which(chosen)
-        if found is None:
-            raise ToolchainNotFoundError(f"PTXAS={chosen!r} names no executable; install the CUDA toolkit's ptxas")
-        return found
-    homes = [home for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if home]
-    candidates = [os.path.join(home, "bin", "ptxas") for home in homes]
-    found = shutil.which("ptxas")
-    if found is not None:
-        return found
-    return next((path for path in candidates if os.path.isfile(path) and os.access(path, os.X_OK)), None)
-
-
-@functools.cache
-def _ptxas_version(path: str) -> str:
-    output = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
-    lines = [line for line in output.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown"
-
-
-class PTXCompiler(Compiler):
-    """Returns the PTX text (the driver JIT-compiles it); when `ptxas` is found it first assembles it for `arch`
-    to catch errors early (PTXAssemblerError with ptxas's log)."""
-
-    def __init__(self, arch: str = "sm_80", validate: bool = True) -> None:
-        self.arch = f"sm_{architecture_number(arch)}"
-        self.validate = validate
-        self.flags = (self.arch, "validated" if validate else "unvalidated")
-
-    @property
-    def ptxas(self) -> str | None:
-        """Path of the ptxas used for validation (None: not found or validation off)."""
-        return find_ptxas() if self.validate else None
-
-    @property
-    def identity(self) -> str:  # type: ignore[override]
-        ptxas = self.ptxas
-        version = ptx_version(self.arch)
-        return f"ptx {version} ptxas {_ptxas_version(ptxas)}" if ptxas else f"ptx {version}"
-
-    def compile(self, source: str) -> bytes:
-        ptxas = self.ptxas
-        if ptxas is not None:
-            self.assemble(source, ptxas)
-        return source.encode()
-
-    def assemble(self, source: str, ptxas: str | None = None) -> bytes:
-        """A cubin of `source` made by ptxas (ToolchainNotFoundError without ptxas)."""
-        ptxas = ptxas or find_ptxas()
-        if ptxas is None:
-            raise ToolchainNotFoundError("assembling PTX needs ptxas from the CUDA toolkit; install it or set PTXAS")
-        with tempfile.TemporaryDirectory(prefix="kiln-ptx-") as directory:
-            source_path, output_path = os.path.join(directory, "kernel.ptx"), os.path.join(directory, "kernel.cubin")
-            with open(source_path, "w", encoding="utf-8") as file:
-                file.write(source)
-            completed = subprocess.run(
-                [ptxas, f"-arch={self.arch}", "-o", output_path, source_path],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            if completed.returncode != 0:
-                log = (completed.stderr + completed.stdout).strip()
-                raise PTXAssemblerError(f"ptxas -arch={self.arch} rejected the PTX:\n{log}")
-            with open(output_path, "rb") as file:
-                return file.read()
-
-    def disassemble(self, binary: bytes) -> str:
-        """The binary is the PTX text itself."""
-        return binary.decode()
-
-    def __repr__(self) -> str:
-        return f"PTXCompiler(arch={self.arch!r})"

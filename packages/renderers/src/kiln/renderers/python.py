@@ -150,7 +150,7 @@ class PythonCompiler(Compiler):
         return parse_linear(binary.decode())
 
 
-class PythonRenderer(TargetRenderer, target=PYTHON):
+class PythonRenderer(TargetRenderer[PythonCompiler], target=PYTHON):
     """Linear programs as text for the PYTHON device (the reference interpreter). It renders every op and dtype
     the interpreter knows: blocks of threads with shared memory and barriers, vectors, all ALU ops natively.
     """
@@ -158,8 +158,9 @@ class PythonRenderer(TargetRenderer, target=PYTHON):
     vector_widths = (2, 4)
     native_ops = GroupOp.ALU
 
-    def __init__(self) -> None:
-        self.compiler = PythonCompiler()
+    def make_compiler(self) -> PythonCompiler:
+        """The identity compiler (it checks the program parses)."""
+        return PythonCompiler()
 
     def render(self, uops: list[UOp], name: str) -> str:
         """The text form of `uops` (see `render_linear`; the name is not part of it)."""

@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from kiln.codegen import Renderer, TensorCore, WmmaArg
+from kiln.codegen import Compiler, Renderer, TensorCore, WmmaArg
 from kiln.renderers.tensor_cores import TENSOR_CORES_GFX942, TENSOR_CORES_GFX1100, TENSOR_CORES_METAL, TENSOR_CORES_SM80
 from kiln.uops import DType, UOp, dtypes
 
@@ -274,15 +276,36 @@ def metal_target(language_version: str) -> Target:
 # ---- renderers on a target ----------------------------------------------------------------------------------------
 
 
-class TargetRenderer(Renderer):
-    """A renderer whose limits, dtypes and tensor cores are those of its `target`.
+CompilerT = TypeVar("CompilerT", bound=Compiler)
 
-    A class names its Target in its class statement (`class R(TargetRenderer, target=CPU)`): the Renderer attributes
-    come from it, except those the class body defines itself (a property that asks the compiler, say). An instance
-    made for one architecture calls `use_target`.
+
+class TargetRenderer(Renderer, Generic[CompilerT]):
+    """A renderer whose limits, dtypes and tensor cores are those of its `target`, and which owns a compiler of type
+    `CompilerT`, made on first use (finding a toolchain may be slow, or fail: not at import, not before it is needed).
+
+    A class names its Target in its class statement (`class R(TargetRenderer[RCompiler], target=CPU)`): the Renderer
+    attributes come from it, except those the class body defines itself (a property that asks the compiler, say). An
+    instance made for one architecture calls `use_target`.
     """
 
     target: Target = PYTHON
+    _compiler: CompilerT
+    _compiler_made: bool = False
+
+    @abstractmethod
+    def make_compiler(self) -> CompilerT:
+        """A new compiler for this renderer's programs (`compiler` makes it on first use)."""
+
+    @property
+    def compiler(self) -> CompilerT:
+        """This renderer's compiler, made by `make_compiler` on first use (assignable: a test may swap it)."""
+        if not self._compiler_made:
+            self.compiler = self.make_compiler()
+        return self._compiler
+
+    @compiler.setter
+    def compiler(self, compiler: CompilerT) -> None:
+        self._compiler, self._compiler_made = compiler, True
 
     def __init_subclass__(cls, target: Target | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

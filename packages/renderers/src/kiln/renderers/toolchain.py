@@ -12,9 +12,11 @@ import os
 import platform
 import shutil
 import subprocess
+from abc import abstractmethod
 from dataclasses import dataclass
 from types import ModuleType
 
+from kiln.codegen import Compiler
 from kiln.uops import register_knob
 
 CPU_CC = register_knob(
@@ -30,6 +32,24 @@ C_COMPILER_CANDIDATES: tuple[str, ...] = ("gcc", "clang", "cc")
 
 class ToolchainNotFoundError(RuntimeError):
     """A renderer's toolchain (C compiler, llvmlite) is not installed; the message says what to install."""
+
+
+class ToolchainCompiler(Compiler):
+    """A compiler whose `identity` (part of every compile-cache key) is asked of its toolchain when a key needs it,
+    never when the compiler is made: finding the toolchain may be slow or fail, and must fail at first use."""
+
+    @property
+    def identity(self) -> str:
+        """The toolchain's name, version and target (`toolchain_identity`)."""
+        return self.toolchain_identity()
+
+    @identity.setter
+    def identity(self, value: str) -> None:
+        raise AttributeError(f"a {type(self).__name__}'s identity comes from its toolchain, not {value!r}")
+
+    @abstractmethod
+    def toolchain_identity(self) -> str:
+        """The toolchain's name, version and target, as the compile cache keys binaries by."""
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ import functools
 import math
 from collections.abc import Sequence
 
-from kiln.codegen import Compiler
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.target import WEBGPU, TargetRenderer
+from kiln.renderers.toolchain import ToolchainCompiler
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
 from kiln.renderers.wgsl_helpers import NARROW_BITS, POW_HELPER, float_to_int_helper, narrow
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
@@ -58,7 +58,7 @@ class WGSLCompileError(RuntimeError):
     """wgpu rejected a shader; the message has naga's diagnostic and the source."""
 
 
-class WGSLCompiler(Compiler):
+class WGSLCompiler(ToolchainCompiler):
     """WGSL -> the same text, once wgpu has built its shader module and compute pipeline on the process's device.
 
     WebGPU has no portable binary: the "binary" is the validated source, which the WEBGPU device builds again.
@@ -72,8 +72,7 @@ class WGSLCompiler(Compiler):
         """The adapter and device validated on (WebGPUNotFoundError naming what to install when there is none)."""
         return webgpu_target()
 
-    @property
-    def identity(self) -> str:  # type: ignore[override]
+    def toolchain_identity(self) -> str:
         return self.target.identity
 
     def compile(self, source: str) -> bytes:
@@ -318,7 +317,7 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 
-class WGSLRenderer(TargetRenderer, target=WEBGPU):
+class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
     """WGSL compute shaders for the WEBGPU device; owns a `WGSLCompiler` (wgpu's validation).
 
     Args:
@@ -333,8 +332,8 @@ class WGSLRenderer(TargetRenderer, target=WEBGPU):
         self.device = device
         self.max_storage_buffers = max_storage_buffers
 
-    @functools.cached_property
-    def compiler(self) -> WGSLCompiler:  # type: ignore[override]
+    def make_compiler(self) -> WGSLCompiler:
+        """wgpu's validation on the process's WebGPU device."""
         return WGSLCompiler()
 
     def render(self, uops: list[UOp], name: str) -> str:
