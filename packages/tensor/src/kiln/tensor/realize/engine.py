@@ -551,7 +551,8 @@ class Engine:
         if plan is None:
             if normalized is None:
                 normalized = normalize(uops, placeholders=memo)
-            plan = schedule.lookup(normalized.roots)
+            # a graph over bound Variables seen at other values takes that plan before any constant is lifted
+            plan = schedule.lookup(normalized.roots) or schedule.lookup_rebound(normalized.roots)
             lifted = False
             if plan is None:
                 masked = normalize(uops, lift=_lift_all, placeholders=memo)

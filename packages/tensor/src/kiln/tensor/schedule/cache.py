@@ -69,26 +69,38 @@ class ScheduleCache:
 
     def plan_of(self, roots: tuple[UOp, ...]) -> SchedulePlan:
         """The plan of the normalized nodes `roots` (`NormalizedGraph.roots`), computed once per structure."""
-        plan = self.lookup(roots)
+        plan = self.lookup(roots) or self.lookup_rebound(roots)
         if plan is not None:
             return plan
+        self.misses += 1
+        plan = plan_schedule(UOp(Ops.SINK, src=roots))
+        unbound = graph_unbind(roots)
+        if unbound is not None:
+            if len(self._unbound) >= self.max_plans:
+                self._unbound.popitem(last=False)
+            self._unbound[unbound[0]] = plan
+        self._remember(roots, plan)
+        return plan
+
+    def lookup_rebound(self, roots: tuple[UOp, ...]) -> SchedulePlan | None:
+        """The plan of the normalized nodes `roots` taken from the plan of the same graph at other values of its
+        Variables (counted in `rebinds`, and remembered for `roots`), or None."""
+        if not self._unbound:
+            return None
         unbound = graph_unbind(roots)
         general = self._unbound.get(unbound[0]) if unbound is not None else None
-        if unbound is not None and general is not None:
-            self.rebinds += 1
-            self._unbound.move_to_end(unbound[0])
-            plan = general.rebound(unbound[1])
-        else:
-            self.misses += 1
-            plan = plan_schedule(UOp(Ops.SINK, src=roots))
-            if unbound is not None:
-                if len(self._unbound) >= self.max_plans:
-                    self._unbound.popitem(last=False)
-                self._unbound[unbound[0]] = plan
+        if unbound is None or general is None:
+            return None
+        self.rebinds += 1
+        self._unbound.move_to_end(unbound[0])
+        plan = general.rebound(unbound[1])
+        self._remember(roots, plan)
+        return plan
+
+    def _remember(self, roots: tuple[UOp, ...], plan: SchedulePlan) -> None:
         if len(self._plans) >= self.max_plans:
             self._plans.popitem(last=False)  # the least recently used entry
         self._plans[roots] = plan
-        return plan
 
     def lookup(self, roots: tuple[UOp, ...]) -> SchedulePlan | None:
         """The cached plan of the normalized nodes `roots`, or None (counted as a hit only when found)."""
