@@ -281,6 +281,8 @@ def settle(size: Size) -> Size:
     otherwise be two structures, two plans and two kernels, depending on the values)."""
     if isinstance(size, int):
         return size
+    if size.op is Ops.BIND:  # a bound variable itself (x[:v]): already in its simplest form
+        return size
     try:
         unbound, values = unbind(size)
     except ValueError:  # one variable at two values: check_symbolic_size names it
