@@ -120,3 +120,64 @@ def test_linear_training_with_a_partial_last_batch(engine: Engine, jit: bool) ->
     assert built[0] == built[-1], f"a new batch size compiled kernels: programs built after each step {built}"
     if jit:
         assert isinstance(run, TinyJit) and run.captured is not None
+
+
+SCALE = np.arange(60, dtype=np.float64).reshape(10, 6) / 10
+
+
+def _numeric_gradient(function: Callable[[np.ndarray], np.ndarray], value: int) -> np.ndarray:
+    """d sum(function(DATA6[:value])) / d DATA6 by central differences in float64 (zero past the first rows)."""
+    gradient = np.zeros((10, 6))
+    for row in range(value):
+        for column in range(6):
+            up, down = DATA6[:value].astype(np.float64), DATA6[:value].astype(np.float64)
+            up[row, column] += 1e-4
+            down[row, column] -= 1e-4
+            gradient[row, column] = (function(up).sum() - function(down).sum()) / 2e-4
+    return gradient
+
+
+DATA6 = RNG.standard_normal((10, 6)).astype(np.float32)
+AT_LEAST_THREE = Variable("m", 3, 10)
+GRADIENT_CASES: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.ndarray], Variable]] = {
+    "cumsum": (
+        lambda t: t.cumsum(0) * Tensor(SCALE.astype(np.float32))[: t.shape[0]],
+        lambda a: np.cumsum(a, 0) * SCALE[: len(a)],
+        N,
+    ),
+    "every second row": (lambda t: t[::2] * 3, lambda a: a[::2] * 3, N),
+    "rows reversed": (
+        lambda t: t[::-1] * Tensor(SCALE.astype(np.float32))[: t.shape[0]],
+        lambda a: a[::-1] * SCALE[: len(a)],
+        N,
+    ),
+    "reflect pad": (
+        lambda t: t.pad(((1, 2), (0, 0)), mode="reflect") ** 2,
+        lambda a: np.pad(a, ((1, 2), (0, 0)), mode="reflect") ** 2,
+        AT_LEAST_THREE,
+    ),
+    "softmax": (
+        lambda t: t.softmax(0) * Tensor(SCALE.astype(np.float32))[: t.shape[0]],
+        lambda a: np.exp(a) / np.exp(a).sum(0) * SCALE[: len(a)],
+        N,
+    ),
+    "max": (lambda t: t.max(0)[0], lambda a: a.max(0), N),
+    "sort": (
+        lambda t: t.sort(0)[0] * Tensor(SCALE.astype(np.float32))[: t.shape[0]],
+        lambda a: np.sort(a, 0) * SCALE[: len(a)],
+        N,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
+def test_gradients_of_ops_along_a_variable_dim(engine: Engine, case: str) -> None:
+    build, reference, variable = GRADIENT_CASES[case]
+
+    def run(value: int) -> None:
+        x = Tensor(DATA6, requires_grad=True)
+        build(x[: variable.bind(value)]).sum().backward()
+        assert x.grad is not None
+        np.testing.assert_allclose(x.grad.numpy(), _numeric_gradient(reference, value), rtol=1e-2, atol=2e-2)
+
+    _each_value(engine, run, (3, 7, 10, 4))
