@@ -124,7 +124,7 @@ def test_embed_reads_the_picked_rows_only(kind: str, count: int) -> None:
         values = (quants.astype(np.float32) * scales.astype(np.float32)[:, None]).reshape(vocab, dim)
         raw = np.concatenate([scales.view(np.uint8).reshape(-1, 2), quants.view(np.uint8)], axis=1)
         table = QuantizedWeight(Tensor(raw.reshape(-1)), int(GGMLType.Q8_0), (vocab, dim))
-    embedding = TokenEmbedding(vocab, dim)  # the model's embedding layer, with a larger table than the fixtures'
+    embedding = TokenEmbedding(vocab, dim)
     embedding.load_state_dict({"weight": table})
     ids = np.random.default_rng(count).choice(vocab, count, replace=False)
     GlobalCounters.reset()
@@ -133,3 +133,31 @@ def test_embed_reads_the_picked_rows_only(kind: str, count: int) -> None:
     rows_only = count * (2 * row_bytes + 4 + 4 * dim) + 256  # the rows read (twice, with slack), ids, output
     assert GlobalCounters.mem_bytes <= rows_only < vocab * row_bytes / 4
     np.testing.assert_allclose(got.numpy()[0], values[ids], rtol=1e-6, atol=1e-6)
+
+
+def test_prompts_of_random_lengths_compile_nothing(chat_model_dir: pathlib.Path) -> None:
+    """The jitted prefill: after one prompt, 20 prompts of random lengths (one to four chunks, any remainder) and the
+    decode after each compile nothing, and each prompt's greedy tokens equal those of a one-chunk prefill."""
+    loaded = load_model(chat_model_dir, max_context=64)
+    chunked, whole = Generator(loaded, prefill_chunk=16), Generator(load_model(chat_model_dir, max_context=64))
+    assert whole.chunk == 64
+    rng = np.random.default_rng(7)
+    vocab = chunked.config.vocab_size
+    list(chunked.generate(rng.integers(0, vocab, 20).tolist(), max_tokens=3))  # warm-up: both steps captured
+    engine = default_engine()
+    built = engine.programs_built
+    lengths = rng.integers(1, 60, 20)
+    got = [list(chunked.generate(rng.integers(0, vocab, n).tolist(), max_tokens=3)) for n in lengths]
+    assert engine.programs_built == built, f"{engine.programs_built - built} programs compiled for new prompt lengths"
+    rng = np.random.default_rng(7)
+    rng.integers(0, vocab, 20)
+    rng.integers(1, 60, 20)
+    want = [list(whole.generate(rng.integers(0, vocab, n).tolist(), max_tokens=3)) for n in lengths]
+    assert got == want
+
+
+def test_prefill_chunk_must_be_a_positive_int(chat_model_dir: pathlib.Path) -> None:
+    loaded = load_model(chat_model_dir, max_context=64)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="prefill_chunk"):
+            Generator(loaded, prefill_chunk=bad)  # type: ignore[arg-type]

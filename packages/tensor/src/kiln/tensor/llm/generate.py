@@ -1,12 +1,19 @@
-"""`Generator`: token generation with the KV cache: the prompt prefilled in one pass, then one jitted step per token.
+"""`Generator`: generation with the KV cache: the prompt prefilled in jitted chunks, then one jitted step per token.
 
-The decode step is a `TinyJit` over the model whose inputs are the token id (a (1, 1) int32 Tensor), a `Variable`
-cache position (a 0-dim int32 Tensor: the cache row to write and the attention mask read it from memory) and the
-sampler's parameters (kiln.tensor.llm.sampling): the step gathers the token's embedding row (a one-hot product that
-codegen turns into one row's read, also for a quantized table), runs the model and samples on the device, returning
-the next token id as a (1,) int32 Tensor, the only value that comes back to the host. So the step is captured once per
-sampling mode and replayed for every token id, position, temperature, top-k, top-p and seed: nothing compiles
-during generation. `sample` is the host reference sampler (the same distribution).
+Both steps are `TinyJit`s over the model whose positions are `Variable`s, so their kernels are compiled once and
+replayed for every prompt length, position and token id:
+
+- the prefill step takes a chunk of up to `PREFILL_CHUNK` prompt tokens (a (1, chunk) int32 Tensor, zero-padded),
+  its length and its first position as bound Variables and the sampler's parameters; inside, the tokens are cut to
+  the symbolic length, so the model writes that many cache rows and attends over the positions so far only;
+- the decode step takes the token id (a (1, 1) int32 Tensor), its position (a Variable) and the sampler's
+  parameters (kiln.tensor.llm.sampling), gathers the token's embedding row (a one-hot product that codegen turns
+  into one row's read, also for a quantized table), runs the model and samples on the device.
+
+Each returns the next token id as a (1,) int32 Tensor, the only value that comes back to the host. A step is captured
+once per sampling mode and replayed for every token id, position, prompt length, temperature, top-k, top-p and seed:
+after the first prompt, nothing compiles during generation. `sample` is the host reference sampler (the same
+distribution).
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ import numpy as np
 from kiln.tensor.jit import TinyJit, Variable
 from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_params
 from kiln.tensor.llm.weights import LoadedModel
+from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["GenerationStats", "Generator", "sample"]
+__all__ = ["PREFILL_CHUNK", "GenerationStats", "Generator", "sample"]
+
+PREFILL_CHUNK = 256
+"""Prompt tokens per call of the jitted prefill step (a longer prompt takes several calls)."""
 
 
 @dataclass
@@ -61,13 +72,24 @@ def sample(logits: np.ndarray, temperature: float, top_k: int, top_p: float, rng
 
 
 class Generator:
-    """Generates tokens from a loaded model (batch 1)."""
+    """Generates tokens from a loaded model (batch 1); the prompt is prefilled `prefill_chunk` tokens per call.
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    Raises:
+        ValueError: a prefill_chunk below 1.
+    """
+
+    def __init__(self, loaded: LoadedModel, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be an int >= 1, got {prefill_chunk!r}")
         self.loaded, self.model, self.config = loaded, loaded.model, loaded.config
         self.position_variable = Variable("start_pos", 0, self.model.max_context - 1)
-        self.model._caches(1)  # allocated before the step is captured: the replays write these very buffers
+        self.chunk = min(prefill_chunk, self.model.max_context)
+        self.length_variable = Variable("length", 1, self.chunk)
+        # a chunk's rows start .. start + length - 1 must fit the cache for every value the kernels are built for
+        self.chunk_start_variable = Variable("chunk_start", 0, self.model.max_context - self.chunk)
+        self.model._caches(1)  # allocated before the steps are captured: the replays write these very buffers
         self.steps: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
         self.last_stats = GenerationStats()
         self.position = 0
 
@@ -82,6 +104,36 @@ class Generator:
 
             self.steps[mode] = TinyJit(decode)
         return self.steps[mode]
+
+    def prefill_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+        """The jitted prefill step of a sampling mode: (tokens (1, chunk) int32 zero-padded, position, length,
+        params (4,) float32) -> the token id (1,) int32 sampled after the chunk's last token."""
+        if mode not in self.prefills:
+
+            def prefill(tokens: Tensor, start_pos: Tensor, length: Tensor, params: Tensor) -> Tensor:
+                count = as_size(length, "the prefill length")
+                logits = self.model.forward_embedded(self.model.embed(tokens[:, :count]), start_pos)
+                return sample_on_device(logits[0, count - 1], params, mode)
+
+            self.prefills[mode] = TinyJit(prefill)
+        return self.prefills[mode]
+
+    def prefill(self, prompt: list[int], params: Tensor, mode: SamplingMode) -> int:
+        """Writes `prompt` into the (reset) cache chunk by chunk and returns the token sampled after it.
+
+        A chunk ending near the end of the cache starts earlier (at max_context - chunk) and writes some rows again:
+        the same tokens at the same positions over the same earlier rows, so the same values."""
+        step, token = self.prefill_step(mode), -1
+        for begin in range(0, len(prompt), self.chunk):
+            end = min(begin + self.chunk, len(prompt))
+            start = min(begin, self.model.max_context - self.chunk)  # end <= len(prompt) <= max_context
+            chunk = prompt[start:end]
+            tokens = np.zeros((1, self.chunk), np.int32)
+            tokens[0, : len(chunk)] = chunk
+            position, length = self.chunk_start_variable.bind(start), self.length_variable.bind(len(chunk))
+            token = int(step(Tensor(tokens), position, length, params).numpy()[0])
+        self.position = len(prompt)
+        return token
 
     def reset(self) -> None:
         """Clears the KV cache (the next `generate` starts from an empty context)."""
@@ -132,10 +184,7 @@ class Generator:
         mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
         step = self.step(mode)
         started = time.perf_counter()
-        ids = Tensor(np.array([prompt], np.int32))
-        logits = self.model.forward_embedded(self.model.embed(ids).contiguous(), 0)[0, -1]
-        token = int(sample_on_device(logits, sampling_params(temperature, top_k, top_p, rng), mode).numpy()[0])
-        self.position = len(prompt)
+        token = self.prefill(prompt, sampling_params(temperature, top_k, top_p, rng), mode)
         stats.prefill_tokens, stats.prefill_seconds = len(prompt), time.perf_counter() - started
         yield token
         produced = 1
