@@ -136,10 +136,11 @@ def test_embed_reads_the_picked_rows_only(kind: str, count: int) -> None:
 
 
 def test_prompts_of_random_lengths_compile_nothing(chat_model_dir: pathlib.Path) -> None:
-    """The jitted prefill: after one prompt, 20 prompts of random lengths (one to four chunks, any remainder) and the
-    decode after each compile nothing, and each prompt's greedy tokens equal those of a one-chunk prefill."""
+    """The jitted prefill: after one prompt, 20 prompts of random lengths (one to three chunks, any remainder) and the
+    decode after each compile nothing, and each prompt's greedy tokens equal those of a one-chunk prefill. Chunks of
+    24 in a 64-row cache: a prompt past 48 tokens has its last chunk start at 40, before the previous chunk's end."""
     loaded = load_model(chat_model_dir, max_context=64)
-    chunked, whole = Generator(loaded, prefill_chunk=16), Generator(load_model(chat_model_dir, max_context=64))
+    chunked, whole = Generator(loaded, prefill_chunk=24), Generator(load_model(chat_model_dir, max_context=64))
     assert whole.chunk == 64
     rng = np.random.default_rng(7)
     vocab = chunked.config.vocab_size
@@ -147,6 +148,7 @@ def test_prompts_of_random_lengths_compile_nothing(chat_model_dir: pathlib.Path)
     engine = default_engine()
     built = engine.programs_built
     lengths = rng.integers(1, 60, 20)
+    assert (lengths > 48).sum() >= 3 and (lengths <= 24).sum() >= 3
     got = [list(chunked.generate(rng.integers(0, vocab, n).tolist(), max_tokens=3)) for n in lengths]
     assert engine.programs_built == built, f"{engine.programs_built - built} programs compiled for new prompt lengths"
     rng = np.random.default_rng(7)
