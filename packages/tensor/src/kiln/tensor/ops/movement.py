@@ -16,6 +16,9 @@ from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.promotion import result_type
 from kiln.tensor.symbolic import (
+    BoundVariable,
+    Variable,
+    carries_variable,
     describe_variables,
     format_shape,
     format_size,
@@ -25,7 +28,7 @@ from kiln.tensor.symbolic import (
     settle,
     sizes_equal,
 )
-from kiln.uops import ConstType, Ops, dtypes
+from kiln.uops import ConstType, Ops, UOp, dtypes
 
 __all__ = ["MovementMixin"]
 
@@ -391,9 +394,9 @@ class MovementMixin(TensorCore):
             raise ValueError("split needs a tensor with at least one dim")
         index = normalize_axis(dim, self.shape, "split dim")
         length = self.shape[index]
-        if isinstance(sizes, (list, tuple)) and (type(length) is not int or any(type(s) is not int for s in sizes)):
+        if isinstance(sizes, (list, tuple)) and (type(length) is not int or any(_symbolic(size) for size in sizes)):
             parts = [check_size(size, "split size") for size in sizes]  # a bound Variable among the sizes or the dim
-            if not sizes_equal(sum(parts), length):
+            if any(type(part) is int and part < 0 for part in parts) or not sizes_equal(sum(parts), length):
                 raise ValueError(
                     f"split sizes ({', '.join(format_size(part) for part in parts)}) must sum to the dim size "
                     f"{format_size(length)} (dim {index}) for every value of their variables "
@@ -535,6 +538,11 @@ def _grow(x: TensorT, grow: tuple[tuple[int, int], ...], value: ConstType) -> Te
     inside = x._const(True, x.shape, dtypes.bool, x.device)._movement(Ops.PAD, grow)
     fill = x._const(value, padded.shape, x.dtype, x.device)
     return inside._ternary(Ops.WHERE, padded, fill)
+
+
+def _symbolic(value: object) -> bool:
+    # a bound Variable (or an expression of one, or a Tensor standing for one) where a size is expected
+    return isinstance(value, (BoundVariable, Variable, UOp)) or carries_variable(value)
 
 
 def _take(x: TensorT, axis: int, start: int, end: int) -> TensorT:

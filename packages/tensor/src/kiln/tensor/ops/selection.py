@@ -174,8 +174,9 @@ class SelectionMixin(TensorCore):
         stride = 1
         for axis in reversed(range(self.ndim)):
             coordinate = positions // stride
-            # the first dim's coordinate is below its size already (and that size may be a bound Variable)
-            columns.append(found.where(coordinate % self.shape[axis] if axis else coordinate, fill_value))
+            # a first dim of bound-Variable size needs no wrap: its coordinate is below its size already
+            length = self.shape[axis]
+            columns.append(found.where(coordinate if type(length) is not int else coordinate % length, fill_value))
             stride *= self.shape[axis]
         columns.reverse()
         if as_tuple:
