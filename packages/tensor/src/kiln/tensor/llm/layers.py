@@ -19,7 +19,7 @@ from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight, linear
 from kiln.tensor.nn import Module, RMSNorm
 from kiln.tensor.state.state_dict import IncompatibleKeys
-from kiln.tensor.symbolic import Size
+from kiln.tensor.symbolic import Size, max_int
 from kiln.tensor.tensor import Tensor
 
 __all__ = [
@@ -327,9 +327,13 @@ class MoE(WeightModule):
     """Pre-normed top-k routed SwiGLU experts (softmax over the router's logits, the k best, renormalized when
     configured), plus a shared expert behind a sigmoid gate when the config has one (Qwen MoE).
 
-    Sparse: each token runs only its k chosen experts, whose matrices are gathered per token on the device (a
-    one-hot product that reads the picked experts' weights only, quantized ones decoded as they are read); an
-    unchosen expert's weights are never read, so they cannot reach the output.
+    Sparse where it pays: when the tokens' picks are fewer than the experts (decode: k of E), each token runs only
+    its k chosen experts, whose matrices are gathered per token on the device (a one-hot product that reads the
+    picked experts' weights only, quantized ones decoded as they are read; the gathered matrices are written once as
+    float32 before the products read them). With as many picks as experts or more (a prompt), gathering a copy of an
+    expert per token would cost more than reading every expert once, so every expert runs over the tokens and each
+    token selects its experts' results. Either way an unchosen expert's values never reach a token's output (NaN
+    weights there stay out). The choice follows the largest token count the shapes allow, not their values.
     """
 
     def __init__(self, config: LlamaConfig) -> None:
@@ -357,16 +361,35 @@ class MoE(WeightModule):
         top, chosen = probs.topk(self._used, dim=-1)
         if self._normalize:
             top = top / top.sum(-1, keepdim=True)
-        # a one-hot (B, T, k, E, 1) of each token's chosen experts: the products below read their matrices only
-        hot = (chosen.unsqueeze(-1) == Tensor.arange(self._experts)).where(1.0, 0.0).unsqueeze(-1)
+        if max_int(x.shape[0]) * max_int(x.shape[1]) * self._used < self._experts:
+            out = self._gathered(x, top, chosen)
+        else:
+            out = self._per_expert(x, top, chosen)
+        if hasattr(self, "ffn_gate_shexp"):
+            shared = self.ffn_down_shexp(self.ffn_gate_shexp(x).silu() * self.ffn_up_shexp(x))
+            out = out + shared * self.ffn_gate_inp_shexp(x).sigmoid()
+        return out
+
+    def _gathered(self, x: Tensor, top: Tensor, chosen: Tensor) -> Tensor:
+        """Each token's k experts with their matrices gathered for it (the one-hot product below reads the picked
+        matrices only)."""
+        hot = (chosen.unsqueeze(-1) == Tensor.arange(self._experts)).where(1.0, 0.0).unsqueeze(-1)  # (B,T,k,E,1)
         rows = x.unsqueeze(2).unsqueeze(2)  # (B, T, 1, 1, dim)
         gate = (rows * self.ffn_gate_exps.picked(hot)).sum(-1)  # (B, T, k, hidden)
         up = (rows * self.ffn_up_exps.picked(hot)).sum(-1)
         down = ((gate.silu() * up).unsqueeze(-2) * self.ffn_down_exps.picked(hot)).sum(-1)  # (B, T, k, dim)
-        out = (down * top.unsqueeze(-1)).sum(2)
-        if hasattr(self, "ffn_gate_shexp"):
-            shared = self.ffn_down_shexp(self.ffn_gate_shexp(x).silu() * self.ffn_up_shexp(x))
-            out = out + shared * self.ffn_gate_inp_shexp(x).sigmoid()
+        return (down * top.unsqueeze(-1)).sum(2)
+
+    def _per_expert(self, x: Tensor, top: Tensor, chosen: Tensor) -> Tensor:
+        """Every expert over every token, each token keeping the results of its k experts (selected, not multiplied
+        by a zero share, so an unchosen expert's values never reach the output)."""
+        gates, ups, downs = self.ffn_gate_exps.weight, self.ffn_up_exps.weight, self.ffn_down_exps.weight
+        out = x.float() * 0.0
+        for expert in range(self._experts):
+            picked = chosen == expert  # (B, T, k): at most one true per token
+            share = (picked.where(top, 0.0)).sum(-1, keepdim=True)  # (B, T, 1)
+            result = linear(linear(x, gates[expert]).silu() * linear(x, ups[expert]), downs[expert])
+            out = out + picked.any(-1, keepdim=True).where(result * share, 0.0)
         return out
 
 
