@@ -3,7 +3,9 @@
 Both formats are read into memory kiln owns (kiln.tensor.state's copy-on-load: nothing done to the file afterwards
 reaches the model). GGUF tensors keep their encoding: F32 / F16 / BF16 as their bytes behind a lazy decode,
 block-quantized ones (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, ...) as `QuantizedWeight`s decoded inside the matmul kernels.
-Safetensors names are mapped to the GGUF names the model uses; per-expert matrices are stacked.
+Safetensors names are mapped to the GGUF names the model uses; per-expert matrices are stacked. The model is built
+from its config (kiln.tensor.llm.model, .layers) and takes the weights through `load_state_dict`, which names a
+missing, unexpected or wrongly shaped weight.
 """
 
 from __future__ import annotations
