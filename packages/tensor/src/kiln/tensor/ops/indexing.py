@@ -25,43 +25,25 @@ from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
+from kiln.tensor.ops.slice_spec import SYMBOLIC_INDEX, DimIndex, size_text, slice_spec
 from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.symbolic import (
-    BoundVariable,
-    Variable,
     bound_int,
-    carries_variable,
-    describe_variables,
     format_shape,
-    format_size,
     max_int,
     provably_le,
     settle,
 )
-from kiln.uops import ConstType, Ops, UOp, dtypes
+from kiln.uops import ConstType, Ops, dtypes
 
 __all__ = ["IndexingMixin"]
 
 
 @dataclass(frozen=True)
-class _DimIndex:
-    """How one source dim is indexed: kind 'int' (position `first`), 'slice' (`count` elements from `first` every
-    `stride`, after flipping when `flip`), or 'full' (kept whole for an advanced index). A slice with a bound
-    Variable in its bounds or its dim's size also keeps its `end` (the window is [first, end), cut every `stride`)."""
-
-    kind: str
-    first: int = 0
-    count: int = 0
-    stride: int = 1
-    flip: bool = False
-    end: int | None = None
-
-
-@dataclass(frozen=True)
 class _BasicIndex:
-    """The basic part of an index: one `_DimIndex` per source dim and where None inserts new dims."""
+    """The basic part of an index: one `DimIndex` per source dim and where None inserts new dims."""
 
-    dims: tuple[_DimIndex, ...]
+    dims: tuple[DimIndex, ...]
     new_dims: tuple[int, ...]  # positions of the size-1 dims None inserts, in the result of the basic part
 
     def kept_sizes(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -186,7 +168,7 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
                 raise IndexDtypeError(f"index tensors must have an integer or bool dtype, got {item.dtype!r}")
         elif item is None or item is Ellipsis or isinstance(item, slice):
             expanded.append(item)
-        elif isinstance(item, _SYMBOLIC):  # a bound Variable picks one position, proven inside the dim by shrink
+        elif isinstance(item, SYMBOLIC_INDEX):  # a bound Variable picks one position, proven inside the dim by shrink
             expanded.append(("variable", check_size(item, "index")))
         elif hasattr(item, "__index__"):
             expanded.append(check_int(item, "index"))
@@ -216,7 +198,7 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
     else:
         expanded += fill
 
-    dims: list[_DimIndex] = []
+    dims: list[DimIndex] = []
     new_dims: list[int] = []
     advanced: list[tuple[int, TensorT]] = []
     kept = 0  # dims of the basic result so far
@@ -231,22 +213,22 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
             if type(size) is not int:  # a dim of bound-Variable size: the position must be inside for every value
                 if not provably_le(entry + 1 if entry >= 0 else -entry, size):
                     raise IndexError(
-                        f"index {entry} is out of bounds for dim {source} of size {_size_text(size)} for some values "
+                        f"index {entry} is out of bounds for dim {source} of size {size_text(size)} for some values "
                         f"of its variables (shape {format_shape(x.shape)})"
                     )
-                dims.append(_DimIndex("int", cast(int, settle(entry + size)) if entry < 0 else entry))
+                dims.append(DimIndex("int", cast(int, settle(entry + size)) if entry < 0 else entry))
                 continue
             if not -size <= entry < size:
                 raise IndexError(f"index {entry} is out of bounds for dim {source} of size {size} (shape {x.shape})")
-            dims.append(_DimIndex("int", entry + size if entry < 0 else entry))
+            dims.append(DimIndex("int", entry + size if entry < 0 else entry))
             continue
         if isinstance(entry, slice):
-            dims.append(_slice_spec(entry, x.shape[source]))
+            dims.append(slice_spec(entry, x.shape[source]))
             kept += 1
             continue
         kind, data = entry
         if kind == "variable":
-            dims.append(_DimIndex("int", data))
+            dims.append(DimIndex("int", data))
             continue
         if kind == "mask":
             mask_shape = tuple(data.shape)
@@ -259,7 +241,7 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
             host = data.numpy() if isinstance(data, TensorCore) else data
             for axis, positions in enumerate(np.nonzero(host)):
                 advanced.append((source + axis, type(x)(positions.astype(np.int32), device=x.device)))
-                dims.append(_DimIndex("full"))
+                dims.append(DimIndex("full"))
                 kept += 1
             continue
         if kind == "host":
@@ -271,72 +253,9 @@ def _parse(x: TensorT, index: Any) -> _ParsedIndex[TensorT]:
         elif data.device != x.device:
             raise ValueError(f"index tensor is on {data.device!r} but the indexed tensor on {x.device!r}")
         advanced.append((source, data))
-        dims.append(_DimIndex("full"))
+        dims.append(DimIndex("full"))
         kept += 1
     return _ParsedIndex(_BasicIndex(tuple(dims), tuple(new_dims)), tuple(advanced))
-
-
-def _slice_spec(item: slice, size: int) -> _DimIndex:
-    if _symbolic_slice(item, size):
-        return _symbolic_slice_spec(item, size)
-    for name, value in (("start", item.start), ("stop", item.stop), ("step", item.step)):
-        if value is not None and (isinstance(value, bool) or not hasattr(value, "__index__")):
-            raise TypeError(f"slice {name} must be an int or None, got {value!r}")
-    if item.step == 0:
-        raise ValueError("slice step cannot be zero")
-    start, stop, step = item.indices(size)
-    count = len(range(start, stop, step))
-    if count == 0:
-        return _DimIndex("slice", 0, 0, 1, False)
-    if step > 0:
-        return _DimIndex("slice", start, count, step, False)
-    return _DimIndex("slice", size - 1 - start, count, -step, True)
-
-
-_SYMBOLIC = (BoundVariable, Variable, UOp)
-
-
-def _symbolic_slice(item: slice, size: int) -> bool:
-    return (
-        type(size) is not int
-        or isinstance(item.start, _SYMBOLIC)
-        or isinstance(item.stop, _SYMBOLIC)
-        or carries_variable(item.start)
-        or carries_variable(item.stop)
-    )
-
-
-def _symbolic_slice_spec(item: slice, size: int) -> _DimIndex:
-    """A slice with a bound Variable in its start or stop (or over a symbolic dim): bounds counted from the front,
-    proven inside the dim for every value of the variables (by the shrink it becomes), any positive step; a
-    negative step only over the whole dim (`x[::-2]`: the dim flipped, then every second)."""
-    step = 1 if item.step is None else check_int(item.step, "slice step")
-    if step == 0:
-        raise ValueError("slice step cannot be zero")
-    if step < 0:
-        if item.start is not None or item.stop is not None:
-            raise ValueError(
-                f"a slice with a bound Variable takes a negative step only over the whole dim (x[::{step}]), got "
-                f"start {item.start!r} and stop {item.stop!r} with step {step}"
-            )
-        return _DimIndex("slice", 0, _stepped_count(size, -step), -step, True, size)
-    start = 0 if item.start is None else check_size(item.start, "slice start")
-    stop = size if item.stop is None else check_size(item.stop, "slice stop")
-    # a negative int counts from the end, as in Python (x[:n][:-1] keeps n - 1 rows); the shrink proves the bounds
-    start = cast(int, settle(size + start)) if type(start) is int and start < 0 else start
-    stop = cast(int, settle(size + stop)) if type(stop) is int and stop < 0 else stop
-    span = stop if type(start) is int and start == 0 else stop - start
-    return _DimIndex("slice", start, _stepped_count(span, step), step, False, stop)
-
-
-def _stepped_count(span: int, step: int) -> int:
-    # how many elements a slice of `span` elements keeps taking every `step`-th: ceil(span / step)
-    return cast(int, settle(span if step == 1 else (span + (step - 1)) // step))
-
-
-def _size_text(size: int) -> str:
-    # a dim's size for messages: an int, or a bound Variable expression with its value and its variables' ranges
-    return str(size) if type(size) is int else f"{format_size(size)} ({describe_variables(size)})"
 
 
 class IndexDtypeError(IndexError, TypeError):

@@ -14,6 +14,7 @@ from typing import Any, Self, cast
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_size, normalize_axis
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.padding import check_mode_pad, mode_pad_dim
 from kiln.tensor.ops.promotion import result_type
 from kiln.tensor.symbolic import (
     BoundVariable,
@@ -24,7 +25,6 @@ from kiln.tensor.symbolic import (
     format_size,
     is_symbolic,
     pairs_symbolic,
-    provably_le,
     settle,
     sizes_equal,
 )
@@ -280,7 +280,7 @@ class MovementMixin(TensorCore):
         if pairs_symbolic(pairs) or is_symbolic(self.shape):
             if mode == "constant":
                 return _grow(self, tuple(pairs), value)  # the graph proves every amount >= 0
-            _check_symbolic_mode_pad(pairs, mode)  # int amounts >= 0 over a symbolic shape: the mode's ops below
+            check_mode_pad(pairs, mode)  # int amounts >= 0 over a symbolic shape: the mode's ops below
         if mode == "constant":
             return _constant_pad(self, pairs, value)
         # negative amounts crop. PyTorch's order: 'circular' wraps the cropped tensor; 'reflect' and 'replicate'
@@ -290,7 +290,7 @@ class MovementMixin(TensorCore):
         result = _constant_pad(self, cropping, 0) if crops and mode == "circular" else self
         for axis, (before, after) in enumerate((max(0, before), max(0, after)) for before, after in pairs):
             if before or after:
-                result = _mode_pad_dim(result, axis, before, after, mode)
+                result = mode_pad_dim(result, axis, before, after, mode)
         if crops and mode != "circular":
             result = _constant_pad(result, cropping, 0)
         return result
@@ -543,53 +543,6 @@ def _grow(x: TensorT, grow: tuple[tuple[int, int], ...], value: ConstType) -> Te
 def _symbolic(value: object) -> bool:
     # a bound Variable (or an expression of one, or a Tensor standing for one) where a size is expected
     return isinstance(value, (BoundVariable, Variable, UOp)) or carries_variable(value)
-
-
-def _take(x: TensorT, axis: int, start: int, end: int) -> TensorT:
-    bounds: list[tuple[int, int] | None] = [None] * x.ndim
-    bounds[axis] = (start, end)
-    return x.shrink(bounds)
-
-
-def _check_symbolic_mode_pad(pairs: Sequence[tuple[int, int]], mode: str) -> None:
-    """A 'reflect' / 'replicate' / 'circular' pad of a tensor with a bound Variable in its shape takes int amounts
-    >= 0 (ValueError otherwise): the amounts are the sizes of the copied edges."""
-    for before, after in pairs:
-        for amount in (before, after):
-            if type(amount) is not int:
-                raise ValueError(
-                    f"pad mode {mode!r} takes int amounts, got {format_size(amount)} with variable(s) "
-                    f"{describe_variables(amount)}: only mode 'constant' pads by a bound Variable"
-                )
-            if amount < 0:
-                raise ValueError(
-                    f"pad mode {mode!r} of a tensor with a bound Variable in its shape cannot crop: got amount "
-                    f"{amount} (negative amounts need int shapes)"
-                )
-
-
-def _fits(amount: int, size: int, mode: str, rule: str) -> None:
-    # `amount <= size` for every value of size's variables, else ValueError naming the mode, the rule and the range
-    if not provably_le(amount, size):
-        shown = format_size(size) if type(size) is int else f"{format_size(size)} ({describe_variables(size)})"
-        raise ValueError(f"{mode} padding {rule}: needs the dim size >= {amount}, got {shown}")
-
-
-def _mode_pad_dim(x: TensorT, axis: int, before: int, after: int, mode: str) -> TensorT:
-    size = x.shape[axis]
-    if mode == "reflect":
-        _fits(max(before, after) + 1, size, mode, f"({before}, {after}) must be smaller than the dim size")
-        head = _take(x, axis, 1, before + 1).flip(axis)
-        tail = _take(x, axis, size - 1 - after, size - 1).flip(axis)
-    elif mode == "replicate":
-        _fits(1, size, mode, "needs a non-empty dim")
-        head = _take(x, axis, 0, 1).repeat(*[before if i == axis else 1 for i in range(x.ndim)])
-        tail = _take(x, axis, size - 1, size).repeat(*[after if i == axis else 1 for i in range(x.ndim)])
-    else:
-        _fits(max(before, after), size, mode, f"({before}, {after}) must not exceed the dim size")
-        head = _take(x, axis, size - before, size)
-        tail = _take(x, axis, 0, after)
-    return head.cat(x, tail, dim=axis)
 
 
 def _triangle(x: TensorT, diagonal: int, lower: bool) -> TensorT:

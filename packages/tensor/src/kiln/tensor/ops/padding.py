@@ -9,18 +9,22 @@ Convolution and pooling take their padding in one of three spellings:
 
 A negative amount crops that many cells from that side before the windows slide (tinygrad's convention; PyTorch's
 convolution rejects it). `crop_and_pad` applies one (before, after) pair per dim: crops first, then pads.
+
+`mode_pad_dim` pads one dim by mirroring ('reflect'), repeating the edge ('replicate') or wrapping ('circular'),
+`Tensor.pad`'s non-constant modes; over a dim of bound-Variable size its amounts must fit every value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kiln.tensor.core import TensorT
 from kiln.tensor.ops._checks import check_int
-from kiln.tensor.symbolic import provably_le
+from kiln.tensor.symbolic import describe_variables, format_size, provably_le
 from kiln.uops import Ops
 
-__all__ = ["crop_and_pad", "spatial_padding"]
+__all__ = ["check_mode_pad", "crop_and_pad", "mode_pad_dim", "spatial_padding"]
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -60,3 +64,53 @@ def crop_and_pad(x: TensorT, pairs: Pairs, what: str) -> TensorT:
     if any(pair != (0, 0) for pair in grow):
         result = result._movement(Ops.PAD, grow)
     return result
+
+
+def _take(x: TensorT, axis: int, start: int, end: int) -> TensorT:
+    bounds: list[tuple[int, int] | None] = [None] * x.ndim
+    bounds[axis] = (start, end)
+    return x.shrink(bounds)
+
+
+def check_mode_pad(pairs: Sequence[tuple[int, int]], mode: str) -> None:
+    """A 'reflect' / 'replicate' / 'circular' pad of a tensor with a bound Variable in its shape takes int amounts
+    >= 0 (ValueError otherwise): the amounts are the sizes of the copied edges."""
+    for before, after in pairs:
+        for amount in (before, after):
+            if type(amount) is not int:
+                raise ValueError(
+                    f"pad mode {mode!r} takes int amounts, got {format_size(amount)} with variable(s) "
+                    f"{describe_variables(amount)}: only mode 'constant' pads by a bound Variable"
+                )
+            if amount < 0:
+                raise ValueError(
+                    f"pad mode {mode!r} of a tensor with a bound Variable in its shape cannot crop: got amount "
+                    f"{amount} (negative amounts need int shapes)"
+                )
+
+
+def _fits(amount: int, size: int, mode: str, rule: str) -> None:
+    # `amount <= size` for every value of size's variables, else ValueError naming the mode, the rule and the range
+    if not provably_le(amount, size):
+        shown = format_size(size) if type(size) is int else f"{format_size(size)} ({describe_variables(size)})"
+        raise ValueError(f"{mode} padding {rule}: needs the dim size >= {amount}, got {shown}")
+
+
+def mode_pad_dim(x: TensorT, axis: int, before: int, after: int, mode: str) -> TensorT:
+    """`x` with `before` / `after` cells added along dim `axis` by `mode` ('reflect': mirrored without the edge,
+    'replicate': the edge repeated, 'circular': wrapped around); ValueError when the dim is too small for the amounts
+    (for every value of its variables when its size holds a bound Variable)."""
+    size = x.shape[axis]
+    if mode == "reflect":
+        _fits(max(before, after) + 1, size, mode, f"({before}, {after}) must be smaller than the dim size")
+        head = _take(x, axis, 1, before + 1).flip(axis)
+        tail = _take(x, axis, size - 1 - after, size - 1).flip(axis)
+    elif mode == "replicate":
+        _fits(1, size, mode, "needs a non-empty dim")
+        head = _take(x, axis, 0, 1).repeat(*[before if i == axis else 1 for i in range(x.ndim)])
+        tail = _take(x, axis, size - 1, size).repeat(*[after if i == axis else 1 for i in range(x.ndim)])
+    else:
+        _fits(max(before, after), size, mode, f"({before}, {after}) must not exceed the dim size")
+        head = _take(x, axis, size - before, size)
+        tail = _take(x, axis, 0, after)
+    return head.cat(x, tail, dim=axis)
