@@ -148,3 +148,32 @@ def test_expressions_of_a_variable_tensor_as_sizes() -> None:
         x[: v - 2]  # k - 2 < 0 for k = 1
     with pytest.raises(TypeError):
         x[: v + 0.5]  # a float is no size
+
+
+def test_reductions_scans_and_random_over_a_variable_replay(engine: Engine) -> None:
+    ties = np.random.default_rng(38).integers(-3, 4, (8, 4)).astype(np.float32)
+    x = Tensor(ties).realize()
+
+    def plain(rows: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+        part = rows[:v]
+        return part.argmax(0), part.cumsum(0), part.sort(0)[1], part.median(0)[0], Tensor.rand(v, 3)
+
+    step = TinyJit(plain)
+    Tensor.manual_seed(3)
+    replayed = []
+    built = None
+    for call, n in enumerate(VALUES):
+        replayed.append([out.numpy() for out in step(x, N.bind(n))])
+        if call == 1:
+            built = engine.programs_built
+    assert engine.programs_built == built, "a replay compiled a program"
+    Tensor.manual_seed(3)
+    for n, outputs in zip(VALUES, replayed):
+        want = ties[:n]
+        np.testing.assert_array_equal(outputs[0], want.argmax(0))
+        np.testing.assert_array_equal(outputs[1], np.cumsum(want, 0))
+        np.testing.assert_array_equal(outputs[2], np.argsort(want, 0, kind="stable"))
+        np.testing.assert_array_equal(outputs[3], np.sort(want, 0)[(n - 1) // 2])
+        uniform = plain(x, N.bind(n))[4].numpy()  # the plain function draws the same stream
+        np.testing.assert_array_equal(outputs[4], uniform)
+        assert uniform.shape == (n, 3) and ((uniform >= 0) & (uniform < 1)).all()
