@@ -35,7 +35,8 @@ from ptx_model import PTXModel
 
 from kiln.codegen import Program, get_program, run_program
 from kiln.renderers import ptx as ptx_module
-from kiln.renderers.ptx import PTX_VERSION, PTXAssemblerError, PTXCompiler, PTXRenderer, find_ptxas, float_literal
+from kiln.renderers.ptx import PTX_VERSION, PTXAssemblerError, PTXCompiler, PTXRenderer, find_ptxas
+from kiln.renderers.ptx_rules import float_literal
 from kiln.renderers.tensor_cores import TENSOR_CORES_SM80
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.uops import DType, Ops, PtrDType, dtypes

@@ -10,6 +10,7 @@ first used and raises `ToolchainNotFoundError` naming what to install if it is m
 from kiln.renderers.amd import AMDCompileError, AMDCompiler, AMDRenderer
 from kiln.renderers.amd_toolchain import AMD_CLANG, AMDToolchain, amd_toolchain_available, find_amd_toolchain
 from kiln.renderers.c import CCompiler, CompileError, CRenderer
+from kiln.renderers.c_dialect import C_DIALECT, CDialect
 from kiln.renderers.c_style import ENTRY_NAME, CStyleRenderer, CStyleWriter, pm_c_style
 from kiln.renderers.core_launcher import CoreLauncher, core_launcher_for, launcher_supported
 from kiln.renderers.cpu_renderers import cpu_renderers, renderers_for
@@ -23,10 +24,11 @@ from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundErr
 from kiln.renderers.opencl import OpenCLCompileError, OpenCLCompiler, OpenCLRenderer
 from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, opencl_available, opencl_targets
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
+from kiln.renderers.ptx_rules import pm_ptx
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
 from kiln.renderers.target import AMD_TARGETS, Target, TargetRenderer, nvidia_target, tensor_core_of
 from kiln.renderers.tensor_cores import TENSOR_CORES_GFX942, TENSOR_CORES_GFX1100, TENSOR_CORES_METAL, TENSOR_CORES_SM80
-from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainNotFoundError, find_c_compiler
+from kiln.renderers.toolchain import CPU_CC, CToolchain, ToolchainCompiler, ToolchainNotFoundError, find_c_compiler
 from kiln.renderers.webgpu_library import WebGPUNotFoundError, webgpu_available
 from kiln.renderers.wgsl import WGSLCompileError, WGSLCompiler, WGSLRenderer
 
@@ -54,6 +56,8 @@ __all__ = [
     "Target",
     "TargetRenderer",
     "CCompiler",
+    "CDialect",
+    "C_DIALECT",
     "CRenderer",
     "CStyleRenderer",
     "CStyleWriter",
@@ -80,6 +84,7 @@ __all__ = [
     "PTXRenderer",
     "PythonCompiler",
     "PythonRenderer",
+    "ToolchainCompiler",
     "ToolchainNotFoundError",
     "WGSLCompileError",
     "WGSLCompiler",
@@ -100,6 +105,7 @@ __all__ = [
     "parse_linear",
     "pm_c_style",
     "pm_llvm_ir",
+    "pm_ptx",
     "render_linear",
     "tensor_core_of",
     "webgpu_available",
