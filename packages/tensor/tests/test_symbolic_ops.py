@@ -183,3 +183,39 @@ def test_nonzero_of_a_tensor_with_a_variable_first_dim(engine: Engine) -> None:
         x[: N.bind(3)].T.nonzero()
     with pytest.raises(ValueError, match=r"quantile along dim 0 of size n=3 \('n' in \[1, 10\]"):
         x[: N.bind(3)].quantile(0.5, dim=0)
+
+
+def test_diagonal_trace_and_corrcoef_of_variable_matrices(engine: Engine) -> None:
+    x = Tensor(DATA).realize()
+    few = Variable("r", 1, 6)  # at most the 6 columns: the diagonal runs down the rows
+
+    def run(value: int) -> None:
+        rows = min(value, 6)
+        narrow, want = x[: few.bind(rows)], DATA[:rows]
+        np.testing.assert_array_equal(narrow.diagonal().numpy(), np.diagonal(want))
+        np.testing.assert_array_equal(narrow.diagonal(-1).numpy(), np.diagonal(want, -1))
+        assert narrow.trace().item() == pytest.approx(np.trace(want), rel=1e-6, abs=1e-6)
+        if value > 1:
+            tall = x[: N.bind(value)]
+            np.testing.assert_allclose(tall.cov().numpy(), np.cov(DATA[:value]), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(tall.corrcoef().numpy(), np.corrcoef(DATA[:value]), rtol=1e-4, atol=1e-5)
+
+    _each_value(engine, run, (2, 4, 6, 10))
+    with pytest.raises(ValueError, match=r"diagonal 0 of a \(n=3, 6\) matrix: its length would switch"):
+        x[: N.bind(3)].diagonal()
+    with pytest.raises(ValueError, match=r"unfold along dim 0 of size n=3 \('n' in \[1, 10\]"):
+        x[: N.bind(3)].unfold(0, 2, 1)
+
+
+def test_matmul_of_variable_rows_by_a_large_matrix(engine: Engine) -> None:
+    # a large right operand is copied into column panels first: rows of bound-Variable size count at their largest
+    rows = Variable("rows", 1, 96)
+    left = np.random.default_rng(41).standard_normal((96, 1024)).astype(np.float32)
+    right = np.random.default_rng(42).standard_normal((1024, 520)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+
+    def run(value: int) -> None:
+        got = (a[: rows.bind(value)] @ b).numpy()
+        np.testing.assert_allclose(got, left[:value] @ right, rtol=1e-4, atol=1e-3)
+
+    _each_value(engine, run, (70, 1, 96, 33))

@@ -9,12 +9,13 @@ import itertools
 import math
 import re
 from collections.abc import Sequence
-from typing import Self
+from typing import Self, cast
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
-from kiln.tensor.symbolic import describe_variables, format_size, provably_le
-from kiln.uops import dtypes
+from kiln.tensor.ops.creation import iota
+from kiln.tensor.symbolic import describe_variables, format_size, provably_le, settle
+from kiln.uops import Ops, dtypes
 
 __all__ = ["LayoutMixin"]
 
@@ -197,6 +198,8 @@ class LayoutMixin(TensorCore):
             raise ValueError(f"diagonal dim1 and dim2 must differ, got {dim1} and {dim2}")
         x = self.movedim((first, second), (-2, -1))
         rows, columns = x.shape[-2:]
+        if type(rows) is not int or type(columns) is not int:
+            return _symbolic_diagonal(x, check_int(offset, "diagonal offset"))
         start_row, start_column = max(0, -offset), max(0, offset)
         length = max(0, min(rows - start_row, columns - start_column))
         batch = x.shape[:-2]
@@ -235,6 +238,11 @@ class LayoutMixin(TensorCore):
         """
         index = normalize_axis(dimension, self.shape, "unfold dimension")
         length = self.shape[index] if self.ndim else 1
+        if type(length) is not int:
+            raise ValueError(
+                f"unfold along dim {index} of size {format_size(length)} ({describe_variables(length)}): the number "
+                "of windows would change with the variable"
+            )
         if check_int(size, "unfold size") < 0 or size > length:
             raise ValueError(f"unfold size {size} must be between 0 and the dim's length {length}")
         if check_int(step, "unfold step") <= 0:
@@ -408,3 +416,27 @@ def _roll_symbolic(x: TensorT, shift: int, index: int) -> TensorT:
         return x
     head, tail = x.split([length - amount, amount], index)
     return tail.cat(head, dim=index)
+
+
+def _symbolic_diagonal(x: TensorT, offset: int) -> TensorT:
+    """The `offset` diagonal of the last two dims of `x`, one of which holds a bound Variable: the diagonal must end
+    at the same side for every value (its length is then that side's size), else ValueError naming the variable.
+    The elements are picked from the square it spans by comparing positions (one kernel for every value)."""
+    rows, columns = x.shape[-2:]
+    start_row, start_column = max(0, -offset), max(0, offset)
+    down, across = cast(int, settle(rows - start_row)), cast(int, settle(columns - start_column))
+    if provably_le(down, across):
+        length = down
+    elif provably_le(across, down):
+        length = across
+    else:
+        raise ValueError(
+            f"diagonal {offset} of a ({format_size(rows)}, {format_size(columns)}) matrix: its length would switch "
+            f"between the rows and the columns with the variable ({describe_variables(rows, columns)})"
+        )
+    square = x[..., start_row : start_row + length, start_column : start_column + length]
+    positions = iota(type(x), length, x.device)
+    hits = (positions.reshape(length, 1) == positions.reshape(1, length))._broadcast_to(square.shape)
+    values = square._cast(dtypes.uint8) if square.dtype == dtypes.bool else square
+    picked = hits.where(values, 0)._cast(values.dtype)._reduce(Ops.ADD, (square.ndim - 1,))
+    return picked.reshape(*square.shape[:-1])._cast(x.dtype)

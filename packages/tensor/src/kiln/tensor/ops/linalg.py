@@ -15,6 +15,7 @@ from kiln.tensor import graph
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import ShapeError, broadcast_shapes, check_same_device
 from kiln.tensor.ops.promotion import result_type
+from kiln.tensor.symbolic import max_int
 from kiln.uops import DType, Ops, dtypes
 
 __all__ = ["LinalgMixin", "accumulate_dtype", "accumulated_sum", "multiply_sum", "product_dtype"]
@@ -134,7 +135,13 @@ class LinalgMixin(TensorCore):
                 f"matmul: the batch dims of shapes {self_shape} and {other_shape} do not broadcast "
                 f"({left_shape[:-2]} vs {right_shape[:-2]})"
             ) from None
-        large = rows >= PACKED_MINIMUM_ROWS and inner * columns >= PACKED_MINIMUM_ELEMENTS
+        # panels need int inner and column sizes; rows of bound-Variable size count at their largest value
+        large = (
+            type(inner) is int
+            and type(columns) is int
+            and max_int(rows) >= PACKED_MINIMUM_ROWS
+            and inner * columns >= PACKED_MINIMUM_ELEMENTS
+        )
         if not batch and large:  # 2-D operands only (a vector has 1 row or column)
             left = self.reshape(*left_shape) if left_vector else self
             right = other.reshape(*right_shape) if right_vector else other
