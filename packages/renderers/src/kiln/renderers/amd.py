@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kiln.codegen import TensorCore
 from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
-from kiln.renderers.c_dialect import CDialect
+from kiln.renderers.c_dialect import C_FLOAT_FUNCTIONS, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.target import AMD, amd_target
 from kiln.renderers.toolchain import ToolchainCompiler
@@ -91,15 +91,11 @@ def _run(command: list[str], folder: Path, tool: str, source: str) -> str:
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 _AMD_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
-    (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",
-    (Ops.SQRT, dtypes.float64): "__builtin_sqrt",
-    (Ops.TRUNC, dtypes.float32): "__builtin_truncf",
-    (Ops.TRUNC, dtypes.float64): "__builtin_trunc",
+    **C_FLOAT_FUNCTIONS,
     (Ops.MULACC, dtypes.float16): "__builtin_fmaf16",
-    (Ops.MULACC, dtypes.float32): "__builtin_fmaf",
-    (Ops.MULACC, dtypes.float64): "__builtin_fma",
 }
-"""Builtins the amdgcn backend lowers to instructions (llvm.sqrt.f32 without !fpmath is correctly rounded)."""
+"""C's builtins, which the amdgcn backend lowers to instructions (llvm.sqrt.f32 without !fpmath is correctly
+rounded), and the float16 fma (float16 is native here)."""
 
 AMD_DIALECT = CDialect(
     "C for amdgcn",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kiln.uops import DType, MemoryScope, Ops, dtypes
 
-__all__ = ["C_DIALECT", "C_FLOAT_FUNCTIONS", "C_SCALAR_TYPES", "CDialect"]
+__all__ = ["C_DIALECT", "C_FLOAT_FUNCTIONS", "C_SCALAR_TYPES", "SHORT_SCALAR_TYPES", "CDialect"]
 
 C_SCALAR_TYPES: dict[DType, str] = {
     dtypes.bool: "_Bool",
@@ -32,6 +32,20 @@ C_SCALAR_TYPES: dict[DType, str] = {
     dtypes.float64: "double",
 }
 """C type of each scalar dtype (fp8 and bfloat16 are emulated before rendering)."""
+
+SHORT_SCALAR_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool",
+    dtypes.int8: "char",
+    dtypes.uint8: "uchar",
+    dtypes.int16: "short",
+    dtypes.uint16: "ushort",
+    dtypes.int32: "int",
+    dtypes.uint32: "uint",
+    dtypes.int64: "long",
+    dtypes.uint64: "ulong",
+    dtypes.float32: "float",
+}
+"""The short type names OpenCL C and MSL share (their `long` is 64-bit); each adds its own float types."""
 
 C_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
     (Ops.SQRT, dtypes.float32): "__builtin_sqrtf",

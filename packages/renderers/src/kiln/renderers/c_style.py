@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from kiln.codegen import TensorCore
 from kiln.renderers.c_dialect import C_DIALECT, CDialect
+from kiln.renderers.source_writer import SourceWriter, root_buffer
 from kiln.renderers.target import CompilerT, TargetRenderer, tensor_core_of
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -106,26 +107,13 @@ _NAME_PREFIXES: dict[Ops, str] = {
 }
 
 
-class CStyleWriter:
+class CStyleWriter(SourceWriter):
     """The state of rendering one kernel: names of rendered uops, body lines, typedefs and helpers it needs."""
 
     def __init__(self, language: CStyleRenderer[Any]) -> None:
+        super().__init__()
         self.language = language
-        self.names: dict[UOp, str] = {}
-        self.lines: list[str] = []
-        self.depth = 1
         self.typedefs: dict[str, str] = {}
-        self.helpers: dict[str, str] = {}
-        self._counters: dict[str, int] = {}
-
-    def __getitem__(self, uop: UOp) -> str:
-        return self.names[uop]
-
-    def fresh_name(self, prefix: str) -> str:
-        """A new local name `prefix<n>`."""
-        number = self._counters.get(prefix, 0)
-        self._counters[prefix] = number + 1
-        return f"{prefix}{number}"
 
     def type_name(self, dtype: DType) -> str:
         """The C type of a value of `dtype`, declaring its vector typedef if needed."""
@@ -152,9 +140,6 @@ class CStyleWriter:
         if name not in self.helpers:
             self.helpers[name] = make()
         return name
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
 
     def add(self, uop: UOp) -> None:
         """Render one uop of the linear program, in order."""
@@ -188,7 +173,7 @@ def _index(ctx: CStyleWriter, x: UOp) -> str:
     if x.dtype.base.count == 1:
         return address
     dialect = ctx.language.dialect
-    root = _root_buffer(x).dtype
+    root = root_buffer(x).dtype
     assert isinstance(root, PtrDType)
     space = dialect.vector_pointer_spaces.get(root.scope, "")
     vector = ctx.type_name(x.dtype.base)
@@ -330,7 +315,7 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
         """The kernel's parameter declarations: buffers by slot, then variables by name, then the dialect's extra
         parameters."""
         dialect = self.dialect
-        stored = {_root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
+        stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
         buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
         declarations = []
         for slot, buffer in enumerate(buffers):
@@ -589,10 +574,3 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
 
 _WRAPPING_OPS: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.NEG: "-"}
 _UNSIGNED: dict[DType, DType] = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
-
-
-def _root_buffer(pointer: UOp) -> UOp:
-    # INDEX / AFTER chains end at the DEFINE_GLOBAL/LOCAL/REG they address
-    while pointer.op in (Ops.INDEX, Ops.AFTER):
-        pointer = pointer.src[0]
-    return pointer

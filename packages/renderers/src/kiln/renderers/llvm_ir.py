@@ -27,6 +27,7 @@ from kiln.renderers.llvm_ir_helpers import (
     memory_type,
     threefry_helper,
 )
+from kiln.renderers.source_writer import root_buffer
 from kiln.renderers.target import CPU, TargetRenderer
 from kiln.uops import (
     AxisKind,
@@ -656,7 +657,7 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
         writer = LLVMWriter(vector_ldexp=self.vector_ldexp)
         for uop in uops:
             writer.add(uop)
-        stored = {_root(u.src[0]) for u in uops if u.op is Ops.STORE}
+        stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
         parameters = []
         for buffer in sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg):
             access = "noalias" if buffer in stored else "noalias readonly"
@@ -678,9 +679,3 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
                 "",
             ]
         )
-
-
-def _root(pointer: UOp) -> UOp:
-    while pointer.op in (Ops.INDEX, Ops.AFTER):
-        pointer = pointer.src[0]
-    return pointer

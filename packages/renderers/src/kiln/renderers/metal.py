@@ -26,26 +26,13 @@ import tempfile
 from pathlib import Path
 
 from kiln.codegen import TensorCore
-from kiln.renderers.c_dialect import CDialect
+from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.target import METAL, metal_language_version, metal_target
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, dtypes
 
-METAL_SCALAR_TYPES: dict[DType, str] = {
-    dtypes.bool: "bool",
-    dtypes.int8: "char",
-    dtypes.uint8: "uchar",
-    dtypes.int16: "short",
-    dtypes.uint16: "ushort",
-    dtypes.int32: "int",
-    dtypes.uint32: "uint",
-    dtypes.int64: "long",
-    dtypes.uint64: "ulong",
-    dtypes.float16: "half",
-    dtypes.bfloat16: "bfloat",
-    dtypes.float32: "float",
-}
+METAL_SCALAR_TYPES: dict[DType, str] = {**SHORT_SCALAR_TYPES, dtypes.float16: "half", dtypes.bfloat16: "bfloat"}
 """MSL's scalar type of each dtype (MSL spec, "Scalar Data Types"; `bfloat` from MSL 3.1; no `double`)."""
 
 VECTOR_COUNTS = (2, 3, 4)

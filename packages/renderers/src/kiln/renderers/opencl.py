@@ -21,7 +21,7 @@ import ctypes
 import functools
 import math
 
-from kiln.renderers.c_dialect import CDialect
+from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.opencl_library import (
     CL_PROGRAM_BINARIES,
@@ -38,19 +38,7 @@ from kiln.uops import DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, 
 OPENCL_BUILD_OPTIONS: tuple[str, ...] = ("-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt")
 """Options of every program build (no -cl-mad-enable / -cl-fast-relaxed-math: they change results)."""
 
-OPENCL_SCALAR_TYPES: dict[DType, str] = {
-    dtypes.bool: "bool",
-    dtypes.int8: "char",
-    dtypes.uint8: "uchar",
-    dtypes.int16: "short",
-    dtypes.uint16: "ushort",
-    dtypes.int32: "int",
-    dtypes.uint32: "uint",
-    dtypes.int64: "long",
-    dtypes.uint64: "ulong",
-    dtypes.float32: "float",
-    dtypes.float64: "double",
-}
+OPENCL_SCALAR_TYPES: dict[DType, str] = {**SHORT_SCALAR_TYPES, dtypes.float64: "double"}
 
 _OPENCL_FLOAT_FUNCTIONS: dict[tuple[Ops, DType], str] = {
     (op, dtype): name

@@ -13,6 +13,7 @@ import struct
 
 from kiln.codegen import Renderer, TensorCore
 from kiln.renderers.c_style import variable_name
+from kiln.renderers.source_writer import root_buffer
 from kiln.renderers.target import tensor_core_of
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -119,14 +120,8 @@ class PTXWriter:
 # ---- the rules: one op each -------------------------------------------------------------------------------------
 
 
-def _root(pointer: UOp) -> UOp:
-    while pointer.op in (Ops.INDEX, Ops.AFTER):
-        pointer = pointer.src[0]
-    return pointer
-
-
 def _space(pointer: UOp) -> str:
-    root = _root(pointer)
+    root = root_buffer(pointer)
     assert isinstance(root.dtype, PtrDType)
     return _STATE_SPACE[root.dtype.scope]
 

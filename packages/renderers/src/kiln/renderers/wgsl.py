@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from kiln.renderers.c_style import ENTRY_NAME
+from kiln.renderers.source_writer import SourceWriter, root_buffer
 from kiln.renderers.target import WEBGPU, TargetRenderer
 from kiln.renderers.toolchain import ToolchainCompiler
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
@@ -92,36 +93,17 @@ class WGSLCompiler(ToolchainCompiler):
 # ---- the writer -------------------------------------------------------------------------------------------------
 
 
-def _root(pointer: UOp) -> UOp:
-    while pointer.op in (Ops.INDEX, Ops.AFTER):
-        pointer = pointer.src[0]
-    return pointer
-
-
-class WGSLWriter:
+class WGSLWriter(SourceWriter):
     """The state of rendering one kernel: names, body lines, module-scope declarations and helpers it needs."""
 
     def __init__(self, language: WGSLRenderer, uops: Sequence[UOp]) -> None:
+        super().__init__()
         self.language = language
-        self.names: dict[UOp, str] = {}
         self.locations: dict[UOp, tuple[UOp, str]] = {}
-        self.lines: list[str] = []
         self.module_lines: list[str] = []
-        self.helpers: dict[str, str] = {}
-        self.depth = 1
-        self._counters: dict[str, int] = {}
-        self.stored = {_root(u.src[0]) for u in uops if u.op is Ops.STORE}
+        self.stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
         variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
         self.variable_slots = {variable: index for index, variable in enumerate(variables)}
-
-    def __getitem__(self, uop: UOp) -> str:
-        return self.names[uop]
-
-    def fresh_name(self, prefix: str) -> str:
-        """A new local name `prefix<n>`."""
-        number = self._counters.get(prefix, 0)
-        self._counters[prefix] = number + 1
-        return f"{prefix}{number}"
 
     def type_name(self, dtype: DType) -> str:
         """The WGSL type of a scalar value of `dtype`."""
@@ -131,9 +113,6 @@ class WGSLWriter:
         """Declares helper function `name` once; returns its name."""
         self.helpers.setdefault(name, definition)
         return name
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
 
     def packed(self, buffer: UOp) -> bool:
         """Whether `buffer` is a global bool buffer, stored as bytes packed in u32 words."""
@@ -169,7 +148,7 @@ class WGSLWriter:
         if op in (Ops.RANGE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
             self.names[uop] = self.fresh_name(_NAME_PREFIXES[op])
         if op is Ops.INDEX:
-            self.locations[uop] = (_root(uop.src[0]), self[uop.src[1]])
+            self.locations[uop] = (root_buffer(uop.src[0]), self[uop.src[1]])
             return
         if op is Ops.LOAD and len(uop.src) == 3:  # gated: the element is read only where the gate holds
             name = self.fresh_name("val")

@@ -1,0 +1,42 @@
+"""`SourceWriter`: the state every text renderer keeps while it prints one kernel (C family, WGSL).
+
+It holds the name each rendered uop is known by, the body lines at their nesting depth, the helper functions the
+kernel needs (each once), and the counters that make fresh local names.
+"""
+
+from __future__ import annotations
+
+from kiln.uops import Ops, UOp
+
+__all__ = ["SourceWriter", "root_buffer"]
+
+
+class SourceWriter:
+    """Names of rendered uops, body lines (indented by `depth`) and helper functions of one kernel's source."""
+
+    def __init__(self) -> None:
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.helpers: dict[str, str] = {}
+        self._counters: dict[str, int] = {}
+
+    def __getitem__(self, uop: UOp) -> str:
+        return self.names[uop]
+
+    def fresh_name(self, prefix: str) -> str:
+        """A new local name `prefix<n>`."""
+        number = self._counters.get(prefix, 0)
+        self._counters[prefix] = number + 1
+        return f"{prefix}{number}"
+
+    def emit(self, line: str) -> None:
+        """Append `line` to the body at the current nesting depth."""
+        self.lines.append("  " * self.depth + line)
+
+
+def root_buffer(pointer: UOp) -> UOp:
+    """The DEFINE_GLOBAL / DEFINE_LOCAL / DEFINE_REG an INDEX / AFTER chain addresses."""
+    while pointer.op in (Ops.INDEX, Ops.AFTER):
+        pointer = pointer.src[0]
+    return pointer
