@@ -88,3 +88,16 @@ def test_a_sum_of_two_variables_is_one_structure_for_every_pair_of_values(engine
             misses, built = engine.schedule.misses, engine.programs_built
     assert (engine.schedule.misses, engine.programs_built) == (misses, built)
     assert engine.schedule.rebinds == len(pairs) - 1
+
+
+def test_a_constant_that_changes_with_the_variable_is_lifted_once(engine: Engine) -> None:
+    # a scale that changes at every call together with n: the constant is seen to vary in the structure without the
+    # variable's values, lifted into a buffer, and one kernel then serves every (n, scale)
+    x = Tensor(DATA).realize()
+    calls = [(3, 0.5), (4, 0.25), (5, 0.125), (60, 2.0), (7, 3.0), (3, 0.5), (64, 1.5)]
+    built = []
+    for value, scale in calls:
+        got = (x[: N.bind(value)] * scale).sum(0).numpy()
+        np.testing.assert_allclose(got, (DATA[:value] * np.float32(scale)).sum(0), rtol=1e-5, atol=1e-5)
+        built.append(engine.programs_built)
+    assert built[1] == built[-1], f"programs built after each call: {built}"

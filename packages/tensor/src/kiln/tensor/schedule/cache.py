@@ -134,7 +134,13 @@ class ScheduleCache:
 
     def varying_constants(self, masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
         """The numbers of the constants whose value differed between the calls seen with the structure
-        `masked_roots` (normalized with every constant lifted), counting this call with `constants`."""
+        `masked_roots` (normalized with every constant lifted), counting this call with `constants`.
+
+        A structure over bound Variables is taken without their values, so a constant that changes together with a
+        variable's value is still seen to vary (and is lifted: one kernel for both)."""
+        unbound = graph_unbind(masked_roots)
+        if unbound is not None:
+            masked_roots = unbound[0]
         seen = self._variants.get(masked_roots)
         if seen is None:
             if len(self._variants) >= self.max_structures:
