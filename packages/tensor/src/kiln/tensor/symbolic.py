@@ -7,6 +7,14 @@ tensor knows its bound shape (`bound_int`); memory is allocated at the largest v
 program is keyed on that unbound structure, so every value of a variable's range runs one program, and the values
 travel to the launch as `var_vals`.
 
+The same holds one level up: a schedule plan is kept by the tensor graph's unbound structure (`graph_unbind`: the
+BINDs inside movement ops' sizes replaced), and a new value takes it with its own values (`graph_rebind`), so it
+plans nothing. For that, a size's form must not depend on the values: `settle` simplifies it unbound and binds it
+again (the simplifier orders a sum's terms by their nodes, and a BIND node holds its value).
+
+Inside a jitted function a Variable argument is a Tensor (`VariableValue`) that is also the variable as a size;
+int arithmetic on it (`pos + 1`) keeps the size expression (`combined_size`).
+
 Plain int shapes never reach this module: the checks here run only for entries that are not ints.
 """
 
