@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from kiln.codegen import TensorCore
 from kiln.renderers.c_dialect import C_DIALECT, CDialect
-from kiln.renderers.source_writer import SourceWriter, root_buffer
+from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
 from kiln.renderers.target import CompilerT, TargetRenderer, tensor_core_of
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -90,18 +90,10 @@ _FLOAT_TEMPLATES: dict[Ops, str] = {
 }
 
 _INLINE_OPS = frozenset({Ops.CONST, Ops.INDEX, Ops.AFTER, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.GEP})
-_STATEMENT_OPS = frozenset(
-    {Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL}
-)
 _NAME_PREFIXES: dict[Ops, str] = {
-    Ops.LOAD: "val",
-    Ops.CAST: "cast",
-    Ops.BITCAST: "bits",
+    **NAME_PREFIXES,
     Ops.VECTORIZE: "vec",
     Ops.GEP: "vec",
-    Ops.RANGE: "ridx",
-    Ops.DEFINE_REG: "acc",
-    Ops.DEFINE_LOCAL: "smem",
     Ops.SPECIAL: "sidx",
     Ops.WMMA: "wmma",
 }
@@ -148,7 +140,7 @@ class CStyleWriter(SourceWriter):
         if uop.op in (Ops.RANGE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
             self.names[uop] = self.fresh_name(_NAME_PREFIXES[uop.op])
         text = self.language.render_uop(self, uop)
-        if uop.op in _STATEMENT_OPS:
+        if uop.op in STATEMENT_OPS:
             if text:
                 self.emit(text)
         elif uop.op in _INLINE_OPS or (uop.op is Ops.SPECIAL and self.language.special_is_parameter(uop)):

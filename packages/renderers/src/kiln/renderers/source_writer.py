@@ -8,7 +8,22 @@ from __future__ import annotations
 
 from kiln.uops import Ops, UOp
 
-__all__ = ["SourceWriter", "root_buffer"]
+__all__ = ["NAME_PREFIXES", "STATEMENT_OPS", "SourceWriter", "root_buffer"]
+
+STATEMENT_OPS = frozenset(
+    {Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL}
+)
+"""Ops printed as statements (effects, loops, declarations), not as values with a name."""
+
+NAME_PREFIXES: dict[Ops, str] = {
+    Ops.LOAD: "val",
+    Ops.CAST: "cast",
+    Ops.BITCAST: "bits",
+    Ops.RANGE: "ridx",
+    Ops.DEFINE_REG: "acc",
+    Ops.DEFINE_LOCAL: "smem",
+}
+"""The prefix of a fresh local name by the op that makes it (others: "alu")."""
 
 
 class SourceWriter:

@@ -28,7 +28,7 @@ import math
 from collections.abc import Sequence
 
 from kiln.renderers.c_style import ENTRY_NAME
-from kiln.renderers.source_writer import SourceWriter, root_buffer
+from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
 from kiln.renderers.target import WEBGPU, TargetRenderer
 from kiln.renderers.toolchain import ToolchainCompiler
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
@@ -146,7 +146,7 @@ class WGSLWriter(SourceWriter):
         if op is Ops.END or op is Ops.ENDIF:
             self.depth -= 1
         if op in (Ops.RANGE, Ops.DEFINE_REG, Ops.DEFINE_LOCAL):
-            self.names[uop] = self.fresh_name(_NAME_PREFIXES[op])
+            self.names[uop] = self.fresh_name(NAME_PREFIXES[op])
         if op is Ops.INDEX:
             self.locations[uop] = (root_buffer(uop.src[0]), self[uop.src[1]])
             return
@@ -157,13 +157,13 @@ class WGSLWriter(SourceWriter):
             self.names[uop] = name
             return
         text = self.language.render_uop(self, uop)
-        if op in _STATEMENT_OPS:
+        if op in STATEMENT_OPS:
             if text:
                 self.emit(text)
         elif op in _INLINE_OPS:
             self.names[uop] = text
         else:
-            name = self.fresh_name(_NAME_PREFIXES.get(op, "alu"))
+            name = self.fresh_name(NAME_PREFIXES.get(op, "alu"))
             self.emit(f"let {name}: {self.type_name(uop.dtype)} = {text};")
             self.names[uop] = name
         if op is Ops.RANGE or op is Ops.IF:
@@ -171,17 +171,6 @@ class WGSLWriter(SourceWriter):
 
 
 _INLINE_OPS = frozenset({Ops.CONST, Ops.AFTER, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL})
-_STATEMENT_OPS = frozenset(
-    {Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL}
-)
-_NAME_PREFIXES: dict[Ops, str] = {
-    Ops.LOAD: "val",
-    Ops.CAST: "cast",
-    Ops.BITCAST: "bits",
-    Ops.RANGE: "ridx",
-    Ops.DEFINE_REG: "acc",
-    Ops.DEFINE_LOCAL: "smem",
-}
 
 
 # ---- the rules --------------------------------------------------------------------------------------------------
