@@ -288,7 +288,8 @@ class TargetRenderer(Renderer, Generic[CompilerT]):
     instance made for one architecture calls `use_target`.
     """
 
-    target: Target = PYTHON
+    target: Target = Target("NONE", "NONE")
+    """The device rendered for; until a class names one, a record of codegen's `Renderer` defaults."""
     _compiler: CompilerT
     _compiler_made: bool = False
 
