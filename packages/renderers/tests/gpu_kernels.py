@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, TensorCore, linearize
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, TensorCore, get_program, linearize, run_program
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, storage_dtype
 from kiln.uops import AxisKind, DType, Ops, UOp, VarArg, dtypes
@@ -173,6 +173,22 @@ def matmul_sink(m: int, n: int, k: int, dtype_out: DType) -> UOp:
         left, right = left.cast(dtype_out), right.cast(dtype_out)
     store = out.index(i * n + j).store((left * right).reduce(r)).end(i, j)
     return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo(f"matmul_{m}x{n}x{k}_{dtype_out.name}"))
+
+
+def check_tensor_core_matmul(renderer: Renderer, core_number: int, shape: tuple[int, int, int], seed: int) -> None:
+    """The TC opt with `renderer`'s unit `core_number` on an m x n x k float16 matmul: one WMMA in the program, whose
+    result (run by codegen's interpreter, the WMMA through the fragment layouts) is numpy's product."""
+    m, n, k = shape
+    dtype_out = renderer.tensor_cores[core_number].dtype_out
+    program = Program(get_program(matmul_sink(m, n, k, dtype_out), renderer, [Opt(OptOps.TC, 2, core_number)]))
+    assert sum(u.op is Ops.WMMA for u in program.uops) == 1
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal(size).astype(np.float16) for size in ((m, k), (k, n)))
+    out = np.zeros(m * n, np.float32 if dtype_out == dtypes.float32 else np.float16)
+    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    tolerance = 1e-5 if dtype_out == dtypes.float32 else 2e-2
+    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), expected, rtol=tolerance, atol=tolerance * k)
 
 
 def coverage_sinks() -> list[tuple[str, UOp, list[Opt] | None]]:

@@ -12,13 +12,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_kernels import coverage_sinks, group_reduce_kernel, matmul_sink, vector_kernel, wmma_program
+from gpu_kernels import (
+    check_tensor_core_matmul,
+    coverage_sinks,
+    group_reduce_kernel,
+    matmul_sink,
+    vector_kernel,
+    wmma_program,
+)
 
-from kiln.codegen import Opt, OptOps, Program, get_program, run_program
+from kiln.codegen import Opt, OptOps, Program, get_program
 from kiln.renderers import DEVICE_TABLE, ToolchainNotFoundError, dtypes_for, renderers_for
 from kiln.renderers.amd import AMDCompileError, AMDCompiler, AMDRenderer
 from kiln.renderers.amd_toolchain import amd_toolchain_available, find_amd_toolchain
@@ -203,15 +209,4 @@ def test_gfx942_layouts_are_the_mfma_formulas() -> None:
 )
 def test_tensor_core_programs_compute_the_matmul(arch: str, core_number: int) -> None:
     # the program codegen builds with the layouts, run by the interpreter (the WMMA uop through the layouts)
-    m, n, k = 32, 16, 48
-    dtype_out = AMDRenderer(arch).tensor_cores[core_number].dtype_out
-    opts = [Opt(OptOps.TC, 2, core_number)]
-    program = Program(get_program(matmul_sink(m, n, k, dtype_out), SourceOnlyRenderer(arch), opts))
-    assert sum(u.op is Ops.WMMA for u in program.uops) == 1
-    rng = np.random.default_rng(5)
-    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((m, k), (k, n)))
-    out = np.zeros(m * n, np.float32 if dtype_out == dtypes.float32 else np.float16)
-    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
-    expected = a.astype(np.float64) @ b.astype(np.float64)
-    tolerance = 1e-5 if dtype_out == dtypes.float32 else 2e-2
-    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), expected, rtol=tolerance, atol=tolerance * k)
+    check_tensor_core_matmul(SourceOnlyRenderer(arch), core_number, (32, 16, 48), seed=5)

@@ -23,6 +23,7 @@ from gpu_kernels import (
     CORPUS,
     alu_kernel,
     cast_kernel,
+    check_tensor_core_matmul,
     coverage_sinks,
     from_storage,
     input_arrays,
@@ -166,17 +167,7 @@ def test_sm80_layouts_are_the_ptx_fragment_formulas() -> None:
 @pytest.mark.parametrize("core_number", [0, 1], ids=["f32_accumulator", "f16_accumulator"])
 def test_tensor_core_opt_on_a_matmul_computes_the_matmul(core_number: int) -> None:
     # the program codegen builds for the CUDA renderer's units, run by the interpreter (WMMA through the layouts)
-    m, n, k = 32, 16, 48
-    dtype_out = TENSOR_CORES_SM80[core_number].dtype_out
-    program = Program(get_program(matmul_sink(m, n, k, dtype_out), HostCUDARenderer("sm_80"), [tc_opt(core_number)]))
-    assert sum(u.op is Ops.WMMA for u in program.uops) == 1
-    rng = np.random.default_rng(11)
-    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((m, k), (k, n)))
-    out = np.zeros(m * n, np.float32 if dtype_out == dtypes.float32 else np.float16)
-    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
-    expected = a.astype(np.float64) @ b.astype(np.float64)
-    tolerance = 1e-5 if dtype_out == dtypes.float32 else 2e-2
-    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), expected, rtol=tolerance, atol=tolerance * k)
+    check_tensor_core_matmul(HostCUDARenderer("sm_80"), core_number, (32, 16, 48), seed=11)
 
 
 @needs_nvrtc

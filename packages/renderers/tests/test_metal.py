@@ -19,13 +19,19 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_kernels import coverage_sinks, group_reduce_kernel, matmul_sink, vector_kernel, wmma_program
+from gpu_kernels import (
+    check_tensor_core_matmul,
+    coverage_sinks,
+    group_reduce_kernel,
+    matmul_sink,
+    vector_kernel,
+    wmma_program,
+)
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, run_program
+from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program
 from kiln.renderers import DEVICE_TABLE, ToolchainNotFoundError, dtypes_for, renderers_for
 from kiln.renderers.metal import MetalCompiler, MetalRenderer
 from kiln.renderers.tensor_cores import TENSOR_CORES_METAL
@@ -189,18 +195,7 @@ def test_wmma_renders_simdgroup_matrices() -> None:
 
 @pytest.mark.parametrize("core_number", [1, 2], ids=["f32_accumulator", "f16_accumulator"])
 def test_tensor_core_programs_compute_the_matmul(core_number: int) -> None:
-    m, n, k = 16, 8, 24
-    dtype_out = TENSOR_CORES_METAL[core_number].dtype_out
-    opts = [Opt(OptOps.TC, 2, core_number)]
-    program = Program(get_program(matmul_sink(m, n, k, dtype_out), SourceOnlyRenderer(), opts))
-    assert sum(u.op is Ops.WMMA for u in program.uops) == 1
-    rng = np.random.default_rng(9)
-    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((m, k), (k, n)))
-    out = np.zeros(m * n, np.float32 if dtype_out == dtypes.float32 else np.float16)
-    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
-    tolerance = 1e-5 if dtype_out == dtypes.float32 else 2e-2
-    expected = a.astype(np.float64) @ b.astype(np.float64)
-    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), expected, rtol=tolerance, atol=tolerance * k)
+    check_tensor_core_matmul(SourceOnlyRenderer(), core_number, (16, 8, 24), seed=9)
 
 
 @pytest.mark.skipif(not on_macos or shutil.which("xcrun") is None, reason="xcrun metal exists only on macOS")
