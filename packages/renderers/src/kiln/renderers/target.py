@@ -6,8 +6,9 @@ renderer says what its language can spell (`native_ops`, `vector_widths`). CUDA 
 `nvidia_target`; the device table (`kiln.renderers.device_table`) names each device kind's Target.
 
 A renderer class gets the attributes codegen's lowering reads from its Target by naming it in its class statement,
-`class CUDARenderer(CStyleRenderer, target=NVIDIA)`; a renderer made for one architecture sets its own instance's
-(`TargetRenderer.use_target`).
+`class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA)`; a renderer made for one architecture sets its
+own instance's (`TargetRenderer.use_target`). Every renderer owns its compiler the same way: `make_compiler()`,
+called by the `compiler` property on first use.
 """
 
 from __future__ import annotations
@@ -313,8 +314,7 @@ class TargetRenderer(Renderer, Generic[CompilerT]):
         if target is None:
             return
         cls.target = target
-        cls.device = target.device
-        for attribute, value in target.renderer_attributes().items():
+        for attribute, value in {"device": target.device, **target.renderer_attributes()}.items():
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, value)
 
