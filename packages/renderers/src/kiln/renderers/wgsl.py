@@ -1,6 +1,6 @@
 """WGSL compute shaders for the WEBGPU device, validated by wgpu (naga) when compiled.
 
-WGSL is not a C dialect, so this renderer has its own writer rather than `CStyleRenderer`'s hooks:
+WGSL is not a C dialect, so this renderer has its own writer and pattern table rather than a `CDialect`:
 - values are `let name: T = expr;`, loops `for (var ridx0: i32 = 0; ...)`, the ternary is `select(else, then, c)`;
 - there are no pointers: an INDEX is remembered as (buffer, index) and a LOAD/STORE reads/writes `buffer[index]`;
 - buffers are `var<storage, read_write>` bindings of group 0 in slot order, then one read-only `array<i32>` of the
