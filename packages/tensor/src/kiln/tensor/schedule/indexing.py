@@ -52,7 +52,8 @@ def reshape_indices(indices: Indices, new_shape: Sequence[int], old_shape: Seque
     if math.prod(old_shape) == 0:
         return tuple(ZERO for _ in old_shape)
     if not all(isinstance(size, int) for size in (*old_shape, *new_shape)):
-        return _unravel(linear_index(indices, new_shape), old_shape)
+        mapped = _reshape_around_variables(indices, new_shape, old_shape)
+        return mapped if mapped is not None else _unravel(linear_index(indices, new_shape), old_shape)
     new = [(size, index) for size, index in zip(new_shape, indices) if size != 1]
     old_positions = [position for position, size in enumerate(old_shape) if size != 1]
     result: list[UOp] = [ZERO] * len(old_shape)
@@ -78,6 +79,40 @@ def reshape_indices(indices: Indices, new_shape: Sequence[int], old_shape: Seque
         for position, size, stride in zip(old_group, group_sizes, strides_of(group_sizes)):
             part = flat if stride == 1 else flat // stride
             result[position] = part if position == old_group[0] else part % size
+    return tuple(result)
+
+
+def _is_one(size: int | UOp) -> bool:
+    return isinstance(size, int) and size == 1
+
+
+def _reshape_around_variables(indices: Indices, new_shape: Sequence[int], old_shape: Sequence[int]) -> Indices | None:
+    """`reshape_indices` for shapes with symbolic sizes that keep each of them as one dim, in the same order (size-1
+    dims added or dropped, int dims split or merged between them): each symbolic dim maps straight through and the
+    int runs between them are matched as plain int shapes. None for any other reshape (it goes through the flat
+    index). Without this, inserting a size-1 dim next to a variable-length one (as matmul does) divided by the
+    variable on every element."""
+    new = [(size, index) for size, index in zip(new_shape, indices) if not _is_one(size)]
+    old = [position for position, size in enumerate(old_shape) if not _is_one(size)]
+    new_cuts = [k for k, (size, _) in enumerate(new) if not isinstance(size, int)]
+    old_cuts = [k for k, position in enumerate(old) if not isinstance(old_shape[position], int)]
+    if len(new_cuts) != len(old_cuts) or any(new[a][0] is not old_shape[old[b]] for a, b in zip(new_cuts, old_cuts)):
+        return None
+    result: list[UOp] = [ZERO] * len(old_shape)
+    new_from = old_from = 0
+    for new_cut, old_cut in [*zip(new_cuts, old_cuts), (len(new), len(old))]:
+        run = new[new_from:new_cut]
+        positions = old[old_from:old_cut]
+        old_sizes = [int(old_shape[position]) for position in positions]
+        if math.prod(size for size, _ in run) != math.prod(old_sizes):
+            return None
+        if positions:
+            mapped = reshape_indices(tuple(index for _, index in run), [int(size) for size, _ in run], old_sizes)
+            for position, index in zip(positions, mapped):
+                result[position] = index
+        if new_cut < len(new):
+            result[old[old_cut]] = new[new_cut][1]
+        new_from, old_from = new_cut + 1, old_cut + 1
     return tuple(result)
 
 

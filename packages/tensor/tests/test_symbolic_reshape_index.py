@@ -1,0 +1,72 @@
+"""Reshapes over a bound-Variable dim that keep it as one dim map its index straight through (no division by the
+variable in the kernel), against numpy, one compile across values; other symbolic reshapes still go through the
+flat index and stay correct."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from kiln.tensor import Tensor, Variable
+from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.schedule.indexing import reshape_indices
+from kiln.uops import Ops, UOp, dtypes
+
+N = Variable("n", 1, 40)
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    with use_engine(Engine()) as fresh:
+        yield fresh
+
+
+def _ranges(count: int) -> tuple[UOp, ...]:
+    return tuple(UOp.variable(f"r{i}", 0, 99) for i in range(count))
+
+
+def _divides_by_variable(indices: tuple[UOp, ...]) -> bool:
+    for index in indices:
+        for node in index.toposort():
+            if node.op in (Ops.IDIV, Ops.MOD) and any(
+                source.op in (Ops.BIND, Ops.DEFINE_VAR) for source in node.src[1].toposort()
+            ):
+                return True
+    return False
+
+
+def test_size_one_dims_and_int_runs_around_a_variable_map_straight() -> None:
+    n = N.bind(7).uop
+    a, b, c, d = _ranges(4)
+    # (2, n, 1, 64) -> (2, 1, n, 64): only size-1 dims move
+    assert reshape_indices((a, b, c, d), (2, 1, n, 64), (2, n, 1, 64)) == (a, c, UOp.const(dtypes.index, 0), d)
+    # (2, 3, n, 64) -> (6, n, 64): the int dims before the variable merge, the variable maps through
+    got = reshape_indices((a, b, c), (6, n, 64), (2, 3, n, 64))
+    assert got[2] is b and got[3] is c and not _divides_by_variable(got)
+    # a merge of the variable with an int dim has no straight map: the flat index (with a division)
+    merged = reshape_indices((a,), (4 * n,), (4, n))
+    assert len(merged) == 2 and _divides_by_variable(merged)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_grouped_attention_over_a_variable_length(engine: Engine, group: int) -> None:
+    """The LLM's grouped-query shape: queries (1, KVH, G, 1, D) against cache rows [:n] broadcast over G."""
+    rng = np.random.default_rng(0)
+    cache = rng.standard_normal((1, 2, 40, 8)).astype(np.float32)
+    q = rng.standard_normal((1, 2, group, 1, 8)).astype(np.float32)
+    cache_t, q_t = Tensor(cache).realize(), Tensor(q).realize()
+    built = None
+    for value in (5, 17, 40, 1):
+        v = N.bind(value)
+        keys = cache_t[:, :, :v].unsqueeze(2)
+        out = ((q_t @ keys.transpose(-1, -2)).softmax(-1) @ keys).reshape(1, 2 * group, 1, 8).numpy()
+        k = cache[:, :, :value][:, :, None]
+        s = q @ k.transpose(0, 1, 2, 4, 3)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        np.testing.assert_allclose(out, (p @ k).reshape(1, 2 * group, 1, 8), rtol=1e-5, atol=1e-6)
+        if built is None:
+            built = engine.programs_built
+        assert engine.programs_built == built
