@@ -579,16 +579,17 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
                 threads *= local
                 local_axes += 1
 
-    # 6. CPU threads over the outermost loop
+    # 6. CPU threads over the outermost loop of constant size (a loop over a variable's range, e.g. the tokens of a
+    # prompt chunk, cannot be split evenly: the next loop is)
     if renderer.has_threads and renderer.thread_max > 1:
         work = loop_work(build.sink)
-        loops = axes_of(build.sink, AxisKind.LOOP)
-        if loops and work >= THREAD_WORK_MINIMUM:
-            loop_size = constant_size(loops[0])
-            if loop_size is not None:
-                count = max(d for d in range(1, min(loop_size, renderer.thread_max) + 1) if loop_size % d == 0)
-                if count > 1:
-                    build.attempt(Opt(OptOps.THREAD, loops[0].arg.axis, count))
+        sized = [(rng, constant_size(rng)) for rng in axes_of(build.sink, AxisKind.LOOP)]
+        constant = [(rng, size) for rng, size in sized if size is not None]
+        if constant and work >= THREAD_WORK_MINIMUM:
+            loop, loop_size = constant[0]
+            count = max(d for d in range(1, min(loop_size, renderer.thread_max) + 1) if loop_size % d == 0)
+            if count > 1:
+                build.attempt(Opt(OptOps.THREAD, loop.arg.axis, count))
 
     # 7. reduce blocking of a small output whose operands are re-read and too big for the cache
     if vector_cpu:

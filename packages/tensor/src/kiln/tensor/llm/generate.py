@@ -112,8 +112,8 @@ class Generator:
 
             def prefill(tokens: Tensor, start_pos: Tensor, length: Tensor, params: Tensor) -> Tensor:
                 count = as_size(length, "the prefill length")
-                logits = self.model.forward_embedded(self.model.embed(tokens[:, :count]), start_pos)
-                return sample_on_device(logits[0, count - 1], params, mode)
+                logits = self.model.forward_embedded(self.model.embed(tokens[:, :count]), start_pos, last_only=True)
+                return sample_on_device(logits[0, 0], params, mode)
 
             self.prefills[mode] = TinyJit(prefill)
         return self.prefills[mode]

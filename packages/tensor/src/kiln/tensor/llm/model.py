@@ -104,9 +104,13 @@ class Transformer(WeightModule):
             raise ValueError(f"tokens must be (batch, seq), got shape {tokens.shape}")
         return self.forward_embedded(self.embed(tokens), start_pos)
 
-    def forward_embedded(self, h: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
+    def forward_embedded(
+        self, h: Tensor, start_pos: int | Tensor | BoundVariable, *, last_only: bool = False
+    ) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at cache positions start_pos ..
-        start_pos + T - 1, attending over positions 0 .. start_pos + T - 1 only.
+        start_pos + T - 1, attending over positions 0 .. start_pos + T - 1 only. `last_only`: the logits of the
+        last position only, (B, 1, vocab) (a prompt needs no others: the vocabulary projection of every position
+        would cost as much as a fifth of the whole prefill).
 
         T may be symbolic (`tokens[:, :length]` with `length` a bound Variable) and start_pos an int, a
         `BoundVariable`, or the Tensor a jitted function receives for one: the kernels then depend on the variables'
@@ -135,6 +139,8 @@ class Transformer(WeightModule):
         self._caches(batch)
         for block in self.blk:
             h = block(h, where)
+        if last_only:
+            h = h[:, length - 1 : length]
         h = self.output_norm(h)
         if config.tie_embeddings:
             return linear(h, self.token_embd.weight)
