@@ -4,7 +4,7 @@ Modules keep parameters, buffers and submodules as plain attributes (see `module
 match PyTorch's and a plain Python class holding layers works with the same state functions.
 """
 
-from kiln.tensor.nn import init
+from kiln.tensor.nn import functional, init
 from kiln.tensor.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from kiln.tensor.nn.attention import MultiheadAttention
 from kiln.tensor.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
@@ -44,5 +44,6 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "functional",
     "init",
 ]

@@ -1,0 +1,514 @@
+"""`kiln.tensor.nn.functional`: `torch.nn.functional`'s everyday functions with torch's signatures and defaults.
+
+Code written as `F.relu(x)`, `F.cross_entropy(logits, y)` or `F.scaled_dot_product_attention(q, k, v,
+is_causal=True)` runs unchanged with `import kiln.tensor.nn.functional as F`. Each function calls the Tensor method
+that holds the computation (so the gradient and the kernels are the method's); this module adds torch's argument
+order, `inplace=` (written back with the semantics of `Tensor.add_`), the implicit softmax dim and what has no Tensor
+method (`glu`, `bilinear`, `embedding`'s options, channel dropout, `instance_norm`). The losses live in
+`functional_losses.py`, the convolutions, pools and resampling in `functional_spatial.py`; both are re-exported here.
+
+Differences from torch: `embedding(sparse=True)` returns a dense gradient (kiln has no sparse tensors);
+`interpolate(antialias=True)` raises NotImplementedError; dropout masks come from kiln's generator, not torch's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from kiln.tensor.grad_mode import no_grad
+from kiln.tensor.nn.functional_losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cosine_embedding_loss,
+    cross_entropy,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    margin_ranking_loss,
+    mse_loss,
+    nll_loss,
+    poisson_nll_loss,
+    smooth_l1_loss,
+    soft_margin_loss,
+    triplet_margin_loss,
+)
+from kiln.tensor.nn.functional_spatial import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_avg_pool3d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    adaptive_max_pool3d,
+    avg_pool1d,
+    avg_pool2d,
+    avg_pool3d,
+    conv1d,
+    conv2d,
+    conv3d,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+    fold,
+    interpolate,
+    max_pool1d,
+    max_pool2d,
+    max_pool3d,
+    max_unpool1d,
+    max_unpool2d,
+    max_unpool3d,
+    pad,
+    pixel_shuffle,
+    pixel_unshuffle,
+    unfold,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
+from kiln.tensor.tensor import Tensor
+from kiln.uops import DType, dtypes
+
+__all__ = [
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "celu", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
+    "dropout2d", "dropout3d", "elu", "embedding", "fold", "gaussian_nll_loss", "gelu", "glu", "group_norm",
+    "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm",
+    "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid",
+    "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "mish", "mse_loss", "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance", "pixel_shuffle",
+    "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "scaled_dot_product_attention",
+    "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink",
+    "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "unfold", "upsample", "upsample_bilinear",
+    "upsample_nearest",
+]  # fmt: skip
+
+
+def _maybe_inplace(input: Tensor, result: Tensor, inplace: bool) -> Tensor:
+    # inplace=True writes the result into input like torch's `relu_`: the rules of Tensor's in-place methods apply
+    return input._write_result(result) if inplace else result
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """max(input, 0), like `torch.nn.functional.relu`.
+
+    Example:
+        >>> relu(Tensor([-1.0, 2.0])).tolist()
+        [0.0, 2.0]
+    """
+    return _maybe_inplace(input, input.relu(), inplace)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(input, 0), 6), like `torch.nn.functional.relu6`."""
+    return _maybe_inplace(input, input.relu6(), inplace)
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """input where positive, negative_slope * input elsewhere, like `torch.nn.functional.leaky_relu`."""
+    return _maybe_inplace(input, input.leaky_relu(negative_slope), inplace)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """input where positive, alpha (exp(input) - 1) elsewhere, like `torch.nn.functional.elu`."""
+    return _maybe_inplace(input, input.elu(alpha), inplace)
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """scale * elu(input, alpha) with the self-normalizing constants, like `torch.nn.functional.selu`."""
+    return _maybe_inplace(input, input.selu(), inplace)
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """max(0, x) + min(0, alpha (exp(x / alpha) - 1)), like `torch.nn.functional.celu`."""
+    return _maybe_inplace(input, input.celu(alpha), inplace)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """x Phi(x), exact ('none') or with the tanh approximation ('tanh'), like `torch.nn.functional.gelu`."""
+    return input.gelu(approximate)
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """x sigmoid(x), like `torch.nn.functional.silu`."""
+    return _maybe_inplace(input, input.silu(), inplace)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x tanh(softplus(x)), like `torch.nn.functional.mish`."""
+    return _maybe_inplace(input, input.mish(), inplace)
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, linear where beta x > threshold, like `torch.nn.functional.softplus`."""
+    return input.softplus(beta, threshold)
+
+
+def softsign(input: Tensor) -> Tensor:
+    """x / (1 + |x|), like `torch.nn.functional.softsign`."""
+    return input.softsign()
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x relu6(x + 3) / 6, like `torch.nn.functional.hardswish`."""
+    return _maybe_inplace(input, input.hardswish(), inplace)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    """relu6(x + 3) / 6, like `torch.nn.functional.hardsigmoid`."""
+    return _maybe_inplace(input, input.hardsigmoid(), inplace)
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    """input clamped to [min_val, max_val], like `torch.nn.functional.hardtanh`."""
+    return _maybe_inplace(input, input.hardtanh(min_val, max_val), inplace)
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """input where |input| > lambd, else 0, like `torch.nn.functional.hardshrink`."""
+    return input.hardshrink(lambd)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """input shrunk toward 0 by lambd (0 inside [-lambd, lambd]), like `torch.nn.functional.softshrink`."""
+    return input.softshrink(lambd)
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    """x - tanh(x), like `torch.nn.functional.tanhshrink`."""
+    return input.tanhshrink()
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """input where input > threshold, else value, like `torch.nn.functional.threshold`."""
+    return _maybe_inplace(input, (input > threshold).where(input, value)._cast(input.dtype), inplace)
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """input where positive, weight * input elsewhere (one weight, or one per channel of dim 1), like
+    `torch.nn.functional.prelu`."""
+    return input.prelu(weight)
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)), like `torch.nn.functional.sigmoid`."""
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:
+    """tanh(x), like `torch.nn.functional.tanh`."""
+    return input.tanh()
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)), computed stably, like `torch.nn.functional.logsigmoid`."""
+    return input.logsigmoid()
+
+
+def _softmax_dim(name: str, ndim: int, dim: int | None) -> int:
+    if dim is not None:
+        return dim
+    # torch's legacy choice when no dim is given: dim 0 for 0-, 1- and 3-d inputs, else dim 1
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: DType | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `dim` (computed in `dtype` when given), like `torch.nn.functional.softmax`.
+
+    Example:
+        >>> softmax(Tensor([0.0, 0.0]), dim=0).tolist()
+        [0.5, 0.5]
+    """
+    return input.softmax(_softmax_dim("softmax", input.ndim, dim), dtype=dtype)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: DType | None = None) -> Tensor:
+    """log(softmax(x)) along `dim`, computed stably, like `torch.nn.functional.log_softmax`."""
+    return input.log_softmax(_softmax_dim("log_softmax", input.ndim, dim), dtype=dtype)
+
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: DType | None = None) -> Tensor:
+    """softmax(-x) along `dim`, like `torch.nn.functional.softmin`."""
+    return input.softmin(_softmax_dim("softmin", input.ndim, dim), dtype=dtype)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """The gated linear unit a * sigmoid(b), a and b the two halves of `input` along `dim`, like
+    `torch.nn.functional.glu`."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    if not -input.ndim <= dim < input.ndim:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-input.ndim}, {input.ndim - 1}], but got {dim})"
+        )
+    size = input.shape[dim]
+    if size % 2 != 0:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.ndim} is size {size}")
+    first, second = input.chunk(2, dim)
+    return first * second.sigmoid()
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """input / max(||input||_p along dim, eps), like `torch.nn.functional.normalize`."""
+    return input.normalize(p, dim, eps)
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """input @ weight.T + bias, like `torch.nn.functional.linear`."""
+    return input.linear(weight, bias)
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y_o = input1 W_o input2 + b_o for weight (out, in1, in2), like `torch.nn.functional.bilinear`."""
+    if weight.ndim != 3:
+        raise RuntimeError(f"bilinear(): weight must be three-dimensional, but got {weight.ndim}")
+    if input1.shape[:-1] != input2.shape[:-1]:
+        raise RuntimeError(
+            f"bilinear(): input batch dimensions do not match: got {list(input1.shape[:-1])} and "
+            f"{list(input2.shape[:-1])}"
+        )
+    if input1.shape[-1] != weight.shape[1] or input2.shape[-1] != weight.shape[2]:
+        raise RuntimeError(
+            f"bilinear(): input sizes {input1.shape[-1]} and {input2.shape[-1]} do not match weight of shape "
+            f"{list(weight.shape)}"
+        )
+    batch = input1.shape[:-1]
+    # (..., 1, 1, in1) @ (out, in1, in2) -> (..., out, 1, in2), then contracted with input2 over in2
+    left = input1.reshape(*batch, 1, 1, input1.shape[-1]) @ weight
+    result = (left.squeeze(-2) * input2.unsqueeze(-2)).sum(-1)
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise RuntimeError(f"bilinear(): bias must have shape [{weight.shape[0]}], got {list(bias.shape)}")
+        result = result + bias
+    return result
+
+
+def embedding(
+    input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
+    norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
+) -> Tensor:  # fmt: skip
+    """The rows of `weight` (num_embeddings, dim) picked by integer `input`: shape (*input.shape, dim), like
+    `torch.nn.functional.embedding`.
+
+    `padding_idx`'s row gets no gradient; `max_norm` first rescales in place (without gradient) every picked row
+    whose `norm_type`-norm exceeds it; `scale_grad_by_freq` divides each row's gradient by how often the row is
+    picked. `sparse=True` gives the same values as a dense gradient.
+
+    Example:
+        >>> embedding(Tensor([[1]]), Tensor([[0.0, 0.0], [1.0, 2.0]])).tolist()
+        [[[1.0, 2.0]]]
+    """
+    if not isinstance(input, Tensor) or not dtypes.is_int(input.dtype):
+        raise RuntimeError(
+            "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got "
+            f"{getattr(input, 'dtype', type(input).__name__)!r} instead"
+        )
+    if weight.ndim != 2:
+        raise RuntimeError(f"'weight' must be 2-D, got shape {list(weight.shape)}")
+    count = weight.shape[0]
+    if padding_idx is not None:
+        if not -count <= padding_idx < count:
+            raise ValueError(f"Padding_idx must be within num_embeddings ({count}), got {padding_idx}")
+        padding_idx %= count
+    flat = input.reshape(-1)
+    picked = flat.one_hot(count)  # (picks, count): which row each pick takes
+    if max_norm is not None:
+        _renormalize(weight, picked, max_norm, norm_type)
+    table = weight
+    if padding_idx is not None:
+        keep = Tensor.arange(count, device=weight.device).reshape(count, 1) != padding_idx
+        table = keep.where(table, table.detach())
+    if scale_grad_by_freq:
+        frequency = picked.sum(0).maximum(1).reshape(count, 1).cast(weight.dtype)
+        scaled = table / frequency.detach()
+        # the values of `table`, the gradient of `scaled`: each row's gradient divided by its frequency
+        table = scaled + (table - scaled).detach()
+    rows = picked.cast(weight.dtype) @ table
+    return rows.reshape(*input.shape, weight.shape[1])
+
+
+def _renormalize(weight: Tensor, picked: Tensor, max_norm: float, norm_type: float) -> None:
+    # torch's embedding_renorm_: rows used by the lookup whose norm exceeds max_norm scale to max_norm (+1e-7 slack)
+    with no_grad():
+        norms = weight.norm(norm_type, dim=1, keepdim=True)
+        used = picked.sum(0).reshape(-1, 1) > 0
+        scale = (used & (norms > max_norm)).where(max_norm / (norms + 1e-7), 1.0)
+        weight.assign((weight * scale)._cast(weight.dtype)).realize()
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """(*shape) integer classes -> (*shape, num_classes) of 0 / 1 (num_classes=-1: max + 1), like
+    `torch.nn.functional.one_hot`."""
+    return tensor.one_hot(num_classes)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Each element zeroed with probability p, the rest scaled by 1 / (1 - p), when `training`, like
+    `torch.nn.functional.dropout`."""
+    _check_dropout(p)
+    return _maybe_inplace(input, input.dropout(p, training), inplace)
+
+
+def _check_dropout(p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _channel_dropout(input: Tensor, p: float, training: bool, inplace: bool, batched_ndim: int) -> Tensor:
+    # one draw per (sample, channel), broadcast over the spatial dims; an unbatched input has one dim fewer
+    _check_dropout(p)
+    if not training or p == 0:
+        return input
+    spatial = batched_ndim - 2
+    lead = input.ndim - spatial
+    mask = Tensor.ones(*input.shape[:lead], *([1] * spatial), dtype=input.dtype, device=input.device)
+    return _maybe_inplace(input, input * mask.dropout(p, True), inplace)
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zeroes whole channels of (N, C, L) or (C, L) with probability p, like `torch.nn.functional.dropout1d`."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that dropout1d exists to "
+            "provide channel-wise dropout on inputs with 1 spatial dimension, a channel dimension, and an optional "
+            "batch dimension (i.e. 2D or 3D inputs)."
+        )
+    return _channel_dropout(input, p, training, inplace, 3)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zeroes whole channels of (N, C, H, W) with probability p, like `torch.nn.functional.dropout2d`; a 3-d input
+    is read as (N, C, L), as torch does (with its warning)."""
+    if input.ndim not in (3, 4):
+        warnings.warn(
+            f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result in an "
+            "error in a future release.",
+            stacklevel=2,
+        )
+    if input.ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior is "
+            "desired - input is interpreted as shape (N, C, L), where C is the channel dim.",
+            stacklevel=2,
+        )
+        return _channel_dropout(input, p, training, inplace, 3)
+    if input.ndim < 2:
+        raise RuntimeError(f"dropout2d needs an input with at least 2 dims, got shape {list(input.shape)}")
+    return _channel_dropout(input, p, training, inplace, input.ndim)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) with probability p, like
+    `torch.nn.functional.dropout3d`."""
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"dropout3d: Expected 4D or 5D input, but received a {input.ndim}D input.")
+    return _channel_dropout(input, p, training, inplace, 5)
+
+
+def layer_norm(
+    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:  # fmt: skip
+    """Normalizes over the last dims `normalized_shape`, then weight * x + bias, like
+    `torch.nn.functional.layer_norm`."""
+    return input.layer_norm(normalized_shape, weight, bias, eps)
+
+
+def group_norm(
+    input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """Normalizes each of `num_groups` channel groups of (N, C, *), like `torch.nn.functional.group_norm`."""
+    return input.group_norm(num_groups, weight, bias, eps)
+
+
+def rms_norm(
+    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
+) -> Tensor:
+    """x / sqrt(mean(x**2) + eps) over the last dims, times weight, like `torch.nn.functional.rms_norm`."""
+    return input.rms_norm(normalized_shape, weight, eps)
+
+
+def batch_norm(
+    input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+) -> Tensor:  # fmt: skip
+    """Normalizes each channel (dim 1) with the batch statistics (`training`, updating the running ones in place) or
+    the running ones, like `torch.nn.functional.batch_norm`."""
+    return input.batch_norm(running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def instance_norm(
+    input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
+    weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True, momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:  # fmt: skip
+    """Normalizes each (sample, channel) of (N, C, *) over its spatial dims, like
+    `torch.nn.functional.instance_norm`.
+
+    With `use_input_stats` (the default) each instance's own mean and biased variance normalize, and given running
+    statistics are updated in place with the batch average of the instances' means and unbiased variances; without
+    it the running statistics normalize, as in `batch_norm(training=False)`.
+    """
+    if input.ndim < 2:
+        raise ValueError(f"instance_norm needs a (N, C, *) input, got shape {list(input.shape)}")
+    batch, channels, *spatial = input.shape
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        return input.batch_norm(running_mean, running_var, weight, bias, False, 0.0, eps)
+    elements = 1
+    for size in spatial:
+        elements *= size
+    if elements == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
+    # each (sample, channel) is one channel of a batch of one: batch_norm's statistics and numerics
+    instances = input.reshape(1, batch * channels, *spatial)
+    normalized = instances.batch_norm(None, None, None, None, True, 0.0, eps).reshape(input.shape)
+    view = (1, channels, *([1] * len(spatial)))
+    if weight is not None:
+        normalized = normalized * weight.reshape(view)
+    if bias is not None:
+        normalized = normalized + bias.reshape(view)
+    if running_mean is not None or running_var is not None:
+        _update_running(input, running_mean, running_var, momentum, elements)
+    return normalized
+
+
+def _update_running(
+    input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, elements: int
+) -> None:
+    axes = tuple(range(2, input.ndim))
+    values = input.detach().cast(dtypes.float32 if input.dtype == dtypes.float16 else input.dtype)
+    if running_mean is not None:
+        mean = values.mean(axes).mean(0)
+        running_mean.assign(((1 - momentum) * running_mean + momentum * mean)._cast(running_mean.dtype))
+    if running_var is not None:
+        variance = values.var(axes, correction=1 if elements > 1 else 0).mean(0)
+        running_var.assign(((1 - momentum) * running_var + momentum * variance)._cast(running_var.dtype))
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+    is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
+) -> Tensor:  # fmt: skip
+    """softmax(query key^T * scale + mask) value over (..., L, E) / (..., S, E) / (..., S, Ev), like
+    `torch.nn.functional.scaled_dot_product_attention` (a bool `attn_mask` keeps True; `is_causal` masks the upper
+    triangle; `enable_gqa` repeats key / value heads to the query's head count)."""
+    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """x1 . x2 / max(||x1|| ||x2||, eps) along `dim`, like `torch.nn.functional.cosine_similarity`."""
+    return x1.cosine_similarity(x2, dim, eps)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """||x1 - x2 + eps||_p over the last dim, like `torch.nn.functional.pairwise_distance`."""
+    return x1.pairwise_distance(x2, p, eps, keepdim)
