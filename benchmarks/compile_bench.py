@@ -59,7 +59,7 @@ def passes(corpus: Any, renderer: Renderer) -> bool:
     for case in corpus.CORPUS:
         program = Program(get_program(case.sink, renderer))
         assert program.binary is not None
-        kernel = compiler.load(program.binary, program.uops)
+        kernel = compiler.load(program.binary, program.signature)
         inputs = case.inputs(rng)
         outputs = case.output_buffers()
         stored = [corpus.to_storage(v, d) for v, (d, _) in zip(inputs, case.buffers[case.outputs :])]

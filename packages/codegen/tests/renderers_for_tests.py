@@ -6,7 +6,7 @@ lifecycle stops at SOURCE and tests can read the uops back through `Program`.
 
 from __future__ import annotations
 
-from kiln.codegen import FragmentLayout, Renderer, TensorCore, format_linear
+from kiln.codegen import FragmentLayout, KernelSignature, Renderer, TensorCore, format_linear
 from kiln.uops import UOp, dtypes
 
 # A small float32 unit shaped like mma.sync's fragments, scaled down to 8x8x8: lanes 0-1 bits walk columns by 2, 4
@@ -46,7 +46,7 @@ TC_M16N8K16_HALF_FLOAT = TensorCore(
 class TextRenderer(Renderer):
     """Renders the linear program as numbered text lines."""
 
-    def render(self, uops: list[UOp], name: str) -> str:
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
         return f"// {self.device} kernel\n{format_linear(uops)}\n"
 
 

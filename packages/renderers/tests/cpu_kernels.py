@@ -20,7 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, get_program, linearize, run_program
+from kiln.codegen import (
+    KernelInfo,
+    KernelSignature,
+    Opt,
+    OptOps,
+    Program,
+    Renderer,
+    get_program,
+    linearize,
+    run_program,
+)
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, compute_dtype, storage_dtype, to_storage
 from kiln.renderers import HostCompiler
@@ -183,7 +193,7 @@ def check_linear_program(sink: UOp, renderer: Renderer, var_vals: dict[str, int]
     source = renderer.render(uops, "kernel")
     compiler = renderer.compiler
     assert isinstance(compiler, HostCompiler)
-    kernel = compiler.load(compiler.compile(source), uops)
+    kernel = compiler.load(compiler.compile(source), KernelSignature.of(uops))
     slots = sorted({u.arg: u.dtype.base.scalar() for u in uops if u.op is Ops.DEFINE_GLOBAL}.items())
     rng = np.random.default_rng(3)
     buffers = []
@@ -352,7 +362,7 @@ def _value_of(dtype: DType, raw: np.ndarray) -> np.ndarray:
 def run_native(program: Program, compiler: HostCompiler, buffers: list[np.ndarray], var_vals: dict[str, int]) -> None:
     """Run `program`'s binary in this process on numpy `buffers` (all its cores, one after another)."""
     assert program.binary is not None
-    kernel = compiler.load(program.binary, program.uops)
+    kernel = compiler.load(program.binary, program.signature)
     arguments = [buffers[slot].ctypes.data for slot in program.globals]
     arguments += [var_vals[v.arg.name] for v in program.variables]
     if any(p.kind == "core_id" for p in kernel.parameters):

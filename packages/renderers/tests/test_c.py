@@ -22,7 +22,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import cpu_kernels as kernels
 
-from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
+from kiln.codegen import (
+    KernelInfo,
+    KernelSignature,
+    Opt,
+    OptOps,
+    Program,
+    get_program,
+    linearize,
+    lower,
+    optimize_kernel,
+)
 from kiln.renderers import (
     ENTRY_NAME,
     CCompiler,
@@ -122,9 +132,9 @@ def test_threaded_kernel_on_python_threads_matches_numpy(compiler: str) -> None:
     # core_id kernels run concurrently: each core takes its own slice
     size = 4096
     program = Program(get_program(_saxpy_sink(size), CRenderer(compiler), [Opt(OptOps.THREAD, 0, 2)]))
-    assert [p.kind for p in kernel_parameters(program.uops)] == ["buffer"] * 3 + ["core_id"]
+    assert [p.kind for p in kernel_parameters(program.signature)] == ["buffer"] * 3 + ["core_id"]
     assert program.binary is not None
-    kernel = CRenderer(compiler).compiler.load(program.binary, program.uops)
+    kernel = CRenderer(compiler).compiler.load(program.binary, program.signature)
     rng = np.random.default_rng(5)
     x, y = rng.standard_normal(size).astype(np.float32), rng.standard_normal(size).astype(np.float32)
     out = np.zeros(size, np.float32)
@@ -187,7 +197,7 @@ def test_source_follows_the_abi() -> None:
         "int var_n",
         "int core_id",
     ]
-    assert [(p.kind, p.name) for p in kernel_parameters(program.uops)] == [
+    assert [(p.kind, p.name) for p in kernel_parameters(program.signature)] == [
         ("buffer", "0"),
         ("buffer", "1"),
         ("variable", "m"),
@@ -240,7 +250,7 @@ def test_compile_errors_name_the_problem_and_leave_no_files(
     binary = c_compiler.compile("void kiln_kernel(int* restrict out) { *out = 42; }")
     assert binary.startswith(b"\x7fELF")
     assert list(tmp_path.iterdir()) == []
-    kernel = c_compiler.load(binary, [UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(1), arg=0)])
+    kernel = c_compiler.load(binary, KernelSignature.of([UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(1), arg=0)]))
     value = ctypes.c_int32(0)
     kernel(ctypes.addressof(value))
     assert value.value == 42

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kiln.codegen import KernelSignature
 from kiln.renderers import ENTRY_NAME, HostKernel, KernelParameter, kernel_parameters, load_shared_object
 from kiln.uops import Ops, SpecialArg, UOp, VarArg, dtypes
 
@@ -28,7 +29,7 @@ def _parameters_program() -> list[UOp]:
 
 
 def test_parameters_are_buffers_by_slot_then_variables_by_name_then_core_id() -> None:
-    assert kernel_parameters(_parameters_program()) == (
+    assert kernel_parameters(KernelSignature.of(_parameters_program())) == (
         KernelParameter("buffer", "0", ctypes.c_void_p),
         KernelParameter("buffer", "2", ctypes.c_void_p),
         KernelParameter("variable", "alpha", ctypes.c_int32),
@@ -46,7 +47,7 @@ def test_a_shared_object_is_loaded_and_called_with_the_convention(tmp_path: Path
     library = tmp_path / "kernel.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(library)], input=source, text=True, check=True)
     before = set(Path(tempfile.gettempdir()).glob("kiln-kernel-*"))
-    kernel = load_shared_object(library.read_bytes(), _parameters_program())
+    kernel = load_shared_object(library.read_bytes(), KernelSignature.of(_parameters_program()))
     assert set(Path(tempfile.gettempdir()).glob("kiln-kernel-*")) == before  # the temporary copy is gone
     out, scale = np.zeros(4, np.int8), np.array([10.0], np.float32)
     for core in range(4):
@@ -64,8 +65,8 @@ def test_a_binary_without_the_entry_is_refused(tmp_path: Path) -> None:
         ["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(library)], input="void other(void) {}\n", text=True
     )
     with pytest.raises(RuntimeError, match=f"no function '{ENTRY_NAME}'"):
-        load_shared_object(library.read_bytes(), [])
+        load_shared_object(library.read_bytes(), KernelSignature.of([]))
     with pytest.raises(RuntimeError, match="cannot load"):
-        load_shared_object(b"not an ELF file", [])
+        load_shared_object(b"not an ELF file", KernelSignature.of([]))
     with pytest.raises(RuntimeError, match="no function"):
         HostKernel(0, (), None)

@@ -92,7 +92,13 @@ def test_source_is_vector_ir_with_the_abi(renderer: LLVMRenderer) -> None:
         f"define void @{ENTRY_NAME}(ptr noalias %data0, ptr noalias readonly %data1, i32 %var_m, i32 %var_n, "
         "i32 %core_id) nounwind {"
     )
-    assert [p.kind for p in kernel_parameters(program.uops)] == ["buffer", "buffer", "variable", "variable", "core_id"]
+    assert [p.kind for p in kernel_parameters(program.signature)] == [
+        "buffer",
+        "buffer",
+        "variable",
+        "variable",
+        "core_id",
+    ]
 
 
 def test_multi_core_kernel_with_int64_offsets_widens_the_int32_core_id(renderer: LLVMRenderer) -> None:
@@ -261,7 +267,7 @@ def test_a_kernel_dropped_on_another_thread_is_disposed_under_the_compile_lock(r
     program = Program(get_program(kernels.gated_kernel(), renderer))
     assert program.binary is not None
     compiler = renderer.compiler
-    held = [compiler.load(program.binary, program.uops)]
+    held = [compiler.load(program.binary, program.signature)]
     engine = weakref.ref(held[0].keepalive[0].engine)
     worker = threading.Thread(target=held.clear)
     worker.start()
@@ -309,7 +315,7 @@ def test_loads_ask_llvm_for_the_host_cpu_once(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: asked.append("features") or real_features())
     monkeypatch.setattr(llvm, "get_host_cpu_name", lambda: asked.append("name") or real_name())
     binary = compiler.compile(program.source)
-    loaded = [compiler.load(binary, program.uops) for _ in range(3)]
+    loaded = [compiler.load(binary, program.signature) for _ in range(3)]
     assert sorted(asked) == ["features", "name"]
     assert compiler.host_cpu == (real_name(), real_features().flatten())
     assert len({kernel.address for kernel in loaded}) == 3  # three engines, each with its own copy of the code
@@ -324,7 +330,7 @@ def test_load_links_the_object_without_running_the_code_generator(renderer: LLVM
     llvm = compiler.llvm
     llvm.set_time_passes(True)
     try:
-        loaded = [compiler.load(program.binary, program.uops) for _ in range(2)]
+        loaded = [compiler.load(program.binary, program.signature) for _ in range(2)]
         loads_report = llvm.report_and_reset_timings()
         compiler.compile(program.source)
         compile_report = llvm.report_and_reset_timings()

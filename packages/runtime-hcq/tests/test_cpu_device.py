@@ -1,5 +1,5 @@
-"""The CPU device: multi-core kernels give the bits of single-core ones, binaries load through their renderer's
-compiler (chosen by ELF type), and loading problems raise clear errors."""
+"""The CPU device: multi-core kernels give the bits of single-core ones, binaries load through the compiler their
+program's signature names (the binary is not read to choose it), and loading problems raise clear errors."""
 
 from __future__ import annotations
 
@@ -16,11 +16,21 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # code
 
 from corpus import CASES_BY_NAME, KernelCase, to_storage
 
-from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, get_program
-from kiln.renderers import CoreLauncher, CRenderer, LLVMRenderer, cpu_renderers
-from kiln.runtime import Buffer, CPUDevice, Device, elf_type
+from kiln.codegen import (
+    Compiler,
+    KernelInfo,
+    KernelSignature,
+    Opt,
+    OptOps,
+    Program,
+    Renderer,
+    VariableParameter,
+    get_program,
+)
+from kiln.renderers import CCompiler, CoreLauncher, CRenderer, HostKernel, LLVMRenderer, cpu_renderers
+from kiln.runtime import Buffer, CPUDevice, Device
 from kiln.runtime.cpu_device import CPUProgramRunner
-from kiln.runtime.native_kernel import ELF_RELOCATABLE, ELF_SHARED_OBJECT, check_parameters
+from kiln.runtime.native_kernel import check_parameters
 from kiln.runtime.program_runner import VariableSpec
 from kiln.runtime.thread_engine import ThreadQueueEngine
 from kiln.uops import Context, Ops, UOp, dtypes
@@ -105,11 +115,13 @@ def test_binaries_are_loaded_by_their_renderers_compiler() -> None:
     case = CASES_BY_NAME["outer_product"]
     device = Device["CPU"]
     assert isinstance(device, CPUDevice)
-    for renderer_class, kind in ((CRenderer, ELF_SHARED_OBJECT), (LLVMRenderer, ELF_RELOCATABLE)):
+    for renderer_class in (CRenderer, LLVMRenderer):
         program = Program(get_program(case.sink, renderer_class(), None))
-        assert program.binary is not None and elf_type(program.binary) == kind
-        loader = device.loader_for(program.binary, program.name)
-        assert type(loader) is type(renderer_class().compiler)
+        compiler = renderer_class().compiler
+        identity = program.signature.compiler
+        assert identity is not None and identity.compiler is type(compiler) and identity.version == compiler.identity
+        loader = device.loader_for(program)
+        assert type(loader) is type(compiler) and device.loader_for(program) is loader  # made once per device
         inputs = case.inputs(np.random.default_rng(0))
         (raw,) = run_raw(case, program)
         np.testing.assert_array_equal(raw.view(np.float32), case.reference(inputs, {})[0])
@@ -146,11 +158,42 @@ def program_with_binary(binary: bytes | None) -> Program:
 def test_unloadable_programs_raise_clear_errors() -> None:
     with pytest.raises(RuntimeError, match="has no binary: CPU programs must come from a renderer with a compiler"):
         Device["CPU"].runtime(program_with_binary(None))
-    with pytest.raises(RuntimeError, match="is not ELF, which is what the CPU renderers' compilers produce"):
-        Device["CPU"].runtime(program_with_binary(b"MZ not an elf file at all"))
-    executable = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + bytes(40)  # e_type 2: executable
-    with pytest.raises(RuntimeError, match="has a compiler that loads ELF type 2 binaries"):
-        Device["CPU"].runtime(program_with_binary(executable))
+    # a real shared object, but built by a compiler that cannot load into the process: refused by its identity
+    with pytest.raises(RuntimeError, match=r"compiled by .*BytesCompiler \(fixed b'.*'\), which cannot load kernels"):
+        Device["CPU"].runtime(program_with_binary(b"\x7fELF\x02\x01\x01" + bytes(9) + (3).to_bytes(2, "little")))
+
+
+_NOT_ELF = b"kiln test wrapper\x00"
+
+
+class WrappedCCompiler(CCompiler):
+    """The C compiler with its shared objects behind a prefix: binaries no ELF reader would recognize."""
+
+    def toolchain_identity(self) -> str:
+        return f"{super().toolchain_identity()} wrapped"  # its own compile-cache entries
+
+    def compile(self, source: str) -> bytes:
+        return _NOT_ELF + super().compile(source)
+
+    def load(self, binary: bytes, signature: KernelSignature) -> HostKernel:
+        if not binary.startswith(_NOT_ELF):
+            raise AssertionError(f"not this compiler's binary: {binary[:24]!r}")
+        return super().load(binary[len(_NOT_ELF) :], signature)
+
+
+def test_the_loader_is_the_compiler_the_signature_names_not_the_binarys_format() -> None:
+    class WrappedC(CRenderer):
+        def make_compiler(self) -> CCompiler:
+            return WrappedCCompiler()
+
+    case = CASES_BY_NAME["outer_product"]
+    program = Program(get_program(case.sink, WrappedC(), None))
+    assert program.binary is not None and not program.binary.startswith(b"\x7fELF")
+    device = Device["CPU"]
+    assert isinstance(device, CPUDevice) and type(device.loader_for(program)) is WrappedCCompiler
+    inputs = case.inputs(np.random.default_rng(0))
+    (raw,) = run_raw(case, program)
+    np.testing.assert_array_equal(raw.view(np.float32), case.reference(inputs, {})[0])
 
 
 class Parameter:
@@ -161,7 +204,7 @@ class Parameter:
 def test_a_kernel_whose_parameters_disagree_with_the_program_is_refused() -> None:
     import ctypes
 
-    variable = VariableSpec(UOp.variable("n", 1, 10, dtypes.int32))
+    variable = VariableSpec(VariableParameter("n", dtypes.int32, 1, 10))
     good = [Parameter("buffer", "0", ctypes.c_void_p), Parameter("variable", "n", ctypes.c_int32)]
     check_parameters("k", good, (0,), (variable,), core_id=False)
     with pytest.raises(RuntimeError, match=r"'k': the loaded kernel takes .* but the runtime passes"):

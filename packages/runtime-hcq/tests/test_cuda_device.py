@@ -14,7 +14,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_libcuda import INVALID_PTX, LAUNCH_OUT_OF_RESOURCES, NO_DEVICE, FakeLibcuda
 
-from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, Renderer, format_linear, get_program
+from kiln.codegen import (
+    Compiler,
+    KernelInfo,
+    KernelSignature,
+    Opt,
+    OptOps,
+    Program,
+    Renderer,
+    format_linear,
+    get_program,
+)
 from kiln.runtime import Buffer, Device, DeviceUnavailable, OutOfMemoryError, copy_between
 from kiln.runtime.cuda import CUDADevice, CUDAError, DriverAPI
 from kiln.runtime.cuda.cuda_device import initialize
@@ -42,7 +52,7 @@ class FakeCUDARenderer(Renderer):
     shared_max = 49152
     compiler = FakePTXCompiler()
 
-    def render(self, uops: list[UOp], name: str) -> str:
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
         return "// fake ptx\n" + format_linear(uops)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.codegen import Compiler, KernelInfo, Opt, OptOps, Program, get_program
+from kiln.codegen import Compiler, KernelInfo, KernelSignature, Opt, OptOps, Program, get_program
 from kiln.renderers import PythonRenderer
 from kiln.runtime import Buffer, Device, PythonDevice
 from kiln.uops import AxisKind, Context, Ops, UOp, dtypes
@@ -76,7 +76,7 @@ def test_the_device_runs_the_linear_not_the_rendered_text() -> None:
     # the text a renderer prints is for people and the compile cache: the device interprets Program.linear, so a
     # renderer printing something unrelated still runs the kernel its LINEAR describes
     class WrongBinary(PythonRenderer):
-        def render(self, uops: list[UOp], name: str) -> str:
+        def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
             return "int main() {}"
 
     class NoCheck(Compiler):

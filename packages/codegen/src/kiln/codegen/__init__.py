@@ -6,6 +6,14 @@ from kiln.codegen.compiler import Compiler
 from kiln.codegen.disk_cache import DiskCache, cache_root
 from kiln.codegen.estimates import Estimates
 from kiln.codegen.kernel_info import KernelInfo, KernelOptError, Opt, OptOps
+from kiln.codegen.kernel_signature import (
+    CORE_ID,
+    Access,
+    BufferParameter,
+    CompilerIdentity,
+    KernelSignature,
+    VariableParameter,
+)
 from kiln.codegen.lifecycle import get_program, pm_program_lifecycle
 from kiln.codegen.linearizer import format_linear, linearize
 from kiln.codegen.lowering.pipeline import LOWERING_PASSES, LoweringPass, lower
@@ -41,8 +49,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CORE_ID",
     "LOWERING_PASSES",
+    "Access",
+    "BufferParameter",
     "Compiler",
+    "CompilerIdentity",
     "DataRaceError",
     "DiskCache",
     "Estimates",
@@ -51,12 +63,14 @@ __all__ = [
     "InterpreterError",
     "KernelInfo",
     "KernelOptError",
+    "KernelSignature",
     "LoweringPass",
     "Opt",
     "OptOps",
     "Program",
     "Renderer",
     "TensorCore",
+    "VariableParameter",
     "Timer",
     "WmmaArg",
     "apply_opt",

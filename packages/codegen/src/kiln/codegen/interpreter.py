@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.codegen.kernel_signature import CORE_ID
 from kiln.codegen.numpy_semantics import (
     Array,
     alu_kernel,
@@ -49,7 +50,7 @@ class DataRaceError(InterpreterError):
     """Two threads touched one memory element without a barrier ordering them (a result would depend on timing)."""
 
 
-_SPECIAL_NAMES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2", "core_id")
+_SPECIAL_NAMES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2", CORE_ID)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class LaunchGrid:
         thread = np.arange(self.threads, dtype=np.int64)
         local, block = thread % self.threads_per_block, thread // self.threads_per_block
         grid_block = block % math.prod(self.global_size)
-        values: dict[str, Array] = {"core_id": block // math.prod(self.global_size)}
+        values: dict[str, Array] = {CORE_ID: block // math.prod(self.global_size)}
         for dim in range(3):
             values[f"lidx{dim}"] = local % self.local_size[dim]
             local = local // self.local_size[dim]
@@ -207,12 +208,12 @@ class Interpreter:
                 if name not in _SPECIAL_NAMES:
                     raise ValueError(f"unknown SPECIAL {name!r}; expected one of {_SPECIAL_NAMES}")
                 declared[name] = int(_evaluate_uniform(uop.src[0], var_vals))
-        cores = declared.get("core_id", 1)
-        if "core_id" in declared and global_size is not None:
+        cores = declared.get(CORE_ID, 1)
+        if CORE_ID in declared and global_size is not None:
             # CPU programs launch their cores as the global size (codegen's Program.global_size says the same)
             if tuple(int(s) for s in global_size) + (1,) * (3 - len(global_size)) != (cores, 1, 1):
                 raise ValueError(
-                    f"a program with {cores} core_id threads launches as ({cores}, 1, 1), got {global_size!r}"
+                    f"a program with {cores} {CORE_ID} threads launches as ({cores}, 1, 1), got {global_size!r}"
                 )
             global_size = None
         sizes = {}

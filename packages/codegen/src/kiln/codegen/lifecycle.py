@@ -1,9 +1,14 @@
 """The PROGRAM lifecycle: `get_program` grows PROGRAM(SINK, DEVICE) one stage at a time, one rule per stage.
 
 PROGRAM(SINK, DEVICE)                          optimized kernel sink, target device name
-PROGRAM(SINK, DEVICE, LINEAR)                  LINEAR.src = the lowered, linearized uops
-PROGRAM(SINK, DEVICE, LINEAR, SOURCE)          SOURCE.arg = renderer.render(uops, name)
-PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY)  BINARY.arg = renderer.compiler.compile_cached(source)
+PROGRAM(SINK, DEVICE, LINEAR)                  LINEAR.src = the lowered, linearized uops;
+                                               PROGRAM.arg = KernelSignature.of(LINEAR.src)
+PROGRAM(SINK, DEVICE, LINEAR, SOURCE)          SOURCE.arg = renderer.render(uops, name, PROGRAM.arg)
+PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY)  BINARY.arg = renderer.compiler.compile_cached(source);
+                                               PROGRAM.arg gains the compiler's identity
+
+The signature (kiln.codegen.kernel_signature) is worked out here once, when the program is linearized; the renderer
+prints its parameter list from it and every layer above reads it through `Program.signature`.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln.codegen.kernel_info import KernelInfo, Opt
+from kiln.codegen.kernel_signature import KernelSignature
 from kiln.codegen.linearizer import format_linear, linearize
 from kiln.codegen.lowering.pipeline import lower, run_stage
 from kiln.codegen.opt.optimize import optimize_kernel
@@ -23,12 +29,13 @@ from kiln.uops import Ops, PatternMatcher, UOp, UPat, knobs, print_graph, trace,
 def _linearize_stage(ctx: Renderer, program: UOp, sink: UOp, device: UOp) -> UOp:
     linear = run_stage("linearize", lower(sink, ctx), lambda lowered: UOp(Ops.LINEAR, src=tuple(linearize(lowered))))
     verify_linear(list(linear.src))
-    return program.replace(src=(sink, device, linear))
+    return program.replace(src=(sink, device, linear), arg=KernelSignature.of(linear.src))
 
 
 def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:
     info = program.src[0].arg
-    source = ctx.render(list(linear.src), info.name if isinstance(info, KernelInfo) else KernelInfo().name)
+    name = info.name if isinstance(info, KernelInfo) else KernelInfo().name
+    source = ctx.render(list(linear.src), name, program.arg)
     if not isinstance(source, str):
         raise TypeError(f"{type(ctx).__name__}.render must return str, got {type(source).__name__}")
     return program.replace(src=(*program.src, UOp(Ops.SOURCE, arg=source)))
@@ -37,7 +44,8 @@ def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:
 def _compile_stage(ctx: Renderer, program: UOp, source: UOp) -> UOp | None:
     if ctx.compiler is None:
         return None
-    return program.replace(src=(*program.src, UOp(Ops.BINARY, arg=ctx.compiler.compile_cached(source.arg))))
+    binary = UOp(Ops.BINARY, arg=ctx.compiler.compile_cached(source.arg))
+    return program.replace(src=(*program.src, binary), arg=program.arg.compiled_by(ctx.compiler))
 
 
 _sink_device = (UPat(Ops.SINK), UPat(Ops.DEVICE))

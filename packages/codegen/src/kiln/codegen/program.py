@@ -6,11 +6,10 @@ import functools
 import hashlib
 from collections.abc import Mapping
 
-from kiln.codegen.estimates import Estimates, Size, size_value
+from kiln.codegen.estimates import Estimates, Size
 from kiln.codegen.kernel_info import KernelInfo, Opt
-from kiln.uops import Ops, PtrDType, UOp, sym_infer
-
-LaunchDims = tuple[int, int, int]
+from kiln.codegen.kernel_signature import Access, KernelSignature, LaunchDims
+from kiln.uops import Ops, PtrDType, UOp
 
 
 class Program:
@@ -70,26 +69,27 @@ class Program:
         """The LINEAR the program was rendered from (the same uops as `uops`): what an interpreting device runs."""
         return self.uop.src[2].src
 
-    @functools.cached_property
+    @property
+    def signature(self) -> KernelSignature:
+        """The kernel's interface (parameters in call order, launch dimensions, compiler), as codegen built it."""
+        signature = self.uop.arg
+        if not isinstance(signature, KernelSignature):
+            raise ValueError(
+                f"PROGRAM {self.name!r} has no KernelSignature (its arg is {signature!r}): build it with get_program"
+            )
+        return signature
+
+    @property
     def buffer_alignments(self) -> dict[int, int]:
         """The byte alignment each buffer slot needs (only slots read or written with wide vector accesses, which
         assume the buffer starts at a multiple of their width); a runtime checks buffer addresses against it."""
-        needed: dict[int, int] = {}
-        for uop in self.uops:
-            if uop.op is not Ops.INDEX or not isinstance(uop.dtype, PtrDType) or uop.dtype.base.count == 1:
-                continue
-            root = uop.src[0]
-            while root.op in (Ops.AFTER, Ops.INDEX):
-                root = root.src[0]
-            if root.op is Ops.DEFINE_GLOBAL:
-                needed[root.arg] = max(needed.get(root.arg, 1), uop.dtype.base.nbytes)
-        return needed
+        return {buffer.slot: buffer.alignment for buffer in self.signature.buffers if buffer.alignment > 1}
 
-    @functools.cached_property
+    @property
     def uses_core_id(self) -> bool:
         """Whether the kernel reads the CPU core index (SPECIAL core_id): it then takes that index as a last
         argument and runs once per core."""
-        return "core_id" in self._specials
+        return self.signature.core_id
 
     @property
     def source(self) -> str:
@@ -107,74 +107,44 @@ class Program:
         """The optimizations applied to the kernel."""
         return self.info.applied_opts
 
-    @functools.cached_property
-    def _specials(self) -> dict[str, Size]:
-        return {u.arg.name: size_value(u.src[0]) for u in self.uops if u.op is Ops.SPECIAL}
-
     @property
     def global_size(self) -> tuple[Size, Size, Size]:
         """Blocks per dimension (gidx0..2); for CPU THREAD kernels (core_id) the thread count in dimension 0."""
-        specials = self._specials
-        if "core_id" in specials:
-            return (specials["core_id"], 1, 1)
-        dims = [specials.get(f"gidx{d}", 1) for d in range(3)]
-        return (dims[0], dims[1], dims[2])
+        return self.signature.global_size
 
     @property
     def local_size(self) -> tuple[Size, Size, Size] | None:
         """Threads per block per dimension (lidx0..2); None for programs without local indices."""
-        specials = self._specials
-        if not any(name.startswith("lidx") for name in specials):
-            return None
-        dims = [specials.get(f"lidx{d}", 1) for d in range(3)]
-        return (dims[0], dims[1], dims[2])
+        return self.signature.local_size
 
     def launch_dims(self, var_vals: Mapping[str, int] | None = None) -> tuple[LaunchDims, LaunchDims]:
         """(global size, local size) as ints for concrete variable values (local is (1, 1, 1) without locals)."""
-        values = var_vals or {}
-        global_dims = tuple(sym_infer(size, values) for size in self.global_size)
-        local_dims = tuple(sym_infer(size, values) for size in self.local_size or (1, 1, 1))
-        return (global_dims[0], global_dims[1], global_dims[2]), (local_dims[0], local_dims[1], local_dims[2])
+        return self.signature.launch_dims(var_vals)
 
     @functools.cached_property
     def variables(self) -> tuple[UOp, ...]:
         """The DEFINE_VAR parameters, sorted by name (the order runtimes pass their values in)."""
-        return tuple(sorted((u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name))
+        return tuple(variable.uop for variable in self.signature.variables)
 
     @functools.cached_property
     def globals(self) -> tuple[int, ...]:
         """The buffer parameter slots (DEFINE_GLOBAL args), ascending."""
-        return tuple(sorted(u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL))
+        return self.signature.slots
 
     @functools.cached_property
     def buffer_dtypes(self) -> dict[int, PtrDType]:
         """The pointer dtype of each buffer slot."""
-        found: dict[int, PtrDType] = {}
-        for uop in self.uops:
-            if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype, PtrDType):
-                found[uop.arg] = uop.dtype
-        return found
-
-    def _accessed(self, op: Ops) -> tuple[int, ...]:
-        slots = set()
-        for uop in self.uops:
-            if uop.op is op:
-                pointer = uop.src[0].src[0]
-                while pointer.op is Ops.AFTER:
-                    pointer = pointer.src[0]
-                if pointer.op is Ops.DEFINE_GLOBAL:
-                    slots.add(pointer.arg)
-        return tuple(sorted(slots))
+        return {buffer.slot: buffer.dtype for buffer in self.signature.buffers}
 
     @functools.cached_property
     def outs(self) -> tuple[int, ...]:
         """Buffer slots the program stores to."""
-        return self._accessed(Ops.STORE)
+        return self.signature.slots_with(Access.WRITE)
 
     @functools.cached_property
     def ins(self) -> tuple[int, ...]:
         """Buffer slots the program loads from."""
-        return self._accessed(Ops.LOAD)
+        return self.signature.slots_with(Access.READ)
 
     @functools.cached_property
     def estimates(self) -> Estimates:

@@ -14,6 +14,7 @@ from kiln.uops import DType, GroupOp, Ops, PatternMatcher, UOp
 
 if TYPE_CHECKING:
     from kiln.codegen.compiler import Compiler
+    from kiln.codegen.kernel_signature import KernelSignature
 
 
 class Renderer(ABC):
@@ -31,7 +32,7 @@ class Renderer(ABC):
     has_shared: bool = False
     """Block-shared memory (DEFINE_LOCAL) and BARRIER; needed by GROUP/GROUPTOP."""
     has_threads: bool = False
-    """Kernels may spread a loop over CPU cores (THREAD axes, read as SPECIAL "core_id")."""
+    """Kernels may spread a loop over CPU cores (THREAD axes, read as SPECIAL `CORE_ID`)."""
     global_max: tuple[int, ...] | None = None
     """Largest size of each global dimension (the count of dimensions too); None: no global dims."""
     local_max: tuple[int, ...] | None = None
@@ -69,10 +70,12 @@ class Renderer(ABC):
     """The compiler that turns `render`'s source into a binary (None: the source is the program)."""
 
     @abstractmethod
-    def render(self, uops: list[UOp], name: str) -> str:
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
         """Source code of kernel `name` from its linearized uops (the linear program format of the README).
 
         Only prints: it must not rewrite `uops` (no graph_rewrite), so rendering the same LINEAR gives the same text.
+        `signature` is the program's KernelSignature, which the kernel's parameter list is printed from (the
+        lifecycle passes the PROGRAM's; None: `KernelSignature.of(uops)`, for a caller rendering uops directly).
         """
 
     @property

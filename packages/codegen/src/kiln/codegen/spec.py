@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kiln.codegen.kernel_info import KernelInfo
+from kiln.codegen.kernel_signature import CORE_ID, KernelSignature
 from kiln.codegen.lowering.index_dtype import HARDWARE_INDEX_DTYPE
 from kiln.codegen.tensor_core import WmmaArg
 from kiln.uops import (
@@ -146,7 +147,7 @@ def _narrow_hardware_index(x: UOp) -> bool | None:
 
 def _special_ok(x: UOp) -> bool:
     name = x.arg.name if isinstance(x.arg, SpecialArg) else ""
-    return name == "core_id" or (name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"))
+    return name == CORE_ID or (name[:4] in ("gidx", "lidx") and name[4:] in ("0", "1", "2"))
 
 
 _pm_lowered_definitions: list[tuple[UPat, Callable[..., bool]]] = [
@@ -256,8 +257,15 @@ def _program_ok(x: UOp) -> bool:
     for stage in stages:
         expected += stage
         if kinds == expected:
-            return True
+            return _signature_ok(x.arg, linearized=len(kinds) > 2, compiled=len(kinds) > 4)
     return False
+
+
+def _signature_ok(signature: object, linearized: bool, compiled: bool) -> bool:
+    # no signature before linearizing; from then on one, with the compiler's identity once there is a binary
+    if not linearized:
+        return signature is None
+    return isinstance(signature, KernelSignature) and (signature.compiler is not None) == compiled
 
 
 pm_spec_program = PatternMatcher(
@@ -269,7 +277,8 @@ pm_spec_program = PatternMatcher(
         (UPat(Ops.BINARY, src=(), name="x"), lambda x: isinstance(x.arg, bytes)),
     ]
 )
-"""PROGRAM(SINK, DEVICE[, LINEAR[, SOURCE[, BINARY]]]) and its stage uops (check the PROGRAM node itself)."""
+"""PROGRAM(SINK, DEVICE[, LINEAR[, SOURCE[, BINARY]]]) and its stage uops (check the PROGRAM node itself); its arg is
+the KernelSignature from LINEAR on, with the compiler's identity once it has a BINARY."""
 
 
 def verify_program(program: UOp) -> None:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from kiln.codegen import CORE_ID, KernelSignature
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.core_launcher import c_launcher_source
 from kiln.renderers.host_kernel import (
@@ -51,8 +52,6 @@ class CCompiler(HostCompiler, ToolchainCompiler):
     The toolchain is looked up on first use; a missing one raises `ToolchainNotFoundError` naming what to install.
     Temporary files live in a private directory that is always removed.
     """
-
-    elf_type = 3  # ET_DYN: the C compilers link shared objects
 
     def __init__(self, choice: str | None = None) -> None:
         self.choice = choice
@@ -92,9 +91,9 @@ class CCompiler(HostCompiler, ToolchainCompiler):
                 )
             return output.read_bytes()
 
-    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+    def load(self, binary: bytes, signature: KernelSignature) -> HostKernel:
         """The kernel function of shared object `binary` (see host_kernel for the calling convention)."""
-        return load_shared_object(binary, uops)
+        return load_shared_object(binary, signature)
 
     def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
         """The functions `names` of shared object `binary` (their addresses) and the loaded library."""
@@ -123,7 +122,7 @@ def _supports_float16(toolchain: CToolchain, flags: tuple[str, ...]) -> bool:
 
 class CRenderer(CStyleRenderer[CCompiler], target=CPU):
     """C for the CPU device: scalar ALU ops (the C compiler vectorizes), wide loads/stores of 2, 4 or 8 lanes,
-    THREAD axes over the host's cores (`core_id` parameter). Owns a `CCompiler`, created on first use.
+    THREAD axes over the host's cores (`CORE_ID` parameter). Owns a `CCompiler`, created on first use.
 
     Native: every dtype but bfloat16 (codegen computes it through float32), fp8 emulated here, float16 as _Float16
     (emulated where the compiler lacks it). Transcendentals (EXP2, LOG2, SIN, POW) are decomposed by codegen:
@@ -155,22 +154,22 @@ class CRenderer(CStyleRenderer[CCompiler], target=CPU):
         self._emulated = emulated
 
     def special_is_parameter(self, uop: UOp) -> bool:
-        """core_id is the kernel's last parameter."""
-        return bool(uop.arg.name == "core_id")
+        """The core index (CORE_ID) is the kernel's last parameter."""
+        return bool(uop.arg.name == CORE_ID)
 
     def special(self, writer: CStyleWriter, uop: UOp) -> str:
-        """core_id (the CPU has no block or thread indices)."""
-        if uop.arg.name != "core_id":
-            raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only core_id (THREAD axes)")
+        """The core index, CORE_ID (the CPU has no block or thread indices)."""
+        if uop.arg.name != CORE_ID:
+            raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only {CORE_ID} (THREAD axes)")
         if uop.dtype != dtypes.int32:
-            raise ValueError(f"core_id is the kernel's int parameter, got a SPECIAL of {uop.dtype!r}")
-        return "core_id"
+            raise ValueError(f"{CORE_ID} is the kernel's int parameter, got a SPECIAL of {uop.dtype!r}")
+        return CORE_ID
 
-    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
+    def parameters(self, writer: CStyleWriter, signature: KernelSignature) -> list[str]:
         """Buffers, variables, then `int core_id` when the kernel runs on several cores."""
-        declarations = super().parameters(writer, uops)
-        if any(u.op is Ops.SPECIAL and u.arg.name == "core_id" for u in uops):
-            declarations.append("int core_id")
+        declarations = super().parameters(writer, signature)
+        if signature.core_id:
+            declarations.append(f"int {CORE_ID}")
         return declarations
 
 

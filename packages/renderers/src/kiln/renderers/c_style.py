@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from kiln.codegen import TensorCore
+from kiln.codegen import Access, KernelSignature, TensorCore
 from kiln.renderers.c_dialect import C_DIALECT, CDialect
 from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
 from kiln.renderers.target import CompilerT, TargetRenderer, tensor_core_of
@@ -245,12 +245,13 @@ def variable_name(name: str) -> str:
     return "var_" + re.sub(r"\W", "_", name)
 
 
-def local_size(uops: Sequence[UOp]) -> int:
-    """Threads per block of a linear program: the product of its lidx sizes (1 without local threads)."""
-    sizes = {u.arg.name: u.src[0] for u in uops if u.op is Ops.SPECIAL and u.arg.name.startswith("lidx")}
-    if any(size.op is not Ops.CONST for size in sizes.values()):
+def local_size(signature: KernelSignature) -> int:
+    """Threads per block of a kernel: the product of its local sizes (1 without local threads)."""
+    sizes = signature.local_size or (1, 1, 1)
+    constant = [size for size in sizes if isinstance(size, int)]
+    if len(constant) != len(sizes):
         raise ValueError(f"local sizes must be constants, got {sizes}")
-    return math.prod(int(size.arg) for size in sizes.values())
+    return math.prod(constant)
 
 
 # ---- the renderer -----------------------------------------------------------------------------------------------
@@ -269,16 +270,17 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
 
     # ---- the entry point ----
 
-    def render(self, uops: list[UOp], name: str) -> str:
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
         """One C function named ENTRY_NAME computing the linear program `uops` of kernel `name` (see the package
-        README's ABI); the kernel's name is in the first comment line."""
+        README's ABI), its parameters those of `signature`; the kernel's name is in the first comment line."""
+        signature = signature or KernelSignature.of(uops)
         writer = CStyleWriter(self)
         for uop in uops:
             writer.add(uop)
-        parameters = self.parameters(writer, uops)
+        parameters = self.parameters(writer, signature)
         parts = [f"/* kiln {type(self).__name__} kernel {name} */", *self.dialect.preamble, *writer.typedefs.values()]
         parts += writer.helpers.values()
-        parts.append(f"{self.kernel_signature(uops, parameters)} {{")
+        parts.append(f"{self.kernel_declaration(signature, parameters)} {{")
         parts += writer.lines
         parts.append("}")
         return "\n".join(parts) + "\n"
@@ -296,31 +298,34 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
 
     # ---- the kernel's declaration ----
 
-    def kernel_signature(self, uops: Sequence[UOp], parameters: list[str]) -> str:
+    def kernel_declaration(self, signature: KernelSignature, parameters: list[str]) -> str:
         """The kernel function's declaration (without its body): `<kernel_prefix>void <ENTRY_NAME>(parameters)`, with
         the dialect's launch bounds of the block size after `void`."""
         bounds = self.dialect.launch_bounds
-        entry = ENTRY_NAME if bounds is None else f"{bounds.format(threads=local_size(uops))} {ENTRY_NAME}"
+        entry = ENTRY_NAME if bounds is None else f"{bounds.format(threads=local_size(signature))} {ENTRY_NAME}"
         return f"{self.dialect.kernel_prefix}void {entry}({', '.join(parameters)})"
 
-    def parameters(self, writer: CStyleWriter, uops: Sequence[UOp]) -> list[str]:
-        """The kernel's parameter declarations: buffers by slot, then variables by name, then the dialect's extra
-        parameters."""
+    def parameters(self, writer: CStyleWriter, signature: KernelSignature) -> list[str]:
+        """The kernel's parameter declarations, in the signature's order: buffers by slot (const unless the kernel
+        writes them), then variables by name, then the dialect's extra parameters."""
         dialect = self.dialect
-        stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
-        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
         declarations = []
-        for slot, buffer in enumerate(buffers):
-            assert isinstance(buffer.dtype, PtrDType)
-            constant, element = "" if buffer in stored else "const ", writer.memory_type(buffer.dtype.base.scalar())
+        for position, buffer in enumerate(signature.buffers):
+            constant = "" if Access.WRITE in buffer.access else "const "
+            element = writer.memory_type(buffer.dtype.base.scalar())
             declaration = dialect.buffer_parameter.format(
-                const=constant, element=element, restrict=dialect.restrict_keyword, name=writer[buffer], slot=slot
+                const=constant,
+                element=element,
+                restrict=dialect.restrict_keyword,
+                name=writer[buffer.uop],
+                slot=position,
             )
             declarations.append(declaration.replace("  ", " "))
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
-        for slot, variable in enumerate(variables, start=len(buffers)):
+        for position, variable in enumerate(signature.variables, start=len(signature.buffers)):
             type_name = writer.type_name(variable.dtype)
-            declarations.append(dialect.variable_parameter.format(type=type_name, name=writer[variable], slot=slot))
+            declarations.append(
+                dialect.variable_parameter.format(type=type_name, name=writer[variable.uop], slot=position)
+            )
         return declarations + list(dialect.extra_parameters)
 
     # ---- types ----

@@ -1,13 +1,15 @@
 """CPU kernels loaded into this process: the calling convention the C and LLVM IR renderers share, and loading.
 
-Every CPU kernel is one function named `ENTRY_NAME` returning void, with the parameters (in this order):
-- one pointer per DEFINE_GLOBAL, by ascending slot (`Program.globals`): the buffer's first element;
-- one integer per DEFINE_VAR, sorted by variable name (`Program.variables`), int32 or int64 as its dtype;
-- `int core_id` (int32) last, only if the program reads SPECIAL "core_id": run the function once per core id in
-  0..size-1 (`Program.global_size[0]`), concurrently.
+Every CPU kernel is one function named `ENTRY_NAME` returning void, with the parameters of its `KernelSignature`
+(`Program.signature`), in this order:
+- one pointer per buffer parameter, by ascending slot (`signature.buffers`): the buffer's first element;
+- one integer per variable, sorted by name (`signature.variables`), int32 or int64 as its dtype;
+- `int core_id` (int32, named `CORE_ID`) last, only if `signature.core_id`: run the function once per core id in
+  0..size-1 (`signature.global_size[0]`), concurrently.
 
-A compiler of such kernels is a `HostCompiler`: `load(binary)` returns a `HostKernel` (its address and argument
-types; calling it releases the GIL, so cores may run on Python threads).
+A compiler of such kernels is a `HostCompiler`: `load(binary, signature)` returns a `HostKernel` (its address and
+argument types; calling it releases the GIL, so cores may run on Python threads). A runtime finds the compiler that
+loads a binary through the signature's `CompilerIdentity` (`host_loader(signature)`), not by reading the binary.
 """
 
 from __future__ import annotations
@@ -21,34 +23,31 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
-from kiln.codegen import Compiler
+from kiln.codegen import CORE_ID, Compiler, KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
-from kiln.uops import Ops, UOp, dtypes
+from kiln.uops import dtypes
 
 CType = type[ctypes.c_void_p] | type[ctypes.c_int32] | type[ctypes.c_int64]
 
 
 @dataclass(frozen=True)
 class KernelParameter:
-    """One parameter of a CPU kernel: `kind` "buffer" (name: the slot), "variable" (its name) or "core_id"."""
+    """One parameter of a CPU kernel: `kind` "buffer" (name: the slot), "variable" (its name) or CORE_ID."""
 
     kind: str
     name: str
     ctype: CType
 
 
-def kernel_parameters(uops: Sequence[UOp]) -> tuple[KernelParameter, ...]:
-    """The parameters of the CPU kernel of linear program `uops`, in call order."""
-    buffers = sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL)
-    variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
-    parameters = [KernelParameter("buffer", str(slot), ctypes.c_void_p) for slot in buffers]
-    for variable in variables:
+def kernel_parameters(signature: KernelSignature) -> tuple[KernelParameter, ...]:
+    """The parameters of the CPU kernel of `signature`, in call order."""
+    parameters = [KernelParameter("buffer", str(buffer.slot), ctypes.c_void_p) for buffer in signature.buffers]
+    for variable in signature.variables:
         ctype: CType = ctypes.c_int64 if variable.dtype.scalar() == dtypes.int64 else ctypes.c_int32
-        parameters.append(KernelParameter("variable", variable.arg.name, ctype))
-    if any(u.op is Ops.SPECIAL and u.arg.name == "core_id" for u in uops):
-        parameters.append(KernelParameter("core_id", "core_id", ctypes.c_int32))
+        parameters.append(KernelParameter("variable", variable.name, ctype))
+    if signature.core_id:
+        parameters.append(KernelParameter(CORE_ID, CORE_ID, ctypes.c_int32))
     return tuple(parameters)
 
 
@@ -84,15 +83,13 @@ class HostKernel:
 class HostCompiler(Compiler):
     """A compiler whose binaries run in this process (the CPU device's renderers).
 
-    `elf_type` declares the ELF `e_type` of the binaries it produces (elf.h: ET_REL = 1 for relocatable objects,
-    ET_DYN = 3 for shared objects), so a CPU device can hand each binary to the compiler that loads it.
+    A runtime loads a binary with the compiler its program's signature names (`host_loader`), so a subclass can be
+    made without arguments: loading needs none of a compile's choices.
     """
 
-    elf_type: ClassVar[int]
-
     @abstractmethod
-    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
-        """The kernel of `binary` (compiled from the rendering of linear program `uops`), ready to call."""
+    def load(self, binary: bytes, signature: KernelSignature) -> HostKernel:
+        """The kernel of `binary` (compiled from a rendering of a program with `signature`), ready to call."""
 
     def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
         """The addresses of the functions `names` in `binary` (0 for a missing one) and what keeps the code alive:
@@ -118,7 +115,7 @@ def _open_shared_object(binary: bytes, what: str) -> ctypes.CDLL:
         os.unlink(path)
 
 
-def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+def load_shared_object(binary: bytes, signature: KernelSignature) -> HostKernel:
     """Load shared-object bytes (the C compiler's binary) with the dynamic loader; the file is deleted at once."""
     library = _open_shared_object(binary, "the kernel")
     try:
@@ -126,7 +123,7 @@ def load_shared_object(binary: bytes, uops: Sequence[UOp]) -> HostKernel:
     except AttributeError as error:
         raise RuntimeError(f"the kernel's shared object has no function {ENTRY_NAME!r}") from error
     address = ctypes.cast(entry, ctypes.c_void_p).value
-    return HostKernel(address or 0, kernel_parameters(uops), library)
+    return HostKernel(address or 0, kernel_parameters(signature), library)
 
 
 def shared_object_functions(binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:

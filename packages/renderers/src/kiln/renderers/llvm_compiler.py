@@ -18,11 +18,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from kiln.codegen import KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.core_launcher import llvm_ir_launcher_source
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError, llvm_options, llvmlite_binding
-from kiln.uops import UOp
 
 
 class LLVMCompiler(HostCompiler, ToolchainCompiler):
@@ -31,8 +31,6 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
     `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles,
     loads and the disposal of dropped kernels' engines are serialized by one process-wide lock.
     """
-
-    elf_type = 1  # ET_REL: llvmlite emits relocatable objects, linked in process
 
     optimization_level = 2
     _lock = threading.Lock()
@@ -153,7 +151,7 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         builder.getModulePassManager().run(module, builder)
         return module
 
-    def load(self, binary: bytes, uops: Sequence[UOp]) -> HostKernel:
+    def load(self, binary: bytes, signature: KernelSignature) -> HostKernel:
         """Link object `binary` into this process (MCJIT) and return its kernel."""
         llvm = self.llvm
         with self._lock:
@@ -165,7 +163,7 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
             address = engine.get_function_address(ENTRY_NAME)
             owner = _EngineOwner(engine)
             del engine
-        return HostKernel(address, kernel_parameters(uops), (owner, binary))
+        return HostKernel(address, kernel_parameters(signature), (owner, binary))
 
     def load_functions(self, binary: bytes, names: Sequence[str]) -> tuple[dict[str, int], object]:
         """Link object `binary` into this process (MCJIT): the addresses of its functions `names`, and the owner of

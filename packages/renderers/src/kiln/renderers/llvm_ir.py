@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kiln.codegen import CORE_ID, Access, KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME, variable_name
 from kiln.renderers.llvm_compiler import LLVMCompiler, host_has_vector_ldexp, host_register_tile_lanes
 from kiln.renderers.llvm_ir_helpers import (
@@ -27,7 +28,6 @@ from kiln.renderers.llvm_ir_helpers import (
     memory_type,
     threefry_helper,
 )
-from kiln.renderers.source_writer import root_buffer
 from kiln.renderers.target import CPU, TargetRenderer
 from kiln.uops import (
     AxisKind,
@@ -164,11 +164,11 @@ def _value_name(uop: UOp, writer: LLVMWriter) -> str:
     if uop.op is Ops.DEFINE_VAR:
         return "%" + variable_name(uop.arg.name)
     if uop.op is Ops.SPECIAL:
-        if uop.arg.name != "core_id":
-            raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only core_id (THREAD axes)")
+        if uop.arg.name != CORE_ID:
+            raise ValueError(f"the CPU has no hardware index {uop.arg.name!r}; only {CORE_ID} (THREAD axes)")
         if uop.dtype != dtypes.int32:
-            raise ValueError(f"core_id is the kernel's i32 parameter, got a SPECIAL of {uop.dtype!r}")
-        return "%core_id"
+            raise ValueError(f"{CORE_ID} is the kernel's i32 parameter, got a SPECIAL of {uop.dtype!r}")
+        return f"%{CORE_ID}"
     if uop.op is Ops.RANGE:
         writer.block_ids[uop] = writer.next_id("loop")
         return f"%ridx{writer.block_ids[uop]}"
@@ -651,21 +651,21 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
         """The llvmlite compiler (in process)."""
         return LLVMCompiler()
 
-    def render(self, uops: list[UOp], name: str) -> str:
-        """One LLVM IR function named ENTRY_NAME computing `uops` of kernel `name` (calling convention:
-        host_kernel); the kernel's name is in the first comment line."""
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
+        """One LLVM IR function named ENTRY_NAME computing `uops` of kernel `name`, its parameters those of
+        `signature` (calling convention: host_kernel); the kernel's name is in the first comment line."""
+        signature = signature or KernelSignature.of(uops)
         writer = LLVMWriter(vector_ldexp=self.vector_ldexp)
         for uop in uops:
             writer.add(uop)
-        stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
         parameters = []
-        for buffer in sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg):
-            access = "noalias" if buffer in stored else "noalias readonly"
-            parameters.append(f"ptr {access} {writer[buffer]}")
-        for variable in sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name):
-            parameters.append(writer.typed(variable))
-        if any(u.op is Ops.SPECIAL and u.arg.name == "core_id" for u in uops):
-            parameters.append("i32 %core_id")
+        for buffer in signature.buffers:
+            access = "noalias" if Access.WRITE in buffer.access else "noalias readonly"
+            parameters.append(f"ptr {access} {writer[buffer.uop]}")
+        for variable in signature.variables:
+            parameters.append(writer.typed(variable.uop))
+        if signature.core_id:
+            parameters.append(f"i32 %{CORE_ID}")
         body = [line if line.endswith(":") else "  " + line for line in (*writer.entry, *writer.lines)]
         return "\n".join(
             [

@@ -17,8 +17,9 @@ import shutil
 import subprocess
 import tempfile
 
+from kiln.codegen import KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME, local_size
-from kiln.renderers.ptx_rules import REGISTER_PREFIX, PTXWriter, pm_ptx
+from kiln.renderers.ptx_rules import REGISTER_PREFIX, PTXWriter, parameter_declarations, pm_ptx
 from kiln.renderers.target import NVIDIA, TargetRenderer, architecture_number, nvidia_target
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
 from kiln.uops import GroupOp, Ops, UOp, register_knob
@@ -139,8 +140,10 @@ class PTXRenderer(TargetRenderer[PTXCompiler], target=NVIDIA):
         """ptxas validation for this architecture."""
         return PTXCompiler(self.arch)
 
-    def render(self, uops: list[UOp], name: str) -> str:
-        """The PTX module of kernel `name` (entry ENTRY_NAME, the name in the first comment) from `uops`."""
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
+        """The PTX module of kernel `name` (entry ENTRY_NAME, the name in the first comment) from `uops`, its
+        parameters those of `signature`."""
+        signature = signature or KernelSignature.of(uops)
         writer = PTXWriter(self)
         for uop in uops:
             registers, _ = pm_ptx.rewrite_with_rule(uop, writer)
@@ -156,8 +159,8 @@ class PTXRenderer(TargetRenderer[PTXCompiler], target=NVIDIA):
             ".address_size 64",
             "",
             f".visible .entry {ENTRY_NAME}(",
-            ",\n".join(f"\t{parameter}" for parameter in writer.parameters),
-            f")\n.maxntid {local_size(uops)}, 1, 1",
+            ",\n".join(f"\t{parameter}" for parameter in parameter_declarations(signature)),
+            f")\n.maxntid {local_size(signature)}, 1, 1",
             "{",
         ]
         return "\n".join([*header, *registers, *writer.declarations, *writer.lines, "\tret;", "}"]) + "\n"

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import struct
 
-from kiln.codegen import Renderer, TensorCore
+from kiln.codegen import KernelSignature, Renderer, TensorCore
 from kiln.renderers.c_style import variable_name
 from kiln.renderers.source_writer import root_buffer
 from kiln.renderers.target import tensor_core_of
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
-__all__ = ["REGISTER_PREFIX", "PTXWriter", "float_literal", "pm_ptx"]
+__all__ = ["REGISTER_PREFIX", "PTXWriter", "float_literal", "parameter_declarations", "pm_ptx"]
 
 # dtype -> (register kind, instruction type, memory type); the register kinds are declared as .reg .<kind>
 _TYPES: dict[DType, tuple[str, str, str]] = {
@@ -52,6 +52,14 @@ def _types(dtype: DType) -> tuple[str, str, str]:
     return found
 
 
+def parameter_declarations(signature: KernelSignature) -> list[str]:
+    """The kernel's .param declarations in the signature's order: a u64 address per buffer, then each variable."""
+    declarations = [f".param .u64 data{buffer.slot}" for buffer in signature.buffers]
+    for variable in signature.variables:
+        declarations.append(f".param .{_types(variable.dtype)[1]} {variable_name(variable.name)}")
+    return declarations
+
+
 def float_literal(value: float, dtype: DType) -> str:
     """PTX's exact hexadecimal float immediate: 0f<8 hex digits> (f32) or 0d<16 hex digits> (f64)."""
     if dtype == dtypes.float64:
@@ -67,7 +75,6 @@ class PTXWriter:
         self.values: dict[UOp, list[str]] = {}
         self.lines: list[str] = []
         self.declarations: list[str] = []
-        self.parameters: list[str] = []
         self.counts: dict[str, int] = {}
         self.labels = 0
         self.loop_labels: dict[UOp, tuple[str, str]] = {}
@@ -438,8 +445,8 @@ def _wmma(ctx: PTXWriter, uop: UOp, core: TensorCore) -> list[str]:
 
 
 def _define_global(ctx: PTXWriter, uop: UOp) -> list[str]:
+    # declared by parameter_declarations; loaded here
     parameter, raw, pointer = f"data{uop.arg}", ctx.register("b64"), ctx.register("b64")
-    ctx.parameters.append(f".param .u64 {parameter}")
     ctx.emit(f"ld.param.u64 {raw}, [{parameter}];", f"cvta.to.global.u64 {pointer}, {raw};")
     return [pointer]
 
@@ -447,7 +454,6 @@ def _define_global(ctx: PTXWriter, uop: UOp) -> list[str]:
 def _define_variable(ctx: PTXWriter, uop: UOp) -> list[str]:
     kind, typed, _ = _types(uop.dtype)
     name, register = variable_name(uop.arg.name), ctx.register(kind)
-    ctx.parameters.append(f".param .{typed} {name}")
     ctx.emit(f"ld.param.{typed} {register}, [{name}];")
     return [register]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kiln.codegen import Compiler, verify_linear
+from kiln.codegen import Compiler, KernelSignature, verify_linear
 from kiln.renderers.target import PYTHON, TargetRenderer
 from kiln.uops import (
     AxisKind,
@@ -162,6 +162,7 @@ class PythonRenderer(TargetRenderer[PythonCompiler], target=PYTHON):
         """The identity compiler (it checks the program parses)."""
         return PythonCompiler()
 
-    def render(self, uops: list[UOp], name: str) -> str:
-        """The text form of `uops` (see `render_linear`; the name is not part of it)."""
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
+        """The text form of `uops` (see `render_linear`; the name is not part of it, and the parameters are the
+        text's own DEFINE_GLOBAL and DEFINE_VAR lines, so `signature` adds nothing)."""
         return render_linear(uops)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 
+from kiln.codegen import Access, KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
 from kiln.renderers.target import WEBGPU, TargetRenderer
@@ -96,14 +96,13 @@ class WGSLCompiler(ToolchainCompiler):
 class WGSLWriter(SourceWriter):
     """The state of rendering one kernel: names, body lines, module-scope declarations and helpers it needs."""
 
-    def __init__(self, language: WGSLRenderer, uops: Sequence[UOp]) -> None:
+    def __init__(self, language: WGSLRenderer, signature: KernelSignature) -> None:
         super().__init__()
         self.language = language
         self.locations: dict[UOp, tuple[UOp, str]] = {}
         self.module_lines: list[str] = []
-        self.stored = {root_buffer(u.src[0]) for u in uops if u.op is Ops.STORE}
-        variables = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg.name)
-        self.variable_slots = {variable: index for index, variable in enumerate(variables)}
+        self.stored = {buffer.uop for buffer in signature.buffers if Access.WRITE in buffer.access}
+        self.variable_slots = {variable.uop: index for index, variable in enumerate(signature.variables)}
 
     def type_name(self, dtype: DType) -> str:
         """The WGSL type of a scalar value of `dtype`."""
@@ -304,12 +303,13 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
         """wgpu's validation on the process's WebGPU device."""
         return WGSLCompiler()
 
-    def render(self, uops: list[UOp], name: str) -> str:
-        """One `@compute fn kiln_kernel` with its bindings (see the module docstring)."""
-        writer = WGSLWriter(self, uops)
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
+        """One `@compute fn kiln_kernel` with its bindings, those of `signature` (see the module docstring)."""
+        signature = signature or KernelSignature.of(uops)
+        writer = WGSLWriter(self, signature)
         for uop in uops:
             writer.add(uop)
-        buffers = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        buffers = [buffer.uop for buffer in signature.buffers]
         bindings = len(buffers) + (1 if writer.variable_slots else 0)
         if bindings > self.max_storage_buffers:
             raise ValueError(
@@ -325,7 +325,7 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
             parts.append(f"@group(0) @binding({len(buffers)}) var<storage, read> {VARIABLES_NAME}: array<i32>;")
         parts += writer.module_lines
         parts += writer.helpers.values()
-        sizes = self.workgroup_size(uops)
+        sizes = self.workgroup_size(signature)
         parts.append(f"@compute @workgroup_size({sizes[0]}, {sizes[1]}, {sizes[2]})")
         parts.append(
             f"fn {ENTRY_NAME}(@builtin(workgroup_id) kiln_group: vec3<u32>, "
@@ -346,16 +346,13 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
             return "array<atomic<u32>>" if buffer in writer.stored else "array<u32>"
         return f"array<{self.scalar_type(buffer.dtype.base)}>"
 
-    def workgroup_size(self, uops: Sequence[UOp]) -> tuple[int, int, int]:
-        """Threads per workgroup per dimension, from the lidx SPECIALs (a WGSL shader fixes them)."""
-        sizes = [1, 1, 1]
-        for uop in uops:
-            if uop.op is Ops.SPECIAL and uop.arg.name.startswith("lidx"):
-                size = uop.src[0]
-                if size.op is not Ops.CONST:
-                    raise ValueError(f"WGSL needs a constant workgroup size; {uop.arg.name} is {size}")
-                sizes[int(uop.arg.name[4])] = int(size.arg)
-        return sizes[0], sizes[1], sizes[2]
+    def workgroup_size(self, signature: KernelSignature) -> tuple[int, int, int]:
+        """Threads per workgroup per dimension, the signature's local size (a WGSL shader fixes them)."""
+        sizes = signature.local_size or (1, 1, 1)
+        constant = [size for size in sizes if isinstance(size, int)]
+        if len(constant) != len(sizes):
+            raise ValueError(f"WGSL needs a constant workgroup size, got {sizes}")
+        return constant[0], constant[1], constant[2]
 
     def render_uop(self, writer: WGSLWriter, uop: UOp) -> str:
         """The WGSL text of `uop` from the first matching rule of `pm_wgsl`."""

@@ -42,7 +42,7 @@ from kiln.runtime.memory import (
     TLSFAllocator,
     VirtMapping,
 )
-from kiln.runtime.native_kernel import NativeKernel, elf_type
+from kiln.runtime.native_kernel import NativeKernel
 from kiln.runtime.profile import ProfileEvent, Profiler, profiler
 from kiln.runtime.program_runner import ProgramRunner, VariableSpec
 from kiln.runtime.python_device import InterpretedRunner, PythonDevice
@@ -103,7 +103,6 @@ __all__ = [
     "VirtMapping",
     "WaitCommand",
     "copy_between",
-    "elf_type",
     "find_dtypes",
     "find_renderers",
     "numpy_dtype",

@@ -8,10 +8,9 @@ owning its compiler; `CPU_RENDERER=<name>` picks another than the first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from kiln.codegen import Program, Renderer
+from kiln.codegen import KernelSignature, Program, Renderer
 from kiln.renderers import CoreLauncher, HostCompiler, core_launcher_for
 from kiln.runtime.core_pool import CorePool, core_share
 from kiln.runtime.device import find_renderers
@@ -19,10 +18,9 @@ from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.hcq_runner import HCQProgramRunner
 from kiln.runtime.host_allocator import HostAllocator
 from kiln.runtime.knobs import cpu_native_launch, cpu_shares
-from kiln.runtime.native_kernel import NativeKernel, check_parameters, elf_type
+from kiln.runtime.native_kernel import NativeKernel, check_parameters
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.thread_engine import ThreadQueueEngine
-from kiln.uops import UOp
 
 __all__ = [
     "CPUDevice",
@@ -35,11 +33,9 @@ __all__ = [
 @runtime_checkable
 class HostKernelLoader(Protocol):
     """What a CPU renderer's compiler provides to run its binaries in this process (kiln.renderers' HostCompiler):
-    the ELF type of the binaries it produces, and loading one."""
+    loading one, for the program's signature."""
 
-    elf_type: int
-
-    def load(self, binary: bytes, uops: Sequence[UOp]) -> Any:
+    def load(self, binary: bytes, signature: KernelSignature) -> Any:
         """The kernel of `binary`: a callable taking the kernel's arguments, with a `parameters` description."""
         ...
 
@@ -63,7 +59,7 @@ class CPUProgramRunner(HCQProgramRunner):
             raise RuntimeError(
                 f"program {program.name!r} has no binary: CPU programs must come from a renderer with a compiler"
             )
-        host_kernel = device.loader_for(binary, program.name).load(binary, program.linear)
+        host_kernel = device.loader_for(program).load(binary, program.signature)
         self.takes_core_id = program.uses_core_id
         check_parameters(program.name, host_kernel.parameters, self.slots, self.variables, self.takes_core_id)
         self.host_kernel = host_kernel
@@ -104,7 +100,7 @@ class CPUDevice(HCQCompiled):
         self.engine = ThreadQueueEngine(name)
         super().__init__(name, HostAllocator(name, synchronize=self.synchronize), self.engine)
         self.renderers = cpu_renderer_classes()
-        self._loaders: dict[int, HostKernelLoader] = {}  # by the ELF type they load
+        self._loaders: dict[type, HostKernelLoader] = {}  # by the compiler class that built the binaries
 
     def _core_launcher(self) -> CoreLauncher | None:
         """The native core launcher the core pool uses (CPU_NATIVE_LAUNCH), built by the compiler of this device's
@@ -123,28 +119,21 @@ class CPUDevice(HCQCompiled):
             )
         return super().renderer_class
 
-    def loader_for(self, binary: bytes, name: str) -> HostKernelLoader:
-        """The compiler that loads `binary`: the one of this device's renderers whose compiler declares the ELF type
-        the binary has (`HostCompiler.elf_type`)."""
-        kind = elf_type(binary)
-        if kind is None:
-            raise RuntimeError(
-                f"CPU program {name!r}: its binary ({len(binary)} bytes starting {binary[:8]!r}) is not ELF, which is "
-                "what the CPU renderers' compilers produce"
-            )
-        loader = self._loaders.get(kind)
+    def loader_for(self, program: Program) -> HostKernelLoader:
+        """The compiler that loads `program`'s binary: the one its signature names (`CompilerIdentity`), made once
+        per device and compiler class; the binary itself is not read."""
+        identity = program.signature.compiler
+        if identity is None:
+            raise RuntimeError(f"CPU program {program.name!r} names no compiler: it was not compiled")
+        compiler_class = identity.compiler
+        loader = self._loaders.get(compiler_class)
         if loader is None:
-            for renderer_class in self.renderers:
-                compiler = self.create_renderer(renderer_class).compiler
-                if isinstance(compiler, HostKernelLoader) and compiler.elf_type == kind:
-                    self._loaders[kind] = loader = compiler
-                    break
-            else:
-                offered = ", ".join(r.__name__ for r in self.renderers)
+            if not issubclass(compiler_class, HostKernelLoader):
                 raise RuntimeError(
-                    f"CPU program {name!r}: none of this device's renderers ({offered}) has a compiler that loads "
-                    f"ELF type {kind} binaries"
+                    f"CPU program {program.name!r} was compiled by {compiler_class.__qualname__} ({identity.version}), "
+                    "which cannot load kernels into this process (a HostCompiler of kiln.renderers can)"
                 )
+            self._loaders[compiler_class] = loader = compiler_class()
         return loader
 
     def load_program(self, program: Program) -> ProgramRunner:

@@ -11,26 +11,14 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Sequence
 
+from kiln.codegen import CORE_ID
 from kiln.runtime.core_pool import CorePool
 from kiln.runtime.kernel_args import ArgKind, HCQArgsState
 from kiln.runtime.program_runner import VariableSpec
 
-__all__ = ["ELF_RELOCATABLE", "ELF_SHARED_OBJECT", "NativeKernel", "check_parameters", "elf_type"]
+__all__ = ["NativeKernel", "check_parameters"]
 
 LaunchSize = tuple[int, int, int]
-
-ELF_RELOCATABLE = 1
-"""ELF e_type of an object file (.o), what llvmlite emits."""
-ELF_SHARED_OBJECT = 3
-"""ELF e_type of a shared object (.so), what the C compilers link."""
-
-
-def elf_type(binary: bytes) -> int | None:
-    """The ELF `e_type` of `binary` (1 = relocatable object, 3 = shared object), or None if it is not ELF."""
-    if len(binary) < 18 or not binary.startswith(b"\x7fELF"):
-        return None
-    # EI_DATA (byte 5): 1 = little-endian, 2 = big-endian; e_type is the 16-bit field at byte 16
-    return int.from_bytes(binary[16:18], "little" if binary[5] == 1 else "big")
 
 
 _KINDS_OF_CTYPES: dict[object, ArgKind] = {
@@ -47,7 +35,7 @@ def check_parameters(
     the runtime passes: one pointer per used buffer slot, the variables in order with their widths, then core_id."""
     expected = [("buffer", str(slot), ArgKind.POINTER) for slot in slots]
     expected += [("variable", variable.name, variable.kind) for variable in variables]
-    expected += [("core_id", "core_id", ArgKind.INT32)] if core_id else []
+    expected += [(CORE_ID, CORE_ID, ArgKind.INT32)] if core_id else []
     found = [
         (getattr(p, "kind", None), getattr(p, "name", None), _KINDS_OF_CTYPES.get(getattr(p, "ctype", None)))
         for p in parameters

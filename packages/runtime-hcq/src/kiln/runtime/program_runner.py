@@ -5,8 +5,8 @@
     runner = Device["CPU"].runtime(program)
     seconds = runner([out, a, b], {"n": 19}, wait=True)
 
-The runner reads the program only through codegen's `Program` view: its buffer slots and their pointer dtypes, its
-variables (passed sorted by name), its launch dimensions (`launch_dims(var_vals)`) and its source or binary.
+The runner reads the program only through codegen's `Program` view: its `KernelSignature` (buffer slots with their
+pointer dtypes and alignments, variables passed sorted by name, launch dimensions) and its source or binary.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from kiln.codegen import Program
+from kiln.codegen import Program, VariableParameter
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind, KernelArgLayout
-from kiln.uops import DType, PtrDType, UOp
+from kiln.uops import DType, PtrDType
 
 __all__ = ["LaunchDims", "ProgramRunner", "RunnerDevice", "VariableSpec"]
 
@@ -30,10 +30,10 @@ class VariableSpec:
 
     __slots__ = ("high", "kind", "low", "name")
 
-    def __init__(self, variable: UOp) -> None:
-        self.name: str = variable.arg.name
-        self.low: int = variable.arg.lo
-        self.high: int = variable.arg.hi
+    def __init__(self, variable: VariableParameter) -> None:
+        self.name: str = variable.name
+        self.low: int = variable.low
+        self.high: int = variable.high
         self.kind = ArgKind.INT64 if variable.dtype.itemsize == 8 else ArgKind.INT32
 
     def __repr__(self) -> str:
@@ -85,16 +85,17 @@ class ProgramRunner(abc.ABC):
         self.device = device
         self.program = program
         self.name = program.name
-        self.slots = program.globals
-        self.buffer_count = self.slots[-1] + 1 if self.slots else 0
-        self.pointer_dtypes: tuple[PtrDType, ...] = tuple(program.buffer_dtypes[slot] for slot in self.slots)
-        self.variables = tuple(VariableSpec(variable) for variable in program.variables)
+        signature = program.signature
+        self.slots = signature.slots
+        self.buffer_count = signature.slot_count
+        self.pointer_dtypes: tuple[PtrDType, ...] = tuple(buffer.dtype for buffer in signature.buffers)
+        self.variables = tuple(VariableSpec(variable) for variable in signature.variables)
         self.arg_layout = KernelArgLayout(
             (ArgKind.POINTER,) * len(self.slots) + tuple(variable.kind for variable in self.variables)
         )
-        self.alignments = program.buffer_alignments
-        sizes = (*program.global_size, *(program.local_size or ()))
-        self._static_dims = program.launch_dims({}) if all(isinstance(size, int) for size in sizes) else None
+        self.alignments = {buffer.slot: buffer.alignment for buffer in signature.buffers if buffer.alignment > 1}
+        sizes = (*signature.global_size, *(signature.local_size or ()))
+        self._static_dims = signature.launch_dims({}) if all(isinstance(size, int) for size in sizes) else None
         # per used slot: (slot, alignment); and the (slot, dtype, size) of plain Buffers that passed every check
         # but the address ones, so a launch on buffers like earlier ones skips re-checking them
         self._slot_alignments = tuple((slot, self.alignments.get(slot, 1)) for slot in self.slots)

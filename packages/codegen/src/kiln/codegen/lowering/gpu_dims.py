@@ -4,7 +4,7 @@ Global axes map to gidx0..n and local axes to lidx0..n with the innermost (last)
 whose neighbouring threads are launched together. When there are more axes than dimensions, adjacent axes share a
 dimension (the smallest products first); when a dimension is larger than its limit and a dimension is free, it is
 split in two. Each original axis is then recovered from its dimension(s) by division and modulo.
-THREAD axes (at most one) become SPECIAL "core_id". GLOBAL axes of a renderer without local threads stay loops.
+THREAD axes (at most one) become SPECIAL `CORE_ID`. GLOBAL axes of a renderer without local threads stay loops.
 The lane axis of a WMMA's warp goes innermost, so a warp is made of threads whose linear ids differ only in their
 low bits (as on the hardware).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from kiln.codegen.kernel_signature import CORE_ID
 from kiln.codegen.loop_structure import kernel_ranges, replace_ranges
 from kiln.codegen.renderer import Renderer
 from kiln.codegen.tensor_core import WARP_LANE_TAG
@@ -105,7 +106,7 @@ def map_hardware_dims(sink: UOp, renderer: Renderer) -> UOp:
     if len(threads) > 1:
         raise ValueError(f"a kernel has at most one THREAD axis, got axes {[r.arg.axis for r in threads]}")
     if threads:
-        values[threads[0]] = UOp.special(threads[0].src[0], "core_id")
+        values[threads[0]] = UOp.special(threads[0].src[0], CORE_ID)
     local = by_kind[AxisKind.LOCAL] + by_kind[AxisKind.GROUP_REDUCE]
     if renderer.has_local:
         values.update(hardware_indices(by_kind[AxisKind.GLOBAL], renderer.global_max or (), "gidx"))
