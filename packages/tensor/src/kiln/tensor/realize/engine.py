@@ -102,10 +102,10 @@ def _slots_of(ast: UOp, program: Program) -> tuple[int, ...]:
     """The kernel buffer slots a launch passes: 0..last used one. Codegen may prove some buffers never read (every
     load of one gated off) and drop their parameters; the runner takes any buffer for such a slot and does not pass
     it to the kernel, so the program is built once whatever codegen dropped."""
-    slots = sorted({u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL})
-    if not set(program.globals) <= set(slots):
-        raise RuntimeError(f"codegen invented buffer parameters {program.globals} for kernel {program.name!r}")
-    return tuple(range(program.globals[-1] + 1)) if program.globals else ()
+    signature = program.signature
+    if not set(signature.slots) <= {u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL}:
+        raise RuntimeError(f"codegen invented buffer parameters {signature.slots} for kernel {program.name!r}")
+    return tuple(range(signature.slot_count))
 
 
 class _PreparedPlan:
@@ -295,12 +295,14 @@ def _device_timer(device: str) -> Callable[[Program], float]:
 
     def timer(program: Program) -> float:
         runner = load(program, device)
-        buffers: list[Buffer | None] = [None] * (max(program.globals, default=-1) + 1)
-        for slot, pointer in program.buffer_dtypes.items():
+        signature = program.signature
+        buffers: list[Buffer | None] = [None] * signature.slot_count
+        for parameter in signature.buffers:
+            pointer = parameter.dtype
             if pointer.size < 0:
-                raise RuntimeError(f"BEAM cannot time {program.name!r}: buffer {slot} has no static size")
-            buffers[slot] = Buffer(device, max(pointer.size, 1), pointer.base.scalar())
-        var_vals = {v.arg.name: v.arg.hi for v in program.variables}
+                raise RuntimeError(f"BEAM cannot time {program.name!r}: buffer {parameter.slot} has no static size")
+            buffers[parameter.slot] = Buffer(device, max(pointer.size, 1), pointer.base.scalar())
+        var_vals = signature.largest_var_vals()
         return min(float(runner(buffers, var_vals, wait=True) or 0.0) for _ in range(3))  # type: ignore[arg-type]
 
     return timer
