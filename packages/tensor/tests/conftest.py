@@ -9,12 +9,37 @@ do apart from real failures.
 """
 
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import pytest
 
+from kiln.tensor.realize.engine import Engine, use_engine
+
 os.environ.setdefault("CHECK", "1")
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    """A fresh Engine for the test (its own caches and counters, e.g. `programs_built`)."""
+    with use_engine(Engine()) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def each_value(engine: Engine) -> Callable[[Callable[[int], None], Sequence[int]], None]:
+    """`each_value(run, values)`: `run(value)` at each value under the test's fresh engine; the first call compiles,
+    the others must reuse its programs (the symbolic-shape tests: one compile serves every value of a Variable)."""
+
+    def check(run: Callable[[int], None], values: Sequence[int]) -> None:
+        run(values[0])
+        built = engine.programs_built
+        assert built >= 1
+        for value in values[1:]:
+            run(value)
+        assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
+
+    return check
 
 
 def _refusal(text: str) -> str | None:

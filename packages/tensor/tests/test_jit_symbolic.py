@@ -3,24 +3,15 @@ bound Variables. Every replay is checked against numpy, and no replay compiles a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, TinyJit, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
 N = Variable("n", 1, 8)
 DATA = np.arange(32, dtype=np.float32).reshape(8, 4)
 VALUES = [3, 5, 1, 8, 2]
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    fresh = Engine()
-    with use_engine(fresh):
-        yield fresh
 
 
 def test_variable_argument_sizes_replay_without_compiling(engine: Engine) -> None:

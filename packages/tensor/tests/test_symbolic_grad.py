@@ -4,37 +4,24 @@ and trained weights are checked against numpy; a new value of the variable compi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, TinyJit, Variable, nn, optim
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
+EachValue = Callable[[Callable[[int], None], Sequence[int]], None]
 N = Variable("n", 1, 10)
+VALUES = (3, 7, 10, 1)
 RNG = np.random.default_rng(37)
 DATA = RNG.standard_normal((10, 4)).astype(np.float32)
 WEIGHT = RNG.standard_normal((4,)).astype(np.float32)
 MATRIX = RNG.standard_normal((4, 3)).astype(np.float32)
 
 
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
-
-
-def _each_value(engine: Engine, run: Callable[[int], None], values: tuple[int, ...] = (3, 7, 10, 1)) -> None:
-    run(values[0])
-    built = engine.programs_built
-    assert built >= 1
-    for value in values[1:]:
-        run(value)
-    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
-
-
-def test_backward_through_a_variable_slice(engine: Engine) -> None:
+def test_backward_through_a_variable_slice(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         x, w = Tensor(DATA, requires_grad=True), Tensor(WEIGHT, requires_grad=True)
         (x[: N.bind(value)] * w).sum().backward()
@@ -44,10 +31,10 @@ def test_backward_through_a_variable_slice(engine: Engine) -> None:
         np.testing.assert_allclose(x.grad.numpy(), expected)
         np.testing.assert_allclose(w.grad.numpy(), DATA[:value].sum(0), rtol=1e-6, atol=1e-6)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_backward_of_matmul_mean_and_softmax_over_a_variable_dim(engine: Engine) -> None:
+def test_backward_of_matmul_mean_and_softmax_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         x, m = Tensor(DATA, requires_grad=True), Tensor(MATRIX, requires_grad=True)
         rows = x[: N.bind(value)]
@@ -60,7 +47,7 @@ def test_backward_of_matmul_mean_and_softmax_over_a_variable_dim(engine: Engine)
         np.testing.assert_allclose(x.grad.numpy(), expected, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(m.grad.numpy(), np.zeros_like(MATRIX), atol=1e-6)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 INPUTS = RNG.standard_normal((10, 3)).astype(np.float32)
@@ -171,7 +158,7 @@ GRADIENT_CASES: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray
 
 
 @pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
-def test_gradients_of_ops_along_a_variable_dim(engine: Engine, case: str) -> None:
+def test_gradients_of_ops_along_a_variable_dim(engine: Engine, case: str, each_value: EachValue) -> None:
     build, reference, variable = GRADIENT_CASES[case]
 
     def run(value: int) -> None:
@@ -180,4 +167,4 @@ def test_gradients_of_ops_along_a_variable_dim(engine: Engine, case: str) -> Non
         assert x.grad is not None
         np.testing.assert_allclose(x.grad.numpy(), _numeric_gradient(reference, value), rtol=1e-2, atol=2e-2)
 
-    _each_value(engine, run, (3, 7, 10, 4))
+    each_value(run, (3, 7, 10, 4))

@@ -4,7 +4,7 @@ Each against numpy at several bound values with one compile (the engine's progra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -12,29 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.tensor import Tensor, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
+EachValue = Callable[[Callable[[int], None], Sequence[int]], None]
 N = Variable("n", 1, 10)
 WIDTH = Variable("w", 1, 6)
 START = Variable("s", 0, 9)  # s + 1 <= 10 rows
 VALUES = (1, 4, 7, 10)
 DATA = np.arange(60, dtype=np.float32).reshape(10, 6)
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
-
-
-def _each_value(engine: Engine, run: Callable[[int], None], values: tuple[int, ...] = VALUES) -> None:
-    """`run(value)` at each value: the first call compiles, the others reuse its programs."""
-    run(values[0])
-    built = engine.programs_built
-    assert built >= 1
-    for value in values[1:]:
-        run(value)
-    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
 
 
 def _equal(tensor: Tensor, expected: np.ndarray) -> None:
@@ -43,7 +28,7 @@ def _equal(tensor: Tensor, expected: np.ndarray) -> None:
     np.testing.assert_array_equal(got, expected)
 
 
-def test_slices_with_steps_over_a_variable_dim(engine: Engine) -> None:
+def test_slices_with_steps_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -57,10 +42,10 @@ def test_slices_with_steps_over_a_variable_dim(engine: Engine) -> None:
         _equal(rows[::-1], want[::-1])
         _equal(rows[::-2], want[::-2])
 
-    _each_value(engine, run, (2, 5, 10))
+    each_value(run, (2, 5, 10))
 
 
-def test_negative_indices_on_a_variable_dim(engine: Engine) -> None:
+def test_negative_indices_on_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -73,10 +58,10 @@ def test_negative_indices_on_a_variable_dim(engine: Engine) -> None:
         _equal(rows[-1:], want[-1:])
         _equal(rows[:-1] + 1, want[:-1] + 1)  # n - 1 rows (none for n = 1)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_two_variables_in_one_index(engine: Engine) -> None:
+def test_two_variables_in_one_index(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -87,10 +72,10 @@ def test_two_variables_in_one_index(engine: Engine) -> None:
         _equal(x[s:, :w:2], DATA[value - 1 :, :width:2])
         _equal(x[:v, :w].sum(0), DATA[:value, :width].sum(0))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_shrink_and_pad_with_variable_arguments(engine: Engine) -> None:
+def test_shrink_and_pad_with_variable_arguments(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -101,11 +86,13 @@ def test_shrink_and_pad_with_variable_arguments(engine: Engine) -> None:
         _equal(x[:v].pad(((0, v), None)), np.pad(DATA[:value], ((0, value), (0, 0))))
         _equal(x[:v].pad((None, (w, 1)), value=-1.0), np.pad(DATA[:value], ((0, 0), (width, 1)), constant_values=-1))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 @pytest.mark.parametrize(("mode", "numpy_mode"), [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
-def test_pad_modes_on_a_tensor_with_a_variable_dim(engine: Engine, mode: str, numpy_mode: str) -> None:
+def test_pad_modes_on_a_tensor_with_a_variable_dim(
+    engine: Engine, mode: str, numpy_mode: str, each_value: EachValue
+) -> None:
     at_least_three = Variable("m", 3, 10)
     x = Tensor(DATA).realize()
 
@@ -114,7 +101,7 @@ def test_pad_modes_on_a_tensor_with_a_variable_dim(engine: Engine, mode: str, nu
         for pairs in (((1, 2), (0, 0)), ((0, 0), (2, 1)), ((2, 2), (1, 1))):
             _equal(rows.pad(pairs, mode=mode), np.pad(want, pairs, mode=numpy_mode))  # type: ignore[call-overload]
 
-    _each_value(engine, run, (3, 6, 10))
+    each_value(run, (3, 6, 10))
 
 
 def test_pad_modes_that_cannot_hold_for_every_value_raise() -> None:

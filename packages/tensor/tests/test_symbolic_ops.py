@@ -4,34 +4,21 @@ with one compile (the engine's program counter), and the ops that cannot follow 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
+EachValue = Callable[[Callable[[int], None], Sequence[int]], None]
 N = Variable("n", 1, 10)
+VALUES = (3, 4, 7, 10)
 AT_LEAST_THREE = Variable("m", 3, 10)
 START = Variable("s", 0, 9)
 DATA = np.random.default_rng(37).standard_normal((10, 6)).astype(np.float32)
 CLOSE = {"rtol": 1e-5, "atol": 1e-5}
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
-
-
-def _each_value(engine: Engine, run: Callable[[int], None], values: tuple[int, ...] = (3, 4, 7, 10)) -> None:
-    run(values[0])
-    built = engine.programs_built
-    assert built >= 1
-    for value in values[1:]:
-        run(value)
-    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
 
 
 def _softmax(values: np.ndarray) -> np.ndarray:
@@ -39,7 +26,7 @@ def _softmax(values: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(-1, keepdims=True)
 
 
-def test_roll_and_split_along_a_variable_dim(engine: Engine) -> None:
+def test_roll_and_split_along_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -53,10 +40,10 @@ def test_roll_and_split_along_a_variable_dim(engine: Engine) -> None:
         np.testing.assert_array_equal(head.numpy(), want[:2])
         np.testing.assert_array_equal(tail.numpy(), want[2:])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_median_and_kthvalue_along_a_variable_dim(engine: Engine) -> None:
+def test_median_and_kthvalue_along_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -70,10 +57,10 @@ def test_median_and_kthvalue_along_a_variable_dim(engine: Engine) -> None:
         values, _ = x[: AT_LEAST_THREE.bind(value)].kthvalue(3, 0)
         np.testing.assert_array_equal(values.numpy(), np.sort(want, 0)[2])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_causal_attention_over_a_variable_length(engine: Engine) -> None:
+def test_causal_attention_over_a_variable_length(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA[:, :4].copy()).realize()
 
     def run(value: int) -> None:
@@ -89,10 +76,10 @@ def test_causal_attention_over_a_variable_length(engine: Engine) -> None:
         expected = _softmax(values[-1:] @ values.T / 2) @ values
         np.testing.assert_allclose(got, expected, **CLOSE)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_cross_entropy_one_hot_and_layernorm_over_a_variable_batch(engine: Engine) -> None:
+def test_cross_entropy_one_hot_and_layernorm_over_a_variable_batch(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
     labels = Tensor(np.arange(10, dtype=np.int32) % 6).realize()
 
@@ -105,10 +92,10 @@ def test_cross_entropy_one_hot_and_layernorm_over_a_variable_batch(engine: Engin
         normalized = (want.T - want.T.mean(-1, keepdims=True)) / np.sqrt(want.T.var(-1, keepdims=True) + 1e-5)
         np.testing.assert_allclose(x[:v].T.layernorm().numpy(), normalized, rtol=1e-4, atol=1e-4)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_writes_through_a_variable_slice(engine: Engine) -> None:
+def test_writes_through_a_variable_slice(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         cache = Tensor.zeros(10, 4).contiguous().realize()
         s = START.bind(value - 1)
@@ -119,7 +106,7 @@ def test_writes_through_a_variable_slice(engine: Engine) -> None:
         expected[:value] += 1.0
         np.testing.assert_array_equal(cache.numpy(), expected)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_ops_whose_result_would_change_shape_with_the_variable_raise() -> None:
@@ -145,7 +132,7 @@ def _conv2d(images: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return np.einsum("nchwij,ocij->nohw", windows, kernel)
 
 
-def test_convolution_and_pooling_over_a_variable_batch(engine: Engine) -> None:
+def test_convolution_and_pooling_over_a_variable_batch(engine: Engine, each_value: EachValue) -> None:
     images, kernel = Tensor(IMAGES).realize(), Tensor(KERNEL).realize()
 
     def run(value: int) -> None:
@@ -155,10 +142,10 @@ def test_convolution_and_pooling_over_a_variable_batch(engine: Engine) -> None:
         np.testing.assert_array_equal(batch.max_pool2d(2).numpy(), cut.max((3, 5)))
         np.testing.assert_allclose(batch.avg_pool2d(2).numpy(), cut.mean((3, 5)), **CLOSE)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_scatter_diff_eye_einsum_and_cov_over_a_variable_dim(engine: Engine) -> None:
+def test_scatter_diff_eye_einsum_and_cov_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
     zeros = Tensor(np.zeros((1, 6), np.int32)).realize()
 
@@ -172,7 +159,7 @@ def test_scatter_diff_eye_einsum_and_cov_over_a_variable_dim(engine: Engine) -> 
         np.testing.assert_allclose(Tensor.einsum("ij,kj->ik", x[:v], x[:v]).numpy(), want @ want.T, **CLOSE)
         np.testing.assert_allclose(x[:v].T.cov().numpy(), np.cov(want.T), rtol=1e-4, atol=1e-5)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_nonzero_of_a_tensor_with_a_variable_first_dim(engine: Engine) -> None:
@@ -185,7 +172,7 @@ def test_nonzero_of_a_tensor_with_a_variable_first_dim(engine: Engine) -> None:
         x[: N.bind(3)].quantile(0.5, dim=0)
 
 
-def test_diagonal_trace_and_corrcoef_of_variable_matrices(engine: Engine) -> None:
+def test_diagonal_trace_and_corrcoef_of_variable_matrices(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
     few = Variable("r", 1, 6)  # at most the 6 columns: the diagonal runs down the rows
 
@@ -200,14 +187,14 @@ def test_diagonal_trace_and_corrcoef_of_variable_matrices(engine: Engine) -> Non
             np.testing.assert_allclose(tall.cov().numpy(), np.cov(DATA[:value]), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(tall.corrcoef().numpy(), np.corrcoef(DATA[:value]), rtol=1e-4, atol=1e-5)
 
-    _each_value(engine, run, (2, 4, 6, 10))
+    each_value(run, (2, 4, 6, 10))
     with pytest.raises(ValueError, match=r"diagonal 0 of a \(n=3, 6\) matrix: its length would switch"):
         x[: N.bind(3)].diagonal()
     with pytest.raises(ValueError, match=r"unfold along dim 0 of size n=3 \('n' in \[1, 10\]"):
         x[: N.bind(3)].unfold(0, 2, 1)
 
 
-def test_matmul_of_variable_rows_by_a_large_matrix(engine: Engine) -> None:
+def test_matmul_of_variable_rows_by_a_large_matrix(engine: Engine, each_value: EachValue) -> None:
     # a large right operand is copied into column panels first: rows of bound-Variable size count at their largest
     rows = Variable("rows", 1, 96)
     left = np.random.default_rng(41).standard_normal((96, 1024)).astype(np.float32)
@@ -218,4 +205,4 @@ def test_matmul_of_variable_rows_by_a_large_matrix(engine: Engine) -> None:
         got = (a[: rows.bind(value)] @ b).numpy()
         np.testing.assert_allclose(got, left[:value] @ right, rtol=1e-4, atol=1e-3)
 
-    _each_value(engine, run, (70, 1, 96, 33))
+    each_value(run, (70, 1, 96, 33))

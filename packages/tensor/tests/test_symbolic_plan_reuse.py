@@ -6,13 +6,11 @@ checked against numpy; the counters say whether a plan was made, not timing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 from kiln.tensor.schedule import normalize, plan_schedule
 from kiln.tensor.symbolic import graph_rebind, graph_unbind
 from kiln.uops import Ops, UOp
@@ -20,12 +18,6 @@ from kiln.uops import Ops, UOp
 N = Variable("n", 1, 64)
 DATA = np.random.default_rng(37).standard_normal((64, 8)).astype(np.float32)
 WEIGHT = np.random.default_rng(38).standard_normal((8, 5)).astype(np.float32)
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
 
 
 def _graph(x: Tensor, w: Tensor, value: int) -> Tensor:

@@ -6,22 +6,13 @@ consistent between two values of a variable, and one compile for every value."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-import pytest
 
 from kiln.tensor import Tensor, Variable, dtypes
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
 N = Variable("n", 1, 10)
 VALUES = (3, 7, 10, 1)
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
 
 
 def _draw(value: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -4,14 +4,15 @@ bound values with one compile (the engine's program counter), and the error path
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
+EachValue = Callable[[Callable[[int], None], Sequence[int]], None]
 N = Variable("n", 1, 10)
 VALUES = (1, 4, 7, 10)
 # small integers: many ties, so the first-position rule of argmax / argmin / sort is exercised
@@ -19,23 +20,7 @@ TIES = np.random.default_rng(37).integers(-3, 4, (10, 6)).astype(np.float32)
 RANDOM = np.random.default_rng(38).standard_normal((10, 6)).astype(np.float32)
 
 
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
-
-
-def _each_value(engine: Engine, run: Callable[[int], None], values: tuple[int, ...] = VALUES) -> None:
-    """`run(value)` at each value: the first call compiles, the others reuse its programs."""
-    run(values[0])
-    built = engine.programs_built
-    assert built >= 1
-    for value in values[1:]:
-        run(value)
-    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
-
-
-def test_argmax_argmin_over_a_variable_dim(engine: Engine) -> None:
+def test_argmax_argmin_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x, columns = Tensor(TIES).realize(), Tensor(TIES.T.copy()).realize()
 
     def run(value: int) -> None:
@@ -50,10 +35,10 @@ def test_argmax_argmin_over_a_variable_dim(engine: Engine) -> None:
         np.testing.assert_array_equal(inner.argmax(-1).numpy(), want.T.argmax(-1))
         np.testing.assert_array_equal(inner.argmin(1, keepdim=True).numpy(), want.T.argmin(1)[:, None])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_max_min_along_a_variable_dim_give_values_and_indices(engine: Engine) -> None:
+def test_max_min_along_a_variable_dim_give_values_and_indices(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(TIES).realize()
 
     def run(value: int) -> None:
@@ -66,10 +51,10 @@ def test_max_min_along_a_variable_dim_give_values_and_indices(engine: Engine) ->
         np.testing.assert_array_equal(indices.numpy(), want.argmin(0)[None])
         np.testing.assert_array_equal(rows.amin(0).numpy(), want.min(0))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_argmax_counts_nan_as_largest_on_a_variable_dim(engine: Engine) -> None:
+def test_argmax_counts_nan_as_largest_on_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     data = RANDOM.copy()
     data[2, 1] = data[5, 3] = np.nan
     x = Tensor(data).realize()
@@ -78,10 +63,10 @@ def test_argmax_counts_nan_as_largest_on_a_variable_dim(engine: Engine) -> None:
         # numpy's argmax also returns the first NaN
         np.testing.assert_array_equal(x[: N.bind(value)].argmax(0).numpy(), data[:value].argmax(0))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_var_and_std_over_a_variable_dim(engine: Engine) -> None:
+def test_var_and_std_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(RANDOM).realize()
 
     def run(value: int) -> None:
@@ -93,10 +78,10 @@ def test_var_and_std_over_a_variable_dim(engine: Engine) -> None:
             np.testing.assert_allclose(rows.var(0).numpy(), want.var(0, ddof=1), **close)
             np.testing.assert_allclose(rows.std().numpy(), want.std(ddof=1), **close)
 
-    _each_value(engine, run, (2, 5, 10))
+    each_value(run, (2, 5, 10))
 
 
-def test_cumsum_and_running_ops_over_a_variable_dim(engine: Engine) -> None:
+def test_cumsum_and_running_ops_over_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(RANDOM).realize()
 
     def run(value: int) -> None:
@@ -110,10 +95,10 @@ def test_cumsum_and_running_ops_over_a_variable_dim(engine: Engine) -> None:
         np.testing.assert_allclose(rows.logcumsumexp(0).numpy(), np.logaddexp.accumulate(want, 0), **close)
         assert positions.numpy().shape == (value, 6)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_cumsum_over_a_variable_dim_past_one_block(engine: Engine) -> None:
+def test_cumsum_over_a_variable_dim_past_one_block(engine: Engine, each_value: EachValue) -> None:
     # past 256 elements cumsum runs blocks: the zero-padded largest length, cut back to the bound length
     length = Variable("length", 1, 700)
     data = np.random.default_rng(39).standard_normal((700, 3)).astype(np.float32)
@@ -123,10 +108,10 @@ def test_cumsum_over_a_variable_dim_past_one_block(engine: Engine) -> None:
         got = x[: length.bind(value)].cumsum(0).numpy()
         np.testing.assert_allclose(got, np.cumsum(data[:value], 0, dtype=np.float64), rtol=1e-4, atol=1e-3)
 
-    _each_value(engine, run, (1, 255, 257, 700, 512))
+    each_value(run, (1, 255, 257, 700, 512))
 
 
-def test_sort_and_topk_along_a_variable_dim(engine: Engine) -> None:
+def test_sort_and_topk_along_a_variable_dim(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(TIES).realize()
 
     def run(value: int) -> None:
@@ -143,7 +128,7 @@ def test_sort_and_topk_along_a_variable_dim(engine: Engine) -> None:
         np.testing.assert_array_equal(positions.numpy(), order)
         np.testing.assert_array_equal(values.numpy(), np.take_along_axis(want, order, 0))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_topk_of_a_variable_dim_needs_k_within_its_smallest_value() -> None:

@@ -4,23 +4,15 @@ flat index and stay correct."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, Variable
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 from kiln.tensor.schedule.indexing import reshape_indices
 from kiln.uops import Ops, UOp, dtypes
 
 N = Variable("n", 1, 40)
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
 
 
 def _ranges(count: int) -> tuple[UOp, ...]:

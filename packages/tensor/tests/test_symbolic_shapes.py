@@ -3,32 +3,17 @@ structure (the engine's program counter), and the error paths."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from kiln.tensor import Tensor, Variable, dtypes
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
 VALUES = (1, 3, 7, 10)
+EachValue = Callable[[Callable[[int], None], Sequence[int]], None]
 N = Variable("n", 1, 10)
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
-
-
-def _each_value(engine: Engine, run: Callable[[int], None]) -> None:
-    """`run(value)` at every value of VALUES: the first call compiles, the others reuse its programs."""
-    run(VALUES[0])
-    built = engine.programs_built
-    assert built >= 1
-    for value in VALUES[1:]:
-        run(value)
-    assert engine.programs_built == built, "a new value of the variable compiled a new kernel"
 
 
 # -- slice 1: creation, elementwise, reading the bound shape ---------------------------------------------------------
@@ -50,31 +35,31 @@ def test_repr_shows_the_variable_and_its_value() -> None:
     assert "shape=(2, 4)" in repr(Tensor.zeros(2, 4))
 
 
-def test_creation_and_elementwise_one_compile(engine: Engine) -> None:
+def test_creation_and_elementwise_one_compile(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         v = N.bind(value)
         result = (Tensor.full((v, 4), 2.0) * 3 + Tensor.ones(v, 4)).exp2()
         np.testing.assert_allclose(result.numpy(), np.exp2(np.full((value, 4), 7.0, np.float32)), rtol=1e-6)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_symbolic_inner_dim(engine: Engine) -> None:
+def test_symbolic_inner_dim(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         v = N.bind(value)
         result = Tensor.ones(2, v, dtype="int32") * 5 - 1
         assert result.numpy().tolist() == np.full((2, value), 4, np.int32).tolist()
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_arange_one_compile(engine: Engine) -> None:
+def test_arange_one_compile(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         v = N.bind(value)
         np.testing.assert_array_equal(Tensor.arange(v).numpy(), np.arange(value))
         np.testing.assert_array_equal((Tensor.arange(2, v, 3) * 2).numpy(), np.arange(2, value, 3) * 2)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_empty_symbolic_reads_the_bound_shape(engine: Engine) -> None:
@@ -83,13 +68,13 @@ def test_empty_symbolic_reads_the_bound_shape(engine: Engine) -> None:
         assert x.numpy().shape == (value, 3)
 
 
-def test_bound_expression_in_a_shape(engine: Engine) -> None:
+def test_bound_expression_in_a_shape(engine: Engine, each_value: EachValue) -> None:
     def run(value: int) -> None:
         v = N.bind(value)
         result = Tensor.full((v + 1, 2), 1.5) + Tensor.full((v + 1, 2), 0.5)
         np.testing.assert_array_equal(result.numpy(), np.full((value + 1, 2), 2.0, np.float32))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 # -- slice 2: shrink, slicing, reshape, pad, expand ------------------------------------------------------------------
@@ -98,7 +83,7 @@ DATA = np.arange(40, dtype=np.float32).reshape(10, 4)
 START = Variable("s", 0, 10 - 1)  # x[s : s + 1] stays inside 10 rows
 
 
-def test_slicing_by_a_variable_one_compile(engine: Engine) -> None:
+def test_slicing_by_a_variable_one_compile(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
     xt = Tensor(DATA.T.copy()).realize()
 
@@ -110,10 +95,10 @@ def test_slicing_by_a_variable_one_compile(engine: Engine) -> None:
         np.testing.assert_array_equal((xt[:, :v] * 2).numpy(), DATA.T[:, :value] * 2)
         np.testing.assert_array_equal(x.shrink(((0, v), None)).numpy(), DATA[:value])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_slice_between_variable_bounds(engine: Engine) -> None:
+def test_slice_between_variable_bounds(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -122,10 +107,10 @@ def test_slice_between_variable_bounds(engine: Engine) -> None:
         assert row.shape == (1, 4)
         np.testing.assert_array_equal(row.numpy(), DATA[value - 1 : value])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_integer_index_by_a_variable(engine: Engine) -> None:
+def test_integer_index_by_a_variable(engine: Engine, each_value: EachValue) -> None:
     x, columns = Tensor(DATA).realize(), Tensor(DATA.T.copy()).realize()
 
     def run(value: int) -> None:
@@ -133,7 +118,7 @@ def test_integer_index_by_a_variable(engine: Engine) -> None:
         np.testing.assert_array_equal(x[s].numpy(), DATA[value - 1])
         np.testing.assert_array_equal((columns[:, s] + 1).numpy(), DATA.T[:, value - 1] + 1)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_integer_index_by_a_variable_that_can_leave_the_dim_raises() -> None:
@@ -143,7 +128,7 @@ def test_integer_index_by_a_variable_that_can_leave_the_dim_raises() -> None:
         Tensor(DATA)[Variable("p", 0, 9)]
 
 
-def test_reshape_pad_expand_one_compile(engine: Engine) -> None:
+def test_reshape_pad_expand_one_compile(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(DATA).realize()
 
     def run(value: int) -> None:
@@ -158,10 +143,10 @@ def test_reshape_pad_expand_one_compile(engine: Engine) -> None:
         np.testing.assert_array_equal(Tensor.ones(v, 1).expand(v, 5).numpy(), np.ones((value, 5), np.float32))
         np.testing.assert_array_equal(Tensor(DATA[:1]).expand(v, 4).numpy(), np.broadcast_to(DATA[:1], (value, 4)))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_reshape_to_a_variable_size(engine: Engine) -> None:
+def test_reshape_to_a_variable_size(engine: Engine, each_value: EachValue) -> None:
     flat = Tensor(np.arange(30, dtype=np.float32)).realize()
 
     def run(value: int) -> None:
@@ -170,7 +155,7 @@ def test_reshape_to_a_variable_size(engine: Engine) -> None:
         assert part.shape[1] == 3
         np.testing.assert_array_equal(part.numpy(), np.arange(value * 3, dtype=np.float32).reshape(value, 3))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 # -- slice 3: reductions over a symbolic dim -------------------------------------------------------------------------
@@ -183,7 +168,7 @@ def _softmax(values: np.ndarray, axis: int) -> np.ndarray:
     return shifted / shifted.sum(axis, keepdims=True)
 
 
-def test_reductions_over_a_variable_dim_one_compile(engine: Engine) -> None:
+def test_reductions_over_a_variable_dim_one_compile(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(RANDOM).realize()
     xt = Tensor(RANDOM.T.copy()).realize()
 
@@ -201,13 +186,13 @@ def test_reductions_over_a_variable_dim_one_compile(engine: Engine) -> None:
         np.testing.assert_allclose(columns.softmax(-1).numpy(), _softmax(want.T, -1), **close)
         np.testing.assert_allclose(columns.logsumexp(-1).numpy(), np.log(np.exp(want.T).sum(-1)), **close)
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 # -- slice 4 (part): matmul and cat along a symbolic dim -------------------------------------------------------------
 
 
-def test_matmul_and_cat_one_compile(engine: Engine) -> None:
+def test_matmul_and_cat_one_compile(engine: Engine, each_value: EachValue) -> None:
     other = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
     x, w = Tensor(RANDOM).realize(), Tensor(other).realize()
 
@@ -220,10 +205,10 @@ def test_matmul_and_cat_one_compile(engine: Engine) -> None:
         joined = rows.cat(x[:v, :2], dim=1)
         np.testing.assert_array_equal(joined.numpy(), np.concatenate([want, want[:, :2]], 1))
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
-def test_gather_and_index_with_a_symbolic_bound_one_compile(engine: Engine) -> None:
+def test_gather_and_index_with_a_symbolic_bound_one_compile(engine: Engine, each_value: EachValue) -> None:
     x = Tensor(RANDOM).realize()
 
     def run(value: int) -> None:
@@ -237,7 +222,7 @@ def test_gather_and_index_with_a_symbolic_bound_one_compile(engine: Engine) -> N
         # the row index into a dim of bound size: the embedding-row read of a decode step
         np.testing.assert_array_equal(rows.T[:, picks].numpy(), want.T[:, rows_wanted])
 
-    _each_value(engine, run)
+    each_value(run, VALUES)
 
 
 def test_index_past_the_bound_size_raises() -> None:
