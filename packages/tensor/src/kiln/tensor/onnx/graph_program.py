@@ -1,0 +1,281 @@
+"""An ONNX graph checked and translated once: initializers as realized Tensors, one checked rule per node.
+
+`GraphProgram.run` walks the nodes in order, calling each rule's handler on kiln Tensors. Values known on the host
+(initializers, constants, shapes) travel beside their Tensors; a deterministic node whose inputs are all known is
+computed once per set of input shapes and kept (a Shape -> Gather -> Concat chain becomes Python ints, so Reshape
+gets concrete shapes, and weight transforms such as DequantizeLinear of int8 initializers run once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.node_call import NodeCall
+from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, OPERATORS, OperatorRule
+from kiln.tensor.onnx.types import dtype_of_element_type, element_type_name, numpy_dtype_of_element_type
+from kiln.tensor.tensor import Tensor
+from kiln.uops.dtype import DType
+
+__all__ = ["GraphInput", "GraphProgram", "tensor_from_array"]
+
+# Host copies are kept for known values up to this many elements (shapes, indices, scalars).
+_HOST_COPY_LIMIT = 1 << 16
+
+
+def tensor_from_array(array: np.ndarray[Any, Any], dtype: DType | None = None) -> Tensor:
+    """A realized Tensor holding `array` (cast to `dtype` when given, e.g. bfloat16 read as float32)."""
+    tensor = Tensor(np.ascontiguousarray(array))
+    if dtype is not None and tensor.dtype != dtype:
+        tensor = tensor.cast(dtype)
+    return tensor.realize()
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """A graph input: its name, kiln dtype and dims (an int, or a str for a named dim, or None)."""
+
+    name: str
+    dtype: DType
+    element_type: int
+    dims: tuple[int | str | None, ...] | None
+
+
+@dataclass(frozen=True)
+class CompiledNode:
+    index: int
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attributes: Attributes
+    rule: OperatorRule
+    subgraphs: dict[str, GraphProgram]
+
+
+def _node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"#{index} ({node.op_type} -> {', '.join(node.output)})"
+
+
+def _describe_dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    dims: list[int | str | None] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param"):
+            dims.append(str(dim.dim_param))
+        else:
+            dims.append(None)
+    return tuple(dims)
+
+
+class GraphProgram:
+    """One ONNX graph (the model's, or an If / Loop / Scan body) ready to run."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, outer_names: Sequence[str] = (), where: str = "graph"):
+        self.opset = opset
+        self.where = where
+        self.initializers: dict[str, Tensor] = {}
+        self.initializer_host: dict[str, np.ndarray[Any, Any]] = {}
+        for initializer in graph.initializer:
+            label = f"{where}: initializer {initializer.name!r}"
+            dtype = dtype_of_element_type(initializer.data_type, label)
+            try:
+                array = numpy_helper.to_array(initializer)
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"{label}: unreadable data ({error})") from error
+            array = array.astype(numpy_dtype_of_element_type(initializer.data_type), copy=False)
+            self.initializers[initializer.name] = tensor_from_array(array, dtype)
+            if array.size <= _HOST_COPY_LIMIT:
+                self.initializer_host[initializer.name] = array
+        self.inputs: list[GraphInput] = []
+        for value in graph.input:
+            if value.name in self.initializers:
+                continue
+            self.inputs.append(self._graph_input(value))
+        self.outputs = [value.name for value in graph.output]
+        for value in graph.output:
+            self._check_value_type(value, "output")
+        known = set(self.initializers) | {entry.name for entry in self.inputs} | set(outer_names) | {""}
+        self.nodes: list[CompiledNode] = []
+        for index, node in enumerate(graph.node):
+            self.nodes.append(self._compile_node(node, index, known))
+            known.update(node.output)
+        for name in self.outputs:
+            if name not in known:
+                raise ValueError(f"{where}: output {name!r} is produced by no node")
+        self._folds: dict[tuple[Any, ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]] = {}
+
+    def _check_value_type(self, value: onnx.ValueInfoProto, kind: str) -> DType | None:
+        which = value.type.WhichOneof("value")
+        if which != "tensor_type":
+            raise NotImplementedError(f"{self.where}: {kind} {value.name!r} is a {which}; kiln runs tensors only")
+        element_type = value.type.tensor_type.elem_type
+        if element_type == 0:
+            return None
+        return dtype_of_element_type(element_type, f"{self.where}: {kind} {value.name!r}")
+
+    def _graph_input(self, value: onnx.ValueInfoProto) -> GraphInput:
+        dtype = self._check_value_type(value, "input")
+        if dtype is None:
+            raise ValueError(f"{self.where}: input {value.name!r} declares no element type")
+        return GraphInput(value.name, dtype, value.type.tensor_type.elem_type, _describe_dims(value))
+
+    def _compile_node(self, node: onnx.NodeProto, index: int, known: set[str]) -> CompiledNode:
+        label = _node_label(node, index)
+        where = f"{self.where}: node {label}, op type {node.op_type!r}, domain {node.domain or 'ai.onnx'!r}"
+        if node.domain not in DEFAULT_DOMAINS:
+            raise NotImplementedError(f"{where}: the domain {node.domain!r} is not supported (only ai.onnx)")
+        rule = OPERATORS.get(node.op_type)
+        if rule is None:
+            raise NotImplementedError(f"{where}: kiln has no rule for this operator")
+        if self.opset < rule.since:
+            raise NotImplementedError(f"{where}: supported from opset {rule.since}, the model uses opset {self.opset}")
+        unknown = sorted({attribute.name for attribute in node.attribute} - rule.attributes)
+        if unknown:
+            raise NotImplementedError(f"{where}: unsupported attribute(s) {', '.join(unknown)}")
+        try:
+            attributes = Attributes.of_node(node)
+        except NotImplementedError as error:
+            raise NotImplementedError(f"{where}: {error}") from error
+        for name in ("to", "output_dtype", "dtype"):
+            if name in attributes and isinstance(attributes.values[name], int) and attributes.values[name] != 0:
+                dtype_of_element_type(attributes.values[name], f"{where}: attribute {name}")
+        if rule.check is not None:
+            problem = rule.check(attributes, self.opset)
+            if problem is not None:
+                raise NotImplementedError(f"{where}: unsupported {problem}")
+        for name in node.input:
+            if name not in known:
+                raise ValueError(f"{where}: input {name!r} is not produced before this node")
+        subgraphs = {
+            name: GraphProgram(attributes.graph(name), self.opset, sorted(known), f"{self.where}/{label}.{name}")
+            for name in rule.graph_attributes
+            if name in attributes
+        }
+        return CompiledNode(
+            index, label, node.op_type, tuple(node.input), tuple(node.output), attributes, rule, subgraphs
+        )
+
+    def _feed(self, entry: GraphInput, value: Any) -> Tensor:
+        if isinstance(value, Tensor):
+            tensor = value
+        else:
+            array = np.asarray(value)
+            expected = numpy_dtype_of_element_type(entry.element_type)
+            if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+                name = element_type_name(entry.element_type)
+                raise TypeError(f"input {entry.name!r}: expected {name} data, got numpy {array.dtype}")
+            tensor = Tensor(np.ascontiguousarray(array.astype(expected, copy=False)))
+        if tensor.dtype != entry.dtype:
+            tensor = tensor.cast(entry.dtype)
+        # a named or unknown dim takes any size; a fixed one must match (models often leave ranks loose)
+        fixed = [] if entry.dims is None or len(entry.dims) != len(tensor.shape) else entry.dims
+        if any(isinstance(dim, int) and dim > 0 and dim != size for dim, size in zip(fixed, tensor.shape)):
+            raise ValueError(f"input {entry.name!r}: expected shape {list(fixed)}, got {list(tensor.shape)}")
+        return tensor
+
+    def run(
+        self,
+        feeds: Mapping[str, Any],
+        outer: Mapping[str, Tensor] | None = None,
+        outer_host: Mapping[str, np.ndarray[Any, Any]] | None = None,
+    ) -> dict[str, Tensor]:
+        """Run the graph on `feeds` (every graph input by name); `outer` holds an enclosing graph's values."""
+        missing = [entry.name for entry in self.inputs if entry.name not in feeds]
+        if missing:
+            raise ValueError(f"{self.where}: missing input(s) {', '.join(map(repr, missing))}")
+        values: dict[str, Tensor] = dict(outer or {})
+        host: dict[str, np.ndarray[Any, Any]] = dict(outer_host or {})
+        static: set[str] = set(host) | set(self.initializers)
+        values.update(self.initializers)
+        host.update(self.initializer_host)
+        for entry in self.inputs:
+            values[entry.name] = self._feed(entry, feeds[entry.name])
+            host.pop(entry.name, None)
+            static.discard(entry.name)
+        # folds depend on input shapes (through Shape) and, in a subgraph, on the outer values known on the host
+        signature = (
+            tuple(values[entry.name].shape for entry in self.inputs),
+            tuple(sorted((name, array.tobytes()) for name, array in (outer_host or {}).items() if array.size < 64)),
+        )
+        folds = self._folds.setdefault(signature, {})
+        for node in self.nodes:
+            self._run_node(node, values, host, static, folds)
+        return {name: values[name] for name in self.outputs}
+
+    def _run_node(
+        self,
+        node: CompiledNode,
+        values: dict[str, Tensor],
+        host: dict[str, np.ndarray[Any, Any]],
+        static: set[str],
+        folds: dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]],
+    ) -> None:
+        folded = folds.get(node.index)
+        if folded is not None:
+            for name, (tensor, array) in zip(node.outputs, folded):
+                if tensor is None or not name:
+                    continue
+                values[name] = tensor
+                static.add(name)
+                if array is not None:
+                    host[name] = array
+            return
+        call = NodeCall(
+            node.name,
+            node.op_type,
+            self.opset,
+            node.attributes,
+            [values[name] if name else None for name in node.inputs],
+            [host.get(name) if name else None for name in node.inputs],
+            len(node.outputs),
+            node.subgraphs,
+            values,
+        )
+        try:
+            result = node.rule.handler(call)
+        except (ValueError, TypeError, IndexError, NotImplementedError, RuntimeError) as error:
+            raise type(error)(f"{self.where}: node {node.name} ({node.op_type}): {error}") from error
+        results = list(result) if isinstance(result, list | tuple) else [result]
+        if len(results) < len(node.outputs):
+            results += [None] * (len(node.outputs) - len(results))
+        # a handler returns numpy only for values fixed by the input shapes (Shape, Size) or by known values
+        host_only = all(output is None or isinstance(output, np.ndarray) for output in results)
+        foldable = (
+            node.rule.deterministic
+            and not node.subgraphs
+            and (host_only or all(not name or name in static for name in node.inputs))
+        )
+        record: list[tuple[Tensor | None, np.ndarray[Any, Any] | None]] = []
+        for name, output in zip(node.outputs, results):
+            array: np.ndarray[Any, Any] | None = None
+            if output is None:
+                tensor = None
+            elif isinstance(output, Tensor):
+                tensor = output
+            else:
+                array = np.asarray(output)
+                tensor = Tensor(np.ascontiguousarray(array))
+            if name and tensor is not None:
+                if foldable:
+                    tensor = tensor.realize()
+                    if array is None and tensor.numel() <= _HOST_COPY_LIMIT:
+                        array = np.asarray(tensor.numpy())
+                values[name] = tensor
+                if array is not None:
+                    host[name] = array
+                if foldable:
+                    static.add(name)
+            record.append((tensor, array))
+        if foldable:
+            folds[node.index] = record

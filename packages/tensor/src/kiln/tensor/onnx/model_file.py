@@ -1,0 +1,124 @@
+"""Opening an ONNX model: a path, bytes or a ModelProto -> a checked ModelProto with its external data loaded.
+
+onnx does the parsing, checking, function inlining and version conversion; this module turns their failures into
+ValueError naming the file, and refuses external data locations that leave the model's folder (absolute paths,
+`..`, symlinks pointing out), so a model file can read nothing but the data files beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+__all__ = ["MIN_OPSET", "open_model"]
+
+# Opsets before 7 are first converted to 7 by onnx's version converter.
+MIN_OPSET = 7
+
+
+def _parse(data: bytes, source: str) -> onnx.ModelProto:
+    if not data:
+        raise ValueError(f"{source}: empty file, expected a serialized ONNX ModelProto")
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, RuntimeError, ValueError) as error:
+        raise ValueError(f"{source}: not a valid ONNX model (protobuf parse failed: {error})") from error
+    if not model.HasField("graph"):
+        raise ValueError(f"{source}: not a valid ONNX model (no graph; a truncated or foreign file?)")
+    return model
+
+
+def _external_data_path(base: Path, location: str, tensor_name: str) -> Path:
+    """The file an external-data location names, checked to lie inside `base`."""
+    if not location:
+        raise ValueError(f"initializer {tensor_name!r}: external data without a location")
+    relative = Path(location)
+    if relative.is_absolute() or location.startswith(("/", "\\")) or ":" in relative.parts[0]:
+        raise ValueError(
+            f"initializer {tensor_name!r}: external data location {location!r} is absolute; "
+            "expected a path relative to the model's folder"
+        )
+    if ".." in relative.parts or ".." in Path(location.replace("\\", "/")).parts:
+        raise ValueError(
+            f"initializer {tensor_name!r}: external data location {location!r} leaves the model's folder ('..')"
+        )
+    resolved = (base / relative).resolve()
+    if not resolved.is_relative_to(base.resolve()):
+        raise ValueError(
+            f"initializer {tensor_name!r}: external data location {location!r} resolves to {resolved}, "
+            f"outside the model's folder {base}"
+        )
+    if not resolved.is_file():
+        raise ValueError(f"initializer {tensor_name!r}: external data file {resolved} does not exist")
+    return resolved
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path | None, source: str) -> None:
+    external = [
+        tensor
+        for tensor in external_data_helper._get_all_tensors(model)
+        if external_data_helper.uses_external_data(tensor)
+    ]
+    if not external:
+        return
+    if base is None:
+        raise ValueError(f"{source}: the model keeps tensors in external data files; open it from its path instead")
+    for tensor in external:
+        info = external_data_helper.ExternalDataInfo(tensor)
+        path = _external_data_path(base, info.location, tensor.name)
+        size = path.stat().st_size
+        offset = int(info.offset or 0)
+        length = info.length
+        if offset < 0 or offset > size or (length is not None and offset + int(length) > size):
+            raise ValueError(
+                f"initializer {tensor.name!r}: external data range offset={offset} length={length} "
+                f"does not fit in {path} ({size} bytes)"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{source}: reading external data failed: {error}") from error
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise ValueError("the model imports no opset of the default domain ('' / 'ai.onnx')")
+
+
+def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
+    """A checked ModelProto: parsed, external data read, local functions inlined, opset at least MIN_OPSET."""
+    base: Path | None = None
+    if isinstance(model, onnx.ModelProto):
+        proto, source = model, "ModelProto"
+    elif isinstance(model, bytes | bytearray | memoryview):
+        proto, source = _parse(bytes(model), "bytes"), "bytes"
+    elif isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"ONNX model {str(path)!r} does not exist")
+        source, base = str(path), path.parent
+        proto = _parse(path.read_bytes(), source)
+    else:
+        raise TypeError(f"OnnxRunner: expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    _load_external_data(proto, base, source)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as error:
+        raise ValueError(f"{source}: the model fails onnx's checker: {error}") from error
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    opset = _default_opset(proto)
+    if opset < MIN_OPSET:
+        try:
+            proto = onnx.version_converter.convert_version(proto, MIN_OPSET)
+        except Exception as error:  # the converter raises its own C++ error types
+            raise NotImplementedError(
+                f"{source}: opset {opset} is older than {MIN_OPSET} and onnx's version converter failed: {error}"
+            ) from error
+    return proto

@@ -1,0 +1,68 @@
+"""What a handler sees of one node while it runs: its inputs (Tensors, some also known on the host), attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.tensor import Tensor
+
+if TYPE_CHECKING:
+    from kiln.tensor.onnx.graph_program import GraphProgram
+
+__all__ = ["NodeCall"]
+
+
+@dataclass
+class NodeCall:
+    """One node's inputs and attributes at run time. Missing optional inputs are None."""
+
+    name: str
+    op_type: str
+    opset: int
+    attributes: Attributes
+    inputs: list[Tensor | None]
+    host_values: list[np.ndarray[Any, Any] | None]
+    num_outputs: int
+    subgraphs: dict[str, GraphProgram]
+    scope: dict[str, Tensor]
+
+    def has(self, index: int) -> bool:
+        return index < len(self.inputs) and self.inputs[index] is not None
+
+    def tensor(self, index: int) -> Tensor:
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if value is None:
+            raise ValueError(f"node {self.name!r} ({self.op_type}): input {index} is required but missing")
+        return value
+
+    def optional(self, index: int) -> Tensor | None:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def host(self, index: int) -> np.ndarray[Any, Any]:
+        """Input `index` as a numpy array: its known value, else read back from the device."""
+        known = self.host_values[index] if index < len(self.host_values) else None
+        if known is not None:
+            return known
+        array = np.asarray(self.tensor(index).numpy())
+        if index < len(self.host_values):
+            self.host_values[index] = array
+        return array
+
+    def ints(self, index: int) -> list[int]:
+        return [int(value) for value in self.host(index).reshape(-1)]
+
+    def optional_ints(self, index: int) -> list[int] | None:
+        return self.ints(index) if self.has(index) else None
+
+    def scalar(self, index: int) -> float | int | bool:
+        value = self.host(index).reshape(-1)
+        if value.size != 1:
+            raise ValueError(
+                f"node {self.name!r} ({self.op_type}): input {index} must hold one value, got {value.size}"
+            )
+        item: float | int | bool = value[0].item()
+        return item

@@ -1,0 +1,58 @@
+"""`OnnxRunner`: an ONNX model loaded, checked and translated once, then run on dicts of inputs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import onnx
+
+# the operator families register their rules on import
+from kiln.tensor.onnx import elementwise_ops, neural_ops, quantization_ops, reduction_ops, shape_ops  # noqa: F401
+from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
+from kiln.tensor.onnx.model_file import open_model
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["OnnxRunner"]
+
+
+class OnnxRunner:
+    """Run an ONNX model with kiln Tensors.
+
+    Args:
+        model: a path to a .onnx file, its bytes, or an `onnx.ModelProto`. External data files are read from the
+            model's folder only.
+
+    Every node is checked at load: an unsupported operator, opset, dtype or attribute raises NotImplementedError
+    naming the node, op type and domain; a malformed file raises ValueError.
+
+    Example:
+        >>> runner = OnnxRunner("model.onnx")                       # doctest: +SKIP
+        >>> outputs = runner({"input": np.zeros((1, 3), np.float32)})  # doctest: +SKIP
+        >>> outputs["output"].numpy()                               # doctest: +SKIP
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | bytes | onnx.ModelProto):
+        self.model = open_model(model)
+        self.opset = next(int(entry.version) for entry in self.model.opset_import if entry.domain in ("", "ai.onnx"))
+        self.graph = GraphProgram(self.model.graph, self.opset)
+
+    @property
+    def inputs(self) -> list[GraphInput]:
+        """The graph inputs a call must give (initializers excluded)."""
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def __call__(self, inputs: Mapping[str, Any], debug: bool = False) -> dict[str, Tensor]:
+        """The model's outputs by name for `inputs` (numpy arrays, Tensors or scalars by input name)."""
+        if not isinstance(inputs, Mapping):
+            raise TypeError(f"OnnxRunner: expected a dict of inputs by name, got {type(inputs).__name__}")
+        unknown = sorted(set(inputs) - {entry.name for entry in self.graph.inputs} - set(self.graph.initializers))
+        if unknown:
+            expected = ", ".join(entry.name for entry in self.graph.inputs)
+            raise ValueError(f"OnnxRunner: unknown input(s) {', '.join(unknown)}; the model takes {expected}")
+        return self.graph.run(inputs)
