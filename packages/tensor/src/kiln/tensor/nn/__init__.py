@@ -1,49 +1,109 @@
-"""kiln.tensor.nn: layers with PyTorch's names, arguments and default initialisation.
+"""kiln.tensor.nn: layers with PyTorch's names, arguments and default initialisation, and `functional`
+(`torch.nn.functional`'s functions).
 
 Modules keep parameters, buffers and submodules as plain attributes (see `module.py`), so their state-dict names
 match PyTorch's and a plain Python class holding layers works with the same state functions.
 """
 
 from kiln.tensor.nn import functional, init
-from kiln.tensor.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from kiln.tensor.nn.activation import (
+    CELU,
+    ELU,
+    GELU,
+    GLU,
+    SELU,
+    Hardshrink,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    PReLU,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softmin,
+    Softplus,
+    Softshrink,
+    Softsign,
+    Tanh,
+    Tanhshrink,
+    Threshold,
+)  # fmt: skip
+from kiln.tensor.nn.adaptive_pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AdaptiveMaxPool3d,
+)  # fmt: skip
 from kiln.tensor.nn.attention import MultiheadAttention
+from kiln.tensor.nn.containers import ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList
 from kiln.tensor.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
-from kiln.tensor.nn.linear import Embedding, Flatten, Identity, Linear
+from kiln.tensor.nn.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
+from kiln.tensor.nn.instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
+from kiln.tensor.nn.linear import Flatten, Identity, Linear
+from kiln.tensor.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
+    CrossEntropyLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MarginRankingLoss,
+    MSELoss,
+    NLLLoss,
+    PoissonNLLLoss,
+    SmoothL1Loss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+)  # fmt: skip
 from kiln.tensor.nn.module import Module, Sequential
 from kiln.tensor.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from kiln.tensor.nn.padding import (
+    CircularPad1d,
+    CircularPad2d,
+    CircularPad3d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ConstantPad3d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReflectionPad3d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ReplicationPad3d,
+    ZeroPad1d,
+    ZeroPad2d,
+    ZeroPad3d,
+)  # fmt: skip
 from kiln.tensor.nn.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
+from kiln.tensor.nn.sparse import Embedding
+from kiln.tensor.nn.unflatten import Unflatten
+from kiln.tensor.nn.upsampling import PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
-    "AvgPool1d",
-    "AvgPool2d",
-    "AvgPool3d",
-    "BatchNorm1d",
-    "BatchNorm2d",
-    "Conv1d",
-    "Conv2d",
-    "Conv3d",
-    "ConvTranspose1d",
-    "ConvTranspose2d",
-    "Dropout",
-    "Embedding",
-    "Flatten",
-    "GELU",
-    "GroupNorm",
-    "Identity",
-    "LayerNorm",
-    "Linear",
-    "MaxPool1d",
-    "MaxPool2d",
-    "MaxPool3d",
-    "Module",
-    "MultiheadAttention",
-    "RMSNorm",
-    "ReLU",
-    "Sequential",
-    "SiLU",
-    "Sigmoid",
-    "Softmax",
-    "Tanh",
-    "functional",
-    "init",
-]
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d",
+    "BatchNorm2d", "CELU", "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
+    "ConstantPad3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "CosineEmbeddingLoss",
+    "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Embedding", "Flatten", "GELU", "GLU",
+    "GaussianNLLLoss", "GroupNorm", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh", "HingeEmbeddingLoss",
+    "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm",
+    "LeakyReLU", "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MarginRankingLoss", "MaxPool1d", "MaxPool2d",
+    "MaxPool3d", "Mish", "Module", "ModuleDict", "ModuleList", "MultiheadAttention", "NLLLoss", "PReLU", "Parameter",
+    "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RMSNorm", "ReLU", "ReLU6",
+    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+    "ReplicationPad3d", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss", "SoftMarginLoss", "Softmax",
+    "Softmin", "Softplus", "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold", "TripletMarginLoss",
+    "Unflatten", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d",
+    "functional", "init",
+]  # fmt: skip

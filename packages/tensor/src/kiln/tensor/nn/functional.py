@@ -67,6 +67,7 @@ from kiln.tensor.nn.functional_spatial import (
     upsample_bilinear,
     upsample_nearest,
 )
+from kiln.tensor.ops.data_checks import check_index_values
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
@@ -317,6 +318,8 @@ def embedding(
         if not -count <= padding_idx < count:
             raise ValueError(f"Padding_idx must be within num_embeddings ({count}), got {padding_idx}")
         padding_idx %= count
+    # CHECK=1: an index outside [0, num_embeddings) raises IndexError; unchecked it selects a row of zeros
+    check_index_values(input, count, "embedding", 0, negative=False)
     flat = input.reshape(-1)
     picked = flat.one_hot(count)  # (picks, count): which row each pick takes
     if max_norm is not None:

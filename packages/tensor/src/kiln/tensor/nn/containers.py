@@ -1,0 +1,290 @@
+"""Containers of layers and parameters: `ModuleList`, `ModuleDict`, `ParameterList`, `ParameterDict`, and
+`Parameter`, with `torch.nn`'s names and methods.
+
+Items are kept as attributes named by their index ("0", "1", ...) or key, the way `Sequential` keeps its layers, so
+the state walk of `module.py` names their tensors like torch ("layers.0.weight", "heads.query.bias",
+"scales.1"). kiln has no Parameter class: a parameter is a Tensor that requires grad, so `Parameter(t)` returns
+one, and `isinstance(x, Parameter)` is not available.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar, overload
+
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["ModuleDict", "ModuleList", "Parameter", "ParameterDict", "ParameterList"]
+
+Item = TypeVar("Item")
+
+
+def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
+    """A tensor to be trained: `data` (sharing its memory) as a leaf that requires grad (an empty tensor when None),
+    like `torch.nn.Parameter`.
+
+    Example:
+        >>> Parameter(Tensor([1.0, 2.0])).requires_grad
+        True
+    """
+    if data is None:
+        data = Tensor.empty(0)
+    if not isinstance(data, Tensor):
+        raise TypeError(f"Parameter needs a Tensor, got {type(data).__name__}")
+    return data.detach().requires_grad_(requires_grad)
+
+
+def _as_parameter(value: Any) -> Any:
+    # torch's ParameterList / ParameterDict turn a plain tensor into a Parameter; other objects stay as they are
+    if isinstance(value, Tensor) and value.requires_grad is not True:
+        return Parameter(value)
+    return value
+
+
+class _IndexedContainer(Module, Generic[Item]):
+    """Items stored as attributes "0", "1", ... (the names torch's state dict uses)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count = 0
+
+    def _convert(self, value: Any) -> Item:
+        raise NotImplementedError
+
+    def _index(self, index: int) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"{type(self).__name__} indices must be integers or slices, not {type(index).__name__}")
+        if not -self._count <= index < self._count:
+            raise IndexError(f"index {index} is out of range for {type(self).__name__} of length {self._count}")
+        return index % self._count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Item]:
+        return (getattr(self, str(index)) for index in range(self._count))
+
+    def _items(self) -> list[Item]:
+        return list(self)
+
+    def _reset(self, items: list[Item]) -> None:
+        for index in range(self._count):
+            delattr(self, str(index))
+        self._count = 0
+        for item in items:
+            setattr(self, str(self._count), item)
+            self._count += 1
+
+    def __setitem__(self, index: int, value: Any) -> None:
+        setattr(self, str(self._index(index)), self._convert(value))
+
+    def __delitem__(self, index: int | slice) -> None:
+        items = self._items()
+        del items[index if isinstance(index, slice) else self._index(index)]
+        self._reset(items)
+
+    def append(self, value: Any) -> _IndexedContainer[Item]:
+        """Adds `value` at the end; returns self."""
+        setattr(self, str(self._count), self._convert(value))
+        self._count += 1
+        return self
+
+    def extend(self, values: Iterable[Any]) -> _IndexedContainer[Item]:
+        """Appends every item of `values`; returns self."""
+        if isinstance(values, (str, bytes, Tensor)) or not isinstance(values, Iterable):
+            raise TypeError(
+                f"{type(self).__name__}.extend should be called with an iterable, got {type(values).__name__}"
+            )
+        for value in values:
+            self.append(value)
+        return self
+
+    def __iadd__(self, values: Iterable[Any]) -> _IndexedContainer[Item]:
+        return self.extend(values)
+
+
+class ModuleList(_IndexedContainer[Module]):
+    """A list of submodules, registered so `parameters()`, `state_dict()`, `train()` and `to()` see them, like
+    `torch.nn.ModuleList` (it has no forward: iterate it).
+
+    Example:
+        >>> layers = ModuleList([Linear(2, 2) for _ in range(2)]); list(layers.state_dict())
+        ['0.weight', '0.bias', '1.weight', '1.bias']
+    """
+
+    def __init__(self, modules: Iterable[Module] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _convert(self, value: Any) -> Module:
+        if not isinstance(value, Module):
+            raise TypeError(f"ModuleList can only hold Modules, got {type(value).__name__}")
+        return value
+
+    @overload
+    def __getitem__(self, index: int) -> Module: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ModuleList: ...
+
+    def __getitem__(self, index: int | slice) -> Module | ModuleList:
+        if isinstance(index, slice):
+            return ModuleList(self._items()[index])
+        result: Module = getattr(self, str(self._index(index)))
+        return result
+
+    def insert(self, index: int, module: Module) -> None:
+        """Inserts `module` before position `index` (Python list semantics)."""
+        items = self._items()
+        items.insert(index, self._convert(module))
+        self._reset(items)
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        return ModuleList([*self, *other])
+
+
+class ParameterList(_IndexedContainer[Any]):
+    """A list of parameters (plain tensors become parameters), like `torch.nn.ParameterList`; names "0", "1", ...
+
+    Example:
+        >>> scales = ParameterList([Tensor.ones(2)]); scales[0].requires_grad
+        True
+    """
+
+    def __init__(self, values: Iterable[Any] | None = None) -> None:
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def _convert(self, value: Any) -> Any:
+        return _as_parameter(value)
+
+    def __getitem__(self, index: int) -> Any:
+        if isinstance(index, slice):
+            return ParameterList(self._items()[index])
+        return getattr(self, str(self._index(index)))
+
+    def extra_repr(self) -> str:
+        lines = [f"({index}): Parameter containing: [{_describe(value)}]" for index, value in enumerate(self)]
+        return "\n".join(lines)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"{value.dtype.name} of size {'x'.join(str(size) for size in value.shape)}"
+    return type(value).__name__
+
+
+_RESERVED = frozenset({"training"})
+
+
+class _KeyedContainer(Module, Generic[Item]):
+    """Items stored as attributes named by their string keys, in insertion order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keys: list[str] = []
+
+    def _convert(self, value: Any) -> Item:
+        raise NotImplementedError
+
+    def _check_key(self, key: str) -> str:
+        if not isinstance(key, str):
+            raise TypeError(f"{type(self).__name__} keys must be strings, got {type(key).__name__}")
+        if not key or "." in key or key.startswith("_"):
+            raise KeyError(f"{type(self).__name__} key {key!r} must be non-empty, without '.', not starting with '_'")
+        if key not in self._keys and (hasattr(type(self), key) or key in _RESERVED):
+            raise KeyError(f"attribute {key!r} already exists on {type(self).__name__}")
+        return key
+
+    def __getitem__(self, key: str) -> Item:
+        if key not in self._keys:
+            raise KeyError(key)
+        result: Item = getattr(self, key)
+        return result
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, self._check_key(key), self._convert(value))
+        if key not in self._keys:
+            self._keys.append(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._keys:
+            raise KeyError(key)
+        delattr(self, key)
+        self._keys.remove(key)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def keys(self) -> list[str]:
+        """The keys in insertion order."""
+        return list(self._keys)
+
+    def values(self) -> list[Item]:
+        """The items in insertion order."""
+        return [self[key] for key in self._keys]
+
+    def items(self) -> list[tuple[str, Item]]:
+        """(key, item) pairs in insertion order."""
+        return [(key, self[key]) for key in self._keys]
+
+    def pop(self, key: str) -> Item:
+        """Removes `key` and returns its item."""
+        value = self[key]
+        del self[key]
+        return value
+
+    def clear(self) -> None:
+        """Removes every item."""
+        for key in list(self._keys):
+            del self[key]
+
+    def update(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Adds or replaces the items of a mapping or of (key, value) pairs."""
+        pairs = items.items() if isinstance(items, Mapping) else items
+        for pair in pairs:
+            key, value = pair
+            self[key] = value
+
+
+class ModuleDict(_KeyedContainer[Module]):
+    """Submodules by name, registered like attributes, like `torch.nn.ModuleDict`.
+
+    Example:
+        >>> heads = ModuleDict({"query": Linear(2, 2)}); list(heads.state_dict())
+        ['query.weight', 'query.bias']
+    """
+
+    def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None) -> None:
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def _convert(self, value: Any) -> Module:
+        if not isinstance(value, Module):
+            raise TypeError(f"ModuleDict can only hold Modules, got {type(value).__name__}")
+        return value
+
+
+class ParameterDict(_KeyedContainer[Any]):
+    """Parameters by name (plain tensors become parameters), like `torch.nn.ParameterDict`."""
+
+    def __init__(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> None:
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def _convert(self, value: Any) -> Any:
+        return _as_parameter(value)
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"({key}): Parameter containing: [{_describe(value)}]" for key, value in self.items())

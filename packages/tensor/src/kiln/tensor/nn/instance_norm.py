@@ -1,0 +1,103 @@
+"""Instance normalization layers `InstanceNorm1d/2d/3d`: each (sample, channel) normalized over its own spatial
+dims, like `torch.nn`'s (same constructor, parameters, buffers, state-dict names and repr).
+
+With `track_running_stats` the running mean and variance are updated in training mode (batch averages of the
+instances' statistics, as `F.instance_norm` does) and normalize in eval mode; like torch, `num_batches_tracked` is
+kept in the state dict but never counted. The running updates are lazy writes (ASSIGN) realized when read or,
+at the latest, before the layer's next forward.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from kiln.tensor.nn import functional as F
+from kiln.tensor.nn import init
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+from kiln.uops import Ops, dtypes
+
+__all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
+
+
+class _InstanceNorm(Module):
+    spatial_dims = 0
+    running_mean: Tensor | None
+    running_var: Tensor | None
+
+    def __init__(
+        self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
+        track_running_stats: bool = False, device: str | None = None, *, bias: bool = True,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.use_bias = bias
+        self.weight = init.ones((num_features,), device=device) if affine else None
+        self.bias = init.zeros((num_features,), device=device) if affine and bias else None
+        self.running_mean = self.running_var = None
+        if track_running_stats:
+            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
+            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
+            self.register_buffer(
+                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalizes each instance of (N, C, *spatial) or unbatched (C, *spatial)."""
+        unbatched = self.spatial_dims + 1
+        if x.ndim not in (unbatched, unbatched + 1):
+            raise ValueError(f"expected {unbatched}D or {unbatched + 1}D input (got {x.ndim}D input)")
+        feature_dim = x.ndim - unbatched
+        if x.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(
+                    f"expected input's size at dim={feature_dim} to match num_features ({self.num_features}), "
+                    f"but got: {x.shape[feature_dim]}."
+                )
+            warnings.warn(
+                f"input's size at dim={feature_dim} does not match num_features. You can silence this warning by "
+                "not passing in num_features, which is not used because affine=False",
+                stacklevel=2,
+            )
+        stale = [t for t in (self.running_mean, self.running_var) if t is not None and t.uop.op is Ops.ASSIGN]
+        if stale:  # an earlier training forward's update nobody realized yet
+            Tensor.realize_all(*stale)
+        batched = x.unsqueeze(0) if x.ndim == unbatched else x
+        result = F.instance_norm(
+            batched, self.running_mean, self.running_var, self.weight, self.bias,
+            self.training or not self.track_running_stats, self.momentum if self.momentum is not None else 0.0,
+            self.eps,
+        )  # fmt: skip
+        return result.squeeze(0) if x.ndim == unbatched else result
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"bias={self.affine and self.use_bias}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization of (N, C, L) or (C, L), like `torch.nn.InstanceNorm1d`."""
+
+    spatial_dims = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization of (N, C, H, W) or (C, H, W), like `torch.nn.InstanceNorm2d`.
+
+    Example:
+        >>> InstanceNorm2d(3)(Tensor.randn(2, 3, 4, 4)).shape
+        (2, 3, 4, 4)
+    """
+
+    spatial_dims = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization of (N, C, D, H, W) or (C, D, H, W), like `torch.nn.InstanceNorm3d`."""
+
+    spatial_dims = 3

@@ -1,0 +1,259 @@
+"""Loss modules with `torch.nn`'s names, constructor arguments (the deprecated `size_average` / `reduce` included)
+and buffers (`weight`, `pos_weight` are registered buffers, so they appear in the state dict as in torch), each
+calling the function of the same name in `kiln.tensor.nn.functional`."""
+
+from __future__ import annotations
+
+from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.functional_losses import legacy_reduction
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+
+__all__ = [
+    "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
+    "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss", "NLLLoss",
+    "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss",
+]  # fmt: skip
+
+
+class _Loss(Module):
+    def __init__(self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean") -> None:
+        super().__init__()
+        self.reduction = legacy_reduction(size_average, reduce, reduction)
+
+
+class _WeightedLoss(_Loss):
+    weight: Tensor | None
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        _optional_buffer(self, "weight", weight)
+
+
+def _optional_buffer(module: Module, name: str, tensor: Tensor | None) -> None:
+    # torch registers None buffers too; they stay out of the state dict
+    if tensor is None:
+        setattr(module, name, None)
+    else:
+        module.register_buffer(name, tensor)
+
+
+class L1Loss(_Loss):
+    """Mean (or sum) of |input - target|, like `torch.nn.L1Loss`."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.l1_loss(input, target, reduction)."""
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    """Mean (or sum) of (input - target)**2, like `torch.nn.MSELoss`.
+
+    Example:
+        >>> MSELoss()(Tensor([1.0, 3.0]), Tensor([0.0, 0.0])).item()
+        5.0
+    """
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.mse_loss(input, target, reduction)."""
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of logits against class indices or probabilities, like `torch.nn.CrossEntropyLoss`."""
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average: bool | None = None, ignore_index: int = -100,
+        reduce: bool | None = None, reduction: str = "mean", label_smoothing: float = 0.0,
+    ) -> None:  # fmt: skip
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)."""
+        return F.cross_entropy(
+            input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )  # fmt: skip
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log likelihood of log-probabilities at class indices, like `torch.nn.NLLLoss`."""
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average: bool | None = None, ignore_index: int = -100,
+        reduce: bool | None = None, reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.nll_loss(input, target, weight, ignore_index, reduction)."""
+        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross entropy of probabilities, like `torch.nn.BCELoss`."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.binary_cross_entropy(input, target, weight, reduction)."""
+        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy of logits (`pos_weight` scaling the positive term), like `torch.nn.BCEWithLogitsLoss`."""
+
+    weight: Tensor | None
+    pos_weight: Tensor | None
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean", pos_weight: Tensor | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        _optional_buffer(self, "weight", weight)
+        _optional_buffer(self, "pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.binary_cross_entropy_with_logits(input, target, weight, reduction, pos_weight)."""
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
+        )
+
+
+class SmoothL1Loss(_Loss):
+    """Quadratic below `beta`, linear above, like `torch.nn.SmoothL1Loss`."""
+
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean", beta: float = 1.0
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.smooth_l1_loss(input, target, reduction, beta)."""
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """Quadratic below `delta`, delta-scaled linear above, like `torch.nn.HuberLoss`."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.huber_loss(input, target, reduction, delta)."""
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class KLDivLoss(_Loss):
+    """Kullback-Leibler divergence of log-probabilities from `target`, like `torch.nn.KLDivLoss`."""
+
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean",
+        log_target: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.kl_div(input, target, reduction, log_target)."""
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class _MarginLoss(_Loss):
+    def __init__(
+        self, margin: float = 0.0, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+
+class CosineEmbeddingLoss(_MarginLoss):
+    """1 - cos for similar pairs (target 1), max(0, cos - margin) for dissimilar (-1), like
+    `torch.nn.CosineEmbeddingLoss`."""
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        """F.cosine_embedding_loss(input1, input2, target, margin, reduction)."""
+        return F.cosine_embedding_loss(input1, input2, target, self.margin, reduction=self.reduction)
+
+
+class MarginRankingLoss(_MarginLoss):
+    """max(0, -target (input1 - input2) + margin), like `torch.nn.MarginRankingLoss`."""
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        """F.margin_ranking_loss(input1, input2, target, margin, reduction)."""
+        return F.margin_ranking_loss(input1, input2, target, self.margin, reduction=self.reduction)
+
+
+class HingeEmbeddingLoss(_MarginLoss):
+    """input for target 1, max(0, margin - input) for -1, like `torch.nn.HingeEmbeddingLoss` (margin 1.0)."""
+
+    def __init__(
+        self, margin: float = 1.0, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(margin, size_average, reduce, reduction)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.hinge_embedding_loss(input, target, margin, reduction)."""
+        return F.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
+
+
+class SoftMarginLoss(_Loss):
+    """log(1 + exp(-target input)), like `torch.nn.SoftMarginLoss`."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.soft_margin_loss(input, target, reduction)."""
+        return F.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)), like `torch.nn.TripletMarginLoss`."""
+
+    def __init__(
+        self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False,
+        size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead")
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        """F.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap, reduction)."""
+        return F.triplet_margin_loss(
+            anchor, positive, negative, self.margin, self.p, self.eps, self.swap, reduction=self.reduction
+        )
+
+
+class PoissonNLLLoss(_Loss):
+    """Poisson negative log likelihood, like `torch.nn.PoissonNLLLoss`."""
+
+    def __init__(
+        self, log_input: bool = True, full: bool = False, size_average: bool | None = None, eps: float = 1e-8,
+        reduce: bool | None = None, reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input: Tensor, target: Tensor) -> Tensor:
+        """F.poisson_nll_loss(input, target, log_input, full, eps, reduction)."""
+        return F.poisson_nll_loss(log_input, target, self.log_input, self.full, eps=self.eps, reduction=self.reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    """Gaussian negative log likelihood with predicted variance `var`, like `torch.nn.GaussianNLLLoss`."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean") -> None:
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input: Tensor, target: Tensor, var: Tensor | float) -> Tensor:
+        """F.gaussian_nll_loss(input, target, var, full, eps, reduction)."""
+        return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)

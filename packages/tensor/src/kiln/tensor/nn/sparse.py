@@ -1,0 +1,83 @@
+"""`Embedding` with torch's full constructor (`padding_idx`, `max_norm`, `norm_type`, `scale_grad_by_freq`,
+`sparse`, `_weight`, `_freeze`) and `Embedding.from_pretrained`, computed by `F.embedding`.
+
+It extends the plain lookup table of `linear.py` (whose constructor takes only the sizes) with torch's options.
+"""
+
+from __future__ import annotations
+
+from kiln.tensor.nn import functional as F
+from kiln.tensor.nn import init, linear
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["Embedding"]
+
+
+class Embedding(linear.Embedding):
+    """A lookup table: row i of weight (num_embeddings, embedding_dim) for index i, like `torch.nn.Embedding`:
+    weight drawn from N(0, 1) with the `padding_idx` row zeroed (that row also gets no gradient).
+
+    Example:
+        >>> Embedding(10, 4, padding_idx=0)(Tensor([[0, 2]]))[0, 0].tolist()
+        [0.0, 0.0, 0.0, 0.0]
+    """
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, max_norm: float | None = None,
+        norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False, _weight: Tensor | None = None,
+        _freeze: bool = False, device: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(num_embeddings, embedding_dim, device)
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"Padding_idx must be within num_embeddings ({num_embeddings}), got {padding_idx}")
+            padding_idx %= num_embeddings
+        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        if _weight is not None:
+            if _weight.shape != (num_embeddings, embedding_dim):
+                raise ValueError(
+                    f"Shape of weight {list(_weight.shape)} does not match num_embeddings and embedding_dim "
+                    f"[{num_embeddings}, {embedding_dim}]"
+                )
+            self.weight = init.fresh_buffer(_weight).requires_grad_(not _freeze)
+        elif padding_idx is not None:
+            keep = Tensor.arange(num_embeddings, device=self.weight.device).reshape(-1, 1) != padding_idx
+            self.weight = init.parameter(keep.where(self.weight.detach(), 0.0))
+
+    def forward(self, indices: Tensor) -> Tensor:
+        """F.embedding(indices, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)."""
+        return F.embedding(
+            indices, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            text += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            text += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            text += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            text += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        if self.sparse:
+            text += ", sparse=True"
+        return text
+
+    @classmethod
+    def from_pretrained(
+        cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None, max_norm: float | None = None,
+        norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
+    ) -> Embedding:  # fmt: skip
+        """An Embedding whose weight is a copy of the 2-d `embeddings` (trainable unless `freeze`), like
+        `torch.nn.Embedding.from_pretrained`."""
+        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+            raise ValueError(
+                f"Embeddings parameter is expected to be 2-dimensional, got {getattr(embeddings, 'shape', embeddings)}"
+            )
+        rows, columns = embeddings.shape
+        return cls(
+            rows, columns, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, embeddings, freeze,
+            embeddings.device,
+        )  # fmt: skip

@@ -1,0 +1,477 @@
+"""The case table of `kiln.tensor.nn.functional` and the `kiln.tensor.nn` modules of issue 38, shared by the torch
+recorder (`record_functional.py`) and the kiln replays (`packages/tensor/tests/test_nn_functional.py`,
+`test_nn_modules_torch.py`). It imports neither torch nor kiln.
+
+A case calls `F.<name>(*inputs, **kwargs)` (`call` "F.<name>") or builds a module `nn.<Name>(**init)` (`call`
+"nn.<Name>", or "nn.<Name>.<classmethod>") and calls it on the inputs. A keyword value `Ref(i)` stands for
+inputs[i] (taken out of the positional list). The recorder stores the inputs, every output, the gradients of
+sum(output * upstream) for a random upstream with respect to each floating input (and, for a module, each
+parameter), a module's state-dict names and values after the call, and (`mutates`) the inputs after the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CASES", "Case", "In", "Ref"]
+
+F32 = ("float32",)
+F32_64 = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A keyword argument that is the case's input number `index`."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class In:
+    """One input: its shape, its kind of values, its dtype (None: the case's dtype) and whether it gets a gradient.
+
+    Kinds: 'normal', 'wide' (normal times 4: reaches relu6's and hardswish's kinks), 'distinct' (a shuffled grid of
+    distinct values: max pooling has no ties), 'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]),
+    'sign' (-1 or 1), 'simplex' (rows along dim 1 summing to 1), ('index', low, high) (int64 in [low, high)),
+    'bool' (True with probability 0.7, the last dim's first entry True).
+    """
+
+    shape: tuple[int, ...]
+    kind: Any = "normal"
+    dtype: str | None = None
+    grad: bool = True
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case in each of `dtypes`; `init` holds a module's constructor arguments, `eval` puts it in eval mode."""
+
+    name: str
+    call: str
+    inputs: tuple[In, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    dtypes: tuple[str, ...] = F32
+    init: dict[str, Any] = field(default_factory=dict)
+    eval: bool = False
+    mutates: bool = False
+
+    def key(self, dtype: str) -> str:
+        """The fixture key prefix of this case in `dtype`."""
+        return f"{self.name}[{dtype}]"
+
+
+def _x(*shape: int, kind: Any = "normal", grad: bool = True) -> In:
+    return In(tuple(shape), kind, None, grad)
+
+
+def _index(*shape: int, high: int, low: int = 0) -> In:
+    return In(tuple(shape), ("index", low, high), "int64", False)
+
+
+def _activation_cases() -> list[Case]:
+    x, wide = _x(3, 5, 4), _x(2, 7, 3, kind="wide")
+    cases = [
+        Case("relu", "F.relu", (x,)),
+        Case("relu6", "F.relu6", (wide,)),
+        Case("leaky_relu", "F.leaky_relu", (x,), {"negative_slope": 0.2}, F32_64),
+        Case("elu", "F.elu", (x,), {"alpha": 0.7}),
+        Case("selu", "F.selu", (x,)),
+        Case("celu", "F.celu", (x,), {"alpha": 1.5}),
+        Case("gelu", "F.gelu", (x,), {}, F32_64),
+        Case("gelu_tanh", "F.gelu", (wide,), {"approximate": "tanh"}),
+        Case("silu", "F.silu", (x,)),
+        Case("mish", "F.mish", (wide,)),
+        Case("softplus", "F.softplus", (wide,), {"beta": 2.0, "threshold": 3.0}),
+        Case("softsign", "F.softsign", (x,)),
+        Case("hardswish", "F.hardswish", (wide,)),
+        Case("hardsigmoid", "F.hardsigmoid", (wide,)),
+        Case("hardtanh", "F.hardtanh", (x,), {"min_val": -0.5, "max_val": 0.8}),
+        Case("sigmoid", "F.sigmoid", (x,)),
+        Case("tanh", "F.tanh", (x,)),
+        Case("logsigmoid", "F.logsigmoid", (wide,)),
+        Case("hardshrink", "F.hardshrink", (x,), {"lambd": 0.3}),
+        Case("softshrink", "F.softshrink", (x,), {"lambd": 0.4}),
+        Case("tanhshrink", "F.tanhshrink", (x,)),
+        Case("threshold", "F.threshold", (x,), {"threshold": 0.1, "value": -2.0}),
+        Case("prelu", "F.prelu", (_x(2, 3, 4), _x(3))),
+        Case("softmax", "F.softmax", (x,), {"dim": 1}, F32_64),
+        Case("softmax_implicit_dim", "F.softmax", (_x(4, 6),)),
+        Case("log_softmax", "F.log_softmax", (x,), {"dim": -1}),
+        Case("softmin", "F.softmin", (x,), {"dim": 0}),
+        Case("glu", "F.glu", (_x(3, 6, 2),), {"dim": 1}),
+        Case("glu_last", "F.glu", (_x(5, 4),)),
+    ]
+    modules = [
+        Case("m_relu", "nn.ReLU", (x,)),
+        Case("m_relu6", "nn.ReLU6", (wide,)),
+        Case("m_leaky_relu", "nn.LeakyReLU", (x,), init={"negative_slope": 0.1}),
+        Case("m_elu", "nn.ELU", (x,), init={"alpha": 0.5}),
+        Case("m_selu", "nn.SELU", (x,)),
+        Case("m_celu", "nn.CELU", (x,), init={"alpha": 2.0}),
+        Case("m_gelu", "nn.GELU", (x,), init={"approximate": "tanh"}),
+        Case("m_silu", "nn.SiLU", (x,)),
+        Case("m_mish", "nn.Mish", (wide,)),
+        Case("m_softplus", "nn.Softplus", (wide,), init={"beta": 0.5, "threshold": 4.0}),
+        Case("m_softsign", "nn.Softsign", (x,)),
+        Case("m_hardswish", "nn.Hardswish", (wide,)),
+        Case("m_hardsigmoid", "nn.Hardsigmoid", (wide,)),
+        Case("m_hardtanh", "nn.Hardtanh", (wide,), init={"min_val": -2.0, "max_val": 3.0}),
+        Case("m_hardshrink", "nn.Hardshrink", (x,), init={"lambd": 0.2}),
+        Case("m_softshrink", "nn.Softshrink", (x,)),
+        Case("m_tanhshrink", "nn.Tanhshrink", (x,)),
+        Case("m_threshold", "nn.Threshold", (x,), init={"threshold": 0.2, "value": 5.0}),
+        Case("m_logsigmoid", "nn.LogSigmoid", (x,)),
+        Case("m_sigmoid", "nn.Sigmoid", (x,)),
+        Case("m_tanh", "nn.Tanh", (x,)),
+        Case("m_softmax", "nn.Softmax", (x,), init={"dim": 2}),
+        Case("m_log_softmax", "nn.LogSoftmax", (x,), init={"dim": 1}),
+        Case("m_softmin", "nn.Softmin", (x,), init={"dim": -1}),
+        Case("m_glu", "nn.GLU", (_x(4, 6),), init={"dim": 1}),
+        Case("m_prelu", "nn.PReLU", (_x(2, 3, 5),), init={"num_parameters": 3, "init": 0.1}),
+        Case("m_prelu_one", "nn.PReLU", (_x(4, 5),)),
+    ]
+    return cases + modules
+
+
+def _layer_cases() -> list[Case]:
+    return [
+        Case("normalize", "F.normalize", (_x(3, 5),), {"p": 1.0, "dim": -1}),
+        Case("normalize_default", "F.normalize", (_x(2, 4, 3),), {}, F32_64),
+        Case("linear", "F.linear", (_x(2, 3, 4), _x(5, 4), _x(5)), {}, F32_64),
+        Case("bilinear", "F.bilinear", (_x(3, 4), _x(3, 5), _x(2, 4, 5), _x(2)), {}, F32_64),
+        Case("bilinear_batched", "F.bilinear", (_x(2, 3, 4), _x(2, 3, 2), _x(3, 4, 2))),
+        Case("embedding", "F.embedding", (_index(2, 5, high=7), _x(7, 3))),
+        Case("embedding_padding", "F.embedding", (_index(3, 4, high=6), _x(6, 2)), {"padding_idx": 2}),
+        Case("embedding_negative_padding", "F.embedding", (_index(9, high=5), _x(5, 3)), {"padding_idx": -1}),
+        Case("embedding_freq", "F.embedding", (_index(4, 3, high=4), _x(4, 2)), {"scale_grad_by_freq": True}),
+        Case(
+            "embedding_max_norm",
+            "F.embedding",
+            (_index(2, 3, high=6), _x(6, 4, kind="wide", grad=False)),
+            {"max_norm": 1.5, "norm_type": 1.0},
+            mutates=True,
+        ),
+        Case("one_hot", "F.one_hot", (_index(2, 3, high=5),), {"num_classes": 6}),
+        Case("one_hot_implicit", "F.one_hot", (_index(7, high=4),)),
+        Case(
+            "layer_norm",
+            "F.layer_norm",
+            (_x(2, 3, 4), _x(3, 4), _x(3, 4)),
+            {"normalized_shape": (3, 4), "weight": Ref(1), "bias": Ref(2)},
+            F32_64,
+        ),
+        Case(
+            "group_norm",
+            "F.group_norm",
+            (_x(2, 6, 5), _x(6), _x(6)),
+            {"num_groups": 3, "weight": Ref(1), "bias": Ref(2), "eps": 1e-3},
+        ),
+        Case("rms_norm", "F.rms_norm", (_x(3, 8), _x(8)), {"normalized_shape": (8,), "weight": Ref(1)}),
+        Case(
+            "batch_norm_train",
+            "F.batch_norm",
+            (_x(4, 3, 5), _x(3, grad=False), _x(3, kind="positive", grad=False), _x(3), _x(3)),
+            {"training": True, "momentum": 0.3},
+            mutates=True,
+        ),
+        Case("batch_norm_eval", "F.batch_norm", (_x(4, 3), _x(3, grad=False), _x(3, kind="positive", grad=False))),
+        Case("instance_norm", "F.instance_norm", (_x(2, 3, 6),), {}, F32_64),
+        Case(
+            "instance_norm_affine_2d",
+            "F.instance_norm",
+            (_x(2, 3, 4, 5), _x(3), _x(3)),
+            {"weight": Ref(1), "bias": Ref(2), "eps": 1e-3},
+        ),
+        Case(
+            "instance_norm_running",
+            "F.instance_norm",
+            (_x(3, 2, 7), _x(2, grad=False), _x(2, kind="positive", grad=False)),
+            {"running_mean": Ref(1), "running_var": Ref(2), "momentum": 0.2},
+            mutates=True,
+        ),
+        Case(
+            "instance_norm_running_stats",
+            "F.instance_norm",
+            (_x(2, 2, 5), _x(2, grad=False), _x(2, kind="positive", grad=False)),
+            {"running_mean": Ref(1), "running_var": Ref(2), "use_input_stats": False},
+        ),
+        Case("cosine_similarity", "F.cosine_similarity", (_x(3, 5, 2), _x(3, 5, 2)), {}, F32_64),
+        Case("cosine_similarity_dim", "F.cosine_similarity", (_x(4, 6), _x(1, 6)), {"dim": -1, "eps": 1e-6}),
+        Case("pairwise_distance", "F.pairwise_distance", (_x(4, 6), _x(4, 6))),
+        Case("pairwise_distance_p1", "F.pairwise_distance", (_x(3, 5), _x(3, 5)), {"p": 1.0, "keepdim": True}),
+        Case("sdpa", "F.scaled_dot_product_attention", (_x(2, 3, 5, 4), _x(2, 3, 6, 4), _x(2, 3, 6, 3)), {}, F32_64),
+        Case(
+            "sdpa_causal_scale",
+            "F.scaled_dot_product_attention",
+            (_x(1, 2, 5, 4), _x(1, 2, 5, 4), _x(1, 2, 5, 4)),
+            {"is_causal": True, "scale": 0.3},
+        ),
+        Case(
+            "sdpa_bool_mask",
+            "F.scaled_dot_product_attention",
+            (_x(2, 4, 3), _x(2, 5, 3), _x(2, 5, 2), In((4, 5), "bool", "bool", False)),
+            {"attn_mask": Ref(3)},
+        ),
+        Case(
+            "sdpa_float_mask",
+            "F.scaled_dot_product_attention",
+            (_x(2, 2, 4, 3), _x(2, 2, 4, 3), _x(2, 2, 4, 3), _x(2, 1, 4, 4)),
+            {"attn_mask": Ref(3)},
+        ),
+        Case(
+            "sdpa_gqa",
+            "F.scaled_dot_product_attention",
+            (_x(1, 4, 3, 2), _x(1, 2, 5, 2), _x(1, 2, 5, 2)),
+            {"enable_gqa": True, "is_causal": True},
+        ),
+    ]
+
+
+def _spatial_cases() -> list[Case]:
+    d = "distinct"
+    return [
+        Case("conv1d", "F.conv1d", (_x(2, 4, 9), _x(6, 2, 3), _x(6)), {"stride": 2, "padding": 1, "groups": 2}),
+        Case("conv2d", "F.conv2d", (_x(1, 3, 7, 6), _x(4, 3, 3, 2)), {"padding": "same", "dilation": (2, 1)}, F32_64),
+        Case("conv3d", "F.conv3d", (_x(1, 2, 4, 5, 4), _x(3, 2, 2, 2, 2), _x(3)), {"stride": (1, 2, 1)}),
+        Case(
+            "conv_transpose1d",
+            "F.conv_transpose1d",
+            (_x(2, 3, 5), _x(3, 2, 3), _x(2)),
+            {"stride": 2, "padding": 1, "output_padding": 1},
+        ),
+        Case("conv_transpose2d", "F.conv_transpose2d", (_x(1, 4, 3, 4), _x(4, 1, 3, 3)), {"stride": 2, "groups": 2}),
+        Case("avg_pool1d", "F.avg_pool1d", (_x(2, 3, 9),), {"kernel_size": 3, "stride": 2, "padding": 1}),
+        Case(
+            "avg_pool2d",
+            "F.avg_pool2d",
+            (_x(1, 2, 7, 6),),
+            {"kernel_size": (3, 2), "padding": 1, "ceil_mode": True, "count_include_pad": False},
+        ),
+        Case("avg_pool2d_divisor", "F.avg_pool2d", (_x(1, 2, 6, 6),), {"kernel_size": 2, "divisor_override": 3}),
+        Case("max_pool1d", "F.max_pool1d", (_x(2, 3, 10, kind=d),), {"kernel_size": 3, "stride": 2}),
+        Case(
+            "max_pool2d_indices",
+            "F.max_pool2d",
+            (_x(1, 2, 7, 7, kind=d),),
+            {"kernel_size": 3, "stride": 2, "padding": 1, "return_indices": True},
+        ),
+        Case("max_pool2d_dilation", "F.max_pool2d", (_x(2, 1, 8, 8, kind=d),), {"kernel_size": 2, "dilation": 2}),
+        Case("adaptive_avg_pool1d", "F.adaptive_avg_pool1d", (_x(2, 3, 10),), {"output_size": 4}),
+        Case("adaptive_avg_pool2d", "F.adaptive_avg_pool2d", (_x(2, 3, 7, 5),), {"output_size": (3, None)}),
+        Case("adaptive_avg_pool2d_one", "F.adaptive_avg_pool2d", (_x(2, 4, 5, 5),), {"output_size": 1}),
+        Case("adaptive_max_pool2d", "F.adaptive_max_pool2d", (_x(1, 2, 7, 6, kind=d),), {"output_size": (2, 4)}),
+        Case("pad_constant", "F.pad", (_x(2, 3, 4),), {"pad": (1, 2, 0, 1), "value": 1.5}),
+        Case("pad_reflect", "F.pad", (_x(1, 2, 5, 4),), {"pad": (2, 1, 3, 0), "mode": "reflect"}),
+        Case("pad_replicate", "F.pad", (_x(2, 3, 5),), {"pad": (3, 1), "mode": "replicate"}),
+        Case("pad_circular", "F.pad", (_x(1, 2, 4, 5),), {"pad": (1, 2, 2, 1), "mode": "circular"}),
+        Case("pad_negative", "F.pad", (_x(2, 6, 5),), {"pad": (-1, 2, 1, -2)}),
+        Case("interpolate_nearest", "F.interpolate", (_x(1, 2, 3, 4),), {"scale_factor": 2}),
+        Case("interpolate_nearest_size", "F.interpolate", (_x(2, 1, 5, 3),), {"size": (3, 7)}),
+        Case(
+            "interpolate_bilinear",
+            "F.interpolate",
+            (_x(1, 2, 4, 5),),
+            {"size": (7, 3), "mode": "bilinear", "align_corners": False},
+            F32_64,
+        ),
+        Case(
+            "interpolate_bilinear_corners",
+            "F.interpolate",
+            (_x(2, 1, 3, 4),),
+            {"scale_factor": 2.5, "mode": "bilinear", "align_corners": True},
+        ),
+        Case("interpolate_linear", "F.interpolate", (_x(2, 3, 5),), {"size": 8, "mode": "linear"}),
+        Case("pixel_shuffle", "F.pixel_shuffle", (_x(2, 8, 3, 2),), {"upscale_factor": 2}),
+        Case("pixel_shuffle_3d", "F.pixel_shuffle", (_x(9, 2, 3),), {"upscale_factor": 3}),
+        Case("pixel_unshuffle", "F.pixel_unshuffle", (_x(1, 2, 4, 6),), {"downscale_factor": 2}),
+        Case("unfold", "F.unfold", (_x(2, 3, 5, 6),), {"kernel_size": (2, 3), "padding": 1, "stride": (1, 2)}),
+        Case("unfold_dilation", "F.unfold", (_x(2, 6, 7),), {"kernel_size": 2, "dilation": 2}),
+        Case(
+            "fold",
+            "F.fold",
+            (_x(2, 12, 15),),
+            {"output_size": (4, 5), "kernel_size": (2, 3), "padding": 1, "stride": (1, 2)},
+        ),
+        Case("fold_overlap", "F.fold", (_x(4, 9),), {"output_size": 4, "kernel_size": 2}),
+        Case("m_upsample", "nn.Upsample", (_x(1, 2, 3, 3),), init={"scale_factor": 2, "mode": "bilinear"}),
+        Case("m_upsample_nearest", "nn.UpsamplingNearest2d", (_x(1, 1, 2, 3),), init={"size": (4, 5)}),
+        Case("m_upsample_bilinear", "nn.UpsamplingBilinear2d", (_x(1, 2, 3, 2),), init={"scale_factor": 2}),
+        Case("m_pixel_shuffle", "nn.PixelShuffle", (_x(1, 4, 2, 3),), init={"upscale_factor": 2}),
+        Case("m_pixel_unshuffle", "nn.PixelUnshuffle", (_x(1, 1, 4, 4),), init={"downscale_factor": 2}),
+        Case("m_unflatten", "nn.Unflatten", (_x(2, 12),), init={"dim": 1, "unflattened_size": (3, 4)}),
+        Case("m_zero_pad2d", "nn.ZeroPad2d", (_x(1, 2, 3, 3),), init={"padding": (1, 0, 2, 1)}),
+        Case("m_zero_pad1d", "nn.ZeroPad1d", (_x(2, 3),), init={"padding": 2}),
+        Case("m_constant_pad1d", "nn.ConstantPad1d", (_x(2, 2, 3),), init={"padding": (1, 2), "value": -1.0}),
+        Case("m_constant_pad2d", "nn.ConstantPad2d", (_x(1, 2, 2, 2),), init={"padding": 1, "value": 3.0}),
+        Case("m_reflection_pad1d", "nn.ReflectionPad1d", (_x(1, 2, 5),), init={"padding": 2}),
+        Case("m_reflection_pad2d", "nn.ReflectionPad2d", (_x(1, 1, 4, 4),), init={"padding": (1, 2, 0, 3)}),
+        Case("m_replication_pad1d", "nn.ReplicationPad1d", (_x(2, 1, 3),), init={"padding": (2, 1)}),
+        Case("m_replication_pad2d", "nn.ReplicationPad2d", (_x(1, 2, 3, 3),), init={"padding": 2}),
+        Case("m_circular_pad2d", "nn.CircularPad2d", (_x(1, 1, 3, 4),), init={"padding": 1}),
+        Case("m_adaptive_avg_pool1d", "nn.AdaptiveAvgPool1d", (_x(2, 3, 7),), init={"output_size": 3}),
+        Case("m_adaptive_avg_pool2d", "nn.AdaptiveAvgPool2d", (_x(2, 3, 5, 7),), init={"output_size": (1, 1)}),
+        Case("m_adaptive_max_pool2d", "nn.AdaptiveMaxPool2d", (_x(1, 2, 6, 5, kind=d),), init={"output_size": 2}),
+        Case("m_dropout_eval", "nn.Dropout2d", (_x(2, 3, 4, 4),), init={"p": 0.5}, eval=True),
+        Case("m_instance_norm1d", "nn.InstanceNorm1d", (_x(2, 3, 6),), init={"num_features": 3}),
+        Case(
+            "m_instance_norm2d_affine",
+            "nn.InstanceNorm2d",
+            (_x(2, 3, 4, 3),),
+            init={"num_features": 3, "affine": True, "track_running_stats": True, "momentum": 0.3},
+        ),
+        Case(
+            "m_instance_norm2d_unbatched",
+            "nn.InstanceNorm2d",
+            (_x(2, 3, 5),),
+            init={"num_features": 2, "affine": True, "eps": 1e-3},
+        ),
+        Case(
+            "m_embedding_pretrained",
+            "nn.Embedding.from_pretrained",
+            (_index(2, 3, high=5), _x(5, 4, grad=False)),
+            init={"embeddings": Ref(1), "freeze": False, "padding_idx": 0},
+        ),
+        Case(
+            "m_embedding_frozen",
+            "nn.Embedding.from_pretrained",
+            (_index(4, high=3), _x(3, 2, grad=False)),
+            init={"embeddings": Ref(1)},
+        ),
+    ]
+
+
+def _loss_cases() -> list[Case]:
+    logits, classes = _x(5, 4), _index(5, high=4)
+    return [
+        Case("cross_entropy", "F.cross_entropy", (logits, classes), {}, F32_64),
+        Case(
+            "cross_entropy_weight_ignore",
+            "F.cross_entropy",
+            (_x(6, 3), _index(6, high=3), _x(3, kind="positive", grad=False)),
+            {"weight": Ref(2), "ignore_index": 1},
+        ),
+        Case(
+            "cross_entropy_smooth", "F.cross_entropy", (logits, classes), {"label_smoothing": 0.2, "reduction": "sum"}
+        ),
+        Case(
+            "cross_entropy_smooth_weight",
+            "F.cross_entropy",
+            (_x(4, 3), _index(4, high=3), _x(3, kind="positive", grad=False)),
+            {"weight": Ref(2), "label_smoothing": 0.1},
+        ),
+        Case("cross_entropy_probs", "F.cross_entropy", (_x(4, 5), _x(4, 5, kind="simplex")), {"label_smoothing": 0.1}),
+        Case("cross_entropy_kdim", "F.cross_entropy", (_x(2, 3, 4, 2), _index(2, 4, 2, high=3)), {"reduction": "none"}),
+        Case("nll_loss", "F.nll_loss", (_x(5, 3), _index(5, high=3)), {"ignore_index": 0}),
+        Case(
+            "nll_loss_weight",
+            "F.nll_loss",
+            (_x(4, 3, 2), _index(4, 2, high=3), _x(3, kind="positive", grad=False)),
+            {"weight": Ref(2)},
+        ),
+        Case("mse_loss", "F.mse_loss", (_x(3, 4), _x(3, 4)), {}, F32_64),
+        Case("mse_loss_sum", "F.mse_loss", (_x(3, 4), _x(3, 4)), {"reduction": "sum"}),
+        Case("mse_loss_legacy", "F.mse_loss", (_x(2, 5), _x(2, 5)), {"size_average": False}),
+        Case("mse_loss_weight", "F.mse_loss", (_x(3, 4), _x(3, 4), _x(3, 4, kind="positive")), {"weight": Ref(2)}),
+        Case("l1_loss", "F.l1_loss", (_x(4, 3), _x(4, 3)), {"reduction": "none"}),
+        Case("l1_loss_weight", "F.l1_loss", (_x(2, 6), _x(2, 6), _x(2, 6, kind="positive")), {"weight": Ref(2)}),
+        Case("smooth_l1_loss", "F.smooth_l1_loss", (_x(4, 5, kind="wide"), _x(4, 5)), {"beta": 0.5}),
+        Case("huber_loss", "F.huber_loss", (_x(4, 5, kind="wide"), _x(4, 5)), {"delta": 1.5}),
+        Case(
+            "huber_loss_weight",
+            "F.huber_loss",
+            (_x(3, 4, kind="wide"), _x(3, 4), _x(3, 4, kind="positive")),
+            {"weight": Ref(2), "delta": 0.7},
+        ),
+        Case("bce", "F.binary_cross_entropy", (_x(3, 4, kind="prob"), _x(3, 4, kind="prob")), {}, F32_64),
+        Case(
+            "bce_weight",
+            "F.binary_cross_entropy",
+            (_x(6, kind="prob"), _x(6, kind="prob"), _x(6, kind="positive", grad=False)),
+            {"weight": Ref(2), "reduction": "sum"},
+        ),
+        Case("bce_logits", "F.binary_cross_entropy_with_logits", (_x(3, 5, kind="wide"), _x(3, 5, kind="prob"))),
+        Case(
+            "bce_logits_pos_weight",
+            "F.binary_cross_entropy_with_logits",
+            (_x(4, 3), _x(4, 3, kind="prob"), _x(3, kind="positive", grad=False)),
+            {"pos_weight": Ref(2)},
+        ),
+        Case("kl_div", "F.kl_div", (_x(3, 4), _x(3, 4, kind="prob")), {"reduction": "batchmean"}),
+        Case("kl_div_log_target", "F.kl_div", (_x(3, 4), _x(3, 4)), {"log_target": True, "reduction": "sum"}),
+        Case(
+            "cosine_embedding_loss",
+            "F.cosine_embedding_loss",
+            (_x(5, 4), _x(5, 4), _x(5, kind="sign", grad=False)),
+            {"margin": 0.2},
+        ),
+        Case(
+            "margin_ranking_loss",
+            "F.margin_ranking_loss",
+            (_x(6), _x(6), _x(6, kind="sign", grad=False)),
+            {"margin": 0.3},
+        ),
+        Case(
+            "hinge_embedding_loss",
+            "F.hinge_embedding_loss",
+            (_x(3, 4), _x(3, 4, kind="sign", grad=False)),
+            {"margin": 0.5},
+        ),
+        Case("triplet_margin_loss", "F.triplet_margin_loss", (_x(4, 5), _x(4, 5), _x(4, 5))),
+        Case(
+            "triplet_margin_loss_swap",
+            "F.triplet_margin_loss",
+            (_x(3, 4), _x(3, 4), _x(3, 4)),
+            {"swap": True, "p": 1, "margin": 2.0},
+        ),
+        Case("soft_margin_loss", "F.soft_margin_loss", (_x(3, 4), _x(3, 4, kind="sign", grad=False))),
+        Case("poisson_nll_loss", "F.poisson_nll_loss", (_x(3, 4), _x(3, 4, kind="positive"))),
+        Case(
+            "poisson_nll_loss_full",
+            "F.poisson_nll_loss",
+            (_x(3, 4, kind="positive"), _x(3, 4, kind="positive")),
+            {"log_input": False, "full": True},
+        ),
+        Case("gaussian_nll_loss", "F.gaussian_nll_loss", (_x(4, 3), _x(4, 3), _x(4, 1, kind="positive"))),
+        Case(
+            "gaussian_nll_loss_full",
+            "F.gaussian_nll_loss",
+            (_x(5, 2), _x(5, 2), _x(5, 2, kind="prob")),
+            {"full": True, "eps": 0.2, "reduction": "sum"},
+        ),
+        Case("m_cross_entropy", "nn.CrossEntropyLoss", (logits, classes), init={"label_smoothing": 0.05}),
+        Case(
+            "m_cross_entropy_weight",
+            "nn.CrossEntropyLoss",
+            (_x(6, 3), _index(6, high=3), _x(3, kind="positive", grad=False)),
+            init={"weight": Ref(2), "ignore_index": 0, "reduction": "sum"},
+        ),
+        Case("m_nll", "nn.NLLLoss", (_x(4, 3), _index(4, high=3)), init={"reduction": "none"}),
+        Case("m_mse", "nn.MSELoss", (_x(3, 4), _x(3, 4))),
+        Case("m_l1", "nn.L1Loss", (_x(3, 4), _x(3, 4)), init={"reduction": "sum"}),
+        Case("m_smooth_l1", "nn.SmoothL1Loss", (_x(3, 4, kind="wide"), _x(3, 4)), init={"beta": 2.0}),
+        Case("m_huber", "nn.HuberLoss", (_x(3, 4, kind="wide"), _x(3, 4)), init={"delta": 0.5}),
+        Case("m_bce", "nn.BCELoss", (_x(4, kind="prob"), _x(4, kind="prob"))),
+        Case(
+            "m_bce_logits",
+            "nn.BCEWithLogitsLoss",
+            (_x(3, 2), _x(3, 2, kind="prob"), _x(2, kind="positive", grad=False)),
+            init={"pos_weight": Ref(2)},
+        ),
+        Case("m_kl_div", "nn.KLDivLoss", (_x(2, 5), _x(2, 5, kind="prob")), init={"reduction": "batchmean"}),
+        Case(
+            "m_cosine_embedding",
+            "nn.CosineEmbeddingLoss",
+            (_x(4, 3), _x(4, 3), _x(4, kind="sign", grad=False)),
+            init={"margin": -0.1},
+        ),
+        Case("m_margin_ranking", "nn.MarginRankingLoss", (_x(5), _x(5), _x(5, kind="sign", grad=False))),
+        Case("m_hinge_embedding", "nn.HingeEmbeddingLoss", (_x(2, 3), _x(2, 3, kind="sign", grad=False))),
+        Case("m_triplet_margin", "nn.TripletMarginLoss", (_x(3, 4), _x(3, 4), _x(3, 4)), init={"margin": 0.5}),
+        Case("m_soft_margin", "nn.SoftMarginLoss", (_x(3, 2), _x(3, 2, kind="sign", grad=False))),
+        Case("m_poisson_nll", "nn.PoissonNLLLoss", (_x(3, 2), _x(3, 2, kind="positive"))),
+        Case("m_gaussian_nll", "nn.GaussianNLLLoss", (_x(3, 2), _x(3, 2), _x(3, 2, kind="positive"))),
+    ]
+
+
+CASES: list[Case] = _activation_cases() + _layer_cases() + _spatial_cases() + _loss_cases()
