@@ -307,9 +307,9 @@ def embedding(
         [[[1.0, 2.0]]]
     """
     if not isinstance(input, Tensor) or not dtypes.is_int(input.dtype):
-        raise RuntimeError(
-            "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got "
-            f"{getattr(input, 'dtype', type(input).__name__)!r} instead"
+        # torch raises RuntimeError here; kiln's Embedding has always raised TypeError, which this keeps
+        raise TypeError(
+            f"embedding needs an integer index Tensor (Long or Int), got {getattr(input, 'dtype', type(input).__name__)!r}"
         )
     if weight.ndim != 2:
         raise RuntimeError(f"'weight' must be 2-D, got shape {list(weight.shape)}")
