@@ -57,7 +57,7 @@ def test_chat_prompt_and_interactive_session(model: ChatModel, chat_model_dir: P
     done = run_cli("--model", str(chat_model_dir), "--prompt", "Hi", "--chat", "--max-tokens", "4")
     assert done.returncode == 0 and done.stdout == expected + "\n"
     session = run_cli("--model", str(chat_model_dir), "--max-tokens", "3", stdin="Hi\n\n")
-    assert session.returncode == 0 and "chat format llama3" in session.stderr
+    assert session.returncode == 0 and "chat format jinja template from tokenizer_config.json" in session.stderr
     assert session.stdout.startswith("> " + greedy_text(model, ids, 3)[0])
 
 

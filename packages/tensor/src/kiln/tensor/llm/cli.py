@@ -46,6 +46,7 @@ def _chat_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt", help="one raw prompt (no chat template unless --chat); omit for a chat session")
     parser.add_argument("--chat", action="store_true", help="send --prompt as a user message in the chat format")
     parser.add_argument("--system", default=None, help="a system message for chat")
+    parser.add_argument("--chat-template", default=None, help="a Jinja chat template file (default: the model's)")
     parser.add_argument("--max-tokens", type=_positive_int, default=256, help="at most this many new tokens")
     context_argument(parser)
     _sampling_arguments(parser)
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         print(f"error: need --temperature >= 0 and 0 < --top-p <= 1, got {args.temperature}, {args.top_p}", file=err)
         return 2
     try:
-        model = load_chat_model(args.model, max_context=args.max_context)
+        model = load_chat_model(args.model, max_context=args.max_context, chat_template=args.chat_template)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: cannot load the model: {error}", file=err)
         return 1

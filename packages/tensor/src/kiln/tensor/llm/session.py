@@ -1,4 +1,4 @@
-"""`ChatModel`: a loaded model with its tokenizer and chat format, producing text as it is generated.
+"""`ChatModel`: a loaded model with its tokenizer and chat template, producing text as it is generated.
 
 What the CLI and the server share: loading (`load_chat_model`), prompt encoding, and `stream_text`, which turns the
 generator's tokens into text deltas with stop strings applied (text that might be the start of a stop string is
@@ -7,7 +7,6 @@ held back until it is known not to be one, and the stop string itself is never e
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,10 +14,10 @@ from pathlib import Path
 
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.generate import GenerationStats, Generator
-from kiln.tensor.llm.tokenizer import Tokenizer
+from kiln.tensor.llm.tokenizer import Tokenizer, read_tokenizer_config
 from kiln.tensor.llm.weights import LoadedModel, load_model
 
-__all__ = ["ChatModel", "Completion", "load_chat_model", "load_tokenizer"]
+__all__ = ["ChatModel", "Completion", "find_chat_template", "load_chat_model", "load_tokenizer"]
 
 
 @dataclass
@@ -39,9 +38,7 @@ def load_tokenizer(loaded: LoadedModel) -> Tokenizer:
         tokenizer = Tokenizer.from_gguf_metadata(metadata)
     else:
         folder = Path(str(metadata.get("dir", ".")))
-        config_path = folder / "tokenizer_config.json"
-        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
-        tokenizer = Tokenizer.from_tokenizer_json(folder / "tokenizer.json", config)
+        tokenizer = Tokenizer.from_tokenizer_json(folder / "tokenizer.json", read_tokenizer_config(folder))
     config = loaded.config
     if tokenizer.bos_id is None and config.bos_token_id is not None:
         tokenizer.bos_id = config.bos_token_id
@@ -64,34 +61,80 @@ def _as_ids(value: object) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
-def _template_text(loaded: LoadedModel) -> str | None:
+def find_chat_template(loaded: LoadedModel, path: str | os.PathLike[str] | None = None) -> tuple[str, str] | None:
+    """The model's chat template text and where it came from, or None when it ships none.
+
+    Looked up in order: `path` (a Jinja file given by the user), GGUF `tokenizer.chat_template`, the folder's
+    chat_template.jinja, tokenizer_config.json `chat_template` (a string, or a list of named templates: "default").
+    """
+    if path is not None:
+        try:
+            return Path(path).read_text(encoding="utf-8"), str(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"chat template file {str(path)!r} does not exist") from None
     metadata = loaded.metadata
     if "tokenizer.chat_template" in metadata:
-        return str(metadata["tokenizer.chat_template"])
-    config_path = Path(str(metadata.get("dir", "."))) / "tokenizer_config.json"
-    if config_path.is_file():
-        template = json.loads(config_path.read_text(encoding="utf-8")).get("chat_template")
-        return template if isinstance(template, str) else None
-    return None
+        return str(metadata["tokenizer.chat_template"]), "GGUF tokenizer.chat_template"
+    if "dir" not in metadata:
+        return None
+    folder = Path(str(metadata["dir"]))
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8"), "chat_template.jinja"
+    template = read_tokenizer_config(folder).get("chat_template")
+    if isinstance(template, list):  # [{"name": ..., "template": ...}]: transformers uses "default"
+        named = {str(item.get("name")): item.get("template") for item in template if isinstance(item, dict)}
+        if "default" not in named:
+            raise ValueError(f"tokenizer_config.json has chat templates {sorted(named)} but none named 'default'")
+        template = named["default"]
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise ValueError(f"tokenizer_config.json chat_template must be a string, got {type(template).__name__}")
+    return template, "tokenizer_config.json chat_template"
+
+
+def _special_token_texts(tokenizer: Tokenizer) -> dict[str, str]:
+    """The special-token variables a template sees (bos_token, eos_token), as transformers passes them."""
+    texts = {}
+    for name, token_id in (("bos_token", tokenizer.bos_id), ("eos_token", tokenizer.eos_id)):
+        if token_id is not None and 0 <= token_id < tokenizer.vocab_size:
+            texts[name] = tokenizer.token(token_id)
+    return texts
 
 
 class ChatModel:
     """A model ready to talk: `encode_prompt` / `encode_chat`, then `stream_text` or `complete`."""
 
-    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate) -> None:
-        self.loaded, self.tokenizer, self.template = loaded, tokenizer, template
+    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate | None) -> None:
+        self.loaded, self.tokenizer, self._template = loaded, tokenizer, template
         self.generator = Generator(loaded)
         self.name = loaded.name
         self.context_length = loaded.model.max_context  # the KV cache's positions: prompt plus completion
+
+    @property
+    def template(self) -> ChatTemplate:
+        """The model's chat template; ValueError when the model has none and none was given."""
+        if self._template is None:
+            raise ValueError(
+                f"the model {self.name!r} has no chat template (none in its GGUF metadata, chat_template.jinja or "
+                "tokenizer_config.json); give one as a Jinja file (--chat-template FILE), or send a raw prompt"
+            )
+        return self._template
 
     def encode_prompt(self, text: str) -> list[int]:
         """A raw prompt's token ids (with BOS when the tokenizer adds one)."""
         return self.tokenizer.encode(text)
 
-    def encode_chat(self, messages: Sequence[Mapping[str, object]]) -> list[int]:
-        """A conversation rendered with the model's chat format, the assistant's turn opened."""
-        text = self.template.render(messages, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_bos=False if self.template.writes_bos else None)
+    def encode_chat(
+        self, messages: Sequence[Mapping[str, object]], tools: Sequence[Mapping[str, object]] | None = None
+    ) -> list[int]:
+        """A conversation rendered with the model's chat template, the assistant's turn opened.
+
+        The template writes BOS and the like itself, so its text is encoded without the tokenizer's own special
+        tokens (as transformers' `apply_chat_template` does).
+        """
+        text = self.template.render(messages, add_generation_prompt=True, tools=tools)
+        return self.tokenizer.encode(text, add_special=False)
 
     def stream_text(
         self,
@@ -152,9 +195,21 @@ def _overlap(text: str, stop: str) -> int:
     return 0
 
 
-def load_chat_model(path: str | os.PathLike[str], *, max_context: int | None = None) -> ChatModel:
-    """Loads a model (GGUF or safetensors folder), its tokenizer and its chat format; `max_context` as `load_model`."""
+def load_chat_model(
+    path: str | os.PathLike[str],
+    *,
+    max_context: int | None = None,
+    chat_template: str | os.PathLike[str] | None = None,
+) -> ChatModel:
+    """Loads a model (GGUF or safetensors folder), its tokenizer and its chat template.
+
+    Args:
+        path: the .gguf file or the model's folder.
+        max_context: as `load_model`.
+        chat_template: a Jinja file to use instead of the model's own template.
+    """
     loaded = load_model(path, max_context=max_context)
     tokenizer = load_tokenizer(loaded)
-    bos = tokenizer.id_to_token.get(tokenizer.bos_id, "") if tokenizer.bos_id is not None else ""
-    return ChatModel(loaded, tokenizer, ChatTemplate.from_template(_template_text(loaded), bos))
+    found = find_chat_template(loaded, chat_template)
+    template = None if found is None else ChatTemplate(found[0], _special_token_texts(tokenizer), found[1])
+    return ChatModel(loaded, tokenizer, template)

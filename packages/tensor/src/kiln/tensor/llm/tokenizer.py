@@ -1,243 +1,206 @@
-"""`Tokenizer`: byte-level BPE (the Llama 3 / Qwen2 / GPT-2 kind) read from a GGUF vocabulary or a tokenizer.json.
+"""`Tokenizer`: a model's tokenizer run by Hugging Face's `tokenizers` library (Rust).
 
-Encoding: special tokens are cut out first (when allowed), the rest is split into pre-tokenizer pieces
-(`pretokenize`), each piece's UTF-8 bytes become the printable characters of the byte-level alphabet, and the BPE
-merges join neighbouring symbols, lowest merge rank first, until no listed pair is left. Decoding maps the tokens'
-characters back to bytes; `StreamDecoder` hands out text as tokens arrive without ever cutting a UTF-8 character.
+A Hugging Face folder's tokenizer.json is loaded as it is. A GGUF file carries its vocabulary as `tokenizer.ggml.*`
+keys; `from_gguf_metadata` builds the equivalent `tokenizers.Tokenizer` for each family llama.cpp writes, with the
+normalizer, pre-tokenizer and decoder that family's Hugging Face conversion uses:
+- "gpt2": byte-level BPE (Llama 3, Qwen2, GPT-2): the vocabulary and merges, the pre-tokenizer regex named by
+  `tokenizer.ggml.pre`, bytes shown as the printable byte-level alphabet.
+- "llama": SentencePiece BPE (Llama 2, Mistral, Gemma): merges rebuilt from the pieces' scores (a pair merges when
+  the joined piece is in the vocabulary, higher score first), "▁" for spaces, a dummy prefix, `<0xAB>` byte fallback.
+- "t5": SentencePiece Unigram (T5 family): the pieces and their log-probabilities, the precompiled normalizer map.
+- "bert": WordPiece, from llama.cpp's spelling ("▁" marks a word start, where BERT writes "##" on the others).
+Control tokens become special added tokens (matched whole in text, skippable when decoding), user-defined tokens
+plain added tokens; BOS/EOS are added by a post-processor following `tokenizer.ggml.add_bos_token` /
+`add_eos_token`.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.tensor.llm.pretokenize import SPLITS, split_for_pattern
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-__all__ = ["StreamDecoder", "Tokenizer", "byte_alphabet"]
+__all__ = ["StreamDecoder", "Tokenizer"]
 
+# The pre-tokenizer regexes of the byte-level BPE families (as written in their tokenizer.json files)
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
-def byte_alphabet() -> dict[int, str]:
-    """The byte-level BPE alphabet: each byte as one printable character.
-
-    Printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 bytes (controls,
-    space, soft hyphen ...) take the characters from U+0100 on, in byte order, so every byte has a visible,
-    non-space character and the mapping is reversible.
-    """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping = {byte: chr(byte) for byte in printable}
-    extra = 0
-    for byte in range(256):
-        if byte not in mapping:
-            mapping[byte] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-_BYTE_TO_CHAR = byte_alphabet()
-_CHAR_TO_BYTE = {char: byte for byte, char in _BYTE_TO_CHAR.items()}
-
-# GGUF tokenizer.ggml.pre values -> the split they use (llama.cpp's names for the pre-tokenizers)
+# GGUF tokenizer.ggml.pre values (llama.cpp's names) -> (split regex, whether whole words are looked up first)
 _GGUF_PRE = {
-    "llama3": "llama3",
-    "llama-bpe": "llama3",
-    "llama-v3": "llama3",
-    "smaug-bpe": "llama3",
-    "qwen2": "qwen2",
-    "qwen35": "qwen2",
-    "deepseek-r1-qwen": "qwen2",
-    "gpt-2": "gpt2",
-    "gpt2": "gpt2",
-    "default": "gpt2",
+    "llama3": (LLAMA3_SPLIT, True),
+    "llama-bpe": (LLAMA3_SPLIT, True),
+    "llama-v3": (LLAMA3_SPLIT, True),
+    "smaug-bpe": (LLAMA3_SPLIT, False),
+    "qwen2": (QWEN2_SPLIT, False),
+    "qwen35": (QWEN2_SPLIT, False),
+    "deepseek-r1-qwen": (QWEN2_SPLIT, False),
+    "gpt-2": (GPT2_SPLIT, False),
+    "gpt2": (GPT2_SPLIT, False),
+    "default": (GPT2_SPLIT, False),
 }
-_GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
+# tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
+# Special tokens that end a turn in the common chat formats (Llama 3, ChatML, Gemma, Phi-3, Mistral)
+_END_OF_TURN = (
+    *("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>"),
+    *("<end_of_turn>", "<|end|>"),
+)
 
 
 class Tokenizer:
-    """A byte-level BPE tokenizer.
+    """A model's tokenizer: text to token ids and back, through a `tokenizers.Tokenizer`.
 
     Args:
-        vocab: token string (in the byte-level alphabet, or the literal text of an added token) -> id.
-        merges: the BPE merges as (left, right) pairs, best (lowest rank) first.
-        split: the pre-tokenizer: "llama3", "qwen2" or "gpt2".
-        special: added tokens recognized as a whole in text (content -> id), e.g. "<|eot_id|>".
+        backend: the `tokenizers.Tokenizer` doing the work (its post-processor adds the model's BOS/EOS).
         bos_id, eos_id: the begin/end of sequence ids, when the model has them.
-        add_bos: whether `encode` puts `bos_id` first by default (GGUF add_bos_token, Llama 3's post-processor).
-        stop_ids: ids that end a generation (eos, end-of-turn tokens).
+        stop_ids: ids that end a generation (eos, end-of-turn tokens); `eos_id` is added.
+
+    Example:
+        >>> tokenizer = Tokenizer.from_tokenizer_json("model/tokenizer.json")  # doctest: +SKIP
+        >>> tokenizer.decode(tokenizer.encode("Hello", add_special=False))  # doctest: +SKIP
+        'Hello'
     """
 
     def __init__(
         self,
-        vocab: Mapping[str, int],
-        merges: Sequence[tuple[str, str]],
-        split: str = "llama3",
-        special: Mapping[str, int] | None = None,
+        backend: tokenizers.Tokenizer,
         bos_id: int | None = None,
         eos_id: int | None = None,
-        add_bos: bool = False,
         stop_ids: Iterable[int] = (),
     ) -> None:
-        if split not in SPLITS:
-            raise ValueError(f"unknown pre-tokenizer split {split!r}; expected one of {sorted(SPLITS)}")
-        self.vocab = dict(vocab)
-        self.split_name, self._split = split, SPLITS[split]
-        self.ranks = {pair: rank for rank, pair in enumerate(merges)}
-        self.special = dict(special or {})
-        self.id_to_token = {token_id: token for token, token_id in self.vocab.items()}
-        self.id_to_token.update({token_id: token for token, token_id in self.special.items()})
+        if not isinstance(backend, tokenizers.Tokenizer):
+            raise TypeError(f"Tokenizer wraps a tokenizers.Tokenizer, got {type(backend).__name__}")
+        self.backend = backend
+        self._literal: tokenizers.Tokenizer | None = None  # a copy that reads special tokens as plain text
+        added = backend.get_added_tokens_decoder()
+        self.special = {token.content: token_id for token_id, token in added.items() if token.special}
         self.special_ids = set(self.special.values())
-        self.bos_id, self.eos_id, self.add_bos = bos_id, eos_id, add_bos
+        self._vocab_size = max(backend.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        self.bos_id, self.eos_id = bos_id, eos_id
         self.stop_ids = set(stop_ids) | ({eos_id} if eos_id is not None else set())
-        self._pieces: dict[str, list[int]] = {}  # this tokenizer's memo of encoded pre-tokenizer pieces
-        # longest first, so "<|eot_id|>" is not cut by a shorter special token that is its prefix
-        self._special_order = sorted(self.special, key=len, reverse=True)
 
     @property
     def vocab_size(self) -> int:
         """One more than the largest token id."""
-        return max(self.id_to_token, default=-1) + 1
+        return self._vocab_size
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether `encode` puts `bos_id` first (the post-processor's doing: GGUF add_bos_token, Llama's template)."""
+        return self.bos_id is not None and self.backend.encode("", add_special_tokens=True).ids[:1] == [self.bos_id]
+
+    def token(self, token_id: int) -> str:
+        """The vocabulary entry of `token_id` (as the model spells it: byte-level characters, "▁", "##" ...)."""
+        token = self.backend.id_to_token(token_id) if 0 <= token_id < self._vocab_size else None
+        if token is None:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (size {self.vocab_size})")
+        return token
 
     def __repr__(self) -> str:
-        return f"<Tokenizer {self.split_name} BPE, {len(self.id_to_token)} tokens, {len(self.ranks)} merges>"
+        model = type(self.backend.model).__name__
+        return f"<Tokenizer {model}, {self.vocab_size} tokens, {len(self.special)} special>"
 
     # -- loading -----------------------------------------------------------------------------------------------------
     @classmethod
     def from_tokenizer_json(cls, path: str | Path, config: Mapping[str, Any] | None = None) -> Tokenizer:
-        """Reads a Hugging Face tokenizer.json (byte-level BPE); `config` is tokenizer_config.json when present."""
+        """Reads a Hugging Face tokenizer.json; `config` is tokenizer_config.json when present.
+
+        The config names the BOS/EOS tokens; its `add_bos_token` / `add_eos_token`, when given, set the
+        post-processor as transformers' Llama and Gemma tokenizers do (unless the file's own post-processor is not
+        a template, e.g. BERT's).
+        """
         path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file {str(path)!r} does not exist")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"tokenizer file {str(path)!r} does not exist") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            backend = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as error:  # the library raises plain Exception for a malformed file
             raise ValueError(f"{path}: not a valid tokenizer.json ({error})") from None
-        model = data.get("model") or {}
-        if model.get("type") != "BPE":
-            raise ValueError(f"{path}: kiln reads byte-level BPE tokenizers, this one is {model.get('type')!r}")
-        merges = [_pair(m) for m in model.get("merges", [])]
-        special = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
-        split = _split_of(data.get("pre_tokenizer"), path)
         config = dict(config or {})
-        bos, eos = _token_id(config.get("bos_token"), special), _token_id(config.get("eos_token"), special)
-        add_bos = bool(config.get("add_bos_token", False)) or _post_processor_adds(data.get("post_processor"), bos)
-        return cls(model["vocab"], merges, split, special, bos, eos, add_bos, _end_of_turn_ids(special))
+        bos = _token_id(backend, config.get("bos_token"))
+        eos = _token_id(backend, config.get("eos_token"))
+        if "add_bos_token" in config or "add_eos_token" in config:
+            post = backend.post_processor
+            if post is None or type(post).__name__ == "TemplateProcessing":
+                add_bos, add_eos = bool(config.get("add_bos_token", False)), bool(config.get("add_eos_token", False))
+                backend.post_processor = _bos_eos_processor(backend, bos, eos, add_bos, add_eos)
+        return cls(backend, bos, eos, _end_of_turn_ids(backend))
 
     @classmethod
     def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
-        """Reads the tokenizer.ggml.* keys of a GGUF file (model "gpt2": byte-level BPE)."""
+        """Builds the tokenizer of a GGUF file's `tokenizer.ggml.*` keys (model gpt2, llama, t5 or bert)."""
         kind = metadata.get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"the GGUF tokenizer is {kind!r}; kiln reads byte-level BPE ('gpt2') tokenizers")
-        tokens = list(metadata["tokenizer.ggml.tokens"])
-        types = list(metadata.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-        merges = [_pair(str(m)) for m in metadata.get("tokenizer.ggml.merges", [])]
-        vocab: dict[str, int] = {}
-        special: dict[str, int] = {}
-        for token_id, (token, token_type) in enumerate(zip(tokens, types)):
-            (special if int(token_type) in (_GGUF_CONTROL, _GGUF_USER_DEFINED) else vocab)[str(token)] = token_id
-        pre = str(metadata.get("tokenizer.ggml.pre", "default"))
-        if pre not in _GGUF_PRE:
-            raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}; kiln knows {sorted(_GGUF_PRE)}")
-        bos, eos = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
-        eot = metadata.get("tokenizer.ggml.eot_token_id")
-        stops = _end_of_turn_ids(special) | ({int(eot)} if eot is not None else set())
-        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", pre in ("llama3", "llama-bpe")))
-        return cls(
-            vocab,
-            merges,
-            _GGUF_PRE[pre],
-            special,
-            None if bos is None else int(bos),
-            None if eos is None else int(eos),
-            add_bos,
-            stops,
+        builders = {"gpt2": _byte_level_bpe, "llama": _sentencepiece, "t5": _sentencepiece, "bert": _wordpiece}
+        if kind not in builders:
+            raise ValueError(f"the GGUF tokenizer is {kind!r}; kiln reads {sorted(builders)}")
+        tokens = [str(token) for token in metadata["tokenizer.ggml.tokens"]]
+        types = [int(t) for t in metadata.get("tokenizer.ggml.token_type", [_NORMAL] * len(tokens))]
+        if len(types) != len(tokens):
+            raise ValueError(f"GGUF tokenizer: {len(tokens)} tokens but {len(types)} token types")
+        backend = builders[str(kind)](metadata, tokens, types)
+        if kind == "bert":  # llama.cpp writes "▁word" / "piece" for BERT's "word" / "##piece"
+            tokens = [_bert_spelling(token, token_type) for token, token_type in zip(tokens, types)]
+        # control (and unknown) tokens are special; user-defined ones are matched whole but are ordinary text
+        backend.add_tokens(
+            [
+                tokenizers.AddedToken(tokens[i], special=t in (_CONTROL, _UNKNOWN), normalized=False)
+                for i, t in enumerate(types)
+                if t in (_CONTROL, _UNKNOWN, _USER_DEFINED)
+            ]
         )
+        bos, eos = _metadata_id(metadata, "bos", "cls"), _metadata_id(metadata, "eos", "seperator")
+        add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", _adds_bos_by_default(metadata)))
+        add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", kind in ("t5", "bert")))
+        backend.post_processor = _bos_eos_processor(backend, bos, eos, add_bos, add_eos)
+        stops = _end_of_turn_ids(backend)
+        for key in ("eot", "eom"):
+            found = _metadata_id(metadata, key)
+            stops |= set() if found is None else {found}
+        return cls(backend, bos, eos, stops)
 
     # -- encoding ----------------------------------------------------------------------------------------------------
-    def encode(self, text: str, *, add_bos: bool | None = None, allow_special: bool = True) -> list[int]:
-        """The token ids of `text`; special tokens written in the text are recognized when `allow_special`."""
+    def encode(self, text: str, *, add_special: bool = True, allow_special: bool = True) -> list[int]:
+        """The token ids of `text`.
+
+        Args:
+            add_special: let the post-processor add the model's own tokens (BOS, and EOS for some models); a chat
+                template writes them itself, so its text is encoded without.
+            allow_special: recognize special tokens written in the text (else they are tokenized as plain text).
+        """
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        ids: list[int] = []
-        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
-            ids.append(self.bos_id)
-        for chunk, special_id in self._cut_special(text, allow_special):
-            if special_id is not None:
-                ids.append(special_id)
-                continue
-            for piece in self._split(chunk):
-                ids.extend(self._encode_piece(piece))
-        return ids
+        backend = self.backend if allow_special else self._literal_backend()
+        return list(backend.encode(text, add_special_tokens=add_special).ids)
 
-    def _cut_special(self, text: str, allow: bool) -> list[tuple[str, int | None]]:
-        if not allow or not self.special:
-            return [(text, None)]
-        parts: list[tuple[str, int | None]] = []
-        start = position = 0
-        while position < len(text):
-            match = next((s for s in self._special_order if text.startswith(s, position)), None)
-            if match is None:
-                position += 1
-                continue
-            if position > start:
-                parts.append((text[start:position], None))
-            parts.append((match, self.special[match]))
-            position = start = position + len(match)
-        if start < len(text):
-            parts.append((text[start:], None))
-        return parts
-
-    def _encode_piece(self, piece: str) -> list[int]:
-        cached = self._pieces.get(piece)
-        if cached is not None:
-            return cached
-        symbols = [_BYTE_TO_CHAR[byte] for byte in piece.encode("utf-8")]
-        ranks = self.ranks
-        while len(symbols) > 1:
-            best, best_rank = -1, len(ranks)
-            for i in range(len(symbols) - 1):
-                rank = ranks.get((symbols[i], symbols[i + 1]))
-                if rank is not None and rank < best_rank:
-                    best, best_rank = i, rank
-            if best < 0:
-                break
-            pair = (symbols[best], symbols[best + 1])
-            merged: list[str] = []
-            i = 0
-            while i < len(symbols):  # every occurrence of the best pair, left to right
-                if i < len(symbols) - 1 and (symbols[i], symbols[i + 1]) == pair:
-                    merged.append(pair[0] + pair[1])
-                    i += 2
-                else:
-                    merged.append(symbols[i])
-                    i += 1
-            symbols = merged
-        try:
-            ids = [self.vocab[symbol] for symbol in symbols]
-        except KeyError as error:
-            raise ValueError(f"the vocabulary has no token {error.args[0]!r} (piece {piece!r})") from None
-        if len(self._pieces) < 65536:
-            self._pieces[piece] = ids
-        return ids
+    def _literal_backend(self) -> tokenizers.Tokenizer:
+        if self._literal is None:  # a copy, so one thread's literal encoding never changes another's
+            literal = tokenizers.Tokenizer.from_str(self.backend.to_str())
+            literal.encode_special_tokens = True
+            self._literal = literal
+        return self._literal
 
     # -- decoding ----------------------------------------------------------------------------------------------------
-    def token_bytes(self, token_id: int) -> bytes:
-        """The bytes token `token_id` stands for (a special token: its text)."""
-        token = self.id_to_token.get(token_id)
-        if token is None:
-            raise ValueError(f"token id {token_id} is outside the vocabulary (size {self.vocab_size})")
-        if token_id in self.special_ids:
-            return token.encode("utf-8")
-        try:
-            return bytes(_CHAR_TO_BYTE[char] for char in token)
-        except KeyError:  # a vocabulary entry outside the byte alphabet (added plain-text token)
-            return token.encode("utf-8")
-
     def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
         """The text of `ids` (invalid UTF-8, e.g. a cut character, becomes U+FFFD)."""
-        data = b"".join(self.token_bytes(i) for i in ids if not (skip_special and i in self.special_ids))
-        return data.decode("utf-8", errors="replace")
+        ids = [self._check_id(token_id) for token_id in ids]
+        return str(self.backend.decode(ids, skip_special_tokens=skip_special))
+
+    def _check_id(self, token_id: int) -> int:
+        if isinstance(token_id, bool) or not isinstance(token_id, numbers.Integral):
+            raise TypeError(f"a token id must be an integer, got {token_id!r}")
+        if not 0 <= token_id < self._vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (size {self.vocab_size})")
+        return int(token_id)
 
     def stream(self, skip_special: bool = False) -> StreamDecoder:
         """A decoder that turns tokens into text as they arrive."""
@@ -249,74 +212,179 @@ class StreamDecoder:
 
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False) -> None:
         self.tokenizer, self.skip_special = tokenizer, skip_special
-        self._pending = b""
+        self._stream = decoders.DecodeStream(skip_special_tokens=skip_special)
+        self._pending: list[int] = []  # tokens pushed since the last text came out
 
     def push(self, token_id: int) -> str:
         """The newly complete text after token `token_id`."""
-        if self.skip_special and token_id in self.tokenizer.special_ids:
+        token_id = self.tokenizer._check_id(token_id)
+        text = self._stream.step(self.tokenizer.backend, token_id)
+        if text is None:
+            self._pending.append(token_id)
             return ""
-        self._pending += self.tokenizer.token_bytes(token_id)
-        cut = _complete_prefix(self._pending)
-        text, self._pending = self._pending[:cut].decode("utf-8", errors="replace"), self._pending[cut:]
-        return text
+        self._pending = []
+        return str(text)
 
     def flush(self) -> str:
         """Whatever is left (an incomplete character becomes U+FFFD)."""
-        text, self._pending = self._pending.decode("utf-8", errors="replace"), b""
-        return text
+        pending, self._pending = self._pending, []
+        self._stream = decoders.DecodeStream(skip_special_tokens=self.skip_special)
+        return self.tokenizer.decode(pending, skip_special=self.skip_special) if pending else ""
 
 
-def _complete_prefix(data: bytes) -> int:
-    """The length of `data` without a trailing, possibly incomplete UTF-8 sequence (at most 3 bytes held back)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:  # ASCII: everything up to here is complete
-            return len(data)
-        if byte >= 0xC0:  # a lead byte: complete when its sequence length fits
-            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if back >= needed else len(data) - back
-    return len(data)  # continuation bytes without a lead: invalid anyway, let the decoder replace them
+# -- building from GGUF ------------------------------------------------------------------------------------------------
+def _byte_level_bpe(metadata: Mapping[str, Any], tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
+    pre = str(metadata.get("tokenizer.ggml.pre", "default"))
+    if pre not in _GGUF_PRE:
+        raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}; kiln knows {sorted(_GGUF_PRE)}")
+    split, ignore_merges = _GGUF_PRE[pre]
+    merges = [_pair(m) for m in metadata.get("tokenizer.ggml.merges", [])]
+    vocab = {token: token_id for token_id, token in enumerate(tokens)}
+    backend = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(tokenizers.Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _sentencepiece(metadata: Mapping[str, Any], tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
+    """SentencePiece's pipeline as transformers converts it: BPE ("llama") or Unigram ("t5") over "▁" pieces."""
+    scores = [float(s) for s in metadata.get("tokenizer.ggml.scores", [0.0] * len(tokens))]
+    if len(scores) != len(tokens):
+        raise ValueError(f"GGUF tokenizer: {len(tokens)} tokens but {len(scores)} scores")
+    unknown = _metadata_id(metadata, "unknown")
+    if unknown is None:
+        unknown = next((i for i, t in enumerate(types) if t == _UNKNOWN), None)
+    byte_fallback = _BYTE in types
+    if metadata.get("tokenizer.ggml.model") == "t5":
+        model: models.Model = models.Unigram(list(zip(tokens, scores)), unknown, byte_fallback)
+    else:
+        vocab = {token: token_id for token_id, token in enumerate(tokens)}
+        mergeable = {tokens[i]: scores[i] for i, t in enumerate(types) if t == _NORMAL}
+        unk_token = None if unknown is None else tokens[unknown]
+        model = models.BPE(vocab, _merges_from_scores(vocab, mergeable), unk_token=unk_token, fuse_unk=True,
+                           byte_fallback=byte_fallback)  # fmt: skip
+    backend = tokenizers.Tokenizer(model)
+    dummy_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    steps: list[normalizers.Normalizer] = []
+    charsmap = metadata.get("tokenizer.ggml.precompiled_charsmap")
+    if charsmap is not None and len(charsmap):
+        steps.append(normalizers.Precompiled(bytes(int(b) & 0xFF for b in charsmap)))
+    if metadata.get("tokenizer.ggml.remove_extra_whitespaces", False):
+        steps += [normalizers.Replace(tokenizers.Regex(r"\A +| +\z"), ""),
+                  normalizers.Replace(tokenizers.Regex(" {2,}"), " ")]  # fmt: skip
+    steps.append(normalizers.Replace(" ", "▁"))
+    backend.normalizer = normalizers.Sequence(steps)
+    if dummy_prefix:  # "first": no "▁" after a special token, as SentencePiece (non-legacy transformers) does
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    steps_back: list[decoders.Decoder] = [decoders.Replace("▁", " ")]
+    if byte_fallback:
+        steps_back.append(decoders.ByteFallback())
+    if dummy_prefix:  # fuse first, so only the start of the whole text loses its space
+        steps_back += [decoders.Fuse(), decoders.Strip(content=" ", left=1, right=0)]
+    backend.decoder = decoders.Sequence(steps_back)
+    return backend
+
+
+def _merges_from_scores(vocab: Mapping[str, int], scores: Mapping[str, float]) -> list[tuple[str, str]]:
+    """BPE merges of a SentencePiece vocabulary: every split of a piece into two pieces, higher score first.
+
+    SentencePiece's BPE joins the neighbouring pair whose joined piece scores highest; as ranked merges that is
+    one merge per split of each mergeable piece, ordered by the piece's score (ties: longer left part first, then
+    by the parts' ids), the order transformers' conversion uses.
+    """
+    found: list[tuple[float, int, int, int, int, str, str]] = []
+    for piece, score in scores.items():
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                found.append((-score, -len(left), -len(right), vocab[left], vocab[right], left, right))
+    found.sort()
+    return [(left, right) for *_, left, right in found]
+
+
+def _wordpiece(metadata: Mapping[str, Any], tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
+    spelled = [_bert_spelling(token, token_type) for token, token_type in zip(tokens, types)]
+    vocab = {token: token_id for token_id, token in enumerate(spelled)}
+    unknown = _metadata_id(metadata, "unknown")
+    unk_token = spelled[unknown] if unknown is not None else "[UNK]"
+    backend = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token=unk_token, max_input_chars_per_word=100))
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    return backend
+
+
+def _bert_spelling(token: str, token_type: int) -> str:
+    """A BERT vocabulary entry from llama.cpp's spelling: "▁word" -> "word", "piece" -> "##piece"."""
+    if token_type in (_CONTROL, _UNKNOWN, _USER_DEFINED, _UNUSED) or (token.startswith("[") and token.endswith("]")):
+        return token
+    return token[1:] if token.startswith("▁") else "##" + token
+
+
+def _adds_bos_by_default(metadata: Mapping[str, Any]) -> bool:
+    """llama.cpp's default when add_bos_token is absent: SentencePiece BPE, BERT and Llama 3's BPE add one."""
+    kind, pre = metadata.get("tokenizer.ggml.model"), metadata.get("tokenizer.ggml.pre", "default")
+    return kind in ("llama", "bert") or pre in ("llama3", "llama-bpe", "llama-v3")
+
+
+def _bos_eos_processor(
+    backend: tokenizers.Tokenizer, bos: int | None, eos: int | None, add_bos: bool, add_eos: bool
+) -> processors.PostProcessor:
+    """A TemplateProcessing that writes BOS before and/or EOS after each sequence."""
+    first = [str(backend.id_to_token(bos))] if add_bos and bos is not None else []
+    last = [str(backend.id_to_token(eos))] if add_eos and eos is not None else []
+    special = [(name, backend.token_to_id(name)) for name in dict.fromkeys(first + last)]
+    single = [*first, "$A", *last]
+    pair = [*first, "$A", *last, *first, "$B:1", *last]
+    return processors.TemplateProcessing(single=" ".join(single), pair=" ".join(pair), special_tokens=special)
+
+
+def _metadata_id(metadata: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = metadata.get(f"tokenizer.ggml.{name}_token_id")
+        if value is not None:
+            return int(value)
+    return None
 
 
 def _pair(merge: object) -> tuple[str, str]:
-    """A merge as (left, right): tokenizer.json writes "a b" or ["a", "b"], GGUF "a b"."""
-    parts = merge.split(" ", 1) if isinstance(merge, str) else list(merge) if isinstance(merge, list) else []
+    """A merge as (left, right): GGUF writes "a b"."""
+    parts = merge.split(" ", 1) if isinstance(merge, str) else list(merge) if isinstance(merge, Sequence) else []
     if len(parts) != 2:
         raise ValueError(f"a BPE merge must be two symbols, got {merge!r}")
     return str(parts[0]), str(parts[1])
 
 
-def _split_of(pre_tokenizer: Mapping[str, Any] | None, path: Path) -> str:
-    if not pre_tokenizer:
-        raise ValueError(f"{path}: no pre_tokenizer; kiln reads byte-level BPE tokenizers")
-    parts = pre_tokenizer.get("pretokenizers", [pre_tokenizer])
-    for part in parts:
-        if part.get("type") == "Split":
-            return split_for_pattern(part["pattern"].get("Regex", part["pattern"].get("String", "")))
-    if any(part.get("type") == "ByteLevel" and part.get("use_regex", True) for part in parts):
-        return "gpt2"
-    raise ValueError(f"{path}: unsupported pre_tokenizer {pre_tokenizer!r}")
-
-
-def _token_id(token: Any, special: Mapping[str, int]) -> int | None:
+def _token_id(backend: tokenizers.Tokenizer, token: Any) -> int | None:
+    """The id of a tokenizer_config.json token entry (a string, or an object with "content")."""
     if isinstance(token, dict):
         token = token.get("content")
-    return special.get(token) if isinstance(token, str) else None
+    found = backend.token_to_id(token) if isinstance(token, str) else None
+    return None if found is None else int(found)
 
 
-def _post_processor_adds(post: Mapping[str, Any] | None, bos: int | None) -> bool:
-    """Whether a TemplateProcessing post-processor puts a special token first (Llama 3's <|begin_of_text|>)."""
-    if not post:
-        return False
-    processors = post.get("processors", [post])
-    for processor in processors:
-        single = processor.get("single") or []
-        if processor.get("type") == "TemplateProcessing" and single and "SpecialToken" in single[0]:
-            return True
-    return False
+def _end_of_turn_ids(backend: tokenizers.Tokenizer) -> set[int]:
+    """The special tokens among the common formats' end-of-turn markers."""
+    added = backend.get_added_tokens_decoder()
+    return {token_id for token_id, token in added.items() if token.content in _END_OF_TURN}
 
 
-def _end_of_turn_ids(special: Mapping[str, int]) -> set[int]:
-    """Special tokens that end a turn in the common chat formats (Llama 3's, ChatML's)."""
-    names = ("<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>", "<|eom_id|>")
-    return {special[name] for name in names if name in special}
+def read_tokenizer_config(folder: Path) -> dict[str, Any]:
+    """A folder's tokenizer_config.json as a dict ({} when there is none)."""
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
