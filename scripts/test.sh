@@ -29,6 +29,7 @@ echo "== import cycles"
 # Each package's modules must form a DAG (all imports: module level, deferred and type-only); a package with a cycle
 # could be tolerated for a while with --allow PACKAGE (none is: issue 15 broke the last ones)
 uv run --locked python scripts/check_import_cycles.py
+uv run --locked python scripts/check_module_state.py  # no mutated module-level state in kiln.tensor (issue 41)
 
 echo "== lint-imports"
 uv run --locked lint-imports

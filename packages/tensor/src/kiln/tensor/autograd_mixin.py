@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 from typing import Any, Self
 
 from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.gradient import compute_gradient
-from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.engine import default_engine, engines_in_context, realize_uops
 from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.realize.mutation import check_gradient_operands
 from kiln.tensor.schedule import alias_base, realized_view
@@ -38,10 +37,21 @@ from kiln.uops import NodeSlot, Ops, UOp, dtypes
 
 __all__ = ["AutogradMixin"]
 
-# every live tensor whose requires_grad is True, by id (weak: tracking never keeps a tensor alive), and a counter
-# giving each one its place in creation order (a leaf is created before the results computed from it)
-_requiring_grad: weakref.WeakValueDictionary[int, TensorCore] = weakref.WeakValueDictionary()
+# a counter giving each tensor that requires grad its place in creation order (a leaf is created before the results
+# computed from it); the tensors themselves are registered with the current engine (`Engine.tensors`)
 _registrations = itertools.count()
+
+
+def _requiring_grad() -> list[TensorCore]:
+    """The live tensors that require grad, of every engine the calling thread can reach (`engines_in_context`)."""
+    engines = engines_in_context()
+    if len(engines) == 1:
+        return engines[0].tensors.requiring_grad()
+    found: dict[int, TensorCore] = {}
+    for engine in engines:
+        for tensor in engine.tensors.requiring_grad():
+            found.setdefault(id(tensor), tensor)
+    return list(found.values())
 
 
 def _history(root: UOp) -> list[UOp]:
@@ -76,14 +86,15 @@ class AutogradMixin(TensorCore):
             self._register_requiring_grad()
         else:
             self.__dict__["_requires_grad"] = value
-            _requiring_grad.pop(id(self), None)
+            for engine in engines_in_context():
+                engine.tensors.stop_requiring_grad(self)
 
     def _register_requiring_grad(self) -> None:
         """Makes this float tensor require grad without the leaf checks of the setter: for the result of an op on a
         tensor that requires grad (its graph holds that tensor's node, so it is no new leaf; `Tensor._result`)."""
         self.__dict__["_requires_grad"] = True
         self.__dict__["_grad_order"] = next(_registrations)
-        _requiring_grad[id(self)] = self
+        default_engine().tensors.require_grad(self)
 
     def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Sets `requires_grad` in place and returns this tensor (only float tensors can require gradients).
@@ -236,7 +247,7 @@ def _owns_its_node(tensor: TensorCore) -> bool:
     """Whether the tensor is plain data in a BUFFER that no other tensor requiring grad is built on as itself."""
     if _gradient_node(tensor.uop).op is not Ops.BUFFER:
         return False
-    return not any(other is not tensor and other.uop is tensor.uop for other in list(_requiring_grad.values()))
+    return not any(other is not tensor and other.uop is tensor.uop for other in _requiring_grad())
 
 
 HAS_BUFFER: NodeSlot[bool] = NodeSlot("autograd_has_buffer", __name__, "whether a node's graph reads a BUFFER")
@@ -260,7 +271,7 @@ def _has_buffer(uop: UOp) -> bool:
 
 def _is_new_leaf(uop: UOp) -> bool:
     """Whether no live tensor that requires grad is part of `uop`'s graph (so `uop` is not a result of one)."""
-    requiring = {tensor.uop for tensor in list(_requiring_grad.values())}
+    requiring = {tensor.uop for tensor in _requiring_grad()}
     return not any(node in requiring for node in uop.toposort())
 
 
@@ -294,7 +305,7 @@ def _computed_with(root: TensorCore, history: set[UOp], leaves: dict[UOp, Tensor
     are results not computed yet (the logits kept for an accuracy, an input a gradient rule holds on to). The
     gradients compute their values anyway; computed later, each would run the forward pass again."""
     found: list[TensorCore] = []
-    for tensor in [root, *list(_requiring_grad.values())]:
+    for tensor in [root, *_requiring_grad()]:
         node = tensor.__dict__.get("uop")
         if node is None:
             continue  # being made on another thread (registered before its node is set): not of this graph
@@ -312,7 +323,7 @@ def _leaves(order: list[UOp]) -> dict[UOp, TensorCore]:
     the graph's `_history`."""
     nodes = set(order)
     groups: dict[UOp, list[TensorCore]] = {}
-    for tensor in list(_requiring_grad.values()):
+    for tensor in _requiring_grad():
         uop = tensor.__dict__.get("uop")  # None: being made on another thread, not of this graph
         if uop is None or tensor.requires_grad is not True or not dtypes.is_float(uop.dtype):
             continue

@@ -38,5 +38,5 @@ class Counters:
         self.copies = 0
 
 
-GlobalCounters = Counters()
+GlobalCounters = Counters()  # module-state: process totals for DEBUG and benchmarks; nothing computes from them
 """The process's totals: `GlobalCounters.kernel_count`, ..., `GlobalCounters.reset()`."""

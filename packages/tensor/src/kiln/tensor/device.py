@@ -9,6 +9,7 @@ is PYTHON (the runtime's interpreter device, which needs no toolchain) chosen, w
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from kiln.codegen import Program, Renderer
@@ -19,8 +20,7 @@ __all__ = ["canonical_device", "default_device", "load", "renderer_for"]
 
 FALLBACK_DEVICE = "PYTHON"
 
-_unusable: dict[tuple[str, str], str | None] = {}  # (device, its renderer knob value) -> why it cannot run kernels
-_notices_given: set[str] = set()
+_notices_given: set[str] = set()  # module-state: the fallback notice goes to stderr once per process, as it says
 
 
 def unusable_reason(name: str) -> str | None:
@@ -30,19 +30,24 @@ def unusable_reason(name: str) -> str | None:
     """
     device = Device[name] if Device.is_open(name) else None
     choice = device.renderer_class.__name__ if device is not None and device.renderers else ""
-    key = (name, choice)
-    if key not in _unusable:
-        try:
-            renderer = Device[name].renderer
-        except DeviceUnavailable as error:
-            _unusable[key] = str(error)
-        except RuntimeError as error:  # opened, but no renderer / toolchain here
-            _unusable[key] = str(error)
-        else:
-            _unusable[key] = (
-                None if isinstance(renderer, Renderer) else f"its renderer {renderer!r} is not a kiln.codegen.Renderer"
-            )
-    return _unusable[key]
+    return _probe(name, choice)
+
+
+# A true cache, so it stays module-level: a fact about this machine (whether a device opens and has a renderer for
+# the renderer chosen), keyed by immutable values whose answer does not change while the process runs; bounded (a
+# few devices and renderers) and thread-safe (functools.lru_cache; two threads probing at once get the same answer).
+@functools.lru_cache(maxsize=64)
+def _probe(name: str, choice: str) -> str | None:
+    """Why device `name` with renderer class `choice` cannot run kernels, or None."""
+    try:
+        renderer = Device[name].renderer
+    except DeviceUnavailable as error:
+        return str(error)
+    except RuntimeError as error:  # opened, but no renderer / toolchain here
+        return str(error)
+    if isinstance(renderer, Renderer):
+        return None
+    return f"its renderer {renderer!r} is not a kiln.codegen.Renderer"
 
 
 def default_device() -> str:

@@ -28,9 +28,9 @@ ops (a reshape of a reshape) as built: each link may be a tensor the user holds 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeVar
@@ -247,29 +247,28 @@ def _check_storable(dtype: DType) -> None:
         raise TypeError(f"tensors hold scalar storable dtypes, got {dtype!r}")
 
 
-_CONST_CACHE_SIZE = 1024
-_const_cache: OrderedDict[tuple[type, object, DType, str, Shape], UOp] = OrderedDict()  # least recently used out
-
-
 def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp:
     """The scalar `value` (truncated to `dtype`) on `device`, broadcast to `shape` by RESHAPE + EXPAND."""
-    # constants are built on every scalar operation: remember recent ones (floats by their bits: 0.0 vs -0.0)
     if not isinstance(value, (bool, int, float)):
         raise TypeError(f"a constant must be a bool, int or float, got {value!r} of type {type(value).__name__}")
-    key = (type(value), value.hex() if isinstance(value, float) else value, dtype, device, tuple(shape))
-    found = _const_cache.get(key)
-    if found is not None:
-        return found
+    key_shape = shape if type(shape) is tuple else _check_shape(shape, "const shape")
+    # floats by their bits: 0.0 and -0.0 are equal as keys otherwise, and nan is not equal to itself
+    kind = type(value).__name__
+    return _const_node(kind, value.hex() if isinstance(value, float) else value, dtype, device, key_shape)
+
+
+# Constants are built on every scalar operation: recent ones are remembered. A true cache, so it stays module-level: a
+# pure function of immutable keys (type, value bits, dtype, device, shape) whose results are hash-consed, immutable
+# nodes that never change meaning; bounded (least recently used out) and thread-safe (functools.lru_cache).
+@functools.lru_cache(maxsize=1024)
+def _const_node(kind: str, key: ConstType | str, dtype: DType, device: str, shape: Shape) -> UOp:
+    value = float.fromhex(key) if isinstance(key, str) else key
     _check_storable(dtype)
     if isinstance(value, float) and not dtypes.is_float(dtype) and not math.isfinite(value) and dtype != dtypes.bool:
         raise ValueError(f"cannot represent {value!r} in {dtype!r}")
     scalar = UOp.const(dtype, value).replace(src=(device_uop(device),))
     checked = _check_shape(shape, "const shape")
-    result = expand(reshape(scalar, (1,) * len(checked)), checked) if checked else scalar
-    if len(_const_cache) >= _CONST_CACHE_SIZE:
-        _const_cache.popitem(last=False)
-    _const_cache[key] = result
-    return result
+    return expand(reshape(scalar, (1,) * len(checked)), checked) if checked else scalar
 
 
 def _check_shape(shape: Sequence[int], what: str) -> Shape:

@@ -1,9 +1,10 @@
 """`TinyJit`: capture the kernels a function launches once, then replay them on new inputs without Python scheduling.
 
-Call 1 runs the function normally (kernels get compiled, state gets allocated), call 2 runs it with the engine's
-capture hook (`realize.engine.launch_recorder`) installed and records every launch and copy with its buffers, and
-every later call replays that list: the Tensor arguments' buffers are patched in, everything else (parameters,
-optimizer state, temporaries, outputs) is the very memory the capture used. The contract, checked on every call:
+Call 1 runs the function normally (kernels get compiled, state gets allocated), call 2 runs it inside the current
+engine's capture (`with engine.capture(recording):`, see `kiln.tensor.realize.capture`), which records every launch
+and copy with its buffers, and every later call replays that list: the Tensor arguments' buffers are patched in,
+everything else (parameters, optimizer state, temporaries, outputs) is the very memory the capture used. The
+contract, checked on every call:
 
 - the Tensor arguments (positional, then keyword by name) must match the captured ones in number, shape, dtype and
   device (ValueError / TypeError naming the first difference); other arguments must equal the captured values
@@ -40,14 +41,15 @@ from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
-from kiln.runtime import Buffer
+from kiln.codegen import Program
+from kiln.runtime import Buffer, ProgramRunner
 from kiln.tensor.core import TensorCore
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.graph import BufferArg
 from kiln.tensor.jit_replay import CapturedStep, replay_segments
 from kiln.tensor.nn.module import walk_state
-from kiln.tensor.ops.random import random_state
-from kiln.tensor.realize import attach_buffer, buffer_of, engine, has_buffer
+from kiln.tensor.realize import Recording, attach_buffer, buffer_of, has_buffer
+from kiln.tensor.realize.engine import default_engine
 from kiln.tensor.schedule import realized_view
 from kiln.tensor.symbolic import (
     BoundVariable,
@@ -190,16 +192,18 @@ def _same(first: Any, second: Any) -> bool:
         return False
 
 
-class _Recorder:
-    """The capture hook: records launches, copies and random streams; refuses host reads."""
+class _Recorder(Recording):
+    """TinyJit's recording: launches and copies become replay steps, random streams replay inputs; refuses host
+    reads."""
 
-    def __init__(self, inputs: list[Buffer]) -> None:
+    def __init__(self, inputs: list[Buffer], first_call: int) -> None:
+        super().__init__()
         self.input_numbers = {id(buffer): number for number, buffer in enumerate(inputs)}
         self.steps: list[CapturedStep] = []
         self.streams: list[tuple[Buffer, int]] = []
         self.written: set[int] = set()
         self.read_first: dict[int, Buffer] = {}  # buffers read before anything in the capture wrote them
-        self.first_call = random_state.calls
+        self.first_call = first_call
 
     def _step(self, runner: Any, buffers: list[Buffer | None], written: list[Buffer | None]) -> None:
         patches = []
@@ -216,8 +220,10 @@ class _Recorder:
                 self.written.add(id(buffer))
         self.steps.append(CapturedStep(runner, list(buffers), tuple(patches)))
 
-    def record_kernel(self, method: engine.Method, buffers: list[Buffer], var_vals: dict[str, int] | None) -> None:
-        self._step(method.runner, list(buffers), [buffers[position] for position in method.program.outs])
+    def record_kernel(
+        self, program: Program, runner: ProgramRunner, buffers: list[Buffer], var_vals: dict[str, int] | None
+    ) -> None:
+        self._step(runner, list(buffers), [buffers[position] for position in program.outs])
         if var_vals:
             self.steps[-1].var_vals = dict(var_vals)
 
@@ -311,6 +317,20 @@ def _watch(
                 tensor_owner, tensor_key = owner, key
             watched.append(_Watched(name, tensor_owner, tensor_key, tensor, buffer))
     return watched
+
+
+def _pending_writes(function: Callable[..., Any], others: list[tuple[str, Any]]) -> list[Tensor]:
+    """The outside tensors (reached as `_watch` reaches them) holding a write not realized yet: state the function
+    updated lazily (a BatchNorm's running statistics), which the capture must realize so every replay updates it."""
+    pending: dict[int, Tensor] = {}
+    roots = _roots(function) + [(f"argument {name}", value, None, "") for name, value in others]
+    for root_name, root, _owner, _key in roots:
+        if isinstance(root, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        for _name, tensor, _tensor_owner, _tensor_key in walk_state(root, root_name):
+            if tensor.uop.op is Ops.ASSIGN:
+                pending.setdefault(id(tensor), tensor)
+    return list(pending.values())
 
 
 def _flatten_outputs(value: Any, path: str = "result") -> list[tuple[str, Tensor]]:
@@ -418,7 +438,7 @@ class TinyJit(Generic[Result]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
         arguments = _arguments(args, kwargs)
-        if engine.launch_recorder is not None:
+        if default_engine().recording is not None:
             # called inside another TinyJit's capture: run plainly so the outer capture records these kernels too
             return self.function(*arguments.args, **arguments.kwargs)
         if self.captured is not None:
@@ -434,17 +454,19 @@ class TinyJit(Generic[Result]):
         if len({id(buffer) for buffer in inputs}) != len(inputs):
             raise ValueError("TinyJit: two Tensor arguments share one buffer; pass distinct tensors")
         slots = [_Slot(name, tensor) for name, tensor in named]
-        recorder = _Recorder(inputs)
-        seed = random_state.seed
-        engine.launch_recorder = recorder
-        random_state.stream_observer = recorder.observe_stream
-        try:
+        engine = default_engine()
+        random = engine.random
+        recorder = _Recorder(inputs, random.calls)
+        seed = random.seed
+        # writes left pending by the first call belong to it, not to the step a replay repeats
+        if earlier := _pending_writes(self.function, arguments.others):
+            Tensor.realize_all(*earlier)
+        with engine.capture(recorder):
             result = self.function(*args, **kwargs)
             flat = _flatten_outputs(result)
-            views = Tensor.realize_all(*[tensor for _path, tensor in flat]) if flat else []
-        finally:
-            engine.launch_recorder = None
-            random_state.stream_observer = None
+            pending = _pending_writes(self.function, arguments.others)
+            outputs_and_writes = [tensor for _path, tensor in flat] + pending
+            views = Tensor.realize_all(*outputs_and_writes)[: len(flat)] if outputs_and_writes else []
         outputs = []
         for (path, tensor), view in zip(flat, views):
             buffer = _view_buffer(view, tensor.shape)
@@ -456,7 +478,7 @@ class TinyJit(Generic[Result]):
             number = next((i for i, b in enumerate(inputs) if b is buffer), None)
             outputs.append(_Output(number, None if number is not None else buffer, tensor.shape, tensor.dtype))
         watched = _watch(self.function, recorder.read_first, arguments.others)
-        random_calls = random_state.calls - recorder.first_call
+        random_calls = random.calls - recorder.first_call
         self.captured = _Capture(slots, recorder.steps, recorder.streams, random_calls, seed, watched, result, outputs)
         self.captured.others = arguments.others
         self.captured.internal = {number for number in recorder.written if number not in recorder.input_numbers}
@@ -508,12 +530,13 @@ class TinyJit(Generic[Result]):
         for watched in captured.watched:
             watched.check()
         if captured.streams:
-            if random_state.seed != captured.seed:
+            random = default_engine().random
+            if random.seed != captured.seed:
                 raise RuntimeError(
-                    f"TinyJit: the random seed changed since capture ({captured.seed} -> {random_state.seed}); the "
+                    f"TinyJit: the random seed changed since capture ({captured.seed} -> {random.seed}); the "
                     f"generator key is compiled into the captured kernels. Call reset() after manual_seed()"
                 )
-            first = random_state.advance(captured.random_calls)
+            first = random.advance(captured.random_calls)
             for buffer, offset in captured.streams:
                 buffer.copyin(np.array([(first + offset) & 0xFFFFFFFF], dtype=np.uint32).view(np.uint8))
         for segment in captured.segments:

@@ -8,7 +8,6 @@ the realize plumbing. The public math / movement / reduce / nn / indexing method
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar, overload
@@ -66,28 +65,18 @@ _NO_GRAD_IS_READ_ONLY = (
 )
 
 
-class _GradMode(threading.local):
-    """The gradient recording mode of the calling thread (PyTorch's is per thread too): an optimizer step under
-    `no_grad` on one thread must not make the tensors another thread builds meanwhile stop requiring grad."""
-
-    disabled = False
-
-
-_grad_mode = _GradMode()
-
-
 class _TensorType(type):
     """Tensor's metaclass: makes the class attribute `Tensor.no_grad` readable but not assignable, and keeps
-    `Tensor._grad_disabled` per thread."""
+    `Tensor._grad_disabled` per thread (on the thread's context, `kiln.tensor.realize.engine`)."""
 
     @property
     def _grad_disabled(cls) -> bool:
         """Whether gradient recording is off on the calling thread (set by kiln.tensor.grad_mode)."""
-        return _grad_mode.disabled
+        return engine.grad_disabled()
 
     @_grad_disabled.setter
     def _grad_disabled(cls, value: bool) -> None:
-        _grad_mode.disabled = value
+        engine.set_grad_disabled(value)
 
     @property
     def no_grad(cls) -> bool:
@@ -417,8 +406,8 @@ class Tensor(
 
     def numpy(self) -> np.ndarray[Any, Any]:
         """A new numpy array with this tensor's values (bfloat16 / fp8 are returned as float32)."""
-        if engine.launch_recorder is not None:
-            engine.launch_recorder.record_host_read(f"reading a tensor of shape {self.shape} to the host")
+        if (recording := engine.default_engine().recording) is not None:
+            recording.record_host_read(f"reading a tensor of shape {self.shape} to the host")
         if self.dtype.fmt is None:
             return self._cast(dtypes.float32).numpy()
         if self.numel() == 0:

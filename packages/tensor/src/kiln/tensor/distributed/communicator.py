@@ -120,7 +120,7 @@ _world: World | None = None
 
 
 def set_world(new: World | None) -> None:
-    global _world
+    global _world  # module-state: the process's MPI world, one per process as MPI_COMM_WORLD is (init() sets it)
     _world = new
 
 

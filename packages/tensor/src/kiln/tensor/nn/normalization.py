@@ -1,8 +1,9 @@
 """Normalization layers: `BatchNorm1d`, `BatchNorm2d` (running statistics), `LayerNorm`, `GroupNorm`, `RMSNorm`.
 
-BatchNorm in training mode updates its running statistics lazily (an ASSIGN on each buffer). Those updates are
-realized with the next optimizer step (`pending_statistics()` hands them over, so one schedule holds the parameter
-updates and the statistics) or, at the latest, before the layer's next forward.
+BatchNorm in training mode updates its running statistics lazily (an ASSIGN on each of its buffers). The update
+travels with the module: it is realized when the buffers are read, before the layer's next forward, or, in a function
+TinyJit captures, at the end of the capture with the other pending writes to the state the function reaches (so every
+replay updates the statistics). Nothing outside the module holds it.
 """
 
 from __future__ import annotations
@@ -14,16 +15,7 @@ from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 from kiln.uops import Ops, dtypes
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm", "pending_statistics"]
-
-_pending: list[Tensor] = []
-
-
-def pending_statistics() -> list[Tensor]:
-    """The running-statistics buffers with an update not yet realized (and forgets them: the caller realizes)."""
-    taken = [tensor for tensor in _pending if tensor.uop.op is Ops.ASSIGN]
-    _pending.clear()
-    return taken
+__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
 class _BatchNorm(Module):
@@ -79,7 +71,6 @@ class _BatchNorm(Module):
             momentum = 1.0 / count
         result = x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, True, momentum, self.eps)
         self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-        _pending.extend((self.running_mean, self.running_var, self.num_batches_tracked))
         return result
 
     def extra_repr(self) -> str:

@@ -43,7 +43,7 @@ class OperatorRule:
     graph_attributes: frozenset[str] = field(default_factory=frozenset)
 
 
-OPERATORS: dict[str, OperatorRule] = {}
+OPERATORS: dict[str, OperatorRule] = {}  # module-state: the operator rule table, filled once at import by @operator
 
 
 def operator(

@@ -7,7 +7,9 @@ is built without memory too (`iota`). Random tensors come from the counter-based
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Hashable
 from typing import Self, cast
 
 import numpy as np
@@ -24,17 +26,13 @@ from kiln.tensor.ops._checks import (
     shape_argument,
 )
 from kiln.tensor.ops.promotion import scalar_value
-from kiln.tensor.ops.random import random_state, threefry2x32
+from kiln.tensor.ops.random import threefry2x32
 from kiln.tensor.realize.buffers import attach_buffer
+from kiln.tensor.realize.engine import default_engine
 from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, is_symbolic, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
-
-
-_IOTA_NODES: dict[tuple[int, str], UOp] = {}
-"""`iota`'s graph by (size, device): graph nodes are immutable, so every call of a size shares one graph (argmax,
-random numbers, one-hot and sorting build the same iota every call; building it is O(log size) nodes each time)."""
 
 
 def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
@@ -47,15 +45,16 @@ def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
     """
     if type(size) is not int:
         return sized_iota(kind, size, device)
-    key = (size, canonical_device(device))
-    node = _IOTA_NODES.get(key)
-    if node is not None:
-        return kind._from_uop(node)
-    result = _build_iota(kind, size, key[1])
-    if len(_IOTA_NODES) >= 256:
-        _IOTA_NODES.clear()
-    _IOTA_NODES[key] = result.uop
-    return result
+    # a class is hashable (typeshed does not say so for type[...])
+    return kind._from_uop(_iota_node(cast(Hashable, kind), size, canonical_device(device)))
+
+
+# `iota`'s graph by (size, device): argmax, random numbers, one-hot and sorting build the same iota every call, and
+# building it is O(log size) nodes each time. A true cache, so it stays module-level: keyed by immutable values, its
+# results are hash-consed, immutable graph nodes that never change meaning; bounded and thread-safe (lru_cache).
+@functools.lru_cache(maxsize=256)
+def _iota_node(kind: type[TensorCore], size: int, device: str) -> UOp:
+    return _build_iota(kind, size, device).uop
 
 
 def sized_iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
@@ -134,12 +133,13 @@ def _with_grad(tensor: TensorT, requires_grad: bool | None) -> TensorT:
 
 def _random_words(kind: type[TensorT], count: int, device: str | None) -> tuple[TensorT, TensorT]:
     """Two uint32 words per element of a (count,) tensor: Threefry of the counter (position, call number)."""
-    key0, key1, call = random_state.next_stream()
+    engine = default_engine()
+    key0, key1, call = engine.random.next_stream()
     block = iota(kind, count, device)._cast(dtypes.uint32)
     # the call number comes from memory, not a constant, so every call runs the same (cached) kernel
     stream = kind(np.array([call], dtype=np.uint32), device=device)
-    if random_state.stream_observer is not None:
-        random_state.stream_observer(stream, call)
+    if (recording := engine.recording) is not None:
+        recording.observe_stream(stream, call)  # TinyJit rewrites the call number on replay
     stream = stream._movement(Ops.EXPAND, (count,))
     return threefry2x32(block, stream, key0, key1)
 
@@ -457,14 +457,15 @@ class CreationMixin(DTypeMixin):
 
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
-        """Seeds the random tensor functions; the same seed gives the same numbers on every device.
+        """Seeds the random tensor functions of the current engine (`Engine.random`); the same seed gives the same
+        numbers on every device.
 
         Example:
             >>> Tensor.manual_seed(1); a = Tensor.rand(3).tolist(); Tensor.manual_seed(1)
             >>> a == Tensor.rand(3).tolist()
             True
         """
-        random_state.reset(seed)
+        default_engine().random.reset(seed)
 
     @classmethod
     def rand(

@@ -52,7 +52,7 @@ CHECK = register_knob(
 
 def _checking() -> bool:
     # CHECK is on and no TinyJit capture is running (a capture refuses reads to the host: replays run no Python)
-    return bool(CHECK.value()) and engine.launch_recorder is None
+    return bool(CHECK.value()) and engine.default_engine().recording is None
 
 
 def check_index_values(

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 import numpy as np
 
 from kiln.tensor.grad_mode import no_grad
-from kiln.tensor.nn.normalization import pending_statistics
 from kiln.tensor.realize import engine
 from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
@@ -68,7 +67,7 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        if engine.launch_recorder is not None:
+        if engine.default_engine().recording is not None:
             raise RuntimeError(
                 "the learning rate was set inside a function TinyJit is capturing; a replay would not set it. Step "
                 "the LR schedule outside the jitted function (replays read the rate from its buffer)"
@@ -124,9 +123,6 @@ class Optimizer:
             write_many(self._writes)
         self._writes = []
         self.steps += 1
-        statistics = pending_statistics()
-        if statistics:
-            Tensor.realize_all(*statistics)
 
 
 class SGD(Optimizer):

@@ -2,8 +2,13 @@
 
 An `Engine` owns every cache of realizing (schedule plans, compiled programs with their loaded runners, the renderer
 of each device, per-plan preparations, the buffers of lifted constants): inspectable (`cache_sizes()`), clearable
-(`clear()`), and independent of any other Engine. One default Engine serves the process (`default_engine()`);
-`use_engine(engine)` makes another one current for a block (tests, tools that want a cold or isolated cache).
+(`clear()`), and independent of any other Engine. It also owns the state of the tensors made while it is current: the
+live tensors writes and gradients must find (`tensors`, a `TensorRegistry`), the random streams (`random`, a
+`RandomState`) and the capture of launches (`with engine.capture() as recording:`, what TinyJit builds on).
+
+One default Engine serves the process (`default_engine()` when nothing else is current). `use_engine(engine)` makes
+another one current for a block on the calling thread: each thread has its own context (`_ThreadContext`: the stack of
+engines it made current, and its gradient-recording flag), so two threads in two engines share no state.
 
 For each kernel step: the program comes from the method cache (keyed by the kernel sink, the device and the
 renderer class; a miss runs codegen's `get_program` with the device's renderer) and is launched on the step's
@@ -14,12 +19,13 @@ per kernel (name, launch size, time, GFLOP/s, GB/s). `GlobalCounters` accumulate
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TypeVar, overload
 
 import numpy as np
 
@@ -30,7 +36,10 @@ from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
-from kiln.tensor.realize.graph_lock import serialized
+from kiln.tensor.realize.capture import Recording
+from kiln.tensor.realize.graph_lock import graph_lock, serialized
+from kiln.tensor.realize.random_state import RandomState
+from kiln.tensor.realize.tensor_registry import TensorRegistry
 from kiln.tensor.schedule import (
     BufferSource,
     CopyStep,
@@ -47,34 +56,21 @@ from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
     "Engine",
-    "LaunchRecorder",
     "Method",
     "clear_method_cache",
     "compiled_program",
     "default_engine",
+    "engines_in_context",
+    "grad_disabled",
     "method_cache_size",
     "realize_uops",
     "run_kernel_step",
     "run_plan",
+    "set_grad_disabled",
     "use_engine",
 ]
 
-
-class LaunchRecorder(Protocol):
-    """What `kiln.tensor.jit` installs as `launch_recorder` while it captures a function."""
-
-    def record_kernel(self, method: Method, buffers: list[Buffer], var_vals: dict[str, int] | None) -> None:
-        """Called after each kernel launch with the program and its argument buffers."""
-
-    def record_copy(self, destination: Buffer, source: Buffer) -> None:
-        """Called after each copy step."""
-
-    def record_host_read(self, what: str) -> None:
-        """Called when data is read back to the host (the recorder may raise)."""
-
-
-launch_recorder: LaunchRecorder | None = None
-"""The capture hook: when set, `run_plan` reports every launch and copy to it (TinyJit's capture)."""
+RecordingT = TypeVar("RecordingT", bound=Recording)
 
 
 @dataclass(frozen=True)
@@ -319,6 +315,8 @@ class Engine:
     Attributes:
         schedule: the `ScheduleCache` (plans by structure, hit and miss counts).
         programs_built: how many times codegen's `get_program` ran for this engine (once per kernel and device).
+        tensors: the live tensors made while this engine was current (`TensorRegistry`).
+        random: the seed and call counter of the random tensors drawn in this engine (`RandomState`).
     """
 
     def __init__(
@@ -330,6 +328,10 @@ class Engine:
         self.max_methods, self.max_constant_buffers = max_methods, max_constant_buffers
         self.schedule = schedule if schedule is not None else ScheduleCache()
         self.programs_built = 0
+        self.tensors = TensorRegistry()
+        self.random = RandomState()
+        # the open capture: (the thread that opened it, its Recording); see `capture`
+        self._capture: tuple[int, Recording] | None = None
         self._methods: OrderedDict[tuple[UOp, str], Method] = OrderedDict()  # least recently used first out
         self._renderers: dict[str, Renderer] = {}
         # by id(plan); each entry keeps its plan alive, so an id is never reused while it is here
@@ -364,6 +366,40 @@ class Engine:
         """Forgets every compiled program and the renderer of each device (the next launch builds them again)."""
         self._methods.clear()
         self._renderers.clear()
+
+    # -- capture -------------------------------------------------------------------------------------------------
+    @overload
+    def capture(self) -> AbstractContextManager[Recording]: ...
+
+    @overload
+    def capture(self, recording: RecordingT) -> AbstractContextManager[RecordingT]: ...
+
+    def capture(self, recording: Recording | None = None) -> AbstractContextManager[Recording]:
+        """Reports every kernel launch, copy, host read and random stream of this engine on the calling thread to
+        `recording` (a new `Recording` when None) inside the block: `with engine.capture() as recording:`.
+
+        Raises RuntimeError when this engine is capturing already.
+        """
+        if recording is not None and not isinstance(recording, Recording):
+            raise TypeError(f"Engine.capture takes a kiln.tensor Recording, got {type(recording).__name__}")
+        return self._capturing(recording if recording is not None else Recording())
+
+    @contextmanager
+    def _capturing(self, recording: Recording) -> Iterator[Recording]:
+        with graph_lock:  # two threads opening a capture at once: one gets it, the other the error
+            if self._capture is not None:
+                raise RuntimeError(f"the engine is capturing already (thread {self._capture[0]}); captures do not nest")
+            self._capture = (threading.get_ident(), recording)
+        try:
+            yield recording
+        finally:
+            self._capture = None
+
+    @property
+    def recording(self) -> Recording | None:
+        """The open capture's Recording when the calling thread opened it, else None."""
+        capture = self._capture
+        return capture[1] if capture is not None and capture[0] == threading.get_ident() else None
 
     # -- programs ------------------------------------------------------------------------------------------------
     @serialized
@@ -442,8 +478,8 @@ class Engine:
         GlobalCounters.mem_bytes += method.mem_bytes
         if debug >= 2:
             _debug_kernel(step, method, elapsed / 1e9)
-        if launch_recorder is not None:
-            launch_recorder.record_kernel(method, arguments, step.var_vals)
+        if (recording := self.recording) is not None:
+            recording.record_kernel(method.program, method.runner, arguments, step.var_vals)
 
     @serialized
     def run_plan(self, plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
@@ -452,11 +488,11 @@ class Engine:
         if prepared is None or prepared.plan is not plan:
             prepared = self._prepare(plan)
         debug: int = _DEBUG.value()
-        if prepared.single_kernel is not None and debug < 1 and launch_recorder is None:
+        recorder = self.recording
+        if prepared.single_kernel is not None and debug < 1 and recorder is None:
             return self._run_single_kernel(plan, prepared, inputs)
         # the run's Buffers in one list: outputs, temporaries, inputs (the positions `prepared.steps` refers to)
         output_nodes, buffers = self._run_buffers(plan, prepared, inputs)
-        recorder = launch_recorder
         started = time.perf_counter_ns()
         kernels = 0
         # consecutive kernels of one queue-driven device go to its queue as one list (one submission, one handoff to
@@ -572,52 +608,86 @@ class Engine:
         return views
 
 
-_current = Engine()  # the engine module-level functions and Tensor.realize use (see use_engine)
+class _ThreadContext(threading.local):
+    """What each thread has of its own: the engines `use_engine` made current (innermost last) and whether gradient
+    recording is off (`kiln.tensor.no_grad`; PyTorch's is per thread too: an optimizer step under `no_grad` on one
+    thread must not make the tensors another thread builds meanwhile stop requiring grad)."""
+
+    def __init__(self) -> None:
+        self.engines: list[Engine] = []
+        self.grad_disabled = False
+
+
+_PROCESS_ENGINE = Engine()  # realizes for every thread with no engine of its own (see use_engine)
+_context = _ThreadContext()  # module-state: a threading.local: each thread reads and writes only its own context
 
 
 def default_engine() -> Engine:
-    """The Engine that realizes tensors now: the process's own unless `use_engine` switched it."""
-    return _current
+    """The Engine that realizes tensors now on the calling thread: the innermost `use_engine`'s, else the
+    process's own."""
+    engines = _context.engines
+    return engines[-1] if engines else _PROCESS_ENGINE
+
+
+def engines_in_context() -> list[Engine]:
+    """The engines whose tensors the calling thread can reach: the process's own, then each one `use_engine` made
+    current on this thread (outermost first, each once). A write or a gradient looks at all their tensors."""
+    found = [_PROCESS_ENGINE]
+    for engine in _context.engines:
+        if all(engine is not other for other in found):
+            found.append(engine)
+    return found
 
 
 @contextmanager
 def use_engine(engine: Engine) -> Iterator[Engine]:
-    """Realize with `engine` inside the block (its caches, not the default engine's); restores the previous one."""
-    global _current
+    """Realize with `engine` inside the block on the calling thread (its caches, tensors and random streams, not
+    the default engine's); restores the previous one. Other threads are not affected."""
     if not isinstance(engine, Engine):
         raise TypeError(f"use_engine takes a kiln.tensor Engine, got {type(engine).__name__}")
-    previous, _current = _current, engine
+    engines = _context.engines
+    engines.append(engine)
     try:
         yield engine
     finally:
-        _current = previous
+        engines.pop()
+
+
+def grad_disabled() -> bool:
+    """Whether gradient recording is off on the calling thread (inside `kiln.tensor.no_grad()`)."""
+    return _context.grad_disabled
+
+
+def set_grad_disabled(disabled: bool) -> None:
+    """Turns gradient recording off (True) or on (False) on the calling thread (`kiln.tensor.grad_mode` does)."""
+    _context.grad_disabled = disabled
 
 
 def compiled_program(ast: UOp, device: str) -> Method:
     """The current engine's `Method` of kernel sink `ast` on `device` (`Engine.compiled_program`)."""
-    return _current.compiled_program(ast, device)
+    return default_engine().compiled_program(ast, device)
 
 
 def run_kernel_step(step: KernelStep, buffers: Sequence[Buffer], debug: int = 0) -> None:
     """`Engine.run_kernel_step` of the current engine."""
-    _current.run_kernel_step(step, buffers, debug)
+    default_engine().run_kernel_step(step, buffers, debug)
 
 
 def run_plan(plan: SchedulePlan, inputs: Sequence[UOp]) -> list[UOp]:
     """`Engine.run_plan` of the current engine."""
-    return _current.run_plan(plan, inputs)
+    return default_engine().run_plan(plan, inputs)
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     """`Engine.realize` of the current engine: schedule (cached by structure) and run; the nodes' buffer views."""
-    return _current.realize(uops)
+    return default_engine().realize(uops)
 
 
 def clear_method_cache() -> None:
     """Forgets the current engine's compiled programs and renderers (`Engine.clear_methods`)."""
-    _current.clear_methods()
+    default_engine().clear_methods()
 
 
 def method_cache_size() -> int:
     """How many programs the current engine's method cache holds."""
-    return _current.cache_sizes()["methods"]
+    return default_engine().cache_sizes()["methods"]

@@ -14,7 +14,8 @@ needs), so it is applied exactly once and every op sees the state at the time it
 Every BUFFER node of a buffer stands for its contents at one point of the program: after a write, the buffer gets a
 fresh node (the engine's `written_inputs`), so graphs hash-consed on the old node and realized earlier never pass for
 graphs of the new contents. Finding aliases and readers needs every live tensor: `track()` registers each one
-(weakly).
+(weakly) with the current engine (`Engine.tensors`); a write looks at the tensors of every engine on the calling
+thread's `use_engine` stack (`engines_in_context`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Protocol
 
 from kiln.runtime import Buffer
 from kiln.tensor import graph
+from kiln.tensor.core import TensorCore
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
-from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.engine import default_engine, engines_in_context, realize_uops
 from kiln.tensor.realize.graph_lock import serialized
 from kiln.tensor.realize.views import VIEW_OPS, check_writable, place, region_writable, store_chain, view_root
 from kiln.tensor.schedule import (
@@ -59,37 +61,22 @@ class GraphHolder(Protocol):
     uop: UOp
 
 
-# by id, weakly (Tensor's `==` builds a tensor, so tensors are kept out of sets). Plain weak references without
-# callbacks keep `track` cheap (it runs for every new tensor); dead entries are dropped by `_alive` and by a sweep
-# whenever the table has doubled since the last one (a new tensor at a reused address replaces its entry).
-_live: dict[int, weakref.ref[GraphHolder]] = {}
-_sweep_at = [1024]
-
-
 @serialized
-def track(holder: GraphHolder) -> None:
-    """Registers a new tensor (weakly) so writes can rebind it."""
-    key = id(holder)
-    # a new tensor at the address of a dead one goes to the end: `_alive` lists tensors in creation order whatever
-    # the addresses, so the same program asks for the same schedule (a write realizes live lazy tensors with it, in
-    # this order) and hits the schedule cache
-    _live.pop(key, None)
-    _live[key] = weakref.ref(holder)
-    if len(_live) >= _sweep_at[0]:
-        _alive()
-        _sweep_at[0] = max(1024, 2 * len(_live))
+def track(holder: TensorCore) -> None:
+    """Registers a new tensor (weakly) with the current engine, so writes can rebind it."""
+    default_engine().tensors.track(holder)
 
 
 def _alive() -> list[GraphHolder]:
-    """The tracked tensors still alive (forgetting the dead ones)."""
-    found = []
-    for key, reference in list(_live.items()):
-        holder = reference()
-        if holder is None:
-            del _live[key]
-        else:
-            found.append(holder)
-    return found
+    """The tracked tensors still alive that the calling thread can reach (every engine of its context), each once."""
+    engines = engines_in_context()
+    if len(engines) == 1:
+        return [*engines[0].tensors.alive()]
+    found: dict[int, GraphHolder] = {}
+    for engine in engines:
+        for holder in engine.tensors.alive():
+            found.setdefault(id(holder), holder)
+    return list(found.values())
 
 
 @serialized
@@ -148,15 +135,12 @@ _MODIFIED: NodeSlot[bool] = NodeSlot(
 )
 
 
-_modified_count = [0]  # how many nodes were ever marked: while none, `check_gradient_operands` has nothing to find
-
-
 def check_gradient_operands(gradients: Iterable[UOp], forward: set[UOp]) -> None:
     """Raises PyTorch's RuntimeError when a node that the gradients added to the forward graph (`forward`, its
     nodes) reads, as an operand (through view ops only), a value a later in-place write replaced: PyTorch saved
     that tensor for backward and its version has changed since."""
-    if not _modified_count[0]:
-        return
+    if not any(engine.tensors.modified_count for engine in engines_in_context()):
+        return  # no node was ever marked: nothing to find
     for gradient in gradients:
         for node in gradient.toposort(gate=lambda n: n not in forward):
             if node in forward:
@@ -184,7 +168,7 @@ def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp)
             continue
         record_realized(node, _view_over(node, storage, snapshot))
         _MODIFIED.set(node, True)
-        _modified_count[0] += 1
+        default_engine().tensors.modified_count += 1
     return uop.substitute(mapping) if mapping else uop
 
 

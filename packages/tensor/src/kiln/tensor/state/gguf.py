@@ -31,8 +31,19 @@ _MAGIC = b"GGUF"
 _DEFAULT_ALIGNMENT = 32
 
 # metadata value type number -> struct format of one scalar (8: string and 9: array are read separately)
-_SCALAR_FORMATS: dict[int, str] = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q"}
-_SCALAR_FORMATS |= {11: "<q", 12: "<d"}
+_SCALAR_FORMATS: dict[int, str] = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 MAX_ARRAY_DEPTH = 8
 """How deeply arrays may nest in metadata (llama.cpp's reader allows none; gguf-py reads any depth)."""

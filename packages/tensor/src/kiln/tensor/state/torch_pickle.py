@@ -46,8 +46,17 @@ MAX_NESTING = 200
 """How deeply containers may nest in a checkpoint's object (a state dict needs 2 or 3 levels)."""
 MAX_ELEMENTS = 1 << 48
 """The most elements one loaded tensor may have (a stride-0 view may declare far more than its storage holds)."""
-_short = reprlib.Repr()
-_short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
+
+
+class _ShortRepr(reprlib.Repr):
+    """reprlib's abbreviated repr for error messages: three levels deep, 60 characters per string or object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 3, 60, 60
+
+
+_short = _ShortRepr()
 
 
 class _Refuse:
