@@ -8,7 +8,8 @@ It reads `functional_cases.py` next to it, draws each case's inputs (seeded by t
 and backward (gradients of sum(output * upstream) for a random upstream of each floating output) and writes
 `functional.npz` next to it: per case key the inputs `in<i>`, outputs `out<i>`, upstreams `up<i>`, input gradients
 `grad<i>`, inputs after the call `after<i>` (cases that mutate), and for modules the state-dict names `keys`, values
-after the call `state/<name>` and parameter gradients `pgrad/<name>`.
+after the call `state/<name>` and parameter gradients `pgrad/<name>`; and `repr/<i>`, torch's repr of the i-th
+module of `REPRS`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch import nn
 FOLDER = Path(__file__).resolve().parent
 sys.path.insert(0, str(FOLDER))
 
-from functional_cases import CASES, Case, In, Ref  # noqa: E402
+from functional_cases import CASES, REPRS, Case, In, Ref  # noqa: E402
 
 
 def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -138,6 +139,8 @@ def main() -> int:
             for name, array in record.items():
                 entries[f"{key}/{name}"] = array
     entries["__recorded__"] = np.array(recorded)
+    for index, (call, init) in enumerate(REPRS):
+        entries[f"repr/{index}"] = np.array(repr(_resolve(call)(**init)))
     path = FOLDER / "functional.npz"
     np.savez_compressed(path, **entries)
     print(f"{len(recorded)} case/dtype pairs, {path.stat().st_size} bytes -> {path}")
