@@ -30,7 +30,8 @@ def validate_messages(messages: object) -> list[dict[str, Any]]:
     """`messages` as a list of {"role", "content", ...} with known roles, or ValueError saying why.
 
     Content is a string (OpenAI text parts are joined), or None for an assistant message that carries `tool_calls`.
-    Other keys (`tool_calls`, `tool_call_id`, `name`, ...) are passed on to the template unchanged.
+    Other keys (`tool_calls`, `tool_call_id`, `name`, ...) are passed on to the template; keys set to None are left
+    out.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise ValueError(f"messages must be a non-empty list of {{'role', 'content'}} objects, got {messages!r:.80}")
@@ -50,7 +51,9 @@ def validate_messages(messages: object) -> list[dict[str, Any]]:
             pass
         elif not isinstance(content, str):
             raise ValueError(f"messages[{position}].content must be a string, got {type(content).__name__}")
-        checked.append({**message, "role": str(role), "content": content})
+        # keys set to None are dropped, as transformers does: templates test for a missing key, not for None
+        plain = {str(key): value for key, value in message.items() if value is not None}
+        checked.append({**plain, "role": str(role)} | ({} if content is None else {"content": content}))
     return checked
 
 
