@@ -43,7 +43,6 @@ _UNARY: dict[str, Callable[[Tensor], Tensor]] = {
     "IsNaN": Tensor.isnan,
     "BitwiseNot": Tensor.bitwise_not,
     "Softsign": Tensor.softsign,
-    "Mish": Tensor.mish,
 }
 
 
@@ -222,6 +221,12 @@ def _softplus(call: NodeCall) -> Tensor:
     x = call.tensor(0)
     # log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
     return x.maximum(0.0) + (-x.abs()).exp().log1p()
+
+
+@operator("Mish")
+def _mish(call: NodeCall) -> Tensor:
+    x = call.tensor(0)
+    return x * (x.maximum(0.0) + (-x.abs()).exp().log1p()).tanh()
 
 
 @operator("PRelu")

@@ -29,9 +29,14 @@ __all__ = ["GraphInput", "GraphProgram", "tensor_from_array"]
 _HOST_COPY_LIMIT = 1 << 16
 
 
+def _contiguous(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one
+    return np.require(array, requirements="C")
+
+
 def tensor_from_array(array: np.ndarray[Any, Any], dtype: DType | None = None) -> Tensor:
     """A realized Tensor holding `array` (cast to `dtype` when given, e.g. bfloat16 read as float32)."""
-    tensor = Tensor(np.ascontiguousarray(array))
+    tensor = Tensor(_contiguous(array))
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.cast(dtype)
     return tensor.realize()
@@ -175,7 +180,7 @@ class GraphProgram:
             if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
                 name = element_type_name(entry.element_type)
                 raise TypeError(f"input {entry.name!r}: expected {name} data, got numpy {array.dtype}")
-            tensor = Tensor(np.ascontiguousarray(array.astype(expected, copy=False)))
+            tensor = Tensor(_contiguous(array.astype(expected, copy=False)))
         if tensor.dtype != entry.dtype:
             tensor = tensor.cast(entry.dtype)
         # a named or unknown dim takes any size; a fixed one must match (models often leave ranks loose)
@@ -265,7 +270,7 @@ class GraphProgram:
                 tensor = output
             else:
                 array = np.asarray(output)
-                tensor = Tensor(np.ascontiguousarray(array))
+                tensor = Tensor(_contiguous(array))
             if name and tensor is not None:
                 if foldable:
                     tensor = tensor.realize()

@@ -113,7 +113,8 @@ def _unsqueeze(call: NodeCall) -> Tensor:
 @operator("Flatten", attributes=["axis"])
 def _flatten(call: NodeCall) -> Tensor:
     x = call.tensor(0)
-    axis = call.attributes.int("axis", 1) % (x.ndim + 1) if x.ndim else 0
+    axis = call.attributes.int("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
@@ -374,12 +375,16 @@ def _depth_to_space(call: NodeCall) -> Tensor:
     return split.reshape(batch, channels // block**2, height * block, width * block)
 
 
-@operator("SpaceToDepth", attributes=["blocksize"])
+@operator("SpaceToDepth", attributes=["blocksize", "mode"], check=one_of("mode", ["DCR", "CRD"], "DCR"))
 def _space_to_depth(call: NodeCall) -> Tensor:
     x = call.tensor(0)
     block = call.attributes.int("blocksize", 1)
     batch, channels, height, width = x.shape
-    split = x.reshape(batch, channels, height // block, block, width // block, block).permute(0, 3, 5, 1, 2, 4)
+    split = x.reshape(batch, channels, height // block, block, width // block, block)
+    if call.attributes.string("mode", "DCR") == "DCR":
+        split = split.permute(0, 3, 5, 1, 2, 4)
+    else:
+        split = split.permute(0, 1, 3, 5, 2, 4)
     return split.reshape(batch, channels * block**2, height // block, width // block)
 
 
