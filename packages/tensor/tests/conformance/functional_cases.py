@@ -540,3 +540,40 @@ REPRS: list[tuple[str, dict[str, Any]]] = [
     ("nn.BCEWithLogitsLoss", {}),
     ("nn.TripletMarginLoss", {}),
 ]
+
+
+@dataclass(frozen=True)
+class ErrorCase:
+    """A call torch refuses: the recorder stores torch's exception class and message (`error/<i>/class`,
+    `error/<i>/message`) and checks `names` occurs in the message; kiln must raise the same class naming it too."""
+
+    call: str
+    inputs: tuple[In, ...]
+    kwargs: dict[str, Any]
+    names: str
+
+
+ERRORS: list[ErrorCase] = [
+    ErrorCase("F.glu", (_x(3, 5),), {"dim": 1}, "is size 5"),
+    ErrorCase("F.glu", (_x(3, 4),), {"dim": 2}, "got 2"),
+    ErrorCase("F.pixel_shuffle", (_x(1, 5, 2, 2),), {"upscale_factor": 2}, "5 is not divisible by 4"),
+    ErrorCase("F.pixel_shuffle", (_x(4, 2),), {"upscale_factor": 2}, "2 dimension(s)"),
+    ErrorCase("F.pixel_unshuffle", (_x(1, 1, 3, 4),), {"downscale_factor": 2}, "size(-2)=3 is not divisible by 2"),
+    ErrorCase("F.fold", (_x(1, 4, 5),), {"output_size": 3, "kernel_size": 2}, "sliding blocks"),
+    ErrorCase("F.fold", (_x(1, 5, 4),), {"output_size": 3, "kernel_size": 2}, "kernel_size"),
+    ErrorCase("F.unfold", (_x(1, 1, 2, 4, 4),), {"kernel_size": 2}, "[1, 1, 2, 4, 4]"),
+    ErrorCase("F.dropout", (_x(3),), {"p": 1.5}, "1.5"),
+    ErrorCase("F.dropout2d", (_x(3),), {"p": -0.5}, "-0.5"),
+    ErrorCase("F.dropout1d", (_x(1, 2, 3, 4),), {}, "4D input"),
+    ErrorCase("F.dropout2d", (_x(3),), {}, "at least 2 dimensions"),
+    ErrorCase("F.instance_norm", (_x(2, 3),), {}, "more than 1 spatial element"),
+    ErrorCase("F.mse_loss", (_x(2, 3), _x(2, 3), _x(3)), {"weight": Ref(2)}, "same size"),
+    ErrorCase("F.l1_loss", (_x(2, 3), _x(2, 3), _x(2, 1)), {"weight": Ref(2)}, "same size"),
+    ErrorCase("F.huber_loss", (_x(2, 3), _x(2, 3), _x(3, 2)), {"weight": Ref(2)}, "same size"),
+    ErrorCase("F.cross_entropy", (_x(2, 3), _index(2, high=3)), {"reduction": "avg"}, "avg"),
+    ErrorCase("F.soft_margin_loss", (_x(2, 3), _x(2, 3)), {"reduction": "total"}, "total"),
+    ErrorCase("F.triplet_margin_loss", (_x(2, 3), _x(3), _x(2, 3)), {}, "same number of dim"),
+    ErrorCase("F.gaussian_nll_loss", (_x(2, 3), _x(2, 3)), {"var": -1.0}, "negative"),
+    ErrorCase("F.bilinear", (_x(2, 3), _x(3, 4), _x(5, 3, 4)), {}, "batch dimensions do not match"),
+    ErrorCase("F.embedding", (_index(3, high=4), _x(4, 2, 1)), {}, "must be 2-D"),
+]

@@ -9,7 +9,7 @@ and backward (gradients of sum(output * upstream) for a random upstream of each 
 `functional.npz` next to it: per case key the inputs `in<i>`, outputs `out<i>`, upstreams `up<i>`, input gradients
 `grad<i>`, inputs after the call `after<i>` (cases that mutate), and for modules the state-dict names `keys`, values
 after the call `state/<name>` and parameter gradients `pgrad/<name>`; and `repr/<i>`, torch's repr of the i-th
-module of `REPRS`.
+module of `REPRS`; `error/<i>/class` and `error/<i>/message` for each refused call of `ERRORS`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import nn
 FOLDER = Path(__file__).resolve().parent
 sys.path.insert(0, str(FOLDER))
 
-from functional_cases import CASES, REPRS, Case, In, Ref  # noqa: E402
+from functional_cases import CASES, ERRORS, REPRS, Case, In, Ref  # noqa: E402
 
 
 def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -139,6 +139,20 @@ def main() -> int:
             for name, array in record.items():
                 entries[f"{key}/{name}"] = array
     entries["__recorded__"] = np.array(recorded)
+    for index, error in enumerate(ERRORS):
+        arrays = [draw(spec, "float32", np.random.default_rng(index)) for spec in error.inputs]
+        tensors = [torch.from_numpy(array) for array in arrays]
+        kwargs = {name: tensors[v.index] if isinstance(v, Ref) else v for name, v in error.kwargs.items()}
+        referenced = {v.index for v in error.kwargs.values() if isinstance(v, Ref)}
+        try:
+            _resolve(error.call)(*[t for i, t in enumerate(tensors) if i not in referenced], **kwargs)
+        except Exception as raised:  # any class torch raises is the record
+            message = str(raised)
+            assert error.names in message, f"error case {index}: {error.names!r} not in torch's {message!r}"
+            entries[f"error/{index}/class"] = np.array(type(raised).__name__)
+            entries[f"error/{index}/message"] = np.array(message)
+        else:
+            raise AssertionError(f"error case {index} ({error.call}): torch accepted it")
     for index, (call, init) in enumerate(REPRS):
         entries[f"repr/{index}"] = np.array(repr(_resolve(call)(**init)))
     path = FOLDER / "functional.npz"

@@ -364,31 +364,36 @@ def _check_dropout(p: float) -> None:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
-def _channel_dropout(input: Tensor, p: float, training: bool, inplace: bool, batched_ndim: int) -> Tensor:
-    # one draw per (sample, channel), broadcast over the spatial dims; an unbatched input has one dim fewer
+def _channel_dropout(input: Tensor, p: float, training: bool, inplace: bool, lead: int) -> Tensor:
+    # one draw per entry of the first `lead` dims (sample and channel), broadcast over the rest
     _check_dropout(p)
+    if input.ndim < 2 and lead == 2:
+        raise RuntimeError(
+            f"Feature dropout requires at least 2 dimensions in the input, got shape {list(input.shape)}"
+        )
     if not training or p == 0:
         return input
-    spatial = batched_ndim - 2
-    lead = input.ndim - spatial
-    mask = Tensor.ones(*input.shape[:lead], *([1] * spatial), dtype=input.dtype, device=input.device)
+    kept = input.shape[:lead]
+    mask = Tensor.ones(*kept, *([1] * (input.ndim - lead)), dtype=input.dtype, device=input.device)
     return _maybe_inplace(input, input * mask.dropout(p, True), inplace)
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zeroes whole channels of (N, C, L) or (C, L) with probability p, like `torch.nn.functional.dropout1d`."""
+    _check_dropout(p)
     if input.ndim not in (2, 3):
         raise RuntimeError(
             f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that dropout1d exists to "
             "provide channel-wise dropout on inputs with 1 spatial dimension, a channel dimension, and an optional "
             "batch dimension (i.e. 2D or 3D inputs)."
         )
-    return _channel_dropout(input, p, training, inplace, 3)
+    return _channel_dropout(input, p, training, inplace, input.ndim - 1)
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zeroes whole channels of (N, C, H, W) with probability p, like `torch.nn.functional.dropout2d`; a 3-d input
-    is read as (N, C, L), as torch does (with its warning)."""
+    """Zeroes whole channels of (N, C, H, W) with probability p, like `torch.nn.functional.dropout2d`. As in torch,
+    dims 0 and 1 are always sample and channel: a 3-d input is read as (N, C, L) and other ranks warn."""
+    _check_dropout(p)
     if input.ndim not in (3, 4):
         warnings.warn(
             f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result in an "
@@ -401,18 +406,20 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
             "desired - input is interpreted as shape (N, C, L), where C is the channel dim.",
             stacklevel=2,
         )
-        return _channel_dropout(input, p, training, inplace, 3)
-    if input.ndim < 2:
-        raise RuntimeError(f"dropout2d needs an input with at least 2 dims, got shape {list(input.shape)}")
-    return _channel_dropout(input, p, training, inplace, input.ndim)
+    return _channel_dropout(input, p, training, inplace, 2)
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) with probability p, like
-    `torch.nn.functional.dropout3d`."""
+    `torch.nn.functional.dropout3d` (an input of another rank warns and is read as unbatched, as in torch)."""
+    _check_dropout(p)
     if input.ndim not in (4, 5):
-        raise RuntimeError(f"dropout3d: Expected 4D or 5D input, but received a {input.ndim}D input.")
-    return _channel_dropout(input, p, training, inplace, 5)
+        warnings.warn(
+            f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will result in an "
+            "error in a future release.",
+            stacklevel=2,
+        )
+    return _channel_dropout(input, p, training, inplace, 2 if input.ndim == 5 else 1)
 
 
 def layer_norm(

@@ -286,11 +286,12 @@ def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
             f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {input.ndim} dimension(s)"
         )
     *batch, channels, height, width = input.shape
-    if height % factor != 0 or width % factor != 0:
-        raise RuntimeError(
-            f"pixel_unshuffle expects height ({height}) and width ({width}) to be divisible by downscale_factor "
-            f"({factor})"
-        )
+    for name, position, size in (("height", -2, height), ("width", -1, width)):
+        if size % factor != 0:
+            raise RuntimeError(
+                f"pixel_unshuffle expects {name} to be divisible by downscale_factor, but "
+                f"input.size({position})={size} is not divisible by {factor}"
+            )
     lead = len(batch)
     blocks = input.reshape(*batch, channels, height // factor, factor, width // factor, factor)
     moved = blocks.permute(*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3)
@@ -319,7 +320,10 @@ def unfold(input: Tensor, kernel_size: Pair, dilation: Pair = 1, padding: Pair =
         [[[0.0, 1.0, 2.0, 3.0]]]
     """
     if input.ndim not in (3, 4):
-        raise RuntimeError(f"Input Error: Only 3D or 4D input Tensors are supported (got {input.ndim}D)")
+        raise RuntimeError(
+            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for "
+            f"input, but got: {list(input.shape)}"
+        )
     batched = input if input.ndim == 4 else input.unsqueeze(0)
     kernel = _pair(kernel_size, "unfold kernel_size", 1)
     weight = _im2col_weight(batched.shape[1], kernel, batched)
