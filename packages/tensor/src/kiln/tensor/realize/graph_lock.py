@@ -1,7 +1,7 @@
 """The lock that lets several threads use kiln: the tensor layer's shared state changes under it, one thread at a time.
 
-Every thread's tensors are graphs over one process-wide state: the live tensors a write must rebind
-(`mutation._live`), the record of which node was realized into which buffer (`schedule.normalize`), and the
+Threads that share an engine (the process's, by default) share its state: the live tensors a write must rebind
+(`Engine.tensors`), the record of which node was realized into which buffer (`schedule.normalize`), and the
 engine's caches (plans, compiled methods, constant buffers, the placeholder memo of normalizing). Each of these is
 read and then changed in several steps, so two threads interleaving them broke invariants: a write found a realized
 reader and, before it could rebuild the reader over the new node, another thread's write had forgotten that node
