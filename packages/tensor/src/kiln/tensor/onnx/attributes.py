@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,20 +51,20 @@ class Attributes:
     def __contains__(self, name: str) -> bool:
         return name in self.values
 
-    def int(self, name: str, default: int) -> int:
+    def int(self, name: str, default: builtins.int) -> builtins.int:
         return int(self.values.get(name, default))
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: str, default: builtins.float) -> builtins.float:
         return float(self.values.get(name, default))
 
     def string(self, name: str, default: str) -> str:
         return str(self.values.get(name, default))
 
-    def ints(self, name: str, default: list[int] | None = None) -> list[int] | None:
+    def ints(self, name: str, default: list[builtins.int] | None = None) -> list[builtins.int] | None:
         value = self.values.get(name)
         return default if value is None else [int(item) for item in value]
 
-    def floats(self, name: str, default: list[float] | None = None) -> list[float] | None:
+    def floats(self, name: str, default: list[builtins.float] | None = None) -> list[builtins.float] | None:
         value = self.values.get(name)
         return default if value is None else [float(item) for item in value]
 

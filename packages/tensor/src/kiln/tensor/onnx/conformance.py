@@ -44,6 +44,8 @@ def conformance_cases() -> dict[str, ConformanceCase]:
         warnings.simplefilter("ignore", RuntimeWarning)
         collected = node.collect_testcases(None)
     for case in collected:
+        if case.model is None:
+            continue
         cases[case.name] = ConformanceCase(case.name, case.model, case.data_sets or [], case.rtol, case.atol)
     return dict(sorted(cases.items()))
 

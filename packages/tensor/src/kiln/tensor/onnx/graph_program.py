@@ -244,8 +244,6 @@ class GraphProgram:
             [values[name] if name else None for name in node.inputs],
             [host.get(name) if name else None for name in node.inputs],
             len(node.outputs),
-            node.subgraphs,
-            values,
         )
         try:
             result = node.rule.handler(call)
@@ -263,24 +261,24 @@ class GraphProgram:
         )
         record: list[tuple[Tensor | None, np.ndarray[Any, Any] | None]] = []
         for name, output in zip(node.outputs, results):
-            array: np.ndarray[Any, Any] | None = None
+            known: np.ndarray[Any, Any] | None = None
             if output is None:
                 tensor = None
             elif isinstance(output, Tensor):
                 tensor = output
             else:
-                array = np.asarray(output)
-                tensor = Tensor(_contiguous(array))
+                known = np.asarray(output)
+                tensor = Tensor(_contiguous(known))
             if name and tensor is not None:
                 if foldable:
                     tensor = tensor.realize()
-                    if array is None and tensor.numel() <= _HOST_COPY_LIMIT:
-                        array = np.asarray(tensor.numpy())
+                    if known is None and tensor.numel() <= _HOST_COPY_LIMIT:
+                        known = np.asarray(tensor.numpy())
                 values[name] = tensor
-                if array is not None:
-                    host[name] = array
+                if known is not None:
+                    host[name] = known
                 if foldable:
                     static.add(name)
-            record.append((tensor, array))
+            record.append((tensor, known))
         if foldable:
             folds[node.index] = record

@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+import onnx.inliner
+import onnx.version_converter
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from onnx import external_data_helper
 
 __all__ = ["MIN_OPSET", "open_model"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kiln.tensor import dtypes
 from kiln.tensor.onnx.attributes import Attributes
@@ -78,7 +78,8 @@ def convolution(
     x: Tensor, weight: Tensor, bias: Tensor | None, strides: Sequence[int], dilations: Sequence[int], groups: int
 ) -> Tensor:
     """An N-d convolution (1 to 3 spatial dims) of an already padded input."""
-    function = {1: Tensor.conv1d, 2: Tensor.conv2d, 3: Tensor.conv3d}.get(x.ndim - 2)
+    functions: dict[int, Callable[..., Tensor]] = {1: Tensor.conv1d, 2: Tensor.conv2d, 3: Tensor.conv3d}
+    function = functions.get(x.ndim - 2)
     if function is None:
         raise NotImplementedError(f"convolution over {x.ndim - 2} spatial dims (kiln has 1 to 3)")
     return function(x, weight, bias, stride=tuple(strides), padding=0, dilation=tuple(dilations), groups=groups)
@@ -131,7 +132,12 @@ def _conv_transpose(call: NodeCall) -> Tensor:
     else:
         flat = call.attributes.ints("pads") or [0] * (2 * count)
         pads = [(flat[index], flat[index + count]) for index in range(count)]
-    function = {1: Tensor.conv_transpose1d, 2: Tensor.conv_transpose2d, 3: Tensor.conv_transpose3d}.get(count)
+    transposed: dict[int, Callable[..., Tensor]] = {
+        1: Tensor.conv_transpose1d,
+        2: Tensor.conv_transpose2d,
+        3: Tensor.conv_transpose3d,
+    }
+    function = transposed.get(count)
     if function is None:
         raise NotImplementedError(f"ConvTranspose over {count} spatial dims (kiln has 1 to 3)")
     result = function(x, weight, None, stride=tuple(strides), padding=0, groups=groups, dilation=tuple(dilations))

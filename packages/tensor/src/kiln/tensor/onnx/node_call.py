@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.tensor import Tensor
-
-if TYPE_CHECKING:
-    from kiln.tensor.onnx.graph_program import GraphProgram
 
 __all__ = ["NodeCall"]
 
@@ -27,8 +24,6 @@ class NodeCall:
     inputs: list[Tensor | None]
     host_values: list[np.ndarray[Any, Any] | None]
     num_outputs: int
-    subgraphs: dict[str, GraphProgram]
-    scope: dict[str, Tensor]
 
     def has(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] is not None
