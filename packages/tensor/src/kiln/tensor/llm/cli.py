@@ -5,6 +5,9 @@
     python -m kiln.tensor.llm serve --model PATH --port N       the HTTP server (kiln.tensor.llm.server)
 
 `--max-context N` (both) sizes the KV cache: prompt plus completion fit N positions (default min(trained, 4096)).
+`serve` listens on 127.0.0.1 unless `--host` says otherwise; its limits (`--api-key`, `--allow-host`,
+`--max-body-bytes`, `--max-queue`, `--max-connections`, `--read-timeout`, `--shutdown-grace`) are
+`kiln.tensor.llm.openai_api.ServerLimits`.
 
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kiln.tensor.llm.arguments import context_argument
+from kiln.tensor.llm.server import ServerLimits, serve
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 
 __all__ = ["main"]
@@ -51,6 +55,66 @@ def _chat_parser() -> argparse.ArgumentParser:
     context_argument(parser)
     _sampling_arguments(parser)
     return parser
+
+
+def _positive_number(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    defaults = ServerLimits()
+    parser = argparse.ArgumentParser(
+        prog="python -m kiln.tensor.llm serve", description="An OpenAI-compatible HTTP server for one local model."
+    )
+    parser.add_argument("--model", required=True, help="a .gguf file, or a folder with config.json + *.safetensors")
+    parser.add_argument("--chat-template", default=None, help="a Jinja chat template file (default: the model's)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0: all)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free one)")
+    context_argument(parser)
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all routes but /health)")
+    parser.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME",
+        help="also answer requests whose Host header names NAME (repeatable; '*': any); by default only localhost, "
+        "127.0.0.1, [::1] and the --host address are answered, against DNS rebinding",
+    )  # fmt: skip
+    limits = [
+        ("--max-body-bytes", _at_least_one, defaults.max_body_bytes, "largest request body (default %(default)s; 413)"),
+        ("--max-queue", _at_least_one, defaults.max_queue, "requests waiting for the model (default %(default)s; 429)"),
+        ("--max-connections", _at_least_one, defaults.max_connections, "connections served at once (%(default)s)"),
+        ("--read-timeout", _positive_number, defaults.read_timeout, "seconds for a request's headers, then its body"),
+        ("--shutdown-grace", _positive_number, defaults.shutdown_grace, "seconds requests in flight get at Ctrl-C"),
+    ]
+    for option, kind, default, help_text in limits:
+        parser.add_argument(option, type=kind, default=default, help=help_text)
+    return parser
+
+
+def _serve(argv: Sequence[str], err: TextIO) -> int:
+    args = _serve_parser().parse_args(argv)
+    if args.api_key is not None and not args.api_key.strip():
+        print("error: --api-key must not be empty", file=err)
+        return 2
+    limits = ServerLimits(
+        max_body_bytes=args.max_body_bytes, max_queue=args.max_queue, max_connections=args.max_connections,
+        read_timeout=args.read_timeout, shutdown_grace=args.shutdown_grace, api_key=args.api_key,
+        allowed_hosts=tuple(args.allow_host),
+    )  # fmt: skip
+    try:
+        model = load_chat_model(args.model, max_context=args.max_context, chat_template=args.chat_template)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        print(f"error: cannot load the model: {error}", file=err)
+        return 1
+    return serve(model, args.host, args.port, limits, err)
 
 
 def _report(result: Completion, err: TextIO) -> None:
@@ -102,9 +166,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     args_list = list(sys.argv[1:] if argv is None else argv)
     inp, out, err = stdin or sys.stdin, stdout or sys.stdout, sys.stderr
     if args_list[:1] == ["serve"]:
-        from kiln.tensor.llm.server import serve_main
-
-        return serve_main(args_list[1:])
+        return _serve(args_list[1:], err)
     args = _chat_parser().parse_args(args_list)
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         print(f"error: need --temperature >= 0 and 0 < --top-p <= 1, got {args.temperature}, {args.top_p}", file=err)

@@ -2,301 +2,458 @@
 
 Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, each answered in the shapes of
 OpenAI's API (streaming as server-sent events `data: {...}` ending with `data: [DONE]` when `"stream": true`), with
-`usage` counts. Malformed requests get a 4xx JSON error in OpenAI's shape
-(`{"error": {"message", "type", "param", "code"}}`): invalid JSON, a missing or wrong field, an unknown model (404),
-negative `max_tokens`, a prompt longer than the context. Connections are served by threads, but generation runs
-on one worker thread that takes requests from a queue in arrival order, so requests are handled one at a time and
-none is dropped. Ctrl-C (SIGINT) stops accepting, lets the worker finish, and exits cleanly.
+`usage` counts; `GET /health` (200, or 503 while shutting down) and `GET /metrics` (Prometheus text). Every refused
+request gets a JSON error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), malformed HTTP
+included. The request logic lives in `kiln.tensor.llm.openai_api` (`LLMServer`); this module is its transport.
+
+The HTTP stack is the standard library's `ThreadingHTTPServer`, configured for careless or hostile clients
+(`ServerLimits`): a listen backlog of 128, a cap on open connections (more wait in the backlog), a deadline for a
+request's line and headers and another for its body (a client sending a byte now and then cannot hold a thread past
+them), a body size limit (413, answered before the body is read), `Content-Length` required and checked, a `Host`
+allow-list against DNS rebinding (the loopback names and the bound address, plus `--allow-host`) and an optional API
+key (`Authorization: Bearer`). A thread per connection suits server-sent events (a handler writes its stream as the
+text comes) and needs no dependency.
+
+The worker asks the connection after each piece of text whether the client has left (its end of file is readable),
+and stops the generation if so. `shut_down` (SIGINT or SIGTERM under `serve`) stops accepting, lets queued and
+running generations finish for a grace period, fails what is left with a 503 (an error event in a stream), waits for
+the responses to be written, and stops the worker.
 """
 
 from __future__ import annotations
 
-import argparse
+import hmac
+import io
 import json
-import queue
+import math
+import select
+import signal
+import socket
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from contextlib import closing, suppress
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
-from kiln.tensor.llm.arguments import context_argument
-from kiln.tensor.llm.chat_template import validate_messages
-from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
+from kiln.tensor.llm.openai_api import LLMServer, RequestError, ServerLimits
+from kiln.tensor.llm.session import ChatModel
 
-__all__ = ["LLMServer", "RequestError", "make_server", "serve_main"]
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
-_DONE = object()  # the end of a job's output stream
+__all__ = ["LLMHTTPServer", "LLMServer", "RequestError", "ServerLimits", "make_server", "serve", "shut_down"]
 
-
-class RequestError(Exception):
-    """A request that cannot be served: the HTTP status and OpenAI's error fields."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-    def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+_ROUTES = {"/v1/models": "GET", "/health": "GET", "/metrics": "GET", "/v1/completions": "POST",
+           "/v1/chat/completions": "POST"}  # fmt: skip
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
-@dataclass
-class _Job:
-    """One generation request waiting for (or being served by) the worker; its output arrives on `out`."""
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes for the handler's `rfile`, every receive waiting at most until `deadline`
+    (time.monotonic()): a per-receive timeout alone would let a client that sends a byte now and then hold the
+    connection forever."""
 
-    prompt_ids: list[int]
-    options: dict[str, Any]
-    out: queue.Queue[Any] = field(default_factory=queue.Queue)
-    result: Completion = field(default_factory=Completion)
+    def __init__(self, connection: socket.socket) -> None:
+        super().__init__()
+        self.connection = connection
+        self.deadline = math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the client did not send its request in time")
+        self.connection.settimeout(remaining)
+        return self.connection.recv_into(buffer)
 
 
-def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise RequestError(400, f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
-    return float(value)
-
-
-class LLMServer:
-    """The request logic, independent of HTTP: validation, the job queue and the worker, response bodies."""
-
-    def __init__(self, model: ChatModel) -> None:
-        self.model = model
-        self.jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.served = 0
-        self.worker = threading.Thread(target=self._work, name="kiln-llm-worker", daemon=True)
-        self.worker.start()
-
-    def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            try:
-                for delta in self.model.stream_text(job.prompt_ids, job.result, **job.options):
-                    job.out.put(delta)
-            except Exception as error:  # reported to the waiting request, the worker goes on with the next job
-                job.out.put(error)
-            self.served += 1
-            job.out.put(_DONE)
-
-    def close(self) -> None:
-        """Lets the worker finish the queued jobs, then stops it."""
-        self.jobs.put(None)
-        self.worker.join(timeout=60)
-
-    def models(self) -> dict[str, Any]:
-        created = int(time.time())
-        return {"object": "list", "data": [{"id": self.model.name, "object": "model", "created": created,
-                                            "owned_by": "kiln"}]}  # fmt: skip
-
-    # -- requests ------------------------------------------------------------------------------------------------
-    def prepare(self, body: Any, chat: bool) -> tuple[_Job, bool]:
-        """Validates a request body; the queued-to-be job and whether the client asked for a stream."""
-        if not isinstance(body, dict):
-            raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise RequestError(400, "'model' is required (a string)", "model")
-        if model != self.model.name:
-            raise RequestError(404, f"the model {model!r} does not exist; this server has {self.model.name!r}",
-                               "model", "model_not_found")  # fmt: skip
-        if chat:
-            try:
-                prompt_ids = self.model.encode_chat(validate_messages(body.get("messages")))
-            except ValueError as error:
-                raise RequestError(400, str(error), "messages") from None
+def _peer_closed(connection: socket.socket) -> bool:
+    """Whether the client has closed the connection (its end of file is readable), without blocking or consuming."""
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(connection, select.POLLIN)
+            ready = bool(poller.poll(0))
         else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str) or not prompt:
-                raise RequestError(400, f"'prompt' must be a non-empty string, got {prompt!r:.80}", "prompt")
-            prompt_ids = self.model.encode_prompt(prompt)
-        room = self.model.context_length - len(prompt_ids)
-        if room <= 0:
-            raise RequestError(400, f"the prompt has {len(prompt_ids)} tokens; the model's context length is "
-                               f"{self.model.context_length}", "messages" if chat else "prompt",
-                               "context_length_exceeded")  # fmt: skip
-        limit_name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-        max_tokens = body.get(limit_name, None if chat else 16)
-        if max_tokens is None:
-            max_tokens = room
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-            raise RequestError(400, f"'{limit_name}' must be a non-negative integer, got {max_tokens!r}", limit_name)
-        stop = body.get("stop") or []
-        stop = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
-            raise RequestError(400, f"'stop' must be a string or a list of up to 4 strings, got {stop!r:.80}", "stop")
-        seed = body.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise RequestError(400, f"'seed' must be an integer, got {seed!r}", "seed")
-        options = {
-            "max_tokens": min(max_tokens, room),
-            "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
-            "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
-            "top_k": 0,
-            "seed": seed,
-            "stop": stop,
-        }
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise RequestError(400, f"'stream' must be true or false, got {stream!r}", "stream")
-        return _Job(prompt_ids, options), stream
+            ready = bool(select.select([connection], [], [], 0)[0])
+        return ready and connection.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or already closed here
+        return True
 
-    def submit(self, job: _Job) -> Iterator[str]:
-        """Queues `job` and yields its text deltas as the worker produces them (raises what the worker raised)."""
-        self.jobs.put(job)
-        while (item := job.out.get()) is not _DONE:
-            if isinstance(item, Exception):
-                raise item
-            yield item
 
-    def usage(self, result: Completion) -> dict[str, int]:
-        return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+class _Handler(BaseHTTPRequestHandler):
+    """One connection's requests (HTTP/1.1 keep-alive); every answer, errors included, is JSON in OpenAI's shape."""
 
-    def response(self, job: _Job, chat: bool, ident: str, created: int) -> dict[str, Any]:
-        """The non-streaming response body (after the whole generation)."""
-        text = "".join(self.submit(job))
-        result = job.result
-        if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": result.finish_reason, "logprobs": None}  # fmt: skip
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": result.finish_reason, "logprobs": None}
-        return {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
-                "model": self.model.name, "choices": [choice], "usage": self.usage(result)}  # fmt: skip
+    protocol_version = "HTTP/1.1"
+    server: LLMHTTPServer
 
-    def chunks(self, job: _Job, chat: bool, ident: str, created: int, usage: bool) -> Iterator[dict[str, Any]]:
-        """The streaming response's chunks: the text deltas, then one with the finish reason (and usage)."""
-        kind = "chat.completion.chunk" if chat else "text_completion"
+    def setup(self) -> None:
+        super().setup()
+        self.reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+        self.body_pending = False  # a request body not read (yet): the connection cannot carry another request
 
-        def chunk(delta: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
-            if chat:
-                content: dict[str, Any] = {} if delta is None else {"content": delta}
-                if first:
-                    content = {"role": "assistant", "content": ""}
-                choice: dict[str, Any] = {"index": 0, "delta": content, "finish_reason": finish, "logprobs": None}
+    def handle_one_request(self) -> None:
+        self.server.set_busy(self.connection, False)
+        self.reader.deadline = time.monotonic() + self.server.limits.read_timeout
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        self.server.set_busy(self.connection, True)
+        if self.command not in ("GET", "POST"):  # answered here: the base class would send 501 and HTML
+            self.body_pending = True
+            message = f"the method {self.command} is not allowed; this server answers GET and POST"
+            self._send_error(RequestError(405, message, code="method_not_allowed", headers={"Allow": "GET, POST"}))
+            return False
+        return True
+
+    def handle_expect_100(self) -> bool:
+        return True  # `100 Continue` is sent once the body is known to be acceptable (`_read_body`)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The base class's errors (malformed request line or headers, 414, 431) in OpenAI's shape, not HTML."""
+        reason = message or HTTPStatus(code).phrase
+        self.body_pending = True
+        self._send_error(RequestError(int(code), f"malformed HTTP request: {reason}", code="malformed_request"))
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        route = self._route() if getattr(self, "path", None) else ""
+        status = int(code) if isinstance(code, int) else 0
+        self.server.logic.metrics.count_response(self.command or "-", route if route in _ROUTES else "other", status)
+        super().log_request(code, size)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.log(f"{self.address_string()} {format % args}")
+
+    # -- writing ---------------------------------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        self.connection.settimeout(self.server.limits.write_timeout)
+        self.wfile.write(data)
+
+    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None,
+                   content_type: str = "application/json") -> None:  # fmt: skip
+        data = (body["text"] if content_type.startswith("text/plain") else json.dumps(body)).encode()
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if self.body_pending or self.server.closing:
+            self.send_header("Connection", "close")  # also sets close_connection
+        self.end_headers()
+        self._write(data)
+
+    def _send_error(self, error: RequestError) -> None:
+        self._send_json(error.status, error.body(), error.headers)
+        if self.body_pending:
+            self.server.linger(self.connection)
+
+    # -- routing ---------------------------------------------------------------------------------------------------
+    def _route(self) -> str:
+        return urlsplit(self.path).path.rstrip("/") or "/"
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        route = self._route()
+        self.body_pending = self.command == "POST" or "Content-Length" in self.headers
+        try:
+            self.server.admit(self.headers.get("Host"), self.headers.get("Authorization"), route)
+            if route not in _ROUTES:
+                raise RequestError(404, f"no route {self.command} {self.path:.200}", code="not_found")
+            if self.command != _ROUTES[route]:
+                raise RequestError(405, f"{route} answers {_ROUTES[route]}, not {self.command}",
+                                   code="method_not_allowed", headers={"Allow": _ROUTES[route]})  # fmt: skip
+            if self.command == "POST":
+                self._generate(route == "/v1/chat/completions")
+            elif route == "/health":
+                self._send_json(*self.server.logic.health())
+            elif route == "/metrics":
+                text = self.server.logic.metrics_text(self.server.open_connections())
+                self._send_json(200, {"text": text}, content_type="text/plain; version=0.0.4; charset=utf-8")
             else:
-                choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
-            return {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [choice]}
-
-        if chat:
-            yield chunk(None, None, first=True)
-        for delta in self.submit(job):
-            yield chunk(delta, None)
-        yield chunk(None, job.result.finish_reason)
-        if usage:
-            yield {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [],
-                   "usage": self.usage(job.result)}  # fmt: skip
-
-
-def _handler(server: LLMServer, log: Callable[[str], None]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log(f"{self.address_string()} {format % args}")
-
-        def _send_json(self, status: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") == "/v1/models":
-                self._send_json(200, server.models())
-            else:
-                self._send_json(404, RequestError(404, f"no route GET {self.path}", code="not_found").body())
-
-        def do_POST(self) -> None:
-            route = self.path.rstrip("/")
-            if route not in ("/v1/completions", "/v1/chat/completions"):
-                self._send_json(404, RequestError(404, f"no route POST {self.path}", code="not_found").body())
-                return
-            chat = route == "/v1/chat/completions"
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                    raise RequestError(400, f"the request body is not valid JSON: {error}") from None
-                job, stream = server.prepare(body, chat)
-            except RequestError as error:
-                self._send_json(error.status, error.body())
-                return
-            ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-            created = int(time.time())
-            if not stream:
-                try:
-                    self._send_json(200, server.response(job, chat, ident, created))
-                except Exception as error:
-                    self._send_json(500, RequestError(500, f"generation failed: {error}").body())
-                return
-            options = body.get("stream_options") or {}
-            usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
+                self._send_json(200, self.server.logic.models())
+        except RequestError as error:
+            self._send_error(error)
+        except OSError:  # the client left, or a write timed out: nothing more can be said on this connection
             self.close_connection = True
-            try:
-                for item in server.chunks(job, chat, ident, created, usage):
-                    self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
-                    self.wfile.flush()
-            except Exception as error:
-                failure = RequestError(500, f"generation failed: {error}").body()
-                self.wfile.write(f"data: {json.dumps(failure)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+        except Exception as error:  # a bug: still an answer in OpenAI's shape, never a dropped connection
+            self.server.log(f"internal error answering {self.command} {route}: {type(error).__name__}: {error}")
+            self.body_pending = True
+            self._send_error(RequestError(500, f"internal error: {type(error).__name__}: {error}"))
 
-    return Handler
+    def _read_body(self) -> Any:
+        """The request's JSON body, read within the size limit and the read deadline."""
+        if "Transfer-Encoding" in self.headers:
+            raise RequestError(400, "chunked request bodies are not supported; send Content-Length",
+                               code="unsupported_transfer_encoding")  # fmt: skip
+        lengths = {text.strip() for text in self.headers.get_all("Content-Length") or []}
+        if not lengths:
+            raise RequestError(400, "a request body needs a Content-Length header", code="missing_content_length")
+        text = lengths.pop()
+        if lengths or not (text.isascii() and text.isdigit()):
+            raise RequestError(400, f"Content-Length must be one non-negative integer, got {text!r:.40}",
+                               code="invalid_content_length")  # fmt: skip
+        limit = self.server.limits.max_body_bytes
+        length = int(text) if len(text) <= 18 else limit + 1
+        if length > limit:
+            raise RequestError(413, f"the request body has {text:.40} bytes; this server accepts at most {limit} "
+                               "(--max-body-bytes)", code="request_too_large")  # fmt: skip
+        if self.headers.get("Expect", "").lower() == "100-continue":
+            self.send_response_only(100)
+            self.end_headers()
+        self.reader.deadline = time.monotonic() + self.server.limits.read_timeout
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise RequestError(408, f"the request body did not arrive within {self.server.limits.read_timeout} s",
+                               code="request_timeout") from None  # fmt: skip
+        if len(raw) < length:
+            raise ConnectionResetError("the client closed the connection within the request body")
+        self.body_pending = False
+        try:
+            return json.loads(raw)
+        except RecursionError:
+            raise RequestError(400, "the request body nests JSON too deeply", code="invalid_json") from None
+        except ValueError as error:  # JSONDecodeError, invalid UTF-8, an integer of too many digits
+            raise RequestError(400, f"the request body is not valid JSON: {error}", code="invalid_json") from None
+
+    def _generate(self, chat: bool) -> None:
+        body = self._read_body()
+        logic = self.server.logic
+        job, stream = logic.prepare(body, chat)
+        connection = self.connection
+        job.client_gone = lambda: _peer_closed(connection)
+        logic.enqueue(job)
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        if not stream:
+            try:
+                answer = logic.response(job, chat, ident, created)
+            except RequestError:
+                raise
+            except Exception as error:
+                raise RequestError(500, f"generation failed: {error}") from None
+            self._send_json(200, answer)
+            return
+        options = body.get("stream_options") or {}
+        usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        with closing(logic.chunks(job, chat, ident, created, usage)) as chunks:
+            try:
+                for item in chunks:
+                    self._write(f"data: {json.dumps(item)}\n\n".encode())
+            except RequestError as error:
+                self._write(f"data: {json.dumps(error.body())}\n\n".encode())
+            except OSError:
+                raise
+            except Exception as error:
+                self._write(f"data: {json.dumps(RequestError(500, f'generation failed: {error}').body())}\n\n".encode())
+        self._write(b"data: [DONE]\n\n")
+
+
+class LLMHTTPServer(ThreadingHTTPServer):
+    """The HTTP side of an `LLMServer`: a thread per connection, at most `max_connections` at once, the listen
+    backlog and the `Host` and API-key checks of `limits`."""
+
+    daemon_threads = True
+    block_on_close = False  # `shut_down` waits for the connections with requests in flight, not for idle ones
+
+    def __init__(self, address: tuple[str, int], logic: LLMServer, log: Callable[[str], None]) -> None:
+        self.logic, self.limits, self.log = logic, logic.limits, log
+        self.request_queue_size = self.limits.backlog
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.slots = threading.BoundedSemaphore(self.limits.max_connections)
+        self.connections: dict[socket.socket, bool] = {}  # open connections -> whether a request is in progress
+        self.connections_lock = threading.Lock()
+        self.closing = False
+        super().__init__(address, _Handler)
+        bound = str(self.server_address[0])
+        bound_name = f"[{bound}]" if ":" in bound else bound
+        names = {name.lower() for name in self.limits.allowed_hosts}
+        self.host_names = _LOOPBACK_NAMES | names | (set() if address[0] in _WILDCARDS else {bound_name.lower()})
+
+    # -- connections -----------------------------------------------------------------------------------------------
+    def process_request(self, request: Any, client_address: Any) -> None:
+        while not self.slots.acquire(timeout=0.1):  # the accepting thread waits; new clients queue in the backlog
+            if self.closing:
+                self.shutdown_request(request)
+                return
+        with self.connections_lock:
+            self.connections[request] = False
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._forget(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        with self.connections_lock:
+            if self.connections.pop(request, None) is not None:
+                self.slots.release()
+
+    def set_busy(self, connection: socket.socket, busy: bool) -> None:
+        with self.connections_lock:
+            if connection in self.connections:
+                self.connections[connection] = busy
+
+    def open_connections(self) -> int:
+        with self.connections_lock:
+            return len(self.connections)
+
+    def close_idle_connections(self) -> None:
+        """Ends the connections waiting for a request (keep-alive, or not yet sent one)."""
+        with self.connections_lock:
+            idle = [connection for connection, busy in self.connections.items() if not busy]
+        for connection in idle:
+            with suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def wait_for_connections(self, deadline: float) -> bool:
+        """Waits until every connection has closed, or `deadline`; whether they all did."""
+        while self.open_connections():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def linger(self, connection: socket.socket) -> None:
+        """After an answer sent before the body was read (413, 400 ...): reads and drops what the client still sends
+        for up to a second and 64 MiB, so it sees the answer instead of a reset from closing on unread data."""
+        try:
+            connection.shutdown(socket.SHUT_WR)
+            deadline, received = time.monotonic() + 1.0, 0
+            while received < 64 * 2**20 and (remaining := deadline - time.monotonic()) > 0:
+                connection.settimeout(remaining)
+                data = connection.recv(65536)
+                if not data:
+                    break
+                received += len(data)
+        except OSError:
+            pass
+
+    # -- admission -------------------------------------------------------------------------------------------------
+    def admit(self, host: str | None, authorization: str | None, route: str) -> None:
+        """Refuses a request whose `Host` is not served (421: DNS rebinding) or, with an API key set, that lacks it
+        (401; /health is open)."""
+        if host is not None and "*" not in self.host_names:
+            name = host.strip().lower()
+            name = name[: name.find("]") + 1] if name.startswith("[") else name.partition(":")[0]
+            if name.rstrip(".") not in self.host_names:
+                raise RequestError(421, f"this server does not answer for Host {host!r:.100}; it answers "
+                                   f"{sorted(self.host_names)} (add names with --allow-host)",
+                                   code="host_not_allowed")  # fmt: skip
+        key = self.limits.api_key
+        if key is None or route == "/health":
+            return
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            reason = "no API key was given" if not authorization else "the API key is not correct"
+            raise RequestError(401, f"{reason}: send 'Authorization: Bearer <key>' with the server's --api-key",
+                               code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self.serving = True
+        try:
+            super().serve_forever(poll_interval)
+        finally:
+            self.serving = False
 
 
 def make_server(model: ChatModel, host: str = "127.0.0.1", port: int = 8000,
-                log: Callable[[str], None] = lambda line: None) -> tuple[ThreadingHTTPServer, LLMServer]:  # fmt: skip
+                log: Callable[[str], None] = lambda line: None,
+                limits: ServerLimits | None = None) -> tuple[LLMHTTPServer, LLMServer]:  # fmt: skip
     """An HTTP server for `model` bound to (host, port) (port 0: any free port), not yet serving."""
-    logic = LLMServer(model)
-    httpd = ThreadingHTTPServer((host, port), _handler(logic, log))
-    httpd.daemon_threads = True
+    logic = LLMServer(model, limits)
+    try:
+        httpd = LLMHTTPServer((host, port), logic, log)
+    except BaseException:
+        logic.close()
+        raise
     return httpd, logic
 
 
-def serve_main(argv: Sequence[str]) -> int:
-    """`python -m kiln.tensor.llm serve ...`; returns the exit status."""
-    import sys
+def shut_down(httpd: LLMHTTPServer, grace: float | None = None) -> bool:
+    """Stops a serving `httpd` gracefully: no new connections or generations, the queued and running ones go on
+    for `grace` seconds (default `limits.shutdown_grace`) and then fail with 503, every response is written (within
+    `limits.write_timeout` more), and the worker stops. Returns whether every generation finished."""
+    logic = httpd.logic
+    deadline = time.monotonic() + (logic.limits.shutdown_grace if grace is None else grace)
+    logic.stop_accepting()
+    httpd.closing = True
+    if getattr(httpd, "serving", False):
+        httpd.shutdown()
+    httpd.server_close()
+    httpd.close_idle_connections()
+    finished = logic.drain(deadline)
+    if not finished:
+        logic.abort()
+    httpd.wait_for_connections(time.monotonic() + logic.limits.write_timeout)
+    logic.close(timeout=logic.limits.write_timeout)
+    return finished
 
-    parser = argparse.ArgumentParser(prog="python -m kiln.tensor.llm serve", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="a .gguf file, or a folder with config.json + *.safetensors")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free one)")
-    context_argument(parser)
-    args = parser.parse_args(argv)
+
+def serve(model: ChatModel, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits | None = None,
+          err: TextIO = sys.stderr) -> int:  # fmt: skip
+    """Serves `model` until SIGINT or SIGTERM, then shuts down gracefully (a second signal exits at once); returns
+    the exit status (1: cannot listen)."""
     try:
-        model = load_chat_model(args.model, max_context=args.max_context)
-    except (FileNotFoundError, ValueError, OSError) as error:
-        print(f"error: cannot load the model: {error}", file=sys.stderr)
-        return 1
-    try:
-        httpd, logic = make_server(model, args.host, args.port, lambda line: print(line, file=sys.stderr))
+        httpd, logic = make_server(model, host, port, lambda line: print(line, file=err, flush=True), limits)
     except OSError as error:
-        print(f"error: cannot listen on {args.host}:{args.port}: {error}", file=sys.stderr)
+        print(f"error: cannot listen on {host}:{port}: {error}", file=err)
         return 1
-    host, port = str(httpd.server_address[0]), int(httpd.server_address[1])
-    print(f"serving {model.name!r} on http://{host}:{port}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    if host in _WILDCARDS:
+        print(f"warning: listening on every network interface ({host!r}): anyone who can reach this machine can use "
+              "the model" + ("" if logic.limits.api_key else "; consider --api-key"), file=err)  # fmt: skip
+    address, bound_port = str(httpd.server_address[0]), int(httpd.server_address[1])
+    shown = f"[{address}]" if ":" in address else address
+    print(f"serving {model.name!r} on http://{shown}:{bound_port}/v1 (Ctrl-C to stop)", file=err, flush=True)
+    stop = threading.Event()
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signals = [signal.SIGINT, signal.SIGTERM]
+    previous = {number: signal.signal(number, on_signal) for number in signals}
+    accepting = threading.Thread(target=httpd.serve_forever, name="kiln-llm-accept", daemon=True)
+    accepting.start()
     try:
-        httpd.serve_forever()
+        while not stop.wait(0.5) and accepting.is_alive():
+            pass
+        for number in signals:  # a second Ctrl-C interrupts the graceful shutdown
+            signal.signal(number, signal.default_int_handler if number == signal.SIGINT else previous[number])
+        print("shutting down: finishing the requests in flight (Ctrl-C again to stop now)", file=err, flush=True)
+        finished = shut_down(httpd)
+        print("stopped" + ("" if finished else " (unfinished generations were failed with 503)"), file=err, flush=True)
     except KeyboardInterrupt:
-        print("shutting down", file=sys.stderr, flush=True)
+        print("stopped without finishing the requests in flight", file=err, flush=True)
+        return 130
     finally:
-        httpd.server_close()
-        logic.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     return 0

@@ -1,0 +1,358 @@
+"""The OpenAI-compatible API's request logic, independent of HTTP (`kiln.tensor.llm.server` is its transport).
+
+`LLMServer` validates a request body (`prepare`) into a job, queues it (`enqueue`: a bounded queue, 429 with a
+`Retry-After` beyond `ServerLimits.max_queue`), and one worker thread runs the jobs in arrival order with
+`ChatModel.stream_text`. After each piece of text the worker asks whether the client has left (`Job.client_gone`,
+given by the transport, or the response's reader stopped) and then closes the generation, so an abandoned request
+stops within one piece of text. The response bodies (`response`, `chunks`), `/health` and `/metrics` (`ServerMetrics`)
+and the shutdown steps (`stop_accepting`, `drain`, `abort`, `close`) live here too. A refused request raises
+`RequestError`, whose `body()` is OpenAI's error shape.
+
+A prompt is measured in bytes before it is tokenized: a text longer than the context times the most bytes one token
+of the vocabulary can stand for cannot fit, and is refused without spending the CPU time of tokenizing it.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.tensor.llm.chat_template import validate_messages
+from kiln.tensor.llm.server_metrics import ServerMetrics
+from kiln.tensor.llm.session import ChatModel, Completion
+
+__all__ = ["Job", "LLMServer", "RequestError", "ServerLimits", "shutting_down_error"]
+
+_DONE = object()  # the end of a job's output stream
+_MAX_SEED = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """How much the server accepts from its clients, and how long it waits for them (seconds)."""
+
+    max_body_bytes: int = 4 * 2**20
+    """A larger request body is refused (413) unread."""
+    max_queue: int = 16
+    """Generations waiting behind the running one; one more is refused (429 with Retry-After)."""
+    max_connections: int = 128
+    """Connections served at once; further ones wait in the listen backlog."""
+    backlog: int = 128
+    """The listen queue of connections not yet accepted."""
+    read_timeout: float = 15.0
+    """The deadline for a request's line and headers (also how long an idle keep-alive connection stays open), and
+    another for its body."""
+    write_timeout: float = 30.0
+    """How long one write may wait for a client that does not read."""
+    shutdown_grace: float = 30.0
+    """At shutdown, how long queued and running generations may go on before they are failed."""
+    api_key: str | None = None
+    """When set, every route but /health needs `Authorization: Bearer <api_key>`."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names served beyond the loopback names and the bound address ("*": any)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_queue", "max_connections", "backlog"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
+        for name in ("read_timeout", "write_timeout", "shutdown_grace"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"ServerLimits.{name} must be a positive number of seconds, got {value!r}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("ServerLimits.api_key must be a non-empty string or None")
+
+
+class RequestError(Exception):
+    """A request that cannot be served: the HTTP status, OpenAI's error fields and extra response headers."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+def shutting_down_error() -> RequestError:
+    """The 503 of a request refused or failed because the server is shutting down."""
+    return RequestError(503, "the server is shutting down", code="server_shutting_down", headers={"Retry-After": "5"})
+
+
+@dataclass
+class Job:
+    """One generation request waiting for (or being served by) the worker; its output arrives on `out`."""
+
+    prompt_ids: list[int]
+    options: dict[str, Any]
+    out: queue.Queue[Any] = field(default_factory=queue.Queue)
+    result: Completion = field(default_factory=Completion)
+    client_gone: Callable[[], bool] = lambda: False  # set by the transport: whether the client has left
+    abandoned: bool = False  # the response's writer stopped reading `out`
+    queued_at: float = 0.0
+    first_text_at: float | None = None
+
+    def left(self) -> bool:
+        return self.abandoned or self.client_gone()
+
+
+def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RequestError(400, f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
+    return float(value)
+
+
+class LLMServer:
+    """The request logic, independent of HTTP: validation, the bounded job queue and the worker, response bodies,
+    health and metrics, shutdown."""
+
+    def __init__(self, model: ChatModel, limits: ServerLimits | None = None) -> None:
+        self.model, self.limits = model, limits or ServerLimits()
+        self.metrics = ServerMetrics()
+        self.jobs: queue.Queue[Job | None] = queue.Queue()  # bounded by `enqueue`, so the stop marker always fits
+        self.running: Job | None = None
+        self.accepting, self.aborting = True, False
+        self.served = 0
+        self.seconds_per_job = 1.0  # a moving average, for Retry-After
+        self._lock = threading.Lock()
+        # Each token stands for at most its longest text's bytes, plus one (SentencePiece drops a word's leading
+        # space when decoding one token), times 4 for normalizers that fold characters: a prompt with more bytes
+        # than the context times that cannot fit, and is refused before it is tokenized.
+        tokenizer = model.tokenizer
+        longest = max((len(tokenizer.decode([i]).encode()) for i in range(tokenizer.vocab_size)), default=1)
+        self.max_prompt_bytes = model.context_length * 4 * (longest + 1)
+        self.worker = threading.Thread(target=self._work, name="kiln-llm-worker", daemon=True)
+        self.worker.start()
+
+    # -- the worker ----------------------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            self.running = job
+            try:
+                self._run(job)
+            finally:
+                self.running = None
+                job.out.put(_DONE)
+
+    def _run(self, job: Job) -> None:
+        if self.aborting:
+            job.out.put(shutting_down_error())
+            return
+        outcome = "cancelled"
+        if not job.left():
+            outcome = "finished"
+            deltas = self.model.stream_text(job.prompt_ids, job.result, **job.options)
+            try:
+                for delta in deltas:
+                    job.first_text_at = job.first_text_at or time.monotonic()
+                    job.out.put(delta)
+                    if self.aborting:
+                        outcome = "failed"
+                        job.out.put(RequestError(503, "the server shut down before the generation finished",
+                                                 code="server_shutting_down"))  # fmt: skip
+                        break
+                    if job.left():
+                        outcome = "cancelled"
+                        break
+            except Exception as error:  # reported to the waiting request; the worker goes on with the next job
+                outcome = "failed"
+                job.out.put(error)
+            finally:
+                if isinstance(deltas, Generator):
+                    deltas.close()  # stops the generation (the token iterator) where it is
+        now = time.monotonic()
+        first_text = None if job.first_text_at is None else job.first_text_at - job.queued_at
+        result = job.result
+        self.metrics.count_generation(outcome, result.prompt_tokens, result.completion_tokens, now - job.queued_at,
+                                      first_text)  # fmt: skip
+        self.seconds_per_job = 0.8 * self.seconds_per_job + 0.2 * (now - job.queued_at)
+        self.served += 1
+
+    def enqueue(self, job: Job) -> None:
+        """Queues `job` for the worker; RequestError 429 (with Retry-After) when `max_queue` jobs wait already, 503
+        while shutting down."""
+        with self._lock:
+            if not self.accepting:
+                raise shutting_down_error()
+            waiting = self.jobs.qsize()
+            if waiting >= self.limits.max_queue:
+                retry = max(1, math.ceil(self.seconds_per_job * (waiting + 1)))
+                raise RequestError(429, f"{waiting} requests are waiting already (the limit); retry in {retry} s",
+                                   code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
+            job.queued_at = time.monotonic()
+            self.jobs.put(job)
+
+    def results(self, job: Job) -> Generator[str, None, None]:
+        """`job`'s text deltas as the worker produces them (raises what the worker raised). Closing this iterator
+        early (the client left) tells the worker to stop the generation."""
+        try:
+            while (item := job.out.get()) is not _DONE:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            job.abandoned = True
+
+    # -- shutdown ------------------------------------------------------------------------------------------------
+    def stop_accepting(self) -> None:
+        """New generation requests are refused (503) from now on."""
+        with self._lock:
+            self.accepting = False
+
+    def drain(self, deadline: float) -> bool:
+        """Waits until no job is queued or running, or until `deadline` (time.monotonic()); whether they all ended."""
+        while self.jobs.qsize() or self.running is not None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def abort(self) -> None:
+        """Fails the queued jobs (503) and stops the running one after its next piece of text."""
+        self.aborting = True
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stops the worker after the jobs queued so far."""
+        self.stop_accepting()
+        self.jobs.put(None)
+        self.worker.join(timeout=timeout)
+
+    # -- bodies --------------------------------------------------------------------------------------------------
+    def models(self) -> dict[str, Any]:
+        created = int(time.time())
+        return {"object": "list", "data": [{"id": self.model.name, "object": "model", "created": created,
+                                            "owned_by": "kiln"}]}  # fmt: skip
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """(200, ...) while the server takes requests, else (503, ...)."""
+        ok = self.accepting and self.worker.is_alive()
+        body = {"status": "ok" if ok else "unavailable", "model": self.model.name, "queued": self.jobs.qsize(),
+                "running": int(self.running is not None)}  # fmt: skip
+        return (200 if ok else 503), body
+
+    def metrics_text(self, open_connections: int) -> str:
+        gauges = {
+            "queue_depth": ("Generations waiting for the worker.", float(self.jobs.qsize())),
+            "queue_limit": ("Generations that may wait before requests are refused (429).", self.limits.max_queue),
+            "running": ("Generations running (0 or 1).", float(self.running is not None)),
+            "open_connections": ("HTTP connections open.", float(open_connections)),
+        }
+        return self.metrics.render(gauges)
+
+    def prepare(self, body: Any, chat: bool) -> tuple[Job, bool]:
+        """Validates a request body; the job to queue and whether the client asked for a stream."""
+        if not isinstance(body, dict):
+            raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        model = body.get("model")
+        if not isinstance(model, str):
+            raise RequestError(400, "'model' is required (a string)", "model")
+        if model != self.model.name:
+            raise RequestError(404, f"the model {model!r} does not exist; this server has {self.model.name!r}",
+                               "model", "model_not_found")  # fmt: skip
+        param = "messages" if chat else "prompt"
+        try:
+            if chat:
+                messages = validate_messages(body.get("messages"))
+                self._check_bytes(sum(len(str(m.get("content") or "").encode()) for m in messages), param)
+                prompt_ids = self.model.encode_chat(messages)
+            else:
+                prompt = body.get("prompt")
+                if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                    prompt = prompt[0]
+                if not isinstance(prompt, str) or not prompt:
+                    raise RequestError(400, f"'prompt' must be a non-empty string, got {prompt!r:.80}", "prompt")
+                self._check_bytes(len(prompt.encode()), param)
+                prompt_ids = self.model.encode_prompt(prompt)
+        except ValueError as error:
+            raise RequestError(400, str(error), param) from None
+        room = self.model.context_length - len(prompt_ids)
+        if room <= 0:
+            raise RequestError(400, f"the prompt has {len(prompt_ids)} tokens; the model's context length is "
+                               f"{self.model.context_length}", param, "context_length_exceeded")  # fmt: skip
+        limit_name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+        max_tokens = body.get(limit_name, None if chat else 16)
+        if max_tokens is None:
+            max_tokens = room
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise RequestError(400, f"'{limit_name}' must be a non-negative integer, got {max_tokens!r}", limit_name)
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
+            raise RequestError(400, f"'stop' must be a string or a list of up to 4 strings, got {stop!r:.80}", "stop")
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED):
+            raise RequestError(400, f"'seed' must be an integer in [0, 2**63 - 1], got {seed!r:.40}", "seed")
+        options = {
+            "max_tokens": min(max_tokens, room),
+            "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+            "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
+            "top_k": 0,
+            "seed": seed,
+            "stop": stop,
+        }
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise RequestError(400, f"'stream' must be true or false, got {stream!r}", "stream")
+        return Job(prompt_ids, options), stream
+
+    def _check_bytes(self, size: int, param: str) -> None:
+        if size > self.max_prompt_bytes:
+            raise RequestError(400, f"the prompt has {size} bytes, more than {self.max_prompt_bytes} (the most that "
+                               f"{self.model.context_length} tokens of this vocabulary can hold); the model's context "
+                               f"length is {self.model.context_length}", param, "context_length_exceeded")  # fmt: skip
+
+    def usage(self, result: Completion) -> dict[str, int]:
+        return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+
+    def response(self, job: Job, chat: bool, ident: str, created: int) -> dict[str, Any]:
+        """The non-streaming response body (after the whole generation)."""
+        with closing(self.results(job)) as deltas:
+            text = "".join(deltas)
+        result = job.result
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": result.finish_reason, "logprobs": None}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": result.finish_reason, "logprobs": None}
+        return {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
+                "model": self.model.name, "choices": [choice], "usage": self.usage(result)}  # fmt: skip
+
+    def chunks(
+        self, job: Job, chat: bool, ident: str, created: int, usage: bool
+    ) -> Generator[dict[str, Any], None, None]:
+        """The streaming response's chunks: the text deltas, then one with the finish reason (and usage)."""
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(delta: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+            if chat:
+                content: dict[str, Any] = {} if delta is None else {"content": delta}
+                if first:
+                    content = {"role": "assistant", "content": ""}
+                choice: dict[str, Any] = {"index": 0, "delta": content, "finish_reason": finish, "logprobs": None}
+            else:
+                choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+            return {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [choice]}
+
+        if chat:
+            yield chunk(None, None, first=True)
+        with closing(self.results(job)) as deltas:
+            for delta in deltas:
+                yield chunk(delta, None)
+        yield chunk(None, job.result.finish_reason)
+        if usage:
+            yield {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [],
+                   "usage": self.usage(job.result)}  # fmt: skip
