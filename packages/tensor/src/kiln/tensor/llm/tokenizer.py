@@ -277,10 +277,10 @@ def _sentencepiece(metadata: Mapping[str, Any], tokens: list[str], types: list[i
     if metadata.get("tokenizer.ggml.remove_extra_whitespaces", False):
         steps += [normalizers.Replace(tokenizers.Regex(r"\A +| +\z"), ""),
                   normalizers.Replace(tokenizers.Regex(" {2,}"), " ")]  # fmt: skip
+    if dummy_prefix:  # before each run of text, after a special token too, as llama.cpp (and legacy Llama 2) do
+        steps.append(normalizers.Prepend("▁"))
     steps.append(normalizers.Replace(" ", "▁"))
     backend.normalizer = normalizers.Sequence(steps)
-    if dummy_prefix:  # "first": no "▁" after a special token, as SentencePiece (non-legacy transformers) does
-        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
     steps_back: list[decoders.Decoder] = [decoders.Replace("▁", " ")]
     if byte_fallback:
         steps_back.append(decoders.ByteFallback())
