@@ -12,6 +12,7 @@ HTML, `dict`, a `namespace` without underscore names) and the same variables (`m
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
@@ -106,6 +107,9 @@ class _TemplateNamespace(jinja2.utils.Namespace):
 
 
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    version = tuple(int(part) for part in re.findall(r"\d+", jinja2.__version__)[:3])
+    if version < (3, 1, 6):  # earlier releases have known sandbox escapes, and templates are untrusted code
+        raise ImportError(f"chat templates need jinja2 >= 3.1.6 (its sandbox fixes), found {jinja2.__version__}")
     environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ class Tokenizer:
         if not isinstance(backend, tokenizers.Tokenizer):
             raise TypeError(f"Tokenizer wraps a tokenizers.Tokenizer, got {type(backend).__name__}")
         self.backend = backend
-        self._literal: tokenizers.Tokenizer | None = None  # a copy that reads special tokens as plain text
+        self._encoding = threading.Lock()  # `encode_special_tokens` is the backend's state, set per call
         added = backend.get_added_tokens_decoder()
         self.special = {token.content: token_id for token_id, token in added.items() if token.special}
         self.special_ids = set(self.special.values())
@@ -97,7 +98,7 @@ class Tokenizer:
     @property
     def add_bos(self) -> bool:
         """Whether `encode` puts `bos_id` first (the post-processor's doing: GGUF add_bos_token, Llama's template)."""
-        return self.bos_id is not None and self.backend.encode("", add_special_tokens=True).ids[:1] == [self.bos_id]
+        return self.bos_id is not None and self.encode("")[:1] == [self.bos_id]
 
     def token(self, token_id: int) -> str:
         """The vocabulary entry of `token_id` (as the model spells it: byte-level characters, "▁", "##" ...)."""
@@ -179,15 +180,9 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}")
-        backend = self.backend if allow_special else self._literal_backend()
-        return list(backend.encode(text, add_special_tokens=add_special).ids)
-
-    def _literal_backend(self) -> tokenizers.Tokenizer:
-        if self._literal is None:  # a copy, so one thread's literal encoding never changes another's
-            literal = tokenizers.Tokenizer.from_str(self.backend.to_str())
-            literal.encode_special_tokens = True
-            self._literal = literal
-        return self._literal
+        with self._encoding:
+            self.backend.encode_special_tokens = not allow_special
+            return list(self.backend.encode(text, add_special_tokens=add_special).ids)
 
     # -- decoding ----------------------------------------------------------------------------------------------------
     def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
@@ -294,17 +289,17 @@ def _merges_from_scores(vocab: Mapping[str, int], scores: Mapping[str, float]) -
     """BPE merges of a SentencePiece vocabulary: every split of a piece into two pieces, higher score first.
 
     SentencePiece's BPE joins the neighbouring pair whose joined piece scores highest; as ranked merges that is
-    one merge per split of each mergeable piece, ordered by the piece's score (ties: longer left part first, then
-    by the parts' ids), the order transformers' conversion uses.
+    one merge per split of each mergeable piece, ordered by the piece's score, ties by longer left then longer right
+    part, then in vocabulary order and by the parts' ids (the order transformers' conversion uses).
     """
-    found: list[tuple[float, int, int, int, int, str, str]] = []
+    found: list[tuple[str, str, float]] = []
     for piece, score in scores.items():
-        for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in vocab and right in vocab:
-                found.append((-score, -len(left), -len(right), vocab[left], vocab[right], left, right))
-    found.sort()
-    return [(left, right) for *_, left, right in found]
+        splits = [(piece[:cut], piece[cut:]) for cut in range(1, len(piece))]
+        local = [(left, right) for left, right in splits if left in vocab and right in vocab]
+        local.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
+        found += [(left, right, score) for left, right in local]
+    found.sort(key=lambda merge: (-merge[2], -len(merge[0]), -len(merge[1])))  # stable: ties keep their order
+    return [(left, right) for left, right, _ in found]
 
 
 def _wordpiece(metadata: Mapping[str, Any], tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
