@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kiln.tensor.llm.tokenizer import LLAMA3_SPLIT, Tokenizer
+from kiln.tensor.llm.tokenizer import _GGUF_PRE, LLAMA3_SPLIT, Tokenizer
 
 from .conftest import GPT2_SPLIT, QWEN2_SPLIT, SPECIAL, train_tokenizer
 
@@ -98,6 +98,49 @@ def test_gguf_byte_level_bpe_gives_the_same_ids(pattern: str, pre: str, ignore_m
     assert not no_bos.add_bos and no_bos.encode("hi") == reference.encode("hi").ids
     eos = Tokenizer.from_gguf_metadata({**metadata, "tokenizer.ggml.add_eos_token": True})
     assert eos.encode("hi")[-1] == vocab["<|end_of_text|>"]
+
+
+def train_with_splits(splits: list[str]) -> Any:
+    """A byte-level BPE trained like conftest's, with several regex splits applied in turn (llama.cpp's way)."""
+    reference = train_tokenizer(splits[0])
+    pieces = [tokenizers.pre_tokenizers.Split(tokenizers.Regex(split), behavior="isolated") for split in splits]
+    reference.pre_tokenizer = tokenizers.pre_tokenizers.Sequence(
+        [*pieces, tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    return reference
+
+
+@pytest.mark.parametrize(
+    ("splits", "pre"),
+    [
+        ([r"\p{N}", GPT2_SPLIT], "starcoder"),
+        ([r"[\p{P}\$\+<=>\^~\|]+", GPT2_SPLIT, r"\p{N}+", r"[0-9][0-9][0-9]"], "default"),
+    ],
+)
+def test_gguf_pre_tokenizers_of_several_splits(splits: list[str], pre: str) -> None:
+    reference = train_with_splits(splits)
+    ours = Tokenizer.from_gguf_metadata(gguf_of(reference, pre))
+    for text in SAMPLES + random_texts(seed=6, count=1000):
+        assert ours.encode(text, add_special=False) == reference.encode(text).ids, text
+
+
+def test_every_known_pre_tokenizer_builds_and_splits_as_its_family() -> None:
+    metadata = gguf_of(train_tokenizer(LLAMA3_SPLIT), "llama-bpe")
+
+    def pieces(pre: str, text: str) -> list[str]:
+        ours = Tokenizer.from_gguf_metadata({**metadata, "tokenizer.ggml.pre": pre})
+        assert ours.decode(ours.encode(text, add_special=False)) == text
+        return [piece for piece, _ in ours.backend.pre_tokenizer.pre_tokenize_str(text)]
+
+    for pre in sorted(_GGUF_PRE):
+        for text in [*SAMPLES, "Élan vital ÄÖÜ 123456 x/y\n"]:
+            pieces(pre, text)
+    # hand-worked splits: Mistral's tekken cuts at case changes, qwen35 keeps combining marks with their letter,
+    # starcoder's family isolates every digit, llama3 groups up to three
+    assert pieces("tekken", "HelloWorld FOO") == ["Hello", "World", "ĠFOO"]
+    assert len(pieces("qwen35", "e\u0301x")) == 1 and len(pieces("qwen2", "e\u0301x")) == 2
+    assert pieces("starcoder", "abc 123") == ["abc", "Ġ", "1", "2", "3"]
+    assert pieces("llama-bpe", "abc 12345") == ["abc", "Ġ", "123", "45"]
 
 
 def test_special_tokens_only_when_allowed(tmp_path: Path) -> None:

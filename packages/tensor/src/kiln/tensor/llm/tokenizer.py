@@ -20,6 +20,7 @@ import json
 import numbers
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +35,42 @@ LLAMA3_SPLIT = (
     r"\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN35_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+TEKKEN_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
+    r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
 
-# GGUF tokenizer.ggml.pre values (llama.cpp's names) -> (split regex, whether whole words are looked up first)
+
+@dataclass(frozen=True)
+class _PreTokenizer:
+    """A GGUF `tokenizer.ggml.pre`: the regex splits applied in turn, and whether whole words are looked up first."""
+
+    splits: tuple[str, ...]
+    ignore_merges: bool = False
+    add_bos: bool = False  # llama.cpp's default when the file has no tokenizer.ggml.add_bos_token
+
+
+_LLAMA3 = _PreTokenizer((LLAMA3_SPLIT,), ignore_merges=True, add_bos=True)
+_GPT2 = _PreTokenizer((GPT2_SPLIT,))
+_DIGITS_THEN_GPT2 = _PreTokenizer((r"\p{N}", GPT2_SPLIT))
+# llama.cpp's names for the pre-tokenizers (llama-vocab.cpp) -> what they split
 _GGUF_PRE = {
-    "llama3": (LLAMA3_SPLIT, True),
-    "llama-bpe": (LLAMA3_SPLIT, True),
-    "llama-v3": (LLAMA3_SPLIT, True),
-    "smaug-bpe": (LLAMA3_SPLIT, False),
-    "qwen2": (QWEN2_SPLIT, False),
-    "qwen35": (QWEN2_SPLIT, False),
-    "deepseek-r1-qwen": (QWEN2_SPLIT, False),
-    "gpt-2": (GPT2_SPLIT, False),
-    "gpt2": (GPT2_SPLIT, False),
-    "default": (GPT2_SPLIT, False),
+    **dict.fromkeys(("llama3", "llama-bpe", "llama-v3"), _LLAMA3),
+    **dict.fromkeys(("dbrx", "smaug-bpe", "chatglm-bpe", "glm4"), _PreTokenizer((LLAMA3_SPLIT,))),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "stablelm2"), _PreTokenizer((QWEN2_SPLIT,))),
+    "qwen35": _PreTokenizer((QWEN35_SPLIT,)),
+    **dict.fromkeys(("gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais"), _GPT2),
+    **dict.fromkeys(
+        ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva"), _DIGITS_THEN_GPT2
+    ),
+    "tekken": _PreTokenizer((TEKKEN_SPLIT,), ignore_merges=True, add_bos=True),
+    "default": _PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2_SPLIT, r"\p{N}+", r"[0-9][0-9][0-9]")),
 }
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
@@ -159,10 +182,15 @@ class Tokenizer:
                 if t in (_CONTROL, _UNKNOWN, _USER_DEFINED)
             ]
         )
-        bos, eos = _metadata_id(metadata, "bos", "cls"), _metadata_id(metadata, "eos", "seperator")
+        bos, eos = _metadata_id(metadata, "bos"), _metadata_id(metadata, "eos")
         add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", _adds_bos_by_default(metadata)))
-        add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", kind in ("t5", "bert")))
-        backend.post_processor = _bos_eos_processor(backend, bos, eos, add_bos, add_eos)
+        add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", kind == "t5"))
+        if kind == "bert":  # BERT's sequence: [CLS] text [SEP]
+            first, last = _metadata_id(metadata, "cls", "bos"), _metadata_id(metadata, "seperator", "eos")
+            add_last = bool(metadata.get("tokenizer.ggml.add_sep_token", True))
+            backend.post_processor = _bos_eos_processor(backend, first, last, add_bos, add_last)
+        else:
+            backend.post_processor = _bos_eos_processor(backend, bos, eos, add_bos, add_eos)
         stops = _end_of_turn_ids(backend)
         for key in ("eot", "eom"):
             found = _metadata_id(metadata, key)
@@ -232,15 +260,13 @@ def _byte_level_bpe(metadata: Mapping[str, Any], tokens: list[str], types: list[
     pre = str(metadata.get("tokenizer.ggml.pre", "default"))
     if pre not in _GGUF_PRE:
         raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}; kiln knows {sorted(_GGUF_PRE)}")
-    split, ignore_merges = _GGUF_PRE[pre]
+    chosen = _GGUF_PRE[pre]
     merges = [_pair(m) for m in metadata.get("tokenizer.ggml.merges", [])]
     vocab = {token: token_id for token_id, token in enumerate(tokens)}
-    backend = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+    backend = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=chosen.ignore_merges))
+    splits = [pre_tokenizers.Split(tokenizers.Regex(split), behavior="isolated") for split in chosen.splits]
     backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(tokenizers.Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     backend.decoder = decoders.ByteLevel()
     return backend
@@ -324,9 +350,10 @@ def _bert_spelling(token: str, token_type: int) -> str:
 
 
 def _adds_bos_by_default(metadata: Mapping[str, Any]) -> bool:
-    """llama.cpp's default when add_bos_token is absent: SentencePiece BPE, BERT and Llama 3's BPE add one."""
-    kind, pre = metadata.get("tokenizer.ggml.model"), metadata.get("tokenizer.ggml.pre", "default")
-    return kind in ("llama", "bert") or pre in ("llama3", "llama-bpe", "llama-v3")
+    """llama.cpp's default when add_bos_token is absent: SentencePiece BPE and BERT ([CLS]) add one, byte-level BPE
+    as its pre-tokenizer says (Llama 3's does)."""
+    kind, pre = metadata.get("tokenizer.ggml.model"), str(metadata.get("tokenizer.ggml.pre", "default"))
+    return kind in ("llama", "bert") or (kind == "gpt2" and pre in _GGUF_PRE and _GGUF_PRE[pre].add_bos)
 
 
 def _bos_eos_processor(
