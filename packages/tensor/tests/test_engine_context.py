@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kiln.tensor import Tensor, no_grad
+from kiln.tensor import Tensor, nn, no_grad, optim
 from kiln.tensor.realize import Engine, Recording, default_engine, engines_in_context, use_engine
 
 STEP_TIMEOUT = 60.0  # seconds a barrier waits: a deadlock fails the test instead of hanging it
@@ -223,3 +223,35 @@ def test_use_engine_is_per_thread() -> None:
         leave.set()
         thread.join(STEP_TIMEOUT)
     assert seen[0] is not engine
+
+
+def test_batchnorm_statistics_stay_with_their_module_in_two_threads() -> None:
+    # each thread trains its own BatchNorm in its own engine; the running statistics are the module's (no list shared
+    # between threads or optimizers): after two steps each matches numpy's running average of its own batches
+    rng = np.random.default_rng(41)
+    batches = {name: [rng.standard_normal((6, 3)).astype(np.float32) for _ in range(2)] for name in ("a", "b")}
+    barrier = threading.Barrier(2, timeout=STEP_TIMEOUT)
+    layers: dict[str, nn.BatchNorm1d] = {}
+
+    def train(name: str) -> Callable[[], None]:
+        def work() -> None:
+            with use_engine(Engine()):
+                layer = layers[name] = nn.BatchNorm1d(3, momentum=0.5)
+                optimizer = optim.SGD(layer.parameters(), lr=0.1)
+                for batch in batches[name]:
+                    barrier.wait()  # both threads are between steps at once
+                    optimizer.zero_grad()
+                    layer(Tensor(batch)).square().mean().backward()
+                    optimizer.step()
+
+        return work
+
+    _run_in_threads(train("a"), train("b"))
+    for name, layer in layers.items():
+        mean, var = np.zeros(3), np.ones(3)
+        for batch in batches[name]:
+            mean = 0.5 * mean + 0.5 * batch.mean(0)
+            var = 0.5 * var + 0.5 * batch.var(0, ddof=1)
+        np.testing.assert_allclose(layer.running_mean.numpy(), mean, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(layer.running_var.numpy(), var, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert layer.num_batches_tracked.item() == 2
