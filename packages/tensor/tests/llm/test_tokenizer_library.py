@@ -351,3 +351,38 @@ def test_gguf_wordpiece_from_llama_cpp_spelling() -> None:
     # lowercased, accents stripped (BERT uncased), "!" unknown; the decoder joins "##" pieces and spaces words
     assert ours.decode(ids) == reference.decode(ids, skip_special_tokens=False) == "the theory, there ; unknown [UNK]"
     assert ours.decode(ids, skip_special=True) == reference.decode(ids) == "the theory, there ; unknown"
+
+
+# -- a GGUF file -------------------------------------------------------------------------------------------------------
+def test_tokenizer_and_template_read_from_a_gguf_file(tmp_path: Path) -> None:
+    """A vocabulary written by gguf-py (as convert_hf_to_gguf.py does), read back by kiln's GGUF reader."""
+    gguf = pytest.importorskip("gguf")
+    numpy = pytest.importorskip("numpy")
+    from kiln.tensor.llm.session import find_chat_template
+    from kiln.tensor.llm.weights import LoadedModel, gguf_load_raw
+
+    _, tokens, scores = sentencepiece_reference("bpe")
+    metadata = spm_metadata("bpe", tokens, scores)
+    template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"
+    writer = gguf.GGUFWriter(str(tmp_path / "model.gguf"), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(metadata["tokenizer.ggml.token_type"])
+    writer.add_bos_token_id(metadata["tokenizer.ggml.bos_token_id"])
+    writer.add_eos_token_id(metadata["tokenizer.ggml.eos_token_id"])
+    writer.add_unk_token_id(metadata["tokenizer.ggml.unknown_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(template)
+    writer.add_tensor("x", numpy.zeros(4, dtype=numpy.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    read, _ = gguf_load_raw(str(tmp_path / "model.gguf"))
+    from_file, from_dict = Tokenizer.from_gguf_metadata(read), Tokenizer.from_gguf_metadata(metadata)
+    for text in random_texts(seed=7, count=200, alphabet=SPM_ALPHABET):
+        expected = [tokens.index("<s>"), *brute_force_sentencepiece_bpe(text, tokens, scores)]
+        assert from_file.encode(text) == from_dict.encode(text) == expected
+    found = find_chat_template(LoadedModel(None, None, read, "m"))  # type: ignore[arg-type]
+    assert found == (template, "GGUF tokenizer.chat_template")
