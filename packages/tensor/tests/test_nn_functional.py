@@ -8,21 +8,18 @@ venv with torch; torch is never imported here.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conformance.functional_cases import CASES, Case, Ref
 
 import kiln.tensor.nn.functional as F
 from kiln.tensor import Tensor, nn
 
 FOLDER = Path(__file__).parent / "conformance"
-sys.path.insert(0, str(FOLDER))
-
-from functional_cases import CASES, Case, Ref  # noqa: E402
 
 FIXTURE = np.load(FOLDER / "functional.npz")
 RECORDED = [str(key) for key in FIXTURE["__recorded__"]]

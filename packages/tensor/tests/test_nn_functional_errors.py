@@ -5,20 +5,17 @@ in-place rules torch has."""
 from __future__ import annotations
 
 import builtins
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conformance.functional_cases import ERRORS, Ref
 
 import kiln.tensor.nn.functional as F
 from kiln.tensor import Tensor
 
 FOLDER = Path(__file__).parent / "conformance"
-sys.path.insert(0, str(FOLDER))
-
-from functional_cases import ERRORS, Ref  # noqa: E402
 
 FIXTURE = np.load(FOLDER / "functional.npz")
 

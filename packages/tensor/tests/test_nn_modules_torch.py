@@ -4,20 +4,17 @@ compile counts and constructor errors."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conformance.functional_cases import REPRS, STATES
 
 from kiln.tensor import Tensor, nn
 from kiln.tensor.realize.engine import Engine
 
 FOLDER = Path(__file__).parent / "conformance"
-sys.path.insert(0, str(FOLDER))
-
-from functional_cases import REPRS  # noqa: E402
 
 FIXTURE = np.load(FOLDER / "functional.npz")
 
@@ -33,6 +30,66 @@ def _resolve(call: str) -> Any:
 def test_repr_matches_torch(index: int) -> None:
     call, init = REPRS[index]
     assert repr(_resolve(call)(**init)) == str(FIXTURE[f"repr/{index}"])
+
+
+@pytest.mark.parametrize("index", range(len(STATES)), ids=[f"{call}-{i}" for i, (call, _) in enumerate(STATES)])
+def test_state_dict_names_and_shapes_match_torch(index: int) -> None:
+    call, init = STATES[index]
+    state = _resolve(call)(**init).state_dict()
+    assert list(state) == [str(name) for name in FIXTURE[f"state_names/{index}"]]
+    assert [str(list(value.shape)) for value in state.values()] == [str(s) for s in FIXTURE[f"state_shapes/{index}"]]
+
+
+def test_bilinear_initialisation_bound() -> None:
+    Tensor.manual_seed(0)
+    layer = nn.Bilinear(16, 3, 64)
+    weight, bias = layer.weight.numpy(), layer.bias.numpy()
+    # torch draws both from U(-1/sqrt(in1_features), 1/sqrt(in1_features)): max near the bound, std bound/sqrt(3)
+    assert np.abs(weight).max() <= 0.25 and np.abs(weight).max() > 0.24
+    assert abs(weight.std() - 0.25 / np.sqrt(3)) < 0.01
+    assert np.abs(bias).max() <= 0.25
+
+
+def test_max_unpool_layers_invert_max_pool() -> None:
+    x = np.random.default_rng(4).permutation(32).astype(np.float32).reshape(1, 2, 4, 4)
+    values, indices = Tensor(x).max_pool2d(2, return_indices=True)
+    restored = nn.MaxUnpool2d(2)(values, indices).numpy()
+    windows = x.reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 2, 2, 2, 4)
+    is_max = x == np.repeat(np.repeat(windows.max(-1), 2, axis=2), 2, axis=3)
+    np.testing.assert_array_equal(restored, np.where(is_max, x, 0.0))
+
+
+def test_alpha_dropout_keeps_selu_statistics() -> None:
+    Tensor.manual_seed(5)
+    x = np.random.default_rng(5).standard_normal(20000).astype(np.float32)
+    out = nn.AlphaDropout(0.2)(Tensor(x)).numpy()
+    alpha = 1.6732632423543772 * 1.0507009873554805
+    a = 1.0 / np.sqrt((alpha * alpha * 0.2 + 1) * 0.8)
+    dropped = np.isclose(out, a * alpha * (0.2 - 1), atol=1e-6)
+    np.testing.assert_allclose(out[~dropped], a * x[~dropped] + alpha * a * 0.2, rtol=1e-5, atol=1e-6)
+    assert 0.18 < dropped.mean() < 0.22
+    assert abs(out.mean()) < 0.05 and abs(out.std() - 1.0) < 0.05
+
+
+def test_rrelu_training_slopes_lie_between_bounds() -> None:
+    Tensor.manual_seed(6)
+    x = -np.ones(4000, np.float32)
+    slopes = -nn.RReLU(0.1, 0.3)(Tensor(x)).numpy()
+    assert slopes.min() >= 0.1 and slopes.max() <= 0.3 and abs(slopes.mean() - 0.2) < 0.01
+
+
+def test_gumbel_softmax_hard_is_one_hot_with_soft_gradient() -> None:
+    import kiln.tensor.nn.functional as F
+
+    Tensor.manual_seed(8)
+    logits = Tensor(np.log(np.array([[0.7, 0.2, 0.1]] * 3000, np.float32)), requires_grad=True)
+    sample = F.gumbel_softmax(logits, tau=0.5, hard=True)
+    values = sample.numpy()
+    assert set(np.unique(values)) == {0.0, 1.0} and np.all(values.sum(-1) == 1.0)
+    # Gumbel-max: the argmax is distributed as softmax(logits)
+    np.testing.assert_allclose(values.mean(0), [0.7, 0.2, 0.1], atol=0.03)
+    (sample * Tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert logits.grad is not None and np.abs(logits.grad.numpy()).sum() > 0
 
 
 def test_module_list_names_like_torch() -> None:

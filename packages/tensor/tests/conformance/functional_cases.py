@@ -474,7 +474,81 @@ def _loss_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = _activation_cases() + _layer_cases() + _spatial_cases() + _loss_cases()
+def _more_cases() -> list[Case]:
+    d, pos = "distinct", "positive"
+    return [
+        Case("local_response_norm", "F.local_response_norm", (_x(2, 5, 4),), {"size": 3}, F32_64),
+        Case(
+            "local_response_norm_4d",
+            "F.local_response_norm",
+            (_x(1, 6, 3, 3),),
+            {"size": 2, "alpha": 0.1, "beta": 0.5, "k": 2.0},
+        ),
+        Case("lp_pool1d", "F.lp_pool1d", (_x(2, 3, 8, kind=pos),), {"norm_type": 2, "kernel_size": 3, "stride": 2}),
+        Case("lp_pool2d", "F.lp_pool2d", (_x(1, 2, 6, 5, kind=pos),), {"norm_type": 3.0, "kernel_size": (2, 2)}),
+        Case("max_pool2d_with_indices", "F.max_pool2d_with_indices", (_x(1, 2, 6, 6, kind=d),), {"kernel_size": 3}),
+        Case(
+            "adaptive_max_pool1d_with_indices",
+            "F.adaptive_max_pool1d_with_indices",
+            (_x(2, 2, 9, kind=d),),
+            {"output_size": 4},
+        ),
+        Case("multilabel_soft_margin", "F.multilabel_soft_margin_loss", (_x(4, 5), _x(4, 5, kind="prob"))),
+        Case(
+            "multilabel_soft_margin_weight",
+            "F.multilabel_soft_margin_loss",
+            (_x(3, 4), _x(3, 4, kind="prob"), _x(4, kind=pos, grad=False)),
+            {"weight": Ref(2), "reduction": "none"},
+        ),
+        Case("multi_margin", "F.multi_margin_loss", (_x(5, 4), _index(5, high=4)), {}, F32_64),
+        Case(
+            "multi_margin_p2_weight",
+            "F.multi_margin_loss",
+            (_x(6, 3), _index(6, high=3), _x(3, kind=pos, grad=False)),
+            {"p": 2, "margin": 0.5, "weight": Ref(2), "reduction": "sum"},
+        ),
+        Case("multi_margin_1d", "F.multi_margin_loss", (_x(4), _index(high=4))),
+        Case("multilabel_margin", "F.multilabel_margin_loss", (_x(5, 4), _index(5, 4, high=4, low=-1))),
+        Case(
+            "multilabel_margin_none",
+            "F.multilabel_margin_loss",
+            (_x(3, 6), _index(3, 6, high=6, low=-1)),
+            {"reduction": "none"},
+        ),
+        Case("triplet_distance", "F.triplet_margin_with_distance_loss", (_x(4, 3), _x(4, 3), _x(4, 3))),
+        Case(
+            "triplet_distance_swap",
+            "F.triplet_margin_with_distance_loss",
+            (_x(3, 5), _x(3, 5), _x(3, 5)),
+            {"swap": True, "margin": 0.4, "reduction": "none"},
+        ),
+        Case("channel_shuffle", "F.channel_shuffle", (_x(2, 6, 2, 2),), {"groups": 3}),
+        Case("rrelu_eval", "F.rrelu", (_x(3, 4),), {"lower": 0.1, "upper": 0.5}),
+        Case("alpha_dropout_eval", "F.alpha_dropout", (_x(3, 4),), {"p": 0.3}),
+        Case("m_rrelu", "nn.RReLU", (_x(2, 5),), init={"lower": 0.2, "upper": 0.4}, eval=True),
+        Case("m_softmax2d", "nn.Softmax2d", (_x(2, 3, 2, 2),)),
+        Case("m_cosine_similarity", "nn.CosineSimilarity", (_x(3, 4), _x(3, 4)), init={"dim": 1}),
+        Case("m_pairwise_distance", "nn.PairwiseDistance", (_x(3, 4), _x(3, 4)), init={"p": 3.0, "keepdim": True}),
+        Case("m_unfold", "nn.Unfold", (_x(1, 2, 4, 4),), init={"kernel_size": 2, "stride": 2}),
+        Case("m_fold", "nn.Fold", (_x(1, 8, 4),), init={"output_size": 4, "kernel_size": 2, "stride": 2}),
+        Case("m_channel_shuffle", "nn.ChannelShuffle", (_x(1, 4, 3),), init={"groups": 2}),
+        Case("m_lp_pool1d", "nn.LPPool1d", (_x(2, 2, 7, kind=pos),), init={"norm_type": 2, "kernel_size": 2}),
+        Case("m_local_response_norm", "nn.LocalResponseNorm", (_x(2, 4, 3),), init={"size": 3}),
+        Case("m_alpha_dropout_eval", "nn.AlphaDropout", (_x(3, 3),), init={"p": 0.2}, eval=True),
+        Case("m_multilabel_soft_margin", "nn.MultiLabelSoftMarginLoss", (_x(3, 4), _x(3, 4, kind="prob"))),
+        Case(
+            "m_multi_margin",
+            "nn.MultiMarginLoss",
+            (_x(4, 3), _index(4, high=3), _x(3, kind=pos, grad=False)),
+            init={"p": 2, "weight": Ref(2)},
+        ),
+        Case("m_multilabel_margin", "nn.MultiLabelMarginLoss", (_x(2, 5), _index(2, 5, high=5, low=-1))),
+        Case("m_triplet_distance", "nn.TripletMarginWithDistanceLoss", (_x(3, 2), _x(3, 2), _x(3, 2))),
+        Case("m_nll2d", "nn.NLLLoss2d", (_x(2, 3, 2, 2), _index(2, 2, 2, high=3))),
+    ]
+
+
+CASES: list[Case] = _activation_cases() + _layer_cases() + _spatial_cases() + _loss_cases() + _more_cases()
 
 
 # (module path, constructor arguments): torch's repr of each is recorded as `repr/<index>`
@@ -539,6 +613,39 @@ REPRS: list[tuple[str, dict[str, Any]]] = [
     ("nn.MSELoss", {}),
     ("nn.BCEWithLogitsLoss", {}),
     ("nn.TripletMarginLoss", {}),
+    ("nn.Bilinear", {"in1_features": 2, "in2_features": 3, "out_features": 4}),
+    ("nn.Bilinear", {"in1_features": 2, "in2_features": 3, "out_features": 1, "bias": False}),
+    ("nn.CosineSimilarity", {}),
+    ("nn.PairwiseDistance", {"p": 1.0}),
+    ("nn.Softmax2d", {}),
+    ("nn.Fold", {"output_size": 3, "kernel_size": 2}),
+    ("nn.Unfold", {"kernel_size": (2, 3), "dilation": 2}),
+    ("nn.ChannelShuffle", {"groups": 2}),
+    ("nn.MaxUnpool1d", {"kernel_size": 2}),
+    ("nn.MaxUnpool2d", {"kernel_size": 2}),
+    ("nn.MaxUnpool3d", {"kernel_size": 3, "stride": 2, "padding": 1}),
+    ("nn.LPPool2d", {"norm_type": 2, "kernel_size": 3}),
+    ("nn.LPPool1d", {"norm_type": 1.5, "kernel_size": 2, "stride": 1, "ceil_mode": True}),
+    ("nn.AlphaDropout", {}),
+    ("nn.FeatureAlphaDropout", {"p": 0.1}),
+    ("nn.LocalResponseNorm", {"size": 3}),
+    ("nn.RReLU", {}),
+    ("nn.RReLU", {"lower": 0.1, "upper": 0.2, "inplace": True}),
+    ("nn.MultiMarginLoss", {}),
+    ("nn.TripletMarginWithDistanceLoss", {}),
+]
+
+# (module path, constructor arguments) of modules with random initial values: torch's state-dict names and shapes
+# are recorded as `state_names/<index>` and `state_shapes/<index>`
+STATES: list[tuple[str, dict[str, Any]]] = [
+    ("nn.Bilinear", {"in1_features": 3, "in2_features": 2, "out_features": 4}),
+    ("nn.Bilinear", {"in1_features": 2, "in2_features": 2, "out_features": 1, "bias": False}),
+    ("nn.PReLU", {"num_parameters": 5}),
+    ("nn.Embedding", {"num_embeddings": 7, "embedding_dim": 3, "padding_idx": 1}),
+    ("nn.InstanceNorm3d", {"num_features": 2, "affine": True, "track_running_stats": True}),
+    ("nn.InstanceNorm1d", {"num_features": 2, "affine": True, "bias": False}),
+    ("nn.TripletMarginWithDistanceLoss", {}),
+    ("nn.ModuleList", {}),
 ]
 
 

@@ -9,7 +9,8 @@ and backward (gradients of sum(output * upstream) for a random upstream of each 
 `functional.npz` next to it: per case key the inputs `in<i>`, outputs `out<i>`, upstreams `up<i>`, input gradients
 `grad<i>`, inputs after the call `after<i>` (cases that mutate), and for modules the state-dict names `keys`, values
 after the call `state/<name>` and parameter gradients `pgrad/<name>`; and `repr/<i>`, torch's repr of the i-th
-module of `REPRS`; `error/<i>/class` and `error/<i>/message` for each refused call of `ERRORS`.
+module of `REPRS`; `error/<i>/class` and `error/<i>/message` for each refused call of `ERRORS`;
+`state_names/<i>` and `state_shapes/<i>` of each module of `STATES`.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from functional_cases import (  # beside this script (run as a script: its folder)
+    CASES,
+    ERRORS,
+    REPRS,
+    STATES,
+    Case,
+    In,
+    Ref,
+)
 from torch import nn
 
 FOLDER = Path(__file__).resolve().parent
-sys.path.insert(0, str(FOLDER))
-
-from functional_cases import CASES, ERRORS, REPRS, Case, In, Ref  # noqa: E402
 
 
 def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -153,6 +160,10 @@ def main() -> int:
             entries[f"error/{index}/message"] = np.array(message)
         else:
             raise AssertionError(f"error case {index} ({error.call}): torch accepted it")
+    for index, (call, init) in enumerate(STATES):
+        state = _resolve(call)(**init).state_dict()
+        entries[f"state_names/{index}"] = np.array(list(state), dtype=str)
+        entries[f"state_shapes/{index}"] = np.array([str(list(value.shape)) for value in state.values()], dtype=str)
     for index, (call, init) in enumerate(REPRS):
         entries[f"repr/{index}"] = np.array(repr(_resolve(call)(**init)))
     path = FOLDER / "functional.npz"

@@ -23,9 +23,11 @@ from kiln.tensor.nn.activation import (
     PReLU,
     ReLU,
     ReLU6,
+    RReLU,
     Sigmoid,
     SiLU,
     Softmax,
+    Softmax2d,
     Softmin,
     Softplus,
     Softshrink,
@@ -33,7 +35,7 @@ from kiln.tensor.nn.activation import (
     Tanh,
     Tanhshrink,
     Threshold,
-)  # fmt: skip
+)
 from kiln.tensor.nn.adaptive_pooling import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -41,13 +43,18 @@ from kiln.tensor.nn.adaptive_pooling import (
     AdaptiveMaxPool1d,
     AdaptiveMaxPool2d,
     AdaptiveMaxPool3d,
-)  # fmt: skip
+)
 from kiln.tensor.nn.attention import MultiheadAttention
+from kiln.tensor.nn.bilinear import Bilinear
+from kiln.tensor.nn.channel_shuffle import ChannelShuffle
 from kiln.tensor.nn.containers import ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList
 from kiln.tensor.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
-from kiln.tensor.nn.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
+from kiln.tensor.nn.distance import CosineSimilarity, PairwiseDistance
+from kiln.tensor.nn.dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
+from kiln.tensor.nn.fold import Fold, Unfold
 from kiln.tensor.nn.instance_norm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from kiln.tensor.nn.linear import Flatten, Identity, Linear
+from kiln.tensor.nn.local_response_norm import LocalResponseNorm
 from kiln.tensor.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -60,12 +67,18 @@ from kiln.tensor.nn.loss import (
     L1Loss,
     MarginRankingLoss,
     MSELoss,
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
     NLLLoss,
+    NLLLoss2d,
     PoissonNLLLoss,
     SmoothL1Loss,
     SoftMarginLoss,
     TripletMarginLoss,
-)  # fmt: skip
+    TripletMarginWithDistanceLoss,
+)
+from kiln.tensor.nn.lp_pooling import LPPool1d, LPPool2d, LPPool3d
 from kiln.tensor.nn.module import Module, Sequential
 from kiln.tensor.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from kiln.tensor.nn.padding import (
@@ -84,26 +97,30 @@ from kiln.tensor.nn.padding import (
     ZeroPad1d,
     ZeroPad2d,
     ZeroPad3d,
-)  # fmt: skip
+)
 from kiln.tensor.nn.pooling import AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d, MaxPool3d
 from kiln.tensor.nn.sparse import Embedding
 from kiln.tensor.nn.unflatten import Unflatten
+from kiln.tensor.nn.unpooling import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
 from kiln.tensor.nn.upsampling import PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d",
-    "BatchNorm2d", "CELU", "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
-    "ConstantPad3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "CosineEmbeddingLoss",
-    "CrossEntropyLoss", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Embedding", "Flatten", "GELU", "GLU",
-    "GaussianNLLLoss", "GroupNorm", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh", "HingeEmbeddingLoss",
-    "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "L1Loss", "LayerNorm",
-    "LeakyReLU", "Linear", "LogSigmoid", "LogSoftmax", "MSELoss", "MarginRankingLoss", "MaxPool1d", "MaxPool2d",
-    "MaxPool3d", "Mish", "Module", "ModuleDict", "ModuleList", "MultiheadAttention", "NLLLoss", "PReLU", "Parameter",
-    "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RMSNorm", "ReLU", "ReLU6",
-    "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
+    "AdaptiveMaxPool3d", "AlphaDropout", "AvgPool1d", "AvgPool2d", "AvgPool3d", "BCELoss", "BCEWithLogitsLoss",
+    "BatchNorm1d", "BatchNorm2d", "Bilinear", "CELU", "ChannelShuffle", "CircularPad1d", "CircularPad2d",
+    "CircularPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "Conv1d", "Conv2d", "Conv3d",
+    "ConvTranspose1d", "ConvTranspose2d", "CosineEmbeddingLoss", "CosineSimilarity", "CrossEntropyLoss", "Dropout",
+    "Dropout1d", "Dropout2d", "Dropout3d", "ELU", "Embedding", "FeatureAlphaDropout", "Flatten", "Fold", "GELU",
+    "GLU", "GaussianNLLLoss", "GroupNorm", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh", "HingeEmbeddingLoss",
+    "HuberLoss", "Identity", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "L1Loss", "LPPool1d",
+    "LPPool2d", "LPPool3d", "LayerNorm", "LeakyReLU", "Linear", "LocalResponseNorm", "LogSigmoid", "LogSoftmax",
+    "MSELoss", "MarginRankingLoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d",
+    "MaxUnpool3d", "Mish", "Module", "ModuleDict", "ModuleList", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss", "MultiheadAttention", "NLLLoss", "NLLLoss2d", "PReLU", "PairwiseDistance", "Parameter",
+    "ParameterDict", "ParameterList", "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RMSNorm", "RReLU", "ReLU",
+    "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
     "ReplicationPad3d", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss", "SoftMarginLoss", "Softmax",
-    "Softmin", "Softplus", "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold", "TripletMarginLoss",
-    "Unflatten", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d",
-    "functional", "init",
+    "Softmax2d", "Softmin", "Softplus", "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold",
+    "TripletMarginLoss", "TripletMarginWithDistanceLoss", "Unflatten", "Unfold", "Upsample", "UpsamplingBilinear2d",
+    "UpsamplingNearest2d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "functional", "init",
 ]  # fmt: skip

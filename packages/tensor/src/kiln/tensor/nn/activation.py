@@ -10,8 +10,8 @@ from kiln.tensor.tensor import Tensor
 
 __all__ = [
     "CELU", "ELU", "GELU", "GLU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh", "LeakyReLU",
-    "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU", "ReLU6", "Sigmoid", "SiLU", "Softmax", "Softmin", "Softplus",
-    "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold",
+    "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "RReLU", "ReLU", "ReLU6", "Sigmoid", "SiLU", "Softmax", "Softmax2d",
+    "Softmin", "Softplus", "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold",
 ]  # fmt: skip
 
 
@@ -320,3 +320,29 @@ class PReLU(Module):
 
 def _filled(shape: tuple[int, ...], value: float, device: str | None) -> Tensor:
     return init.parameter(Tensor.full(shape, float(value), device=device))
+
+
+class Softmax2d(Module):
+    """softmax over the channels (dim -3) of (N, C, H, W) or (C, H, W), like `torch.nn.Softmax2d`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.softmax(x, -3)."""
+        if x.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {x.ndim}D instead")
+        return F.softmax(x, -3)
+
+
+class RReLU(Module):
+    """Leaky ReLU with a random slope from U(lower, upper) per element in training, (lower + upper) / 2 in eval,
+    like `torch.nn.RReLU`."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False) -> None:
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.rrelu(x, lower, upper, training)."""
+        return F.rrelu(x, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}{_inplace_note(self.inplace)}"

@@ -1,6 +1,6 @@
-"""Dropout layers: `Dropout` (each element) and `Dropout1d` / `Dropout2d` / `Dropout3d` (whole channels), like
-`torch.nn`'s. Masks come from kiln's seeded generator (`Tensor.manual_seed`), not torch's, so only their
-distribution matches torch."""
+"""Dropout layers: `Dropout` (each element), `Dropout1d` / `Dropout2d` / `Dropout3d` (whole channels) and the
+SELU-preserving `AlphaDropout` / `FeatureAlphaDropout`, like `torch.nn`'s. Masks come from kiln's seeded generator
+(`Tensor.manual_seed`), not torch's, so only their distribution matches torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from kiln.tensor.nn import functional as F
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d"]
+__all__ = ["AlphaDropout", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "FeatureAlphaDropout"]
 
 
 class Dropout(Module):
@@ -59,3 +59,19 @@ class Dropout3d(Dropout):
     def forward(self, x: Tensor) -> Tensor:
         """F.dropout3d(x, p, training)."""
         return F.dropout3d(x, self.p, self.training, self.inplace)
+
+
+class AlphaDropout(Dropout):
+    """Dropout for SELU networks (keeps zero mean and unit variance), like `torch.nn.AlphaDropout`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.alpha_dropout(x, p, training)."""
+        return F.alpha_dropout(x, self.p, self.training, self.inplace)
+
+
+class FeatureAlphaDropout(Dropout):
+    """Alpha dropout of whole channels, like `torch.nn.FeatureAlphaDropout`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.feature_alpha_dropout(x, p, training)."""
+        return F.feature_alpha_dropout(x, self.p, self.training, self.inplace)

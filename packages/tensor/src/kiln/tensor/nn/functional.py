@@ -14,7 +14,6 @@ Differences from torch: `embedding(sparse=True)` returns a dense gradient (kiln 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 
 from kiln.tensor.grad_mode import no_grad
 from kiln.tensor.nn.functional_losses import (
@@ -29,19 +28,35 @@ from kiln.tensor.nn.functional_losses import (
     l1_loss,
     margin_ranking_loss,
     mse_loss,
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
     nll_loss,
     poisson_nll_loss,
     smooth_l1_loss,
     soft_margin_loss,
     triplet_margin_loss,
+    triplet_margin_with_distance_loss,
+)
+from kiln.tensor.nn.functional_normalization import (
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    local_response_norm,
+    normalize,
+    rms_norm,
 )
 from kiln.tensor.nn.functional_spatial import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
     adaptive_avg_pool3d,
     adaptive_max_pool1d,
+    adaptive_max_pool1d_with_indices,
     adaptive_max_pool2d,
+    adaptive_max_pool2d_with_indices,
     adaptive_max_pool3d,
+    adaptive_max_pool3d_with_indices,
     avg_pool1d,
     avg_pool2d,
     avg_pool3d,
@@ -53,9 +68,15 @@ from kiln.tensor.nn.functional_spatial import (
     conv_transpose3d,
     fold,
     interpolate,
+    lp_pool1d,
+    lp_pool2d,
+    lp_pool3d,
     max_pool1d,
+    max_pool1d_with_indices,
     max_pool2d,
+    max_pool2d_with_indices,
     max_pool3d,
+    max_pool3d_with_indices,
     max_unpool1d,
     max_unpool2d,
     max_unpool3d,
@@ -72,7 +93,12 @@ from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
 __all__ = [
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "alpha_dropout", "channel_shuffle", "feature_alpha_dropout",
+    "gumbel_softmax", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool1d_with_indices",
+    "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "multi_margin_loss",
+    "multilabel_margin_loss", "multilabel_soft_margin_loss", "rrelu", "triplet_margin_with_distance_loss",
+    "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
     "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "celu", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
     "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
@@ -256,11 +282,6 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     return first * second.sigmoid()
 
 
-def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-    """input / max(||input||_p along dim, eps), like `torch.nn.functional.normalize`."""
-    return input.normalize(p, dim, eps)
-
-
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """input @ weight.T + bias, like `torch.nn.functional.linear`."""
     return input.linear(weight, bias)
@@ -308,9 +329,8 @@ def embedding(
     """
     if not isinstance(input, Tensor) or not dtypes.is_int(input.dtype):
         # torch raises RuntimeError here; kiln's Embedding has always raised TypeError, which this keeps
-        raise TypeError(
-            f"embedding needs an integer index Tensor (Long or Int), got {getattr(input, 'dtype', type(input).__name__)!r}"
-        )
+        got = getattr(input, "dtype", type(input).__name__)
+        raise TypeError(f"embedding needs an integer index Tensor (Long or Int), got {got!r}")
     if weight.ndim != 2:
         raise RuntimeError(f"'weight' must be 2-D, got shape {list(weight.shape)}")
     count = weight.shape[0]
@@ -422,88 +442,6 @@ def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     return _channel_dropout(input, p, training, inplace, 2 if input.ndim == 5 else 1)
 
 
-def layer_norm(
-    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, bias: Tensor | None = None,
-    eps: float = 1e-5,
-) -> Tensor:  # fmt: skip
-    """Normalizes over the last dims `normalized_shape`, then weight * x + bias, like
-    `torch.nn.functional.layer_norm`."""
-    return input.layer_norm(normalized_shape, weight, bias, eps)
-
-
-def group_norm(
-    input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
-) -> Tensor:
-    """Normalizes each of `num_groups` channel groups of (N, C, *), like `torch.nn.functional.group_norm`."""
-    return input.group_norm(num_groups, weight, bias, eps)
-
-
-def rms_norm(
-    input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None, eps: float | None = None
-) -> Tensor:
-    """x / sqrt(mean(x**2) + eps) over the last dims, times weight, like `torch.nn.functional.rms_norm`."""
-    return input.rms_norm(normalized_shape, weight, eps)
-
-
-def batch_norm(
-    input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
-    bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
-) -> Tensor:  # fmt: skip
-    """Normalizes each channel (dim 1) with the batch statistics (`training`, updating the running ones in place) or
-    the running ones, like `torch.nn.functional.batch_norm`."""
-    return input.batch_norm(running_mean, running_var, weight, bias, training, momentum, eps)
-
-
-def instance_norm(
-    input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,
-    weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True, momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> Tensor:  # fmt: skip
-    """Normalizes each (sample, channel) of (N, C, *) over its spatial dims, like
-    `torch.nn.functional.instance_norm`.
-
-    With `use_input_stats` (the default) each instance's own mean and biased variance normalize, and given running
-    statistics are updated in place with the batch average of the instances' means and unbiased variances; without
-    it the running statistics normalize, as in `batch_norm(training=False)`.
-    """
-    if input.ndim < 2:
-        raise ValueError(f"instance_norm needs a (N, C, *) input, got shape {list(input.shape)}")
-    batch, channels, *spatial = input.shape
-    if not use_input_stats:
-        if running_mean is None or running_var is None:
-            raise ValueError("Expected running_mean and running_var to be defined when use_input_stats is false")
-        return input.batch_norm(running_mean, running_var, weight, bias, False, 0.0, eps)
-    elements = 1
-    for size in spatial:
-        elements *= size
-    if elements == 1:
-        raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
-    # each (sample, channel) is one channel of a batch of one: batch_norm's statistics and numerics
-    instances = input.reshape(1, batch * channels, *spatial)
-    normalized = instances.batch_norm(None, None, None, None, True, 0.0, eps).reshape(input.shape)
-    view = (1, channels, *([1] * len(spatial)))
-    if weight is not None:
-        normalized = normalized * weight.reshape(view)
-    if bias is not None:
-        normalized = normalized + bias.reshape(view)
-    if running_mean is not None or running_var is not None:
-        _update_running(input, running_mean, running_var, momentum, elements)
-    return normalized
-
-
-def _update_running(
-    input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, elements: int
-) -> None:
-    axes = tuple(range(2, input.ndim))
-    values = input.detach().cast(dtypes.float32 if input.dtype == dtypes.float16 else input.dtype)
-    if running_mean is not None:
-        mean = values.mean(axes).mean(0)
-        running_mean.assign(((1 - momentum) * running_mean + momentum * mean)._cast(running_mean.dtype))
-    if running_var is not None:
-        variance = values.var(axes, correction=1 if elements > 1 else 0).mean(0)
-        running_var.assign(((1 - momentum) * running_var + momentum * variance)._cast(running_var.dtype))
-
-
 def scaled_dot_product_attention(
     query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
     is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
@@ -522,3 +460,87 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
     """||x1 - x2 + eps||_p over the last dim, like `torch.nn.functional.pairwise_distance`."""
     return x1.pairwise_distance(x2, p, eps, keepdim)
+
+
+# torch's SELU constants: alpha dropout keeps SELU activations at zero mean and unit variance
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, inplace: bool, lead: int) -> Tensor:
+    _check_dropout(p)
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return _maybe_inplace(input, input * 0.0, inplace)
+    # dropped entries become SELU's saturation value -alpha'; then a * x + b restores the mean and variance
+    alpha = _SELU_ALPHA * _SELU_SCALE
+    a = 1.0 / ((alpha * alpha * p + 1) * (1 - p)) ** 0.5
+    mask_shape = (*input.shape[:lead], *([1] * (input.ndim - lead)))
+    keep = (Tensor.rand(*mask_shape, device=input.device) >= p).cast(input.dtype)
+    result = input * (keep * a) + ((keep - 1) * (alpha * a) + alpha * a * p)
+    return _maybe_inplace(input, result._cast(input.dtype), inplace)
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """Dropout that keeps SELU's self-normalization: dropped elements take the value -alpha' = -1.7581 and the
+    result is scaled and shifted back to the input's mean and variance, like `torch.nn.functional.alpha_dropout`
+    (note torch's default training=False)."""
+    return _alpha_dropout(input, p, training, inplace, input.ndim)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False) -> Tensor:
+    """`alpha_dropout` of whole channels (one draw per sample and channel of (N, C, *)), like
+    `torch.nn.functional.feature_alpha_dropout`."""
+    if input.ndim < 2:
+        raise RuntimeError(
+            f"Feature dropout requires at least 2 dimensions in the input, got shape {list(input.shape)}"
+        )
+    return _alpha_dropout(input, p, training, inplace, 2)
+
+
+def rrelu(
+    input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """Randomized leaky ReLU: negative inputs scaled by a slope drawn from U(lower, upper) per element when
+    `training`, by (lower + upper) / 2 otherwise, like `torch.nn.functional.rrelu`."""
+    if not training:
+        return _maybe_inplace(input, input.leaky_relu((lower + upper) / 2), inplace)
+    slopes = Tensor.uniform(*input.shape, low=lower, high=upper, dtype=input.dtype, device=input.device)
+    return _maybe_inplace(input, (input >= 0).where(input, input * slopes), inplace)
+
+
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:
+    """A sample of the Gumbel-softmax distribution softmax((logits + g) / tau) with g ~ Gumbel(0, 1) (`hard`: the
+    one-hot of its argmax, with the soft sample's gradient), like `torch.nn.functional.gumbel_softmax`."""
+    uniform = Tensor.rand(*logits.shape, device=logits.device).clamp(min=1e-20, max=1.0 - 1e-7)
+    gumbels = -(-uniform.log()).log()
+    soft = ((logits + gumbels.cast(logits.dtype)) / tau).softmax(dim)
+    if not hard:
+        return soft
+    axis = dim % logits.ndim
+    index = soft.argmax(axis, keepdim=True)
+    positions = Tensor.arange(logits.shape[axis], device=logits.device).reshape(
+        *[logits.shape[axis] if d == axis else 1 for d in range(logits.ndim)]
+    )
+    one_hot_sample = (positions == index).cast(soft.dtype)
+    return one_hot_sample - soft.detach() + soft
+
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:
+    """(N, g * k, *) -> channels reordered as k groups of g (channel i * k + j goes to j * g + i), like
+    `torch.nn.functional.channel_shuffle`."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    if input.ndim < 3:
+        raise RuntimeError(
+            f"channel_shuffle expects input to have at least 3 dimensions, but got input with {input.ndim} dimension(s)"
+        )
+    channels = input.shape[1]
+    if channels % groups != 0:
+        raise RuntimeError(
+            f"Number of channels must be divisible by groups. Got {channels} channels and {groups} groups."
+        )
+    batch, rest = input.shape[0], input.shape[2:]
+    grouped = input.reshape(batch, groups, channels // groups, *rest)
+    return grouped.transpose(1, 2).reshape(input.shape)

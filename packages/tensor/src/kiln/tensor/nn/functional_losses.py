@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 from kiln.tensor.tensor import Tensor
 
@@ -24,6 +25,10 @@ __all__ = [
     "l1_loss",
     "legacy_reduction",
     "margin_ranking_loss",
+    "multi_margin_loss",
+    "multilabel_margin_loss",
+    "multilabel_soft_margin_loss",
+    "triplet_margin_with_distance_loss",
     "mse_loss",
     "nll_loss",
     "poisson_nll_loss",
@@ -359,3 +364,89 @@ def gaussian_nll_loss(
     if full:
         loss = loss + 0.5 * math.log(2 * math.pi)
     return _reduce(loss, reduction)
+
+
+def multilabel_soft_margin_loss(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
+    reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
+    """Per sample, the mean over classes of -(y log sigmoid(x) + (1 - y) log sigmoid(-x)) (times `weight`), like
+    `torch.nn.functional.multilabel_soft_margin_loss`."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    loss = -(target * input.logsigmoid() + (1 - target) * (-input).logsigmoid())
+    if weight is not None:
+        loss = loss * weight
+    classes = input.shape[-1] if input.ndim else 1
+    return _reduce(loss.sum(-1) / classes, reduction)
+
+
+def _class_mask(target: Tensor, classes: int, like: Tensor) -> Tensor:
+    # (..., classes): 1 where the class is the sample's target
+    positions = Tensor.arange(classes, device=target.device)
+    return (target.unsqueeze(-1) == positions).cast(like.dtype)
+
+
+def multi_margin_loss(
+    input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0, weight: Tensor | None = None,
+    size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
+    """Per sample, sum over classes j != y of max(0, margin - x[y] + x[j])**p / C (times weight[y]), like
+    `torch.nn.functional.multi_margin_loss`."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    if p not in (1, 2):
+        raise ValueError(f"only p == 1 and p == 2 supported, got {p!r}")
+    if input.ndim not in (1, 2) or target.shape != input.shape[:-1]:
+        raise RuntimeError(
+            f"multi_margin_loss needs input (N, C) or (C,) and target (N,) or (): got input {list(input.shape)} and "
+            f"target {list(target.shape)}"
+        )
+    classes = input.shape[-1]
+    is_target = _class_mask(target, classes, input)
+    chosen = (input * is_target).sum(-1, keepdim=True)
+    terms = (margin - chosen + input).relu()
+    if p == 2:
+        terms = terms.square()
+    if weight is not None:
+        terms = terms * (is_target * weight).sum(-1, keepdim=True)
+    return _reduce((terms * (1 - is_target)).sum(-1) / classes, reduction)
+
+
+def multilabel_margin_loss(
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
+    reduction: str = "mean",
+) -> Tensor:  # fmt: skip
+    """Per sample, sum over its target classes j (the entries of `target` before the first -1) and the other
+    classes i of max(0, 1 - (x[j] - x[i])) / C, like `torch.nn.functional.multilabel_margin_loss`."""
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    if input.ndim not in (1, 2) or target.shape != input.shape:
+        raise RuntimeError(
+            f"multilabel_margin_loss needs input and target of one shape (N, C) or (C,), got {list(input.shape)} "
+            f"and {list(target.shape)}"
+        )
+    classes = input.shape[-1]
+    # a target entry counts while no -1 came before it
+    valid = (target != -1).cast(input.dtype).cumprod(-1)
+    picked = _class_mask(target.clamp(min=0), classes, input) * valid.unsqueeze(-1)  # (..., K, C)
+    is_target = picked.amax(-2)  # (..., C)
+    chosen = (picked * input.unsqueeze(-2)).sum(-1)  # (..., K): x[target_k]
+    terms = (1 - chosen.unsqueeze(-1) + input.unsqueeze(-2)).relu()  # (..., K, C)
+    mask = valid.unsqueeze(-1) * (1 - is_target).unsqueeze(-2)
+    return _reduce((terms * mask).sum((-2, -1)) / classes, reduction)
+
+
+def triplet_margin_with_distance_loss(
+    anchor: Tensor, positive: Tensor, negative: Tensor, *, distance_function: Callable[[Tensor, Tensor], Tensor]
+    | None = None, margin: float = 1.0, swap: bool = False, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)) with any `distance_function` (default
+    `pairwise_distance`), like `torch.nn.functional.triplet_margin_with_distance_loss`."""
+    if margin <= 0:
+        raise ValueError(
+            f"triplet_margin_with_distance_loss: expected margin to be greater than 0, got {margin} instead"
+        )
+    distance = distance_function if distance_function is not None else Tensor.pairwise_distance
+    to_positive = distance(anchor, positive)
+    to_negative = distance(anchor, negative)
+    if swap:
+        to_negative = to_negative.minimum(distance(positive, negative))
+    return _reduce((margin + to_positive - to_negative).relu(), reduction)

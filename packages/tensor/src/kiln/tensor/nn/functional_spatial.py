@@ -16,6 +16,15 @@ from kiln.tensor.ops.pooling import Size
 from kiln.tensor.tensor import Tensor
 
 __all__ = [
+    "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
+    "lp_pool1d",
+    "lp_pool2d",
+    "lp_pool3d",
+    "max_pool1d_with_indices",
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool3d",
@@ -373,3 +382,63 @@ def fold(
     extra = (size[0] - reached[0], size[1] - reached[1])
     image = grid.conv_transpose2d(_im2col_weight(channels, kernel, batched), None, steps, pads, extra, 1, dilations)
     return image if input.ndim == 3 else image.squeeze(0)
+
+
+def max_pool1d_with_indices(
+    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
+    ceil_mode: bool = False, return_indices: bool = False,
+) -> Any:  # fmt: skip
+    """(values, flat indices) of `max_pool1d`, like `torch.nn.functional.max_pool1d_with_indices`."""
+    return input.max_pool1d(kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(
+    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
+    ceil_mode: bool = False, return_indices: bool = False,
+) -> Any:  # fmt: skip
+    """(values, flat indices) of `max_pool2d`, like `torch.nn.functional.max_pool2d_with_indices`."""
+    return input.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(
+    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
+    ceil_mode: bool = False, return_indices: bool = False,
+) -> Any:  # fmt: skip
+    """(values, flat indices) of `max_pool3d`, like `torch.nn.functional.max_pool3d_with_indices`."""
+    return input.max_pool3d(kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def adaptive_max_pool1d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    """(values, indices) of `adaptive_max_pool1d`, like `torch.nn.functional.adaptive_max_pool1d_with_indices`."""
+    return input.adaptive_max_pool1d(output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    """(values, indices) of `adaptive_max_pool2d`, like `torch.nn.functional.adaptive_max_pool2d_with_indices`."""
+    return input.adaptive_max_pool2d(output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
+    """(values, indices) of `adaptive_max_pool3d`, like `torch.nn.functional.adaptive_max_pool3d_with_indices`."""
+    return input.adaptive_max_pool3d(output_size, True)
+
+
+def lp_pool1d(
+    input: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+) -> Tensor:
+    """(sum of x**p over each window)**(1/p), like `torch.nn.functional.lp_pool1d`."""
+    return input.lp_pool1d(norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(
+    input: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+) -> Tensor:
+    """(sum of x**p over each window)**(1/p) over (N, C, H, W), like `torch.nn.functional.lp_pool2d`."""
+    return input.lp_pool2d(norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(
+    input: Tensor, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+) -> Tensor:
+    """(sum of x**p over each window)**(1/p) over (N, C, D, H, W), like `torch.nn.functional.lp_pool3d`."""
+    return input.lp_pool3d(norm_type, kernel_size, stride, ceil_mode)

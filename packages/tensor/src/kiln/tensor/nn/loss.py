@@ -4,15 +4,19 @@ calling the function of the same name in `kiln.tensor.nn.functional`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.distance import PairwiseDistance
 from kiln.tensor.nn.functional_losses import legacy_reduction
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
 __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
-    "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss", "NLLLoss",
-    "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss",
+    "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss", "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss", "NLLLoss2d", "PoissonNLLLoss", "SmoothL1Loss",
+    "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
 ]  # fmt: skip
 
 
@@ -257,3 +261,66 @@ class GaussianNLLLoss(_Loss):
     def forward(self, input: Tensor, target: Tensor, var: Tensor | float) -> Tensor:
         """F.gaussian_nll_loss(input, target, var, full, eps, reduction)."""
         return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class NLLLoss2d(NLLLoss):
+    """`NLLLoss` under its deprecated 2-d name, like `torch.nn.NLLLoss2d`."""
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Per-class logistic loss averaged over classes, like `torch.nn.MultiLabelSoftMarginLoss`."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.multilabel_soft_margin_loss(input, target, weight, reduction)."""
+        return F.multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    """Hinge loss between each target class and each other class, like `torch.nn.MultiLabelMarginLoss`."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.multilabel_margin_loss(input, target, reduction)."""
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """Multi-class hinge loss, like `torch.nn.MultiMarginLoss`."""
+
+    def __init__(
+        self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, size_average: bool | None = None,
+        reduce: bool | None = None, reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        if p not in (1, 2):
+            raise ValueError(f"only p == 1 and p == 2 supported, got {p!r}")
+        if weight is not None and weight.ndim != 1:
+            raise ValueError(f"MultiMarginLoss: expected weight to be None or 1D tensor, got {weight.ndim}D instead")
+        super().__init__(weight, size_average, reduce, reduction)
+        self.p, self.margin = p, margin
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """F.multi_margin_loss(input, target, p, margin, weight, reduction)."""
+        return F.multi_margin_loss(input, target, self.p, self.margin, self.weight, reduction=self.reduction)
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet loss with any distance function (a `PairwiseDistance()` submodule by default, as in torch), like
+    `torch.nn.TripletMarginWithDistanceLoss`."""
+
+    def __init__(
+        self, *, distance_function: Callable[[Tensor, Tensor], Tensor] | None = None, margin: float = 1.0,
+        swap: bool = False, reduction: str = "mean",
+    ) -> None:  # fmt: skip
+        super().__init__(reduction=reduction)
+        if margin <= 0:
+            raise ValueError(
+                f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead"
+            )
+        self.distance_function = distance_function if distance_function is not None else PairwiseDistance()
+        self.margin, self.swap = margin, swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        """F.triplet_margin_with_distance_loss(anchor, positive, negative, ...)."""
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function, margin=self.margin,
+            swap=self.swap, reduction=self.reduction,
+        )  # fmt: skip

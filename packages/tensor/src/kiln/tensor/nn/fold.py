@@ -1,0 +1,47 @@
+"""`Unfold` (im2col: sliding blocks as columns) and `Fold` (col2im, its adjoint), like `torch.nn`'s."""
+
+from __future__ import annotations
+
+from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.module import Module
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["Fold", "Unfold"]
+
+Pair = int | tuple[int, int]
+
+
+class Unfold(Module):
+    """(N, C, H, W) -> (N, C kh kw, L) sliding blocks, like `torch.nn.Unfold`."""
+
+    def __init__(self, kernel_size: Pair, dilation: Pair = 1, padding: Pair = 0, stride: Pair = 1) -> None:
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.unfold(x, kernel_size, dilation, padding, stride)."""
+        return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
+
+
+class Fold(Module):
+    """(N, C kh kw, L) columns summed back into (N, C, *output_size), like `torch.nn.Fold`."""
+
+    def __init__(
+        self, output_size: Pair, kernel_size: Pair, dilation: Pair = 1, padding: Pair = 0, stride: Pair = 1
+    ) -> None:
+        super().__init__()
+        self.output_size, self.kernel_size = output_size, kernel_size
+        self.dilation, self.padding, self.stride = dilation, padding, stride
+
+    def forward(self, x: Tensor) -> Tensor:
+        """F.fold(x, output_size, kernel_size, dilation, padding, stride)."""
+        return F.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return (
+            f"output_size={self.output_size}, kernel_size={self.kernel_size}, dilation={self.dilation}, "
+            f"padding={self.padding}, stride={self.stride}"
+        )
