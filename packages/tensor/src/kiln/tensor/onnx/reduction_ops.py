@@ -120,18 +120,26 @@ operator("LogSoftmax", attributes=["axis"])(_softmax_family(lambda x, axis: x.lo
 operator("Hardmax", attributes=["axis"])(_softmax_family(_hardmax))
 
 
-@operator("CumSum", attributes=["exclusive", "reverse"])
-def _cumsum(call: NodeCall) -> Tensor:
-    x = call.tensor(0)
-    axis = call.ints(1)[0] % x.ndim
-    reverse, exclusive = call.attributes.int("reverse", 0), call.attributes.int("exclusive", 0)
-    source = x.flip(axis) if reverse else x
-    if exclusive:
-        padding = [(0, 0)] * x.ndim
-        padding[axis] = (1, 0)
-        source = source.pad(padding).shrink([None if dim != axis else (0, x.shape[axis]) for dim in range(x.ndim)])
-    result = source.cumsum(axis, dtype=x.dtype)
-    return result.flip(axis) if reverse else result
+def _cumulative(product: bool) -> Callable[[NodeCall], Tensor]:
+    def handler(call: NodeCall) -> Tensor:
+        x = call.tensor(0)
+        axis = call.ints(1)[0] % x.ndim
+        reverse, exclusive = call.attributes.int("reverse", 0), call.attributes.int("exclusive", 0)
+        source = x.flip(axis) if reverse else x
+        if exclusive:
+            # shift by one along the axis, filling with the identity (0 for sums, 1 for products)
+            padding = [(0, 0)] * x.ndim
+            padding[axis] = (1, 0)
+            bounds = [None if dim != axis else (0, x.shape[axis]) for dim in range(x.ndim)]
+            source = source.pad(padding, value=1 if product else 0).shrink(bounds)
+        result = source.cumprod(axis, dtype=x.dtype) if product else source.cumsum(axis, dtype=x.dtype)
+        return result.flip(axis) if reverse else result
+
+    return handler
+
+
+operator("CumSum", attributes=["exclusive", "reverse"])(_cumulative(False))
+operator("CumProd", attributes=["exclusive", "reverse"])(_cumulative(True))
 
 
 @operator("TopK", attributes=["axis", "largest", "sorted", "k"])

@@ -9,7 +9,15 @@ from typing import Any
 import onnx
 
 # the operator families register their rules on import
-from kiln.tensor.onnx import elementwise_ops, neural_ops, quantization_ops, reduction_ops, shape_ops  # noqa: F401
+from kiln.tensor.onnx import (  # noqa: F401
+    elementwise_ops,
+    loss_ops,
+    neural_ops,
+    quantization_ops,
+    reduction_ops,
+    resize_ops,
+    shape_ops,
+)
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import open_model
 from kiln.tensor.tensor import Tensor
