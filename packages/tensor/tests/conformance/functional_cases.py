@@ -11,6 +11,7 @@ parameter), a module's state-dict names and values after the call, and (`mutates
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -548,7 +549,70 @@ def _more_cases() -> list[Case]:
     ]
 
 
-CASES: list[Case] = _activation_cases() + _layer_cases() + _spatial_cases() + _loss_cases() + _more_cases()
+def _random_shape_cases(seed: int = 38, rounds: int = 2) -> list[Case]:
+    """The same functions at shapes drawn by a seeded generator (the table, and so the fixture, stay fixed)."""
+    draw = random.Random(seed)
+
+    def shape(low_rank: int, high_rank: int, high: int = 5) -> tuple[int, ...]:
+        return tuple(draw.randint(1, high) for _ in range(draw.randint(low_rank, high_rank)))
+
+    cases: list[Case] = []
+    for round_index in range(rounds):
+        tag = f"rand{round_index}"
+        x = shape(1, 4)
+        for name, kwargs in (
+            ("relu", {}), ("gelu", {"approximate": "tanh"}), ("silu", {}), ("mish", {}), ("elu", {"alpha": 0.5}),
+            ("softplus", {"beta": 1.5}), ("hardswish", {}), ("leaky_relu", {"negative_slope": 0.3}),
+            ("logsigmoid", {}), ("softsign", {}),
+        ):  # fmt: skip
+            cases.append(Case(f"{tag}_{name}", f"F.{name}", (In(x, "wide"),), kwargs))
+        dim = draw.randrange(-len(x), len(x))
+        cases.append(Case(f"{tag}_softmax", "F.softmax", (_x(*x),), {"dim": dim}))
+        cases.append(Case(f"{tag}_log_softmax", "F.log_softmax", (_x(*x),), {"dim": dim}))
+        cases.append(
+            Case(f"{tag}_normalize", "F.normalize", (_x(*x),), {"dim": dim, "p": draw.choice([1.0, 2.0, 3.0])})
+        )
+        even = (*x[:-1], 2 * x[-1])
+        cases.append(Case(f"{tag}_glu", "F.glu", (_x(*even),)))
+        last = x[-draw.randint(1, len(x)) :]
+        cases.append(
+            Case(f"{tag}_layer_norm", "F.layer_norm", (_x(*x), In(last), In(last)),
+                 {"normalized_shape": last, "weight": Ref(1), "bias": Ref(2)})
+        )  # fmt: skip
+        for loss in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
+            cases.append(Case(f"{tag}_{loss}", f"F.{loss}", (In(x, "wide"), _x(*x)), {"reduction": "sum"}))
+        cases.append(Case(f"{tag}_bce_logits", "F.binary_cross_entropy_with_logits", (In(x, "wide"), In(x, "prob"))))
+        batch, classes = draw.randint(1, 6), draw.randint(2, 6)
+        cases.append(
+            Case(f"{tag}_cross_entropy", "F.cross_entropy", (_x(batch, classes), _index(batch, high=classes)),
+                 {"label_smoothing": round(draw.uniform(0, 0.3), 2)})
+        )  # fmt: skip
+        cases.append(Case(f"{tag}_kl_div", "F.kl_div", (_x(batch, classes), _x(batch, classes, kind="prob"))))
+        rows, width = draw.randint(1, 6), draw.randint(1, 6)
+        cases.append(Case(f"{tag}_cosine_similarity", "F.cosine_similarity", (_x(rows, width), _x(rows, width))))
+        cases.append(Case(f"{tag}_pairwise_distance", "F.pairwise_distance", (_x(rows, width), _x(rows, width))))
+        n, c, h, w = draw.randint(1, 2), draw.randint(1, 3), draw.randint(2, 6), draw.randint(2, 6)
+        image = _x(n, c, h, w)
+        cases.append(Case(f"{tag}_instance_norm", "F.instance_norm", (image,)))
+        cases.append(Case(f"{tag}_adaptive_avg_pool2d", "F.adaptive_avg_pool2d", (image,), {"output_size": (2, 3)}))
+        cases.append(
+            Case(f"{tag}_interpolate", "F.interpolate", (image,),
+                 {"size": (draw.randint(1, 8), draw.randint(1, 8)), "mode": "bilinear",
+                  "align_corners": draw.choice([True, False])})
+        )  # fmt: skip
+        k = draw.randint(1, min(h, w))
+        cases.append(
+            Case(f"{tag}_conv2d", "F.conv2d", (image, _x(draw.randint(1, 3), c, k, k)), {"padding": draw.randint(0, 1)})
+        )
+        cases.append(Case(f"{tag}_unfold", "F.unfold", (image,), {"kernel_size": k, "stride": draw.randint(1, 2)}))
+        r = draw.randint(1, 2)
+        cases.append(Case(f"{tag}_pixel_shuffle", "F.pixel_shuffle", (_x(n, c * r * r, h, w),), {"upscale_factor": r}))
+    return cases
+
+
+CASES: list[Case] = (
+    _activation_cases() + _layer_cases() + _spatial_cases() + _loss_cases() + _more_cases() + _random_shape_cases()
+)
 
 
 # (module path, constructor arguments): torch's repr of each is recorded as `repr/<index>`
