@@ -199,6 +199,8 @@ def test_bad_input_errors(tmp_path: Path) -> None:
         Tokenizer.from_gguf_metadata({**metadata, "tokenizer.ggml.pre": "mystery"})
     with pytest.raises(ValueError, match="'rwkv'"):
         Tokenizer.from_gguf_metadata({**metadata, "tokenizer.ggml.model": "rwkv"})
+    with pytest.raises(ValueError, match=r"no tokenizer\.ggml\.tokens"):
+        Tokenizer.from_gguf_metadata({"tokenizer.ggml.model": "gpt2"})
     with pytest.raises(ValueError, match="token types"):
         Tokenizer.from_gguf_metadata({**metadata, "tokenizer.ggml.token_type": [1]})
 

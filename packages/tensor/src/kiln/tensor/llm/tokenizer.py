@@ -167,6 +167,8 @@ class Tokenizer:
         builders = {"gpt2": _byte_level_bpe, "llama": _sentencepiece, "t5": _sentencepiece, "bert": _wordpiece}
         if kind not in builders:
             raise ValueError(f"the GGUF tokenizer is {kind!r}; kiln reads {sorted(builders)}")
+        if "tokenizer.ggml.tokens" not in metadata:
+            raise ValueError(f"the GGUF tokenizer ({kind!r}) has no tokenizer.ggml.tokens")
         tokens = [str(token) for token in metadata["tokenizer.ggml.tokens"]]
         types = [int(t) for t in metadata.get("tokenizer.ggml.token_type", [_NORMAL] * len(tokens))]
         if len(types) != len(tokens):
