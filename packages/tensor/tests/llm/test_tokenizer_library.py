@@ -318,6 +318,9 @@ def test_gguf_unigram_equals_the_reference() -> None:
     eos = tokens.index("</s>")
     assert not ours.add_bos and ours.encode("the cat")[-1] == eos  # T5: EOS after, no BOS
     assert ours.decode(ours.encode("the cat"), skip_special=True) == "the cat"
+    with_bytes = Tokenizer.from_gguf_metadata(spm_metadata("unigram", tokens + BYTES, scores + [0.0] * 256))
+    ids = with_bytes.encode("a日", add_special=False)  # 日 has no piece: its UTF-8 bytes' pieces stand for it
+    assert ids[-3:] == [len(tokens) + byte for byte in "日".encode()] and with_bytes.decode(ids) == "a日"
 
 
 # -- WordPiece ---------------------------------------------------------------------------------------------------------
