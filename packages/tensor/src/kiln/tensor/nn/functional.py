@@ -340,8 +340,9 @@ def embedding(
         padding_idx %= count
     # CHECK=1: an index outside [0, num_embeddings) raises IndexError; unchecked it selects a row of zeros
     check_index_values(input, count, "embedding", 0, negative=False)
-    flat = input.reshape(-1)
-    picked = flat.one_hot(count)  # (picks, count): which row each pick takes
+    # (picks, count): which row each pick takes; codegen turns this one-hot product into a gather of the rows
+    positions = Tensor.arange(count, device=input.device).reshape(1, -1)
+    picked = (input.reshape(-1, 1) == positions).where(1.0, 0.0)
     if max_norm is not None:
         _renormalize(weight, picked, max_norm, norm_type)
     table = weight
