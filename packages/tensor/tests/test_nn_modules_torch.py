@@ -281,3 +281,17 @@ def test_a_small_cnn_compiles_once(engine: Engine) -> None:
     assert built >= 1
     step()
     assert engine.programs_built == built, "a second step of the same shapes compiled new kernels"
+
+
+@pytest.mark.parametrize("options", [{}, {"padding_idx": 0}, {"scale_grad_by_freq": True}])
+def test_embedding_reads_only_the_picked_rows(options: dict[str, Any]) -> None:
+    from kiln.tensor import GlobalCounters
+
+    vocab, dim = 8000, 128
+    layer = nn.Embedding(vocab, dim, **options)
+    layer.weight.realize()
+    layer(Tensor(np.array([[3, 17]], np.int32)).realize()).realize()  # compile once
+    GlobalCounters.reset()
+    out = layer(Tensor(np.array([[8, 7000]], np.int32))).numpy()
+    np.testing.assert_array_equal(out[0, 1], layer.weight.numpy()[7000])
+    assert GlobalCounters.mem_bytes < vocab * dim * 4 // 100, "the lookup read the whole table"
