@@ -1,6 +1,11 @@
 """kiln.tensor.llm: llama-family language models from GGUF or safetensors: model, weights, generation, tokenizer,
-chat format, `python -m kiln.tensor.llm` (chat CLI) and `... serve` (OpenAI-compatible server)."""
+chat format, `python -m kiln.tensor.llm` (chat CLI) and `... serve` (OpenAI-compatible server).
 
+Needs the `llm` extra (`pip install 'kiln-tensor[llm]'`: tokenizers and jinja2)."""
+
+import kiln.tensor.llm.requirements  # noqa: F401  (first: a missing package of the extra is named, not hit deep inside)
+
+# isort: split
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.generate import GenerationStats, Generator
