@@ -39,7 +39,7 @@ class ServerLimits:
 
     max_body_bytes: int = 4 * 2**20
     """A larger request body is refused (413) unread."""
-    max_queue: int = 16
+    max_queue: int = 64
     """Generations waiting behind the running one; one more is refused (429 with Retry-After)."""
     max_connections: int = 128
     """Connections served at once; further ones wait in the listen backlog."""

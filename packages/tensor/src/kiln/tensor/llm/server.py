@@ -94,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
     """One connection's requests (HTTP/1.1 keep-alive); every answer, errors included, is JSON in OpenAI's shape."""
 
     protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.0"  # so an unparsable request line still gets a status line and headers
     server: LLMHTTPServer
 
     def setup(self) -> None:
@@ -152,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.body_pending or self.server.closing:
             self.send_header("Connection", "close")  # also sets close_connection
         self.end_headers()
-        self._write(data)
+        if self.command != "HEAD":
+            self._write(data)
 
     def _send_error(self, error: RequestError) -> None:
         self._send_json(error.status, error.body(), error.headers)
