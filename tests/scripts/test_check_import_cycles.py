@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from script_loading import load_script
 
 checker = load_script("scripts/check_import_cycles.py")

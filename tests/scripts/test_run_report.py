@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from script_loading import load_script
 
 PLUGINS = Path(__file__).resolve().parents[2] / "scripts" / "pytest_plugins"
