@@ -124,8 +124,7 @@ def test_compile_must_return_bytes(tmp_path: Path) -> None:
 
 _WORKER = textwrap.dedent(
     """
-    import sys, time
-    sys.path.insert(0, {tests!r})
+    import time
     from test_compiler_cache import CountingCompiler, expected_binary
     from pathlib import Path
     from kiln.uops import Context
@@ -147,11 +146,12 @@ _WORKER = textwrap.dedent(
 
 
 def test_concurrent_processes_share_the_cache(tmp_path: Path) -> None:
-    tests = str(Path(__file__).parent)
     workers = []
     for number in range(4):
-        script = _WORKER.format(tests=tests, log=str(tmp_path / f"log{number}"), cache=str(tmp_path / "cache"))
-        workers.append(subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        script = _WORKER.format(log=str(tmp_path / f"log{number}"), cache=str(tmp_path / "cache"))
+        # in this folder: `python -c` puts the working directory first on sys.path, so test_compiler_cache imports
+        command, folder = [sys.executable, "-c", script], Path(__file__).parent
+        workers.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder))
     for worker in workers:
         out, err = worker.communicate(timeout=120)
         assert worker.returncode == 0, err.decode()

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # the corpus and the test renderers live beside this file
-
 from corpus import CORPUS, KernelCase, assert_matches, evaluate_sink, run_case
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import ScalarRenderer
 from sinks_for_tests import buffer, kernel
 

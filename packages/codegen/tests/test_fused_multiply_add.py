@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import math
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import GPULikeRenderer
 from sinks_for_tests import buffer, kernel
 

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer
 from sinks_for_tests import matmul
 

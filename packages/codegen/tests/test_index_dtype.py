@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 import numpy as np
 import pytest
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer

@@ -5,14 +5,10 @@ Expected values are written out by hand from the kernels below (slots, dtypes, a
 
 from __future__ import annotations
 
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel
 

@@ -11,9 +11,6 @@ import weakref
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
 
@@ -85,9 +82,7 @@ def test_row_sum_golden() -> None:
 def test_order_is_the_same_in_another_process() -> None:
     # set and dict iteration over uops depends on id() and string hashes; the order must not
     script = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        """
         from test_linearizer import linear_of, matmul, GPU
         from kiln.codegen import Opt, OptOps, format_linear
         opts = (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUPTOP, 2, 4))
@@ -97,7 +92,9 @@ def test_order_is_the_same_in_another_process() -> None:
     opts = (Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUPTOP, 2, 4))
     here = format_linear(linear_of(matmul(8, 8, 16), GPU, opts))
     environment = {**os.environ, "PYTHONHASHSEED": "12345"}
-    there = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, check=True)
+    # run in this folder: `python -c` puts the working directory first on sys.path, so test_linearizer imports
+    command, folder = [sys.executable, "-c", script], Path(__file__).parent
+    there = subprocess.run(command, capture_output=True, text=True, env=environment, check=True, cwd=folder)
     assert there.stdout.strip() == here
     assert format_linear(linear_of(matmul(8, 8, 16), GPU, opts)) == here  # and again in this process
 

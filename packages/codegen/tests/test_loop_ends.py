@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer
 from sinks_for_tests import buffer, kernel
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel
 

@@ -8,14 +8,8 @@ drawn so that a*b+c falls just beside midpoints between neighbouring values of t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer
 
 from kiln.codegen import linearize, run_program

@@ -8,17 +8,12 @@ barrier and bounds checks catch lowering bugs the values alone would not show.
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from corpus import CORPUS, KernelCase, assert_matches, run_case
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parent))  # the corpus and the test renderers live beside this file
-
-from corpus import CORPUS, KernelCase, assert_matches, run_case
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 
 from kiln.codegen import KernelOptError, Opt, OptOps, Renderer, apply_opt

@@ -3,14 +3,8 @@ rejections and values: test_reduce_blocking.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import elementwise_add, matmul, row_sum, symbolic_scale
 

@@ -4,14 +4,8 @@ kernel it cannot block correctly."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from corpus import CASES_BY_NAME, assert_matches, run_case
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import buffer, kernel, matmul, row_sum

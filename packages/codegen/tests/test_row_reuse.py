@@ -6,14 +6,8 @@ look alike but must not be rewritten; the opts that would break the stored row a
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from corpus import CORPUS, buffer, kernel, loop, reduce_range, run_case, write
 from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 

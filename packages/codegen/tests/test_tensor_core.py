@@ -6,16 +6,10 @@ fragment formulas for mma.m16n8k16 written out independently, and a brute-force 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from renderers_for_tests import TC_8X8X8_FLOAT, TC_M16N8K16_HALF_FLOAT, CPULikeRenderer, GPULikeRenderer
 from sinks_for_tests import buffer, kernel, matmul
 

@@ -4,14 +4,8 @@ program also runs in the interpreter against numpy."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # the corpus and the test renderers live beside this file
-
 from corpus import CORPUS, KernelCase, assert_matches, run_case
 from renderers_for_tests import CPULikeRenderer
 from sinks_for_tests import matmul
