@@ -25,13 +25,29 @@ from kiln.tensor.schedule.normalize import (
     PlaceholderMemo,
     StructureKey,
     StructureNumbering,
-    structure_key,
+    StructureWalk,
+    normalize,
+    normalize_shallow,
+    walk_structure,
 )
 from kiln.tensor.schedule.planner import plan_schedule
 from kiln.tensor.symbolic import graph_unbind
 from kiln.uops import Ops, UOp
 
 __all__ = ["ScheduleCache"]
+
+_Unbound = tuple[tuple[UOp, ...], dict[str, int]] | None
+
+
+def _lift_all(number: int) -> bool:
+    return True
+
+
+def _holds_size(arg: object) -> bool:
+    # a tensor-graph arg holds symbolic sizes only as UOps inside (nested) tuples: (n, 4), ((0, n), (0, 4))
+    if type(arg) is not tuple:
+        return False
+    return any(isinstance(entry, UOp) or (type(entry) is tuple and _holds_size(entry)) for entry in arg)
 
 
 class ScheduleCache:
@@ -70,11 +86,12 @@ class ScheduleCache:
     def plan_of(self, roots: tuple[UOp, ...]) -> SchedulePlan:
         """The plan of the normalized nodes `roots` (`NormalizedGraph.roots`), computed once per structure."""
         plan = self.lookup(roots) or self.lookup_rebound(roots)
-        if plan is not None:
-            return plan
+        return plan if plan is not None else self._plan_new(roots, graph_unbind(roots))
+
+    def _plan_new(self, roots: tuple[UOp, ...], unbound: _Unbound) -> SchedulePlan:
+        # plans a structure seen neither bound nor unbound; `unbound`: `graph_unbind(roots)`
         self.misses += 1
         plan = plan_schedule(UOp(Ops.SINK, src=roots))
-        unbound = graph_unbind(roots)
         if unbound is not None:
             if len(self._unbound) >= self.max_plans:
                 self._unbound.popitem(last=False)
@@ -87,7 +104,10 @@ class ScheduleCache:
         Variables (counted in `rebinds`, and remembered for `roots`), or None."""
         if not self._unbound:
             return None
-        unbound = graph_unbind(roots)
+        return self._lookup_unbound(roots, graph_unbind(roots))
+
+    def _lookup_unbound(self, roots: tuple[UOp, ...], unbound: _Unbound) -> SchedulePlan | None:
+        # `lookup_rebound` with `unbound` = `graph_unbind(roots)` known
         general = self._unbound.get(unbound[0]) if unbound is not None else None
         if unbound is None or general is None:
             return None
@@ -111,12 +131,66 @@ class ScheduleCache:
         return plan
 
     def structure_key(self, uops: Sequence[UOp]) -> StructureKey | None:
-        """`structure_key(uops)` in this cache's numbering; a numbering grown past its limit starts again, and the
+        """`structure_key(uops)` in this cache's numbering (see `walk`)."""
+        walk = self.walk(uops)
+        return None if walk is None else StructureKey(walk.key, walk.inputs)
+
+    def walk(self, uops: Sequence[UOp]) -> StructureWalk | None:
+        """`walk_structure(uops)` in this cache's numbering; a numbering grown past its limit starts again, and the
         plans remembered by its keys are forgotten with it (a key of the old numbering could mean another graph)."""
         if len(self.numbering.numbers) > self.numbering.limit:
             self.numbering.clear()
             self._keyed.clear()
-        return structure_key(uops, self.numbering)
+        return walk_structure(uops, self.numbering)
+
+    def resolve(self, uops: Sequence[UOp]) -> tuple[SchedulePlan, tuple[UOp, ...]]:
+        """The plan that realizes `uops` and the BUFFER node of each of its input positions: found by structure, or
+        planned (then remembered), with the constants that varied between calls lifted into inputs.
+
+        The usual op (one node over buffers and constants) normalizes cheaply. A larger graph is walked once
+        (`StructureWalk`): its key finds a plan seen before without building a node (a @ b with b (1024, 16):
+        36 -> 16 us); on a miss the normalized forms, with and without lifted constants, are built from that walk's
+        nodes instead of walking the graph again, and a graph whose sizes hold no variable skips `graph_unbind`.
+        """
+        memo = self.placeholders
+        walk = None
+        normalized = normalize_shallow(uops[0], memo) if len(uops) == 1 else None
+        if normalized is None:
+            walk = self.walk(uops)
+            if walk is None:  # a buffer was overwritten: normalize raises the error naming it
+                normalized = normalize(uops, placeholders=memo)
+            else:
+                found = self.lookup_key(walk.key)
+                if found is not None:
+                    return found, walk.inputs
+                normalized = walk.normalized(placeholders=memo)
+        # a graph over bound Variables seen at other values takes that plan before any constant is lifted
+        plan = self.lookup(normalized.roots)
+        lifted = False
+        if plan is None:
+            symbolic = walk is None or any(_holds_size(node.arg) for node in walk.order)
+            unbound = graph_unbind(normalized.roots) if symbolic else None
+            plan = self._lookup_unbound(normalized.roots, unbound)
+        if plan is None:
+            masked = walk.normalized(_lift_all, memo) if walk is not None else normalize(uops, _lift_all, memo)
+            masked_roots = masked.roots
+            if symbolic:
+                masked_unbound = graph_unbind(masked_roots)
+                masked_roots = masked_unbound[0] if masked_unbound is not None else masked_roots
+            varying = self._varying(masked_roots, masked.constants)
+            if varying:
+                if walk is not None:
+                    normalized = walk.normalized(varying.__contains__, memo)
+                else:
+                    normalized = normalize(uops, varying.__contains__, memo)
+                lifted = True
+                unbound = graph_unbind(normalized.roots) if symbolic else None
+                plan = self.lookup(normalized.roots) or self._lookup_unbound(normalized.roots, unbound)
+            if plan is None:
+                plan = self._plan_new(normalized.roots, unbound)
+        if walk is not None and not lifted:
+            self.remember_key(walk.key, plan)
+        return plan, normalized.inputs
 
     def lookup_key(self, key: tuple[object, ...]) -> SchedulePlan | None:
         """The plan remembered for `StructureKey.key` `key`, or None (counted as a hit only when found)."""
@@ -139,8 +213,10 @@ class ScheduleCache:
         A structure over bound Variables is taken without their values, so a constant that changes together with a
         variable's value is still seen to vary (and is lifted: one kernel for both)."""
         unbound = graph_unbind(masked_roots)
-        if unbound is not None:
-            masked_roots = unbound[0]
+        return self._varying(unbound[0] if unbound is not None else masked_roots, constants)
+
+    def _varying(self, masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
+        # `varying_constants` with the Variables' values already taken out of `masked_roots`
         seen = self._variants.get(masked_roots)
         if seen is None:
             if len(self._variants) >= self.max_structures:

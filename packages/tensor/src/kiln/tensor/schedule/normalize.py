@@ -364,21 +364,121 @@ _CONSTANT = object()  # heads a constant's content in the numbering, apart from 
 
 
 def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> StructureKey | None:
-    """A key for the structure `normalize(uops)` (without lifting) finds, computed without building its nodes.
+    """A key for the structure `normalize(uops)` (without lifting) finds, computed without building its nodes
+    (`StructureWalk.key`; None when a buffer was overwritten: `normalize` raises the error)."""
+    walk = walk_structure(uops, numbering)
+    return None if walk is None else StructureKey(walk.key, walk.inputs)
+
+
+class StructureWalk:
+    """One walk over the graphs of `uops`: their structure key and, when asked, their normalized forms.
 
     The walk is `normalize`'s (the same order, realized nodes standing for their views, buffers numbered as inputs
-    where first reached), but each node becomes a number instead of a rebuilt node, and the key is the roots'
-    numbers followed by the constants' values in the order first reached. Equal keys mean equal normalized roots
-    (by induction over the nodes: equal numbers and equal constants, equal normalized nodes; a pure part, which
-    normalize keeps as its merged form, is numbered by its own structure), so a plan found by key runs with
-    `inputs` as it would with `normalize`'s. Different keys may still normalize alike (merged movement chains): that
-    only costs a lookup through `normalize`. None when a buffer was overwritten (`normalize` raises the error).
+    where first reached), but each node becomes a number instead of a rebuilt node, and `key` is the roots' numbers
+    followed by the constants' values in the order first reached. Equal keys mean equal normalized roots (by
+    induction over the nodes: equal numbers and equal constants, equal normalized nodes; a pure part, which normalize
+    keeps as its merged form, is numbered by its own structure), so a plan found by key runs with `inputs` as it would
+    with `normalize`'s. Different keys may still normalize alike (merged movement chains): that only costs a lookup
+    through `normalize`.
+
+    The walk keeps the nodes in the order it finished them, so `normalized` builds `normalize`'s result (with or
+    without lifting) by one pass over that list, without walking the graph again.
     """
+
+    __slots__ = ("inputs", "key", "order", "replayable", "uops", "views")
+
+    def __init__(
+        self,
+        uops: Sequence[UOp],
+        key: tuple[object, ...],
+        inputs: tuple[UOp, ...],
+        order: list[UOp],
+        views: dict[UOp, UOp],
+        replayable: bool,
+    ) -> None:
+        self.uops, self.key, self.inputs, self.order, self.views = tuple(uops), key, inputs, order, views
+        # False when the walk met a case `normalize` takes another way (a realized CONST): `normalized` then walks
+        self.replayable = replayable
+
+    def normalized(
+        self, lift: Callable[[int], bool] | None = None, placeholders: PlaceholderMemo | None = None
+    ) -> NormalizedGraph:
+        """`normalize(self.uops, lift, placeholders)`, built from this walk's nodes (the same nodes, inputs, constants
+        and marks on pure nodes)."""
+        if not self.replayable:
+            return normalize(self.uops, lift, placeholders)
+        lifting = lift is not None
+        epoch = -1 if lifting else _epoch[0]
+        kept = {const_node(uop) for uop in self.uops} if lifting else set()
+        constants: list[ConstKey] = []
+        inputs: list[UOp] = []
+        resolved: dict[UOp, UOp] = {}
+        self_epoch, pure_form, views = SELF_EPOCH.get, PURE_FORM.get, self.views
+        for node in self.order:
+            if not lifting and self_epoch(node) == epoch:  # no node carries the mark of a lifting walk (-1)
+                resolved[node] = pure_form(node) or node
+                continue
+            op = node.op
+            if op is Ops.BUFFER:
+                resolved[node] = _placeholder(len(inputs), node, placeholders)
+                inputs.append(node)
+                continue
+            if op is Ops.CONST:
+                if lift is not None:
+                    resolved[node] = node
+                    if node.dtype != dtypes.bool and node.dtype.fmt is not None and node not in kept:
+                        if lift(len(constants)):
+                            slot = _constant_placeholder(len(inputs), node)
+                            resolved[node] = UOp(Ops.RESHAPE, node.dtype, (slot,), ())
+                            inputs.append(node)
+                        constants.append(const_key(node.arg))
+                    continue
+                for device in node.src:  # the DEVICE node the walk did not enter: pure, itself
+                    if self_epoch(device) != epoch:
+                        SELF_EPOCH.set(device, epoch)
+                    resolved[device] = device
+            view = views.get(node)
+            if view is not None:
+                resolved[node] = resolved[view]
+                continue
+            sources = node.src
+            if not sources:
+                resolved[node] = node
+                if not lifting:
+                    SELF_EPOCH.set(node, epoch)
+                continue
+            new_sources = tuple([resolved[source] for source in sources])
+            if new_sources == sources:
+                result = node
+            else:
+                result = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+                SHAPE.copy_missing(node, result)  # as in `normalize`
+            if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
+                result = merge_movement_link(result)
+            resolved[node] = result
+            if lifting:
+                continue
+            for source in sources:
+                if self_epoch(source) != epoch:
+                    break
+            else:
+                SELF_EPOCH.set(node, epoch)
+                if result is not node:
+                    PURE_FORM.set(node, result)
+        return NormalizedGraph(tuple([resolved[uop] for uop in self.uops]), tuple(inputs), tuple(constants))
+
+
+def walk_structure(uops: Sequence[UOp], numbering: StructureNumbering) -> StructureWalk | None:
+    """The `StructureWalk` of the graphs of `uops`, numbering node contents in `numbering`; None when a buffer was
+    overwritten (`normalize` raises the error naming it)."""
     number = numbering.numbers.setdefault
     count = numbering.numbers.__len__
     resolved: dict[UOp, int] = {}
     inputs: list[UOp] = []
     constants: list[object] = []
+    order: list[UOp] = []
+    views: dict[UOp, UOp] = {}
+    replayable = True
     overwritten, realized = OVERWRITTEN.has, REALIZED.get
     stack: list[UOp] = list(reversed(uops))
     expanded: set[UOp] = set()
@@ -396,6 +496,7 @@ def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> Structu
                 arg = node.arg
                 resolved[node] = number((Ops.BUFFER, len(inputs), arg.size, node.dtype, arg.device), count())
                 inputs.append(node)
+                order.append(node)
                 stack.pop()
                 continue
             if op is Ops.CONST:
@@ -403,12 +504,16 @@ def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> Structu
                 content = (_CONSTANT, node.dtype, content_arg(node.tag), len(constants), sources)
                 resolved[node] = number(content, count())
                 constants.append(content_arg(node.arg))
+                order.append(node)
+                replayable = replayable and realized(node) is None
                 stack.pop()
                 continue
             view = realized(node)  # never set inside a pure part (record_realized skips those)
             if view is not None:
                 if view in resolved:
                     resolved[node] = resolved[view]
+                    views[node] = view
+                    order.append(node)
                     stack.pop()
                 else:
                     stack.append(view)
@@ -423,7 +528,9 @@ def structure_key(uops: Sequence[UOp], numbering: StructureNumbering) -> Structu
         stack.pop()
         content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
         resolved[node] = number(content, count())
-    return StructureKey((*[resolved[uop] for uop in uops], *constants), tuple(inputs))
+        order.append(node)
+    key = (*[resolved[uop] for uop in uops], *constants)
+    return StructureWalk(uops, key, tuple(inputs), order, views, replayable)
 
 
 def const_node(uop: UOp) -> UOp | None:
