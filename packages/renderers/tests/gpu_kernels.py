@@ -8,21 +8,17 @@ symbolic sizes and a group reduce through shared memory.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterator
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
+from corpus import CORPUS, from_storage, representable, to_storage
 
 from kiln.codegen import KernelInfo, Opt, OptOps, Program, Renderer, TensorCore, get_program, linearize, run_program
 from kiln.codegen.lowering.dtype_emulation import emulate_dtypes
 from kiln.codegen.numpy_semantics import EMULATED, storage_dtype
 from kiln.uops import AxisKind, DType, Ops, UOp, VarArg, dtypes
 from kiln.uops.args import SpecialArg
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus, by path
-from corpus import CORPUS, from_storage, representable, to_storage
 
 SIZE = 16
 

@@ -9,12 +9,7 @@ formulas, and the programs codegen builds with them compute a matmul in the refe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from gpu_kernels import (
     check_tensor_core_matmul,
     coverage_sinks,

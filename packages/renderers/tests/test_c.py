@@ -9,18 +9,14 @@ from __future__ import annotations
 import ctypes
 import re
 import shutil
-import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cpu_kernels as kernels
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_kernels as kernels
 
 from kiln.codegen import (
     KernelInfo,
@@ -42,7 +38,7 @@ from kiln.renderers import (
     kernel_parameters,
 )
 from kiln.renderers.c import C_FLAGS
-from kiln.uops import AxisKind, Context, DType, Ops, UOp, dtypes
+from kiln.uops import AxisKind, DType, Ops, UOp, dtypes
 
 COMPILERS = [
     pytest.param(name, marks=pytest.mark.skipif(shutil.which(name) is None, reason=f"{name} is not installed"))
@@ -52,11 +48,7 @@ CORPUS = kernels.load_corpus().CORPUS
 COVERAGE = kernels.coverage_cases()
 
 
-@pytest.fixture(autouse=True)
-def _compile_every_time() -> Iterator[None]:
-    # the tests are about compiling: never take a binary from the disk cache
-    with Context(DISABLE_COMPILER_CACHE=True):
-        yield
+pytestmark = pytest.mark.usefixtures("compile_every_time")  # the tests are about compiling (conftest.py)
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

@@ -10,14 +10,11 @@ compute; and the errors name what is wrong.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
+import cpu_kernels
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_kernels
 from cuda_on_host import compile_on_host, host_compiler, temporary_directory
 from gpu_kernels import (
     CORPUS,

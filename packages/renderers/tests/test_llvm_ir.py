@@ -14,31 +14,25 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cpu_kernels as kernels
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_kernels as kernels
 
 pytest.importorskip("llvmlite", reason="llvmlite is not installed (pip install 'kiln-renderers[llvm]')")
 
 from kiln.codegen import KernelInfo, Opt, OptOps, Program, get_program, linearize, lower, optimize_kernel
 from kiln.renderers import ENTRY_NAME, LLVMCompiler, LLVMRenderer, ToolchainNotFoundError, kernel_parameters
 from kiln.renderers.toolchain import llvm_options
-from kiln.uops import AxisKind, Context, DType, Ops, UOp, dtypes
+from kiln.uops import AxisKind, DType, Ops, UOp, dtypes
 
 CORPUS = kernels.load_corpus().CORPUS
 COVERAGE = kernels.coverage_cases()
 
 
-@pytest.fixture(autouse=True)
-def _compile_every_time() -> Iterator[None]:
-    with Context(DISABLE_COMPILER_CACHE=True):
-        yield
+pytestmark = pytest.mark.usefixtures("compile_every_time")  # the tests are about compiling (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -114,14 +108,15 @@ def test_an_integer_accumulator_over_a_deep_shared_dag_compiles_in_seconds(rende
     # fused Tensor.normal(16, 64, 3).max() of the init-fusion fuzzer: hours) until LLVM_OPTIONS turned it off. In a
     # subprocess, so that a regression fails at the timeout instead of hanging the run.
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import cpu_kernels as kernels\n"
+        "import cpu_kernels as kernels\n"
         "from kiln.codegen import Program, get_program\n"
         "from kiln.renderers import LLVMRenderer\n"
         "sink, opts = kernels.threefry_max_case()\n"
         "assert Program(get_program(sink, LLVMRenderer(), opts)).binary is not None\n"
     )
     environment = {**os.environ, "DISABLE_COMPILER_CACHE": "1"}
-    subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)], env=environment, timeout=60, check=True)
+    # in this folder: `python -c` puts the working directory first on sys.path, so cpu_kernels imports
+    subprocess.run([sys.executable, "-c", script], env=environment, timeout=60, check=True, cwd=Path(__file__).parent)
     sink, opts = kernels.threefry_max_case()
     assert renderer.compiler.flags[5:] == llvm_options(renderer.compiler.llvm)  # part of the compile-cache key
     out, key = np.zeros(1, np.float32), np.array([0x9E3779B9], np.uint32)

@@ -14,14 +14,11 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from gpu_kernels import (
     check_tensor_core_matmul,
     coverage_sinks,

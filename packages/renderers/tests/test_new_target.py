@@ -12,12 +12,9 @@ from __future__ import annotations
 import ctypes
 import itertools
 import shutil
-import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
 import cpu_kernels
 import numpy as np
 import pytest

@@ -9,12 +9,8 @@ kernels is the runtime's conformance suite (packages/runtime-hcq/tests/test_conf
 from __future__ import annotations
 
 import ctypes
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from gpu_kernels import coverage_sinks, group_reduce_kernel, vector_kernel
 
 from kiln.codegen import Program, get_program

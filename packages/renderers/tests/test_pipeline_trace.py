@@ -8,14 +8,9 @@ raise while `render` runs).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from gpu_kernels import CORPUS
 
 import kiln.uops.rewrite

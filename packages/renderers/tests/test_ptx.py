@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-import sys
-from pathlib import Path
 
+import cpu_kernels
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_kernels
 from gpu_kernels import (
     CORPUS,
     alu_kernel,

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
+import cpu_kernels as kernels
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import cpu_kernels as kernels
 
 from kiln.codegen import Opt, OptOps, Program, get_program, run_program
 from kiln.renderers import PythonCompiler, PythonRenderer, parse_linear, render_linear

@@ -10,11 +10,8 @@ has, and errors name what is wrong. Running the kernels is the runtime's conform
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from gpu_kernels import coverage_sinks, gated_kernel, group_reduce_kernel, symbolic_kernel
 
 from kiln.codegen import KernelInfo, Program, get_program
