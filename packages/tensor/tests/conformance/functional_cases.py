@@ -35,7 +35,8 @@ class In:
     Kinds: 'normal', 'wide' (normal times 4: reaches relu6's and hardswish's kinks), 'distinct' (a shuffled grid of
     distinct values: max pooling has no ties), 'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]),
     'sign' (-1 or 1), 'simplex' (rows along dim 1 summing to 1), ('index', low, high) (int64 in [low, high)),
-    'bool' (True with probability 0.7, the last dim's first entry True).
+    'bool' (True with probability 0.7, the last dim's first entry True), ('fixed', values) (exactly these int64
+    values, e.g. the offsets of `embedding_bag`).
     """
 
     shape: tuple[int, ...]
@@ -64,6 +65,10 @@ class Case:
 
 def _x(*shape: int, kind: Any = "normal", grad: bool = True) -> In:
     return In(tuple(shape), kind, None, grad)
+
+
+def _fixed(*values: int) -> In:
+    return In((len(values),), ("fixed", values), "int64", False)
 
 
 def _index(*shape: int, high: int, low: int = 0) -> In:
@@ -546,6 +551,32 @@ def _more_cases() -> list[Case]:
         Case("m_multilabel_margin", "nn.MultiLabelMarginLoss", (_x(2, 5), _index(2, 5, high=5, low=-1))),
         Case("m_triplet_distance", "nn.TripletMarginWithDistanceLoss", (_x(3, 2), _x(3, 2), _x(3, 2))),
         Case("m_nll2d", "nn.NLLLoss2d", (_x(2, 3, 2, 2), _index(2, 2, 2, high=3))),
+        Case("embedding_bag_2d", "F.embedding_bag", (_index(3, 4, high=6), _x(6, 3))),
+        Case(
+            "embedding_bag_sum_weights",
+            "F.embedding_bag",
+            (_index(7, high=5), _x(5, 2), _fixed(0, 2, 2, 5), _x(7)),
+            {"offsets": Ref(2), "mode": "sum", "per_sample_weights": Ref(3)},
+        ),
+        Case(
+            "embedding_bag_max_padding",
+            "F.embedding_bag",
+            (_index(8, high=4), _x(4, 3), _fixed(0, 3, 3, 6, 8)),
+            {"offsets": Ref(2), "mode": "max", "padding_idx": 2, "include_last_offset": True},
+        ),
+        Case(
+            "embedding_bag_mean_padding",
+            "F.embedding_bag",
+            (_index(4, 3, high=3), _x(3, 2)),
+            # not scale_grad_by_freq: torch's CPU embedding_bag divides some rows' gradients by the wrong count
+            {"padding_idx": 0},
+        ),
+        Case(
+            "m_embedding_bag",
+            "nn.EmbeddingBag.from_pretrained",
+            (_index(6, high=5), _fixed(0, 1, 4), _x(5, 3, grad=False)),
+            init={"embeddings": Ref(2), "freeze": False, "mode": "max"},
+        ),
     ]
 
 
@@ -697,6 +728,8 @@ REPRS: list[tuple[str, dict[str, Any]]] = [
     ("nn.RReLU", {"lower": 0.1, "upper": 0.2, "inplace": True}),
     ("nn.MultiMarginLoss", {}),
     ("nn.TripletMarginWithDistanceLoss", {}),
+    ("nn.EmbeddingBag", {"num_embeddings": 5, "embedding_dim": 3}),
+    ("nn.EmbeddingBag", {"num_embeddings": 5, "embedding_dim": 3, "mode": "sum", "padding_idx": 1, "max_norm": 1.0}),
 ]
 
 # (module path, constructor arguments) of modules with random initial values: torch's state-dict names and shapes
@@ -710,6 +743,7 @@ STATES: list[tuple[str, dict[str, Any]]] = [
     ("nn.InstanceNorm1d", {"num_features": 2, "affine": True, "bias": False}),
     ("nn.TripletMarginWithDistanceLoss", {}),
     ("nn.ModuleList", {}),
+    ("nn.EmbeddingBag", {"num_embeddings": 6, "embedding_dim": 2, "mode": "max"}),
 ]
 
 
@@ -747,4 +781,12 @@ ERRORS: list[ErrorCase] = [
     ErrorCase("F.gaussian_nll_loss", (_x(2, 3), _x(2, 3)), {"var": -1.0}, "negative"),
     ErrorCase("F.bilinear", (_x(2, 3), _x(3, 4), _x(5, 3, 4)), {}, "batch dimensions do not match"),
     ErrorCase("F.embedding", (_index(3, high=4), _x(4, 2, 1)), {}, "must be 2-D"),
+    ErrorCase("F.embedding_bag", (_index(3, high=4), _x(4, 2)), {}, "offsets has to be a 1D Tensor"),
+    ErrorCase("F.embedding_bag", (_index(2, 3, high=4), _x(4, 2)), {"mode": "min"}, "mode has to be one of"),
+    ErrorCase(
+        "F.embedding_bag",
+        (_index(2, 3, high=4), _x(4, 2), _x(2, 3)),
+        {"per_sample_weights": Ref(2)},
+        "only supported for mode='sum'",
+    ),
 ]

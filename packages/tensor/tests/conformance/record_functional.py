@@ -41,6 +41,8 @@ FOLDER = Path(__file__).resolve().parent
 def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
     """Input values for `spec` in the case dtype `dtype` (see `In` for the kinds)."""
     shape, kind = spec.shape, spec.kind
+    if isinstance(kind, tuple) and kind[0] == "fixed":
+        return np.array(kind[1], np.int64)
     if isinstance(kind, tuple) and kind[0] == "index":
         return rng.integers(kind[1], kind[2], size=shape).astype(np.int64)
     if kind == "bool":

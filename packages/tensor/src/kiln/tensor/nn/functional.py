@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warnings
 
-from kiln.tensor.grad_mode import no_grad
+from kiln.tensor.nn.functional_embedding import embedding, embedding_bag, one_hot
 from kiln.tensor.nn.functional_losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -88,28 +88,27 @@ from kiln.tensor.nn.functional_spatial import (
     upsample_bilinear,
     upsample_nearest,
 )
-from kiln.tensor.ops.data_checks import check_index_values
 from kiln.tensor.tensor import Tensor
-from kiln.uops import DType, dtypes
+from kiln.uops import DType
 
 __all__ = [
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "alpha_dropout", "channel_shuffle", "feature_alpha_dropout",
-    "gumbel_softmax", "local_response_norm", "lp_pool1d", "lp_pool2d", "lp_pool3d", "max_pool1d_with_indices",
-    "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
-    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "multi_margin_loss",
-    "multilabel_margin_loss", "multilabel_soft_margin_loss", "rrelu", "triplet_margin_with_distance_loss",
-    "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
-    "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "celu", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
-    "dropout2d", "dropout3d", "elu", "embedding", "fold", "gaussian_nll_loss", "gelu", "glu", "group_norm",
-    "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm",
-    "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid",
-    "margin_ranking_loss", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
-    "mish", "mse_loss", "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance", "pixel_shuffle",
-    "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "scaled_dot_product_attention",
-    "selu", "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink",
-    "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "unfold", "upsample", "upsample_bilinear",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices", "alpha_dropout", "avg_pool1d", "avg_pool2d",
+    "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
+    "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d",
+    "elu", "embedding", "embedding_bag", "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu",
+    "group_norm", "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hinge_embedding_loss",
+    "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "linear",
+    "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d", "lp_pool2d", "lp_pool3d", "margin_ranking_loss",
+    "max_pool1d", "max_pool1d_with_indices", "max_pool2d", "max_pool2d_with_indices", "max_pool3d",
+    "max_pool3d_with_indices", "max_unpool1d", "max_unpool2d", "max_unpool3d", "mish", "mse_loss",
+    "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot",
+    "pad", "pairwise_distance", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6",
+    "rms_norm", "rrelu", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss",
+    "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink", "threshold",
+    "triplet_margin_loss", "triplet_margin_with_distance_loss", "unfold", "upsample", "upsample_bilinear",
     "upsample_nearest",
 ]  # fmt: skip
 
@@ -310,67 +309,6 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
             raise RuntimeError(f"bilinear(): bias must have shape [{weight.shape[0]}], got {list(bias.shape)}")
         result = result + bias
     return result
-
-
-def embedding(
-    input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,
-    norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
-) -> Tensor:  # fmt: skip
-    """The rows of `weight` (num_embeddings, dim) picked by integer `input`: shape (*input.shape, dim), like
-    `torch.nn.functional.embedding`.
-
-    `padding_idx`'s row gets no gradient; `max_norm` first rescales in place (without gradient) every picked row
-    whose `norm_type`-norm exceeds it; `scale_grad_by_freq` divides each row's gradient by how often the row is
-    picked. `sparse=True` gives the same values as a dense gradient.
-
-    Example:
-        >>> embedding(Tensor([[1]]), Tensor([[0.0, 0.0], [1.0, 2.0]])).tolist()
-        [[[1.0, 2.0]]]
-    """
-    if not isinstance(input, Tensor) or not dtypes.is_int(input.dtype):
-        # torch raises RuntimeError here; kiln's Embedding has always raised TypeError, which this keeps
-        got = getattr(input, "dtype", type(input).__name__)
-        raise TypeError(f"embedding needs an integer index Tensor (Long or Int), got {got!r}")
-    if weight.ndim != 2:
-        raise RuntimeError(f"'weight' must be 2-D, got shape {list(weight.shape)}")
-    count = weight.shape[0]
-    if padding_idx is not None:
-        if not -count <= padding_idx < count:
-            raise ValueError(f"Padding_idx must be within num_embeddings ({count}), got {padding_idx}")
-        padding_idx %= count
-    # CHECK=1: an index outside [0, num_embeddings) raises IndexError; unchecked it selects a row of zeros
-    check_index_values(input, count, "embedding", 0, negative=False)
-    # (picks, count): which row each pick takes; codegen turns this one-hot product into a gather of the rows
-    positions = Tensor.arange(count, device=input.device).reshape(1, -1)
-    picked = (input.reshape(-1, 1) == positions).where(1.0, 0.0)
-    if max_norm is not None:
-        _renormalize(weight, picked, max_norm, norm_type)
-    table = weight
-    if padding_idx is not None:
-        keep = Tensor.arange(count, device=weight.device).reshape(count, 1) != padding_idx
-        table = keep.where(table, table.detach())
-    if scale_grad_by_freq:
-        frequency = picked.sum(0).maximum(1).reshape(count, 1).cast(weight.dtype)
-        scaled = table / frequency.detach()
-        # the values of `table`, the gradient of `scaled`: each row's gradient divided by its frequency
-        table = scaled + (table - scaled).detach()
-    rows = picked.cast(weight.dtype) @ table
-    return rows.reshape(*input.shape, weight.shape[1])
-
-
-def _renormalize(weight: Tensor, picked: Tensor, max_norm: float, norm_type: float) -> None:
-    # torch's embedding_renorm_: rows used by the lookup whose norm exceeds max_norm scale to max_norm (+1e-7 slack)
-    with no_grad():
-        norms = weight.norm(norm_type, dim=1, keepdim=True)
-        used = picked.sum(0).reshape(-1, 1) > 0
-        scale = (used & (norms > max_norm)).where(max_norm / (norms + 1e-7), 1.0)
-        weight.assign((weight * scale)._cast(weight.dtype)).realize()
-
-
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    """(*shape) integer classes -> (*shape, num_classes) of 0 / 1 (num_classes=-1: max + 1), like
-    `torch.nn.functional.one_hot`."""
-    return tensor.one_hot(num_classes)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:

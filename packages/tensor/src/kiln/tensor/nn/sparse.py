@@ -1,16 +1,19 @@
-"""`Embedding` with torch's full constructor (`padding_idx`, `max_norm`, `norm_type`, `scale_grad_by_freq`,
-`sparse`, `_weight`, `_freeze`) and `Embedding.from_pretrained`, computed by `F.embedding`.
+"""Lookup-table layers: `Embedding` with torch's full constructor (`padding_idx`, `max_norm`, `norm_type`,
+`scale_grad_by_freq`, `sparse`, `_weight`, `_freeze`) and `from_pretrained`, computed by `F.embedding`; and
+`EmbeddingBag` (sums, means or maxima of bags of rows, `F.embedding_bag`).
 
-It extends the plain lookup table of `linear.py` (whose constructor takes only the sizes) with torch's options.
+`Embedding` extends the plain lookup table of `linear.py` (whose constructor takes only the sizes) with torch's
+options.
 """
 
 from __future__ import annotations
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init, linear
+from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["Embedding"]
+__all__ = ["Embedding", "EmbeddingBag"]
 
 
 class Embedding(linear.Embedding):
@@ -81,3 +84,68 @@ class Embedding(linear.Embedding):
             rows, columns, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, embeddings, freeze,
             embeddings.device,
         )  # fmt: skip
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embedding rows, like `torch.nn.EmbeddingBag` (weight from N(0, 1), the
+    `padding_idx` row zeroed).
+
+    Example:
+        >>> EmbeddingBag(10, 3, mode="sum")(Tensor([1, 2, 4]), Tensor([0, 2])).shape
+        (2, 3)
+    """
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None, norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight: Tensor | None = None,
+        include_last_offset: bool = False, padding_idx: int | None = None, device: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"mode has to be one of sum, mean or max, got {mode!r}")
+        table = Embedding(num_embeddings, embedding_dim, padding_idx, _weight=_weight, device=device)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.mode, self.sparse, self.include_last_offset = mode, sparse, include_last_offset
+        self.padding_idx = table.padding_idx
+        self.weight = table.weight
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None, per_sample_weights: Tensor | None = None) -> Tensor:
+        """F.embedding_bag(input, weight, offsets, ..., mode, per_sample_weights, include_last_offset, padding_idx)."""
+        return F.embedding_bag(
+            input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.mode,
+            self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            text += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            text += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            text += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        text += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            text += f", padding_idx={self.padding_idx}"
+        return text
+
+    @classmethod
+    def from_pretrained(
+        cls, embeddings: Tensor, freeze: bool = True, max_norm: float | None = None, norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, include_last_offset: bool = False,
+        padding_idx: int | None = None,
+    ) -> EmbeddingBag:  # fmt: skip
+        """An EmbeddingBag whose weight is a copy of the 2-d `embeddings` (trainable unless `freeze`), like
+        `torch.nn.EmbeddingBag.from_pretrained`."""
+        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+            raise ValueError(
+                f"Embeddings parameter is expected to be 2-dimensional, got {getattr(embeddings, 'shape', embeddings)}"
+            )
+        rows, columns = embeddings.shape
+        bag = cls(
+            rows, columns, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings, include_last_offset,
+            padding_idx, embeddings.device,
+        )  # fmt: skip
+        bag.weight.requires_grad_(not freeze)
+        return bag
