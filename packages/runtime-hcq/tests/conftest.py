@@ -3,6 +3,9 @@
 TESTHOST: an HCQ device whose memory is host memory and whose queue is a software `ThreadQueueEngine`.
 TESTOPAQUE: a device whose allocator hands out opaque ids with no host view and no sub-buffers, so copies must
 go through staging memory.
+
+The helper modules here (`conformance_kernels`, `device_opt_fuzz`, `fake_libcuda`) import by name: this folder is on
+pytest's `pythonpath` (root pyproject.toml), as is codegen's tests folder, whose kernel corpus and opt fuzzer they run.
 """
 
 from __future__ import annotations

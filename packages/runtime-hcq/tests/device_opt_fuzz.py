@@ -8,16 +8,10 @@ compared with the corpus case's numpy reference (exact where the case says so).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
+from corpus import KernelCase, assert_matches, from_storage, to_storage
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus and fuzzer, by path
-
-from corpus import KernelCase, assert_matches, from_storage, to_storage
 from test_opt_fuzz import draw_legal_opts
 
 from kiln.codegen import Opt, Program, get_program

@@ -24,18 +24,12 @@ from __future__ import annotations
 import functools
 import inspect
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's kernel corpus, by path
-
 from conformance_kernels import (
     SWEEP_OPS,
     TRANSCENDENTAL_OPS,

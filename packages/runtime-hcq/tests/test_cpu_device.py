@@ -4,16 +4,11 @@ program's signature names (the binary is not read to choose it), and loading pro
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's kernel corpus, by path
-
 from corpus import CASES_BY_NAME, KernelCase, to_storage
 
 from kiln.codegen import (

@@ -3,15 +3,10 @@ launch dimensions, event timing and error messages. Tests on a real GPU run only
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from fake_libcuda import INVALID_PTX, LAUNCH_OUT_OF_RESOURCES, NO_DEVICE, FakeLibcuda
 
 from kiln.codegen import (

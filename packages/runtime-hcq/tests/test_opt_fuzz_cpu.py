@@ -9,14 +9,7 @@ are fuzzed here. 300 examples per run, the seed pinned so a CI run is reproducib
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared harness
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus, by path
-
 from corpus import CORPUS
 from device_opt_fuzz import check_coverage, fuzz
 

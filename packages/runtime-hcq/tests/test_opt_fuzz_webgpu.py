@@ -9,15 +9,8 @@ examples per run, the seed pinned so a CI run is reproducible; a run takes about
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared harness
-sys.path.insert(0, str(Path(__file__).parents[2] / "codegen" / "tests"))  # codegen's corpus, by path
-
 from corpus import CORPUS, assert_matches
 from device_opt_fuzz import check_coverage, fuzz, run_on_device
 
