@@ -195,6 +195,32 @@ def test_a_waiting_client_leaving_stops_the_generation(model: ChatModel, monkeyp
         assert paced.decode_steps() < 20  # of 59 the request asked for
 
 
+def test_a_failing_generation_is_a_500_and_the_worker_goes_on(
+    model: ChatModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = model.generator.generate
+
+    def broken(*args: Any, **kwargs: Any) -> Iterator[int]:
+        tokens = original(*args, **kwargs)
+        yield next(tokens)
+        raise RuntimeError("the device was lost")
+
+    monkeypatch.setattr(model.generator, "generate", broken)
+    with running(model) as (httpd, client):
+        with pytest.raises(openai.InternalServerError, match="the device was lost"):
+            client.completions.create(model=model.name, prompt=PROMPT, max_tokens=5, temperature=0)
+        stream = client.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=5, stream=True)  # fmt: skip
+        with pytest.raises(openai.APIError, match="the device was lost"):
+            for _ in stream:
+                pass
+        monkeypatch.undo()
+        answer = client.completions.create(model=model.name, prompt=PROMPT, max_tokens=3, temperature=0)
+        assert answer.choices[0].text == greedy(model, PROMPT, 3)[0]
+        metrics = parse_prometheus(get(httpd, "/metrics")[2])
+        assert metrics[("kiln_llm_generations_total", (("outcome", "failed"),))] == 2
+
+
 def test_bad_seeds_are_400s(model: ChatModel) -> None:
     with running(model) as (_, client):
         for seed in (-1, 2**64, -(2**70)):

@@ -169,7 +169,7 @@ class LLMServer:
                         break
             except Exception as error:  # reported to the waiting request; the worker goes on with the next job
                 outcome = "failed"
-                job.out.put(error)
+                job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
             finally:
                 if isinstance(deltas, Generator):
                     deltas.close()  # stops the generation (the token iterator) where it is

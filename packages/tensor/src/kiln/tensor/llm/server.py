@@ -102,6 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.reader = _DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self.reader)
         self.body_pending = False  # a request body not read (yet): the connection cannot carry another request
+        self.streaming = False  # the response is a stream whose headers were sent
 
     def handle_one_request(self) -> None:
         self.server.set_busy(self.connection, False)
@@ -142,9 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.limits.write_timeout)
         self.wfile.write(data)
 
-    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None,
-                   content_type: str = "application/json") -> None:  # fmt: skip
-        data = (body["text"] if content_type.startswith("text/plain") else json.dumps(body)).encode()
+    def _send(self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
         self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -155,6 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self._write(data)
+
+    def _send_json(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
 
     def _send_error(self, error: RequestError) -> None:
         self._send_json(error.status, error.body(), error.headers)
@@ -174,6 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         route = self._route()
         self.body_pending = self.command == "POST" or "Content-Length" in self.headers
+        self.streaming = False
         try:
             self.server.admit(self.headers.get("Host"), self.headers.get("Authorization"), route)
             if route not in _ROUTES:
@@ -187,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(*self.server.logic.health())
             elif route == "/metrics":
                 text = self.server.logic.metrics_text(self.server.open_connections())
-                self._send_json(200, {"text": text}, content_type="text/plain; version=0.0.4; charset=utf-8")
+                self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._send_json(200, self.server.logic.models())
         except RequestError as error:
@@ -196,8 +199,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as error:  # a bug: still an answer in OpenAI's shape, never a dropped connection
             self.server.log(f"internal error answering {self.command} {route}: {type(error).__name__}: {error}")
+            failure = RequestError(500, f"internal error: {type(error).__name__}: {error}")
             self.body_pending = True
-            self._send_error(RequestError(500, f"internal error: {type(error).__name__}: {error}"))
+            if self.streaming:
+                self._write(f"data: {json.dumps(failure.body())}\n\n".encode())
+            else:
+                self._send_error(failure)
 
     def _read_body(self) -> Any:
         """The request's JSON body, read within the size limit and the read deadline."""
@@ -245,13 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if not stream:
-            try:
-                answer = logic.response(job, chat, ident, created)
-            except RequestError:
-                raise
-            except Exception as error:
-                raise RequestError(500, f"generation failed: {error}") from None
-            self._send_json(200, answer)
+            self._send_json(200, logic.response(job, chat, ident, created))
             return
         options = body.get("stream_options") or {}
         usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
@@ -260,16 +261,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
+        self.streaming = True  # from here on, an error is an event of the stream
         with closing(logic.chunks(job, chat, ident, created, usage)) as chunks:
             try:
                 for item in chunks:
                     self._write(f"data: {json.dumps(item)}\n\n".encode())
             except RequestError as error:
                 self._write(f"data: {json.dumps(error.body())}\n\n".encode())
-            except OSError:
-                raise
-            except Exception as error:
-                self._write(f"data: {json.dumps(RequestError(500, f'generation failed: {error}').body())}\n\n".encode())
         self._write(b"data: [DONE]\n\n")
 
 
