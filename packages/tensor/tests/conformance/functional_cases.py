@@ -571,6 +571,39 @@ def _more_cases() -> list[Case]:
             # not scale_grad_by_freq: torch's CPU embedding_bag divides some rows' gradients by the wrong count
             {"padding_idx": 0},
         ),
+        Case("affine_grid", "F.affine_grid", (_x(2, 2, 3),), {"size": (2, 3, 4, 5), "align_corners": False}, F32_64),
+        Case("affine_grid_corners", "F.affine_grid", (_x(1, 2, 3),), {"size": (1, 1, 3, 2), "align_corners": True}),
+        Case(
+            "grid_sample",
+            "F.grid_sample",
+            (_x(2, 3, 4, 5), _x(2, 3, 6, 2)),
+            {"align_corners": False},
+            F32_64,
+        ),
+        Case(
+            "grid_sample_border_corners",
+            "F.grid_sample",
+            (_x(1, 2, 5, 3), _x(1, 4, 4, 2)),
+            {"padding_mode": "border", "align_corners": True},
+        ),
+        Case(
+            "grid_sample_reflection",
+            "F.grid_sample",
+            (_x(2, 1, 3, 4), In((2, 5, 2, 2), "wide")),
+            {"padding_mode": "reflection", "align_corners": False},
+        ),
+        Case(
+            "grid_sample_reflection_corners",
+            "F.grid_sample",
+            (_x(1, 2, 4, 4), In((1, 3, 3, 2), "wide")),
+            {"padding_mode": "reflection", "align_corners": True},
+        ),
+        Case(
+            "grid_sample_nearest",
+            "F.grid_sample",
+            (_x(1, 2, 4, 6), _x(1, 5, 3, 2)),
+            {"mode": "nearest", "align_corners": False},
+        ),
         Case(
             "m_embedding_bag",
             "nn.EmbeddingBag.from_pretrained",
@@ -782,6 +815,11 @@ ERRORS: list[ErrorCase] = [
     ErrorCase("F.bilinear", (_x(2, 3), _x(3, 4), _x(5, 3, 4)), {}, "batch dimensions do not match"),
     ErrorCase("F.embedding", (_index(3, high=4), _x(4, 2, 1)), {}, "must be 2-D"),
     ErrorCase("F.embedding_bag", (_index(3, high=4), _x(4, 2)), {}, "offsets has to be a 1D Tensor"),
+    ErrorCase("F.grid_sample", (_x(1, 1, 3, 3), _x(1, 2, 2, 2)), {"mode": "cubic"}, "'cubic'"),
+    ErrorCase("F.grid_sample", (_x(1, 1, 3, 3), _x(1, 2, 2, 2)), {"padding_mode": "wrap"}, "'wrap'"),
+    ErrorCase("F.grid_sample", (_x(2, 1, 3, 3), _x(1, 2, 2, 2)), {"align_corners": False}, "same batch size"),
+    ErrorCase("F.affine_grid", (_x(1, 3, 3),), {"size": (1, 1, 2, 2), "align_corners": False}, "Nx2x3"),
+    ErrorCase("F.affine_grid", (_x(1, 2, 3),), {"size": (1, 1, 0, 2), "align_corners": False}, "positive output size"),
     ErrorCase("F.embedding_bag", (_index(2, 3, high=4), _x(4, 2)), {"mode": "min"}, "mode has to be one of"),
     ErrorCase(
         "F.embedding_bag",
