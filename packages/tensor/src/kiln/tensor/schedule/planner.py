@@ -1,16 +1,16 @@
 """The scheduler proper: a normalized tensor graph -> a `SchedulePlan` of kernels and copies.
 
 0. Split reductions of very many elements into two stages (split_reduce.py).
-1. Decide where buffers must exist ("points"): requested values that are not already a buffer, CONTIGUOUS, COPY
-   (and its source), ASSIGN, a reduce or costly value read through an EXPAND (it would be recomputed for every
-   expanded element), a reduce nested in another reduce. Row fusion (row_fusion.py) exempts reduces over short
-   rows from the last two: softmax's max, sum and output stay one kernel that loops over each row three times.
+1. Decide where buffers must exist ("points") by the graph rules (rules.py `GRAPH_RULES`, in that order): requested
+   values that are not already a buffer, CONTIGUOUS, ASSIGN, COPY (and its source), a reduce or costly value read
+   through an EXPAND (it would be recomputed for every expanded element), a reduce nested in another reduce. Row
+   fusion (row_fusion.py) exempts reduces over short rows from the last two: softmax's max, sum and output stay one
+   kernel that loops over each row three times.
 2. Build one kernel per point (`KernelBuilder`); everything between points fuses into the kernel that reads it.
-   Building reveals what would be recomputed: a reduce needed by two kernels or at two index sets, a row-fused
-   reduce the kernel's loops would run more than once per value (a column reduce read back over the rows) or
-   inside another reduce's loop, or a node needed at many index sets (a recomputation blow-up), becomes a point
-   too, and the kernels are built again. So do two or more large matrix products one kernel would hold side by side
-   (a llama MLP's silu(x @ w1.T) * (x @ w3.T)): together they get no register tile.
+   Building reveals what would be recomputed; the kernel rules (`KERNEL_RULES`, then `LAST_RESORT_RULES`) make
+   more points (a reduce needed by two kernels or at two index sets, a row-fused reduce the kernel's loops would
+   run more than once per value, two large independent matrix products side by side, a recomputation blow-up), and
+   the kernels are built again until no rule cuts. Every decision is recorded (rule, node, decision) for viz.
 3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels (never two
    large matrix products, for the same reason).
 4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kiln.tensor.graph import MOVEMENT_OPS, const_value, device_of, reshape, shape_of, shrink
+from kiln.tensor.graph import MOVEMENT_OPS, device_of, reshape, shape_of, shrink
 from kiln.tensor.schedule.items import (
     BufferRef,
     BufferSource,
@@ -39,95 +39,29 @@ from kiln.tensor.schedule.kernel_builder import (
     MAX_KERNEL_NODES,
     KernelBuilder,
     KernelOutput,
-    KernelStats,
     KernelTooLarge,
     LeafBuffer,
 )
 from kiln.tensor.schedule.memory_planner import plan_temporaries
-from kiln.tensor.schedule.row_fusion import fits_in_a_row, recomputed_reduces
+from kiln.tensor.schedule.rules import (
+    GRAPH_RULES,
+    KERNEL_RULES,
+    LAST_RESORT_RULES,
+    OVERRIDING_RULES,
+    BuiltKernel,
+    Decision,
+    contiguous_base,
+    is_matrix_product,
+    rule_location,
+    strip_detach,
+    value_node,
+)
+from kiln.tensor.schedule.rules import SEPARATE_PRODUCT_MACS as SEPARATE_PRODUCT_MACS
 from kiln.tensor.schedule.split_reduce import split_large_reductions
 from kiln.tensor.symbolic import max_numel, unbind
-from kiln.uops import GroupOp, Ops, UOp, dtypes, trace
+from kiln.uops import Ops, UOp, trace
 
-# ops whose recomputation for every element of an expand costs more than reading a buffer
-_COSTLY_OPS = frozenset(
-    {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.FDIV, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.THREEFRY}
-)
-_CHEAP_ALU_LIMIT = 8  # more ALU ops than this under an expand is costly too
-_COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times than this is cheaper than a kernel
 _MAX_ROUNDS = 64
-
-
-SEPARATE_PRODUCT_MACS = 1 << 24
-"""Multiply-adds from which a matrix product is big enough to keep out of a kernel holding another one (see
-`_Planner._sibling_products`): smaller ones (an MLP's layers and their gradients) stay merged, saving launches."""
-
-
-def _broadcast_operand(node: UOp) -> bool:
-    """Whether `node` reaches a non-movement value through a movement chain (casts included) holding an EXPAND."""
-    expanded = False
-    while node.op in MOVEMENT_OPS or node.op in (Ops.CAST, Ops.DETACH):
-        expanded = expanded or node.op is Ops.EXPAND
-        node = node.src[0]
-    return expanded
-
-
-def _is_matrix_product(node: UOp) -> bool:
-    """Whether REDUCE_AXIS `node` sums a product of two broadcast operands over one axis (a matmul's contraction).
-
-    A product summed over more axes is not one: kiln.tensor.llm.quantized sums a quantized weight's runs of 32 values
-    as two axes, which get no register tile either way, and two of them in one kernel share the loads of their input
-    (the Q8_0 bench model prefilled ~195 tok/s with its gate and up products together, 161 apart)."""
-    if node.op is not Ops.REDUCE_AXIS or node.arg.op is not Ops.ADD or len(node.arg.axes) != 1:
-        return False
-    if max_numel(shape_of(node.src[0])) < SEPARATE_PRODUCT_MACS:
-        return False
-    value = node.src[0]
-    while value.op is Ops.CAST:
-        value = value.src[0]
-    return value.op is Ops.MUL and all(_broadcast_operand(source) for source in value.src)
-
-
-def _constant_only(nodes: list[UOp]) -> set[UOp]:
-    # the nodes (of a subtree listed sources first) computed from constants and movement ops alone, no buffer read
-    found: set[UOp] = set()
-    for node in nodes:
-        if node.op is Ops.CONST or (
-            node.op is not Ops.BUFFER
-            and node.src
-            and all(s in found or s.op in (Ops.CONST, Ops.DEVICE) for s in node.src)
-        ):
-            found.add(node)
-    return found
-
-
-def _cheap_integer_op(node: UOp) -> bool:
-    # integer / bool ALU with no division other than by a power of two (a shift or a mask). Over constants only (the
-    # digit sums of an `arange`) recomputing them under an expand costs less than a kernel and a buffer, and kept in
-    # the consumer a one-hot product over them becomes a gather (codegen's pm_gather)
-    if not (dtypes.is_int(node.dtype) or node.dtype == dtypes.bool) or node.op in (Ops.POW, Ops.THREEFRY):
-        return False
-    if node.op in (Ops.IDIV, Ops.MOD):
-        divisor = const_value(node.src[1])
-        return isinstance(divisor, int) and divisor > 0 and divisor & (divisor - 1) == 0
-    return True
-
-
-def _strip_detach(node: UOp) -> UOp:
-    while node.op is Ops.DETACH:
-        node = node.src[0]
-    return node
-
-
-def _is_placeholder(node: UOp) -> bool:
-    return node.op is Ops.BUFFER
-
-
-def contiguous_base(node: UOp) -> UOp | None:
-    """The BUFFER whose data `node` is exactly, row-major (only RESHAPE / DETACH / CONTIGUOUS on the way), or None."""
-    while node.op in (Ops.RESHAPE, Ops.DETACH, Ops.CONTIGUOUS):
-        node = node.src[0]
-    return node if node.op is Ops.BUFFER else None
 
 
 def _view_base(node: UOp) -> UOp | None:
@@ -135,24 +69,6 @@ def _view_base(node: UOp) -> UOp | None:
     while node.op in MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN):
         node = node.src[0]
     return node if node.op is Ops.BUFFER else None
-
-
-def _value_node(point: UOp) -> UOp:
-    # what a point's kernel computes
-    if point.op is Ops.CONTIGUOUS:
-        return point.src[0]
-    if point.op is Ops.ASSIGN:
-        return point.src[1]
-    return point
-
-
-@dataclass
-class _Kernel:
-    members: list[UOp]
-    ast: UOp | None  # None: the build stopped at a recomputation blow-up
-    stats: KernelStats
-    slots: list[BufferRef]
-    device: str
 
 
 class _Planner:
@@ -163,85 +79,33 @@ class _Planner:
         self.position = {node: i for i, node in enumerate(self.order)}
         self.points: dict[UOp, None] = {}
         self.reasons: dict[UOp, str] = {}  # why each point is one (the viz trace shows it as a refused fusion)
+        self.decisions: list[Decision] = []  # every rule's decisions, in order (for the viz trace)
         # values read through an expand left in their readers by row fusion: the reason they would be a point, and
         # the reduces they hold (if a built kernel would recompute one, the value becomes a point after all)
         self.row_fused: dict[UOp, tuple[str, frozenset[UOp]]] = {}
 
-    def mark(self, node: UOp, reason: str) -> None:
+    def mark(self, node: UOp, reason: str, rule: str) -> None:
         """Make `node` a point (its value gets a buffer), remembering the first reason."""
         self.points[node] = None
         self.reasons.setdefault(node, reason)
+        self.decisions.append(Decision(rule, node, reason))
+
+    def keep(self, node: UOp, reason: str, rule: str) -> None:
+        """Record that `node` stays fused in its readers although `reason` would cut it."""
+        self.decisions.append(Decision(rule, node, reason))
+
+    def is_boundary(self, node: UOp) -> bool:
+        """Whether a kernel reading `node` loads it (a point, a buffer, a constant or a device)."""
+        return node in self.points or node.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE)
+
+    def subtree(self, node: UOp) -> Iterable[UOp]:
+        """The nodes a kernel computing `node` evaluates (down to points and sources)."""
+        return node.toposort(gate=lambda n: n is node or not self.is_boundary(n))
 
     # -- step 1 -----------------------------------------------------------------------------------------------------
     def initial_points(self) -> None:
-        for node in self.requested:
-            stripped = _strip_detach(node)
-            if stripped.op is not Ops.ASSIGN and contiguous_base(stripped) is not None:
-                continue  # already a buffer: nothing to compute
-            if const_value(stripped) is not None:
-                continue  # a broadcast constant stays a constant (CONTIGUOUS asks for a buffer)
-            self.mark(stripped, "requested: realized as an output")
-        for node in self.order:
-            if node.op is Ops.CONTIGUOUS and contiguous_base(node) is None:
-                self.mark(node, "contiguous() asks for a buffer")
-            elif node.op is Ops.COPY:
-                self.mark(node, "a copy between devices")
-                source = _strip_detach(node.src[0])
-                if contiguous_base(source) is None:
-                    self.mark(source, "the source of a copy between devices is a buffer")
-            elif node.op is Ops.ASSIGN:
-                self._check_assign(node)
-                self.mark(node, "assign writes into its target's buffer")
-        self._expand_rule()
-        self._nested_reduce_rule()
-
-    def _check_assign(self, node: UOp) -> None:
-        chain = node.src[0]
-        while chain.op is not Ops.BUFFER:
-            if chain.op in (Ops.PAD, Ops.EXPAND):
-                raise ValueError(f"cannot assign through {chain.op.name}: the target must be a plain view of a buffer")
-            chain = chain.src[0]
-
-    def _is_boundary(self, node: UOp) -> bool:
-        return node in self.points or node.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE)
-
-    def _subtree(self, node: UOp) -> Iterable[UOp]:
-        # the nodes a kernel computing `node` would evaluate (down to points and sources)
-        return node.toposort(gate=lambda n: n is node or not self._is_boundary(n))
-
-    def _expand_rule(self) -> None:
-        for node in self.order:
-            if node.op is not Ops.EXPAND:
-                continue
-            ratio = max_numel(node.arg) / max(1, max_numel(shape_of(node.src[0])))
-            source = node.src[0]
-            while source.op in MOVEMENT_OPS or source.op is Ops.DETACH:
-                source = source.src[0]
-            if self._is_boundary(source) or ratio <= 1:
-                continue
-            inner = [n for n in self._subtree(source) if not self._is_boundary(n) or n is source]
-            reduces = frozenset(n for n in inner if n.op is Ops.REDUCE_AXIS)
-            constant = _constant_only(inner)
-            alu = [n for n in inner if n.op in GroupOp.ALU and not (n in constant and _cheap_integer_op(n))]
-            costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
-            if reduces or (costly and ratio >= _COSTLY_EXPAND_RATIO):
-                what = "a reduce" if reduces else "a costly elementwise value"
-                reason = f"{what} read through an expand would be recomputed {ratio:g} times per value"
-                if reduces and all(fits_in_a_row(n) for n in reduces):
-                    # row fusion: computed once per row inside the reader, checked once the kernel is built
-                    self.row_fused[source] = (reason, reduces)
-                else:
-                    self.mark(source, reason)
-
-    def _nested_reduce_rule(self) -> None:
-        for node in self.order:
-            if node.op is not Ops.REDUCE_AXIS or self._is_boundary(node.src[0]):
-                continue
-            for inner in self._subtree(node.src[0]):
-                if inner.op is not Ops.REDUCE_AXIS or self._is_boundary(inner):
-                    continue
-                if not (fits_in_a_row(inner) and fits_in_a_row(node)):
-                    self.mark(inner, "a reduce nested inside another reduce")
+        for rule in GRAPH_RULES:
+            rule(self)
 
     # -- step 2 -----------------------------------------------------------------------------------------------------
     def computed_points(self) -> list[UOp]:
@@ -249,7 +113,7 @@ class _Planner:
         ordered = sorted(self.points, key=self.position.__getitem__)
         return [p for p in ordered if p.op is not Ops.COPY and max_numel(shape_of(p)) > 0]
 
-    def build_kernel(self, members: list[UOp], refs: dict[UOp, BufferRef]) -> _Kernel:
+    def build_kernel(self, members: list[UOp], refs: dict[UOp, BufferRef]) -> BuiltKernel:
         member_set = set(members)
         leaves: dict[UOp, LeafBuffer] = {}
         for node in self.order:
@@ -265,68 +129,27 @@ class _Planner:
             shape = shape_of(member)
             target = member.src[0] if member.op is Ops.ASSIGN else None
             size = target_base_size(member) if target is not None else max_numel(shape)
-            outputs.append(KernelOutput(member, _value_node(member), refs[member], shape, size, target))
+            outputs.append(KernelOutput(member, value_node(member), refs[member], shape, size, target))
         try:
             ast = builder.build(outputs)
         except KernelTooLarge as too_large:
-            return _Kernel(members, None, too_large.stats, builder.slots, device_of(members[0]))
-        return _Kernel(members, ast, builder.stats, builder.slots, device_of(members[0]))
+            return BuiltKernel(members, None, too_large.stats, builder.slots, device_of(members[0]))
+        return BuiltKernel(members, ast, builder.stats, builder.slots, device_of(members[0]))
 
-    def find_recomputation(self, kernels: list[_Kernel]) -> dict[UOp, str]:
-        """Nodes that should get a buffer because kernels would recompute them, with the reason."""
-        found: dict[UOp, str] = {}
-        reduce_users: dict[UOp, int] = {}
-        for kernel in kernels:
-            for assign in kernel.stats.racing_assigns:
-                found.setdefault(_value_node(assign), "the value is read while an assign overwrites its source")
-        for kernel in kernels:
-            for reduce in kernel.stats.reduces:
-                reduce_users[reduce] = reduce_users.get(reduce, 0) + 1
-                if kernel.stats.contexts.get(reduce, 0) > 1:
-                    found.setdefault(reduce, "a reduce needed at several index sets of one kernel")
-        for reduce, count in reduce_users.items():
-            if count > 1:
-                found.setdefault(reduce, f"a reduce needed by {count} kernels")
-        for kernel in kernels:
-            for reduce in self._sibling_products(kernel.stats.reduces):
-                found.setdefault(reduce, "one of several independent matrix products that would share a kernel")
-        for kernel in kernels:
-            if kernel.ast is None:
-                continue
-            for reduce in recomputed_reduces(kernel.ast, kernel.stats.built_reduces):
-                # cut where the planner would have cut without row fusion
-                cuts = {v: why for v, (why, held) in self.row_fused.items() if reduce in held and v not in self.points}
-                found.update(cuts or {reduce: "a reduce nested inside another reduce (recomputed, or run serially)"})
-        if found:
-            return found
-        for kernel in kernels:
-            if kernel.ast is not None:
-                continue
-            contexts = kernel.stats.contexts
-            worst = [n for n, count in contexts.items() if n.op in GroupOp.Elementwise and count > 1]
-            if worst:
-                chosen = max(worst, key=lambda n: (contexts[n], self.position[n]))
-                found[chosen] = f"recomputed at {contexts[chosen]} index sets (the kernel grew too large)"
-                continue
-            # no node is recomputed: the value graph is just long (a chain of many ops): cut it in the middle
-            middle = _middle_node([n for n in contexts if n.op in GroupOp.Elementwise and n not in kernel.members])
-            if middle is not None:
-                found[middle] = f"a chain longer than {MAX_KERNEL_NODES} nodes is cut in the middle"
-        return found
-
-    def _sibling_products(self, reduces: Iterable[UOp]) -> list[UOp]:
-        """The matrix products among a kernel's `reduces` that neither read nor are read by another of them, when
-        there are two or more (silu(x @ w1.T) * (x @ w3.T)): together in one kernel they get no register tile and no
-        packed operand ((64, 768) inputs, (2048, 768) weights: 62 ms against 2.7 ms as kernels of their own). A product
-        inside another's operand (the last token's row through a model's last layers into its output head) stays:
-        as a point it would be computed for every row."""
-        products = [r for r in reduces if _is_matrix_product(r)]
-        if len(products) < 2:
-            return []
-        inside = {p: {q for q in self._subtree(p.src[0]) if q in products and q is not p} for p in products}
-        nested = set().union(*inside.values())
-        siblings = [p for p in products if not inside[p] and p not in nested]
-        return sorted(siblings, key=self.position.__getitem__) if len(siblings) > 1 else []
+    def find_recomputation(self, kernels: list[BuiltKernel]) -> dict[UOp, tuple[str, str]]:
+        """Nodes that should get a buffer because kernels would recompute them, with the reason and the rule (the
+        first rule's, or an overriding rule's): the kernel rules' cuts, else the last resort's."""
+        for table in (KERNEL_RULES, LAST_RESORT_RULES):
+            found: dict[UOp, tuple[str, str]] = {}
+            for rule in table:
+                for node, why in rule(self, kernels):
+                    if rule in OVERRIDING_RULES:
+                        found[node] = (why, rule.__name__)
+                    else:
+                        found.setdefault(node, (why, rule.__name__))
+            if found:
+                return found
+        return {}
 
     # -- steps 3 and 4 ----------------------------------------------------------------------------------------------
     def assign_refs(self) -> tuple[dict[UOp, BufferRef], list[BufferSpecification], list[BufferSpecification]]:
@@ -336,7 +159,7 @@ class _Planner:
         for node in self.order:
             if node.op is Ops.BUFFER:
                 refs[node] = BufferRef(BufferSource.INPUT, node.arg.position)
-        requested = {_strip_detach(node) for node in self.requested}
+        requested = {strip_detach(node) for node in self.requested}
         for point in sorted(self.points, key=self.position.__getitem__):
             shape = shape_of(point)
             if point.op is Ops.ASSIGN:
@@ -354,7 +177,7 @@ class _Planner:
         return refs, outputs, temporaries
 
     def view_of(self, node: UOp, refs: dict[UOp, BufferRef], outputs: list[BufferSpecification]) -> UOp:
-        stripped = _strip_detach(node)
+        stripped = strip_detach(node)
         if stripped.op is Ops.ASSIGN:
             return _target_view(stripped.src[0])
         if stripped not in self.points:
@@ -369,19 +192,6 @@ class _Planner:
         if not isinstance(count, int):  # symbolic: the bound elements lead a buffer sized for the largest value
             buffer = shrink(buffer, ((0, count),))
         return reshape(buffer, shape)
-
-
-def _middle_node(nodes: list[UOp]) -> UOp | None:
-    # the node halfway down a long value graph, by depth (sources before users)
-    if len(nodes) < 2:
-        return None
-    depth: dict[UOp, int] = {}
-    members = set(nodes)
-    for node in UOp(Ops.SINK, src=tuple(nodes)).toposort(gate=lambda n: n.op is Ops.SINK or n in members):
-        if node in members:
-            depth[node] = 1 + max((depth.get(source, 0) for source in node.src), default=0)
-    deepest = max(depth.values())
-    return min(nodes, key=lambda n: abs(depth[n] - deepest // 2))
 
 
 def _target_view(node: UOp) -> UOp:
@@ -414,7 +224,7 @@ def _drop_bufferless_assigns(sink: UOp) -> UOp:
 _MAX_MERGED_INPUTS = 64
 
 
-def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[UOp]]:
+def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[list[UOp]]:
     """Members of each multi-output kernel: same device and loop shape, no ASSIGN, and merging creates no cycle.
 
     Points are visited in graph order, so everything a point reads is grouped already; a point joins a group only if
@@ -425,12 +235,12 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
     needs: list[set[int]] = []
     inputs: list[int] = []  # buffers each group's kernel reads (an upper bound: leaves counted once per member)
     # whether each group computes a matrix product: two products sharing a kernel get no register tile (see
-    # _Planner._sibling_products), so a product never joins a group that has one
+    # rules.separate_sibling_products), so a product never joins a group that has one
     products: list[bool] = []
 
     def reads(point: UOp) -> set[UOp]:
         if point.op is Ops.COPY:
-            source = _strip_detach(point.src[0])
+            source = strip_detach(point.src[0])
             return {source} if source in planner.points else set()
         kernel = kernels.get(point)
         return set() if kernel is None else {leaf for leaf in kernel.stats.leaves if leaf in planner.points}
@@ -448,7 +258,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, _Kernel]) -> list[list[
 
     for point in sorted(planner.points, key=planner.position.__getitem__):
         depends = {group_of[leaf] for leaf in reads(point) if leaf is not point}
-        product = point in kernels and any(_is_matrix_product(r) for r in kernels[point].stats.reduces)
+        product = point in kernels and any(is_matrix_product(r) for r in kernels[point].stats.reduces)
         chosen = None
         if point in kernels and point.op is not Ops.ASSIGN:
             for number, group in enumerate(groups):
@@ -487,19 +297,19 @@ def plan_schedule(sink: UOp) -> SchedulePlan:
     for _ in range(_MAX_ROUNDS):
         refs, outputs, temporaries = planner.assign_refs()
         kernels = {p: planner.build_kernel([p], refs) for p in planner.computed_points()}
-        extra = {node: why for node, why in planner.find_recomputation(list(kernels.values())).items()}
-        extra = {node: why for node, why in extra.items() if node not in planner.points}
+        found = planner.find_recomputation(list(kernels.values()))
+        extra = {node: decided for node, decided in found.items() if node not in planner.points}
         if not extra:
             break
-        for node, why in extra.items():
-            planner.mark(node, why)
+        for node, (why, rule) in extra.items():
+            planner.mark(node, why, rule)
     if any(kernel.ast is None for kernel in kernels.values()):
         raise RuntimeError(
             f"the scheduler could not split a kernel whose value graph exceeds {MAX_KERNEL_NODES} nodes or needs a "
             f"node at more than {MAX_CONTEXTS} index sets; realize() or .contiguous() part of the graph first"
         )
     groups = _group_kernels(planner, kernels)
-    merged: dict[UOp, _Kernel] = {}
+    merged: dict[UOp, BuiltKernel] = {}
     for group in groups:
         kernel = kernels[group[0]] if len(group) == 1 else planner.build_kernel(group, refs)
         for member in group:
@@ -522,14 +332,14 @@ class _Unit:
     reads: set[UOp]
 
 
-def _order_steps(planner: _Planner, kernels: dict[UOp, _Kernel], refs: dict[UOp, BufferRef]) -> list[Step]:
+def _order_steps(planner: _Planner, kernels: dict[UOp, BuiltKernel], refs: dict[UOp, BufferRef]) -> list[Step]:
     """Kernels and copies in an order that respects every dependency; reads of a buffer run before an ASSIGN that
     overwrites it."""
     units: list[_Unit] = []
     seen: set[int] = set()
     for point in sorted(planner.points, key=planner.position.__getitem__):
         if point.op is Ops.COPY:
-            source = _strip_detach(point.src[0])
+            source = strip_detach(point.src[0])
             if source in planner.points:
                 units.append(
                     _Unit(planner.position[point], CopyStep(refs[point], refs[source]), {point}, {source}, set())
@@ -617,7 +427,7 @@ def _topological(edges: dict[int, set[int]], priority: list[int]) -> list[int]:
 _MAX_LISTED_OPS = 64  # fused ops listed per kernel in the trace
 
 
-def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UOp, _Kernel]) -> None:
+def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UOp, BuiltKernel]) -> None:
     """Record the scheduler's decisions in the viz trace: per kernel its outputs, the tensor ops fused into it, and
     for each output why it is a kernel boundary (why it was not fused into its readers)."""
     entries = []
@@ -629,7 +439,7 @@ def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UO
         fused: list[str] = []
         count = 0
         for member in group:
-            for node in planner._subtree(_value_node(member)):
+            for node in planner.subtree(value_node(member)):
                 if node.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE) or (node in planner.points and node not in group):
                     continue
                 count += 1
@@ -648,6 +458,19 @@ def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UO
         if record is not None:
             record.info["kernels"] = entries
             record.uops["kernels"] = asts
+            # every rule's decisions in order: the node (the group's `decided` graphs, by index), the rule's name and
+            # its function ("file:line", as codegen's rewrite steps say), the decision in words
+            record.info["decisions"] = [
+                {
+                    "rule": rule,
+                    "location": rule_location(rule),
+                    "node": number,
+                    "description": f"{node.op.name} {tuple(shape_of(node))} {node.dtype}",
+                    "decision": decision,
+                }
+                for number, (rule, node, decision) in enumerate(planner.decisions)
+            ]
+            record.uops["decided"] = [decision.node for decision in planner.decisions]
 
 
 def _kernel_step(ast: UOp, device: str, slots: tuple[BufferRef, ...]) -> KernelStep:
