@@ -47,7 +47,7 @@ class GraphInput:
     """A graph input: its name, kiln dtype and dims (an int, or a str for a named dim, or None)."""
 
     name: str
-    dtype: DType
+    dtype: DType | None
     element_type: int
     dims: tuple[int | str | None, ...] | None
 
@@ -83,12 +83,34 @@ def _describe_dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] |
     return tuple(dims)
 
 
+@dataclass(frozen=True)
+class BoundSubgraph:
+    """A subgraph with the enclosing graph's values in scope: called with its inputs, returns its outputs."""
+
+    program: GraphProgram
+    outer: Mapping[str, Tensor]
+    outer_host: Mapping[str, np.ndarray[Any, Any]]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [entry.name for entry in self.program.inputs]
+
+    def __call__(self, feeds: Sequence[Tensor | np.ndarray[Any, Any]]) -> list[Tensor]:
+        names = self.input_names
+        if len(feeds) != len(names):
+            raise ValueError(f"{self.program.where}: takes {len(names)} inputs, got {len(feeds)}")
+        results = self.program.run(dict(zip(names, feeds)), self.outer, self.outer_host)
+        return [results[name] for name in self.program.outputs]
+
+
 class GraphProgram:
     """One ONNX graph (the model's, or an If / Loop / Scan body) ready to run."""
 
     def __init__(self, graph: onnx.GraphProto, opset: int, outer_names: Sequence[str] = (), where: str = "graph"):
         self.opset = opset
         self.where = where
+        # a subgraph's values also depend on the enclosing graph's, which its cache key does not see: no folding
+        self.folding = not outer_names
         self.initializers: dict[str, Tensor] = {}
         self.initializer_host: dict[str, np.ndarray[Any, Any]] = {}
         for initializer in graph.initializer:
@@ -106,7 +128,7 @@ class GraphProgram:
         for value in graph.input:
             if value.name in self.initializers:
                 continue
-            self.inputs.append(self._graph_input(value))
+            self.inputs.append(self._graph_input(value, subgraph=bool(outer_names)))
         self.outputs = [value.name for value in graph.output]
         for value in graph.output:
             self._check_value_type(value, "output")
@@ -118,10 +140,14 @@ class GraphProgram:
         for name in self.outputs:
             if name not in known:
                 raise ValueError(f"{where}: output {name!r} is produced by no node")
-        self._folds: dict[tuple[Any, ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]] = {}
+        self._folds: dict[
+            tuple[tuple[int, ...], ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]
+        ] = {}
 
     def _check_value_type(self, value: onnx.ValueInfoProto, kind: str) -> DType | None:
         which = value.type.WhichOneof("value")
+        if which is None:
+            return None  # subgraph inputs and outputs may leave their type to inference
         if which != "tensor_type":
             raise NotImplementedError(f"{self.where}: {kind} {value.name!r} is a {which}; kiln runs tensors only")
         element_type = value.type.tensor_type.elem_type
@@ -129,9 +155,9 @@ class GraphProgram:
             return None
         return dtype_of_element_type(element_type, f"{self.where}: {kind} {value.name!r}")
 
-    def _graph_input(self, value: onnx.ValueInfoProto) -> GraphInput:
+    def _graph_input(self, value: onnx.ValueInfoProto, subgraph: bool) -> GraphInput:
         dtype = self._check_value_type(value, "input")
-        if dtype is None:
+        if dtype is None and not subgraph:
             raise ValueError(f"{self.where}: input {value.name!r} declares no element type")
         return GraphInput(value.name, dtype, value.type.tensor_type.elem_type, _describe_dims(value))
 
@@ -174,6 +200,8 @@ class GraphProgram:
     def _feed(self, entry: GraphInput, value: Any) -> Tensor:
         if isinstance(value, Tensor):
             tensor = value
+        elif entry.dtype is None:
+            tensor = Tensor(_contiguous(np.asarray(value)))
         else:
             array = np.asarray(value)
             expected = numpy_dtype_of_element_type(entry.element_type)
@@ -181,7 +209,7 @@ class GraphProgram:
                 name = element_type_name(entry.element_type)
                 raise TypeError(f"input {entry.name!r}: expected {name} data, got numpy {array.dtype}")
             tensor = Tensor(_contiguous(array.astype(expected, copy=False)))
-        if tensor.dtype != entry.dtype:
+        if entry.dtype is not None and tensor.dtype != entry.dtype:
             tensor = tensor.cast(entry.dtype)
         # a named or unknown dim takes any size; a fixed one must match (models often leave ranks loose)
         fixed = [] if entry.dims is None or len(entry.dims) != len(tensor.shape) else entry.dims
@@ -201,18 +229,18 @@ class GraphProgram:
             raise ValueError(f"{self.where}: missing input(s) {', '.join(map(repr, missing))}")
         values: dict[str, Tensor] = dict(outer or {})
         host: dict[str, np.ndarray[Any, Any]] = dict(outer_host or {})
-        static: set[str] = set(host) | set(self.initializers)
+        # outer values may change between calls of a subgraph: only its own initializers fold
+        static: set[str] = set(self.initializers)
         values.update(self.initializers)
         host.update(self.initializer_host)
         for entry in self.inputs:
-            values[entry.name] = self._feed(entry, feeds[entry.name])
+            feed = feeds[entry.name]
+            values[entry.name] = self._feed(entry, feed)
             host.pop(entry.name, None)
-            static.discard(entry.name)
-        # folds depend on input shapes (through Shape) and, in a subgraph, on the outer values known on the host
-        signature = (
-            tuple(values[entry.name].shape for entry in self.inputs),
-            tuple(sorted((name, array.tobytes()) for name, array in (outer_host or {}).items() if array.size < 64)),
-        )
+            if isinstance(feed, np.ndarray) and feed.size <= _HOST_COPY_LIMIT and entry.dtype is None:
+                host[entry.name] = feed
+        # folds depend on the input shapes (through Shape)
+        signature = tuple(values[entry.name].shape for entry in self.inputs)
         folds = self._folds.setdefault(signature, {})
         for node in self.nodes:
             self._run_node(node, values, host, static, folds)
@@ -244,6 +272,7 @@ class GraphProgram:
             [values[name] if name else None for name in node.inputs],
             [host.get(name) if name else None for name in node.inputs],
             len(node.outputs),
+            {name: BoundSubgraph(program, values, host) for name, program in node.subgraphs.items()},
         )
         try:
             result = node.rule.handler(call)
@@ -255,7 +284,8 @@ class GraphProgram:
         # a handler returns numpy only for values fixed by the input shapes (Shape, Size) or by known values
         host_only = all(output is None or isinstance(output, np.ndarray) for output in results)
         foldable = (
-            node.rule.deterministic
+            self.folding
+            and node.rule.deterministic
             and not node.subgraphs
             and (host_only or all(not name or name in static for name in node.inputs))
         )

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["NodeCall"]
+__all__ = ["NodeCall", "Subgraph"]
+
+
+class Subgraph(Protocol):
+    """A node's graph attribute, bound to the enclosing scope: inputs in, outputs out."""
+
+    @property
+    def input_names(self) -> list[str]: ...
+
+    def __call__(self, feeds: Sequence[Tensor | np.ndarray[Any, Any]]) -> list[Tensor]: ...
 
 
 @dataclass
@@ -24,6 +34,7 @@ class NodeCall:
     inputs: list[Tensor | None]
     host_values: list[np.ndarray[Any, Any] | None]
     num_outputs: int
+    subgraphs: Mapping[str, Subgraph]
 
     def has(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] is not None
