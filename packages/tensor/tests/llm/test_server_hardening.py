@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -256,6 +257,31 @@ def test_only_local_host_names_are_served_unless_allowed(server: LLMHTTPServer, 
     with running(model, allowed_hosts=("*",)) as httpd:
         request = b"GET /v1/models HTTP/1.1\r\nHost: anything.example\r\n\r\n"
         assert exchange(port_of(httpd), request, "GET")[0] == 200
+
+
+def test_a_client_resetting_mid_request_is_a_log_line(model: ChatModel, capfd: pytest.CaptureFixture[str]) -> None:
+    lines: list[str] = []
+    httpd, _ = make_server(model, port=0, log=lines.append)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for partial in (b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n", post_head("500") + b'{"model"'):
+            sock = socket.create_connection(("127.0.0.1", port_of(httpd)), timeout=TIMEOUT)
+            sock.sendall(partial)
+            time.sleep(0.1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # with linger 0: a reset, not an orderly close
+        deadline = time.monotonic() + 2.0
+        while httpd.open_connections() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert httpd.open_connections() == 0
+        assert any("connection ended: ConnectionResetError" in line for line in lines), lines
+        status, _, body = exchange(port_of(httpd), b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n", "GET")
+        assert status == 200 and body["status"] == "ok"
+    finally:
+        shut_down(httpd, grace=1.0)
+        thread.join(TIMEOUT)
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_keep_alive_connection_serves_several_requests(server: LLMHTTPServer, model: ChatModel) -> None:

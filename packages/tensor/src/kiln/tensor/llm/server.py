@@ -377,6 +377,13 @@ class LLMHTTPServer(ThreadingHTTPServer):
             raise RequestError(401, f"{reason}: send 'Authorization: Bearer <key>' with the server's --api-key",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # a client that reset or vanished mid-request: a line, not a traceback
+            self.log(f"{client_address[0]} connection ended: {type(error).__name__}: {error}")
+        else:
+            super().handle_error(request, client_address)
+
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         self.serving = True
         try:
