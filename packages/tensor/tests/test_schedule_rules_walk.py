@@ -4,21 +4,17 @@ the plans it finds are run and compared with numpy."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE, broadcast, const_like
 
 from kiln.tensor import Tensor, Variable
 from kiln.tensor.realize.engine import Engine, use_engine
 from kiln.tensor.schedule import mark_overwritten, normalize
 from kiln.tensor.schedule.normalize import StructureNumbering, walk_structure
 from kiln.uops import Ops, UOp
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, broadcast, const_like
 
 
 def _tensor(values: np.ndarray) -> Tensor:
