@@ -33,8 +33,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
             "CausalConvWithState",
             "SwiGLU",
             "TensorScatter",
-            "GridSample",
-            "AffineGrid",
             "NonMaxSuppression",
             "RoiAlign",
             "DeformConv",

@@ -18,6 +18,7 @@ from kiln.tensor.onnx import (  # noqa: F401
     quantization_ops,
     reduction_ops,
     resize_ops,
+    sampling_ops,
     shape_ops,
 )
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
