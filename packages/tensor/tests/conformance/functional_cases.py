@@ -36,7 +36,7 @@ class In:
     distinct values: max pooling has no ties), 'prob' (uniform in [0.05, 0.95]), 'positive' (uniform in [0.5, 2]),
     'sign' (-1 or 1), 'simplex' (rows along dim 1 summing to 1), ('index', low, high) (int64 in [low, high)),
     'bool' (True with probability 0.7, the last dim's first entry True), ('fixed', values) (exactly these int64
-    values, e.g. the offsets of `embedding_bag`).
+    values, e.g. the offsets of `embedding_bag`), 'log_probs' (log_softmax of normal values along the last dim).
     """
 
     shape: tuple[int, ...]
@@ -605,6 +605,30 @@ def _more_cases() -> list[Case]:
             {"mode": "nearest", "align_corners": False},
         ),
         Case(
+            "ctc_loss",
+            "F.ctc_loss",
+            (In((7, 3, 5), "log_probs"), _index(3, 4, high=5, low=1), _fixed(7, 6, 3), _fixed(3, 4, 1)),
+            {},
+            F32_64,
+        ),
+        Case(
+            "ctc_loss_concatenated",
+            "F.ctc_loss",
+            (In((6, 2, 4), "log_probs"), _fixed(1, 1, 2, 3, 3), _fixed(6, 5), _fixed(3, 2)),
+            {"reduction": "sum", "blank": 0},
+        ),
+        Case(
+            "ctc_loss_blank_last_impossible",
+            "F.ctc_loss",
+            (In((4, 3, 4), "log_probs"), _fixed(0, 1, 1, 2, 0, 0, 1, 2, 2), _fixed(4, 2, 4), _fixed(3, 3, 3)),
+            {"blank": 3, "reduction": "none", "zero_infinity": True},
+        ),
+        Case(
+            "m_ctc",
+            "nn.CTCLoss",
+            (In((5, 2, 3), "log_probs"), _index(2, 2, high=3, low=1), _fixed(5, 4), _fixed(2, 1)),
+        ),
+        Case(
             "m_embedding_bag",
             "nn.EmbeddingBag.from_pretrained",
             (_index(6, high=5), _fixed(0, 1, 4), _x(5, 3, grad=False)),
@@ -762,6 +786,7 @@ REPRS: list[tuple[str, dict[str, Any]]] = [
     ("nn.MultiMarginLoss", {}),
     ("nn.TripletMarginWithDistanceLoss", {}),
     ("nn.EmbeddingBag", {"num_embeddings": 5, "embedding_dim": 3}),
+    ("nn.CTCLoss", {"blank": 2, "zero_infinity": True}),
     ("nn.EmbeddingBag", {"num_embeddings": 5, "embedding_dim": 3, "mode": "sum", "padding_idx": 1, "max_norm": 1.0}),
 ]
 

@@ -62,6 +62,9 @@ def draw(spec: In, dtype: str, rng: np.random.Generator) -> np.ndarray:
         values = rng.uniform(0.5, 2.0, shape)
     elif kind == "sign":
         values = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+    elif kind == "log_probs":
+        raw = rng.standard_normal(shape)
+        values = raw - np.log(np.exp(raw).sum(axis=-1, keepdims=True))
     elif kind == "simplex":
         raw = rng.uniform(0.1, 1.0, shape)
         values = raw / raw.sum(axis=1, keepdims=True)

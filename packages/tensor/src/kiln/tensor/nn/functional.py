@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 
+from kiln.tensor.nn.functional_ctc import ctc_loss
 from kiln.tensor.nn.functional_embedding import embedding, embedding_bag, one_hot
 from kiln.tensor.nn.functional_grid import affine_grid, grid_sample
 from kiln.tensor.nn.functional_losses import (
@@ -98,8 +99,8 @@ __all__ = [
     "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices", "affine_grid", "alpha_dropout", "avg_pool1d",
     "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits",
     "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
-    "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag", "feature_alpha_dropout", "fold",
+    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "ctc_loss", "dropout",
+    "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag", "feature_alpha_dropout", "fold",
     "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "gumbel_softmax", "hardshrink", "hardsigmoid",
     "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div",
     "l1_loss", "layer_norm", "leaky_relu", "linear", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d",

@@ -4,7 +4,7 @@ calling the function of the same name in `kiln.tensor.nn.functional`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn.distance import PairwiseDistance
@@ -13,7 +13,7 @@ from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
 __all__ = [
-    "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
+    "BCELoss", "BCEWithLogitsLoss", "CTCLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "GaussianNLLLoss",
     "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "MarginRankingLoss", "MultiLabelMarginLoss",
     "MultiLabelSoftMarginLoss", "MultiMarginLoss", "NLLLoss", "NLLLoss2d", "PoissonNLLLoss", "SmoothL1Loss",
     "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
@@ -324,3 +324,20 @@ class TripletMarginWithDistanceLoss(_Loss):
             anchor, positive, negative, distance_function=self.distance_function, margin=self.margin,
             swap=self.swap, reduction=self.reduction,
         )  # fmt: skip
+
+
+class CTCLoss(_Loss):
+    """The connectionist temporal classification loss, like `torch.nn.CTCLoss`."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> None:
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(
+        self, log_probs: Tensor, targets: Tensor, input_lengths: Tensor | Sequence[int],
+        target_lengths: Tensor | Sequence[int],
+    ) -> Tensor:  # fmt: skip
+        """F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)."""
+        return F.ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction, self.zero_infinity
+        )
