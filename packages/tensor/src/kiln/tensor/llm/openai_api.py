@@ -125,8 +125,9 @@ class LLMServer:
         self.jobs: queue.Queue[Job | None] = queue.Queue()  # bounded by `enqueue`, so the stop marker always fits
         self.running: Job | None = None
         self.accepting, self.aborting = True, False
+        self.pending = 0  # jobs queued or running (under _lock)
         self.served = 0
-        self.seconds_per_job = 1.0  # a moving average, for Retry-After
+        self.seconds_per_job = 1.0  # a moving average of a job's run time, for Retry-After
         self._lock = threading.Lock()
         # Each token stands for at most its longest text's bytes, plus one (SentencePiece drops a word's leading
         # space when decoding one token), times 4 for normalizers that fold characters: a prompt with more bytes
@@ -145,13 +146,15 @@ class LLMServer:
                 self._run(job)
             finally:
                 self.running = None
+                with self._lock:
+                    self.pending -= 1
                 job.out.put(_DONE)
 
     def _run(self, job: Job) -> None:
         if self.aborting:
             job.out.put(shutting_down_error())
             return
-        outcome = "cancelled"
+        outcome, started = "cancelled", time.monotonic()
         if not job.left():
             outcome = "finished"
             deltas = self.model.stream_text(job.prompt_ids, job.result, **job.options)
@@ -178,7 +181,7 @@ class LLMServer:
         result = job.result
         self.metrics.count_generation(outcome, result.prompt_tokens, result.completion_tokens, now - job.queued_at,
                                       first_text)  # fmt: skip
-        self.seconds_per_job = 0.8 * self.seconds_per_job + 0.2 * (now - job.queued_at)
+        self.seconds_per_job = 0.8 * self.seconds_per_job + 0.2 * (now - started)
         self.served += 1
 
     def enqueue(self, job: Job) -> None:
@@ -193,6 +196,7 @@ class LLMServer:
                 raise RequestError(429, f"{waiting} requests are waiting already (the limit); retry in {retry} s",
                                    code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
             job.queued_at = time.monotonic()
+            self.pending += 1
             self.jobs.put(job)
 
     def results(self, job: Job) -> Generator[str, None, None]:
@@ -214,7 +218,7 @@ class LLMServer:
 
     def drain(self, deadline: float) -> bool:
         """Waits until no job is queued or running, or until `deadline` (time.monotonic()); whether they all ended."""
-        while self.jobs.qsize() or self.running is not None:
+        while self.pending:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)

@@ -72,7 +72,7 @@ class _DeadlineReader(io.RawIOBase):
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the client did not send its request in time")
-        self.connection.settimeout(remaining)
+        self.connection.settimeout(None if remaining == math.inf else remaining)
         return self.connection.recv_into(buffer)
 
 
