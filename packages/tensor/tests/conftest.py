@@ -6,6 +6,10 @@ that fails only because that device refused a dtype (the TypeError "device 'WEBG
 or because its renderer refused to compute in one ("<WGSLRenderer for WEBGPU> cannot compute in ['int64']", a
 kernel's int64 intermediate) is reported as skipped with that reason, so such a run lists what the device cannot
 do apart from real failures.
+
+The helper modules (`engine_graphs`, `nn_reference`, `pth_builder`, `gradient_classification_api`, and in subfolders
+`conformance.cases`, `conformance.functional_cases`, `conformance_nn.nn_conformance_cases`, `state.ggml_reference`)
+import by name: this folder is on pytest's `pythonpath` (root pyproject.toml).
 """
 
 import os

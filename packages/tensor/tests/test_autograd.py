@@ -6,21 +6,17 @@ and PyTorch's documented semantics for leaves, accumulation, no_grad and detach.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from engine_graphs import apply_numpy, movement_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.tensor import Tensor, dtypes
 from kiln.tensor.grad_mode import enable_grad, is_grad_enabled, no_grad
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import apply_numpy, movement_chain
 
 
 def leaf(array: np.ndarray | list[float]) -> Tensor:

@@ -6,16 +6,11 @@ Tensor methods exactly as a user would (what the issue asks). Runs on the defaul
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
+from engine_graphs import add, const_like, matmul, plan_of, relu, softmax_last_axis, softmax_reference
 
 from kiln.tensor import GlobalCounters, Tensor
 from kiln.uops import Ops
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import add, const_like, matmul, plan_of, relu, softmax_last_axis, softmax_reference
 
 SOFTMAX_MAX_KERNELS = 3
 

@@ -12,20 +12,15 @@ here or be listed in NOT_DIFFERENTIABLE with the reason.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conformance.cases import CASES as CONFORMANCE_CASES
+from gradient_classification_api import ALIASES, NOT_DIFFERENTIABLE_API, TORCH_CHECKED
 
 from kiln.tensor import Tensor, dtypes
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent / "conformance"))
-from cases import CASES as CONFORMANCE_CASES
-from gradient_classification_api import ALIASES, NOT_DIFFERENTIABLE_API, TORCH_CHECKED
 
 Maker = Callable[[np.random.Generator], np.ndarray]
 Case = tuple[Callable[..., Tensor], tuple[Maker, ...]]

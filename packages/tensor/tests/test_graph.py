@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from engine_graphs import apply_numpy, movement_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln.tensor import graph
 from kiln.tensor.graph import BufferArg, ReduceArg, device_of, shape_of
 from kiln.uops import Ops, UOp, dtypes
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import apply_numpy, movement_chain
 
 
 def _buffer(shape: tuple[int, ...], dtype=dtypes.float32, device: str = "PYTHON") -> UOp:

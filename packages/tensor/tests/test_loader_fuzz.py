@@ -29,12 +29,10 @@ from collections.abc import Callable
 import gguf
 import numpy as np
 import pytest
+from pth_builder import legacy_checkpoint, op_dict, op_tensor, zip_checkpoint
 
 from kiln.tensor import Tensor, dtypes
 from kiln.tensor.state import gguf_load, safe_load, safe_save, torch_load
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from pth_builder import legacy_checkpoint, op_dict, op_tensor, zip_checkpoint
 
 CI_CASES = 60
 CASES = int(os.environ.get("KILN_LOADER_FUZZ", CI_CASES))
@@ -207,8 +205,7 @@ ADDRESS_SPACE_LIMIT = 3 << 30  # the seed files are a few KB: any allocation nea
 def test_mutants_within_an_address_space_limit(tmp_path: pathlib.Path) -> None:
     script = textwrap.dedent(
         f"""
-        import pathlib, resource, sys
-        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import pathlib, resource
         import test_loader_fuzz as fuzz
         folder = pathlib.Path({str(tmp_path)!r})
         files = {{loader: make(folder) for loader, (make, _) in fuzz.LOADERS.items()}}
@@ -220,7 +217,9 @@ def test_mutants_within_an_address_space_limit(tmp_path: pathlib.Path) -> None:
         print("ok")
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    # in this folder: `python -c` puts the working directory first on sys.path, so test_loader_fuzz imports
+    here = pathlib.Path(__file__).parent
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=here)
     assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr[-3000:]
 
 

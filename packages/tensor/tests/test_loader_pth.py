@@ -12,11 +12,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
-from kiln.tensor.state import ALLOWED_GLOBALS, torch_load
-from kiln.uops import Ops, dtypes
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from pth_builder import (
     legacy_checkpoint,
     op_dict,
@@ -27,6 +22,9 @@ from pth_builder import (
     op_tuple,
     zip_checkpoint,
 )
+
+from kiln.tensor.state import ALLOWED_GLOBALS, torch_load
+from kiln.uops import Ops, dtypes
 
 EXPANDED = 50_000_000
 

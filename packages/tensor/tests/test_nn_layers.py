@@ -4,16 +4,12 @@ backward (input and parameter gradients) against central differences of that ref
 from __future__ import annotations
 
 import math
-import sys
 import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from nn_reference import (
     avg_pool2d,
     batch_norm_train,

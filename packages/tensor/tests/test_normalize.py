@@ -3,19 +3,14 @@ buffers stay the very same nodes (remembered, until one of them is realized)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
+from engine_graphs import FAST_DEVICE, const_like
 
 from kiln.tensor import Tensor
 from kiln.tensor.graph import SHAPE, shape_of
 from kiln.tensor.realize import default_engine
 from kiln.tensor.schedule import normalize
 from kiln.uops import Ops, dtypes
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, const_like
 
 
 def _tensor(values: np.ndarray) -> Tensor:

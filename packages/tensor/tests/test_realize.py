@@ -5,21 +5,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE, const_like
 
 from kiln.tensor import GlobalCounters, Tensor, default_device
 from kiln.tensor.graph import buffer_uop, device_of, shape_of
 from kiln.tensor.realize import clear_method_cache, default_engine, method_cache_size
 from kiln.uops import Context, Ops
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, const_like
 
 DEVICES = sorted({FAST_DEVICE, default_device()})
 

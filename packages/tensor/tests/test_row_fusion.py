@@ -8,19 +8,15 @@ renderer (local threads) does not fuse rows.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE, plan_of
 
 from kiln.runtime import Device
 from kiln.tensor import GlobalCounters, Tensor, dtypes
 from kiln.tensor.schedule.row_fusion import ROW_FUSION_BYTES, ROW_FUSION_MIN_ELEMENTS, fuses_rows
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, plan_of
 
 Op = Callable[[Tensor], Tensor]
 EPS = 1e-5

@@ -5,12 +5,11 @@ Graphs are built from the primitives only (engine_graphs.py) and run on the PYTH
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE, apply_numpy, const_like, movement_chain, plan_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +19,6 @@ from kiln.tensor.schedule import CopyStep, KernelStep
 from kiln.tensor.schedule.planner import SEPARATE_PRODUCT_MACS
 from kiln.tensor.schedule.row_fusion import ROW_FUSION_BYTES, ROW_FUSION_MIN_ELEMENTS
 from kiln.uops import Ops, dtypes
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, apply_numpy, const_like, movement_chain, plan_of
 
 _shapes = st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple)
 

@@ -5,21 +5,17 @@ numpy."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE
 
 from kiln.tensor import Tensor
 from kiln.tensor.realize import Engine, default_engine, use_engine
 from kiln.tensor.schedule import normalize
 from kiln.tensor.schedule.normalize import StructureKey, StructureNumbering, structure_key
 from kiln.uops import Ops
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE
 
 NUMBERING = StructureNumbering()
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from engine_graphs import FAST_DEVICE, const_like
 
 from kiln.tensor import Tensor, default_device, dtypes, no_grad
 from kiln.uops import Ops
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_graphs import FAST_DEVICE, const_like
 
 
 @pytest.mark.parametrize(

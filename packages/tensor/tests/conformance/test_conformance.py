@@ -8,16 +8,13 @@ recorded cotangents are back-propagated and each input gradient must match torch
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from cases import CASES, Case
+from conformance.cases import CASES, Case
 
 from kiln.tensor import Tensor
 from kiln.uops import dtypes

@@ -8,15 +8,11 @@ and gradient kernels; `DEV=CL uv run pytest packages/tensor/tests/conformance` r
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from cases import CASES, Case
-from test_conformance import test_matches_torch as replay
+from conformance.cases import CASES, Case
+from conformance.test_conformance import test_matches_torch as replay
 
 from kiln.renderers import opencl_available
 from kiln.runtime import Device

@@ -10,16 +10,12 @@ packages/tensor/tests/conformance` replays all of it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from cases import CASES, Case
-from test_conformance import test_matches_torch as replay
+from conformance.cases import CASES, Case
+from conformance.test_conformance import test_matches_torch as replay
 
 from kiln.renderers import webgpu_available
 from kiln.runtime import Device

@@ -6,19 +6,15 @@ The cases are in `nn_conformance_cases.py`; torch's numbers in `nn_conformance.n
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conformance_nn.nn_conformance_cases import CASES, Case, Ref
 
 from kiln.tensor import Tensor
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from nn_conformance_cases import CASES, Case, Ref
 
 FIXTURE = np.load(Path(__file__).parent / "nn_conformance.npz")
 RECORDED = [str(key) for key in FIXTURE["__recorded__"]]

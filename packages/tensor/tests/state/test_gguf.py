@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import pathlib
 import struct
-import sys
 
 import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType, quants
+from state.ggml_reference import random_blocks, reference_block
 
 from kiln.tensor import dtypes
 from kiln.tensor.state import GGML_BLOCKS, GGMLType, dequantize, gguf_load, gguf_load_raw
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ggml_reference import random_blocks, reference_block
 
 METADATA = [
     ("test.u8", 200, GGUFValueType.UINT8),

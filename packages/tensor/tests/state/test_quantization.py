@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, quants
+from state.ggml_reference import HALF_FIELDS, random_blocks, reference_block
 
 from kiln.tensor import Tensor, dtypes
 from kiln.tensor.state import GGML_BLOCKS, GGMLType, dequantize
-
-sys.path.insert(0, str(Path(__file__).parent))
-from ggml_reference import HALF_FIELDS, random_blocks, reference_block
 
 
 @pytest.mark.parametrize("kind", list(HALF_FIELDS), ids=lambda kind: kind.name)
