@@ -195,6 +195,30 @@ def test_a_waiting_client_leaving_stops_the_generation(model: ChatModel, monkeyp
         assert paced.decode_steps() < 20  # of 59 the request asked for
 
 
+def test_a_queued_request_whose_client_left_never_runs(model: ChatModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    expected = greedy(model, PROMPT, 15)[0]
+    paced = Paced(model, monkeypatch, 0.03)
+    with running(model) as (httpd, client), ThreadPoolExecutor(1) as pool:
+        logic = httpd.logic
+        first = pool.submit(lambda: client.completions.create(model=model.name, prompt=PROMPT, max_tokens=15,
+                                                              temperature=0).choices[0].text)  # fmt: skip
+        wait_until(lambda: logic.running is not None)
+        body = json.dumps({"model": model.name, "prompt": "Hello", "max_tokens": 30, "temperature": 0}).encode()
+        with socket.create_connection(("127.0.0.1", int(httpd.server_address[1])), timeout=5) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))  # fmt: skip
+            wait_until(lambda: logic.jobs.qsize() == 1)
+        tokens_before = paced.tokens
+        assert first.result(10) == expected
+        wait_until(lambda: logic.pending == 0)
+        assert paced.tokens - tokens_before <= 15  # the first request's tokens only
+        metrics = parse_prometheus(get(httpd, "/metrics")[2])
+        assert metrics[("kiln_llm_generations_total", (("outcome", "cancelled"),))] == 1
+        assert metrics[("kiln_llm_generations_total", (("outcome", "finished"),))] == 1
+
+
 def test_a_failing_generation_is_a_500_and_the_worker_goes_on(
     model: ChatModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
