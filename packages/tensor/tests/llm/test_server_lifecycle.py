@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from kiln.tensor.llm.cli import main
 from kiln.tensor.llm.server import LLMHTTPServer, ServerLimits, make_server, shut_down
 from kiln.tensor.llm.session import ChatModel, load_chat_model
 
@@ -399,3 +400,17 @@ def test_a_signal_lets_requests_in_flight_finish(model: ChatModel, chat_model_di
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.parametrize(
+    "options", [["--max-queue", "0"], ["--read-timeout", "-1"], ["--shutdown-grace", "inf"], ["--max-body-bytes", "x"]]
+)
+def test_serve_refuses_bad_limits(options: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--model", "unused", *options])
+    assert exited.value.code == 2 and options[0] in capsys.readouterr().err
+
+
+def test_serve_refuses_an_empty_api_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--model", "unused", "--api-key", " "]) == 2
+    assert "--api-key" in capsys.readouterr().err

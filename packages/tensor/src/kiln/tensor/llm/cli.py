@@ -91,8 +91,18 @@ def _serve_parser() -> argparse.ArgumentParser:
         ("--max-body-bytes", _at_least_one, defaults.max_body_bytes, "largest request body (default %(default)s; 413)"),
         ("--max-queue", _at_least_one, defaults.max_queue, "requests waiting for the model (default %(default)s; 429)"),
         ("--max-connections", _at_least_one, defaults.max_connections, "connections served at once (%(default)s)"),
-        ("--read-timeout", _positive_number, defaults.read_timeout, "seconds for a request's headers, then its body"),
-        ("--shutdown-grace", _positive_number, defaults.shutdown_grace, "seconds requests in flight get at Ctrl-C"),
+        (
+            "--read-timeout",
+            _positive_number,
+            defaults.read_timeout,
+            "seconds for a request's headers, then its body (default %(default)s)",
+        ),
+        (
+            "--shutdown-grace",
+            _positive_number,
+            defaults.shutdown_grace,
+            "seconds requests in flight get at Ctrl-C or SIGTERM (default %(default)s)",
+        ),
     ]
     for option, kind, default, help_text in limits:
         parser.add_argument(option, type=kind, default=default, help=help_text)
