@@ -350,3 +350,8 @@ def _local_response_normalization(call: NodeCall) -> Tensor:
 def _einsum(call: NodeCall) -> Tensor:
     operands = [call.tensor(index) for index in range(len(call.inputs))]
     return Tensor.einsum(call.attributes.string("equation", "").replace(" ", ""), *operands)
+
+
+@operator("Det")
+def _det(call: NodeCall) -> Tensor:
+    return call.tensor(0).det()

@@ -391,8 +391,11 @@ def _space_to_depth(call: NodeCall) -> Tensor:
 @operator("NonZero")
 def _nonzero(call: NodeCall) -> Tensor:
     x = call.tensor(0)
-    positions = np.array(np.nonzero(np.asarray(x.numpy()).reshape(x.shape)), dtype=np.int64)
-    return Tensor(positions.reshape(max(x.ndim, 1) if x.ndim else 0, -1) if x.ndim else positions)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    # kiln gives one row per nonzero element; ONNX one row per dim
+    positions: Tensor = x.nonzero()
+    return positions.cast(dtypes.int64).transpose(0, 1)
 
 
 @operator("Compress", attributes=["axis"])
@@ -406,3 +409,62 @@ def _compress(call: NodeCall) -> Tensor:
         axis = int(axis_value) % x.ndim
     kept = np.nonzero(condition[: x.shape[axis]])[0].astype(np.int64)
     return x.index_select(axis, Tensor(kept))
+
+
+@operator("BitCast", attributes=["to"], since=26)
+def _bitcast(call: NodeCall) -> Tensor:
+    x = call.tensor(0)
+    dtype = dtype_of_element_type(call.attributes.int("to", 0), f"node {call.name}")
+    if dtype.itemsize != x.dtype.itemsize:
+        raise ValueError(f"BitCast from {x.dtype} to {dtype}: the bit widths differ")
+    return x.bitcast(dtype)
+
+
+@operator("CenterCropPad", attributes=["axes"], since=18)
+def _center_crop_pad(call: NodeCall) -> Tensor:
+    x = call.tensor(0)
+    target = call.ints(1)
+    axes = [axis % x.ndim for axis in (call.attributes.ints("axes") or range(x.ndim))]
+    padding: list[tuple[int, int]] = [(0, 0)] * x.ndim
+    for axis, size in zip(axes, target):
+        difference = x.shape[axis] - size
+        if difference >= 0:
+            # negative padding crops; an odd excess leaves the extra element on the right of the window
+            padding[axis] = (-(difference // 2), -(difference - difference // 2))
+        else:
+            padding[axis] = (-difference // 2, -difference - (-difference // 2))
+    return x.pad(padding)
+
+
+@operator("ReverseSequence", attributes=["batch_axis", "time_axis"])
+def _reverse_sequence(call: NodeCall) -> Tensor:
+    x, lengths = call.tensor(0), call.tensor(1).cast(dtypes.int64)
+    batch_axis, time_axis = call.attributes.int("batch_axis", 1), call.attributes.int("time_axis", 0)
+    steps = x.shape[time_axis]
+    shape = [1] * x.ndim
+    shape[time_axis] = steps
+    time = Tensor.arange(steps, dtype=dtypes.int64).reshape(shape)
+    length_shape = [1] * x.ndim
+    length_shape[batch_axis] = x.shape[batch_axis]
+    length = lengths.reshape(length_shape)
+    source = (time < length).where(length - 1 - time, time)
+    return x.gather(time_axis, source.expand(x.shape))
+
+
+@operator(
+    "TensorScatter", attributes=["axis", "mode"], since=24, check=one_of("mode", ["linear", "circular"], "linear")
+)
+def _tensor_scatter(call: NodeCall) -> Tensor:
+    cache, update = call.tensor(0), call.tensor(1)
+    axis = call.attributes.int("axis", -2) % cache.ndim
+    written = call.optional(2)
+    batch = cache.shape[0]
+    starts = (written.cast(dtypes.int64) if written is not None else Tensor.zeros(batch, dtype=dtypes.int64)).reshape(
+        batch, *[1] * (cache.ndim - 1)
+    )
+    shape = [1] * cache.ndim
+    shape[axis] = update.shape[axis]
+    positions = starts + Tensor.arange(update.shape[axis], dtype=dtypes.int64).reshape(shape)
+    if call.attributes.string("mode", "linear") == "circular":
+        positions = positions.remainder(cache.shape[axis])
+    return cache.scatter(axis, positions.expand(update.shape), update)
