@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conformance.functional_cases import REPRS, STATES
+from conformance.functional_cases import REPRS, STATES, build_port_model, port_loss
 
 from kiln.tensor import Tensor, nn
 from kiln.tensor.realize.engine import Engine
@@ -295,3 +295,22 @@ def test_embedding_reads_only_the_picked_rows(options: dict[str, Any]) -> None:
     out = layer(Tensor(np.array([[8, 7000]], np.int32))).numpy()
     np.testing.assert_array_equal(out[0, 1], layer.weight.numpy()[7000])
     assert GlobalCounters.mem_bytes < vocab * dim * 4 // 100, "the lookup read the whole table"
+
+
+def test_a_pytorch_style_model_matches_torch_from_the_same_state() -> None:
+    # the same model code built on kiln.tensor.nn, loaded with torch's initial state dict: loss and every gradient
+    model = build_port_model(nn)
+    prefix = "port/state/"
+    state = {key[len(prefix) :]: FIXTURE[key] for key in FIXTURE.files if key.startswith(prefix)}
+    assert list(model.state_dict()) == list(state)
+    model.load_state_dict({name: Tensor(value) for name, value in state.items()})
+    loss = port_loss(
+        nn, model, Tensor(FIXTURE["port/x"]), Tensor(FIXTURE["port/labels"]), Tensor(FIXTURE["port/aux_target"])
+    )
+    loss.backward()
+    np.testing.assert_allclose(loss.numpy(), FIXTURE["port/loss"], rtol=1e-5)
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, f"{name} got no gradient"
+        np.testing.assert_allclose(
+            parameter.grad.numpy(), FIXTURE[f"port/grad/{name}"], rtol=2e-4, atol=2e-6, err_msg=name
+        )

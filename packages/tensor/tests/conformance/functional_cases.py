@@ -853,3 +853,35 @@ ERRORS: list[ErrorCase] = [
         "only supported for mode='sum'",
     ),
 ]
+
+
+def build_port_model(nn: Any) -> Any:
+    """A small PyTorch-style CNN built from `nn` (torch.nn or kiln.tensor.nn: the same code runs on both), using
+    containers, InstanceNorm, grouped convs, GELU, channel dropout, adaptive pooling and a Bilinear head."""
+
+    class Net(nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, 8, 3, padding=1), nn.InstanceNorm2d(8, affine=True), nn.LeakyReLU(0.1)
+            )
+            self.blocks = nn.ModuleList(
+                [nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.GELU(), nn.Dropout2d(0.0)) for _ in range(2)]
+            )
+            self.heads = nn.ModuleDict({"cls": nn.Linear(8, 5), "aux": nn.Bilinear(8, 8, 2)})
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x: Any) -> tuple[Any, Any]:
+            x = self.stem(x)
+            for block in self.blocks:
+                x = x + block(x)
+            features = self.pool(x).flatten(1)
+            return self.heads["cls"](features), self.heads["aux"](features, features)
+
+    return Net()
+
+
+def port_loss(nn: Any, model: Any, x: Any, labels: Any, aux_target: Any) -> Any:
+    """The port model's training loss: label-smoothed cross entropy plus the auxiliary head's MSE."""
+    logits, aux = model(x)
+    return nn.CrossEntropyLoss(label_smoothing=0.1)(logits, labels) + nn.MSELoss()(aux, aux_target)

@@ -10,7 +10,8 @@ and backward (gradients of sum(output * upstream) for a random upstream of each 
 `grad<i>`, inputs after the call `after<i>` (cases that mutate), and for modules the state-dict names `keys`, values
 after the call `state/<name>` and parameter gradients `pgrad/<name>`; and `repr/<i>`, torch's repr of the i-th
 module of `REPRS`; `error/<i>/class` and `error/<i>/message` for each refused call of `ERRORS`;
-`state_names/<i>` and `state_shapes/<i>` of each module of `STATES`.
+`state_names/<i>` and `state_shapes/<i>` of each module of `STATES`; and `port/...`, the port model's state,
+inputs, loss and gradients.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from functional_cases import (  # beside this script (run as a script: its folde
     Case,
     In,
     Ref,
+    build_port_model,
+    port_loss,
 )
 from torch import nn
 
@@ -135,6 +138,25 @@ def run(case: Case, arrays: list[np.ndarray], rng: np.random.Generator) -> dict[
     return record
 
 
+def record_port() -> dict[str, np.ndarray]:
+    """The port model's initial state, inputs, loss and parameter gradients (`port/...`)."""
+    torch.manual_seed(38)
+    rng = np.random.default_rng(38)
+    model = build_port_model(nn)
+    x = torch.from_numpy(rng.standard_normal((4, 3, 6, 6)).astype(np.float32))
+    labels = torch.from_numpy(rng.integers(0, 5, 4))
+    aux_target = torch.from_numpy(rng.standard_normal((4, 2)).astype(np.float32))
+    loss = port_loss(nn, model, x, labels, aux_target)
+    loss.backward()
+    record = {"port/x": x.numpy(), "port/labels": labels.numpy(), "port/aux_target": aux_target.numpy()}
+    record["port/loss"] = loss.detach().numpy()
+    for name, value in model.state_dict().items():
+        record[f"port/state/{name}"] = value.numpy()
+    for name, parameter in model.named_parameters():
+        record[f"port/grad/{name}"] = parameter.grad.numpy()
+    return record
+
+
 def main() -> int:
     torch.manual_seed(0)
     entries: dict[str, np.ndarray] = {}
@@ -151,6 +173,7 @@ def main() -> int:
             for name, array in record.items():
                 entries[f"{key}/{name}"] = array
     entries["__recorded__"] = np.array(recorded)
+    entries.update(record_port())
     for index, error in enumerate(ERRORS):
         arrays = [draw(spec, "float32", np.random.default_rng(index)) for spec in error.inputs]
         tensors = [torch.from_numpy(array) for array in arrays]
