@@ -10,6 +10,10 @@ do apart from real failures.
 The helper modules (`engine_graphs`, `nn_reference`, `pth_builder`, `gradient_classification_api`, and in subfolders
 `conformance.cases`, `conformance.functional_cases`, `conformance_nn.nn_conformance_cases`, `state.ggml_reference`)
 import by name: this folder is on pytest's `pythonpath` (root pyproject.toml).
+
+A test module that runs on one device says so with `pytestmark = pytest.mark.default_device("PYTHON")`: the
+`_default_device` fixture sets `Device.DEFAULT` for each of its tests and clears it after (PYTHON, the interpreter,
+needs no toolchain and no compile cache, which keeps many small cases fast).
 """
 
 import os
@@ -18,9 +22,23 @@ from typing import Any
 
 import pytest
 
+from kiln.runtime import Device
 from kiln.tensor.realize.engine import Engine, use_engine
 
 os.environ.setdefault("CHECK", "1")
+
+
+@pytest.fixture(autouse=True)
+def _default_device(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`Device.DEFAULT` for the test from its `default_device(name)` mark, cleared after; nothing without the mark."""
+    mark = request.node.get_closest_marker("default_device")
+    if mark is None:
+        yield
+        return
+    (name,) = mark.args
+    Device.DEFAULT = name
+    yield
+    Device.DEFAULT = None
 
 
 @pytest.fixture

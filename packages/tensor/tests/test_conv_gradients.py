@@ -4,13 +4,11 @@ convolution (kiln.tensor.gradient, kiln.tensor.ops.convolution): one reduce kern
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor import gradient as gradient_module
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.tensor import Tensor
@@ -19,12 +17,7 @@ Array = np.ndarray[Any, Any]
 Pairs = tuple[tuple[int, int], ...]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device: many small kernels, no compiler
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def oracle(

@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import gzip
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor import Tensor
 from kiln.tensor.datasets import DataLoader, digits, fashion_mnist, mnist, read_idx
 
 RNG = np.random.default_rng(8)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def idx_bytes(array: np.ndarray[Any, Any], type_code: int, big_endian_format: str) -> bytes:

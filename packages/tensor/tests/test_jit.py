@@ -3,25 +3,20 @@ position), replays schedule nothing in Python, and every contract violation rais
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
 import kiln.tensor.tensor as tensor_module
-from kiln.runtime import Device
 from kiln.tensor import GlobalCounters, Tensor, TinyJit, Variable, nn, optim
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(5)
 
 
-@pytest.fixture(autouse=True)
-def _cpu_device() -> Iterator[None]:
-    Device.DEFAULT = "CPU"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("CPU")
 
 
 def _batches(count: int) -> list[tuple[Array, Array]]:

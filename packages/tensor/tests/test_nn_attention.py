@@ -3,13 +3,11 @@ causal masks and grouped heads; dropout (kiln.tensor.ops.nn) against its definit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -17,12 +15,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(17)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def attention_reference(q: Array, k: Array, v: Array, mask: Array | None, causal: bool, scale: float | None) -> Array:

@@ -3,13 +3,11 @@ references, the one-kernel fusion of conv2d, and the errors raised at the call."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.tensor import Tensor
 
@@ -17,12 +15,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(99)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _per_dim(value: Any, count: int) -> tuple[Any, ...]:

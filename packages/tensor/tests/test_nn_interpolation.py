@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -19,12 +17,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(5)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def test_bilinear_matches_pytorch_printout() -> None:

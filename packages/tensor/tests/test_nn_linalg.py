@@ -3,13 +3,11 @@ they raise at the call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
@@ -18,12 +16,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(1234)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _random(shape: tuple[int, ...], dtype: Any = np.float32) -> Array:

@@ -4,13 +4,11 @@ weights, ignore_index, label smoothing, reductions), hand-computed values, and t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -18,12 +16,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(3)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _log_softmax(x: Array, axis: int) -> Array:

@@ -3,22 +3,14 @@ load_state_dict in place with every error at once, train / eval, children / modu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor import Tensor, nn
 from kiln.tensor.state import get_parameters, get_state_dict
 from kiln.uops import dtypes
 
-
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 class Block(nn.Module):

@@ -5,13 +5,11 @@ ceil_mode, -inf padding for max, the divisor rules of count_include_pad), the wi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor import graph
 from kiln.tensor.ops.windows import _build_windows, output_size, sliding_windows
 from kiln.tensor.tensor import Tensor
@@ -21,12 +19,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(7)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _out(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:

@@ -3,13 +3,11 @@ dims, plus the errors raised at the call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -17,12 +15,7 @@ Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    # the interpreter device needs no toolchain and no compile cache, which keeps these many small cases fast
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _stable_descending_order(x: Array, axis: int) -> Array:

@@ -4,13 +4,11 @@ functions, whose bits are checked against an independent pure-Python Threefry-2x
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.ops.random import threefry2x32
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, Ops, dtypes, exec_alu
@@ -19,11 +17,7 @@ DEVICE = "PYTHON"
 Array = np.ndarray[Any, Any]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -4,13 +4,12 @@ over broadcasting shapes, 0-dim and zero-size tensors, Python scalars and the dt
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.ops._checks import ShapeError
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
@@ -19,11 +18,7 @@ DEVICE = "PYTHON"
 Array = np.ndarray[Any, Any]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 SPECIAL = [-10.0, -3.5, -2.5, -1.5, -1.0, -0.5, -0.3, -0.0, 0.0, 0.2, 0.5, 1.0, 1.5, 2.5, 3.7, 8.0, 10.0]

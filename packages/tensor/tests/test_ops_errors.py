@@ -17,11 +17,7 @@ from kiln.uops import dtypes
 DEVICE = "PYTHON"
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 def m34() -> Tensor:

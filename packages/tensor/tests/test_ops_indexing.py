@@ -3,7 +3,6 @@ tensors), gather and scatter, against numpy and hand-written PyTorch semantics."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.runtime import Device
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -19,11 +17,7 @@ DEVICE = "PYTHON"
 Array = np.ndarray[Any, Any]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 A = np.arange(4 * 5 * 6, dtype=np.int32).reshape(4, 5, 6)

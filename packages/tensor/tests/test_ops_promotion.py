@@ -6,13 +6,12 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.ops.promotion import (
     DIMENSIONED,
     PYTHON_SCALAR,
@@ -29,11 +28,7 @@ DEVICE = "PYTHON"
 Array = np.ndarray[Any, Any]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 def T(dtype: DType) -> Tensor:  # a tensor with dims

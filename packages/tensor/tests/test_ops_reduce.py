@@ -4,13 +4,12 @@ cumsum, cummax) against numpy over shapes, axes (int, tuple, negative, None), ke
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.ops import reduce as reduce_module
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
@@ -19,11 +18,7 @@ DEVICE = "PYTHON"
 Array = np.ndarray[Any, Any]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = DEVICE
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device(DEVICE)
 
 
 def _tensor(a: Array) -> Tensor:

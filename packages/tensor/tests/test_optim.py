@@ -4,14 +4,13 @@ PyTorch's documented update rule (float64), clipping against numpy, one schedule
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
 import kiln.tensor.realize.mutation as mutation_module
-from kiln.runtime import Device
 from kiln.tensor import GlobalCounters, Tensor, optim
 from kiln.tensor.realize import method_cache_size
 
@@ -23,11 +22,7 @@ LINEAR = [RNG.standard_normal((3, 4)), RNG.standard_normal(5)]
 CURVATURE = [RNG.uniform(0.5, 2.0, (3, 4)), RNG.uniform(0.5, 2.0, 5)]
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def gradient_of(index: int, w: Array) -> Array:

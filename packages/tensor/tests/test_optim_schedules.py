@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor import Tensor, optim
 from kiln.tensor.optim import lr_scheduler
 
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "lr_schedules.json").read_text())
 
 
-@pytest.fixture(autouse=True)
-def _python_device() -> Iterator[None]:
-    Device.DEFAULT = "PYTHON"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("PYTHON")
 
 
 def _optimizer(lr: float = 0.2) -> optim.SGD:

@@ -7,14 +7,12 @@ import importlib.util
 import json
 import struct
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-from kiln.runtime import Device
 from kiln.tensor.state import safe_load
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_digits.py"
@@ -32,11 +30,7 @@ def _load_example() -> ModuleType:
 example = _load_example()
 
 
-@pytest.fixture(autouse=True)
-def _cpu_device() -> Iterator[None]:
-    Device.DEFAULT = "CPU"
-    yield
-    Device.DEFAULT = None
+pytestmark = pytest.mark.default_device("CPU")
 
 
 def test_short_run_reaches_97_percent_and_the_checkpoint_reloads(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ lengths (the engine's program counter), and the range errors."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,17 +12,11 @@ import pytest
 from kiln.tensor import Tensor, TinyJit, Variable
 from kiln.tensor.llm import load_model
 from kiln.tensor.llm.model import Transformer
-from kiln.tensor.realize.engine import Engine, use_engine
+from kiln.tensor.realize.engine import Engine
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 MAX_CONTEXT = 24
 CHUNK = 8  # the longest prefill chunk: chunk starts range over [0, MAX_CONTEXT - CHUNK]
-
-
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    with use_engine(Engine()) as fresh:
-        yield fresh
 
 
 def _model(name: str) -> tuple[Transformer, np.ndarray, np.ndarray]:
