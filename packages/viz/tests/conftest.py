@@ -1,4 +1,5 @@
-"""Fixtures of the viz tests: the files of a real traced training step (VIZ=1 PROFILE=1, written at exit)."""
+"""Fixtures of the viz tests: the files of a real traced training step (VIZ=1 PROFILE=1, written at exit), and a
+viz server over them for each test module that asks for one (`server`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kiln.viz.server import VizServer, start_server
 
 TRAINING_STEP = """
 import numpy as np
@@ -47,6 +51,14 @@ def training_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("training") / "viz"
     run_traced(TRAINING_STEP, out)
     return out
+
+
+@pytest.fixture(scope="module")
+def server(training_files: Path) -> Iterator[VizServer]:
+    """A viz server over `training_files` for the test module, shut down after it."""
+    running = start_server([training_files])
+    yield running
+    running.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -35,13 +35,6 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-@pytest.fixture(scope="module")
-def server(training_files: Path) -> Iterator[VizServer]:
-    running = start_server([training_files])
-    yield running
-    running.shutdown()
-
-
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     opened = browser.new_page(viewport={"width": 1400, "height": 900})

@@ -7,7 +7,6 @@ import http.client
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,6 @@ def get(server: VizServer, path: str) -> tuple[int, Any]:
         return status, json.loads(body)
     except json.JSONDecodeError:
         return status, body.decode()
-
-
-@pytest.fixture(scope="module")
-def server(training_files: Path) -> Iterator[VizServer]:
-    running = start_server([training_files])
-    yield running
-    running.shutdown()
 
 
 def test_kernel_list_is_the_traces_kernels_with_profile_totals(
