@@ -598,6 +598,26 @@ def _more_cases() -> list[Case]:
             (_x(1, 2, 4, 4), In((1, 3, 3, 2), "wide")),
             {"padding_mode": "reflection", "align_corners": True},
         ),
+        Case("affine_grid_3d", "F.affine_grid", (_x(2, 3, 4),), {"size": (2, 1, 2, 3, 4), "align_corners": False}),
+        Case(
+            "grid_sample_3d",
+            "F.grid_sample",
+            (_x(1, 2, 3, 4, 3), _x(1, 2, 3, 2, 3)),
+            {"align_corners": False},
+            F32_64,
+        ),
+        Case(
+            "grid_sample_3d_reflection_nearest",
+            "F.grid_sample",
+            (_x(2, 1, 2, 3, 4), In((2, 1, 2, 3, 3), "wide")),
+            {"mode": "nearest", "padding_mode": "reflection", "align_corners": True},
+        ),
+        Case(
+            "grid_sample_3d_border",
+            "F.grid_sample",
+            (_x(1, 1, 3, 3, 2), In((1, 2, 2, 2, 3), "wide")),
+            {"padding_mode": "border", "align_corners": True},
+        ),
         Case(
             "grid_sample_nearest",
             "F.grid_sample",
@@ -844,6 +864,7 @@ ERRORS: list[ErrorCase] = [
     ErrorCase("F.grid_sample", (_x(1, 1, 3, 3), _x(1, 2, 2, 2)), {"padding_mode": "wrap"}, "'wrap'"),
     ErrorCase("F.grid_sample", (_x(2, 1, 3, 3), _x(1, 2, 2, 2)), {"align_corners": False}, "same batch size"),
     ErrorCase("F.affine_grid", (_x(1, 3, 3),), {"size": (1, 1, 2, 2), "align_corners": False}, "Nx2x3"),
+    ErrorCase("F.affine_grid", (_x(1, 2, 3),), {"size": (1, 1, 2, 2, 2), "align_corners": False}, "Nx3x4"),
     ErrorCase("F.affine_grid", (_x(1, 2, 3),), {"size": (1, 1, 0, 2), "align_corners": False}, "positive output size"),
     ErrorCase("F.embedding_bag", (_index(2, 3, high=4), _x(4, 2)), {"mode": "min"}, "mode has to be one of"),
     ErrorCase(
