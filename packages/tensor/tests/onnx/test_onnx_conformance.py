@@ -24,8 +24,6 @@ _RANDOM = "random sampling: outputs cannot match a reference draw"
 _STRINGS = "string tensors: kiln has no string dtype"
 
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    # control flow and recurrent networks
-    **dict.fromkeys(["RNN", "LSTM", "GRU"], _LATER),
     # attention, losses, image and signal operators
     **dict.fromkeys(
         [

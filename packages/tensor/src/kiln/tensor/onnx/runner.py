@@ -16,6 +16,7 @@ from kiln.tensor.onnx import (  # noqa: F401
     loss_ops,
     neural_ops,
     quantization_ops,
+    recurrent_ops,
     reduction_ops,
     resize_ops,
     sampling_ops,
