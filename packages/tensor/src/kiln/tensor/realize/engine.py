@@ -47,11 +47,10 @@ from kiln.tensor.schedule import (
     KernelStep,
     OutputSlot,
     SchedulePlan,
-    normalize,
     record_realized,
 )
 from kiln.tensor.schedule.cache import ScheduleCache
-from kiln.tensor.schedule.normalize import const_key, normalize_shallow
+from kiln.tensor.schedule.normalize import const_key
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
@@ -168,10 +167,6 @@ def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
     buffer = Buffer(device, size, dtype)
     BUFFER_SLOT.set(node, buffer)
     return node, buffer
-
-
-def _lift_all(number: int) -> bool:
-    return True
 
 
 def _constant_bytes(node: UOp) -> bytes:
@@ -575,33 +570,7 @@ class Engine:
         A structure seen before with other values of some constants gets those constants lifted into one-element input
         buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
         """
-        schedule = self.schedule
-        memo = schedule.placeholders
-        # The usual op (one node over buffers and constants) normalizes cheaply. A larger graph is looked up by its
-        # structure key first (a walk that builds no nodes: a @ b with b (1024, 16) 36 -> 16 us); normalizing
-        # rebuilds every node over placeholders, so it is left for structures not seen before.
-        keyed, plan = None, None
-        normalized = normalize_shallow(uops[0], memo) if len(uops) == 1 else None
-        if normalized is None:
-            keyed = schedule.structure_key(uops)
-            if keyed is not None:
-                plan, inputs = schedule.lookup_key(keyed.key), keyed.inputs
-        if plan is None:
-            if normalized is None:
-                normalized = normalize(uops, placeholders=memo)
-            # a graph over bound Variables seen at other values takes that plan before any constant is lifted
-            plan = schedule.lookup(normalized.roots) or schedule.lookup_rebound(normalized.roots)
-            lifted = False
-            if plan is None:
-                masked = normalize(uops, lift=_lift_all, placeholders=memo)
-                varying = schedule.varying_constants(masked.roots, masked.constants)
-                if varying:
-                    normalized = normalize(uops, lift=varying.__contains__, placeholders=memo)
-                    lifted = True
-                plan = schedule.plan_of(normalized.roots)
-            if keyed is not None and not lifted:
-                schedule.remember_key(keyed.key, plan)
-            inputs = normalized.inputs
+        plan, inputs = self.schedule.resolve(uops)  # by structure (one walk), or planned and remembered
         views = self.run_plan(plan, inputs)
         for uop, view in zip(uops, views):
             record_realized(uop, view)
