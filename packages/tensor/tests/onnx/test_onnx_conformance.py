@@ -35,11 +35,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
             "DeformConv",
             "Col2Im",
             "MaxUnpool",
-            "DFT",
-            "STFT",
-            "HannWindow",
-            "HammingWindow",
-            "BlackmanWindow",
             "MelWeightMatrix",
             "Unique",
         ],
@@ -119,6 +114,10 @@ SKIPPED_CASES: dict[str, str] = {
     ),
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (
         "ceil_mode's last-window rule is applied after explicit padding (a window starting on the pad is kept)"
+    ),
+    **dict.fromkeys(
+        ["test_dft_inverse", "test_dft_inverse_opset19"],
+        "the reference holds float32 rounding noise (1.9e-7 where the exact value is 0), above atol 1e-7",
     ),
     "test_scan_sum": "Scan-8 (the batched form with sequence_lens) is not translated; Scan-9 and later are",
     "test_quantizelinear_blocked_symmetric": "the reference output is an object array (int16 blocked quantization)",

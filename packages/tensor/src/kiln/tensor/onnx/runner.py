@@ -21,6 +21,7 @@ from kiln.tensor.onnx import (  # noqa: F401
     resize_ops,
     sampling_ops,
     shape_ops,
+    signal_ops,
 )
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import open_model
