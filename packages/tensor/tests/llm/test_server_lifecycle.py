@@ -365,6 +365,34 @@ def test_graceful_shutdown_finishes_or_fails_each_request(
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0).models.list()
 
 
+def test_requests_not_yet_read_at_shutdown_get_a_503(model: ChatModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.client
+    import socket
+
+    expected = greedy(model, PROMPT, 20)[0]
+    Paced(model, monkeypatch, 0.03)
+    with running(model, max_connections=1) as (httpd, client), ThreadPoolExecutor(2) as pool:
+        port, logic = int(httpd.server_address[1]), httpd.logic
+        stream = client.completions.create(model=model.name, prompt=PROMPT, max_tokens=20, temperature=0, stream=True)
+        chunks = iter(stream)
+        first = next(chunks).choices[0].text  # this connection holds the one slot
+        body = json.dumps({"model": model.name, "prompt": "Hi", "max_tokens": 3}).encode()
+        waiting = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+        for sock in waiting:  # accepted but not served (the first), or still in the listen backlog (the second)
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))  # fmt: skip
+        time.sleep(0.2)
+        stopping = pool.submit(shut_down, httpd, 10.0)
+        assert first + "".join(chunk.choices[0].text for chunk in chunks) == expected
+        for sock in waiting:
+            with sock:
+                response = http.client.HTTPResponse(sock, method="POST")
+                response.begin()
+                assert response.status == 503
+                assert json.loads(response.read())["error"]["code"] == "server_shutting_down"
+        assert stopping.result(10) is True and not logic.worker.is_alive()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="signals to a child process are POSIX")
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_lets_requests_in_flight_finish(model: ChatModel, chat_model_dir: Path, signal_number: int) -> None:
@@ -388,9 +416,15 @@ def test_a_signal_lets_requests_in_flight_finish(model: ChatModel, chat_model_di
             answer = client.completions.create(model=model.name, prompt=prompt, max_tokens=12, temperature=0)
             return str(answer.choices[0].text)
 
+        def received() -> float:  # requests the server has queued, is running or has finished
+            with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=5) as response:
+                samples = parse_prometheus(response.read().decode())
+            finished = samples[("kiln_llm_generations_total", (("outcome", "finished"),))]
+            return samples[("kiln_llm_queue_depth", ())] + samples[("kiln_llm_running", ())] + finished
+
         with ThreadPoolExecutor(len(prompts)) as pool:
             answers = [pool.submit(ask, prompt) for prompt in prompts]
-            time.sleep(0.3)  # the requests are read and queued; the first one compiles the model's steps
+            wait_until(lambda: received() == len(prompts), 30.0)  # the first one compiles the model's steps
             assert not all(answer.done() for answer in answers)  # some are in flight as the signal comes
             process.send_signal(signal_number)
             assert [answer.result(60) for answer in answers] == expected

@@ -60,9 +60,9 @@ class _DeadlineReader(io.RawIOBase):
     (time.monotonic()): a per-receive timeout alone would let a client that sends a byte now and then hold the
     connection forever."""
 
-    def __init__(self, connection: socket.socket) -> None:
+    def __init__(self, connection: socket.socket, on_data: Callable[[], None]) -> None:
         super().__init__()
-        self.connection = connection
+        self.connection, self.on_data = connection, on_data
         self.deadline = math.inf
 
     def readable(self) -> bool:
@@ -73,19 +73,25 @@ class _DeadlineReader(io.RawIOBase):
         if remaining <= 0:
             raise TimeoutError("the client did not send its request in time")
         self.connection.settimeout(None if remaining == math.inf else remaining)
-        return self.connection.recv_into(buffer)
+        received = self.connection.recv_into(buffer)
+        if received:
+            self.on_data()
+        return received
+
+
+def _readable(connection: socket.socket) -> bool:
+    """Whether the connection has input (bytes or its end) waiting, without blocking."""
+    if hasattr(select, "poll"):  # no FD_SETSIZE limit
+        poller = select.poll()
+        poller.register(connection, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([connection], [], [], 0)[0])
 
 
 def _peer_closed(connection: socket.socket) -> bool:
     """Whether the client has closed the connection (its end of file is readable), without blocking or consuming."""
     try:
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(connection, select.POLLIN)
-            ready = bool(poller.poll(0))
-        else:
-            ready = bool(select.select([connection], [], [], 0)[0])
-        return ready and connection.recv(1, socket.MSG_PEEK) == b""
+        return _readable(connection) and connection.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):  # reset, or already closed here
         return True
 
@@ -99,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.reader = _DeadlineReader(self.connection)
+        self.reader = _DeadlineReader(self.connection, lambda: self.server.set_busy(self.connection, True))
         self.rfile = io.BufferedReader(self.reader)
         self.body_pending = False  # a request body not read (yet): the connection cannot carry another request
         self.streaming = False  # the response is a stream whose headers were sent
@@ -112,7 +118,6 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
-        self.server.set_busy(self.connection, True)
         if self.command not in ("GET", "POST"):  # answered here: the base class would send 501 and HTML
             self.body_pending = True
             message = f"the method {self.command} is not allowed; this server answers GET and POST"
@@ -284,6 +289,7 @@ class LLMHTTPServer(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.slots = threading.BoundedSemaphore(self.limits.max_connections)
         self.connections: dict[socket.socket, bool] = {}  # open connections -> whether a request is in progress
+        self.unslotted: set[socket.socket] = set()  # connections served beyond the cap while shutting down
         self.connections_lock = threading.Lock()
         self.closing = False
         super().__init__(address, _Handler)
@@ -294,12 +300,15 @@ class LLMHTTPServer(ThreadingHTTPServer):
 
     # -- connections -----------------------------------------------------------------------------------------------
     def process_request(self, request: Any, client_address: Any) -> None:
-        while not self.slots.acquire(timeout=0.1):  # the accepting thread waits; new clients queue in the backlog
-            if self.closing:
-                self.shutdown_request(request)
-                return
+        # At the cap the accepting thread waits (new clients queue in the backlog); once shutting down, a waiting
+        # connection is served beyond the cap so that its request gets an answer (503), not a reset.
+        slotted = self.slots.acquire(timeout=0.1)
+        while not slotted and not self.closing:
+            slotted = self.slots.acquire(timeout=0.1)
         with self.connections_lock:
             self.connections[request] = False
+            if not slotted:
+                self.unslotted.add(request)
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -314,8 +323,9 @@ class LLMHTTPServer(ThreadingHTTPServer):
 
     def _forget(self, request: Any) -> None:
         with self.connections_lock:
-            if self.connections.pop(request, None) is not None:
+            if self.connections.pop(request, None) is not None and request not in self.unslotted:
                 self.slots.release()
+            self.unslotted.discard(request)
 
     def set_busy(self, connection: socket.socket, busy: bool) -> None:
         with self.connections_lock:
@@ -326,13 +336,25 @@ class LLMHTTPServer(ThreadingHTTPServer):
         with self.connections_lock:
             return len(self.connections)
 
+    def accept_waiting(self) -> None:
+        """Accepts the connections left in the listen backlog once `serve_forever` has stopped, so their requests
+        get an answer (a 503 for a generation) rather than a reset when the listening socket closes."""
+        if self.socket.fileno() < 0:  # closed already (a second shut_down)
+            return
+        self.timeout = 0.0  # handle_request: accept one if one waits, never block
+        for _ in range(self.limits.backlog):  # bounded: an accept that keeps failing must not spin forever
+            if not _readable(self.socket):
+                break
+            self.handle_request()
+
     def close_idle_connections(self) -> None:
-        """Ends the connections waiting for a request (keep-alive, or not yet sent one)."""
+        """Ends the connections waiting for a request (keep-alive, or not yet sent one) with no input waiting."""
         with self.connections_lock:
             idle = [connection for connection, busy in self.connections.items() if not busy]
         for connection in idle:
-            with suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
+            with suppress(OSError, ValueError):  # its handler may be closing it right now
+                if not _readable(connection):  # else a request (or the client's end) arrived: its handler answers
+                    connection.shutdown(socket.SHUT_RDWR)
 
     def wait_for_connections(self, deadline: float) -> bool:
         """Waits until every connection has closed, or `deadline`; whether they all did."""
@@ -415,6 +437,7 @@ def shut_down(httpd: LLMHTTPServer, grace: float | None = None) -> bool:
     httpd.closing = True
     if getattr(httpd, "serving", False):
         httpd.shutdown()
+    httpd.accept_waiting()
     httpd.server_close()
     httpd.close_idle_connections()
     finished = logic.drain(deadline)
