@@ -23,8 +23,10 @@ from kiln.tensor.onnx import (  # noqa: F401
     shape_ops,
     signal_ops,
 )
+from kiln.tensor.onnx.function_expansion import expand_schema_functions
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import open_model
+from kiln.tensor.onnx.registry import OPERATORS
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["OnnxRunner"]
@@ -47,8 +49,9 @@ class OnnxRunner:
     """
 
     def __init__(self, model: str | os.PathLike[str] | bytes | onnx.ModelProto):
-        self.model = open_model(model)
-        self.opset = next(int(entry.version) for entry in self.model.opset_import if entry.domain in ("", "ai.onnx"))
+        opened = open_model(model)
+        self.opset = next(int(entry.version) for entry in opened.opset_import if entry.domain in ("", "ai.onnx"))
+        self.model = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
         self.graph = GraphProgram(self.model.graph, self.opset)
 
     @property
