@@ -96,19 +96,8 @@ UNSUPPORTED_ELEMENT_TYPES: dict[int, str] = {
 
 SKIPPED_CASES: dict[str, str] = {
     **dict.fromkeys(
-        ["test_batchnorm_epsilon_training_mode", "test_batchnorm_example_training_mode"],
-        "BatchNormalization's training outputs (running statistics) are not translated",
-    ),
-    **dict.fromkeys(
-        [
-            f"test_training_dropout{suffix}"
-            for suffix in ("", "_default", "_default_mask", "_mask", "_zero_ratio", "_zero_ratio_mask")
-        ],
+        [f"test_training_dropout{suffix}" for suffix in ("", "_default", "_default_mask", "_mask")],
         _RANDOM,
-    ),
-    **dict.fromkeys(
-        ["test_maxpool_with_argmax_2d_precomputed_pads", "test_maxpool_with_argmax_2d_precomputed_strides"],
-        "MaxPool's Indices output is not translated",
     ),
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (
         "ceil_mode's last-window rule is applied after explicit padding (a window starting on the pad is kept)"

@@ -170,16 +170,31 @@ def _pool_function(name: str, count: int) -> object:
 @operator("MaxPool", attributes=_POOL_ATTRIBUTES, check=one_of("auto_pad", _AUTO_PAD, "NOTSET"))
 def _max_pool(call: NodeCall) -> Tensor | tuple[Tensor, Tensor]:
     x = call.tensor(0)
-    if call.num_outputs > 1:
-        raise NotImplementedError("MaxPool's Indices output")
     kernel, strides, dilations, pads, ceil_mode = _pool_setup(call)
     lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
     padded = _pad_spatial(x, pads, lowest)
     function = _pool_function("max_pool", len(kernel))
-    result: Tensor = function(  # type: ignore[operator]
-        padded, tuple(kernel), stride=tuple(strides), dilation=tuple(dilations), ceil_mode=ceil_mode
-    )
-    return result
+    options = {"stride": tuple(strides), "dilation": tuple(dilations), "ceil_mode": ceil_mode}
+    if call.num_outputs < 2:
+        result: Tensor = function(padded, tuple(kernel), **options)  # type: ignore[operator]
+        return result
+    values, positions = function(padded, tuple(kernel), return_indices=True, **options)  # type: ignore[operator]
+    # kiln's positions are flat over the padded spatial dims; ONNX's are flat over the whole unpadded input
+    spatial = x.shape[2:]
+    padded_spatial = padded.shape[2:]
+    remaining = positions.cast(dtypes.int64)
+    flat = remaining.zeros_like()
+    if call.attributes.int("storage_order", 0) == 1:
+        steps = [math.prod(spatial[:axis]) for axis in range(len(spatial))]
+    else:
+        steps = [math.prod(spatial[axis + 1 :]) for axis in range(len(spatial))]
+    for axis in reversed(range(len(spatial))):
+        coordinate = remaining.remainder(padded_spatial[axis]) - pads[axis][0]
+        remaining = remaining.div(padded_spatial[axis], rounding_mode="floor")
+        flat = flat + coordinate * steps[axis]
+    batch, channels = x.shape[0], x.shape[1]
+    offsets = Tensor.arange(batch * channels, dtype=dtypes.int64).reshape(batch, channels, *[1] * len(spatial))
+    return values, flat + offsets * math.prod(spatial)
 
 
 @operator(
@@ -247,16 +262,29 @@ def _channel_shape(x: Tensor) -> tuple[int, ...]:
 
 
 @operator(
-    "BatchNormalization", attributes=["epsilon", "momentum", "spatial", "training_mode", "is_test", "consumed_inputs"]
+    "BatchNormalization",
+    attributes=["epsilon", "momentum", "spatial", "training_mode", "is_test", "consumed_inputs"],
 )
-def _batch_normalization(call: NodeCall) -> Tensor:
-    if call.attributes.int("training_mode", 0) or call.num_outputs > 1:
-        raise NotImplementedError("BatchNormalization in training mode (running statistics outputs)")
+def _batch_normalization(call: NodeCall) -> Tensor | tuple[Tensor, Tensor, Tensor]:
     x, scale, bias, mean, variance = (call.tensor(index) for index in range(5))
     epsilon = call.attributes.float("epsilon", 1e-5)
     shape = _channel_shape(x)
-    inverse = (variance.reshape(shape) + epsilon).rsqrt()
-    return (x - mean.reshape(shape)) * inverse * scale.reshape(shape) + bias.reshape(shape)
+    training = bool(call.attributes.int("training_mode", 0)) and call.opset >= 14
+    if call.num_outputs > 1 and not training:
+        raise NotImplementedError("BatchNormalization's statistics outputs outside training mode (opset < 14)")
+    if not training:
+        inverse = (variance.reshape(shape) + epsilon).rsqrt()
+        return (x - mean.reshape(shape)) * inverse * scale.reshape(shape) + bias.reshape(shape)
+    # batch statistics (population variance) normalize; the running ones move toward them by 1 - momentum
+    axes = (0, *range(2, x.ndim))
+    batch_mean = x.mean(axes)
+    batch_variance = ((x - batch_mean.reshape(shape)) ** 2).mean(axes)
+    momentum = call.attributes.float("momentum", 0.9)
+    running_mean = mean * momentum + batch_mean * (1 - momentum)
+    running_variance = variance * momentum + batch_variance * (1 - momentum)
+    inverse = (batch_variance.reshape(shape) + epsilon).rsqrt()
+    result = (x - batch_mean.reshape(shape)) * inverse * scale.reshape(shape) + bias.reshape(shape)
+    return result, running_mean, running_variance
 
 
 @operator("InstanceNormalization", attributes=["epsilon"])

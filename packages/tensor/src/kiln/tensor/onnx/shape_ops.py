@@ -326,8 +326,9 @@ def _range(call: NodeCall) -> Tensor:
 @operator("Dropout", attributes=["seed", "ratio"])
 def _dropout(call: NodeCall) -> tuple[Tensor, Tensor]:
     # inference: the identity, and a mask of ones (training_mode, input 2, must be false)
-    if call.has(2) and bool(call.scalar(2)):
-        raise NotImplementedError("Dropout with training_mode=True (random masks)")
+    ratio = float(call.scalar(1)) if call.has(1) else call.attributes.float("ratio", 0.5)
+    if call.has(2) and bool(call.scalar(2)) and ratio != 0.0:
+        raise NotImplementedError("Dropout with training_mode=True and a nonzero ratio (random masks)")
     x = call.tensor(0)
     return x, Tensor.ones(x.shape, dtype=dtypes.bool)
 
