@@ -62,3 +62,21 @@ def test_grouped_attention_over_a_variable_length(engine: Engine, group: int) ->
         if built is None:
             built = engine.programs_built
         assert engine.programs_built == built
+
+
+def test_the_issue_examples() -> None:
+    """issue 37's opening lines, as a user types them: slices, arange and zeros take the bound Variable; a reshape
+    whose element count would differ for other values of it is refused with a message naming the variable and its
+    range (tinygrad refuses it too), while the same reshape of a tensor whose shape holds the variable works."""
+    v = Variable("i", 1, 10).bind(2)
+    data = np.arange(40, dtype=np.float32).reshape(10, 4)
+    np.testing.assert_array_equal(Tensor(data)[:v].numpy(), data[:2])
+    np.testing.assert_array_equal(Tensor.arange(v).numpy(), np.arange(2))
+    assert Tensor.zeros(v, 4).numpy().shape == (2, 4)
+    with pytest.raises(ValueError, match=r"\(3, 4\) to \(i=2, .*'i' in \[1, 10\] \(bound to 2\)"):
+        Tensor.rand(3, 4).reshape(v, -1)
+    np.testing.assert_array_equal(Tensor(data)[:v].reshape(-1).reshape(v, -1).numpy(), data[:2])
+    with pytest.raises(ValueError, match=r"shrink bounds \(\(i=2, \(i\+1\)=3\), \(0, 4\)\).*'i' in \[1, 10\]"):
+        Tensor(data)[v : v + 1]
+    w = Variable("i", 0, 9).bind(3)
+    np.testing.assert_array_equal(Tensor(data)[w : w + 1].numpy(), data[3:4])

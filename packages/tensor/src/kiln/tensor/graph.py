@@ -38,6 +38,8 @@ from typing import cast as typing_cast
 
 from kiln.tensor.symbolic import (
     check_symbolic_size,
+    format_shape,
+    format_size,
     is_symbolic,
     pairs_symbolic,
     provably_le,
@@ -437,12 +439,16 @@ def shrink(x: UOp, bounds: Sequence[tuple[int, int]]) -> UOp:
     return _moved(UOp(Ops.SHRINK, x.dtype, (x,), pairs), x, tuple(end - start for start, end in pairs))
 
 
+def _format_pairs(pairs: tuple[tuple[int, int], ...]) -> str:
+    return "(" + ", ".join(f"({format_size(start)}, {format_size(end)})" for start, end in pairs) + ")"
+
+
 def _symbolic_shrink(x: UOp, shape: Shape, pairs: tuple[tuple[int, int], ...]) -> UOp:
     for (start, end), size in zip(pairs, shape):
         if not (provably_le(0, start) and provably_le(start, end) and provably_le(end, size)):
             raise ValueError(
-                f"shrink bounds {pairs} must satisfy 0 <= start <= end <= size for shape {shape} for every value of "
-                f"their variables ({_ranges(start, end, size)})"
+                f"shrink bounds {_format_pairs(pairs)} must satisfy 0 <= start <= end <= size for shape "
+                f"{format_shape(shape)} for every value of their variables ({_ranges(start, end, size)})"
             )
     if all(start == 0 and sizes_equal(end, size) for (start, end), size in zip(pairs, shape)):
         return x

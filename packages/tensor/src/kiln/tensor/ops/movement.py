@@ -567,7 +567,11 @@ def _symbolic_reshape(shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[i
         inferred = cast(int, settle(inferred))
         sizes = tuple(inferred if i == unknown[0] else size for i, size in enumerate(sizes))
     if not sizes_equal(math.prod(sizes), count):
-        raise ValueError(f"cannot reshape a tensor of shape {shape} to {sizes}: the element counts differ")
+        raise ValueError(
+            f"cannot reshape a tensor of shape {format_shape(shape)} to {format_shape(sizes)}: the element counts "
+            f"differ for some values of {describe_variables(*shape, *sizes)} (a reshape keeps the element count for "
+            "every value of its variables: reshape a tensor whose shape holds the variable, e.g. x[:v].reshape(v, -1))"
+        )
     return sizes
 
 
