@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kiln.tensor import dtypes
+from kiln.tensor.nn.functional import fold
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import one_of, operator
@@ -161,6 +162,29 @@ def _pool_setup(call: NodeCall) -> tuple[list[int], list[int], list[int], list[t
     return kernel, strides, dilations, pads, bool(call.attributes.int("ceil_mode", 0))
 
 
+def _onnx_pool_crop(
+    result: Tensor,
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    ceil_mode: bool,
+) -> Tensor:
+    """`result` cut to ONNX's output size: with ceil_mode, a last window that starts in the end padding is dropped
+    (the pool ran on the explicitly padded input, where that padding counts as input)."""
+    sizes = []
+    for size, k, stride, dilation, (before, after) in zip(spatial, kernel, strides, dilations, pads):
+        span = size + before + after - ((k - 1) * dilation + 1)
+        count = (-(-span // stride) if ceil_mode else span // stride) + 1
+        if ceil_mode and (count - 1) * stride >= size + before:
+            count -= 1
+        sizes.append(count)
+    if list(result.shape[2:]) == sizes:
+        return result
+    return result.shrink([None, None, *[(0, count) for count in sizes]])
+
+
 def _pool_function(name: str, count: int) -> object:
     if count not in (1, 2, 3):
         raise NotImplementedError(f"{name} over {count} spatial dims (kiln has 1 to 3)")
@@ -177,7 +201,7 @@ def _max_pool(call: NodeCall) -> Tensor | tuple[Tensor, Tensor]:
     options = {"stride": tuple(strides), "dilation": tuple(dilations), "ceil_mode": ceil_mode}
     if call.num_outputs < 2:
         result: Tensor = function(padded, tuple(kernel), **options)  # type: ignore[operator]
-        return result
+        return _onnx_pool_crop(result, x.shape[2:], kernel, strides, dilations, pads, ceil_mode)
     values, positions = function(padded, tuple(kernel), return_indices=True, **options)  # type: ignore[operator]
     # kiln's positions are flat over the padded spatial dims; ONNX's are flat over the whole unpadded input
     spatial = x.shape[2:]
@@ -219,7 +243,7 @@ def _average_pool(call: NodeCall) -> Tensor:
     }
     total: Tensor = function(_pad_spatial(x, pads), tuple(kernel), **options)  # type: ignore[operator]
     counted: Tensor = function(mask, tuple(kernel), **options)  # type: ignore[operator]
-    return total / counted
+    return _onnx_pool_crop(total / counted, x.shape[2:], kernel, strides, dilations, pads, ceil_mode)
 
 
 @operator("LpPool", attributes=[*_POOL_ATTRIBUTES, "p"], check=one_of("auto_pad", _AUTO_PAD, "NOTSET"))
@@ -235,7 +259,8 @@ def _lp_pool(call: NodeCall) -> Tensor:
         "count_include_pad": True,
     }
     mean: Tensor = function(_pad_spatial(x.abs().pow(p), pads), tuple(kernel), **options)  # type: ignore[operator]
-    return (mean * math.prod(kernel)).pow(1.0 / p)
+    result = (mean * math.prod(kernel)).pow(1.0 / p)
+    return _onnx_pool_crop(result, x.shape[2:], kernel, strides, dilations, pads, ceil_mode)
 
 
 @operator("GlobalAveragePool")
@@ -383,3 +408,51 @@ def _einsum(call: NodeCall) -> Tensor:
 @operator("Det")
 def _det(call: NodeCall) -> Tensor:
     return call.tensor(0).det()
+
+
+@operator("MaxUnpool", attributes=["kernel_shape", "pads", "strides"])
+def _max_unpool(call: NodeCall) -> Tensor:
+    x, indices = call.tensor(0), call.tensor(1)
+    kernel = call.attributes.ints("kernel_shape") or []
+    count = len(kernel)
+    strides = call.attributes.ints("strides") or [1] * count
+    flat = call.attributes.ints("pads") or [0] * (2 * count)
+    # the indices address the default output (what the max pool read); output_shape only grows it at the ends
+    spatial = [
+        (size - 1) * stride - (flat[axis] + flat[axis + count]) + k
+        for axis, (size, stride, k) in enumerate(zip(x.shape[2:], strides, kernel))
+    ]
+    requested = call.ints(2)[-count:] if call.has(2) else spatial
+    # ONNX's indices run over the whole tensor; kiln's over one (batch, channel) plane
+    plane = math.prod(spatial)
+    function = getattr(Tensor, f"max_unpool{count}d", None)
+    if function is None:
+        raise NotImplementedError(f"MaxUnpool over {count} spatial dims (kiln has 1 to 3)")
+    result: Tensor = function(
+        x, indices.cast(dtypes.int64).remainder(plane), tuple(kernel), tuple(strides), 0, output_size=tuple(spatial)
+    )
+    if requested == spatial:
+        return result
+    return result.pad([(0, 0), (0, 0), *[(0, want - have) for want, have in zip(requested, spatial)]])
+
+
+@operator("Col2Im", attributes=["dilations", "pads", "strides"], since=18)
+def _col2im(call: NodeCall) -> Tensor:
+    x = call.tensor(0)
+    image, block = call.ints(1), call.ints(2)
+    if len(image) != 2:
+        raise NotImplementedError(f"Col2Im over {len(image)} spatial dims (kiln folds 2)")
+    dilations = call.attributes.ints("dilations") or [1, 1]
+    strides = call.attributes.ints("strides") or [1, 1]
+    pads = call.attributes.ints("pads") or [0, 0, 0, 0]
+    # fold into the padded image, then cut the padding (ONNX pads may differ at the two ends)
+    padded = (image[0] + pads[0] + pads[2], image[1] + pads[1] + pads[3])
+    result = fold(
+        x,
+        padded,
+        (block[0], block[1]),
+        dilation=(dilations[0], dilations[1]),
+        padding=0,
+        stride=(strides[0], strides[1]),
+    )
+    return result.shrink([None, None, (pads[0], pads[0] + image[0]), (pads[1], pads[1] + image[1])])
