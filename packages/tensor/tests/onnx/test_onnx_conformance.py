@@ -114,7 +114,6 @@ SKIPPED_CASES: dict[str, str] = {
         "bfloat16 attention: results differ from numpy's bfloat16 reference by one bfloat16 step (rtol 1e-3 is below "
         "bfloat16's resolution)",
     ),
-    "test_l2normalization_axis_0": "LpNormalization over axis 0 of a 1-D input differs from the reference",
 }
 
 

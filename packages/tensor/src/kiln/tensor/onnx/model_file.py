@@ -16,7 +16,7 @@ import onnx.version_converter
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from onnx import external_data_helper
 
-__all__ = ["MIN_OPSET", "open_model"]
+__all__ = ["MIN_OPSET", "default_opset", "open_model"]
 
 # Opsets before 7 are first converted to 7 by onnx's version converter.
 MIN_OPSET = 7
@@ -86,11 +86,12 @@ def _load_external_data(model: onnx.ModelProto, base: Path | None, source: str) 
         raise ValueError(f"{source}: reading external data failed: {error}") from error
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's opset of the default domain; 0 when it imports none (all its nodes are in other domains)."""
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return int(entry.version)
-    raise ValueError("the model imports no opset of the default domain ('' / 'ai.onnx')")
+    return 0
 
 
 def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -115,8 +116,8 @@ def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
         raise ValueError(f"{source}: the model fails onnx's checker: {error}") from error
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
-    opset = _default_opset(proto)
-    if opset < MIN_OPSET:
+    opset = default_opset(proto)
+    if 0 < opset < MIN_OPSET:
         try:
             proto = onnx.version_converter.convert_version(proto, MIN_OPSET)
         except Exception as error:  # the converter raises its own C++ error types

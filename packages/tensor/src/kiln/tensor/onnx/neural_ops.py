@@ -370,8 +370,11 @@ def _lp_normalization(call: NodeCall) -> Tensor:
     x = call.tensor(0)
     axis = call.attributes.int("axis", -1) % x.ndim
     if call.attributes.int("p", 2) == 1:
-        return x / x.abs().sum(axis, keepdim=True)
-    return x / (x * x).sum(axis, keepdim=True).sqrt()
+        norm = x.abs().sum(axis, keepdim=True)
+    else:
+        norm = (x * x).sum(axis, keepdim=True).sqrt()
+    # an all-zero slice stays zero (the reference's 0 / 0 guard)
+    return x / (norm == 0).where(1.0, norm).cast(x.dtype)
 
 
 @operator("MeanVarianceNormalization", attributes=["axes"])

@@ -25,7 +25,7 @@ from kiln.tensor.onnx import (  # noqa: F401
 )
 from kiln.tensor.onnx.function_expansion import expand_schema_functions
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
-from kiln.tensor.onnx.model_file import open_model
+from kiln.tensor.onnx.model_file import default_opset, open_model
 from kiln.tensor.onnx.registry import OPERATORS
 from kiln.tensor.tensor import Tensor
 
@@ -50,7 +50,7 @@ class OnnxRunner:
 
     def __init__(self, model: str | os.PathLike[str] | bytes | onnx.ModelProto):
         opened = open_model(model)
-        self.opset = next(int(entry.version) for entry in opened.opset_import if entry.domain in ("", "ai.onnx"))
+        self.opset = default_opset(opened)
         self.model = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
         self.graph = GraphProgram(self.model.graph, self.opset)
 
