@@ -128,8 +128,9 @@ def _single_node_model(node: onnx.NodeProto, opset: int = 17, element_type: int 
 
 
 def test_unsupported_operator_fails_at_load() -> None:
-    model = _single_node_model(helper.make_node("Unique", ["x"], ["y"], name="distinct"))
-    with pytest.raises(NotImplementedError, match=r"node distinct, op type 'Unique', domain 'ai.onnx'.*no rule"):
+    node = helper.make_node("ImageDecoder", ["x"], ["y"], name="decoder")
+    model = _single_node_model(node, opset=20, element_type=TensorProto.UINT8)
+    with pytest.raises(NotImplementedError, match=r"node decoder, op type 'ImageDecoder', domain 'ai.onnx'.*no rule"):
         OnnxRunner(model)
 
 
@@ -179,6 +180,21 @@ def test_unhandled_attribute_fails_at_load() -> None:
     graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     with pytest.raises(NotImplementedError, match=r"node sparse, op type 'Constant'.*sparse_value"):
         OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_corrupt_initializer_is_refused() -> None:
+    weight = numpy_helper.from_array(np.zeros(2, np.float32), "w")
+    weight.dims[0] = 1000  # declares more elements than its raw data holds
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1000])],
+        [weight],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(ValueError, match=r"raw_data size \(8 bytes\) is too small"):
+        OnnxRunner(data)
 
 
 def test_unsupported_dtype_fails_at_load() -> None:

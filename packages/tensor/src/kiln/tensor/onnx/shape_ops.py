@@ -469,3 +469,26 @@ def _tensor_scatter(call: NodeCall) -> Tensor:
     if call.attributes.string("mode", "linear") == "circular":
         positions = positions.remainder(cache.shape[axis])
     return cache.scatter(axis, positions.expand(update.shape), update)
+
+
+def _check_unique(attributes: Attributes, opset: int) -> str | None:
+    return "attribute axis (kiln's Tensor.unique works on the flattened tensor)" if "axis" in attributes else None
+
+
+@operator("Unique", attributes=["axis", "sorted"], check=_check_unique)
+def _unique(call: NodeCall) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    x = call.tensor(0)
+    values, inverse, counts = x.unique(sorted=True, return_inverse=True, return_counts=True)
+    inverse = inverse.cast(dtypes.int64).reshape(-1)
+    distinct, length = counts.shape[0], inverse.shape[0]
+    # the first position of each distinct value (or slice): the smallest position mapped to it
+    matches = inverse.reshape(1, length) == Tensor.arange(distinct, dtype=dtypes.int64).reshape(distinct, 1)
+    first = matches.where(Tensor.arange(length, dtype=dtypes.int64).reshape(1, length), length).amin(1)
+    counts = counts.cast(dtypes.int64)
+    if call.attributes.int("sorted", 1):
+        return values, first, inverse, counts
+    # unsorted: distinct values in order of first appearance
+    order = first.argsort()
+    rank = order.argsort().cast(dtypes.int64)
+    picked = values.index_select(0, order)
+    return picked, first.index_select(0, order), rank.index_select(0, inverse), counts.index_select(0, order)
