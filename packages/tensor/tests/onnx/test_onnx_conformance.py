@@ -28,7 +28,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
     # attention, losses, image and signal operators
     **dict.fromkeys(
         [
-            "NonMaxSuppression",
             "RoiAlign",
             "DeformConv",
             "MelWeightMatrix",

@@ -266,3 +266,25 @@ def test_cli_prints_inputs_outputs_and_timing(tmp_path: Path, capsys: pytest.Cap
     assert "output y" in printed
     assert f"y: dtypes.float32 [2, 4] {_expected(x).reshape(-1)[:6]}" in printed
     assert "2 runs:" in printed and "ms median" in printed
+
+
+def test_data_dependent_outputs_are_not_folded() -> None:
+    """NonMaxSuppression's result has a data-dependent size: two calls with equal shapes but different scores must
+    give different selections (a host-computed result may not be cached by shape)."""
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "limit"], ["selected"])]
+    graph = helper.make_graph(
+        nodes,
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 2, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 2]),
+        ],
+        [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])],
+        [numpy_helper.from_array(np.array([1], np.int64), "limit")],
+    )
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    boxes = np.array([[[0, 0, 1, 1], [0, 2, 1, 3]]], np.float32)  # disjoint: no suppression
+    first = runner({"boxes": boxes, "scores": np.array([[[0.9, 0.1]]], np.float32)})["selected"].numpy()
+    second = runner({"boxes": boxes, "scores": np.array([[[0.1, 0.9]]], np.float32)})["selected"].numpy()
+    np.testing.assert_array_equal(first, [[0, 0, 0]])
+    np.testing.assert_array_equal(second, [[0, 0, 1]])

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_DOMAINS", "OPERATORS", "Handler", "OperatorRule", "all_checks", "one_of", "operator"]
 
-# A handler returns one value or one per node output; a numpy array is a value known on the host (a shape).
+# A handler returns one value or one per node output. A numpy array is a value known on the host that depends on
+# the input shapes and constants only (Shape, Size, Constant): the graph folds it once per set of input shapes.
 Handler = Callable[["NodeCall"], "Tensor | np.ndarray[Any, Any] | Sequence[Tensor | np.ndarray[Any, Any] | None]"]
 # A check of a node's attribute values at load: returns what is unsupported, or None.
 Check = Callable[[Attributes, int], "str | None"]

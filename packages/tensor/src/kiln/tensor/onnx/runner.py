@@ -12,6 +12,7 @@ import onnx
 from kiln.tensor.onnx import (  # noqa: F401
     attention_ops,
     control_flow_ops,
+    detection_ops,
     elementwise_ops,
     loss_ops,
     neural_ops,
