@@ -29,7 +29,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
     **dict.fromkeys(
         [
             "RoiAlign",
-            "DeformConv",
             "MelWeightMatrix",
         ],
         _LATER,

@@ -42,6 +42,15 @@ def tensor_from_array(array: np.ndarray[Any, Any], dtype: DType | None = None) -
     return tensor.realize()
 
 
+def _with_node(error: Exception, where: str) -> Exception:
+    """The same kind of error with the node named first (a RuntimeError when its class takes other arguments)."""
+    message = f"{where}: {error}"
+    try:
+        return type(error)(message)
+    except TypeError:
+        return RuntimeError(message)
+
+
 @dataclass(frozen=True)
 class GraphInput:
     """A graph input: its name, kiln dtype and dims (an int, or a str for a named dim, or None)."""
@@ -277,7 +286,7 @@ class GraphProgram:
         try:
             result = node.rule.handler(call)
         except (ValueError, TypeError, IndexError, NotImplementedError, RuntimeError) as error:
-            raise type(error)(f"{self.where}: node {node.name} ({node.op_type}): {error}") from error
+            raise _with_node(error, f"{self.where}: node {node.name} ({node.op_type})") from error
         results = list(result) if isinstance(result, list | tuple) else [result]
         if len(results) < len(node.outputs):
             results += [None] * (len(node.outputs) - len(results))

@@ -123,3 +123,64 @@ def _affine_grid(call: NodeCall) -> Tensor:
     base = Tensor.stack(*columns, columns[0].ones_like(), dim=-1)
     grid = base.unsqueeze(0).matmul(theta.cast(dtypes.float32).transpose(-1, -2))
     return grid.reshape(batch, *dims, len(dims)).cast(theta.dtype)
+
+
+def _bilinear_gather(flat: Tensor, height: int, width: int, rows: Tensor, columns: Tensor) -> Tensor:
+    """flat (batch, channels, height * width) sampled at pixel positions rows / columns (batch, channels, points):
+    bilinear, corners outside the image count as zero."""
+    row_low, column_low = rows.floor(), columns.floor()
+    result: Tensor | None = None
+    for row_step in (0, 1):
+        for column_step in (0, 1):
+            row, column = row_low + row_step, column_low + column_step
+            weight = (1 - (rows - row).abs()) * (1 - (columns - column).abs())
+            inside = (row >= 0) & (row <= height - 1) & (column >= 0) & (column <= width - 1)
+            index = (row.clip(0, height - 1) * width + column.clip(0, width - 1)).cast(dtypes.int64)
+            value = flat.gather(2, index) * inside.where(weight, 0.0)
+            result = value if result is None else result + value
+    assert result is not None
+    return result
+
+
+@operator("DeformConv", attributes=["dilations", "group", "kernel_shape", "offset_group", "pads", "strides"], since=19)
+def _deform_conv(call: NodeCall) -> Tensor:
+    x, weight, offset, bias, mask = call.tensor(0), call.tensor(1), call.tensor(2), call.optional(3), call.optional(4)
+    if x.ndim != 4:
+        raise NotImplementedError(f"DeformConv over {x.ndim - 2} spatial dims (kiln samples 2)")
+    batch, channels, height, width = x.shape
+    out_channels, _, kernel_h, kernel_w = weight.shape
+    groups, offset_groups = call.attributes.int("group", 1), call.attributes.int("offset_group", 1)
+    stride_h, stride_w = call.attributes.ints("strides") or [1, 1]
+    dilation_h, dilation_w = call.attributes.ints("dilations") or [1, 1]
+    pad_top, pad_left = (call.attributes.ints("pads") or [0, 0, 0, 0])[:2]
+    out_h, out_w = offset.shape[2], offset.shape[3]
+    taps = kernel_h * kernel_w
+    # where each tap of each output position reads, before the learned offsets
+    base_rows = (
+        Tensor.arange(kernel_h, dtype=dtypes.float32).reshape(kernel_h, 1, 1, 1) * dilation_h
+        + Tensor.arange(out_h, dtype=dtypes.float32).reshape(1, 1, out_h, 1) * stride_h
+        - pad_top
+    )
+    base_columns = (
+        Tensor.arange(kernel_w, dtype=dtypes.float32).reshape(1, kernel_w, 1, 1) * dilation_w
+        + Tensor.arange(out_w, dtype=dtypes.float32).reshape(1, 1, 1, out_w) * stride_w
+        - pad_left
+    )
+    shifts = offset.cast(dtypes.float32).reshape(batch, offset_groups, kernel_h, kernel_w, 2, out_h, out_w)
+    rows = (shifts[:, :, :, :, 0] + base_rows).repeat_interleave(channels // offset_groups, 1)
+    columns = (shifts[:, :, :, :, 1] + base_columns).repeat_interleave(channels // offset_groups, 1)
+    points = taps * out_h * out_w
+    flat = x.cast(dtypes.float32).reshape(batch, channels, height * width)
+    sampled = _bilinear_gather(
+        flat, height, width, rows.reshape(batch, channels, points), columns.reshape(batch, channels, points)
+    )
+    if mask is not None:
+        scale = mask.cast(dtypes.float32).reshape(batch, offset_groups, taps * out_h * out_w)
+        sampled = sampled * scale.repeat_interleave(channels // offset_groups, 1)
+    # a grouped convolution of the sampled taps: per group, (out, in * taps) @ (in * taps, positions)
+    columns_in = sampled.reshape(batch, groups, (channels // groups) * taps, out_h * out_w)
+    kernels = weight.cast(dtypes.float32).reshape(1, groups, out_channels // groups, (channels // groups) * taps)
+    result = kernels.matmul(columns_in).reshape(batch, out_channels, out_h, out_w)
+    if bias is not None:
+        result = result + bias.cast(dtypes.float32).reshape(1, -1, 1, 1)
+    return result.cast(x.dtype)
