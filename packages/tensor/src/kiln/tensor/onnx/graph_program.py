@@ -25,6 +25,8 @@ from kiln.uops.dtype import DType
 
 __all__ = ["GraphInput", "GraphProgram", "tensor_from_array"]
 
+# Folded values are kept for this many distinct sets of input shapes.
+_FOLD_SIGNATURES = 32
 # Host copies are kept for known values up to this many elements (shapes, indices, scalars).
 _HOST_COPY_LIMIT = 1 << 16
 
@@ -250,7 +252,13 @@ class GraphProgram:
                 host[entry.name] = feed
         # folds depend on the input shapes (through Shape)
         signature = tuple(values[entry.name].shape for entry in self.inputs)
-        folds = self._folds.setdefault(signature, {})
+        folds = self._folds.pop(signature, None)
+        if folds is None:
+            folds = {}
+            if len(self._folds) >= _FOLD_SIGNATURES:
+                # forget the least recently used set of input shapes (dicts keep insertion order)
+                del self._folds[next(iter(self._folds))]
+        self._folds[signature] = folds
         for node in self.nodes:
             self._run_node(node, values, host, static, folds)
         return {name: values[name] for name in self.outputs}
