@@ -19,7 +19,7 @@ from kiln.tensor.onnx.conformance import ConformanceCase, conformance_cases, run
 
 
 def run_case_with_onnxruntime(case: ConformanceCase) -> None:
-    import onnxruntime
+    import onnxruntime  # type: ignore[import-untyped]
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
