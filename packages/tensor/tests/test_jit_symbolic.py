@@ -168,3 +168,37 @@ def test_reductions_scans_and_random_over_a_variable_replay(engine: Engine) -> N
         uniform = plain(x, N.bind(n))[4].numpy()  # the plain function draws the same stream
         np.testing.assert_array_equal(outputs[4], uniform)
         assert uniform.shape == (n, 3) and ((uniform >= 0) & (uniform < 1)).all()
+
+
+def test_kernels_over_variables_replay_in_one_batch_with_the_calls_values(engine: Engine) -> None:
+    """A capture mixing kernels over a Variable with int-shaped ones (a KV-cache write at `pos`, attention over
+    rows 0..pos, a fixed-size projection) replays as one list of commands on the CPU: each kernel over the variable
+    gets the call's value and launch size in that list (launched one by one, they split a decode step into dozens
+    of lists). Checked against numpy at every position, and for the segment count."""
+    from kiln.tensor.jit_replay import ReplayBatch
+
+    positions = Variable("pos", 0, 7)
+    cache = Tensor.zeros(8, 4).contiguous().realize()
+    weight = Tensor(DATA[:4]).realize()
+    rows = np.zeros((8, 4), np.float32)
+
+    @TinyJit
+    def decode(token: Tensor, pos: Tensor) -> Tensor:
+        cache[pos : pos + 1].assign(token @ weight).realize()
+        keys = cache[: pos + 1]
+        scores = (token @ weight) @ keys.T
+        return (scores.softmax(-1) @ keys) @ weight
+
+    for position in range(8):
+        token = np.full((1, 4), position + 1, np.float32)
+        got = decode(Tensor(token), positions.bind(position)).numpy()
+        rows[position] = token @ DATA[:4]
+        keys = rows[: position + 1]
+        scores = (token @ DATA[:4]) @ keys.T
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        np.testing.assert_allclose(got, (weights @ keys) @ DATA[:4], rtol=1e-5)
+    captured = decode.captured
+    assert captured is not None and any(step.var_vals for step in captured.steps)
+    batches = [segment for segment in captured.segments if isinstance(segment, ReplayBatch)]
+    assert len(batches) == 1 and len(captured.segments) <= 2, captured.segments

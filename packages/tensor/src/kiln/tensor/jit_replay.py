@@ -1,10 +1,11 @@
 """TinyJit's replay: the captured launches grouped into segments, each run on the new input buffers.
 
-A run of kernels on one queue-driven device (`HCQCompiled`) with fixed launch sizes becomes one `ReplayBatch`: its
-exec commands are built once at capture (argument blocks holding the captured buffers' addresses) and submitted as
-one list per replay (`HCQCompiled.launch_many`); only the kernels that touch an argument get a new argument block.
-Anything else (copies, other devices, kernels with variables) replays step by step (`ReplayStep`); a kernel over
-symbolic sizes launches with the replay call's variable values.
+A run of kernels on one queue-driven device (`HCQCompiled`) becomes one `ReplayBatch`: its exec commands are built
+once at capture (argument blocks holding the captured buffers' addresses) and submitted as one list per replay
+(`HCQCompiled.launch_many`); only the kernels that touch an argument, and the kernels over symbolic sizes (their
+variable values and launch sizes are the replay call's), get a new command. Anything else (copies, other devices)
+replays step by step (`ReplayStep`). A decode step over a Variable position was split into ~60 lists by its attention
+kernels when kernels with variables replayed one by one: 3 ms of a 15 ms step at position 900.
 """
 
 from __future__ import annotations
@@ -56,60 +57,66 @@ class ReplayStep:
 
 
 def _batchable(step: CapturedStep) -> HCQCompiled | None:
-    """The device whose queue can take `step` in a batch: a kernel of a queue-driven device, no variables, fixed
-    launch sizes; None otherwise."""
+    """The device whose queue can take `step` in a batch: a kernel of a queue-driven device whose launch sizes are
+    fixed or follow its variables (given at capture); None otherwise."""
     runner = step.runner
-    if step.var_vals or not isinstance(runner, HCQProgramRunner) or runner.variables:
+    if not isinstance(runner, HCQProgramRunner) or not isinstance(runner.device, HCQCompiled):
         return None
-    if not isinstance(runner.device, HCQCompiled):
-        return None
-    dims = runner.launch_dims({})
+    if bool(runner.variables) != bool(step.var_vals):
+        return None  # variables the capture did not record a value for: launched on their own, which checks them
+    dims = runner.launch_dims(step.var_vals or {})
     if not all(isinstance(size, int) and size >= 1 for sizes in dims for size in sizes):
         return None
     return runner.device
 
 
-def _command(runner: HCQProgramRunner, buffers: list[Buffer | None]) -> ExecCommand:
-    """The checked exec command launching `runner` on `buffers` (a fresh argument block)."""
+def _command(runner: HCQProgramRunner, buffers: list[Buffer | None], var_vals: dict[str, int] | None) -> ExecCommand:
+    """The checked exec command launching `runner` on `buffers` with these variable values (a fresh argument block;
+    values out of a variable's range raise ValueError naming it)."""
     layout = runner.arg_layout
     # a slot the program never uses may hold None (see ProgramRunner.__call__); the runner skips it
     present = cast(list[Buffer], buffers)
-    arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), ())
-    global_size, local_size = runner.launch_dims({})
-    profile = runner.profile_args(()) if knobs.PROFILE else None
+    values = runner.variable_values(var_vals) if var_vals else ()
+    arguments = HCQArgsState(layout, memoryview(bytearray(layout.size)), runner.buffer_addresses(present), values)
+    global_size, local_size = runner.launch_dims(var_vals or {})
+    profile = runner.profile_args(values) if knobs.PROFILE else None
     return ExecCommand(runner.kernel_for(present), arguments, global_size, local_size, runner.name, profile)
 
 
 class ReplayBatch:
     """A replay segment of consecutive kernels of one queue-driven device, submitted as one list. Kernels that do
-    not read or write an argument reuse the command built at capture; the others get a fresh argument block."""
+    not read or write an argument and have no variables reuse the command built at capture; the others get a fresh
+    one per replay (the call's buffers, variable values and launch sizes)."""
 
     __slots__ = ("commands", "device", "inline", "patched")
 
     def __init__(self, device: HCQCompiled, steps: list[CapturedStep]) -> None:
         self.device = device
         self.commands: list[ExecCommand | None] = []
-        self.patched: list[tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...]]] = []
+        self.patched: list[
+            tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...], dict[str, int] | None]
+        ] = []
         for index, step in enumerate(steps):
             runner = step.runner
             assert isinstance(runner, HCQProgramRunner)
-            if step.patches:
+            if step.patches or step.var_vals:
                 self.commands.append(None)
-                self.patched.append((index, runner, step.buffers, step.patches))
+                self.patched.append((index, runner, step.buffers, step.patches, step.var_vals))
             else:
-                self.commands.append(_command(runner, step.buffers))
+                self.commands.append(_command(runner, step.buffers, None))
         # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
         self.inline = all(step.runner.inline for step in steps)
 
     def __call__(self, inputs: list[Buffer], values: dict[str, int]) -> None:
-        commands = self.commands  # a batch holds no kernel over variables: `values` are not used
+        commands = self.commands
         if self.patched:
             commands = list(commands)
-            for index, runner, template, patches in self.patched:
+            for index, runner, template, patches, captured in self.patched:
                 buffers = list(template)
                 for position, number in patches:
                     buffers[position] = inputs[number]
-                commands[index] = _command(runner, buffers)
+                var_vals = {name: values.get(name, value) for name, value in captured.items()} if captured else None
+                commands[index] = _command(runner, buffers, var_vals)
         # every None (a kernel touching an argument) was replaced above
         self.device.launch_many(cast(list[ExecCommand], commands), inline=self.inline)
 
