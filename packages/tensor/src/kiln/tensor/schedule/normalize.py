@@ -274,33 +274,41 @@ def normalize(
                 expanded.add(node)
                 continue
         stack.pop()
-        if not sources:
-            resolved[node] = node
-            if not lifting:
-                SELF_EPOCH.set(node, epoch)
-            continue
-        new_sources = tuple([resolved[source] for source in sources])
-        # UOps compare by identity: the same sources when every source normalized to itself
-        if new_sources == sources:
-            result = node
-        else:
-            result = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
-            # normalizing keeps every shape (placeholders, views and merged chains have their node's): the rebuilt
-            # node takes the original's known shape, so merging a chain above it infers none (a walk per merge)
-            SHAPE.copy_missing(node, result)
-        if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
-            result = merge_movement_link(result)  # chains merged here: `fold_movement_chains` is not needed first
-        resolved[node] = result
-        if lifting:
-            continue
-        for source in sources:
-            if self_epoch(source) != epoch:
-                break
-        else:  # a pure graph (no buffer, nothing realized): its form never changes
-            SELF_EPOCH.set(node, epoch)
-            if result is not node:
-                PURE_FORM.set(node, result)
+        _rebuild(node, resolved, lifting, epoch)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
+
+
+def _rebuild(node: UOp, resolved: dict[UOp, UOp], lifting: bool, epoch: int) -> None:
+    """Sets `resolved[node]`: `node` over its sources' normalized forms (itself when they are all unchanged), with a
+    movement chain merged; when not lifting, marks a node over pure sources (no buffer, nothing realized) as pure
+    for this epoch, with its normalized form."""
+    sources = node.src
+    if not sources:
+        resolved[node] = node
+        if not lifting:
+            SELF_EPOCH.set(node, epoch)
+        return
+    new_sources = tuple([resolved[source] for source in sources])
+    # UOps compare by identity: the same sources when every source normalized to itself
+    if new_sources == sources:
+        result = node
+    else:
+        result = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
+        # normalizing keeps every shape (placeholders, views and merged chains have their node's): the rebuilt
+        # node takes the original's known shape, so merging a chain above it infers none (a walk per merge)
+        SHAPE.copy_missing(node, result)
+    if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
+        result = merge_movement_link(result)  # chains merged here: `fold_movement_chains` is not needed first
+    resolved[node] = result
+    if lifting:
+        return
+    for source in sources:
+        if SELF_EPOCH.get(source) != epoch:
+            break
+    else:  # a pure graph (no buffer, nothing realized): its form never changes
+        SELF_EPOCH.set(node, epoch)
+        if result is not node:
+            PURE_FORM.set(node, result)
 
 
 def normalize_shallow(root: UOp, placeholders: PlaceholderMemo | None = None) -> NormalizedGraph | None:
@@ -441,30 +449,7 @@ class StructureWalk:
             if view is not None:
                 resolved[node] = resolved[view]
                 continue
-            sources = node.src
-            if not sources:
-                resolved[node] = node
-                if not lifting:
-                    SELF_EPOCH.set(node, epoch)
-                continue
-            new_sources = tuple([resolved[source] for source in sources])
-            if new_sources == sources:
-                result = node
-            else:
-                result = UOp(node.op, node.dtype, new_sources, node.arg, node.tag)
-                SHAPE.copy_missing(node, result)  # as in `normalize`
-            if new_sources[0].op is result.op and result.op in _CHAIN_OPS:
-                result = merge_movement_link(result)
-            resolved[node] = result
-            if lifting:
-                continue
-            for source in sources:
-                if self_epoch(source) != epoch:
-                    break
-            else:
-                SELF_EPOCH.set(node, epoch)
-                if result is not node:
-                    PURE_FORM.set(node, result)
+            _rebuild(node, resolved, lifting, epoch)
         return NormalizedGraph(tuple([resolved[uop] for uop in self.uops]), tuple(inputs), tuple(constants))
 
 
