@@ -35,9 +35,38 @@ def _check_channels(in_channels: int, out_channels: int, groups: int, kind: str)
         )
 
 
-class _ConvNd(Module):
+class _Convolution(Module):
+    """What a convolution and a transposed one share: checked channel counts and per-dim sizes, and torch's default
+    initialisation of the weight and bias."""
+
     dims = 0
 
+    def _set_sizes(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...],
+        dilation: int | tuple[int, ...],
+        groups: int,
+    ) -> str:
+        """Checks and stores the sizes; returns the layer's class name for the messages of further checks."""
+        kind = type(self).__name__
+        _check_channels(in_channels, out_channels, groups, kind)
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.dims, f"{kind} kernel_size")
+        self.stride = _tuple(stride, self.dims, f"{kind} stride")
+        self.dilation = _tuple(dilation, self.dims, f"{kind} dilation")
+        return kind
+
+    def _init_parameters(self, weight_shape: tuple[int, ...], bias: bool, device: str | None) -> None:
+        self.weight = init.kaiming_uniform(weight_shape, device=device)
+        fan_in = init.calculate_fan_in_and_fan_out(weight_shape)[0]
+        bound = 1.0 / math.sqrt(fan_in)
+        self.bias = init.uniform((self.out_channels,), -bound, bound, device=device) if bias else None
+
+
+class _ConvNd(_Convolution):
     def __init__(
         self,
         in_channels: int,
@@ -51,20 +80,11 @@ class _ConvNd(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        kind = type(self).__name__
-        _check_channels(in_channels, out_channels, groups, kind)
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _tuple(kernel_size, self.dims, f"{kind} kernel_size")
-        self.stride = _tuple(stride, self.dims, f"{kind} stride")
-        self.dilation = _tuple(dilation, self.dims, f"{kind} dilation")
+        kind = self._set_sizes(in_channels, out_channels, kernel_size, stride, dilation, groups)
         self.padding: tuple[int, ...] | str = (
             padding if isinstance(padding, str) else _tuple(padding, self.dims, f"{kind} padding")
         )
-        shape = (out_channels, in_channels // groups, *self.kernel_size)
-        self.weight = init.kaiming_uniform(shape, device=device)
-        fan_in = init.calculate_fan_in_and_fan_out(shape)[0]
-        bound = 1.0 / math.sqrt(fan_in)
-        self.bias = init.uniform((out_channels,), -bound, bound, device=device) if bias else None
+        self._init_parameters((out_channels, in_channels // groups, *self.kernel_size), bias, device)
 
     def _convolve(self, x: Tensor) -> Any:
         method = getattr(x, f"conv{self.dims}d")
@@ -110,9 +130,7 @@ class Conv3d(_ConvNd):
     dims = 3
 
 
-class _ConvTransposeNd(Module):
-    dims = 0
-
+class _ConvTransposeNd(_Convolution):
     def __init__(
         self,
         in_channels: int,
@@ -127,20 +145,11 @@ class _ConvTransposeNd(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        kind = type(self).__name__
-        _check_channels(in_channels, out_channels, groups, kind)
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _tuple(kernel_size, self.dims, f"{kind} kernel_size")
-        self.stride = _tuple(stride, self.dims, f"{kind} stride")
+        kind = self._set_sizes(in_channels, out_channels, kernel_size, stride, dilation, groups)
         self.padding = _tuple(padding, self.dims, f"{kind} padding")
         self.output_padding = _tuple(output_padding, self.dims, f"{kind} output_padding")
-        self.dilation = _tuple(dilation, self.dims, f"{kind} dilation")
         # torch's transposed weight is (in, out / groups, *kernel); its fan_in is computed from dim 1 like any weight
-        shape = (in_channels, out_channels // groups, *self.kernel_size)
-        self.weight = init.kaiming_uniform(shape, device=device)
-        fan_in = init.calculate_fan_in_and_fan_out(shape)[0]
-        bound = 1.0 / math.sqrt(fan_in)
-        self.bias = init.uniform((out_channels,), -bound, bound, device=device) if bias else None
+        self._init_parameters((in_channels, out_channels // groups, *self.kernel_size), bias, device)
 
     def forward(self, x: Tensor) -> Tensor:
         """The transposed convolution of x (batch, in_channels, *spatial)."""
