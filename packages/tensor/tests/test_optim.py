@@ -274,7 +274,7 @@ def test_clip_grad_value_and_nonfinite_norm() -> None:
 
 
 def test_optimizer_errors() -> None:
-    plain = Tensor(np.ones(2, np.float32))
+    plain = Tensor(np.ones(2, np.float32), requires_grad=False)
     with pytest.raises(ValueError, match="empty parameter list"):
         optim.SGD([], lr=0.1)
     with pytest.raises(ValueError, match="none of the 1 optimizer parameters requires grad"):
@@ -288,9 +288,10 @@ def test_optimizer_errors() -> None:
         optim.SGD([w], lr=0.1, nesterov=True)
     with pytest.raises(TypeError, match="must be a Tensor"):
         optim.SGD([w, 3.0], lr=0.1)  # type: ignore[list-item]
-    # buffers and integer tensors (what a state-dict walk also returns) are skipped, repeats optimized once
+    # frozen and integer tensors (what a state-dict walk also returns) are skipped, repeats optimized once
     counter = Tensor(np.zeros((), np.int64))
     assert optim.SGD([w, plain, counter, w], lr=0.1).params == [w]
+    assert counter.requires_grad is None and plain.requires_grad is False
     with pytest.raises(RuntimeError, match="no gradient"):
         optim.SGD([w], lr=0.1).step()
 

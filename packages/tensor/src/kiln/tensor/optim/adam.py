@@ -1,64 +1,63 @@
 """Adam, AdamW and LAMB: first and second moment estimates with bias correction.
 
-The step count lives in a float32 buffer updated by the step itself, and the bias corrections 1 - beta**t are
-computed on the device from it, so every step runs the same kernels.
+Each group's step count lives in a float32 buffer updated by the step itself, and the bias corrections
+1 - beta**t = -expm1(t * log1p(-(1 - beta))) are computed on the device from it and from the group's beta buffers
+(1 - beta rounded once from float64, so beta2 = 0.999 keeps its digits), so every step runs the same kernels and a
+cycled beta1 (OneCycleLR) reaches the update without recompiling.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-import numpy as np
-
-from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.optimizer import Optimizer, check_betas, check_number
+from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["LAMB", "Adam", "AdamW"]
 
 
-class _Moments(Optimizer):
-    """Shared state of the Adam family: m, v per parameter and the step count t."""
-
-    def __init__(
-        self, params: Iterable[Tensor], lr: float, betas: tuple[float, float], eps: float, weight_decay: float
-    ) -> None:
-        super().__init__(params, lr)
-        if not isinstance(betas, tuple) or len(betas) != 2:
-            raise ValueError(f"betas must be a tuple of two numbers, got {betas!r}")
-        self.beta1 = check_number(betas[0], "beta parameter at index 0", 0.0, 1.0)
-        self.beta2 = check_number(betas[1], "beta parameter at index 1", 0.0, 1.0)
-        if self.beta1 >= 1.0 or self.beta2 >= 1.0:
-            raise ValueError(f"Invalid beta parameters: {betas} (each must be < 1)")
-        self.eps = check_number(eps, "epsilon value")
-        self.weight_decay = check_number(weight_decay, "weight_decay value")
-        self.exp_avgs = [self.state_buffer(p) for p in self.params]
-        self.exp_avg_sqs = [self.state_buffer(p) for p in self.params]
-        self.step_count = Tensor(np.array(0.0, dtype=np.float32), device=self.device)
-
-    def _moments(self, targets: list[Tensor]) -> tuple[Tensor, Tensor, list[tuple[Tensor, Tensor, Tensor]]]:
-        """Advances t; returns the bias corrections (1 - beta1**t, 1 - beta2**t) and per parameter (p, m, v) with
-        m, v the new moments (their ASSIGNs appended to `targets`). The gradient already includes L2 decay."""
-        t = self.step_count + 1.0
-        targets.append(self.write(self.step_count, t))
-        correction1 = 1.0 - (t * math.log(self.beta1)).exp() if self.beta1 > 0 else t * 0.0 + 1.0
-        correction2 = 1.0 - (t * math.log(self.beta2)).exp() if self.beta2 > 0 else t * 0.0 + 1.0
-        result = []
-        for parameter, gradient, m, v in zip(self.params, self._decayed_gradients(), self.exp_avgs, self.exp_avg_sqs):
-            new_m = m * self.beta1 + gradient * (1.0 - self.beta1)
-            new_v = v * self.beta2 + gradient * gradient * (1.0 - self.beta2)
-            targets.append(self.write(m, new_m))
-            targets.append(self.write(v, new_v))
-            result.append((parameter, new_m, new_v))
-        return correction1, correction2, result
-
-    def _decayed_gradients(self) -> list[Tensor]:
-        return self.gradients()
+def bias_correction(group: ParamGroup, index: int, t: Tensor) -> Tensor:
+    """1 - betas[index] ** t on the device (t a 0-dim float32 tensor), accurate also for beta2 near 1."""
+    return -(t * (-group.complement("betas", index)).log1p()).expm1()
 
 
-class Adam(_Moments):
-    """Adam (PyTorch's rule): g = grad + weight_decay * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g**2;
-    p -= lr * (m / (1 - b1**t)) / (sqrt(v / (1 - b2**t)) + eps).
+class MomentsOptimizer(Optimizer):
+    """The Adam family's shared parts: betas and eps checks, the step count, the two moment estimates."""
+
+    buffered = ("lr", "betas")
+
+    def validate(self, group: Mapping[str, Any]) -> None:
+        """Checks betas, eps and weight decay."""
+        check_betas(group["betas"])
+        check_number(group["eps"], "epsilon value")
+        check_number(group["weight_decay"], "weight_decay value")
+
+    def advance(self, index: int) -> Tensor:
+        """Records t <- t + 1 for group `index`; returns the new t (0-dim float32)."""
+        count = self.step_count(index)
+        t = count + 1.0
+        self.write(count, t)
+        return t
+
+    def moments(self, group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
+        """Records and returns the new (exp_avg, exp_avg_sq) of `parameter`."""
+        beta1, beta2 = group.value("betas", 0), group.value("betas", 1)
+        one_minus1, one_minus2 = group.complement("betas", 0), group.complement("betas", 1)
+        m = self.state_buffer(parameter, "exp_avg")
+        v = self.state_buffer(parameter, "exp_avg_sq")
+        new_m = m * beta1.cast(m.dtype) + gradient * one_minus1.cast(m.dtype)
+        new_v = v * beta2.cast(v.dtype) + gradient * gradient * one_minus2.cast(v.dtype)
+        self.write(m, new_m)
+        self.write(v, new_v)
+        return new_m, new_v
+
+
+class Adam(MomentsOptimizer):
+    """Adam (PyTorch's rule): g = grad (maximize: -grad) + weight_decay * p (decoupled_weight_decay: instead
+    p *= 1 - lr * weight_decay); m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g**2 (amsgrad: v_max = max(v_max, v) is
+    used below); p -= lr / (1 - b1**t) * m / (sqrt(v) / sqrt(1 - b2**t) + eps).
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = Adam([w], lr=0.1)
@@ -68,33 +67,49 @@ class Adam(_Moments):
 
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool = False,
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        super().__init__(params, defaults)
 
-    def _decayed_gradients(self) -> list[Tensor]:
-        gradients = self.gradients()
-        if not self.weight_decay:
-            return gradients
-        return [g + p.detach() * self.weight_decay for g, p in zip(gradients, self.params)]
-
-    def _decayed_parameter(self, parameter: Tensor) -> Tensor:
-        return parameter.detach()
-
-    def updates(self) -> list[Tensor]:
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The moments, t and the parameters."""
-        targets: list[Tensor] = []
-        correction1, correction2, moments = self._moments(targets)
-        lr = self.lr_tensor
-        for parameter, m, v in moments:
-            denominator = (v / correction2).sqrt() + self.eps
-            updated = self._decayed_parameter(parameter) - lr * (m / correction1) / denominator
-            targets.append(self.assign_parameter(parameter, updated))
-        return targets
+        t = self.advance(index)
+        correction1, correction2 = bias_correction(group, 0, t), bias_correction(group, 1, t)
+        lr = group.value("lr")
+        weight_decay, eps = float(group["weight_decay"]), float(group["eps"])
+        for parameter, gradient in zip(parameters, gradients):
+            weights = parameter.detach()
+            if group["maximize"]:
+                gradient = -gradient
+            if weight_decay and group["decoupled_weight_decay"]:
+                weights = weights * (1.0 - lr * weight_decay).cast(weights.dtype)
+            elif weight_decay:
+                gradient = gradient + weights * weight_decay
+            m, v = self.moments(group, parameter, gradient)
+            if group["amsgrad"]:
+                peak = self.state_buffer(parameter, "max_exp_avg_sq")
+                v = peak.maximum(v)
+                self.write(peak, v)
+            denominator = v.sqrt() / correction2.sqrt().cast(v.dtype) + eps
+            step_size = (lr / correction1).cast(m.dtype)
+            self.assign_parameter(parameter, weights - step_size * m / denominator)
 
 
 class AdamW(Adam):
@@ -103,22 +118,19 @@ class AdamW(Adam):
 
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
-
-    def _decayed_gradients(self) -> list[Tensor]:
-        return self.gradients()
-
-    def _decayed_parameter(self, parameter: Tensor) -> Tensor:
-        return parameter.detach() * (1.0 - self.lr_tensor * self.weight_decay)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)
 
 
-class LAMB(_Moments):
+class LAMB(MomentsOptimizer):
     """LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019): Adam's bias-corrected direction
     u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p, scaled per parameter by the trust ratio
     ||p|| / ||u|| (1 where either norm is 0): p -= lr * trust * u. `adam=True` drops the trust ratio (trust 1).
@@ -126,30 +138,29 @@ class LAMB(_Moments):
 
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         adam: bool = False,
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
-        self.adam = adam
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "adam": adam})
 
-    def updates(self) -> list[Tensor]:
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The moments, t and the parameters."""
-        targets: list[Tensor] = []
-        correction1, correction2, moments = self._moments(targets)
-        for parameter, m, v in moments:
+        t = self.advance(index)
+        correction1, correction2 = bias_correction(group, 0, t), bias_correction(group, 1, t)
+        weight_decay, eps = float(group["weight_decay"]), float(group["eps"])
+        for parameter, gradient in zip(parameters, gradients):
+            m, v = self.moments(group, parameter, gradient)
             weights = parameter.detach()
-            direction = (m / correction1) / ((v / correction2).sqrt() + self.eps) + weights * self.weight_decay
-            if self.adam:
+            direction = (m / correction1) / ((v / correction2).sqrt() + eps) + weights * weight_decay
+            if group["adam"]:
                 trust: Tensor | float = 1.0
             else:
                 weight_norm = (weights * weights).sum().sqrt()
                 direction_norm = (direction * direction).sum().sqrt()
                 ratio = weight_norm / direction_norm.maximum(1e-30)
                 trust = ((weight_norm > 0) & (direction_norm > 0)).where(ratio, 1.0)
-            updated = weights - self.lr_tensor * trust * direction
-            targets.append(self.assign_parameter(parameter, updated))
-        return targets
+            self.assign_parameter(parameter, weights - group.value("lr") * trust * direction)

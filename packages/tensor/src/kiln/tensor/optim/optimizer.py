@@ -1,21 +1,30 @@
-"""`Optimizer`: the base class (parameters, a learning rate held in a Tensor, zero_grad, one-schedule step) and SGD.
+"""`Optimizer`: the base class (parameter groups, per-parameter state, zero_grad, one-schedule step, state dicts in
+torch.optim's layout) and SGD.
 
 `step()` builds every parameter's (and every state tensor's) new value lazily under `no_grad` and writes them all
 at once (`write_many`): one schedule per step whatever the number of parameters, and the same kernels every step.
-The learning rate is a one-element buffer the update kernels read, so an LR schedule changes its value without
-changing any kernel (nothing recompiles, and a TinyJit replay sees the new rate).
+The learning rate (and a cycled momentum) is a one-element buffer the update kernels read (`ParamGroup`), so an LR
+schedule changes its value without changing any kernel (nothing recompiles, and a TinyJit replay sees the new rate).
+
+Parameters: as in torch, `params` is an iterable of tensors or of dicts (parameter groups, each with its own
+hyperparameters; missing ones come from the constructor's arguments). A tensor whose `requires_grad` is None
+("unset", kiln's default for a new tensor) is turned on by the optimizer, as tinygrad's optimizers do; a tensor with
+`requires_grad=False` (a frozen weight, a running statistic) stays in its group and is skipped by `step()`; an
+integer tensor (a counter a state-dict walk also returns) is never optimized.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kiln.tensor.grad_mode import no_grad
-from kiln.tensor.realize import engine
+from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
+from kiln.uops import dtypes
 
 __all__ = ["SGD", "Optimizer"]
 
@@ -30,66 +39,170 @@ def check_number(value: object, what: str, low: float = 0.0, high: float | None 
     return float(value)
 
 
+def check_betas(betas: object) -> tuple[float, float]:
+    """`betas` as a pair of floats, each in [0, 1); ValueError otherwise."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a tuple of two numbers, got {betas!r}")
+    beta1 = check_number(betas[0], "beta parameter at index 0", 0.0, 1.0)
+    beta2 = check_number(betas[1], "beta parameter at index 1", 0.0, 1.0)
+    if beta1 >= 1.0 or beta2 >= 1.0:
+        raise ValueError(f"Invalid beta parameters: {tuple(betas)} (each must be < 1)")
+    return beta1, beta2
+
+
+def _as_numpy(value: object, what: str) -> np.ndarray[Any, Any]:
+    if isinstance(value, Tensor):
+        return value.numpy()
+    if isinstance(value, (np.ndarray, np.generic, int, float)):
+        return np.asarray(value)
+    raise TypeError(f"{what} must be a Tensor, a numpy array or a number, got {type(value).__name__}")
+
+
 class Optimizer:
-    """Holds the parameters and the learning rate; subclasses define `updates()` (the lazy ASSIGNs of one step).
+    """Holds the parameter groups and per-parameter state; subclasses define `update_group()` (the lazy writes of one
+    step for one group) and may define `validate(group)` and `state_names` (their per-parameter state, in torch's
+    names).
 
     Args:
-        params: the tensors to optimize, e.g. `model.parameters()`; tensors that do not require grad are skipped.
-        lr: the learning rate (kept in a one-element float32 buffer; `optimizer.lr = x` writes it).
+        params: the tensors to optimize (e.g. `model.parameters()`), or parameter groups: dicts with "params" and
+            any hyperparameters that differ from `defaults`.
+        defaults: the hyperparameters of every group that does not set its own.
     """
 
-    def __init__(self, params: Iterable[Tensor], lr: float) -> None:
+    # hyperparameters mirrored into device buffers (see ParamGroup); subclasses add a cycled momentum or betas
+    buffered: ClassVar[tuple[str, ...]] = ("lr",)
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], defaults: Mapping[str, Any]) -> None:
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, but got a Tensor"
+            )
+        self.defaults: dict[str, Any] = dict(defaults)
+        self.param_groups: list[ParamGroup] = []
+        self._state: dict[int, dict[str, Tensor]] = {}  # id(parameter) -> its state buffers
+        self._group_steps: list[int] = []  # the steps each group has taken (torch's per-parameter "step")
+        self._step_buffers: dict[int, Tensor] = {}  # group index -> the step count on the device, for step-aware rules
+        self._writes: list[tuple[Tensor, Tensor]] = []
+        self.steps = 0
         given = list(params)
         if not given:
             raise ValueError("optimizer got an empty parameter list")
+        groups = given if all(isinstance(item, Mapping) for item in given) else [{"params": given}]
+        for group in groups:
+            self.add_param_group(group)
+        total = sum(len(group["params"]) for group in self.param_groups)
+        if not self.params:
+            raise ValueError(f"none of the {total} optimizer parameters requires grad")
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # parameter groups
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: Mapping[str, Any]) -> None:
+        """Adds a parameter group (a dict with "params" and optional hyperparameters), as torch's does."""
+        if not isinstance(param_group, Mapping):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        if "params" not in param_group:
+            raise ValueError(f"a parameter group needs a 'params' entry, got keys {sorted(param_group)}")
+        given = param_group["params"]
+        if isinstance(given, Tensor):
+            given = [given]
+        elif isinstance(given, (set, frozenset)):
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, but the ordering of tensors in "
+                "sets will change between runs. Please use a list instead."
+            )
+        else:
+            given = list(given)
+        if not given:
+            raise ValueError("optimizer got an empty parameter list")
+        parameters: list[Tensor] = []
         for index, parameter in enumerate(given):
             if not isinstance(parameter, Tensor):
                 raise TypeError(f"optimizer parameter {index} must be a Tensor, got {type(parameter).__name__}")
-        # tensors that do not require grad (running statistics, counters: what get_parameters(model) also returns)
-        # are left alone, as tinygrad's optimizers do; each tensor is optimized once
-        parameters: list[Tensor] = []
-        for parameter in given:
-            if parameter.requires_grad is True and all(parameter is not other for other in parameters):
-                parameters.append(parameter)
-        if not parameters:
-            raise ValueError(f"none of the {len(given)} optimizer parameters requires grad")
-        self.params = parameters
-        self.device = parameters[0].device
-        self._lr_value = check_number(lr, "learning rate")
-        self.lr_tensor = Tensor(np.array(self._lr_value, dtype=np.float32), device=self.device)
-        self.steps = 0
-        self._writes: list[tuple[Tensor, Tensor]] = []
+            if any(parameter is other for other in parameters):
+                continue  # a repeat within a group is optimized once
+            if any(parameter is other for group in self.param_groups for other in group["params"]):
+                raise ValueError("some parameters appear in more than one parameter group")
+            parameters.append(parameter)
+        for parameter in parameters:
+            # tinygrad's rule: an unset requires_grad (None) on a float tensor is turned on by the optimizer
+            if parameter.requires_grad is None and dtypes.is_float(parameter.dtype):
+                parameter.requires_grad = True
+        values = {key: value for key, value in param_group.items() if key != "params"}
+        for key, default in self.defaults.items():
+            values.setdefault(key, default)
+        check_number(values.get("lr"), "learning rate")
+        self.validate(values)
+        group = ParamGroup({"params": parameters, **values}, parameters[0].device, self.buffered)
+        self.param_groups.append(group)
+        self._group_steps.append(0)
+
+    def validate(self, group: Mapping[str, Any]) -> None:
+        """Raises ValueError for a bad hyperparameter of `group` (subclasses check theirs)."""
+
+    @property
+    def params(self) -> list[Tensor]:
+        """The tensors `step()` updates: every group's parameters that require grad, in order."""
+        return [p for group in self.param_groups for p in group["params"] if p.requires_grad is True]
+
+    @property
+    def device(self) -> str:
+        """The device of the first parameter."""
+        return self.param_groups[0].device
 
     @property
     def lr(self) -> float:
-        """The learning rate (a float; the update kernels read it from `lr_tensor`)."""
-        return self._lr_value
+        """The learning rate of the first group (`optimizer.lr = x` sets every group's)."""
+        return float(self.param_groups[0]["lr"])
 
     @lr.setter
     def lr(self, value: float) -> None:
-        if engine.default_engine().recording is not None:
-            raise RuntimeError(
-                "the learning rate was set inside a function TinyJit is capturing; a replay would not set it. Step "
-                "the LR schedule outside the jitted function (replays read the rate from its buffer)"
-            )
-        self._lr_value = check_number(value, "learning rate")
-        self.lr_tensor.data_buffer().copyin(np.array([value], dtype=np.float32).view(np.uint8))
+        rate = check_number(value, "learning rate")
+        for group in self.param_groups:
+            group["lr"] = rate
+
+    @property
+    def lr_tensor(self) -> Tensor:
+        """The first group's learning-rate buffer (what its update kernels read)."""
+        return self.param_groups[0].value("lr")
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # state
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def state_of(self, parameter: Tensor) -> dict[str, Tensor]:
+        """The state buffers of `parameter` (torch's `optimizer.state[p]`; empty before its first step)."""
+        return self._state.setdefault(id(parameter), {})
+
+    def state_buffer(self, parameter: Tensor, name: str, value: float = 0.0) -> Tensor:
+        """`parameter`'s state buffer `name`, created filled with `value` (shape and dtype of the parameter)."""
+        state = self.state_of(parameter)
+        if name not in state:
+            array = np.full(parameter.shape, value, dtype=numpy_from_dtype(parameter.dtype))
+            state[name] = Tensor(array, device=parameter.device)
+        return state[name]
+
+    def step_count(self, group_index: int) -> Tensor:
+        """The group's step count t on the device (0-dim float32, before this step); write t + 1 with `write`."""
+        if group_index not in self._step_buffers:
+            count = np.array(float(self._group_steps[group_index]), dtype=np.float32)
+            self._step_buffers[group_index] = Tensor(count, device=self.param_groups[group_index].device)
+        return self._step_buffers[group_index]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forgets every parameter's gradient (`.grad = None`; with set_to_none=False, zeros), so the next backward
         starts from zero."""
         for parameter in self.params:
-            parameter.grad = None if set_to_none else Tensor.zeros_like(parameter)
+            if set_to_none or parameter.grad is None:
+                parameter.grad = None
+            else:
+                parameter.grad = Tensor.zeros_like(parameter)
 
-    def state_buffer(self, parameter: Tensor, value: float = 0.0) -> Tensor:
-        """A new buffer of `parameter`'s shape and dtype filled with `value` (for per-parameter state)."""
-        array = np.full(parameter.shape, value, dtype=numpy_from_dtype(parameter.dtype))
-        return Tensor(array, device=parameter.device)
-
-    def gradients(self) -> list[Tensor]:
-        """Each parameter's gradient (RuntimeError naming a parameter that got none)."""
+    def gradients(self, parameters: list[Tensor] | None = None) -> list[Tensor]:
+        """Each parameter's gradient, cast to its dtype (RuntimeError naming a parameter that got none)."""
         found = []
-        for index, parameter in enumerate(self.params):
+        for index, parameter in enumerate(self.params if parameters is None else parameters):
             if parameter.grad is None:
                 raise RuntimeError(
                     f"parameter {index} (shape {parameter.shape}) has no gradient: call backward() first, or leave "
@@ -111,24 +224,110 @@ class Optimizer:
         self._writes.append((target, value))
         return target
 
-    def updates(self) -> list[Tensor]:
-        """Records the writes of one step (parameters and state) with `write`; subclasses define it."""
-        raise NotImplementedError(f"{type(self).__name__} defines no updates()")
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
+        """Records the writes of one step for one group (`index` in param_groups); subclasses define it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no update_group()")
+
+    def prepare_step(self) -> None:
+        """Runs before the step's graph is built (a subclass writes host-computed per-step values here)."""
 
     def step(self) -> None:
         """Applies one update to every parameter (and its state), all in one schedule."""
         self._writes = []
+        stepped: list[int] = []
+        self.prepare_step()
         with no_grad():
-            self.updates()
+            for index, group in enumerate(self.param_groups):
+                parameters = [p for p in group["params"] if p.requires_grad is True]
+                if not parameters:
+                    continue
+                self.update_group(group, index, parameters, self.gradients(parameters))
+                stepped.append(index)
             write_many(self._writes)
         self._writes = []
+        for index in stepped:
+            self._group_steps[index] += 1
         self.steps += 1
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # state dicts
+    # ---------------------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state in torch's layout: {"state": {index: {"step": t, name: tensor}}, "param_groups":
+        [{hyperparameters..., "params": [indices]}]}, parameters numbered across groups in order. The state tensors
+        are the live buffers (as torch's are): save or copy them before the next step."""
+        state: dict[int, dict[str, Any]] = {}
+        groups: list[dict[str, Any]] = []
+        index = 0
+        for group_index, group in enumerate(self.param_groups):
+            indices = []
+            for parameter in group["params"]:
+                buffers = self._state.get(id(parameter))
+                if buffers:
+                    step = np.array(float(self._group_steps[group_index]), dtype=np.float32)
+                    state[index] = {"step": Tensor(step), **buffers}
+                indices.append(index)
+                index += 1
+            groups.append({**{key: value for key, value in group.items() if key != "params"}, "params": indices})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Loads a `state_dict()` (also one whose keys were turned into strings by a flat checkpoint): the groups'
+        hyperparameters and every parameter's state. ValueError when the groups do not match this optimizer's."""
+        if not isinstance(state_dict, Mapping) or "param_groups" not in state_dict or "state" not in state_dict:
+            raise ValueError("an optimizer state dict needs 'state' and 'param_groups' entries")
+        saved_groups = list(state_dict["param_groups"])
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(
+                f"loaded state dict has a different number of parameter groups ({len(saved_groups)}, this optimizer "
+                f"has {len(self.param_groups)})"
+            )
+        owners: dict[int, tuple[int, Tensor]] = {}
+        for group_index, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            indices = list(saved["params"])
+            if len(indices) != len(group["params"]):
+                raise ValueError(
+                    f"loaded state dict contains a parameter group that doesn't match the size of optimizer's group "
+                    f"(group {group_index}: {len(indices)} parameters saved, {len(group['params'])} here)"
+                )
+            for saved_index, parameter in zip(indices, group["params"]):
+                owners[int(saved_index)] = (group_index, parameter)
+        loaded: dict[int, dict[str, Tensor]] = {}
+        steps: dict[int, int] = {}
+        for key, entries in dict(state_dict["state"]).items():
+            if int(key) not in owners:
+                raise ValueError(f"loaded state dict has state for parameter {key}, which no parameter group holds")
+            group_index, parameter = owners[int(key)]
+            buffers: dict[str, Tensor] = {}
+            for name, value in dict(entries).items():
+                array = _as_numpy(value, f"state {name!r} of parameter {key}")
+                if name == "step":
+                    steps.setdefault(group_index, round(float(array)))
+                    continue
+                if array.shape != parameter.shape:
+                    raise ValueError(
+                        f"state {name!r} of parameter {key} has shape {array.shape}, the parameter has shape "
+                        f"{parameter.shape}"
+                    )
+                buffers[name] = Tensor(array.astype(numpy_from_dtype(parameter.dtype)), device=parameter.device)
+            loaded[id(parameter)] = buffers
+        for group, saved in zip(self.param_groups, saved_groups):
+            for key, value in saved.items():
+                if key != "params":
+                    group[key] = tuple(value) if isinstance(value, list) else value
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                self._state.pop(id(parameter), None)
+        self._state.update(loaded)
+        self._group_steps = [steps.get(index, 0) for index in range(len(self.param_groups))]
+        self._step_buffers = {}
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (PyTorch's rule):
-    g = grad + weight_decay * p; b = g on the first step, else momentum * b + (1 - dampening) * g; with Nesterov
-    g = g + momentum * b, else g = b; p = p - lr * g (maximize: p + lr * g).
+    g = grad (maximize: -grad) + weight_decay * p; b = g on the first step, else momentum * b + (1 - dampening) * g;
+    with Nesterov g = g + momentum * b, else g = b; p = p - lr * g.
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = SGD([w], lr=0.1)
@@ -136,9 +335,11 @@ class SGD(Optimizer):
         [0.8]
     """
 
+    buffered = ("lr", "momentum")
+
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
         lr: float = 1e-3,
         momentum: float = 0.0,
         dampening: float = 0.0,
@@ -146,33 +347,43 @@ class SGD(Optimizer):
         nesterov: bool = False,
         maximize: bool = False,
     ) -> None:
-        super().__init__(params, lr)
-        self.momentum = check_number(momentum, "momentum value")
-        self.dampening = float(dampening)
-        self.weight_decay = check_number(weight_decay, "weight_decay value")
-        if nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        self.nesterov, self.maximize = nesterov, maximize
-        self.buffers = [self.state_buffer(p) for p in self.params] if self.momentum else []
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
 
-    def updates(self) -> list[Tensor]:
+    def validate(self, group: Mapping[str, Any]) -> None:
+        """Checks momentum, weight decay and the Nesterov condition."""
+        momentum = check_number(group["momentum"], "momentum value")
+        check_number(group["weight_decay"], "weight_decay value")
+        if group["nesterov"] and (momentum <= 0 or group["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """p -= lr * (the momentum-filtered gradient), and the momentum buffers."""
-        targets = []
-        lr = self.lr_tensor
-        for index, (parameter, gradient) in enumerate(zip(self.params, self.gradients())):
-            if self.weight_decay:
-                gradient = gradient + parameter.detach() * self.weight_decay
-            if self.momentum:
-                buffer = self.buffers[index]
-                if self.steps == 0:
-                    velocity = gradient
+        lr, momentum = group.value("lr"), group.value("momentum")
+        dampening, weight_decay = float(group["dampening"]), float(group["weight_decay"])
+        for parameter, gradient in zip(parameters, gradients):
+            if group["maximize"]:
+                gradient = -gradient
+            if weight_decay:
+                gradient = gradient + parameter.detach() * weight_decay
+            if group["momentum"]:
+                state = self.state_of(parameter)
+                if "momentum_buffer" not in state:
+                    velocity = gradient  # torch's first step: the buffer is the gradient itself
+                    buffer = self.state_buffer(parameter, "momentum_buffer")
                 else:
+                    buffer = state["momentum_buffer"]
                     # x * 1.0 is x exactly (also -0.0, inf, nan): no op for the usual dampening 0
-                    damped = gradient * (1.0 - self.dampening) if self.dampening else gradient
-                    velocity = buffer * self.momentum + damped
-                targets.append(self.write(buffer, velocity))
-                gradient = gradient + velocity * self.momentum if self.nesterov else velocity
+                    damped = gradient * (1.0 - dampening) if dampening else gradient
+                    velocity = buffer * momentum.cast(buffer.dtype) + damped
+                self.write(buffer, velocity)
+                gradient = gradient + velocity * momentum.cast(velocity.dtype) if group["nesterov"] else velocity
             step = gradient * lr.cast(gradient.dtype)
-            updated = parameter.detach() + step if self.maximize else parameter.detach() - step
-            targets.append(self.assign_parameter(parameter, updated))
-        return targets
+            self.assign_parameter(parameter, parameter.detach() - step)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["RMSprop"]
 
 
 class RMSprop(Optimizer):
-    """RMSprop: g = grad + weight_decay * p; v = alpha v + (1 - alpha) g**2; centered: a = alpha a + (1 - alpha) g,
-    v~ = v - a**2 (else v~ = v); d = sqrt(v~) + eps; with momentum b = momentum b + g / d, p -= lr b; else
-    p -= lr g / d.
+    """RMSprop: g = grad (maximize: -grad) + weight_decay * p; v = alpha v + (1 - alpha) g**2; centered:
+    a = alpha a + (1 - alpha) g, v~ = v - a**2 (else v~ = v); d = sqrt(v~) + eps; with momentum
+    b = momentum b + g / d, p -= lr b; else p -= lr g / d.
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = RMSprop([w], lr=0.01)
@@ -21,48 +23,61 @@ class RMSprop(Optimizer):
         0.9
     """
 
+    buffered = ("lr", "momentum")
+
     def __init__(
         self,
-        params: Iterable[Tensor],
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
         lr: float = 1e-2,
         alpha: float = 0.99,
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
+        maximize: bool = False,
     ) -> None:
-        super().__init__(params, lr)
-        self.alpha = check_number(alpha, "alpha value")
-        self.eps = check_number(eps, "epsilon value")
-        self.weight_decay = check_number(weight_decay, "weight_decay value")
-        self.momentum = check_number(momentum, "momentum value")
-        self.centered = centered
-        self.square_avgs = [self.state_buffer(p) for p in self.params]
-        self.grad_avgs = [self.state_buffer(p) for p in self.params] if centered else []
-        self.momentum_buffers = [self.state_buffer(p) for p in self.params] if self.momentum else []
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": centered,
+            "maximize": maximize,
+        }
+        super().__init__(params, defaults)
 
-    def updates(self) -> list[Tensor]:
+    def validate(self, group: Mapping[str, Any]) -> None:
+        """Checks alpha, eps, weight decay and momentum."""
+        check_number(group["alpha"], "alpha value")
+        check_number(group["eps"], "epsilon value")
+        check_number(group["weight_decay"], "weight_decay value")
+        check_number(group["momentum"], "momentum value")
+
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The running averages, momentum buffers and parameters."""
-        targets = []
-        for index, (parameter, gradient) in enumerate(zip(self.params, self.gradients())):
-            if self.weight_decay:
-                gradient = gradient + parameter.detach() * self.weight_decay
-            square = self.square_avgs[index]
-            new_square = square * self.alpha + gradient * gradient * (1.0 - self.alpha)
-            targets.append(self.write(square, new_square))
+        alpha, eps, weight_decay = float(group["alpha"]), float(group["eps"]), float(group["weight_decay"])
+        lr = group.value("lr")
+        for parameter, gradient in zip(parameters, gradients):
+            if group["maximize"]:
+                gradient = -gradient
+            if weight_decay:
+                gradient = gradient + parameter.detach() * weight_decay
+            square = self.state_buffer(parameter, "square_avg")
+            new_square = square * alpha + gradient * gradient * (1.0 - alpha)
+            self.write(square, new_square)
             variance = new_square
-            if self.centered:
-                average = self.grad_avgs[index]
-                new_average = average * self.alpha + gradient * (1.0 - self.alpha)
-                targets.append(self.write(average, new_average))
+            if group["centered"]:
+                average = self.state_buffer(parameter, "grad_avg")
+                new_average = average * alpha + gradient * (1.0 - alpha)
+                self.write(average, new_average)
                 variance = new_square - new_average * new_average
-            denominator = variance.sqrt() + self.eps
-            if self.momentum:
-                buffer = self.momentum_buffers[index]
-                new_buffer = buffer * self.momentum + gradient / denominator
-                targets.append(self.write(buffer, new_buffer))
-                step = new_buffer * self.lr_tensor
+            denominator = variance.sqrt() + eps
+            if group["momentum"]:
+                buffer = self.state_buffer(parameter, "momentum_buffer")
+                new_buffer = buffer * group.value("momentum").cast(buffer.dtype) + gradient / denominator
+                self.write(buffer, new_buffer)
+                step = new_buffer * lr.cast(new_buffer.dtype)
             else:
-                step = gradient / denominator * self.lr_tensor
-            targets.append(self.assign_parameter(parameter, parameter.detach() - step))
-        return targets
+                step = gradient / denominator * lr.cast(gradient.dtype)
+            self.assign_parameter(parameter, parameter.detach() - step)
