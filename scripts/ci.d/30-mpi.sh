@@ -7,6 +7,6 @@ cd "$(dirname "$0")/../.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 python=(uv run --locked python)
 timeout 150 mpirun -n 2 --oversubscribe "${python[@]}" -m pytest -p no:xdist -p no:cacheprovider -q -rs --color=no \
-  packages/tensor/tests/mpi/mpi_test_collectives.py
+  packages/tensor/tests/mpi/mpi_test_collectives.py packages/tensor/tests/mpi/mpi_test_group.py
 timeout 150 "${python[@]}" -m pytest -p no:xdist -p no:cacheprovider -q -rs --color=no \
   packages/tensor/tests/mpi/mpi_test_failures.py

@@ -2,6 +2,10 @@
 collectives `all_reduce`, `all_gather`, `broadcast` on Tensors, `DataParallel` gradient averaging, and checkpoints
 written by rank 0 and read by every rank.
 
+`group()` is this job's ranks as a `CollectiveGroup` (`MPIGroup`: `allreduce`, `allgather`, `reduce_scatter`,
+`broadcast`, `barrier`, `run`), the API `kiln.tensor.multi.DeviceGroup` has for the devices of one process: a
+program written for one rank runs on either.
+
 Run a script under MPI: `mpirun -n 2 python train.py`. mpi4py is optional (the `mpi` extra): it is imported by
 `init()`, and a missing mpi4py raises DistributedError saying what to install. Every collective times out after
 DIST_TIMEOUT seconds (DistributedTimeout), and after `init()` an uncaught exception on one rank aborts the whole
@@ -20,16 +24,19 @@ from kiln.tensor.distributed.communicator import (
     world,
 )
 from kiln.tensor.distributed.data_parallel import DataParallel
+from kiln.tensor.distributed.group import MPIGroup, group
 
 __all__ = [
     "DataParallel",
     "DistributedError",
     "DistributedTimeout",
+    "MPIGroup",
     "World",
     "all_gather",
     "all_reduce",
     "barrier",
     "broadcast",
+    "group",
     "init",
     "is_initialized",
     "load_checkpoint",
