@@ -71,6 +71,8 @@ class Optimizer:
 
     # hyperparameters mirrored into device buffers (see ParamGroup); subclasses add a cycled momentum or betas
     buffered: ClassVar[tuple[str, ...]] = ("lr",)
+    # per-parameter state entries that are 0-dim (one number per parameter) rather than of the parameter's shape
+    scalar_state: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], defaults: Mapping[str, Any]) -> None:
         if isinstance(params, Tensor):
@@ -133,7 +135,7 @@ class Optimizer:
         for key, default in self.defaults.items():
             values.setdefault(key, default)
         check_number(values.get("lr"), "learning rate")
-        self.validate(values)
+        self.validate({"params": parameters, **values})
         group = ParamGroup({"params": parameters, **values}, parameters[0].device, self.buffered)
         self.param_groups.append(group)
         self._group_steps.append(0)
@@ -175,11 +177,15 @@ class Optimizer:
         """The state buffers of `parameter` (torch's `optimizer.state[p]`; empty before its first step)."""
         return self._state.setdefault(id(parameter), {})
 
-    def state_buffer(self, parameter: Tensor, name: str, value: float = 0.0) -> Tensor:
-        """`parameter`'s state buffer `name`, created filled with `value` (shape and dtype of the parameter)."""
+    def state_buffer(
+        self, parameter: Tensor, name: str, value: float = 0.0, shape: tuple[int, ...] | None = None
+    ) -> Tensor:
+        """`parameter`'s state buffer `name`, created filled with `value` (dtype of the parameter; its shape unless
+        `shape` is given, e.g. () for a per-parameter scalar such as NAdam's mu_product)."""
         state = self.state_of(parameter)
         if name not in state:
-            array = np.full(parameter.shape, value, dtype=numpy_from_dtype(parameter.dtype))
+            size = parameter.shape if shape is None else shape
+            array = np.full(size, value, dtype=numpy_from_dtype(parameter.dtype))
             state[name] = Tensor(array, device=parameter.device)
         return state[name]
 
@@ -305,10 +311,11 @@ class Optimizer:
                 if name == "step":
                     steps.setdefault(group_index, round(float(array)))
                     continue
-                if array.shape != parameter.shape:
+                expected = () if name in self.scalar_state else parameter.shape
+                if array.shape != expected:
                     raise ValueError(
-                        f"state {name!r} of parameter {key} has shape {array.shape}, the parameter has shape "
-                        f"{parameter.shape}"
+                        f"state {name!r} of parameter {key} has shape {array.shape}, expected {expected} (the "
+                        f"parameter's shape is {parameter.shape})"
                     )
                 buffers[name] = Tensor(array.astype(numpy_from_dtype(parameter.dtype)), device=parameter.device)
             loaded[id(parameter)] = buffers

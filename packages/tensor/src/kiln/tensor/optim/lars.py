@@ -1,0 +1,126 @@
+"""LARS and Muon with tinygrad's names, defaults and update rules (`tinygrad.nn.optim`).
+
+LARS (You et al., "Large Batch Training of Convolutional Networks", 2017) scales each parameter's step by the trust
+ratio r = tcoef * ||p|| / (||g|| + weight_decay * ||p||) (1 where either norm is 0, and with tcoef = 0). Muon
+(Keller Jordan's optimizer) is LARS without the trust ratio whose momentum-filtered update is orthogonalized by
+Newton-Schulz iterations on the update viewed as a matrix (shape[0], -1) before the learning rate scales it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.param_group import ParamGroup
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["LARS", "Muon"]
+
+NEWTON_SCHULZ_STEPS = 5
+
+
+class LARS(Optimizer):
+    """LARS (tinygrad's rule): r = the trust ratio (above); g = grad + weight_decay * p; classic: g = g * r * lr;
+    with momentum b = momentum * b + g (b starts at zero), g = g + momentum * b (nesterov) or b; with `ns_params`,
+    g = newton_schulz(g as (shape[0], -1)); not classic: g = g * r * lr; p = p - g.
+
+    Example:
+        >>> w = Tensor([1.0], requires_grad=True); optimizer = LARS([w], lr=0.1, momentum=0.0, tcoef=0.0)
+        >>> (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
+        0.8
+    """
+
+    buffered = ("lr", "momentum")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        nesterov: bool = False,
+        classic: bool = True,
+        tcoef: float = 1e-3,
+        ns_params: tuple[float, ...] | None = None,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "classic": classic,
+            "tcoef": tcoef,
+            "ns_params": ns_params,
+        }
+        super().__init__(params, defaults)
+
+    def validate(self, group: Mapping[str, Any]) -> None:
+        """Checks momentum, weight decay, tcoef and the Newton-Schulz coefficients."""
+        check_number(group["momentum"], "momentum value")
+        check_number(group["weight_decay"], "weight_decay value")
+        check_number(group["tcoef"], "tcoef value")
+        coefficients = group["ns_params"]
+        if coefficients is not None:
+            if not isinstance(coefficients, (tuple, list)) or not coefficients:
+                raise ValueError(f"ns_params must be a non-empty tuple of numbers or None, got {coefficients!r}")
+            for coefficient in coefficients:
+                check_number(coefficient, "ns_params coefficient", low=-float("inf"))
+            for parameter in group["params"]:
+                if len(parameter.shape) == 0:
+                    raise ValueError("Newton-Schulz orthogonalization (ns_params) needs parameters with a dimension")
+
+    def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
+        """The momentum buffers and the parameters."""
+        lr = group.value("lr")
+        weight_decay, tcoef = float(group["weight_decay"]), float(group["tcoef"])
+        coefficients = group["ns_params"]
+        for parameter, gradient in zip(parameters, gradients):
+            weights = parameter.detach()
+            ratio: Tensor | float = 1.0
+            if tcoef != 0:
+                weight_norm = weights.square().sum().sqrt()
+                gradient_norm = gradient.square().sum().sqrt()
+                trust = tcoef * weight_norm / (gradient_norm + weight_norm * weight_decay)
+                ratio = (weight_norm > 0).where((gradient_norm > 0).where(trust, 1.0), 1.0)
+            if weight_decay > 0:
+                gradient = gradient + weights * weight_decay
+            if group["classic"]:
+                gradient = gradient * ratio * lr.cast(gradient.dtype)
+            if group["momentum"]:
+                buffer = self.state_buffer(parameter, "momentum_buffer")
+                momentum = group.value("momentum").cast(buffer.dtype)
+                velocity = buffer * momentum + gradient
+                self.write(buffer, velocity)
+                gradient = gradient + velocity * momentum if group["nesterov"] else velocity
+            if coefficients is not None:
+                matrix = gradient.reshape(gradient.shape[0], -1)
+                orthogonal = matrix.newton_schulz(NEWTON_SCHULZ_STEPS, tuple(float(c) for c in coefficients))
+                gradient = orthogonal.reshape(gradient.shape)
+            if not group["classic"]:
+                gradient = gradient * ratio * lr.cast(gradient.dtype)
+            self.assign_parameter(parameter, weights - gradient)
+
+
+class Muon(LARS):
+    """Muon (tinygrad's rule and defaults): Nesterov momentum 0.96, no trust ratio, the momentum-filtered update
+    orthogonalized by 5 Newton-Schulz iterations with coefficients `ns_params` (each parameter viewed as a matrix
+    (shape[0], -1); meant for 2-D weights), then p -= lr * update.
+
+    Example:
+        >>> w = Tensor([[3.0, 0.0], [0.0, 1.0]], requires_grad=True); optimizer = Muon([w], lr=0.1)
+        >>> (w * w).sum().backward(); optimizer.step(); [round(x, 1) for x in w.flatten().tolist()]
+        [2.9, 0.0, 0.0, 0.9]
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        lr: float = 3e-3,
+        momentum: float = 0.96,
+        weight_decay: float = 0.0,
+        nesterov: bool = True,
+        classic: bool = False,
+        ns_params: tuple[float, ...] = (3.4445, -4.7750, 2.0315),
+    ) -> None:
+        super().__init__(params, lr, momentum, weight_decay, nesterov, classic, 0.0, ns_params)
