@@ -12,15 +12,14 @@ from __future__ import annotations
 import warnings
 
 from kiln.tensor.nn import functional as F
-from kiln.tensor.nn import init
-from kiln.tensor.nn.module import Module
+from kiln.tensor.nn.normalization import _ChannelNorm
 from kiln.tensor.tensor import Tensor
-from kiln.uops import Ops, dtypes
+from kiln.uops import Ops
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_ChannelNorm):
     spatial_dims = 0
     running_mean: Tensor | None
     running_var: Tensor | None
@@ -30,20 +29,10 @@ class _InstanceNorm(Module):
         track_running_stats: bool = False, device: str | None = None, *, bias: bool = True,
     ) -> None:  # fmt: skip
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
         self.use_bias = bias
-        self.weight = init.ones((num_features,), device=device) if affine else None
-        self.bias = init.zeros((num_features,), device=device) if affine and bias else None
-        self.running_mean = self.running_var = None
-        if track_running_stats:
-            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
-            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
-            self.register_buffer(
-                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
-            )
+        self._set_features(num_features, eps, momentum, affine, track_running_stats, device, bias)
+        if not track_running_stats:
+            self.running_mean = self.running_var = None
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes each instance of (N, C, *spatial) or unbatched (C, *spatial)."""

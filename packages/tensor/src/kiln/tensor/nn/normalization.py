@@ -18,7 +18,29 @@ from kiln.uops import Ops, dtypes
 __all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
-class _BatchNorm(Module):
+class _ChannelNorm(Module):
+    """What batch and instance normalization share: a checked feature count, a per-channel weight (ones) and bias
+    (zeros) when affine, and with `track_running_stats` the running mean, variance and batch-count buffers."""
+
+    def _set_features(
+        self, num_features: int, eps: float, momentum: float | None, affine: bool, track_running_stats: bool,
+        device: str | None, bias: bool = True,
+    ) -> None:  # fmt: skip
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = init.ones((num_features,), device=device) if affine else None
+        self.bias = init.zeros((num_features,), device=device) if affine and bias else None
+        if track_running_stats:
+            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
+            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
+            self.register_buffer(
+                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
+            )
+
+
+class _BatchNorm(_ChannelNorm):
     expected_dims: tuple[int, ...] = ()
     running_mean: Tensor
     running_var: Tensor
@@ -34,18 +56,7 @@ class _BatchNorm(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = init.ones((num_features,), device=device) if affine else None
-        self.bias = init.zeros((num_features,), device=device) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", init.fresh_buffer(Tensor.zeros(num_features, device=device)))
-            self.register_buffer("running_var", init.fresh_buffer(Tensor.ones(num_features, device=device)))
-            self.register_buffer(
-                "num_batches_tracked", init.fresh_buffer(Tensor.zeros((), dtype=dtypes.int64, device=device))
-            )
+        self._set_features(num_features, eps, momentum, affine, track_running_stats, device)
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes each channel (dim 1) with batch statistics (training) or the running ones (eval)."""
