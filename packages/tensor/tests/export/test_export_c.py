@@ -1,0 +1,202 @@
+"""kiln.tensor.export, target "c": models exported, compiled with the system C compiler, run through ctypes and
+through the generated main.c, and compared with kiln's own outputs (within 1e-6) and, where one is cheap, with a
+numpy forward pass (an independent oracle)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from kiln.tensor import Tensor, Variable, nn
+from kiln.tensor.export import export
+
+REPOSITORY = Path(__file__).resolve().parents[4]
+
+
+def digits_example() -> ModuleType:
+    """examples/train_digits.py loaded as a module (its `make_model` is the digits CNN)."""
+    name = "kiln_examples_train_digits"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "examples" / "train_digits.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_outputs(found: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(found) == len(expected)
+    for output, reference in zip(found, expected):
+        np.testing.assert_allclose(output.reshape(reference.shape), reference, rtol=1e-6, atol=1e-6)
+
+
+def run_both(
+    artifact: Any, inputs: list[np.ndarray], run_ctypes: Callable[..., Any], run_main: Callable[..., Any]
+) -> list[np.ndarray]:
+    through_ctypes = run_ctypes(artifact, inputs)
+    through_main = run_main(artifact, inputs)
+    # main prints with %.17g: the very doubles of the float32 results
+    for library_output, printed in zip(through_ctypes, through_main):
+        np.testing.assert_array_equal(library_output.reshape(-1).astype(np.float64), printed)
+    return list(through_ctypes)
+
+
+def test_mlp_matches_numpy_and_kiln(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    Tensor.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 5))
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    artifact = export(model, Tensor(x), target="c", out=out_dir, name="mlp")
+    outputs = run_both(artifact, [x], run_ctypes, run_main)
+    weights = [parameter.numpy() for parameter in model.parameters()]
+    hidden = np.tanh(x.astype(np.float64) @ weights[0].T + weights[1])
+    np.testing.assert_allclose(outputs[0], hidden @ weights[2].T + weights[3], rtol=1e-5, atol=1e-5)
+    check_outputs(outputs, [model(Tensor(x)).numpy()])
+
+
+def test_digits_cnn(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    Tensor.manual_seed(2)
+    model = digits_example().make_model()
+    images = np.random.default_rng(1).random((4, 1, 8, 8), dtype=np.float32)
+    expected = model(Tensor(images)).softmax(-1).numpy()
+    artifact = export(lambda x: model(x).softmax(-1), Tensor(images), target="c", out=out_dir, name="digits")
+    check_outputs(run_both(artifact, [images], run_ctypes, run_main), [expected])
+    # the weights file holds the model's parameters under their state-dict names
+    names = set(re.findall(r'"(model\.[0-9]+\.(?:weight|bias))"', (out_dir / "digits.c").read_text()))
+    assert names == {f"model.{key}" for key in model.state_dict()}
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm self-attention and a GELU MLP, each with a residual connection."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = self.norm1(x)
+        attended, _weights = self.attention(normed, normed, normed, need_weights=False)
+        x = x + attended
+        return x + self.down(self.up(self.norm2(x)).gelu())
+
+
+def test_transformer_block(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    Tensor.manual_seed(3)
+    block = TransformerBlock(16, 2)
+    block.eval()
+    x = np.random.default_rng(2).standard_normal((2, 5, 16)).astype(np.float32)
+    expected = block(Tensor(x)).numpy()
+    artifact = export(block, Tensor(x), target="c", out=out_dir, name="block")
+    check_outputs(run_both(artifact, [x], run_ctypes, run_main), [expected])
+
+
+def fold_batch_norm(convolution: nn.Conv2d, norm: nn.BatchNorm2d) -> nn.Conv2d:
+    """A convolution computing convolution then (eval-mode) batch norm, folded in numpy."""
+    scale = norm.weight.numpy() / np.sqrt(norm.running_var.numpy() + norm.eps)
+    folded = nn.Conv2d(convolution.in_channels, convolution.out_channels, 3, padding=1)
+    folded.weight.assign(Tensor(convolution.weight.numpy() * scale[:, None, None, None])).realize()
+    bias = (convolution.bias.numpy() - norm.running_mean.numpy()) * scale + norm.bias.numpy()
+    folded.bias.assign(Tensor(bias.astype(np.float32))).realize()
+    return folded
+
+
+def test_conv_net_with_folded_batch_norm(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    Tensor.manual_seed(4)
+    rng = np.random.default_rng(3)
+    convolution, norm = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+    norm.running_mean.assign(Tensor(rng.standard_normal(8).astype(np.float32))).realize()
+    norm.running_var.assign(Tensor(rng.random(8, dtype=np.float32) + 0.5)).realize()
+    norm.weight.assign(Tensor(rng.random(8, dtype=np.float32) + 0.5)).realize()
+    unfolded = nn.Sequential(convolution, norm, nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8 * 16, 3))
+    unfolded.eval()
+    folded = nn.Sequential(fold_batch_norm(convolution, norm), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), unfolded[5])
+    images = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    artifact = export(folded, Tensor(images), target="c", out=out_dir, name="convnet")
+    outputs = run_both(artifact, [images], run_ctypes, run_main)
+    check_outputs(outputs, [folded(Tensor(images)).numpy()])
+    # folding changed the roundings, not the function: the unfolded model agrees to float32 accuracy
+    np.testing.assert_allclose(outputs[0], unfolded(Tensor(images)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_embedded_weights_need_no_file(out_dir: Path, run_ctypes: Any) -> None:
+    Tensor.manual_seed(5)
+    model = nn.Linear(6, 3)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6) / 7
+    artifact = export(model, Tensor(x), target="c", out=out_dir, name="embedded", embed_weights=True)
+    assert not (out_dir / "embedded.safetensors").exists()
+    outputs = run_ctypes(artifact, [x], weights="/nonexistent/weights.safetensors")
+    expected = x.astype(np.float64) @ model.weight.numpy().T + model.bias.numpy()
+    np.testing.assert_allclose(outputs[0], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_variable_argument_becomes_an_int_of_run(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    data = np.arange(32, dtype=np.float32).reshape(8, 4) / 3
+    table = Tensor(data).realize()
+    rows = Variable("rows", 1, 8)
+
+    def first_rows(scale: Tensor, v: Tensor) -> Tensor:
+        return (table[:v] * scale).sum(1) + v.float()
+
+    scale = np.array([2.0], dtype=np.float32)
+    artifact = export(first_rows, Tensor(scale), rows.bind(3), target="c", out=out_dir, name="rows")
+    assert [variable.name for variable in artifact.plan.variables] == ["rows"]
+    header = (out_dir / "rows.h").read_text()
+    assert "int rows_run(const float *input0, int rows, float *output0);" in header
+    for count in (1, 5, 8):
+        expected = (data[:count] * 2).sum(1) + count
+        np.testing.assert_allclose(run_ctypes(artifact, [scale], [count])[0], expected, rtol=1e-6)
+        np.testing.assert_allclose(run_main(artifact, [scale], [count])[0], expected, rtol=1e-6)
+
+
+def test_sources_compile_with_plain_cc_and_carry_their_header(out_dir: Path, c_compiler: str) -> None:
+    Tensor.manual_seed(6)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    artifact = export(model, Tensor.zeros(2, 4), target="c", out=out_dir, name="tiny")
+    for source in ("tiny.c", "main.c"):
+        command = [c_compiler, "-O2", "-std=c11", "-c", source, "-o", f"{source}.o"]
+        result = subprocess.run(command, cwd=out_dir, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+    for path in artifact.files:
+        if path.suffix in (".c", ".h"):
+            text = path.read_text()
+            assert "tiny: exported by kiln" in text
+            assert "input0: shape (2, 4), float32" in text and "output0: shape (2, 4), float32" in text
+            assert "shapes are fixed at export" in text
+            assert str(out_dir) not in text and "/work/" not in text and "python" not in text.lower()
+    assert set(artifact.sizes()) == {"tiny.c", "tiny.h", "main.c", "Makefile", "tiny.safetensors"}
+
+
+def test_main_reads_raw_little_endian_input(out_dir: Path, run_ctypes: Any) -> None:
+    Tensor.manual_seed(7)
+    model = nn.Linear(3, 2)
+    x = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)
+    artifact = export(model, Tensor(x), target="c", out=out_dir, name="raw")
+    expected = run_ctypes(artifact, [x])[0]
+    (out_dir / "x.bin").write_bytes(x.astype("<f4").tobytes())
+    result = subprocess.run(
+        [str(out_dir / "raw_main"), str(out_dir / "raw.safetensors"), str(out_dir / "x.bin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    printed = np.array([float(line) for line in result.stdout.splitlines()[1:]])
+    np.testing.assert_array_equal(printed, expected.reshape(-1).astype(np.float64))
+    (out_dir / "short.bin").write_bytes(b"\0" * 8)
+    refused = subprocess.run(
+        [str(out_dir / "raw_main"), str(out_dir / "raw.safetensors"), str(out_dir / "short.bin")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 1 and "expected 12 bytes of data, the file has 8" in refused.stderr
