@@ -137,11 +137,13 @@ def bench_kiln(
     list(generator.generate(ids[:7], max_tokens=4, **sampling))  # warm-up: a prompt length measured nowhere
     result: dict[str, object] = {"prefill": {}, "decode": {}}
     for length in prompts:
+        generator.reset()  # every prefill measured here starts from an empty cache (no prefix reuse)
         started = time.perf_counter()
         list(generator.generate(ids[:length], max_tokens=1, **sampling))
         first = time.perf_counter() - started
         rates = []
         for run in range(runs):
+            generator.reset()
             list(generator.generate(ids[:length], max_tokens=1, seed=run, **sampling))  # type: ignore[arg-type]
             rates.append(generator.last_stats.prefill_tokens_per_second)
         result["prefill"][length] = {"first": first, "tok_s": statistics.median(rates)}  # type: ignore[index]

@@ -132,7 +132,9 @@ def _report(result: Completion, err: TextIO) -> None:
     print(
         f"\n[prefill {stats.prefill_tokens} tokens, {stats.prefill_tokens_per_second:.1f} tok/s; "
         f"decode {stats.decode_tokens} tokens, {stats.decode_tokens_per_second:.1f} tok/s; "
-        f"finish: {result.finish_reason}]",
+        f"finish: {result.finish_reason}"
+        + (f"; {stats.cached_tokens} prompt tokens reused from the cache" if stats.cached_tokens else "")
+        + "]",
         file=err,
         flush=True,
     )

@@ -14,6 +14,12 @@ Each returns the next token id as a (1,) int32 Tensor, the only value that comes
 once per sampling mode and replayed for every token id, position, prompt length, temperature, top-k, top-p and seed:
 after the first prompt, nothing compiles during generation. `sample` is the host reference sampler (the same
 distribution).
+
+Prefix cache: the generator remembers which token sits in each cache row (`cached_tokens`). A new prompt that begins
+with some of those tokens (the next turn of a chat, a shared system prompt) keeps their rows and prefills only the
+rest, starting at the first position that differs; the last prompt token is always prefilled, since its logits pick
+the first new token. Rows past the kept prefix hold stale values that no step reads: attention reads rows
+0..position only, and the prefill overwrites them before they are read.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ PREFILL_CHUNK = 256
 
 @dataclass
 class GenerationStats:
-    """Token counts and seconds of the last `generate` call's prefill and decode."""
+    """Token counts and seconds of the last `generate` call's prefill and decode: `prefill_tokens` were computed,
+    `cached_tokens` (the prompt's beginning) were reused from the previous calls' cache rows."""
 
     prefill_tokens: int = 0
+    cached_tokens: int = 0
     prefill_seconds: float = 0.0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
@@ -92,6 +100,7 @@ class Generator:
         self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
         self.last_stats = GenerationStats()
         self.position = 0
+        self.cached_tokens: list[int] = []  # the token whose keys and values are in each cache row, row 0 first
 
     def step(self, mode: SamplingMode) -> TinyJit[Tensor]:
         """The jitted decode step of a sampling mode: (token (1, 1) int32, position, params (4,) float32) -> the next
@@ -118,13 +127,26 @@ class Generator:
             self.prefills[mode] = TinyJit(prefill)
         return self.prefills[mode]
 
-    def prefill(self, prompt: list[int], params: Tensor, mode: SamplingMode) -> int:
-        """Writes `prompt` into the (reset) cache chunk by chunk and returns the token sampled after it.
+    def reusable_prefix(self, prompt: list[int]) -> int:
+        """How many of `prompt`'s first tokens already sit in the cache rows 0.. (at most len(prompt) - 1: the last
+        prompt token is computed again for its logits)."""
+        limit = min(len(self.cached_tokens), len(prompt) - 1)
+        kept = 0
+        while kept < limit and self.cached_tokens[kept] == prompt[kept]:
+            kept += 1
+        return kept
+
+    def prefill(self, prompt: list[int], params: Tensor, mode: SamplingMode, first: int = 0) -> int:
+        """Writes `prompt[first:]` into cache rows first.. chunk by chunk (rows 0..first-1 must already hold
+        `prompt[:first]`) and returns the token sampled after the prompt.
 
         A chunk ending near the end of the cache starts earlier (at max_context - chunk) and writes some rows again:
         the same tokens at the same positions over the same earlier rows, so the same values."""
+        if not 0 <= first < len(prompt):
+            raise ValueError(f"the prefill must start inside the prompt of {len(prompt)} tokens, got {first}")
         step, token = self.prefill_step(mode), -1
-        for begin in range(0, len(prompt), self.chunk):
+        del self.cached_tokens[first:]  # rows from `first` on are rewritten; a failure leaves them unknown
+        for begin in range(first, len(prompt), self.chunk):
             end = min(begin + self.chunk, len(prompt))
             start = min(begin, self.model.max_context - self.chunk)  # end <= len(prompt) <= max_context
             chunk = prompt[start:end]
@@ -132,13 +154,15 @@ class Generator:
             tokens[0, : len(chunk)] = chunk
             position, length = self.chunk_start_variable.bind(start), self.length_variable.bind(len(chunk))
             token = int(step(Tensor(tokens), position, length, params).numpy()[0])
+            self.cached_tokens[start:] = prompt[start:end]
         self.position = len(prompt)
         return token
 
     def reset(self) -> None:
-        """Clears the KV cache (the next `generate` starts from an empty context)."""
+        """Clears the KV cache and forgets its tokens (the next `generate` prefills its whole prompt)."""
         self.model.reset()
         self.position = 0
+        self.cached_tokens.clear()
 
     def generate(
         self,
@@ -151,8 +175,9 @@ class Generator:
         seed: int | None = None,
         stop_ids: set[int] | None = None,
     ) -> Iterator[int]:
-        """Yields up to `max_tokens` new token ids after `prompt_ids` (the cache is reset first), stopping after a
-        token in `stop_ids` (which is yielded) or at the end of the context (the model's `max_context`).
+        """Yields up to `max_tokens` new token ids after `prompt_ids`, stopping after a token in `stop_ids` (which is
+        yielded) or at the end of the context (the model's `max_context`). The cache rows of the longest beginning
+        of the prompt that earlier calls left in the cache are reused (`last_stats.cached_tokens`).
 
         Raises:
             ValueError: an empty prompt, a prompt longer than the context, a token outside the vocabulary, or a
@@ -178,21 +203,26 @@ class Generator:
     ) -> Iterator[int]:  # fmt: skip
         rng = np.random.default_rng(seed)
         stats = self.last_stats = GenerationStats()
-        self.reset()
         if max_tokens == 0:
             return
         mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
         step = self.step(mode)
         started = time.perf_counter()
-        token = self.prefill(prompt, sampling_params(temperature, top_k, top_p, rng), mode)
-        stats.prefill_tokens, stats.prefill_seconds = len(prompt), time.perf_counter() - started
+        first = self.reusable_prefix(prompt)
+        token = self.prefill(prompt, sampling_params(temperature, top_k, top_p, rng), mode, first)
+        stats.cached_tokens, stats.prefill_tokens = first, len(prompt) - first
+        stats.prefill_seconds = time.perf_counter() - started
         yield token
         produced = 1
         while produced < max_tokens and token not in stop_ids and self.position < self.model.max_context:
             started = time.perf_counter()
             params = sampling_params(temperature, top_k, top_p, rng)
-            token_input = Tensor(np.array([[token]], np.int32))
-            token = int(step(token_input, self.position_variable.bind(self.position), params).numpy()[0])
+            fed = token
+            del self.cached_tokens[self.position :]  # a step that fails leaves its row unknown
+            token = int(
+                step(Tensor(np.array([[fed]], np.int32)), self.position_variable.bind(self.position), params).numpy()[0]
+            )
+            self.cached_tokens.append(fed)
             self.position += 1
             stats.decode_tokens += 1
             stats.decode_seconds += time.perf_counter() - started

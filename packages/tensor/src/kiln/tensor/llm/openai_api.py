@@ -318,9 +318,12 @@ class LLMServer:
                                f"{self.model.context_length} tokens of this vocabulary can hold); the model's context "
                                f"length is {self.model.context_length}", param, "context_length_exceeded")  # fmt: skip
 
-    def usage(self, result: Completion) -> dict[str, int]:
+    def usage(self, result: Completion) -> dict[str, Any]:
+        """OpenAI's usage record; `prompt_tokens_details.cached_tokens` counts the prompt tokens whose cache rows an
+        earlier request left (the prefix cache) and that were not computed again."""
         return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                "total_tokens": result.prompt_tokens + result.completion_tokens}  # fmt: skip
+                "total_tokens": result.prompt_tokens + result.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": result.stats.cached_tokens}}  # fmt: skip
 
     def response(self, job: Job, chat: bool, ident: str, created: int) -> dict[str, Any]:
         """The non-streaming response body (after the whole generation)."""
