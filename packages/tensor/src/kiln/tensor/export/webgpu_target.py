@@ -1,7 +1,7 @@
 """`target="webgpu"`: the plan as NAME.js (an ES module with the WGSL kernels), NAME.safetensors and index.html.
 
-Each launch's kernel AST is lowered again by the WGSL renderer (with the heuristic's opts: the capture's opts were
-chosen for its own device) and validated by wgpu when it is installed. The module keeps one GPUBuffer per block,
+The function must have been captured on the WEBGPU device: its kernels are the WGSL kiln ran there (validated by
+wgpu when they were built), so the page runs kiln's very kernels. The module keeps one GPUBuffer per block,
 binds each kernel's arguments once at `load` (WebGPU binds a view at a multiple of 256 bytes, checked here), and
 `run` writes the inputs and the variables' values, encodes every dispatch and copy in one command buffer and reads
 the outputs back. WebGPU stores bool and the 32-bit scalars only (the WEBGPU device's table): any other dtype, in
@@ -11,10 +11,11 @@ any buffer of the plan, is refused here naming the tensor; so is a buffer over t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from kiln.codegen import Program, get_program
-from kiln.renderers import WGSLRenderer, dtypes_for, webgpu_available
+from kiln.codegen import Program
+from kiln.renderers import dtypes_for
 from kiln.tensor.export.formats import header_lines, names_of, safetensors_bytes
 from kiln.tensor.export.plan import Endpoint, ExportPlan, PlannedCopy, PlannedLaunch, Role
 from kiln.tensor.export.size_expression import numel_expression, size_expression
@@ -75,18 +76,35 @@ def check_webgpu(plan: ExportPlan) -> None:
                 )
 
 
-def _renderer() -> WGSLRenderer:
-    renderer = WGSLRenderer(device="WEBGPU", max_storage_buffers=8)
-    if not webgpu_available():  # no wgpu here to validate with: the browser validates the WGSL at load
-        renderer.compiler = None  # type: ignore[assignment]
-    return renderer
+def _wgsl_program(launch: PlannedLaunch) -> Program:
+    """The launch's program when kiln ran it on WEBGPU (its source is the WGSL); ValueError naming the kernel and
+    its device otherwise: a schedule made for another device may keep dtypes WebGPU lacks (uint8 intermediates)."""
+    program = launch.program
+    if program.device.partition(":")[0] != "WEBGPU":
+        raise ValueError(
+            f"export: target 'webgpu' exports the kernels kiln ran on WEBGPU, and kernel {program.name} ran on "
+            f"{program.device}: build the model and its inputs on WEBGPU (Device.DEFAULT = 'WEBGPU', or .to('WEBGPU'))"
+        )
+    return program
 
 
-def _lower(launch: PlannedLaunch, renderer: WGSLRenderer) -> Program:
-    try:
-        return Program(get_program(launch.ast, renderer))
-    except ValueError as error:  # the renderer refusing a dtype an intermediate value computes in (int64 ...)
-        raise TypeError(f"export: target 'webgpu' cannot run kernel {launch.program.name}: {error}") from error
+_FLOAT_BITS = re.compile(r"bitcast<f32>\((0x[0-9a-fA-F]{8})u\)")
+_RUNTIME_BITS = "fn kiln_runtime_bits(bits: u32) -> u32 { return bits; }"
+
+
+def _browser_source(source: str) -> str:
+    """The WGSL with its NaN and infinity constants made run-time values. kiln's WGSL writes them as
+    `bitcast<f32>(0x7fc00000u)`, which naga (wgpu) accepts; Chromium's Tint evaluates that constant expression and
+    rejects it ("value nan cannot be represented as 'f32'"): through a function call it is no constant expression."""
+
+    def runtime(match: re.Match[str]) -> str:
+        bits = int(match.group(1), 16)
+        if (bits >> 23) & 0xFF != 0xFF:
+            return match.group(0)
+        return f"bitcast<f32>(kiln_runtime_bits({match.group(1)}u))"
+
+    rewritten = _FLOAT_BITS.sub(runtime, source)
+    return rewritten if rewritten == source else f"{rewritten}\n{_RUNTIME_BITS}\n"
 
 
 def _js_endpoint(endpoint: Endpoint) -> str:
@@ -103,7 +121,7 @@ def _js_endpoint(endpoint: Endpoint) -> str:
     )
 
 
-def _module(plan: ExportPlan, renderer: WGSLRenderer) -> str:
+def _module(plan: ExportPlan) -> str:
     sources: dict[str, int] = {}
     steps: list[str] = []
     unpack = ", ".join(variable.name for variable in plan.variables)
@@ -114,9 +132,9 @@ def _module(plan: ExportPlan, renderer: WGSLRenderer) -> str:
                 f"{step.source.offset}, {step.nbytes}] }},"
             )
             continue
-        program = _lower(step, renderer)
+        program = _wgsl_program(step)
         signature = program.signature
-        kernel = sources.setdefault(program.source, len(sources))
+        kernel = sources.setdefault(_browser_source(program.source), len(sources))
         bindings = []
         for parameter in signature.buffers:
             argument = step.arguments[parameter.slot]
@@ -302,6 +320,7 @@ def _page(plan: ExportPlan) -> str:
 {header}-->
 <html lang="en">
 <meta charset="utf-8">
+<link rel="icon" href="data:,">
 <title>{plan.name} (kiln export, WebGPU)</title>
 <body>
 <h1>{plan.name}</h1>
@@ -339,7 +358,7 @@ try {{
 def write_webgpu(plan: ExportPlan, out: Path) -> list[Path]:
     """Checks `plan` against WebGPU's limits, then writes NAME.js, NAME.safetensors and index.html into `out`."""
     check_webgpu(plan)
-    module = _module(plan, _renderer())
+    module = _module(plan)
     weights = safetensors_bytes(plan.weights(), {"model": plan.name, "format": "kiln.tensor.export"})
     written = []
     for file_name, content in ((f"{plan.name}.js", module), ("index.html", _page(plan))):
