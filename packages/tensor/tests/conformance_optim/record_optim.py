@@ -45,6 +45,14 @@ def record(
             scheduler.step()
         for index, p in enumerate(params):
             out[f"{case.name}/step{step}/p{index}"] = p.detach().numpy().copy()
+    saved = optimizer.state_dict()
+    for index, entries in saved["state"].items():
+        for name, value in entries.items():
+            if value is not None:
+                out[f"{case.name}/state/{index}/{name}"] = np.asarray(
+                    value.detach().numpy() if torch.is_tensor(value) else value
+                )
+    out[f"{case.name}/group_keys"] = np.array(sorted({key for group in saved["param_groups"] for key in group}))
     out[f"{case.name}/lr"] = np.array(rates, np.float64)
     out[f"{case.name}/momentum"] = np.array(momenta, np.float64)
     return out

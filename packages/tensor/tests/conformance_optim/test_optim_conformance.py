@@ -23,8 +23,11 @@ def _momentum(group: dict[str, Any]) -> float:
     return float(group["betas"][0]) if "betas" in group else float(group.get("momentum", 0.0))
 
 
-def replay(case: Case) -> tuple[dict[str, np.ndarray[Any, Any]], list[list[float]], list[list[float]]]:
-    """kiln's parameters after each step, and every group's lr and momentum before each step."""
+Replay = tuple[dict[str, np.ndarray[Any, Any]], list[list[float]], list[list[float]], optim.Optimizer]
+
+
+def replay(case: Case) -> Replay:
+    """kiln's parameters after each step, every group's lr and momentum before each step, and the optimizer."""
     params = [Tensor(RECORDED[f"start{i}"].copy(), requires_grad=True) for i in range(len(SHAPES))]
     linear = [Tensor(RECORDED[f"linear{i}"]) for i in range(len(SHAPES))]
     curvature = [Tensor(RECORDED[f"curvature{i}"]) for i in range(len(SHAPES))]
@@ -50,15 +53,28 @@ def replay(case: Case) -> tuple[dict[str, np.ndarray[Any, Any]], list[list[float
             scheduler.step()
         for index, p in enumerate(params):
             got[f"{case.name}/step{step}/p{index}"] = p.numpy()
-    return got, rates, momenta
+    return got, rates, momenta, optimizer
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_trajectory_matches_torch(case: Case) -> None:
-    got, rates, momenta = replay(case)
+    got, rates, momenta, optimizer = replay(case)
     np.testing.assert_allclose(rates, RECORDED[f"{case.name}/lr"], rtol=1e-12, err_msg=f"{case.name} lr")
     np.testing.assert_allclose(momenta, RECORDED[f"{case.name}/momentum"], rtol=1e-12, err_msg=f"{case.name} momentum")
     for key, value in got.items():
         # float32 parameters after up to 8 steps: 1e-6 of the parameter's scale
         scale = float(np.abs(RECORDED[key]).max())
         np.testing.assert_allclose(value, RECORDED[key], rtol=1e-6, atol=1e-6 * scale, err_msg=key)
+    # the state dict: torch's state names per parameter, torch's values, and group keys torch also has
+    saved = optimizer.state_dict()
+    prefix = f"{case.name}/state/"
+    expected_names = {key.removeprefix(prefix) for key in RECORDED.files if key.startswith(prefix)}
+    got_names = {f"{index}/{name}" for index, entries in saved["state"].items() for name in entries}
+    assert got_names == expected_names
+    for index, entries in saved["state"].items():
+        for name, value in entries.items():
+            expected = RECORDED[f"{prefix}{index}/{name}"]
+            scale = max(float(np.abs(expected).max()), 1e-30)
+            np.testing.assert_allclose(value.numpy(), expected, rtol=2e-6, atol=2e-6 * scale, err_msg=f"{index}/{name}")
+    group_keys = {key for group in saved["param_groups"] for key in group}
+    assert group_keys <= set(RECORDED[f"{case.name}/group_keys"].tolist())

@@ -32,6 +32,7 @@ class LARS(Optimizer):
     """
 
     buffered = ("lr", "momentum")
+    saves_step = False
 
     def __init__(
         self,

@@ -73,6 +73,8 @@ class Optimizer:
     buffered: ClassVar[tuple[str, ...]] = ("lr",)
     # per-parameter state entries that are 0-dim (one number per parameter) rather than of the parameter's shape
     scalar_state: ClassVar[frozenset[str]] = frozenset()
+    # whether the state dict holds torch's per-parameter "step" (SGD's and LARS's rules keep no step count)
+    saves_step: ClassVar[bool] = True
 
     def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], defaults: Mapping[str, Any]) -> None:
         if isinstance(params, Tensor):
@@ -272,7 +274,7 @@ class Optimizer:
                 buffers = self._state.get(id(parameter))
                 if buffers:
                     step = np.array(float(self._group_steps[group_index]), dtype=np.float32)
-                    state[index] = {"step": Tensor(step), **buffers}
+                    state[index] = {"step": Tensor(step), **buffers} if self.saves_step else dict(buffers)
                 indices.append(index)
                 index += 1
             groups.append({**{key: value for key, value in group.items() if key != "params"}, "params": indices})
@@ -343,6 +345,7 @@ class SGD(Optimizer):
     """
 
     buffered = ("lr", "momentum")
+    saves_step = False
 
     def __init__(
         self,

@@ -50,9 +50,10 @@ class ParamGroup(dict[str, Any]):
         buffer = self.buffers.get(key)
         if buffer is not None:
             if engine.default_engine().recording is not None:
+                what = "the learning rate" if key == "lr" else f"the optimizer's {key!r}"
                 raise RuntimeError(
-                    f"the optimizer's {key!r} was set inside a function TinyJit is capturing; a replay would not set "
-                    f"it. Step the schedule outside the jitted function (replays read the value from its buffer)"
+                    f"{what} was set inside a function TinyJit is capturing; a replay would not set it. Step the "
+                    f"schedule outside the jitted function (replays read the value from its buffer)"
                 )
             contents = self._contents(key, value)
             if contents.shape != buffer.shape:
