@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kiln.tensor import GlobalCounters, Tensor, graph
 from kiln.tensor.realize import default_engine
 from kiln.tensor.schedule import CopyStep, KernelStep
-from kiln.tensor.schedule.planner import SEPARATE_PRODUCT_MACS
+from kiln.tensor.schedule.cost import DEFAULT_COSTS
 from kiln.tensor.schedule.row_fusion import ROW_FUSION_BYTES, ROW_FUSION_MIN_ELEMENTS
 from kiln.uops import Ops, dtypes
 
@@ -138,18 +138,18 @@ def _reduces_per_kernel(*tensors: Tensor) -> list[int]:
     return [sum(n.op is Ops.REDUCE for n in s.ast.toposort()) for s in plan.steps if isinstance(s, KernelStep)]
 
 
-@pytest.mark.parametrize(("rows", "inner", "cols", "apart"), [(64, 512, 1024, True), (8, 16, 32, False)])
+@pytest.mark.parametrize(("rows", "inner", "cols", "apart"), [(64, 768, 1024, True), (8, 16, 32, False)])
 def test_independent_matrix_products_get_kernels_of_their_own(rows: int, inner: int, cols: int, apart: bool) -> None:
     # silu(x @ w1.T) * (x @ w3.T), a llama MLP's gate and up: inside their elementwise reader's kernel the two
     # products got no register tile ((64, 768) inputs, (2048, 768) weights: 62 ms against 2.7 ms apart), so each
     # gets a kernel of its own and the reader reads two buffers; nor are they merged back into one multi-output
-    # kernel. Products of fewer than SEPARATE_PRODUCT_MACS multiply-adds (an MLP's small layers) stay together.
+    # kernel. Products whose weights fit in the cache (an MLP's small layers) lose nothing together: they stay.
     rng = np.random.default_rng(rows)
     x, w1, w3 = (
         rng.standard_normal(shape).astype(np.float32) for shape in ((rows, inner), (cols, inner), (cols, inner))
     )
     out = (_tensor(x) @ _tensor(w1).T).silu() * (_tensor(x) @ _tensor(w3).T)
-    assert (rows * inner * cols >= SEPARATE_PRODUCT_MACS) is apart
+    assert (cols * inner * 4 > DEFAULT_COSTS.cache_bytes) is apart
     assert max(_reduces_per_kernel(out)) == (1 if apart else 2)
     gate, up = x.astype(np.float64) @ w1.T, x.astype(np.float64) @ w3.T
     expected = gate / (1 + np.exp(-gate)) * up

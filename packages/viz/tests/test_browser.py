@@ -123,6 +123,10 @@ def test_schedule_view_lists_fusion_reasons(page: Any, server: VizServer) -> Non
     page.wait_for_selector(".schedule-kernel")
     text = page.inner_text("#view-schedule")
     assert "requested: realized as an output" in text and "fused tensor ops" in text
+    # the placement rules, by name, each decision with its verdict
+    rules = page.inner_text(".schedule-rules >> nth=0")
+    assert "placement rules" in rules and "requested_outputs" in rules and "rules.py:" in rules
+    assert "buffer" in page.inner_text(".schedule-rule .decision.cut >> nth=0")
     page.click(".schedule-kernel a.kernel-link >> nth=0")
     page.wait_for_selector("#kernel-header .kernel-name")
 

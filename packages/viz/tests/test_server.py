@@ -132,6 +132,27 @@ def test_schedule_view_links_kernels(server: VizServer, training_trace: dict[str
             assert training_trace["groups"][kernel["kernel"]]["uops"]["ast"] == ast
 
 
+def test_schedule_view_lists_the_decisions_rule_by_rule(server: VizServer, training_trace: dict[str, Any]) -> None:
+    # every recorded decision appears once, under its rule, in the order the scheduler made them within that rule;
+    # the rules in the order each first decided
+    _, answer = get(server, "/api/schedule")
+    schedules = [g for g in training_trace["groups"] if g["kind"] == "schedule"]
+    assert any(group["info"]["decisions"] for group in schedules)
+    for entry, group in zip(answer["schedules"], schedules, strict=True):
+        recorded = group["info"]["decisions"]
+        first_seen = list(dict.fromkeys(decision["rule"] for decision in recorded))
+        assert [rule["rule"] for rule in entry["rules"]] == first_seen
+        for rule in entry["rules"]:
+            mine = [d for d in recorded if d["rule"] == rule["rule"]]
+            assert rule["location"] == mine[0]["location"] and ":" in rule["location"]
+            assert rule["decisions"] == [
+                {"description": d["description"], "decision": d["decision"], "cut": d["cut"]} for d in mine
+            ]
+    number = next(n for n, g in enumerate(training_trace["groups"]) if g["kind"] == "schedule")
+    _, group_answer = get(server, f"/api/group/{number}")
+    assert group_answer["rules"] == answer["schedules"][0]["rules"]
+
+
 @pytest.mark.parametrize(
     ("path", "status"),
     [

@@ -172,6 +172,16 @@ MALFORMED_TRACES: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
         lambda d: _schedule(d)["info"].update(kernels=[]),
         r"groups\[\d+\]\.info\.kernels must be one entry per kernel of uops\.kernels \(1\)",
     ),
+    (
+        "decision without a rule",
+        lambda d: _schedule(d)["info"]["decisions"][0].pop("rule"),
+        r"groups\[\d+\]\.info\.decisions\[0\]\.rule must be a string",
+    ),
+    (
+        "decision verdict a string",
+        lambda d: _schedule(d)["info"]["decisions"][0].update(cut="yes"),
+        r"groups\[\d+\]\.info\.decisions\[0\]\.cut must be true or false, got 'yes'",
+    ),
     ("source a number", lambda d: _kernel(d)["info"].update(source=5), r"groups\[\d+\]\.info\.source must be a string"),
     ("opts a string", lambda d: _kernel(d)["info"].update(opts="UPCAST"), r"groups\[\d+\]\.info\.opts must be a list"),
     ("flops huge", lambda d: _kernel(d)["info"].update(flops=10**30), r"groups\[\d+\]\.info\.flops must be a number"),

@@ -158,6 +158,7 @@ class VizData:
         }
         if group.get("kind") == "schedule":
             answer["kernel_links"] = [self.kernel_of_ast.get(ast) for ast in group.get("uops", {}).get("kernels", [])]
+            answer["rules"] = schedule_rules(group["info"])
         placed = self.schedule_of_kernel.get(number)
         if placed is not None:
             schedule, index = placed
@@ -254,7 +255,8 @@ class VizData:
         }
 
     def schedules(self) -> dict[str, Any]:
-        """/api/schedule: each scheduled graph's kernels: outputs, why each is a boundary, fused ops, kernel link."""
+        """/api/schedule: each scheduled graph's kernels (outputs, why each is a boundary, fused ops, kernel link) and
+        its placement rules' decisions, rule by rule (`schedule_rules`)."""
         answer = []
         for number, group in enumerate(self.groups):
             if group.get("kind") != "schedule":
@@ -264,9 +266,26 @@ class VizData:
                 {**entry, "kernel": self.kernel_of_ast.get(asts[index]) if index < len(asts) else None}
                 for index, entry in enumerate(group["info"].get("kernels", []))
             ]
-            answer.append({"id": number, "name": group.get("name", ""), "kernels": kernels})
+            rules = schedule_rules(group["info"])
+            answer.append({"id": number, "name": group.get("name", ""), "kernels": kernels, "rules": rules})
         return {"schedules": answer}
 
     def chrome_trace(self) -> dict[str, Any]:
         """/api/profile.json: the profile's events as a Chrome trace (what Perfetto opens)."""
         return {"traceEvents": self.files.profile_events, "displayTimeUnit": "ns"}
+
+
+def schedule_rules(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A schedule group's decisions (`info["decisions"]`, in the order the scheduler made them) gathered by rule, in
+    the order each rule first decided: the rule's name and "file:line", and per decision the node described, what
+    was decided (with the costs the rule compared) and whether the node got a buffer. Traces written before
+    decisions were recorded have none: []."""
+    rules: dict[str, dict[str, Any]] = {}
+    for entry in info.get("decisions", []):
+        rule = rules.setdefault(
+            entry["rule"], {"rule": entry["rule"], "location": entry.get("location", ""), "decisions": []}
+        )
+        rule["decisions"].append(
+            {"description": entry["description"], "decision": entry["decision"], "cut": entry.get("cut", True)}
+        )
+    return list(rules.values())

@@ -212,6 +212,14 @@ def _check_schedule_info(fields: _Fields, info: dict[str, Any], asts: list[Any],
             fields.text(output.get("op"), f"{at}.outputs[{index}].op", optional=False)
             fields.text(output.get("reason"), f"{at}.outputs[{index}].reason", optional=False)
             fields.sizes(output.get("shape"), f"{at}.outputs[{index}].shape", optional=False)
+    for number, decision in enumerate(fields.list(info.get("decisions", []), f"{where}.decisions")):
+        at = f"{where}.decisions[{number}]"
+        fields.object(decision, at)
+        for key in ("rule", "description", "decision"):
+            fields.text(decision.get(key), f"{at}.{key}", optional=False)
+        fields.text(decision.get("location"), f"{at}.location")
+        if not isinstance(decision.get("cut", True), bool):
+            fields.fail(f"{at}.cut", "true or false", decision.get("cut"))
 
 
 def _check_groups(fields: _Fields, groups: list[Any], rewrites: int, nodes: int) -> None:

@@ -9,10 +9,11 @@
 2. Build one kernel per point (`KernelBuilder`); everything between points fuses into the kernel that reads it.
    Building reveals what would be recomputed; the kernel rules (`KERNEL_RULES`, then `LAST_RESORT_RULES`) make
    more points (a reduce needed by two kernels or at two index sets, a row-fused reduce the kernel's loops would
-   run more than once per value, two large independent matrix products side by side, a recomputation blow-up), and
-   the kernels are built again until no rule cuts. Every decision is recorded (rule, node, decision) for viz.
-3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels (never two
-   large matrix products, for the same reason).
+   run more than once per value, independent matrix products side by side that cost more together than apart
+   (cost.py), a recomputation blow-up), and the kernels are built again until no rule cuts. Every decision is
+   recorded (rule, node, decision) for viz.
+3. Merge kernels that share their loop shape and do not depend on each other into multi-output kernels (never a
+   matrix product that needs its register tile with another product, for the same reason).
 4. Order the steps, give every point a buffer (requested: an output buffer; an ASSIGN: its target's buffer;
    the rest: temporaries) and let temporaries with disjoint lifetimes share memory.
 """
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kiln.tensor.graph import MOVEMENT_OPS, device_of, reshape, shape_of, shrink
+from kiln.tensor.schedule.cost import MachineCosts, keeps_its_tile, machine_costs, product_shape
 from kiln.tensor.schedule.items import (
     BufferRef,
     BufferSource,
@@ -51,12 +53,10 @@ from kiln.tensor.schedule.rules import (
     BuiltKernel,
     Decision,
     contiguous_base,
-    is_matrix_product,
     rule_location,
     strip_detach,
     value_node,
 )
-from kiln.tensor.schedule.rules import SEPARATE_PRODUCT_MACS as SEPARATE_PRODUCT_MACS
 from kiln.tensor.schedule.split_reduce import split_large_reductions
 from kiln.tensor.symbolic import max_numel, unbind
 from kiln.uops import Ops, UOp, trace
@@ -72,7 +72,8 @@ def _view_base(node: UOp) -> UOp | None:
 
 
 class _Planner:
-    def __init__(self, sink: UOp) -> None:
+    def __init__(self, sink: UOp, costs: MachineCosts | None = None) -> None:
+        self.machine = costs  # None: each device's own (cost.machine_costs)
         self.sink = split_large_reductions(_drop_bufferless_assigns(sink))
         self.requested = list(self.sink.src)
         self.order = self.sink.toposort()
@@ -80,6 +81,7 @@ class _Planner:
         self.points: dict[UOp, None] = {}
         self.reasons: dict[UOp, str] = {}  # why each point is one (the viz trace shows it as a refused fusion)
         self.decisions: list[Decision] = []  # every rule's decisions, in order (for the viz trace)
+        self.kept: set[tuple[str, UOp]] = set()
         # values read through an expand left in their readers by row fusion: the reason they would be a point, and
         # the reduces they hold (if a built kernel would recompute one, the value becomes a point after all)
         self.row_fused: dict[UOp, tuple[str, frozenset[UOp]]] = {}
@@ -91,8 +93,15 @@ class _Planner:
         self.decisions.append(Decision(rule, node, reason))
 
     def keep(self, node: UOp, reason: str, rule: str) -> None:
-        """Record that `node` stays fused in its readers although `reason` would cut it."""
-        self.decisions.append(Decision(rule, node, reason))
+        """Record that `node` stays fused in its readers although `reason` would cut it (once per rule and node: the
+        kernel rules run again after every round of cuts)."""
+        if (rule, node) not in self.kept:
+            self.kept.add((rule, node))
+            self.decisions.append(Decision(rule, node, reason, cut=False))
+
+    def costs(self, node: UOp) -> MachineCosts:
+        """The machine parameters that price the kernels computing `node`: the plan's, else its device's."""
+        return self.machine if self.machine is not None else machine_costs(device_of(node))
 
     def is_boundary(self, node: UOp) -> bool:
         """Whether a kernel reading `node` loads it (a point, a buffer, a constant or a device)."""
@@ -234,9 +243,10 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[l
     group_of: dict[UOp, int] = {}
     needs: list[set[int]] = []
     inputs: list[int] = []  # buffers each group's kernel reads (an upper bound: leaves counted once per member)
-    # whether each group computes a matrix product: two products sharing a kernel get no register tile (see
-    # rules.separate_sibling_products), so a product never joins a group that has one
+    # whether each group computes a matrix product, and whether one that needs its register tile (cost.keeps_its_tile:
+    # two products sharing a kernel get none): such a product never shares a group with another product
     products: list[bool] = []
+    tiled: list[bool] = []
 
     def reads(point: UOp) -> set[UOp]:
         if point.op is Ops.COPY:
@@ -258,7 +268,10 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[l
 
     for point in sorted(planner.points, key=planner.position.__getitem__):
         depends = {group_of[leaf] for leaf in reads(point) if leaf is not point}
-        product = point in kernels and any(is_matrix_product(r) for r in kernels[point].stats.reduces)
+        shapes = [] if point not in kernels else [product_shape(r) for r in kernels[point].stats.reduces]
+        found = [shape for shape in shapes if shape is not None]
+        product = bool(found)
+        needs_tile = any(keeps_its_tile(shape, planner.costs(point)) for shape in found)
         chosen = None
         if point in kernels and point.op is not Ops.ASSIGN:
             for number, group in enumerate(groups):
@@ -269,7 +282,7 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[l
                     and shape_of(first) == shape_of(point)
                     and kernels[first].device == kernels[point].device
                     and inputs[number] + len(kernels[point].stats.leaves) <= _MAX_MERGED_INPUTS
-                    and not (product and products[number])
+                    and not (product and products[number] and (needs_tile or tiled[number]))
                     and not reaches(depends, number)
                 ):
                     chosen = number
@@ -279,10 +292,12 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[l
             needs.append(set())
             inputs.append(0)
             products.append(False)
+            tiled.append(False)
             chosen = len(groups) - 1
         else:
             groups[chosen].append(point)
         products[chosen] = products[chosen] or product
+        tiled[chosen] = tiled[chosen] or needs_tile
         kernel = kernels.get(point)
         inputs[chosen] += 0 if kernel is None else len(kernel.stats.leaves)
         group_of[point] = chosen
@@ -290,9 +305,10 @@ def _group_kernels(planner: _Planner, kernels: dict[UOp, BuiltKernel]) -> list[l
     return [group for group in groups if group[0] in kernels]
 
 
-def plan_schedule(sink: UOp) -> SchedulePlan:
-    """The plan that computes every source of `sink` (a SINK of normalized tensor-graph nodes)."""
-    planner = _Planner(sink)
+def plan_schedule(sink: UOp, costs: MachineCosts | None = None) -> SchedulePlan:
+    """The plan that computes every source of `sink` (a SINK of normalized tensor-graph nodes), its trade-offs
+    priced by `costs` (default: each device's `cost.machine_costs`)."""
+    planner = _Planner(sink, costs)
     planner.initial_points()
     for _ in range(_MAX_ROUNDS):
         refs, outputs, temporaries = planner.assign_refs()
@@ -459,7 +475,8 @@ def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UO
             record.info["kernels"] = entries
             record.uops["kernels"] = asts
             # every rule's decisions in order: the node (the group's `decided` graphs, by index), the rule's name and
-            # its function ("file:line", as codegen's rewrite steps say), the decision in words
+            # its function ("file:line", as codegen's rewrite steps say), the decision in words (with the costs it
+            # compared), and whether the node got a buffer
             record.info["decisions"] = [
                 {
                     "rule": rule,
@@ -467,8 +484,9 @@ def record_schedule(planner: _Planner, groups: list[list[UOp]], kernels: dict[UO
                     "node": number,
                     "description": f"{node.op.name} {tuple(shape_of(node))} {node.dtype}",
                     "decision": decision,
+                    "cut": cut,
                 }
-                for number, (rule, node, decision) in enumerate(planner.decisions)
+                for number, (rule, node, decision, cut) in enumerate(planner.decisions)
             ]
             record.uops["decided"] = [decision.node for decision in planner.decisions]
 

@@ -3,8 +3,8 @@
 softmax, log_softmax, layer_norm, rms_norm and logsumexp reduce a row, broadcast the result back over the row and
 reduce or store again: max, then sum(exp(x - max)), then exp(x - max) / sum. Cut at every reduce this is three
 kernels, and the whole array crosses memory once per kernel plus a write. When a row is small enough to stay in the
-cache (`ROW_FUSION_BYTES`), one kernel does it all: for each row, a loop computes the max, a second loop the sum, a
-third one the output; the row is read from memory once.
+cache (`MachineCosts.row_cache_bytes`, cost.py), one kernel does it all: for each row, a loop computes the max, a
+second loop the sum, a third one the output; the row is read from memory once.
 
 The planner keeps such a reduce in its reader (instead of giving it a buffer) when every reduce involved is over
 short rows (`fits_in_a_row`). Whether the fused kernel really computes each reduce once per row is only known once
@@ -16,44 +16,34 @@ built kernel, and the planner gives such a reduce a buffer after all (the cut it
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 
 from kiln.tensor.graph import device_of, shape_of
+from kiln.tensor.schedule.cost import DEFAULT_COSTS, MachineCosts, machine_costs
 from kiln.uops import Ops, UOp
 
-ROW_FUSION_BYTES = 1 << 15
-"""Largest row (reduced elements times their size) a reduce may have to stay in the kernel that reads it back: a
-core's L1 (32 KiB on the development box; its L2 holds many such rows). Softmax and layer_norm over (N, 1024) to
-(N, 8192) float32 measured equal or faster fused (CPU time, LLVM renderer); longer rows are split in two stages
-anyway from 32768 elements (split_reduce.py)."""
-ROW_FUSION_MIN_ELEMENTS = 32
-"""Shortest row a fused reduce may have. A short row leaves each reduce loop a few scalar iterations, while the
-separate kernels put 16 rows in vector lanes: log_softmax over rows of 2 / 4 / 8 measured 10x / 8x / 1.06x slower
-fused, 16 about even, 32 and longer equal or faster (4M float32 elements, LLVM renderer)."""
+ROW_FUSION_BYTES = DEFAULT_COSTS.row_cache_bytes
+"""Largest row (reduced elements times their size) a fused reduce may have (`MachineCosts.row_cache_bytes`)."""
+ROW_FUSION_MIN_ELEMENTS = DEFAULT_COSTS.row_min_elements
+"""Shortest row a fused reduce may have (`MachineCosts.row_min_elements`)."""
 
 
-def fits_in_a_row(reduce: UOp) -> bool:
-    """Whether REDUCE_AXIS `reduce` reduces rows of ROW_FUSION_MIN_ELEMENTS up to ROW_FUSION_BYTES on a device that
-    fuses rows (it may then be fused into the kernel that reads it back)."""
-    if not fuses_rows(device_of(reduce)):
+def fits_in_a_row(reduce: UOp, costs: MachineCosts | None = None) -> bool:
+    """Whether REDUCE_AXIS `reduce` reduces rows of `row_min_elements` up to `row_cache_bytes` on a device that
+    fuses rows (it may then be fused into the kernel that reads it back); `costs`: the device's by default."""
+    costs = machine_costs(device_of(reduce)) if costs is None else costs
+    if not costs.fuses_rows:
         return False
     source = reduce.src[0]
     shape = shape_of(source)
     reduced: int = math.prod(shape[axis] for axis in reduce.arg.axes)
-    return reduced >= ROW_FUSION_MIN_ELEMENTS and reduced * source.dtype.itemsize <= ROW_FUSION_BYTES
+    return reduced >= costs.row_min_elements and reduced * source.dtype.itemsize <= costs.row_cache_bytes
 
 
-@functools.cache
 def fuses_rows(device: str) -> bool:
-    """Whether kernels for `device` fuse short rows: only where a kernel's loops run in one CPU thread (a renderer
-    without local threads). A GPU-style renderer would give each fused row to one thread of its own, reading the row
-    serially and uncoalesced, where the separate kernels reduce each row with a block of threads (group reduce);
-    row fusion on GPUs is not measured yet."""
-    from kiln.runtime import Device  # the device's renderer, opened lazily (the scheduler is otherwise device-blind)
-
-    return not Device[device].renderer.has_local
+    """Whether kernels for `device` fuse short rows (`MachineCosts.fuses_rows` of `machine_costs(device)`)."""
+    return machine_costs(device).fuses_rows
 
 
 def _open_ranges(sink: UOp) -> dict[UOp, frozenset[UOp]]:

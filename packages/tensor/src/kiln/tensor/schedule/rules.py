@@ -9,9 +9,12 @@ They come in two tables, applied in their order by the planner (planner.py):
   the planner adds their cuts and builds again until no rule cuts. `LAST_RESORT_RULES` run only when no kernel rule
   cut anything: a kernel that could not be built at all is split.
 
-A rule records each decision (`Decision`: its name, the node, what it decided) through `Placement.mark` (the node
-gets a buffer) or `Placement.keep` (the node stays fused although another rule would cut it: row fusion). The
-planner records them in the viz trace as one rewrite per rule, the way codegen's passes are shown.
+Where fusing or cutting is a trade-off (recomputing a value under an expand, two matrix products sharing a kernel),
+the rule compares the two plans' costs (cost.py: bytes moved, recomputed work, register tiles, launches, priced by
+the device's `MachineCosts`) and its decision states both. A rule records each decision (`Decision`: its name, the
+node, what it decided) through `Placement.mark` (the node gets a buffer) or `Placement.keep` (the node stays fused
+although another rule would cut it: row fusion, or a comparison that chose fusing). The planner records them in the
+viz trace's schedule group, which viz lists rule by rule.
 """
 
 from __future__ import annotations
@@ -21,30 +24,29 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from kiln.tensor.graph import MOVEMENT_OPS, const_value, shape_of
+from kiln.tensor.schedule.cost import (
+    MachineCosts,
+    ProductShape,
+    expand_comparison,
+    product_shape,
+    products_comparison,
+    work_of,
+)
 from kiln.tensor.schedule.items import BufferRef
 from kiln.tensor.schedule.kernel_builder import MAX_KERNEL_NODES, KernelStats
 from kiln.tensor.schedule.row_fusion import fits_in_a_row, recomputed_reduces
 from kiln.tensor.symbolic import max_numel
 from kiln.uops import GroupOp, Ops, UOp, dtypes
 
-# ops whose recomputation for every element of an expand costs more than reading a buffer
-_COSTLY_OPS = frozenset(
-    {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.FDIV, Ops.RECIPROCAL, Ops.IDIV, Ops.MOD, Ops.THREEFRY}
-)
-_CHEAP_ALU_LIMIT = 8  # more ALU ops than this under an expand is costly too
-_COSTLY_EXPAND_RATIO = 4  # recomputing a costly elementwise value fewer times than this is cheaper than a kernel
-
-SEPARATE_PRODUCT_MACS = 1 << 24
-"""Multiply-adds from which a matrix product is big enough to keep out of a kernel holding another one (see
-`separate_sibling_products`): smaller ones (an MLP's layers and their gradients) stay merged, saving launches."""
-
 
 class Decision(NamedTuple):
-    """One placement decision: the rule that made it, the node it is about, and what it decided (in words)."""
+    """One placement decision: the rule that made it, the node it is about, what it decided (in words), and whether
+    the node got a buffer (`cut`) or stays fused in its readers."""
 
     rule: str
     node: UOp
     decision: str
+    cut: bool = True
 
 
 @dataclass
@@ -82,6 +84,10 @@ class Placement(Protocol):
 
     def subtree(self, node: UOp) -> Iterable[UOp]:
         """The nodes a kernel computing `node` evaluates (down to points and sources)."""
+        ...
+
+    def costs(self, node: UOp) -> MachineCosts:
+        """The machine parameters that price the kernels computing `node` (its device's)."""
         ...
 
 
@@ -181,13 +187,16 @@ def _cheap_integer_op(node: UOp) -> bool:
 
 
 def materialize_through_expand(placement: Placement) -> None:
-    """A reduce, or a costly elementwise value, read through an EXPAND would be recomputed for every expanded
-    element: it gets a buffer. Row fusion (row_fusion.py) keeps a reduce over short rows in its reader instead
-    (softmax's max, sum and output in one kernel), checked by `recomputed_row_reduces` once the kernel is built."""
+    """A reduce read through an EXPAND would be recomputed for every expanded element (its loop inside the reader's
+    loops): it gets a buffer. Row fusion (row_fusion.py) keeps a reduce over short rows in its reader instead
+    (softmax's max, sum and output in one kernel), checked by `recomputed_row_reduces` once the kernel is built.
+    An elementwise value read through an EXPAND gets a buffer when recomputing it at every expanded element costs
+    more than writing it once, reading it back and a launch (`cost.expand_comparison`)."""
     for node in placement.order:
         if node.op is not Ops.EXPAND:
             continue
-        ratio = max_numel(node.arg) / max(1, max_numel(shape_of(node.src[0])))
+        expanded = max_numel(node.arg)
+        ratio = expanded / max(1, max_numel(shape_of(node.src[0])))
         source = node.src[0]
         while source.op in MOVEMENT_OPS or source.op is Ops.DETACH:
             source = source.src[0]
@@ -195,18 +204,26 @@ def materialize_through_expand(placement: Placement) -> None:
             continue
         inner = [n for n in placement.subtree(source) if not placement.is_boundary(n) or n is source]
         reduces = frozenset(n for n in inner if n.op is Ops.REDUCE_AXIS)
-        constant = _constant_only(inner)
-        alu = [n for n in inner if n.op in GroupOp.ALU and not (n in constant and _cheap_integer_op(n))]
-        costly = any(n.op in _COSTLY_OPS for n in alu) or len(alu) > _CHEAP_ALU_LIMIT
-        if reduces or (costly and ratio >= _COSTLY_EXPAND_RATIO):
-            what = "a reduce" if reduces else "a costly elementwise value"
-            reason = f"{what} read through an expand would be recomputed {ratio:g} times per value"
-            if reduces and all(fits_in_a_row(n) for n in reduces):
+        costs = placement.costs(source)
+        if reduces:
+            reason = f"a reduce read through an expand would be recomputed {ratio:g} times per value"
+            if all(fits_in_a_row(n, costs) for n in reduces):
                 # row fusion: computed once per row inside the reader, checked once the kernel is built
                 placement.row_fused[source] = (reason, reduces)
                 placement.keep(source, f"kept in its reader over short rows ({reason})", "row_fusion")
             else:
                 placement.mark(source, reason, "materialize_through_expand")
+            continue
+        constant = _constant_only(inner)
+        alu = [n for n in inner if n.op in GroupOp.ALU and not (n in constant and _cheap_integer_op(n))]
+        if not alu:
+            continue
+        comparison = expand_comparison(source, expanded, work_of(alu, costs), costs)
+        what = f"an elementwise value read through an expand would be recomputed {ratio:g} times per value"
+        if comparison.cuts:
+            placement.mark(source, f"{what}: {comparison.describe()}", "materialize_through_expand")
+        else:
+            placement.keep(source, f"{what}: {comparison.describe()}", "materialize_through_expand")
 
 
 def nested_reduces(placement: Placement) -> None:
@@ -256,52 +273,36 @@ def shared_reduces(placement: Placement, kernels: list[BuiltKernel]) -> Iterable
             yield reduce, f"a reduce needed by {count} kernels"
 
 
-def is_matrix_product(node: UOp) -> bool:
-    """Whether REDUCE_AXIS `node` is a large matrix product (SEPARATE_PRODUCT_MACS multiply-adds or more): it sums a
-    product of two broadcast operands over one axis (a matmul's contraction).
-
-    A product summed over more axes is not one: kiln.tensor.llm.quantized sums a quantized weight's runs of 32 values
-    as two axes, which get no register tile either way, and two of them in one kernel share the loads of their input
-    (the Q8_0 bench model prefilled ~195 tok/s with its gate and up products together, 161 apart)."""
-    if node.op is not Ops.REDUCE_AXIS or node.arg.op is not Ops.ADD or len(node.arg.axes) != 1:
-        return False
-    if max_numel(shape_of(node.src[0])) < SEPARATE_PRODUCT_MACS:
-        return False
-    value = node.src[0]
-    while value.op is Ops.CAST:
-        value = value.src[0]
-    return value.op is Ops.MUL and all(_broadcast_operand(source) for source in value.src)
-
-
-def _broadcast_operand(node: UOp) -> bool:
-    # whether `node` reaches a non-movement value through a movement chain (casts included) holding an EXPAND
-    expanded = False
-    while node.op in MOVEMENT_OPS or node.op in (Ops.CAST, Ops.DETACH):
-        expanded = expanded or node.op is Ops.EXPAND
-        node = node.src[0]
-    return expanded
-
-
-def sibling_products(placement: Placement, reduces: Iterable[UOp]) -> list[UOp]:
-    """The large matrix products among a kernel's `reduces` that neither read nor are read by another of them, when
-    there are two or more, in graph order."""
-    products = [r for r in reduces if is_matrix_product(r)]
-    if len(products) < 2:
+def sibling_products(placement: Placement, reduces: Iterable[UOp]) -> list[tuple[UOp, ProductShape]]:
+    """The matrix products (`cost.product_shape`) among a kernel's `reduces` that neither read nor are read by
+    another of them, with their shapes, when there are two or more, in graph order."""
+    shapes = {r: shape for r in reduces if (shape := product_shape(r)) is not None}
+    if len(shapes) < 2:
         return []
-    inside = {p: {q for q in placement.subtree(p.src[0]) if q in products and q is not p} for p in products}
+    inside = {p: {q for q in placement.subtree(p.src[0]) if q in shapes and q is not p} for p in shapes}
     nested = set().union(*inside.values())
-    siblings = [p for p in products if not inside[p] and p not in nested]
-    return sorted(siblings, key=placement.position.__getitem__) if len(siblings) > 1 else []
+    siblings = sorted((p for p in shapes if not inside[p] and p not in nested), key=placement.position.__getitem__)
+    return [(p, shapes[p]) for p in siblings] if len(siblings) > 1 else []
 
 
 def separate_sibling_products(placement: Placement, kernels: list[BuiltKernel]) -> Iterable[tuple[UOp, str]]:
-    """Two or more large independent matrix products in one kernel (silu(x @ w1.T) * (x @ w3.T)) get no register
-    tile and no packed operand ((64, 768) inputs, (2048, 768) weights: 62 ms against 2.7 ms as kernels of their own):
-    each gets a buffer. A product inside another's operand (the last token's row through a model's last layers into
-    its output head) stays: as a point it would be computed for every row."""
+    """Two or more independent matrix products in one kernel (silu(x @ w1.T) * (x @ w3.T)) get no register tile:
+    each gets a kernel of its own when that costs less (`cost.products_comparison`: an operand larger than the
+    cache streamed once per row instead of once per tile of rows, against the products' outputs written and read
+    back and a launch each; (64, 768) inputs, (2048, 768) float32 weights measured 62 ms together, 2.7 ms apart).
+    A product inside another's operand (the last token's row through a model's last layers into its output head)
+    stays: as a point it would be computed for every row."""
     for kernel in kernels:
-        for reduce in sibling_products(placement, kernel.stats.reduces):
-            yield reduce, "one of several independent matrix products that would share a kernel"
+        siblings = sibling_products(placement, kernel.stats.reduces)
+        if not siblings:
+            continue
+        comparison = products_comparison([shape for _, shape in siblings], placement.costs(siblings[0][0]))
+        what = f"one of {len(siblings)} independent matrix products that would share a kernel"
+        for reduce, _ in siblings:
+            if comparison.cuts:
+                yield reduce, f"{what}: {comparison.describe()}"
+            else:
+                placement.keep(reduce, f"{what}: {comparison.describe()}", "separate_sibling_products")
 
 
 def recomputed_row_reduces(placement: Placement, kernels: list[BuiltKernel]) -> Iterable[tuple[UOp, str]]:

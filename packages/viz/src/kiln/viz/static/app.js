@@ -243,16 +243,29 @@
       el("div", { class: "ops" }, entry.fused_ops.join("\n"), more));
   }
 
+  // the placement rules' decisions, rule by rule (as codegen's passes are listed): each node, what the rule decided
+  // (with the costs it compared) and whether the node got a buffer or stays fused
+  function scheduleRules(rules) {
+    if (!rules || !rules.length) return null;
+    return el("div", { class: "schedule-rules" }, el("div", {}, "placement rules, in the order they decided:"),
+      rules.map((rule) => el("div", { class: "schedule-rule" },
+        el("b", {}, text(rule.rule)), " ", el("span", { class: "location" }, text(rule.location)),
+        rule.decisions.map((decision) => el("div", { class: decision.cut ? "decision cut" : "decision kept" },
+          el("span", { class: "verdict" }, decision.cut ? "buffer" : "fused"), " ", text(decision.description), ": ",
+          text(decision.decision))))));
+  }
+
   function scheduleGroup(group) {
-    return (group.info.kernels || []).map((entry, index) =>
-      scheduleEntry({ ...entry, kernel: (group.kernel_links || [])[index] }, true));
+    return [scheduleRules(group.rules), (group.info.kernels || []).map((entry, index) =>
+      scheduleEntry({ ...entry, kernel: (group.kernel_links || [])[index] }, true))];
   }
 
   async function showSchedule() {
     showView("schedule");
     const data = await api("/api/schedule");
     const parts = data.schedules.map((schedule) =>
-      [el("h3", {}, text(schedule.name)), schedule.kernels.map((entry) => scheduleEntry(entry, true))]);
+      [el("h3", {}, text(schedule.name)), scheduleRules(schedule.rules),
+        schedule.kernels.map((entry) => scheduleEntry(entry, true))]);
     fill($("#view-schedule"), parts.length ? parts : "no schedules recorded");
     setStatus(`${data.schedules.length} schedules`);
   }
