@@ -54,11 +54,7 @@ class CPUProgramRunner(HCQProgramRunner):
     def __init__(self, device: CPUDevice, program: Program) -> None:
         self.inline_work_limit = device.inline_multicore_limit if program.uses_core_id else device.inline_work_limit
         super().__init__(device, program, None)
-        binary = program.binary
-        if binary is None:
-            raise RuntimeError(
-                f"program {program.name!r} has no binary: CPU programs must come from a renderer with a compiler"
-            )
+        binary = self._binary("CPU programs must come from a renderer with a compiler")
         host_kernel = device.loader_for(program).load(binary, program.signature)
         self.takes_core_id = program.uses_core_id
         check_parameters(program.name, host_kernel.parameters, self.slots, self.variables, self.takes_core_id)

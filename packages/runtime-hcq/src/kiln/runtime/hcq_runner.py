@@ -10,7 +10,7 @@ from kiln.runtime.command_queue import ExecCommand
 from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.knobs import profiling_enabled
-from kiln.runtime.program_runner import LaunchDims, ProgramRunner
+from kiln.runtime.program_runner import Launch, ProgramRunner
 
 __all__ = ["HCQProgramRunner"]
 
@@ -68,7 +68,7 @@ class HCQProgramRunner(ProgramRunner):
             kernel = self.kernel if self._kernel_unbound else self.kernel_for(buffers)
             if self.device.launch_inline(kernel, args, dims[0], dims[1], self.name):
                 return None
-            return self._launch(buffers, addresses, (), dims[0], dims[1], wait)
+            return self._launch(Launch(buffers, addresses, (), dims[0], dims[1], wait))
         return super().__call__(buffers, var_vals, wait)
 
     @property
@@ -99,16 +99,9 @@ class HCQProgramRunner(ProgramRunner):
         address: int = (buffer.opaque if buffer._opaque is None else buffer._opaque).address
         return address
 
-    def _launch(
-        self,
-        buffers: Sequence[Buffer],
-        addresses: tuple[int, ...],
-        values: tuple[int, ...],
-        global_size: LaunchDims,
-        local_size: LaunchDims,
-        wait: bool,
-    ) -> float | None:
+    def _launch(self, launch: Launch) -> float | None:
         # A fresh block per launch: queued launches keep their own arguments until they run.
+        buffers, addresses, values, global_size, local_size, wait = launch
         args = HCQArgsState.for_launch(self.arg_layout, addresses, values)
         profiling = profiling_enabled()
         profile = self.profile_args(values) if profiling else None

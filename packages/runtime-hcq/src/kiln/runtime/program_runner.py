@@ -13,16 +13,31 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kiln.codegen import Program, VariableParameter
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind, KernelArgLayout
 from kiln.uops import DType, PtrDType
 
-__all__ = ["LaunchDims", "ProgramRunner", "RunnerDevice", "VariableSpec"]
+__all__ = ["Launch", "LaunchDims", "ProgramRunner", "RunnerDevice", "VariableSpec"]
 
 LaunchDims = tuple[int, int, int]
+
+
+class Launch(NamedTuple):
+    """One launch's checked arguments, as `ProgramRunner.__call__` hands them to a device's `_launch`."""
+
+    buffers: Sequence[Buffer]
+    """one Buffer per slot, as the caller passed them (used slots allocated)"""
+    addresses: tuple[int, ...]
+    """the kernel address of each used slot's buffer (`buffer_address`), in `slots` order"""
+    values: tuple[int, ...]
+    """the variables' values in kernel order"""
+    global_size: LaunchDims
+    local_size: LaunchDims
+    wait: bool
+    """wait for the kernel and return its run time in seconds"""
 
 
 class VariableSpec:
@@ -123,7 +138,7 @@ class ProgramRunner(abc.ABC):
         values = self.variable_values(var_vals)
         addresses = self.buffer_addresses(buffers)
         global_size, local_size = self.launch_dims(var_vals)
-        return self._launch(buffers, addresses, values, global_size, local_size, wait)
+        return self._launch(Launch(buffers, addresses, values, global_size, local_size, wait))
 
     def launch_dims(self, var_vals: Mapping[str, int] | None = None) -> tuple[LaunchDims, LaunchDims]:
         """(global size, local size) of a launch with these variable values."""
@@ -132,20 +147,19 @@ class ProgramRunner(abc.ABC):
         return self.program.launch_dims(var_vals or {})
 
     @abc.abstractmethod
-    def _launch(
-        self,
-        buffers: Sequence[Buffer],
-        addresses: tuple[int, ...],
-        values: tuple[int, ...],
-        global_size: LaunchDims,
-        local_size: LaunchDims,
-        wait: bool,
-    ) -> float | None:
-        """Queues the launch on the device (arguments already checked); returns seconds if `wait`."""
+    def _launch(self, launch: Launch) -> float | None:
+        """Queues the launch on the device (arguments already checked); returns seconds if `launch.wait`."""
 
     @abc.abstractmethod
     def buffer_address(self, buffer: Buffer) -> int:
         """The address the kernel receives for `buffer` (allocated, on this device)."""
+
+    def _binary(self, why: str) -> bytes:
+        """The program's binary; RuntimeError saying `why` the device needs one when the program has only source."""
+        binary = self.program.binary
+        if binary is None:
+            raise RuntimeError(f"program {self.name!r} has no binary: {why}")
+        return binary
 
     # -- argument checks ---------------------------------------------------------------------------------------------
     def variable_values(self, var_vals: Mapping[str, int] | None) -> tuple[int, ...]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Sequence
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.cuda.context import CUDAContext
 from kiln.runtime.cuda.driver_api import CUDA_ERROR_NOT_FOUND, CUDAError, kernel_parameters
 from kiln.runtime.kernel_args import HCQArgsState
-from kiln.runtime.program_runner import LaunchDims, ProgramRunner
+from kiln.runtime.program_runner import Launch, ProgramRunner
 
 __all__ = ["CUDAProgramRunner"]
 
@@ -28,12 +27,9 @@ class CUDAProgramRunner(ProgramRunner):
 
     def __init__(self, device: CUDAContext, program: Program) -> None:
         super().__init__(device, program)
-        binary = program.binary
-        if binary is None:
-            raise RuntimeError(
-                f"program {program.name!r} has no binary: a CUDA program must come from a renderer with a compiler "
-                "(CUDA C through NVRTC, or PTX), not only source"
-            )
+        binary = self._binary(
+            "a CUDA program must come from a renderer with a compiler (CUDA C through NVRTC, or PTX), not only source"
+        )
         self.module: int | None = None
         device.make_current()
         self.module = device.api.load_module(binary, context=f"loading {program.name!r} on {device.name}")
@@ -62,21 +58,13 @@ class CUDAProgramRunner(ProgramRunner):
         HCQArgsState(self.arg_layout, memoryview(block), addresses, values)
         return block
 
-    def _launch(
-        self,
-        buffers: Sequence[Buffer],
-        addresses: tuple[int, ...],
-        values: tuple[int, ...],
-        global_size: LaunchDims,
-        local_size: LaunchDims,
-        wait: bool,
-    ) -> float | None:
-        block = self.pack_arguments(addresses, values)
+    def _launch(self, launch: Launch) -> float | None:
+        block = self.pack_arguments(launch.addresses, launch.values)
         parameters = (ctypes.c_char * len(block)).from_buffer(block)
         pointers = kernel_parameters(parameters, self.arg_layout.offsets)
-        device = self.device
+        device, global_size, local_size = self.device, launch.global_size, launch.local_size
         device.make_current()
-        timer = device.launch_timer() if wait else None
+        timer = device.launch_timer() if launch.wait else None
         if timer is not None:
             timer.start()
         device.api.call(

@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
-from collections.abc import Sequence
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
 from kiln.runtime.kernel_args import ArgKind
 from kiln.runtime.opencl.cl_allocator import CLAllocator, CLMemory
 from kiln.runtime.opencl.cl_context import CLContext
-from kiln.runtime.program_runner import LaunchDims, ProgramRunner
+from kiln.runtime.program_runner import Launch, ProgramRunner
 
 __all__ = ["CLProgramRunner"]
 
@@ -33,12 +32,10 @@ class CLProgramRunner(ProgramRunner):
         from kiln.renderers import ENTRY_NAME  # lazily: the runtime imports its renderers only when used
         from kiln.renderers.opencl import build_program
 
-        binary = program.binary
-        if binary is None:
-            raise RuntimeError(
-                f"program {program.name!r} has no binary: a CL program must come from the device's renderer, whose "
-                "compiler builds it (a source-only renderer cannot run on CL)"
-            )
+        binary = self._binary(
+            "a CL program must come from the device's renderer, whose compiler builds it "
+            "(a source-only renderer cannot run on CL)"
+        )
         library, target = device.library, device.target
         self.program_handle: int | None = None
         handle = ctypes.c_void_p(target.device)
@@ -71,15 +68,8 @@ class CLProgramRunner(ProgramRunner):
         assert isinstance(allocator, CLAllocator)
         return allocator.kernel_handle(memory)
 
-    def _launch(
-        self,
-        buffers: Sequence[Buffer],
-        addresses: tuple[int, ...],
-        values: tuple[int, ...],
-        global_size: LaunchDims,
-        local_size: LaunchDims,
-        wait: bool,
-    ) -> float | None:
+    def _launch(self, launch: Launch) -> float | None:
+        _, addresses, values, global_size, local_size, wait = launch
         device = self.device
         library = device.library
         work_items = (ctypes.c_size_t * 3)(*(groups * threads for groups, threads in zip(global_size, local_size)))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from kiln.codegen import Program
+from kiln.renderers import ENTRY_NAME
 from kiln.renderers.webgpu_library import load_wgpu
 from kiln.runtime.buffer import Buffer
-from kiln.runtime.program_runner import LaunchDims, ProgramRunner
+from kiln.runtime.program_runner import Launch, ProgramRunner
 from kiln.runtime.webgpu.webgpu_allocator import WebGPUMemory, align_up
 from kiln.runtime.webgpu.webgpu_context import WebGPUContext
 
@@ -32,14 +32,10 @@ class WebGPUProgramRunner(ProgramRunner):
 
     def __init__(self, device: WebGPUContext, program: Program) -> None:
         super().__init__(device, program)
-        from kiln.renderers import ENTRY_NAME  # lazily: the runtime imports its renderers only when used
-
-        binary = program.binary
-        if binary is None:
-            raise RuntimeError(
-                f"program {program.name!r} has no binary: a WEBGPU program must come from the device's renderer, "
-                "whose compiler validates its WGSL (a source-only renderer cannot run on WEBGPU)"
-            )
+        binary = self._binary(
+            "a WEBGPU program must come from the device's renderer, whose compiler validates its WGSL "
+            "(a source-only renderer cannot run on WEBGPU)"
+        )
         wgpu = load_wgpu()
         gpu = device.target.device
         self._gpu = gpu
@@ -83,22 +79,14 @@ class WebGPUProgramRunner(ProgramRunner):
         size = min(max(align_up(memory.size), 4), available)
         return {"binding": binding, "resource": {"buffer": memory.buffer, "offset": memory.offset, "size": size}}
 
-    def _launch(
-        self,
-        buffers: Sequence[Buffer],
-        addresses: tuple[int, ...],
-        values: tuple[int, ...],
-        global_size: LaunchDims,
-        local_size: LaunchDims,
-        wait: bool,
-    ) -> float | None:
-        device = self.device
+    def _launch(self, launch: Launch) -> float | None:
+        device, global_size = self.device, launch.global_size
         if 0 in global_size:
-            return 0.0 if wait else None
+            return 0.0 if launch.wait else None
         limit = int(device.target.limits.get("max-compute-workgroups-per-dimension", 65535))
         if max(global_size) > limit:
             raise ValueError(f"{self.name}: {global_size} workgroups exceed WebGPU's {limit} per dimension")
-        entries = [self._binding(binding, buffers[slot]) for binding, slot in enumerate(self.slots)]
+        entries = [self._binding(binding, launch.buffers[slot]) for binding, slot in enumerate(self.slots)]
         if self.variables_buffer is not None:
             entries.append({"binding": len(self.slots), "resource": {"buffer": self.variables_buffer}})
         bind_group = self._gpu.create_bind_group(layout=self.bind_group_layout, entries=entries)
@@ -110,9 +98,9 @@ class WebGPUProgramRunner(ProgramRunner):
         compute.end()
         with self._launch_lock:
             if self.variables_buffer is not None:  # ordered before this submission, after the earlier ones
-                self._gpu.queue.write_buffer(self.variables_buffer, 0, np.asarray(values, dtype=np.int32))
+                self._gpu.queue.write_buffer(self.variables_buffer, 0, np.asarray(launch.values, dtype=np.int32))
             value = device.timeline.submit([encoder.finish()])
-        if not wait:
+        if not launch.wait:
             return None
         device.timeline.wait(value)
         return device.timeline.seconds(value)
