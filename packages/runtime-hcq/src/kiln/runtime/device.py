@@ -87,6 +87,20 @@ class DeviceUnavailable(RuntimeError):
     """A device exists as a kind but cannot be opened here (no hardware, driver missing, broken plugin ...)."""
 
 
+_SIMULATED_SUFFIX = re.compile(r"sim(\d*)")
+
+
+def require_simulated(name: str, gpus: str, missing: str, knobs: str) -> None:
+    """Raises DeviceUnavailable unless `name` names a simulated GPU of a user-space driver ("KIND:sim",
+    "KIND:sim<N>"): the driver cannot open real `gpus` yet for want of `missing`; `knobs` configure the simulation."""
+    kind, _, suffix = name.partition(":")
+    if _SIMULATED_SUFFIX.fullmatch(suffix) is None:
+        raise DeviceUnavailable(
+            f"{name}: kiln's {kind} driver cannot open real {gpus} yet ({missing}); "
+            f"open a simulated one instead, e.g. '{kind}:sim' ({knobs})"
+        )
+
+
 class DeviceBase:
     """What every device is: a name, an allocator, the renderers that target it and the dtypes it stores.
 

@@ -15,12 +15,11 @@ first simulated GPUs form one XGMI hive; 0 = none).
 
 from __future__ import annotations
 
-import re
-
 from kiln.drivers.am.gfx_generation import GfxGeneration
 from kiln.drivers.am.memory_manager import AMMemoryManager
 from kiln.drivers.am.simulated_hardware import SimulatedAMHardware, SimulatedHive, SimulatedPlatform
-from kiln.runtime import DeviceBase, DeviceUnavailable
+from kiln.runtime import DeviceBase
+from kiln.runtime.device import require_simulated
 from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, VirtMapping
 from kiln.uops import register_knob
 
@@ -44,7 +43,6 @@ SIM_HIVE = register_knob(
     owner="kiln.drivers.am",
 )
 
-_SIM_NAME = re.compile(r"sim(\d*)")
 _SEGMENT_UNIT = 16 << 20  # XGMI segment sizes are multiples of 16 MiB
 
 
@@ -81,16 +79,6 @@ class AMAllocator(MappedAllocator):
 
     owner: AMDevice
 
-    @property
-    def memory_manager(self) -> AMMemoryManager:
-        return self.owner.memory_manager
-
-    def read_virtual(self, va_addr: int, size: int) -> bytes:
-        return self.owner.hardware.read_virtual(va_addr, size)
-
-    def write_virtual(self, va_addr: int, data: bytes) -> None:
-        self.owner.hardware.write_virtual(va_addr, data)
-
     def _map_host_memory(self, size: int, uncached: bool) -> tuple[VirtMapping, tuple[tuple[int, int], ...]]:
         manager = self.memory_manager
         pages = -(-size // 4096) * 4096
@@ -117,8 +105,11 @@ class AMAllocator(MappedAllocator):
     def _unmap_import(self, device_name: str, mapping: VirtMapping) -> None:
         SIMULATION.devices[device_name].memory_manager.unmap_range(mapping.va_addr, mapping.size)
 
-    def _map_peer(self, buffer: MappedBuffer) -> None:
-        self.owner.map(buffer)
+    def _import(self, allocation: MappedAllocation) -> VirtMapping:
+        manager, mapping = self.owner.memory_manager, allocation.mapping
+        if allocation.host_chunks:
+            return manager.map_host(mapping.va_addr, mapping.size, mapping.paddrs)
+        return manager.map_peer(allocation.owner.memory_manager, mapping)
 
 
 class AMDevice(DeviceBase):
@@ -132,13 +123,12 @@ class AMDevice(DeviceBase):
     allocator: AMAllocator
 
     def __init__(self, name: str) -> None:
-        kind, _, suffix = name.partition(":")
-        if _SIM_NAME.fullmatch(suffix) is None:
-            raise DeviceUnavailable(
-                f"{name}: kiln's AM driver cannot open real AMD GPUs yet (no PCI backend: firmware boot and IP "
-                f"discovery are not built); open a simulated one instead, e.g. '{kind}:sim' "
-                "(knobs AM_SIM_VRAM_MIB, AM_SIM_GFX, AM_SIM_HIVE)"
-            )
+        require_simulated(
+            name,
+            "AMD GPUs",
+            "no PCI backend: firmware boot and IP discovery are not built",
+            "knobs AM_SIM_VRAM_MIB, AM_SIM_GFX, AM_SIM_HIVE",
+        )
         vram_mib = SIM_VRAM_MIB.value()
         generation = GfxGeneration.parse(SIM_GFX.value())
         if vram_mib < 512 or vram_mib % 2:
@@ -148,22 +138,9 @@ class AMDevice(DeviceBase):
             SIMULATION.platform, vram_size, generation, hive=SIMULATION.hive_for(vram_size)
         )
         self.memory_manager = AMMemoryManager(self.hardware)
-        super().__init__(name, AMAllocator(name, self))
+        super().__init__(name, AMAllocator(name, self, self.hardware))
         SIMULATION.devices[name] = self
 
     def map(self, buffer: AMBuffer) -> VirtMapping:
         """Make `buffer` (VRAM of any simulated AM device, or pinned host memory) usable here, at its own VA."""
-        allocation = buffer.allocation
-        if allocation.owner is self:
-            return allocation.mapping
-        existing = allocation.imports.get(self.name)
-        if existing is not None:
-            return existing
-        if allocation.host_chunks:
-            mapping = self.memory_manager.map_host(
-                allocation.mapping.va_addr, allocation.mapping.size, allocation.mapping.paddrs
-            )
-        else:
-            mapping = self.memory_manager.map_peer(allocation.owner.memory_manager, allocation.mapping)
-        allocation.imports[self.name] = mapping
-        return mapping
+        return self.allocator.map(buffer)

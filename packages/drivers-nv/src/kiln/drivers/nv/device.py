@@ -17,12 +17,11 @@ read when a device opens.
 
 from __future__ import annotations
 
-import re
-
 from kiln.drivers.nv.memory_manager import NVMemoryManager, PeerLink
 from kiln.drivers.nv.simulated_hardware import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.runtime import DeviceBase, DeviceUnavailable
+from kiln.runtime.device import require_simulated
 from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, TLSFAllocator, VirtMapping
 from kiln.uops import register_knob
 
@@ -48,7 +47,6 @@ SIM_P2P = register_knob(
     owner="kiln.drivers.nv",
 )
 
-_SIM_NAME = re.compile(r"sim(\d*)")
 MAX_SIMULATED_GPUS = 9  # peer ids are 3 bits: each GPU can reach 8 others
 HOST_BUS_BASE = 1 << 32  # where the simulated host hands out bus addresses for pinned buffers
 BAR1_BUS_BASE = 2 * DEFAULT_HOST_MEMORY_BYTES  # BAR1 windows of simulated GPUs sit above all host bus addresses
@@ -120,16 +118,6 @@ class NVAllocator(MappedAllocator):
 
     owner: NVDevice
 
-    @property
-    def memory_manager(self) -> NVMemoryManager:
-        return self.owner.memory_manager
-
-    def read_virtual(self, va_addr: int, size: int) -> bytes:
-        return self.owner.gpu.read_virtual(va_addr, size)
-
-    def write_virtual(self, va_addr: int, data: bytes) -> None:
-        self.owner.gpu.write_virtual(va_addr, data)
-
     def _map_host_memory(self, size: int, uncached: bool) -> tuple[VirtMapping, tuple[tuple[int, int], ...]]:
         size = -(-size // 4096) * 4096
         bus_address = MACHINE.host_allocator.alloc(size, 4096)
@@ -148,20 +136,22 @@ class NVAllocator(MappedAllocator):
     def _unmap_import(self, device_name: str, mapping: VirtMapping) -> None:
         MACHINE.device(device_name).memory_manager.unmap(mapping)
 
-    def _map_peer(self, buffer: MappedBuffer) -> None:
-        self.owner.map(buffer)
+    def _import(self, allocation: MappedAllocation) -> VirtMapping:
+        manager, mapping = self.owner.memory_manager, allocation.mapping
+        if allocation.host_chunks:
+            return manager.map_system(allocation.host_chunks, vaddr=mapping.va_addr, uncached=mapping.uncached)
+        return manager.map_peer(mapping, MACHINE.peer_link(self.owner, allocation.owner))
 
 
 class NVDevice(DeviceBase):
     """An NV device. Only simulated GPUs ("NV:sim", "NV:sim<N>") open; real ones raise DeviceUnavailable."""
 
+    allocator: NVAllocator
+
     def __init__(self, name: str) -> None:
-        kind, _, suffix = name.partition(":")
-        if _SIM_NAME.fullmatch(suffix) is None:
-            raise DeviceUnavailable(
-                f"{name}: kiln's NV driver cannot open real NVIDIA GPUs yet (it has no GSP boot / RM support); "
-                f"open a simulated one instead, e.g. '{kind}:sim' (VRAM from NV_SIM_VRAM_MIB, format from NV_SIM_MMU)"
-            )
+        require_simulated(
+            name, "NVIDIA GPUs", "it has no GSP boot / RM support", "VRAM from NV_SIM_VRAM_MIB, format from NV_SIM_MMU"
+        )
         vram_mib, version, p2p = SIM_VRAM_MIB.value(), SIM_MMU.value(), SIM_P2P.value()
         if p2p not in (0, 1):
             raise ValueError(f"NV_SIM_P2P={p2p} must be 0 (peers through BAR1) or 1 (join the P2P group)")
@@ -171,25 +161,12 @@ class NVDevice(DeviceBase):
             raise ValueError(f"NV_SIM_VRAM_MIB={vram_mib} is too small; a simulated NV GPU needs at least 128 MiB")
         self.gpu = SimulatedNVGPU(vram_mib << 20, version, host_memory=MACHINE.host_memory, name=name)
         self.memory_manager = NVMemoryManager(self.gpu, vram_mib << 20, mmu_version=version)
-        super().__init__(name, NVAllocator(name, self))
+        super().__init__(name, NVAllocator(name, self, self.gpu))
         MACHINE.attach(self, p2p=bool(p2p))
 
     def map(self, buffer: NVBuffer) -> VirtMapping:
         """Make `buffer` (of any simulated NV device, or pinned host memory) usable here, at its own VA."""
-        allocation = buffer.allocation
-        if allocation.owner is self:
-            return allocation.mapping
-        existing = allocation.imports.get(self.name)
-        if existing is not None:
-            return existing
-        if allocation.host_chunks:
-            mapping = self.memory_manager.map_system(
-                allocation.host_chunks, vaddr=allocation.mapping.va_addr, uncached=allocation.mapping.uncached
-            )
-        else:
-            mapping = self.memory_manager.map_peer(allocation.mapping, MACHINE.peer_link(self, allocation.owner))
-        allocation.imports[self.name] = mapping
-        return mapping
+        return self.allocator.map(buffer)
 
     def peer_id(self, owner: NVDevice) -> int | None:
         """The peer id under which this GPU's PTEs reach `owner`'s VRAM (None: no peer entry, BAR1 is used)."""

@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kiln.runtime.allocator import Allocator, BufferSpec, LRUAllocator
 from kiln.runtime.memory.address_space import VirtMapping
 
-__all__ = ["MappedAllocation", "MappedAllocator", "MappedBuffer"]
+__all__ = ["MappedAllocation", "MappedAllocator", "MappedBuffer", "VirtualMemory"]
+
+
+class VirtualMemory(Protocol):
+    """A GPU's virtual address space as the allocator copies through it (the simulated hardware of a driver)."""
+
+    def read_virtual(self, va_addr: int, size: int) -> bytes:
+        """`size` bytes at GPU virtual address `va_addr`."""
+        ...
+
+    def write_virtual(self, va_addr: int, data: bytes) -> None:
+        """Writes `data` at GPU virtual address `va_addr`."""
+        ...
 
 
 @dataclass
@@ -51,29 +63,43 @@ class MappedBuffer:
 class MappedAllocator(LRUAllocator[MappedBuffer], abc.ABC):
     """Device and pinned host memory of one GPU through its memory manager; copies through its MMU.
 
-    Subclasses provide `memory_manager`, `read_virtual` / `write_virtual`, host memory (`_map_host_memory`,
-    `_release_host_memory`), undoing another device's import (`_unmap_import`) and mapping a peer's allocation here
-    (`_map_peer`).
+    `device` is the driver's device: its `memory_manager` (`valloc`, `vfree`) allocates device memory; `memory` is
+    its virtual address space, which copies go through. Subclasses provide host memory (`_map_host_memory`,
+    `_release_host_memory`), undoing another device's import (`_unmap_import`) and mapping another device's
+    allocation here (`_import`).
     """
 
-    def __init__(self, name: str, device: Any) -> None:
+    def __init__(self, name: str, device: Any, memory: VirtualMemory) -> None:
         super().__init__(name)
         self.owner = device
+        self.memory = memory
 
-    # -- what a driver provides ----------------------------------------------------------------------------------
     @property
-    @abc.abstractmethod
     def memory_manager(self) -> Any:
         """The device's memory manager (`valloc`, `vfree`)."""
+        return self.owner.memory_manager
 
-    @abc.abstractmethod
     def read_virtual(self, va_addr: int, size: int) -> bytes:
         """`size` bytes at GPU virtual address `va_addr`."""
+        return self.memory.read_virtual(va_addr, size)
 
-    @abc.abstractmethod
     def write_virtual(self, va_addr: int, data: bytes) -> None:
         """Writes `data` at GPU virtual address `va_addr`."""
+        self.memory.write_virtual(va_addr, data)
 
+    def map(self, buffer: MappedBuffer) -> VirtMapping:
+        """Makes `buffer` (memory of any device of this driver, or pinned host memory) usable on this device, at its
+        own VA: the owner's mapping, else this device's import of it (made once, undone when the owner frees it)."""
+        allocation = buffer.allocation
+        if allocation.owner is self.owner:
+            return allocation.mapping
+        name = self.owner.name
+        mapping = allocation.imports.get(name)
+        if mapping is None:
+            mapping = allocation.imports[name] = self._import(allocation)
+        return mapping
+
+    # -- what a driver provides ----------------------------------------------------------------------------------
     @abc.abstractmethod
     def _map_host_memory(self, size: int, uncached: bool) -> tuple[VirtMapping, tuple[tuple[int, int], ...]]:
         """Pinned host memory of at least `size` bytes mapped into the GPU: (its mapping, its host pieces)."""
@@ -87,8 +113,8 @@ class MappedAllocator(LRUAllocator[MappedBuffer], abc.ABC):
         """Undoes another device's mapping of one of this device's allocations."""
 
     @abc.abstractmethod
-    def _map_peer(self, buffer: MappedBuffer) -> None:
-        """Maps another device's allocation into this device (at its VA), so its bytes read here."""
+    def _import(self, allocation: MappedAllocation) -> VirtMapping:
+        """Maps another device's allocation, or a host allocation, into this device at its VA."""
 
     # -- the shared allocator ------------------------------------------------------------------------------------
     def _alloc(self, size: int, options: BufferSpec) -> MappedBuffer:
@@ -126,5 +152,5 @@ class MappedAllocator(LRUAllocator[MappedBuffer], abc.ABC):
     def _transfer(self, dest: MappedBuffer, src: object, size: int, source: Allocator[Any]) -> None:
         if not isinstance(src, MappedBuffer):
             raise TypeError(f"expected a MappedBuffer to copy from, got {type(src).__name__}")
-        self._map_peer(src)
+        self.map(src)
         self.write_virtual(dest.va_addr, self.read_virtual(src.va_addr, size))
