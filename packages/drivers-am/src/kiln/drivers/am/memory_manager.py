@@ -161,21 +161,9 @@ class AMMemoryManager(MemoryManager):
         """Cleared entries must not stay reachable through the TLB: invalidate."""
         self.invalidate_tlb()
 
-    def map_range(
-        self,
-        vaddr: int,
-        size: int,
-        paddrs: Sequence[tuple[int, int]],
-        aspace: AddrSpace,
-        uncached: bool = False,
-        snooped: bool = False,
-        boot: bool = False,
-    ) -> VirtMapping:
-        """Map as the generic manager does, after checking what the hub can reach.
-
-        Raises ValueError, before writing anything, when the range leaves the VM context (above AM_VA_END) or a
-        chunk's device address does not fit the generation's address width.
-        """
+    def check_reach(self, vaddr: int, size: int, paddrs: Sequence[tuple[int, int]], aspace: AddrSpace) -> None:
+        """What the hub can reach, checked before `map_range` writes anything: ValueError when the range leaves the
+        VM context (above AM_VA_END) or a chunk's device address does not fit the generation's address width."""
         if vaddr + size - 1 > AM_VA_END:
             raise ValueError(
                 f"range [{vaddr:#x}, {vaddr + size:#x}) ends above the VM context's last VA {AM_VA_END:#x}"
@@ -189,7 +177,6 @@ class AMMemoryManager(MemoryManager):
                     f"chunk ({paddr:#x}, {length:#x}) in {aspace.name} reaches device address {first + length:#x}, "
                     f"beyond the {generation.address_bits}-bit reach of {generation.value}"
                 )
-        return super().map_range(vaddr, size, paddrs, aspace, uncached=uncached, snooped=snooped, boot=boot)
 
     # ---- other GPUs' and the host's memory -----------------------------------------------------------------------
 

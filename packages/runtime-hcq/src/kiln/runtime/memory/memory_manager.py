@@ -184,8 +184,10 @@ class MemoryManager:
         """Map [vaddr, vaddr + size) to the `(paddr, size)` chunks in order, with uniform flags.
 
         Each chunk gets the largest pages its alignment allows. Raises MappingError, before writing anything, when
-        any page of the range is already mapped; on MemoryError (no VRAM for tables) nothing stays mapped.
+        any page of the range is already mapped; on MemoryError (no VRAM for tables) nothing stays mapped. A driver's
+        `check_reach` runs first and may refuse a range its hardware cannot reach.
         """
+        self.check_reach(vaddr, size, paddrs, aspace)
         self._check_range(vaddr, size)
         if not isinstance(aspace, AddrSpace):
             raise TypeError(f"aspace must be an AddrSpace, got {aspace!r}")
@@ -331,6 +333,10 @@ class MemoryManager:
     def page_table_pages(self) -> set[int]:
         """Physical addresses of every allocated page table, root included."""
         return self._walker.table_paddrs()
+
+    def check_reach(self, vaddr: int, size: int, paddrs: Sequence[tuple[int, int]], aspace: AddrSpace) -> None:
+        """Hook called first by `map_range`: raises ValueError when the hardware cannot reach the range or a chunk
+        (nothing is written yet); every address is reachable here."""
 
     def on_range_mapped(self) -> None:
         """Hook called after every successful map (drivers invalidate TLBs here)."""
