@@ -209,14 +209,19 @@ class PageTableWalker:
 
     def translate(self, vaddr: int) -> tuple[int, int, int, int]:
         """Follow table entries for `vaddr` to where the walk stops: (level, raw entry, table paddr, index)."""
-        relative = vaddr - self.va_base
+        table, _, index = self._deepest(vaddr - self.va_base)
+        return table.level, self._read(table, index, 1)[0], table.paddr, index
+
+    def _deepest(self, relative: int) -> tuple[_Table, int, int]:
+        """The existing tables followed towards `relative` as far as they go: (the last table, the offset it starts
+        at, the index of its entry for `relative`, which holds no child table)."""
         table, table_start = self._root, 0
         while True:
             shift = self._shifts[table.level]
             index = (relative - table_start) >> shift
             child = table.children.get(index)
             if child is None:
-                return table.level, self._read(table, index, 1)[0], table.paddr, index
+                return table, table_start, index
             table, table_start = child, table_start + (index << shift)
 
     # ---- editing ------------------------------------------------------------------------------------------------
@@ -342,29 +347,14 @@ class PageTableWalker:
 
     def _release_path(self, relative: int) -> None:
         """Free the empty tables on the path to `relative` (left behind when a table allocation failed)."""
-        table, table_start = self._root, 0
-        while True:
-            shift = self._shifts[table.level]
-            index = (relative - table_start) >> shift
-            child = table.children.get(index)
-            if child is None:
-                break
-            table, table_start = child, table_start + (index << shift)
-        self._release_if_empty(table)
+        self._release_if_empty(self._deepest(relative)[0])
 
     def _check_path_unmapped(self, relative: int) -> None:
         """MappingError if a leaf sits on the path to `relative` (creating a table there would overwrite it)."""
-        table, table_start = self._root, 0
-        while True:
-            shift = self._shifts[table.level]
-            index = (relative - table_start) >> shift
-            child = table.children.get(index)
-            if child is None:
-                if self.pt_format.decode(table.level, self._read(table, index, 1)[0]).valid:
-                    page = self.va_base + table_start + (index << shift)
-                    raise MappingError(f"{self.va_base + relative:#x} lies in the page mapped at {page:#x}")
-                return
-            table, table_start = child, table_start + (index << shift)
+        table, table_start, index = self._deepest(relative)
+        if self.pt_format.decode(table.level, self._read(table, index, 1)[0]).valid:
+            page = self.va_base + table_start + (index << self._shifts[table.level])
+            raise MappingError(f"{self.va_base + relative:#x} lies in the page mapped at {page:#x}")
 
     def reserve_tables(self, vaddr: int, size: int, boot: bool) -> list[int]:
         """Create and pin the tables a mapping of [vaddr, vaddr + size) would start in; returns their paddrs, root
