@@ -24,7 +24,7 @@ from kiln.runtime.buffer import install_device_lookup
 from kiln.runtime.fork_hooks import renew_after_fork
 from kiln.runtime.knobs import default_device, profiling_enabled, renderer_knob
 from kiln.runtime.profile import profiler
-from kiln.uops import DType, UOp, dtypes
+from kiln.uops import DType, Knob, UOp, dtypes, register_knob
 from kiln.uops.trace import add_exit_writer
 
 if TYPE_CHECKING:
@@ -88,6 +88,18 @@ class DeviceUnavailable(RuntimeError):
 
 
 _SIMULATED_SUFFIX = re.compile(r"sim(\d*)")
+
+
+def simulated_vram_knob(kind: str) -> Knob[int]:
+    """The knob `<KIND>_SIM_VRAM_MIB` of a user-space driver (owner kiln.drivers.<kind>): the VRAM of each of its
+    simulated GPUs, in MiB (16 GiB unless set)."""
+    return register_knob(
+        f"{kind}_SIM_VRAM_MIB",
+        int,
+        16384,
+        f"VRAM of each simulated {kind} GPU ({kind}:sim...), in MiB.",
+        owner=f"kiln.drivers.{kind.lower()}",
+    )
 
 
 def require_simulated(name: str, gpus: str, missing: str, knobs: str) -> None:

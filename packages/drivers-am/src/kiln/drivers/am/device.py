@@ -19,13 +19,11 @@ from kiln.drivers.am.gfx_generation import GfxGeneration
 from kiln.drivers.am.memory_manager import AMMemoryManager
 from kiln.drivers.am.simulated_hardware import SimulatedAMHardware, SimulatedHive, SimulatedPlatform
 from kiln.runtime import DeviceBase
-from kiln.runtime.device import require_simulated
+from kiln.runtime.device import require_simulated, simulated_vram_knob
 from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, VirtMapping
 from kiln.uops import register_knob
 
-SIM_VRAM_MIB = register_knob(
-    "AM_SIM_VRAM_MIB", int, 16384, "VRAM of each simulated AM GPU (AM:sim...), in MiB.", owner="kiln.drivers.am"
-)
+SIM_VRAM_MIB = simulated_vram_knob("AM")
 SIM_GFX = register_knob(
     "AM_SIM_GFX",
     str,

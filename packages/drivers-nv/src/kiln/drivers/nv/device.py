@@ -21,15 +21,13 @@ from kiln.drivers.nv.memory_manager import NVMemoryManager, PeerLink
 from kiln.drivers.nv.simulated_hardware import DEFAULT_HOST_MEMORY_BYTES, SimulatedNVGPU
 from kiln.drivers.nv.simulated_memory import SimulatedMemory
 from kiln.runtime import DeviceBase, DeviceUnavailable
-from kiln.runtime.device import require_simulated
+from kiln.runtime.device import require_simulated, simulated_vram_knob
 from kiln.runtime.memory import MappedAllocation, MappedAllocator, MappedBuffer, TLSFAllocator, VirtMapping
 from kiln.uops import register_knob
 
 __all__ = ["NVAllocation", "NVAllocator", "NVBuffer", "NVDevice", "SimulatedMachine"]
 
-SIM_VRAM_MIB = register_knob(
-    "NV_SIM_VRAM_MIB", int, 16384, "VRAM of each simulated NV GPU (NV:sim...), in MiB.", owner="kiln.drivers.nv"
-)
+SIM_VRAM_MIB = simulated_vram_knob("NV")
 SIM_MMU = register_knob(
     "NV_SIM_MMU",
     int,
