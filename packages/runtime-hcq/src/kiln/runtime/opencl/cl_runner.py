@@ -32,10 +32,7 @@ class CLProgramRunner(ProgramRunner):
         from kiln.renderers import ENTRY_NAME  # lazily: the runtime imports its renderers only when used
         from kiln.renderers.opencl import build_program
 
-        binary = self._binary(
-            "a CL program must come from the device's renderer, whose compiler builds it "
-            "(a source-only renderer cannot run on CL)"
-        )
+        binary = self._binary("a CL program must come from the device's renderer, whose compiler builds it")
         library, target = device.library, device.target
         self.program_handle: int | None = None
         handle = ctypes.c_void_p(target.device)

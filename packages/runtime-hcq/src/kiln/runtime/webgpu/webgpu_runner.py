@@ -32,10 +32,7 @@ class WebGPUProgramRunner(ProgramRunner):
 
     def __init__(self, device: WebGPUContext, program: Program) -> None:
         super().__init__(device, program)
-        binary = self._binary(
-            "a WEBGPU program must come from the device's renderer, whose compiler validates its WGSL "
-            "(a source-only renderer cannot run on WEBGPU)"
-        )
+        binary = self._binary("a WEBGPU program must come from the device's renderer, whose compiler validates it")
         wgpu = load_wgpu()
         gpu = device.target.device
         self._gpu = gpu
