@@ -5,7 +5,9 @@ QR and SVD decompositions composed from Tensor ops (meant for small matrices: Py
   it to -sign(x_k) ||x|| e_k, LAPACK's convention, so Q and R match torch.linalg.qr. Batched over leading dims.
 - SVD: one-sided Jacobi: column pairs of A are rotated until orthogonal (fixed sweeps); the singular values are the
   column norms (sorted descending), U the normalized columns, V the accumulated rotations. Gradients flow through
-  the rotations (exact for the singular values; U and V gradients as accurate as the converged iteration).
+  the rotations (exact for the singular values; U and V gradients as accurate as the converged iteration). Batched
+  over leading dims; `svd(some=...)` gives torch.Tensor.svd's (U, S, V), `svd(full_matrices=...)` tinygrad's and
+  torch.linalg.svd's (U, S, Vh).
 """
 
 from __future__ import annotations
@@ -253,31 +255,53 @@ class DecompositionMixin(TensorCore):
             return q, r
         return q[..., :, :columns], r[..., :columns, :]
 
-    def svd(self, full_matrices: bool = True, some: bool | None = None) -> tuple[Self, Self, Self]:
-        """(U, S, V) with self = U @ diag(S) @ V^T for one matrix (tinygrad's and torch.svd's order: V, not V^T),
-        singular values descending; U is m x k and V n x k with k = min(m, n) (reduced form; full_matrices is
-        accepted for the reduced case only). One-sided Jacobi: meant for small matrices.
+    def svd(self, full_matrices: bool | None = None, some: bool | None = None) -> tuple[Self, Self, Self]:
+        """The singular value decomposition self = U @ diag(S) @ V^T, batched over leading dims, singular values
+        descending. Two spellings, two results:
+
+        - torch.Tensor.svd's (`x.svd()`, `x.svd(some=False)`): (U, S, V) with V itself (not transposed); reduced
+          (U (..., m, k), V (..., n, k), k = min(m, n)) unless some=False (U (..., m, m), V (..., n, n)).
+        - tinygrad's and torch.linalg.svd's (`x.svd(full_matrices=...)`): (U, S, Vh) with Vh = V^T; full
+          (U (..., m, m), Vh (..., n, n)) when full_matrices=True, else reduced (U (..., m, k), Vh (..., k, n)).
+
+        One-sided Jacobi (fixed sweeps): meant for small matrices. The columns completing U or V to a square
+        orthonormal basis (full forms) come from a complete QR of the reduced factor.
 
         Example:
             >>> u, s, v = Tensor([[3.0, 0.0], [0.0, -2.0]]).svd(); [round(x, 5) for x in s.tolist()]
             [3.0, 2.0]
         """
-        _require_matrix(self, "svd", 2)
-        a = self._floating()
-        rows, columns = a.shape
+        if full_matrices is not None and some is not None:
+            raise ValueError(
+                "svd takes full_matrices (tinygrad's / torch.linalg.svd's spelling: returns Vh) or some "
+                "(torch.Tensor.svd's: returns V), not both"
+            )
+        _require_matrix(self, "svd")
+        full = bool(full_matrices) if full_matrices is not None else some is False
+        u, singular, v = self._floating()._jacobi_svd(full)
+        return (u, singular, v.mT) if full_matrices is not None else (u, singular, v)
+
+    def _jacobi_svd(self, full: bool) -> tuple[Self, Self, Self]:
+        """(U, S, V) of float matrices (..., m, n), reduced or (full) with square U and V."""
+        a = self
+        rows, columns = a.shape[-2:]
         if rows < columns:
-            u, s, v = a.mT.svd()
+            u, s, v = a.mT._jacobi_svd(full)
             return v, s, u
+        batch = a.shape[:-2]
         if columns == 0:
-            return a, a._const(0, (0,), a.dtype, a.device), a._const(0, (0, 0), a.dtype, a.device)
-        v = a.eye(columns, dtype=a.dtype, device=a.device)
+            u = a.eye(rows, dtype=a.dtype, device=a.device)._broadcast_to((*batch, rows, rows)) if full else a
+            empty = a._const(0, (*batch, 0), a.dtype, a.device)
+            return u, empty, a._const(0, (*batch, 0, 0), a.dtype, a.device)
+        v = a.eye(columns, dtype=a.dtype, device=a.device)._broadcast_to((*batch, columns, columns))
         work = a
         for _ in range(_JACOBI_SWEEPS):
             for p in range(columns - 1):
                 for q in range(p + 1, columns):
-                    alpha = work[:, p].square().sum()
-                    beta = work[:, q].square().sum()
-                    gamma = work[:, p].mul(work[:, q]).sum()
+                    left, right = work[..., :, p : p + 1], work[..., :, q : q + 1]  # (..., rows, 1)
+                    alpha = left.square().sum(-2, keepdim=True)
+                    beta = right.square().sum(-2, keepdim=True)
+                    gamma = left.mul(right).sum(-2, keepdim=True)
                     settled = gamma.abs() <= 1e-30
                     zeta = (beta - alpha) / (settled.where(1.0, gamma) * 2.0)
                     tangent = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (zeta * zeta + 1.0).sqrt())
@@ -298,8 +322,15 @@ class DecompositionMixin(TensorCore):
                 work, v = work.contiguous(), v.contiguous()
             else:
                 work, v = work.realize(), v.realize()
-        norms = work.square().sum(0).sqrt()
-        order = norms.argsort(descending=True)
-        singular = norms[order]
-        u = work[:, order] / singular.eq(0).where(1.0, singular)
-        return u, singular, v[:, order]
+        norms = work.square().sum(-2).sqrt()  # (..., columns)
+        order = norms.argsort(dim=-1, descending=True)
+        singular = norms.gather(-1, order)
+        columns_order = order.unsqueeze(-2)
+        u = work.gather(-1, columns_order.expand(*batch, rows, columns))
+        u = u / singular.eq(0).where(1.0, singular).unsqueeze(-2)
+        v = v.gather(-1, columns_order.expand(*batch, columns, columns))
+        if full and rows > columns:
+            # the first columns of a complete QR of U span U's columns; the rest complete the basis
+            complement = u.qr("complete")[0][..., :, columns:]
+            u = u.cat(complement, dim=-1)
+        return u, singular, v

@@ -32,17 +32,52 @@ def _optional_sizes(shape: tuple[int | Sequence[int | None] | None, ...]) -> lis
     return sizes
 
 
+_ELLIPSIS = "..."
+_GROUPED_ELLIPSIS = "(...)"
+
+
 def _parse_side(side: str) -> list[list[str]]:
     """einops groups of one side: 'b (h w) c' -> [['b'], ['h', 'w'], ['c']]."""
     groups: list[list[str]] = []
     for match in re.finditer(r"\(([^()]*)\)|(\S+)", side):
         if match.group(1) is not None:
-            groups.append(match.group(1).split())
+            # a "1" inside a group is a factor of length 1; "..." inside one is marked apart from a bare "..."
+            names = [name for name in match.group(1).split() if name != "1"]
+            groups.append([_GROUPED_ELLIPSIS if name == _ELLIPSIS else name for name in names])
         elif match.group(2) in ("(", ")") or "(" in match.group(2) or ")" in match.group(2):
             raise ValueError(f"rearrange: unbalanced parentheses in {side!r}")
+        elif match.group(2) == "1":  # einops' anonymous axis of length 1, like "()"
+            groups.append([])
         else:
             groups.append([match.group(2)])
     return groups
+
+
+def _expand_ellipsis(left: list[list[str]], right: list[list[str]], ndim: int, pattern: str) -> None:
+    """Replaces '...' (at most once on the left, not inside parentheses there) by the dims it stands for, named
+    '...0', '...1', ...; on the right '...' may stand alone or inside a group (those dims merged). In place."""
+    if any(_GROUPED_ELLIPSIS in group for group in left):
+        raise ValueError(f"rearrange: '...' cannot be inside parentheses on the left of {pattern!r}")
+    where = [index for index, group in enumerate(left) if _ELLIPSIS in group]
+    if not where:
+        return
+    if len(where) > 1:
+        raise ValueError(f"rearrange: '...' may appear once on the left of {pattern!r}")
+    count = ndim - (len(left) - 1)
+    if count < 0:
+        raise ValueError(f"rearrange: {pattern!r} names {len(left) - 1} dims besides '...', the tensor has {ndim}")
+    names = [f"{_ELLIPSIS}{index}" for index in range(count)]
+    left[where[0] : where[0] + 1] = [[name] for name in names]
+    expanded: list[list[str]] = []
+    for group in right:
+        if group == [_ELLIPSIS]:
+            expanded.extend([name] for name in names)
+        elif _GROUPED_ELLIPSIS in group:
+            position = group.index(_GROUPED_ELLIPSIS)
+            expanded.append([*group[:position], *names, *group[position + 1 :]])
+        else:
+            expanded.append(group)
+    right[:] = expanded
 
 
 class LayoutMixin(TensorCore):
@@ -282,7 +317,9 @@ class LayoutMixin(TensorCore):
         return source.index_select(index, type(self)(positions, dtype=dtypes.default_int, device=self.device))
 
     def rearrange(self, pattern: str, **sizes: int) -> Self:
-        """einops-style rearrangement, e.g. 'b (h w) c -> b c h w' with h=2: split, permute and merge dims.
+        """einops-style rearrangement, e.g. 'b (h w) c -> b c h w' with h=2: split, permute and merge dims. '...'
+        (or '…') stands for the dims not named ('b ... c -> b c ...', '... h w -> ... (h w)'), '1' or '()' for a
+        dim of length 1 (tinygrad's and einops' spelling).
 
         Example:
             >>> Tensor.arange(6).rearrange("(h w) -> w h", h=2).tolist()
@@ -290,8 +327,9 @@ class LayoutMixin(TensorCore):
         """
         if pattern.count("->") != 1:
             raise ValueError(f"rearrange pattern needs exactly one '->', got {pattern!r}")
-        left_text, right_text = pattern.split("->")
+        left_text, right_text = pattern.replace("…", _ELLIPSIS).split("->")
         left, right = _parse_side(left_text), _parse_side(right_text)
+        _expand_ellipsis(left, right, self.ndim, pattern)
         if len(left) != self.ndim:
             raise ValueError(f"rearrange: {pattern!r} names {len(left)} dims, the tensor has shape {self.shape}")
         left_names = [name for group in left for name in group]
