@@ -110,21 +110,13 @@ def _sources_first(sink: UOp, rules: RulesByOp, ctx: Any, done: dict[UOp, UOp], 
                 if (final := done.get(current)) is not None:
                     done[node] = final
                     continue
-        for matcher, callback, wants_ctx, rule in rules[current.op]:
-            store: dict[str, UOp] = {}
-            if matcher(current, store):
-                result = callback(ctx=ctx, **store) if wants_ctx else callback(**store)
-                if result is not None and result is not current:
-                    if fired is not None:
-                        fired(rule, current, result)
-                    if type(result) is not UOp:
-                        _bad_result(current, result)
-                    fired_yet = True
-                    _sources_first_from(result, rules, ctx, done, fired, {node, current})
-                    done[node] = done[current] = done[result]
-                    break
-        else:
+        result = _apply_rules(current, rules, ctx, fired)
+        if result is None:
             done[node] = done[current] = current
+        else:
+            fired_yet = True
+            _sources_first_from(result, rules, ctx, done, fired, {node, current})
+            done[node] = done[current] = done[result]
 
 
 def _sources_first_from(
@@ -135,9 +127,8 @@ def _sources_first_from(
     fired: Fired | None,
     active: set[UOp] | None = None,
 ) -> None:
-    # The walk of a graph a rule returned (or of any graph whose nodes may already have results). The rule loop is
-    # inlined (`_apply_rules` is the same loop) and a node whose sources are all final is finished where it is
-    # met, without a trip through the stack.
+    # The walk of a graph a rule returned (or of any graph whose nodes may already have results). A node whose
+    # sources are all final is finished where it is met, without a trip through the stack.
     # `done` maps a node to its final form (every final form maps to itself). `active` holds the nodes whose
     # result is pending: meeting one again means a rule keeps rebuilding its own input. A stack entry is a node
     # to visit, or (node, None): its sources are final, build it, or (node, target): node's result is target's.
@@ -183,22 +174,14 @@ def _sources_first_from(
                 push((node, rebuilt))
                 push(rebuilt)
                 continue
-        for matcher, callback, wants_ctx, rule in rules[node.op]:
-            store: dict[str, UOp] = {}
-            if matcher(node, store):
-                result = callback(ctx=ctx, **store) if wants_ctx else callback(**store)
-                if result is not None and result is not node:
-                    if fired is not None:
-                        fired(rule, node, result)
-                    if type(result) is not UOp:
-                        _bad_result(node, result)
-                    active.add(node)
-                    push((node, result))
-                    push(result)
-                    break
-        else:
+        result = _apply_rules(node, rules, ctx, fired)
+        if result is None:
             done[node] = node
             active.discard(node)
+        else:
+            active.add(node)
+            push((node, result))
+            push(result)
 
 
 def _apply_rules(node: UOp, rules: RulesByOp, ctx: Any, fired: Fired | None) -> UOp | None:
