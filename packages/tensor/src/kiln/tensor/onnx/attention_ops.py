@@ -13,7 +13,7 @@ from kiln.tensor.onnx.registry import operator
 from kiln.tensor.onnx.types import dtype_of_element_type
 from kiln.tensor.tensor import Tensor
 
-__all__: list[str] = []
+__all__ = ["cache_rows", "rotate"]
 
 
 def _split_heads(x: Tensor, heads: int) -> Tensor:
@@ -126,24 +126,20 @@ def _attention(call: NodeCall) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return output, present_key, present_value, exposed
 
 
-@operator("RotaryEmbedding", attributes=["interleaved", "num_heads", "rotary_embedding_dim"], since=23)
-def _rotary_embedding(call: NodeCall) -> Tensor:
-    x, cosine, sine, positions = call.tensor(0), call.tensor(1), call.tensor(2), call.optional(3)
+def rotate(x: Tensor, cosine: Tensor, sine: Tensor, heads: int, rotary: int, interleaved: bool) -> Tensor:
+    """Rotary position embedding of `x`, (batch, heads, sequence, size) or (batch, sequence, heads * size).
+
+    `cosine` and `sine` are (batch or 1, sequence, rotary / 2): the rows of the caches at each token's position. The
+    first `rotary` channels of each head turn (in halves, or in (even, odd) pairs when `interleaved`), the rest pass.
+    """
     original = x.shape
     if x.ndim == 4:
         x = x.permute(0, 2, 1, 3)
     else:
-        heads = call.attributes.int("num_heads", 0)
         x = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
-    size = x.shape[3]
-    rotary = call.attributes.int("rotary_embedding_dim", 0) or size
-    if positions is not None:
-        flat = positions.cast(dtypes.int64).reshape(-1)
-        cosine = cosine.index_select(0, flat).reshape(*positions.shape, -1)
-        sine = sine.index_select(0, flat).reshape(*positions.shape, -1)
+    rotary = rotary or x.shape[3]
     cosine, sine = cosine.unsqueeze(2), sine.unsqueeze(2)
     rotated, kept = x[..., :rotary], x[..., rotary:]
-    interleaved = bool(call.attributes.int("interleaved", 0))
     if interleaved:
         first, second = rotated[..., 0::2], rotated[..., 1::2]
     else:
@@ -156,3 +152,19 @@ def _rotary_embedding(call: NodeCall) -> Tensor:
         rotated = real.cat(imaginary, dim=-1)
     result = rotated.cat(kept, dim=-1) if kept.shape[-1] else rotated
     return result.reshape(original) if len(original) == 3 else result.permute(0, 2, 1, 3)
+
+
+def cache_rows(cache: Tensor, positions: Tensor) -> Tensor:
+    """The rows of a (positions, channels) cos / sin cache at `positions` (any shape): shape positions + (channels,)."""
+    flat = positions.cast(dtypes.int64).reshape(-1)
+    return cache.index_select(0, flat).reshape(*positions.shape, -1)
+
+
+@operator("RotaryEmbedding", attributes=["interleaved", "num_heads", "rotary_embedding_dim"], since=23)
+def _rotary_embedding(call: NodeCall) -> Tensor:
+    x, cosine, sine, positions = call.tensor(0), call.tensor(1), call.tensor(2), call.optional(3)
+    if positions is not None:
+        cosine, sine = cache_rows(cosine, positions), cache_rows(sine, positions)
+    attributes = call.attributes
+    heads, rotary = attributes.int("num_heads", 0), attributes.int("rotary_embedding_dim", 0)
+    return rotate(x, cosine, sine, heads, rotary, bool(attributes.int("interleaved", 0)))

@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.onnx.node_call import NodeCall
-from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, OPERATORS, OperatorRule
+from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, MICROSOFT_DOMAIN, OperatorRule, rule_for
 from kiln.tensor.onnx.types import dtype_of_element_type, element_type_name, numpy_dtype_of_element_type
 from kiln.tensor.tensor import Tensor
 from kiln.uops.dtype import DType
@@ -175,12 +175,14 @@ class GraphProgram:
     def _compile_node(self, node: onnx.NodeProto, index: int, known: set[str]) -> CompiledNode:
         label = _node_label(node, index)
         where = f"{self.where}: node {label}, op type {node.op_type!r}, domain {node.domain or 'ai.onnx'!r}"
-        if node.domain not in DEFAULT_DOMAINS:
-            raise NotImplementedError(f"{where}: the domain {node.domain!r} is not supported (only ai.onnx)")
-        rule = OPERATORS.get(node.op_type)
+        if node.domain not in (*DEFAULT_DOMAINS, MICROSOFT_DOMAIN):
+            raise NotImplementedError(
+                f"{where}: the domain {node.domain!r} is not supported (only ai.onnx and {MICROSOFT_DOMAIN})"
+            )
+        rule = rule_for(node.domain, node.op_type)
         if rule is None:
             raise NotImplementedError(f"{where}: kiln has no rule for this operator")
-        if self.opset < rule.since:
+        if node.domain in DEFAULT_DOMAINS and self.opset < rule.since:
             raise NotImplementedError(f"{where}: supported from opset {rule.since}, the model uses opset {self.opset}")
         unknown = sorted({attribute.name for attribute in node.attribute} - rule.attributes)
         if unknown:

@@ -94,6 +94,29 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
+def _onnxruntime_extensions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the default-domain nodes that only onnxruntime defines moved to com.microsoft, where kiln's rules
+    for them live: SimplifiedLayerNormalization (written by onnxruntime's transformer optimizer) and
+    LayerNormalization before opset 17 (ONNX gained it then). onnx's checker refuses them in the default domain."""
+    opset = default_opset(model)
+
+    def extension(node: onnx.NodeProto) -> bool:
+        if node.domain not in ("", "ai.onnx"):
+            return False
+        return node.op_type == "SimplifiedLayerNormalization" or (node.op_type == "LayerNormalization" and opset < 17)
+
+    if not any(extension(node) for node in model.graph.node):
+        return model
+    moved = onnx.ModelProto()
+    moved.CopyFrom(model)
+    for node in moved.graph.node:
+        if extension(node):
+            node.domain = "com.microsoft"
+    if not any(entry.domain == "com.microsoft" for entry in moved.opset_import):
+        moved.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    return moved
+
+
 def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
     """A checked ModelProto: parsed, external data read, local functions inlined, opset at least MIN_OPSET."""
     base: Path | None = None
@@ -110,6 +133,7 @@ def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
     else:
         raise TypeError(f"OnnxRunner: expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     _load_external_data(proto, base, source)
+    proto = _onnxruntime_extensions(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as error:

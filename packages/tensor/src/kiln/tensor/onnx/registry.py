@@ -19,7 +19,18 @@ if TYPE_CHECKING:
     from kiln.tensor.onnx.node_call import NodeCall
     from kiln.tensor.tensor import Tensor
 
-__all__ = ["DEFAULT_DOMAINS", "OPERATORS", "Handler", "OperatorRule", "all_checks", "one_of", "operator"]
+__all__ = [
+    "DEFAULT_DOMAINS",
+    "MICROSOFT_DOMAIN",
+    "MICROSOFT_OPERATORS",
+    "OPERATORS",
+    "Handler",
+    "OperatorRule",
+    "all_checks",
+    "one_of",
+    "operator",
+    "rule_for",
+]
 
 # A handler returns one value or one per node output. A numpy array is a value known on the host that depends on
 # the input shapes and constants only (Shape, Size, Constant): the graph folds it once per set of input shapes.
@@ -28,6 +39,9 @@ Handler = Callable[["NodeCall"], "Tensor | np.ndarray[Any, Any] | Sequence[Tenso
 Check = Callable[[Attributes, int], "str | None"]
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# onnxruntime's contrib operators (Attention, SkipLayerNormalization, MatMulNBits, ...), found in PyTorch and
+# Hugging Face exports after onnxruntime's transformer optimizer
+MICROSOFT_DOMAIN = "com.microsoft"
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,7 @@ class OperatorRule:
 
 
 OPERATORS: dict[str, OperatorRule] = {}  # module-state: the operator rule table, filled once at import by @operator
+MICROSOFT_OPERATORS: dict[str, OperatorRule] = {}  # module-state: the com.microsoft rule table, filled like OPERATORS
 
 
 def operator(
@@ -54,13 +69,16 @@ def operator(
     check: Check | None = None,
     deterministic: bool = True,
     graph_attributes: Sequence[str] = (),
+    domain: str = "",
 ) -> Callable[[Handler], Handler]:
-    """Register the decorated handler for `op_types`."""
+    """Register the decorated handler for `op_types` of `domain` (the default domain, or com.microsoft)."""
+    table = MICROSOFT_OPERATORS if domain == MICROSOFT_DOMAIN else OPERATORS
+    assert domain in (*DEFAULT_DOMAINS, MICROSOFT_DOMAIN), f"unknown domain {domain!r}"
 
     def register(handler: Handler) -> Handler:
         for op_type in op_types:
-            assert op_type not in OPERATORS, f"{op_type} registered twice"
-            OPERATORS[op_type] = OperatorRule(
+            assert op_type not in table, f"{op_type} registered twice"
+            table[op_type] = OperatorRule(
                 op_type,
                 handler,
                 frozenset(attributes) | frozenset(graph_attributes),
@@ -72,6 +90,15 @@ def operator(
         return handler
 
     return register
+
+
+def rule_for(domain: str, op_type: str) -> OperatorRule | None:
+    """The rule of `op_type` in `domain`, or None when kiln has none (or does not know the domain)."""
+    if domain in DEFAULT_DOMAINS:
+        return OPERATORS.get(op_type)
+    if domain == MICROSOFT_DOMAIN:
+        return MICROSOFT_OPERATORS.get(op_type)
+    return None
 
 
 def one_of(name: str, allowed: Sequence[str], default: str) -> Check:

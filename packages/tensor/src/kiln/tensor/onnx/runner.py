@@ -11,6 +11,7 @@ import onnx
 # the operator families register their rules on import
 from kiln.tensor.onnx import (  # noqa: F401
     attention_ops,
+    contrib_ops,
     control_flow_ops,
     detection_ops,
     elementwise_ops,
