@@ -17,7 +17,7 @@ from kiln.uops.alu import truncated_div
 from kiln.uops.args import VarArg
 from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes, truncate
 from kiln.uops.node import GraphNode
-from kiln.uops.ops import Ops
+from kiln.uops.ops import GroupOp, Ops
 
 Bounds: TypeAlias = tuple[ConstType, ConstType]
 IntBounds: TypeAlias = tuple[int, int]
@@ -246,25 +246,8 @@ def bounds_from_sources(uop: GraphNode, sources: Sequence[Bounds]) -> Bounds:
     return dtype_bounds(dtype)
 
 
-_INT_OPS = frozenset(
-    {
-        Ops.NEG,
-        Ops.TRUNC,
-        Ops.ADD,
-        Ops.SUB,
-        Ops.MUL,
-        Ops.MULACC,
-        Ops.IDIV,
-        Ops.MOD,
-        Ops.MAX,
-        Ops.AND,
-        Ops.OR,
-        Ops.XOR,
-        Ops.SHL,
-        Ops.SHR,
-        Ops.POW,
-    }
-)
+# the ops `_int_bounds` bounds on integers: every binary op but the comparisons, FDIV and THREEFRY; NEG, TRUNC, MULACC
+_INT_OPS = (GroupOp.Binary - GroupOp.Comparison - {Ops.FDIV, Ops.THREEFRY}) | {Ops.NEG, Ops.TRUNC, Ops.MULACC}
 
 
 def _has_nan(bounds: Bounds) -> bool:
