@@ -8,8 +8,9 @@ It writes models/*.onnx beside this file: a ResNet-18-shaped CNN, a BERT-style e
 KV cache (past_key_*/past_value_* in, present_key_*/present_value_* out), a MobileNet-style depthwise CNN (inverted
 residuals, squeeze-excite, hard-swish), an LSTM, and two int8 models from onnxruntime.quantization: the BERT-style
 encoder quantized dynamically (DynamicQuantizeLinear + MatMulInteger) and the ResNet-shaped CNN quantized statically
-in QDQ form (QuantizeLinear / DequantizeLinear around every Conv and Gemm). The weights are seeded random values;
-the tests compare kiln against onnxruntime on these files, so nothing else is recorded.
+in QDQ form (QuantizeLinear / DequantizeLinear around every Conv and Gemm); and the BERT and GPT-2 models after
+onnxruntime's transformer optimizer (com.microsoft SkipLayerNormalization, BiasGelu, FastGelu). The weights are
+seeded random values; the tests compare kiln against onnxruntime on these files, so nothing else is recorded.
 """
 
 from __future__ import annotations
@@ -284,6 +285,16 @@ def _quantize(resnet: Path, bert: Path) -> None:
     print(f"{static_path.name}: {static_path.stat().st_size / 1024:.0f} KiB")
 
 
+def _fuse(path: Path, kind: str) -> None:
+    """The model after onnxruntime's transformer optimizer: SkipLayerNormalization, BiasGelu / FastGelu fused in."""
+    from onnxruntime.transformers import optimizer
+
+    fused = optimizer.optimize_model(str(path), model_type=kind, num_heads=4, hidden_size=32, opt_level=0)
+    target = MODELS / f"{path.stem}_fused.onnx"
+    fused.save_model_to_file(str(target))
+    print(f"{target.name}: {target.stat().st_size / 1024:.0f} KiB")
+
+
 def main() -> None:
     torch.manual_seed(39)
     MODELS.mkdir(exist_ok=True)
@@ -327,7 +338,7 @@ def main() -> None:
     past_names = [f"past_{kind}_{layer}" for layer in range(2) for kind in ("key", "value")]
     present_names = [f"present_{kind}_{layer}" for layer in range(2) for kind in ("key", "value")]
     cache = {0: "batch", 2: "past_sequence"}
-    _export(
+    gpt2_path = _export(
         gpt2,
         "gpt2",
         (torch.randint(0, 100, (2, 3)), *[torch.randn(2, 4, 5, 8) for _ in past_names]),
@@ -349,6 +360,8 @@ def main() -> None:
         {"x": {0: "batch", 1: "sequence"}, "scores": {0: "batch", 1: "sequence"}, "hidden": {1: "batch"}},
     )
     _quantize(resnet_path, bert_path)
+    _fuse(bert_path, "bert")
+    _fuse(gpt2_path, "gpt2")
 
 
 if __name__ == "__main__":

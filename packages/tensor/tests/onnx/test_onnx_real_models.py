@@ -53,6 +53,8 @@ INPUTS: dict[str, Callable[[int], dict[str, np.ndarray]]] = {
     "gpt2": _decoder_step,
     "lstm": _sequence,
     "bert_int8_dynamic": _tokens,
+    "bert_fused": _tokens,  # after onnxruntime's transformer optimizer: com.microsoft ops
+    "gpt2_fused": _decoder_step,
 }
 
 
@@ -76,13 +78,13 @@ def _assert_close(results: dict[str, Any], expected: list[np.ndarray], names: li
 
 
 def test_fixtures_are_small_exports() -> None:
-    """The fixtures are torch exports (producer pytorch / onnxruntime.quantize) and stay a few MB in all."""
+    """The fixtures are torch exports, some passed through onnxruntime's tools, and stay a few MB in all."""
     total = 0
     for name in [*INPUTS, "resnet18_int8_qdq"]:
         path = MODELS / f"{name}.onnx"
         total += path.stat().st_size
         producer = onnx.load(str(path), load_external_data=False).producer_name
-        assert producer in ("pytorch", "onnx.quantize"), f"{name}: producer {producer!r}"
+        assert producer in ("pytorch", "onnx.quantize", "onnxruntime.transformers"), f"{name}: producer {producer!r}"
     assert total < 4 << 20
 
 
@@ -94,6 +96,13 @@ def test_model_matches_onnxruntime_at_batch_1_and_4(name: str) -> None:
     for batch in (1, 4):
         feeds = INPUTS[name](batch)
         _assert_close(runner(feeds), _reference(path, feeds), runner.outputs)
+
+
+def test_fused_models_hold_contrib_operators() -> None:
+    for name in ("bert_fused", "gpt2_fused"):
+        model = onnx.load(str(MODELS / f"{name}.onnx"))
+        fused = {node.op_type for node in model.graph.node if node.domain == "com.microsoft"}
+        assert "SkipLayerNormalization" in fused and fused & {"BiasGelu", "FastGelu"}, f"{name}: {fused}"
 
 
 def test_decoder_kv_cache_grows_step_by_step() -> None:
