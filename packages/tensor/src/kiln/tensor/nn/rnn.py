@@ -283,10 +283,6 @@ class RNN(RNNBase):
         output, (hidden,) = self._run(input, [hx])
         return output, hidden
 
-    def extra_repr(self) -> str:
-        text = super().extra_repr()
-        return text if self.nonlinearity == "tanh" else f"{text}, nonlinearity={self.nonlinearity}"
-
 
 class LSTM(RNNBase):
     """A long short-term memory stack, like `torch.nn.LSTM` (gates input, forget, cell, output; with proj_size > 0 the
