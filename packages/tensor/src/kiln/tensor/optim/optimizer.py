@@ -88,10 +88,12 @@ class Optimizer:
         self._step_buffers: dict[int, Tensor] = {}  # group index -> the step count on the device, for step-aware rules
         self._writes: list[tuple[Tensor, Tensor]] = []
         self.steps = 0
-        given = list(params)
+        given: list[Any] = list(params)
         if not given:
             raise ValueError("optimizer got an empty parameter list")
-        groups = given if all(isinstance(item, Mapping) for item in given) else [{"params": given}]
+        groups: list[Mapping[str, Any]] = (
+            given if all(isinstance(item, Mapping) for item in given) else [{"params": given}]
+        )
         for group in groups:
             self.add_param_group(group)
         total = sum(len(group["params"]) for group in self.param_groups)
