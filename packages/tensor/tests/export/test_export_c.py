@@ -4,6 +4,7 @@ numpy forward pass (an independent oracle)."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import re
 import subprocess
@@ -14,9 +15,11 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
-from kiln.tensor import Tensor, Variable, nn
+from kiln.tensor import Tensor, TinyJit, Variable, nn
 from kiln.tensor.export import export
+from kiln.tensor.export.plan import PlannedLaunch
 
 REPOSITORY = Path(__file__).resolve().parents[4]
 
@@ -200,3 +203,43 @@ def test_main_reads_raw_little_endian_input(out_dir: Path, run_ctypes: Any) -> N
         check=False,
     )
     assert refused.returncode == 1 and "expected 12 bytes of data, the file has 8" in refused.stderr
+
+
+def test_export_after_kiln_ran_the_function_on_the_same_input(out_dir: Path, run_ctypes: Any) -> None:
+    Tensor.manual_seed(8)
+    model = digits_example().make_model()
+    model.eval()
+    images = Tensor(np.random.default_rng(4).random((16, 1, 8, 8), dtype=np.float32)).realize()
+    jit = TinyJit(model.__call__)
+    for _call in range(4):
+        expected = jit(images).numpy()
+    artifact = export(model.__call__, images, target="c", out=out_dir, name="again")
+    assert sum(1 for step in artifact.plan.steps if isinstance(step, PlannedLaunch)) >= 3
+    check_outputs(run_ctypes(artifact, [images.numpy()]), [expected])
+
+
+def test_openmp_build_gives_the_same_outputs(out_dir: Path, run_ctypes: Any, c_compiler: str) -> None:
+    probe = subprocess.run(
+        [c_compiler, "-fopenmp", "-x", "c", "-", "-o", str(out_dir.parent / "probe")],
+        input="#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"{c_compiler} has no OpenMP: {probe.stderr.strip()[:200]}")
+    Tensor.manual_seed(9)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8))
+    x = np.random.default_rng(7).standard_normal((32, 64)).astype(np.float32)
+    artifact = export(model, Tensor(x), target="c", out=out_dir, name="threaded")
+    assert "#pragma omp parallel for" in (out_dir / "threaded.c").read_text()
+    single = run_ctypes(artifact, [x])[0]
+    library = out_dir / "libthreaded_omp.so"
+    command = [c_compiler, "-O2", "-std=c11", "-fwrapv", "-DKILN_EXPORT_OPENMP", "-fopenmp", "-fPIC", "-shared"]
+    subprocess.run([*command, "-o", str(library), str(out_dir / "threaded.c"), "-lm"], check=True)
+    loaded = ctypes.CDLL(str(library))
+    assert loaded.threaded_init(str(out_dir / "threaded.safetensors").encode()) == 0
+    threaded = np.zeros_like(single)
+    assert loaded.threaded_run(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(threaded.ctypes.data)) == 0
+    loaded.threaded_free()
+    np.testing.assert_array_equal(threaded, single)

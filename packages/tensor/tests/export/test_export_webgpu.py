@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from kiln.renderers import webgpu_available
-from kiln.tensor import Tensor, nn
+from kiln.tensor import Tensor, Variable, nn
 from kiln.tensor.export import export
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -145,3 +145,38 @@ def test_digits_cnn_in_the_browser(browser: Any, serve: Any, out_dir: Path) -> N
     assert str(out_dir) not in module
     (output,) = run_in_page(browser, serve(artifact.out), "digits", [images])
     np.testing.assert_allclose(output.reshape(expected.shape), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_variable_argument_in_the_browser(browser: Any, serve: Any, out_dir: Path) -> None:
+    data = np.arange(32, dtype=np.float32).reshape(8, 4) / 3
+    table = Tensor(data).realize()
+    rows = Variable("rows", 1, 8)
+
+    def first_rows(scale: Tensor, v: Tensor) -> Tensor:
+        return (table[:v] * scale).sum(1) + v.float()
+
+    scale = np.array([2.0], dtype=np.float32)
+    export(first_rows, Tensor(scale), rows.bind(3), target="webgpu", out=out_dir, name="rows")
+    page = browser.new_page()
+    try:
+        page.goto(serve(out_dir) + "index.html")
+        page.wait_for_function("() => !document.getElementById('status').textContent.startsWith('loading')")
+        assert page.inner_text("#status").startswith("done")
+        script = """async ([scale, counts]) => {
+            const model = await import("./rows.js");
+            await model.load("./rows.safetensors");
+            const results = [];
+            for (const rows of counts) {
+                const [output] = await model.run([new Float32Array(scale)], { rows });
+                results.push(Array.from(output));
+            }
+            let refused = "";
+            try { await model.run([new Float32Array(scale)], { rows: 9 }); } catch (error) { refused = error.message; }
+            return [results, refused];
+        }"""
+        results, refused = page.evaluate(script, [scale.tolist(), [1, 5, 8]])
+    finally:
+        page.close()
+    for count, output in zip((1, 5, 8), results):
+        np.testing.assert_allclose(output, (data[:count] * 2).sum(1) + count, rtol=1e-6)
+    assert refused == "variable rows = 9 is outside [1, 8]"

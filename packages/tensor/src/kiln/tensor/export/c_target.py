@@ -252,6 +252,7 @@ def _main(plan: ExportPlan, comment: str) -> str:
             f'  printf("{endpoint.name} {endpoint.dtype.name} %zu\\n", (size_t)({numel}));',
             f'  for (size_t i = 0; i < (size_t)({numel}); i++) printf("{form}\\n", {element});',
         ]
+    lines += [f"  free({endpoint.name});" for endpoint in (*data_inputs, *plan.outputs)]
     lines += [f"  {name}_free();", "  return 0;", "}", ""]
     return "\n".join(lines)
 
@@ -261,6 +262,8 @@ def _makefile(name: str) -> str:
         f"# {name}: built from C11 with libc and libm only. -fwrapv: the kernels' integer ops wrap around, as kiln's\n"
         "# IR defines them. Add -DKILN_EXPORT_OPENMP -fopenmp to CFLAGS to spread multi-core kernels over threads.\n"
         "CC ?= cc\n"
+        "# -march=native adds the host's FMA and vector units: without FMA (x86-64's baseline) the kernels' fused\n"
+        "# multiply-adds are libm calls, several times slower.\n"
         "CFLAGS ?= -O2 -std=c11 -fwrapv\n\n"
         f"all: {name}_main lib{name}.so\n\n"
         f"{name}_main: main.c {name}.c {name}.h\n"

@@ -168,6 +168,12 @@ def plan_export(function: Callable[..., Any], inputs: Sequence[Any], name: str) 
                 f"export: {name}: example input {position} is a {type(value).__name__}; pass Tensors (and bound "
                 f"Variables for symbolic sizes): other values would be compiled into the artifact"
             )
+    # each Tensor input in memory of its own: a graph over an input kiln already computed on (the caller's own run
+    # of the model on it) is realized already, and a capture of it would record no kernels
+    inputs = [
+        value.clone().realize() if isinstance(value, Tensor) and all(isinstance(s, int) for s in value.shape) else value
+        for value in inputs
+    ]
     jit = _capture(function, inputs, name)
     captured = jit.captured
     assert captured is not None

@@ -225,12 +225,22 @@ export async function load(weightsUrl) {
     device.queue.writeBuffer(buffers[index], 0, bytes);
   });
   device.pushErrorScope("validation");
-  const pipelines = KERNELS.map((code) => device.createComputePipeline({
-    layout: "auto", compute: { module: device.createShaderModule({ code }), entryPoint: "kiln_kernel" },
-  }));
+  // explicit layouts, as the WEBGPU device binds them: an "auto" layout drops the bindings a shader never reads
+  const pipelines = new Map();
   const steps = STEPS.map((step) => {
     if (step.copy) return step;
-    const pipeline = pipelines[step.kernel];
+    const storage = (binding, type) => ({ binding, visibility: GPUShaderStage.COMPUTE, buffer: { type } });
+    const layoutEntries = step.bindings.map((_, binding) => storage(binding, "storage"));
+    if (step.variables.length) layoutEntries.push(storage(layoutEntries.length, "read-only-storage"));
+    const layout = device.createBindGroupLayout({ entries: layoutEntries });
+    const key = `${step.kernel}/${layoutEntries.length}`;
+    if (!pipelines.has(key)) {
+      pipelines.set(key, device.createComputePipeline({
+        layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+        compute: { module: device.createShaderModule({ code: KERNELS[step.kernel] }), entryPoint: "kiln_kernel" },
+      }));
+    }
+    const pipeline = pipelines.get(key);
     const entries = step.bindings.map(([block, offset], binding) => ({
       binding, resource: { buffer: buffers[block], offset, size: pad4(BLOCKS[block].bytes) - offset },
     }));
@@ -240,7 +250,7 @@ export async function load(weightsUrl) {
       values = device.createBuffer({ size: 4 * step.variables.length, usage: valuesUsage });
       entries.push({ binding: entries.length, resource: { buffer: values } });
     }
-    const group = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+    const group = device.createBindGroup({ layout, entries });
     return { ...step, pipeline, group, values };
   });
   const error = await device.popErrorScope();
