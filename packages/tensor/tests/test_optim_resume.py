@@ -1,11 +1,10 @@
 """Resuming training from a checkpoint: a model, its optimizer (with parameter groups) and its LR scheduler trained
-3 steps, saved with kiln's checkpoint functions (safetensors for the tensors, its metadata for the optimizer's
+3 steps, saved with `optim.save_training_checkpoint` (safetensors for the tensors, its metadata for the optimizer's
 hyperparameters and the scheduler's state), loaded into freshly built objects and trained 3 more steps end bit for
 bit where 6 uninterrupted steps end (np.array_equal on every parameter)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 from kiln.tensor import Tensor, nn, optim
 from kiln.tensor.optim import lr_scheduler
-from kiln.tensor.state import safe_load, safe_load_metadata, safe_save
+from kiln.tensor.state import safe_save
 
 pytestmark = pytest.mark.default_device("PYTHON")
 
@@ -72,27 +71,6 @@ def _train(model: nn.Module, optimizer: optim.Optimizer, scheduler: lr_scheduler
         scheduler.step()
 
 
-def _save(path: Path, model: nn.Module, optimizer: optim.Optimizer, scheduler: lr_scheduler.LRScheduler) -> None:
-    saved = optimizer.state_dict()
-    tensors = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
-    for index, entries in saved["state"].items():
-        tensors.update({f"optimizer.{index}.{name}": value for name, value in entries.items()})
-    metadata = {"param_groups": json.dumps(saved["param_groups"]), "scheduler": json.dumps(scheduler.state_dict())}
-    safe_save(tensors, path, metadata)
-
-
-def _load(path: Path, model: nn.Module, optimizer: optim.Optimizer, scheduler: lr_scheduler.LRScheduler) -> None:
-    tensors, metadata = safe_load(path), safe_load_metadata(path)
-    model.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
-    state: dict[int, dict[str, Tensor]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optimizer."):
-            index, name = key.removeprefix("optimizer.").split(".", 1)
-            state.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": json.loads(metadata["param_groups"])})
-    scheduler.load_state_dict(json.loads(metadata["scheduler"]))
-
-
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_resumed_training_continues_bit_for_bit(setup: str, tmp_path: Path) -> None:
     make = SETUPS[setup]
@@ -104,10 +82,10 @@ def test_resumed_training_continues_bit_for_bit(setup: str, tmp_path: Path) -> N
     model = _model(1)
     optimizer, scheduler = make(model)
     _train(model, optimizer, scheduler, 3)
-    _save(tmp_path / "checkpoint.safetensors", model, optimizer, scheduler)
+    optim.save_training_checkpoint(tmp_path / "checkpoint.safetensors", model, optimizer, scheduler)
     fresh = _model(2)  # other initial values: everything must come from the checkpoint
     fresh_optimizer, fresh_scheduler = make(fresh)
-    _load(tmp_path / "checkpoint.safetensors", fresh, fresh_optimizer, fresh_scheduler)
+    optim.load_training_checkpoint(tmp_path / "checkpoint.safetensors", fresh, fresh_optimizer, fresh_scheduler)
     assert fresh_scheduler.get_last_lr() == scheduler.get_last_lr()
     assert [dict(g, params=None) for g in fresh_optimizer.param_groups] == [
         dict(g, params=None) for g in optimizer.param_groups
@@ -115,3 +93,20 @@ def test_resumed_training_continues_bit_for_bit(setup: str, tmp_path: Path) -> N
     _train(fresh, fresh_optimizer, fresh_scheduler, 3)
     for name, tensor in fresh.state_dict().items():
         assert np.array_equal(tensor.numpy(), uninterrupted[name]), name
+
+
+def test_checkpoint_errors(tmp_path: Path) -> None:
+    model = _model(1)
+    optimizer, scheduler = SETUPS["sgd_momentum_steplr"](model)
+    plain = tmp_path / "plain.safetensors"
+    safe_save(model.state_dict(), plain)
+    with pytest.raises(ValueError, match="no training checkpoint"):
+        optim.load_training_checkpoint(plain, model, optimizer)
+    without_scheduler = tmp_path / "no_scheduler.safetensors"
+    optim.save_training_checkpoint(without_scheduler, model, optimizer)
+    with pytest.raises(ValueError, match="holds no scheduler state"):
+        optim.load_training_checkpoint(without_scheduler, model, optimizer, scheduler)
+    other_model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 5))
+    other_optimizer = optim.SGD(_groups(other_model), lr=0.05, momentum=0.9)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        optim.load_training_checkpoint(without_scheduler, other_model, other_optimizer)

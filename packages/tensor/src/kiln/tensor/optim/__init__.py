@@ -5,6 +5,7 @@ groups and state dicts. Every `step()` realizes all updates in one schedule."""
 from kiln.tensor.optim import lr_scheduler
 from kiln.tensor.optim.adam import LAMB, Adam, AdamW
 from kiln.tensor.optim.adaptive import Adagrad, Adamax, NAdam, RAdam
+from kiln.tensor.optim.checkpoint import load_training_checkpoint, save_training_checkpoint
 from kiln.tensor.optim.clip import clip_grad_norm_, clip_grad_value_
 from kiln.tensor.optim.lars import LARS, Muon
 from kiln.tensor.optim.optimizer import SGD, Optimizer
@@ -27,5 +28,7 @@ __all__ = [
     "RMSprop",
     "clip_grad_norm_",
     "clip_grad_value_",
+    "load_training_checkpoint",
     "lr_scheduler",
+    "save_training_checkpoint",
 ]
