@@ -18,9 +18,11 @@ Choices where C leaves the result undefined or the hardware differs (documented,
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 from kiln.uops.dtype import ConstType, DType, dtypes, truncate
 from kiln.uops.ops import GroupOp, Ops
@@ -214,10 +216,11 @@ _FLOAT_UNARY: dict[Ops, Callable[[float], float]] = {
     Ops.NEG: lambda x: -x,
 }
 
+# +, - and * of Python's numbers: exact on ints, rounded to float64 on floats (truncate rounds to the dtype)
+_ARITHMETIC: dict[Ops, Callable[..., Any]] = {Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul}
+
 _FLOAT_BINARY: dict[Ops, Callable[[float, float], float]] = {
-    Ops.ADD: lambda a, b: a + b,
-    Ops.SUB: lambda a, b: a - b,
-    Ops.MUL: lambda a, b: a * b,
+    **_ARITHMETIC,
     Ops.FDIV: _float_div,
     Ops.MOD: _float_fmod,
     Ops.MAX: _float_max,
@@ -225,21 +228,19 @@ _FLOAT_BINARY: dict[Ops, Callable[[float, float], float]] = {
 }
 
 _INT_BINARY: dict[Ops, Callable[[int, int], int]] = {
-    Ops.ADD: lambda a, b: a + b,
-    Ops.SUB: lambda a, b: a - b,
-    Ops.MUL: lambda a, b: a * b,
+    **_ARITHMETIC,
     Ops.IDIV: truncated_div,
     Ops.MOD: truncated_mod,
     Ops.MAX: max,
-    Ops.AND: lambda a, b: a & b,
-    Ops.OR: lambda a, b: a | b,
-    Ops.XOR: lambda a, b: a ^ b,
+    Ops.AND: operator.and_,
+    Ops.OR: operator.or_,
+    Ops.XOR: operator.xor,
 }
 
 _COMPARISONS: dict[Ops, Callable[[ConstType, ConstType], bool]] = {
-    Ops.CMPLT: lambda a, b: a < b,
-    Ops.CMPNE: lambda a, b: a != b,
-    Ops.CMPEQ: lambda a, b: a == b,
+    Ops.CMPLT: operator.lt,
+    Ops.CMPNE: operator.ne,
+    Ops.CMPEQ: operator.eq,
 }
 
 
