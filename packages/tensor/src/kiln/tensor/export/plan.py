@@ -258,12 +258,12 @@ def plan_export(function: Callable[..., Any], inputs: Sequence[Any], name: str) 
         outs = set(program.outs)
         arguments: dict[int, PlannedArgument] = {}
         # reads before writes: a kernel that reads and writes one block (an in-place update) reads the old contents
-        for slot, buffer in enumerate(step.buffers):
-            if buffer is not None and slot not in outs:
-                arguments[slot] = argument_of(buffer, False)
-        for slot, buffer in enumerate(step.buffers):
-            if buffer is not None and slot in outs:
-                arguments[slot] = argument_of(buffer, True)
+        for position, buffer in enumerate(step.buffers):
+            if buffer is not None and position not in outs:
+                arguments[position] = argument_of(buffer, False)
+        for position, buffer in enumerate(step.buffers):
+            if buffer is not None and position in outs:
+                arguments[position] = argument_of(buffer, True)
         renderer = getattr(step.runner.device, "renderer", None)
         fused = bool(getattr(renderer, "fuse_multiply_add", False))
         steps.append(PlannedLaunch(ast, program, dict(sorted(arguments.items())), fused))
