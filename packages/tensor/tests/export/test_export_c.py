@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -243,3 +244,50 @@ def test_openmp_build_gives_the_same_outputs(out_dir: Path, run_ctypes: Any, c_c
     assert loaded.threaded_run(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(threaded.ctypes.data)) == 0
     loaded.threaded_free()
     np.testing.assert_array_equal(threaded, single)
+
+
+def test_symbolic_input_shape_becomes_a_run_argument(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+    data = np.arange(24, dtype=np.float32).reshape(6, 4) / 5
+    weight = Tensor(np.linspace(-1, 1, 4, dtype=np.float32)).realize()
+    count = Variable("count", 1, 6)
+
+    def weighted(rows: Tensor) -> Tensor:
+        return (rows * weight).sum(1)
+
+    artifact = export(weighted, Tensor(data)[: count.bind(4)], target="c", out=out_dir, name="weighted")
+    assert [variable.name for variable in artifact.plan.variables] == ["count"]
+    assert "int weighted_run(const float *input0, int count, float *output0);" in (out_dir / "weighted.h").read_text()
+    w = np.linspace(-1, 1, 4, dtype=np.float64)
+    for rows in (1, 3, 6):
+        expected = (data[:rows] * w).sum(1)
+        np.testing.assert_allclose(run_ctypes(artifact, [data[:rows]], [rows])[0], expected, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(run_main(artifact, [data[:rows]], [rows])[0], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_weights_file_read_whatever_its_json_layout(out_dir: Path, run_ctypes: Any) -> None:
+    """The C reader against a header written another way: keys reversed, spaces and newlines, extra fields and
+    entries; then the refusals: a missing file (-2), a weight of another dtype (-3)."""
+    Tensor.manual_seed(10)
+    model = nn.Linear(5, 3)
+    x = np.random.default_rng(8).standard_normal((2, 5)).astype(np.float32)
+    artifact = export(model, Tensor(x), target="c", out=out_dir, name="reread")
+    expected = run_ctypes(artifact, [x])[0]
+    original = (out_dir / "reread.safetensors").read_bytes()
+    length = int.from_bytes(original[:8], "little")
+    header = json.loads(original[8 : 8 + length])
+    data = original[8 + length :]
+    rewritten: dict[str, Any] = {"zzz_extra": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}
+    for key in reversed(list(header)):
+        entry = header[key]
+        rewritten[key] = entry if key == "__metadata__" else {"shape": entry["shape"], "note": [1, {"a": "}"}], **entry}
+    text = json.dumps(rewritten, indent=2).encode()
+    (out_dir / "other.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data)
+    np.testing.assert_array_equal(run_ctypes(artifact, [x], weights=str(out_dir / "other.safetensors"))[0], expected)
+
+    library = ctypes.CDLL(str(out_dir / "libreread.so"))
+    assert library.reread_init(str(out_dir / "missing.safetensors").encode()) == -2
+    wrong = {key: ({**value, "dtype": "F64"} if key != "__metadata__" else value) for key, value in header.items()}
+    text = json.dumps(wrong).encode()
+    (out_dir / "wrong.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data)
+    assert library.reread_init(str(out_dir / "wrong.safetensors").encode()) == -3
+    assert library.reread_run(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(expected.ctypes.data)) == -1
