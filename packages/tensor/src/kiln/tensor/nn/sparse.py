@@ -1,22 +1,42 @@
 """Lookup-table layers: `Embedding` with torch's full constructor (`padding_idx`, `max_norm`, `norm_type`,
 `scale_grad_by_freq`, `sparse`, `_weight`, `_freeze`) and `from_pretrained`, computed by `F.embedding`; and
 `EmbeddingBag` (sums, means or maxima of bags of rows, `F.embedding_bag`).
-
-`Embedding` extends the plain lookup table of `linear.py` (whose constructor takes only the sizes) with torch's
-options.
 """
 
 from __future__ import annotations
 
 from kiln.tensor.nn import functional as F
-from kiln.tensor.nn import init, linear
+from kiln.tensor.nn import init
+from kiln.tensor.nn.linear import check_size
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["Embedding", "EmbeddingBag"]
 
 
-class Embedding(linear.Embedding):
+def _pretrained_size(embeddings: Tensor) -> tuple[int, int]:
+    """The (rows, columns) of the table a `from_pretrained` copies; ValueError unless it is a 2-d Tensor."""
+    if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
+        raise ValueError(
+            f"Embeddings parameter is expected to be 2-dimensional, got {getattr(embeddings, 'shape', embeddings)}"
+        )
+    rows, columns = embeddings.shape
+    return rows, columns
+
+
+def _norm_options(max_norm: float | None, norm_type: float, scale_grad_by_freq: bool) -> str:
+    """The part of torch's repr that names the lookup options left at other values than their defaults."""
+    text = ""
+    if max_norm is not None:
+        text += f", max_norm={max_norm}"
+    if norm_type != 2:
+        text += f", norm_type={norm_type}"
+    if scale_grad_by_freq:
+        text += f", scale_grad_by_freq={scale_grad_by_freq}"
+    return text
+
+
+class Embedding(Module):
     """A lookup table: row i of weight (num_embeddings, embedding_dim) for index i, like `torch.nn.Embedding`:
     weight drawn from N(0, 1) with the `padding_idx` row zeroed (that row also gets no gradient).
 
@@ -30,7 +50,10 @@ class Embedding(linear.Embedding):
         norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False, _weight: Tensor | None = None,
         _freeze: bool = False, device: str | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(num_embeddings, embedding_dim, device)
+        super().__init__()
+        self.num_embeddings = check_size(num_embeddings, "Embedding num_embeddings")
+        self.embedding_dim = check_size(embedding_dim, "Embedding embedding_dim")
+        self.weight = init.normal((num_embeddings, embedding_dim), device=device)
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"Padding_idx must be within num_embeddings ({num_embeddings}), got {padding_idx}")
@@ -58,12 +81,7 @@ class Embedding(linear.Embedding):
         text = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             text += f", padding_idx={self.padding_idx}"
-        if self.max_norm is not None:
-            text += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            text += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq:
-            text += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        text += _norm_options(self.max_norm, self.norm_type, self.scale_grad_by_freq)
         if self.sparse:
             text += ", sparse=True"
         return text
@@ -75,11 +93,7 @@ class Embedding(linear.Embedding):
     ) -> Embedding:  # fmt: skip
         """An Embedding whose weight is a copy of the 2-d `embeddings` (trainable unless `freeze`), like
         `torch.nn.Embedding.from_pretrained`."""
-        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
-            raise ValueError(
-                f"Embeddings parameter is expected to be 2-dimensional, got {getattr(embeddings, 'shape', embeddings)}"
-            )
-        rows, columns = embeddings.shape
+        rows, columns = _pretrained_size(embeddings)
         return cls(
             rows, columns, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, embeddings, freeze,
             embeddings.device,
@@ -119,12 +133,7 @@ class EmbeddingBag(Module):
 
     def extra_repr(self) -> str:
         text = f"{self.num_embeddings}, {self.embedding_dim}"
-        if self.max_norm is not None:
-            text += f", max_norm={self.max_norm}"
-        if self.norm_type != 2:
-            text += f", norm_type={self.norm_type}"
-        if self.scale_grad_by_freq:
-            text += f", scale_grad_by_freq={self.scale_grad_by_freq}"
+        text += _norm_options(self.max_norm, self.norm_type, self.scale_grad_by_freq)
         text += f", mode={self.mode!r}"
         if self.padding_idx is not None:
             text += f", padding_idx={self.padding_idx}"
@@ -138,11 +147,7 @@ class EmbeddingBag(Module):
     ) -> EmbeddingBag:  # fmt: skip
         """An EmbeddingBag whose weight is a copy of the 2-d `embeddings` (trainable unless `freeze`), like
         `torch.nn.EmbeddingBag.from_pretrained`."""
-        if not isinstance(embeddings, Tensor) or embeddings.ndim != 2:
-            raise ValueError(
-                f"Embeddings parameter is expected to be 2-dimensional, got {getattr(embeddings, 'shape', embeddings)}"
-            )
-        rows, columns = embeddings.shape
+        rows, columns = _pretrained_size(embeddings)
         bag = cls(
             rows, columns, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings, include_last_offset,
             padding_idx, embeddings.device,
