@@ -1,4 +1,5 @@
-"""How much of torch.Tensor's and tinygrad's Tensor API kiln's Tensor has, from name lists committed as data.
+"""How much of torch.Tensor's and tinygrad's Tensor API kiln's Tensor has, and of torch.nn, torch.nn.functional and
+torch.optim kiln's `kiln.tensor.nn`, `nn.functional` and `optim` have, from name lists committed as data.
 
 The lists live in scripts/data/: torch_tensor_methods.txt (dir(torch.Tensor): public, not in place),
 tinygrad_tensor_names.txt (tinygrad's Tensor and mixins) and tinygrad_exceptions.txt (tinygrad names kiln leaves
@@ -44,6 +45,33 @@ def kiln_names() -> set[str]:
     return {name for name in set(dir(Tensor)) | set(vars(instance)) | {"grad"} if not name.startswith("_")}
 
 
+def module_names(module: object, prefix: str = "") -> set[str]:
+    """Public names of a kiln module (`prefix` + name), and those of its `lr_scheduler` submodule when it has one."""
+    names = {prefix + name for name in dir(module) if not name.startswith("_")}
+    scheduler = getattr(module, "lr_scheduler", None)
+    if scheduler is not None and prefix == "":
+        names |= module_names(scheduler, "lr_scheduler.")
+    return names
+
+
+def torch_module_coverage() -> list[tuple[str, int, int, list[str]]]:
+    """(torch module, names kiln has, names torch has, missing names) for torch.nn, torch.nn.functional and
+    torch.optim against kiln.tensor.nn, kiln.tensor.nn.functional and kiln.tensor.optim."""
+    from kiln.tensor import nn, optim
+
+    result = []
+    for title, data_file, kiln_module in (
+        ("torch.nn", "torch_nn_names.txt", nn),
+        ("torch.nn.functional", "torch_nn_functional_names.txt", nn.functional),
+        ("torch.optim", "torch_optim_names.txt", optim),
+    ):
+        names = read_names(DATA / data_file)
+        have = module_names(kiln_module)
+        missing = [name for name in names if name not in have]
+        result.append((title, len(names) - len(missing), len(names), missing))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a coverage target is missed")
@@ -74,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"missing torch.Tensor names ({len(torch_missing)}): {' '.join(torch_missing) or '-'}")
     if excepted_present:
         print(f"note: excepted tinygrad names kiln has anyway: {' '.join(excepted_present)}")
+    for title, count, total, missing in torch_module_coverage():
+        print(f"{title}: kiln has {count} of {total} names; missing ({len(missing)}): {' '.join(missing) or '-'}")
     if args.check and (torch_count < args.torch_target or tinygrad_missing):
         print("coverage check failed")
         return 1
