@@ -84,6 +84,8 @@ The recipe, in order (each step is skipped when its opt is illegal):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kiln.codegen.kernel_info import KernelOptError, Opt, OptOps
 from kiln.codegen.loop_structure import range_by_axis
 from kiln.codegen.opt.apply import apply_opt, prepare_axes
@@ -143,15 +145,16 @@ def _strip_casts(node: UOp) -> UOp:
     return node
 
 
-def _matmul_operands(sink: UOp) -> tuple[UOp, UOp] | None:
-    """The two INDEX uops a matmul-shaped kernel loads from (its only REDUCE sums a product of two loads)."""
+def _matmul_operands(sink: UOp, strip: Callable[[UOp], UOp] = _strip_casts) -> tuple[UOp, UOp] | None:
+    """The two INDEX uops a matmul-shaped kernel loads from (its only REDUCE sums a product of two loads, each seen
+    through `strip`: casts, or also padding guards for `_product_loads`)."""
     reduces = reduces_of(sink)
     if len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
         return None
     product = _strip_casts(reduces[0].src[0])
     if product.op is not Ops.MUL:
         return None
-    left, right = (_strip_casts(s) for s in product.src)
+    left, right = (strip(s) for s in product.src)
     if left.op is not Ops.LOAD or right.op is not Ops.LOAD:
         return None
     return left.src[0], right.src[0]
@@ -175,16 +178,7 @@ def _is_padded_copy(sink: UOp) -> bool:
 
 def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
     """`_matmul_operands`, also through padding guards: a matmul or a convolution (vector-ALU CPU renderers)."""
-    reduces = reduces_of(sink)
-    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
-        return None
-    product = _strip_casts(reduces[0].src[0])
-    if product.op is not Ops.MUL:
-        return None
-    left, right = (_strip_padding(s) for s in product.src)
-    if left.op is not Ops.LOAD or right.op is not Ops.LOAD:
-        return None
-    return left.src[0], right.src[0]
+    return _matmul_operands(sink, _strip_padding)
 
 
 def _store_indices(sink: UOp) -> list[UOp]:
