@@ -264,3 +264,26 @@ def test_repr_like_torch() -> None:
     assert repr(nn.GRUCell(3, 4, bias=False)) == "GRUCell(3, 4, bias=False)"
     assert repr(nn.RNN(3, 4, nonlinearity="relu", dropout=0.5)) == "RNN(3, 4, dropout=0.5)"
     assert repr(nn.RNNCell(3, 4, nonlinearity="relu")) == "RNNCell(3, 4, nonlinearity=relu)"
+
+
+def test_sequential_with_names_slices_and_edits_like_torch() -> None:
+    from collections import OrderedDict
+
+    model = nn.Sequential(OrderedDict([("conv", nn.Conv2d(1, 2, 3)), ("act", nn.ReLU()), ("head", nn.Flatten())]))
+    assert list(model.state_dict()) == ["conv.weight", "conv.bias"]
+    assert model[0] is model.conv and len(model) == 3
+    tail = model[1:]
+    assert isinstance(tail, nn.Sequential) and [name for name, _ in tail.named_children()] == ["act", "head"]
+    del model[1]  # torch renumbers the layers after a delete
+    assert [name for name, _ in model.named_children()] == ["0", "1"]
+    model.insert(1, nn.Tanh()).append(nn.Identity())
+    assert [type(layer).__name__ for layer in model] == ["Conv2d", "Tanh", "Flatten", "Identity"]
+    assert type(model.pop(0)).__name__ == "Conv2d" and len(model) == 3
+    joined = model + nn.Sequential(nn.ReLU())
+    assert len(joined) == 4 and repr(joined[3]) == "ReLU()"
+    x = Tensor(np.array([[-1.0, 2.0]], np.float32))
+    np.testing.assert_allclose(joined(x).numpy(), np.maximum(np.tanh(x.numpy()), 0.0), rtol=1e-6)
+    with pytest.raises(IndexError, match="out of range"):
+        model[5]
+    with pytest.raises(TypeError, match="callable"):
+        model.append(3)
