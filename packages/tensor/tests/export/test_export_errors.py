@@ -71,6 +71,7 @@ def test_kernels_of_another_device_are_refused_for_the_browser(out_dir: Path) ->
         ({"name": "my model"}, ValueError, r"name 'my model' must be an identifier"),
         ({"target": "webgpu", "embed_weights": True}, ValueError, r"embed_weights is for target 'c'"),
     ],
+    ids=["unknown-target", "name-with-a-space", "embedded-weights-for-the-browser"],
 )
 def test_bad_arguments(out_dir: Path, arguments: dict[str, object], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
