@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -60,7 +60,7 @@ def _run_ctypes(
         shape = tuple(size if isinstance(size, int) else _evaluate(size, values) for size in endpoint.shape)
         outputs.append(np.zeros(shape, dtype=np.dtype(endpoint.dtype.name)))
     arrays = [np.ascontiguousarray(array) for array in inputs]
-    arguments = [ctypes.c_void_p(array.ctypes.data) for array in arrays]
+    arguments: list[Any] = [ctypes.c_void_p(array.ctypes.data) for array in arrays]
     arguments += [ctypes.c_int(value) for value in variables]
     arguments += [ctypes.c_void_p(array.ctypes.data) for array in outputs]
     status = getattr(library, f"{name}_run")(*arguments)

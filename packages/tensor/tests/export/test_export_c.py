@@ -92,7 +92,8 @@ class TransformerBlock(nn.Module):
         normed = self.norm1(x)
         attended, _weights = self.attention(normed, normed, normed, need_weights=False)
         x = x + attended
-        return x + self.down(self.up(self.norm2(x)).gelu())
+        result: Tensor = x + self.down(self.up(self.norm2(x)).gelu())
+        return result
 
 
 def test_transformer_block(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
@@ -107,10 +108,13 @@ def test_transformer_block(out_dir: Path, run_ctypes: Any, run_main: Any) -> Non
 
 def fold_batch_norm(convolution: nn.Conv2d, norm: nn.BatchNorm2d) -> nn.Conv2d:
     """A convolution computing convolution then (eval-mode) batch norm, folded in numpy."""
+    assert norm.weight is not None and norm.bias is not None and convolution.bias is not None
+    assert norm.running_mean is not None and norm.running_var is not None
     scale = norm.weight.numpy() / np.sqrt(norm.running_var.numpy() + norm.eps)
     folded = nn.Conv2d(convolution.in_channels, convolution.out_channels, 3, padding=1)
     folded.weight.assign(Tensor(convolution.weight.numpy() * scale[:, None, None, None])).realize()
     bias = (convolution.bias.numpy() - norm.running_mean.numpy()) * scale + norm.bias.numpy()
+    assert folded.bias is not None
     folded.bias.assign(Tensor(bias.astype(np.float32))).realize()
     return folded
 
@@ -119,6 +123,7 @@ def test_conv_net_with_folded_batch_norm(out_dir: Path, run_ctypes: Any, run_mai
     Tensor.manual_seed(4)
     rng = np.random.default_rng(3)
     convolution, norm = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+    assert norm.weight is not None and norm.running_mean is not None and norm.running_var is not None
     norm.running_mean.assign(Tensor(rng.standard_normal(8).astype(np.float32))).realize()
     norm.running_var.assign(Tensor(rng.random(8, dtype=np.float32) + 0.5)).realize()
     norm.weight.assign(Tensor(rng.random(8, dtype=np.float32) + 0.5)).realize()
@@ -140,6 +145,7 @@ def test_embedded_weights_need_no_file(out_dir: Path, run_ctypes: Any) -> None:
     artifact = export(model, Tensor(x), target="c", out=out_dir, name="embedded", embed_weights=True)
     assert not (out_dir / "embedded.safetensors").exists()
     outputs = run_ctypes(artifact, [x], weights="/nonexistent/weights.safetensors")
+    assert model.bias is not None
     expected = x.astype(np.float64) @ model.weight.numpy().T + model.bias.numpy()
     np.testing.assert_allclose(outputs[0], expected, rtol=1e-6, atol=1e-6)
 
