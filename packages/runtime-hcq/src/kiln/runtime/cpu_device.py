@@ -73,6 +73,8 @@ class CPUProgramRunner(HCQProgramRunner):
 class CPUDevice(HCQCompiled):
     """The host CPU ("CPU"): host memory, a software queue, compiled kernels called through ctypes on every core."""
 
+    renderer_family = "CPU"
+
     def __init__(self, name: str) -> None:
         shares = cpu_shares()
         suffix = name.partition(":")[2]
@@ -105,15 +107,6 @@ class CPUDevice(HCQCompiled):
             return None
         compiler = self.create_renderer(self.renderer_class).compiler
         return core_launcher_for(compiler) if isinstance(compiler, HostCompiler) else None
-
-    @property
-    def renderer_class(self) -> type[Renderer]:
-        """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no CPU renderer."""
-        if not self.renderers:
-            raise RuntimeError(
-                f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for the CPU"
-            )
-        return super().renderer_class
 
     def loader_for(self, program: Program) -> HostKernelLoader:
         """The compiler that loads `program`'s binary: the one its signature names (`CompilerIdentity`), made once

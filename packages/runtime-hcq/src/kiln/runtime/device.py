@@ -123,6 +123,9 @@ class DeviceBase:
 
     renderers: tuple[type[Renderer], ...] = ()
     supported_dtypes: frozenset[DType] = frozenset(dtypes.all)
+    renderer_family: str | None = None
+    """The device kind kiln.renderers lists this device's renderers under ("CPU", "CUDA", "CL", "WEBGPU"); a device
+    with none then says that the installed kiln.renderers offers none for it. None: not a kiln.renderers device."""
 
     def __init__(self, name: str, allocator: Allocator[Any]) -> None:
         self.name = name
@@ -149,6 +152,11 @@ class DeviceBase:
     def renderer_class(self) -> type[Renderer]:
         """The renderer class in use: the first of `renderers`, or the one named by `<KIND>_RENDERER`."""
         if not self.renderers:
+            if self.renderer_family is not None:
+                raise RuntimeError(
+                    f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for "
+                    f"{self.renderer_family}"
+                )
             raise RuntimeError(f"device {self.name!r} has no renderers: it can hold buffers but cannot run kernels")
         knob = renderer_knob(self.kind)
         choice = knob.value().strip()

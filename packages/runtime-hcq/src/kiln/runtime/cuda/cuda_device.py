@@ -69,6 +69,8 @@ class CUDADevice(DeviceBase):
         ordinal: the GPU number; arch: "sm_<major><minor>"; gpu_name: the driver's name of the GPU.
     """
 
+    renderer_family = "CUDA"
+
     def __init__(self, name: str, api: DriverAPI | None = None) -> None:
         _, _, suffix = name.partition(":")
         if suffix and not suffix.isdigit():
@@ -107,16 +109,6 @@ class CUDADevice(DeviceBase):
         if self._timer is None:
             self._timer = LaunchTimer(self)
         return self._timer
-
-    @property
-    def renderer_class(self) -> type[Renderer]:
-        """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no CUDA renderer yet."""
-        if not self.renderers:
-            raise RuntimeError(
-                f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for CUDA; "
-                "install a kiln-renderers with CUDA support"
-            )
-        return super().renderer_class
 
     def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """Builds a CUDA renderer for this GPU's architecture (passed as `arch` when the renderer takes one)."""

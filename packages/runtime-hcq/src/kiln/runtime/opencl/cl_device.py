@@ -45,6 +45,8 @@ class CLDevice(DeviceBase):
         queue: the cl_command_queue; timeline: the queue's events as a timeline signal.
     """
 
+    renderer_family = "CL"
+
     def __init__(self, name: str) -> None:
         _, _, suffix = name.partition(":")
         if suffix and not suffix.isdigit():
@@ -77,13 +79,6 @@ class CLDevice(DeviceBase):
     def synchronize(self) -> None:
         """Waits for every command enqueued so far (the timeline's last value)."""
         self.timeline.wait()
-
-    @property
-    def renderer_class(self) -> type[Renderer]:
-        """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no OpenCL renderer."""
-        if not self.renderers:
-            raise RuntimeError(f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for CL")
-        return super().renderer_class
 
     def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """An OpenCL renderer building for this device (its index over all platforms)."""

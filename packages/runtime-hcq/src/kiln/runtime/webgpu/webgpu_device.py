@@ -31,6 +31,8 @@ class WebGPUDevice(DeviceBase):
         target: the adapter, the device requested from it and their limits; timeline: the queue's submissions.
     """
 
+    renderer_family = "WEBGPU"
+
     def __init__(self, name: str) -> None:
         if name.partition(":")[2]:
             raise DeviceUnavailable(f"{name!r}: there is one WEBGPU device, named 'WEBGPU'")
@@ -59,13 +61,6 @@ class WebGPUDevice(DeviceBase):
     def synchronize(self) -> None:
         """Waits for every submission so far."""
         self.timeline.wait()
-
-    @property
-    def renderer_class(self) -> type[Renderer]:
-        """The renderer in use (see DeviceBase); a clear error when kiln.renderers has no WGSL renderer."""
-        if not self.renderers:
-            raise RuntimeError(f"device {self.name!r} has no renderer: the installed kiln.renderers offers none for it")
-        return super().renderer_class
 
     def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """A WGSL renderer allowed as many storage buffers per kernel as the adapter binds."""
