@@ -81,6 +81,30 @@ def _weighted(errors: Tensor, weight: Tensor, reduction: str, mean_over_weight: 
     return _reduce(weighted, reduction)
 
 
+def _distance_loss(input: Tensor, target: Tensor, reduction: str, weight: Tensor | None, squared: bool) -> Tensor:
+    """mse_loss (`squared`) or l1_loss: the Tensor method, or torch's weighted form when an elementwise weight is
+    given."""
+    if weight is None:
+        return input.mse_loss(target, reduction) if squared else input.l1_loss(target, reduction)
+    _check_weight_shape(weight, input)
+    difference = input - target
+    errors = difference.square() if squared else difference.abs()
+    return _weighted(errors, weight, reduction, mean_over_weight=True)
+
+
+def _triplet(
+    anchor: Tensor, positive: Tensor, negative: Tensor, distance: Callable[[Tensor, Tensor], Tensor], margin: float,
+    swap: bool, reduction: str,
+) -> Tensor:  # fmt: skip
+    """max(0, margin + d(anchor, positive) - d(anchor, negative)), `swap` taking the smaller of d(anchor, negative)
+    and d(positive, negative), reduced: the triplet losses over any distance."""
+    to_positive = distance(anchor, positive)
+    to_negative = distance(anchor, negative)
+    if swap:
+        to_negative = to_negative.minimum(distance(positive, negative))
+    return _reduce((margin + to_positive - to_negative).relu(), reduction)
+
+
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -127,11 +151,7 @@ def mse_loss(
 ) -> Tensor:
     """(input - target)**2, reduced; an elementwise `weight` multiplies each term ('mean' then divides by the
     weights' sum), like `torch.nn.functional.mse_loss`."""
-    reduction = legacy_reduction(size_average, reduce, reduction)
-    if weight is None:
-        return input.mse_loss(target, reduction)
-    _check_weight_shape(weight, input)
-    return _weighted((input - target).square(), weight, reduction, mean_over_weight=True)
+    return _distance_loss(input, target, legacy_reduction(size_average, reduce, reduction), weight, squared=True)
 
 
 def l1_loss(
@@ -143,11 +163,7 @@ def l1_loss(
     weight: Tensor | None = None,
 ) -> Tensor:
     """|input - target|, reduced; an elementwise `weight` as in `mse_loss`, like `torch.nn.functional.l1_loss`."""
-    reduction = legacy_reduction(size_average, reduce, reduction)
-    if weight is None:
-        return input.l1_loss(target, reduction)
-    _check_weight_shape(weight, input)
-    return _weighted((input - target).abs(), weight, reduction, mean_over_weight=True)
+    return _distance_loss(input, target, legacy_reduction(size_average, reduce, reduction), weight, squared=False)
 
 
 def smooth_l1_loss(
@@ -309,11 +325,7 @@ def triplet_margin_loss(
             "triplet_margin_loss needs anchor, positive and negative with the same number of dims (1 or 2), got "
             f"{anchor.ndim}, {positive.ndim} and {negative.ndim}"
         )
-    to_positive = anchor.pairwise_distance(positive, p, eps)
-    to_negative = anchor.pairwise_distance(negative, p, eps)
-    if swap:
-        to_negative = to_negative.minimum(positive.pairwise_distance(negative, p, eps))
-    return _reduce((margin + to_positive - to_negative).relu(), reduction)
+    return _triplet(anchor, positive, negative, lambda a, b: a.pairwise_distance(b, p, eps), margin, swap, reduction)
 
 
 def poisson_nll_loss(
@@ -445,8 +457,4 @@ def triplet_margin_with_distance_loss(
             f"triplet_margin_with_distance_loss: expected margin to be greater than 0, got {margin} instead"
         )
     distance = distance_function if distance_function is not None else Tensor.pairwise_distance
-    to_positive = distance(anchor, positive)
-    to_negative = distance(anchor, negative)
-    if swap:
-        to_negative = to_negative.minimum(distance(positive, negative))
-    return _reduce((margin + to_positive - to_negative).relu(), reduction)
+    return _triplet(anchor, positive, negative, distance, margin, swap, reduction)
