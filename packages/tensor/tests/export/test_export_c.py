@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -297,3 +298,38 @@ def test_weights_file_read_whatever_its_json_layout(out_dir: Path, run_ctypes: A
     (out_dir / "wrong.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data)
     assert library.reread_init(str(out_dir / "wrong.safetensors").encode()) == -3
     assert library.reread_run(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(expected.ctypes.data)) == -1
+
+
+BIT_FOR_BIT_SCRIPT = """
+import ctypes, subprocess, sys
+import numpy as np
+from kiln.tensor import Tensor, TinyJit, nn
+from kiln.tensor.export import export
+
+Tensor.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.LayerNorm(32), nn.Linear(32, 5))
+x = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)
+tensor = Tensor(x).realize()
+jit = TinyJit(lambda t: model(t).softmax(-1))
+for _call in range(3):
+    expected = jit(tensor).numpy()
+artifact = export(lambda t: model(t).softmax(-1), tensor, target="c", out=sys.argv[1], name="exact")
+library = f"{sys.argv[1]}/libexact.so"
+subprocess.run([sys.argv[2], "-O2", "-std=c11", "-fwrapv", "-fPIC", "-shared", "-o", library,
+                f"{sys.argv[1]}/exact.c", "-lm"], check=True)
+loaded = ctypes.CDLL(library)
+assert loaded.exact_init(f"{sys.argv[1]}/exact.safetensors".encode()) == 0
+found = np.zeros_like(expected)
+assert loaded.exact_run(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(found.ctypes.data)) == 0
+print("identical" if np.array_equal(found.view(np.uint32), expected.view(np.uint32)) else "different")
+"""
+
+
+def test_bit_for_bit_when_kiln_runs_the_c_renderer(tmp_path: Path, c_compiler: str) -> None:
+    """With kiln's CPU device on its C renderer (CPU_RENDERER=c, in a process of its own: the device picks its
+    renderer once), the artifact's kernels are kiln's kernels and the outputs are the same bits."""
+    environment = {**os.environ, "CPU_RENDERER": "c"}
+    command = [sys.executable, "-c", BIT_FOR_BIT_SCRIPT, str(tmp_path), c_compiler]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=False, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "identical"
