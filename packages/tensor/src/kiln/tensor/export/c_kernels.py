@@ -4,9 +4,11 @@ Each launch's kernel AST is lowered again by `ExportCRenderer`, the CPU C render
 loops and their order are kiln's) and the multiply-add fusing of the renderer kiln ran it with. When kiln's CPU
 device runs the C renderer (CPU_RENDERER=c) these are kiln's very kernels and the outputs the same bits; under the
 LLVM IR renderer (the default with llvmlite) its vector ALU ops sum an unrolled reduction in another order than the
-C renderer's scalar ops, a difference of a few float32 ulps (2.4e-7 at most over the export tests' models). A kernel split over CPU cores (a THREAD axis, the `core_id` parameter) is called once
-per core index in a loop, which `#pragma omp parallel for` may spread over threads when the artifact is built with
-`-DKILN_EXPORT_OPENMP -fopenmp` (the core slices write disjoint elements). The renderer's typedefs and helpers are
+C renderer's scalar ops, a difference of a few float32 ulps (2.4e-7 at most over the export tests' models).
+
+A kernel split over CPU cores (a THREAD axis, the `core_id` parameter) is called once per core index in a loop,
+which `#pragma omp parallel for` may spread over threads when the artifact is built with `-DKILN_EXPORT_OPENMP
+-fopenmp` (the core slices write disjoint elements). The renderer's typedefs and helpers are
 gathered once for the whole file; each kernel becomes a `static` function of its own name.
 """
 
