@@ -10,18 +10,13 @@ import ctypes
 from typing import Any, Protocol
 
 from kiln.runtime.cuda.driver_api import DriverAPI
+from kiln.runtime.program_runner import RunnerDevice
 
 __all__ = ["CUDAContext", "LaunchTimer"]
 
 
-class CUDAContext(Protocol):
+class CUDAContext(RunnerDevice, Protocol):
     """One CUDA device's context as seen by its allocator and runners."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def kind(self) -> str: ...
 
     @property
     def api(self) -> DriverAPI: ...
