@@ -8,6 +8,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -186,6 +187,10 @@ def test_sources_compile_with_plain_cc_and_carry_their_header(out_dir: Path, c_c
             assert "shapes are fixed at export" in text
             assert str(out_dir) not in text and "/work/" not in text and "python" not in text.lower()
     assert set(artifact.sizes()) == {"tiny.c", "tiny.h", "main.c", "Makefile", "tiny.safetensors"}
+    if shutil.which("make"):  # the generated Makefile builds both the program and the library
+        built = subprocess.run(["make", f"CC={c_compiler}"], cwd=out_dir, capture_output=True, text=True, check=False)
+        assert built.returncode == 0, built.stderr
+        assert (out_dir / "tiny_main").is_file() and (out_dir / "libtiny.so").is_file()
 
 
 def test_main_reads_raw_little_endian_input(out_dir: Path, run_ctypes: Any) -> None:
