@@ -8,8 +8,8 @@ import ctypes
 import importlib.util
 import json
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
