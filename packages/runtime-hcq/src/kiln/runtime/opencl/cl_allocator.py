@@ -68,38 +68,28 @@ class CLAllocator(LRUAllocator[CLMemory]):
         self.cl_device.library.call("clReleaseMemObject", opaque.base, what=f"freeing on {self.device}")
 
     def _copyin(self, dest: CLMemory, src: memoryview) -> None:
-        device = self.cl_device
-        event = ctypes.c_void_p()
-        device.library.call(
-            "clEnqueueWriteBuffer",
-            device.queue,
-            dest.base,
-            1,
-            dest.offset,
-            src.nbytes,
-            _host_address(src),
-            0,
-            None,
-            ctypes.byref(event),
-            what=f"copy of {src.nbytes} bytes to {self.device}",
-        )
-        device.timeline.record(event)
+        self._enqueue_copy("clEnqueueWriteBuffer", dest, src, f"copy of {src.nbytes} bytes to {self.device}")
 
     def _copyout(self, dest: memoryview, src: CLMemory) -> None:
+        self._enqueue_copy("clEnqueueReadBuffer", src, dest, f"copy of {dest.nbytes} bytes from {self.device}")
+
+    def _enqueue_copy(self, function: str, memory: CLMemory, host: memoryview, what: str) -> None:
+        # clEnqueueWriteBuffer / clEnqueueReadBuffer (blocking) between `memory` and the host bytes of `host`,
+        # recorded on the device's timeline
         device = self.cl_device
         event = ctypes.c_void_p()
         device.library.call(
-            "clEnqueueReadBuffer",
+            function,
             device.queue,
-            src.base,
+            memory.base,
             1,
-            src.offset,
-            dest.nbytes,
-            _host_address(dest),
+            memory.offset,
+            host.nbytes,
+            _host_address(host),
             0,
             None,
             ctypes.byref(event),
-            what=f"copy of {dest.nbytes} bytes from {self.device}",
+            what=what,
         )
         device.timeline.record(event)
 
