@@ -3,13 +3,14 @@
     uv run python benchmarks/export_bench.py [--repeats 200]
 
 For each model (the digits CNN of examples/train_digits.py at batch 16 and 256, and an MLP 784-512-512-10 at batch
-64), it exports the C artifact, builds its library with the generated Makefile's flags (`-O2 -std=c11 -fwrapv`,
-single-threaded) and times `NAME_run` through ctypes (inputs copied in, outputs copied out), next to kiln's TinyJit
-replay of the same function on the CPU device (outputs read back with `.numpy()`, which waits for the kernels):
-medians over `--repeats` calls after warm-up. The kiln run may use several cores (THREAD axes); the artifact runs
-on one unless built with `-DKILN_EXPORT_OPENMP -fopenmp`, which is timed too where the compiler has OpenMP. The
-portable build has no FMA instruction (x86-64's baseline), so the fused multiply-adds of kiln's kernels call libm's
-fmaf; `-march=native` (as kiln compiles its own kernels) is timed beside it.
+64), it exports the C artifact, builds its library single-threaded with the generated Makefile's flags, without
+(`-O2 -std=c11 -fwrapv`, `make ARCH=`) and with its default `ARCH=-march=native`, and times `NAME_run` through
+ctypes (inputs copied in, outputs copied out), next to kiln's TinyJit replay of the same function on the CPU device
+(outputs read back with `.numpy()`, which waits for the kernels): medians over `--repeats` calls after warm-up. The
+kiln run may use several cores (THREAD axes); the artifact runs on one unless built with `-DKILN_EXPORT_OPENMP
+-fopenmp`, which is timed too where the compiler has OpenMP. The portable build has no FMA instruction (x86-64's
+baseline), so the fused multiply-adds of kiln's kernels call libm's fmaf; `-march=native` is how kiln compiles its
+own kernels.
 """
 
 from __future__ import annotations
