@@ -73,6 +73,7 @@ def test_state_dict_layout_and_load_errors() -> None:
     b_before = b.numpy()
     _square_step(optimizer, [a, b, c])
     saved = optimizer.state_dict()
+    assert sorted(optimizer.state[a]) == ["exp_avg", "exp_avg_sq"]  # torch's optimizer.state[p] (the step is per group)
     assert [g["params"] for g in saved["param_groups"]] == [[0, 1], [2]]
     assert sorted(saved["state"]) == [0, 1, 2]
     assert sorted(saved["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]

@@ -83,7 +83,8 @@ class Optimizer:
             )
         self.defaults: dict[str, Any] = dict(defaults)
         self.param_groups: list[ParamGroup] = []
-        self._state: dict[int, dict[str, Tensor]] = {}  # id(parameter) -> its state buffers
+        # torch's `optimizer.state`: parameter -> its state buffers (Tensors hash by identity)
+        self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._group_steps: list[int] = []  # the steps each group has taken (torch's per-parameter "step")
         self._step_buffers: dict[int, Tensor] = {}  # group index -> the step count on the device, for step-aware rules
         self._writes: list[tuple[Tensor, Tensor]] = []
@@ -179,7 +180,7 @@ class Optimizer:
 
     def state_of(self, parameter: Tensor) -> dict[str, Tensor]:
         """The state buffers of `parameter` (torch's `optimizer.state[p]`; empty before its first step)."""
-        return self._state.setdefault(id(parameter), {})
+        return self.state.setdefault(parameter, {})
 
     def state_buffer(
         self, parameter: Tensor, name: str, value: float = 0.0, shape: tuple[int, ...] | None = None
@@ -273,7 +274,7 @@ class Optimizer:
         for group_index, group in enumerate(self.param_groups):
             indices = []
             for parameter in group["params"]:
-                buffers = self._state.get(id(parameter))
+                buffers = self.state.get(parameter)
                 if buffers:
                     step = np.array(float(self._group_steps[group_index]), dtype=np.float32)
                     state[index] = {"step": Tensor(step), **buffers} if self.saves_step else dict(buffers)
@@ -303,7 +304,7 @@ class Optimizer:
                 )
             for saved_index, parameter in zip(indices, group["params"]):
                 owners[int(saved_index)] = (group_index, parameter)
-        loaded: dict[int, dict[str, Tensor]] = {}
+        loaded: dict[Tensor, dict[str, Tensor]] = {}
         steps: dict[int, int] = {}
         for key, entries in dict(state_dict["state"]).items():
             if int(key) not in owners:
@@ -322,15 +323,15 @@ class Optimizer:
                         f"parameter's shape is {parameter.shape})"
                     )
                 buffers[name] = Tensor(array.astype(numpy_from_dtype(parameter.dtype)), device=parameter.device)
-            loaded[id(parameter)] = buffers
+            loaded[parameter] = buffers
         for group, saved in zip(self.param_groups, saved_groups):
             for key, value in saved.items():
                 if key != "params":
                     group[key] = tuple(value) if isinstance(value, list) else value
         for group in self.param_groups:
             for parameter in group["params"]:
-                self._state.pop(id(parameter), None)
-        self._state.update(loaded)
+                self.state.pop(parameter, None)
+        self.state.update(loaded)
         self._group_steps = [steps.get(index, 0) for index in range(len(self.param_groups))]
         self._step_buffers = {}
 
