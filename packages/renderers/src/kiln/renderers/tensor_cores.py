@@ -6,9 +6,35 @@ instructions that run them.
 from __future__ import annotations
 
 from kiln.codegen import FragmentLayout, TensorCore
-from kiln.uops import dtypes
+from kiln.uops import DType, dtypes
 
 __all__ = ["TENSOR_CORES_GFX942", "TENSOR_CORES_GFX1100", "TENSOR_CORES_METAL", "TENSOR_CORES_SM80"]
+
+
+def _cores(
+    dims: tuple[int, int, int],
+    threads: int,
+    elements: tuple[int, int, int],
+    layouts: tuple[FragmentLayout, FragmentLayout, FragmentLayout],
+    dtype_pairs: tuple[tuple[DType, DType], ...],
+) -> tuple[TensorCore, ...]:
+    """The tensor cores of one instruction shape: `dims` (N, M, K) run by `threads` lanes holding `elements` of A, B
+    and C each in `layouts`, one core per (input dtype, accumulator dtype) of `dtype_pairs`, in that order."""
+    return tuple(
+        TensorCore(
+            dims=dims,
+            threads=threads,
+            elements_per_thread=elements,
+            dtype_in=dtype_in,
+            dtype_out=dtype_out,
+            layouts=layouts,
+        )
+        for dtype_in, dtype_out in dtype_pairs
+    )
+
+
+_HALF_IN = ((dtypes.float16, dtypes.float32), (dtypes.float16, dtypes.float16))
+"""f16 A and B with f32 or f16 accumulators."""
 
 # ---- NVIDIA (CUDA C and PTX) ------------------------------------------------------------------------------------
 
@@ -23,17 +49,7 @@ _M16N8K16_A = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), 
 _M16N8K16_B = FragmentLayout(((2, 0), (4, 0), (0, 1), (0, 2), (0, 4)), ((1, 0), (8, 0)))
 _M16N8K16_C = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0)))
 
-TENSOR_CORES_SM80: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(8, 16, 16),  # (N, M, K)
-        threads=32,
-        elements_per_thread=(8, 4, 4),
-        dtype_in=dtypes.float16,
-        dtype_out=dtype_out,
-        layouts=(_M16N8K16_A, _M16N8K16_B, _M16N8K16_C),
-    )
-    for dtype_out in (dtypes.float32, dtypes.float16)
-)
+TENSOR_CORES_SM80 = _cores((8, 16, 16), 32, (8, 4, 4), (_M16N8K16_A, _M16N8K16_B, _M16N8K16_C), _HALF_IN)
 """mma.sync.aligned.m16n8k16.row.col with f16 inputs and f32 or f16 accumulators (sm_80+): per lane 8 A registers
 (four f16x2), 4 B registers (two f16x2), 4 accumulators (four f32 or two f16x2). A WMMA's vector lanes are the
 fragment's registers in layout order (A: a0..a7, B: b0..b3, C/D: c0..c3); a register pair 2r, 2r+1 is packed into
@@ -50,17 +66,7 @@ _GFX1100_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 8)), ((0, 1), (
 _GFX1100_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (8, 0)), ((1, 0), (2, 0), (4, 0)))
 _GFX1100_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (1, 0)), ((2, 0), (4, 0), (8, 0)))
 
-TENSOR_CORES_GFX1100: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(16, 16, 16),  # (N, M, K)
-        threads=32,
-        elements_per_thread=(8, 8, 8),
-        dtype_in=dtypes.float16,
-        dtype_out=dtype_out,
-        layouts=(_GFX1100_A, _GFX1100_B, _GFX1100_C),
-    )
-    for dtype_out in (dtypes.float32, dtypes.float16)
-)
+TENSOR_CORES_GFX1100 = _cores((16, 16, 16), 32, (8, 8, 8), (_GFX1100_A, _GFX1100_B, _GFX1100_C), _HALF_IN)
 """v_wmma_f32_16x16x16_f16 and v_wmma_f16_16x16x16_f16 (wave32): f16 A/B, f32 or f16 accumulators; 8 A, 8 B and
 8 C registers per lane. An f16 accumulator register j sits in the low half of VGPR j (OPSEL 0), the same rows and
 columns as the f32 one (RDNA3 ISA, WMMA "OPSEL"; the GPUOpen WMMA article reads c_frag[2 * ele])."""
@@ -72,15 +78,8 @@ _GFX942_A = FragmentLayout(((1, 0), (2, 0), (4, 0), (8, 0), (0, 4), (0, 8)), ((0
 _GFX942_B = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
 _GFX942_C = FragmentLayout(((0, 1), (0, 2), (0, 4), (0, 8), (4, 0), (8, 0)), ((1, 0), (2, 0)))
 
-TENSOR_CORES_GFX942: tuple[TensorCore, ...] = (
-    TensorCore(
-        dims=(16, 16, 16),
-        threads=64,
-        elements_per_thread=(4, 4, 4),
-        dtype_in=dtypes.float16,
-        dtype_out=dtypes.float32,
-        layouts=(_GFX942_A, _GFX942_B, _GFX942_C),
-    ),
+TENSOR_CORES_GFX942 = _cores(
+    (16, 16, 16), 64, (4, 4, 4), (_GFX942_A, _GFX942_B, _GFX942_C), ((dtypes.float16, dtypes.float32),)
 )
 """v_mfma_f32_16x16x16_f16 (wave64): f16 A/B, f32 accumulators; 4 A, 4 B and 4 C registers per lane."""
 
@@ -92,19 +91,7 @@ TENSOR_CORES_GFX942: tuple[TensorCore, ...] = (
 # 0 and 1), the same for A, B and C.
 _SIMDGROUP_8X8 = FragmentLayout(((0, 2), (1, 0), (2, 0), (0, 4), (4, 0)), ((0, 1),))
 
-TENSOR_CORES_METAL: tuple[TensorCore, ...] = tuple(
-    TensorCore(
-        dims=(8, 8, 8),
-        threads=32,
-        elements_per_thread=(2, 2, 2),
-        dtype_in=dtype_in,
-        dtype_out=dtype_out,
-        layouts=(_SIMDGROUP_8X8, _SIMDGROUP_8X8, _SIMDGROUP_8X8),
-    )
-    for dtype_in, dtype_out in (
-        (dtypes.float32, dtypes.float32),
-        (dtypes.float16, dtypes.float32),
-        (dtypes.float16, dtypes.float16),
-    )
+TENSOR_CORES_METAL = _cores(
+    (8, 8, 8), 32, (2, 2, 2), (_SIMDGROUP_8X8,) * 3, ((dtypes.float32, dtypes.float32), *_HALF_IN)
 )
 """simdgroup_multiply_accumulate on 8x8 tiles: float x float -> float, half x half -> float or half."""
