@@ -10,6 +10,7 @@ float32/float64 in float registers. Facts about instructions are from NVIDIA's P
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from kiln.codegen import KernelSignature, Renderer, TensorCore
 from kiln.renderers.c_style import variable_name
@@ -146,13 +147,18 @@ def _index(ctx: PTXWriter, uop: UOp) -> list[str]:
     return [address]
 
 
-def _access_chunks(dtype: DType) -> list[tuple[int, int]]:
-    """(first lane, lane count) of each ld/st a vector access needs: .v2/.v4 of at most 16 bytes (PTX ISA "ld")."""
+def _access_chunks(dtype: DType, registers: list[str]) -> Iterator[tuple[str, str, str]]:
+    """Each ld/st a vector access of `dtype` through `registers` (one per lane) needs: .v2/.v4 of at most 16 bytes
+    (PTX ISA "ld"), a bool lane by lane. Yields (address offset "+bytes" or "", ".vN" or "", the operand: one register
+    or "{r0, r1, ...}")."""
     count, itemsize = dtype.count, dtype.scalar().itemsize
-    if dtype.scalar() == dtypes.bool:
-        return [(lane, 1) for lane in range(count)]
-    per_access = max(1, min(count, 16 // itemsize))
-    return [(first, per_access) for first in range(0, count, per_access)]
+    lanes = 1 if dtype.scalar() == dtypes.bool else max(1, min(count, 16 // itemsize))
+    for first in range(0, count, lanes):
+        offset = f"+{first * itemsize}" if first else ""
+        if lanes == 1:
+            yield offset, "", registers[first]
+        else:
+            yield offset, f".v{lanes}", "{" + ", ".join(registers[first : first + lanes]) + "}"
 
 
 def _load(ctx: PTXWriter, uop: UOp) -> list[str]:
@@ -165,16 +171,14 @@ def _load(ctx: PTXWriter, uop: UOp) -> list[str]:
         for register, value in zip(registers, alternative):
             ctx.emit(f"mov.{'pred' if kind == 'pred' else kind} {register}, {value};")
         guard = f"@{gate} "
-    for first, lanes in _access_chunks(uop.dtype):
-        offset = f"+{first * uop.dtype.scalar().itemsize}" if first else ""
+    for offset, vector, destination in _access_chunks(uop.dtype, registers):
         if kind == "pred":
-            raw, value = ctx.register("b32"), registers[first]
-            ctx.emit(f"{guard}ld.{space}.u8 {raw}, [{address}{offset}];", f"{guard}setp.ne.u32 {value}, {raw}, 0;")
-            continue
-        targets = registers[first : first + lanes]
-        vector = "" if lanes == 1 else f".v{lanes}"
-        destination = targets[0] if lanes == 1 else "{" + ", ".join(targets) + "}"
-        ctx.emit(f"{guard}ld.{space}{vector}.{memory} {destination}, [{address}{offset}];")
+            raw = ctx.register("b32")
+            ctx.emit(
+                f"{guard}ld.{space}.u8 {raw}, [{address}{offset}];", f"{guard}setp.ne.u32 {destination}, {raw}, 0;"
+            )
+        else:
+            ctx.emit(f"{guard}ld.{space}{vector}.{memory} {destination}, [{address}{offset}];")
     return registers
 
 
@@ -182,16 +186,12 @@ def _store(ctx: PTXWriter, uop: UOp) -> list[str]:
     value_dtype = uop.src[1].dtype
     kind, _, memory = _types(value_dtype)
     space, address, values = _space(uop.src[0]), ctx.scalar(uop.src[0]), ctx.values[uop.src[1]]
-    for first, lanes in _access_chunks(value_dtype):
-        offset = f"+{first * value_dtype.scalar().itemsize}" if first else ""
+    for offset, vector, source in _access_chunks(value_dtype, values):
         if kind == "pred":
             raw = ctx.register("b32")
-            ctx.emit(f"selp.u32 {raw}, 1, 0, {values[first]};", f"st.{space}.u8 [{address}{offset}], {raw};")
-            continue
-        sources = values[first : first + lanes]
-        vector = "" if lanes == 1 else f".v{lanes}"
-        source = sources[0] if lanes == 1 else "{" + ", ".join(sources) + "}"
-        ctx.emit(f"st.{space}{vector}.{memory} [{address}{offset}], {source};")
+            ctx.emit(f"selp.u32 {raw}, 1, 0, {source};", f"st.{space}.u8 [{address}{offset}], {raw};")
+        else:
+            ctx.emit(f"st.{space}{vector}.{memory} [{address}{offset}], {source};")
     return []
 
 
