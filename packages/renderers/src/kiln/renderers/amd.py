@@ -25,9 +25,9 @@ from kiln.codegen import TensorCore
 from kiln.renderers.amd_toolchain import AMDToolchain, find_amd_toolchain
 from kiln.renderers.c_dialect import C_FLOAT_FUNCTIONS, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
-from kiln.renderers.target import AMD, amd_target
+from kiln.renderers.target import AMD, WITHOUT_MATH_LIBRARY, amd_target
 from kiln.renderers.toolchain import ToolchainCompiler
-from kiln.uops import DType, GroupOp, MemoryScope, Ops, dtypes
+from kiln.uops import DType, MemoryScope, Ops, dtypes
 
 AMD_COMPILE_FLAGS: tuple[str, ...] = ("-O3", "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-nogpulib")
 """Flags of every compile: no contraction into fma (the IR rounds every op), wrapping integers, no libm."""
@@ -129,13 +129,11 @@ class AMDRenderer(CStyleRenderer[AMDCompiler], target=AMD):
     """C kernels for one AMD GPU architecture (`arch`: "gfx1100" or "gfx942"); owns an `AMDCompiler`."""
 
     vector_widths = (2, 4)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = WITHOUT_MATH_LIBRARY
     dialect = AMD_DIALECT
 
     def __init__(self, arch: str = "gfx1100", device: str = "AMD") -> None:
-        self.use_target(amd_target(arch))
-        self.arch = self.target.architecture
-        self.device = device
+        self.use_architecture(amd_target(arch), device)
 
     def make_compiler(self) -> AMDCompiler:
         """clang's amdgcn target and ld.lld for this architecture."""

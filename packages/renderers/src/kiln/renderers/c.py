@@ -24,9 +24,9 @@ from kiln.renderers.host_kernel import (
     objdump_disassembly,
     shared_object_functions,
 )
-from kiln.renderers.target import CPU
+from kiln.renderers.target import CPU, WITHOUT_MATH_LIBRARY
 from kiln.renderers.toolchain import CToolchain, ToolchainCompiler, find_c_compiler, host_cpu_signature
-from kiln.uops import DType, GroupOp, Ops, PtrDType, UOp, dtypes
+from kiln.uops import DType, PtrDType, UOp, dtypes
 
 C_FLAGS: tuple[str, ...] = (
     "-O2",
@@ -130,7 +130,7 @@ class CRenderer(CStyleRenderer[CCompiler], target=CPU):
     """
 
     vector_widths = (2, 4, 8)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = WITHOUT_MATH_LIBRARY
 
     def __init__(self, compiler_choice: str | None = None) -> None:
         self._compiler_choice = compiler_choice

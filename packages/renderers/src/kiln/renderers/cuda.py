@@ -128,10 +128,8 @@ class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA):
     dialect = CUDA_DIALECT
 
     def __init__(self, arch: str = "sm_80", output: str = "ptx", device: str = "CUDA") -> None:
-        self.use_target(nvidia_target(arch))
-        self.arch = self.target.architecture
+        self.use_architecture(nvidia_target(arch), device)
         self.output = output
-        self.device = device
 
     def make_compiler(self) -> CUDACompiler:
         """NVRTC for this architecture, to PTX or a cubin (`output`)."""

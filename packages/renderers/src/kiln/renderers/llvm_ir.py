@@ -28,7 +28,7 @@ from kiln.renderers.llvm_ir_helpers import (
     memory_type,
     threefry_helper,
 )
-from kiln.renderers.target import CPU, TargetRenderer
+from kiln.renderers.target import CPU, WITHOUT_MATH_LIBRARY, TargetRenderer
 from kiln.uops import (
     AxisKind,
     ConstType,
@@ -639,7 +639,7 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
     vector_widths = (2, 4, 8, 16)
     vector_alu = True
     fuse_multiply_add = True
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = WITHOUT_MATH_LIBRARY
 
     def __init__(self) -> None:
         self.register_tile_lanes = host_register_tile_lanes()

@@ -28,9 +28,9 @@ from pathlib import Path
 from kiln.codegen import TensorCore
 from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
-from kiln.renderers.target import METAL, metal_language_version, metal_target
+from kiln.renderers.target import METAL, WITHOUT_MATH_LIBRARY, metal_language_version, metal_target
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
-from kiln.uops import DType, GroupOp, MemoryScope, Ops, dtypes
+from kiln.uops import DType, MemoryScope, Ops, dtypes
 
 METAL_SCALAR_TYPES: dict[DType, str] = {**SHORT_SCALAR_TYPES, dtypes.float16: "half", dtypes.bfloat16: "bfloat"}
 """MSL's scalar type of each dtype (MSL spec, "Scalar Data Types"; `bfloat` from MSL 3.1; no `double`)."""
@@ -152,7 +152,7 @@ class MetalRenderer(CStyleRenderer[MetalCompiler], target=METAL):
     """MSL kernels (`language_version` "3.0" or newer; bfloat16 is native from "3.1"); owns a `MetalCompiler`."""
 
     vector_widths = (2, 4)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW, Ops.MULACC}
+    native_ops = WITHOUT_MATH_LIBRARY - {Ops.MULACC}
     dialect = METAL_DIALECT
 
     def __init__(self, language_version: str = "3.0", device: str = "METAL") -> None:

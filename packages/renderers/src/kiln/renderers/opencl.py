@@ -31,9 +31,9 @@ from kiln.renderers.opencl_library import (
     load_opencl,
     opencl_target,
 )
-from kiln.renderers.target import OPENCL
+from kiln.renderers.target import OPENCL, WITHOUT_MATH_LIBRARY
 from kiln.renderers.toolchain import ToolchainCompiler
-from kiln.uops import DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kiln.uops import DType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 OPENCL_BUILD_OPTIONS: tuple[str, ...] = ("-cl-std=CL1.2", "-cl-fp32-correctly-rounded-divide-sqrt")
 """Options of every program build (no -cl-mad-enable / -cl-fast-relaxed-math: they change results)."""
@@ -178,7 +178,7 @@ class OpenCLRenderer(CStyleRenderer[OpenCLCompiler], target=OPENCL):
     """OpenCL C kernels for one OpenCL device (`device_index` over all platforms); owns an `OpenCLCompiler`."""
 
     vector_widths = (2, 4, 8)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = WITHOUT_MATH_LIBRARY
     dialect = OPENCL_DIALECT
     extra_rules = pm_opencl
 

@@ -20,9 +20,9 @@ import tempfile
 from kiln.codegen import KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME, local_size
 from kiln.renderers.ptx_rules import REGISTER_PREFIX, PTXWriter, parameter_declarations, pm_ptx
-from kiln.renderers.target import NVIDIA, TargetRenderer, architecture_number, nvidia_target
+from kiln.renderers.target import NVIDIA, WITHOUT_MATH_LIBRARY, TargetRenderer, architecture_number, nvidia_target
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
-from kiln.uops import GroupOp, Ops, UOp, register_knob
+from kiln.uops import UOp, register_knob
 
 PTXAS = register_knob("PTXAS", str, "", "ptxas used to validate PTX; empty: `ptxas` on PATH, else /usr/local/cuda/bin.")
 
@@ -129,12 +129,10 @@ class PTXRenderer(TargetRenderer[PTXCompiler], target=NVIDIA):
     """PTX kernels for one architecture (`arch`, e.g. "sm_80"); its compiler validates them with ptxas."""
 
     vector_widths = (2, 4)
-    native_ops = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+    native_ops = WITHOUT_MATH_LIBRARY
 
     def __init__(self, arch: str = "sm_80", device: str = "CUDA") -> None:
-        self.use_target(nvidia_target(arch))
-        self.arch = self.target.architecture
-        self.device = device
+        self.use_architecture(nvidia_target(arch), device)
 
     def make_compiler(self) -> PTXCompiler:
         """ptxas validation for this architecture."""

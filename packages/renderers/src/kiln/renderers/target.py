@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from kiln.codegen import Compiler, Renderer, TensorCore, WmmaArg
 from kiln.renderers.tensor_cores import TENSOR_CORES_GFX942, TENSOR_CORES_GFX1100, TENSOR_CORES_METAL, TENSOR_CORES_SM80
-from kiln.uops import DType, UOp, dtypes
+from kiln.uops import DType, GroupOp, Ops, UOp, dtypes
 
 __all__ = [
     "AMD",
@@ -279,6 +279,9 @@ def metal_target(language_version: str) -> Target:
 
 CompilerT = TypeVar("CompilerT", bound=Compiler)
 
+WITHOUT_MATH_LIBRARY = GroupOp.ALU - {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}
+"""The `native_ops` of a language that calls no math library: codegen decomposes EXP2, LOG2, SIN and POW."""
+
 
 class TargetRenderer(Renderer, Generic[CompilerT]):
     """A renderer whose limits, dtypes and tensor cores are those of its `target`, and which owns a compiler of type
@@ -317,6 +320,13 @@ class TargetRenderer(Renderer, Generic[CompilerT]):
         for attribute, value in {"device": target.device, **target.renderer_attributes()}.items():
             if attribute not in cls.__dict__:
                 setattr(cls, attribute, value)
+
+    def use_architecture(self, target: Target, device: str) -> None:
+        """Render for `target`, one architecture of the class's Target (`use_target`), named in `arch`, for the
+        device named `device`."""
+        self.use_target(target)
+        self.arch = target.architecture
+        self.device = device
 
     def use_target(self, target: Target) -> None:
         """Render for `target` (this instance's architecture): where it differs from the class's Target, its
