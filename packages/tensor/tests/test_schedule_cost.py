@@ -170,3 +170,30 @@ def test_a_launch_is_worth_more_than_a_small_values_recomputation() -> None:
     assert kernels == 1
     kernels, _ = _plan(replace(COSTS, launch_ns=0), x.exp2().expand(4, 1000) + y)
     assert kernels == 2
+
+
+def test_products_that_need_their_tiles_are_not_merged_into_one_multi_output_kernel() -> None:
+    # x @ w1.T and x @ w3.T both requested: same loop shape, independent, so mergeable into one kernel of two outputs,
+    # unless a product's tile saves more than the launch merging saves (weights past the cache, 16 rows)
+    x, w1, w3 = _buffer(16, 768), _buffer(2048, 768), _buffer(2048, 768)
+    weight = 2048 * 768 * 4
+    merged, _ = _plan(replace(COSTS, cache_bytes=weight), x @ w1.T, x @ w3.T)
+    apart, _ = _plan(replace(COSTS, cache_bytes=weight - 1), x @ w1.T, x @ w3.T)
+    assert (merged, apart) == (1, 2)
+
+
+def test_row_fusion_follows_the_records_cache_and_row_length() -> None:
+    # rows of 256 float32 (1 KiB) kept in their reader while the record's row cache holds them and rows are long enough
+    x = _buffer(8, 256)
+    centered = x - x.sum(axis=1, keepdim=True)
+    fusing = replace(COSTS, fuses_rows=True, row_cache_bytes=1024, row_min_elements=256)
+    for costs, kernels in (
+        (fusing, 1),
+        (replace(fusing, row_cache_bytes=1023), 2),
+        (replace(fusing, row_min_elements=257), 2),
+        (replace(fusing, fuses_rows=False), 2),
+    ):
+        planned, decisions = _plan(costs, centered)
+        assert planned == kernels, costs
+        rules = [entry["rule"] for entry in decisions if str(entry["description"]).startswith("REDUCE_AXIS")]
+        assert rules == (["row_fusion"] if kernels == 1 else ["materialize_through_expand"])
