@@ -22,14 +22,9 @@ def _cores(
     and C each in `layouts`, one core per (input dtype, accumulator dtype) of `dtype_pairs`, in that order."""
     return tuple(
         TensorCore(
-            dims=dims,
-            threads=threads,
-            elements_per_thread=elements,
-            dtype_in=dtype_in,
-            dtype_out=dtype_out,
-            layouts=layouts,
+            dims=dims, threads=threads, elements_per_thread=elements, dtype_in=src, dtype_out=acc, layouts=layouts
         )
-        for dtype_in, dtype_out in dtype_pairs
+        for src, acc in dtype_pairs
     )
 
 
