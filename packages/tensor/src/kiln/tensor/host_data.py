@@ -16,20 +16,9 @@ from kiln.uops import DType, UOp, dtypes
 
 __all__ = ["dtype_from_numpy", "numpy_from_dtype", "uop_from_host"]
 
-_NUMPY_TO_DTYPE: dict[str, DType] = {
-    "bool": dtypes.bool,
-    "int8": dtypes.int8,
-    "uint8": dtypes.uint8,
-    "int16": dtypes.int16,
-    "uint16": dtypes.uint16,
-    "int32": dtypes.int32,
-    "uint32": dtypes.uint32,
-    "int64": dtypes.int64,
-    "uint64": dtypes.uint64,
-    "float16": dtypes.float16,
-    "float32": dtypes.float32,
-    "float64": dtypes.float64,
-}
+# numpy's dtype for each kiln dtype with a struct format (all but bfloat16 and the fp8s), by numpy's name for it: the
+# inverse of numpy_from_dtype
+_NUMPY_TO_DTYPE: dict[str, DType] = {np.dtype(dtype.fmt).name: dtype for dtype in dtypes.all if dtype.fmt is not None}
 
 
 def dtype_from_numpy(dtype: np.dtype[Any]) -> DType:
