@@ -182,12 +182,14 @@ def _lars_numpy(
     lr: float,
     momentum: float,
     weight_decay: float,
+    ns_steps: int,
+    ns_coefficients: tuple[float, ...] | None,
     nesterov: bool,
     classic: bool,
+    pre_wd: bool,
     tcoef: float,
-    ns_params: tuple[float, ...] | None,
 ) -> list[Array]:
-    """tinygrad's LARS rule in float64 on the loss sum(p**2) (gradient 2 p)."""
+    """tinygrad's LARS rule in float64 on the loss sum(p**2) (gradient 2 p), the post-momentum decay applied."""
     params = [p.astype(np.float64) for p in params]
     buffers = [np.zeros_like(p) for p in params]
     for _ in range(steps):
@@ -197,30 +199,56 @@ def _lars_numpy(
             if tcoef:
                 r1, r2 = np.sqrt((p * p).sum()), np.sqrt((g * g).sum())
                 ratio = tcoef * r1 / (r2 + weight_decay * r1) if r1 > 0 and r2 > 0 else 1.0
-            if weight_decay > 0:
+            if pre_wd and weight_decay > 0:
                 g = g + weight_decay * p
             if classic:
                 g = g * ratio * lr
             if momentum:
                 buffers[i] = momentum * buffers[i] + g
                 g = g + momentum * buffers[i] if nesterov else buffers[i]
-            if ns_params is not None:
+            if ns_coefficients:
                 x = g.reshape(g.shape[0], -1)
                 tall = x.shape[0] > x.shape[1]
                 x = x.T if tall else x
                 x = x / (np.sqrt((x * x).sum()) + 1e-7)
-                for _ in range(5):
+                for _ in range(ns_steps):
                     gram = x @ x.T
-                    total, term = ns_params[0] * x, x
-                    for coefficient in ns_params[1:]:
+                    total, term = ns_coefficients[0] * x, x
+                    for coefficient in ns_coefficients[1:]:
                         term = gram @ term
                         total = total + coefficient * term
                     x = total
                 g = (x.T if tall else x).reshape(g.shape)
+            if not pre_wd and weight_decay > 0:
+                p = p * (1 - weight_decay * lr)
             if not classic:
                 g = g * ratio * lr
             params[i] = p - g
     return params
+
+
+LARS_DEFAULTS = {
+    "lr": 1e-3,
+    "momentum": 0.9,
+    "weight_decay": 1e-4,
+    "ns_steps": 0,
+    "ns_coefficients": None,
+    "nesterov": False,
+    "classic": True,
+    "pre_wd": True,
+    "tcoef": 1e-3,
+}
+MUON_DEFAULTS = {
+    "lr": 1e-3,
+    "momentum": 0.95,
+    "weight_decay": 0.1,
+    "ns_steps": 5,
+    "ns_coefficients": (3.4445, -4.775, 2.0315),
+    "nesterov": True,
+    "classic": False,
+    "pre_wd": False,
+    "tcoef": 0.0,
+}
 
 
 @pytest.mark.parametrize(
@@ -229,8 +257,9 @@ def _lars_numpy(
         ({}, False),
         ({"lr": 0.1, "momentum": 0.5, "weight_decay": 0.01, "nesterov": True, "classic": False, "tcoef": 0.02}, False),
         ({"lr": 0.05, "momentum": 0.0, "weight_decay": 0.0, "tcoef": 0.0}, False),
+        ({"lr": 0.05, "ns_steps": 3, "ns_coefficients": (1.5, -0.5), "pre_wd": False, "weight_decay": 0.2}, False),
         ({}, True),
-        ({"lr": 0.02, "momentum": 0.9, "nesterov": False, "weight_decay": 0.1}, True),
+        ({"lr": 0.02, "momentum": 0.9, "nesterov": False, "weight_decay": 0.3, "ns_steps": 4}, True),
     ],
 )
 def test_lars_and_muon_follow_tinygrads_rule(kwargs: dict[str, Any], muon: bool) -> None:
@@ -239,12 +268,15 @@ def test_lars_and_muon_follow_tinygrads_rule(kwargs: dict[str, Any], muon: bool)
     optimizer = optim.Muon(params, **kwargs) if muon else optim.LARS(params, **kwargs)
     for _ in range(4):
         _square_step(optimizer, params)
-    defaults = (
-        {"lr": 3e-3, "momentum": 0.96, "weight_decay": 0.0, "nesterov": True, "classic": False, "tcoef": 0.0}
-        if muon
-        else {"lr": 1e-3, "momentum": 0.9, "weight_decay": 1e-4, "nesterov": False, "classic": True, "tcoef": 1e-3}
-    )
-    settings = {**defaults, **kwargs}
-    expected = _lars_numpy(starts, 4, ns_params=(3.4445, -4.7750, 2.0315) if muon else None, **settings)
+    expected = _lars_numpy(starts, 4, **{**(MUON_DEFAULTS if muon else LARS_DEFAULTS), **kwargs})
     for got, want in zip(params, expected):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_lars_errors() -> None:
+    with pytest.raises(ValueError, match="Invalid momentum value"):
+        optim.LARS([_param(2)], momentum=-0.5)
+    with pytest.raises(ValueError, match="Invalid ns_steps"):
+        optim.Muon([_param(2, 2)], ns_steps=-1)
+    with pytest.raises(ValueError, match="needs parameters with a dim"):
+        optim.Muon([Tensor(np.float32(1.0), requires_grad=True)])

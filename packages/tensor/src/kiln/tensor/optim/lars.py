@@ -3,7 +3,12 @@
 LARS (You et al., "Large Batch Training of Convolutional Networks", 2017) scales each parameter's step by the trust
 ratio r = tcoef * ||p|| / (||g|| + weight_decay * ||p||) (1 where either norm is 0, and with tcoef = 0). Muon
 (Keller Jordan's optimizer) is LARS without the trust ratio whose momentum-filtered update is orthogonalized by
-Newton-Schulz iterations on the update viewed as a matrix (shape[0], -1) before the learning rate scales it.
+`ns_steps` Newton-Schulz iterations on the update viewed as a matrix (shape[0], -1), with the weight decay applied
+to the parameter after the momentum (p *= 1 - lr * weight_decay) rather than added to the gradient.
+
+tinygrad since February 2026 computes that decayed parameter and then updates the undecayed one (its Muon's
+weight_decay has no effect); kiln applies it, as tinygrad's Muon did when it was introduced and as its docstring
+("post momentum weight decay") says.
 """
 
 from __future__ import annotations
@@ -17,13 +22,12 @@ from kiln.tensor.tensor import Tensor
 
 __all__ = ["LARS", "Muon"]
 
-NEWTON_SCHULZ_STEPS = 5
-
 
 class LARS(Optimizer):
-    """LARS (tinygrad's rule): r = the trust ratio (above); g = grad + weight_decay * p; classic: g = g * r * lr;
-    with momentum b = momentum * b + g (b starts at zero), g = g + momentum * b (nesterov) or b; with `ns_params`,
-    g = newton_schulz(g as (shape[0], -1)); not classic: g = g * r * lr; p = p - g.
+    """LARS (tinygrad's rule): r = the trust ratio (above); pre_wd: g = grad + weight_decay * p; classic:
+    g = g * r * lr; with momentum b = momentum * b + g (b starts at zero), g = g + momentum * b (nesterov) or b;
+    with `ns_coefficients`, g = newton_schulz(g as (shape[0], -1), ns_steps); not pre_wd: p = p * (1 - lr *
+    weight_decay); not classic: g = g * r * lr; p = p - g.
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = LARS([w], lr=0.1, momentum=0.0, tcoef=0.0)
@@ -40,42 +44,49 @@ class LARS(Optimizer):
         lr: float = 1e-3,
         momentum: float = 0.9,
         weight_decay: float = 1e-4,
+        ns_steps: int = 0,
+        ns_coefficients: tuple[float, ...] | None = None,
         nesterov: bool = False,
         classic: bool = True,
+        pre_wd: bool = True,
         tcoef: float = 1e-3,
-        ns_params: tuple[float, ...] | None = None,
     ) -> None:
         defaults = {
             "lr": lr,
             "momentum": momentum,
             "weight_decay": weight_decay,
+            "ns_steps": ns_steps,
+            "ns_coefficients": ns_coefficients,
             "nesterov": nesterov,
             "classic": classic,
+            "pre_wd": pre_wd,
             "tcoef": tcoef,
-            "ns_params": ns_params,
         }
         super().__init__(params, defaults)
 
     def validate(self, group: Mapping[str, Any]) -> None:
-        """Checks momentum, weight decay, tcoef and the Newton-Schulz coefficients."""
+        """Checks momentum, weight decay, tcoef and the Newton-Schulz settings."""
         check_number(group["momentum"], "momentum value")
         check_number(group["weight_decay"], "weight_decay value")
         check_number(group["tcoef"], "tcoef value")
-        coefficients = group["ns_params"]
-        if coefficients is not None:
-            if not isinstance(coefficients, (tuple, list)) or not coefficients:
-                raise ValueError(f"ns_params must be a non-empty tuple of numbers or None, got {coefficients!r}")
+        steps = group["ns_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"Invalid ns_steps: {steps!r} (expected an int >= 0)")
+        coefficients = group["ns_coefficients"]
+        if coefficients:
+            if not isinstance(coefficients, (tuple, list)):
+                raise ValueError(f"ns_coefficients must be a tuple of numbers or None, got {coefficients!r}")
             for coefficient in coefficients:
-                check_number(coefficient, "ns_params coefficient", low=-float("inf"))
+                check_number(coefficient, "ns_coefficients item", low=-float("inf"))
             for parameter in group["params"]:
                 if len(parameter.shape) == 0:
-                    raise ValueError("Newton-Schulz orthogonalization (ns_params) needs parameters with a dimension")
+                    raise ValueError("Newton-Schulz orthogonalization (ns_coefficients) needs parameters with a dim")
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The momentum buffers and the parameters."""
         lr = group.value("lr")
         weight_decay, tcoef = float(group["weight_decay"]), float(group["tcoef"])
-        coefficients = group["ns_params"]
+        coefficients = group["ns_coefficients"]
         for parameter, gradient in zip(parameters, gradients):
             weights = parameter.detach()
             ratio: Tensor | float = 1.0
@@ -84,7 +95,7 @@ class LARS(Optimizer):
                 gradient_norm = gradient.square().sum().sqrt()
                 trust = tcoef * weight_norm / (gradient_norm + weight_norm * weight_decay)
                 ratio = (weight_norm > 0).where((gradient_norm > 0).where(trust, 1.0), 1.0)
-            if weight_decay > 0:
+            if group["pre_wd"] and weight_decay > 0:
                 gradient = gradient + weights * weight_decay
             if group["classic"]:
                 gradient = gradient * ratio * lr.cast(gradient.dtype)
@@ -94,34 +105,48 @@ class LARS(Optimizer):
                 velocity = buffer * momentum + gradient
                 self.write(buffer, velocity)
                 gradient = gradient + velocity * momentum if group["nesterov"] else velocity
-            if coefficients is not None:
+            if coefficients:
                 matrix = gradient.reshape(gradient.shape[0], -1)
-                orthogonal = matrix.newton_schulz(NEWTON_SCHULZ_STEPS, tuple(float(c) for c in coefficients))
+                orthogonal = matrix.newton_schulz(int(group["ns_steps"]), tuple(float(c) for c in coefficients))
                 gradient = orthogonal.reshape(gradient.shape)
+            if not group["pre_wd"] and weight_decay > 0:
+                weights = weights * (1.0 - lr * weight_decay).cast(weights.dtype)
             if not group["classic"]:
                 gradient = gradient * ratio * lr.cast(gradient.dtype)
             self.assign_parameter(parameter, weights - gradient)
 
 
 class Muon(LARS):
-    """Muon (tinygrad's rule and defaults): Nesterov momentum 0.96, no trust ratio, the momentum-filtered update
-    orthogonalized by 5 Newton-Schulz iterations with coefficients `ns_params` (each parameter viewed as a matrix
-    (shape[0], -1); meant for 2-D weights), then p -= lr * update.
+    """Muon (tinygrad's rule and defaults): Nesterov momentum 0.95, no trust ratio, the momentum-filtered update
+    orthogonalized by `ns_steps` Newton-Schulz iterations with `ns_coefficients` (each parameter viewed as a matrix
+    (shape[0], -1); meant for 2-D weights), weight decay after the momentum: p = p * (1 - lr * weight_decay) -
+    lr * update.
 
     Example:
         >>> w = Tensor([[3.0, 0.0], [0.0, 1.0]], requires_grad=True); optimizer = Muon([w], lr=0.1)
-        >>> (w * w).sum().backward(); optimizer.step(); [round(x, 1) for x in w.flatten().tolist()]
-        [2.9, 0.0, 0.0, 0.9]
+        >>> (w * w).sum().backward(); optimizer.step(); [round(x, 2) for x in w.flatten().tolist()]
+        [2.89, 0.0, 0.0, 0.88]
     """
 
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
-        lr: float = 3e-3,
-        momentum: float = 0.96,
-        weight_decay: float = 0.0,
+        lr: float = 1e-3,
+        momentum: float = 0.95,
+        weight_decay: float = 0.1,
+        ns_steps: int = 5,
+        ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
         nesterov: bool = True,
-        classic: bool = False,
-        ns_params: tuple[float, ...] = (3.4445, -4.7750, 2.0315),
     ) -> None:
-        super().__init__(params, lr, momentum, weight_decay, nesterov, classic, 0.0, ns_params)
+        super().__init__(
+            params,
+            lr,
+            momentum,
+            weight_decay,
+            ns_steps,
+            ns_coefficients,
+            nesterov,
+            classic=False,
+            pre_wd=False,
+            tcoef=0.0,
+        )
