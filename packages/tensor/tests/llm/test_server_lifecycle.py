@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from kiln.tensor.llm.batching import Sequence
 from kiln.tensor.llm.cli import main
 from kiln.tensor.llm.server import LLMHTTPServer, ServerLimits, make_server, shut_down
 from kiln.tensor.llm.session import ChatModel, load_chat_model
@@ -49,33 +50,44 @@ def greedy(model: ChatModel, prompt: str, max_tokens: int) -> tuple[str, list[in
 
 
 class Paced:
-    """Makes each token of the model's generator take `delay` seconds more, and notes when a generation is closed."""
+    """Makes each decode step of the server's batched generator (`slots` sequence slots) take `delay` seconds more,
+    and notes when the latest sequence to start has ended (`closed`)."""
 
-    def __init__(self, model: ChatModel, monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
-        self.model, self.closed = model, threading.Event()
-        self.tokens = 0  # tokens the server took from the generator, all generations together
-        original = model.generator.generate
+    def __init__(self, model: ChatModel, monkeypatch: pytest.MonkeyPatch, delay: float, slots: int = 8) -> None:
+        batched = model.batched(slots)
+        self.closed = threading.Event()
+        self.tokens = 0  # tokens the generator produced, all sequences together
+        self.sequence: Sequence | None = None
+        original_start, original_step, original_cancel = batched.start, batched.step, batched.cancel
 
-        def generate(*args: Any, **kwargs: Any) -> Iterator[int]:
-            tokens = original(*args, **kwargs)
+        def start(*args: Any, **kwargs: Any) -> Sequence:
+            sequence = original_start(*args, **kwargs)
             self.closed.clear()
+            self.sequence, self.tokens = sequence, self.tokens + len(sequence.tokens)
+            self._note()
+            return sequence
 
-            def paced() -> Iterator[int]:
-                try:
-                    for token in tokens:
-                        self.tokens += 1
-                        time.sleep(delay)
-                        yield token
-                finally:
-                    self.closed.set()
+        def step() -> list[tuple[Sequence, int]]:
+            time.sleep(delay)
+            produced = original_step()
+            self.tokens += len(produced)
+            self._note()
+            return produced
 
-            return paced()
+        def cancel(sequence: Sequence) -> None:
+            original_cancel(sequence)
+            self._note()
 
-        monkeypatch.setattr(model.generator, "generate", generate)
+        for name, replacement in (("start", start), ("step", step), ("cancel", cancel)):
+            monkeypatch.setattr(batched, name, replacement)
+
+    def _note(self) -> None:
+        if self.sequence is not None and self.sequence.finished:
+            self.closed.set()
 
     def decode_steps(self) -> int:
-        """The decode steps of the running (or last) generation, as the generator counts them."""
-        return self.model.generator.last_stats.decode_tokens
+        """The decode steps of the latest sequence to start."""
+        return 0 if self.sequence is None else self.sequence.stats.decode_tokens
 
 
 @contextmanager
@@ -142,12 +154,12 @@ def parse_prometheus(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]],
 # -- tests ------------------------------------------------------------------------------------------------------------
 def test_a_full_queue_answers_429_with_retry_after(model: ChatModel, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = {n: greedy(model, PROMPT, n)[0] for n in (20, 5)}
-    Paced(model, monkeypatch, 0.03)
-    with running(model, max_queue=1) as (httpd, client), ThreadPoolExecutor(2) as pool:
+    Paced(model, monkeypatch, 0.03, slots=1)
+    with running(model, max_queue=1, max_batch=1) as (httpd, client), ThreadPoolExecutor(2) as pool:
         logic = httpd.logic
         first = pool.submit(lambda: client.completions.create(model=model.name, prompt=PROMPT, max_tokens=20,
                                                               temperature=0).choices[0].text)  # fmt: skip
-        wait_until(lambda: logic.running is not None)
+        wait_until(lambda: logic.running == 1)
         second = pool.submit(lambda: client.completions.create(model=model.name, prompt=PROMPT, max_tokens=5,
                                                                temperature=0).choices[0].text)  # fmt: skip
         wait_until(lambda: logic.jobs.qsize() == 1)
@@ -200,12 +212,12 @@ def test_a_queued_request_whose_client_left_never_runs(model: ChatModel, monkeyp
     import socket
 
     expected = greedy(model, PROMPT, 15)[0]
-    paced = Paced(model, monkeypatch, 0.03)
-    with running(model) as (httpd, client), ThreadPoolExecutor(1) as pool:
+    paced = Paced(model, monkeypatch, 0.03, slots=1)
+    with running(model, max_batch=1) as (httpd, client), ThreadPoolExecutor(1) as pool:
         logic = httpd.logic
         first = pool.submit(lambda: client.completions.create(model=model.name, prompt=PROMPT, max_tokens=15,
                                                               temperature=0).choices[0].text)  # fmt: skip
-        wait_until(lambda: logic.running is not None)
+        wait_until(lambda: logic.running == 1)
         body = json.dumps({"model": model.name, "prompt": "Hello", "max_tokens": 30, "temperature": 0}).encode()
         with socket.create_connection(("127.0.0.1", int(httpd.server_address[1])), timeout=5) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s"
@@ -223,14 +235,10 @@ def test_a_queued_request_whose_client_left_never_runs(model: ChatModel, monkeyp
 def test_a_failing_generation_is_a_500_and_the_worker_goes_on(
     model: ChatModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = model.generator.generate
-
-    def broken(*args: Any, **kwargs: Any) -> Iterator[int]:
-        tokens = original(*args, **kwargs)
-        yield next(tokens)
+    def broken() -> list[tuple[Sequence, int]]:  # the prefill's token came back; the first decode step fails
         raise RuntimeError("the device was lost")
 
-    monkeypatch.setattr(model.generator, "generate", broken)
+    monkeypatch.setattr(model.batched(), "step", broken)
     with running(model) as (httpd, client):
         with pytest.raises(openai.InternalServerError, match="the device was lost"):
             client.completions.create(model=model.name, prompt=PROMPT, max_tokens=5, temperature=0)
@@ -336,8 +344,8 @@ def test_graceful_shutdown_finishes_or_fails_each_request(
     model: ChatModel, monkeypatch: pytest.MonkeyPatch, grace: float
 ) -> None:
     expected = {n: greedy(model, PROMPT, n)[0] for n in (30, 5)}
-    Paced(model, monkeypatch, 0.03)
-    with running(model) as (httpd, client), ThreadPoolExecutor(3) as pool:
+    Paced(model, monkeypatch, 0.03, slots=1)
+    with running(model, max_batch=1) as (httpd, client), ThreadPoolExecutor(3) as pool:
         port, logic = int(httpd.server_address[1]), httpd.logic
         stream = client.completions.create(model=model.name, prompt=PROMPT, max_tokens=30, temperature=0, stream=True)
         chunks = iter(stream)

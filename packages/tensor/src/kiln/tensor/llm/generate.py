@@ -36,7 +36,7 @@ from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["PREFILL_CHUNK", "GenerationStats", "Generator", "sample"]
+__all__ = ["PREFILL_CHUNK", "GenerationStats", "Generator", "check_request", "reusable_prefix", "sample"]
 
 PREFILL_CHUNK = 256
 """Prompt tokens per call of the jitted prefill step (a longer prompt takes several calls)."""
@@ -77,6 +77,34 @@ def sample(logits: np.ndarray, temperature: float, top_k: int, top_p: float, rng
         keep = int(np.searchsorted(np.cumsum(probs), top_p)) + 1
         order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
     return int(order[rng.choice(len(order), p=probs)])
+
+
+def reusable_prefix(cached_tokens: list[int], prompt: list[int]) -> int:
+    """How many of `prompt`'s first tokens equal the cache rows' tokens `cached_tokens` (at most len(prompt) - 1:
+    the last prompt token is computed again for its logits)."""
+    limit = min(len(cached_tokens), len(prompt) - 1)
+    kept = 0
+    while kept < limit and cached_tokens[kept] == prompt[kept]:
+        kept += 1
+    return kept
+
+
+def check_request(
+    prompt_ids: list[int], max_tokens: int, temperature: float, top_k: int, top_p: float, context: int, vocab: int
+) -> None:
+    """Raises ValueError for an empty prompt, a prompt longer than `context`, a token outside [0, vocab), or a
+    negative max_tokens / temperature, top_k < 0, top_p outside (0, 1]."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty; generation needs at least one token")
+    if len(prompt_ids) > context:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens, more than the context length {context}")
+    if any(not 0 <= token < vocab for token in prompt_ids):
+        raise ValueError(f"prompt token ids must be in [0, {vocab}), got {prompt_ids}")
+    if max_tokens < 0 or temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+        raise ValueError(
+            f"need max_tokens >= 0, temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {max_tokens}, "
+            f"{temperature}, {top_k}, {top_p}"
+        )
 
 
 class Generator:
@@ -130,11 +158,7 @@ class Generator:
     def reusable_prefix(self, prompt: list[int]) -> int:
         """How many of `prompt`'s first tokens already sit in the cache rows 0.. (at most len(prompt) - 1: the last
         prompt token is computed again for its logits)."""
-        limit = min(len(self.cached_tokens), len(prompt) - 1)
-        kept = 0
-        while kept < limit and self.cached_tokens[kept] == prompt[kept]:
-            kept += 1
-        return kept
+        return reusable_prefix(self.cached_tokens, prompt)
 
     def prefill(self, prompt: list[int], params: Tensor, mode: SamplingMode, first: int = 0) -> int:
         """Writes `prompt[first:]` into cache rows first.. chunk by chunk (rows 0..first-1 must already hold
@@ -183,18 +207,7 @@ class Generator:
             ValueError: an empty prompt, a prompt longer than the context, a token outside the vocabulary, or a
                 negative max_tokens / temperature, top_k < 0, top_p outside (0, 1].
         """
-        context, vocab = self.model.max_context, self.config.vocab_size
-        if not prompt_ids:
-            raise ValueError("the prompt is empty; generation needs at least one token")
-        if len(prompt_ids) > context:
-            raise ValueError(f"the prompt has {len(prompt_ids)} tokens, more than the context length {context}")
-        if any(not 0 <= token < vocab for token in prompt_ids):
-            raise ValueError(f"prompt token ids must be in [0, {vocab}), got {prompt_ids}")
-        if max_tokens < 0 or temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
-            raise ValueError(
-                f"need max_tokens >= 0, temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {max_tokens}, "
-                f"{temperature}, {top_k}, {top_p}"
-            )
+        check_request(prompt_ids, max_tokens, temperature, top_k, top_p, self.model.max_context, self.config.vocab_size)
         return self._generate(list(prompt_ids), max_tokens, temperature, top_k, top_p, seed, stop_ids or set())
 
     def _generate(

@@ -64,9 +64,12 @@ class WeightModule(Module):
         """Name -> weight (Tensor or QuantizedWeight) for every weight of this module and its submodules."""
         return {name: weight for name, _holder, _key, weight in named_weights(self, prefix)}
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = True
+    ) -> IncompatibleKeys:
         """Puts the weights of `state_dict` in place of this module's (the objects themselves, like torch's
-        `load_state_dict(..., assign=True)`: an encoded weight stays encoded and nothing is copied).
+        `load_state_dict(..., assign=True)`: an encoded weight stays encoded and nothing is copied; `assign` is
+        accepted for the base class's signature and always holds).
 
         Returns:
             (missing_keys, unexpected_keys).
@@ -226,8 +229,16 @@ class Rotary:
 @dataclass(frozen=True)
 class Positions:
     """Where a forward pass's T tokens sit in the KV cache: rows start .. end - 1 (ints, or symbolic sizes over
-    bound Variables), their rotary cos / sin (T, D/2), and the causal mask (1, 1, T, end) of their queries over
-    keys 0 .. end - 1 (None where every key is visible: one query at the last position)."""
+        bound Variables), their rotary cos / sin ((T, D/2), or (B, 1, 1, D/2) for one token per sequence at its own
+        position), and the mask added to the attention scores (B, kv_heads, group, T, end), broadcast from (1, 1, T, end)
+    or (B, 1, 1, 1, end) (None where every key is visible).
+
+        Two ways to address a cache of several sequence slots (`cache_batch` of them):
+        - `slot` (a size, maybe symbolic): a batch-1 pass writes and reads that slot's rows only (a request's prefill);
+        - `rows` (a (B, 1, end, 1) bool Tensor, B = cache_batch): each sequence's new key and value go to the row its
+          one-hot marks (a batched decode step, every sequence at its own position); the pass reads rows 0 .. end - 1
+          of every slot, and `mask` hides each sequence's rows past its position.
+    """
 
     start: Size
     end: Size
@@ -235,6 +246,9 @@ class Positions:
     sin: Tensor
     mask: Tensor | None
     rotary: Rotary
+    cache_batch: int | None = None
+    slot: Size | None = None
+    rows: Tensor | None = None
 
 
 class Attention(WeightModule):
@@ -253,19 +267,29 @@ class Attention(WeightModule):
             self.attn_q_norm = RMSNorm(head_dim, config.norm_eps)
             self.attn_k_norm = RMSNorm(head_dim, config.norm_eps)
         self._heads, self._kv_heads, self._head_dim, self._max_context = heads, kv_heads, head_dim, max_context
-        self._cache: tuple[Tensor, Tensor] | None = None
+        # one cache per batch size: a batch-1 generator and a batched one share the weights, not the cache rows
+        self._caches: dict[int, tuple[Tensor, Tensor]] = {}
 
     @property
     def cache(self) -> tuple[Tensor, Tensor] | None:
-        """The (key, value) cache, None before `allocate_cache`."""
-        return self._cache
+        """The (key, value) cache of batch 1 (else the first one allocated), None before `allocate_cache`."""
+        return self._caches.get(1, next(iter(self._caches.values()), None))
+
+    @property
+    def caches(self) -> list[tuple[Tensor, Tensor]]:
+        """Every allocated (key, value) cache, one per batch size."""
+        return list(self._caches.values())
 
     def allocate_cache(self, batch: int) -> tuple[Tensor, Tensor]:
-        """The (key, value) cache for `batch` rows: kept when its batch matches, else new zeroed buffers."""
-        if self._cache is None or self._cache[0].shape[0] != batch:
+        """The (key, value) cache for `batch` rows: the same buffers on every call for that batch (new zeroed ones
+        the first time)."""
+        if batch not in self._caches:
             shape = (batch, self._kv_heads, self._max_context, self._head_dim)
-            self._cache = (Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize())
-        return self._cache
+            self._caches[batch] = (
+                Tensor.zeros(*shape).contiguous().realize(),
+                Tensor.zeros(*shape).contiguous().realize(),
+            )
+        return self._caches[batch]
 
     def __call__(self, h: Tensor, where: Positions) -> Tensor:
         return self.forward(h, where)
@@ -285,11 +309,19 @@ class Attention(WeightModule):
             q, k = self.attn_q_norm(q), self.attn_k_norm(k)
         q = where.rotary.rotate(q.transpose(1, 2), where.cos, where.sin)
         k = where.rotary.rotate(k.transpose(1, 2), where.cos, where.sin)
-        key_cache, value_cache = self.allocate_cache(batch)
-        Tensor.realize_all(
-            key_cache[:, :, where.start : where.end].assign(k),
-            value_cache[:, :, where.start : where.end].assign(v),
-        )
+        key_cache, value_cache = self.allocate_cache(where.cache_batch or batch)
+        if where.slot is not None:  # one slot of a batched cache: its rows only
+            key_cache, value_cache = key_cache[where.slot : where.slot + 1], value_cache[where.slot : where.slot + 1]
+        if where.rows is not None:  # each sequence's row at its own position: a one-hot select over rows 0..end-1
+            old_keys, old_values = key_cache[:, :, : where.end], value_cache[:, :, : where.end]
+            Tensor.realize_all(
+                old_keys.assign(where.rows.where(k, old_keys)), old_values.assign(where.rows.where(v, old_values))
+            )
+        else:
+            Tensor.realize_all(
+                key_cache[:, :, where.start : where.end].assign(k),
+                value_cache[:, :, where.start : where.end].assign(v),
+            )
         # grouped queries against their KV head's rows, broadcast over the group: (B, KVH, G, T, D) @ (B, KVH, 1, D, S).
         # The cache slice is never reshaped: merging a group axis into a view whose length is a variable makes its
         # index a division by that variable (35x slower kernels than the int-shaped ones).
@@ -297,7 +329,7 @@ class Attention(WeightModule):
         grouped = q.reshape(batch, kv_heads, heads // kv_heads, length, head_dim)
         scores = (grouped @ keys.transpose(-1, -2)) * (1.0 / float(np.sqrt(head_dim)))
         if where.mask is not None:
-            scores = scores + where.mask.unsqueeze(0)
+            scores = scores + where.mask
         attended = (scores.softmax(-1) @ values).reshape(batch, heads, length, head_dim)
         return self.attn_output(attended.transpose(1, 2).reshape(batch, length, heads * head_dim))
 

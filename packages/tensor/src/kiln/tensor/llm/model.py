@@ -73,8 +73,7 @@ class Transformer(WeightModule):
     @property
     def caches(self) -> list[tuple[Tensor, Tensor]]:
         """The (key, value) cache of each layer (empty before the first forward pass allocates them)."""
-        found = [block.attention.cache for block in self.blk]
-        return [cache for cache in found if cache is not None]
+        return [cache for block in self.blk for cache in block.attention.caches]
 
     def _caches(self, batch: int) -> list[tuple[Tensor, Tensor]]:
         return [block.attention.allocate_cache(batch) for block in self.blk]
@@ -105,7 +104,13 @@ class Transformer(WeightModule):
         return self.forward_embedded(self.embed(tokens), start_pos)
 
     def forward_embedded(
-        self, h: Tensor, start_pos: int | Tensor | BoundVariable, *, last_only: bool = False
+        self,
+        h: Tensor,
+        start_pos: int | Tensor | BoundVariable,
+        *,
+        last_only: bool = False,
+        slot: int | Tensor | BoundVariable | None = None,
+        slots: int = 1,
     ) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at cache positions start_pos ..
         start_pos + T - 1, attending over positions 0 .. start_pos + T - 1 only. `last_only`: the logits of the
@@ -120,6 +125,9 @@ class Transformer(WeightModule):
             ValueError: h not (B, T, dim); positions past max_context (for bound variables: their bound values, or
                 ranges that could reach past it, e.g. start_pos in [0, 99] with T in [1, 8] for a 100-row cache).
             TypeError: a start_pos that is neither an int nor a bound Variable.
+
+        `slot` (with `slots`, the batch of a cache of sequence slots, kiln.tensor.llm.batching): a batch-1 pass
+        that writes and reads that slot's rows of the `slots`-row cache (an int, or a bound Variable).
         """
         config = self.config
         if h.ndim != 3 or h.shape[2] != config.dim:
@@ -135,12 +143,57 @@ class Transformer(WeightModule):
         if not (isinstance(length, int) and length == 1):  # one query at the last position sees every key
             keys_at = Tensor.arange(self.max_context)[:end].unsqueeze(0)  # (1, end)
             mask = (keys_at <= queries_at).where(0.0, float("-inf")).unsqueeze(0).unsqueeze(0)  # (1, 1, T, end)
-        where = Positions(start, end, cos, sin, mask, self._rotary)
-        self._caches(batch)
+        if slot is None:
+            where = Positions(start, end, cos, sin, mask, self._rotary)
+        else:
+            if batch != 1:
+                raise ValueError(f"a pass into one cache slot takes a batch of 1 sequence, got {batch}")
+            row = as_size(slot, "slot")
+            if not 0 <= bound_int(row) <= max_int(row) < slots:
+                raise ValueError(f"slot {bound_int(row)} (at most {max_int(row)}) is not one of {slots} cache slots")
+            where = Positions(start, end, cos, sin, mask, self._rotary, cache_batch=slots, slot=row)
+        self._caches(where.cache_batch or batch)
         for block in self.blk:
             h = block(h, where)
         if last_only:
             h = h[:, length - 1 : length]
+        return self._head(h)
+
+    def forward_batched_decode(self, h: Tensor, positions: Tensor, end: int | Tensor | BoundVariable) -> Tensor:
+        """Logits (S, 1, vocab) of one embedded token per sequence slot, `h` (S, 1, dim), each at its own cache
+        position `positions` (S,) int32 of the S-slot cache: slot s writes its key and value to row positions[s]
+        and attends over its rows 0 .. positions[s]. The pass reads rows 0 .. end - 1 of every slot (`end` > every
+        position: an int or a bound Variable, so one set of kernels serves every value) and masks each slot's rows
+        past its position; a slot nobody uses computes values that nobody reads.
+
+        Raises:
+            ValueError: h not (S, 1, dim), positions not (S,), or end outside [1, max_context].
+        """
+        slots = h.shape[0]
+        if h.ndim != 3 or h.shape[1] != 1 or h.shape[2] != self.config.dim or not isinstance(slots, int):
+            raise ValueError(f"embedded tokens must be (slots, 1, {self.config.dim}), got {format_shape(h.shape)}")
+        if positions.shape != (slots,):
+            raise ValueError(f"positions must be ({slots},), one per slot, got {format_shape(positions.shape)}")
+        stop = as_size(end, "end")
+        if not 1 <= bound_int(stop) <= max_int(stop) <= self.max_context:
+            raise ValueError(f"end {bound_int(stop)} (at most {max_int(stop)}) must be in [1, {self.max_context}]")
+        cos, sin = self._rotary.angles(positions.float().reshape(slots, 1))  # (S, D/2)
+        half = cos.shape[-1]
+        cos, sin = cos.reshape(slots, 1, 1, half), sin.reshape(slots, 1, 1, half)  # against (S, heads, 1, D/2)
+        keys_at = Tensor.arange(self.max_context)[:stop]  # (end,)
+        at = positions.reshape(slots, 1)
+        visible = (keys_at.unsqueeze(0) <= at).where(0.0, float("-inf"))  # (S, end)
+        mask = visible.unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (S, 1, 1, 1, end)
+        rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(slots, 1, 1, 1)  # (S, 1, end, 1)
+        where = Positions(0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows)
+        self._caches(slots)
+        for block in self.blk:
+            h = block(h, where)
+        return self._head(h)
+
+    def _head(self, h: Tensor) -> Tensor:
+        """The logits of the last layer's output h (B, T, dim): the final norm, then the (maybe tied) head."""
+        config = self.config
         h = self.output_norm(h)
         if config.tie_embeddings:
             return linear(h, self.token_embd.weight)

@@ -1,12 +1,14 @@
 """The OpenAI-compatible API's request logic, independent of HTTP (`kiln.tensor.llm.server` is its transport).
 
 `LLMServer` validates a request body (`prepare`) into a job, queues it (`enqueue`: a bounded queue, 429 with a
-`Retry-After` beyond `ServerLimits.max_queue`), and one worker thread runs the jobs in arrival order with
-`ChatModel.stream_text`. After each piece of text the worker asks whether the client has left (`Job.client_gone`,
-given by the transport, or the response's reader stopped) and then closes the generation, so an abandoned request
-stops within one piece of text. The response bodies (`response`, `chunks`), `/health` and `/metrics` (`ServerMetrics`)
-and the shutdown steps (`stop_accepting`, `drain`, `abort`, `close`) live here too. A refused request raises
-`RequestError`, whose `body()` is OpenAI's error shape.
+`Retry-After` beyond `ServerLimits.max_queue`), and one worker thread runs them with continuous batching
+(kiln.tensor.llm.batching): it admits queued jobs in arrival order into the free sequence slots between decode
+steps (a job's prefill runs then), each step decodes one token for every running job at once, and each job's tokens
+become text through its own `TextStream` (stop strings applied). After every step the worker asks each job whether
+its client has left (`Job.client_gone`, given by the transport, or the response's reader stopped) and frees the
+slot of one that has, so an abandoned request stops within one decode step. The response bodies (`response`,
+`chunks`), `/health` and `/metrics` (`ServerMetrics`) and the shutdown steps (`stop_accepting`, `drain`, `abort`,
+`close`) live here too. A refused request raises `RequestError`, whose `body()` is OpenAI's error shape.
 
 A prompt is measured in bytes before it is tokenized: a text longer than the context times the most bytes one token
 of the vocabulary can stand for cannot fit, and is refused without spending the CPU time of tokenizing it.
@@ -23,9 +25,10 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.tensor.llm.batching import Sequence
 from kiln.tensor.llm.chat_template import validate_messages
 from kiln.tensor.llm.server_metrics import ServerMetrics
-from kiln.tensor.llm.session import ChatModel, Completion
+from kiln.tensor.llm.session import ChatModel, Completion, TextStream
 
 __all__ = ["Job", "LLMServer", "RequestError", "ServerLimits", "shutting_down_error"]
 
@@ -40,7 +43,9 @@ class ServerLimits:
     max_body_bytes: int = 4 * 2**20
     """A larger request body is refused (413) unread."""
     max_queue: int = 64
-    """Generations waiting behind the running one; one more is refused (429 with Retry-After)."""
+    """Generations waiting for a free sequence slot; one more is refused (429 with Retry-After)."""
+    max_batch: int = 8
+    """Generations decoded together (the sequence slots of the batched decode step, each with its KV cache rows)."""
     max_connections: int = 128
     """Connections served at once; further ones wait in the listen backlog."""
     backlog: int = 128
@@ -58,7 +63,7 @@ class ServerLimits:
     """Host names served beyond the loopback names and the bound address ("*": any)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_queue", "max_connections", "backlog"):
+        for name in ("max_body_bytes", "max_queue", "max_batch", "max_connections", "backlog"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
@@ -100,10 +105,20 @@ class Job:
     client_gone: Callable[[], bool] = lambda: False  # set by the transport: whether the client has left
     abandoned: bool = False  # the response's writer stopped reading `out`
     queued_at: float = 0.0
+    started_at: float = 0.0
     first_text_at: float | None = None
 
     def left(self) -> bool:
         return self.abandoned or self.client_gone()
+
+
+@dataclass(eq=False)
+class _Running:
+    """A job in a sequence slot: its sequence of the batched generator and its text so far."""
+
+    job: Job
+    sequence: Sequence
+    text: TextStream
 
 
 def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
@@ -123,7 +138,8 @@ class LLMServer:
         self.model, self.limits = model, limits or ServerLimits()
         self.metrics = ServerMetrics()
         self.jobs: queue.Queue[Job | None] = queue.Queue()  # bounded by `enqueue`, so the stop marker always fits
-        self.running: Job | None = None
+        self.batch = model.batched(self.limits.max_batch)
+        self._running: dict[Sequence, _Running] = {}  # the worker's jobs in sequence slots
         self.accepting, self.aborting = True, False
         self.pending = 0  # jobs queued or running (under _lock)
         self.served = 0
@@ -138,51 +154,107 @@ class LLMServer:
         self.worker = threading.Thread(target=self._work, name="kiln-llm-worker", daemon=True)
         self.worker.start()
 
-    # -- the worker ----------------------------------------------------------------------------------------------
-    def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            self.running = job
-            try:
-                self._run(job)
-            finally:
-                self.running = None
-                with self._lock:
-                    self.pending -= 1
-                job.out.put(_DONE)
+    @property
+    def running(self) -> int:
+        """How many generations are decoding now (at most `limits.max_batch`)."""
+        return len(self._running)
 
-    def _run(self, job: Job) -> None:
+    # -- the worker: continuous batching ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        stopping = False  # the stop marker was taken: finish the running jobs, admit no more
+        while not stopping or self._running:
+            while not stopping and self.batch.free_slots():
+                try:
+                    job = self.jobs.get(block=not self._running)  # idle: wait for work; busy: take what waits
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                else:
+                    self._admit(job)
+            if self._running:
+                self._step()
+
+    def _admit(self, job: Job) -> None:
+        """Starts `job` in a free slot (its prefill and first token), or ends it at once (shutting down, its client
+        gone, a failure)."""
+        job.started_at = time.monotonic()
         if self.aborting:
             job.out.put(shutting_down_error())
+            self._close(job)
             return
-        outcome, started = "cancelled", time.monotonic()
-        if not job.left():
+        if job.left():
+            self._finish(job, "cancelled")
+            return
+        options = dict(job.options)
+        text = TextStream(self.model.tokenizer, job.result, options.pop("stop", ()))
+        job.result.prompt_tokens = len(job.prompt_ids)
+        try:
+            sequence = self.batch.start(job.prompt_ids, stop_ids=self.model.tokenizer.stop_ids, **options)
+        except Exception as error:  # reported to the waiting request; the worker goes on with the others
+            job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
+            self._finish(job, "failed")
+            return
+        job.result.stats = sequence.stats
+        run = self._running[sequence] = _Running(job, sequence, text)
+        self._advance(run, sequence.tokens)
+
+    def _step(self) -> None:
+        """One decode step of every running job; a failure fails them all (the step's cache rows are unknown)."""
+        try:
+            produced = self.batch.step()
+        except Exception as error:
+            for run in list(self._running.values()):
+                self.batch.cancel(run.sequence)
+                run.job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
+                del self._running[run.sequence]
+                self._finish(run.job, "failed")
+            return
+        for sequence, token in produced:
+            self._advance(self._running[sequence], [token])
+
+    def _advance(self, run: _Running, tokens: list[int]) -> None:
+        """Hands a job's new tokens to its client as text; ends the job when its sequence or text stopped, the server
+        is aborting (503) or the client has left (its slot is freed for the next job)."""
+        job, sequence, text = run.job, run.sequence, run.text
+        for token in tokens:
+            delta = text.push(token)
+            if delta:
+                job.first_text_at = job.first_text_at or time.monotonic()
+                job.out.put(delta)
+        if text.stopped or sequence.finished:
             outcome = "finished"
-            deltas = self.model.stream_text(job.prompt_ids, job.result, **job.options)
-            try:
-                for delta in deltas:
-                    job.first_text_at = job.first_text_at or time.monotonic()
-                    job.out.put(delta)
-                    if self.aborting:
-                        outcome = "failed"
-                        job.out.put(RequestError(503, "the server shut down before the generation finished",
-                                                 code="server_shutting_down"))  # fmt: skip
-                        break
-                    if job.left():
-                        outcome = "cancelled"
-                        break
-            except Exception as error:  # reported to the waiting request; the worker goes on with the next job
-                outcome = "failed"
-                job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
-            finally:
-                if isinstance(deltas, Generator):
-                    deltas.close()  # stops the generation (the token iterator) where it is
+            tail = text.finish()
+            if tail:
+                job.first_text_at = job.first_text_at or time.monotonic()
+                job.out.put(tail)
+        elif self.aborting:
+            outcome = "failed"
+            job.out.put(RequestError(503, "the server shut down before the generation finished",
+                                     code="server_shutting_down"))  # fmt: skip
+        elif job.left():
+            outcome = "cancelled"
+        else:
+            return
+        self.batch.cancel(sequence)  # no-op for a sequence that ended by itself
+        del self._running[sequence]
+        self._finish(job, outcome)
+
+    def _finish(self, job: Job, outcome: str) -> None:
+        """Counts an ended job in the metrics and closes its output."""
         now = time.monotonic()
         first_text = None if job.first_text_at is None else job.first_text_at - job.queued_at
         result = job.result
         self.metrics.count_generation(outcome, result.prompt_tokens, result.completion_tokens, now - job.queued_at,
                                       first_text)  # fmt: skip
-        self.seconds_per_job = 0.8 * self.seconds_per_job + 0.2 * (now - started)
+        self.seconds_per_job = 0.8 * self.seconds_per_job + 0.2 * (now - job.started_at)
         self.served += 1
+        self._close(job)
+
+    def _close(self, job: Job) -> None:
+        with self._lock:
+            self.pending -= 1
+        job.out.put(_DONE)
 
     def enqueue(self, job: Job) -> None:
         """Queues `job` for the worker; RequestError 429 (with Retry-After) when `max_queue` jobs wait already, 503
@@ -192,7 +264,7 @@ class LLMServer:
                 raise shutting_down_error()
             waiting = self.jobs.qsize()
             if waiting >= self.limits.max_queue:
-                retry = max(1, math.ceil(self.seconds_per_job * (waiting + 1)))
+                retry = max(1, math.ceil(self.seconds_per_job * (waiting + 1) / self.limits.max_batch))
                 raise RequestError(429, f"{waiting} requests are waiting already (the limit); retry in {retry} s",
                                    code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
             job.queued_at = time.monotonic()
@@ -225,11 +297,11 @@ class LLMServer:
         return True
 
     def abort(self) -> None:
-        """Fails the queued jobs (503) and stops the running one after its next piece of text."""
+        """Fails the queued jobs (503) and stops the running ones after their next decode step."""
         self.aborting = True
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stops the worker after the jobs queued so far."""
+        """Stops the worker after the jobs queued so far have run."""
         self.stop_accepting()
         self.jobs.put(None)
         self.worker.join(timeout=timeout)
@@ -244,14 +316,15 @@ class LLMServer:
         """(200, ...) while the server takes requests, else (503, ...)."""
         ok = self.accepting and self.worker.is_alive()
         body = {"status": "ok" if ok else "unavailable", "model": self.model.name, "queued": self.jobs.qsize(),
-                "running": int(self.running is not None)}  # fmt: skip
+                "running": self.running}  # fmt: skip
         return (200 if ok else 503), body
 
     def metrics_text(self, open_connections: int) -> str:
         gauges = {
             "queue_depth": ("Generations waiting for the worker.", float(self.jobs.qsize())),
             "queue_limit": ("Generations that may wait before requests are refused (429).", self.limits.max_queue),
-            "running": ("Generations running (0 or 1).", float(self.running is not None)),
+            "running": ("Generations decoding now (at most the batch size).", float(self.running)),
+            "batch_slots": ("Generations that may decode together (--max-batch).", float(self.limits.max_batch)),
             "open_connections": ("HTTP connections open.", float(open_connections)),
         }
         return self.metrics.render(gauges)

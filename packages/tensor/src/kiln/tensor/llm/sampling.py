@@ -29,7 +29,7 @@ import numpy as np
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
-__all__ = ["CANDIDATES", "PASSES", "SamplingMode", "sample_on_device", "sampling_params"]
+__all__ = ["CANDIDATES", "PASSES", "SamplingMode", "sample_on_device", "sampling_params", "sampling_row"]
 
 CANDIDATES = 16
 PASSES = 7
@@ -52,11 +52,16 @@ class SamplingMode:
         return cls(greedy=False, top_k=0 < top_k < vocab, top_p=top_p < 1.0)
 
 
-def sampling_params(temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> Tensor:
-    """The step's `params` input: [1 / temperature, top_k, top_p, u] float32, u uniform in [0, 1) from `rng`."""
+def sampling_row(temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> list[float]:
+    """[1 / temperature, top_k, top_p, u], u uniform in [0, 1) from `rng` (one draw per sampled token)."""
     uniform = min(float(rng.random()), 1.0 - 2.0**-23)  # u * total stays below total in float32
     inverse = 1.0 / temperature if temperature > 0 else 1.0
-    return Tensor(np.array([inverse, float(top_k), top_p, uniform], np.float32))
+    return [inverse, float(top_k), top_p, uniform]
+
+
+def sampling_params(temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> Tensor:
+    """The step's `params` input: `sampling_row` as a (4,) float32 Tensor."""
+    return Tensor(np.array(sampling_row(temperature, top_k, top_p, rng), np.float32))
 
 
 def _cut(lo: Tensor, hi: Tensor, reaches: Callable[[Tensor], Tensor]) -> Tensor:

@@ -14,8 +14,9 @@ allow-list against DNS rebinding (the loopback names and the bound address, plus
 key (`Authorization: Bearer`). A thread per connection suits server-sent events (a handler writes its stream as the
 text comes) and needs no dependency.
 
-The worker asks the connection after each piece of text whether the client has left (its end of file is readable),
-and stops the generation if so. `shut_down` (SIGINT or SIGTERM under `serve`) stops accepting, lets queued and
+The worker decodes the running requests together (continuous batching, `--max-batch` of them) and asks each
+connection after every decode step whether its client has left (its end of file is readable), freeing its slot if
+so. `shut_down` (SIGINT or SIGTERM under `serve`) stops accepting, lets queued and
 running generations finish for a grace period, fails what is left with a 503 (an error event in a stream), waits for
 the responses to be written, and stops the worker.
 """

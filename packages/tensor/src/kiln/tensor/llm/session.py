@@ -12,12 +12,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiln.tensor.llm.batching import DEFAULT_SLOTS, BatchedGenerator
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.generate import GenerationStats, Generator
 from kiln.tensor.llm.tokenizer import Tokenizer, read_tokenizer_config
 from kiln.tensor.llm.weights import LoadedModel, load_model
 
-__all__ = ["ChatModel", "Completion", "find_chat_template", "load_chat_model", "load_tokenizer"]
+__all__ = ["ChatModel", "Completion", "TextStream", "find_chat_template", "load_chat_model", "load_tokenizer"]
 
 
 @dataclass
@@ -102,14 +103,64 @@ def _special_token_texts(tokenizer: Tokenizer) -> dict[str, str]:
     return texts
 
 
+class TextStream:
+    """One generation's tokens turned into text deltas, with its stop ids and stop strings applied: `push` each
+    token, stop pushing once `stopped`, then `finish` hands out the rest. Text that might be the beginning of a stop
+    string is held back until it is known not to be one; the stop string itself is never handed out. Fills `result`
+    (text, finish reason "stop" when stopped, completion_tokens) as it goes."""
+
+    def __init__(self, tokenizer: Tokenizer, result: Completion, stop: Sequence[str] = ()) -> None:
+        self.tokenizer, self.result = tokenizer, result
+        self.stops = [s for s in stop if s]
+        self.decoder = tokenizer.stream(skip_special=True)
+        self.held = ""  # produced text not yet handed out: it might be the beginning of a stop string
+        self.stopped = False
+
+    def push(self, token: int) -> str:
+        """The text that `token` makes safe to hand out ("" when none, or once stopped)."""
+        if self.stopped:
+            return ""
+        self.result.completion_tokens += 1
+        if token in self.tokenizer.stop_ids:
+            self.stopped, self.result.finish_reason = True, "stop"
+            return ""
+        self.held += self.decoder.push(token)
+        cut = min((self.held.find(s) for s in self.stops if s in self.held), default=-1)
+        if cut >= 0:
+            self.held, self.stopped, self.result.finish_reason = self.held[:cut], True, "stop"
+            return ""
+        keep = max((_overlap(self.held, s) for s in self.stops), default=0)
+        if len(self.held) <= keep:
+            return ""
+        delta, self.held = self.held[: len(self.held) - keep], self.held[len(self.held) - keep :]
+        self.result.text += delta
+        return delta
+
+    def finish(self) -> str:
+        """The text held back (plus the decoder's incomplete bytes when the generation ended without a stop)."""
+        if not self.stopped:
+            self.held += self.decoder.flush()
+        tail, self.held = self.held, ""
+        self.result.text += tail
+        return tail
+
+
 class ChatModel:
     """A model ready to talk: `encode_prompt` / `encode_chat`, then `stream_text` or `complete`."""
 
     def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate | None) -> None:
         self.loaded, self.tokenizer, self._template = loaded, tokenizer, template
         self.generator = Generator(loaded)
+        self._batched: dict[int, BatchedGenerator] = {}
         self.name = loaded.name
         self.context_length = loaded.model.max_context  # the KV cache's positions: prompt plus completion
+
+    def batched(self, slots: int = DEFAULT_SLOTS) -> BatchedGenerator:
+        """The model's `BatchedGenerator` of `slots` sequence slots (made once per slot count: its steps compile
+        once, and its cache rows serve the prefix cache across servers)."""
+        if slots not in self._batched:
+            self._batched[slots] = BatchedGenerator(self.loaded, slots)
+        return self._batched[slots]
 
     @property
     def template(self) -> ChatTemplate:
@@ -149,35 +200,22 @@ class ChatModel:
         stop: Sequence[str] = (),
     ) -> Iterator[str]:
         """Yields text deltas as tokens arrive; fills `result` (text, finish reason, counts, timing) as it goes."""
-        stops = [s for s in stop if s]
+        text = TextStream(self.tokenizer, result, stop)
         result.prompt_tokens = len(prompt_ids)
-        decoder = self.tokenizer.stream(skip_special=True)
-        held = ""  # produced text not yet handed out: it might be the beginning of a stop string
         tokens = self.generator.generate(
             prompt_ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
             stop_ids=self.tokenizer.stop_ids,
         )  # fmt: skip
         for token in tokens:
-            result.completion_tokens += 1
-            if token in self.tokenizer.stop_ids:
-                result.finish_reason = "stop"
-                break
-            held += decoder.push(token)
-            cut = min((held.find(s) for s in stops if s in held), default=-1)
-            if cut >= 0:
-                held, result.finish_reason = held[:cut], "stop"
-                break
-            keep = max((_overlap(held, s) for s in stops), default=0)
-            if len(held) > keep:
-                delta, held = held[: len(held) - keep], held[len(held) - keep :]
-                result.text += delta
+            delta = text.push(token)
+            if delta:
                 yield delta
-        else:
-            held += decoder.flush()
+            if text.stopped:
+                break
         result.stats = self.generator.last_stats
-        if held:
-            result.text += held
-            yield held
+        tail = text.finish()
+        if tail:
+            yield tail
 
     def complete(self, prompt_ids: list[int], **options: object) -> Completion:
         """The whole completion at once (`stream_text`'s deltas joined)."""

@@ -1,0 +1,266 @@
+"""`BatchedGenerator`: continuous batching, one decode step for every running sequence at once.
+
+The KV cache has S sequence slots (batch S, allocated once). A request takes a free slot and is prefilled into that
+slot's rows alone (a batch-1 jitted prefill whose slot is a bound Variable, chunk by chunk as `Generator` does); then
+every `step` decodes one token for each running sequence in one jitted pass over all S slots:
+
+- inputs: the tokens (S, 1) int32, each slot's position (S,) int32 as a Tensor, the largest position + 1 as a bound
+  Variable `end`, and the sampling parameters per slot (S, 5) float32 [1 / temperature, top_k, top_p, u, greedy];
+- each slot writes its new key and value to its own row (a one-hot select over rows 0 .. end - 1) and attends over
+  its rows 0 .. position only (the rows past it masked to -inf before the softmax);
+- a free slot sits at position max_context, which no row matches: it writes nothing (its rows keep the tokens of
+  the prefix cache) and its logits, computed like the others', are never read.
+
+A sequence joins and leaves between steps; nothing compiles for a new slot, position or sampling value. The step of
+a batch where every sequence is greedy is an argmax per slot; otherwise each slot draws with `sample_on_device`
+under the union of the running sequences' sampling modes (a cut a sequence does not ask for keeps every token), and
+greedy slots keep their argmax.
+
+Prefix cache per slot: each slot remembers the token in each of its cache rows. A new request takes the free slot
+whose rows begin with the longest part of its prompt (the slot that held the same conversation), keeps those rows
+and prefills only the rest, as `Generator` does for its single slot.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kiln.tensor.jit import TinyJit, Variable
+from kiln.tensor.llm.generate import PREFILL_CHUNK, GenerationStats, check_request, reusable_prefix
+from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_row
+from kiln.tensor.llm.weights import LoadedModel
+from kiln.tensor.symbolic import as_size
+from kiln.tensor.tensor import Tensor
+from kiln.uops import dtypes
+
+__all__ = ["DEFAULT_SLOTS", "BatchedGenerator", "Sequence"]
+
+DEFAULT_SLOTS = 8
+"""Sequences decoded together when no number is given (the server's `--max-batch`)."""
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request in a slot of a `BatchedGenerator`: its settings, its tokens so far and whether it has ended.
+
+    `tokens` are the ids produced so far (the first comes from the prefill); `finished` once the last one was a stop
+    id, `max_tokens` were produced or the context is full (its slot is free again then)."""
+
+    prompt: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    stop_ids: set[int]
+    rng: np.random.Generator
+    mode: SamplingMode
+    slot: int = -1
+    position: int = 0
+    tokens: list[int] = field(default_factory=list)
+    finished: bool = False
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+    def params(self, vocab: int) -> list[float]:
+        """This sequence's row of the step's sampling parameters (one uniform draw from its generator); a cut it
+        does not ask for is given the value that keeps every token."""
+        row = sampling_row(self.temperature, self.top_k if self.top_k > 0 else vocab, self.top_p, self.rng)
+        return [*row, 1.0 if self.mode.greedy else 0.0]
+
+
+class BatchedGenerator:
+    """Decodes up to `slots` sequences together (see the module docstring): `start` a request (its prefill), then
+    `step` until its `Sequence` is finished; `cancel` frees a slot early.
+
+    Raises:
+        ValueError: slots or prefill_chunk below 1.
+    """
+
+    def __init__(self, loaded: LoadedModel, slots: int = DEFAULT_SLOTS, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        for name, value in (("slots", slots), ("prefill_chunk", prefill_chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.loaded, self.model, self.config = loaded, loaded.model, loaded.config
+        self.slots = slots
+        context = self.model.max_context
+        self.chunk = min(prefill_chunk, context)
+        self.slot_variable = Variable("slot", 0, slots - 1)
+        self.length_variable = Variable("length", 1, self.chunk)
+        self.chunk_start_variable = Variable("chunk_start", 0, context - self.chunk)
+        self.end_variable = Variable("end", 1, context)
+        self.model._caches(slots)  # allocated before the steps are captured: the replays write these very buffers
+        self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.steps: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.running: list[Sequence | None] = [None] * slots
+        self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
+        self._last_used = [0] * slots
+        self._clock = 0
+
+    # -- the jitted steps ------------------------------------------------------------------------------------------
+    def prefill_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+        """The jitted prefill into one slot: (tokens (1, chunk) int32 zero-padded, slot, position, length, params
+        (4,) float32) -> the token id (1,) int32 sampled after the chunk's last token."""
+        if mode not in self.prefills:
+
+            def prefill(tokens: Tensor, slot: Tensor, start_pos: Tensor, length: Tensor, params: Tensor) -> Tensor:
+                count = as_size(length, "the prefill length")
+                embedded = self.model.embed(tokens[:, :count])
+                logits = self.model.forward_embedded(embedded, start_pos, last_only=True, slot=slot, slots=self.slots)
+                return sample_on_device(logits[0, 0], params, mode)
+
+            self.prefills[mode] = TinyJit(prefill)
+        return self.prefills[mode]
+
+    def decode_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+        """The jitted decode step over every slot: (tokens (S, 1) int32, positions (S,) int32, end, params (S, 5)
+        float32) -> the next token id of each slot (S,) int32."""
+        if mode not in self.steps:
+
+            def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor) -> Tensor:
+                logits = self.model.forward_batched_decode(self.model.embed(tokens), positions, end)[:, 0, :]
+                greedy = logits.argmax(-1).cast(dtypes.int32)
+                if mode.greedy:
+                    return greedy
+                drawn = Tensor.cat(*[sample_on_device(logits[s], params[s, :4], mode) for s in range(self.slots)])
+                return (params[:, 4] > 0.5).where(greedy, drawn)
+
+            self.steps[mode] = TinyJit(decode)
+        return self.steps[mode]
+
+    # -- requests --------------------------------------------------------------------------------------------------
+    @property
+    def active(self) -> list[Sequence]:
+        """The sequences decoding now, by slot."""
+        return [sequence for sequence in self.running if sequence is not None]
+
+    def free_slots(self) -> int:
+        """How many more sequences can start now."""
+        return self.running.count(None)
+
+    def start(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_ids: set[int] | None = None,
+    ) -> Sequence:
+        """Starts a request in a free slot: prefills its prompt (all but the part its slot's rows hold already) and
+        samples its first token (`tokens[0]`, none when max_tokens is 0). The settings mean what they mean for
+        `Generator.generate`, and greedy output equals its output for the same prompt.
+
+        Raises:
+            ValueError: a bad request (as `Generator.generate`).
+            RuntimeError: no free slot (`free_slots()` is 0).
+        """
+        check_request(prompt_ids, max_tokens, temperature, top_k, top_p, self.model.max_context, self.config.vocab_size)
+        if None not in self.running:
+            raise RuntimeError(f"all {self.slots} sequence slots are running; start a request when one is free")
+        prompt = list(prompt_ids)
+        mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
+        sequence = Sequence(prompt, max_tokens, temperature, top_k, top_p, set(stop_ids or ()),
+                            np.random.default_rng(seed), mode)  # fmt: skip
+        if max_tokens == 0:
+            sequence.finished = True
+            return sequence
+        free = [slot for slot, held in enumerate(self.running) if held is None]
+        # the longest reusable beginning, else the slot unused the longest (its rows are the least likely wanted)
+        slot = max(free, key=lambda s: (reusable_prefix(self.cached_tokens[s], prompt), -self._last_used[s]))
+        first = reusable_prefix(self.cached_tokens[slot], prompt)
+        started = time.perf_counter()
+        sequence.slot = slot
+        self.running[slot] = sequence
+        try:
+            token = self._prefill(sequence, first)
+        except BaseException:
+            self._release(sequence)
+            raise
+        stats = sequence.stats
+        stats.cached_tokens, stats.prefill_tokens = first, len(prompt) - first
+        stats.prefill_seconds = time.perf_counter() - started
+        self._produced(sequence, token)
+        return sequence
+
+    def _prefill(self, sequence: Sequence, first: int) -> int:
+        """Writes prompt[first:] into the sequence's slot rows first.. chunk by chunk (see `Generator.prefill`)."""
+        prompt, slot, context = sequence.prompt, sequence.slot, self.model.max_context
+        step, token = self.prefill_step(sequence.mode), -1
+        cached = self.cached_tokens[slot]
+        del cached[first:]
+        params = Tensor(np.array(sampling_row(sequence.temperature, sequence.top_k, sequence.top_p, sequence.rng),
+                                 np.float32))  # fmt: skip
+        for begin in range(first, len(prompt), self.chunk):
+            end = min(begin + self.chunk, len(prompt))
+            start = min(begin, context - self.chunk)
+            chunk = prompt[start:end]
+            tokens = np.zeros((1, self.chunk), np.int32)
+            tokens[0, : len(chunk)] = chunk
+            out = step(Tensor(tokens), self.slot_variable.bind(slot), self.chunk_start_variable.bind(start),
+                       self.length_variable.bind(len(chunk)), params)  # fmt: skip
+            token = int(out.numpy()[0])
+            cached[start:] = prompt[start:end]
+        sequence.position = len(prompt)
+        return token
+
+    def step(self) -> list[tuple[Sequence, int]]:
+        """Decodes one token for every running sequence in one jitted pass; returns (sequence, token) for each, in
+        slot order. A sequence that ends with its token frees its slot."""
+        running = self.active
+        if not running:
+            return []
+        context, vocab = self.model.max_context, self.config.vocab_size
+        started = time.perf_counter()
+        tokens = np.zeros((self.slots, 1), np.int32)
+        positions = np.full((self.slots,), context, np.int32)  # a free slot's position matches no row
+        params = np.zeros((self.slots, 5), np.float32)
+        params[:, 0], params[:, 2], params[:, 4] = 1.0, 1.0, 1.0
+        for sequence in running:
+            tokens[sequence.slot, 0] = sequence.tokens[-1]
+            positions[sequence.slot] = sequence.position
+            params[sequence.slot] = sequence.params(vocab)
+        modes = [sequence.mode for sequence in running]
+        if all(mode.greedy for mode in modes):
+            mode = SamplingMode(greedy=True)
+        else:
+            mode = SamplingMode(False, any(m.top_k for m in modes), any(m.top_p for m in modes))
+        end = self.end_variable.bind(max(sequence.position for sequence in running) + 1)
+        for sequence in running:  # a step that fails leaves the rows from here on unknown
+            del self.cached_tokens[sequence.slot][sequence.position :]
+        out = self.decode_step(mode)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
+        seconds = time.perf_counter() - started
+        produced = []
+        for sequence in running:
+            self.cached_tokens[sequence.slot].append(sequence.tokens[-1])
+            sequence.position += 1
+            sequence.stats.decode_tokens += 1
+            sequence.stats.decode_seconds += seconds
+            token = int(out[sequence.slot])
+            self._produced(sequence, token)
+            produced.append((sequence, token))
+        return produced
+
+    def _produced(self, sequence: Sequence, token: int) -> None:
+        sequence.tokens.append(token)
+        if (
+            len(sequence.tokens) >= sequence.max_tokens
+            or token in sequence.stop_ids
+            or sequence.position >= self.model.max_context
+        ):
+            sequence.finished = True
+            self._release(sequence)
+
+    def cancel(self, sequence: Sequence) -> None:
+        """Ends a sequence before its end (its client left): its slot is free for the next request."""
+        sequence.finished = True
+        self._release(sequence)
+
+    def _release(self, sequence: Sequence) -> None:
+        if 0 <= sequence.slot < self.slots and self.running[sequence.slot] is sequence:
+            self.running[sequence.slot] = None
+            self._clock += 1
+            self._last_used[sequence.slot] = self._clock
