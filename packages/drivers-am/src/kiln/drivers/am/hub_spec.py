@@ -18,7 +18,7 @@ SEM 0x1, CNTL block size 0x78). The GC hubs' UTCL2 uses the same layouts as the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kiln.drivers.am.gfx_generation import GfxGeneration
 
@@ -70,13 +70,10 @@ _GFX11 = HubRegisterMasks(
     INVALIDATE_ENG17_ACK__PER_VMID_INVALIDATE_ACK=0x0000FFFF,
 )
 
-# VM_CONTEXT0_CNTL as above; VM_INVALIDATE_ENG17_REQ with the 2-bit FLUSH_TYPE of the GFX9 family.
-_GFX9_4_3 = HubRegisterMasks(
-    CONTEXT0_CNTL__ENABLE_CONTEXT=0x00000001,
-    CONTEXT0_CNTL__PAGE_TABLE_DEPTH=0x00000006,
-    CONTEXT0_CNTL__PAGE_TABLE_BLOCK_SIZE=0x00000078,
-    INVALIDATE_ENG17_SEM__SEMAPHORE=0x00000001,
-    INVALIDATE_ENG17_REQ__PER_VMID_INVALIDATE_REQ=0x0000FFFF,
+# VM_CONTEXT0_CNTL, the semaphore and the ack as above; VM_INVALIDATE_ENG17_REQ with the 2-bit FLUSH_TYPE of the GFX9
+# family, so its flags sit one bit lower.
+_GFX9_4_3 = replace(
+    _GFX11,
     INVALIDATE_ENG17_REQ__FLUSH_TYPE=0x00030000,
     INVALIDATE_ENG17_REQ__INVALIDATE_L2_PTES=0x00040000,
     INVALIDATE_ENG17_REQ__INVALIDATE_L2_PDE0=0x00080000,
@@ -84,7 +81,6 @@ _GFX9_4_3 = HubRegisterMasks(
     INVALIDATE_ENG17_REQ__INVALIDATE_L2_PDE2=0x00200000,
     INVALIDATE_ENG17_REQ__INVALIDATE_L1_PTES=0x00400000,
     INVALIDATE_ENG17_REQ__CLEAR_PROTECTION_FAULT_STATUS_ADDR=0x00800000,
-    INVALIDATE_ENG17_ACK__PER_VMID_INVALIDATE_ACK=0x0000FFFF,
 )
 
 #: The simulator's masks per generation (both hubs of a generation share them).
