@@ -287,3 +287,16 @@ def test_sequential_with_names_slices_and_edits_like_torch() -> None:
         model[5]
     with pytest.raises(TypeError, match="callable"):
         model.append(3)
+
+
+def test_to_keeps_tied_weights_tied() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied().half()
+    assert model.head.weight is model.embed.weight and model.embed.weight.dtype == dtypes.float16
+    assert len(model.parameters()) == 1

@@ -315,10 +315,12 @@ class Module:
 
         The tensors are the module's own (kiln has no detached views; keep_vars is accepted for torch's signature)."""
         state = get_state_dict(self, prefix)
+        if not any(module.__dict__.get("_non_persistent_buffers") for module in self.modules()):
+            return state
         dropped = {
             name for name, _tensor, owner, key in walk_state(self, prefix) if self._is_non_persistent(owner, key)
         }
-        return {name: tensor for name, tensor in state.items() if name not in dropped} if dropped else state
+        return {name: tensor for name, tensor in state.items() if name not in dropped}
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
@@ -461,14 +463,17 @@ class Module:
         Unlike torch the tensors are replaced (new leaves with the same requires_grad), so an optimizer built
         before must be rebuilt; call `to` first."""
         device, dtype = _to_arguments(args, kwargs)
+        replaced: dict[int, Tensor] = {}  # a tensor held twice (tied weights) stays one tensor
         for _name, tensor, owner, key in list(walk_state(self)):
-            changed = tensor
-            if dtype is not None and dtypes.is_float(tensor.dtype) and tensor.dtype != dtype:
-                changed = changed.cast(dtype)
-            if device is not None:
-                changed = changed.to(device)  # the same tensor when it is there already
-            if changed is not tensor:
-                _replace(owner, key, _leaf_like(changed, tensor))
+            if id(tensor) not in replaced:
+                changed = tensor
+                if dtype is not None and dtypes.is_float(tensor.dtype) and tensor.dtype != dtype:
+                    changed = changed.cast(dtype)
+                if device is not None:
+                    changed = changed.to(device)  # the same tensor when it is there already
+                replaced[id(tensor)] = tensor if changed is tensor else _leaf_like(changed, tensor)
+            if replaced[id(tensor)] is not tensor:
+                _replace(owner, key, replaced[id(tensor)])
         return self
 
     def half(self) -> Module:
