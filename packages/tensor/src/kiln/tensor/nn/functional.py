@@ -325,6 +325,16 @@ def _check_dropout(p: float) -> None:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
+def _warn_unusual_rank(input: Tensor, name: str, ranks: tuple[int, ...]) -> None:
+    # torch's deprecation warning for channel dropout of an input of another rank (pointing at the caller's caller)
+    if input.ndim not in ranks:
+        warnings.warn(
+            f"{name}: Received a {input.ndim}-D input to {name}, which is deprecated and will result in an error in "
+            "a future release.",
+            stacklevel=3,
+        )
+
+
 def _channel_dropout(input: Tensor, p: float, training: bool, inplace: bool, lead: int) -> Tensor:
     # one draw per entry of the first `lead` dims (sample and channel), broadcast over the rest
     _check_dropout(p)
@@ -355,12 +365,7 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     """Zeroes whole channels of (N, C, H, W) with probability p, like `torch.nn.functional.dropout2d`. As in torch,
     dims 0 and 1 are always sample and channel: a 3-d input is read as (N, C, L) and other ranks warn."""
     _check_dropout(p)
-    if input.ndim not in (3, 4):
-        warnings.warn(
-            f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will result in an "
-            "error in a future release.",
-            stacklevel=2,
-        )
+    _warn_unusual_rank(input, "dropout2d", (3, 4))
     if input.ndim == 3:
         warnings.warn(
             "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout behavior is "
@@ -374,12 +379,7 @@ def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
     """Zeroes whole channels of (N, C, D, H, W) or (C, D, H, W) with probability p, like
     `torch.nn.functional.dropout3d` (an input of another rank warns and is read as unbatched, as in torch)."""
     _check_dropout(p)
-    if input.ndim not in (4, 5):
-        warnings.warn(
-            f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will result in an "
-            "error in a future release.",
-            stacklevel=2,
-        )
+    _warn_unusual_rank(input, "dropout3d", (4, 5))
     return _channel_dropout(input, p, training, inplace, 2 if input.ndim == 5 else 1)
 
 
