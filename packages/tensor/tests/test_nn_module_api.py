@@ -5,6 +5,8 @@ get_submodule / get_parameter, and repr. Expected names and reprs are torch 2.13
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from typing import Any
 
 import numpy as np
@@ -300,3 +302,14 @@ def test_to_keeps_tied_weights_tied() -> None:
     model = Tied().half()
     assert model.head.weight is model.embed.weight and model.embed.weight.dtype == dtypes.float16
     assert len(model.parameters()) == 1
+
+
+@pytest.mark.parametrize("module", ["module", "rnn", "transformer", "tinygrad_names"])
+def test_docstring_examples(module: str) -> None:
+    globs = {"Tensor": Tensor, **{name: getattr(nn, name) for name in nn.__all__}}
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = doctest.DocTestFinder().find(importlib.import_module(f"kiln.tensor.nn.{module}"), globs=globs)
+    assert sum(len(test.examples) for test in tests) > 0
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
