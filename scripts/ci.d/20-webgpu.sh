@@ -6,4 +6,4 @@ cd "$(dirname "$0")/../.."
 # wgpu-native prints an error line when XDG_RUNTIME_DIR is unset; give it a private one
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 timeout 900 uv run --locked pytest -n "${KILN_TEST_WORKERS:-2}" -p no:cacheprovider -rs -m webgpu \
-  packages/renderers/tests packages/runtime-hcq/tests packages/tensor/tests/conformance
+  packages/renderers/tests packages/runtime-hcq/tests packages/tensor/tests/conformance packages/tensor/tests/export
