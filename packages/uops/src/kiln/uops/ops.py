@@ -17,6 +17,7 @@ class Ops(enum.Enum):
     DETACH = enum.auto()
     ASSIGN = enum.auto()
     AFTER = enum.auto()
+    MULTI = enum.auto()  # one tensor over several devices: one source per device, arg the split axis or None
     # movement
     RESHAPE = enum.auto()
     PERMUTE = enum.auto()
