@@ -105,7 +105,15 @@ class BatchNorm2d(_BatchNorm):
     expected_dims = (4,)
 
 
-class LayerNorm(Module):
+class _LastDimsNorm(Module):
+    """What LayerNorm and RMSNorm share: the normalized last dims as a tuple and a weight of ones when affine."""
+
+    def _set_shape(self, normalized_shape: int | Sequence[int], affine: bool, device: str | None) -> None:
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.weight = init.ones(self.normalized_shape, device=device) if affine else None
+
+
+class LayerNorm(_LastDimsNorm):
     """Normalizes over the last dims `normalized_shape` (weight ones, bias zeros), like `torch.nn.LayerNorm`.
 
     Example:
@@ -122,9 +130,8 @@ class LayerNorm(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self._set_shape(normalized_shape, elementwise_affine, device)
         self.eps = eps
-        self.weight = init.ones(self.normalized_shape, device=device) if elementwise_affine else None
         self.bias = init.zeros(self.normalized_shape, device=device) if elementwise_affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -152,7 +159,7 @@ class GroupNorm(Module):
         return x.group_norm(self.num_groups, self.weight, self.bias, self.eps)
 
 
-class RMSNorm(Module):
+class RMSNorm(_LastDimsNorm):
     """x / sqrt(mean(x**2) + eps) * weight over the last dims, like `torch.nn.RMSNorm` (eps None: the dtype's
     machine epsilon)."""
 
@@ -164,9 +171,8 @@ class RMSNorm(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self._set_shape(normalized_shape, elementwise_affine, device)
         self.eps = eps
-        self.weight = init.ones(self.normalized_shape, device=device) if elementwise_affine else None
 
     def forward(self, x: Tensor) -> Tensor:
         """The RMS normalization of x."""
