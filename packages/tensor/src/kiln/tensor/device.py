@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import overload
 
 from kiln.codegen import Program, Renderer
 from kiln.runtime import Device, DeviceUnavailable, ProgramRunner
@@ -75,10 +76,29 @@ def default_device() -> str:
     return FALLBACK_DEVICE
 
 
-def canonical_device(name: str | None) -> str:
-    """The canonical device name for `name` (None: the default device); ValueError for an unknown device."""
+@overload
+def canonical_device(name: str | None) -> str: ...
+
+
+@overload
+def canonical_device(name: tuple[str, ...] | list[str]) -> tuple[str, ...]: ...
+
+
+def canonical_device(name: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
+    """The canonical device name for `name` (None: the default device); ValueError for an unknown device.
+
+    A tuple (or list) of names, the devices of a sharded tensor, gives the tuple of their canonical names (at least
+    one, all distinct, else ValueError).
+    """
     if name is None:
         return default_device()
+    if isinstance(name, (tuple, list)):
+        names = tuple(canonical_device(each) for each in name)
+        if not names:
+            raise ValueError("a sharded tensor needs at least one device, got none")
+        if len(set(names)) != len(names):
+            raise ValueError(f"devices of a sharded tensor must be distinct, got {list(names)}")
+        return names
     if not isinstance(name, str):
         raise TypeError(f"a device must be a str such as 'CPU' or 'PYTHON', got {name!r}")
     return Device.canonicalize(name)

@@ -148,12 +148,17 @@ def check_same_device(what: str, *tensors: TensorCore) -> str:
     return devices[0]
 
 
-def check_device_dtype(device: str, dtype: DType) -> None:
-    """TypeError naming both when `device` cannot store `dtype` (each device declares `supported_dtypes`).
+def check_device_dtype(device: str | tuple[str, ...], dtype: DType) -> None:
+    """TypeError naming both when `device` (or one of a tuple of devices) cannot store `dtype` (each device declares
+    `supported_dtypes`).
 
     Called where a user picks a dtype or a device (creation, `cast`, `bitcast`, `to`), so the error comes at that
     call and not when a buffer is allocated at realize.
     """
+    if isinstance(device, tuple):
+        for each in device:
+            check_device_dtype(each, dtype)
+        return
     supported = Device[device].supported_dtypes
     if dtype not in supported:
         names = ", ".join(sorted(item.name for item in supported))
