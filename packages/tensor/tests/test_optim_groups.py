@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import kiln.tensor.realize.mutation as mutation_module
 from kiln.tensor import Tensor, TinyJit, optim
 from kiln.tensor.optim import lr_scheduler
 from kiln.tensor.realize import method_cache_size
@@ -280,3 +281,33 @@ def test_lars_errors() -> None:
         optim.Muon([_param(2, 2)], ns_steps=-1)
     with pytest.raises(ValueError, match="needs parameters with a dim"):
         optim.Muon([Tensor(np.float32(1.0), requires_grad=True)])
+
+
+def test_optimizer_group_steps_all_in_one_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix, vector = _param(3, 2), _param(4)
+    start_matrix, start_vector = matrix.numpy(), vector.numpy()
+    both = optim.OptimizerGroup(optim.SGD([matrix], lr=0.1, momentum=0.9), optim.Adam([vector], lr=0.01))
+    assert both[1].params == [vector] and both.params == [matrix, vector]
+    calls: list[int] = []
+    original = mutation_module.realize_uops
+    monkeypatch.setattr(mutation_module, "realize_uops", lambda uops: calls.append(len(uops)) or original(uops))
+    _square_step(both, [matrix, vector])  # type: ignore[arg-type]
+    assert len(calls) == 1  # SGD's parameter and buffer, Adam's t, m, v and parameter: one schedule
+    monkeypatch.undo()
+    # the same updates as the two optimizers stepped apart
+    alone = [Tensor(start_matrix.copy(), requires_grad=True), Tensor(start_vector.copy(), requires_grad=True)]
+    separate = [optim.SGD([alone[0]], lr=0.1, momentum=0.9), optim.Adam([alone[1]], lr=0.01)]
+    for optimizer in separate:
+        _square_step(optimizer, alone)
+    np.testing.assert_array_equal(matrix.numpy(), alone[0].numpy())
+    np.testing.assert_array_equal(vector.numpy(), alone[1].numpy())
+    with pytest.raises(TypeError, match="must be a kiln Optimizer"):
+        optim.OptimizerGroup(object())  # type: ignore[arg-type]
+
+
+def test_tinygrads_b1_b2_spelling() -> None:
+    for cls in (optim.Adam, optim.AdamW, optim.LAMB):
+        assert cls([_param(1)], b1=0.8, b2=0.9).param_groups[0]["betas"] == (0.8, 0.9)
+        assert cls([_param(1)], b2=0.95).param_groups[0]["betas"] == (0.9, 0.95)
+        with pytest.raises(ValueError, match="not both"):
+            cls([_param(1)], betas=(0.5, 0.5), b1=0.8)

@@ -8,7 +8,7 @@ from kiln.tensor.optim.adaptive import Adagrad, Adamax, NAdam, RAdam
 from kiln.tensor.optim.checkpoint import load_training_checkpoint, save_training_checkpoint
 from kiln.tensor.optim.clip import clip_grad_norm_, clip_grad_value_
 from kiln.tensor.optim.lars import LARS, Muon
-from kiln.tensor.optim.optimizer import SGD, Optimizer
+from kiln.tensor.optim.optimizer import SGD, Optimizer, OptimizerGroup
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.optim.rmsprop import RMSprop
 
@@ -23,6 +23,7 @@ __all__ = [
     "Muon",
     "NAdam",
     "Optimizer",
+    "OptimizerGroup",
     "ParamGroup",
     "RAdam",
     "RMSprop",

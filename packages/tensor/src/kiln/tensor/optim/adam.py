@@ -18,6 +18,15 @@ from kiln.tensor.tensor import Tensor
 __all__ = ["LAMB", "Adam", "AdamW"]
 
 
+def tinygrad_betas(betas: tuple[float, float], b1: float | None, b2: float | None) -> tuple[float, float]:
+    """`betas` with tinygrad's spelling (b1=, b2=) folded in; ValueError when both spellings set a beta."""
+    if b1 is None and b2 is None:
+        return betas
+    if tuple(betas) != (0.9, 0.999):
+        raise ValueError(f"give betas={tuple(betas)} (torch's spelling) or b1 / b2 (tinygrad's), not both")
+    return (betas[0] if b1 is None else b1, betas[1] if b2 is None else b2)
+
+
 def bias_correction(group: ParamGroup, index: int, t: Tensor) -> Tensor:
     """1 - betas[index] ** t on the device (t a 0-dim float32 tensor), accurate also for beta2 near 1."""
     return -(t * (-group.complement("betas", index)).log1p()).expm1()
@@ -57,7 +66,8 @@ class MomentsOptimizer(Optimizer):
 class Adam(MomentsOptimizer):
     """Adam (PyTorch's rule): g = grad (maximize: -grad) + weight_decay * p (decoupled_weight_decay: instead
     p *= 1 - lr * weight_decay); m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g**2 (amsgrad: v_max = max(v_max, v) is
-    used below); p -= lr / (1 - b1**t) * m / (sqrt(v) / sqrt(1 - b2**t) + eps).
+    used below); p -= lr / (1 - b1**t) * m / (sqrt(v) / sqrt(1 - b2**t) + eps). tinygrad's spelling b1= / b2= of
+    betas is accepted (tinygrad's Adam without weight decay is this rule).
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = Adam([w], lr=0.1)
@@ -76,10 +86,12 @@ class Adam(MomentsOptimizer):
         *,
         maximize: bool = False,
         decoupled_weight_decay: bool = False,
+        b1: float | None = None,
+        b2: float | None = None,
     ) -> None:
         defaults = {
             "lr": lr,
-            "betas": betas,
+            "betas": tinygrad_betas(betas, b1, b2),
             "eps": eps,
             "weight_decay": weight_decay,
             "amsgrad": amsgrad,
@@ -126,8 +138,19 @@ class AdamW(Adam):
         amsgrad: bool = False,
         *,
         maximize: bool = False,
+        b1: float | None = None,
+        b2: float | None = None,
     ) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)
+        super().__init__(
+            params,
+            lr,
+            tinygrad_betas(betas, b1, b2),
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=True,
+        )
 
 
 class LAMB(MomentsOptimizer):
@@ -144,8 +167,12 @@ class LAMB(MomentsOptimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         adam: bool = False,
+        *,
+        b1: float | None = None,
+        b2: float | None = None,
     ) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "adam": adam})
+        defaults = {"lr": lr, "betas": tinygrad_betas(betas, b1, b2), "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, {**defaults, "adam": adam})
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The moments, t and the parameters."""

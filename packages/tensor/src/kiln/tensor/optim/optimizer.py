@@ -26,7 +26,7 @@ from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
 from kiln.uops import dtypes
 
-__all__ = ["SGD", "Optimizer"]
+__all__ = ["SGD", "Optimizer", "OptimizerGroup"]
 
 
 def check_number(value: object, what: str, low: float = 0.0, high: float | None = None) -> float:
@@ -244,18 +244,28 @@ class Optimizer:
 
     def step(self) -> None:
         """Applies one update to every parameter (and its state), all in one schedule."""
+        with no_grad():
+            writes, stepped = self.build_step()
+            write_many(writes)
+        self.finish_step(stepped)
+
+    def build_step(self) -> tuple[list[tuple[Tensor, Tensor]], list[int]]:
+        """The lazy writes of one step (nothing runs) and the indices of the groups that step; call under
+        `no_grad`, apply the writes with `write_many`, then call `finish_step(indices)`."""
         self._writes = []
         stepped: list[int] = []
         self.prepare_step()
-        with no_grad():
-            for index, group in enumerate(self.param_groups):
-                parameters = [p for p in group["params"] if p.requires_grad is True]
-                if not parameters:
-                    continue
-                self.update_group(group, index, parameters, self.gradients(parameters))
-                stepped.append(index)
-            write_many(self._writes)
-        self._writes = []
+        for index, group in enumerate(self.param_groups):
+            parameters = [p for p in group["params"] if p.requires_grad is True]
+            if not parameters:
+                continue
+            self.update_group(group, index, parameters, self.gradients(parameters))
+            stepped.append(index)
+        writes, self._writes = self._writes, []
+        return writes, stepped
+
+    def finish_step(self, stepped: list[int]) -> None:
+        """Counts the step of the groups `build_step` updated (after their writes ran)."""
         for index in stepped:
             self._group_steps[index] += 1
         self.steps += 1
@@ -400,3 +410,44 @@ class SGD(Optimizer):
                 gradient = gradient + velocity * momentum.cast(velocity.dtype) if group["nesterov"] else velocity
             step = gradient * lr.cast(gradient.dtype)
             self.assign_parameter(parameter, parameter.detach() - step)
+
+
+class OptimizerGroup:
+    """Several optimizers stepped as one (tinygrad's `OptimizerGroup`): e.g. Muon for the matrices and AdamW for
+    the rest. `step()` applies every optimizer's update in one schedule; `group[i]` is the i-th optimizer.
+
+    Example:
+        >>> w, b = Tensor([[1.0]], requires_grad=True), Tensor([1.0], requires_grad=True)
+        >>> both = OptimizerGroup(SGD([w], lr=0.5), SGD([b], lr=0.25))
+        >>> ((w * w).sum() + (b * b).sum()).backward(); both.step(); w.item(), b.item()
+        (0.0, 0.5)
+    """
+
+    def __init__(self, *optimizers: Optimizer) -> None:
+        if not optimizers:
+            raise ValueError("OptimizerGroup needs at least one optimizer")
+        for index, optimizer in enumerate(optimizers):
+            if not isinstance(optimizer, Optimizer):
+                raise TypeError(f"OptimizerGroup item {index} must be a kiln Optimizer, got {type(optimizer).__name__}")
+        self.optimizers = optimizers
+
+    def __getitem__(self, index: int) -> Optimizer:
+        return self.optimizers[index]
+
+    @property
+    def params(self) -> list[Tensor]:
+        """Every optimizer's parameters, in order."""
+        return [p for optimizer in self.optimizers for p in optimizer.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Each optimizer's zero_grad."""
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none)
+
+    def step(self) -> None:
+        """One update of every optimizer's parameters, all in one schedule."""
+        with no_grad():
+            built = [optimizer.build_step() for optimizer in self.optimizers]
+            write_many([write for writes, _ in built for write in writes])
+        for optimizer, (_, stepped) in zip(self.optimizers, built):
+            optimizer.finish_step(stepped)
