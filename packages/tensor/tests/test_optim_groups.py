@@ -311,3 +311,22 @@ def test_tinygrads_b1_b2_spelling() -> None:
         assert cls([_param(1)], b2=0.95).param_groups[0]["betas"] == (0.9, 0.95)
         with pytest.raises(ValueError, match="not both"):
             cls([_param(1)], betas=(0.5, 0.5), b1=0.8)
+
+
+@pytest.mark.parametrize("classic", [False, True])
+def test_sgd_classic_momentum_follows_tinygrad_under_a_changing_rate(classic: bool) -> None:
+    start = RNG.standard_normal((3, 2)).astype(np.float32)
+    w = Tensor(start.copy(), requires_grad=True)
+    optimizer = optim.SGD([w], lr=0.1, momentum=0.9, weight_decay=0.01, classic=classic)
+    expected, buffer = start.astype(np.float64), np.zeros(start.shape)
+    for rate in (0.1, 0.05, 0.2):
+        optimizer.lr = rate
+        _square_step(optimizer, [w])
+        gradient = 2 * expected + 0.01 * expected
+        if classic:  # tinygrad's LARS with tcoef 0: lr before the momentum, the buffer starts at zero
+            buffer = 0.9 * buffer + rate * gradient
+            expected = expected - buffer
+        else:
+            buffer = 0.9 * buffer + gradient
+            expected = expected - rate * buffer
+        np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -349,7 +349,8 @@ class Optimizer:
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (PyTorch's rule):
     g = grad (maximize: -grad) + weight_decay * p; b = g on the first step, else momentum * b + (1 - dampening) * g;
-    with Nesterov g = g + momentum * b, else g = b; p = p - lr * g.
+    with Nesterov g = g + momentum * b, else g = b; p = p - lr * g. tinygrad's `classic=True` scales g by lr before
+    the momentum instead (p = p - b): the same steps while lr is constant, not when a schedule changes it.
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = SGD([w], lr=0.1)
@@ -369,6 +370,8 @@ class SGD(Optimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
         maximize: bool = False,
+        *,
+        classic: bool = False,
     ) -> None:
         defaults = {
             "lr": lr,
@@ -378,6 +381,8 @@ class SGD(Optimizer):
             "nesterov": nesterov,
             "maximize": maximize,
         }
+        if classic:  # tinygrad's flag: absent unless set, so the groups keep torch's keys
+            defaults["classic"] = True
         super().__init__(params, defaults)
 
     def validate(self, group: Mapping[str, Any]) -> None:
@@ -391,11 +396,14 @@ class SGD(Optimizer):
         """p -= lr * (the momentum-filtered gradient), and the momentum buffers."""
         lr, momentum = group.value("lr"), group.value("momentum")
         dampening, weight_decay = float(group["dampening"]), float(group["weight_decay"])
+        classic = bool(group.get("classic"))
         for parameter, gradient in zip(parameters, gradients):
             if group["maximize"]:
                 gradient = -gradient
             if weight_decay:
                 gradient = gradient + parameter.detach() * weight_decay
+            if classic:  # tinygrad's classic momentum: the rate scales the gradient before the momentum
+                gradient = gradient * lr.cast(gradient.dtype)
             if group["momentum"]:
                 state = self.state_of(parameter)
                 if "momentum_buffer" not in state:
@@ -408,7 +416,7 @@ class SGD(Optimizer):
                     velocity = buffer * momentum.cast(buffer.dtype) + damped
                 self.write(buffer, velocity)
                 gradient = gradient + velocity * momentum.cast(velocity.dtype) if group["nesterov"] else velocity
-            step = gradient * lr.cast(gradient.dtype)
+            step = gradient if classic else gradient * lr.cast(gradient.dtype)
             self.assign_parameter(parameter, parameter.detach() - step)
 
 
