@@ -20,7 +20,7 @@ from kiln.tensor.onnx.registry import OPERATORS
 from kiln.tensor.onnx.runner import OnnxRunner
 
 _LATER = "not translated yet (issue 39, part 2)"
-_SEQUENCES = "sequences and optionals: kiln runs tensors only"
+_MAPS = "maps (and sequences of them): kiln runs tensors and sequences or optionals of tensors"
 _RANDOM = "random sampling: outputs cannot match a reference draw"
 _STRINGS = "string tensors: kiln has no string dtype"
 
@@ -35,23 +35,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
     ),
     **dict.fromkeys(
         ["Bernoulli", "RandomUniformLike", "RandomNormalLike", "RandomUniform", "RandomNormal", "Multinomial"], _RANDOM
-    ),
-    **dict.fromkeys(
-        [
-            "OptionalHasElement",
-            "OptionalGetElement",
-            "Optional",
-            "SequenceEmpty",
-            "SequenceInsert",
-            "SequenceAt",
-            "SequenceConstruct",
-            "SequenceErase",
-            "SequenceLength",
-            "SequenceMap",
-            "SplitToSequence",
-            "ConcatFromSequence",
-        ],
-        _SEQUENCES,
     ),
     **dict.fromkeys(["StringSplit", "StringNormalizer", "StringConcat", "RegexFullMatch", "TfIdfVectorizer"], _STRINGS),
     "ImageDecoder": "decodes encoded image bytes: needs an image codec, not tensor math",
@@ -128,15 +111,28 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return found
 
 
+def _element_type(type_proto: onnx.TypeProto) -> int | None:
+    """The element type of a tensor, or of the tensors a sequence or optional holds; None when no type is given,
+    -1 for anything else (maps)."""
+    kind = type_proto.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "tensor_type":
+        return int(type_proto.tensor_type.elem_type)
+    if kind == "sequence_type":
+        return _element_type(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _element_type(type_proto.optional_type.elem_type)
+    return -1
+
+
 def _element_types(model: onnx.ModelProto) -> set[int]:
     types = set()
     for graph in _graphs(model.graph):
         for value in [*graph.input, *graph.output, *graph.value_info]:
-            kind = value.type.WhichOneof("value")
-            if kind == "tensor_type":
-                types.add(value.type.tensor_type.elem_type)
-            elif kind in ("sequence_type", "optional_type", "map_type"):
-                types.add(-1)
+            element_type = _element_type(value.type)
+            if element_type is not None:
+                types.add(element_type)
         for initializer in graph.initializer:
             types.add(initializer.data_type)
         for node in graph.node:
@@ -160,15 +156,14 @@ def skip_reason(case: ConformanceCase) -> str | None:
                 return f"{node.op_type}: {UNSUPPORTED_OPERATORS[node.op_type]}"
     types = _element_types(case.model)
     if -1 in types:
-        return _SEQUENCES
+        return _MAPS
     for element_type in sorted(types & set(UNSUPPORTED_ELEMENT_TYPES)):
         return UNSUPPORTED_ELEMENT_TYPES[element_type]
     for inputs, _ in case.data_sets:
         if any(
-            (isinstance(value, np.ndarray) and value.dtype.kind == "O") or isinstance(value, list | dict)
-            for value in inputs
+            (isinstance(value, np.ndarray) and value.dtype.kind == "O") or isinstance(value, dict) for value in inputs
         ):
-            return "the case's data are object arrays or sequences (no numeric dtype to feed)"
+            return "the case's data are object arrays or maps (no numeric dtype to feed)"
     return None
 
 

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from kiln.tensor.onnx import OnnxRunner  # noqa: E402
 from kiln.tensor.onnx.__main__ import main as cli_main  # noqa: E402
+from kiln.tensor.onnx.model_file import initializer_array  # noqa: E402
 from kiln.tensor.realize.engine import Engine, use_engine  # noqa: E402
 
 
@@ -57,6 +58,21 @@ def test_external_data_inside_folder(tmp_path: Path) -> None:
     assert (tmp_path / "weights.bin").stat().st_size >= _WEIGHT.nbytes
     x = np.ones((1, 3), np.float32)
     np.testing.assert_allclose(OnnxRunner(tmp_path / "model.onnx")({"x": x})["y"].numpy(), _expected(x), rtol=1e-6)
+
+
+def test_external_data_is_memory_mapped(tmp_path: Path) -> None:
+    """Initializers in an external data file are mapped from it, not copied through protobuf; a file cut short is
+    refused at load."""
+    model = _matmul_add_model(_WEIGHT)
+    onnx.save(model, tmp_path / "model.onnx", save_as_external_data=True, location="weights.bin", size_threshold=0)
+    reloaded = onnx.load(tmp_path / "model.onnx", load_external_data=False)
+    weight = next(initializer for initializer in reloaded.graph.initializer if initializer.name == "w")
+    array = initializer_array(weight, tmp_path)
+    assert isinstance(array, np.memmap) and Path(str(array.filename)) == (tmp_path / "weights.bin").resolve()
+    np.testing.assert_array_equal(array, _WEIGHT)
+    (tmp_path / "weights.bin").write_bytes(bytes(8))
+    with pytest.raises(ValueError, match=r"initializer 'w': external data range .* does not fit"):
+        OnnxRunner(tmp_path / "model.onnx")
 
 
 def _with_external_location(tmp_path: Path, location: str) -> Path:

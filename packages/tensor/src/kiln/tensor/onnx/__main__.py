@@ -34,6 +34,19 @@ def _random_input(entry: GraphInput, generator: np.random.Generator) -> np.ndarr
     return generator.integers(0, 4, shape).astype(dtype)
 
 
+def _tensors(values: list[Any]) -> list[Tensor]:
+    """The Tensors among outputs (a sequence output is a list of them, an empty optional None)."""
+    return [item for value in values for item in (value if isinstance(value, list) else [value]) if item is not None]
+
+
+def _summary(value: Any) -> str:
+    if value is None:
+        return "empty optional"
+    if isinstance(value, list):
+        return f"sequence of {len(value)}: [" + ", ".join(_summary(item) for item in value) + "]"
+    return f"{value.dtype} {list(value.shape)} {np.asarray(value.numpy()).reshape(-1)[:6]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kiln.tensor.onnx", description=__doc__.splitlines()[2])
     parser.add_argument("model", help="the .onnx file")
@@ -58,17 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         generator = np.random.default_rng(0)
         feeds = {entry.name: _random_input(entry, generator) for entry in runner.inputs}
 
-    def run_once() -> dict[str, Tensor]:
+    def run_once() -> dict[str, Any]:
         outputs = runner(feeds)
-        Tensor.realize_all(*outputs.values())
+        Tensor.realize_all(*_tensors(list(outputs.values())))
         return outputs
 
     first = time.perf_counter()
     outputs = run_once()
     print(f"first run (compiles kernels): {time.perf_counter() - first:.3f} s")
-    for name, tensor in outputs.items():
-        values = np.asarray(tensor.numpy()).reshape(-1)[:6]
-        print(f"  {name}: {tensor.dtype} {list(tensor.shape)} {values}")
+    for name, value in outputs.items():
+        print(f"  {name}: {_summary(value)}")
     if arguments.benchmark > 0:
         timings = []
         for _ in range(arguments.benchmark):

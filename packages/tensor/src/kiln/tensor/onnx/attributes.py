@@ -35,6 +35,8 @@ def _attribute_value(attribute: AttributeProto) -> Any:
         return [numpy_helper.to_array(tensor) for tensor in attribute.tensors]
     if kind == AttributeProto.GRAPHS:
         return list(attribute.graphs)
+    if kind == AttributeProto.TYPE_PROTO:
+        return attribute.tp
     raise NotImplementedError(f"attribute {attribute.name!r}: attribute type {AttributeProto.AttributeType.Name(kind)}")
 
 

@@ -50,14 +50,28 @@ def conformance_cases() -> dict[str, ConformanceCase]:
     return dict(sorted(cases.items()))
 
 
-def compare_outputs(expected: Sequence[Any], actual: Sequence[np.ndarray[Any, Any]], rtol: float, atol: float) -> None:
-    """AssertionError unless `actual` matches `expected` in count, dtype, shape and values."""
+def _compare(reference: Any, value: Any, rtol: float, atol: float, where: str) -> None:
+    if reference is None or value is None:  # an empty optional
+        assert reference is None and value is None, f"{where}: {value!r}, expected {reference!r}"
+        return
+    if isinstance(reference, list) or isinstance(value, list):  # a sequence
+        assert isinstance(reference, list) and isinstance(value, list), f"{where}: a sequence and a tensor"
+        assert len(reference) == len(value), f"{where}: {len(value)} tensors, expected {len(reference)}"
+        for index, (item, got) in enumerate(zip(reference, value)):
+            _compare(item, got, rtol, atol, f"{where}[{index}]")
+        return
+    reference = np.asarray(reference)
+    assert reference.dtype == value.dtype, f"{where}: dtype {value.dtype}, expected {reference.dtype}"
+    assert reference.shape == value.shape, f"{where}: shape {value.shape}, expected {reference.shape}"
+    np.testing.assert_allclose(value, reference, rtol=rtol, atol=atol, err_msg=where)
+
+
+def compare_outputs(expected: Sequence[Any], actual: Sequence[Any], rtol: float, atol: float) -> None:
+    """AssertionError unless `actual` matches `expected` in count, dtype, shape and values (sequences are lists of
+    arrays, an empty optional is None)."""
     assert len(expected) == len(actual), f"{len(actual)} outputs, expected {len(expected)}"
     for index, (reference, value) in enumerate(zip(expected, actual)):
-        reference = np.asarray(reference)
-        assert reference.dtype == value.dtype, f"output {index}: dtype {value.dtype}, expected {reference.dtype}"
-        assert reference.shape == value.shape, f"output {index}: shape {value.shape}, expected {reference.shape}"
-        np.testing.assert_allclose(value, reference, rtol=rtol, atol=atol, err_msg=f"output {index}")
+        _compare(reference, value, rtol, atol, f"output {index}")
 
 
 def _input_names(model: onnx.ModelProto) -> list[str]:
@@ -65,7 +79,7 @@ def _input_names(model: onnx.ModelProto) -> list[str]:
     return [value.name for value in model.graph.input if value.name not in initializers]
 
 
-def run_case(case: ConformanceCase, run: Callable[[dict[str, Any]], list[np.ndarray[Any, Any]]]) -> None:
+def run_case(case: ConformanceCase, run: Callable[[dict[str, Any]], list[Any]]) -> None:
     names = _input_names(case.model)
     for inputs, outputs in case.data_sets:
         actual = run(dict(zip(names, map(_as_array, inputs))))
@@ -74,7 +88,20 @@ def run_case(case: ConformanceCase, run: Callable[[dict[str, Any]], list[np.ndar
 
 def _as_array(value: Any) -> Any:
     # some cases store their data as TensorProto (types numpy lacks: bfloat16, float8)
+    if isinstance(value, list):
+        return [_as_array(item) for item in value]
     return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
+
+
+def _kiln_array(value: Any) -> Any:
+    """A kiln output as numpy: a Tensor's array, a list of them for a sequence, None for an empty optional."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_kiln_array(item) for item in value]
+    array = np.asarray(value.numpy())
+    # numpy has no bfloat16: kiln reads it back as float32, onnx's references use ml_dtypes' type
+    return array.astype(ml_dtypes.bfloat16) if value.dtype == dtypes.bfloat16 else array
 
 
 def run_case_with_kiln(case: ConformanceCase) -> None:
@@ -84,15 +111,8 @@ def run_case_with_kiln(case: ConformanceCase) -> None:
     runner = OnnxRunner(case.model)
     output_names = runner.outputs
 
-    def run(feeds: dict[str, Any]) -> list[np.ndarray[Any, Any]]:
+    def run(feeds: dict[str, Any]) -> list[Any]:
         results = runner(feeds)
-        arrays = []
-        for name in output_names:
-            array = np.asarray(results[name].numpy())
-            # numpy has no bfloat16: kiln reads it back as float32, onnx's references use ml_dtypes' type
-            if results[name].dtype == dtypes.bfloat16:
-                array = array.astype(ml_dtypes.bfloat16)
-            arrays.append(array)
-        return arrays
+        return [_kiln_array(results[name]) for name in output_names]
 
     run_case(case, run)

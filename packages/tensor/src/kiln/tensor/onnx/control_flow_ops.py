@@ -9,13 +9,20 @@ import numpy as np
 from kiln.tensor import dtypes
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import operator
+from kiln.tensor.onnx.values import Value, describe_value
 from kiln.tensor.tensor import Tensor
 
 __all__: list[str] = []
 
 
+def _tensor(value: Value, where: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{where} must be a tensor, got {describe_value(value)}")
+    return value
+
+
 @operator("If", graph_attributes=["then_branch", "else_branch"])
-def _if(call: NodeCall) -> list[Tensor]:
+def _if(call: NodeCall) -> list[Value]:
     branch = "then_branch" if bool(call.scalar(0)) else "else_branch"
     return call.subgraphs[branch]([])
 
@@ -25,26 +32,33 @@ def _stack(pieces: list[Tensor], axis: int) -> Tensor:
 
 
 @operator("Loop", graph_attributes=["body"])
-def _loop(call: NodeCall) -> list[Tensor]:
+def _loop(call: NodeCall) -> list[Value]:
     body = call.subgraphs["body"]
     trip_count = int(call.scalar(0)) if call.has(0) else None
     condition = bool(call.scalar(1)) if call.has(1) else True
-    carried: list[Tensor] = [call.tensor(index) for index in range(2, len(call.inputs))]
+    carried: list[Value] = []
+    for index in range(2, len(call.inputs)):
+        value = call.value(index)
+        if value is None:
+            raise ValueError(f"node {call.name!r} (Loop): loop-carried input {index} is missing")
+        carried.append(value)
     scanned: list[list[Tensor]] = []
     iteration = 0
     while condition and (trip_count is None or iteration < trip_count):
-        feeds: list[Tensor | np.ndarray[Any, Any]] = [np.array(iteration, np.int64), np.array(condition)]
+        feeds: list[Value | np.ndarray[Any, Any]] = [np.array(iteration, np.int64), np.array(condition)]
         outputs = body([*feeds, *carried])
-        condition_tensor, carried = outputs[0], outputs[1 : 1 + len(carried)]
+        condition_tensor, carried = _tensor(outputs[0], "the Loop body's condition"), outputs[1 : 1 + len(carried)]
         scan_outputs = outputs[1 + len(carried) :]
         if not scanned:
             scanned = [[] for _ in scan_outputs]
         for collected, value in zip(scanned, scan_outputs):
-            collected.append(value)
+            collected.append(_tensor(value, "a Loop scan output"))
         condition = bool(condition_tensor.cast(dtypes.bool).item())
         iteration += 1
     scan_count = call.num_outputs - len(carried)
-    stacked = [_stack(collected, 0) for collected in scanned] if scanned else [Tensor.zeros(0)] * scan_count
+    stacked: list[Value] = (
+        [_stack(collected, 0) for collected in scanned] if scanned else [Tensor.zeros(0)] * scan_count
+    )
     return [*carried, *stacked]
 
 
@@ -79,7 +93,7 @@ def _scan(call: NodeCall) -> list[Tensor]:
                     [None if dim != axis else (position, position + 1) for dim in range(sequence.ndim)]
                 ).squeeze(axis)
             )
-        outputs = body([*states, *slices])
+        outputs = [_tensor(output, "a Scan body output") for output in body([*states, *slices])]
         states = outputs[: len(states)]
         if not collected:
             collected = [[] for _ in outputs[len(states) :]]

@@ -10,6 +10,7 @@ from kiln.tensor import dtypes
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import operator
+from kiln.tensor.onnx.values import Value
 from kiln.tensor.tensor import Tensor
 
 __all__: list[str] = []
@@ -55,8 +56,11 @@ for _name, _function in _UNARY.items():
 
 
 @operator("Identity")
-def _identity(call: NodeCall) -> Tensor:
-    return call.tensor(0)
+def _identity(call: NodeCall) -> Value:
+    value = call.value(0)  # a tensor, sequence or optional passes unchanged
+    if value is None:
+        raise ValueError(f"node {call.name!r} (Identity): input 0 is required but missing")
+    return value
 
 
 @operator("Reciprocal")

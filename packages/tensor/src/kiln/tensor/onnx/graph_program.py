@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.model_file import initializer_array
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, MICROSOFT_DOMAIN, OperatorRule, rule_for
 from kiln.tensor.onnx.types import dtype_of_element_type, element_type_name, numpy_dtype_of_element_type
+from kiln.tensor.onnx.values import OptionalValue, TensorSequence, Value
 from kiln.tensor.tensor import Tensor
 from kiln.uops.dtype import DType
 
@@ -55,12 +57,14 @@ def _with_node(error: Exception, where: str) -> Exception:
 
 @dataclass(frozen=True)
 class GraphInput:
-    """A graph input: its name, kiln dtype and dims (an int, or a str for a named dim, or None)."""
+    """A graph input: its name, kiln dtype and dims (an int, or a str for a named dim, or None); `kind` is "tensor",
+    "sequence" or "optional" (dtype and dims then describe the elements)."""
 
     name: str
     dtype: DType | None
     element_type: int
     dims: tuple[int | str | None, ...] | None
+    kind: str = "tensor"
 
 
 @dataclass(frozen=True)
@@ -75,12 +79,35 @@ class CompiledNode:
     subgraphs: dict[str, GraphProgram]
 
 
+def _shapes(value: Value) -> Any:
+    """What the folded values of a graph may depend on in an input: its shape, or its items' shapes."""
+    if isinstance(value, Tensor):
+        return value.shape
+    if isinstance(value, TensorSequence):
+        return ("sequence", *(item.shape for item in value.items))
+    return ("optional", None if value.value is None else _shapes(value.value))
+
+
 def _node_label(node: onnx.NodeProto, index: int) -> str:
     return node.name or f"#{index} ({node.op_type} -> {', '.join(node.output)})"
 
 
+def _element_tensor_type(type_proto: onnx.TypeProto) -> onnx.TypeProto.Tensor | None:
+    """The tensor type inside a tensor, sequence or optional type (None when it holds none: maps, sparse)."""
+    which = type_proto.WhichOneof("value")
+    if which == "tensor_type":
+        return type_proto.tensor_type
+    if which == "sequence_type":
+        return _element_tensor_type(type_proto.sequence_type.elem_type)
+    if which == "optional_type":
+        return _element_tensor_type(type_proto.optional_type.elem_type)
+    return None
+
+
 def _describe_dims(value: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
-    tensor_type = value.type.tensor_type
+    tensor_type = _element_tensor_type(value.type)
+    if tensor_type is None:
+        return None
     if not tensor_type.HasField("shape"):
         return None
     dims: list[int | str | None] = []
@@ -99,14 +126,14 @@ class BoundSubgraph:
     """A subgraph with the enclosing graph's values in scope: called with its inputs, returns its outputs."""
 
     program: GraphProgram
-    outer: Mapping[str, Tensor]
+    outer: Mapping[str, Value]
     outer_host: Mapping[str, np.ndarray[Any, Any]]
 
     @property
     def input_names(self) -> list[str]:
         return [entry.name for entry in self.program.inputs]
 
-    def __call__(self, feeds: Sequence[Tensor | np.ndarray[Any, Any]]) -> list[Tensor]:
+    def __call__(self, feeds: Sequence[Value | np.ndarray[Any, Any]]) -> list[Value]:
         names = self.input_names
         if len(feeds) != len(names):
             raise ValueError(f"{self.program.where}: takes {len(names)} inputs, got {len(feeds)}")
@@ -117,8 +144,16 @@ class BoundSubgraph:
 class GraphProgram:
     """One ONNX graph (the model's, or an If / Loop / Scan body) ready to run."""
 
-    def __init__(self, graph: onnx.GraphProto, opset: int, outer_names: Sequence[str] = (), where: str = "graph"):
+    def __init__(
+        self,
+        graph: onnx.GraphProto,
+        opset: int,
+        outer_names: Sequence[str] = (),
+        where: str = "graph",
+        external_base: Path | None = None,
+    ):
         self.opset = opset
+        self.external_base = external_base
         self.where = where
         # a subgraph's values also depend on the enclosing graph's, which its cache key does not see: no folding
         self.folding = not outer_names
@@ -128,13 +163,13 @@ class GraphProgram:
             label = f"{where}: initializer {initializer.name!r}"
             dtype = dtype_of_element_type(initializer.data_type, label)
             try:
-                array = numpy_helper.to_array(initializer)
+                array = initializer_array(initializer, external_base)
             except (ValueError, TypeError) as error:
                 raise ValueError(f"{label}: unreadable data ({error})") from error
             array = array.astype(numpy_dtype_of_element_type(initializer.data_type), copy=False)
             self.initializers[initializer.name] = tensor_from_array(array, dtype)
             if array.size <= _HOST_COPY_LIMIT:
-                self.initializer_host[initializer.name] = array
+                self.initializer_host[initializer.name] = np.array(array)  # not a view of a mapped file
         self.inputs: list[GraphInput] = []
         for value in graph.input:
             if value.name in self.initializers:
@@ -151,26 +186,31 @@ class GraphProgram:
         for name in self.outputs:
             if name not in known:
                 raise ValueError(f"{where}: output {name!r} is produced by no node")
-        self._folds: dict[
-            tuple[tuple[int, ...], ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]
-        ] = {}
+        self._folds: dict[tuple[Any, ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]] = {}
 
     def _check_value_type(self, value: onnx.ValueInfoProto, kind: str) -> DType | None:
         which = value.type.WhichOneof("value")
         if which is None:
             return None  # subgraph inputs and outputs may leave their type to inference
-        if which != "tensor_type":
-            raise NotImplementedError(f"{self.where}: {kind} {value.name!r} is a {which}; kiln runs tensors only")
-        element_type = value.type.tensor_type.elem_type
+        tensor_type = _element_tensor_type(value.type)
+        if tensor_type is None:
+            raise NotImplementedError(
+                f"{self.where}: {kind} {value.name!r} is a {which}; "
+                "kiln runs tensors and sequences or optionals of them"
+            )
+        element_type = tensor_type.elem_type
         if element_type == 0:
             return None
         return dtype_of_element_type(element_type, f"{self.where}: {kind} {value.name!r}")
 
     def _graph_input(self, value: onnx.ValueInfoProto, subgraph: bool) -> GraphInput:
         dtype = self._check_value_type(value, "input")
-        if dtype is None and not subgraph:
+        kind = {"sequence_type": "sequence", "optional_type": "optional"}.get(str(value.type.WhichOneof("value")))
+        if dtype is None and not subgraph and kind is None:
             raise ValueError(f"{self.where}: input {value.name!r} declares no element type")
-        return GraphInput(value.name, dtype, value.type.tensor_type.elem_type, _describe_dims(value))
+        tensor_type = _element_tensor_type(value.type)
+        element_type = 0 if tensor_type is None else tensor_type.elem_type
+        return GraphInput(value.name, dtype, element_type, _describe_dims(value), kind or "tensor")
 
     def _compile_node(self, node: onnx.NodeProto, index: int, known: set[str]) -> CompiledNode:
         label = _node_label(node, index)
@@ -202,13 +242,38 @@ class GraphProgram:
             if name not in known:
                 raise ValueError(f"{where}: input {name!r} is not produced before this node")
         subgraphs = {
-            name: GraphProgram(attributes.graph(name), self.opset, sorted(known), f"{self.where}/{label}.{name}")
+            name: GraphProgram(
+                attributes.graph(name), self.opset, sorted(known), f"{self.where}/{label}.{name}", self.external_base
+            )
             for name in rule.graph_attributes
             if name in attributes
         }
         return CompiledNode(
             index, label, node.op_type, tuple(node.input), tuple(node.output), attributes, rule, subgraphs
         )
+
+    def _feed_value(self, entry: GraphInput, value: Any) -> Value:
+        """A graph input: a tensor, a sequence (a list of arrays or Tensors), an optional (None or its value)."""
+        if entry.kind == "optional":
+            held = value.value if isinstance(value, OptionalValue) else value
+            if held is None:
+                return OptionalValue(None)
+            if isinstance(held, TensorSequence | list | tuple):
+                return OptionalValue(self._feed_sequence(entry, held))
+            return OptionalValue(self._feed(entry, held))
+        if entry.kind == "sequence":
+            return self._feed_sequence(entry, value)
+        if value is None or isinstance(value, list | tuple | TensorSequence | OptionalValue):
+            raise TypeError(f"input {entry.name!r}: expected a tensor, got {type(value).__name__}")
+        return self._feed(entry, value)
+
+    def _feed_sequence(self, entry: GraphInput, value: Any) -> TensorSequence:
+        if isinstance(value, TensorSequence):
+            return value
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"input {entry.name!r}: expected a sequence (a list of arrays), got {type(value).__name__}")
+        element = GraphInput(entry.name, entry.dtype, entry.element_type, None)
+        return TensorSequence(tuple(self._feed(element, item) for item in value), entry.dtype)
 
     def _feed(self, entry: GraphInput, value: Any) -> Tensor:
         if isinstance(value, Tensor):
@@ -233,14 +298,14 @@ class GraphProgram:
     def run(
         self,
         feeds: Mapping[str, Any],
-        outer: Mapping[str, Tensor] | None = None,
+        outer: Mapping[str, Value] | None = None,
         outer_host: Mapping[str, np.ndarray[Any, Any]] | None = None,
-    ) -> dict[str, Tensor]:
+    ) -> dict[str, Value]:
         """Run the graph on `feeds` (every graph input by name); `outer` holds an enclosing graph's values."""
         missing = [entry.name for entry in self.inputs if entry.name not in feeds]
         if missing:
             raise ValueError(f"{self.where}: missing input(s) {', '.join(map(repr, missing))}")
-        values: dict[str, Tensor] = dict(outer or {})
+        values: dict[str, Value] = dict(outer or {})
         host: dict[str, np.ndarray[Any, Any]] = dict(outer_host or {})
         # outer values may change between calls of a subgraph: only its own initializers fold
         static: set[str] = set(self.initializers)
@@ -248,12 +313,12 @@ class GraphProgram:
         host.update(self.initializer_host)
         for entry in self.inputs:
             feed = feeds[entry.name]
-            values[entry.name] = self._feed(entry, feed)
+            values[entry.name] = self._feed_value(entry, feed)
             host.pop(entry.name, None)
             if isinstance(feed, np.ndarray) and feed.size <= _HOST_COPY_LIMIT and entry.dtype is None:
                 host[entry.name] = feed
         # folds depend on the input shapes (through Shape)
-        signature = tuple(values[entry.name].shape for entry in self.inputs)
+        signature = tuple(_shapes(values[entry.name]) for entry in self.inputs)
         folds = self._folds.pop(signature, None)
         if folds is None:
             folds = {}
@@ -268,7 +333,7 @@ class GraphProgram:
     def _run_node(
         self,
         node: CompiledNode,
-        values: dict[str, Tensor],
+        values: dict[str, Value],
         host: dict[str, np.ndarray[Any, Any]],
         static: set[str],
         folds: dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]],
@@ -302,15 +367,24 @@ class GraphProgram:
             results += [None] * (len(node.outputs) - len(results))
         # a handler returns numpy only for values fixed by the input shapes (Shape, Size) or by known values
         host_only = all(output is None or isinstance(output, np.ndarray) for output in results)
+        tensors_only = all(isinstance(values[name], Tensor) for name in node.inputs if name) and not any(
+            isinstance(output, TensorSequence | OptionalValue) for output in results
+        )
         foldable = (
             self.folding
             and node.rule.deterministic
             and not node.subgraphs
+            and tensors_only
             and (host_only or all(not name or name in static for name in node.inputs))
         )
         record: list[tuple[Tensor | None, np.ndarray[Any, Any] | None]] = []
         for name, output in zip(node.outputs, results):
             known: np.ndarray[Any, Any] | None = None
+            if isinstance(output, TensorSequence | OptionalValue):
+                if name:
+                    values[name] = output
+                    host.pop(name, None)
+                continue
             if output is None:
                 tensor = None
             elif isinstance(output, Tensor):

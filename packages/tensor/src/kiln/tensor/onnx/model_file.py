@@ -2,21 +2,25 @@
 
 onnx does the parsing, checking, function inlining and version conversion; this module turns their failures into
 ValueError naming the file, and refuses external data locations that leave the model's folder (absolute paths,
-`..`, symlinks pointing out), so a model file can read nothing but the data files beside it.
+`..`, symlinks pointing out), so a model file can read nothing but the data files beside it. External data stays in
+its files until the graph is built: `initializer_array` memory-maps each tensor's range (no copy through protobuf).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnx
 import onnx.inliner
 import onnx.version_converter
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from onnx import external_data_helper
+from onnx import external_data_helper, numpy_helper
 
-__all__ = ["MIN_OPSET", "default_opset", "open_model"]
+__all__ = ["MIN_OPSET", "default_opset", "initializer_array", "open_model"]
 
 # Opsets before 7 are first converted to 7 by onnx's version converter.
 MIN_OPSET = 7
@@ -59,7 +63,68 @@ def _external_data_path(base: Path, location: str, tensor_name: str) -> Path:
     return resolved
 
 
-def _load_external_data(model: onnx.ModelProto, base: Path | None, source: str) -> None:
+def _external_range(tensor: onnx.TensorProto, base: Path) -> tuple[Path, int, int | None]:
+    """The checked file, offset and length (None: to the end) of a tensor's external data."""
+    info = external_data_helper.ExternalDataInfo(tensor)
+    path = _external_data_path(base, info.location, tensor.name)
+    size = path.stat().st_size
+    offset = int(info.offset or 0)
+    length = None if info.length is None else int(info.length)
+    if offset < 0 or offset > size or (length is not None and offset + length > size):
+        raise ValueError(
+            f"initializer {tensor.name!r}: external data range offset={offset} length={length} "
+            f"does not fit in {path} ({size} bytes)"
+        )
+    return path, offset, length
+
+
+# element types stored in external data as plain little-endian numpy arrays (the others go through onnx's reader)
+_MAPPABLE = frozenset(
+    {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.BOOL,
+    }
+)
+
+
+def initializer_array(tensor: onnx.TensorProto, base: Path | None) -> np.ndarray[Any, Any]:
+    """An initializer's values; external data of a plain numeric type is memory-mapped read-only from its file."""
+    if not external_data_helper.uses_external_data(tensor):
+        return numpy_helper.to_array(tensor)
+    if base is None:
+        raise ValueError(f"initializer {tensor.name!r}: external data, but the model was not opened from a path")
+    path, offset, length = _external_range(tensor, base)
+    shape = tuple(int(dim) for dim in tensor.dims)
+    if tensor.data_type in _MAPPABLE:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+        expected = math.prod(shape) * dtype.itemsize
+        available = path.stat().st_size - offset if length is None else length
+        if available < expected:
+            raise ValueError(
+                f"initializer {tensor.name!r}: external data holds {available} bytes, its shape {list(shape)} "
+                f"needs {expected}"
+            )
+        if expected == 0:
+            return np.zeros(shape, dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor)
+    external_data_helper.load_external_data_for_tensor(copy, str(base))
+    return numpy_helper.to_array(copy)
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path | None, source: str, load: bool) -> None:
+    """Check every external data range; read them into the model only when `load` (for the version converter)."""
     external = [
         tensor
         for tensor in external_data_helper._get_all_tensors(model)
@@ -70,16 +135,9 @@ def _load_external_data(model: onnx.ModelProto, base: Path | None, source: str) 
     if base is None:
         raise ValueError(f"{source}: the model keeps tensors in external data files; open it from its path instead")
     for tensor in external:
-        info = external_data_helper.ExternalDataInfo(tensor)
-        path = _external_data_path(base, info.location, tensor.name)
-        size = path.stat().st_size
-        offset = int(info.offset or 0)
-        length = info.length
-        if offset < 0 or offset > size or (length is not None and offset + int(length) > size):
-            raise ValueError(
-                f"initializer {tensor.name!r}: external data range offset={offset} length={length} "
-                f"does not fit in {path} ({size} bytes)"
-            )
+        _external_range(tensor, base)
+    if not load:
+        return
     try:
         external_data_helper.load_external_data_for_model(model, str(base))
     except (OSError, ValueError) as error:
@@ -117,8 +175,31 @@ def _onnxruntime_extensions(model: onnx.ModelProto) -> onnx.ModelProto:
     return moved
 
 
-def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """A checked ModelProto: parsed, external data read, local functions inlined, opset at least MIN_OPSET."""
+def _for_checker(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each external tensor replaced by a one-element placeholder in the model itself: onnx's checker
+    looks for external files relative to the working directory, and this module checks their ranges itself."""
+    external = [
+        tensor
+        for tensor in external_data_helper._get_all_tensors(model)
+        if external_data_helper.uses_external_data(tensor)
+    ]
+    if not external:
+        return model
+    placeholder = onnx.ModelProto()
+    placeholder.CopyFrom(model)
+    for tensor in external_data_helper._get_all_tensors(placeholder):
+        if external_data_helper.uses_external_data(tensor):
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            tensor.ClearField("dims")
+            tensor.raw_data = bytes(itemsize)
+    return placeholder
+
+
+def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
+    """A checked ModelProto (external data ranges checked, local functions inlined, opset at least MIN_OPSET) and
+    the folder its external data is read from (None for bytes and ModelProto)."""
     base: Path | None = None
     if isinstance(model, onnx.ModelProto):
         proto, source = model, "ModelProto"
@@ -132,10 +213,11 @@ def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
         proto = _parse(path.read_bytes(), source)
     else:
         raise TypeError(f"OnnxRunner: expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
-    _load_external_data(proto, base, source)
+    converting = 0 < default_opset(proto) < MIN_OPSET  # onnx's converter needs the data inside the model
+    _load_external_data(proto, base, source, load=converting)
     proto = _onnxruntime_extensions(proto)
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(_for_checker(proto))
     except onnx.checker.ValidationError as error:
         raise ValueError(f"{source}: the model fails onnx's checker: {error}") from error
     if proto.functions:
@@ -148,4 +230,4 @@ def open_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto) -> onnx.
             raise NotImplementedError(
                 f"{source}: opset {opset} is older than {MIN_OPSET} and onnx's version converter failed: {error}"
             ) from error
-    return proto
+    return proto, base

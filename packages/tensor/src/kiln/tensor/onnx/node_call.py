@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.values import TensorSequence, Value, describe_value
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["NodeCall", "Subgraph"]
@@ -20,7 +21,7 @@ class Subgraph(Protocol):
     @property
     def input_names(self) -> list[str]: ...
 
-    def __call__(self, feeds: Sequence[Tensor | np.ndarray[Any, Any]]) -> list[Tensor]: ...
+    def __call__(self, feeds: Sequence[Value | np.ndarray[Any, Any]]) -> list[Value]: ...
 
 
 @dataclass
@@ -31,7 +32,7 @@ class NodeCall:
     op_type: str
     opset: int
     attributes: Attributes
-    inputs: list[Tensor | None]
+    inputs: list[Value | None]
     host_values: list[np.ndarray[Any, Any] | None]
     num_outputs: int
     subgraphs: Mapping[str, Subgraph]
@@ -39,14 +40,34 @@ class NodeCall:
     def has(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] is not None
 
+    def value(self, index: int) -> Value | None:
+        """Input `index` whatever it holds (a tensor, sequence or optional), None when missing."""
+        return self.inputs[index] if index < len(self.inputs) else None
+
     def tensor(self, index: int) -> Tensor:
-        value = self.inputs[index] if index < len(self.inputs) else None
+        value = self.value(index)
         if value is None:
             raise ValueError(f"node {self.name!r} ({self.op_type}): input {index} is required but missing")
-        return value
+        return self._as_tensor(index, value)
 
     def optional(self, index: int) -> Tensor | None:
-        return self.inputs[index] if index < len(self.inputs) else None
+        value = self.value(index)
+        return None if value is None else self._as_tensor(index, value)
+
+    def sequence(self, index: int) -> TensorSequence:
+        value = self.value(index)
+        if not isinstance(value, TensorSequence):
+            raise TypeError(
+                f"node {self.name!r} ({self.op_type}): input {index} must be a sequence, got {describe_value(value)}"
+            )
+        return value
+
+    def _as_tensor(self, index: int, value: Value) -> Tensor:
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"node {self.name!r} ({self.op_type}): input {index} must be a tensor, got {describe_value(value)}"
+            )
+        return value
 
     def host(self, index: int) -> np.ndarray[Any, Any]:
         """Input `index` as a numpy array: its known value, else read back from the device."""

@@ -17,7 +17,7 @@ from kiln.tensor.onnx.attributes import Attributes
 
 if TYPE_CHECKING:
     from kiln.tensor.onnx.node_call import NodeCall
-    from kiln.tensor.tensor import Tensor
+    from kiln.tensor.onnx.values import Value
 
 __all__ = [
     "DEFAULT_DOMAINS",
@@ -34,7 +34,7 @@ __all__ = [
 
 # A handler returns one value or one per node output. A numpy array is a value known on the host that depends on
 # the input shapes and constants only (Shape, Size, Constant): the graph folds it once per set of input shapes.
-Handler = Callable[["NodeCall"], "Tensor | np.ndarray[Any, Any] | Sequence[Tensor | np.ndarray[Any, Any] | None]"]
+Handler = Callable[["NodeCall"], "Value | np.ndarray[Any, Any] | Sequence[Value | np.ndarray[Any, Any] | None]"]
 # A check of a node's attribute values at load: returns what is unsupported, or None.
 Check = Callable[[Attributes, int], "str | None"]
 

@@ -22,6 +22,7 @@ from kiln.tensor.onnx import (  # noqa: F401
     reduction_ops,
     resize_ops,
     sampling_ops,
+    sequence_ops,
     shape_ops,
     signal_ops,
 )
@@ -29,7 +30,7 @@ from kiln.tensor.onnx.function_expansion import expand_schema_functions
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import default_opset, open_model
 from kiln.tensor.onnx.registry import OPERATORS
-from kiln.tensor.tensor import Tensor
+from kiln.tensor.onnx.values import user_value
 
 __all__ = ["OnnxRunner"]
 
@@ -51,10 +52,10 @@ class OnnxRunner:
     """
 
     def __init__(self, model: str | os.PathLike[str] | bytes | onnx.ModelProto):
-        opened = open_model(model)
+        opened, external_base = open_model(model)
         self.opset = default_opset(opened)
         self.model = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
-        self.graph = GraphProgram(self.model.graph, self.opset)
+        self.graph = GraphProgram(self.model.graph, self.opset, external_base=external_base)
 
     @property
     def inputs(self) -> list[GraphInput]:
@@ -65,12 +66,14 @@ class OnnxRunner:
     def outputs(self) -> list[str]:
         return list(self.graph.outputs)
 
-    def __call__(self, inputs: Mapping[str, Any], debug: bool = False) -> dict[str, Tensor]:
-        """The model's outputs by name for `inputs` (numpy arrays, Tensors or scalars by input name)."""
+    def __call__(self, inputs: Mapping[str, Any], debug: bool = False) -> dict[str, Any]:
+        """The model's outputs by name for `inputs` (numpy arrays, Tensors or scalars by input name; a list of them
+        for a sequence input, None for an empty optional). Outputs are Tensors, lists of Tensors for sequences,
+        None for an empty optional."""
         if not isinstance(inputs, Mapping):
             raise TypeError(f"OnnxRunner: expected a dict of inputs by name, got {type(inputs).__name__}")
         unknown = sorted(set(inputs) - {entry.name for entry in self.graph.inputs} - set(self.graph.initializers))
         if unknown:
             expected = ", ".join(entry.name for entry in self.graph.inputs)
             raise ValueError(f"OnnxRunner: unknown input(s) {', '.join(unknown)}; the model takes {expected}")
-        return self.graph.run(inputs)
+        return {name: user_value(value) for name, value in self.graph.run(inputs).items()}
