@@ -109,3 +109,13 @@ def test_is_causal_without_a_mask_means_the_causal_mask() -> None:
     changed = x.numpy().copy()
     changed[1:] += 1.0
     np.testing.assert_allclose(layer(Tensor(changed), is_causal=True).numpy()[0], causal[0], rtol=1e-5, atol=1e-6)
+
+
+def test_all_weights_lists_parameters_in_torchs_order() -> None:
+    lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2)
+    lstm.flatten_parameters()  # a no-op kept for torch code
+    weights = lstm.all_weights
+    assert len(weights) == 4 and all(len(group) == 5 for group in weights)
+    assert weights[1][0] is lstm.weight_ih_l0_reverse and weights[2][4] is lstm.weight_hr_l1
+    assert [id(tensor) for group in weights for tensor in group] == [id(tensor) for tensor in lstm.parameters()]
+    assert [len(group) for group in nn.GRU(3, 4, bias=False).all_weights] == [2]

@@ -132,6 +132,22 @@ class RNNBase(Module):
                 for name, shape in shapes:
                     setattr(self, name + suffix, init.uniform(shape, -bound, bound, device=device))
 
+    def flatten_parameters(self) -> None:
+        """Does nothing: torch packs the weights into one cuDNN buffer here; kiln keeps them as they are."""
+
+    @property
+    def all_weights(self) -> list[list[Tensor]]:
+        """The parameters of each layer and direction in torch's order: [weight_ih, weight_hh, bias_ih, bias_hh,
+        (weight_hr)] for layer 0, layer 0 reverse, layer 1, ..."""
+        directions = 2 if self.bidirectional else 1
+        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"]
+        result = []
+        for layer in range(self.num_layers):
+            for direction in range(directions):
+                found = [self._parameter(name, layer, direction) for name in names]
+                result.append([weight for weight in found if weight is not None])
+        return result
+
     def _parameter(self, name: str, layer: int, direction: int) -> Tensor | None:
         value: Tensor | None = getattr(self, f"{name}_l{layer}" + ("_reverse" if direction else ""), None)
         return value
