@@ -4,6 +4,8 @@ tinygrad's rules."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from typing import Any
 
 import numpy as np
@@ -330,3 +332,14 @@ def test_sgd_classic_momentum_follows_tinygrad_under_a_changing_rate(classic: bo
             buffer = 0.9 * buffer + gradient
             expected = expected - rate * buffer
         np.testing.assert_allclose(w.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("module", ["optimizer", "adam", "adaptive", "rmsprop", "lars", "clip"])
+def test_docstring_examples_run(module: str) -> None:
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    globs = {"Tensor": Tensor, **{name: getattr(optim, name) for name in optim.__all__}}
+    tests = doctest.DocTestFinder().find(importlib.import_module(f"kiln.tensor.optim.{module}"), globs=globs)
+    assert any(test.examples for test in tests)
+    for test in tests:
+        runner.run(test)
+    assert runner.failures == 0

@@ -71,7 +71,7 @@ class Adam(MomentsOptimizer):
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = Adam([w], lr=0.1)
-        >>> (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
+        >>> _ = (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
         0.9
     """
 

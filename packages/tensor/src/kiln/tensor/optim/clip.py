@@ -29,7 +29,7 @@ def clip_grad_norm_(
     `error_if_nonfinite=True` reads the norm (a host round trip) and raises RuntimeError when it is nan or inf.
 
     Example:
-        >>> w = Tensor([3.0, 4.0], requires_grad=True); (w * w).sum().backward() # grad (6, 8), norm 10
+        >>> w = Tensor([3.0, 4.0], requires_grad=True); _ = (w * w).sum().backward() # grad (6, 8), norm 10
         >>> clip_grad_norm_([w], 1.0).item(), [round(g, 4) for g in w.grad.tolist()]
         (10.0, [0.6, 0.8])
     """
@@ -70,7 +70,7 @@ def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -
     """Clamps every gradient element into [-clip_value, clip_value].
 
     Example:
-        >>> w = Tensor([3.0, -4.0], requires_grad=True); (w * w).sum().backward()
+        >>> w = Tensor([3.0, -4.0], requires_grad=True); _ = (w * w).sum().backward()
         >>> clip_grad_value_([w], 5.0); w.grad.tolist()
         [5.0, -5.0]
     """

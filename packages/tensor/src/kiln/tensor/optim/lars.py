@@ -31,7 +31,7 @@ class LARS(Optimizer):
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = LARS([w], lr=0.1, momentum=0.0, tcoef=0.0)
-        >>> (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
+        >>> _ = (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
         0.8
     """
 
@@ -124,7 +124,7 @@ class Muon(LARS):
 
     Example:
         >>> w = Tensor([[3.0, 0.0], [0.0, 1.0]], requires_grad=True); optimizer = Muon([w], lr=0.1)
-        >>> (w * w).sum().backward(); optimizer.step(); [round(x, 2) for x in w.flatten().tolist()]
+        >>> _ = (w * w).sum().backward(); optimizer.step(); [round(x, 2) for x in w.flatten().tolist()]
         [2.89, 0.0, 0.0, 0.88]
     """
 

@@ -354,8 +354,8 @@ class SGD(Optimizer):
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = SGD([w], lr=0.1)
-        >>> (w * w).sum().backward(); optimizer.step(); w.tolist()
-        [0.8]
+        >>> _ = (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
+        0.8
     """
 
     buffered = ("lr", "momentum")
@@ -427,7 +427,7 @@ class OptimizerGroup:
     Example:
         >>> w, b = Tensor([[1.0]], requires_grad=True), Tensor([1.0], requires_grad=True)
         >>> both = OptimizerGroup(SGD([w], lr=0.5), SGD([b], lr=0.25))
-        >>> ((w * w).sum() + (b * b).sum()).backward(); both.step(); w.item(), b.item()
+        >>> _ = ((w * w).sum() + (b * b).sum()).backward(); both.step(); w.item(), b.item()
         (0.0, 0.5)
     """
 

@@ -19,7 +19,7 @@ class RMSprop(Optimizer):
 
     Example:
         >>> w = Tensor([1.0], requires_grad=True); optimizer = RMSprop([w], lr=0.01)
-        >>> (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
+        >>> _ = (w * w).sum().backward(); optimizer.step(); round(w.item(), 4)
         0.9
     """
 
