@@ -343,3 +343,13 @@ def test_docstring_examples_run(module: str) -> None:
     for test in tests:
         runner.run(test)
     assert runner.failures == 0
+
+
+def test_new_scheduler_errors() -> None:
+    optimizer = optim.SGD([_param(2)], lr=0.1)
+    with pytest.raises(ValueError, match="milestones must be ints"):
+        lr_scheduler.MultiStepLR(optimizer, milestones=[2.5])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"factor must be in \[0, 1\]"):
+        lr_scheduler.ConstantLR(optimizer, factor=2.0)
+    with pytest.raises(ValueError, match="total_iters must be a positive int"):
+        lr_scheduler.PolynomialLR(optimizer, total_iters=0)

@@ -85,6 +85,10 @@ CASES: tuple[Case, ...] = (
         "OneCycleLR",
         {"max_lr": 0.1, "total_steps": 12, "anneal_strategy": "linear", "three_phase": True, "base_momentum": 0.8},
     ),
+    Case("multistep_adam", "Adam", {"lr": 0.05}, TWO_GROUPS, "MultiStepLR", {"milestones": [2, 5], "gamma": 0.3}),
+    Case("exponential_sgd", "SGD", {"lr": 0.05, "momentum": 0.5}, (), "ExponentialLR", {"gamma": 0.8}),
+    Case("constant_adamax", "Adamax", {"lr": 0.05}, TWO_GROUPS, "ConstantLR", {"factor": 0.25, "total_iters": 3}),
+    Case("polynomial_nadam", "NAdam", {"lr": 0.05}, (), "PolynomialLR", {"total_iters": 6, "power": 2.0}),
     Case(
         "onecycle_nadam_no_cycle",
         "NAdam",

@@ -1,5 +1,6 @@
-"""Learning-rate schedules with torch.optim.lr_scheduler's names and closed forms: `StepLR`, `CosineAnnealingLR`,
-`OneCycleLR`, `LinearLR` (linear warmup) and `LambdaLR`.
+"""Learning-rate schedules with torch.optim.lr_scheduler's names and closed forms: `StepLR`, `MultiStepLR`,
+`ExponentialLR`, `ConstantLR`, `LinearLR` (linear warmup), `PolynomialLR`, `CosineAnnealingLR`, `LambdaLR` and
+`OneCycleLR` (which also cycles the momentum or beta1), each per parameter group, with `state_dict()`.
 
 A scheduler writes the optimizer's learning-rate buffer (no kernel changes, so no recompilation and TinyJit replays
 pick the new rate up). As in PyTorch, constructing one sets the rate of step 0, and `step()` (called after
@@ -8,6 +9,7 @@ pick the new rate up). As in PyTorch, constructing one sets the rate of step 0, 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,7 +17,18 @@ from typing import Any
 from kiln.tensor.optim.optimizer import Optimizer
 from kiln.tensor.optim.param_group import ParamGroup
 
-__all__ = ["CosineAnnealingLR", "LRScheduler", "LambdaLR", "LinearLR", "OneCycleLR", "StepLR"]
+__all__ = [
+    "ConstantLR",
+    "CosineAnnealingLR",
+    "ExponentialLR",
+    "LRScheduler",
+    "LambdaLR",
+    "LinearLR",
+    "MultiStepLR",
+    "OneCycleLR",
+    "PolynomialLR",
+    "StepLR",
+]
 
 
 class LRScheduler:
@@ -147,6 +160,60 @@ class LambdaLR(LRScheduler):
     def lr_at(self, epoch: int, base_lr: float) -> float:
         """base_lr * lr_lambda(epoch)."""
         return base_lr * float(self.lr_lambda(epoch))
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma ** (the number of milestones <= epoch)."""
+
+    def __init__(self, optimizer: Optimizer, milestones: list[int], gamma: float = 0.1) -> None:
+        if any(isinstance(m, bool) or not isinstance(m, int) for m in milestones):
+            raise ValueError(f"MultiStepLR milestones must be ints, got {milestones!r}")
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float) -> float:
+        """base_lr * gamma ** bisect_right(milestones, epoch)."""
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma ** epoch."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float) -> None:
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float) -> float:
+        """base_lr * gamma ** epoch."""
+        return base_lr * self.gamma**epoch
+
+
+class ConstantLR(LRScheduler):
+    """lr = base_lr * factor until total_iters, then base_lr."""
+
+    def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5) -> None:
+        if not 0.0 <= factor <= 1.0:
+            raise ValueError(f"ConstantLR factor must be in [0, 1], got {factor!r}")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float) -> float:
+        """base_lr * factor before total_iters, else base_lr."""
+        return base_lr * (self.factor if epoch < self.total_iters else 1.0)
+
+
+class PolynomialLR(LRScheduler):
+    """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0) -> None:
+        if isinstance(total_iters, bool) or not isinstance(total_iters, int) or total_iters < 1:
+            raise ValueError(f"PolynomialLR total_iters must be a positive int, got {total_iters!r}")
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer)
+
+    def lr_at(self, epoch: int, base_lr: float) -> float:
+        """The polynomial decay to 0 at total_iters."""
+        return base_lr * float((1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power)
 
 
 class OneCycleLR(LRScheduler):
