@@ -7,9 +7,10 @@ tensor with `isinstance(value, TensorCore)` and annotate with `Self` (methods) o
 functions). This keeps the package's imports a DAG: core below the ops below `tensor.py` (see the import-linter
 layer contract in pyproject.toml).
 
-The body below is the interface the mixins rely on, declared for the type checker only: each entry is implemented
-by `Tensor` itself (construction, the primitive builders, the properties, realize) or by one of the mixins, and
-mypy checks that every implementation matches its declaration here.
+The body below is the interface the mixins rely on. The constructor is real: it checks its arguments' types and
+hands the data to `_init_from_data`. The rest is declared for the type checker only: each entry is implemented by
+`Tensor` itself (construction, the primitive builders, the properties, realize) or by one of the mixins, and mypy
+checks that every implementation matches its declaration here.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from kiln.uops import DType
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, ClassVar, Self
 
     import numpy as np
 
-    from kiln.uops import ConstType, DType, Ops, UOp
+    from kiln.uops import ConstType, Ops, UOp
 
 __all__ = ["Axis", "ShapeArgument", "TensorCore", "TensorT"]
 
@@ -37,17 +40,27 @@ ShapeArgument = int | Sequence[int]
 class TensorCore:
     """The abstract tensor: a node of the tensor graph (`uop`) plus gradient state; see the module docstring."""
 
+    def __init__(
+        self,
+        data: Any,
+        dtype: DType | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> None:
+        # the constructor's argument types are checked here; the concrete class makes the tensor from the data
+        if dtype is not None and not isinstance(dtype, DType):
+            raise TypeError(f"dtype must be a kiln DType such as dtypes.float32, got {dtype!r}")
+        if requires_grad is not None and not isinstance(requires_grad, bool):
+            raise TypeError(f"requires_grad must be a bool or None, got {requires_grad!r}")
+        self._init_from_data(data, dtype, device, requires_grad)
+
     if TYPE_CHECKING:
         _grad_disabled: ClassVar[bool]
         uop: UOp
         grad: Self | None
 
-        def __init__(
-            self,
-            data: Any,
-            dtype: DType | None = None,
-            device: str | None = None,
-            requires_grad: bool | None = None,
+        def _init_from_data(
+            self, data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None
         ) -> None: ...
 
         # construction from graph nodes and constants (kiln.tensor.tensor)

@@ -154,17 +154,8 @@ class Tensor(
     requires_grad: bool | None
     grad: Tensor | None
 
-    def __init__(
-        self,
-        data: Any,
-        dtype: DType | None = None,
-        device: str | None = None,
-        requires_grad: bool | None = None,
-    ) -> None:
-        if dtype is not None and not isinstance(dtype, DType):
-            raise TypeError(f"dtype must be a kiln DType such as dtypes.float32, got {dtype!r}")
-        if requires_grad is not None and not isinstance(requires_grad, bool):
-            raise TypeError(f"requires_grad must be a bool or None, got {requires_grad!r}")
+    def _init_from_data(self, data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> None:
+        # the rest of `TensorCore.__init__` (which checked the argument types): the graph node of `data`
         self.grad = None
         self.requires_grad = requires_grad
         try:
