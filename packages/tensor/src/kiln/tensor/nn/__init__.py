@@ -48,7 +48,7 @@ from kiln.tensor.nn.adaptive_pooling import (
 from kiln.tensor.nn.attention import MultiheadAttention
 from kiln.tensor.nn.bilinear import Bilinear
 from kiln.tensor.nn.channel_shuffle import ChannelShuffle
-from kiln.tensor.nn.containers import ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList
+from kiln.tensor.nn.containers import ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential
 from kiln.tensor.nn.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from kiln.tensor.nn.distance import CosineSimilarity, PairwiseDistance
 from kiln.tensor.nn.dropout import AlphaDropout, Dropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
@@ -81,7 +81,7 @@ from kiln.tensor.nn.loss import (
     TripletMarginWithDistanceLoss,
 )
 from kiln.tensor.nn.lp_pooling import LPPool1d, LPPool2d, LPPool3d
-from kiln.tensor.nn.module import Module, RemovableHandle, Sequential
+from kiln.tensor.nn.module import Module, RemovableHandle
 from kiln.tensor.nn.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from kiln.tensor.nn.padding import (
     CircularPad1d,

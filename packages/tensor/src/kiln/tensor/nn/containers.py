@@ -1,5 +1,5 @@
-"""Containers of layers and parameters: `ModuleList`, `ModuleDict`, `ParameterList`, `ParameterDict`, and
-`Parameter`, with `torch.nn`'s names and methods.
+"""Containers of layers and parameters: `Sequential`, `ModuleList`, `ModuleDict`, `ParameterList`, `ParameterDict`,
+and `Parameter`, with `torch.nn`'s names and methods.
 
 Items are kept as attributes named by their index ("0", "1", ...) or key, the way `Sequential` keeps its layers, so
 the state walk of `module.py` names their tensors like torch ("layers.0.weight", "heads.query.bias",
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
 
-from kiln.tensor.nn.module import Module
+from kiln.tensor.nn.module import Module, _check_name
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["ModuleDict", "ModuleList", "Parameter", "ParameterDict", "ParameterList"]
+__all__ = ["ModuleDict", "ModuleList", "Parameter", "ParameterDict", "ParameterList", "Sequential"]
 
 Item = TypeVar("Item")
 
@@ -288,3 +288,108 @@ class ParameterDict(_KeyedContainer[Any]):
 
     def extra_repr(self) -> str:
         return "\n".join(f"({key}): Parameter containing: [{_describe(value)}]" for key, value in self.items())
+
+
+class Sequential(Module):
+    """Layers applied in order; layer i is attribute "i", so names read "0.weight", "2.bias" like PyTorch's. Given one
+    OrderedDict (or dict), the layers are named by its keys ("conv.weight"). Any callable may be a layer.
+
+    Example:
+        >>> model = Sequential(Linear(2, 4), ReLU(), Linear(4, 1)); list(model.state_dict())
+        ['0.weight', '0.bias', '2.weight', '2.bias']
+    """
+
+    def __init__(self, *layers: Any) -> None:
+        super().__init__()
+        self._names: list[str] = []
+        if len(layers) == 1 and isinstance(layers[0], Mapping):
+            for name, layer in layers[0].items():
+                self._add(str(name), layer)
+        else:
+            for layer in layers:
+                self._add(str(len(self._names)), layer)
+
+    def _add(self, name: str, layer: Any) -> None:
+        if not callable(layer):
+            raise TypeError(f"Sequential layer {name} must be callable, got {type(layer).__name__}")
+        if name in self._names:
+            raise KeyError(f"Sequential already has a layer named {name!r}")
+        if not name.isdigit():
+            _check_name(name, "module", self)
+        setattr(self, name, layer)
+        self._names.append(name)
+
+    def _reset(self, layers: list[Any]) -> None:
+        # positional layers are renumbered "0", "1", ... like torch's after a delete or insert
+        for name in self._names:
+            delattr(self, name)
+        self._names = []
+        for layer in layers:
+            self._add(str(len(self._names)), layer)
+
+    def _position(self, index: int) -> int:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"Sequential indices must be integers or slices, not {type(index).__name__}")
+        if not -len(self._names) <= index < len(self._names):
+            raise IndexError(f"Sequential index {index} out of range for {len(self._names)} layers")
+        return index % len(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Sequential({name: getattr(self, name) for name in self._names[index]})
+        return getattr(self, self._names[self._position(index)])
+
+    def __setitem__(self, index: int, layer: Any) -> None:
+        if not callable(layer):
+            raise TypeError(f"Sequential layer must be callable, got {type(layer).__name__}")
+        setattr(self, self._names[self._position(index)], layer)
+
+    def __delitem__(self, index: int | slice) -> None:
+        layers = list(self)
+        del layers[index if isinstance(index, slice) else self._position(index)]
+        self._reset(layers)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (getattr(self, name) for name in list(self._names))
+
+    def __add__(self, other: Sequential) -> Sequential:
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return Sequential(*self, *other)
+
+    def append(self, layer: Any) -> Sequential:
+        """Adds `layer` at the end (named by its position); returns self."""
+        self._add(str(len(self._names)), layer)
+        return self
+
+    def extend(self, layers: Iterable[Any]) -> Sequential:
+        """Appends every layer of `layers`; returns self."""
+        for layer in layers:
+            self.append(layer)
+        return self
+
+    def insert(self, index: int, layer: Any) -> Sequential:
+        """Inserts `layer` before position `index` (layers renumbered); returns self."""
+        if not callable(layer):
+            raise TypeError(f"Sequential layer must be callable, got {type(layer).__name__}")
+        layers = list(self)
+        if not -len(layers) <= index <= len(layers):
+            raise IndexError(f"Index out of range: {index}")
+        layers.insert(index, layer)
+        self._reset(layers)
+        return self
+
+    def pop(self, index: int = -1) -> Any:
+        """Removes and returns the layer at `index`."""
+        layer = self[index]
+        del self[index]
+        return layer
+
+    def forward(self, x: Any) -> Any:
+        """Applies every layer in order."""
+        for layer in self:
+            x = layer(x)
+        return x

@@ -1,4 +1,4 @@
-"""`Module`: the base class of layers (parameters, buffers and submodules as plain attributes) and `Sequential`.
+"""`Module`: the base class of layers (parameters, buffers and submodules as plain attributes, forward hooks).
 
 A module keeps everything as ordinary attributes, so the generic state walk of `kiln.tensor.state` (a Tensor is a
 leaf, list and tuple items are named by index, dict items by key, any other object by its public `__dict__`
@@ -9,16 +9,15 @@ here follows the same rule and also reports each tensor's holder, which tells pa
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from kiln.tensor.nn.hooks import HookTable, RemovableHandle
 from kiln.tensor.state.state_dict import IncompatibleKeys, get_state_dict, load_state_dict
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
-__all__ = ["Module", "RemovableHandle", "Sequential", "walk_state"]
+__all__ = ["Module", "RemovableHandle", "walk_state"]
 
 
 def walk_state(obj: object, prefix: str = "") -> Iterator[tuple[str, Tensor, object, str]]:
@@ -53,41 +52,6 @@ def walk_state(obj: object, prefix: str = "") -> Iterator[tuple[str, Tensor, obj
             stack.append((f"{name}.{item_key}" if name else item_key, item, value, item_key))
 
 
-class RemovableHandle:
-    """What `register_forward_hook` / `register_forward_pre_hook` return: `remove()` takes the hook out again (also
-    usable as a context manager), like torch's `torch.utils.hooks.RemovableHandle`."""
-
-    _next_id = itertools.count()
-
-    def __init__(self, hooks: dict[int, Any]) -> None:
-        self.hooks_dict_ref = weakref.ref(hooks) if _weakly_referable(hooks) else (lambda: hooks)
-        self.id = next(RemovableHandle._next_id)
-
-    def remove(self) -> None:
-        """Removes the hook (a second call does nothing)."""
-        hooks = self.hooks_dict_ref()
-        if hooks is not None:
-            hooks.pop(self.id, None)
-
-    def __enter__(self) -> RemovableHandle:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.remove()
-
-
-def _weakly_referable(value: object) -> bool:
-    try:
-        weakref.ref(value)
-    except TypeError:
-        return False
-    return True
-
-
-class _HookTable(dict[int, Any]):
-    """The hooks of one module (a dict subclass, so a handle can hold a weak reference to it)."""
-
-
 def _check_name(name: object, what: str, module: Module) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{what} name should be a string. Got {type(name).__name__}")
@@ -118,9 +82,9 @@ class Module:
         self.training = True
         self._buffer_names: set[str] = set()
         self._non_persistent_buffers: set[str] = set()
-        self._forward_hooks: _HookTable = _HookTable()
+        self._forward_hooks: HookTable = HookTable()
         self._forward_hooks_with_kwargs: set[int] = set()
-        self._forward_pre_hooks: _HookTable = _HookTable()
+        self._forward_pre_hooks: HookTable = HookTable()
         self._forward_pre_hooks_with_kwargs: set[int] = set()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -162,7 +126,7 @@ class Module:
         # a subclass that skipped Module.__init__ gets its hook tables on first use
         for name in ("_forward_hooks", "_forward_pre_hooks"):
             if name not in self.__dict__:
-                self.__dict__[name] = _HookTable()
+                self.__dict__[name] = HookTable()
                 self.__dict__[name + "_with_kwargs"] = set()
 
     def register_forward_pre_hook(
@@ -191,7 +155,7 @@ class Module:
         if not callable(hook):
             raise TypeError(f"{table.strip('_').replace('_', ' ')} must be callable, got {type(hook).__name__}")
         self._hook_tables()
-        hooks: _HookTable = self.__dict__[table]
+        hooks: HookTable = self.__dict__[table]
         handle = RemovableHandle(hooks)
         hooks[handle.id] = hook
         if prepend:
@@ -567,108 +531,3 @@ def _replace(owner: object, key: str, value: Tensor) -> None:
         raise TypeError(f"to() cannot replace tensor {key} held in a tuple; hold it in a list or an attribute")
     else:
         setattr(owner, key, value)
-
-
-class Sequential(Module):
-    """Layers applied in order; layer i is attribute "i", so names read "0.weight", "2.bias" like PyTorch's. Given one
-    OrderedDict (or dict), the layers are named by its keys ("conv.weight"). Any callable may be a layer.
-
-    Example:
-        >>> model = Sequential(Linear(2, 4), ReLU(), Linear(4, 1)); list(model.state_dict())
-        ['0.weight', '0.bias', '2.weight', '2.bias']
-    """
-
-    def __init__(self, *layers: Any) -> None:
-        super().__init__()
-        self._names: list[str] = []
-        if len(layers) == 1 and isinstance(layers[0], Mapping):
-            for name, layer in layers[0].items():
-                self._add(str(name), layer)
-        else:
-            for layer in layers:
-                self._add(str(len(self._names)), layer)
-
-    def _add(self, name: str, layer: Any) -> None:
-        if not callable(layer):
-            raise TypeError(f"Sequential layer {name} must be callable, got {type(layer).__name__}")
-        if name in self._names:
-            raise KeyError(f"Sequential already has a layer named {name!r}")
-        if not name.isdigit():
-            _check_name(name, "module", self)
-        setattr(self, name, layer)
-        self._names.append(name)
-
-    def _reset(self, layers: list[Any]) -> None:
-        # positional layers are renumbered "0", "1", ... like torch's after a delete or insert
-        for name in self._names:
-            delattr(self, name)
-        self._names = []
-        for layer in layers:
-            self._add(str(len(self._names)), layer)
-
-    def _position(self, index: int) -> int:
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"Sequential indices must be integers or slices, not {type(index).__name__}")
-        if not -len(self._names) <= index < len(self._names):
-            raise IndexError(f"Sequential index {index} out of range for {len(self._names)} layers")
-        return index % len(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):
-            return Sequential({name: getattr(self, name) for name in self._names[index]})
-        return getattr(self, self._names[self._position(index)])
-
-    def __setitem__(self, index: int, layer: Any) -> None:
-        if not callable(layer):
-            raise TypeError(f"Sequential layer must be callable, got {type(layer).__name__}")
-        setattr(self, self._names[self._position(index)], layer)
-
-    def __delitem__(self, index: int | slice) -> None:
-        layers = list(self)
-        del layers[index if isinstance(index, slice) else self._position(index)]
-        self._reset(layers)
-
-    def __iter__(self) -> Iterator[Any]:
-        return (getattr(self, name) for name in list(self._names))
-
-    def __add__(self, other: Sequential) -> Sequential:
-        if not isinstance(other, Sequential):
-            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
-        return Sequential(*self, *other)
-
-    def append(self, layer: Any) -> Sequential:
-        """Adds `layer` at the end (named by its position); returns self."""
-        self._add(str(len(self._names)), layer)
-        return self
-
-    def extend(self, layers: Iterable[Any]) -> Sequential:
-        """Appends every layer of `layers`; returns self."""
-        for layer in layers:
-            self.append(layer)
-        return self
-
-    def insert(self, index: int, layer: Any) -> Sequential:
-        """Inserts `layer` before position `index` (layers renumbered); returns self."""
-        if not callable(layer):
-            raise TypeError(f"Sequential layer must be callable, got {type(layer).__name__}")
-        layers = list(self)
-        if not -len(layers) <= index <= len(layers):
-            raise IndexError(f"Index out of range: {index}")
-        layers.insert(index, layer)
-        self._reset(layers)
-        return self
-
-    def pop(self, index: int = -1) -> Any:
-        """Removes and returns the layer at `index`."""
-        layer = self[index]
-        del self[index]
-        return layer
-
-    def forward(self, x: Any) -> Any:
-        """Applies every layer in order."""
-        for layer in self:
-            x = layer(x)
-        return x
