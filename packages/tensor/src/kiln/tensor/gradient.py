@@ -13,6 +13,8 @@ Choices where the derivative is not unique (the same as PyTorch's):
   with a zero gets 0.
 - POW: d/dx is 0 where the exponent is 0; d/dy is 0 where x == 0 and the exponent is >= 0.
 - TRUNC: zero everywhere (its derivative where it is defined). Comparisons, BITCAST and integer ops pass none.
+- MULTI split along an axis: each shard gets its part of the gradient; replicated, the first shard gets it all
+  (its replicas are one value).
 
 `compute_gradient` walks the graph from the root in reverse topological order, visiting only float nodes on a
 path to a target, and adds up the gradients of nodes used more than once.
@@ -38,6 +40,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from kiln.tensor import graph
+from kiln.tensor.sharding import gathered, pieces_like
 from kiln.uops import ConstType, NodeSlot, Ops, PatternMatcher, UOp, UPat, dtypes
 
 __all__ = ["GradientShortcut", "compute_gradient", "partial_gradient", "pm_gradient", "set_gradient_shortcut"]
@@ -97,7 +100,7 @@ def _shortcut_for(node: UOp, target_set: set[UOp]) -> GradientShortcut | None:
 
 
 def _full_like(like: UOp, value: ConstType) -> UOp:
-    return graph.const(value, like.dtype, graph.device_of(like), graph.shape_of(like))
+    return graph.const(value, like.dtype, graph.placement_of(like), graph.shape_of(like))
 
 
 def _add(a: UOp, b: UOp) -> UOp:
@@ -223,6 +226,22 @@ def _cast_gradient(ctx: UOp, ret: UOp) -> Gradients:
     return (graph.cast(ctx, source.dtype) if dtypes.is_float(source.dtype) else None,)
 
 
+def _copy_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    source = graph.device_of(ret.src[0])
+    if isinstance(graph.placement_of(ctx), tuple):  # a value replicated over devices: its gradient, gathered back
+        return (gathered(ctx, source), None)
+    return (graph.copy_to(ctx, source), None)
+
+
+def _multi_gradient(ctx: UOp, ret: UOp) -> Gradients:
+    # each shard gets its part of the gradient, on its device; the replicas of a replicated MULTI are one value,
+    # whose gradient goes to the first (the others would count it again)
+    pieces = pieces_like(ctx, ret)
+    if ret.arg is None:
+        return (pieces[0], *(None for _ in pieces[1:]))
+    return tuple(pieces)
+
+
 def _mod_gradient(ctx: UOp, ret: UOp) -> Gradients:
     # float MOD is C's fmod: a - trunc(a / b) * b
     lhs, rhs = ret.src
@@ -281,7 +300,8 @@ pm_gradient = PatternMatcher(
         # buffers and devices
         (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
         (UPat(Ops.DETACH, name="ret"), lambda ctx, ret: (None,)),
-        (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (graph.copy_to(ctx, graph.device_of(ret.src[0])), None)),
+        (UPat(Ops.COPY, name="ret"), _copy_gradient),
+        (UPat(Ops.MULTI, name="ret"), _multi_gradient),
         # the overwritten target's old value does not reach the result; the written value does
         (UPat(Ops.ASSIGN, name="ret"), lambda ctx, ret: (None, ctx)),
         (UPat(Ops.CONST, name="ret"), lambda ctx, ret: (None,)),

@@ -18,6 +18,11 @@ A tensor graph is an immutable, hash-consed graph of `kiln.uops.UOp` nodes made 
 | DETACH | (x,) | None | x's shape (stops gradients; identity otherwise) |
 | COPY | (x, DEVICE) | None | x's shape, on the DEVICE's device |
 | ASSIGN | (target, value) | None | target's shape (writes value into target's buffer) |
+| MULTI | one node per device | the split axis, or None (each source holds all of it) | the sources joined along it |
+
+A node over MULTI nodes is a value on several devices (its device is the tuple of theirs; a CONST whose DEVICE names
+a tuple is one on each): `kiln.tensor.sharding` rewrites such a graph into one graph per device before it is
+scheduled.
 
 The builders below check their operands and raise `ValueError` / `TypeError` naming the bad value; they also fold
 no-ops (a reshape to the same shape, an identity permute, ...) so graphs stay small. They keep chains of movement
@@ -49,6 +54,9 @@ from kiln.tensor.symbolic import (
 from kiln.uops import ConstType, DType, GroupOp, NodeSlot, Ops, UOp, dtypes
 
 Shape = tuple[int, ...]
+
+Placement = str | tuple[str, ...]
+"""Where a node lives: one device name, or the tuple of the devices a MULTI node (and any node over one) spans."""
 
 MOVEMENT_OPS: Final = GroupOp.Movement
 ELEMENTWISE_OPS: Final = GroupOp.Elementwise
@@ -92,7 +100,9 @@ def _fail_shape(uop: UOp, message: str) -> ValueError:
 T = TypeVar("T")
 
 SHAPE: NodeSlot[Shape] = NodeSlot("tensor_shape", __name__, "the shape of a tensor-graph node")
-DEVICE: NodeSlot[str] = NodeSlot("tensor_device", __name__, "the device name a tensor-graph node lives on")
+DEVICE: NodeSlot[Placement] = NodeSlot(
+    "tensor_device", __name__, "the device (or devices) a tensor-graph node lives on"
+)
 
 
 def shape_of(uop: UOp) -> Shape:
@@ -147,6 +157,8 @@ def _infer_shape(uop: UOp) -> Shape:
         return tuple(1 if axis in uop.arg.axes else size for axis, size in enumerate(first))
     if op in (Ops.FLIP, Ops.CONTIGUOUS, Ops.DETACH, Ops.COPY, Ops.ASSIGN):
         return first
+    if op is Ops.MULTI:
+        return first if uop.arg is None else multi_shape(sources, uop.arg)
     raise _fail_shape(uop, f"{op!r} is not a tensor-graph primitive")
 
 
@@ -155,8 +167,14 @@ def _settled(shape: Shape) -> Shape:
     return shape if all(type(size) is int for size in shape) else tuple(_simplified(size) for size in shape)
 
 
-def device_of(uop: UOp) -> str:
-    """The device name a tensor-graph node lives on (cached on the node)."""
+def multi_shape(shards: Sequence[Shape], axis: int) -> Shape:
+    """The shape of shards joined along `axis`."""
+    first = shards[0]
+    return (*first[:axis], sum(shard[axis] for shard in shards), *first[axis + 1 :])
+
+
+def placement_of(uop: UOp) -> Placement:
+    """The device name a tensor-graph node lives on, or the tuple of devices of a sharded one (cached on the node)."""
     cached = DEVICE.get(uop)
     if cached is not None:
         return cached
@@ -176,16 +194,18 @@ def device_of(uop: UOp) -> str:
     return found
 
 
-_OWN_DEVICE_OPS: Final = frozenset({Ops.DEVICE, Ops.BUFFER, Ops.COPY})
+_OWN_DEVICE_OPS: Final = frozenset({Ops.DEVICE, Ops.BUFFER, Ops.COPY, Ops.MULTI})
 
 
-def _infer_device(uop: UOp) -> str:
+def _infer_device(uop: UOp) -> Placement:
     if uop.op is Ops.DEVICE:
-        return str(uop.arg)
+        return uop.arg if isinstance(uop.arg, tuple) else str(uop.arg)
     if uop.op is Ops.BUFFER:
         return str(uop.arg.device)
     if uop.op is Ops.COPY:
-        return str(uop.src[1].arg)
+        return _infer_device(uop.src[1])
+    if uop.op is Ops.MULTI:
+        return tuple(device_of(source) for source in uop.src)
     if not uop.src:
         raise ValueError(f"{uop.op.name} node has no device: a CONST needs a DEVICE source")
     return DEVICE[uop.src[0]]
@@ -213,11 +233,22 @@ def _shapes_match(uops: Sequence[UOp], op: Ops) -> Shape:
     return first
 
 
-def _devices_match(uops: Sequence[UOp], op: Ops) -> str:
-    first = device_of(uops[0])
+def device_of(uop: UOp) -> str:
+    """The one device `uop` lives on (`placement_of`); ValueError naming the devices for a node over several."""
+    device = DEVICE.get(uop)  # the cached placement first: this runs for every node scheduled
+    if type(device) is str:
+        return device
+    device = placement_of(uop)
+    if isinstance(device, tuple):
+        raise ValueError(f"expected a tensor on one device, got one sharded over {list(device)}")
+    return device
+
+
+def _devices_match(uops: Sequence[UOp], op: Ops) -> Placement:
+    first = placement_of(uops[0])
     for u in uops[1:]:
-        if device_of(u) != first:
-            devices = [device_of(u) for u in uops]
+        if placement_of(u) != first:
+            devices = [placement_of(u) for u in uops]
             raise ValueError(f"{op.name}: operands must be on one device (use .to(device)), got {devices}")
     return first
 
@@ -227,10 +258,11 @@ def _devices_match(uops: Sequence[UOp], op: Ops) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def device_uop(device: str) -> UOp:
-    """The DEVICE node naming `device`."""
-    if not isinstance(device, str) or not device:
-        raise TypeError(f"a device name must be a non-empty str, got {device!r}")
+def device_uop(device: Placement) -> UOp:
+    """The DEVICE node naming `device` (or the tuple of devices of a sharded value)."""
+    names = device if isinstance(device, tuple) else (device,)
+    if not names or any(not isinstance(name, str) or not name for name in names):
+        raise TypeError(f"a device name must be a non-empty str (or a tuple of them), got {device!r}")
     return UOp(Ops.DEVICE, arg=device)
 
 
@@ -249,8 +281,9 @@ def _check_storable(dtype: DType) -> None:
         raise TypeError(f"tensors hold scalar storable dtypes, got {dtype!r}")
 
 
-def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp:
-    """The scalar `value` (truncated to `dtype`) on `device`, broadcast to `shape` by RESHAPE + EXPAND."""
+def const(value: ConstType, dtype: DType, device: Placement, shape: Shape = ()) -> UOp:
+    """The scalar `value` (truncated to `dtype`) on `device` (on each of a tuple of devices), broadcast to `shape` by
+    RESHAPE + EXPAND."""
     if not isinstance(value, (bool, int, float)):
         raise TypeError(f"a constant must be a bool, int or float, got {value!r} of type {type(value).__name__}")
     key_shape = shape if type(shape) is tuple else _check_shape(shape, "const shape")
@@ -263,7 +296,7 @@ def const(value: ConstType, dtype: DType, device: str, shape: Shape = ()) -> UOp
 # pure function of immutable keys (type, value bits, dtype, device, shape) whose results are hash-consed, immutable
 # nodes that never change meaning; bounded (least recently used out) and thread-safe (functools.lru_cache).
 @functools.lru_cache(maxsize=1024)
-def _const_node(kind: str, key: ConstType | str, dtype: DType, device: str, shape: Shape) -> UOp:
+def _const_node(kind: str, key: ConstType | str, dtype: DType, device: Placement, shape: Shape) -> UOp:
     value = float.fromhex(key) if isinstance(key, str) else key
     _check_storable(dtype)
     if isinstance(value, float) and not dtypes.is_float(dtype) and not math.isfinite(value) and dtype != dtypes.bool:
@@ -619,10 +652,16 @@ def detach(x: UOp) -> UOp:
     return x if x.op is Ops.DETACH else UOp(Ops.DETACH, x.dtype, (x,))
 
 
-def copy_to(x: UOp, device: str) -> UOp:
-    """`x` copied to `device`."""
-    if device_of(x) == device:
+def copy_to(x: UOp, device: Placement) -> UOp:
+    """`x` copied to `device` (to each of a tuple of devices: replicated; from several devices to one: gathered)."""
+    source = placement_of(x)
+    if source == device:
         return x
+    if isinstance(source, tuple):
+        raise ValueError(
+            f"cannot copy a value sharded over {list(source)} to {device!r} in the graph: gather it first "
+            "(kiln.tensor.multi)"
+        )
     return UOp(Ops.COPY, x.dtype, (x, device_uop(device)))
 
 
@@ -632,8 +671,34 @@ def assign(target: UOp, value: UOp) -> UOp:
         raise ValueError(f"assign: value shape {shape_of(value)} must equal the target shape {shape_of(target)}")
     if target.dtype != value.dtype:
         raise TypeError(f"assign: value dtype {value.dtype!r} must equal the target dtype {target.dtype!r}")
-    if device_of(target) != device_of(value):
+    if placement_of(target) != placement_of(value):
         raise ValueError(
-            f"assign: value device {device_of(value)!r} must equal the target device {device_of(target)!r}"
+            f"assign: value device {placement_of(value)!r} must equal the target device {placement_of(target)!r}"
         )
     return UOp(Ops.ASSIGN, target.dtype, (target, value))
+
+
+def multi(shards: Sequence[UOp], axis: int | None) -> UOp:
+    """One value over several devices: `shards[i]` on its own device, joined along `axis` (None: each holds all of it).
+
+    The shards share one dtype and, outside `axis`, one shape (with `axis` None: one shape); their devices differ.
+    """
+    if not shards:
+        raise ValueError("a MULTI node needs at least one shard, got none")
+    shapes = [shape_of(shard) for shard in shards]
+    devices = [device_of(shard) for shard in shards]
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"the shards of a MULTI node must be on distinct devices, got {devices}")
+    first = shards[0]
+    if axis is not None and not (isinstance(axis, int) and not isinstance(axis, bool) and 0 <= axis < len(shapes[0])):
+        raise ValueError(f"MULTI axis must be None or an int in range({len(shapes[0])}), got {axis!r}")
+    for index, (shard, shape) in enumerate(zip(shards, shapes)):
+        if shard.dtype != first.dtype:
+            raise TypeError(f"MULTI shard {index} has dtype {shard.dtype!r}, shard 0 has {first.dtype!r}")
+        outside = [size for dim, size in enumerate(shape) if dim != axis]
+        if len(shape) != len(shapes[0]) or outside != [size for dim, size in enumerate(shapes[0]) if dim != axis]:
+            raise ValueError(f"MULTI shard {index} has shape {shape}, which does not fit shard 0's {shapes[0]}")
+    node = UOp(Ops.MULTI, first.dtype, tuple(shards), axis)
+    SHAPE.setdefault(node, shapes[0] if axis is None else multi_shape(shapes, axis))
+    DEVICE.setdefault(node, tuple(devices))
+    return node

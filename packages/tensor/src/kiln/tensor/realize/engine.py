@@ -34,6 +34,7 @@ from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRun
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
+from kiln.tensor.sharding import lower_roots
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.realize.capture import Recording
@@ -570,8 +571,9 @@ class Engine:
         A structure seen before with other values of some constants gets those constants lifted into one-element input
         buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
         """
-        plan, inputs = self.schedule.resolve(uops)  # by structure (one walk), or planned and remembered
-        views = self.run_plan(plan, inputs)
+        lowered = lower_roots(uops)  # a sharded root becomes its per-device graphs (kiln.tensor.sharding)
+        plan, inputs = self.schedule.resolve(lowered.nodes)  # by structure (one walk), or planned and remembered
+        views = lowered.join(self.run_plan(plan, inputs))
         for uop, view in zip(uops, views):
             record_realized(uop, view)
         return views
