@@ -34,7 +34,6 @@ from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRun
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
-from kiln.tensor.sharding import lower_roots
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.realize.capture import Recording
@@ -51,7 +50,7 @@ from kiln.tensor.schedule import (
     record_realized,
 )
 from kiln.tensor.schedule.cache import ScheduleCache
-from kiln.tensor.schedule.normalize import const_key
+from kiln.tensor.schedule.normalize import capture_scope, const_key
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
@@ -387,7 +386,10 @@ class Engine:
                 raise RuntimeError(f"the engine is capturing already (thread {self._capture[0]}); captures do not nest")
             self._capture = (threading.get_ident(), recording)
         try:
-            yield recording
+            # values realized before the capture are computed again inside it, and those realized inside it are
+            # forgotten after it: the replays overwrite their buffers (see `capture_scope`)
+            with capture_scope():
+                yield recording
         finally:
             self._capture = None
 
@@ -571,9 +573,8 @@ class Engine:
         A structure seen before with other values of some constants gets those constants lifted into one-element input
         buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
         """
-        lowered = lower_roots(uops)  # a sharded root becomes its per-device graphs (kiln.tensor.sharding)
-        plan, inputs = self.schedule.resolve(lowered.nodes)  # by structure (one walk), or planned and remembered
-        views = lowered.join(self.run_plan(plan, inputs))
+        plan, inputs = self.schedule.resolve(uops)  # by structure (one walk), or planned and remembered
+        views = self.run_plan(plan, inputs)
         for uop, view in zip(uops, views):
             record_realized(uop, view)
         return views

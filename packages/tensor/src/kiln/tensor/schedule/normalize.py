@@ -7,8 +7,11 @@ same positions) normalize to the very same SINK node (UOps are hash-consed), whi
 
 from __future__ import annotations
 
+import itertools
+import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from kiln.tensor.graph import MOVEMENT_OPS, SHAPE, merge_movement_link, shape_of
@@ -17,6 +20,10 @@ from kiln.tensor.schedule.items import InputSlot
 from kiln.uops import ConstType, DType, NodeSlot, Ops, UOp, content_arg, dtypes
 
 REALIZED: NodeSlot[UOp] = NodeSlot("tensor_realized", __name__, "the buffer view a node's value was realized into")
+REALIZED_SERIAL: NodeSlot[int] = NodeSlot(
+    "tensor_realized_serial", __name__, "when (a serial number) a node's REALIZED view was recorded"
+)
+_serials = itertools.count()
 # A node whose graph holds no BUFFER and no realized node (a pure graph) normalizes to itself with its movement
 # chains merged; such a node remembers so in this slot (with the epoch it was seen in), and later walks stop there
 # (taking its merged form from PURE_FORM when merging changed it). Such a graph is never recorded as realized.
@@ -38,9 +45,72 @@ RECORDED_INTO: NodeSlot[list[weakref.ref[UOp]]] = NodeSlot(
 _epoch = [0]
 
 
+class _CaptureScope(threading.local):
+    """A TinyJit capture running on this thread (`capture_scope`): the first serial number recorded inside it (None:
+    no capture), the nodes recorded inside it, and which nodes' graphs read an overwritten buffer."""
+
+    def __init__(self) -> None:
+        self.floor: int | None = None
+        self.recorded: list[weakref.ref[UOp]] = []
+        self.frozen: set[UOp] = set()
+
+
+_scope = _CaptureScope()  # module-state: a threading.local: each thread sees only its own capture
+
+
+@contextmanager
+def capture_scope() -> Iterator[None]:
+    """While a TinyJit capture runs, a value realized before it is computed again from its buffers when they all
+    still hold what they held (a captured step must hold every kernel a replay needs: a replay on new inputs or
+    updated weights would otherwise return the old result); one whose graph reads an overwritten buffer can only be
+    read where it was realized (a tensor kept for backward: its value is fixed). On exit, the values realized
+    inside the capture that can be computed again are forgotten: they live in buffers the replays overwrite (the
+    others are only read through the tensors that hold them, which a replay's outputs replace as in tinygrad)."""
+    outer = _scope.floor, _scope.recorded, _scope.frozen
+    _scope.floor, _scope.recorded, _scope.frozen = next(_serials), [], set()
+    try:
+        yield
+    finally:
+        for reference in _scope.recorded:
+            node = reference()
+            if node is not None and not _reads_overwritten(node):
+                REALIZED.discard(node)
+        _scope.floor, _scope.recorded, _scope.frozen = outer
+
+
+def _reads_overwritten(root: UOp) -> bool:
+    """Whether `root`'s graph reads a BUFFER node whose contents a write replaced. Only the yes answers are kept for
+    the capture (a buffer stays overwritten; one still live may be overwritten by the capture's next write)."""
+    frozen = _scope.frozen
+    seen: set[UOp] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node in frozen or (node.op is Ops.BUFFER and OVERWRITTEN.has(node)):
+            frozen.add(root)
+            return True
+        for source in node.src:
+            if source not in seen:
+                seen.add(source)
+                stack.append(source)
+    return False
+
+
 def realized_view(uop: UOp) -> UOp | None:
-    """The buffer view `uop`'s value was realized into, or None."""
-    return REALIZED.get(uop)
+    """The buffer view `uop`'s value was realized into, or None (inside a capture, None for a value realized before
+    it that can be computed again: see `capture_scope`)."""
+    view = REALIZED.get(uop)
+    if view is None or _scope.floor is None:
+        return view
+    serial = REALIZED_SERIAL.get(uop)
+    if serial is not None and serial >= _scope.floor:
+        return view
+    return view if _reads_overwritten(uop) else None
+
+
+def _realized_lookup() -> Callable[[UOp], UOp | None]:
+    """`realized_view`, or the slot's own lookup when no capture runs (the walks call it on every node)."""
+    return REALIZED.get if _scope.floor is None else realized_view
 
 
 _ALIAS_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
@@ -122,7 +192,10 @@ def record_realized(uop: UOp, view: UOp) -> None:
             # holds the node keeps a buffer alive
             return
         REALIZED.set(uop, view)
+        REALIZED_SERIAL.set(uop, next(_serials))
         reference = weakref.ref(uop)
+        if _scope.floor is not None:
+            _scope.recorded.append(reference)
         if view.op is Ops.BUFFER:  # the usual view: a fresh output buffer
             RECORDED_INTO.setdefault(view, []).append(reference)
             return
@@ -214,7 +287,7 @@ def normalize(
     constants: list[ConstKey] = []
     inputs: list[UOp] = []
     resolved: dict[UOp, UOp] = {}
-    self_epoch, overwritten, realized, pure_form = SELF_EPOCH.get, OVERWRITTEN.has, REALIZED.get, PURE_FORM.get
+    self_epoch, overwritten, realized, pure_form = SELF_EPOCH.get, OVERWRITTEN.has, _realized_lookup(), PURE_FORM.get
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
     # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
     stack: list[UOp] = list(reversed(uops))
@@ -321,7 +394,7 @@ def _normalize_shallow(root: UOp, epoch: int, placeholders: PlaceholderMemo | No
     sources are each a BUFFER or a pure graph, one of them at least a BUFFER (the usual small op: an elementwise op
     of buffers and constants); None for any other node (then the walk runs). The same result: sources in order, one
     input per distinct buffer, pure sources in their merged form; the root is not pure, so nothing is marked."""
-    if root.op in _CHAIN_OPS or not root.src or REALIZED.get(root) is not None:
+    if root.op in _CHAIN_OPS or not root.src or realized_view(root) is not None:
         return None
     inputs: list[UOp] = []
     new_sources: list[UOp] = []
@@ -464,7 +537,7 @@ def walk_structure(uops: Sequence[UOp], numbering: StructureNumbering) -> Struct
     order: list[UOp] = []
     views: dict[UOp, UOp] = {}
     replayable = True
-    overwritten, realized = OVERWRITTEN.has, REALIZED.get
+    overwritten, realized = OVERWRITTEN.has, _realized_lookup()
     stack: list[UOp] = list(reversed(uops))
     expanded: set[UOp] = set()
     while stack:
