@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from kiln.tensor.llm import load_model
-from kiln.tensor.llm.batching import BatchedGenerator, Sequence
+from kiln.tensor.llm.batching import MIN_PREFIX_REUSE, BatchedGenerator, Sequence
 from kiln.tensor.llm.generate import Generator
+from kiln.tensor.llm.sampling import SamplingMode
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -46,7 +47,8 @@ def test_greedy_sequences_joining_and_leaving_equal_each_alone(model: str, file:
     batched = BatchedGenerator(loaded, slots=3)
     got = run_all(batched, requests, join_at=[0, 0, 2, 3, 3, 5, 9, 9])
     assert got == expected
-    assert list(batched.steps) == [next(iter(batched.steps))]  # greedy only: one decode step was built
+    # greedy steps only, one per width: the smallest power of two covering the highest running slot, or all 3
+    assert set(batched.steps) <= {(SamplingMode(greedy=True), width) for width in (1, 2, 3)}
 
 
 def test_transformers_tokens_from_a_slot_among_others() -> None:
@@ -76,12 +78,12 @@ def test_slot_prefix_cache_and_free_slots_keep_their_rows() -> None:
     loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
     batched = BatchedGenerator(loaded, slots=2)
     first_prompt = [1, 30, 31, 32, 33, 34]
-    (first,) = run_all(batched, [{"prompt_ids": first_prompt, "max_tokens": 4}], join_at=[0])
-    # another request decodes in the other slot while the first slot is free: it must not touch the first's rows
-    run_all(batched, [{"prompt_ids": [9, 8, 7], "max_tokens": 6}], join_at=[0])
+    # the other request decodes on in slot 1 while slot 0 is free: its steps must not touch slot 0's rows
+    first, _ = run_all(batched, [{"prompt_ids": first_prompt, "max_tokens": 4},
+                                 {"prompt_ids": [9, 8, 7], "max_tokens": 12}], join_at=[0, 0])  # fmt: skip
     second_prompt = [*first_prompt, *first, 50, 51]
     sequence = batched.start(second_prompt, max_tokens=5)
-    assert sequence.stats.cached_tokens == len(first_prompt) + len(first) - 1
+    assert sequence.slot == 0 and sequence.stats.cached_tokens == len(first_prompt) + len(first) - 1
     assert sequence.stats.prefill_tokens == len(second_prompt) - sequence.stats.cached_tokens
     while not sequence.finished:
         batched.step()
@@ -91,13 +93,16 @@ def test_slot_prefix_cache_and_free_slots_keep_their_rows() -> None:
 def test_full_slots_cancel_and_bad_requests() -> None:
     loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
     batched = BatchedGenerator(loaded, slots=2)
-    a, b = batched.start([1, 2], max_tokens=50), batched.start([3, 4], max_tokens=50)
-    assert batched.free_slots() == 0
+    a = batched.start([1, 2], max_tokens=50)
+    assert (a.slot, batched.width()) == (0, 1)  # alone: a step of batch 1
+    b = batched.start([3, 4], max_tokens=50)
+    assert (b.slot, batched.width(), batched.free_slots()) == (1, 2, 0)
     with pytest.raises(RuntimeError, match="all 2 sequence slots are running"):
         batched.start([5], max_tokens=3)
     batched.step()
     batched.cancel(a)
     assert a.finished and batched.free_slots() == 1 and [s for s, _ in batched.step()] == [b]
+    assert batched.width() == 2  # slot 1 is running, slot 0 free: its position writes no row
     assert batched.start([5], max_tokens=0).tokens == []
     with pytest.raises(ValueError, match="the prompt is empty"):
         batched.start([], max_tokens=3)
@@ -113,3 +118,21 @@ def test_a_sequence_stops_at_the_end_of_the_context() -> None:
         batched.step()
     assert len(long.tokens) == 3 and long.position == 12  # 10 prompt rows + 2 fed tokens, the third not fed
     assert short.tokens == alone(Generator(loaded), {"prompt_ids": [3, 4], "max_tokens": 4})
+
+
+def test_a_request_takes_a_higher_slot_only_for_a_long_cached_beginning() -> None:
+    loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
+    batched = BatchedGenerator(loaded, slots=4)
+    short, long = [1, 2, 3, 4, 5], list(range(10, 10 + MIN_PREFIX_REUSE + 2))
+    held = [batched.start(prompt, max_tokens=2) for prompt in ([7, 7], short, long)]
+    batched.step()  # all three end: slots 0, 1, 2 hold their rows
+    assert [sequence.slot for sequence in held] == [0, 1, 2] and batched.free_slots() == 4
+    # 4 cached tokens in slot 1 are not worth a step of width 2: the lowest slot, prefilled whole
+    again = batched.start([*short[:4], 99], max_tokens=1)
+    assert (again.slot, again.stats.cached_tokens) == (0, 0)
+    # the long beginning is: slot 2, its rows reused
+    turn = batched.start([*long, 42, 43], max_tokens=3)
+    assert (turn.slot, turn.stats.cached_tokens) == (2, len(long))
+    while not turn.finished:
+        batched.step()
+    assert turn.tokens == alone(Generator(loaded), {"prompt_ids": [*long, 42, 43], "max_tokens": 3})

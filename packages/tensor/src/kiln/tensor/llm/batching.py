@@ -4,12 +4,14 @@ The KV cache has S sequence slots (batch S, allocated once). A request takes a f
 slot's rows alone (a batch-1 jitted prefill whose slot is a bound Variable, chunk by chunk as `Generator` does); then
 every `step` decodes one token for each running sequence in one jitted pass over all S slots:
 
-- inputs: the tokens (S, 1) int32, each slot's position (S,) int32 as a Tensor, the largest position + 1 as a bound
-  Variable `end`, and the sampling parameters per slot (S, 5) float32 [1 / temperature, top_k, top_p, u, greedy];
+- inputs: the tokens (W, 1) int32, each slot's position (W,) int32 as a Tensor, the largest position + 1 as a bound
+  Variable `end`, and the sampling parameters per slot (W, 5) float32 [1 / temperature, top_k, top_p, u, greedy],
+  for the slots 0 .. W - 1, W the smallest power of two covering the highest running slot (a request takes the
+  lowest free slot), so one request alone decodes at batch 1, not S: one jitted step per width;
 - each slot writes its new key and value to its own row (a one-hot select over rows 0 .. end - 1) and attends over
   its rows 0 .. position only (the rows past it masked to -inf before the softmax);
-- a free slot sits at position max_context, which no row matches: it writes nothing (its rows keep the tokens of
-  the prefix cache) and its logits, computed like the others', are never read.
+- a free slot below W sits at position max_context, which no row matches: it writes nothing (its rows keep the
+  tokens of the prefix cache) and its logits, computed like the others', are never read.
 
 A sequence joins and leaves between steps; nothing compiles for a new slot, position or sampling value. The step of
 a batch where every sequence is greedy is an argmax per slot; otherwise each slot draws with `sample_on_device`
@@ -17,8 +19,9 @@ under the union of the running sequences' sampling modes (a cut a sequence does 
 greedy slots keep their argmax.
 
 Prefix cache per slot: each slot remembers the token in each of its cache rows. A new request takes the free slot
-whose rows begin with the longest part of its prompt (the slot that held the same conversation), keeps those rows
-and prefills only the rest, as `Generator` does for its single slot.
+whose rows begin with the longest part of its prompt (the slot that held the same conversation; a slot above the
+running ones only for `MIN_PREFIX_REUSE` tokens or more), else the lowest free slot; it keeps those rows and
+prefills only the rest, as `Generator` does for its single slot.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
-__all__ = ["DEFAULT_SLOTS", "BatchedGenerator", "Sequence"]
+__all__ = ["DEFAULT_SLOTS", "MIN_PREFIX_REUSE", "BatchedGenerator", "Sequence"]
 
 DEFAULT_SLOTS = 8
 """Sequences decoded together when no number is given (the server's `--max-batch`)."""
+MIN_PREFIX_REUSE = 16
+"""The shortest cached beginning of a prompt worth taking a slot above the running ones for."""
 
 
 @dataclass(eq=False)
@@ -92,11 +97,9 @@ class BatchedGenerator:
         self.end_variable = Variable("end", 1, context)
         self.model._caches(slots)  # allocated before the steps are captured: the replays write these very buffers
         self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
-        self.steps: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}
         self.running: list[Sequence | None] = [None] * slots
         self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
-        self._last_used = [0] * slots
-        self._clock = 0
 
     # -- the jitted steps ------------------------------------------------------------------------------------------
     def prefill_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
@@ -113,21 +116,31 @@ class BatchedGenerator:
             self.prefills[mode] = TinyJit(prefill)
         return self.prefills[mode]
 
-    def decode_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
-        """The jitted decode step over every slot: (tokens (S, 1) int32, positions (S,) int32, end, params (S, 5)
-        float32) -> the next token id of each slot (S,) int32."""
-        if mode not in self.steps:
+    def decode_step(self, mode: SamplingMode, width: int) -> TinyJit[Tensor]:
+        """The jitted decode step over slots 0 .. width - 1: (tokens (W, 1) int32, positions (W,) int32, end, params
+        (W, 5) float32) -> the next token id of each slot (W,) int32."""
+        if (mode, width) not in self.steps:
 
             def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor) -> Tensor:
-                logits = self.model.forward_batched_decode(self.model.embed(tokens), positions, end)[:, 0, :]
+                embedded = self.model.embed(tokens)
+                logits = self.model.forward_batched_decode(embedded, positions, end, slots=self.slots)[:, 0, :]
                 greedy = logits.argmax(-1).cast(dtypes.int32)
                 if mode.greedy:
                     return greedy
-                drawn = Tensor.cat(*[sample_on_device(logits[s], params[s, :4], mode) for s in range(self.slots)])
+                drawn = Tensor.cat(*[sample_on_device(logits[s], params[s, :4], mode) for s in range(width)])
                 return (params[:, 4] > 0.5).where(greedy, drawn)
 
-            self.steps[mode] = TinyJit(decode)
-        return self.steps[mode]
+            self.steps[(mode, width)] = TinyJit(decode)
+        return self.steps[(mode, width)]
+
+    def width(self) -> int:
+        """The slots the next step runs over: the smallest power of two (or all slots) covering every running
+        slot, so that a few requests do not pay for a full batch (new requests take the lowest free slots)."""
+        highest = max((slot for slot, held in enumerate(self.running) if held is not None), default=0)
+        width = 1
+        while width <= highest:
+            width *= 2
+        return min(width, self.slots)
 
     # -- requests --------------------------------------------------------------------------------------------------
     @property
@@ -168,9 +181,7 @@ class BatchedGenerator:
         if max_tokens == 0:
             sequence.finished = True
             return sequence
-        free = [slot for slot, held in enumerate(self.running) if held is None]
-        # the longest reusable beginning, else the slot unused the longest (its rows are the least likely wanted)
-        slot = max(free, key=lambda s: (reusable_prefix(self.cached_tokens[s], prompt), -self._last_used[s]))
+        slot = self._choose_slot(prompt)
         first = reusable_prefix(self.cached_tokens[slot], prompt)
         started = time.perf_counter()
         sequence.slot = slot
@@ -185,6 +196,18 @@ class BatchedGenerator:
         stats.prefill_seconds = time.perf_counter() - started
         self._produced(sequence, token)
         return sequence
+
+    def _choose_slot(self, prompt: list[int]) -> int:
+        """The free slot for `prompt`: the one whose rows hold the longest beginning of it, else the lowest. A slot
+        that would widen the steps (above the running ones) counts its beginning only from `MIN_PREFIX_REUSE`
+        tokens on: every step of the request would pay for the width, a short beginning saves little."""
+        covered = self.width() if self.active else 0
+
+        def value(slot: int) -> tuple[int, int]:
+            reused = reusable_prefix(self.cached_tokens[slot], prompt)
+            return (reused if reused >= MIN_PREFIX_REUSE or slot < covered else 0), -slot
+
+        return max((slot for slot, held in enumerate(self.running) if held is None), key=value)
 
     def _prefill(self, sequence: Sequence, first: int) -> int:
         """Writes prompt[first:] into the sequence's slot rows first.. chunk by chunk (see `Generator.prefill`)."""
@@ -213,11 +236,11 @@ class BatchedGenerator:
         running = self.active
         if not running:
             return []
-        context, vocab = self.model.max_context, self.config.vocab_size
+        context, vocab, width = self.model.max_context, self.config.vocab_size, self.width()
         started = time.perf_counter()
-        tokens = np.zeros((self.slots, 1), np.int32)
-        positions = np.full((self.slots,), context, np.int32)  # a free slot's position matches no row
-        params = np.zeros((self.slots, 5), np.float32)
+        tokens = np.zeros((width, 1), np.int32)
+        positions = np.full((width,), context, np.int32)  # a free slot's position matches no row
+        params = np.zeros((width, 5), np.float32)
         params[:, 0], params[:, 2], params[:, 4] = 1.0, 1.0, 1.0
         for sequence in running:
             tokens[sequence.slot, 0] = sequence.tokens[-1]
@@ -231,7 +254,7 @@ class BatchedGenerator:
         end = self.end_variable.bind(max(sequence.position for sequence in running) + 1)
         for sequence in running:  # a step that fails leaves the rows from here on unknown
             del self.cached_tokens[sequence.slot][sequence.position :]
-        out = self.decode_step(mode)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
+        out = self.decode_step(mode, width)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
         seconds = time.perf_counter() - started
         produced = []
         for sequence in running:
@@ -262,5 +285,3 @@ class BatchedGenerator:
     def _release(self, sequence: Sequence) -> None:
         if 0 <= sequence.slot < self.slots and self.running[sequence.slot] is sequence:
             self.running[sequence.slot] = None
-            self._clock += 1
-            self._last_used[sequence.slot] = self._clock

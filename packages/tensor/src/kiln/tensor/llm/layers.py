@@ -229,15 +229,15 @@ class Rotary:
 @dataclass(frozen=True)
 class Positions:
     """Where a forward pass's T tokens sit in the KV cache: rows start .. end - 1 (ints, or symbolic sizes over
-        bound Variables), their rotary cos / sin ((T, D/2), or (B, 1, 1, D/2) for one token per sequence at its own
-        position), and the mask added to the attention scores (B, kv_heads, group, T, end), broadcast from (1, 1, T, end)
+    bound Variables), their rotary cos / sin ((T, D/2), or (B, 1, 1, D/2) for one token per sequence at its own
+    position), and the mask added to the attention scores (B, kv_heads, group, T, end), broadcast from (1, 1, T, end)
     or (B, 1, 1, 1, end) (None where every key is visible).
 
-        Two ways to address a cache of several sequence slots (`cache_batch` of them):
-        - `slot` (a size, maybe symbolic): a batch-1 pass writes and reads that slot's rows only (a request's prefill);
-        - `rows` (a (B, 1, end, 1) bool Tensor, B = cache_batch): each sequence's new key and value go to the row its
-          one-hot marks (a batched decode step, every sequence at its own position); the pass reads rows 0 .. end - 1
-          of every slot, and `mask` hides each sequence's rows past its position.
+    Two ways to address a cache of several sequence slots (`cache_batch` of them):
+    - `slot` (a size, maybe symbolic): a batch-1 pass writes and reads that slot's rows only (a request's prefill);
+    - `rows` (a (B, 1, end, 1) bool Tensor, B <= cache_batch: slots 0 .. B - 1): each sequence's new key and value
+      go to the row its one-hot marks (a batched decode step, every sequence at its own position); the pass reads
+      rows 0 .. end - 1 of every slot, and `mask` hides each sequence's rows past its position.
     """
 
     start: Size
@@ -312,6 +312,8 @@ class Attention(WeightModule):
         key_cache, value_cache = self.allocate_cache(where.cache_batch or batch)
         if where.slot is not None:  # one slot of a batched cache: its rows only
             key_cache, value_cache = key_cache[where.slot : where.slot + 1], value_cache[where.slot : where.slot + 1]
+        elif key_cache.shape[0] != batch:  # the first `batch` slots of a batched cache
+            key_cache, value_cache = key_cache[:batch], value_cache[:batch]
         if where.rows is not None:  # each sequence's row at its own position: a one-hot select over rows 0..end-1
             old_keys, old_values = key_cache[:, :, : where.end], value_cache[:, :, : where.end]
             Tensor.realize_all(

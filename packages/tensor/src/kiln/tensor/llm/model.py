@@ -159,32 +159,38 @@ class Transformer(WeightModule):
             h = h[:, length - 1 : length]
         return self._head(h)
 
-    def forward_batched_decode(self, h: Tensor, positions: Tensor, end: int | Tensor | BoundVariable) -> Tensor:
-        """Logits (S, 1, vocab) of one embedded token per sequence slot, `h` (S, 1, dim), each at its own cache
-        position `positions` (S,) int32 of the S-slot cache: slot s writes its key and value to row positions[s]
-        and attends over its rows 0 .. positions[s]. The pass reads rows 0 .. end - 1 of every slot (`end` > every
-        position: an int or a bound Variable, so one set of kernels serves every value) and masks each slot's rows
-        past its position; a slot nobody uses computes values that nobody reads.
+    def forward_batched_decode(
+        self, h: Tensor, positions: Tensor, end: int | Tensor | BoundVariable, slots: int | None = None
+    ) -> Tensor:
+        """Logits (W, 1, vocab) of one embedded token per sequence slot 0 .. W - 1, `h` (W, 1, dim), each at its own
+        cache position `positions` (W,) int32 of the cache of `slots` sequence slots (default W): slot s writes its
+        key and value to row positions[s] and attends over its rows 0 .. positions[s]. The pass reads rows 0 ..
+        end - 1 of every slot (`end` > every position: an int or a bound Variable, so one set of kernels serves
+        every value) and masks each slot's rows past its position; a slot nobody uses computes values that nobody
+        reads (a position of max_context writes no row).
 
         Raises:
-            ValueError: h not (S, 1, dim), positions not (S,), or end outside [1, max_context].
+            ValueError: h not (W, 1, dim), positions not (W,), W above slots, or end outside [1, max_context].
         """
-        slots = h.shape[0]
-        if h.ndim != 3 or h.shape[1] != 1 or h.shape[2] != self.config.dim or not isinstance(slots, int):
+        width = h.shape[0]
+        if h.ndim != 3 or h.shape[1] != 1 or h.shape[2] != self.config.dim or not isinstance(width, int):
             raise ValueError(f"embedded tokens must be (slots, 1, {self.config.dim}), got {format_shape(h.shape)}")
-        if positions.shape != (slots,):
-            raise ValueError(f"positions must be ({slots},), one per slot, got {format_shape(positions.shape)}")
+        slots = width if slots is None else slots
+        if width > slots:
+            raise ValueError(f"{width} sequences do not fit a cache of {slots} slots")
+        if positions.shape != (width,):
+            raise ValueError(f"positions must be ({width},), one per slot, got {format_shape(positions.shape)}")
         stop = as_size(end, "end")
         if not 1 <= bound_int(stop) <= max_int(stop) <= self.max_context:
             raise ValueError(f"end {bound_int(stop)} (at most {max_int(stop)}) must be in [1, {self.max_context}]")
-        cos, sin = self._rotary.angles(positions.float().reshape(slots, 1))  # (S, D/2)
+        cos, sin = self._rotary.angles(positions.float().reshape(width, 1))  # (W, D/2)
         half = cos.shape[-1]
-        cos, sin = cos.reshape(slots, 1, 1, half), sin.reshape(slots, 1, 1, half)  # against (S, heads, 1, D/2)
+        cos, sin = cos.reshape(width, 1, 1, half), sin.reshape(width, 1, 1, half)  # against (W, heads, 1, D/2)
         keys_at = Tensor.arange(self.max_context)[:stop]  # (end,)
-        at = positions.reshape(slots, 1)
-        visible = (keys_at.unsqueeze(0) <= at).where(0.0, float("-inf"))  # (S, end)
-        mask = visible.unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (S, 1, 1, 1, end)
-        rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(slots, 1, 1, 1)  # (S, 1, end, 1)
+        at = positions.reshape(width, 1)
+        visible = (keys_at.unsqueeze(0) <= at).where(0.0, float("-inf"))  # (W, end)
+        mask = visible.unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (W, 1, 1, 1, end)
+        rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(width, 1, 1, 1)  # (W, 1, end, 1)
         where = Positions(0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows)
         self._caches(slots)
         for block in self.blk:
