@@ -21,18 +21,13 @@ from typing import Any
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
+from kiln.tensor.nn.linear import check_size
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
-
-
-def _check_size(value: object, what: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _nonlinearity_mode(nonlinearity: str) -> str:
@@ -98,15 +93,15 @@ class RNNBase(Module):
         if mode not in _GATES:
             raise ValueError(f"Unrecognized RNN mode: {mode!r}, expected one of {sorted(_GATES)}")
         self.mode = mode
-        self.input_size = _check_size(input_size, f"{type(self).__name__} input_size", 0)
-        self.hidden_size = _check_size(hidden_size, f"{type(self).__name__} hidden_size")
-        self.num_layers = _check_size(num_layers, f"{type(self).__name__} num_layers")
+        self.input_size = check_size(input_size, f"{type(self).__name__} input_size", 0)
+        self.hidden_size = check_size(hidden_size, f"{type(self).__name__} hidden_size")
+        self.num_layers = check_size(num_layers, f"{type(self).__name__} num_layers")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout <= 1.0:
             raise ValueError(
                 "dropout should be a number in range [0, 1] representing the probability of an element being "
                 f"zeroed, got {dropout!r}"
             )
-        self.proj_size = _check_size(proj_size, f"{type(self).__name__} proj_size", 0)
+        self.proj_size = check_size(proj_size, f"{type(self).__name__} proj_size", 0)
         if proj_size and mode != "LSTM":
             raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         if proj_size and proj_size >= hidden_size:
@@ -372,8 +367,8 @@ class RNNCellBase(Module):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool, gates: int, device: str | None = None) -> None:
         super().__init__()
-        self.input_size = _check_size(input_size, f"{type(self).__name__} input_size", 0)
-        self.hidden_size = _check_size(hidden_size, f"{type(self).__name__} hidden_size")
+        self.input_size = check_size(input_size, f"{type(self).__name__} input_size", 0)
+        self.hidden_size = check_size(hidden_size, f"{type(self).__name__} hidden_size")
         self.bias = bool(bias)
         bound = 1.0 / math.sqrt(hidden_size)
         self.weight_ih = init.uniform((gates * hidden_size, input_size), -bound, bound, device=device)
