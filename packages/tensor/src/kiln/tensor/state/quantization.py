@@ -182,6 +182,79 @@ def _q6_k(raw: Tensor) -> Tensor:
     return (_f16(raw, 208).reshape(-1, 1, 1) * scales * quants).reshape(-1, QK_K)
 
 
+# ggml's kvalues_iq4nl: the 16 levels of the non-linear 4-bit codes of IQ4_NL and IQ4_XS
+_IQ4NL_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# ggml's kvalues_mxfp4: FP4 E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; the block scale
+# carries the factor 1/2), code 8 being -0
+_MXFP4_LEVELS = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def _levels(codes: Tensor, table: Sequence[int]) -> Tensor:
+    """table[code] for every 4-bit code, as float32: a tree of selects on the code's bits, lowest first (elementwise,
+    so it fuses like the other decoders; a gather would not)."""
+    picked: list[Tensor | float] = [float(level) for level in table]
+    for bit in range(4):
+        chosen = ((codes >> bit) & 1) != 0
+        picked = [chosen.where(picked[pair + 1], picked[pair]) for pair in range(0, len(picked), 2)]
+    (values,) = picked
+    assert isinstance(values, Tensor)
+    return values
+
+
+def _iq4_nl(raw: Tensor) -> Tensor:
+    return _f16(raw, 0) * _levels(_nibbles(raw[:, 2:18]).reshape(-1, 32), _IQ4NL_LEVELS)
+
+
+def _iq4_xs(raw: Tensor) -> Tensor:
+    # 8 sub-blocks of 32: six-bit scale of sub-block s = nibble s % 2 of byte s // 2 of scales_l (bytes 4..7), with
+    # bits 2 s, 2 s + 1 of the little-endian uint16 scales_h (bytes 2..3) on top, minus 32; codes like IQ4_NL's
+    scale_low = Tensor.stack(raw[:, 4:8] & 0xF, raw[:, 4:8] >> 4, dim=-1).reshape(-1, 8)
+    scale_high = _bits(raw[:, 2:4], 2, dim=-1).reshape(-1, 8)
+    scales = _float(scale_low | (scale_high << 4)) - 32
+    codes = _nibbles(raw[:, 8:136].reshape(-1, 8, 16)).reshape(-1, 8, 32)
+    values = _f16(raw, 0).reshape(-1, 1, 1) * scales.reshape(-1, 8, 1) * _levels(codes, _IQ4NL_LEVELS)
+    return values.reshape(-1, QK_K)
+
+
+def _e8m0_half(raw: Tensor, offset: int) -> Tensor:
+    """Half of the E8M0 scale 2 ** (e - 127) in byte `offset` (ggml_e8m0_to_fp32_half), float32 (blocks, 1).
+
+    2 ** (e - 128) has the float32 exponent field e - 1 for e >= 2; e = 0 and 1 give the subnormals 2 ** -128 and
+    2 ** -127 (mantissa bit 21 or 22)."""
+    exponent = raw[:, offset : offset + 1].cast(dtypes.uint32)
+    return (exponent < 2).where((exponent + 1) << 21, (exponent - 1) << 23).bitcast(dtypes.float32)
+
+
+def _mxfp4(raw: Tensor) -> Tensor:
+    return _e8m0_half(raw, 0) * _levels(_nibbles(raw[:, 1:17]).reshape(-1, 32), _MXFP4_LEVELS)
+
+
+def _tq2_0(raw: Tensor) -> Tensor:
+    # element 128 h + 32 k + l: bits 2 k, 2 k + 1 of byte 32 h + l, minus 1 (Q2_K's order); f16 scale last
+    codes = _bits(raw[:, 0:64].reshape(-1, 2, 32), 2, dim=-2).reshape(-1, QK_K)
+    return _f16(raw, 64) * (_float(codes) - 1)
+
+
+def _trits(packed: Tensor, digits: int) -> Tensor:
+    """The base-3 digits of bytes holding ceil(q * 256 / 243) for a q of `digits` trits, most significant first:
+    digit k is the top of (byte * 3 ** k mod 256) * 3 / 256, stacked along a new axis before the last."""
+    wide = packed.cast(dtypes.uint32)
+    parts = [((((wide * 3**k) & 0xFF) * 3) >> 8) for k in range(digits)]
+    return _float(Tensor.stack(*parts, dim=-2)) - 1
+
+
+def _tq1_0(raw: Tensor) -> Tensor:
+    # 48 bytes of 5 trits: bytes 0..31 give elements 32 k + l, bytes 32..47 elements 160 + 16 k + l; 4 bytes of 4
+    # trits give elements 240 + 4 k + l; f16 scale at byte 52
+    trits = Tensor.cat(
+        _trits(raw[:, 0:32], 5).reshape(-1, 160),
+        _trits(raw[:, 32:48], 5).reshape(-1, 80),
+        _trits(raw[:, 48:52], 4).reshape(-1, 16),
+        dim=1,
+    )
+    return _f16(raw, 52) * trits
+
+
 def _plain(dtype: DType) -> Callable[[Tensor], Tensor]:
     """A decoder of unquantized little-endian data: the bytes of each element assembled and reinterpreted."""
     unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
@@ -226,8 +299,13 @@ GGML_BLOCKS: dict[GGMLType, BlockFormat] = {
     GGMLType.Q5_K: BlockFormat(QK_K, 176, _q5_k),
     GGMLType.Q6_K: BlockFormat(QK_K, 210, _q6_k),
     GGMLType.Q8_K: BlockFormat(QK_K, 292, _q8_k),
+    GGMLType.IQ4_NL: BlockFormat(32, 18, _iq4_nl),
+    GGMLType.IQ4_XS: BlockFormat(QK_K, 136, _iq4_xs),
+    GGMLType.MXFP4: BlockFormat(32, 17, _mxfp4),
+    GGMLType.TQ1_0: BlockFormat(QK_K, 54, _tq1_0),
+    GGMLType.TQ2_0: BlockFormat(QK_K, 66, _tq2_0),
 }
-"""Every ggml type kiln decodes; others (Q8_1, the IQ and TQ families...) raise NotImplementedError."""
+"""Every ggml type kiln decodes; others (Q8_1, the IQ1/IQ2/IQ3 families) raise NotImplementedError."""
 
 
 def block_format(ggml_type: int) -> BlockFormat:
