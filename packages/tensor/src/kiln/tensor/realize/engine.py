@@ -51,6 +51,7 @@ from kiln.tensor.schedule import (
 )
 from kiln.tensor.schedule.cache import ScheduleCache
 from kiln.tensor.schedule.normalize import capture_scope, const_key
+from kiln.tensor.sharding import lower_roots
 from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 
 __all__ = [
@@ -573,8 +574,9 @@ class Engine:
         A structure seen before with other values of some constants gets those constants lifted into one-element input
         buffers (see `kiln.tensor.schedule.cache`), so a value that changes from call to call reuses one kernel.
         """
-        plan, inputs = self.schedule.resolve(uops)  # by structure (one walk), or planned and remembered
-        views = self.run_plan(plan, inputs)
+        lowered = lower_roots(uops)  # a sharded root becomes its per-device graphs (kiln.tensor.sharding)
+        plan, inputs = self.schedule.resolve(lowered.nodes)  # by structure (one walk), or planned and remembered
+        views = lowered.join(self.run_plan(plan, inputs))
         for uop, view in zip(uops, views):
             record_realized(uop, view)
         return views
