@@ -4,8 +4,9 @@ number of spatial dims) and `LayerNorm2d` (LayerNorm over the channels of (N, C,
 
 The layers that tinygrad and torch spell alike (`Linear`, `Conv2d`, `Embedding`, `LSTMCell`, `RMSNorm`,
 `GroupNorm`, `LayerNorm`) keep torch's behaviour in kiln; where tinygrad's differs:
-- training mode is the module's `training` flag (`model.train()` / `model.eval()`), not tinygrad's global
-  `Tensor.training` / `Context(TRAINING=1)`; these layers read it the same way.
+- training mode: `BatchNorm` here follows tinygrad's switch `Context(TRAINING=0|1)` (the TRAINING knob) while it
+  is set, else the module's `training` flag (`model.train()` / `model.eval()`); the layers spelled as in torch
+  follow the module flag only (`Tensor.dropout()` without `training` follows the switch too).
 - `Embedding` draws its weight from N(0, 1) (tinygrad: glorot-uniform); `LSTMCell` draws its biases from
   U(-1/sqrt(hidden), 1/sqrt(hidden)) (tinygrad: zeros); `RMSNorm`'s default eps is None, the dtype's machine epsilon
   (tinygrad: 1e-6). Load a tinygrad checkpoint to get tinygrad's values.
@@ -20,6 +21,7 @@ from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
 from kiln.tensor.nn.module import Module
 from kiln.tensor.nn.normalization import LayerNorm, _BatchNorm
+from kiln.tensor.ops.nn import training_switch
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["BatchNorm", "InstanceNorm", "LayerNorm2d"]
@@ -46,6 +48,19 @@ class BatchNorm(_BatchNorm):
         device: str | None = None,
     ) -> None:
         super().__init__(sz, eps, momentum, affine, track_running_stats, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Batch statistics in training, the running ones in inference; tinygrad's `Context(TRAINING=0|1)` decides
+        while it is set, else the module's `train()` / `eval()` flag."""
+        switch = training_switch()
+        if switch is None or switch == self.training:
+            return super().forward(x)
+        flag = self.training
+        self.training = switch
+        try:
+            return super().forward(x)
+        finally:
+            self.training = flag
 
 
 class InstanceNorm(Module):

@@ -35,6 +35,26 @@ from kiln.tensor.ops.similarity import SimilarityMixin
 from kiln.tensor.ops.sorting import SortingMixin
 from kiln.tensor.ops.unpooling import UnpoolingMixin
 from kiln.uops import dtypes
+from kiln.uops.knobs import register_knob
+
+TRAINING = register_knob(
+    "TRAINING",
+    int,
+    -1,
+    "tinygrad's training switch (`with Context(TRAINING=1):`): 1 makes `Tensor.dropout()` called without `training` "
+    "drop elements and tinygrad's `nn.BatchNorm` use batch statistics; 0 turns both off; -1 (unset) leaves dropout "
+    "on (torch's `F.dropout` default) and the layer to its module's `train()` / `eval()` flag.",
+    env="KILN_TRAINING",
+    owner="kiln.tensor",
+    choices=(-1, 0, 1),
+)
+
+
+def training_switch() -> bool | None:
+    """The TRAINING knob as a bool (tinygrad's `Context(TRAINING=...)`), or None while it is unset (-1)."""
+    value = TRAINING.value()
+    return None if value == -1 else bool(value)
+
 
 __all__ = ["NNMixin"]
 
@@ -56,9 +76,10 @@ class NNMixin(
     """Neural-network functions: linear algebra, convolution, pooling, resizing, sorting, losses, normalization,
     attention and dropout."""
 
-    def dropout(self, p: float = 0.5, training: bool = True) -> Self:
+    def dropout(self, p: float = 0.5, training: bool | None = None) -> Self:
         """Each element zeroed with probability `p` and the rest scaled by 1 / (1 - p), like
-        `torch.nn.functional.dropout`; the identity when not `training` or p = 0. The mask comes from the global
+        `torch.nn.functional.dropout`; the identity when not `training` or p = 0. `training` None follows tinygrad's
+        switch `Context(TRAINING=0|1)` when it is set, else drops (torch's default). The mask comes from the global
         random generator (`Tensor.manual_seed`), so it is the same on every device.
 
         Example:
@@ -67,8 +88,11 @@ class NNMixin(
         """
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability p must be in [0, 1], got {p!r}")
+        if training is None:
+            switch = training_switch()
+            training = True if switch is None else switch
         if not isinstance(training, bool):
-            raise TypeError(f"dropout training must be a bool, got {training!r}")
+            raise TypeError(f"dropout training must be a bool or None, got {training!r}")
         if not training or p == 0:
             return self
         if not dtypes.is_float(self.dtype):
