@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, quants
 
-from kiln.tensor import Tensor
+from kiln.tensor import GlobalCounters, Tensor
+from kiln.tensor.llm import load_model
 from kiln.tensor.llm.quantized import QuantizedWeight, linear
 from kiln.tensor.state import GGML_BLOCKS, GGMLType, dequantize, gguf_load, gguf_load_raw
 
@@ -132,7 +133,10 @@ def test_quantized_weight_linear_decodes_the_new_types(tmp_path: pathlib.Path) -
     for name, matrix in expected.items():
         raw, kind, shape = raw_tensors[name]
         weight = QuantizedWeight(raw, kind, shape)
-        np.testing.assert_allclose(linear(Tensor(x), weight).numpy(), x @ matrix.T, rtol=1e-5, atol=1e-4)
+        inputs = Tensor(x).realize()
+        GlobalCounters.reset()
+        np.testing.assert_allclose(linear(inputs, weight).numpy(), x @ matrix.T, rtol=1e-5, atol=1e-4)
+        assert GlobalCounters.kernel_count <= 2, name  # decoded inside the product, not to a float matrix first
         np.testing.assert_array_equal(weight.row(3).numpy(), matrix[3:4], err_msg=name)
 
 
@@ -146,3 +150,49 @@ def test_block_size_errors_name_the_type(kind: GGMLType) -> None:
     half = block.block_size // 2
     with pytest.raises(ValueError, match=rf"{kind.name} rows of {half} are not whole {block.block_size}-blocks"):
         QuantizedWeight(Tensor(np.zeros(block.type_size, np.uint8)), kind, (2, half))
+
+
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+
+
+def iq4_nl_blocks(values: np.ndarray) -> np.ndarray:
+    """A plain IQ4_NL encoding of float rows (gguf-py has no IQ4_NL quantizer): per block of 32, d = -max|x| / 127
+    signed so the largest magnitude lands on level -127, each value on its nearest level."""
+    blocks = values.reshape(-1, 32)
+    largest = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
+    scale = (largest / -127).astype(np.float16)
+    ratio = blocks / np.where(scale == 0, 1, scale.astype(np.float32))[:, None]
+    codes = np.abs(ratio[:, :, None] - IQ4_LEVELS).argmin(axis=2).astype(np.uint8)
+    packed = codes[:, :16] | (codes[:, 16:] << 4)
+    return np.concatenate([scale[:, None].view(np.uint8), packed], axis=1)
+
+
+def test_llama_with_iq4_nl_and_mxfp4_weights() -> None:
+    # the f32 llama fixture (its logits equal transformers', tests/llm/test_model_logits.py) with every matrix
+    # re-encoded, alternately IQ4_NL and MXFP4, and kept encoded: its logits equal those of the float model given
+    # gguf-py's decoding of the same bytes, and stay near the unquantized model's
+    fixtures = pathlib.Path(__file__).parent.parent / "llm" / "fixtures" / "llama"
+    quantized = load_model(fixtures / "llama-f32.gguf")
+    decoded = load_model(fixtures / "llama-f32.gguf")
+    prompt = Tensor(np.load(fixtures / "expected.npz")["prompt"].reshape(1, -1).astype(np.int32))
+    original = decoded.model(prompt, 0).numpy()
+    encoded: dict[str, object] = {}
+    floats: dict[str, object] = {}
+    matrices = [(n, w) for n, w in quantized.model.state_dict().items() if len(w.shape) == 2]
+    for number, (name, weight) in enumerate(matrices):
+        assert isinstance(weight, Tensor)
+        values = weight.numpy()
+        kind = GGMLType.IQ4_NL if number % 2 == 0 else GGMLType.MXFP4
+        if kind == GGMLType.IQ4_NL:
+            raw = iq4_nl_blocks(values)
+        else:
+            raw = quants.quantize(values, GGMLQuantizationType.MXFP4)
+        encoded[name] = QuantizedWeight(Tensor(raw.reshape(-1)), kind, values.shape)
+        floats[name] = Tensor(oracle(raw, kind, values.shape))
+    quantized.model.load_state_dict(encoded, strict=False)
+    decoded.model.load_state_dict(floats, strict=False)
+    kinds = {w.ggml_type for w in quantized.model.weights.values() if isinstance(w, QuantizedWeight)}
+    assert kinds == {GGMLType.IQ4_NL, GGMLType.MXFP4} and len(encoded) == 16
+    got = quantized.model(prompt, 0).numpy()
+    np.testing.assert_allclose(got, decoded.model(prompt, 0).numpy(), atol=2e-5, rtol=0)
+    assert 1e-3 < np.abs(got - original).max() < 0.2  # the encoded weights are the ones used
