@@ -7,8 +7,10 @@ server (kiln.tensor.llm.server, `--max-batch` 8) runs in this process on 127.0.0
 speaking HTTP with the standard library. Each client sends `--requests` completions one after another (a prompt of
 `--prompt` tokens, `--new` new tokens, greedy; the tokenizer has no stop token, so every request produces all of
 them). Per client count: aggregate completion tokens/s (all clients' tokens over the wall time), the per-request
-latency (median / max) and the ratio to one client. The reference in the same run is the batch-1 `Generator`'s
-decode tokens/s on the same model without the server. Every client count is run once untimed first (compiles).
+latency (median / max) and the ratio to one client. The references in the same run: the batch-1 `Generator`'s
+decode tokens/s on the same model without the server, and the `BatchedGenerator`'s steps alone with as many
+sequences as clients (what the server adds is HTTP, text and scheduling; a prefill stalls the others' steps).
+Every client count is run once untimed first (compiles).
 
     uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8] [--new 64] [--requests 3]
 """
@@ -129,8 +131,20 @@ def main() -> None:
         rates.append(generator.last_stats.decode_tokens_per_second)
     single = statistics.median(rates)
     print(f"reference: Generator (batch 1, no server) decode {single:7.1f} tok/s")
-
     model = ChatModel(loaded, byte_tokenizer(shape["vocab"]), None)
+    batched = model.batched(args.max_batch)  # the server's own: its steps compile once
+    for count in counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
+        rates = []
+        for _ in range(3):
+            for index in range(count):
+                batched.start(ids[: len(ids) - index], max_tokens=args.new)
+            started, produced = time.perf_counter(), 0
+            while batched.active:
+                produced += len(batched.step())
+            rates.append(produced / (time.perf_counter() - started))
+        print(f"reference: BatchedGenerator (no server), {count} sequences: decode {max(rates):7.1f} tok/s "
+              f"aggregate (best of 3)")  # fmt: skip
+
     limits = ServerLimits(max_batch=args.max_batch, max_queue=max(64, 2 * max(counts)))
     httpd, logic = make_server(model, port=0, limits=limits)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
