@@ -15,8 +15,9 @@ bool buffer keeps kiln's one byte per element, packed four to a u32 word; a stor
 Numerics kept: i32/u32 arithmetic wraps around in WGSL already; shifts by a count outside [0, 32) give 0 (or the
 sign for SHR) instead of WGSL's count modulo 32; division and modulo by 0 give 0; float -> int truncates, wraps and
 gives the minimum for NaN/inf (a helper; WGSL saturates); float MAX ignores a NaN operand and orders -0 below +0;
-NaN and infinity constants are bit casts (WGSL has no literals for them). Shader compilers may assume no NaN/inf
-(lavapipe folds `x != x`, `x - x` and `x * 0`), so NaN tests are on the bits and those forms are written out.
+NaN and infinity constants are run-time bit casts (`kiln_f32_bits`: WGSL has no literals for them, and Chromium's
+Tint rejects a constant bit cast to them). Shader compilers may assume no NaN/inf (lavapipe folds `x != x`, `x - x`
+and `x * 0`), so NaN tests are on the bits and those forms are written out.
 EXP2/LOG2/SIN/POW are WGSL's builtins: codegen's exact decompositions need IEEE rounding that such compilers do not
 keep (they reassociate `x + c - c`).
 """
@@ -32,7 +33,7 @@ from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWri
 from kiln.renderers.target import WEBGPU, TargetRenderer
 from kiln.renderers.toolchain import ToolchainCompiler
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
-from kiln.renderers.wgsl_helpers import NARROW_BITS, POW_HELPER, float_to_int_helper, narrow
+from kiln.renderers.wgsl_helpers import F32_BITS_HELPER, NARROW_BITS, POW_HELPER, float_to_int_helper, narrow
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 __all__ = ["WGSL_SCALAR_TYPES", "WGSLCompileError", "WGSLCompiler", "WGSLRenderer", "WGSLWriter", "pm_wgsl"]
@@ -204,7 +205,7 @@ def _variable(ctx: WGSLWriter, x: UOp) -> str:
 
 pm_wgsl = PatternMatcher(
     [
-        (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.language.constant(x.arg, x.dtype)),
+        (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.language.constant(x.arg, x.dtype, ctx)),
         (UPat(Ops.DEFINE_GLOBAL, name="x"), lambda ctx, x: f"data{x.arg}"),
         (UPat(Ops.DEFINE_VAR, name="x"), _variable),
         (UPat(Ops.SPECIAL, name="x"), _special),
@@ -370,15 +371,20 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
 
     # ---- constants ----
 
-    def constant(self, value: ConstType, dtype: DType) -> str:
-        """A WGSL literal of `value` (NaN, infinities and the most negative i32 as bit casts)."""
+    def constant(self, value: ConstType, dtype: DType, writer: WGSLWriter | None = None) -> str:
+        """A WGSL literal of `value` (the most negative i32 as a bit cast). NaN and the infinities have no literal:
+        they are the run-time value `kiln_f32_bits(bits)`, declared in `writer`'s kernel (a bit cast of a literal
+        is a constant expression, which Chromium's Tint evaluates and rejects: "value nan cannot be represented as
+        'f32'"; a user function's result is no constant expression)."""
         if dtype == dtypes.bool:
             return "true" if value else "false"
         if dtype == dtypes.float32:
             number = float(value)
             if math.isnan(number) or math.isinf(number):
                 bits = 0x7FC00000 if math.isnan(number) else 0x7F800000 | (number < 0) << 31
-                return f"bitcast<f32>({bits:#010x}u)"
+                if writer is None:
+                    raise ValueError(f"WGSL writes {number} as a run-time value: constant() needs the kernel's writer")
+                return f"{writer.require_helper('kiln_f32_bits', F32_BITS_HELPER)}({bits:#010x}u)"
             text = f"{number!r}f"  # the shortest decimal of an f32 value converts back to it exactly
         elif dtype in WGSL_SCALAR_TYPES and dtypes.is_int(dtype):
             if int(value) == -(2**31):
@@ -408,20 +414,21 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
         if dtypes.is_float(kind) and uop.op in (Ops.CMPNE, Ops.CMPEQ) and uop.src[0] is uop.src[1]:
             symbol = ">" if uop.op is Ops.CMPNE else "<="  # the NaN test x != x, on the bits (see the MAX template)
             return f"((bitcast<u32>({operands[0]}) & 0x7fffffffu) {symbol} 0x7f800000u)"
-        if dtypes.is_float(kind) and (folded := self._foldable_float(uop, operands)) is not None:
+        if dtypes.is_float(kind) and (folded := self._foldable_float(writer, uop, operands)) is not None:
             return folded
         if uop.op is Ops.POW and dtypes.is_float(kind):
+            writer.require_helper("kiln_f32_bits", F32_BITS_HELPER)  # kiln_pow's NaN and infinity
             return f"{writer.require_helper('kiln_pow', POW_HELPER)}({operands[0]}, {operands[1]})"
         if template is None:
             raise ValueError(f"WGSLRenderer has no {uop.op!r} for {kind!r}; codegen should decompose it")
         return template.format(*operands)
 
-    def _foldable_float(self, uop: UOp, operands: list[str]) -> str | None:
+    def _foldable_float(self, writer: WGSLWriter, uop: UOp, operands: list[str]) -> str | None:
         """`x - x` and `x * 0` written so a shader compiler that assumes no NaN/inf cannot fold them to 0 (lavapipe
         does): 0 of the IEEE sign for finite x, NaN for NaN and infinities, as the IR computes them."""
         x = operands[0]
         not_finite = f"((bitcast<u32>({x}) & 0x7f800000u) == 0x7f800000u)"
-        nan = "bitcast<f32>(0x7fc00000u)"
+        nan = self.constant(math.nan, dtypes.float32, writer)
         if uop.op is Ops.SUB and uop.src[0] is uop.src[1]:
             return f"select(0.0f, {nan}, {not_finite})"
         if uop.op is Ops.MUL and uop.src[1].op is Ops.CONST and uop.src[1].arg == 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kiln.uops import DType, dtypes
 
-__all__ = ["NARROW_BITS", "POW_HELPER", "float_to_int_helper", "narrow"]
+__all__ = ["F32_BITS_HELPER", "NARROW_BITS", "POW_HELPER", "float_to_int_helper", "narrow"]
 
 NARROW_BITS: dict[DType, int] = {dtypes.int8: 8, dtypes.uint8: 8, dtypes.int16: 16, dtypes.uint16: 16}
 """The integer dtypes computed in a 32-bit register, by their width."""
@@ -39,11 +39,15 @@ def float_to_int_helper(name: str, target: DType, kind: str, minimum: str) -> st
     )
 
 
+F32_BITS_HELPER = "fn kiln_f32_bits(bits: u32) -> f32 { return bitcast<f32>(bits); }"
+"""The f32 of `bits` as a run-time value: NaN and the infinities have no WGSL literal, and a bit cast of a literal is a
+constant expression that Chromium's Tint evaluates and rejects ("value nan cannot be represented as 'f32'")."""
+
 POW_HELPER = """fn kiln_pow(x: f32, y: f32) -> f32 {
-  let infinity = bitcast<f32>(0x7f800000u);
+  let infinity = kiln_f32_bits(0x7f800000u);
   if (y == 0.0f || x == 1.0f) { return 1.0f; }
   if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u || (bitcast<u32>(y) & 0x7fffffffu) > 0x7f800000u) {
-    return bitcast<f32>(0x7fc00000u);
+    return kiln_f32_bits(0x7fc00000u);
   }
   let magnitude = abs(x);
   let y_magnitude = abs(y);
@@ -55,7 +59,7 @@ POW_HELPER = """fn kiln_pow(x: f32, y: f32) -> f32 {
     if (magnitude == 1.0f) { return 1.0f; }
     return select(0.0f, infinity, (magnitude < 1.0f) != (y > 0.0f));
   }
-  if (x < 0.0f && magnitude < infinity && !y_integer) { return bitcast<f32>(0x7fc00000u); }
+  if (x < 0.0f && magnitude < infinity && !y_integer) { return kiln_f32_bits(0x7fc00000u); }
   if (magnitude == 0.0f) {
     if (y > 0.0f) { return select(0.0f, x, y_odd); }
     let signed_infinity = select(infinity, -infinity, bitcast<i32>(x) < 0i);

@@ -11,7 +11,6 @@ any buffer of the plan, is refused here naming the tensor; so is a buffer over t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from kiln.codegen import Program
@@ -88,25 +87,6 @@ def _wgsl_program(launch: PlannedLaunch) -> Program:
     return program
 
 
-_FLOAT_BITS = re.compile(r"bitcast<f32>\((0x[0-9a-fA-F]{8})u\)")
-_RUNTIME_BITS = "fn kiln_runtime_bits(bits: u32) -> u32 { return bits; }"
-
-
-def _browser_source(source: str) -> str:
-    """The WGSL with its NaN and infinity constants made run-time values. kiln's WGSL writes them as
-    `bitcast<f32>(0x7fc00000u)`, which naga (wgpu) accepts; Chromium's Tint evaluates that constant expression and
-    rejects it ("value nan cannot be represented as 'f32'"): through a function call it is no constant expression."""
-
-    def runtime(match: re.Match[str]) -> str:
-        bits = int(match.group(1), 16)
-        if (bits >> 23) & 0xFF != 0xFF:
-            return match.group(0)
-        return f"bitcast<f32>(kiln_runtime_bits({match.group(1)}u))"
-
-    rewritten = _FLOAT_BITS.sub(runtime, source)
-    return rewritten if rewritten == source else f"{rewritten}\n{_RUNTIME_BITS}\n"
-
-
 def _js_endpoint(endpoint: Endpoint) -> str:
     names = names_of(endpoint.dtype, endpoint.name)
     shape = ", ".join(
@@ -134,7 +114,7 @@ def _module(plan: ExportPlan) -> str:
             continue
         program = _wgsl_program(step)
         signature = program.signature
-        kernel = sources.setdefault(_browser_source(program.source), len(sources))
+        kernel = sources.setdefault(program.source, len(sources))
         bindings = []
         for parameter in signature.buffers:
             argument = step.arguments[parameter.slot]
