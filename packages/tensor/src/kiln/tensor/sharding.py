@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from kiln.tensor import graph
 from kiln.uops import GroupOp, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
@@ -324,18 +324,20 @@ class RootLayout:
     axis: int | None
 
 
-@dataclass(frozen=True)
-class LoweredRoots:
+class LoweredRoots(NamedTuple):
     """Realize roots with every sharded one replaced by its per-device graphs (`nodes`); `join` makes the views
-    the scheduler returns for `nodes` into one view per root (a MULTI node over a sharded root's shard views)."""
+    the scheduler returns for `nodes` into one view per root (a MULTI node over a sharded root's shard views).
 
-    nodes: list[UOp]
+    A named tuple: every realize makes one, and the usual one (no sharded root) must cost next to nothing.
+    """
+
+    nodes: Sequence[UOp]
     layout: tuple[RootLayout | int, ...]  # per root: a sharded root's layout, or the index of a plain root's node
 
-    def join(self, views: Sequence[UOp]) -> list[UOp]:
+    def join(self, views: list[UOp]) -> list[UOp]:
         """The view of each root, from the views of `nodes`."""
         if not self.layout:
-            return list(views)
+            return views
         return [
             views[entry]
             if isinstance(entry, int)
@@ -346,8 +348,15 @@ class LoweredRoots:
 
 def lower_roots(roots: Sequence[UOp]) -> LoweredRoots:
     """The roots of one realize, each sharded one lowered to its per-device graphs (the others as they are)."""
+    placement = graph.DEVICE.get
+    for root in roots:  # a loop, not any(): this runs on every realize
+        found = placement(root)
+        if found is None or type(found) is tuple:
+            break
+    else:
+        return LoweredRoots(roots, ())
     if not any(isinstance(graph.placement_of(root), tuple) for root in roots):
-        return LoweredRoots(list(roots), ())
+        return LoweredRoots(roots, ())
     nodes: list[UOp] = []
     layout: list[RootLayout | int] = []
     for root in roots:
