@@ -32,6 +32,20 @@ def bias_correction(group: ParamGroup, index: int, t: Tensor) -> Tensor:
     return -(t * (-group.complement("betas", index)).log1p()).expm1()
 
 
+def decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
+    """(weights, gradient) after maximize and weight decay: L2 (added to the gradient) or, with
+    `decoupled_weight_decay`, p *= 1 - lr * weight_decay."""
+    weights = parameter.detach()
+    if group.get("maximize"):
+        gradient = -gradient
+    weight_decay = float(group["weight_decay"])
+    if weight_decay and group.get("decoupled_weight_decay"):
+        weights = weights * (1.0 - group.value("lr") * weight_decay).cast(weights.dtype)
+    elif weight_decay:
+        gradient = gradient + weights * weight_decay
+    return weights, gradient
+
+
 class MomentsOptimizer(Optimizer):
     """The Adam family's shared parts: betas and eps checks, the step count, the two moment estimates."""
 
@@ -42,13 +56,6 @@ class MomentsOptimizer(Optimizer):
         check_betas(group["betas"])
         check_number(group["eps"], "epsilon value")
         check_number(group["weight_decay"], "weight_decay value")
-
-    def advance(self, index: int) -> Tensor:
-        """Records t <- t + 1 for group `index`; returns the new t (0-dim float32)."""
-        count = self.step_count(index)
-        t = count + 1.0
-        self.write(count, t)
-        return t
 
     def moments(self, group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
         """Records and returns the new (exp_avg, exp_avg_sq) of `parameter`."""
@@ -104,16 +111,9 @@ class Adam(MomentsOptimizer):
         """The moments, t and the parameters."""
         t = self.advance(index)
         correction1, correction2 = bias_correction(group, 0, t), bias_correction(group, 1, t)
-        lr = group.value("lr")
-        weight_decay, eps = float(group["weight_decay"]), float(group["eps"])
+        lr, eps = group.value("lr"), float(group["eps"])
         for parameter, gradient in zip(parameters, gradients):
-            weights = parameter.detach()
-            if group["maximize"]:
-                gradient = -gradient
-            if weight_decay and group["decoupled_weight_decay"]:
-                weights = weights * (1.0 - lr * weight_decay).cast(weights.dtype)
-            elif weight_decay:
-                gradient = gradient + weights * weight_decay
+            weights, gradient = decayed(group, parameter, gradient)
             m, v = self.moments(group, parameter, gradient)
             if group["amsgrad"]:
                 peak = self.state_buffer(parameter, "max_exp_avg_sq")

@@ -15,27 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from kiln.tensor.optim.adam import MomentsOptimizer, bias_correction
+from kiln.tensor.optim.adam import MomentsOptimizer, bias_correction, decayed
 from kiln.tensor.optim.optimizer import Optimizer, check_number
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.realize import engine
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["Adagrad", "Adamax", "NAdam", "RAdam"]
-
-
-def _decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
-    """(weights, gradient) after maximize and weight decay: L2 (added to the gradient) or, with
-    `decoupled_weight_decay`, p *= 1 - lr * weight_decay."""
-    weights = parameter.detach()
-    if group.get("maximize"):
-        gradient = -gradient
-    weight_decay = float(group["weight_decay"])
-    if weight_decay and group.get("decoupled_weight_decay"):
-        weights = weights * (1.0 - group.value("lr") * weight_decay).cast(weights.dtype)
-    elif weight_decay:
-        gradient = gradient + weights * weight_decay
-    return weights, gradient
 
 
 class Adagrad(Optimizer):
@@ -78,13 +64,11 @@ class Adagrad(Optimizer):
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The squared-gradient sums, t and the parameters."""
-        count = self.step_count(index)
-        t = count + 1.0
-        self.write(count, t)
+        t = self.advance(index)
         rate = group.value("lr") / ((t - 1.0) * float(group["lr_decay"]) + 1.0)
         eps, initial = float(group["eps"]), float(group["initial_accumulator_value"])
         for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = _decayed(group, parameter, gradient)
+            weights, gradient = decayed(group, parameter, gradient)
             total = self.state_buffer(parameter, "sum", initial)
             new_total = total + gradient * gradient
             self.write(total, new_total)
@@ -120,7 +104,7 @@ class Adamax(MomentsOptimizer):
         rate = group.value("lr") / bias_correction(group, 0, t)
         eps = float(group["eps"])
         for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = _decayed(group, parameter, gradient)
+            weights, gradient = decayed(group, parameter, gradient)
             m = self.state_buffer(parameter, "exp_avg")
             new_m = m * group.value("betas", 0).cast(m.dtype) + gradient * group.complement("betas", 0).cast(m.dtype)
             self.write(m, new_m)
@@ -181,7 +165,7 @@ class NAdam(MomentsOptimizer):
         mu = beta1 * (1.0 - 0.5 * (t * decay_rate).exp())
         mu_next = beta1 * (1.0 - 0.5 * ((t + 1.0) * decay_rate).exp())
         for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = _decayed(group, parameter, gradient)
+            weights, gradient = decayed(group, parameter, gradient)
             product = self.state_buffer(parameter, "mu_product", 1.0, ())
             new_product = product * mu.cast(product.dtype)
             self.write(product, new_product)
@@ -263,7 +247,7 @@ class RAdam(MomentsOptimizer):
         """The moments and the parameters."""
         factors, eps = self._factors[index], float(group["eps"])
         for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = _decayed(group, parameter, gradient)
+            weights, gradient = decayed(group, parameter, gradient)
             m, v = self.moments(group, parameter, gradient)
             scale = factors[0].cast(m.dtype) / (v.sqrt() + eps) + factors[1].cast(m.dtype)
             self.assign_parameter(parameter, weights - m * scale)

@@ -201,6 +201,13 @@ class Optimizer:
             self._step_buffers[group_index] = Tensor(count, device=self.param_groups[group_index].device)
         return self._step_buffers[group_index]
 
+    def advance(self, group_index: int) -> Tensor:
+        """Records t <- t + 1 for the group; returns the new t (0-dim float32)."""
+        count = self.step_count(group_index)
+        t = count + 1.0
+        self.write(count, t)
+        return t
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forgets every parameter's gradient (`.grad = None`; with set_to_none=False, zeros), so the next backward
         starts from zero."""
