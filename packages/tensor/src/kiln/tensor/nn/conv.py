@@ -1,4 +1,5 @@
-"""Convolution layers: `Conv1d`, `Conv2d`, `Conv3d`, `ConvTranspose1d`, `ConvTranspose2d` (torch.nn's arguments and
+"""Convolution layers: `Conv1d`, `Conv2d`, `Conv3d`, `ConvTranspose1d`, `ConvTranspose2d`,
+`ConvTranspose3d` (torch.nn's arguments and
 default initialisation: weight kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) with fan_in from the weight)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from kiln.tensor.nn import init
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 
 def _tuple(value: int | tuple[int, ...], dims: int, what: str) -> tuple[int, ...]:
@@ -175,3 +176,14 @@ class ConvTranspose2d(_ConvTransposeNd):
     """
 
     dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-d transposed convolution over (batch, in_channels, depth, height, width), like `torch.nn.ConvTranspose3d`.
+
+    Example:
+        >>> ConvTranspose3d(2, 3, 2, stride=2)(Tensor.ones(1, 2, 2, 2, 2)).shape
+        (1, 3, 4, 4, 4)
+    """
+
+    dims = 3

@@ -97,21 +97,23 @@ __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
     "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d", "adaptive_max_pool2d_with_indices",
     "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices", "affine_grid", "alpha_dropout", "avg_pool1d",
-    "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-    "celu", "channel_shuffle", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "ctc_loss", "dropout",
-    "dropout1d", "dropout2d", "dropout3d", "elu", "embedding", "embedding_bag", "feature_alpha_dropout", "fold",
-    "gaussian_nll_loss", "gelu", "glu", "grid_sample", "group_norm", "gumbel_softmax", "hardshrink", "hardsigmoid",
-    "hardswish", "hardtanh", "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div",
-    "l1_loss", "layer_norm", "leaky_relu", "linear", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d",
+    "avg_pool2d", "avg_pool3d", "batch_norm", "bilinear", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "celu", "celu_", "channel_shuffle", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss", "cosine_similarity",
+    "cross_entropy", "ctc_loss", "dropout", "dropout1d", "dropout2d", "dropout3d", "elu", "elu_", "embedding",
+    "embedding_bag", "feature_alpha_dropout", "fold", "gaussian_nll_loss", "gelu", "glu", "grid_sample",
+    "group_norm", "gumbel_softmax", "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hardtanh_",
+    "hinge_embedding_loss", "huber_loss", "instance_norm", "interpolate", "kl_div", "l1_loss", "layer_norm",
+    "leaky_relu", "leaky_relu_", "linear", "local_response_norm", "log_softmax", "logsigmoid", "lp_pool1d",
     "lp_pool2d", "lp_pool3d", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices", "max_pool2d",
     "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices", "max_unpool1d", "max_unpool2d",
-    "max_unpool3d", "mish", "mse_loss", "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
-    "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance", "pixel_shuffle", "pixel_unshuffle",
-    "poisson_nll_loss", "prelu", "relu", "relu6", "rms_norm", "rrelu", "scaled_dot_product_attention", "selu",
-    "sigmoid", "silu", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink",
-    "softsign", "tanh", "tanhshrink", "threshold", "triplet_margin_loss", "triplet_margin_with_distance_loss",
-    "unfold", "upsample", "upsample_bilinear", "upsample_nearest",
+    "max_unpool3d", "mish", "mse_loss", "multi_margin_loss", "multilabel_margin_loss",
+    "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pad", "pairwise_distance", "pdist",
+    "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "relu", "relu6", "relu_", "rms_norm", "rrelu",
+    "rrelu_", "scaled_dot_product_attention", "selu", "selu_", "sigmoid", "silu", "smooth_l1_loss",
+    "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh", "tanhshrink",
+    "threshold", "threshold_", "triplet_margin_loss", "triplet_margin_with_distance_loss", "unfold", "upsample",
+    "upsample_bilinear", "upsample_nearest",
 ]  # fmt: skip
 
 
@@ -449,6 +451,63 @@ def rrelu(
         return _maybe_inplace(input, input.leaky_relu((lower + upper) / 2), inplace)
     slopes = Tensor.uniform(*input.shape, low=lower, high=upper, dtype=input.dtype, device=input.device)
     return _maybe_inplace(input, (input >= 0).where(input, input * slopes), inplace)
+
+
+def relu_(input: Tensor) -> Tensor:
+    """`relu` written into `input` (returned), like `torch.nn.functional.relu_`."""
+    return relu(input, inplace=True)
+
+
+def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """`elu` written into `input` (returned), like `torch.nn.functional.elu_`."""
+    return elu(input, alpha, inplace=True)
+
+
+def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """`celu` written into `input` (returned), like `torch.nn.functional.celu_`."""
+    return celu(input, alpha, inplace=True)
+
+
+def selu_(input: Tensor) -> Tensor:
+    """`selu` written into `input` (returned), like `torch.nn.functional.selu_`."""
+    return selu(input, inplace=True)
+
+
+def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """`leaky_relu` written into `input` (returned), like `torch.nn.functional.leaky_relu_`."""
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """`hardtanh` written into `input` (returned), like `torch.nn.functional.hardtanh_`."""
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
+    """`rrelu` written into `input` (returned), like `torch.nn.functional.rrelu_`."""
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
+    """`threshold` written into `input` (returned), like `torch.nn.functional.threshold_`."""
+    return _maybe_inplace(input, (input > threshold).where(input, value)._cast(input.dtype), True)
+
+
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:
+    """The p-norm distances between every pair of rows i < j of an (N, M) input, in row-major order of (i, j): a
+    vector of N (N - 1) / 2 values, like `torch.nn.functional.pdist`."""
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or p < 0:
+        raise RuntimeError(f"pdist only supports non-negative p values, got {p!r}")
+    rows = input.shape[0]
+    firsts = [i for i in range(rows) for _ in range(i + 1, rows)]
+    seconds = [j for i in range(rows) for j in range(i + 1, rows)]
+    if not firsts:
+        return input.reshape(-1)[:0]
+    first = Tensor(firsts, device=input.device)
+    second = Tensor(seconds, device=input.device)
+    return (input[first] - input[second]).norm(float(p), dim=1)
 
 
 def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1) -> Tensor:

@@ -1,4 +1,5 @@
-"""Normalization layers: `BatchNorm1d`, `BatchNorm2d` (running statistics), `LayerNorm`, `GroupNorm`, `RMSNorm`.
+"""Normalization layers: `BatchNorm1d`, `BatchNorm2d`, `BatchNorm3d` (running statistics), `LayerNorm`, `GroupNorm`,
+`RMSNorm`.
 
 BatchNorm in training mode updates its running statistics lazily (an ASSIGN on each of its buffers). The update
 travels with the module: it is realized when the buffers are read, before the layer's next forward, or, in a function
@@ -15,7 +16,7 @@ from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 from kiln.uops import Ops, dtypes
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
 class _ChannelNorm(Module):
@@ -103,6 +104,12 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalization of (batch, channels, height, width), like `torch.nn.BatchNorm2d`."""
 
     expected_dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of (batch, channels, depth, height, width), like `torch.nn.BatchNorm3d`."""
+
+    expected_dims = (5,)
 
 
 class _LastDimsNorm(Module):
