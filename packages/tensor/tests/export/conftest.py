@@ -1,5 +1,6 @@
 """Fixtures of the export tests: building a C artifact with the system compiler and running it through ctypes and
-through its main.c.
+through its main.c; the models both targets' tests export (the digits CNN of examples/train_digits.py, a function of
+a Variable argument).
 
 The C artifacts are built with the generated Makefile's flags (`-O2 -std=c11 -fwrapv`); a test of the bare
 `cc -O2 -std=c11 -c` compile runs it too. Without a C compiler the C tests are skipped.
@@ -8,19 +9,25 @@ The C artifacts are built with the generated Makefile's flags (`-O2 -std=c11 -fw
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import numpy as np
 import pytest
 
+from kiln.tensor import Tensor, Variable
 from kiln.tensor.export import Artifact
 from kiln.tensor.symbolic import Size, bound_int, rebind
 
 CFLAGS = ("-O2", "-std=c11", "-fwrapv")
+REPOSITORY = Path(__file__).resolve().parents[4]
 
 
 def _c_compiler() -> str:
@@ -119,3 +126,48 @@ def run_main() -> Callable[..., list[np.ndarray]]:
 def c_compiler() -> str:
     """The system C compiler; the test is skipped without one."""
     return _c_compiler()
+
+
+def _digits_example() -> ModuleType:
+    name = "kiln_examples_train_digits"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "examples" / "train_digits.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def digits_example() -> ModuleType:
+    """examples/train_digits.py loaded as a module (its `make_model` is the digits CNN)."""
+    return _digits_example()
+
+
+@dataclass(frozen=True)
+class FirstRows:
+    """`function(scale, v)`: the first v rows of `data` (8 x 4) times `scale`, summed per row, plus v; `rows` is the
+    Variable in [1, 8] that v is bound from."""
+
+    data: np.ndarray
+    scale: np.ndarray
+    rows: Variable
+    function: Callable[[Tensor, Tensor], Tensor]
+
+    def expected(self, count: int) -> np.ndarray:
+        """The numpy result for v = count."""
+        return np.asarray((self.data[:count] * self.scale[0]).sum(1) + count)
+
+
+@pytest.fixture
+def first_rows() -> FirstRows:
+    """A function of a Variable argument (see `FirstRows`), with scale [2.0]."""
+    data = np.arange(32, dtype=np.float32).reshape(8, 4) / 3
+    table = Tensor(data).realize()
+
+    def function(scale: Tensor, v: Tensor) -> Tensor:
+        return (table[:v] * scale).sum(1) + v.float()
+
+    return FirstRows(data, np.array([2.0], dtype=np.float32), Variable("rows", 1, 8), function)

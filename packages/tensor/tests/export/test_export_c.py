@@ -5,7 +5,6 @@ numpy forward pass (an independent oracle)."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,21 +21,6 @@ import pytest
 from kiln.tensor import Tensor, TinyJit, Variable, nn
 from kiln.tensor.export import export
 from kiln.tensor.export.plan import PlannedLaunch
-
-REPOSITORY = Path(__file__).resolve().parents[4]
-
-
-def digits_example() -> ModuleType:
-    """examples/train_digits.py loaded as a module (its `make_model` is the digits CNN)."""
-    name = "kiln_examples_train_digits"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "examples" / "train_digits.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 def check_outputs(found: list[np.ndarray], expected: list[np.ndarray]) -> None:
@@ -69,9 +52,9 @@ def test_mlp_matches_numpy_and_kiln(out_dir: Path, run_ctypes: Any, run_main: An
     check_outputs(outputs, [model(Tensor(x)).numpy()])
 
 
-def test_digits_cnn(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
+def test_digits_cnn(out_dir: Path, run_ctypes: Any, run_main: Any, digits_example: Any) -> None:
     Tensor.manual_seed(2)
-    model = digits_example().make_model()
+    model = digits_example.make_model()
     images = np.random.default_rng(1).random((4, 1, 8, 8), dtype=np.float32)
     expected = model(Tensor(images)).softmax(-1).numpy()
     artifact = export(lambda x: model(x).softmax(-1), Tensor(images), target="c", out=out_dir, name="digits")
@@ -152,21 +135,16 @@ def test_embedded_weights_need_no_file(out_dir: Path, run_ctypes: Any) -> None:
     np.testing.assert_allclose(outputs[0], expected, rtol=1e-6, atol=1e-6)
 
 
-def test_variable_argument_becomes_an_int_of_run(out_dir: Path, run_ctypes: Any, run_main: Any) -> None:
-    data = np.arange(32, dtype=np.float32).reshape(8, 4) / 3
-    table = Tensor(data).realize()
-    rows = Variable("rows", 1, 8)
-
-    def first_rows(scale: Tensor, v: Tensor) -> Tensor:
-        return (table[:v] * scale).sum(1) + v.float()
-
-    scale = np.array([2.0], dtype=np.float32)
-    artifact = export(first_rows, Tensor(scale), rows.bind(3), target="c", out=out_dir, name="rows")
+def test_variable_argument_becomes_an_int_of_run(
+    out_dir: Path, run_ctypes: Any, run_main: Any, first_rows: Any
+) -> None:
+    scale = first_rows.scale
+    artifact = export(first_rows.function, Tensor(scale), first_rows.rows.bind(3), target="c", out=out_dir, name="rows")
     assert [variable.name for variable in artifact.plan.variables] == ["rows"]
     header = (out_dir / "rows.h").read_text()
     assert "int rows_run(const float *input0, int rows, float *output0);" in header
     for count in (1, 5, 8):
-        expected = (data[:count] * 2).sum(1) + count
+        expected = first_rows.expected(count)
         np.testing.assert_allclose(run_ctypes(artifact, [scale], [count])[0], expected, rtol=1e-6)
         np.testing.assert_allclose(run_main(artifact, [scale], [count])[0], expected, rtol=1e-6)
 
@@ -218,9 +196,11 @@ def test_main_reads_raw_little_endian_input(out_dir: Path, run_ctypes: Any) -> N
     assert refused.returncode == 1 and "expected 12 bytes of data, the file has 8" in refused.stderr
 
 
-def test_export_after_kiln_ran_the_function_on_the_same_input(out_dir: Path, run_ctypes: Any) -> None:
+def test_export_after_kiln_ran_the_function_on_the_same_input(
+    out_dir: Path, run_ctypes: Any, digits_example: Any
+) -> None:
     Tensor.manual_seed(8)
-    model = digits_example().make_model()
+    model = digits_example.make_model()
     model.eval()
     images = Tensor(np.random.default_rng(4).random((16, 1, 8, 8), dtype=np.float32)).realize()
     jit = TinyJit(model.__call__)

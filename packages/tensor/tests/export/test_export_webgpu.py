@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import functools
 import http.server
-import importlib.util
 import os
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ import numpy as np
 import pytest
 
 from kiln.renderers import webgpu_available
-from kiln.tensor import Tensor, Variable, nn
+from kiln.tensor import Tensor, nn
 from kiln.tensor.export import export
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -126,17 +124,9 @@ def test_mlp_in_the_browser_matches_numpy_and_kiln(browser: Any, serve: Any, out
     np.testing.assert_allclose(output.reshape(expected.shape), hidden @ weights[2].T + weights[3], atol=1e-5)
 
 
-def test_digits_cnn_in_the_browser(browser: Any, serve: Any, out_dir: Path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "kiln_examples_train_digits", REPOSITORY / "examples" / "train_digits.py"
-    )
-    assert spec is not None and spec.loader is not None
-    example = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
-    if spec.name not in sys.modules:
-        sys.modules[spec.name] = example  # its dataclasses look their module up while the class is built
-        spec.loader.exec_module(example)
+def test_digits_cnn_in_the_browser(browser: Any, serve: Any, out_dir: Path, digits_example: Any) -> None:
     Tensor.manual_seed(12)
-    model = example.make_model()
+    model = digits_example.make_model()
     images = np.random.default_rng(6).random((4, 1, 8, 8), dtype=np.float32)
     expected = model(Tensor(images)).softmax(-1).numpy()
     artifact = export(lambda x: model(x).softmax(-1), Tensor(images), target="webgpu", out=out_dir, name="digits")
@@ -147,16 +137,9 @@ def test_digits_cnn_in_the_browser(browser: Any, serve: Any, out_dir: Path) -> N
     np.testing.assert_allclose(output.reshape(expected.shape), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_variable_argument_in_the_browser(browser: Any, serve: Any, out_dir: Path) -> None:
-    data = np.arange(32, dtype=np.float32).reshape(8, 4) / 3
-    table = Tensor(data).realize()
-    rows = Variable("rows", 1, 8)
-
-    def first_rows(scale: Tensor, v: Tensor) -> Tensor:
-        return (table[:v] * scale).sum(1) + v.float()
-
-    scale = np.array([2.0], dtype=np.float32)
-    export(first_rows, Tensor(scale), rows.bind(3), target="webgpu", out=out_dir, name="rows")
+def test_variable_argument_in_the_browser(browser: Any, serve: Any, out_dir: Path, first_rows: Any) -> None:
+    scale = first_rows.scale
+    export(first_rows.function, Tensor(scale), first_rows.rows.bind(3), target="webgpu", out=out_dir, name="rows")
     page = browser.new_page()
     try:
         page.goto(serve(out_dir) + "index.html")
@@ -178,5 +161,5 @@ def test_variable_argument_in_the_browser(browser: Any, serve: Any, out_dir: Pat
     finally:
         page.close()
     for count, output in zip((1, 5, 8), results):
-        np.testing.assert_allclose(output, (data[:count] * 2).sum(1) + count, rtol=1e-6)
+        np.testing.assert_allclose(output, first_rows.expected(count), rtol=1e-6)
     assert refused == "variable rows = 9 is outside [1, 8]"
