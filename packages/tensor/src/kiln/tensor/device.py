@@ -81,18 +81,18 @@ def canonical_device(name: str | None) -> str: ...
 
 
 @overload
-def canonical_device(name: tuple[str, ...] | list[str]) -> tuple[str, ...]: ...
+def canonical_device(name: tuple[str, ...]) -> tuple[str, ...]: ...
 
 
-def canonical_device(name: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
+def canonical_device(name: str | tuple[str, ...] | None) -> str | tuple[str, ...]:
     """The canonical device name for `name` (None: the default device); ValueError for an unknown device.
 
-    A tuple (or list) of names, the devices of a sharded tensor, gives the tuple of their canonical names (at least
-    one, all distinct, else ValueError).
+    A tuple of names, the devices of a sharded tensor, gives the tuple of their canonical names (at least one, all
+    distinct, else ValueError).
     """
     if name is None:
         return default_device()
-    if isinstance(name, (tuple, list)):
+    if isinstance(name, tuple):
         names = tuple(canonical_device(each) for each in name)
         if not names:
             raise ValueError("a sharded tensor needs at least one device, got none")
@@ -100,7 +100,7 @@ def canonical_device(name: str | tuple[str, ...] | list[str] | None) -> str | tu
             raise ValueError(f"devices of a sharded tensor must be distinct, got {list(names)}")
         return names
     if not isinstance(name, str):
-        raise TypeError(f"a device must be a str such as 'CPU' or 'PYTHON', got {name!r}")
+        raise TypeError(f"a device must be a str such as 'CPU' or 'PYTHON' (sharded: a tuple of them), got {name!r}")
     return Device.canonicalize(name)
 
 
