@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
@@ -88,14 +88,12 @@ def _layer_input(x: Tensor, d_model: int, what: str) -> None:
         raise ValueError(f"{what} expects inputs of shape (S, N, {d_model}) or (S, {d_model}), got {x.shape}")
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention then a feed-forward block, each with a residual connection and LayerNorm (after, or before
-    with norm_first=True), like `torch.nn.TransformerEncoderLayer`.
+class _TransformerLayer(Module):
+    """What the encoder and decoder layers share: self-attention, the feed-forward block and their norms and dropouts,
+    built in torch's attribute order (so parameters and state_dict keys line up), plus, for the decoder
+    (`attends_to_memory`), attention over the memory with its own norm and dropout."""
 
-    Example:
-        >>> layer = TransformerEncoderLayer(8, 2, dim_feedforward=16); layer(Tensor.randn(5, 2, 8)).shape
-        (5, 2, 8)
-    """
+    attends_to_memory: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -111,17 +109,52 @@ class TransformerEncoderLayer(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, batch_first=batch_first, device=device)
+
+        def attention() -> MultiheadAttention:
+            return MultiheadAttention(d_model, nhead, dropout, bias=bias, batch_first=batch_first, device=device)
+
+        def norm() -> LayerNorm:
+            return LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
+
+        self.self_attn = attention()
+        if self.attends_to_memory:
+            self.multihead_attn = attention()
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
+        self.norm1 = norm()
+        self.norm2 = norm()
+        if self.attends_to_memory:
+            self.norm3 = norm()
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
+        if self.attends_to_memory:
+            self.dropout3 = Dropout(dropout)
         self.activation = _activation(activation)
         self.d_model = d_model
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
+        attended, _ = self.self_attn(
+            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
+        )
+        result: Tensor = self.dropout1(attended)
+        return result
+
+    def _feed_forward(self, x: Tensor, dropout: Dropout) -> Tensor:
+        """linear2(dropout(activation(linear1(x)))) through the block's last dropout (`dropout`)."""
+        result: Tensor = dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return result
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """Self-attention then a feed-forward block, each with a residual connection and LayerNorm (after, or before
+    with norm_first=True), like `torch.nn.TransformerEncoderLayer`.
+
+    Example:
+        >>> layer = TransformerEncoderLayer(8, 2, dim_feedforward=16); layer(Tensor.randn(5, 2, 8)).shape
+        (5, 2, 8)
+    """
 
     def forward(
         self,
@@ -135,24 +168,13 @@ class TransformerEncoderLayer(Module):
         x = src
         if self.norm_first:
             x = x + self._self_attention(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._feed_forward(self.norm2(x))
+            return x + self._feed_forward(self.norm2(x), self.dropout2)
         x = self.norm1(x + self._self_attention(x, src_mask, src_key_padding_mask, is_causal))
-        result: Tensor = self.norm2(x + self._feed_forward(x))
-        return result
-
-    def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
-        attended, _ = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
-        )
-        result: Tensor = self.dropout1(attended)
-        return result
-
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        result: Tensor = self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        result: Tensor = self.norm2(x + self._feed_forward(x, self.dropout2))
         return result
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Self-attention, attention over `memory` (the encoder's output), then a feed-forward block, each with a residual
     connection and LayerNorm (after, or before with norm_first=True), like `torch.nn.TransformerDecoderLayer`.
 
@@ -162,36 +184,7 @@ class TransformerDecoderLayer(Module):
         (4, 2, 8)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, batch_first=batch_first, device=device)
-        self.multihead_attn = MultiheadAttention(
-            d_model, nhead, dropout, bias=bias, batch_first=batch_first, device=device
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
-        self.d_model = d_model
+    attends_to_memory = True
 
     def forward(
         self,
@@ -211,17 +204,10 @@ class TransformerDecoderLayer(Module):
         if self.norm_first:
             x = x + self._self_attention(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
             x = x + self._cross_attention(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
-            return x + self._feed_forward(self.norm3(x))
+            return x + self._feed_forward(self.norm3(x), self.dropout3)
         x = self.norm1(x + self._self_attention(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
         x = self.norm2(x + self._cross_attention(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
-        result: Tensor = self.norm3(x + self._feed_forward(x))
-        return result
-
-    def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
-        attended, _ = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
-        )
-        result: Tensor = self.dropout1(attended)
+        result: Tensor = self.norm3(x + self._feed_forward(x, self.dropout3))
         return result
 
     def _cross_attention(
@@ -231,10 +217,6 @@ class TransformerDecoderLayer(Module):
             x, memory, memory, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
         )
         result: Tensor = self.dropout2(attended)
-        return result
-
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        result: Tensor = self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
         return result
 
 
