@@ -7,7 +7,8 @@ every `step` decodes one token for each running sequence in one jitted pass over
 - inputs: the tokens (W, 1) int32, each slot's position (W,) int32 as a Tensor, the largest position + 1 as a bound
   Variable `end`, and the sampling parameters per slot (W, 5) float32 [1 / temperature, top_k, top_p, u, greedy],
   for the slots 0 .. W - 1, W the smallest power of two covering the highest running slot (a request takes the
-  lowest free slot), so one request alone decodes at batch 1, not S: one jitted step per width;
+  lowest free slot), so one request alone decodes at batch 1, not S: one jitted step per width (slot 0 alone
+  takes `Generator`'s own decode step over its rows);
 - each slot writes its new key and value to its own row (a one-hot select over rows 0 .. end - 1) and attends over
   its rows 0 .. position only (the rows past it masked to -inf before the softmax);
 - a free slot below W sits at position max_context, which no row matches: it writes nothing (its rows keep the
@@ -95,9 +96,11 @@ class BatchedGenerator:
         self.length_variable = Variable("length", 1, self.chunk)
         self.chunk_start_variable = Variable("chunk_start", 0, context - self.chunk)
         self.end_variable = Variable("end", 1, context)
+        self.position_variable = Variable("position", 0, context - 1)
         self.model._caches(slots)  # allocated before the steps are captured: the replays write these very buffers
         self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
         self.steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}
+        self.lone_steps: dict[SamplingMode, TinyJit[Tensor]] = {}
         self.running: list[Sequence | None] = [None] * slots
         self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
 
@@ -132,6 +135,20 @@ class BatchedGenerator:
 
             self.steps[(mode, width)] = TinyJit(decode)
         return self.steps[(mode, width)]
+
+    def lone_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+        """The jitted decode step of slot 0 running alone: (token (1, 1) int32, position, params (4,) float32) -> the
+        next token id (1,) int32; `Generator`'s decode step over slot 0's rows (a slice store at the position, no
+        mask), cheaper than the one-hot store of a batched step."""
+        if mode not in self.lone_steps:
+
+            def decode(token: Tensor, position: Tensor, params: Tensor) -> Tensor:
+                embedded = self.model.embed(token)
+                logits = self.model.forward_embedded(embedded, position, slot=0, slots=self.slots)[0, -1, :]
+                return sample_on_device(logits, params, mode)
+
+            self.lone_steps[mode] = TinyJit(decode)
+        return self.lone_steps[mode]
 
     def width(self) -> int:
         """The slots the next step runs over: the smallest power of two (or all slots) covering every running
@@ -254,7 +271,13 @@ class BatchedGenerator:
         end = self.end_variable.bind(max(sequence.position for sequence in running) + 1)
         for sequence in running:  # a step that fails leaves the rows from here on unknown
             del self.cached_tokens[sequence.slot][sequence.position :]
-        out = self.decode_step(mode, width)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
+        if width == 1:  # slot 0 alone
+            lone = running[0]
+            position = self.position_variable.bind(lone.position)
+            step = self.lone_step(lone.mode)
+            out = step(Tensor(tokens), position, Tensor(np.ascontiguousarray(params[0, :4]))).numpy()
+        else:
+            out = self.decode_step(mode, width)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
         seconds = time.perf_counter() - started
         produced = []
         for sequence in running:
