@@ -17,10 +17,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CASES", "POSITIONAL", "Case"]
+__all__ = ["CASES", "POSITIONAL", "Case", "call_arguments"]
 
 # inputs passed positionally (in this order); every other input is a keyword argument
 POSITIONAL = ("x", "memory", "tgt", "h0", "c0")
+
+
+def call_arguments(inputs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """(positional, keywords) of the module call on `inputs` (torch or kiln tensors by name): the POSITIONAL ones in
+    order, h0 last and paired with c0 as (h0, c0) when there is one, every other input by keyword."""
+    positional: list[Any] = [inputs[name] for name in POSITIONAL if name in inputs and name not in ("h0", "c0")]
+    if "c0" in inputs:
+        positional.append((inputs["h0"], inputs["c0"]))
+    elif "h0" in inputs:
+        positional.append(inputs["h0"])
+    keywords = {name: value for name, value in inputs.items() if name not in POSITIONAL}
+    return positional, keywords
 
 
 @dataclass(frozen=True)

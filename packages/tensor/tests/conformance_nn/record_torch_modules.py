@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from conformance_nn.module_cases import CASES, POSITIONAL, Case
+from conformance_nn.module_cases import CASES, Case, call_arguments
 
 OUTPUT = Path(__file__).resolve().parent / "modules.npz"
 
@@ -60,12 +60,7 @@ def record(case: Case, seed: int, arrays: dict[str, np.ndarray]) -> None:
     rng = np.random.default_rng(seed)
     module = _build(case)
     inputs = {name: _input(name, shape, kind, rng) for name, shape, kind in case.inputs}
-    positional = [inputs[name] for name in POSITIONAL if name in inputs and name not in ("h0", "c0")]
-    if "c0" in inputs:
-        positional.append((inputs["h0"], inputs["c0"]))
-    elif "h0" in inputs:
-        positional.append(inputs["h0"])
-    keywords = {name: value for name, value in inputs.items() if name not in POSITIONAL}
+    positional, keywords = call_arguments(inputs)
     outputs = _flatten(module(*positional, **keywords))
     upstream = [torch.tensor(rng.standard_normal(tuple(out.shape)).astype(np.float32)) for out in outputs]
     sum(((out * up).sum() for out, up in zip(outputs, upstream)), torch.zeros(())).backward()

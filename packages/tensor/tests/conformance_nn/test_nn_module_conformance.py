@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conformance_nn.module_cases import CASES, POSITIONAL, Case
+from conformance_nn.module_cases import CASES, Case, call_arguments
 
 from kiln.tensor import Tensor, nn
 
@@ -47,12 +47,7 @@ def test_module_matches_torch(case: Case) -> None:
     for name, _shape, kind in case.inputs:
         value = FIXTURE[f"{prefix}in/{name}"]
         inputs[name] = Tensor(value, requires_grad=True) if kind == "normal" else Tensor(value)
-    positional: list[Any] = [inputs[name] for name in POSITIONAL if name in inputs and name not in ("h0", "c0")]
-    if "c0" in inputs:
-        positional.append((inputs["h0"], inputs["c0"]))
-    elif "h0" in inputs:
-        positional.append(inputs["h0"])
-    keywords = {name: value for name, value in inputs.items() if name not in POSITIONAL}
+    positional, keywords = call_arguments(inputs)
     outputs = _flatten(module(*positional, **keywords))
     upstream = [Tensor(FIXTURE[f"{prefix}up/{index}"]) for index in range(len(outputs))]
     loss = outputs[0].mul(upstream[0]).sum()
