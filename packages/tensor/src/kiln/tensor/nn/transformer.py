@@ -220,10 +220,14 @@ class TransformerDecoderLayer(_TransformerLayer):
         return result
 
 
-def _check_layers(num_layers: object, what: str) -> int:
+def _layer_copies(layer: object, num_layers: object, what: str, argument: str) -> ModuleList:
+    """`num_layers` clones of `layer` for the stack `what` (TypeError unless `layer`, its `argument`, is a Module;
+    ValueError unless num_layers is an int >= 0)."""
+    if not isinstance(layer, Module):
+        raise TypeError(f"{what} needs a Module as {argument}, got {type(layer).__name__}")
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
         raise ValueError(f"{what} num_layers must be an int >= 0, got {num_layers!r}")
-    return num_layers
+    return ModuleList([clone_module(layer) for _ in range(num_layers)])
 
 
 class TransformerEncoder(Module):
@@ -245,11 +249,8 @@ class TransformerEncoder(Module):
         mask_check: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(encoder_layer, Module):
-            raise TypeError(f"TransformerEncoder needs a Module as encoder_layer, got {type(encoder_layer).__name__}")
-        count = _check_layers(num_layers, "TransformerEncoder")
-        self.layers = ModuleList([clone_module(encoder_layer) for _ in range(count)])
-        self.num_layers = count
+        self.layers = _layer_copies(encoder_layer, num_layers, "TransformerEncoder", "encoder_layer")
+        self.num_layers = num_layers
         self.norm = norm
         # kept for torch's signature: kiln has no nested-tensor fast path
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
@@ -280,11 +281,8 @@ class TransformerDecoder(Module):
 
     def __init__(self, decoder_layer: Module, num_layers: int, norm: Module | None = None) -> None:
         super().__init__()
-        if not isinstance(decoder_layer, Module):
-            raise TypeError(f"TransformerDecoder needs a Module as decoder_layer, got {type(decoder_layer).__name__}")
-        count = _check_layers(num_layers, "TransformerDecoder")
-        self.layers = ModuleList([clone_module(decoder_layer) for _ in range(count)])
-        self.num_layers = count
+        self.layers = _layer_copies(decoder_layer, num_layers, "TransformerDecoder", "decoder_layer")
+        self.num_layers = num_layers
         self.norm = norm
 
     def forward(
