@@ -187,7 +187,9 @@ ALIASES: dict[str, str] = {
 }
 
 NOT_DIFFERENTIABLE_API: dict[str, str] = {
-    "shard": "returns a MultiTensor (no Tensor gradient to compare); test_multi_sharded.py checks gradients through it",
+    "shard": "a Tensor over several devices: test_multi_sharded.py compares its gradients with one device's",
+    "shards": "the per-device parts of a sharded tensor (metadata views; test_multi_sharded.py checks their values)",
+    **dict.fromkeys(["devices", "is_sharded", "shard_axis"], "returns a Python value (placement metadata)"),
     **dict.fromkeys(
         ["allclose", "equal", "is_complex", "is_contiguous", "is_floating_point", "is_signed", "dim", "ndimension"],
         "returns a Python value",

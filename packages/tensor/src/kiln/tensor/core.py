@@ -44,7 +44,7 @@ class TensorCore:
         self,
         data: Any,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> None:
         # the constructor's argument types are checked here; the concrete class makes the tensor from the data
@@ -60,14 +60,16 @@ class TensorCore:
         grad: Self | None
 
         def _init_from_data(
-            self, data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None
+            self, data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None
         ) -> None: ...
 
         # construction from graph nodes and constants (kiln.tensor.tensor)
         @classmethod
         def _from_uop(cls, uop: UOp, requires_grad: bool | None = None) -> Self: ...
         @classmethod
-        def _const(cls, value: ConstType, shape: Sequence[int], dtype: DType, device: str | None = None) -> Self: ...
+        def _const(
+            cls, value: ConstType, shape: Sequence[int], dtype: DType, device: str | tuple[str, ...] | None = None
+        ) -> Self: ...
         def _result(self, uop: UOp, *others: Self) -> Self: ...
 
         # the primitive builders (kiln.tensor.tensor)
@@ -85,7 +87,7 @@ class TensorCore:
         @property
         def dtype(self) -> DType: ...
         @property
-        def device(self) -> str: ...
+        def device(self) -> str | tuple[str, ...]: ...
         @property
         def ndim(self) -> int: ...
         def numel(self) -> int: ...
@@ -97,7 +99,7 @@ class TensorCore:
         def _fresh_copy(self) -> Self: ...
         def detach(self) -> Self: ...
         def assign(self, value: TensorCore | Any) -> Self: ...
-        def to(self, device: str | None) -> Self: ...
+        def to(self, device: str | tuple[str, ...] | None) -> Self: ...
         @staticmethod
         def realize_all(*tensors: TensorCore) -> list[UOp]: ...
 
@@ -195,7 +197,7 @@ class TensorCore:
             cls,
             *shape: ShapeArgument,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def eq(self, other: Self | ConstType) -> Self: ...
@@ -210,7 +212,7 @@ class TensorCore:
             n: int,
             m: int | None = None,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self: ...
@@ -222,7 +224,7 @@ class TensorCore:
             shape: ShapeArgument,
             fill_value: ConstType,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def gather(self, dim: int, index: Self) -> Self: ...
@@ -265,7 +267,7 @@ class TensorCore:
             mean: float = 0.0,
             std: float = 1.0,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         @classmethod
@@ -273,7 +275,7 @@ class TensorCore:
             cls,
             *shape: ShapeArgument,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def pad(
@@ -292,7 +294,7 @@ class TensorCore:
             cls,
             *shape: ShapeArgument,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def reciprocal(self) -> Self: ...
@@ -342,7 +344,7 @@ class TensorCore:
             low: float = 0.0,
             high: float = 1.0,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def unsqueeze(self, dim: int) -> Self: ...
@@ -355,11 +357,14 @@ class TensorCore:
             cls,
             *shape: ShapeArgument,
             dtype: DType | None = None,
-            device: str | None = None,
+            device: str | tuple[str, ...] | None = None,
             requires_grad: bool | None = None,
         ) -> Self: ...
         def zeros_like(
-            self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+            self,
+            dtype: DType | None = None,
+            device: str | tuple[str, ...] | None = None,
+            requires_grad: bool | None = None,
         ) -> Self: ...
 
 

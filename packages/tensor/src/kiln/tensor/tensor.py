@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any, ClassVar, overload
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from kiln.tensor.core import TensorCore
 from kiln.tensor.device import canonical_device
 from kiln.tensor.host_data import dtype_from_numpy, numpy_from_dtype, uop_from_host
 from kiln.tensor.inplace import InplaceMixin
-from kiln.tensor.multi.sharded import MultiTensor, shard_tensor
+from kiln.tensor.multi.layout import check_devices, normalize_axis, split_bounds
 from kiln.tensor.ops import (
     ActivationMixin,
     ComparisonMixin,
@@ -49,6 +49,7 @@ from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
+from kiln.tensor.sharding import gathered, lower_sharded
 from kiln.tensor.symbolic import BoundVariable, VariableValue, bound_shape, format_shape, max_numel
 from kiln.uops import ConstType, DType, GroupOp, Ops, UOp, dtypes
 
@@ -154,7 +155,9 @@ class Tensor(
     requires_grad: bool | None
     grad: Tensor | None
 
-    def _init_from_data(self, data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> None:
+    def _init_from_data(
+        self, data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None
+    ) -> None:
         # the rest of `TensorCore.__init__` (which checked the argument types): the graph node of `data`
         self.grad = None
         self.requires_grad = requires_grad
@@ -189,7 +192,9 @@ class Tensor(
         return tensor
 
     @classmethod
-    def _const(cls, value: ConstType, shape: Sequence[int], dtype: DType, device: str | None = None) -> Tensor:
+    def _const(
+        cls, value: ConstType, shape: Sequence[int], dtype: DType, device: str | tuple[str, ...] | None = None
+    ) -> Tensor:
         """The scalar `value` of `dtype` broadcast to `shape` on `device` (no buffer is allocated)."""
         return cls._from_uop(graph.const(value, dtype, canonical_device(device), tuple(shape)))
 
@@ -270,10 +275,19 @@ class Tensor(
     def _fresh_copy(self) -> Tensor:
         """This tensor's values written into a new buffer when realized (a value that never aliases this one)."""
         count = math.prod(self.shape)
+        if self.is_sharded:  # each shard written into memory of its own, on its device
+            lowered = lower_sharded(self.uop)
+            copies = []
+            for shard in lowered.src:
+                shape = graph.shape_of(shard)
+                memory = graph.buffer_uop(graph.device_of(shard), math.prod(shape), self.dtype)
+                copies.append(graph.assign(graph.reshape(memory, shape), shard))
+            return self._result(graph.multi(copies, lowered.arg))
+        device = graph.device_of(self.uop)
         if isinstance(count, int):
-            memory = graph.buffer_uop(self.device, count, self.dtype)
+            memory = graph.buffer_uop(device, count, self.dtype)
         else:  # a symbolic shape: memory for its largest value, the bound elements leading
-            memory = graph.shrink(graph.buffer_uop(self.device, max_numel(self.shape), self.dtype), ((0, count),))
+            memory = graph.shrink(graph.buffer_uop(device, max_numel(self.shape), self.dtype), ((0, count),))
         return self._result(graph.assign(graph.reshape(memory, self.shape), self.uop))
 
     def _assign_uop(self, value: Tensor) -> UOp:
@@ -294,9 +308,42 @@ class Tensor(
         return self.uop.dtype
 
     @property
-    def device(self) -> str:
-        """The canonical name of the device holding the data."""
-        return graph.device_of(self.uop)
+    def device(self) -> str | tuple[str, ...]:
+        """The canonical name of the device holding the data; of a sharded tensor, the tuple of its devices."""
+        return graph.placement_of(self.uop)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices holding this tensor, in shard order (one for a tensor on one device)."""
+        placement = graph.placement_of(self.uop)
+        return placement if isinstance(placement, tuple) else (placement,)
+
+    @property
+    def is_sharded(self) -> bool:
+        """Whether this tensor lives on several devices (made by `shard`, or computed from such tensors)."""
+        return isinstance(graph.placement_of(self.uop), tuple)
+
+    @property
+    def shard_axis(self) -> int | None:
+        """The axis a sharded tensor is split along over its devices; None when replicated (each device holds all of
+        it) or on one device. For a lazy result it is the layout the computation gives (kiln.tensor.sharding)."""
+        if not self.is_sharded:
+            return None
+        axis: int | None = lower_sharded(self.uop).arg
+        return axis
+
+    @property
+    def shards(self) -> list[Tensor]:
+        """The per-device parts of a sharded tensor (lazy, one Tensor per device, in order); `[self]` on one device.
+
+        Example:
+            >>> x = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).shard(["CPU:0", "CPU:1"], axis=0)
+            >>> [shard.shape for shard in x.shards]
+            [(2, 2), (1, 2)]
+        """
+        if not self.is_sharded:
+            return [self]
+        return [Tensor._from_uop(shard) for shard in lower_sharded(self.uop).src]
 
     @property
     def ndim(self) -> int:
@@ -357,7 +404,9 @@ class Tensor(
         # chains for the scheduler
         shared: set[int] = set()  # tensors sharing a lazy result with live views: they keep their graphs
         for each in tensors:
-            if each.__dict__.get("_view_token") is not None and share_root_before_realize(each):
+            # (a sharded tensor's views realize on their own: a sharded lazy root gets no shared storage)
+            sharded = isinstance(graph.placement_of(each.uop), tuple)
+            if each.__dict__.get("_view_token") is not None and not sharded and share_root_before_realize(each):
                 shared.add(id(each))
         if len(tensors) == 1:  # the usual call (`realize()` of one tensor): no duplicate to look for; rule below
             views = realize_uops([(tensor := tensors[0]).uop])
@@ -388,6 +437,8 @@ class Tensor(
 
     def _buffer_view(self) -> tuple[Buffer, tuple[int, ...]]:
         # the realized data: the base buffer and this tensor's shape (realized views are contiguous)
+        if self.is_sharded:
+            raise ValueError(f"a tensor sharded over {list(self.devices)} has one buffer per device: use .shards")
         base = Tensor.realize_all(self)[0]
         while base.op not in (Ops.BUFFER, Ops.CONST):
             base = base.src[0]
@@ -403,6 +454,9 @@ class Tensor(
             return self._cast(dtypes.float32).numpy()
         if self.numel() == 0:
             return np.zeros(self.shape, dtype=numpy_from_dtype(self.dtype))
+        if self.is_sharded:  # the shards gathered on the first device
+            self.realize()
+            return Tensor._from_uop(gathered(self.uop, self.devices[0])).numpy()
         constant = graph.const_value(self.uop)
         if constant is not None:
             return np.full(bound_shape(self.shape), constant, dtype=numpy_from_dtype(self.dtype))
@@ -466,35 +520,53 @@ class Tensor(
         """This tensor forced into its own buffer when realized (a fusion boundary)."""
         return self._result(graph.contiguous(self.uop))
 
-    @overload
-    def to(self, device: str | None) -> Tensor: ...
-
-    @overload
-    def to(self, device: list[str] | tuple[str, ...]) -> MultiTensor: ...
-
-    def to(self, device: str | list[str] | tuple[str, ...] | None) -> Tensor | MultiTensor:
-        """This tensor on `device` (the same tensor if it is there already); a list of devices replicates it on
-        each (`shard(devices)`)."""
+    def to(self, device: str | Sequence[str] | None) -> Tensor:
+        """This tensor on `device` (the same tensor if it is there already); a list or tuple of devices replicates it
+        on each (`shard(devices)`; a sharded tensor keeps its split axis); a sharded tensor sent to one device is
+        gathered there."""
         if isinstance(device, (list, tuple)):
-            return self.shard(device)
+            return self.shard(device, self.shard_axis)
+        assert device is None or isinstance(device, str)
         target = canonical_device(device)
         if target == self.device:
             return self
         check_device_dtype(target, self.dtype)
-        result = self._result(graph.copy_to(self.uop, target))
-        return result
+        if self.is_sharded:
+            return self._result(gathered(self.uop, target))
+        return self._result(graph.copy_to(self.uop, target))
 
-    def shard(self, devices: Sequence[str], axis: int | None = None) -> MultiTensor:
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
         """This tensor over several devices: a copy on each (`axis` None) or split in balanced parts along `axis`
         (a size that does not divide evenly gives the first devices one more element; fewer elements than devices
-        raise ValueError). Operations on the result run per device (kiln.tensor.multi).
+        raise ValueError). The result is a Tensor whose graph holds its placement (a MULTI node); operations on it
+        run per device, with the collectives their layout needs (kiln.tensor.sharding).
 
         Example:
             >>> x = Tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]).shard(["CPU:0", "CPU:1"], axis=0)
-            >>> [s.shape for s in x.shards], (x * 2).sum().item()
-            ([(2, 2), (1, 2)], 42.0)
+            >>> x.device, x.shard_axis, (x * 2).sum().item()
+            (('CPU:0', 'CPU:1'), 0, 42.0)
         """
-        return shard_tensor(self, devices, axis)
+        names = check_devices(devices)
+        source = self.to(names[0]) if self.is_sharded else self
+        for name in names:
+            check_device_dtype(name, self.dtype)
+        if axis is None:
+            return source._result(graph.copy_to(source.uop, names))
+        axis = normalize_axis(axis, self.ndim, "shard axis")
+        shards = []
+        for name, bound in zip(names, split_bounds(self.shape[axis], len(names), axis)):
+            window = tuple(bound if dim == axis else (0, size) for dim, size in enumerate(self.shape))
+            shards.append(graph.copy_to(graph.shrink(source.uop, window), name))
+        return source._result(graph.multi(shards, axis))
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """As `AutogradMixin.requires_grad_`; a sharded tensor becomes a leaf over buffers of its own on each device
+        (its values computed now)."""
+        if requires_grad and self.is_sharded and self.requires_grad is not True:
+            self.uop = realize_uops([self.uop])[0]  # a MULTI node over new per-device buffers
+            self.requires_grad = True
+            return self
+        return super().requires_grad_(requires_grad)
 
     def detach(self) -> Tensor:
         """This tensor's values with no gradient history (requires_grad is False)."""
@@ -542,12 +614,14 @@ def _note_view(source: Tensor, view: Tensor) -> None:
     view.__dict__["_view_base"] = source.__dict__["_view_base"]
 
 
-def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_grad: bool | None) -> UOp:
+def _initial_uop(
+    data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None
+) -> UOp:
     """The graph of a new Tensor made from `data` (see `Tensor`'s arguments)."""
     if isinstance(data, UOp):
         graph.shape_of(data)  # a tensor-graph node: check it has a shape
         uop = data if dtype is None else graph.cast(data, dtype)
-        if device is not None and canonical_device(device) != graph.device_of(data):
+        if device is not None and canonical_device(device) != graph.placement_of(data):
             uop = graph.copy_to(uop, canonical_device(device))
         return uop
     if isinstance(data, Tensor):
@@ -564,4 +638,6 @@ def _initial_uop(data: Any, dtype: DType | None, device: str | None, requires_gr
             return graph.const(data, scalar_dtype, target)
         # a gradient leaf needs an identity of its own: equal constants are one hash-consed node
         data = np.array(data, dtype=numpy_from_dtype(scalar_dtype) if scalar_dtype.fmt is not None else None)
+    if isinstance(target, tuple):  # host data for several devices: on the first, copied to each
+        return graph.copy_to(uop_from_host(data, dtype, target[0]), target)
     return uop_from_host(data, dtype, target)

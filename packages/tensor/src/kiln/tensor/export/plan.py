@@ -219,6 +219,8 @@ def plan_export(function: Callable[..., Any], inputs: Sequence[Any], name: str) 
         buffer = input_buffers.get(number)
         argument_name = f"input{number}"
         if buffer is None:  # an argument no kernel reads: it still takes a block, so the API keeps its position
+            if isinstance(slot.device, tuple):
+                raise ValueError(f"export: argument {slot.name} is sharded over {list(slot.device)}; export one device")
             buffer = Buffer(slot.device, 1, slot.dtype)
         index = add_block(buffer.base, Role.INPUT, argument_name)
         input_blocks[number] = index

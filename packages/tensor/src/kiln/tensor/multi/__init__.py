@@ -1,6 +1,9 @@
-"""Several devices in one process: sharded tensors (`MultiTensor`, made by `Tensor.shard`) and the collectives
-between devices (`allreduce`, `allgather`, `reduce_scatter`, `broadcast`), and `DeviceGroup`, the devices as the
-ranks of a `CollectiveGroup` (the API `kiln.tensor.distributed.MPIGroup` has for MPI ranks)."""
+"""Several devices in one process: the collectives between devices (`allreduce`, `allgather`, `reduce_scatter`,
+`broadcast`) over one tensor per device, and `DeviceGroup`, the devices as the ranks of a `CollectiveGroup` (the API
+`kiln.tensor.distributed.MPIGroup` has for MPI ranks).
+
+A sharded tensor is a plain `Tensor` (`Tensor.shard(devices, axis)`): its graph holds its placement (a MULTI node),
+and `kiln.tensor.sharding` lowers it to one graph per device when it is realized."""
 
 from kiln.tensor.multi.collectives import (
     REDUCE_OPS,
@@ -13,15 +16,12 @@ from kiln.tensor.multi.collectives import (
 )
 from kiln.tensor.multi.group import CollectiveGroup, DeviceGroup, DeviceRank, RankStopped
 from kiln.tensor.multi.layout import split_bounds
-from kiln.tensor.multi.sharded import ELEMENTWISE_METHODS, MultiTensor, shard_tensor
 
 __all__ = [
-    "ELEMENTWISE_METHODS",
     "CollectiveGroup",
     "DeviceGroup",
     "DeviceRank",
     "REDUCE_OPS",
-    "MultiTensor",
     "RankStopped",
     "all_gather",
     "all_reduce",
@@ -29,6 +29,5 @@ __all__ = [
     "allreduce",
     "broadcast",
     "reduce_scatter",
-    "shard_tensor",
     "split_bounds",
 ]

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kiln.tensor.core import TensorCore
-from kiln.tensor.multi.layout import check_devices
+from kiln.tensor.multi.layout import check_devices, one_device
 from kiln.uops import dtypes
 
 __all__ = ["REDUCE_OPS", "all_gather", "all_reduce", "allgather", "allreduce", "broadcast", "reduce_scatter"]
@@ -48,7 +48,7 @@ REDUCE_OPS: dict[str, Callable[[TensorCore, TensorCore], TensorCore]] = {
 def _check_group(tensors: Sequence[TensorCore], what: str, same_shape: bool = True) -> tuple[str, ...]:
     if len(tensors) == 0:
         raise ValueError(f"{what} needs one tensor per device, got none")
-    devices = check_devices([tensor.device for tensor in tensors])
+    devices = check_devices([one_device(tensor) for tensor in tensors])
     first = tensors[0]
     for index, tensor in enumerate(tensors):
         if tensor.dtype != first.dtype:
@@ -192,7 +192,7 @@ def broadcast(tensor: TensorCore, devices: Sequence[str]) -> list[TensorCore]:
         ['CPU', 'CPU:1']
     """
     names = check_devices(devices)
-    results: dict[str, TensorCore] = {tensor.device: tensor}
+    results: dict[str, TensorCore] = {one_device(tensor): tensor}
     previous = tensor
     for name in names:
         if name not in results:

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.multi.collectives import allgather, allreduce, broadcast, reduce_scatter
-from kiln.tensor.multi.layout import check_devices
+from kiln.tensor.multi.layout import check_devices, one_device
 
 __all__ = ["CollectiveGroup", "DeviceGroup", "DeviceRank", "RankStopped", "per_rank"]
 
@@ -142,7 +142,7 @@ def _broadcast(tensors: list[TensorCore], root: int) -> list[TensorCore]:
                 f"broadcast needs the same dtype and shape on every rank: rank 0 has {first.dtype!r} {first.shape}, "
                 f"rank {rank} has {tensor.dtype!r} {tensor.shape}"
             )
-    return broadcast(tensors[root], [tensor.device for tensor in tensors])
+    return broadcast(tensors[root], [one_device(tensor) for tensor in tensors])
 
 
 def _barrier(tensors: list[None]) -> list[None]:

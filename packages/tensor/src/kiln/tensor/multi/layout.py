@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kiln.tensor.core import TensorT
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.device import canonical_device
 
-__all__ = ["check_devices", "normalize_axis", "slice_along", "split_bounds"]
+__all__ = ["check_devices", "normalize_axis", "one_device", "slice_along", "split_bounds"]
 
 
 def normalize_axis(axis: int, ndim: int, what: str) -> int:
@@ -27,6 +27,14 @@ def normalize_axis(axis: int, ndim: int, what: str) -> int:
 def slice_along(tensor: TensorT, axis: int, bound: tuple[int, int]) -> TensorT:
     """The elements of `tensor` from bound[0] to bound[1] along `axis`."""
     return tensor.shrink([bound if index == axis else None for index in range(tensor.ndim)])
+
+
+def one_device(tensor: TensorCore) -> str:
+    """The one device `tensor` lives on; ValueError for a sharded tensor (a collective takes one tensor per device)."""
+    device = tensor.device
+    if isinstance(device, tuple):
+        raise ValueError(f"expected a tensor on one device, got one sharded over {list(device)}: pass its .shards")
+    return device
 
 
 def check_devices(devices: Sequence[str] | str) -> tuple[str, ...]:

@@ -49,31 +49,42 @@ def calculate_fan_in_and_fan_out(shape: Sequence[int]) -> tuple[int, int]:
 
 
 def uniform(
-    shape: Sequence[int], low: float, high: float, dtype: DType = dtypes.float32, device: str | None = None
+    shape: Sequence[int],
+    low: float,
+    high: float,
+    dtype: DType = dtypes.float32,
+    device: str | tuple[str, ...] | None = None,
 ) -> Tensor:
     """A parameter of `shape` drawn uniformly from [low, high)."""
     return parameter(Tensor.uniform(*shape, low=low, high=high, dtype=dtype, device=device))
 
 
 def normal(
-    shape: Sequence[int], mean: float = 0.0, std: float = 1.0, dtype: DType = dtypes.float32, device: str | None = None
+    shape: Sequence[int],
+    mean: float = 0.0,
+    std: float = 1.0,
+    dtype: DType = dtypes.float32,
+    device: str | tuple[str, ...] | None = None,
 ) -> Tensor:
     """A parameter of `shape` drawn from N(mean, std**2)."""
     return parameter(Tensor.normal(*shape, mean=mean, std=std, dtype=dtype, device=device))
 
 
-def zeros(shape: Sequence[int], dtype: DType = dtypes.float32, device: str | None = None) -> Tensor:
+def zeros(shape: Sequence[int], dtype: DType = dtypes.float32, device: str | tuple[str, ...] | None = None) -> Tensor:
     """A parameter of zeros."""
     return parameter(Tensor.zeros(*shape, dtype=dtype, device=device))
 
 
-def ones(shape: Sequence[int], dtype: DType = dtypes.float32, device: str | None = None) -> Tensor:
+def ones(shape: Sequence[int], dtype: DType = dtypes.float32, device: str | tuple[str, ...] | None = None) -> Tensor:
     """A parameter of ones."""
     return parameter(Tensor.ones(*shape, dtype=dtype, device=device))
 
 
 def kaiming_uniform(
-    shape: Sequence[int], a: float = math.sqrt(5), fan_in: int | None = None, device: str | None = None
+    shape: Sequence[int],
+    a: float = math.sqrt(5),
+    fan_in: int | None = None,
+    device: str | tuple[str, ...] | None = None,
 ) -> Tensor:
     """torch's `kaiming_uniform_(w, a)` (leaky-ReLU gain, fan_in mode): U(-b, b) with
     b = sqrt(2 / (1 + a**2)) * sqrt(3 / fan_in); with the default a = sqrt(5), b = 1 / sqrt(fan_in)."""
@@ -82,7 +93,7 @@ def kaiming_uniform(
     return uniform(shape, -bound, bound, device=device)
 
 
-def xavier_uniform(shape: Sequence[int], gain: float = 1.0, device: str | None = None) -> Tensor:
+def xavier_uniform(shape: Sequence[int], gain: float = 1.0, device: str | tuple[str, ...] | None = None) -> Tensor:
     """torch's `xavier_uniform_`: U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = calculate_fan_in_and_fan_out(shape)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))

@@ -48,7 +48,7 @@ class Embedding(Module):
     def __init__(
         self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, max_norm: float | None = None,
         norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False, _weight: Tensor | None = None,
-        _freeze: bool = False, device: str | None = None,
+        _freeze: bool = False, device: str | tuple[str, ...] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.num_embeddings = check_size(num_embeddings, "Embedding num_embeddings")
@@ -112,7 +112,7 @@ class EmbeddingBag(Module):
     def __init__(
         self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None, norm_type: float = 2.0,
         scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight: Tensor | None = None,
-        include_last_offset: bool = False, padding_idx: int | None = None, device: str | None = None,
+        include_last_offset: bool = False, padding_idx: int | None = None, device: str | tuple[str, ...] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         if mode not in ("sum", "mean", "max"):

@@ -140,7 +140,7 @@ def check_dtype(dtype: object, what: str = "dtype") -> DType:
     return dtype
 
 
-def check_same_device(what: str, *tensors: TensorCore) -> str:
+def check_same_device(what: str, *tensors: TensorCore) -> str | tuple[str, ...]:
     """The device all `tensors` are on; ValueError naming the devices when they differ."""
     devices = [tensor.device for tensor in tensors]
     if any(device != devices[0] for device in devices):

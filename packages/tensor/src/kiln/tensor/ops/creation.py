@@ -35,7 +35,7 @@ from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 __all__ = ["CreationMixin", "DTypeMixin", "iota"]
 
 
-def iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
+def iota(kind: type[TensorT], size: int, device: str | tuple[str, ...] | None = None) -> TensorT:
     """The `kind` tensor [0, 1, ..., size - 1] (int32; int64 past 2**31 elements), built from constants and movement ops
     only (no memory, no reduce).
 
@@ -57,7 +57,7 @@ def _iota_node(kind: type[TensorCore], size: int, device: str) -> UOp:
     return _build_iota(kind, size, device).uop
 
 
-def sized_iota(kind: type[TensorT], size: int, device: str | None = None) -> TensorT:
+def sized_iota(kind: type[TensorT], size: int, device: str | tuple[str, ...] | None = None) -> TensorT:
     """`iota` of a size that may be a bound Variable expression: the positions of its largest value, shrunk to it."""
     if type(size) is int:
         return iota(kind, size, device)
@@ -70,7 +70,7 @@ def _symbolic_arange(
     stop: BoundVariable | Variable | UOp,
     step: object,
     dtype: DType | None,
-    device: str | None,
+    device: str | tuple[str, ...] | None,
 ) -> TensorT:
     """`arange(start, stop, step)` with a bound-Variable `stop` (int start and step): the positions of the largest
     length, shrunk to the bound length, so one kernel serves every value."""
@@ -131,7 +131,7 @@ def _with_grad(tensor: TensorT, requires_grad: bool | None) -> TensorT:
     return tensor
 
 
-def _random_words(kind: type[TensorT], count: int, device: str | None) -> tuple[TensorT, TensorT]:
+def _random_words(kind: type[TensorT], count: int, device: str | tuple[str, ...] | None) -> tuple[TensorT, TensorT]:
     """Two uint32 words per element of a (count,) tensor: Threefry of the counter (position, call number)."""
     engine = default_engine()
     key0, key1, call = engine.random.next_stream()
@@ -144,7 +144,7 @@ def _random_words(kind: type[TensorT], count: int, device: str | None) -> tuple[
     return threefry2x32(block, stream, key0, key1)
 
 
-def _random_bits(kind: type[TensorT], count: int, device: str | None) -> TensorT:
+def _random_bits(kind: type[TensorT], count: int, device: str | tuple[str, ...] | None) -> TensorT:
     """`count` random uint32 words: both Threefry outputs of ceil(count / 2) counters, first words first."""
     half = (count + 1) // 2
     first, second = _random_words(kind, half, device)
@@ -264,7 +264,7 @@ class CreationMixin(DTypeMixin):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """A tensor of `shape` in new, uninitialized memory.
@@ -278,6 +278,8 @@ class CreationMixin(DTypeMixin):
         dims = shape_argument(shape)
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
         target = canonical_device(device)
+        if isinstance(target, tuple):  # memory on each of several devices: one empty tensor copied to each
+            return _with_grad(cls.empty(*dims, dtype=target_dtype, device=target[0]).to(target), requires_grad)
         size = max_numel(dims)  # a symbolic shape gets the memory of its largest value
         node = graph.buffer_uop(target, size, target_dtype)
         attach_buffer(node, Buffer(target, size, target_dtype).allocate())
@@ -291,7 +293,7 @@ class CreationMixin(DTypeMixin):
         shape: ShapeArgument,
         fill_value: ConstType,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """A tensor of `shape` filled with `fill_value` (dtype: the value's, unless given).
@@ -313,7 +315,7 @@ class CreationMixin(DTypeMixin):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """A tensor of `shape` filled with zeros (default dtype: `dtypes.default_float`).
@@ -329,7 +331,7 @@ class CreationMixin(DTypeMixin):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """A tensor of `shape` filled with ones (default dtype: `dtypes.default_float`).
@@ -347,7 +349,7 @@ class CreationMixin(DTypeMixin):
         stop: int | float | None = None,
         step: int | float = 1,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """The values start, start + step, ... below `stop` (one argument: 0 .. start - 1), like PyTorch.
@@ -396,7 +398,7 @@ class CreationMixin(DTypeMixin):
         end: int | float,
         steps: int,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """`steps` evenly spaced values from `start` to `end` inclusive (computed from both ends, like PyTorch).
@@ -433,7 +435,7 @@ class CreationMixin(DTypeMixin):
         n: int,
         m: int | None = None,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """The n x m identity matrix (m defaults to n).
@@ -472,7 +474,7 @@ class CreationMixin(DTypeMixin):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Uniform random numbers in [0, 1).
@@ -494,7 +496,7 @@ class CreationMixin(DTypeMixin):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Standard normal random numbers (Box-Muller transform of two uniform numbers per element).
@@ -523,7 +525,7 @@ class CreationMixin(DTypeMixin):
         low: int = 0,
         high: int = 10,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Uniform random integers in [low, high) (at most 2**32 distinct values).
@@ -560,7 +562,7 @@ class CreationMixin(DTypeMixin):
         low: float = 0.0,
         high: float = 1.0,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Uniform random numbers in [low, high).
@@ -583,7 +585,7 @@ class CreationMixin(DTypeMixin):
         mean: float = 0.0,
         std: float = 1.0,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Normal random numbers with the given mean and standard deviation.
@@ -607,7 +609,7 @@ class CreationMixin(DTypeMixin):
         self,
         fill_value: ConstType,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """A tensor of this one's shape (and dtype and device, unless given) filled with `fill_value`.
@@ -619,19 +621,19 @@ class CreationMixin(DTypeMixin):
         return self.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
 
     def zeros_like(
-        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Zeros of this tensor's shape (and dtype and device, unless given)."""
         return self.full_like(0, dtype, device, requires_grad)
 
     def ones_like(
-        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Ones of this tensor's shape (and dtype and device, unless given)."""
         return self.full_like(1, dtype, device, requires_grad)
 
     def empty_like(
-        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Uninitialized memory of this tensor's shape (and dtype and device, unless given)."""
         return self.empty(
@@ -639,7 +641,7 @@ class CreationMixin(DTypeMixin):
         )
 
     def rand_like(
-        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Uniform [0, 1) random numbers of this tensor's shape (and float dtype and device, unless given)."""
         return self.rand(
@@ -647,7 +649,7 @@ class CreationMixin(DTypeMixin):
         )
 
     def randn_like(
-        self, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None
+        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Standard normal random numbers of this tensor's shape (and float dtype and device, unless given)."""
         return self.randn(
@@ -659,7 +661,7 @@ class CreationMixin(DTypeMixin):
         low: int = 0,
         high: int | None = None,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """Uniform random integers in [low, high) of this tensor's shape (and dtype and device, unless given).

@@ -72,7 +72,7 @@ def initializer_bound(name: str, shape: tuple[int, ...], parameter: float | None
 
 def _uniform(
     kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
-    dtype: DType | None, device: str | None, requires_grad: bool | None,
+    dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None,
 ) -> TensorT:  # fmt: skip
     dims = shape_argument(shape, f"{name} shape")
     bound = initializer_bound(name, dims, parameter)
@@ -81,7 +81,7 @@ def _uniform(
 
 def _normal(
     kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
-    dtype: DType | None, device: str | None, requires_grad: bool | None,
+    dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None,
 ) -> TensorT:  # fmt: skip
     dims = shape_argument(shape, f"{name} shape")
     std = initializer_bound(name, dims, parameter)
@@ -96,7 +96,7 @@ class InitializerMixin(TensorCore):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """U(-1, 1) / sqrt(prod(shape)) (tinygrad's).
@@ -112,7 +112,7 @@ class InitializerMixin(TensorCore):
         cls,
         *shape: ShapeArgument,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (tinygrad's, Keras's GlorotUniform).
@@ -129,7 +129,7 @@ class InitializerMixin(TensorCore):
         *shape: ShapeArgument,
         a: float = 0.01,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """U(-b, b) with b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's; PyTorch's
@@ -147,7 +147,7 @@ class InitializerMixin(TensorCore):
         *shape: ShapeArgument,
         a: float = 0.01,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """N(0, std) with std = sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's).
@@ -164,7 +164,7 @@ class InitializerMixin(TensorCore):
         *shape: ShapeArgument,
         gain: float = 1.0,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out)), PyTorch's xavier_uniform_ fans (shape[1] and
@@ -184,7 +184,7 @@ class InitializerMixin(TensorCore):
         *shape: ShapeArgument,
         gain: float = 1.0,
         dtype: DType | None = None,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         requires_grad: bool | None = None,
     ) -> Self:
         """N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out)) (PyTorch's xavier_normal_).

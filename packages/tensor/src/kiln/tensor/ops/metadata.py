@@ -228,9 +228,10 @@ class MetadataMixin(TensorCore):
             >>> Tensor([1]).cpu().get_device()
             -1
         """
-        if self.device.split(":")[0] in ("CPU", "PYTHON", "C", "LLVM"):
+        device = self.device if isinstance(self.device, str) else self.device[0]  # sharded: its first device
+        if device.split(":")[0] in ("CPU", "PYTHON", "C", "LLVM"):
             return -1
-        _, _, number = self.device.partition(":")
+        _, _, number = device.partition(":")
         return int(number) if number.isdigit() else 0
 
     @property
@@ -241,7 +242,8 @@ class MetadataMixin(TensorCore):
     @property
     def is_cuda(self) -> bool:
         """Whether the tensor lives on an NVIDIA device."""
-        return self.device.split(":")[0] in ("CUDA", "NV")
+        devices = self.device if isinstance(self.device, tuple) else (self.device,)
+        return all(device.split(":")[0] in ("CUDA", "NV") for device in devices)
 
     def is_same_size(self, other: Self) -> bool:
         """Whether both have one shape."""

@@ -85,7 +85,7 @@ class OperandMixin(UnaryMixin):
         mine, theirs = self.uop, other.uop
         if mine.dtype is not theirs.dtype or (dtype is not None and dtype is not mine.dtype):
             return None
-        if graph.device_of(mine) != graph.device_of(theirs):
+        if graph.placement_of(mine) != graph.placement_of(theirs):
             return None
         my_shape, their_shape = graph.shape_of(mine), graph.shape_of(theirs)
         if my_shape == their_shape:
@@ -113,7 +113,7 @@ class OperandMixin(UnaryMixin):
         if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(dtype):
             raise ValueError(f"{what}: cannot use {number!r} with a {dtype!r} operand")
         left = self if dtype is uop.dtype else self._cast(dtype)  # dtypes are interned: `is` is `_cast`'s test
-        return left, graph.const(number, dtype, graph.device_of(uop), shape)
+        return left, graph.const(number, dtype, graph.placement_of(uop), shape)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         """This tensor broadcast to `shape` (numpy rules; leading dims are added)."""

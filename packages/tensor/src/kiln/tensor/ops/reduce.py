@@ -387,7 +387,7 @@ class ReduceMixin(TensorCore):
         return return_types.cummax(values.transpose(index, -1), positions.transpose(index, -1))
 
 
-def _lower_triangle(kind: type[TensorT], size: int, device: str) -> TensorT:
+def _lower_triangle(kind: type[TensorT], size: int, device: str | tuple[str, ...]) -> TensorT:
     """The (size, size) bool `kind` mask of column <= row."""
     rows = iota(kind, size, device).reshape(size, 1)
     columns = iota(kind, size, device).reshape(1, size)

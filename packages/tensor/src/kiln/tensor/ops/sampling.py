@@ -55,7 +55,7 @@ class SamplingMixin(TensorCore):
         return picks if self.ndim == 2 else picks.reshape(count)
 
     @classmethod
-    def randperm(cls, n: int, *, device: str | None = None, dtype: DType | None = None) -> Self:
+    def randperm(cls, n: int, *, device: str | tuple[str, ...] | None = None, dtype: DType | None = None) -> Self:
         """A random permutation of 0 .. n-1 (`dtypes.default_int` unless `dtype` is given).
 
         Example:

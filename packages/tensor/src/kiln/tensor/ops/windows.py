@@ -59,7 +59,7 @@ def sliding_windows(x: TensorT, kernel: Sequence[int], stride: Sequence[int], di
     chain is built on graph nodes and wrapped in a tensor once (its links are no tensor anyone holds).
     """
     node = x.uop
-    device = graph.device_of(node)
+    device = graph.placement_of(node)
     for op, arg, shape in _window_plan(graph.shape_of(node), tuple(kernel), tuple(stride), tuple(dilation)):
         # the plan's nodes were checked when it was made: each link is made directly, its shape and device known
         node = UOp(op, node.dtype, (node,), arg)

@@ -154,8 +154,8 @@ class Optimizer:
         return [p for group in self.param_groups for p in group["params"] if p.requires_grad is True]
 
     @property
-    def device(self) -> str:
-        """The device of the first parameter."""
+    def device(self) -> str | tuple[str, ...]:
+        """The device of the first parameter (the tuple of its devices when it is sharded)."""
         return self.param_groups[0].device
 
     @property

@@ -33,7 +33,7 @@ class ParamGroup(dict[str, Any]):
     """A parameter group: `group["params"]` (the tensors) and the hyperparameters, with the keys named in
     `buffered` mirrored into device buffers (read them with `value` and `complement`)."""
 
-    def __init__(self, values: Mapping[str, Any], device: str, buffered: Iterable[str]) -> None:
+    def __init__(self, values: Mapping[str, Any], device: str | tuple[str, ...], buffered: Iterable[str]) -> None:
         super().__init__(values)
         self.device = device
         self.buffers: dict[str, Tensor] = {}
