@@ -74,19 +74,26 @@ class _DeadlineReader(io.RawIOBase):
         if remaining <= 0:
             raise TimeoutError("the client did not send its request in time")
         self.connection.settimeout(None if remaining == math.inf else remaining)
-        received = self.connection.recv_into(buffer)
-        if received:
-            self.on_data()
-        return received
+        # the connection counts as busy before its bytes are taken: a shutdown closing idle connections (those not
+        # busy with nothing to read) must never see it idle with its request already read
+        if not _wait_readable(self.connection, remaining):
+            raise TimeoutError("timed out")  # what the socket's own timeout raises
+        self.on_data()
+        return self.connection.recv_into(buffer)
 
 
 def _readable(connection: socket.socket) -> bool:
     """Whether the connection has input (bytes or its end) waiting, without blocking."""
+    return _wait_readable(connection, 0.0)
+
+
+def _wait_readable(connection: socket.socket, seconds: float) -> bool:
+    """Whether the connection has input (bytes or its end) waiting within `seconds` (inf: until it has)."""
     if hasattr(select, "poll"):  # no FD_SETSIZE limit
         poller = select.poll()
         poller.register(connection, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([connection], [], [], 0)[0])
+        return bool(poller.poll(None if seconds == math.inf else max(0, math.ceil(seconds * 1000))))
+    return bool(select.select([connection], [], [], None if seconds == math.inf else seconds)[0])
 
 
 def _peer_closed(connection: socket.socket) -> bool:
@@ -350,12 +357,12 @@ class LLMHTTPServer(ThreadingHTTPServer):
 
     def close_idle_connections(self) -> None:
         """Ends the connections waiting for a request (keep-alive, or not yet sent one) with no input waiting."""
+        # under the lock: a handler marks its connection busy (under the same lock) before it takes any byte
         with self.connections_lock:
-            idle = [connection for connection, busy in self.connections.items() if not busy]
-        for connection in idle:
-            with suppress(OSError, ValueError):  # its handler may be closing it right now
-                if not _readable(connection):  # else a request (or the client's end) arrived: its handler answers
-                    connection.shutdown(socket.SHUT_RDWR)
+            for connection, busy in self.connections.items():
+                with suppress(OSError, ValueError):  # its handler may be closing it right now
+                    if not busy and not _readable(connection):  # else a request (or the end) arrived: it answers
+                        connection.shutdown(socket.SHUT_RDWR)
 
     def wait_for_connections(self, deadline: float) -> bool:
         """Waits until every connection has closed, or `deadline`; whether they all did."""
