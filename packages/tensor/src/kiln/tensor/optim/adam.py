@@ -8,10 +8,10 @@ cycled beta1 (OneCycleLR) reaches the update without recompiling.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from kiln.tensor.optim.optimizer import Optimizer, check_betas, check_number
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_betas, check_number, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -30,20 +30,6 @@ def tinygrad_betas(betas: tuple[float, float], b1: float | None, b2: float | Non
 def bias_correction(group: ParamGroup, index: int, t: Tensor) -> Tensor:
     """1 - betas[index] ** t on the device (t a 0-dim float32 tensor), accurate also for beta2 near 1."""
     return -(t * (-group.complement("betas", index)).log1p()).expm1()
-
-
-def decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
-    """(weights, gradient) after maximize and weight decay: L2 (added to the gradient) or, with
-    `decoupled_weight_decay`, p *= 1 - lr * weight_decay."""
-    weights = parameter.detach()
-    if group.get("maximize"):
-        gradient = -gradient
-    weight_decay = float(group["weight_decay"])
-    if weight_decay and group.get("decoupled_weight_decay"):
-        weights = weights * (1.0 - group.value("lr") * weight_decay).cast(weights.dtype)
-    elif weight_decay:
-        gradient = gradient + weights * weight_decay
-    return weights, gradient
 
 
 class MomentsOptimizer(Optimizer):
@@ -84,7 +70,7 @@ class Adam(MomentsOptimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -96,16 +82,8 @@ class Adam(MomentsOptimizer):
         b1: float | None = None,
         b2: float | None = None,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "betas": tinygrad_betas(betas, b1, b2),
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "amsgrad": amsgrad,
-            "maximize": maximize,
-            "decoupled_weight_decay": decoupled_weight_decay,
-        }
-        super().__init__(params, defaults)
+        defaults = dict(lr=lr, betas=tinygrad_betas(betas, b1, b2), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+        super().__init__(params, {**defaults, "maximize": maximize, "decoupled_weight_decay": decoupled_weight_decay})
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The moments, t and the parameters."""
@@ -130,7 +108,7 @@ class AdamW(Adam):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -161,7 +139,7 @@ class LAMB(MomentsOptimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,

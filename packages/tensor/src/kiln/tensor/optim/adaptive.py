@@ -10,13 +10,13 @@ a function TinyJit captures.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from kiln.tensor.optim.adam import MomentsOptimizer, bias_correction, decayed
-from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.adam import MomentsOptimizer, bias_correction
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.realize import engine
 from kiln.tensor.tensor import Tensor
@@ -36,7 +36,7 @@ class Adagrad(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-2,
         lr_decay: float = 0.0,
         weight_decay: float = 0.0,
@@ -45,15 +45,9 @@ class Adagrad(Optimizer):
         *,
         maximize: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "lr_decay": lr_decay,
-            "weight_decay": weight_decay,
-            "initial_accumulator_value": initial_accumulator_value,
-            "eps": eps,
-            "maximize": maximize,
-        }
-        super().__init__(params, defaults)
+        initial = initial_accumulator_value
+        defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, initial_accumulator_value=initial)
+        super().__init__(params, {**defaults, "eps": eps, "maximize": maximize})
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks lr_decay, weight decay, the initial accumulator and eps."""
@@ -87,7 +81,7 @@ class Adamax(MomentsOptimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 2e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -95,8 +89,7 @@ class Adamax(MomentsOptimizer):
         *,
         maximize: bool = False,
     ) -> None:
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The first moment, the infinity norm, t and the parameters."""
@@ -130,7 +123,7 @@ class NAdam(MomentsOptimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 2e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -140,16 +133,8 @@ class NAdam(MomentsOptimizer):
         *,
         maximize: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "momentum_decay": momentum_decay,
-            "decoupled_weight_decay": decoupled_weight_decay,
-            "maximize": maximize,
-        }
-        super().__init__(params, defaults)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay)
+        super().__init__(params, {**defaults, "decoupled_weight_decay": decoupled_weight_decay, "maximize": maximize})
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks betas, eps, weight decay and momentum_decay."""
@@ -193,7 +178,7 @@ class RAdam(MomentsOptimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -202,14 +187,8 @@ class RAdam(MomentsOptimizer):
         *,
         maximize: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "decoupled_weight_decay": decoupled_weight_decay,
-            "maximize": maximize,
-        }
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        defaults.update(decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
         self._factors: dict[int, Tensor] = {}  # group index -> [adaptive factor, plain factor] of this step
         super().__init__(params, defaults)
 

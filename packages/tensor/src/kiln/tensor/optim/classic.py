@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -25,15 +25,14 @@ class Adadelta(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1.0,
         rho: float = 0.9,
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         maximize: bool = False,
     ) -> None:
-        defaults = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks rho in [0, 1], eps and weight decay."""
@@ -43,20 +42,16 @@ class Adadelta(Optimizer):
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The two running averages and the parameters."""
-        rho, eps, weight_decay = float(group["rho"]), float(group["eps"]), float(group["weight_decay"])
-        lr = group.value("lr")
+        rho, eps, lr = float(group["rho"]), float(group["eps"]), group.value("lr")
         self.advance(index)
         for parameter, gradient in zip(parameters, gradients):
-            if group["maximize"]:
-                gradient = -gradient
-            if weight_decay:
-                gradient = gradient + parameter.detach() * weight_decay
+            weights, gradient = decayed(group, parameter, gradient)
             square, accumulated = self.state_buffer(parameter, "square_avg"), self.state_buffer(parameter, "acc_delta")
             new_square = square * rho + gradient * gradient * (1.0 - rho)
             delta = (accumulated + eps).sqrt() / (new_square + eps).sqrt() * gradient
             self.write(square, new_square)
             self.write(accumulated, accumulated * rho + delta * delta * (1.0 - rho))
-            self.assign_parameter(parameter, parameter.detach() - delta * lr.cast(delta.dtype))
+            self.assign_parameter(parameter, weights - delta * lr.cast(delta.dtype))
 
 
 class Rprop(Optimizer):
@@ -73,7 +68,7 @@ class Rprop(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-2,
         etas: tuple[float, float] = (0.5, 1.2),
         step_sizes: tuple[float, float] = (1e-6, 50.0),
@@ -129,7 +124,7 @@ class ASGD(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-2,
         lambd: float = 1e-4,
         alpha: float = 0.75,
@@ -137,10 +132,9 @@ class ASGD(Optimizer):
         weight_decay: float = 0.0,
         maximize: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0, "weight_decay": weight_decay, "maximize": maximize,
-        }  # fmt: skip
-        super().__init__(params, defaults)
+        super().__init__(
+            params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay, maximize=maximize)
+        )
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks weight decay, lambd, alpha and t0 are numbers (weight decay >= 0)."""
@@ -151,19 +145,15 @@ class ASGD(Optimizer):
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The parameters, their averages and the next eta and mu."""
         lambd, alpha, t0 = float(group["lambd"]), float(group["alpha"]), float(group["t0"])
-        weight_decay = float(group["weight_decay"])
         lr = group.value("lr")
         t = self.advance(index)
         for parameter, gradient in zip(parameters, gradients):
-            if group["maximize"]:
-                gradient = -gradient
-            if weight_decay:
-                gradient = gradient + parameter.detach() * weight_decay
+            weights, gradient = decayed(group, parameter, gradient)
             eta = self.state_buffer(parameter, "eta", float(group["lr"]), ())
             mu = self.state_buffer(parameter, "mu", 1.0, ())
             average = self.state_buffer(parameter, "ax")
             rate = eta.cast(gradient.dtype)
-            moved = parameter.detach() * (1.0 - rate * lambd) - gradient * rate
+            moved = weights * (1.0 - rate * lambd) - gradient * rate
             self.write(average, (mu == 1.0).where(moved, average + (moved - average) * mu.cast(moved.dtype)))
             rate_now = lr.cast(eta.dtype)
             self.write(eta, rate_now / (rate_now * (lambd * t.cast(eta.dtype)) + 1.0) ** alpha)

@@ -13,10 +13,10 @@ weight_decay has no effect); kiln applies it, as tinygrad's Muon did when it was
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -40,7 +40,7 @@ class LARS(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         momentum: float = 0.9,
         weight_decay: float = 1e-4,
@@ -51,17 +51,8 @@ class LARS(Optimizer):
         pre_wd: bool = True,
         tcoef: float = 1e-3,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "weight_decay": weight_decay,
-            "ns_steps": ns_steps,
-            "ns_coefficients": ns_coefficients,
-            "nesterov": nesterov,
-            "classic": classic,
-            "pre_wd": pre_wd,
-            "tcoef": tcoef,
-        }
+        defaults: dict[str, Any] = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps)
+        defaults.update(ns_coefficients=ns_coefficients, nesterov=nesterov, classic=classic, pre_wd=pre_wd, tcoef=tcoef)
         super().__init__(params, defaults)
 
     def validate(self, group: Mapping[str, Any]) -> None:
@@ -130,7 +121,7 @@ class Muon(LARS):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         momentum: float = 0.95,
         weight_decay: float = 0.1,

@@ -26,7 +26,10 @@ from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor, numpy_from_dtype
 from kiln.uops import dtypes
 
-__all__ = ["SGD", "Optimizer", "OptimizerGroup"]
+__all__ = ["SGD", "Optimizer", "OptimizerGroup", "ParamsT"]
+
+ParamsT = Iterable[Tensor] | Iterable[Mapping[str, Any]]
+"""What an optimizer's `params` may be (torch.optim's `ParamsT`): tensors, or dicts that are parameter groups."""
 
 
 def check_number(value: object, what: str, low: float = 0.0, high: float | None = None) -> float:
@@ -48,6 +51,20 @@ def check_betas(betas: object) -> tuple[float, float]:
     if beta1 >= 1.0 or beta2 >= 1.0:
         raise ValueError(f"Invalid beta parameters: {tuple(betas)} (each must be < 1)")
     return beta1, beta2
+
+
+def decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
+    """(weights, gradient) after maximize and weight decay: L2 (added to the gradient) or, with
+    `decoupled_weight_decay`, p *= 1 - lr * weight_decay."""
+    weights = parameter.detach()
+    if group.get("maximize"):
+        gradient = -gradient
+    weight_decay = float(group["weight_decay"])
+    if weight_decay and group.get("decoupled_weight_decay"):
+        weights = weights * (1.0 - group.value("lr") * weight_decay).cast(weights.dtype)
+    elif weight_decay:
+        gradient = gradient + weights * weight_decay
+    return weights, gradient
 
 
 def _as_numpy(value: object, what: str) -> np.ndarray[Any, Any]:
@@ -76,7 +93,7 @@ class Optimizer:
     # whether the state dict holds torch's per-parameter "step" (SGD's and LARS's rules keep no step count)
     saves_step: ClassVar[bool] = True
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], defaults: Mapping[str, Any]) -> None:
+    def __init__(self, params: ParamsT, defaults: Mapping[str, Any]) -> None:
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or dicts, but got a Tensor"
@@ -370,7 +387,7 @@ class SGD(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-3,
         momentum: float = 0.0,
         dampening: float = 0.0,
@@ -380,14 +397,8 @@ class SGD(Optimizer):
         *,
         classic: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "dampening": dampening,
-            "weight_decay": weight_decay,
-            "nesterov": nesterov,
-            "maximize": maximize,
-        }
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay)
+        defaults.update(nesterov=nesterov, maximize=maximize)
         if classic:  # tinygrad's flag: absent unless set, so the groups keep torch's keys
             defaults["classic"] = True
         super().__init__(params, defaults)
@@ -402,13 +413,9 @@ class SGD(Optimizer):
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """p -= lr * (the momentum-filtered gradient), and the momentum buffers."""
         lr, momentum = group.value("lr"), group.value("momentum")
-        dampening, weight_decay = float(group["dampening"]), float(group["weight_decay"])
-        classic = bool(group.get("classic"))
+        dampening, classic = float(group["dampening"]), bool(group.get("classic"))
         for parameter, gradient in zip(parameters, gradients):
-            if group["maximize"]:
-                gradient = -gradient
-            if weight_decay:
-                gradient = gradient + parameter.detach() * weight_decay
+            weights, gradient = decayed(group, parameter, gradient)
             if classic:  # tinygrad's classic momentum: the rate scales the gradient before the momentum
                 gradient = gradient * lr.cast(gradient.dtype)
             if group["momentum"]:
@@ -424,7 +431,7 @@ class SGD(Optimizer):
                 self.write(buffer, velocity)
                 gradient = gradient + velocity * momentum.cast(velocity.dtype) if group["nesterov"] else velocity
             step = gradient if classic else gradient * lr.cast(gradient.dtype)
-            self.assign_parameter(parameter, parameter.detach() - step)
+            self.assign_parameter(parameter, weights - step)
 
 
 class OptimizerGroup:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from kiln.tensor.optim.optimizer import Optimizer, check_number
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -27,7 +27,7 @@ class RMSprop(Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Tensor] | Iterable[Mapping[str, Any]],
+        params: ParamsT,
         lr: float = 1e-2,
         alpha: float = 0.99,
         eps: float = 1e-8,
@@ -36,16 +36,8 @@ class RMSprop(Optimizer):
         centered: bool = False,
         maximize: bool = False,
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "alpha": alpha,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "momentum": momentum,
-            "centered": centered,
-            "maximize": maximize,
-        }
-        super().__init__(params, defaults)
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
+        super().__init__(params, {**defaults, "maximize": maximize})
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks alpha, eps, weight decay and momentum."""
@@ -56,13 +48,9 @@ class RMSprop(Optimizer):
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The running averages, momentum buffers and parameters."""
-        alpha, eps, weight_decay = float(group["alpha"]), float(group["eps"]), float(group["weight_decay"])
-        lr = group.value("lr")
+        alpha, eps, lr = float(group["alpha"]), float(group["eps"]), group.value("lr")
         for parameter, gradient in zip(parameters, gradients):
-            if group["maximize"]:
-                gradient = -gradient
-            if weight_decay:
-                gradient = gradient + parameter.detach() * weight_decay
+            weights, gradient = decayed(group, parameter, gradient)
             square = self.state_buffer(parameter, "square_avg")
             new_square = square * alpha + gradient * gradient * (1.0 - alpha)
             self.write(square, new_square)
@@ -80,4 +68,4 @@ class RMSprop(Optimizer):
                 step = new_buffer * lr.cast(new_buffer.dtype)
             else:
                 step = gradient / denominator * lr.cast(gradient.dtype)
-            self.assign_parameter(parameter, parameter.detach() - step)
+            self.assign_parameter(parameter, weights - step)
