@@ -1,12 +1,22 @@
-"""kiln.tensor.llm prefill and decode tokens/s on a random-weight llama model, against transformers on torch.
+"""kiln.tensor.llm prefill and decode tokens/s on a random-weight llama model, against llama.cpp and transformers.
 
 The model (default about 100M parameters: dim 768, 12 layers, FFN 2048, 12 heads / 4 KV heads, vocab 32000) is
-written as GGUF files (F16 and Q8_0, with the `gguf` package) into a temporary folder and loaded by `load_model`.
-kiln generates with `Generator`; the reference is transformers' LlamaForCausalLM (float32, eager, KV cache) of the
-same shape run by a Python that has torch (`--torch-python PATH`; skipped when not given). Each format is measured
-in a fresh process; figures are medians over `--runs`, with each process's peak RSS.
+written as GGUF files (F16, Q8_0 and Q4_K_M by default: `--formats`) into a temporary folder and loaded by
+`load_model`. The `gguf` package writes F16 and Q8_0; Q4_K and Q6_K blocks are encoded here (gguf-py has no K-quant
+encoder), with llama.cpp's Q4_K_M mix: Q6_K for output.weight and for attn_v / ffn_down of the layers llama.cpp
+gives more bits, Q4_K elsewhere. kiln generates with `Generator`.
 
-    uv run python benchmarks/llm_bench.py [--size 100m|small] [--runs 3] [--torch-python /path/to/python]
+References: llama.cpp (the `llama-cpp-python` package) on the same GGUF file with as many threads as kiln uses
+(the CPUs this process may run on; `--threads`), run by `--llama-python PATH` (default: this Python if it imports
+`llama_cpp`, else $KILN_LLAMA_PYTHON; skipped with a message when neither has it). Its prefill is one `eval` of the
+prompt, its decode one `eval` per token with the argmax of the last logits; the greedy ids of each decode run are
+compared with kiln's and a mismatch is printed. Each format row gets its kiln / llama.cpp ratio. transformers'
+LlamaForCausalLM (float32, eager, KV cache) of the same shape and random weights of its own runs under a Python that
+has torch (`--torch-python PATH`; skipped when not given). Each format is measured in a fresh process; figures are
+medians over `--runs`, with each process's peak RSS.
+
+    uv run python benchmarks/llm_bench.py [--size 100m|small] [--runs 3] [--formats F16,Q8_0,Q4_K_M]
+        [--llama-python /path/to/python] [--torch-python /path/to/python]
 
 Prefill is measured per prompt length of `--prompts` (default 64,200,500): the first prompt of that length (compile
 included, after a warm-up with another length) and the median tokens/s of the runs after it. Decode is measured
@@ -19,7 +29,9 @@ min(trained, 4096)); `--temperature T` decodes by sampling (seeded) instead of g
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -73,8 +85,120 @@ result["threads"] = torch.get_num_threads()
 print(json.dumps(result))
 """
 
+LLAMA_SCRIPT = r"""
+import ctypes, json, resource, statistics, sys, time
+import numpy as np
+import llama_cpp
+path, ids, prompts, positions, new, runs, threads, context = json.loads(sys.argv[1])
+batch = max(prompts + positions)
+llm = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=context, n_batch=batch,
+    n_ubatch=batch, logits_all=False, verbose=False)
+vocab = llm.n_vocab()
 
-def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationType, context: int = CONTEXT) -> None:
+def argmax():  # greedy: the last evaluated position's logits (llama.cpp's own buffer, no copy)
+    logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return int(np.ctypeslib.as_array(ctypes.cast(logits, ctypes.POINTER(ctypes.c_float)), shape=(vocab,)).argmax())
+
+def prefill(tokens):
+    llm.reset()
+    started = time.perf_counter()
+    llm.eval(tokens)
+    return time.perf_counter() - started
+
+prefill(ids[:7])  # warm-up, like kiln's
+result = {"prefill": {}, "decode": {}, "ids": {}}
+for length in prompts:
+    times = [prefill(ids[:length]) for _ in range(runs + 1)]
+    result["prefill"][length] = {"first": times[0], "tok_s": length / statistics.median(times[1:])}
+for position in positions:
+    rates = []
+    for _ in range(runs):
+        prefill(ids[:position])
+        out = [argmax()]
+        started = time.perf_counter()
+        for _ in range(new):
+            llm.eval(out[-1:])
+            out.append(argmax())
+        rates.append(new / (time.perf_counter() - started))
+    result["decode"][position] = statistics.median(rates)
+    result["ids"][position] = out
+result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+result["version"] = llama_cpp.__version__
+print(json.dumps(result))
+"""
+
+QK_K = 256
+
+
+def _q4_k_blocks(values: np.ndarray) -> np.ndarray:
+    """ggml block_q4_K bytes of float32 rows (whole 256-blocks): per block the f16 d and dmin, 12 bytes of 6-bit
+    sub-block scales and mins, 128 bytes of nibbles; a value decodes as d * scale * q - dmin * min of its 32-run."""
+    runs = values.reshape(-1, 8, 32).astype(np.float32)
+    low = np.minimum(runs.min(-1), 0.0)
+    steps = (runs.max(-1) - low) / 15
+    d = (steps.max(-1, keepdims=True) / 63).astype(np.float16)
+    dmin = (-low.min(-1, keepdims=True) / 63).astype(np.float16)
+    scales = np.clip(np.rint(steps / np.where(d == 0, 1, d.astype(np.float32))), 0, 63).astype(np.uint8)
+    mins = np.clip(np.rint(-low / np.where(dmin == 0, 1, dmin.astype(np.float32))), 0, 63).astype(np.uint8)
+    step = d.astype(np.float32) * scales
+    offset = (dmin.astype(np.float32) * mins)[..., None]
+    quants = np.clip(np.rint((runs + offset) / np.where(step == 0, 1, step)[..., None]), 0, 15).astype(np.uint8)
+    packed = np.concatenate(
+        [
+            scales[:, :4] | ((scales[:, 4:] >> 4) << 6),  # ggml's get_scale_min_k4 read backwards
+            mins[:, :4] | ((mins[:, 4:] >> 4) << 6),
+            (scales[:, 4:] & 0xF) | ((mins[:, 4:] & 0xF) << 4),
+        ],
+        axis=1,
+    )
+    pairs = quants.reshape(-1, 4, 2, 32)  # 32 bytes per pair of runs: the first run's low nibbles, the second's high
+    nibbles = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(-1, 128)
+    return np.concatenate([d.view(np.uint8), dmin.view(np.uint8), packed, nibbles], axis=1)
+
+
+def _q6_k_blocks(values: np.ndarray) -> np.ndarray:
+    """ggml block_q6_K bytes: 128 bytes of low nibbles, 64 of 2-bit high parts, 16 int8 scales of 16-runs, f16 d; a
+    value decodes as d * scale * (q - 32)."""
+    runs = values.reshape(-1, 16, 16).astype(np.float32)
+    steps = np.abs(runs).max(-1) / 31
+    d = (steps.max(-1, keepdims=True) / 127).astype(np.float16)
+    scales = np.clip(np.rint(steps / np.where(d == 0, 1, d.astype(np.float32))), -128, 127).astype(np.int8)
+    step = d.astype(np.float32) * scales
+    quants = np.clip(np.rint(runs / np.where(step == 0, 1, step)[..., None]), -32, 31).astype(np.int16) + 32
+    q = quants.astype(np.uint8).reshape(-1, 2, 4, 32)  # element 128 h + 32 k + l
+    low, high = q & 0xF, q >> 4
+    ql = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4)], axis=2)
+    qh = high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
+    return np.concatenate([ql.reshape(-1, 128), qh.reshape(-1, 64), scales.view(np.uint8), d.view(np.uint8)], axis=1)
+
+
+def _q4_k_m_type(name: str, layers: int) -> gguf.GGMLQuantizationType:
+    """llama.cpp's Q4_K_M choice for a tensor (llama_tensor_get_type): Q6_K for output.weight and for attn_v /
+    ffn_down of the first and last eighth of the layers and every third one between, Q4_K elsewhere."""
+    if name == "output.weight":
+        return gguf.GGMLQuantizationType.Q6_K
+    if name.endswith(("attn_v.weight", "ffn_down.weight")):
+        layer, eighth = int(name.split(".")[1]), layers // 8
+        if layer < eighth or layer >= 7 * layers // 8 or (layer - eighth) % 3 == 2:
+            return gguf.GGMLQuantizationType.Q6_K
+    return gguf.GGMLQuantizationType.Q4_K
+
+
+def _encode(value: np.ndarray, kind: gguf.GGMLQuantizationType) -> np.ndarray:
+    """`value`'s ggml bytes, shaped (rows, bytes per row) as GGUFWriter takes raw quantized data."""
+    if kind == gguf.GGMLQuantizationType.Q4_K:
+        return _q4_k_blocks(value).reshape(value.shape[0], -1)
+    if kind == gguf.GGMLQuantizationType.Q6_K:
+        return _q6_k_blocks(value).reshape(value.shape[0], -1)
+    return gguf.quants.quantize(value, kind)
+
+
+def write_gguf(
+    path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationType | str, context: int = CONTEXT,
+    no_vocab: bool = False,
+) -> None:  # fmt: skip
+    """The random-weight llama of `shape` as a GGUF file of format `kind` (a ggml type, or "Q4_K_M": llama.cpp's
+    mix). `no_vocab` writes tokenizer.ggml.model "no_vocab" (llama.cpp then loads a file without a tokenizer)."""
     rng = np.random.default_rng(0)
     dim, ff, heads, kv, vocab = shape["dim"], shape["ff"], shape["heads"], shape["kv_heads"], shape["vocab"]
     head_dim = dim // heads
@@ -88,16 +212,23 @@ def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationTyp
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_vocab_size(vocab)
+    if no_vocab:
+        writer.add_tokenizer_model("no_vocab")
+    mixed = kind == "Q4_K_M"
+    if isinstance(kind, str) and not mixed:
+        kind = gguf.GGMLQuantizationType[kind]
 
     def add(name: str, *dims: int) -> None:
         if len(dims) == 1:
             writer.add_tensor(name, np.ones(dims, np.float32))
             return
         value = (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float32)
-        if kind == gguf.GGMLQuantizationType.F16:
+        chosen = _q4_k_m_type(name, shape["layers"]) if mixed else kind
+        assert isinstance(chosen, gguf.GGMLQuantizationType)
+        if chosen == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(name, value.astype(np.float16))
         else:
-            writer.add_tensor(name, gguf.quants.quantize(value, kind), raw_dtype=kind)
+            writer.add_tensor(name, _encode(value, chosen), raw_dtype=chosen)
 
     add("token_embd.weight", vocab, dim)
     add("output_norm.weight", dim)
@@ -119,6 +250,62 @@ def write_gguf(path: Path, shape: dict[str, int], kind: gguf.GGMLQuantizationTyp
     writer.close()
 
 
+def prompt_ids(vocab: int, count: int) -> list[int]:
+    """The benchmark's prompt: `count` seeded random token ids (kiln and llama.cpp read the same)."""
+    return [int(token) for token in np.random.default_rng(1).integers(0, vocab, count)]
+
+
+def llama_python(given: str | None) -> str | None:
+    """The Python that runs llama.cpp: `given`, else this one if it imports llama_cpp, else $KILN_LLAMA_PYTHON."""
+    if given:
+        return given
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return sys.executable
+    return os.environ.get("KILN_LLAMA_PYTHON") or None
+
+
+def bench_llama(
+    python: str, path: Path, ids: list[int], prompts: list[int], positions: list[int], new: int, runs: int,
+    threads: int, context: int,
+) -> dict[str, Any]:  # fmt: skip
+    """llama.cpp's figures on the GGUF file at `path` (LLAMA_SCRIPT in a fresh process of `python`)."""
+    payload = json.dumps([str(path), ids, prompts, positions, new, runs, threads, context])
+    done = subprocess.run([python, "-c", LLAMA_SCRIPT, payload], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"llama.cpp under {python} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return got
+
+
+def _ratios(kiln: dict[str, Any], llama: dict[str, Any]) -> str:
+    """kiln's tokens/s over llama.cpp's, per prompt length and decode position (JSON turned the keys to strings)."""
+    prefill = "  ".join(
+        f"{length}: {row['tok_s'] / llama['prefill'][str(length)]['tok_s']:.2f}x"
+        for length, row in kiln["prefill"].items()
+    )
+    decode = "  ".join(
+        f"pos {position}: {rate / llama['decode'][str(position)]:.2f}x" for position, rate in kiln["decode"].items()
+    )
+    return f"prefill {prefill}  decode {decode}"
+
+
+def _same_ids(kiln: dict[str, Any], llama: dict[str, Any]) -> str:
+    """Whether kiln's greedy ids equal llama.cpp's after each position; the first mismatch is named."""
+    verdicts = []
+    for position, mine in kiln["ids"].items():
+        theirs = llama["ids"][str(position)]
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+        if first is None and len(mine) == len(theirs):
+            verdicts.append(f"pos {position}: {len(mine)} ids equal")
+        else:
+            first = min(len(mine), len(theirs)) if first is None else first
+            verdicts.append(
+                f"pos {position}: MISMATCH at id {first} (kiln {mine[first : first + 3]}, llama.cpp "
+                f"{theirs[first : first + 3]})"
+            )
+    return "  ".join(verdicts)
+
+
 def bench_kiln(
     path: Path, prompts: list[int], positions: list[int], new: int, runs: int, max_context: int | None,
     temperature: float,
@@ -132,7 +319,7 @@ def bench_kiln(
     except TypeError:  # a kiln from before --max-context: its cache spans the trained context
         loaded = load_model(path)
     generator = Generator(loaded)
-    ids = np.random.default_rng(1).integers(0, loaded.config.vocab_size, max(prompts + positions)).tolist()
+    ids = prompt_ids(loaded.config.vocab_size, max(prompts + positions))
     sampling = {"temperature": temperature, "top_k": 40, "top_p": 0.95} if temperature else {}
     list(generator.generate(ids[:7], max_tokens=4, **sampling))  # warm-up: a prompt length measured nowhere
     result: dict[str, object] = {"prefill": {}, "decode": {}}
@@ -147,12 +334,14 @@ def bench_kiln(
             list(generator.generate(ids[:length], max_tokens=1, seed=run, **sampling))  # type: ignore[arg-type]
             rates.append(generator.last_stats.prefill_tokens_per_second)
         result["prefill"][length] = {"first": first, "tok_s": statistics.median(rates)}  # type: ignore[index]
+    result["ids"] = {}
     for position in positions:
         rates = []
         for run in range(runs):
-            list(generator.generate(ids[:position], max_tokens=new + 1, seed=run, **sampling))  # type: ignore[arg-type]
+            out = list(generator.generate(ids[:position], max_tokens=new + 1, seed=run, **sampling))  # type: ignore[arg-type]
             rates.append(generator.last_stats.decode_tokens_per_second)
         result["decode"][position] = statistics.median(rates)  # type: ignore[index]
+        result["ids"][position] = out  # type: ignore[index]
     result["weights"] = loaded.model.parameter_bytes()
     result["cache_mb"] = loaded.model.cache_bytes() / 2**20
     return result
@@ -179,11 +368,13 @@ def main() -> None:
     parser.add_argument("--prompts", default="64,200,500", help="prompt lengths whose prefill is measured")
     parser.add_argument("--positions", default="32,900", help="decode is measured after a prompt of each length")
     parser.add_argument("--new", type=int, default=16, help="decoded tokens per run")
-    parser.add_argument("--formats", default="F16,Q8_0")
+    parser.add_argument("--formats", default="F16,Q8_0,Q4_K_M", help="ggml types, or Q4_K_M (llama.cpp's mix)")
     parser.add_argument("--context", type=int, default=CONTEXT, help="the trained context written into the GGUF")
     parser.add_argument("--max-context", type=int, default=1024, help="kiln's KV cache positions (0: kiln's default)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sample (top-k 40, top-p 0.95); 0: greedy")
     parser.add_argument("--torch-python", help="a Python with torch and transformers (reference; omitted: skipped)")
+    parser.add_argument("--llama-python", help="a Python with llama_cpp (default: this one, else $KILN_LLAMA_PYTHON)")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="llama.cpp's (kiln's CPUs)")
     parser.add_argument("--kiln-child", help=argparse.SUPPRESS)  # internal: measure one GGUF file in a fresh process
     args = parser.parse_args()
     prompts, positions = _ints(args.prompts), _ints(args.positions)
@@ -208,11 +399,14 @@ def main() -> None:
         f"max-context {args.max_context or 'default'}, "
         f"temperature {args.temperature} (medians; each format measured in a fresh process)"
     )
+    llama = llama_python(args.llama_python)
+    if llama is None:
+        print("llama.cpp: skipped (no llama_cpp in this Python; give --llama-python or set KILN_LLAMA_PYTHON)")
+    ids = prompt_ids(shape["vocab"], max(prompts + positions))
     with tempfile.TemporaryDirectory() as folder:
         for name in args.formats.split(","):
-            kind = gguf.GGMLQuantizationType[name]
             path = Path(folder) / f"bench-{name.lower()}.gguf"
-            write_gguf(path, shape, kind, args.context)
+            write_gguf(path, shape, name, args.context, no_vocab=True)
             started = time.perf_counter()
             command = [sys.executable, __file__, "--kiln-child", str(path), "--prompts", args.prompts]
             command += ["--positions", args.positions, "--new", str(args.new), "--runs", str(args.runs)]
@@ -224,7 +418,24 @@ def main() -> None:
                 f"  weights {got['weights'] / 2**20:.0f} MiB  KV cache {got['cache_mb']:.0f} MiB  "
                 f"({time.perf_counter() - started:.0f} s in all)"
             )
-            _report(f"kiln {name:5s}", got, extra)
+            _report(f"kiln {name:6s}", got, extra)
+            if llama is None:
+                continue
+            theirs = bench_llama(
+                llama,
+                path,
+                ids,
+                prompts,
+                positions,
+                args.new,
+                args.runs,
+                args.threads,
+                args.max_context or args.context,
+            )
+            _report(f"llama.cpp {theirs['version']} {name} ({args.threads} threads)", theirs, "")
+            print(f"  kiln / llama.cpp {name}: {_ratios(got, theirs)}")
+            if not args.temperature:
+                print(f"  greedy ids, kiln vs llama.cpp: {_same_ids(got, theirs)}")
     if args.torch_python:
         payload = json.dumps([shape, prompts, positions, args.new, args.runs, args.context])
         out = (
