@@ -3,8 +3,9 @@
 Basic indices (ints, slices with any step, None, Ellipsis) become movement ops: a view, no copy. Advanced indices
 (integer tensors, lists and numpy arrays, bool masks) follow PyTorch: ints are applied first as basic indices; the
 integer index tensors broadcast together, and their broadcast dims replace the indexed dims in place when those are
-adjacent, else they go first. An advanced index is a one-hot selection (compare with positions, then sum), so it
-costs O(index elements x indexed elements) work, fused into one kernel.
+adjacent, else they go first. An advanced index is a one-hot selection over the flattened indexed dims (compare
+the row-major position with every position, then sum) in the product form codegen's gather rewrite (pm_gather)
+turns into one indexed load per output element: the work is the output's, not the indexed dims' (`_one_hot_sum`).
 
 Known limits: a bool mask Tensor is realized to learn the result's shape (like PyTorch, which syncs too); integer
 index *Tensors* are lazy, so they are bounds-checked only with the knob CHECK=1 (IndexError naming the bad index);
@@ -27,6 +28,7 @@ from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.tensor.ops.slice_spec import SYMBOLIC_INDEX, DimIndex, size_text, slice_spec
 from kiln.tensor.realize.graph_lock import serialized
+from kiln.tensor.schedule.split_reduce import SPLIT_THRESHOLD
 from kiln.tensor.symbolic import (
     bound_int,
     format_shape,
@@ -285,8 +287,10 @@ def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]
     total = math.prod(sizes)
     if total == 0 and math.prod(batch) > 0:
         raise IndexError(f"cannot index into size-0 dims {sizes} with indices of shape {batch}")
-    # the row-major position inside the indexed dims, from the (wrapped) index of each
+    # the row-major position inside the indexed dims, from the (wrapped) index of each; -1 (selects nothing) where
+    # any index is outside its dim, so that an index past the end of one dim does not alias into the next row
     linear: TensorT | None = None
+    inside: TensorT | None = None
     symbolic = not isinstance(total, int)
     if symbolic and len(sizes) > 1:
         raise ValueError(
@@ -300,21 +304,29 @@ def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]
         check_index_values(index, size, "indexing", positions[dim])
         wrapped = index._cast(index_compute_dtype(index, total))
         wrapped = (wrapped < 0).where(wrapped + size, wrapped)
+        if len(sizes) > 1:
+            fits = (wrapped >= 0) & (wrapped < size)
+            inside = fits if inside is None else inside & fits
         linear = wrapped if linear is None else linear * size + wrapped
     assert linear is not None
+    if inside is not None:
+        linear = inside.where(linear, -1)
     rest = [axis for axis in range(y.ndim) if axis not in positions]
     moved = y._movement(Ops.PERMUTE, (*positions, *rest))
     rest_shape = tuple(y.shape[axis] for axis in rest)
     flat = moved._movement(Ops.RESHAPE, (1,) * len(batch) + (total,) + rest_shape)
-    flat = flat._broadcast_to((*batch, total, *rest_shape))
-    choices = sized_iota(type(y), total, y.device)._cast(linear.dtype)
-    choices = choices._movement(Ops.RESHAPE, (1,) * len(batch) + (total,))
-    column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1))._broadcast_to((*batch, total))
-    hits = column._binary(Ops.CMPEQ, choices._broadcast_to((*batch, total)))
-    hits = hits._movement(Ops.RESHAPE, (*batch, total) + (1,) * len(rest_shape))._broadcast_to(flat.shape)
-    summed = flat._cast(dtypes.uint8) if flat.dtype == dtypes.bool else flat
-    picked = hits._ternary(Ops.WHERE, summed, summed._const(0, summed.shape, summed.dtype, summed.device))
-    result = picked._reduce(Ops.ADD, (len(batch),))._movement(Ops.RESHAPE, (*batch, *rest_shape))._cast(y.dtype)
+    choices_count = _unsplit_size(total)  # the padded position past `total` is never chosen: it reads 0
+    if choices_count != total:
+        flat = flat._movement(Ops.PAD, ((0, 0),) * len(batch) + ((0, 1),) + ((0, 0),) * len(rest_shape))
+    flat = flat._broadcast_to((*batch, choices_count, *rest_shape))
+    choices = sized_iota(type(y), choices_count, y.device)._cast(linear.dtype)
+    choices = choices._movement(Ops.RESHAPE, (1,) * len(batch) + (choices_count,))
+    # compared at the full shape: a compare broadcast along the other dims would be stored as a buffer of its own
+    ones = (1,) * len(rest_shape)
+    column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1, *ones))._broadcast_to(flat.shape)
+    choices = choices._movement(Ops.RESHAPE, (*choices.shape, *ones))._broadcast_to(flat.shape)
+    hits = column._binary(Ops.CMPEQ, choices)
+    result = _one_hot_sum(hits, flat, len(batch))._movement(Ops.RESHAPE, (*batch, *rest_shape))._cast(y.dtype)
     if positions == list(range(positions[0], positions[0] + len(positions))):
         # adjacent advanced dims: the batch dims take their place
         start = positions[0]
@@ -423,11 +435,13 @@ class IndexingMixin(TensorCore):
         expanded = source._movement(Ops.RESHAPE, (*source.shape, 1))
         order = list(range(self.ndim + 1))
         order[axis], order[-1] = order[-1], order[axis]
-        expanded = expanded._movement(Ops.PERMUTE, tuple(order))._broadcast_to((*index.shape, size))
-        hits = _one_hot(index, size)
-        summable = expanded._cast(dtypes.uint8) if expanded.dtype == dtypes.bool else expanded
-        picked = hits._ternary(Ops.WHERE, summable, summable._const(0, summable.shape, summable.dtype, self.device))
-        return picked._reduce(Ops.ADD, (self.ndim,))._movement(Ops.RESHAPE, index.shape)._cast(self.dtype)
+        expanded = expanded._movement(Ops.PERMUTE, tuple(order))
+        count = _unsplit_size(size)  # the padded position past `size` is never chosen: it reads 0
+        if count != size:
+            expanded = expanded._movement(Ops.PAD, ((0, 0),) * self.ndim + ((0, 1),))
+        expanded = expanded._broadcast_to((*index.shape, count))
+        picked = _one_hot_sum(_one_hot(index, count), expanded, self.ndim)
+        return picked._movement(Ops.RESHAPE, index.shape)._cast(self.dtype)
 
     def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
         """A copy of this tensor with `src` values written at `index` along `dim`, like `torch.scatter`:
@@ -525,6 +539,31 @@ def _one_hot(index: TensorT, size: int) -> TensorT:
     column = index._cast(compute)._movement(Ops.RESHAPE, (*index.shape, 1))
     shape = (*index.shape, size)
     return column._broadcast_to(shape)._binary(Ops.CMPEQ, choices._broadcast_to(shape))
+
+
+def _one_hot_sum(hits: TensorT, values: TensorT, axis: int) -> TensorT:
+    """The sum over `axis` of `values` where the bool `hits` (same shape, at most one True along `axis`) holds.
+
+    Built as `sum(WHERE(hit, 1, 0) * WHERE(hit, value, 0))`: the one-hot product form codegen's gather rewrite
+    (pm_gather) turns into one indexed load per output, so the work is the output's, not the indexed dims'. The
+    second WHERE keeps the value exact where the rewrite does not apply: a non-selected inf or nan is never
+    multiplied by 0. A bool `values` is summed as uint8 (the caller casts back)."""
+    summable = values._cast(dtypes.uint8) if values.dtype == dtypes.bool else values
+    zero = summable._const(0, summable.shape, summable.dtype, summable.device)
+    one = summable._const(1, summable.shape, summable.dtype, summable.device)
+    selected = hits._ternary(Ops.WHERE, summable, zero)
+    return hits._ternary(Ops.WHERE, one, zero)._binary(Ops.MUL, selected)._reduce(Ops.ADD, (axis,))
+
+
+def _unsplit_size(total: int) -> int:
+    """`total`, or `total + 1` when the scheduler would split a reduce over `total` elements in two stages.
+
+    The scheduler splits a long reduce by an even number of partials (schedule/split_reduce.py) when it divides the
+    length; a split one-hot reduce is no longer one loop over the selected dim, so codegen cannot make it a gather.
+    An odd length has no such divisor. A symbolic `total` is never split."""
+    if not isinstance(total, int) or total % 2 or total < SPLIT_THRESHOLD:
+        return total
+    return total + 1
 
 
 def _broadcast_value(x: TensorT, value: TensorT | ConstType, shape: tuple[int, ...]) -> TensorT:
