@@ -97,6 +97,8 @@ class CDialect:
         helper_float: the float type the float -> int helper computes in, and `helper_float_suffix` its literals'.
         not_finite: the test that `x` is NaN or infinite, given `x`.
         float_modulo: `x` truncated and reduced modulo `m` (2**64, exactly), given `x` and `m`.
+        nonfinite_float: a float32 NaN or infinity made from its bits, given `bits` (an int); None: by builtins.
+        nonfinite_double: the same for float64, given `bits` and `unsigned` ("u" when the sign bit is set, else "").
     """
 
     name: str
@@ -130,6 +132,8 @@ class CDialect:
     helper_float_suffix: str = ""
     not_finite: str = "!__builtin_isfinite({x})"
     float_modulo: str = "__builtin_fmod(__builtin_trunc({x}), {m})"
+    nonfinite_float: str | None = None
+    nonfinite_double: str | None = None
 
 
 C_DIALECT = CDialect("C")

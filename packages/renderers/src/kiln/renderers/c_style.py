@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from kiln.codegen import Access, KernelSignature, TensorCore
 from kiln.renderers.c_dialect import C_DIALECT, CDialect
-from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
+from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, nonfinite_bits, root_buffer
 from kiln.renderers.target import CompilerT, TargetRenderer, tensor_core_of
 from kiln.uops import ConstType, DType, GroupOp, MemoryScope, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
@@ -386,9 +386,13 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
         return f"({text})" if text.startswith("-") else text
 
     def float_constant(self, value: float, dtype: DType) -> str:
-        """An exact float literal (hexadecimal), infinities and NaN by builtins."""
+        """An exact float literal (the shortest decimal), infinities and NaN by the dialect's bit casts or builtins."""
         suffix = "" if dtype == dtypes.float64 else "f"
-        if math.isnan(value):
+        template = self.dialect.nonfinite_double if dtype == dtypes.float64 else self.dialect.nonfinite_float
+        if template is not None and not math.isfinite(value):
+            bits = nonfinite_bits(value, dtypes.float64 if dtype == dtypes.float64 else dtypes.float32)
+            text = template.format(bits=bits, unsigned="u" if bits >> 63 else "")
+        elif math.isnan(value):
             text = f'__builtin_nan{suffix}("")'
         elif math.isinf(value):
             text = f"{'-' if value < 0 else ''}__builtin_inf{suffix}()"

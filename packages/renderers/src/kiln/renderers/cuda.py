@@ -13,7 +13,6 @@ The kernel is `extern "C" __global__ void kiln_kernel(buffers by slot..., variab
 from __future__ import annotations
 
 import functools
-import math
 import shutil
 import subprocess
 import tempfile
@@ -116,6 +115,8 @@ CUDA_DIALECT = CDialect(
     lane="{vector}.v[{lane}]",
     not_finite="!({x} - {x} == 0.0)",  # x - x is NaN exactly for NaN and infinities
     float_modulo="fmod(trunc({x}), {m})",
+    nonfinite_float="__uint_as_float({bits}u)",
+    nonfinite_double="__longlong_as_double({bits}{unsigned}ll)",
 )
 """CUDA C++ as NVRTC compiles it without headers: vectors are structs of their own, the math library's functions."""
 
@@ -141,15 +142,6 @@ class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA):
         name = f"kiln_{scalar.name}x{dtype.count}"
         alignment = scalar.itemsize * dtype.count
         return name, f"struct __align__({alignment}) {name} {{ {element} v[{dtype.count}]; }};"
-
-    def float_constant(self, value: float, dtype: DType) -> str:
-        if math.isnan(value) or math.isinf(value):
-            if dtype == dtypes.float64:
-                bits = 0x7FF8000000000000 if math.isnan(value) else 0x7FF0000000000000 | (value < 0) << 63
-                return f"__longlong_as_double({bits}ll)" if bits < 1 << 63 else f"__longlong_as_double({bits}ull)"
-            bits = 0x7FC00000 if math.isnan(value) else 0x7F800000 | (value < 0) << 31
-            return f"__uint_as_float({bits}u)"
-        return super().float_constant(value, dtype)
 
     def wmma_body(self, writer: CStyleWriter, core: TensorCore, types: tuple[str, str, str]) -> list[str]:
         """One mma.sync on float32-carried f16 operands: each register pair packed into an f16x2 (exactly: they hold

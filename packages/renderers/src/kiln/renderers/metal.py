@@ -18,7 +18,6 @@ precise functions are still a few ulp off). Tensor cores: `simdgroup_matrix` 8x8
 from __future__ import annotations
 
 import functools
-import math
 import platform
 import shutil
 import subprocess
@@ -144,6 +143,7 @@ METAL_DIALECT = CDialect(
     helper_float_suffix="f",
     not_finite="!isfinite({x})",
     float_modulo="{x} - trunc({x} / {m}) * {m}",
+    nonfinite_float="as_type<float>({bits:#x}u)",  # half and bfloat convert it (exactly: NaN or an infinity)
 )
 """MSL: C++ with address spaces, `[[buffer(n)]]` arguments, built-in and packed vectors, `as_type<T>` bit casts."""
 
@@ -171,13 +171,6 @@ class MetalRenderer(CStyleRenderer[MetalCompiler], target=METAL):
         if dtype.count not in VECTOR_COUNTS:
             raise ValueError(f"MSL has no vector of {dtype.count} lanes ({dtype!r}); expected {VECTOR_COUNTS}")
         return f"{self.scalar_type(dtype.scalar())}{dtype.count}", None
-
-    def float_constant(self, value: float, dtype: DType) -> str:
-        if math.isnan(value) or math.isinf(value):
-            bits = 0x7FC00000 if math.isnan(value) else 0x7F800000 | (value < 0) << 31
-            text = f"as_type<float>({bits:#x}u)"
-            return text if dtype == dtypes.float32 else f"(({self.scalar_type(dtype)}){text})"
-        return super().float_constant(value, dtype)
 
     def float_alu(self, writer: CStyleWriter, op: Ops, dtype: DType, operands: list[str]) -> str:
         # half and bfloat take sqrt/trunc of float (exact: sqrt of a float rounds once more to the narrow type only

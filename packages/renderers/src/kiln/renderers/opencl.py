@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 
 from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
@@ -170,6 +169,8 @@ OPENCL_DIALECT = CDialect(
     unsigned_signed_arithmetic=True,
     not_finite="!isfinite({x})",
     float_modulo="fmod(trunc({x}), {m})",
+    nonfinite_float="as_float({bits:#x}u)",
+    nonfinite_double="as_double({bits:#x}ul)",
 )
 """OpenCL C 1.2: address-space qualifiers, built-in vector types, `as_<type>` bit casts, 64-bit `long`."""
 
@@ -196,15 +197,6 @@ class OpenCLRenderer(CStyleRenderer[OpenCLCompiler], target=OPENCL):
         scalar = dtype.scalar()
         element = "uchar" if scalar == dtypes.bool else self.scalar_type(scalar)  # no bool vectors in OpenCL C
         return f"{element}{dtype.count}", None
-
-    def float_constant(self, value: float, dtype: DType) -> str:
-        if math.isnan(value) or math.isinf(value):
-            if dtype == dtypes.float64:
-                bits = 0x7FF8000000000000 if math.isnan(value) else 0x7FF0000000000000 | (value < 0) << 63
-                return f"as_double({bits:#x}ul)"
-            bits = 0x7FC00000 if math.isnan(value) else 0x7F800000 | (value < 0) << 31
-            return f"as_float({bits:#x}u)"
-        return super().float_constant(value, dtype)
 
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
         if source.scalar() == dtypes.bool or target.scalar() == dtypes.bool:

@@ -6,9 +6,11 @@ kernel needs (each once), and the counters that make fresh local names.
 
 from __future__ import annotations
 
-from kiln.uops import Ops, UOp
+import math
 
-__all__ = ["NAME_PREFIXES", "STATEMENT_OPS", "SourceWriter", "root_buffer"]
+from kiln.uops import DType, Ops, UOp, dtypes
+
+__all__ = ["NAME_PREFIXES", "STATEMENT_OPS", "SourceWriter", "nonfinite_bits", "root_buffer"]
 
 STATEMENT_OPS = frozenset(
     {Ops.STORE, Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.DEFINE_REG, Ops.DEFINE_LOCAL}
@@ -24,6 +26,18 @@ NAME_PREFIXES: dict[Ops, str] = {
     Ops.DEFINE_LOCAL: "smem",
 }
 """The prefix of a fresh local name by the op that makes it (others: "alu")."""
+
+
+def nonfinite_bits(value: float, dtype: DType) -> int:
+    """The IEEE bits of NaN (the quiet NaN, positive) or of an infinity `value` in float32 or float64 `dtype`, for
+    languages that have no literal of them and write them as a bit cast."""
+    if math.isfinite(value) or dtype not in (dtypes.float32, dtypes.float64):
+        raise ValueError(f"nonfinite_bits takes NaN or an infinity in float32 or float64, got {value!r} ({dtype!r})")
+    mantissa_bits = 23 if dtype == dtypes.float32 else 52
+    infinity = ((1 << (dtype.itemsize * 8 - 1 - mantissa_bits)) - 1) << mantissa_bits
+    if math.isnan(value):
+        return infinity | 1 << (mantissa_bits - 1)
+    return infinity | (value < 0) << (dtype.itemsize * 8 - 1)
 
 
 class SourceWriter:

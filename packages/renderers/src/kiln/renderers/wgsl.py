@@ -29,7 +29,7 @@ import math
 
 from kiln.codegen import Access, KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
-from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, root_buffer
+from kiln.renderers.source_writer import NAME_PREFIXES, STATEMENT_OPS, SourceWriter, nonfinite_bits, root_buffer
 from kiln.renderers.target import WEBGPU, TargetRenderer
 from kiln.renderers.toolchain import ToolchainCompiler
 from kiln.renderers.webgpu_library import WebGPUTarget, webgpu_target
@@ -381,7 +381,7 @@ class WGSLRenderer(TargetRenderer[WGSLCompiler], target=WEBGPU):
         if dtype == dtypes.float32:
             number = float(value)
             if math.isnan(number) or math.isinf(number):
-                bits = 0x7FC00000 if math.isnan(number) else 0x7F800000 | (number < 0) << 31
+                bits = nonfinite_bits(number, dtypes.float32)
                 if writer is None:
                     raise ValueError(f"WGSL writes {number} as a run-time value: constant() needs the kernel's writer")
                 return f"{writer.require_helper('kiln_f32_bits', F32_BITS_HELPER)}({bits:#010x}u)"
