@@ -402,6 +402,14 @@ class Tensor(
         """Computes `tensors` together (one schedule, shared work computed once); returns their buffer views."""
         # graphs keep every movement op the user built (gradients may target any of them); normalizing merges the
         # chains for the scheduler
+        if len(tensors) == 1 and (tensor := tensors[0]).__dict__.get("_view_token") is None:
+            # the eager fast path: a small op over buffers met before runs its remembered kernel (an ALU result is
+            # never a view of a buffer, so only a tensor that requires grad keeps its graph, as below)
+            view = engine.default_engine().realize_fast(tensor.uop)
+            if view is not None:
+                if tensor.__dict__.get("_requires_grad") is not True:
+                    tensor.uop = view
+                return [view]
         shared: set[int] = set()  # tensors sharing a lazy result with live views: they keep their graphs
         for each in tensors:
             # (a sharded tensor's views realize on their own: a sharded lazy root gets no shared storage)

@@ -37,6 +37,7 @@ from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
 from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.realize.capture import Recording
+from kiln.tensor.realize.fast_path import OUTPUT, EagerFastPath
 from kiln.tensor.realize.graph_lock import graph_lock, serialized
 from kiln.tensor.realize.random_state import RandomState
 from kiln.tensor.realize.tensor_registry import TensorRegistry
@@ -47,6 +48,7 @@ from kiln.tensor.schedule import (
     KernelStep,
     OutputSlot,
     SchedulePlan,
+    realized_view,
     record_realized,
 )
 from kiln.tensor.schedule.cache import ScheduleCache
@@ -311,6 +313,7 @@ class Engine:
     Attributes:
         schedule: the `ScheduleCache` (plans by structure, hit and miss counts).
         programs_built: how many times codegen's `get_program` ran for this engine (once per kernel and device).
+        fast: the eager fast path (`EagerFastPath`): the one-kernel plans of small ops by structure.
         tensors: the live tensors made while this engine was current (`TensorRegistry`).
         random: the seed and call counter of the random tensors drawn in this engine (`RandomState`).
     """
@@ -323,6 +326,7 @@ class Engine:
                 raise ValueError(f"Engine {name} must be a positive int, got {value!r}")
         self.max_methods, self.max_constant_buffers = max_methods, max_constant_buffers
         self.schedule = schedule if schedule is not None else ScheduleCache()
+        self.fast = EagerFastPath()
         self.programs_built = 0
         self.tensors = TensorRegistry()
         self.random = RandomState()
@@ -348,6 +352,7 @@ class Engine:
             "renderers": len(self._renderers),
             "prepared": len(self._prepared),
             "constant_buffers": len(self._constant_buffers),
+            "fast_path": len(self.fast),
             **self.schedule.sizes(),
         }
 
@@ -357,11 +362,13 @@ class Engine:
         self._prepared.clear()
         self._constant_buffers.clear()
         self.schedule.clear()
+        self.fast.clear()
 
     def clear_methods(self) -> None:
         """Forgets every compiled program and the renderer of each device (the next launch builds them again)."""
         self._methods.clear()
         self._renderers.clear()
+        self.fast.clear()
 
     # -- capture -------------------------------------------------------------------------------------------------
     @overload
@@ -579,7 +586,42 @@ class Engine:
         views = lowered.join(self.run_plan(plan, inputs))
         for uop, view in zip(uops, views):
             record_realized(uop, view)
+        if len(uops) == 1 and not lowered.layout:
+            # a one-kernel run (`_run_single_kernel`) left its program's positions: the fast path may take them
+            prepared = self._prepared.get(id(plan))
+            if prepared is not None and prepared.plan is plan and (arguments := prepared.arguments) is not None:
+                self.fast.learn(uops[0], plan, inputs, arguments[0], arguments[1], self.input_buffer)
         return views
+
+    def realize_fast(self, root: UOp) -> UOp | None:
+        """`realize([root])[0]` by the eager fast path (`kiln.tensor.realize.fast_path`): the kernel remembered for
+        `root`'s structure launched on a new output buffer, without scheduling; None when the slow path must run
+        (a structure not seen, a source a write replaced, a value realized already, DEBUG output, a capture)."""
+        with graph_lock:
+            if self._capture is not None or _DEBUG.value() >= 1:
+                return None
+            found = self.fast.find(root)
+            if found is None or realized_view(root) is not None:
+                return None
+            entry, sources = found
+            device, size, dtype = entry.output
+            node, output = _output_node(device, size, dtype)
+            output.allocate()
+            arguments: list[Buffer] = []
+            for source, fixed in zip(entry.sources, entry.fixed):
+                buffer = sources[source] if source >= 0 else output if source == OUTPUT else fixed
+                assert buffer is not None  # `find` gave every BUFFER source's buffer; FIXED parameters hold theirs
+                arguments.append(buffer)
+            method = entry.method
+            begin = time.perf_counter_ns()
+            method.runner(arguments, entry.step.var_vals)
+            GlobalCounters.time_ns += time.perf_counter_ns() - begin
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.flops += method.flops
+            GlobalCounters.mem_bytes += method.mem_bytes
+            self.schedule.hits += 1
+            record_realized(root, node)
+            return node
 
 
 class _ThreadContext(threading.local):
