@@ -25,7 +25,16 @@ from kiln.renderers import (
     tensor_core_of,
 )
 from kiln.renderers.device_table import table_renderers
-from kiln.renderers.target import CPU, NVIDIA, amd_target, architecture_number, metal_target
+from kiln.renderers.target import (
+    CPU,
+    METAL,
+    NVIDIA,
+    BlockLimits,
+    amd_target,
+    architecture_number,
+    gpu_target,
+    metal_target,
+)
 from kiln.uops import Ops, UOp, dtypes
 
 
@@ -110,3 +119,18 @@ def test_a_wmma_names_one_tensor_core_of_its_renderer() -> None:
     with pytest.raises(ValueError, match="has no tensor core"):
         tensor_core_of(CUDARenderer("sm_75"), wmma)
     assert isinstance(wmma.arg, WmmaArg)
+
+
+def test_gpu_target_computes_in_all_but_the_emulated_and_missing_dtypes() -> None:
+    target = gpu_target(
+        "X", BlockLimits((64, 32, 16), 128, 4096), frozenset({dtypes.bfloat16}), frozenset({dtypes.int64})
+    )
+    stored = {dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32}
+    stored |= {dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+    stored |= {dtypes.fp8e4m3, dtypes.fp8e5m2}
+    assert target.storage_dtypes == stored
+    assert target.native_dtypes == stored - {dtypes.bfloat16}
+    assert target.emulated_dtypes == {dtypes.bfloat16}
+    assert (target.name, target.device, target.global_max) == ("X", "X", (2**31 - 1, 65535, 65535))
+    assert (target.local_max, target.local_size_max, target.shared_max) == ((64, 32, 16), 128, 4096)
+    assert dtypes.float64 not in METAL.storage_dtypes and dtypes.float64 not in METAL.native_dtypes

@@ -27,6 +27,7 @@ from kiln.uops import DType, GroupOp, Ops, UOp, dtypes
 __all__ = [
     "AMD",
     "AMD_TARGETS",
+    "BlockLimits",
     "CPU",
     "METAL",
     "NVIDIA",
@@ -37,6 +38,7 @@ __all__ = [
     "Target",
     "TargetRenderer",
     "amd_target",
+    "gpu_target",
     "architecture_number",
     "metal_language_version",
     "metal_target",
@@ -141,56 +143,68 @@ PYTHON = Target(
 )
 """The reference interpreter, shaped like a CUDA GPU (blocks, shared memory, barriers), computing in every dtype."""
 
-_NVIDIA_EMULATED = LOW_PRECISION_FLOATS | {dtypes.float16}
 
-NVIDIA = Target(
-    "CUDA",
-    "CUDA",
-    global_max=GPU_GLOBAL_MAX,
-    local_max=(1024, 1024, 64),
-    local_size_max=1024,
-    shared_max=49152,  # static __shared__ memory per block (CUDA guide, "Compute Capabilities")
-    native_dtypes=ALL_DTYPES - _NVIDIA_EMULATED,
-    emulated_dtypes=_NVIDIA_EMULATED,
-)
+@dataclass(frozen=True)
+class BlockLimits:
+    """What one block of GPU threads may have: a size of each dimension up to `local_max`, `local_size_max` threads
+    in all, `shared_max` bytes of shared memory."""
+
+    local_max: tuple[int, int, int]
+    local_size_max: int
+    shared_max: int
+
+
+def gpu_target(
+    device: str,
+    block: BlockLimits,
+    emulated: frozenset[DType],
+    missing: frozenset[DType] = frozenset(),
+    tensor_cores: tuple[TensorCore, ...] = (),
+) -> Target:
+    """A GPU with CUDA's grid (`GPU_GLOBAL_MAX`) and `block` limits, computing in every dtype but the `emulated` ones
+    (codegen computes them through float32) and the `missing` ones (neither computed nor stored: codegen refuses
+    them)."""
+    return Target(
+        device,
+        device,
+        global_max=GPU_GLOBAL_MAX,
+        local_max=block.local_max,
+        local_size_max=block.local_size_max,
+        shared_max=block.shared_max,
+        native_dtypes=ALL_DTYPES - emulated - missing,
+        emulated_dtypes=emulated,
+        storage_dtypes=ALL_DTYPES - missing,
+        tensor_cores=tensor_cores,
+    )
+
+
+_FLOAT16_EMULATED = LOW_PRECISION_FLOATS | {dtypes.float16}
+_SHARED_PER_BLOCK = 49152  # static __shared__ memory per block (CUDA guide, "Compute Capabilities")
+
+NVIDIA = gpu_target("CUDA", BlockLimits((1024, 1024, 64), 1024, _SHARED_PER_BLOCK), _FLOAT16_EMULATED)
 """NVIDIA GPUs (CUDA C and PTX alike): float16, bfloat16 and fp8 emulated (no header provides `half` to NVRTC)."""
 
-_OPENCL_EMULATED = LOW_PRECISION_FLOATS | {dtypes.float16}
+_MINIMUM_LOCAL_MEMORY = 32768  # the OpenCL 1.2 full profile's minimum CL_DEVICE_LOCAL_MEM_SIZE
 
-OPENCL = Target(
-    "CL",
-    "CL",
-    global_max=GPU_GLOBAL_MAX,
-    local_max=(256, 256, 64),
-    local_size_max=256,
-    shared_max=32768,  # the OpenCL 1.2 full profile's minimum CL_DEVICE_LOCAL_MEM_SIZE
-    native_dtypes=ALL_DTYPES - _OPENCL_EMULATED,
-    emulated_dtypes=_OPENCL_EMULATED,
-)
+OPENCL = gpu_target("CL", BlockLimits((256, 256, 64), 256, _MINIMUM_LOCAL_MEMORY), _FLOAT16_EMULATED)
 """An OpenCL device: float16 emulated (no cl_khr_fp16 on PoCL's CPU device), bfloat16 and fp8 too."""
 
-AMD = Target(
-    "AMD",
-    "AMD",
-    global_max=GPU_GLOBAL_MAX,
-    local_max=(1024, 1024, 1024),
-    local_size_max=1024,  # the default amdgpu-flat-work-group-size bound of a kernel (AMDGPUUsage)
-    shared_max=65536,  # LDS per workgroup on gfx1100 and gfx942
-    native_dtypes=ALL_DTYPES - LOW_PRECISION_FLOATS,
-    emulated_dtypes=LOW_PRECISION_FLOATS,
+_FLAT_WORK_GROUP_SIZE = 1024  # the default amdgpu-flat-work-group-size bound of a kernel (AMDGPUUsage)
+_LDS_PER_WORKGROUP = 65536  # on gfx1100 and gfx942
+
+AMD = gpu_target(
+    "AMD", BlockLimits((1024, 1024, 1024), _FLAT_WORK_GROUP_SIZE, _LDS_PER_WORKGROUP), LOW_PRECISION_FLOATS
 )
 """AMD GPUs: float16 native, bfloat16 and fp8 emulated."""
 
-METAL = Target(
+_THREADS_PER_THREADGROUP = 1024  # maxTotalThreadsPerThreadgroup of Apple GPUs
+_THREADGROUP_MEMORY = 32768  # of every Apple GPU family (Metal feature set tables)
+
+METAL = gpu_target(
     "METAL",
-    "METAL",
-    global_max=GPU_GLOBAL_MAX,
-    local_max=(1024, 1024, 1024),
-    local_size_max=1024,  # maxTotalThreadsPerThreadgroup of Apple GPUs
-    shared_max=32768,  # threadgroup memory of every Apple GPU family (Metal feature set tables)
-    native_dtypes=ALL_DTYPES - LOW_PRECISION_FLOATS - {dtypes.float64},
-    emulated_dtypes=LOW_PRECISION_FLOATS,
-    storage_dtypes=ALL_DTYPES - {dtypes.float64},
+    BlockLimits((1024, 1024, 1024), _THREADS_PER_THREADGROUP, _THREADGROUP_MEMORY),
+    LOW_PRECISION_FLOATS,
+    missing=frozenset({dtypes.float64}),
     tensor_cores=TENSOR_CORES_METAL,
 )
 """Apple GPUs with MSL before 3.1: no float64 at all (neither native nor emulated: codegen refuses it), bfloat16
