@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -304,8 +305,7 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, device: str | None = None) -> None:
         super().__init__()
-        if isinstance(num_parameters, bool) or not isinstance(num_parameters, int) or num_parameters < 1:
-            raise ValueError(f"PReLU num_parameters must be a positive int, got {num_parameters!r}")
+        check_positive_int(num_parameters, "PReLU num_parameters")
         self.num_parameters = num_parameters
         self.init = init
         self.weight = _filled((num_parameters,), init, device)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.linear import Linear
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
@@ -42,8 +43,7 @@ class MultiheadAttention(Module):
         device: str | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"MultiheadAttention num_heads must be a positive int, got {num_heads!r}")
+        check_positive_int(num_heads, "MultiheadAttention num_heads")
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         if not 0.0 <= dropout <= 1.0:

@@ -6,6 +6,7 @@ import math
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -26,8 +27,7 @@ class Bilinear(Module):
     ) -> None:
         super().__init__()
         for name, value in (("in1_features", in1_features), ("in2_features", in2_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Bilinear {name} must be a positive int, got {value!r}")
+            check_positive_int(value, f"Bilinear {name}")
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         bound = 1.0 / math.sqrt(in1_features)
         self.weight = init.uniform((out_features, in1_features, in2_features), -bound, bound, device=device)

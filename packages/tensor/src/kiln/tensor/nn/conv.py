@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -27,8 +28,7 @@ def _tuple(value: int | tuple[int, ...], dims: int, what: str) -> tuple[int, ...
 
 def _check_channels(in_channels: int, out_channels: int, groups: int, kind: str) -> None:
     for name, value in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{kind} {name} must be a positive int, got {value!r}")
+        check_positive_int(value, f"{kind} {name}")
     if in_channels % groups or out_channels % groups:
         raise ValueError(
             f"{kind} in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups "

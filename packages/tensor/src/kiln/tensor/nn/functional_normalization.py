@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
@@ -111,8 +112,7 @@ def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: flo
     (size - 1) // 2 after, and the mean divides by `size`)."""
     if input.ndim < 3:
         raise ValueError(f"Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"local_response_norm size must be a positive int, got {size!r}")
+    check_positive_int(size, "local_response_norm size")
     if input.numel() == 0:
         return input
     channels = input.shape[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 from kiln.uops import Ops, dtypes
@@ -27,8 +28,7 @@ class _ChannelNorm(Module):
         self, num_features: int, eps: float, momentum: float | None, affine: bool, track_running_stats: bool,
         device: str | None, bias: bool = True,
     ) -> None:  # fmt: skip
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"{type(self).__name__} num_features must be a positive int, got {num_features!r}")
+        check_positive_int(num_features, f"{type(self).__name__} num_features")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = init.ones((num_features,), device=device) if affine else None
@@ -153,8 +153,7 @@ class GroupNorm(Module):
         self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device: str | None = None
     ) -> None:
         super().__init__()
-        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
-            raise ValueError(f"GroupNorm num_groups must be a positive int, got {num_groups!r}")
+        check_positive_int(num_groups, "GroupNorm num_groups")
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps

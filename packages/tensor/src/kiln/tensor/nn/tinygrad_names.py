@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.nn.normalization import LayerNorm, _BatchNorm
 from kiln.tensor.ops.nn import training_switch
@@ -74,8 +75,7 @@ class InstanceNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True, device: str | None = None) -> None:
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"InstanceNorm num_features must be a positive int, got {num_features!r}")
+        check_positive_int(num_features, "InstanceNorm num_features")
         self.num_features, self.eps, self.affine = num_features, eps, affine
         self.weight = init.ones((num_features,), device=device) if affine else None
         self.bias = init.zeros((num_features,), device=device) if affine else None

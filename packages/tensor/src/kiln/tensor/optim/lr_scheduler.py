@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.optim.optimizer import Optimizer
 from kiln.tensor.optim.param_group import ParamGroup
 
@@ -101,8 +102,7 @@ class StepLR(LRScheduler):
     """lr = base_lr * gamma ** (epoch // step_size)."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1) -> None:
-        if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
-            raise ValueError(f"StepLR step_size must be a positive int, got {step_size!r}")
+        check_positive_int(step_size, "StepLR step_size")
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
@@ -116,8 +116,7 @@ class CosineAnnealingLR(LRScheduler):
     following the cosine after T_max)."""
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0) -> None:
-        if isinstance(T_max, bool) or not isinstance(T_max, int) or T_max < 1:
-            raise ValueError(f"CosineAnnealingLR T_max must be a positive int, got {T_max!r}")
+        check_positive_int(T_max, "CosineAnnealingLR T_max")
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer)
 
@@ -137,8 +136,7 @@ class LinearLR(LRScheduler):
             raise ValueError(
                 f"LinearLR start_factor must be in (0, 1] and end_factor in [0, 1], got {start_factor}, {end_factor}"
             )
-        if isinstance(total_iters, bool) or not isinstance(total_iters, int) or total_iters < 1:
-            raise ValueError(f"LinearLR total_iters must be a positive int, got {total_iters!r}")
+        check_positive_int(total_iters, "LinearLR total_iters")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer)
 
@@ -206,8 +204,7 @@ class PolynomialLR(LRScheduler):
     """lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
 
     def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0) -> None:
-        if isinstance(total_iters, bool) or not isinstance(total_iters, int) or total_iters < 1:
-            raise ValueError(f"PolynomialLR total_iters must be a positive int, got {total_iters!r}")
+        check_positive_int(total_iters, "PolynomialLR total_iters")
         self.total_iters, self.power = total_iters, power
         super().__init__(optimizer)
 
@@ -246,8 +243,7 @@ class OneCycleLR(LRScheduler):
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("OneCycleLR needs total_steps, or epochs and steps_per_epoch")
             total_steps = epochs * steps_per_epoch
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-            raise ValueError(f"OneCycleLR total_steps must be a positive int, got {total_steps!r}")
+        check_positive_int(total_steps, "OneCycleLR total_steps")
         if not 0.0 <= pct_start <= 1.0:
             raise ValueError(f"OneCycleLR pct_start must be in [0, 1], got {pct_start!r}")
         if anneal_strategy not in ("cos", "linear"):
