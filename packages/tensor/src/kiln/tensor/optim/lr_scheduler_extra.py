@@ -283,17 +283,7 @@ class SequentialLR(LRScheduler):
         schedulers = list(schedulers)
         if not schedulers:
             raise ValueError(f"{type(self).__name__} expects at least one scheduler, but got no scheduler.")
-        for index, scheduler in enumerate(schedulers):
-            if not isinstance(scheduler, LRScheduler) or isinstance(scheduler, ReduceLROnPlateau):
-                raise ValueError(
-                    f"{type(self).__name__} does not support `ReduceLROnPlateau` or non-schedulers, got "
-                    f"{type(scheduler).__name__} at index {index}"
-                )
-            if scheduler.optimizer is not optimizer:
-                raise ValueError(
-                    f"{type(self).__name__} expects all schedulers to belong to the same optimizer, but got "
-                    f"scheduler {type(scheduler).__name__} at index {index} with another optimizer"
-                )
+        self._check_schedulers(schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise ValueError(
                 "Sequential Schedulers expects number of schedulers provided to be one more than the number of "
@@ -311,6 +301,20 @@ class SequentialLR(LRScheduler):
             scheduler.last_epoch -= 1
         schedulers[0].step()
         self._last_lr = schedulers[0].get_last_lr()
+
+    def _check_schedulers(self, schedulers: list[LRScheduler], optimizer: Optimizer) -> None:
+        """ValueError for an item that is not a scheduler (or is a ReduceLROnPlateau) or drives another optimizer."""
+        for index, scheduler in enumerate(schedulers):
+            if not isinstance(scheduler, LRScheduler) or isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(
+                    f"{type(self).__name__} does not support `ReduceLROnPlateau` or non-schedulers, got "
+                    f"{type(scheduler).__name__} at index {index}"
+                )
+            if scheduler.optimizer is not optimizer:
+                raise ValueError(
+                    f"{type(self).__name__} expects all schedulers to belong to the same optimizer, but got "
+                    f"scheduler {type(scheduler).__name__} at index {index} with another optimizer"
+                )
 
     def step(self) -> None:
         """Steps the scheduler of the next epoch (from its epoch 0 at a milestone)."""
@@ -352,17 +356,7 @@ class ChainedScheduler(SequentialLR):
         if not schedulers:
             raise ValueError("ChainedScheduler expects at least one scheduler to be chained, but got no scheduler.")
         optimizer = optimizer if optimizer is not None else schedulers[0].optimizer
-        for index, scheduler in enumerate(schedulers):
-            if not isinstance(scheduler, LRScheduler) or isinstance(scheduler, ReduceLROnPlateau):
-                raise ValueError(
-                    f"ChainedScheduler does not support `ReduceLROnPlateau` or non-schedulers, got "
-                    f"{type(scheduler).__name__} at index {index}"
-                )
-            if scheduler.optimizer is not optimizer:
-                raise ValueError(
-                    f"ChainedScheduler expects all schedulers to belong to the same optimizer, but got scheduler "
-                    f"{type(scheduler).__name__} at index {index} with another optimizer"
-                )
+        self._check_schedulers(schedulers, optimizer)
         self.optimizer = optimizer
         self._schedulers = schedulers
         self.base_lrs = [float(group["initial_lr"]) for group in optimizer.param_groups]
