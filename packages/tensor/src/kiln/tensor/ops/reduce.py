@@ -37,6 +37,27 @@ def _accumulate_dtype(dtype: DType) -> DType:
     return dtypes.float32 if dtype.itemsize < 4 else dtype
 
 
+def _sum_dtypes(dtype: DType, requested: DType | None) -> tuple[DType, DType]:
+    """(result dtype, accumulation dtype) of a sum / prod / cumsum of a `dtype` tensor: `requested` when given, else
+    floats keep theirs and integers and bools give int64 (like PyTorch); 16-bit floats accumulate in float32."""
+    target = check_dtype(requested) if requested is not None else dtype if dtypes.is_float(dtype) else dtypes.int64
+    return target, _accumulate_dtype(target) if dtypes.is_float(target) else target
+
+
+def _max_or_min(x: ReduceMixin, axis: Axis | ReduceMixin, keepdim: bool, dim: Axis, *, largest: bool) -> Any:
+    """`max` (largest) or `min` in its forms: elementwise against a Tensor `axis`, the values over all dims or a
+    tuple of dims, or (values, indices) over one dim."""
+    if isinstance(axis, TensorCore):
+        return x.maximum(axis) if largest else x.minimum(axis)
+    chosen = pick_axis(axis, dim)
+    extreme = x.amax if largest else x.amin
+    if chosen is None or isinstance(chosen, (tuple, list)):
+        return extreme(chosen, keepdim)
+    if largest:
+        return return_types.max(extreme(chosen, keepdim), x.argmax(chosen, keepdim))
+    return return_types.min(extreme(chosen, keepdim), x.argmin(chosen, keepdim))
+
+
 class ReduceMixin(TensorCore):
     """Reductions over axes."""
 
@@ -85,10 +106,7 @@ class ReduceMixin(TensorCore):
             [4, 6]
         """
         axes = self._axes(axis, dim, "sum")
-        target = (
-            check_dtype(dtype) if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else dtypes.int64
-        )
-        accumulate = _accumulate_dtype(target) if dtypes.is_float(target) else target
+        target, accumulate = _sum_dtypes(self.dtype, dtype)
         return self._cast(accumulate)._reduce_axes(Ops.ADD, axes, keepdim)._cast(target)
 
     def prod(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
@@ -99,10 +117,7 @@ class ReduceMixin(TensorCore):
             [2, 12]
         """
         axes = self._axes(axis, dim, "prod")
-        target = (
-            check_dtype(dtype) if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else dtypes.int64
-        )
-        accumulate = _accumulate_dtype(target) if dtypes.is_float(target) else target
+        target, accumulate = _sum_dtypes(self.dtype, dtype)
         return self._cast(accumulate)._reduce_axes(Ops.MUL, axes, keepdim)._cast(target)
 
     def mean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
@@ -172,12 +187,7 @@ class ReduceMixin(TensorCore):
             >>> values.tolist(), indices.tolist()
             ([5, 7], [1, 0])
         """
-        if isinstance(axis, TensorCore):
-            return self.maximum(axis)
-        chosen = pick_axis(axis, dim)
-        if chosen is None or isinstance(chosen, (tuple, list)):
-            return self.amax(chosen, keepdim)
-        return return_types.max(self.amax(chosen, keepdim), self.argmax(chosen, keepdim))
+        return _max_or_min(self, axis, keepdim, dim, largest=True)
 
     def min(self, axis: Axis | Self = None, keepdim: bool = False, *, dim: Axis = None) -> Any:
         """The smallest value, like `torch.min` (see `max` for the forms: `min(dim)` gives `(values, indices)`).
@@ -187,12 +197,7 @@ class ReduceMixin(TensorCore):
             >>> values.tolist(), indices.tolist()
             ([1, 2], [0, 1])
         """
-        if isinstance(axis, TensorCore):
-            return self.minimum(axis)
-        chosen = pick_axis(axis, dim)
-        if chosen is None or isinstance(chosen, (tuple, list)):
-            return self.amin(chosen, keepdim)
-        return return_types.min(self.amin(chosen, keepdim), self.argmin(chosen, keepdim))
+        return _max_or_min(self, axis, keepdim, dim, largest=False)
 
     def amax(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None) -> Self:
         """The largest values over `axis` (default: all; an int or a tuple of dims); NaN wins, like `torch.amax`.
@@ -349,10 +354,7 @@ class ReduceMixin(TensorCore):
         if self.ndim == 0:
             return self.sum(dtype=dtype)
         index = normalize_axis(pick_axis(None, dim, axis), self.shape, "cumsum axis")
-        target = (
-            check_dtype(dtype) if dtype is not None else self.dtype if dtypes.is_float(self.dtype) else dtypes.int64
-        )
-        compute = _accumulate_dtype(target) if dtypes.is_float(target) else target
+        target, compute = _sum_dtypes(self.dtype, dtype)
         last = self._cast(compute).transpose(index, -1)
         return _blocked_cumsum(last).transpose(index, -1)._cast(target)
 
