@@ -70,22 +70,16 @@ def initializer_bound(name: str, shape: tuple[int, ...], parameter: float | None
     raise ValueError(f"unknown initialiser {name!r}")
 
 
-def _uniform(
+def _draw(
     kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
     dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None,
 ) -> TensorT:  # fmt: skip
+    """A `name` initialiser's tensor: N(0, std) for the *_normal ones, else U(-bound, bound) (`initializer_bound`)."""
     dims = shape_argument(shape, f"{name} shape")
-    bound = initializer_bound(name, dims, parameter)
-    return kind.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
-
-
-def _normal(
-    kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
-    dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None,
-) -> TensorT:  # fmt: skip
-    dims = shape_argument(shape, f"{name} shape")
-    std = initializer_bound(name, dims, parameter)
-    return kind.normal(dims, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
+    spread = initializer_bound(name, dims, parameter)
+    if name.endswith("_normal"):
+        return kind.normal(dims, mean=0.0, std=spread, dtype=dtype, device=device, requires_grad=requires_grad)
+    return kind.uniform(dims, low=-spread, high=spread, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 class InitializerMixin(TensorCore):
@@ -105,7 +99,7 @@ class InitializerMixin(TensorCore):
             >>> bool(Tensor.scaled_uniform(4, 4).abs().max().item() <= 0.25)
             True
         """
-        return _uniform(cls, "scaled_uniform", shape, None, dtype, device, requires_grad)
+        return _draw(cls, "scaled_uniform", shape, None, dtype, device, requires_grad)
 
     @classmethod
     def glorot_uniform(
@@ -121,7 +115,7 @@ class InitializerMixin(TensorCore):
             >>> bool(Tensor.glorot_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _uniform(cls, "glorot_uniform", shape, None, dtype, device, requires_grad)
+        return _draw(cls, "glorot_uniform", shape, None, dtype, device, requires_grad)
 
     @classmethod
     def kaiming_uniform(
@@ -139,7 +133,7 @@ class InitializerMixin(TensorCore):
             >>> Tensor.kaiming_uniform(8, 2, 3, 3).shape
             (8, 2, 3, 3)
         """
-        return _uniform(cls, "kaiming_uniform", shape, _number(a, "kaiming_uniform a"), dtype, device, requires_grad)
+        return _draw(cls, "kaiming_uniform", shape, _number(a, "kaiming_uniform a"), dtype, device, requires_grad)
 
     @classmethod
     def kaiming_normal(
@@ -156,7 +150,7 @@ class InitializerMixin(TensorCore):
             >>> Tensor.kaiming_normal(8, 4).shape
             (8, 4)
         """
-        return _normal(cls, "kaiming_normal", shape, _number(a, "kaiming_normal a"), dtype, device, requires_grad)
+        return _draw(cls, "kaiming_normal", shape, _number(a, "kaiming_normal a"), dtype, device, requires_grad)
 
     @classmethod
     def xavier_uniform(
@@ -174,9 +168,7 @@ class InitializerMixin(TensorCore):
             >>> bool(Tensor.xavier_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _uniform(
-            cls, "xavier_uniform", shape, _number(gain, "xavier_uniform gain"), dtype, device, requires_grad
-        )
+        return _draw(cls, "xavier_uniform", shape, _number(gain, "xavier_uniform gain"), dtype, device, requires_grad)
 
     @classmethod
     def xavier_normal(
@@ -193,4 +185,4 @@ class InitializerMixin(TensorCore):
             >>> Tensor.xavier_normal(4, 6).shape
             (4, 6)
         """
-        return _normal(cls, "xavier_normal", shape, _number(gain, "xavier_normal gain"), dtype, device, requires_grad)
+        return _draw(cls, "xavier_normal", shape, _number(gain, "xavier_normal gain"), dtype, device, requires_grad)
