@@ -41,3 +41,12 @@ def test_never_written_reads_zero_and_bounds_are_checked() -> None:
         memory.read((1 << 40) - 8, 16)
     with pytest.raises(ValueError, match="outside the memory"):
         memory.write(-1, b"x")
+
+
+def test_stored_page_numbers_are_the_pages_holding_a_non_zero_byte() -> None:
+    memory = SparseMemory(1 << 20)
+    memory.write(0x1FFE, b"\x01\x02\x03\x04")  # bytes in pages 1 and 2
+    memory.write(0x5000, bytes(16))  # zeros only: nothing stored
+    assert memory.stored_page_numbers() == {1, 2}
+    memory.write(0x1FFE, bytes(2))  # page 1 all zero again
+    assert memory.stored_page_numbers() == {2}

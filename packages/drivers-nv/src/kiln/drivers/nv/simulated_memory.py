@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from kiln.runtime.memory import SparseMemory
+
 PAGE_BYTES = 4096
 
 
 class SimulatedMemory:
-    """A byte-addressable memory of `size` bytes; pages never written read as zero and cost no host memory.
+    """A byte-addressable memory of `size` bytes, named in its errors; pages never written (or all zero again) read as
+    zero and cost no host memory: the pages are kept by the runtime's `SparseMemory`.
 
     A 16 GiB simulated VRAM holding a few page tables and buffers costs a few MiB of host memory. Accesses outside
     `[0, size)` raise ValueError: on a simulator they are always a bug of the caller.
@@ -17,7 +20,7 @@ class SimulatedMemory:
             raise ValueError(f"{name} size {size:#x} must be a positive multiple of {PAGE_BYTES}")
         self.size = size
         self.name = name
-        self._pages: dict[int, bytearray] = {}
+        self._memory = SparseMemory(size)
 
     def _check(self, address: int, length: int) -> None:
         if address < 0 or length < 0 or address + length > self.size:
@@ -26,33 +29,12 @@ class SimulatedMemory:
     def read(self, paddr: int, size: int) -> bytes:
         """Read `size` bytes at `paddr`."""
         self._check(paddr, size)
-        page, offset = divmod(paddr, PAGE_BYTES)
-        if offset + size <= PAGE_BYTES:  # the common case: one entry or one small read
-            stored = self._pages.get(page)
-            return bytes(size) if stored is None else bytes(stored[offset : offset + size])
-        out = bytearray()
-        while size:
-            page, offset = divmod(paddr, PAGE_BYTES)
-            take = min(size, PAGE_BYTES - offset)
-            stored = self._pages.get(page)
-            out += bytes(take) if stored is None else stored[offset : offset + take]
-            paddr += take
-            size -= take
-        return bytes(out)
+        return self._memory.read(paddr, size)
 
     def write(self, paddr: int, data: bytes) -> None:
         """Write `data` at `paddr`."""
         self._check(paddr, len(data))
-        view = memoryview(data)
-        while len(view):
-            page, offset = divmod(paddr, PAGE_BYTES)
-            take = min(len(view), PAGE_BYTES - offset)
-            stored = self._pages.get(page)
-            if stored is None:
-                stored = self._pages[page] = bytearray(PAGE_BYTES)
-            stored[offset : offset + take] = view[:take]
-            paddr += take
-            view = view[take:]
+        self._memory.write(paddr, data)
 
     def read_u64(self, paddr: int) -> int:
         """Read one little-endian 64-bit word."""
@@ -71,10 +53,10 @@ class SimulatedMemory:
         self.write(paddr, value.to_bytes(4, "little"))
 
     def resident_pages(self) -> set[int]:
-        """Addresses of the 4 KiB pages that have been written."""
-        return {page * PAGE_BYTES for page in self._pages}
+        """Addresses of the 4 KiB pages stored (written, and not all zero)."""
+        return {number * PAGE_BYTES for number in self._memory.stored_page_numbers()}
 
     @property
     def resident_bytes(self) -> int:
         """Host bytes spent on stored pages."""
-        return len(self._pages) * PAGE_BYTES
+        return self._memory.resident_pages() * PAGE_BYTES

@@ -81,6 +81,10 @@ class SparseMemory:
         """Number of 4 KiB pages currently stored (holding a non-zero byte)."""
         return len(self._pages)
 
+    def stored_page_numbers(self) -> set[int]:
+        """The numbers (address >> 12) of the 4 KiB pages currently stored."""
+        return set(self._pages)
+
     def snapshot(self) -> dict[int, bytes]:
         """Page number -> page contents for every stored page (for tests comparing memory before and after)."""
         return {number: bytes(page) for number, page in self._pages.items()}
