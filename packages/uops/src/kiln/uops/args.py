@@ -5,8 +5,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from kiln.uops.ir_enum import IREnum
 
-class AxisKind(enum.Enum):
+
+class AxisKind(IREnum):
     """What a RANGE loops over once the kernel is optimized and lowered."""
 
     LOOP = enum.auto()
@@ -18,11 +20,6 @@ class AxisKind(enum.Enum):
     GROUP_REDUCE = enum.auto()
     THREAD = enum.auto()
     BLOCK = enum.auto()
-
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return f"AxisKind.{self.name}"
 
 
 @dataclass(frozen=True)

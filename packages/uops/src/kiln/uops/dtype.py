@@ -10,21 +10,18 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from kiln.uops.ir_enum import IREnum
+
 ConstType = int | float | bool
 """The Python types a scalar constant of the IR can hold."""
 
 
-class MemoryScope(enum.Enum):
+class MemoryScope(IREnum):
     """The address space a pointer of the IR points into (kernel-level memory, not the driver's AddrSpace)."""
 
     GLOBAL = enum.auto()
     LOCAL = enum.auto()
     REG = enum.auto()
-
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return f"MemoryScope.{self.name}"
 
 
 _interned: dict[tuple[object, ...], DType] = {}

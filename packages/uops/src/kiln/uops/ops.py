@@ -5,8 +5,10 @@ from __future__ import annotations
 import enum
 from typing import Final
 
+from kiln.uops.ir_enum import IREnum
 
-class Ops(enum.Enum):
+
+class Ops(IREnum):
     """Every operation a UOp can perform, from the tensor graph down to a rendered program."""
 
     # tensor graph
@@ -93,12 +95,6 @@ class Ops(enum.Enum):
     LINEAR = enum.auto()
     SOURCE = enum.auto()
     BINARY = enum.auto()
-
-    # identity hash in C: ops are hashed on every UOp construction and pattern dispatch
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return f"Ops.{self.name}"
 
     def __lt__(self, other: Ops) -> bool:
         # a total order on ops lets canonical orderings sort by op
