@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_betas, check_number, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_betas, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -36,12 +36,12 @@ class MomentsOptimizer(Optimizer):
     """The Adam family's shared parts: betas and eps checks, the step count, the two moment estimates."""
 
     buffered = ("lr", "betas")
+    nonnegative = ("eps", "weight_decay")
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks betas, eps and weight decay."""
         check_betas(group["betas"])
-        check_number(group["eps"], "epsilon value")
-        check_number(group["weight_decay"], "weight_decay value")
+        super().validate(group)
 
     def moments(self, group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Tensor, Tensor]:
         """Records and returns the new (exp_avg, exp_avg_sq) of `parameter`."""

@@ -34,6 +34,8 @@ class Adagrad(Optimizer):
         0.9
     """
 
+    nonnegative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+
     def __init__(
         self,
         params: ParamsT,
@@ -48,13 +50,6 @@ class Adagrad(Optimizer):
         initial = initial_accumulator_value
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, initial_accumulator_value=initial)
         super().__init__(params, {**defaults, "eps": eps, "maximize": maximize})
-
-    def validate(self, group: Mapping[str, Any]) -> None:
-        """Checks lr_decay, weight decay, the initial accumulator and eps."""
-        check_number(group["lr_decay"], "lr_decay value")
-        check_number(group["weight_decay"], "weight_decay value")
-        check_number(group["initial_accumulator_value"], "initial_accumulator_value")
-        check_number(group["eps"], "epsilon value")
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The squared-gradient sums, t and the parameters."""

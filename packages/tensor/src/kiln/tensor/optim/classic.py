@@ -23,6 +23,8 @@ class Adadelta(Optimizer):
         0.99684
     """
 
+    nonnegative = ("eps", "weight_decay")
+
     def __init__(
         self,
         params: ParamsT,
@@ -37,8 +39,7 @@ class Adadelta(Optimizer):
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks rho in [0, 1], eps and weight decay."""
         check_number(group["rho"], "rho value", 0.0, 1.0)
-        check_number(group["eps"], "epsilon value")
-        check_number(group["weight_decay"], "weight_decay value")
+        super().validate(group)
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The two running averages and the parameters."""
@@ -121,6 +122,7 @@ class ASGD(Optimizer):
     """
 
     scalar_state: ClassVar[frozenset[str]] = frozenset({"eta", "mu"})
+    nonnegative = ("weight_decay",)
 
     def __init__(
         self,
@@ -138,7 +140,7 @@ class ASGD(Optimizer):
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks weight decay, lambd, alpha and t0 are numbers (weight decay >= 0)."""
-        check_number(group["weight_decay"], "weight_decay value")
+        super().validate(group)
         for name in ("lambd", "alpha", "t0"):
             check_number(group[name], f"{name} value", low=float("-inf"))
 

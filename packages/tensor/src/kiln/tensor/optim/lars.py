@@ -37,6 +37,7 @@ class LARS(Optimizer):
 
     buffered = ("lr", "momentum")
     saves_step = False
+    nonnegative = ("momentum", "weight_decay", "tcoef")
 
     def __init__(
         self,
@@ -57,9 +58,7 @@ class LARS(Optimizer):
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks momentum, weight decay, tcoef and the Newton-Schulz settings."""
-        check_number(group["momentum"], "momentum value")
-        check_number(group["weight_decay"], "weight_decay value")
-        check_number(group["tcoef"], "tcoef value")
+        super().validate(group)
         steps = group["ns_steps"]
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
             raise ValueError(f"Invalid ns_steps: {steps!r} (expected an int >= 0)")

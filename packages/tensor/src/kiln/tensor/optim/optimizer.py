@@ -67,6 +67,10 @@ def decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Ten
     return weights, gradient
 
 
+# torch's names of hyperparameters in its "Invalid ...: x" messages, where they are not "<name> value"
+_NUMBER_LABELS = {"eps": "epsilon value", "initial_accumulator_value": "initial_accumulator_value"}
+
+
 def _as_numpy(value: object, what: str) -> np.ndarray[Any, Any]:
     if isinstance(value, Tensor):
         return value.numpy()
@@ -92,6 +96,8 @@ class Optimizer:
     scalar_state: ClassVar[frozenset[str]] = frozenset()
     # whether the state dict holds torch's per-parameter "step" (SGD's and LARS's rules keep no step count)
     saves_step: ClassVar[bool] = True
+    # hyperparameters `validate` checks are numbers >= 0, in this order (torch's messages name eps "epsilon value")
+    nonnegative: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: ParamsT, defaults: Mapping[str, Any]) -> None:
         if isinstance(params, Tensor):
@@ -163,7 +169,10 @@ class Optimizer:
         self._group_steps.append(0)
 
     def validate(self, group: Mapping[str, Any]) -> None:
-        """Raises ValueError for a bad hyperparameter of `group` (subclasses check theirs)."""
+        """Raises ValueError for a bad hyperparameter of `group`: here those of `nonnegative` (subclasses check the
+        others)."""
+        for name in self.nonnegative:
+            check_number(group[name], _NUMBER_LABELS.get(name, f"{name} value"))
 
     @property
     def params(self) -> list[Tensor]:
@@ -384,6 +393,7 @@ class SGD(Optimizer):
 
     buffered = ("lr", "momentum")
     saves_step = False
+    nonnegative = ("momentum", "weight_decay")
 
     def __init__(
         self,
@@ -405,9 +415,8 @@ class SGD(Optimizer):
 
     def validate(self, group: Mapping[str, Any]) -> None:
         """Checks momentum, weight decay and the Nesterov condition."""
-        momentum = check_number(group["momentum"], "momentum value")
-        check_number(group["weight_decay"], "weight_decay value")
-        if group["nesterov"] and (momentum <= 0 or group["dampening"] != 0):
+        super().validate(group)
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:

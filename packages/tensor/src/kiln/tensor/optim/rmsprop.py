@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, decayed
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -24,6 +21,7 @@ class RMSprop(Optimizer):
     """
 
     buffered = ("lr", "momentum")
+    nonnegative = ("alpha", "eps", "weight_decay", "momentum")
 
     def __init__(
         self,
@@ -38,13 +36,6 @@ class RMSprop(Optimizer):
     ) -> None:
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
         super().__init__(params, {**defaults, "maximize": maximize})
-
-    def validate(self, group: Mapping[str, Any]) -> None:
-        """Checks alpha, eps, weight decay and momentum."""
-        check_number(group["alpha"], "alpha value")
-        check_number(group["eps"], "epsilon value")
-        check_number(group["weight_decay"], "weight_decay value")
-        check_number(group["momentum"], "momentum value")
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The running averages, momentum buffers and parameters."""
