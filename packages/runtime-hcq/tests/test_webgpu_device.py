@@ -39,7 +39,7 @@ def test_the_table_offers_the_wgsl_renderer_and_32_bit_dtypes() -> None:
 
 def test_no_wgpu_is_a_clear_device_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wgpu", None)
-    monkeypatch.setattr(library_module, "_target", None)
+    monkeypatch.setattr(library_module.webgpu_target, "_made", [])  # forget the adapter until the test ends
     library_module.load_wgpu.cache_clear()
     try:
         with pytest.raises(DeviceUnavailable, match=r"^WEBGPU unavailable: the wgpu package is not installed"):
@@ -56,7 +56,7 @@ def test_no_adapter_is_a_clear_device_unavailable(monkeypatch: pytest.MonkeyPatc
                 return None
 
     monkeypatch.setattr(library_module, "load_wgpu", lambda: NoAdapter)
-    monkeypatch.setattr(library_module, "_target", None)
+    monkeypatch.setattr(library_module.webgpu_target, "_made", [])  # forget the adapter until the test ends
     with pytest.raises(DeviceUnavailable, match=r"^WEBGPU unavailable: no WebGPU adapter"):
         WebGPUDevice("WEBGPU")
 

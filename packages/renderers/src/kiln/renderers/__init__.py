@@ -23,6 +23,7 @@ from kiln.renderers.metal import MetalCompileError, MetalCompiler, MetalRenderer
 from kiln.renderers.nvrtc import NVRTC_PATH, NvrtcCompileError, NvrtcNotFoundError, load_nvrtc
 from kiln.renderers.opencl import OpenCLCompileError, OpenCLCompiler, OpenCLRenderer
 from kiln.renderers.opencl_library import OpenCLError, OpenCLNotFoundError, opencl_available, opencl_targets
+from kiln.renderers.process_once import ProcessOnce
 from kiln.renderers.ptx import PTXAS, PTXAssemblerError, PTXCompiler, PTXRenderer
 from kiln.renderers.ptx_rules import pm_ptx
 from kiln.renderers.python import PythonCompiler, PythonRenderer, parse_linear, render_linear
@@ -33,6 +34,7 @@ from kiln.renderers.webgpu_library import WebGPUNotFoundError, webgpu_available
 from kiln.renderers.wgsl import WGSLCompileError, WGSLCompiler, WGSLRenderer
 
 __all__ = [
+    "ProcessOnce",
     "AMD_CLANG",
     "AMD_TARGETS",
     "AMDCompileError",

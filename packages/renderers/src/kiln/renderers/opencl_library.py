@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.renderers.process_once import ProcessOnce
 from kiln.renderers.toolchain import ToolchainNotFoundError
 
 LIBRARY_NAMES = ("libOpenCL.so.1", "libOpenCL.so", "OpenCL.dll", "/System/Library/Frameworks/OpenCL.framework/OpenCL")
@@ -242,43 +242,35 @@ class OpenCLTarget:
         return load_opencl().info_int("clGetDeviceInfo", self.device, parameter)
 
 
-_targets_lock = threading.Lock()
-_targets: list[OpenCLTarget] | None = None
-
-
+@ProcessOnce
 def opencl_targets() -> list[OpenCLTarget]:
     """Every device of every OpenCL platform, each with one context (created once per process); [] if none."""
-    global _targets
-    with _targets_lock:
-        if _targets is not None:
-            return _targets
-        library = load_opencl()
-        targets: list[OpenCLTarget] = []
-        for platform in library.handles("clGetPlatformIDs"):
-            platform_name = library.info_text("clGetPlatformInfo", platform, CL_PLATFORM_NAME)
-            for device in library.handles("clGetDeviceIDs", platform, CL_DEVICE_TYPE_ALL):
-                handle = ctypes.c_void_p(device)
-                context = library.create("clCreateContext", None, 1, ctypes.byref(handle), None, None, what="context")
+    library = load_opencl()
+    targets: list[OpenCLTarget] = []
+    for platform in library.handles("clGetPlatformIDs"):
+        platform_name = library.info_text("clGetPlatformInfo", platform, CL_PLATFORM_NAME)
+        for device in library.handles("clGetDeviceIDs", platform, CL_DEVICE_TYPE_ALL):
+            handle = ctypes.c_void_p(device)
+            context = library.create("clCreateContext", None, 1, ctypes.byref(handle), None, None, what="context")
 
-                def text(parameter: int, device: int = device) -> str:
-                    return library.info_text("clGetDeviceInfo", device, parameter)
+            def text(parameter: int, device: int = device) -> str:
+                return library.info_text("clGetDeviceInfo", device, parameter)
 
-                extensions = frozenset(text(CL_DEVICE_EXTENSIONS).split())
-                targets.append(
-                    OpenCLTarget(
-                        len(targets),
-                        platform_name,
-                        text(CL_DEVICE_NAME),
-                        text(CL_DEVICE_VERSION),
-                        text(CL_DRIVER_VERSION),
-                        extensions,
-                        platform,
-                        device,
-                        context,
-                    )
+            extensions = frozenset(text(CL_DEVICE_EXTENSIONS).split())
+            targets.append(
+                OpenCLTarget(
+                    len(targets),
+                    platform_name,
+                    text(CL_DEVICE_NAME),
+                    text(CL_DEVICE_VERSION),
+                    text(CL_DRIVER_VERSION),
+                    extensions,
+                    platform,
+                    device,
+                    context,
                 )
-        _targets = targets
-        return targets
+            )
+    return targets
 
 
 def opencl_target(index: int = 0) -> OpenCLTarget:

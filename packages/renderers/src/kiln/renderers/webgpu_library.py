@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from kiln.renderers.process_once import ProcessOnce
 from kiln.renderers.toolchain import ToolchainNotFoundError
 
 __all__ = [
@@ -85,37 +85,29 @@ class WebGPUTarget:
         return int(self.limits.get("max-storage-buffers-per-shader-stage", 8))
 
 
-_target_lock = threading.Lock()
-_target: WebGPUTarget | None = None
-
-
+@ProcessOnce
 def webgpu_target() -> WebGPUTarget:
     """The process's WebGPU adapter and device, requested once (WebGPUNotFoundError when there is none)."""
-    global _target
-    with _target_lock:
-        if _target is not None:
-            return _target
-        wgpu = load_wgpu()
-        try:
-            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-        except Exception as error:  # wgpu-native raises plain RuntimeErrors when no backend loads
-            raise WebGPUNotFoundError(f"no WebGPU adapter: {type(error).__name__}: {error}; {INSTALL_HINT}") from error
-        if adapter is None:
-            raise WebGPUNotFoundError(f"no WebGPU adapter: wgpu found no Vulkan/Metal/D3D12 device; {INSTALL_HINT}")
-        adapter_limits = dict(adapter.limits)
-        wanted = {name: adapter_limits[name] for name in RAISED_LIMITS if name in adapter_limits}
-        device = adapter.request_device_sync(label="kiln", required_limits=wanted)
-        info = adapter.info
-        _target = WebGPUTarget(
-            adapter,
-            device,
-            str(info.get("device") or info.get("description") or "unknown adapter"),
-            str(info.get("backend_type", "")),
-            str(info.get("adapter_type", "")),
-            str(info.get("description", "")),
-            {name: int(value) for name, value in dict(device.limits).items()},
-        )
-        return _target
+    wgpu = load_wgpu()
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as error:  # wgpu-native raises plain RuntimeErrors when no backend loads
+        raise WebGPUNotFoundError(f"no WebGPU adapter: {type(error).__name__}: {error}; {INSTALL_HINT}") from error
+    if adapter is None:
+        raise WebGPUNotFoundError(f"no WebGPU adapter: wgpu found no Vulkan/Metal/D3D12 device; {INSTALL_HINT}")
+    adapter_limits = dict(adapter.limits)
+    wanted = {name: adapter_limits[name] for name in RAISED_LIMITS if name in adapter_limits}
+    device = adapter.request_device_sync(label="kiln", required_limits=wanted)
+    info = adapter.info
+    return WebGPUTarget(
+        adapter,
+        device,
+        str(info.get("device") or info.get("description") or "unknown adapter"),
+        str(info.get("backend_type", "")),
+        str(info.get("adapter_type", "")),
+        str(info.get("description", "")),
+        {name: int(value) for name, value in dict(device.limits).items()},
+    )
 
 
 def webgpu_available() -> bool:

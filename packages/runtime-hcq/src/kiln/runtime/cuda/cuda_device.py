@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import inspect
-import threading
 
 from kiln.codegen import Program, Renderer
+from kiln.renderers import ProcessOnce
 from kiln.runtime.cuda.context import LaunchTimer
 from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
 from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
@@ -29,23 +29,15 @@ from kiln.runtime.program_runner import ProgramRunner
 __all__ = ["CUDADevice", "LaunchTimer", "shared_driver"]
 
 
-_driver_lock = threading.Lock()
-_driver: DriverAPI | None = None
-
-
+@ProcessOnce
 def shared_driver() -> DriverAPI:
     """The process's libcuda, loaded and initialized (`cuInit`) once; DeviceUnavailable when there is none."""
-    global _driver
-    with _driver_lock:
-        if _driver is not None:
-            return _driver
-        try:
-            api = DriverAPI(load_driver_library())
-        except OSError as error:
-            raise DeviceUnavailable(f"CUDA: {error}; CUDA devices need an NVIDIA GPU and its driver") from error
-        initialize(api)
-        _driver = api
-        return api
+    try:
+        api = DriverAPI(load_driver_library())
+    except OSError as error:
+        raise DeviceUnavailable(f"CUDA: {error}; CUDA devices need an NVIDIA GPU and its driver") from error
+    initialize(api)
+    return api
 
 
 def initialize(api: DriverAPI) -> None:
