@@ -4,6 +4,7 @@ Python number, two tensors of one dtype and device)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Self
 
@@ -34,6 +35,26 @@ def _broadcast_node(uop: UOp, shape: tuple[int, ...], target: tuple[int, ...]) -
     # graph node `uop` of `shape` broadcast to `target` (numpy rules, known to hold): leading 1s, then an expand
     missing = len(target) - len(shape)
     return graph.expand(graph.reshape(uop, (1,) * missing + shape) if missing else uop, target)
+
+
+# The promoted dtype and constant node of a Python number met with a tensor of (dtype, shape, placement), by the
+# number's type and value: `x + 1` in a loop finds both in one probe. A true cache, so it stays module-level: a pure
+# function of immutable keys whose results are a dtype and a hash-consed, immutable node; bounded, thread-safe.
+@functools.lru_cache(maxsize=1024)
+def _scalar_constant(
+    dtype: DType,
+    shape: tuple[int, ...],
+    placement: graph.Placement,
+    kind: type,
+    number: ConstType,
+    defaults: tuple[DType, DType],
+) -> tuple[DType, UOp | None]:
+    # (`kind` keeps 1, 1.0 and True apart; the caller never asks for a float zero, whose sign == cannot tell;
+    # `defaults`: dtypes.default_int and default_float, which a Python number takes part in promotion as)
+    promoted = promote_kinds(((DIMENSIONED if shape else ZERO_DIM, dtype), (PYTHON_SCALAR, scalar_dtype(number))))
+    if isinstance(number, float) and not math.isfinite(number) and not dtypes.is_float(promoted):
+        return promoted, None  # the caller raises, naming its op
+    return promoted, graph.const(number, promoted, placement, shape)
 
 
 class OperandMixin(UnaryMixin):
@@ -107,6 +128,13 @@ class OperandMixin(UnaryMixin):
         # (canonical, checked) device: no broadcast of self, promotion is one memoized lookup
         uop = self.uop
         shape = graph.shape_of(uop)
+        if dtype is None and (number or type(number) is not float):
+            defaults = (dtypes.default_int, dtypes.default_float)
+            placement = graph.placement_of(uop)
+            promoted, constant = _scalar_constant(uop.dtype, shape, placement, type(number), number, defaults)
+            if constant is None:
+                raise ValueError(f"{what}: cannot use {number!r} with a {promoted!r} operand")
+            return (self if promoted is uop.dtype else self._cast(promoted)), constant
         if dtype is None:
             kinds = ((DIMENSIONED if shape else ZERO_DIM, uop.dtype), (PYTHON_SCALAR, scalar_dtype(number)))
             dtype = promote_kinds(kinds)

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FIXED", "OUTPUT", "EagerFastPath", "FastEntry", "structure_of"]
 
+_buffer_slot_get = BUFFER_SLOT.get
+
 _ALU_OPS = frozenset(GroupOp.ALU)
 OUTPUT = -1  # a program parameter taking the run's output buffer
 FIXED = -2  # a program parameter taking a buffer fixed for the key (a lifted constant)
@@ -109,24 +111,27 @@ class EagerFastPath:
 
     def find(self, root: UOp) -> tuple[FastEntry, list[Buffer | None]] | None:
         """The entry of `root`'s structure and the buffers of its sources (None for a source that is no BUFFER), when
-        every buffer source holds memory that no write replaced; else None (the slow path)."""
-        key = structure_of(root)
-        if key is None:
+        every buffer source holds memory that no write replaced; else None (the slow path). (`structure_of` and the
+        checks of the buffers in one pass: this runs on every realize of one tensor.)"""
+        if root.op not in _ALU_OPS:
             return None
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
+        sources = root.src
+        parts: list[object] = [root.op, root.dtype, root.arg, root.tag]
         found: list[Buffer | None] = []
-        for source in root.src:
+        for source in sources:
             if source.op is not Ops.BUFFER:
+                parts.append(source)
                 found.append(None)
                 continue
-            if OVERWRITTEN.has(source):
-                return None
-            buffer = BUFFER_SLOT.get(source)
-            if buffer is None or not buffer.is_allocated:
+            arg = source.arg
+            parts.append((source.dtype, arg.size, arg.device, sources.index(source)))
+            buffer = _buffer_slot_get(source)
+            if buffer is None or OVERWRITTEN.has(source) or not buffer.is_allocated:
                 return None
             found.append(buffer)
+        entry = self._entries.get(tuple(parts))
+        if entry is None:
+            return None
         self.hits += 1
         return entry, found
 
