@@ -51,6 +51,17 @@ static int kiln_string_is(const char *at, const char *after, const char *text) {
   return (size_t)(after - at) == length + 2 && memcmp(at + 1, text, length) == 0;
 }
 
+/* the key string at `at` and its colon: the value's start (white space skipped), the key's end in `key_end`; NULL
+   when malformed */
+static const char *kiln_parse_key(const char *at, const char *end, const char **key_end) {
+  at = kiln_skip_string(at, end);
+  if (!at) return NULL;
+  *key_end = at;
+  at = kiln_skip_space(at, end);
+  if (at >= end || *at != ':') return NULL;
+  return kiln_skip_space(at + 1, end);
+}
+
 static const char *kiln_parse_u64(const char *at, const char *end, unsigned long long *value) {
   at = kiln_skip_space(at, end);
   if (at >= end || *at < '0' || *at > '9') return NULL;
@@ -69,13 +80,9 @@ static int kiln_find_tensor(const char *json, size_t length, const char *name, c
   for (;;) {
     at = kiln_skip_space(at, end);
     if (at < end && *at == '}') return -2;
-    const char *key = at;
-    at = kiln_skip_string(at, end);
+    const char *key = at, *key_end;
+    at = kiln_parse_key(at, end, &key_end);
     if (!at) return -1;
-    const char *key_end = at;
-    at = kiln_skip_space(at, end);
-    if (at >= end || *at != ':') return -1;
-    at = kiln_skip_space(at + 1, end);
     if (!kiln_string_is(key, key_end, name)) {
       at = kiln_skip_value(at, end);
     } else {
@@ -85,13 +92,9 @@ static int kiln_find_tensor(const char *json, size_t length, const char *name, c
       for (;;) {
         at = kiln_skip_space(at, end);
         if (at < end && *at == '}') { at++; break; }
-        const char *field = at;
-        at = kiln_skip_string(at, end);
+        const char *field = at, *field_end;
+        at = kiln_parse_key(at, end, &field_end);
         if (!at) return -1;
-        const char *field_end = at;
-        at = kiln_skip_space(at, end);
-        if (at >= end || *at != ':') return -1;
-        at = kiln_skip_space(at + 1, end);
         if (kiln_string_is(field, field_end, "dtype")) {
           const char *value_end = kiln_skip_string(at, end);
           if (!value_end || value_end - at - 2 > 15) return -1;
