@@ -8,12 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from kiln.tensor.llm.families import gguf_overrides, hf_overrides
+
 __all__ = ["LlamaConfig"]
 
 
 @dataclass
 class LlamaConfig:
-    """One configurable llama-family decoder (Llama 2/3, Mistral/Mixtral, Qwen2/3, Qwen MoE)."""
+    """One configurable llama-family decoder (Llama 2/3, Mistral/Mixtral, Qwen2/3, Qwen MoE, Phi-3, OLMo 2,
+    Gemma 2/3, DeepSeek-V2; kiln.tensor.llm.families reads what sets the later ones apart)."""
 
     vocab_size: int
     dim: int
@@ -34,6 +37,26 @@ class LlamaConfig:
     n_experts_used: int = 0
     shared_expert_dim: int = 0  # the hidden size of a MoE layer's shared expert (Qwen MoE), 0: none
     norm_topk_prob: bool = True
+    expert_weights_scale: float = 1.0  # DeepSeek: the routed experts' shares times this
+    shared_expert_gated: bool = True  # Qwen MoE: a sigmoid gate on the shared expert; DeepSeek: none
+    leading_dense_layers: int = 0  # DeepSeek: the first layers have a dense feed-forward of dense_hidden_dim
+    dense_hidden_dim: int = 0
+    pre_norm: bool = True  # False (OLMo 2): no norm before the attention / feed-forward, only after (post_norm)
+    post_norm: bool = False  # Gemma 2/3, OLMo 2: each sublayer's output is normed before the residual add
+    qk_norm_full: bool = False  # OLMo 2: the q / k norms span the whole projection, not one head
+    activation: str = "silu"  # the gate's activation: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma)
+    embedding_scale: float = 1.0  # Gemma: the embeddings times sqrt(dim)
+    attention_scale: float | None = None  # the scores' scale; None: 1 / sqrt(head_dim)
+    attn_softcap: float = 0.0  # Gemma 2: scores -> cap * tanh(scores / cap) before the mask (0: none)
+    final_softcap: float = 0.0  # Gemma 2: logits -> cap * tanh(logits / cap) (0: none)
+    sliding_window: int = 0  # a query sees the last `sliding_window` positions only (0: every earlier one)
+    sliding_layers: tuple[bool, ...] = ()  # which layers have the window (empty with a window: all of them)
+    rope_local_theta: float = 0.0  # Gemma 3: the rope base of the sliding layers (0: the global rotary)
+    q_lora_rank: int = 0  # DeepSeek MLA: the compressed query's rank (0: a plain query projection)
+    kv_lora_rank: int = 0  # DeepSeek MLA: the compressed key / value latent's rank (0: no MLA)
+    qk_rope_head_dim: int = 0  # DeepSeek MLA: the rotated share of a query / key head (head_dim is this)
+    qk_nope_head_dim: int = 0  # DeepSeek MLA: the unrotated share of a query / key head
+    v_head_dim: int = 0  # DeepSeek MLA: a value head's size
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     architecture: str = "llama"
@@ -41,6 +64,12 @@ class LlamaConfig:
     @property
     def max_seq_len(self) -> int:
         return self.context_length
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether layer `layer` attends over the sliding window only."""
+        if not self.sliding_window:
+            return False
+        return self.sliding_layers[layer] if self.sliding_layers else True
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> LlamaConfig:
@@ -56,7 +85,7 @@ class LlamaConfig:
             experts = int(hf.get("num_local_experts", hf.get("num_experts", 0)) or 0)
             eos_value: Any = hf.get("eos_token_id")
             eos = eos_value[0] if isinstance(eos_value, list) and eos_value else eos_value
-            return cls(
+            fields: dict[str, Any] = dict(
                 vocab_size=int(hf["vocab_size"]),
                 dim=dim,
                 n_layers=int(hf["num_hidden_layers"]),
@@ -81,6 +110,7 @@ class LlamaConfig:
                 eos_token_id=None if eos is None else int(eos),
                 architecture=model_type,
             )
+            return cls(**(fields | hf_overrides(hf, model_type)))
         except KeyError as error:
             raise ValueError(f"config.json lacks {error.args[0]!r}, which a llama-family model needs") from None
 
@@ -111,7 +141,7 @@ class LlamaConfig:
                 rope["original_max_position_embeddings"] = int(original)
         experts = int(meta.get(f"{arch}.expert_count", 0) or 0)
         ff = meta.get(f"{arch}.expert_feed_forward_length") if experts else None
-        return cls(
+        fields: dict[str, Any] = dict(
             vocab_size=int(vocab),
             dim=dim,
             n_layers=int(get("block_count")),
@@ -134,6 +164,7 @@ class LlamaConfig:
             eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
             architecture=arch,
         )
+        return cls(**(fields | gguf_overrides(meta, arch)))
 
     def inv_freq(self) -> tuple[np.ndarray, float]:
         """The rotary inverse frequencies (head_dim / 2 of them, float64) and the attention (cos/sin) scale."""

@@ -25,6 +25,7 @@ from kiln.tensor.tensor import Tensor
 __all__ = [
     "Attention",
     "Block",
+    "CachedAttention",
     "Experts",
     "FeedForward",
     "MoE",
@@ -233,6 +234,10 @@ class Positions:
     position), and the mask added to the attention scores (B, kv_heads, group, T, end), broadcast from (1, 1, T, end)
     or (B, 1, 1, 1, end) (None where every key is visible).
 
+    `window_mask` (with a config's sliding window): the mask of the sliding layers, which also hides the keys more
+    than the window behind each query (also for one query); `local_cos` / `local_sin`: the rotary of the sliding
+    layers where it has another base (Gemma 3).
+
     Two ways to address a cache of several sequence slots (`cache_batch` of them):
     - `slot` (a size, maybe symbolic): a batch-1 pass writes and reads that slot's rows only (a request's prefill);
     - `rows` (a (B, 1, end, 1) bool Tensor, B <= cache_batch: slots 0 .. B - 1): each sequence's new key and value
@@ -249,26 +254,36 @@ class Positions:
     cache_batch: int | None = None
     slot: Size | None = None
     rows: Tensor | None = None
+    window_mask: Tensor | None = None
+    local_cos: Tensor | None = None
+    local_sin: Tensor | None = None
+
+    def of_layer(self, sliding: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(cos, sin, mask) of a layer: a sliding-window layer's mask hides the keys before its window (`window_mask`,
+        shaped like `mask` but never None) and its rotary may have its own base (`local_cos` / `local_sin`)."""
+        if not sliding:
+            return self.cos, self.sin, self.mask
+        if self.local_cos is not None and self.local_sin is not None:
+            return self.local_cos, self.local_sin, self.window_mask
+        return self.cos, self.sin, self.window_mask
 
 
-class Attention(WeightModule):
-    """Pre-normed grouped-query self-attention with RoPE, optional QK-norm and q/k/v biases, and its KV cache
-    (batch, kv_heads, max_context, head_dim), a private buffer (not a weight) written in place row by row."""
+class CachedAttention(WeightModule):
+    """The KV cache of an attention layer: per batch size, a (key, value) pair of private buffers (not weights),
+    (batch, cache_heads, max_context, width) each, written in place row by row."""
 
-    def __init__(self, config: LlamaConfig, max_context: int) -> None:
+    def __init__(self, cache_heads: int, key_width: int, value_width: int, max_context: int) -> None:
         super().__init__()
-        dim, heads, kv_heads, head_dim = config.dim, config.n_heads, config.n_kv_heads, config.head_dim
-        self.attn_norm = RMSNorm(dim, config.norm_eps)
-        self.attn_q = Projection(dim, heads * head_dim, config.attention_bias)
-        self.attn_k = Projection(dim, kv_heads * head_dim, config.attention_bias)
-        self.attn_v = Projection(dim, kv_heads * head_dim, config.attention_bias)
-        self.attn_output = Projection(heads * head_dim, dim)
-        if config.qk_norm:
-            self.attn_q_norm = RMSNorm(head_dim, config.norm_eps)
-            self.attn_k_norm = RMSNorm(head_dim, config.norm_eps)
-        self._heads, self._kv_heads, self._head_dim, self._max_context = heads, kv_heads, head_dim, max_context
+        self._cache_shapes = ((cache_heads, max_context, key_width), (cache_heads, max_context, value_width))
         # one cache per batch size: a batch-1 generator and a batched one share the weights, not the cache rows
         self._caches: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def __call__(self, h: Tensor, where: Positions) -> Tensor:
+        return self.forward(h, where)
+
+    def forward(self, h: Tensor, where: Positions) -> Tensor:
+        """The attention output (B, T, dim) of the residual stream h (B, T, dim); each kind of attention has its own."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward")
 
     @property
     def cache(self) -> tuple[Tensor, Tensor] | None:
@@ -284,31 +299,17 @@ class Attention(WeightModule):
         """The (key, value) cache for `batch` rows: the same buffers on every call for that batch (new zeroed ones
         the first time)."""
         if batch not in self._caches:
-            shape = (batch, self._kv_heads, self._max_context, self._head_dim)
+            keys, values = self._cache_shapes
             self._caches[batch] = (
-                Tensor.zeros(*shape).contiguous().realize(),
-                Tensor.zeros(*shape).contiguous().realize(),
+                Tensor.zeros(batch, *keys).contiguous().realize(),
+                Tensor.zeros(batch, *values).contiguous().realize(),
             )
         return self._caches[batch]
 
-    def __call__(self, h: Tensor, where: Positions) -> Tensor:
-        return self.forward(h, where)
-
-    def forward(self, h: Tensor, where: Positions) -> Tensor:
-        """The attention output (B, T, dim) of the residual stream h (B, T, dim) at positions where.start ..
-        where.end - 1: their keys and values are written to those cache rows (an indexed store), then the queries
-        attend over cache rows 0 .. where.end - 1 only. With symbolic start and T, one set of kernels serves every
-        value (the slices' bounds are the variables)."""
-        batch, length = h.shape[0], h.shape[1]
-        heads, kv_heads, head_dim = self._heads, self._kv_heads, self._head_dim
-        x: Tensor = self.attn_norm(h)
-        q = self.attn_q(x).reshape(batch, length, heads, head_dim)
-        k = self.attn_k(x).reshape(batch, length, kv_heads, head_dim)
-        v = self.attn_v(x).reshape(batch, length, kv_heads, head_dim).transpose(1, 2)
-        if hasattr(self, "attn_q_norm"):
-            q, k = self.attn_q_norm(q), self.attn_k_norm(k)
-        q = where.rotary.rotate(q.transpose(1, 2), where.cos, where.sin)
-        k = where.rotary.rotate(k.transpose(1, 2), where.cos, where.sin)
+    def store(self, k: Tensor, v: Tensor, where: Positions) -> tuple[Tensor, Tensor]:
+        """Writes the pass's keys and values k, v (B, cache_heads, T, width) to their cache rows (an indexed store)
+        and returns the cache rows 0 .. where.end - 1 the pass attends over, (B, cache_heads, end, width) each."""
+        batch = k.shape[0]
         key_cache, value_cache = self.allocate_cache(where.cache_batch or batch)
         if where.slot is not None:  # one slot of a batched cache: its rows only
             key_cache, value_cache = key_cache[where.slot : where.slot + 1], value_cache[where.slot : where.slot + 1]
@@ -324,40 +325,105 @@ class Attention(WeightModule):
                 key_cache[:, :, where.start : where.end].assign(k),
                 value_cache[:, :, where.start : where.end].assign(v),
             )
+        return key_cache[:, :, : where.end], value_cache[:, :, : where.end]
+
+
+def attend(scores: Tensor, values: Tensor, mask: Tensor | None, softcap: float) -> Tensor:
+    """softmax(scores (soft-capped: cap * tanh(scores / cap), when softcap > 0) + mask) @ values."""
+    if softcap:
+        scores = (scores * (1.0 / softcap)).tanh() * softcap
+    if mask is not None:
+        scores = scores + mask
+    return scores.softmax(-1) @ values
+
+
+class Attention(CachedAttention):
+    """Grouped-query self-attention with RoPE (pre-normed unless `config.pre_norm` is False), optional QK-norm (per
+    head, or over the whole projection: `qk_norm_full`), q/k/v biases, score soft-capping and a sliding window, and
+    its KV cache (batch, kv_heads, max_context, head_dim)."""
+
+    def __init__(self, config: LlamaConfig, max_context: int, layer: int = 0) -> None:
+        dim, heads, kv_heads, head_dim = config.dim, config.n_heads, config.n_kv_heads, config.head_dim
+        super().__init__(kv_heads, head_dim, head_dim, max_context)
+        if config.pre_norm:
+            self.attn_norm = RMSNorm(dim, config.norm_eps)
+        self.attn_q = Projection(dim, heads * head_dim, config.attention_bias)
+        self.attn_k = Projection(dim, kv_heads * head_dim, config.attention_bias)
+        self.attn_v = Projection(dim, kv_heads * head_dim, config.attention_bias)
+        self.attn_output = Projection(heads * head_dim, dim)
+        if config.qk_norm:
+            self.attn_q_norm = RMSNorm(heads * head_dim if config.qk_norm_full else head_dim, config.norm_eps)
+            self.attn_k_norm = RMSNorm(kv_heads * head_dim if config.qk_norm_full else head_dim, config.norm_eps)
+        self._heads, self._kv_heads, self._head_dim = heads, kv_heads, head_dim
+        self._full_qk_norm, self._sliding, self._softcap = (
+            config.qk_norm_full,
+            config.is_sliding(layer),
+            config.attn_softcap,
+        )
+        self._scale = config.attention_scale if config.attention_scale is not None else 1.0 / float(np.sqrt(head_dim))
+
+    def forward(self, h: Tensor, where: Positions) -> Tensor:
+        """The attention output (B, T, dim) of the residual stream h (B, T, dim) at positions where.start ..
+        where.end - 1: their keys and values are written to those cache rows (an indexed store), then the queries
+        attend over cache rows 0 .. where.end - 1 only. With symbolic start and T, one set of kernels serves every
+        value (the slices' bounds are the variables)."""
+        batch, length = h.shape[0], h.shape[1]
+        heads, kv_heads, head_dim = self._heads, self._kv_heads, self._head_dim
+        x: Tensor = self.attn_norm(h) if hasattr(self, "attn_norm") else h
+        q, k = self.attn_q(x), self.attn_k(x)
+        if self._full_qk_norm:  # OLMo 2: over the whole projection, before the heads are split
+            q, k = self.attn_q_norm(q), self.attn_k_norm(k)
+        q = q.reshape(batch, length, heads, head_dim)
+        k = k.reshape(batch, length, kv_heads, head_dim)
+        v = self.attn_v(x).reshape(batch, length, kv_heads, head_dim).transpose(1, 2)
+        if hasattr(self, "attn_q_norm") and not self._full_qk_norm:
+            q, k = self.attn_q_norm(q), self.attn_k_norm(k)
+        cos, sin, mask = where.of_layer(self._sliding)
+        q = where.rotary.rotate(q.transpose(1, 2), cos, sin)
+        k = where.rotary.rotate(k.transpose(1, 2), cos, sin)
+        key_rows, value_rows = self.store(k, v, where)
         # grouped queries against their KV head's rows, broadcast over the group: (B, KVH, G, T, D) @ (B, KVH, 1, D, S).
         # The cache slice is never reshaped: merging a group axis into a view whose length is a variable makes its
         # index a division by that variable (35x slower kernels than the int-shaped ones).
-        keys, values = key_cache[:, :, : where.end].unsqueeze(2), value_cache[:, :, : where.end].unsqueeze(2)
+        keys, values = key_rows.unsqueeze(2), value_rows.unsqueeze(2)
         grouped = q.reshape(batch, kv_heads, heads // kv_heads, length, head_dim)
-        scores = (grouped @ keys.transpose(-1, -2)) * (1.0 / float(np.sqrt(head_dim)))
-        if where.mask is not None:
-            scores = scores + where.mask
-        attended = (scores.softmax(-1) @ values).reshape(batch, heads, length, head_dim)
+        scores = (grouped @ keys.transpose(-1, -2)) * self._scale
+        attended = attend(scores, values, mask, self._softcap).reshape(batch, heads, length, head_dim)
         return self.attn_output(attended.transpose(1, 2).reshape(batch, length, heads * head_dim))
 
 
-class FeedForward(WeightModule):
-    """Pre-normed SwiGLU: down(silu(gate(x)) * up(x))."""
+def gated(gate: Tensor, up: Tensor, activation: str) -> Tensor:
+    """act(gate) * up: SwiGLU (silu) or GeGLU (gelu_tanh, the tanh approximation)."""
+    return (gate.gelu(approximate="tanh") if activation == "gelu_tanh" else gate.silu()) * up
 
-    def __init__(self, config: LlamaConfig) -> None:
+
+class FeedForward(WeightModule):
+    """SwiGLU or GeGLU, pre-normed unless `config.pre_norm` is False: down(act(gate(x)) * up(x)). `hidden`: the
+    hidden size (default config.hidden_dim)."""
+
+    def __init__(self, config: LlamaConfig, hidden: int | None = None) -> None:
         super().__init__()
-        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
-        self.ffn_gate = Projection(config.dim, config.hidden_dim)
-        self.ffn_up = Projection(config.dim, config.hidden_dim)
-        self.ffn_down = Projection(config.hidden_dim, config.dim)
+        hidden = config.hidden_dim if hidden is None else hidden
+        if config.pre_norm:
+            self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.ffn_gate = Projection(config.dim, hidden)
+        self.ffn_up = Projection(config.dim, hidden)
+        self.ffn_down = Projection(hidden, config.dim)
+        self._activation = config.activation
 
     def __call__(self, h: Tensor) -> Tensor:
         return self.forward(h)
 
     def forward(self, h: Tensor) -> Tensor:
         """The feed-forward output (B, T, dim) of the residual stream h."""
-        x: Tensor = self.ffn_norm(h)
-        return self.ffn_down(self.ffn_gate(x).silu() * self.ffn_up(x))
+        x: Tensor = self.ffn_norm(h) if hasattr(self, "ffn_norm") else h
+        return self.ffn_down(gated(self.ffn_gate(x), self.ffn_up(x), self._activation))
 
 
 class MoE(WeightModule):
     """Pre-normed top-k routed SwiGLU experts (softmax over the router's logits, the k best, renormalized when
-    configured), plus a shared expert behind a sigmoid gate when the config has one (Qwen MoE).
+    configured, times `expert_weights_scale`), plus a shared expert when the config has one: behind a sigmoid gate
+    (Qwen MoE) or added as it is (DeepSeek, `shared_expert_gated` False).
 
     Sparse where it pays: when the tokens' picks are fewer than the experts (decode: k of E), each token runs only
     its k chosen experts, whose matrices are gathered per token on the device (a one-hot product that reads the
@@ -377,11 +443,13 @@ class MoE(WeightModule):
         self.ffn_up_exps = Experts(experts, dim, hidden)
         self.ffn_down_exps = Experts(experts, hidden, dim)
         if config.shared_expert_dim:
-            self.ffn_gate_inp_shexp = Projection(dim, 1)
+            if config.shared_expert_gated:
+                self.ffn_gate_inp_shexp = Projection(dim, 1)
             self.ffn_gate_shexp = Projection(dim, config.shared_expert_dim)
             self.ffn_up_shexp = Projection(dim, config.shared_expert_dim)
             self.ffn_down_shexp = Projection(config.shared_expert_dim, dim)
         self._experts, self._used, self._normalize = experts, config.n_experts_used, config.norm_topk_prob
+        self._scale = config.expert_weights_scale
 
     def __call__(self, h: Tensor) -> Tensor:
         return self.forward(h)
@@ -393,13 +461,16 @@ class MoE(WeightModule):
         top, chosen = probs.topk(self._used, dim=-1)
         if self._normalize:
             top = top / top.sum(-1, keepdim=True)
+        if self._scale != 1.0:
+            top = top * self._scale
         if max_int(x.shape[0]) * max_int(x.shape[1]) * self._used < self._experts:
             out = self._gathered(x, top, chosen)
         else:
             out = self._per_expert(x, top, chosen)
         if hasattr(self, "ffn_gate_shexp"):
             shared = self.ffn_down_shexp(self.ffn_gate_shexp(x).silu() * self.ffn_up_shexp(x))
-            out = out + shared * self.ffn_gate_inp_shexp(x).sigmoid()
+            gated_share = hasattr(self, "ffn_gate_inp_shexp")
+            out = out + (shared * self.ffn_gate_inp_shexp(x).sigmoid() if gated_share else shared)
         return out
 
     def _gathered(self, x: Tensor, top: Tensor, chosen: Tensor) -> Tensor:
@@ -426,24 +497,37 @@ class MoE(WeightModule):
 
 
 class Block(WeightModule):
-    """One decoder layer: h + attention(h), then + feed-forward (dense or MoE).
+    """One decoder layer: h + attention(h), then + feed-forward (dense or MoE); with `config.post_norm` each
+    sublayer's output is normed first (`post_attention_norm`, `post_ffw_norm`: Gemma 2/3, OLMo 2). Layer `layer`
+    has the given `attention` (default: an `Attention`; DeepSeek's is kiln.tensor.llm.latent_attention's), and a
+    dense feed-forward of
+    `dense_hidden_dim` when it is one of the `leading_dense_layers` of a MoE model.
 
     GGUF names a layer's tensors flat (`blk.N.attn_q.weight`, `blk.N.ffn_up_exps.weight`), so the block lists its
     parts' layers as its own attributes (the same objects: loading a weight into one is loading it into the part)
     and keeps the parts themselves private.
     """
 
-    def __init__(self, config: LlamaConfig, max_context: int) -> None:
+    def __init__(
+        self, config: LlamaConfig, max_context: int, layer: int = 0, attention: CachedAttention | None = None
+    ) -> None:
         super().__init__()
-        self._attention = Attention(config, max_context)
-        self._feed_forward: FeedForward | MoE = MoE(config) if config.n_experts else FeedForward(config)
+        self._attention = Attention(config, max_context, layer) if attention is None else attention
+        self._feed_forward: FeedForward | MoE
+        if config.n_experts and layer >= config.leading_dense_layers:
+            self._feed_forward = MoE(config)
+        else:
+            self._feed_forward = FeedForward(config, config.dense_hidden_dim if config.n_experts else None)
         for part in (self._attention, self._feed_forward):
-            for key, layer in vars(part).items():
-                if isinstance(layer, Module) and not key.startswith("_"):
-                    setattr(self, key, layer)
+            for key, module in vars(part).items():
+                if isinstance(module, Module) and not key.startswith("_"):
+                    setattr(self, key, module)
+        if config.post_norm:
+            self.post_attention_norm = RMSNorm(config.dim, config.norm_eps)
+            self.post_ffw_norm = RMSNorm(config.dim, config.norm_eps)
 
     @property
-    def attention(self) -> Attention:
+    def attention(self) -> CachedAttention:
         """The self-attention part (its layers are also this block's attributes)."""
         return self._attention
 
@@ -457,5 +541,11 @@ class Block(WeightModule):
 
     def forward(self, h: Tensor, where: Positions) -> Tensor:
         """The residual stream (B, T, dim) after this layer."""
-        h = h + self._attention(h, where)
-        return h + self._feed_forward(h)
+        attended: Tensor = self._attention(h, where)
+        if hasattr(self, "post_attention_norm"):
+            attended = self.post_attention_norm(attended)
+        h = h + attended
+        fed: Tensor = self._feed_forward(h)
+        if hasattr(self, "post_ffw_norm"):
+            fed = self.post_ffw_norm(fed)
+        return h + fed

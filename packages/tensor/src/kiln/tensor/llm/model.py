@@ -16,9 +16,13 @@ bounds are then symbolic and one set of kernels serves every value.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
 
 from kiln.tensor.jit import BoundVariable
 from kiln.tensor.llm.config import LlamaConfig
+from kiln.tensor.llm.latent_attention import LatentAttention
 from kiln.tensor.llm.layers import Block, Positions, Projection, Rotary, TokenEmbedding, WeightModule
 from kiln.tensor.llm.quantized import Weight, linear
 from kiln.tensor.nn import RMSNorm
@@ -54,11 +58,19 @@ class Transformer(WeightModule):
             raise ValueError(f"max_context must be an int in [1, {trained}] (the trained context), got {max_context!r}")
         self.config, self.max_context = config, max_context
         self.token_embd = TokenEmbedding(config.vocab_size, config.dim)
-        self.blk = [Block(config, max_context) for _ in range(config.n_layers)]
+        self.blk = [
+            Block(config, max_context, i, LatentAttention(config, max_context) if config.kv_lora_rank else None)
+            for i in range(config.n_layers)
+        ]
         self.output_norm = RMSNorm(config.dim, config.norm_eps)
         if not config.tie_embeddings:
             self.output = Projection(config.dim, config.vocab_size)
         self._rotary = Rotary(config)
+        # Gemma 3: the sliding layers rotate with their own base, unscaled
+        local = (
+            replace(config, rope_theta=config.rope_local_theta, rope_scaling={}) if config.rope_local_theta else None
+        )
+        self._local_rotary = None if local is None else Rotary(local)
         if weights is not None:
             try:
                 self.load_state_dict(weights)
@@ -90,8 +102,10 @@ class Transformer(WeightModule):
 
     def embed(self, tokens: Tensor) -> Tensor:
         """The embeddings of int token ids `tokens` (B, T) (a device Tensor), (B, T, dim) float32, read as a gather
-        of the T rows (see `TokenEmbedding`): a new token id compiles nothing."""
-        return self.token_embd(tokens)
+        of the T rows (see `TokenEmbedding`): a new token id compiles nothing. Gemma scales them by sqrt(dim)."""
+        embedded: Tensor = self.token_embd(tokens)
+        scale = self.config.embedding_scale
+        return embedded if scale == 1.0 else embedded * float(np.float32(scale))
 
     def __call__(self, tokens: Tensor, start_pos: int | Tensor | BoundVariable) -> Tensor:
         """Logits (B, T, vocab) of `tokens` (B, T) placed at positions start_pos.. of the cache."""
@@ -139,19 +153,30 @@ class Transformer(WeightModule):
         offset = Tensor(start_pos) if isinstance(start_pos, BoundVariable) else start_pos  # the start as a value
         queries_at = Tensor.arange(length).reshape(length, 1) + offset  # (T, 1)
         cos, sin = self._rotary.angles(queries_at.float())
-        mask = None
+        mask = window = None
+        keys_at = Tensor.arange(self.max_context)[:end].unsqueeze(0)  # (1, end)
         if not (isinstance(length, int) and length == 1):  # one query at the last position sees every key
-            keys_at = Tensor.arange(self.max_context)[:end].unsqueeze(0)  # (1, end)
             mask = (keys_at <= queries_at).where(0.0, float("-inf")).unsqueeze(0).unsqueeze(0)  # (1, 1, T, end)
+        if config.sliding_window:  # the sliding layers' mask also hides the keys the window has left behind
+            seen = (keys_at <= queries_at) & (keys_at > queries_at - config.sliding_window)
+            window = seen.where(0.0, float("-inf")).unsqueeze(0).unsqueeze(0)  # (1, 1, T, end)
+        local_cos = local_sin = None
+        if self._local_rotary is not None:
+            local_cos, local_sin = self._local_rotary.angles(queries_at.float())
         if slot is None:
-            where = Positions(start, end, cos, sin, mask, self._rotary)
+            where = Positions(
+                start, end, cos, sin, mask, self._rotary, window_mask=window, local_cos=local_cos, local_sin=local_sin
+            )
         else:
             if batch != 1:
                 raise ValueError(f"a pass into one cache slot takes a batch of 1 sequence, got {batch}")
             row = as_size(slot, "slot")
             if not 0 <= bound_int(row) <= max_int(row) < slots:
                 raise ValueError(f"slot {bound_int(row)} (at most {max_int(row)}) is not one of {slots} cache slots")
-            where = Positions(start, end, cos, sin, mask, self._rotary, cache_batch=slots, slot=row)
+            where = Positions(
+                start, end, cos, sin, mask, self._rotary, cache_batch=slots, slot=row, window_mask=window,
+                local_cos=local_cos, local_sin=local_sin,
+            )  # fmt: skip
         self._caches(where.cache_batch or batch)
         for block in self.blk:
             h = block(h, where)
@@ -183,27 +208,44 @@ class Transformer(WeightModule):
         stop = as_size(end, "end")
         if not 1 <= bound_int(stop) <= max_int(stop) <= self.max_context:
             raise ValueError(f"end {bound_int(stop)} (at most {max_int(stop)}) must be in [1, {self.max_context}]")
-        cos, sin = self._rotary.angles(positions.float().reshape(width, 1))  # (W, D/2)
-        half = cos.shape[-1]
-        cos, sin = cos.reshape(width, 1, 1, half), sin.reshape(width, 1, 1, half)  # against (W, heads, 1, D/2)
+        cos, sin = self._slot_angles(self._rotary, positions)
         keys_at = Tensor.arange(self.max_context)[:stop]  # (end,)
         at = positions.reshape(width, 1)
         visible = (keys_at.unsqueeze(0) <= at).where(0.0, float("-inf"))  # (W, end)
         mask = visible.unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (W, 1, 1, 1, end)
+        window = local_cos = local_sin = None
+        if self.config.sliding_window:
+            seen = (keys_at.unsqueeze(0) <= at) & (keys_at.unsqueeze(0) > at - self.config.sliding_window)
+            window = seen.where(0.0, float("-inf")).unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (W, 1, 1, 1, end)
+        if self._local_rotary is not None:
+            local_cos, local_sin = self._slot_angles(self._local_rotary, positions)
         rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(width, 1, 1, 1)  # (W, 1, end, 1)
-        where = Positions(0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows)
+        where = Positions(
+            0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows, window_mask=window,
+            local_cos=local_cos, local_sin=local_sin,
+        )  # fmt: skip
         self._caches(slots)
         for block in self.blk:
             h = block(h, where)
         return self._head(h)
 
+    @staticmethod
+    def _slot_angles(rotary: Rotary, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin (W, 1, 1, D/2) of one position per slot, against (W, heads, 1, D/2)."""
+        width = positions.shape[0]
+        cos, sin = rotary.angles(positions.float().reshape(width, 1))  # (W, D/2)
+        half = cos.shape[-1]
+        return cos.reshape(width, 1, 1, half), sin.reshape(width, 1, 1, half)
+
     def _head(self, h: Tensor) -> Tensor:
-        """The logits of the last layer's output h (B, T, dim): the final norm, then the (maybe tied) head."""
+        """The logits of the last layer's output h (B, T, dim): the final norm, then the (maybe tied) head, then
+        Gemma 2's soft-cap (cap * tanh(logits / cap))."""
         config = self.config
         h = self.output_norm(h)
-        if config.tie_embeddings:
-            return linear(h, self.token_embd.weight)
-        return self.output(h)
+        logits = linear(h, self.token_embd.weight) if config.tie_embeddings else self.output(h)
+        if config.final_softcap:
+            logits = (logits * (1.0 / config.final_softcap)).tanh() * config.final_softcap
+        return logits
 
     def _check_span(self, start: Size, length: Size, end: Size) -> None:
         """Raises ValueError unless rows start .. end - 1 fit the cache (for bound variables: at their values, and

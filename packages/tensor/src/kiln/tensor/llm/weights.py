@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.tensor.llm.config import LlamaConfig
+from kiln.tensor.llm.families import adapt_weights, hf_layer_names
 from kiln.tensor.llm.model import Transformer
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight
 from kiln.tensor.state.gguf import gguf_load_raw
@@ -100,6 +101,7 @@ def _load_gguf(path: Path, max_context: int | None) -> LoadedModel:
         assert isinstance(factors, Tensor)
         config.rope_scaling = {"rope_type": "factors", "factors": factors.numpy().astype("float64").tolist()}
     config.tie_embeddings = "output.weight" not in weights  # llama.cpp leaves a tied head out of the file
+    adapt_weights(weights, config.architecture, from_hf=False, sizes=_fused_sizes(config))
     model = _build(config, weights, max_context, path)
     name = metadata.get("general.name") or path.stem
     return LoadedModel(config, model, metadata, str(name))
@@ -136,7 +138,8 @@ def _load_safetensors(path: Path, max_context: int | None) -> LoadedModel:
             tensors |= safe_load(file)
         except ValueError as error:
             raise ValueError(f"{file}: {error}") from None
-    weights = _gguf_names(tensors)
+    weights = _gguf_names(tensors, config.architecture)
+    adapt_weights(weights, config.architecture, from_hf=True, sizes=_fused_sizes(config))
     if config.tie_embeddings:  # some checkpoints store the tied head anyway: it is the embedding table
         weights.pop("output.weight", None)
     model = _build(config, weights, max_context, folder)
@@ -160,8 +163,15 @@ def _build(config: LlamaConfig, weights: dict[str, Weight], max_context: int | N
     return model
 
 
-def _gguf_names(tensors: dict[str, Tensor]) -> dict[str, Weight]:
+def _fused_sizes(config: LlamaConfig) -> tuple[int, int, int, int]:
+    """The rows of q, k, v in a fused q/k/v matrix and the feed-forward's hidden size (Phi-3's fused matrices)."""
+    kv_rows = config.n_kv_heads * config.head_dim
+    return config.n_heads * config.head_dim, kv_rows, kv_rows, config.hidden_dim
+
+
+def _gguf_names(tensors: dict[str, Tensor], architecture: str) -> dict[str, Weight]:
     out: dict[str, Weight] = {}
+    layer_names = _HF_LAYER | hf_layer_names(architecture)  # the family's own names where they differ
     experts: dict[tuple[int, str], dict[int, Tensor]] = {}
     for name, tensor in tensors.items():
         if name == "model.embed_tokens.weight":
@@ -176,7 +186,7 @@ def _gguf_names(tensors: dict[str, Tensor]) -> dict[str, Weight]:
             if found:
                 experts.setdefault((int(layer), _EXPERT_KIND[found[2]]), {})[int(found[1])] = tensor
                 continue
-            for hf, short in _HF_LAYER.items():
+            for hf, short in layer_names.items():
                 if rest == hf or rest.startswith(hf + "."):
                     out[f"blk.{layer}.{short}{rest[len(hf) :]}"] = tensor
                     break

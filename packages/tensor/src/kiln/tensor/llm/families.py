@@ -1,0 +1,244 @@
+"""What sets the families beyond llama / qwen apart, read from a Hugging Face config.json or GGUF metadata: Phi-3,
+OLMo 2, Gemma 2, Gemma 3, Mistral's sliding window and DeepSeek-V2 (multi-head latent attention and its MoE).
+
+`hf_overrides` / `gguf_overrides` give the `LlamaConfig` fields that differ from what the shared reading finds;
+`hf_layer_names` is a family's safetensors layer names -> GGUF names; `adapt_weights` puts a file's weights in the
+layout the model takes (Phi-3's fused q/k/v and gate/up matrices split by rows, Gemma's zero-centred norms as
+1 + weight, which is how llama.cpp's converter stores them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kiln.tensor.llm.quantized import QuantizedWeight, Weight
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["adapt_weights", "gguf_overrides", "hf_layer_names", "hf_overrides"]
+
+GEMMA_HF = ("gemma2", "gemma3_text")
+GEMMA_GGUF = ("gemma2", "gemma3")
+
+
+def hf_overrides(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """The config fields of `model_type` that the shared reading of config.json does not find."""
+    dim, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+    if model_type == "olmo2":
+        return {"pre_norm": False, "post_norm": True, "qk_norm": True, "qk_norm_full": True}
+    if model_type in ("mistral", "mixtral"):
+        return {"sliding_window": int(hf.get("sliding_window") or 0)}
+    if model_type == "phi3":
+        partial = float((hf.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0))
+        if partial != 1.0:
+            raise NotImplementedError(f"phi3 with partial_rotary_factor {partial} is not supported (only 1.0)")
+        return {}
+    if model_type in GEMMA_HF:
+        head_dim = int(hf.get("head_dim") or dim // heads)
+        layers = int(hf["num_hidden_layers"])
+        pattern = int(hf.get("sliding_window_pattern") or (2 if model_type == "gemma2" else 6))
+        kinds = hf.get("layer_types") or [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
+        ]
+        out: dict[str, Any] = {
+            "post_norm": True,
+            "activation": _activation(hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"),
+            "embedding_scale": math.sqrt(dim),
+            "attention_scale": float(hf.get("query_pre_attn_scalar") or head_dim) ** -0.5,
+            "attn_softcap": float(hf.get("attn_logit_softcapping") or 0.0),
+            "final_softcap": float(hf.get("final_logit_softcapping") or 0.0),
+            "sliding_window": int(hf.get("sliding_window") or 0),
+            "sliding_layers": tuple(kind == "sliding_attention" for kind in kinds),
+            "tie_embeddings": bool(hf.get("tie_word_embeddings", True)),
+        }
+        if model_type == "gemma3_text":
+            out["qk_norm"] = True
+            rope = hf.get("rope_parameters") or {}
+            full = dict(rope.get("full_attention") or {})
+            local = rope.get("sliding_attention") or {}
+            out["rope_theta"] = float(full.pop("rope_theta", hf.get("rope_theta", 1_000_000.0)))
+            out["rope_local_theta"] = float(local.get("rope_theta", hf.get("rope_local_base_freq", 10_000.0)))
+            scaling = full or dict(hf.get("rope_scaling") or {})
+            out["rope_scaling"] = {} if scaling.get("rope_type", scaling.get("type")) in (None, "default") else scaling
+        return out
+    if model_type == "deepseek_v2":
+        return _deepseek_hf(hf)
+    return {}
+
+
+def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
+    method = hf.get("topk_method", "greedy")
+    if method != "greedy":
+        raise NotImplementedError(f"deepseek_v2 topk_method {method!r} is not supported (only 'greedy')")
+    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type")) not in (None, "default"):
+        raise NotImplementedError(
+            f"deepseek_v2 rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported"
+        )
+    nope, rotated = int(hf["qk_nope_head_dim"]), int(hf["qk_rope_head_dim"])
+    expert_ff = int(hf["moe_intermediate_size"])
+    return {
+        "n_kv_heads": int(hf["num_attention_heads"]),
+        "head_dim": rotated,
+        "rope_interleaved": True,  # DeepSeek rotates pairs (2i, 2i+1) (complex multiplication)
+        "q_lora_rank": int(hf.get("q_lora_rank") or 0),
+        "kv_lora_rank": int(hf["kv_lora_rank"]),
+        "qk_rope_head_dim": rotated,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": int(hf["v_head_dim"]),
+        "attention_scale": (nope + rotated) ** -0.5,
+        "n_experts": int(hf["n_routed_experts"]),
+        "hidden_dim": expert_ff,
+        "dense_hidden_dim": int(hf["intermediate_size"]),
+        "leading_dense_layers": int(hf.get("first_k_dense_replace") or 0),
+        "shared_expert_dim": int(hf.get("n_shared_experts") or 0) * expert_ff,
+        "shared_expert_gated": False,
+        "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
+        "expert_weights_scale": float(hf.get("routed_scaling_factor", 1.0)),
+    }
+
+
+def _activation(name: str) -> str:
+    if name in ("gelu_pytorch_tanh", "gelu_tanh"):
+        return "gelu_tanh"
+    if name == "silu":
+        return "silu"
+    raise NotImplementedError(f"hidden activation {name!r} is not supported (silu, gelu_pytorch_tanh)")
+
+
+def gguf_overrides(meta: dict[str, Any], arch: str) -> dict[str, Any]:
+    """The config fields of GGUF architecture `arch` that the shared reading of the metadata does not find (llama.cpp's
+    keys, and its defaults where a key is optional)."""
+
+    def key(name: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{name}", default)
+
+    dim, heads, layers = int(key("embedding_length")), int(key("attention.head_count")), int(key("block_count"))
+    if arch == "olmo2":
+        return {"pre_norm": False, "post_norm": True, "qk_norm": True, "qk_norm_full": True}
+    if arch == "llama" and key("attention.sliding_window"):
+        return {"sliding_window": int(key("attention.sliding_window"))}
+    if arch == "phi3" and (key("rope.scaling.type") or key("rope.scaling.attn_factor")):
+        raise NotImplementedError("phi3 with long-context rope factors is not supported")
+    if arch in GEMMA_GGUF:
+        head_dim = int(key("attention.key_length", dim // heads))
+        big = layers in (46, 62)  # the 27B models scale by dim / heads (llama.cpp), the others by the head size
+        default_scale = (dim / heads if big else head_dim) ** -0.5
+        pattern = key("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6)
+        if isinstance(pattern, list):
+            sliding = tuple(bool(p) for p in pattern)
+        else:
+            sliding = tuple(bool((i + 1) % int(pattern)) for i in range(layers))
+        out: dict[str, Any] = {
+            "post_norm": True,
+            "activation": "gelu_tanh",
+            "embedding_scale": math.sqrt(dim),
+            "attention_scale": float(key("attention.scale", default_scale)),
+            "attn_softcap": float(key("attn_logit_softcapping", 50.0 if arch == "gemma2" else 0.0)),
+            "final_softcap": float(key("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)),
+            "sliding_window": int(key("attention.sliding_window", 4096)),
+            "sliding_layers": sliding,
+        }
+        if arch == "gemma3":
+            out["qk_norm"] = True
+            out["rope_local_theta"] = float(key("rope.freq_base_swa", 10_000.0))
+        return out
+    if arch == "deepseek2":
+        return _deepseek_gguf(meta, arch, heads)
+    return {}
+
+
+def _deepseek_gguf(meta: dict[str, Any], arch: str, heads: int) -> dict[str, Any]:
+    def key(name: str, default: Any = None) -> Any:
+        value = meta.get(f"{arch}.{name}", default)
+        if value is None:
+            raise ValueError(f"GGUF metadata lacks {arch}.{name}, which a {arch} model needs")
+        return value
+
+    if key("rope.scaling.type", "none") not in ("none", None):
+        raise NotImplementedError(f"deepseek2 rope scaling {key('rope.scaling.type')!r} is not supported")
+    if int(key("expert_gating_func", 1)) != 1:
+        raise NotImplementedError("deepseek2 with sigmoid expert gating (DeepSeek-V3) is not supported (softmax only)")
+    rotated, key_length = int(key("rope.dimension_count")), int(key("attention.key_length"))
+    expert_ff = int(key("expert_feed_forward_length"))
+    return {
+        "n_kv_heads": heads,
+        "head_dim": rotated,
+        "rope_interleaved": True,
+        "q_lora_rank": int(key("attention.q_lora_rank", 0)),
+        "kv_lora_rank": int(key("attention.kv_lora_rank")),
+        "qk_rope_head_dim": rotated,
+        "qk_nope_head_dim": key_length - rotated,
+        "v_head_dim": int(key("attention.value_length")),
+        "attention_scale": key_length**-0.5,
+        "dense_hidden_dim": int(key("feed_forward_length")),
+        "leading_dense_layers": int(key("leading_dense_block_count", 0)),
+        "shared_expert_dim": int(key("expert_shared_count", 0)) * expert_ff,
+        "shared_expert_gated": False,
+        "norm_topk_prob": bool(key("expert_weights_norm", False)),
+        "expert_weights_scale": float(key("expert_weights_scale", 1.0)),
+    }
+
+
+def hf_layer_names(model_type: str) -> dict[str, str]:
+    """The safetensors layer names of `model_type` that differ from llama's, -> their GGUF names."""
+    if model_type in ("olmo2", *GEMMA_HF):
+        return {
+            "post_attention_layernorm.weight": "post_attention_norm.weight",
+            "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+            "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+        }
+    if model_type == "phi3":
+        return {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
+    if model_type == "deepseek_v2":
+        return {
+            "self_attn.q_proj.weight": "attn_q.weight",
+            "self_attn.q_a_proj.weight": "attn_q_a.weight",
+            "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+            "self_attn.q_b_proj.weight": "attn_q_b.weight",
+            "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+            "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+            "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
+            "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+            "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+            "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+        }
+    return {}
+
+
+def adapt_weights(weights: dict[str, Weight], architecture: str, *, from_hf: bool, sizes: tuple[int, ...]) -> None:
+    """Puts `weights` (GGUF names) in the model's layout in place: fused matrices split by rows (`sizes`: the
+    q, k, v rows then the feed-forward's hidden size), and for Gemma read from safetensors, norms as 1 + weight."""
+    q_rows, k_rows, v_rows, hidden = sizes
+    for name in [n for n in weights if n.endswith(".attn_qkv.weight")]:
+        prefix = name[: -len("attn_qkv.weight")]
+        parts = split_rows(weights.pop(name), (q_rows, k_rows, v_rows), name)
+        for part, value in zip(("attn_q", "attn_k", "attn_v"), parts, strict=True):
+            weights[f"{prefix}{part}.weight"] = value
+    if architecture in ("phi3",):
+        for name in [n for n in weights if n.endswith(".ffn_up.weight")]:
+            prefix = name[: -len("ffn_up.weight")]
+            gate, up = split_rows(weights[name], (hidden, hidden), name)
+            weights[f"{prefix}ffn_gate.weight"], weights[name] = gate, up
+    if from_hf and architecture in GEMMA_HF:
+        for name, value in list(weights.items()):
+            if name.endswith("norm.weight") and isinstance(value, Tensor):
+                weights[name] = (value.float() + 1.0).realize()
+
+
+def split_rows(weight: Weight, rows: tuple[int, ...], name: str) -> list[Weight]:
+    """A (sum(rows), cols) matrix as matrices of `rows` rows each (a quantized one as byte ranges of its blocks)."""
+    total = sum(rows)
+    if len(weight.shape) != 2 or weight.shape[0] != total:
+        raise ValueError(f"weight {name} has shape {tuple(weight.shape)}, expected ({total}, cols): {rows} rows fused")
+    out: list[Weight] = []
+    start = 0
+    for count in rows:
+        if isinstance(weight, QuantizedWeight):
+            size = weight.raw.numel() // total
+            raw = weight.raw[start * size : (start + count) * size]
+            out.append(QuantizedWeight(raw, weight.ggml_type, (count, weight.shape[1])))
+        else:
+            out.append(weight[start : start + count])
+        start += count
+    return out
