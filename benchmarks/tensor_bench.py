@@ -1,7 +1,8 @@
-"""kiln.tensor on the CPU device against numpy and (when a Python with torch is given) torch eager, measured in the
-same run (issues 7 and 16).
+"""kiln.tensor on the CPU device against numpy and (when a Python with torch / jax is given) torch eager and JAX's
+jit on XLA's CPU backend, measured in the same run (issues 7, 16 and 42).
 
     uv run python benchmarks/tensor_bench.py [--device CPU] [--quick] [--torch-python /path/to/torch-venv/bin/python]
+        [--jax-python /path/to/a-python-with-jax (default: the --torch-python one)]
 
 Figures are medians of several runs after a warm-up (at least 0.25 s of the same work, which also builds and compiles
 every kernel; numpy and torch get the same); kiln's figure is the wall-clock time of building the lazy graph,
@@ -23,7 +24,13 @@ same load on a shared machine); its gradients go through `torch.nn.grad` (no for
   momentum) without the JIT, in ms (torch: the same step in eager mode), and the Python time of that step: the
   step without the JIT minus the same step replayed by TinyJit (the kernels are the same, so the difference is
   scheduling and launching from Python)
+- train_bench.py's training steps (the small CNN on a (128, 1, 28, 28) batch; a ResNet basic block with BatchNorm
+  in training mode on a (32, 16, 16, 16) batch), each updated by `optim.SGD` and by the per-parameter loop
+  `p.assign(p.detach() - p.grad * lr)`, without the JIT and with TinyJit, in ms (torch: its eager step with
+  `optim.SGD`; JAX: the whole step as one `jax.jit`, against kiln's TinyJit rows only)
 
+JAX's column (benchmarks/jax_peer.py) covers the square matmuls, softmax / log_softmax / layer_norm, the conv rows
+and the jitted steps; it is skipped, with a message, when no Python with jax is given.
 The target column quotes issue 16 (issue 7's where 16 has none); "vs numpy" and "vs torch" are kiln's speed ratio
 (higher is better; for times the inverse ratio).
 """
@@ -40,7 +47,10 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from jax_peer import JaxReference
+from jax_peer import start as start_jax
 from mlp_step import mlp_step
+from train_bench import MODELS, TORCH_STEPS, step_runner
 
 from kiln.runtime import Device
 from kiln.tensor import Tensor
@@ -81,10 +91,9 @@ def _kiln_runner(build: Callable[[], Tensor], device: str) -> Callable[[], objec
     return run
 
 
-TORCH_SCRIPT = textwrap.dedent(
+TORCH_SCRIPT = TORCH_STEPS + textwrap.dedent(
     """
     import json, statistics, sys, time
-    import torch
     repeats, elements = int(sys.argv[1]), int(sys.argv[2])
     def median(run):
         started = time.perf_counter()
@@ -149,6 +158,8 @@ TORCH_SCRIPT = textwrap.dedent(
             return lambda: steps(t)
         if key == "mlp step":
             return mlp_step()
+        if key in ("cnn step", "resblock step"):
+            return torch_step(key.split()[0])
         return None
     def mlp_step():
         x, y = torch.randn(400, 2), torch.randint(0, 2, (400,))
@@ -207,15 +218,29 @@ class TorchReference:
 
 
 class Table:
-    """Prints rows of kiln's figure beside numpy's and torch's, with kiln's speed ratio against each."""
+    """Prints rows of kiln's figure beside numpy's, torch's and JAX's, with kiln's speed ratio against each."""
 
-    def __init__(self, torch: TorchReference | None) -> None:
+    def __init__(self, torch: TorchReference | None, jax: JaxReference | None = None) -> None:
         self.torch = torch
+        self.jax = jax
 
-    def row(self, name: str, key: str, kiln: float, numpy: float | None, amount: float, unit: str, target: str) -> None:
-        """One row; `kiln`, `numpy` and torch's figure under `key` are seconds, shown as `amount` / seconds in `unit`
-        (GFLOP/s, GB/s) or as milliseconds / microseconds when `unit` is "ms" / "us" (then `amount` is ignored)."""
+    def row(
+        self,
+        name: str,
+        key: str,
+        kiln: float,
+        numpy: float | None,
+        amount: float,
+        unit: str,
+        target: str,
+        jax_key: str | None = "",
+    ) -> None:
+        """One row; `kiln`, `numpy` and the peers' figures are seconds, shown as `amount` / seconds in `unit`
+        (GFLOP/s, GB/s) or as milliseconds / microseconds when `unit` is "ms" / "us" (then `amount` is ignored).
+        torch's figure is its row `key`, JAX's its row `jax_key` (`key` when empty, none when None)."""
         reference = self.torch.seconds(key) if self.torch is not None else None
+        jax_row = key if jax_key == "" else jax_key
+        jax = self.jax.seconds(jax_row) if self.jax is not None and jax_row is not None else None
 
         def shown(seconds: float | None) -> str:
             if seconds is None:
@@ -226,8 +251,8 @@ class Table:
         def ratio(other: float | None) -> str:
             return f"{other / kiln:7.2f}x" if other is not None else f"{'-':>8}"
 
-        figures = f"{shown(kiln)} | {shown(numpy)} | {shown(reference)}"
-        print(f"| {name:<40} | {figures} | {ratio(numpy)} | {ratio(reference)} | {target}")
+        figures = f"{shown(kiln)} | {shown(numpy)} | {shown(reference)} | {shown(jax)}"
+        print(f"| {name:<40} | {figures} | {ratio(numpy)} | {ratio(reference)} | {ratio(jax)} | {target}")
 
 
 def bench_matmul(table: Table, device: str, size: int, repeats: int) -> None:
@@ -417,8 +442,8 @@ def bench_conv(table: Table, device: str, repeats: int) -> None:
 
     cases: tuple[tuple[str, Callable[[], Tensor], Callable[[], np.ndarray], str], ...] = (
         ("conv2d", lambda: x.conv2d(w, padding=1), lambda: _conv_numpy(images, weights), ">= 0.8x torch"),
-        ("conv2d input grad", input_grad, lambda: _conv_input_grad_numpy(grad_values, weights), ">= 0.5x torch"),
-        ("conv2d weight grad", weight_grad, lambda: _conv_weight_grad_numpy(images, grad_values), ">= 0.5x torch"),
+        ("conv2d input grad", input_grad, lambda: _conv_input_grad_numpy(grad_values, weights), ">= 1x torch"),
+        ("conv2d weight grad", weight_grad, lambda: _conv_weight_grad_numpy(images, grad_values), ">= 1x torch"),
     )
     for name, build, numpy_version, target in cases:
         kiln = _median_seconds(_kiln_runner(build, device), repeats)
@@ -493,10 +518,26 @@ def bench_training_step(table: Table, device: str, repeats: int) -> None:
     replayed = _median_seconds(replay_run, repeats * 4, warmup=3)
     eager_cpu = _median_seconds(eager_run, repeats * 4, clock=time.process_time)
     replayed_cpu = _median_seconds(replay_run, repeats * 4, clock=time.process_time)
-    table.row("quickstart step without JIT", "mlp step", eager, None, 0, "ms", "")
+    table.row("quickstart step without JIT", "mlp step", eager, None, 0, "ms", "", jax_key=None)
     print(f"|   (the same step replayed by TinyJit: {replayed * 1e3:.2f} ms)")
-    table.row("Python time per step without JIT", "python step", eager - replayed, None, 0, "ms", "<= 5 ms")
+    table.row("Python time per step without JIT", "python step", eager - replayed, None, 0, "ms", "<= 5 ms", None)
     print(f"|   (in the process's CPU time: {(eager_cpu - replayed_cpu) * 1e3:.2f} ms)")
+
+
+LABELS = {"cnn": "small-CNN", "resblock": "ResNet-block+BN"}
+
+
+def bench_model_steps(table: Table, device: str, repeats: int) -> None:
+    """train_bench.py's small-CNN step and ResNet-block step (BatchNorm), updated by optim.SGD and by a
+    per-parameter assign loop, with and without TinyJit, against torch eager and JAX's jitted step."""
+    for model_name in MODELS:
+        for update, short in (("optim.SGD", "SGD"), ("assign loop", "assign")):
+            for jit in (False, True):
+                kiln = _median_seconds(step_runner(jit, device, update, model_name), repeats * 2, warmup=3)
+                name = f"{LABELS[model_name]} step, {short}, {'TinyJit' if jit else 'no JIT'}"
+                target = ">= 1x torch" if jit else ">= 0.5x torch"
+                key = f"{model_name} step"
+                table.row(name, key, kiln, None, 0, "ms", target, key if jit else None)
 
 
 def main() -> None:
@@ -504,6 +545,7 @@ def main() -> None:
     parser.add_argument("--device", default="CPU")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
     parser.add_argument("--torch-python", help="a Python with torch installed (e.g. /path/to/torch-venv/bin/python)")
+    parser.add_argument("--jax-python", help="a Python with jax installed (default: the --torch-python one)")
     parser.add_argument("--only", help="run only the rows whose group name contains this (matmul, conv, rows...)")
     arguments = parser.parse_args()
     device = Device.canonicalize(arguments.device)
@@ -511,13 +553,23 @@ def main() -> None:
     elements = 1 << (20 if quick else 24)
     repeats = 3 if quick else 5
     sizes = (256,) if quick else (512, 1024, 2048)
-    torch = TorchReference(arguments.torch_python, repeats, elements) if arguments.torch_python else None
+    torch = None
+    if arguments.torch_python is None:
+        print("torch peer: skipped (no --torch-python given)")
+    elif subprocess.run([arguments.torch_python, "-c", "import torch"], capture_output=True, check=False).returncode:
+        print(f"torch peer: skipped (torch does not import under {arguments.torch_python})")
+    else:
+        torch = TorchReference(arguments.torch_python, repeats, elements)
+    jax = start_jax(arguments.jax_python or arguments.torch_python, repeats)
     header = f"kiln.tensor on {device} vs numpy {np.__version__}"
     if torch is not None:
         header += f" and torch {torch.about['version']} ({torch.about['threads']} threads)"
+    if jax is not None:
+        header += f" and jax {jax.about['version']} (jit)"
     print(header + " (higher is better unless the unit is time; ratios are kiln's speed over the other's)")
-    print(f"| {'benchmark':<40} | {'kiln':>18} | {'numpy':>18} | {'torch':>18} | vs numpy | vs torch | target")
-    table = Table(torch)
+    columns = " | ".join(f"{name:>18}" for name in ("kiln", "numpy", "torch", "jax"))
+    print(f"| {'benchmark':<40} | {columns} | vs numpy | vs torch |   vs jax | target")
+    table = Table(torch, jax)
 
     def matmuls() -> None:
         for size in sizes:
@@ -534,12 +586,14 @@ def main() -> None:
         ("first call", lambda: bench_first_call(table, device)),
         ("per-op", lambda: bench_per_op(table, device, 100 if quick else 1000)),
         ("step", lambda: bench_training_step(table, device, repeats)),
+        ("model step", lambda: bench_model_steps(table, device, repeats)),
     )
     for name, run in groups:
         if arguments.only is None or arguments.only in name:
             run()
-    if torch is not None:
-        torch.close()
+    for peer in (torch, jax):
+        if peer is not None:
+            peer.close()
 
 
 if __name__ == "__main__":
