@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from kiln.uops import DType, MemoryScope, Ops, dtypes
 
-__all__ = ["C_DIALECT", "C_FLOAT_FUNCTIONS", "C_SCALAR_TYPES", "SHORT_SCALAR_TYPES", "CDialect"]
+__all__ = [
+    "C_DIALECT",
+    "C_FLOAT_FUNCTIONS",
+    "C_SCALAR_TYPES",
+    "SHORT_NAMES_DIALECT",
+    "SHORT_SCALAR_TYPES",
+    "CDialect",
+]
 
 C_SCALAR_TYPES: dict[DType, str] = {
     dtypes.bool: "_Bool",
@@ -138,3 +145,15 @@ class CDialect:
 
 C_DIALECT = CDialect("C")
 """GNU C for the host compilers (gcc, clang): vector extensions, builtins, `restrict` buffers."""
+
+SHORT_NAMES_DIALECT = CDialect(
+    "OpenCL C / MSL",
+    scalar_types=SHORT_SCALAR_TYPES,
+    long_suffix="l",
+    int64="long",  # OpenCL C reserves `long long`; MSL has only `long` / `ulong` (64-bit)
+    uint64="ulong",
+    unsigned_signed_arithmetic=True,
+    not_finite="!isfinite({x})",
+)
+"""What OpenCL C and MSL spell alike, the base both replace fields of: short type names with a 64-bit `long`, `l`
+literals, signed ADD/SUB/MUL/NEG through the unsigned type (signed overflow is undefined in both), `isfinite`."""

@@ -7,7 +7,7 @@ The dialect (`METAL_DIALECT`) differs from C in these places:
 - MSL's vector types (`float4`, lanes by subscript); a wide access goes through the `packed_` vector type, which
   needs only the element's alignment (an aligned `float4` access would need 16 bytes, more than codegen promises);
 - bit casts by `as_type<T>`, 64-bit integers as `long`/`ulong`, signed ADD/SUB/MUL/NEG through the unsigned type
-  (signed overflow is undefined in MSL as in C++; shared with OpenCL C: `CDialect.unsigned_signed_arithmetic`);
+  (signed overflow is undefined in MSL as in C++; shared with OpenCL C: `SHORT_NAMES_DIALECT`);
 - no 64-bit float at all (MSL has no `double`): float64 is neither native nor emulated, so codegen refuses it.
 float16 is native (`half`); bfloat16 is native (`bfloat`) from MSL 3.1 and emulated by codegen before; fp8 is emulated;
 the transcendentals are decomposed by codegen (exact against the interpreter) instead of taken from `metal::` (its
@@ -17,6 +17,7 @@ precise functions are still a few ulp off). Tensor cores: `simdgroup_matrix` 8x8
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import platform
 import shutil
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from kiln.codegen import TensorCore
-from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
+from kiln.renderers.c_dialect import SHORT_NAMES_DIALECT, SHORT_SCALAR_TYPES
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.target import METAL, WITHOUT_MATH_LIBRARY, metal_language_version, metal_target
 from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError
@@ -106,8 +107,9 @@ class MetalCompiler(ToolchainCompiler):
 # ---- the renderer -----------------------------------------------------------------------------------------------
 
 
-METAL_DIALECT = CDialect(
-    "MSL",
+METAL_DIALECT = dataclasses.replace(
+    SHORT_NAMES_DIALECT,
+    name="MSL",
     scalar_types=METAL_SCALAR_TYPES,
     float_functions=_METAL_FLOAT_FUNCTIONS,
     cplusplus=True,
@@ -133,15 +135,10 @@ METAL_DIALECT = CDialect(
     packed_vectors=True,
     vector_literal="{type}({lanes})",
     bitcast="as_type<{type}>({value})",
-    long_suffix="l",
-    int64="long",  # MSL has only `long` / `ulong` (64-bit)
-    uint64="ulong",
-    unsigned_signed_arithmetic=True,
     # MSL has no double: the conversion computes in float; for |x| >= 2**64 a float is a multiple of 2**41, so
     # x - trunc(x / 2**64) * 2**64 is exact
     helper_float="float",
     helper_float_suffix="f",
-    not_finite="!isfinite({x})",
     float_modulo="{x} - trunc({x} / {m}) * {m}",
     nonfinite_float="as_type<float>({bits:#x}u)",  # half and bfloat convert it (exactly: NaN or an infinity)
 )

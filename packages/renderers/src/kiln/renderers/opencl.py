@@ -10,7 +10,7 @@ The dialect (`OPENCL_DIALECT`) differs from C in a few places:
 - the IR's numerics: `#pragma OPENCL FP_CONTRACT OFF` (OpenCL C contracts `a*b+c` by default; the IR rounds every
   op), `-cl-fp32-correctly-rounded-divide-sqrt` (float32 `/` and `sqrt` are otherwise allowed 2.5-3 ulp), signed
   ADD/SUB/MUL/NEG computed in unsigned arithmetic (wrap-around; signed overflow is undefined in OpenCL C as in C).
-  The integer literals and that signed arithmetic are shared with Metal (`CDialect.unsigned_signed_arithmetic`).
+  The integer literals and that signed arithmetic are shared with Metal (`SHORT_NAMES_DIALECT`, their base).
 float16 (no `cl_khr_fp16` on PoCL's CPU device), bfloat16 and fp8 are emulated by codegen; the transcendentals are
 decomposed by codegen (exact against the interpreter) rather than taken from the OpenCL library (3-4 ulp).
 """
@@ -18,9 +18,10 @@ decomposed by codegen (exact against the interpreter) rather than taken from the
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 
-from kiln.renderers.c_dialect import SHORT_SCALAR_TYPES, CDialect
+from kiln.renderers.c_dialect import SHORT_NAMES_DIALECT, SHORT_SCALAR_TYPES
 from kiln.renderers.c_style import CStyleRenderer, CStyleWriter
 from kiln.renderers.opencl_library import (
     CL_PROGRAM_BINARIES,
@@ -147,8 +148,9 @@ pm_opencl = PatternMatcher(
 )
 """OpenCL's own string rules (wide accesses by vloadN/vstoreN, never a vector pointer), tried before the C family's."""
 
-OPENCL_DIALECT = CDialect(
-    "OpenCL C",
+OPENCL_DIALECT = dataclasses.replace(
+    SHORT_NAMES_DIALECT,
+    name="OpenCL C",
     scalar_types=OPENCL_SCALAR_TYPES,
     float_functions=_OPENCL_FLOAT_FUNCTIONS,
     preamble=("#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "#pragma OPENCL FP_CONTRACT OFF"),
@@ -162,12 +164,7 @@ OPENCL_DIALECT = CDialect(
     vector_literal="(({type})({lanes}))",
     lane="({vector}).s{lane:x}",
     bitcast="as_{type}({value})",
-    long_suffix="l",
-    int64="long",  # OpenCL C reserves `long long`
-    uint64="ulong",
     uint32="uint",
-    unsigned_signed_arithmetic=True,
-    not_finite="!isfinite({x})",
     float_modulo="fmod(trunc({x}), {m})",
     nonfinite_float="as_float({bits:#x}u)",
     nonfinite_double="as_double({bits:#x}ul)",
