@@ -126,6 +126,27 @@ def test_another_shape_or_broadcast_gives_numpys_values() -> None:
             np.testing.assert_array_equal((wide + 1).realize().numpy(), np.arange(32, dtype=np.float32) + 1)
 
 
+def test_a_result_of_two_dims_is_served_with_its_shape() -> None:
+    engine = Engine()
+    start = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with use_engine(engine):
+        m = Tensor(start, device=DEVICE)
+        for step in range(1, 4):
+            m = (m * 2).realize()
+            assert m.shape == (3, 4)
+            np.testing.assert_array_equal(m.numpy(), start * 2**step)
+        assert engine.fast.hits == 2
+        m.reshape(12)[0] = -5.0  # the result's view aliases its memory like a first run's
+        expected = start * 8
+        expected[0, 0] = -5.0
+        np.testing.assert_array_equal(m.numpy(), expected)
+        np.testing.assert_array_equal(m.permute(1, 0).numpy(), expected.T)
+        m[1] = 7.0  # a write into the input between two launches of the remembered kernel
+        expected[1] = 7.0
+        np.testing.assert_array_equal((m * 2).realize().numpy(), expected * 2)
+        np.testing.assert_array_equal((m * m).realize().numpy(), expected * expected)
+
+
 def test_one_buffer_twice_and_two_buffers_are_other_structures() -> None:
     engine = Engine()
     a_values, b_values = np.arange(16, dtype=np.float32), np.full(16, 0.5, np.float32)

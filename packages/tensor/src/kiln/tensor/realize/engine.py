@@ -620,6 +620,8 @@ class Engine:
             GlobalCounters.flops += method.flops
             GlobalCounters.mem_bytes += method.mem_bytes
             self.schedule.hits += 1
+            if (reshape := entry.reshape) is not None:  # the plan's view of a result of another shape
+                node = UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg, reshape.tag)
             record_realized(root, node)
             return node
 

@@ -48,31 +48,41 @@ FIXED = -2  # a program parameter taking a buffer fixed for the key (a lifted co
 FastKey = tuple[object, ...]
 
 
-def structure_of(root: UOp) -> FastKey | None:
-    """The fast path's key of `root`: its op, dtype, payload and tag, then per source either the source itself (a
-    node that is not a BUFFER) or the buffer's (dtype, size, device, index of the first source that is this
-    buffer); None when `root` is not an ALU op over at least one BUFFER node."""
+def structure_of(root: UOp) -> tuple[FastKey, list[UOp | None]] | None:
+    """The fast path's key of `root` and the BUFFER node under each source (None for a source over no buffer).
+
+    The key is `root`'s op, dtype, payload and tag, then per source: for a BUFFER, or a RESHAPE of one (the view of
+    a realized result of several dims), the buffer's (dtype, size, device, its position among the distinct buffers,
+    the RESHAPE's shape or None); for any other source the node itself. None when `root` is not an ALU op over at
+    least one buffer."""
     if root.op not in _ALU_OPS:
         return None
-    sources = root.src
     parts: list[object] = [root.op, root.dtype, root.arg, root.tag]
-    buffers = 0
-    for source in sources:
-        if source.op is Ops.BUFFER:
-            arg = source.arg
-            parts.append((source.dtype, arg.size, arg.device, sources.index(source)))
-            buffers += 1
-        else:
+    bases: list[UOp | None] = []
+    distinct: list[UOp] = []
+    for source in root.src:
+        base = source.src[0] if source.op is Ops.RESHAPE else source
+        if base.op is not Ops.BUFFER:
             parts.append(source)
-    return tuple(parts) if buffers else None
+            bases.append(None)
+            continue
+        if base not in distinct:
+            distinct.append(base)
+        arg = base.arg
+        parts.append(
+            (base.dtype, arg.size, arg.device, distinct.index(base), source.arg if base is not source else None)
+        )
+        bases.append(base)
+    return (tuple(parts), bases) if distinct else None
 
 
 class FastEntry:
-    """What one structure's launch needs: the kernel step, its launcher, the output's (device, size, dtype), and for
+    """What one structure's launch needs: the kernel step, its launcher, the output's (device, size, dtype), for
     each program parameter where its buffer comes from (`sources`: a source index of the node, `OUTPUT` or
-    `FIXED`; `fixed`: the buffer of a `FIXED` parameter)."""
+    `FIXED`; `fixed`: the buffer of a `FIXED` parameter), and the plan's RESHAPE view of the output when the result
+    has another shape than (size,) (else None)."""
 
-    __slots__ = ("fixed", "method", "output", "plan", "sources", "step")
+    __slots__ = ("fixed", "method", "output", "plan", "reshape", "sources", "step")
 
     def __init__(
         self,
@@ -82,9 +92,10 @@ class FastEntry:
         output: tuple[str, int, DType],
         sources: tuple[int, ...],
         fixed: tuple[Buffer | None, ...],
+        reshape: UOp | None,
     ) -> None:
         self.plan, self.step, self.method, self.output = plan, step, method, output
-        self.sources, self.fixed = sources, fixed
+        self.sources, self.fixed, self.reshape = sources, fixed, reshape
 
 
 class EagerFastPath:
@@ -110,28 +121,23 @@ class EagerFastPath:
         self._entries.clear()
 
     def find(self, root: UOp) -> tuple[FastEntry, list[Buffer | None]] | None:
-        """The entry of `root`'s structure and the buffers of its sources (None for a source that is no BUFFER), when
-        every buffer source holds memory that no write replaced; else None (the slow path). (`structure_of` and the
-        checks of the buffers in one pass: this runs on every realize of one tensor.)"""
-        if root.op not in _ALU_OPS:
+        """The entry of `root`'s structure and the Buffer under each of its sources (None for a source over no
+        buffer), when every such buffer holds memory that no write replaced; else None (the slow path)."""
+        walked = structure_of(root)
+        if walked is None:
             return None
-        sources = root.src
-        parts: list[object] = [root.op, root.dtype, root.arg, root.tag]
-        found: list[Buffer | None] = []
-        for source in sources:
-            if source.op is not Ops.BUFFER:
-                parts.append(source)
-                found.append(None)
-                continue
-            arg = source.arg
-            parts.append((source.dtype, arg.size, arg.device, sources.index(source)))
-            buffer = _buffer_slot_get(source)
-            if buffer is None or OVERWRITTEN.has(source) or not buffer.is_allocated:
-                return None
-            found.append(buffer)
-        entry = self._entries.get(tuple(parts))
+        entry = self._entries.get(walked[0])
         if entry is None:
             return None
+        found: list[Buffer | None] = []
+        for base in walked[1]:
+            if base is None:
+                found.append(None)
+                continue
+            buffer = _buffer_slot_get(base)
+            if buffer is None or OVERWRITTEN.has(base) or not buffer.is_allocated:
+                return None
+            found.append(buffer)
         self.hits += 1
         return entry, found
 
@@ -149,26 +155,28 @@ class EagerFastPath:
 
         `slot_positions`: the run-list position (outputs, then inputs) of each program parameter; `input_buffer`:
         the engine's function from an input node to its Buffer (for lifted constants)."""
-        key = structure_of(root)
-        if key is None or len(plan.outputs) != 1 or plan.temporaries or len(plan.steps) != 1:
+        walked = structure_of(root)
+        if walked is None or len(plan.outputs) != 1 or plan.temporaries or len(plan.steps) != 1:
             return
         step = plan.steps[0]
         if not isinstance(step, KernelStep) or step.var_vals:
             return
-        sources = root.src
-        # (normalizing marks pure graphs in one epoch only: a mark says the node is pure)
-        if any(source.op is not Ops.BUFFER and not SELF_EPOCH.has(source) for source in sources):
+        key, bases = walked
+        # a source over no buffer must be a pure graph (normalizing marks them in one epoch only: a mark says so)
+        if any(base is None and not SELF_EPOCH.has(source) for source, base in zip(root.src, bases)):
             return
         view = plan.views[0] if len(plan.views) == 1 else None
-        if view is None or view.op is not Ops.BUFFER or not isinstance(view.arg, OutputSlot):
+        reshape = view if view is not None and view.op is Ops.RESHAPE else None  # the view of a result of 2+ dims
+        base = reshape.src[0] if reshape is not None else view
+        if base is None or base.op is not Ops.BUFFER or not isinstance(base.arg, OutputSlot):
             return
         per_input: list[int] = []
         fixed_of_input: list[Buffer | None] = []
         for node in inputs:
             if node.op is Ops.BUFFER:
-                if not any(node is source for source in sources):
+                if node not in bases:  # (a buffer read elsewhere in the graph: not this op's)
                     return
-                per_input.append(sources.index(node))
+                per_input.append(bases.index(node))
                 fixed_of_input.append(None)
             elif node.op is Ops.CONST:
                 per_input.append(FIXED)
@@ -186,7 +194,7 @@ class EagerFastPath:
                 fixed.append(fixed_of_input[position - 1])
         spec = plan.outputs[0]
         entry = FastEntry(
-            plan, step, method, (spec.device, spec.size, spec.dtype), tuple(parameter_sources), tuple(fixed)
+            plan, step, method, (spec.device, spec.size, spec.dtype), tuple(parameter_sources), tuple(fixed), reshape
         )
         entries = self._entries
         if len(entries) >= self.limit:
