@@ -357,7 +357,16 @@ pm_llvm_ir = PatternMatcher(
 
 # ---- ALU ------------------------------------------------------------------------------------------------------
 
-_FLOAT_INSTRUCTIONS = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+_FLOAT_INSTRUCTIONS = {
+    Ops.ADD: "fadd",
+    Ops.SUB: "fsub",
+    Ops.MUL: "fmul",
+    Ops.FDIV: "fdiv",
+    Ops.CMPLT: "fcmp olt",
+    Ops.CMPNE: "fcmp une",
+    Ops.CMPEQ: "fcmp oeq",
+}
+"""The float ops that are one LLVM instruction on two operands: arithmetic, and the ordered / unordered comparisons."""
 _INT_INSTRUCTIONS = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 _BOOL_INSTRUCTIONS = {
     Ops.ADD: "or",
@@ -368,7 +377,6 @@ _BOOL_INSTRUCTIONS = {
     Ops.XOR: "xor",
     Ops.CMPNE: "xor",
 }
-_FLOAT_COMPARISONS = {Ops.CMPLT: "fcmp olt", Ops.CMPNE: "fcmp une", Ops.CMPEQ: "fcmp oeq"}
 
 
 def _condition_type(dtype: DType) -> str:
@@ -462,8 +470,6 @@ def _float_alu(ctx: LLVMWriter, name: str, op: Ops, dtype: DType, operands: list
     type_name = llvm_type(dtype)
     if op in _FLOAT_INSTRUCTIONS:
         return f"{name} = {_FLOAT_INSTRUCTIONS[op]} {type_name} {operands[0]}, {operands[1]}"
-    if op in _FLOAT_COMPARISONS:
-        return f"{name} = {_FLOAT_COMPARISONS[op]} {type_name} {operands[0]}, {operands[1]}"
     if op is Ops.NEG:
         return f"{name} = fneg {type_name} {operands[0]}"
     if op is Ops.RECIPROCAL:
