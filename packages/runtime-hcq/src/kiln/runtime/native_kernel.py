@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from kiln.codegen import CORE_ID
 from kiln.runtime.core_pool import CorePool
@@ -47,10 +48,11 @@ def check_parameters(
         )
 
 
+@dataclass(eq=False)  # an exec command: compared and hashed by identity
 class NativeKernel:
     """A loaded CPU kernel as an exec command: reads the argument block, calls the kernel once or once per core.
 
-    Args:
+    Attributes:
         kernel: the loaded kernel, called with the buffer addresses, the variable values and (if `takes_core_id`)
             the core number.
         takes_core_id: whether the kernel is a multi-core one; a launch then runs `global_size[0]` cores.
@@ -63,14 +65,11 @@ class NativeKernel:
             memory for another kernel's code, so the queued launch ran that code or faulted.
     """
 
-    def __init__(
-        self, kernel: Callable[..., None], takes_core_id: bool, pool: CorePool, address: int = 0, owner: object = None
-    ) -> None:
-        self.kernel = kernel
-        self.takes_core_id = takes_core_id
-        self.pool = pool
-        self.address = address
-        self.owner = owner
+    kernel: Callable[..., None]
+    takes_core_id: bool
+    pool: CorePool
+    address: int = 0
+    owner: object = None
 
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
         # the kernel takes the pointers, then the variables: the block's own order when pointers come first
