@@ -15,8 +15,6 @@ kiln.tensor.ops.data_checks). Ints, lists and numpy arrays are always checked ea
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Self, cast
 
@@ -24,11 +22,11 @@ import numpy as np
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import broadcast_shapes, check_int, check_size, normalize_axis
+from kiln.tensor.ops.advanced_index import flat_index, one_hot_sum, select_rows, unsplit_size, write_rows
 from kiln.tensor.ops.creation import iota, sized_iota
 from kiln.tensor.ops.data_checks import check_index_values, index_compute_dtype
 from kiln.tensor.ops.slice_spec import SYMBOLIC_INDEX, DimIndex, size_text, slice_spec
 from kiln.tensor.realize.graph_lock import serialized
-from kiln.tensor.schedule.split_reduce import SPLIT_THRESHOLD
 from kiln.tensor.symbolic import (
     bound_int,
     format_shape,
@@ -276,65 +274,6 @@ def _advanced_positions(parsed: _ParsedIndex[Any]) -> list[int]:
     return [result_order.index(source) for source, _ in parsed.advanced]
 
 
-def _one_hot_select(y: TensorT, positions: list[int], indices: Sequence[TensorT]) -> TensorT:
-    """y indexed at `positions` by the integer tensors `indices` (broadcast together), PyTorch's dim placement."""
-    try:
-        batch = broadcast_shapes(*(index.shape for index in indices))
-    except ValueError:
-        shapes = ", ".join(str(index.shape) for index in indices)
-        raise IndexError(f"index tensors could not be broadcast together: shapes {shapes}") from None
-    sizes = [y.shape[position] for position in positions]
-    total = math.prod(sizes)
-    if total == 0 and math.prod(batch) > 0:
-        raise IndexError(f"cannot index into size-0 dims {sizes} with indices of shape {batch}")
-    # the row-major position inside the indexed dims, from the (wrapped) index of each; -1 (selects nothing) where
-    # any index is outside its dim, so that an index past the end of one dim does not alias into the next row
-    linear: TensorT | None = None
-    inside: TensorT | None = None
-    symbolic = not isinstance(total, int)
-    if symbolic and len(sizes) > 1:
-        raise ValueError(
-            f"index tensors for several dims {sizes} where one holds a bound Variable: index one at a time"
-        )
-    for dim, (index, size) in enumerate(zip(indices, sizes)):
-        if symbolic:  # a dim of bound-Variable size: indices in [0, bound size), checked at the bound value
-            check_index_values(index, bound_int(size), "indexing", positions[dim], negative=False)
-            linear = index._cast(index_compute_dtype(index, max_int(total)))
-            continue
-        check_index_values(index, size, "indexing", positions[dim])
-        wrapped = index._cast(index_compute_dtype(index, total))
-        wrapped = (wrapped < 0).where(wrapped + size, wrapped)
-        if len(sizes) > 1:
-            fits = (wrapped >= 0) & (wrapped < size)
-            inside = fits if inside is None else inside & fits
-        linear = wrapped if linear is None else linear * size + wrapped
-    assert linear is not None
-    if inside is not None:
-        linear = inside.where(linear, -1)
-    rest = [axis for axis in range(y.ndim) if axis not in positions]
-    moved = y._movement(Ops.PERMUTE, (*positions, *rest))
-    rest_shape = tuple(y.shape[axis] for axis in rest)
-    flat = moved._movement(Ops.RESHAPE, (1,) * len(batch) + (total,) + rest_shape)
-    choices_count = _unsplit_size(total)  # the padded position past `total` is never chosen: it reads 0
-    if choices_count != total:
-        flat = flat._movement(Ops.PAD, ((0, 0),) * len(batch) + ((0, 1),) + ((0, 0),) * len(rest_shape))
-    flat = flat._broadcast_to((*batch, choices_count, *rest_shape))
-    choices = sized_iota(type(y), choices_count, y.device)._cast(linear.dtype)
-    choices = choices._movement(Ops.RESHAPE, (1,) * len(batch) + (choices_count,))
-    # compared at the full shape: a compare broadcast along the other dims would be stored as a buffer of its own
-    ones = (1,) * len(rest_shape)
-    column = linear._broadcast_to(batch)._movement(Ops.RESHAPE, (*batch, 1, *ones))._broadcast_to(flat.shape)
-    choices = choices._movement(Ops.RESHAPE, (*choices.shape, *ones))._broadcast_to(flat.shape)
-    hits = column._binary(Ops.CMPEQ, choices)
-    result = _one_hot_sum(hits, flat, len(batch))._movement(Ops.RESHAPE, (*batch, *rest_shape))._cast(y.dtype)
-    if positions == list(range(positions[0], positions[0] + len(positions))):
-        # adjacent advanced dims: the batch dims take their place
-        start = positions[0]
-        order = [*range(len(batch), len(batch) + start), *range(len(batch)), *range(len(batch) + start, result.ndim)]
-        result = result._movement(Ops.PERMUTE, tuple(order))
-    return result
-
-
 class IndexingMixin(TensorCore):
     """Indexing, gather and scatter."""
 
@@ -353,7 +292,7 @@ class IndexingMixin(TensorCore):
         if not parsed.advanced:
             return selected
         positions = _advanced_positions(parsed)
-        return _one_hot_select(selected, positions, [tensor for _, tensor in parsed.advanced])
+        return select_rows(selected, flat_index(selected, positions, [tensor for _, tensor in parsed.advanced]))
 
     @serialized  # the selection is a view of the tensor as it is when the write runs (threads: README)
     def __setitem__(self, index: Any, value: Self | ConstType | Any) -> None:
@@ -386,27 +325,10 @@ class IndexingMixin(TensorCore):
             inside = parsed.basic.place(self._const(True, kept, dtypes.bool, self.device), self.shape)
             self.assign(inside._ternary(Ops.WHERE, placed, self))
             return
-        # advanced: find the flat positions the index selects, then scatter the values to them (last write wins)
-        # positions count from 1 so that an out-of-range index (which selects nothing and reads 0) becomes -1 and
-        # matches no element, instead of writing element 0
-        flat_positions = (iota(type(self), self.numel(), self.device) + 1)._movement(Ops.RESHAPE, self.shape)[index] - 1
-        values = _broadcast_value(self, value, flat_positions.shape)
-        count = flat_positions.numel()
-        positions = flat_positions._movement(Ops.RESHAPE, (count, 1))
-        everywhere = iota(type(self), self.numel(), self.device)._movement(Ops.RESHAPE, (1, self.numel()))
-        hits = positions._broadcast_to((count, self.numel()))._binary(
-            Ops.CMPEQ, everywhere._broadcast_to((count, self.numel()))
-        )
-        order = (iota(type(self), count, self.device) + 1)._movement(Ops.RESHAPE, (count, 1))._broadcast_to(hits.shape)
-        last = hits.where(order, 0)._reduce(Ops.MAX, (0,))
-        chosen = hits & (order == last._broadcast_to(hits.shape))
-        column = values._movement(Ops.RESHAPE, (count, 1))._broadcast_to(hits.shape)
-        summable = column._cast(dtypes.uint8) if column.dtype == dtypes.bool else column
-        zero = summable._const(0, hits.shape, summable.dtype, self.device)
-        written = chosen._ternary(Ops.WHERE, summable, zero)._reduce(Ops.ADD, (0,))._cast(self.dtype)
-        touched = last._binary(Ops.CMPNE, last._const(0, last.shape, last.dtype, self.device))
-        update = touched._ternary(Ops.WHERE, written, self._movement(Ops.RESHAPE, (1, self.numel())))
-        self.assign(update._movement(Ops.RESHAPE, self.shape))
+        # advanced: the rows of the basic selection the index picks are overwritten, then the selection is placed
+        # back; built in a function of its own, so its intermediate tensors are gone before the write (a write
+        # realizes the live tensors that depend on its target, each as an output of its own)
+        self.assign(_written(self, parsed, value))
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -436,11 +358,11 @@ class IndexingMixin(TensorCore):
         order = list(range(self.ndim + 1))
         order[axis], order[-1] = order[-1], order[axis]
         expanded = expanded._movement(Ops.PERMUTE, tuple(order))
-        count = _unsplit_size(size)  # the padded position past `size` is never chosen: it reads 0
+        count = unsplit_size(size)  # the padded position past `size` is never chosen: it reads 0
         if count != size:
             expanded = expanded._movement(Ops.PAD, ((0, 0),) * self.ndim + ((0, 1),))
         expanded = expanded._broadcast_to((*index.shape, count))
-        picked = _one_hot_sum(_one_hot(index, count), expanded, self.ndim)
+        picked = one_hot_sum(_one_hot(index, count), expanded, self.ndim)
         return picked._movement(Ops.RESHAPE, index.shape)._cast(self.dtype)
 
     def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
@@ -541,29 +463,19 @@ def _one_hot(index: TensorT, size: int) -> TensorT:
     return column._broadcast_to(shape)._binary(Ops.CMPEQ, choices._broadcast_to(shape))
 
 
-def _one_hot_sum(hits: TensorT, values: TensorT, axis: int) -> TensorT:
-    """The sum over `axis` of `values` where the bool `hits` (same shape, at most one True along `axis`) holds.
-
-    Built as `sum(WHERE(hit, 1, 0) * WHERE(hit, value, 0))`: the one-hot product form codegen's gather rewrite
-    (pm_gather) turns into one indexed load per output, so the work is the output's, not the indexed dims'. The
-    second WHERE keeps the value exact where the rewrite does not apply: a non-selected inf or nan is never
-    multiplied by 0. A bool `values` is summed as uint8 (the caller casts back)."""
-    summable = values._cast(dtypes.uint8) if values.dtype == dtypes.bool else values
-    zero = summable._const(0, summable.shape, summable.dtype, summable.device)
-    one = summable._const(1, summable.shape, summable.dtype, summable.device)
-    selected = hits._ternary(Ops.WHERE, summable, zero)
-    return hits._ternary(Ops.WHERE, one, zero)._binary(Ops.MUL, selected)._reduce(Ops.ADD, (axis,))
-
-
-def _unsplit_size(total: int) -> int:
-    """`total`, or `total + 1` when the scheduler would split a reduce over `total` elements in two stages.
-
-    The scheduler splits a long reduce by an even number of partials (schedule/split_reduce.py) when it divides the
-    length; a split one-hot reduce is no longer one loop over the selected dim, so codegen cannot make it a gather.
-    An odd length has no such divisor. A symbolic `total` is never split."""
-    if not isinstance(total, int) or total % 2 or total < SPLIT_THRESHOLD:
-        return total
-    return total + 1
+def _written(x: TensorT, parsed: _ParsedIndex[TensorT], value: TensorT | ConstType) -> TensorT:
+    """`x` with `value` written where `parsed` (an index with advanced parts) selects, the last repeat winning."""
+    selected = parsed.basic.select(x)
+    index = flat_index(selected, _advanced_positions(parsed), [tensor for _, tensor in parsed.advanced])
+    shape = (*index.batch, *(selected.shape[axis] for axis in index.rest(selected.ndim)))
+    shape = tuple(shape[axis] for axis in index.result_order(len(shape)))
+    updated = write_rows(selected, index, _broadcast_value(x, value, shape))
+    if all(spec.kind == "full" for spec in parsed.basic.dims) and not parsed.basic.new_dims:
+        return updated
+    kept = parsed.basic.kept_sizes(x.shape)
+    placed = parsed.basic.place(updated._movement(Ops.RESHAPE, kept), x.shape)
+    inside = parsed.basic.place(x._const(True, kept, dtypes.bool, x.device), x.shape)
+    return inside._ternary(Ops.WHERE, placed, x)
 
 
 def _broadcast_value(x: TensorT, value: TensorT | ConstType, shape: tuple[int, ...]) -> TensorT:
