@@ -195,15 +195,8 @@ class SoftwareMMU:
         page_size = 1 << page_shift
         if base % page_size:
             raise TranslationFault(vaddr, level, f"{page_size:#x}-byte page at misaligned address {base:#x}")
+        address = base + (vaddr & (page_size - 1))
+        # every local is named after its field, in the fields' order
         return Translation(
-            address=base + (vaddr & (page_size - 1)),
-            target=target,
-            level=level,
-            page_size=page_size,
-            peer_id=peer_id,
-            volatile=volatile,
-            privileged=privileged,
-            read_only=read_only,
-            atomic_disable=atomic_disable,
-            kind=kind,
+            address, target, level, page_size, peer_id, volatile, privileged, read_only, atomic_disable, kind
         )
