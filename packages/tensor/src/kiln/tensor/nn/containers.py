@@ -42,12 +42,20 @@ def _as_parameter(value: Any) -> Any:
     return value
 
 
+def _as_module(value: Any, container: str) -> Module:
+    if not isinstance(value, Module):
+        raise TypeError(f"{container} can only hold Modules, got {type(value).__name__}")
+    return value
+
+
 class _IndexedContainer(Module, Generic[Item]):
     """Items stored as attributes "0", "1", ... (the names torch's state dict uses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, items: Iterable[Any] | None = None) -> None:
         super().__init__()
         self._count = 0
+        if items is not None:
+            self.extend(items)
 
     def _convert(self, value: Any) -> Item:
         raise NotImplementedError
@@ -114,14 +122,10 @@ class ModuleList(_IndexedContainer[Module]):
     """
 
     def __init__(self, modules: Iterable[Module] | None = None) -> None:
-        super().__init__()
-        if modules is not None:
-            self.extend(modules)
+        super().__init__(modules)
 
     def _convert(self, value: Any) -> Module:
-        if not isinstance(value, Module):
-            raise TypeError(f"ModuleList can only hold Modules, got {type(value).__name__}")
-        return value
+        return _as_module(value, "ModuleList")
 
     @overload
     def __getitem__(self, index: int) -> Module: ...
@@ -154,9 +158,7 @@ class ParameterList(_IndexedContainer[Any]):
     """
 
     def __init__(self, values: Iterable[Any] | None = None) -> None:
-        super().__init__()
-        if values is not None:
-            self.extend(values)
+        super().__init__(values)
 
     def _convert(self, value: Any) -> Any:
         return _as_parameter(value)
@@ -183,9 +185,11 @@ _RESERVED = frozenset({"training"})
 class _KeyedContainer(Module, Generic[Item]):
     """Items stored as attributes named by their string keys, in insertion order."""
 
-    def __init__(self) -> None:
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> None:
         super().__init__()
         self._keys: list[str] = []
+        if items is not None:
+            self.update(items)
 
     def _convert(self, value: Any) -> Item:
         raise NotImplementedError
@@ -265,23 +269,17 @@ class ModuleDict(_KeyedContainer[Module]):
     """
 
     def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None) -> None:
-        super().__init__()
-        if modules is not None:
-            self.update(modules)
+        super().__init__(modules)
 
     def _convert(self, value: Any) -> Module:
-        if not isinstance(value, Module):
-            raise TypeError(f"ModuleDict can only hold Modules, got {type(value).__name__}")
-        return value
+        return _as_module(value, "ModuleDict")
 
 
 class ParameterDict(_KeyedContainer[Any]):
     """Parameters by name (plain tensors become parameters), like `torch.nn.ParameterDict`."""
 
     def __init__(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> None:
-        super().__init__()
-        if parameters is not None:
-            self.update(parameters)
+        super().__init__(parameters)
 
     def _convert(self, value: Any) -> Any:
         return _as_parameter(value)

@@ -115,7 +115,8 @@ class BatchNorm3d(_BatchNorm):
 class _LastDimsNorm(Module):
     """What LayerNorm and RMSNorm share: the normalized last dims as a tuple and a weight of ones when affine."""
 
-    def _set_shape(self, normalized_shape: int | Sequence[int], affine: bool, device: str | None) -> None:
+    def __init__(self, normalized_shape: int | Sequence[int], affine: bool, device: str | None) -> None:
+        super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.weight = init.ones(self.normalized_shape, device=device) if affine else None
 
@@ -136,8 +137,7 @@ class LayerNorm(_LastDimsNorm):
         bias: bool = True,
         device: str | None = None,
     ) -> None:
-        super().__init__()
-        self._set_shape(normalized_shape, elementwise_affine, device)
+        super().__init__(normalized_shape, elementwise_affine, device)
         self.eps = eps
         self.bias = init.zeros(self.normalized_shape, device=device) if elementwise_affine and bias else None
 
@@ -176,8 +176,7 @@ class RMSNorm(_LastDimsNorm):
         elementwise_affine: bool = True,
         device: str | None = None,
     ) -> None:
-        super().__init__()
-        self._set_shape(normalized_shape, elementwise_affine, device)
+        super().__init__(normalized_shape, elementwise_affine, device)
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
