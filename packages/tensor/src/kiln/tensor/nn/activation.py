@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn import init
+from kiln.tensor.nn.applied import AppliedFunction
 from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
@@ -21,59 +22,45 @@ def _inplace_note(inplace: bool, lead: str = ", ") -> str:
     return f"{lead}inplace=True" if inplace else ""
 
 
-class ReLU(Module):
+class ReLU(AppliedFunction):
     """max(x, 0), like `torch.nn.ReLU`."""
+
+    _function = staticmethod(F.relu)
+    _arguments = ("inplace",)
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.relu(x)."""
-        return F.relu(x, self.inplace)
-
-    def extra_repr(self) -> str:
-        return _inplace_note(self.inplace, "")
-
 
 class ReLU6(ReLU):
     """min(max(x, 0), 6), like `torch.nn.ReLU6`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.relu6(x)."""
-        return F.relu6(x, self.inplace)
+    _function = staticmethod(F.relu6)
 
 
 class SELU(ReLU):
     """The self-normalizing ELU, like `torch.nn.SELU`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.selu(x)."""
-        return F.selu(x, self.inplace)
+    _function = staticmethod(F.selu)
 
 
 class SiLU(ReLU):
     """x * sigmoid(x), like `torch.nn.SiLU`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.silu(x)."""
-        return F.silu(x, self.inplace)
+    _function = staticmethod(F.silu)
 
 
 class Mish(ReLU):
     """x * tanh(softplus(x)), like `torch.nn.Mish`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.mish(x)."""
-        return F.mish(x, self.inplace)
+    _function = staticmethod(F.mish)
 
 
 class Hardswish(ReLU):
     """x * relu6(x + 3) / 6, like `torch.nn.Hardswish` (whose repr does not show inplace)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.hardswish(x)."""
-        return F.hardswish(x, self.inplace)
+    _function = staticmethod(F.hardswish)
 
     def extra_repr(self) -> str:
         return ""
@@ -82,51 +69,42 @@ class Hardswish(ReLU):
 class Hardsigmoid(Hardswish):
     """relu6(x + 3) / 6, like `torch.nn.Hardsigmoid`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.hardsigmoid(x)."""
-        return F.hardsigmoid(x, self.inplace)
+    _function = staticmethod(F.hardsigmoid)
 
 
-class LeakyReLU(Module):
+class LeakyReLU(AppliedFunction):
     """x where positive, negative_slope * x elsewhere, like `torch.nn.LeakyReLU`."""
+
+    _function = staticmethod(F.leaky_relu)
+    _arguments = ("negative_slope", "inplace")
 
     def __init__(self, negative_slope: float = 1e-2, inplace: bool = False) -> None:
         super().__init__()
         self.negative_slope, self.inplace = negative_slope, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.leaky_relu(x, negative_slope)."""
-        return F.leaky_relu(x, self.negative_slope, self.inplace)
 
-    def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}{_inplace_note(self.inplace)}"
-
-
-class ELU(Module):
+class ELU(AppliedFunction):
     """x where positive, alpha (exp(x) - 1) elsewhere, like `torch.nn.ELU`."""
+
+    _function = staticmethod(F.elu)
+    _arguments = ("alpha", "inplace")
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha, self.inplace = alpha, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.elu(x, alpha)."""
-        return F.elu(x, self.alpha, self.inplace)
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}{_inplace_note(self.inplace)}"
-
 
 class CELU(ELU):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1)), like `torch.nn.CELU`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.celu(x, alpha)."""
-        return F.celu(x, self.alpha, self.inplace)
+    _function = staticmethod(F.celu)
 
 
-class GELU(Module):
+class GELU(AppliedFunction):
     """The Gaussian error linear unit (`approximate` 'none' or 'tanh'), like `torch.nn.GELU`."""
+
+    _function = staticmethod(F.gelu)
+    _arguments = ("approximate",)
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -134,31 +112,26 @@ class GELU(Module):
             raise ValueError(f"GELU approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.gelu(x, approximate)."""
-        return F.gelu(x, self.approximate)
-
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
 
-class Softplus(Module):
+class Softplus(AppliedFunction):
     """log(1 + exp(beta x)) / beta, linear above `threshold`, like `torch.nn.Softplus`."""
+
+    _function = staticmethod(F.softplus)
+    _arguments = ("beta", "threshold")
 
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__()
         self.beta, self.threshold = beta, threshold
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.softplus(x, beta, threshold)."""
-        return F.softplus(x, self.beta, self.threshold)
 
-    def extra_repr(self) -> str:
-        return f"beta={self.beta}, threshold={self.threshold}"
-
-
-class Hardtanh(Module):
+class Hardtanh(AppliedFunction):
     """x clamped to [min_val, max_val], like `torch.nn.Hardtanh`."""
+
+    _function = staticmethod(F.hardtanh)
+    _arguments = ("min_val", "max_val", "inplace")
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
@@ -166,39 +139,27 @@ class Hardtanh(Module):
             raise ValueError(f"Hardtanh needs max_val > min_val, got min_val={min_val}, max_val={max_val}")
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.hardtanh(x, min_val, max_val)."""
-        return F.hardtanh(x, self.min_val, self.max_val, self.inplace)
 
-    def extra_repr(self) -> str:
-        return f"min_val={self.min_val}, max_val={self.max_val}{_inplace_note(self.inplace)}"
-
-
-class Threshold(Module):
+class Threshold(AppliedFunction):
     """x where x > threshold, else value, like `torch.nn.Threshold`."""
+
+    _function = staticmethod(F.threshold)
+    _arguments = ("threshold", "value", "inplace")
 
     def __init__(self, threshold: float, value: float, inplace: bool = False) -> None:
         super().__init__()
         self.threshold, self.value, self.inplace = threshold, value, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.threshold(x, threshold, value)."""
-        return F.threshold(x, self.threshold, self.value, self.inplace)
 
-    def extra_repr(self) -> str:
-        return f"threshold={self.threshold}, value={self.value}{_inplace_note(self.inplace)}"
-
-
-class Hardshrink(Module):
+class Hardshrink(AppliedFunction):
     """x where |x| > lambd, else 0, like `torch.nn.Hardshrink`."""
+
+    _function = staticmethod(F.hardshrink)
+    _arguments = ("lambd",)
 
     def __init__(self, lambd: float = 0.5) -> None:
         super().__init__()
         self.lambd = lambd
-
-    def forward(self, x: Tensor) -> Tensor:
-        """F.hardshrink(x, lambd)."""
-        return F.hardshrink(x, self.lambd)
 
     def extra_repr(self) -> str:
         return f"{self.lambd}"
@@ -207,96 +168,72 @@ class Hardshrink(Module):
 class Softshrink(Hardshrink):
     """x shrunk toward 0 by lambd, like `torch.nn.Softshrink`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.softshrink(x, lambd)."""
-        return F.softshrink(x, self.lambd)
+    _function = staticmethod(F.softshrink)
 
 
-class Tanh(Module):
+class Tanh(AppliedFunction):
     """tanh(x), like `torch.nn.Tanh`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x.tanh()."""
-        return x.tanh()
+    _function = staticmethod(F.tanh)
 
 
-class Sigmoid(Module):
+class Sigmoid(AppliedFunction):
     """1 / (1 + exp(-x)), like `torch.nn.Sigmoid`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x.sigmoid()."""
-        return x.sigmoid()
+    _function = staticmethod(F.sigmoid)
 
 
-class LogSigmoid(Module):
+class LogSigmoid(AppliedFunction):
     """log(sigmoid(x)), like `torch.nn.LogSigmoid`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x.logsigmoid()."""
-        return x.logsigmoid()
+    _function = staticmethod(F.logsigmoid)
 
 
-class Softsign(Module):
+class Softsign(AppliedFunction):
     """x / (1 + |x|), like `torch.nn.Softsign`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x.softsign()."""
-        return x.softsign()
+    _function = staticmethod(F.softsign)
 
 
-class Tanhshrink(Module):
+class Tanhshrink(AppliedFunction):
     """x - tanh(x), like `torch.nn.Tanhshrink`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x.tanhshrink()."""
-        return x.tanhshrink()
+    _function = staticmethod(F.tanhshrink)
 
 
-class Softmax(Module):
+class Softmax(AppliedFunction):
     """softmax along `dim`, like `torch.nn.Softmax` (dim=None: torch's legacy choice, 0 for 0-, 1- and 3-d
     inputs, else 1, with its deprecation warning)."""
+
+    _function = staticmethod(F.softmax)
+    _arguments = ("dim",)
 
     def __init__(self, dim: int | None = None) -> None:
         super().__init__()
         self.dim = dim
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.softmax(x, dim)."""
-        return F.softmax(x, self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
-
 
 class LogSoftmax(Softmax):
     """log(softmax(x)) along `dim`, like `torch.nn.LogSoftmax`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.log_softmax(x, dim)."""
-        return F.log_softmax(x, self.dim)
+    _function = staticmethod(F.log_softmax)
 
 
 class Softmin(Softmax):
     """softmax(-x) along `dim`, like `torch.nn.Softmin`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.softmin(x, dim)."""
-        return F.softmin(x, self.dim)
+    _function = staticmethod(F.softmin)
 
 
-class GLU(Module):
+class GLU(AppliedFunction):
     """a * sigmoid(b) for the halves a, b of the input along `dim`, like `torch.nn.GLU`."""
+
+    _function = staticmethod(F.glu)
+    _arguments = ("dim",)
 
     def __init__(self, dim: int = -1) -> None:
         super().__init__()
         self.dim = dim
-
-    def forward(self, x: Tensor) -> Tensor:
-        """F.glu(x, dim)."""
-        return F.glu(x, self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
 
 
 class PReLU(Module):

@@ -3,31 +3,29 @@
 from __future__ import annotations
 
 from kiln.tensor.nn import functional as F
-from kiln.tensor.nn.module import Module
-from kiln.tensor.tensor import Tensor
+from kiln.tensor.nn.applied import AppliedFunction
 
 __all__ = ["Fold", "Unfold"]
 
 Pair = int | tuple[int, int]
 
 
-class Unfold(Module):
+class Unfold(AppliedFunction):
     """(N, C, H, W) -> (N, C kh kw, L) sliding blocks, like `torch.nn.Unfold`."""
+
+    _function = staticmethod(F.unfold)
+    _arguments = ("kernel_size", "dilation", "padding", "stride")
 
     def __init__(self, kernel_size: Pair, dilation: Pair = 1, padding: Pair = 0, stride: Pair = 1) -> None:
         super().__init__()
         self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.unfold(x, kernel_size, dilation, padding, stride)."""
-        return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
 
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
-
-
-class Fold(Module):
+class Fold(AppliedFunction):
     """(N, C kh kw, L) columns summed back into (N, C, *output_size), like `torch.nn.Fold`."""
+
+    _function = staticmethod(F.fold)
+    _arguments = ("output_size", "kernel_size", "dilation", "padding", "stride")
 
     def __init__(
         self, output_size: Pair, kernel_size: Pair, dilation: Pair = 1, padding: Pair = 0, stride: Pair = 1
@@ -35,13 +33,3 @@ class Fold(Module):
         super().__init__()
         self.output_size, self.kernel_size = output_size, kernel_size
         self.dilation, self.padding, self.stride = dilation, padding, stride
-
-    def forward(self, x: Tensor) -> Tensor:
-        """F.fold(x, output_size, kernel_size, dilation, padding, stride)."""
-        return F.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
-
-    def extra_repr(self) -> str:
-        return (
-            f"output_size={self.output_size}, kernel_size={self.kernel_size}, dilation={self.dilation}, "
-            f"padding={self.padding}, stride={self.stride}"
-        )

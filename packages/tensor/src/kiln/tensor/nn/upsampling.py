@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.applied import AppliedFunction
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -60,31 +61,23 @@ class UpsamplingBilinear2d(Upsample):
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-class PixelShuffle(Module):
+class PixelShuffle(AppliedFunction):
     """(*, C r**2, H, W) -> (*, C, H r, W r), like `torch.nn.PixelShuffle`."""
+
+    _function = staticmethod(F.pixel_shuffle)
+    _arguments = ("upscale_factor",)
 
     def __init__(self, upscale_factor: int) -> None:
         super().__init__()
         self.upscale_factor = upscale_factor
 
-    def forward(self, x: Tensor) -> Tensor:
-        """F.pixel_shuffle(x, upscale_factor)."""
-        return F.pixel_shuffle(x, self.upscale_factor)
 
-    def extra_repr(self) -> str:
-        return f"upscale_factor={self.upscale_factor}"
-
-
-class PixelUnshuffle(Module):
+class PixelUnshuffle(AppliedFunction):
     """(*, C, H r, W r) -> (*, C r**2, H, W), like `torch.nn.PixelUnshuffle`."""
+
+    _function = staticmethod(F.pixel_unshuffle)
+    _arguments = ("downscale_factor",)
 
     def __init__(self, downscale_factor: int) -> None:
         super().__init__()
         self.downscale_factor = downscale_factor
-
-    def forward(self, x: Tensor) -> Tensor:
-        """F.pixel_unshuffle(x, downscale_factor)."""
-        return F.pixel_unshuffle(x, self.downscale_factor)
-
-    def extra_repr(self) -> str:
-        return f"downscale_factor={self.downscale_factor}"
