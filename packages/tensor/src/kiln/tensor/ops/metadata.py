@@ -4,6 +4,7 @@ meshgrid, ...), and small tinygrad helpers (sequential, usum, const_like), compo
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -12,6 +13,17 @@ from kiln.tensor.ops._checks import check_int, normalize_axis
 from kiln.uops import ConstType, DType, dtypes
 
 __all__ = ["MetadataMixin"]
+
+
+def _chained(
+    first: TensorT, others: Sequence[Any], logical: Callable[[Any, Any], Any], arithmetic: Callable[[Any, Any], Any]
+) -> TensorT:
+    """first combined with each of `others` in turn: by `logical` while the running result is bool, else by
+    `arithmetic`."""
+    result = first
+    for other in others:
+        result = logical(result, other) if result.dtype == dtypes.bool else arithmetic(result, other)
+    return result
 
 
 class MetadataMixin(TensorCore):
@@ -99,10 +111,7 @@ class MetadataMixin(TensorCore):
             >>> Tensor([1]).usum(Tensor([2]), 3).tolist()
             [6]
         """
-        result = self
-        for other in others:
-            result = result | other if result.dtype == dtypes.bool else result + other
-        return result
+        return _chained(self, others, operator.or_, operator.add)
 
     def uprod(self, *others: Self | ConstType) -> Self:
         """self * each of `others` (AND for bools), tinygrad's elementwise product of many.
@@ -111,10 +120,7 @@ class MetadataMixin(TensorCore):
             >>> Tensor([2]).uprod(Tensor([3]), 4).tolist()
             [24]
         """
-        result = self
-        for other in others:
-            result = result & other if result.dtype == dtypes.bool else result * other
-        return result
+        return _chained(self, others, operator.and_, operator.mul)
 
     def const_like(self, value: ConstType, dtype: DType | None = None) -> Self:
         """`value` in this tensor's shape (and dtype unless given).
