@@ -12,7 +12,9 @@ from typing import Self
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, normalize_axis
+from kiln.tensor.ops.advanced_index import FlatIndex, write_rows
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.data_checks import index_compute_dtype
 from kiln.uops import ConstType, dtypes
 
 __all__ = ["PlacementMixin"]
@@ -71,12 +73,17 @@ class PlacementMixin(TensorCore):
             [7.0, 0.0, 5.0]
         """
         axis = normalize_axis(dim, self.shape, "index_copy dim")
-        hits = self._index_one_hot(axis, index, "index_copy")
-        view = [1] * self.ndim
-        view[axis] = self.shape[axis]
-        chosen = hits.any(0).reshape(view)
-        placed = self.zeros_like().index_add(axis, index, source._cast(self.dtype))
-        return chosen.where(placed, self)
+        if index.ndim > 1 or not dtypes.is_int(index.dtype):
+            raise TypeError(f"index_copy index must be a 0-D or 1-D integer tensor, got {index.dtype!r} {index.shape}")
+        positions = index.reshape(-1)
+        size = self.shape[axis]
+        rows = (*self.shape[:axis], positions.shape[0], *self.shape[axis + 1 :])
+        if source.shape != rows and not (source.ndim == 0 and rows == (1,)):
+            raise IndexError(f"index_copy source of shape {source.shape} must have shape {rows} (one row per index)")
+        # each position takes the row of its last write (a gather of source's rows); out of range writes nothing
+        linear = positions._cast(index_compute_dtype(positions, size))
+        flat = FlatIndex((axis,), (positions.shape[0],), linear, size)
+        return write_rows(self, flat, source._cast(self.dtype).reshape(rows))
 
     def masked_scatter(self, mask: Self, source: Self) -> Self:
         """source's elements, in order, written where `mask` (broadcast) is True.
