@@ -163,3 +163,43 @@ def test_index_copy_takes_the_written_rows_by_a_gather() -> None:
     np.testing.assert_array_equal(columns, expected)
     with pytest.raises(IndexError, match=r"index_copy source of shape \(3, 1000\) must have shape \(4, 1000\)"):
         x.index_copy(0, index, source[:3])
+
+
+def test_backward_accumulates_repeated_positions_like_torch() -> None:
+    # PyTorch's gradient of an advanced index sums the output gradients of repeated positions (numpy's add.at)
+    x_np = np.arange(30, dtype=np.float32).reshape(5, 6)
+    rows, columns = np.array([[1, 1], [4, -1]]), np.array([[0, 0], [5, 2]])
+    weights = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    x = Tensor(x_np, requires_grad=True)
+    (x[Tensor(rows.astype(np.int32)), Tensor(columns.astype(np.int32))] * Tensor(weights)).sum().backward()
+    expected = np.zeros_like(x_np)
+    np.add.at(expected, (rows, columns), weights)
+    assert x.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    table = Tensor(x_np, requires_grad=True)
+    picked = np.array([[2, 2, 0], [5, 1, 5], [0, 0, 0], [3, 3, 3], [1, 4, 1]])
+    (table.gather(1, Tensor(picked.astype(np.int32))) * 2).sum().backward()
+    expected = np.zeros_like(x_np)
+    np.add.at(expected, (np.arange(5)[:, None].repeat(3, 1), picked), 2.0)
+    assert table.grad is not None
+    np.testing.assert_array_equal(table.grad.numpy(), expected)
+
+
+def test_backward_of_an_index_costs_the_table_times_the_writes_at_most() -> None:
+    # a dense scatter-add: each element of the gradient sums the output gradients whose index hits it
+    x_np = np.arange(_SIDE * _SIDE, dtype=np.float32).reshape(_SIDE, _SIDE)
+    ia_np, ia = _index([[0, 1, 2], [3, 4, 5]])
+    ib_np, ib = _index([[5, 4, 3], [2, 1, 5]])
+
+    def gradient() -> Tensor:
+        x = Tensor(x_np, requires_grad=True)
+        x[ia, ib].sum().backward()
+        assert x.grad is not None
+        return x.grad
+
+    values, flops, traffic = _counted(gradient)
+    expected = np.zeros_like(x_np)
+    np.add.at(expected, (ia_np, ib_np), 1.0)
+    np.testing.assert_array_equal(values, expected)
+    assert flops < 10 * x_np.size * ia_np.size, flops
+    assert traffic < 10 * x_np.nbytes, traffic
