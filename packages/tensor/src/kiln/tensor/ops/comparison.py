@@ -6,12 +6,20 @@ from __future__ import annotations
 import math
 from typing import Self
 
-from kiln.tensor.core import TensorCore
+from kiln.tensor.core import TensorCore, TensorT
 from kiln.uops import ConstType, dtypes
 
 __all__ = ["ComparisonMixin"]
 
 _SIGNED_INTEGER_OF_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def _ignoring_nan(a: TensorT, b: TensorT, *, largest: bool) -> TensorT:
+    """The elementwise maximum (largest) or minimum of a and b, taking the other operand where one is NaN."""
+    extreme = a.maximum(b) if largest else a.minimum(b)
+    if not dtypes.is_float(a.dtype):
+        return extreme
+    return a.isnan().where(b, b.isnan().where(a, extreme))
 
 
 class ComparisonMixin(TensorCore):
@@ -202,10 +210,7 @@ class ComparisonMixin(TensorCore):
             >>> Tensor([math.nan, 1.0]).fmax(Tensor([2.0, 3.0])).tolist()
             [2.0, 3.0]
         """
-        a, b = self._operands(other, "fmax")
-        if not dtypes.is_float(a.dtype):
-            return a.maximum(b)
-        return a.isnan().where(b, b.isnan().where(a, a.maximum(b)))
+        return _ignoring_nan(*self._operands(other, "fmax"), largest=True)
 
     def fmin(self, other: Self | ConstType) -> Self:
         """The elementwise minimum ignoring NaN (NaN only where both are NaN).
@@ -214,10 +219,7 @@ class ComparisonMixin(TensorCore):
             >>> Tensor([math.nan, 1.0]).fmin(Tensor([2.0, 3.0])).tolist()
             [2.0, 1.0]
         """
-        a, b = self._operands(other, "fmin")
-        if not dtypes.is_float(a.dtype):
-            return a.minimum(b)
-        return a.isnan().where(b, b.isnan().where(a, a.minimum(b)))
+        return _ignoring_nan(*self._operands(other, "fmin"), largest=False)
 
     def clamp_min(self, min: Self | ConstType) -> Self:
         """clamp(min=min).
