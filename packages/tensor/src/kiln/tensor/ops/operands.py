@@ -45,7 +45,7 @@ def _scalar_constant(
     dtype: DType,
     shape: tuple[int, ...],
     placement: graph.Placement,
-    kind: type,
+    kind: str,
     number: ConstType,
     defaults: tuple[DType, DType],
 ) -> tuple[DType, UOp | None]:
@@ -130,8 +130,8 @@ class OperandMixin(UnaryMixin):
         shape = graph.shape_of(uop)
         if dtype is None and (number or type(number) is not float):
             defaults = (dtypes.default_int, dtypes.default_float)
-            placement = graph.placement_of(uop)
-            promoted, constant = _scalar_constant(uop.dtype, shape, placement, type(number), number, defaults)
+            placement, kind = graph.placement_of(uop), type(number).__name__  # (a name: mypy sees no hashable type)
+            promoted, constant = _scalar_constant(uop.dtype, shape, placement, kind, number, defaults)
             if constant is None:
                 raise ValueError(f"{what}: cannot use {number!r} with a {promoted!r} operand")
             return (self if promoted is uop.dtype else self._cast(promoted)), constant
