@@ -201,3 +201,12 @@ def test_every_kernel_compiles_with_xcrun_metal() -> None:
     for name, sink, opts in metal_kernels():
         binary = Program(get_program(sink, renderer, opts)).binary
         assert binary is not None and binary[:4] == b"MTLB", name
+
+
+def test_vector_types_are_msls_own_bool_vectors_included() -> None:
+    renderer = MetalRenderer()
+    assert renderer.vector_type(dtypes.float16.vec(4)) == ("half4", None)
+    assert renderer.vector_type(dtypes.uint32.vec(3)) == ("uint3", None)
+    assert renderer.vector_type(dtypes.bool.vec(2)) == ("bool2", None)
+    with pytest.raises(ValueError, match=r"MSL has no vector of 8 lanes"):
+        renderer.vector_type(dtypes.float32.vec(8))

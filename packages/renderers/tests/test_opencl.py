@@ -143,3 +143,12 @@ def test_missing_library_names_what_to_install(monkeypatch: pytest.MonkeyPatch) 
 def test_unknown_device_index_lists_the_devices() -> None:
     with pytest.raises(OpenCLNotFoundError, match="there is no OpenCL device 99"):
         OpenCLCompiler(99).compile("__kernel void kiln_kernel() {}")
+
+
+def test_vector_types_are_opencls_own_with_bool_lanes_in_uchar() -> None:
+    renderer = OpenCLRenderer()
+    assert renderer.vector_type(dtypes.float32.vec(4)) == ("float4", None)
+    assert renderer.vector_type(dtypes.int64.vec(16)) == ("long16", None)
+    assert renderer.vector_type(dtypes.bool.vec(2)) == ("uchar2", None)  # OpenCL C has no bool vectors
+    with pytest.raises(ValueError, match=r"OpenCL C has no vector of 5 lanes"):
+        renderer.vector_type(dtypes.float32.vec(5))

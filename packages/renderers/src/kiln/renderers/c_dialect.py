@@ -94,6 +94,9 @@ class CDialect:
         vector_pointer_spaces: the address-space qualifier of a vector pointer cast from an element pointer into a
             buffer of each scope (with its trailing space).
         packed_vectors: vector accesses go through the `packed_` vector types (only the element's alignment).
+        builtin_vectors: the lane counts of the language's own vector types, named `<element><lanes>` (`float4`);
+            (): none, the renderer declares a vector type of its own for each one a kernel uses.
+        bool_vector_element: the element type of a vector of bools; None: the bool type itself.
         vector_literal: a vector value, given `type` and `lanes` (the lane expressions joined by commas).
         lane: one lane of a vector expression, given `vector` and `lane` (an int).
         bitcast: a bit cast, given `type` and `value`; None: through a union (C) or memcpy (C++).
@@ -127,6 +130,8 @@ class CDialect:
     thread_index: str | None = None
     vector_pointer_spaces: Mapping[MemoryScope, str] = field(default_factory=dict)
     packed_vectors: bool = False
+    builtin_vectors: tuple[int, ...] = ()
+    bool_vector_element: str | None = "unsigned char"
     vector_literal: str = "(({type}){{{lanes}}})"
     lane: str = "{vector}[{lane}]"
     bitcast: str | None = None

@@ -340,17 +340,31 @@ class CStyleRenderer(TargetRenderer[CompilerT]):
         return name
 
     def vector_type(self, dtype: DType) -> tuple[str, str | None]:
-        """(name, typedef line or None) of vector `dtype`: a GCC/Clang vector extension type.
+        """(name, typedef line or None) of vector `dtype`: the language's own vector type where its dialect has
+        `builtin_vectors` (ValueError for another lane count), else a GCC/Clang vector extension type.
 
-        Its alignment is one element's (`aligned(itemsize)`): a wide access is then correct for any buffer, not
-        only for one aligned to the whole vector (codegen's contract), and costs the same on current CPUs.
+        The extension type's alignment is one element's (`aligned(itemsize)`): a wide access is then correct for any
+        buffer, not only for one aligned to the whole vector (codegen's contract), and costs the same on current CPUs.
         """
-        scalar = dtype.scalar()
-        element = "unsigned char" if scalar == dtypes.bool else self.scalar_type(scalar)  # no vectors of _Bool
+        scalar, element = dtype.scalar(), self.vector_element(dtype)
+        builtin = self.dialect.builtin_vectors
+        if builtin:
+            if dtype.count not in builtin:
+                raise ValueError(
+                    f"{self.dialect.name} has no vector of {dtype.count} lanes ({dtype!r}); expected {builtin}"
+                )
+            return f"{element}{dtype.count}", None
         name = f"{scalar.name}x{dtype.count}"
         size = scalar.itemsize * dtype.count
         attributes = f"vector_size({size}), aligned({scalar.itemsize}), may_alias"
         return name, f"typedef {element} {name} __attribute__(({attributes}));"
+
+    def vector_element(self, dtype: DType) -> str:
+        """The element type of vector `dtype` (vectors of bool hold the dialect's `bool_vector_element`)."""
+        scalar = dtype.scalar()
+        if scalar == dtypes.bool and self.dialect.bool_vector_element is not None:
+            return self.dialect.bool_vector_element
+        return self.scalar_type(scalar)
 
     # ---- hardware indices ----
 

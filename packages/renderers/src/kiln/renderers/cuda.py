@@ -137,8 +137,7 @@ class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA):
         return CUDACompiler(self.arch, self.output)
 
     def vector_type(self, dtype: DType) -> tuple[str, str | None]:
-        scalar = dtype.scalar()
-        element = "unsigned char" if scalar == dtypes.bool else self.scalar_type(scalar)
+        scalar, element = dtype.scalar(), self.vector_element(dtype)
         name = f"kiln_{scalar.name}x{dtype.count}"
         alignment = scalar.itemsize * dtype.count
         return name, f"struct __align__({alignment}) {name} {{ {element} v[{dtype.count}]; }};"

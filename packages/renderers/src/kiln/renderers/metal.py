@@ -133,6 +133,8 @@ METAL_DIALECT = dataclasses.replace(
         MemoryScope.REG: "thread ",
     },
     packed_vectors=True,
+    builtin_vectors=VECTOR_COUNTS,
+    bool_vector_element=None,  # MSL has bool vectors
     vector_literal="{type}({lanes})",
     bitcast="as_type<{type}>({value})",
     # MSL has no double: the conversion computes in float; for |x| >= 2**64 a float is a multiple of 2**41, so
@@ -163,11 +165,6 @@ class MetalRenderer(CStyleRenderer[MetalCompiler], target=METAL):
 
     def __repr__(self) -> str:
         return f"MetalRenderer(language_version={self.language_version!r})"
-
-    def vector_type(self, dtype: DType) -> tuple[str, str | None]:
-        if dtype.count not in VECTOR_COUNTS:
-            raise ValueError(f"MSL has no vector of {dtype.count} lanes ({dtype!r}); expected {VECTOR_COUNTS}")
-        return f"{self.scalar_type(dtype.scalar())}{dtype.count}", None
 
     def float_alu(self, writer: CStyleWriter, op: Ops, dtype: DType, operands: list[str]) -> str:
         # half and bfloat take sqrt/trunc of float (exact: sqrt of a float rounds once more to the narrow type only

@@ -161,6 +161,8 @@ OPENCL_DIALECT = dataclasses.replace(
     barrier_statement="barrier(CLK_LOCAL_MEM_FENCE);",
     group_index="get_group_id({dimension})",
     thread_index="get_local_id({dimension})",
+    builtin_vectors=VECTOR_COUNTS,
+    bool_vector_element="uchar",  # no bool vectors in OpenCL C
     vector_literal="(({type})({lanes}))",
     lane="({vector}).s{lane:x}",
     bitcast="as_{type}({value})",
@@ -187,13 +189,6 @@ class OpenCLRenderer(CStyleRenderer[OpenCLCompiler], target=OPENCL):
     def make_compiler(self) -> OpenCLCompiler:
         """The OpenCL platform's program build for device `device_index`."""
         return OpenCLCompiler(self.device_index)
-
-    def vector_type(self, dtype: DType) -> tuple[str, str | None]:
-        if dtype.count not in VECTOR_COUNTS:
-            raise ValueError(f"OpenCL has no vector of {dtype.count} lanes ({dtype!r}); expected {VECTOR_COUNTS}")
-        scalar = dtype.scalar()
-        element = "uchar" if scalar == dtypes.bool else self.scalar_type(scalar)  # no bool vectors in OpenCL C
-        return f"{element}{dtype.count}", None
 
     def bitcast(self, writer: CStyleWriter, value: str, source: DType, target: DType) -> str:
         if source.scalar() == dtypes.bool or target.scalar() == dtypes.bool:
