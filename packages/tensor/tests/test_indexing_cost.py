@@ -176,6 +176,13 @@ def test_backward_accumulates_repeated_positions_like_torch() -> None:
     np.add.at(expected, (rows, columns), weights)
     assert x.grad is not None
     np.testing.assert_array_equal(x.grad.numpy(), expected)
+    rows_of = Tensor(x_np, requires_grad=True)
+    row_index, row_weights = np.array([[1, 4], [1, -1]]), np.arange(20, dtype=np.float32).reshape(5, 2, 2) - 3
+    (rows_of[:, Tensor(row_index.astype(np.int32))] * Tensor(row_weights)).sum().backward()
+    expected = np.zeros_like(x_np)
+    np.add.at(expected, (np.arange(5)[:, None, None], row_index[None]), row_weights)
+    assert rows_of.grad is not None
+    np.testing.assert_array_equal(rows_of.grad.numpy(), expected)
     table = Tensor(x_np, requires_grad=True)
     picked = np.array([[2, 2, 0], [5, 1, 5], [0, 0, 0], [3, 3, 3], [1, 4, 1]])
     (table.gather(1, Tensor(picked.astype(np.int32))) * 2).sum().backward()
