@@ -10,7 +10,8 @@ References: llama.cpp (the `llama-cpp-python` package) on the same GGUF file wit
 (the CPUs this process may run on; `--threads`), run by `--llama-python PATH` (default: this Python if it imports
 `llama_cpp`, else $KILN_LLAMA_PYTHON; skipped with a message when neither has it). Its prefill is one `eval` of the
 prompt, its decode one `eval` per token with the argmax of the last logits; the greedy ids of each decode run are
-compared with kiln's and a mismatch is printed. Each format row gets its kiln / llama.cpp ratio. transformers'
+compared with kiln's and a mismatch is printed (`--llama-omp-wait`: OMP_WAIT_POLICY of its threads, passive by
+default: see `bench_llama`). Each format row gets its kiln / llama.cpp ratio. transformers'
 LlamaForCausalLM (float32, eager, KV cache) of the same shape and random weights of its own runs under a Python that
 has torch (`--torch-python PATH`; skipped when not given). Each format is measured in a fresh process; figures are
 medians over `--runs`, with each process's peak RSS.
@@ -88,8 +89,15 @@ print(json.dumps(result))
 LLAMA_SCRIPT = r"""
 import ctypes, json, resource, statistics, sys, time
 import numpy as np
-import llama_cpp
-path, ids, prompts, positions, new, runs, threads, context = json.loads(sys.argv[1])
+import llama_cpp, llama_cpp.llama_cpp as low
+path, ids, prompts, positions, new, runs, threads, context, extra_buffers = json.loads(sys.argv[1])
+if not extra_buffers:  # no repacked / AMX weight buffers (the AMX matmul crashed where the OS gave no AMX state)
+    defaults = low.llama_model_default_params
+    def model_params():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+    low.llama_model_default_params = model_params
 batch = max(prompts + positions)
 llm = llama_cpp.Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=context, n_batch=batch,
     n_ubatch=batch, logits_all=False, verbose=False)
@@ -124,6 +132,7 @@ for position in positions:
     result["ids"][position] = out
 result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 result["version"] = llama_cpp.__version__
+result["extra_buffers"] = extra_buffers
 print(json.dumps(result))
 """
 
@@ -266,11 +275,21 @@ def llama_python(given: str | None) -> str | None:
 
 def bench_llama(
     python: str, path: Path, ids: list[int], prompts: list[int], positions: list[int], new: int, runs: int,
-    threads: int, context: int,
+    threads: int, context: int, omp_wait: str = "passive",
 ) -> dict[str, Any]:  # fmt: skip
-    """llama.cpp's figures on the GGUF file at `path` (LLAMA_SCRIPT in a fresh process of `python`)."""
-    payload = json.dumps([str(path), ids, prompts, positions, new, runs, threads, context])
-    done = subprocess.run([python, "-c", LLAMA_SCRIPT, payload], capture_output=True, text=True)
+    """llama.cpp's figures on the GGUF file at `path` (LLAMA_SCRIPT in a fresh process of `python`). A crash with
+    llama.cpp's extra weight buffers (repacked layouts, AMX: ggml's AMX matmul segfaults on a VM that enables the
+    AMX CPU flags without granting the tile state) is retried without them, which the result records. `omp_wait`
+    sets OMP_WAIT_POLICY for llama.cpp's OpenMP threads ("default": left alone): spinning threads collapse on a
+    machine busier than its cores (the 100M Q8_0 file on the loaded 2-core VM: decode 1 tok/s active, 15 passive)."""
+    env = dict(os.environ)
+    if omp_wait != "default":
+        env["OMP_WAIT_POLICY"] = omp_wait.upper()
+    for extra_buffers in (True, False):
+        payload = json.dumps([str(path), ids, prompts, positions, new, runs, threads, context, extra_buffers])
+        done = subprocess.run([python, "-c", LLAMA_SCRIPT, payload], capture_output=True, text=True, env=env)
+        if done.returncode != -11:  # SIGSEGV
+            break
     if done.returncode:
         raise RuntimeError(f"llama.cpp under {python} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -374,6 +393,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="sample (top-k 40, top-p 0.95); 0: greedy")
     parser.add_argument("--torch-python", help="a Python with torch and transformers (reference; omitted: skipped)")
     parser.add_argument("--llama-python", help="a Python with llama_cpp (default: this one, else $KILN_LLAMA_PYTHON)")
+    parser.add_argument("--llama-omp-wait", choices=["passive", "active", "default"], default="passive")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="llama.cpp's (kiln's CPUs)")
     parser.add_argument("--kiln-child", help=argparse.SUPPRESS)  # internal: measure one GGUF file in a fresh process
     args = parser.parse_args()
@@ -421,18 +441,13 @@ def main() -> None:
             _report(f"kiln {name:6s}", got, extra)
             if llama is None:
                 continue
+            context = args.max_context or args.context
             theirs = bench_llama(
-                llama,
-                path,
-                ids,
-                prompts,
-                positions,
-                args.new,
-                args.runs,
-                args.threads,
-                args.max_context or args.context,
+                llama, path, ids, prompts, positions, args.new, args.runs, args.threads, context, args.llama_omp_wait
             )
-            _report(f"llama.cpp {theirs['version']} {name} ({args.threads} threads)", theirs, "")
+            setup = f"{args.threads} threads, OpenMP wait {args.llama_omp_wait}"
+            setup += "" if theirs["extra_buffers"] else ", no extra buffers"
+            _report(f"llama.cpp {theirs['version']} {name} ({setup})", theirs, "")
             print(f"  kiln / llama.cpp {name}: {_ratios(got, theirs)}")
             if not args.temperature:
                 print(f"  greedy ids, kiln vs llama.cpp: {_same_ids(got, theirs)}")
