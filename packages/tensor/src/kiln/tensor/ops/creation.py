@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Self, cast
 
 import numpy as np
@@ -167,6 +167,17 @@ def _cut(values: TensorT, dims: tuple[int, ...], requires_grad: bool | None) -> 
     return _with_grad(values._movement(Ops.SHRINK, tuple((0, size) for size in dims)), requires_grad)
 
 
+def _random_tensor(
+    kind: type[TensorT], dims: tuple[int, ...], device: str | tuple[str, ...] | None, requires_grad: bool | None,
+    draw: Callable[[int], TensorT],
+) -> TensorT:  # fmt: skip
+    """The random tensor of shape `dims` whose `count` flat values `draw(count)` makes (in the result's dtype); a
+    symbolic shape draws at its largest and is cut (`_cut`)."""
+    if is_symbolic(dims):
+        return _cut(_random_tensor(kind, _largest_shape(dims), device, None, draw), dims, requires_grad)
+    return _with_grad(draw(math.prod(dims))._movement(Ops.RESHAPE, dims), requires_grad)
+
+
 def _unit_interval(bits: TensorT, dtype: DType) -> TensorT:
     """Floats in [0, 1) of `dtype` from uint32 `bits`: the top k bits times 2**-k, k = the dtype's precision.
 
@@ -179,6 +190,28 @@ def _unit_interval(bits: TensorT, dtype: DType) -> TensorT:
         top = bits._binary(Ops.SHR, bits._const(32 - precision, bits.shape, dtypes.uint32, bits.device))
     scaled = top._cast(compute)._binary(Ops.MUL, bits._const(2.0**-precision, bits.shape, compute, bits.device))
     return scaled._cast(dtype)
+
+
+def _normal_values(kind: type[TensorT], count: int, device: str | tuple[str, ...] | None, dtype: DType) -> TensorT:
+    """`count` standard normal numbers of `dtype`: the Box-Muller transform of two uniform numbers per element."""
+    first, second = _random_words(kind, count, device)
+    radius_uniform = _unit_interval(first, dtypes.float32)
+    angle_uniform = _unit_interval(second, dtypes.float32)
+    # 1 - u lies in (0, 1], so the logarithm is finite
+    radius = ((1.0 - radius_uniform).log() * -2.0).sqrt()
+    return (radius * (angle_uniform * (2.0 * math.pi)).cos())._cast(dtype)
+
+
+def _integer_values(
+    kind: type[TensorT], count: int, device: str | tuple[str, ...] | None, lowest: int, span: int, dtype: DType
+) -> TensorT:
+    """`count` uniform integers in [lowest, lowest + span) as `dtype`."""
+    bits = _random_bits(kind, count, device)._cast(dtypes.uint64)
+    # (bits * span) >> 32 maps the 2**32 words onto [0, span) with at most one count of bias per value
+    scaled = bits._binary(Ops.MUL, bits._const(span, bits.shape, dtypes.uint64, bits.device))
+    offset = scaled._binary(Ops.SHR, bits._const(32, bits.shape, dtypes.uint64, bits.device))
+    start = bits._const(lowest, bits.shape, dtypes.int64, bits.device)
+    return offset._cast(dtypes.int64)._binary(Ops.ADD, start)._cast(dtype)
 
 
 class DTypeMixin(TensorCore):
@@ -485,11 +518,13 @@ class CreationMixin(DTypeMixin):
         """
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "rand")
-        if is_symbolic(dims):
-            return _cut(cls.rand(_largest_shape(dims), dtype=target_dtype, device=device), dims, requires_grad)
-        count = math.prod(dims)
-        values = _unit_interval(_random_bits(cls, count, device), target_dtype)
-        return _with_grad(values._movement(Ops.RESHAPE, dims), requires_grad)
+        return _random_tensor(
+            cls,
+            dims,
+            device,
+            requires_grad,
+            lambda count: _unit_interval(_random_bits(cls, count, device), target_dtype),
+        )
 
     @classmethod
     def randn(
@@ -507,16 +542,9 @@ class CreationMixin(DTypeMixin):
         """
         dims = shape_argument(shape)
         target_dtype = _float_dtype(dtype, "randn")
-        if is_symbolic(dims):
-            return _cut(cls.randn(_largest_shape(dims), dtype=target_dtype, device=device), dims, requires_grad)
-        count = math.prod(dims)
-        first, second = _random_words(cls, count, device)
-        radius_uniform = _unit_interval(first, dtypes.float32)
-        angle_uniform = _unit_interval(second, dtypes.float32)
-        # 1 - u lies in (0, 1], so the logarithm is finite
-        radius = ((1.0 - radius_uniform).log() * -2.0).sqrt()
-        values = radius * (angle_uniform * (2.0 * math.pi)).cos()
-        return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
+        return _random_tensor(
+            cls, dims, device, requires_grad, lambda count: _normal_values(cls, count, device, target_dtype)
+        )
 
     @classmethod
     def randint(
@@ -544,16 +572,13 @@ class CreationMixin(DTypeMixin):
             raise TypeError(f"randint makes integer tensors, got dtype {target_dtype!r}")
         if lowest < dtypes.min(target_dtype) or highest - 1 > dtypes.max(target_dtype):
             raise ValueError(f"randint range [{lowest}, {highest}) does not fit in {target_dtype!r}")
-        if is_symbolic(dims):
-            largest = cls.randint(_largest_shape(dims), low=lowest, high=highest, dtype=target_dtype, device=device)
-            return _cut(largest, dims, requires_grad)
-        count = math.prod(dims)
-        bits = _random_bits(cls, count, device)._cast(dtypes.uint64)
-        # (bits * span) >> 32 maps the 2**32 words onto [0, span) with at most one count of bias per value
-        scaled = bits._binary(Ops.MUL, bits._const(span, bits.shape, dtypes.uint64, bits.device))
-        offset = scaled._binary(Ops.SHR, bits._const(32, bits.shape, dtypes.uint64, bits.device))
-        values = offset._cast(dtypes.int64)._binary(Ops.ADD, bits._const(lowest, bits.shape, dtypes.int64, bits.device))
-        return _with_grad(values._cast(target_dtype)._movement(Ops.RESHAPE, dims), requires_grad)
+        return _random_tensor(
+            cls,
+            dims,
+            device,
+            requires_grad,
+            lambda count: _integer_values(cls, count, device, lowest, span, target_dtype),
+        )
 
     @classmethod
     def uniform(
