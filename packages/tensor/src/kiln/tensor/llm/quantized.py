@@ -69,7 +69,7 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
     return out if bias is None else out + bias.float()
 
 
-BATCHED_ROWS = 8
+BATCHED_ROWS = 16
 """Inputs of at least this many rows (or a symbolic count: a prefill chunk) multiply a quantized weight decoded once
 into a float32 matrix of its own (a kernel that reads the bytes once), then the float matmul with its register tiles.
 The fused product of `_blocked_product` decodes every block once per input row: the right trade for a decode step's
@@ -80,7 +80,8 @@ attention's heads put back side by side) kept the matmul from its register tiles
 Kernel time of a (2048, 768) weight times 64 rows (DEBUG=2, minimum of 15 on the loaded 2-core VM, which swings the
 same kernel by 3x): Q8_0 24 -> 0.35 + 9.4 ms (decode + matmul), Q6_K 40 -> 0.52 + 10.6; Q4_K, which the scheduler
 already split into a decode and a tiled kernel, stays at about 10 ms. In the 100M model's prefill of 64 tokens
-(Q4_K_M), the contiguous input took the attention output projection from 35 to 6 ms a layer."""
+(Q4_K_M), the contiguous input took the attention output projection from 35 to 6 ms a layer. At 8 rows (the
+server's decode of 8 slots) both forms took about 1 ms (Q8_0, Q4_K): such a step keeps the fused product."""
 
 
 def _check_columns(x: Tensor, weight: QuantizedWeight) -> None:
