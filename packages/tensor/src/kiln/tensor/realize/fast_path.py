@@ -155,11 +155,10 @@ class EagerFastPath:
 
         `slot_positions`: the run-list position (outputs, then inputs) of each program parameter; `input_buffer`:
         the engine's function from an input node to its Buffer (for lifted constants)."""
-        walked = structure_of(root)
-        if walked is None or len(plan.outputs) != 1 or plan.temporaries or len(plan.steps) != 1:
+        if len(plan.outputs) != 1 or plan.temporaries or len(plan.steps) != 1:
             return
         step = plan.steps[0]
-        if not isinstance(step, KernelStep) or step.var_vals:
+        if not isinstance(step, KernelStep) or step.var_vals or (walked := structure_of(root)) is None:
             return
         key, bases = walked
         # a source over no buffer must be a pure graph (normalizing marks them in one epoch only: a mark says so)
