@@ -3,8 +3,9 @@
 `x = (x + 1).realize()` in a loop realizes a new ADD node each time, over a new BUFFER node (the last result) and
 the same constant. The slow path normalizes it (placeholders for the buffers, a hash-consed node for the result),
 looks its plan up in the schedule cache, prepares the run and launches the kernel. The plan depends only on the
-node's structure: its op, dtype and payload, each buffer source's dtype, size and device (and which sources are one
-buffer), and each other source's graph. An `EagerFastPath` remembers, by exactly that key, what the slow path found
+node's structure: its op, dtype and payload, each buffer source's dtype, size and device (a source may be a RESHAPE
+of a buffer, the view of a realized result of several dims: its shape too; and which sources are one buffer), and
+each other source's graph. An `EagerFastPath` remembers, by exactly that key, what the slow path found
 (the plan's one kernel and where each program parameter's buffer comes from), and the next node of that structure
 is launched at once on a new output buffer.
 
@@ -17,7 +18,9 @@ The key holds what the result depends on, so anything else takes the slow path:
   one without memory, goes to the slow path (which raises or allocates as it does);
 - a node realized already (its view is reused, not recomputed), `DEBUG` output, and an open capture (TinyJit
   records every launch) go to the slow path; the gradient requirement is the caller's (`Tensor.realize_all` keeps
-  the graph of a tensor that requires grad), not the plan's.
+  the graph of a tensor that requires grad), not the plan's;
+- the program is the one the engine's method cache holds for the kernel (built once per kernel sink and device, as
+  on the slow path, whatever compile knobs change later); clearing the engine's plans or programs clears the entries.
 
 Only plans of one kernel and one output, whose inputs are the node's buffer sources (or constants the schedule
 cache lifted into buffers, fixed for the key's constant), are remembered.
