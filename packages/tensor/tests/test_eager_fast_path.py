@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -274,6 +275,27 @@ def test_a_jitted_step_captures_and_replays_its_kernels() -> None:
         for call in range(4):
             start = np.full(16, call, np.float32)
             np.testing.assert_array_equal(step(Tensor(start, device=DEVICE)).numpy(), start + 1)
+
+
+def test_threads_on_one_engine_each_get_their_own_results() -> None:
+    engine = Engine()
+    finals: dict[int, np.ndarray] = {}
+
+    def work(index: int) -> None:
+        with use_engine(engine):
+            x = Tensor(np.full(16, index * 1000, np.float32), device=DEVICE)
+            for _ in range(100):
+                x = (x + 1).realize()
+            finals[index] = x.numpy()
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(3):
+        np.testing.assert_array_equal(finals[index], np.full(16, index * 1000 + 100, np.float32))
+    assert engine.fast.hits >= 3 * 98
 
 
 def test_clearing_the_engine_forgets_the_fast_path() -> None:
