@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
+import gguf
 import numpy as np
 import pytest
 
@@ -14,8 +15,10 @@ from kiln.tensor import Tensor
 from kiln.tensor.llm import load_model
 from kiln.tensor.llm.batching import BatchedGenerator, Sequence
 from kiln.tensor.llm.config import LlamaConfig
+from kiln.tensor.llm.families import split_rows
 from kiln.tensor.llm.generate import Generator
 from kiln.tensor.llm.model import Transformer
+from kiln.tensor.llm.quantized import QuantizedWeight
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 FAMILIES = ["phi3", "olmo2", "gemma2", "gemma3", "mistral_sw", "deepseek2"]
@@ -31,7 +34,7 @@ def prompt_logits(path: pathlib.Path, family: str) -> np.ndarray:
 def test_prompt_logits_match_transformers(family: str, gguf: bool) -> None:
     path = FIXTURES / family / (f"{family}-f32.gguf" if gguf else "")
     expected = np.load(FIXTURES / family / "expected.npz")["logits"]
-    np.testing.assert_allclose(prompt_logits(path, family), expected, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(prompt_logits(path, family), expected, atol=2e-5, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -139,3 +142,54 @@ def test_unsupported_family_options_are_refused() -> None:
         LlamaConfig.from_hf_config(base | {"model_type": "gemma2", "hidden_activation": "gelu"})
     with pytest.raises(ValueError, match="lacks 'kv_lora_rank'"):
         LlamaConfig.from_hf_config({k: v for k, v in deepseek.items() if k != "kv_lora_rank"})
+
+
+@pytest.mark.parametrize("kind", [gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0])
+def test_fused_quantized_matrices_split_by_rows(kind: gguf.GGMLQuantizationType) -> None:
+    """Phi-3's fused q/k/v (and gate/up) GGUF matrices split into byte ranges of their blocks, still quantized, each
+    decoding to its rows of gguf-py's numpy dequantization of the whole."""
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((48 + 16 + 16, 256)).astype(np.float32)
+    raw = gguf.quants.quantize(values, kind)
+    oracle = gguf.quants.dequantize(raw, kind).reshape(values.shape)
+    fused = QuantizedWeight(Tensor(raw.reshape(-1)), int(kind), values.shape)
+    parts = split_rows(fused, (48, 16, 16), "blk.0.attn_qkv.weight")
+    assert [p.shape for p in parts] == [(48, 256), (16, 256), (16, 256)]
+    assert all(isinstance(p, QuantizedWeight) for p in parts)
+    got = np.concatenate([p.dequantized().numpy() for p in parts if isinstance(p, QuantizedWeight)])
+    np.testing.assert_array_equal(got, oracle)
+    with pytest.raises(ValueError, match=r"attn_qkv\.weight has shape \(80, 256\), expected \(96, cols\)"):
+        split_rows(fused, (48, 24, 24), "blk.0.attn_qkv.weight")
+
+
+@pytest.mark.parametrize("gguf_file", [False, True], ids=["safetensors", "gguf"])
+def test_phi3_longrope_picks_its_factors_by_the_context(gguf_file: bool) -> None:
+    """Within the original 64 positions (a cache of 64): the short factors, as transformers uses them for a prompt
+    that fits; a cache past them (the trained 256): the long factors, as transformers uses them for an 80-token
+    prompt. Both with the attention factor sqrt(1 + ln(256 / 64) / ln(64))."""
+    path = FIXTURES / "phi3_longrope" / ("phi3_longrope-f32.gguf" if gguf_file else "")
+    expected = np.load(FIXTURES / "phi3_longrope" / "expected.npz")
+    short = load_model(path, max_context=64)
+    assert short.config.rope_scaling["rope_type"] == "longrope"
+    got = short.model(Tensor(expected["prompt"].reshape(1, -1).astype(np.int32)), 0).numpy()[0]
+    np.testing.assert_allclose(got, expected["logits"], atol=2e-5, rtol=0)
+    long = load_model(path)
+    got = long.model(Tensor(expected["long_prompt"].reshape(1, -1).astype(np.int32)), 0).numpy()[0]
+    np.testing.assert_allclose(got, expected["long_logits"], atol=2e-5, rtol=0)
+    short.model.reset()
+    got = short.model(Tensor(expected["long_prompt"][:64].reshape(1, -1).astype(np.int32)), 0).numpy()[0]
+    assert np.abs(got - expected["long_logits"][:64]).max() > 1e-2  # the factors differ: the choice is tested
+
+
+def test_deepseek2_gguf_with_kv_b_split_per_head() -> None:
+    """llama.cpp's current converter splits kv_b into attn_k_b (heads, rank, nope) and attn_v_b (heads, v, rank) and
+    writes the cached widths under key_length / value_length: kiln then scores the latents with the queries taken
+    into the latent space (absorbed), the same logits and tokens as transformers' expanded keys and values."""
+    path = FIXTURES / "deepseek2" / "deepseek2-split-f32.gguf"
+    expected = np.load(FIXTURES / "deepseek2" / "expected.npz")
+    loaded = load_model(path)
+    assert loaded.config.kv_b_split and (loaded.config.qk_nope_head_dim, loaded.config.v_head_dim) == (16, 12)
+    assert "blk.1.attn_k_b.weight" in loaded.model.weights and "blk.1.attn_kv_b.weight" not in loaded.model.weights
+    np.testing.assert_allclose(prompt_logits(path, "deepseek2"), expected["logits"], atol=2e-5, rtol=0)
+    got = list(Generator(loaded).generate(expected["prompt"].tolist(), max_tokens=len(expected["greedy"])))
+    assert got == expected["greedy"].tolist()

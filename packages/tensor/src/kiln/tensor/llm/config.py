@@ -57,6 +57,7 @@ class LlamaConfig:
     qk_rope_head_dim: int = 0  # DeepSeek MLA: the rotated share of a query / key head (head_dim is this)
     qk_nope_head_dim: int = 0  # DeepSeek MLA: the unrotated share of a query / key head
     v_head_dim: int = 0  # DeepSeek MLA: a value head's size
+    kv_b_split: bool = False  # DeepSeek MLA in GGUF since 2025: kv_b as per-head attn_k_b and attn_v_b (absorbed)
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     architecture: str = "llama"
@@ -166,8 +167,12 @@ class LlamaConfig:
         )
         return cls(**(fields | gguf_overrides(meta, arch)))
 
-    def inv_freq(self) -> tuple[np.ndarray, float]:
-        """The rotary inverse frequencies (head_dim / 2 of them, float64) and the attention (cos/sin) scale."""
+    def inv_freq(self, context: int | None = None) -> tuple[np.ndarray, float]:
+        """The rotary inverse frequencies (head_dim / 2 of them, float64) and the attention (cos/sin) scale.
+        `context`: the positions the model runs over (its KV cache), which picks LongRoPE's factors (Phi-3): the
+        long ones past the original context, like llama.cpp (transformers picks per call, by the sequence's length:
+        the same choice for every sequence within the original context, and for a cache past it, every sequence
+        reaching past it)."""
         half = np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim
         base = 1.0 / self.rope_theta**half
         kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
@@ -179,6 +184,14 @@ class LlamaConfig:
         if kind == "linear":
             return base / factor, 1.0
         original = float(self.rope_scaling.get("original_max_position_embeddings", self.context_length))
+        if kind == "longrope":
+            long = context is not None and context > original
+            factors = np.asarray(self.rope_scaling["long_factor" if long else "short_factor"], np.float64)
+            attention = self.rope_scaling.get("attention_factor")
+            if attention is None:
+                stretch = float(self.rope_scaling.get("factor") or self.context_length / original)
+                attention = 1.0 if stretch <= 1 else math.sqrt(1 + math.log(stretch) / math.log(original))
+            return base / factors, float(attention)
         if kind == "llama3":
             low, high = float(self.rope_scaling["low_freq_factor"]), float(self.rope_scaling["high_freq_factor"])
             wavelength = 2 * math.pi / base
@@ -197,4 +210,6 @@ class LlamaConfig:
             keep = 1 - ramp  # share of the unscaled (extrapolated) frequency
             scale = float(self.rope_scaling.get("attention_factor") or 0.1 * math.log(factor) + 1.0)
             return base / factor * (1 - keep) + base * keep, scale
-        raise NotImplementedError(f"rope scaling type {kind!r} is not supported; kiln has linear, llama3 and yarn")
+        raise NotImplementedError(
+            f"rope scaling type {kind!r} is not supported; kiln has linear, llama3, yarn and longrope"
+        )

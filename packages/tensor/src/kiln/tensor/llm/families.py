@@ -15,7 +15,7 @@ from typing import Any
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["adapt_weights", "gguf_overrides", "hf_layer_names", "hf_overrides"]
+__all__ = ["adapt_weights", "gguf_overrides", "hf_layer_names", "hf_overrides", "split_rows"]
 
 GEMMA_HF = ("gemma2", "gemma3_text")
 GEMMA_GGUF = ("gemma2", "gemma3")
@@ -29,10 +29,17 @@ def hf_overrides(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
     if model_type in ("mistral", "mixtral"):
         return {"sliding_window": int(hf.get("sliding_window") or 0)}
     if model_type == "phi3":
-        partial = float((hf.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0))
+        rope = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
+        partial = float(rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
         if partial != 1.0:
             raise NotImplementedError(f"phi3 with partial_rotary_factor {partial} is not supported (only 1.0)")
-        return {}
+        rope.pop("rope_theta", None)
+        if rope.get("rope_type", rope.get("type")) not in ("longrope", "su"):
+            return {}
+        original = rope.get("original_max_position_embeddings", hf.get("original_max_position_embeddings"))
+        if original is None:
+            raise ValueError("config.json lacks 'original_max_position_embeddings', which LongRoPE needs")
+        return {"rope_scaling": rope | {"rope_type": "longrope", "original_max_position_embeddings": int(original)}}
     if model_type in GEMMA_HF:
         head_dim = int(hf.get("head_dim") or dim // heads)
         layers = int(hf["num_hidden_layers"])
@@ -70,14 +77,23 @@ def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
     method = hf.get("topk_method", "greedy")
     if method != "greedy":
         raise NotImplementedError(f"deepseek_v2 topk_method {method!r} is not supported (only 'greedy')")
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type")) not in (None, "default"):
-        raise NotImplementedError(
-            f"deepseek_v2 rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported"
-        )
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope.pop("rope_theta", None)
+    kind = rope.get("rope_type", rope.get("type"))
     nope, rotated = int(hf["qk_nope_head_dim"]), int(hf["qk_rope_head_dim"])
+    scale = (nope + rotated) ** -0.5
+    if kind == "yarn":  # DeepSeek-V2-Lite: YaRN whose mscale_all_dim also scales the scores (of every dim)
+        factor = float(rope["factor"])
+        mscale, mscale_all = float(rope.get("mscale") or 0), float(rope.get("mscale_all_dim") or 0)
+        if rope.get("attention_factor") is None and mscale and mscale_all:
+            rope["attention_factor"] = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all)
+        if mscale_all:
+            scale *= _yarn_mscale(factor, mscale_all) ** 2
+    elif kind not in (None, "default"):
+        raise NotImplementedError(f"deepseek_v2 rope scaling {kind!r} is not supported (yarn only)")
     expert_ff = int(hf["moe_intermediate_size"])
     return {
+        "rope_scaling": rope if kind == "yarn" else {},
         "n_kv_heads": int(hf["num_attention_heads"]),
         "head_dim": rotated,
         "rope_interleaved": True,  # DeepSeek rotates pairs (2i, 2i+1) (complex multiplication)
@@ -86,7 +102,7 @@ def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
         "qk_rope_head_dim": rotated,
         "qk_nope_head_dim": nope,
         "v_head_dim": int(hf["v_head_dim"]),
-        "attention_scale": (nope + rotated) ** -0.5,
+        "attention_scale": scale,
         "n_experts": int(hf["n_routed_experts"]),
         "hidden_dim": expert_ff,
         "dense_hidden_dim": int(hf["intermediate_size"]),
@@ -96,6 +112,11 @@ def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
         "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
         "expert_weights_scale": float(hf.get("routed_scaling_factor", 1.0)),
     }
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    """YaRN's magnitude correction 0.1 * mscale * ln(factor) + 1 (1 for a factor of 1 or less)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def _activation(name: str) -> str:
@@ -118,8 +139,6 @@ def gguf_overrides(meta: dict[str, Any], arch: str) -> dict[str, Any]:
         return {"pre_norm": False, "post_norm": True, "qk_norm": True, "qk_norm_full": True}
     if arch == "llama" and key("attention.sliding_window"):
         return {"sliding_window": int(key("attention.sliding_window"))}
-    if arch == "phi3" and (key("rope.scaling.type") or key("rope.scaling.attn_factor")):
-        raise NotImplementedError("phi3 with long-context rope factors is not supported")
     if arch in GEMMA_GGUF:
         head_dim = int(key("attention.key_length", dim // heads))
         big = layers in (46, 62)  # the 27B models scale by dim / heads (llama.cpp), the others by the head size
@@ -155,13 +174,29 @@ def _deepseek_gguf(meta: dict[str, Any], arch: str, heads: int) -> dict[str, Any
             raise ValueError(f"GGUF metadata lacks {arch}.{name}, which a {arch} model needs")
         return value
 
-    if key("rope.scaling.type", "none") not in ("none", None):
-        raise NotImplementedError(f"deepseek2 rope scaling {key('rope.scaling.type')!r} is not supported")
+    kind = key("rope.scaling.type", "none")
+    if kind not in ("none", "yarn"):
+        raise NotImplementedError(f"deepseek2 rope scaling {kind!r} is not supported (yarn only)")
     if int(key("expert_gating_func", 1)) != 1:
         raise NotImplementedError("deepseek2 with sigmoid expert gating (DeepSeek-V3) is not supported (softmax only)")
-    rotated, key_length = int(key("rope.dimension_count")), int(key("attention.key_length"))
+    # llama.cpp's converter since 2025 writes the cached widths under key_length / value_length (kv_lora_rank +
+    # rope, kv_lora_rank) and a head's under key_length_mla / value_length_mla; older files, a head's under the former
+    rotated = int(key("rope.dimension_count"))
+    key_length = int(meta.get(f"{arch}.attention.key_length_mla") or key("attention.key_length"))
+    value_length = int(meta.get(f"{arch}.attention.value_length_mla") or key("attention.value_length"))
     expert_ff = int(key("expert_feed_forward_length"))
-    return {
+    out: dict[str, Any] = {}
+    scale = key_length**-0.5
+    if kind == "yarn":  # llama.cpp: the rope keeps its magnitude; the scores scale by (1 + log_mul * ln(factor))^2
+        factor = float(key("rope.scaling.factor"))
+        out["rope_scaling"] = {
+            "rope_type": "yarn",
+            "factor": factor,
+            "original_max_position_embeddings": int(key("rope.scaling.original_context_length")),
+            "attention_factor": 1.0,
+        }
+        scale *= (1.0 + float(key("rope.scaling.yarn_log_multiplier", 0.0)) * math.log(factor)) ** 2
+    return out | {
         "n_kv_heads": heads,
         "head_dim": rotated,
         "rope_interleaved": True,
@@ -169,8 +204,8 @@ def _deepseek_gguf(meta: dict[str, Any], arch: str, heads: int) -> dict[str, Any
         "kv_lora_rank": int(key("attention.kv_lora_rank")),
         "qk_rope_head_dim": rotated,
         "qk_nope_head_dim": key_length - rotated,
-        "v_head_dim": int(key("attention.value_length")),
-        "attention_scale": key_length**-0.5,
+        "v_head_dim": value_length,
+        "attention_scale": scale,
         "dense_hidden_dim": int(key("feed_forward_length")),
         "leading_dense_layers": int(key("leading_dense_block_count", 0)),
         "shared_expert_dim": int(key("expert_shared_count", 0)) * expert_ff,

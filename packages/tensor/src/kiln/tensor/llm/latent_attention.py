@@ -15,11 +15,16 @@ attn_kv_a_norm, attn_kv_b, attn_output.
 from __future__ import annotations
 
 from kiln.tensor.llm.config import LlamaConfig
-from kiln.tensor.llm.layers import CachedAttention, Positions, Projection, attend
+from kiln.tensor.llm.layers import CachedAttention, Experts, Positions, Projection, attend
+from kiln.tensor.llm.quantized import QuantizedWeight, Weight
 from kiln.tensor.nn import RMSNorm
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["LatentAttention"]
+__all__ = ["LATENT_NORM_EPS", "LatentAttention"]
+
+LATENT_NORM_EPS = 1e-6
+"""The epsilon of the compressed query's and the latent's RMS norms: DeepSeek's reference code (and transformers)
+build them with their default 1e-6, whatever the config's rms_norm_eps (1e-6 in the published models as well)."""
 
 
 class LatentAttention(CachedAttention):
@@ -39,13 +44,17 @@ class LatentAttention(CachedAttention):
         self.attn_norm = RMSNorm(dim, config.norm_eps)
         if config.q_lora_rank:
             self.attn_q_a = Projection(dim, config.q_lora_rank)
-            self.attn_q_a_norm = RMSNorm(config.q_lora_rank, config.norm_eps)
+            self.attn_q_a_norm = RMSNorm(config.q_lora_rank, LATENT_NORM_EPS)
             self.attn_q_b = Projection(config.q_lora_rank, heads * (nope + rotated))
         else:
             self.attn_q = Projection(dim, heads * (nope + rotated))
         self.attn_kv_a_mqa = Projection(dim, rank + rotated)
-        self.attn_kv_a_norm = RMSNorm(rank, config.norm_eps)
-        self.attn_kv_b = Projection(rank, heads * (nope + value))
+        self.attn_kv_a_norm = RMSNorm(rank, LATENT_NORM_EPS)
+        if config.kv_b_split:  # llama.cpp's layout for absorbed MLA: k_b (heads, rank, nope), v_b (heads, v, rank)
+            self.attn_k_b = Experts(heads, nope, rank)
+            self.attn_v_b = Experts(heads, rank, value)
+        else:
+            self.attn_kv_b = Projection(rank, heads * (nope + value))
         self.attn_output = Projection(heads * value, dim)
         self._heads, self._rank, self._rotated, self._nope, self._value = heads, rank, rotated, nope, value
         self._scale = config.attention_scale if config.attention_scale is not None else (nope + rotated) ** -0.5
@@ -68,6 +77,8 @@ class LatentAttention(CachedAttention):
         q_pe = where.rotary.rotate(q[..., nope:], where.cos, where.sin)
         k_pe = where.rotary.rotate(k_pe, where.cos, where.sin)
         shared_keys, latents = self.store(k_pe, latent, where)  # (B, 1, S, rope), (B, 1, S, rank)
+        if hasattr(self, "attn_k_b"):
+            return self._absorbed(q[..., :nope], q_pe, shared_keys, latents, where)
         span = latents.shape[2]
         expanded = self.attn_kv_b(latents).reshape(batch, span, heads, nope + value).transpose(1, 2)  # (B, H, S, .)
         keys, values = expanded[..., :nope], expanded[..., nope:]
@@ -76,3 +87,20 @@ class LatentAttention(CachedAttention):
         attended = attend((scores * self._scale).unsqueeze(1), values.unsqueeze(1), where.mask, 0.0)
         out = attended.reshape(batch, heads, length, value).transpose(1, 2).reshape(batch, length, heads * value)
         return self.attn_output(out)
+
+    def _absorbed(self, q_nope: Tensor, q_pe: Tensor, shared_keys: Tensor, latents: Tensor, where: Positions) -> Tensor:
+        """The attention with kv_b split per head (k_b, v_b): the queries are taken into the latent space
+        (q_nope @ k_b[h].T, rank wide) and score the latents themselves; the attended latents then leave it through
+        v_b[h]. The same values as expanding every key and value, without expanding them."""
+        batch, heads, length = q_nope.shape[0], self._heads, q_nope.shape[2]
+        k_b, v_b = _matrix(self.attn_k_b.weight), _matrix(self.attn_v_b.weight)  # (H, rank, nope), (H, v, rank)
+        q_latent = q_nope @ k_b.transpose(-1, -2)  # (B, H, T, rank)
+        scores = q_latent @ latents.transpose(-1, -2) + q_pe @ shared_keys.transpose(-1, -2)  # (B, H, T, S)
+        attended = attend((scores * self._scale).unsqueeze(1), latents.unsqueeze(1), where.mask, 0.0)
+        out = attended.reshape(batch, heads, length, self._rank) @ v_b.transpose(-1, -2)  # (B, H, T, v)
+        return self.attn_output(out.transpose(1, 2).reshape(batch, length, heads * self._value))
+
+
+def _matrix(weight: Weight) -> Tensor:
+    """A stacked weight as a lazy float32 Tensor (a quantized one decoded where it is read)."""
+    return weight.dequantized() if isinstance(weight, QuantizedWeight) else weight.float()

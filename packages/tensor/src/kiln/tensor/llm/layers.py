@@ -203,10 +203,11 @@ class Experts(WeightModule):
 
 class Rotary:
     """Rotary position embedding: the inverse frequencies and attention scale of a config (kiln's own tensors,
-    not weights), the cos / sin of positions, and the rotation of a (B, H, T, D) query or key."""
+    not weights), the cos / sin of positions, and the rotation of a (B, H, T, D) query or key. `context`: the
+    positions the model runs over (`LlamaConfig.inv_freq`)."""
 
-    def __init__(self, config: LlamaConfig) -> None:
-        inv_freq, self.scale = config.inv_freq()
+    def __init__(self, config: LlamaConfig, context: int | None = None) -> None:
+        inv_freq, self.scale = config.inv_freq(context)
         self.inv_freq = Tensor(inv_freq.astype(np.float32).reshape(1, -1))
         self.interleaved = config.rope_interleaved
 

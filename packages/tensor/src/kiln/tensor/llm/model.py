@@ -65,7 +65,7 @@ class Transformer(WeightModule):
         self.output_norm = RMSNorm(config.dim, config.norm_eps)
         if not config.tie_embeddings:
             self.output = Projection(config.dim, config.vocab_size)
-        self._rotary = Rotary(config)
+        self._rotary = Rotary(config, max_context)
         # Gemma 3: the sliding layers rotate with their own base, unscaled
         local = (
             replace(config, rope_theta=config.rope_local_theta, rope_scaling={}) if config.rope_local_theta else None

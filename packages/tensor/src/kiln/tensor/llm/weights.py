@@ -100,11 +100,38 @@ def _load_gguf(path: Path, max_context: int | None) -> LoadedModel:
         factors = weights.pop("rope_freqs.weight")
         assert isinstance(factors, Tensor)
         config.rope_scaling = {"rope_type": "factors", "factors": factors.numpy().astype("float64").tolist()}
+    if "rope_factors_long.weight" in weights:  # Phi-3's LongRoPE: per-frequency divisors for long and short contexts
+        config.rope_scaling = _longrope(metadata, weights)
     config.tie_embeddings = "output.weight" not in weights  # llama.cpp leaves a tied head out of the file
+    if config.kv_lora_rank and any(name.endswith(".attn_k_b.weight") for name in weights):
+        config.kv_b_split = True  # llama.cpp's absorbed-MLA layout (a file may keep attn_kv_b as well: unused)
+        for name in [n for n in weights if n.endswith(".attn_kv_b.weight")]:
+            del weights[name]
     adapt_weights(weights, config.architecture, from_hf=False, sizes=_fused_sizes(config))
     model = _build(config, weights, max_context, path)
     name = metadata.get("general.name") or path.stem
     return LoadedModel(config, model, metadata, str(name))
+
+
+def _longrope(metadata: dict[str, Any], weights: dict[str, Weight]) -> dict[str, Any]:
+    """Phi-3's LongRoPE scaling from its GGUF tensors rope_factors_long / _short (taken out of the weights) and keys."""
+    arch = metadata["general.architecture"]
+    factors = {}
+    for kind in ("long", "short"):
+        tensor = weights.pop(f"rope_factors_{kind}.weight", None)
+        if not isinstance(tensor, Tensor):
+            raise ValueError(f"GGUF {arch} model: rope_factors_{kind}.weight is missing or not a float tensor")
+        factors[f"{kind}_factor"] = tensor.numpy().astype("float64").tolist()
+    original = metadata.get(f"{arch}.rope.scaling.original_context_length")
+    if original is None:
+        raise ValueError(f"GGUF metadata lacks {arch}.rope.scaling.original_context_length, which LongRoPE needs")
+    attention = metadata.get(f"{arch}.rope.scaling.attn_factor")
+    return {
+        "rope_type": "longrope",
+        **factors,
+        "original_max_position_embeddings": int(original),
+        "attention_factor": None if attention is None else float(attention),
+    }
 
 
 def _load_safetensors(path: Path, max_context: int | None) -> LoadedModel:
