@@ -505,6 +505,12 @@ def _reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[U
     return found
 
 
+def _reads_other_target(value: UOp, own: Buffer, storages: dict[int, Buffer]) -> bool:
+    """Whether `value` reads one of the written buffers `storages` other than its own target's `own`."""
+    others = {key for key in storages if key != id(own)}
+    return bool(others) and any(key in others for key in _reads_by_storage(value, storages))
+
+
 def _computes_new_values(uop: UOp) -> bool:
     """Whether realizing `uop` computes values into new memory (not a view of memory that is already realized)."""
     node = uop
@@ -520,11 +526,12 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     """Writes each value tensor into its target's buffer, all in one schedule, as one simultaneous update.
 
     Every value reads the contents from before all of these writes (an optimizer step: each parameter's and each
-    state's new value is computed from the old ones), and each value is first computed into a buffer of its own,
-    so writes whose values read each other's targets cannot form a cycle of kernels. Live tensors are rebound as
-    `write` does (views see the new contents), except that a live lazy tensor reading a written buffer (the loss of
-    the step) is computed in the same schedule, before the writes, rather than from a snapshot later; one whose
-    value is a view of already realized memory gets a snapshot. For updates that keep no gradient graph.
+    state's new value is computed from the old ones); a value that reads another write's target is first computed
+    into a buffer of its own, so writes whose values read each other's targets cannot form a cycle of kernels, and
+    a value reading only its own target (plain SGD) is computed into it in place, one kernel. Live tensors are
+    rebound as `write` does (views see the new contents), except that a live lazy tensor reading a written buffer
+    (the loss of the step) is computed in the same schedule, before the writes, rather than from a snapshot later;
+    one whose value is a view of already realized memory gets a snapshot. For updates that keep no gradient graph.
 
     Raises:
         ValueError: two writes target the same buffer.
@@ -573,9 +580,16 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             else:
                 readers.append((holder, reads_of))
     roots: list[UOp] = []
-    for _, node, _, _, value_holder in targets:
+    for _, node, _, storage, value_holder in targets:
         # normalizing merges the movement chains of the roots (no fold_movement_chains walk here)
-        roots.append(graph.assign(node, graph.contiguous(value_holder.uop)))
+        value = value_holder.uop
+        if _reads_other_target(value, storage, storages):
+            # first computed into a buffer of its own: the other target's write is then ordered after this read
+            value = graph.contiguous(value)
+        # else the value is computed into its target in place, one kernel (an SGD update reads only its own
+        # parameter and its gradient; the scheduler orders every other read of the target before the write and
+        # buffers a value that reads its target at other elements than the ones written)
+        roots.append(graph.assign(node, value))
     snapshot_of: dict[int, int] = {}  # id(buffer) -> index in roots of the copy of its old contents
     needed = {key for _, reads_of in readers for key in reads_of}
     for _, _, base, storage, _ in targets:
