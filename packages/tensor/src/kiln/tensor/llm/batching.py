@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.tensor.jit import TinyJit, Variable
-from kiln.tensor.llm.generate import PREFILL_CHUNK, GenerationStats, check_request, reusable_prefix
+from kiln.tensor.llm.generate import PREFILL_CHUNK, GenerationStats, check_request, reusable_prefix, sample
+from kiln.tensor.llm.json_grammar import TokenConstraint
+from kiln.tensor.llm.logprobs import TokenLogprob, token_logprob
 from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_row
 from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.symbolic import as_size
@@ -68,6 +70,16 @@ class Sequence:
     tokens: list[int] = field(default_factory=list)
     finished: bool = False
     stats: GenerationStats = field(default_factory=GenerationStats)
+    logprobs: int | None = None
+    """Record each token's log-probability and this many most likely tokens in `logprob_entries` (None: not)."""
+    constraint: TokenConstraint | None = None
+    """Sample each token on the host among the tokens this grammar allows (kiln.tensor.llm.json_grammar)."""
+    logprob_entries: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def needs_logits(self) -> bool:
+        """Whether this sequence's steps bring the logits back to the host (logprobs or a grammar)."""
+        return self.logprobs is not None or self.constraint is not None
 
     def params(self, vocab: int) -> list[float]:
         """This sequence's row of the step's sampling parameters (one uniform draw from its generator); a cut it
@@ -98,57 +110,66 @@ class BatchedGenerator:
         self.end_variable = Variable("end", 1, context)
         self.position_variable = Variable("position", 0, context - 1)
         self.model._caches(slots)  # allocated before the steps are captured: the replays write these very buffers
-        self.prefills: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.prefills: dict[tuple[SamplingMode, bool], TinyJit[Tensor]] = {}
         self.steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}
-        self.lone_steps: dict[SamplingMode, TinyJit[Tensor]] = {}
+        self.host_steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}  # the steps that return logits too
+        self.lone_steps: dict[tuple[SamplingMode, bool], TinyJit[Tensor]] = {}
         self.running: list[Sequence | None] = [None] * slots
         self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
 
     # -- the jitted steps ------------------------------------------------------------------------------------------
-    def prefill_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+    def prefill_step(self, mode: SamplingMode, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted prefill into one slot: (tokens (1, chunk) int32 zero-padded, slot, position, length, params
-        (4,) float32) -> the token id (1,) int32 sampled after the chunk's last token."""
-        if mode not in self.prefills:
+        (4,) float32) -> the token id (1,) int32 sampled after the chunk's last token; with `logits`, the last
+        position's logits with that id after them (vocab + 1,) float32."""
+        if (mode, logits) not in self.prefills:
 
             def prefill(tokens: Tensor, slot: Tensor, start_pos: Tensor, length: Tensor, params: Tensor) -> Tensor:
                 count = as_size(length, "the prefill length")
                 embedded = self.model.embed(tokens[:, :count])
-                logits = self.model.forward_embedded(embedded, start_pos, last_only=True, slot=slot, slots=self.slots)
-                return sample_on_device(logits[0, 0], params, mode)
+                row = self.model.forward_embedded(embedded, start_pos, last_only=True, slot=slot, slots=self.slots)
+                token = sample_on_device(row[0, 0], params, mode)
+                return _with_logits(row[0], token) if logits else token
 
-            self.prefills[mode] = TinyJit(prefill)
-        return self.prefills[mode]
+            self.prefills[(mode, logits)] = TinyJit(prefill)
+        return self.prefills[(mode, logits)]
 
-    def decode_step(self, mode: SamplingMode, width: int) -> TinyJit[Tensor]:
+    def decode_step(self, mode: SamplingMode, width: int, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted decode step over slots 0 .. width - 1: (tokens (W, 1) int32, positions (W,) int32, end, params
-        (W, 5) float32) -> the next token id of each slot (W,) int32."""
-        if (mode, width) not in self.steps:
+        (W, 5) float32) -> the next token id of each slot (W,) int32; with `logits`, each slot's logits with its
+        token id after them (W, vocab + 1) float32."""
+        steps = self.host_steps if logits else self.steps
+        if (mode, width) not in steps:
 
             def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor) -> Tensor:
                 embedded = self.model.embed(tokens)
-                logits = self.model.forward_batched_decode(embedded, positions, end, slots=self.slots)[:, 0, :]
-                greedy = logits.argmax(-1).cast(dtypes.int32)
+                rows = self.model.forward_batched_decode(embedded, positions, end, slots=self.slots)[:, 0, :]
+                greedy = rows.argmax(-1).cast(dtypes.int32)
                 if mode.greedy:
-                    return greedy
-                drawn = Tensor.cat(*[sample_on_device(logits[s], params[s, :4], mode) for s in range(width)])
-                return (params[:, 4] > 0.5).where(greedy, drawn)
+                    chosen = greedy
+                else:
+                    drawn = Tensor.cat(*[sample_on_device(rows[s], params[s, :4], mode) for s in range(width)])
+                    chosen = (params[:, 4] > 0.5).where(greedy, drawn)
+                return _with_logits(rows, chosen) if logits else chosen
 
-            self.steps[(mode, width)] = TinyJit(decode)
-        return self.steps[(mode, width)]
+            steps[(mode, width)] = TinyJit(decode)
+        return steps[(mode, width)]
 
-    def lone_step(self, mode: SamplingMode) -> TinyJit[Tensor]:
+    def lone_step(self, mode: SamplingMode, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted decode step of slot 0 running alone: (token (1, 1) int32, position, params (4,) float32) -> the
-        next token id (1,) int32; `Generator`'s decode step over slot 0's rows (a slice store at the position, no
-        mask), cheaper than the one-hot store of a batched step."""
-        if mode not in self.lone_steps:
+        next token id (1,) int32 (with `logits`: the logits and the id, (1, vocab + 1) float32); `Generator`'s
+        decode step over slot 0's rows (a slice store at the position, no mask), cheaper than the one-hot store of a
+        batched step."""
+        if (mode, logits) not in self.lone_steps:
 
             def decode(token: Tensor, position: Tensor, params: Tensor) -> Tensor:
                 embedded = self.model.embed(token)
-                logits = self.model.forward_embedded(embedded, position, slot=0, slots=self.slots)[0, -1, :]
-                return sample_on_device(logits, params, mode)
+                row = self.model.forward_embedded(embedded, position, slot=0, slots=self.slots)[0, -1:, :]
+                chosen = sample_on_device(row[0], params, mode)
+                return _with_logits(row, chosen) if logits else chosen
 
-            self.lone_steps[mode] = TinyJit(decode)
-        return self.lone_steps[mode]
+            self.lone_steps[(mode, logits)] = TinyJit(decode)
+        return self.lone_steps[(mode, logits)]
 
     def width(self) -> int:
         """The slots the next step runs over: the smallest power of two (or all slots) covering every running
@@ -179,10 +200,13 @@ class BatchedGenerator:
         top_p: float = 1.0,
         seed: int | None = None,
         stop_ids: set[int] | None = None,
+        logprobs: int | None = None,
+        constraint: TokenConstraint | None = None,
     ) -> Sequence:
         """Starts a request in a free slot: prefills its prompt (all but the part its slot's rows hold already) and
         samples its first token (`tokens[0]`, none when max_tokens is 0). The settings mean what they mean for
-        `Generator.generate`, and greedy output equals its output for the same prompt.
+        `Generator.generate`, and greedy output equals its output for the same prompt. `logprobs` and `constraint`
+        are `Sequence`'s (a constrained token is drawn on the host from the masked logits with the same settings).
 
         Raises:
             ValueError: a bad request (as `Generator.generate`).
@@ -194,7 +218,7 @@ class BatchedGenerator:
         prompt = list(prompt_ids)
         mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
         sequence = Sequence(prompt, max_tokens, temperature, top_k, top_p, set(stop_ids or ()),
-                            np.random.default_rng(seed), mode)  # fmt: skip
+                            np.random.default_rng(seed), mode, logprobs=logprobs, constraint=constraint)  # fmt: skip
         if max_tokens == 0:
             sequence.finished = True
             return sequence
@@ -229,7 +253,8 @@ class BatchedGenerator:
     def _prefill(self, sequence: Sequence, first: int) -> int:
         """Writes prompt[first:] into the sequence's slot rows first.. chunk by chunk (see `Generator.prefill`)."""
         prompt, slot, context = sequence.prompt, sequence.slot, self.model.max_context
-        step, token = self.prefill_step(sequence.mode), -1
+        host = sequence.needs_logits
+        step, token = self.prefill_step(sequence.mode, host), -1
         cached = self.cached_tokens[slot]
         del cached[first:]
         params = Tensor(np.array(sampling_row(sequence.temperature, sequence.top_k, sequence.top_p, sequence.rng),
@@ -242,9 +267,25 @@ class BatchedGenerator:
             tokens[0, : len(chunk)] = chunk
             out = step(Tensor(tokens), self.slot_variable.bind(slot), self.chunk_start_variable.bind(start),
                        self.length_variable.bind(len(chunk)), params)  # fmt: skip
-            token = int(out.numpy()[0])
+            values = out.numpy().reshape(-1)
+            token = int(values[-1])
+            if host and end == len(prompt):
+                token = self._choose(sequence, values[:-1], token)
             cached[start:] = prompt[start:end]
         sequence.position = len(prompt)
+        return token
+
+    def _choose(self, sequence: Sequence, logits: np.ndarray, token: int) -> int:
+        """The token of a sequence whose step brought its logits back: the device's choice `token`, or a draw among
+        the tokens its grammar allows; its log-probability is recorded when asked for."""
+        constraint = sequence.constraint
+        if constraint is not None:
+            allowed = constraint.mask(sequence.max_tokens - len(sequence.tokens))
+            masked = np.where(allowed, logits.astype(np.float64), -np.inf)
+            token = sample(masked, sequence.temperature, sequence.top_k, sequence.top_p, sequence.rng)
+            constraint.advance(token)
+        if sequence.logprobs is not None:
+            sequence.logprob_entries.append(token_logprob(logits, token, sequence.logprobs))
         return token
 
     def step(self) -> list[tuple[Sequence, int]]:
@@ -271,13 +312,14 @@ class BatchedGenerator:
         end = self.end_variable.bind(max(sequence.position for sequence in running) + 1)
         for sequence in running:  # a step that fails leaves the rows from here on unknown
             del self.cached_tokens[sequence.slot][sequence.position :]
+        host = any(sequence.needs_logits for sequence in running)
         if width == 1:  # slot 0 alone
             lone = running[0]
             position = self.position_variable.bind(lone.position)
-            step = self.lone_step(lone.mode)
+            step = self.lone_step(lone.mode, host)
             out = step(Tensor(tokens), position, Tensor(np.ascontiguousarray(params[0, :4]))).numpy()
         else:
-            out = self.decode_step(mode, width)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
+            out = self.decode_step(mode, width, host)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
         seconds = time.perf_counter() - started
         produced = []
         for sequence in running:
@@ -285,7 +327,13 @@ class BatchedGenerator:
             sequence.position += 1
             sequence.stats.decode_tokens += 1
             sequence.stats.decode_seconds += seconds
-            token = int(out[sequence.slot])
+            if host:
+                row = out[sequence.slot]
+                token = int(row[-1])
+                if sequence.needs_logits:
+                    token = self._choose(sequence, row[:-1], token)
+            else:
+                token = int(out[sequence.slot])
             self._produced(sequence, token)
             produced.append((sequence, token))
         return produced
@@ -296,6 +344,7 @@ class BatchedGenerator:
             len(sequence.tokens) >= sequence.max_tokens
             or token in sequence.stop_ids
             or sequence.position >= self.model.max_context
+            or (sequence.constraint is not None and sequence.constraint.closed)
         ):
             sequence.finished = True
             self._release(sequence)
@@ -308,3 +357,9 @@ class BatchedGenerator:
     def _release(self, sequence: Sequence) -> None:
         if 0 <= sequence.slot < self.slots and self.running[sequence.slot] is sequence:
             self.running[sequence.slot] = None
+
+
+def _with_logits(logits: Tensor, tokens: Tensor) -> Tensor:
+    """Logits (N, vocab) with the chosen token ids (N,) after them as one more column (exact in float32)."""
+    rows = logits.shape[0]
+    return logits.float().cat(tokens.float().reshape(rows, 1), dim=1)

@@ -10,12 +10,22 @@ slot of one that has, so an abandoned request stops within one decode step. The 
 `chunks`), `/health` and `/metrics` (`ServerMetrics`) and the shutdown steps (`stop_accepting`, `drain`, `abort`,
 `close`) live here too. A refused request raises `RequestError`, whose `body()` is OpenAI's error shape.
 
+A request becomes a `Request` of `n` jobs (one per choice, sharing one output queue, each item tagged with its
+choice's index), each with the output options of kiln.tensor.llm.request_format: log-probabilities (the worker hands
+out each token's record with the text it made), a grammar (a `TokenConstraint` per job: JSON mode, a JSON schema, a
+forced tool call) and tool-call answers. With a seed, choice 0 draws with that seed and choice i with one derived
+from (seed, i), so every choice is reproducible.
+
+`/v1/embeddings` requests are jobs too (`prepare_embeddings`): the worker computes their vectors between decode steps
+(kiln.tensor.llm.embeddings, the model's own pooling), so nothing runs on the model beside the worker.
+
 A prompt is measured in bytes before it is tokenized: a text longer than the context times the most bytes one token
 of the vocabulary can stand for cannot fit, and is refused without spending the CPU time of tokenizing it.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 import queue
 import threading
@@ -23,14 +33,20 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 from kiln.tensor.llm.batching import Sequence
 from kiln.tensor.llm.chat_template import validate_messages
+from kiln.tensor.llm.embeddings import Embedder
+from kiln.tensor.llm.json_grammar import TokenConstraint, Vocabulary, text_anchor, token_text
+from kiln.tensor.llm.logprobs import TokenLogprob, chat_logprobs, completion_logprobs, raw_bytes
+from kiln.tensor.llm.request_format import FormatError, RequestFormat, parse_format, read_tool_call, tool_call_record
 from kiln.tensor.llm.server_metrics import ServerMetrics
 from kiln.tensor.llm.session import ChatModel, Completion, TextStream
 
-__all__ = ["Job", "LLMServer", "RequestError", "ServerLimits", "shutting_down_error"]
+__all__ = ["Job", "LLMServer", "Request", "RequestError", "ServerLimits", "shutting_down_error"]
 
 _DONE = object()  # the end of a job's output stream
 _MAX_SEED = 2**63 - 1
@@ -94,22 +110,46 @@ def shutting_down_error() -> RequestError:
     return RequestError(503, "the server is shutting down", code="server_shutting_down", headers={"Retry-After": "5"})
 
 
+Piece = tuple[str, list[TokenLogprob]]  # a text delta and the log-probability records of its tokens
+
+
 @dataclass
 class Job:
-    """One generation request waiting for (or being served by) the worker; its output arrives on `out`."""
+    """One generation (one choice of a request) waiting for (or being served by) the worker; its output arrives on
+    `out` as (index, item): a `Piece`, an exception, or the end marker."""
 
     prompt_ids: list[int]
     options: dict[str, Any]
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
+    index: int = 0
     result: Completion = field(default_factory=Completion)
     client_gone: Callable[[], bool] = lambda: False  # set by the transport: whether the client has left
     abandoned: bool = False  # the response's writer stopped reading `out`
     queued_at: float = 0.0
     started_at: float = 0.0
     first_text_at: float | None = None
+    embed_inputs: list[list[int]] | None = None  # an embeddings job: the token ids of its inputs
 
     def left(self) -> bool:
         return self.abandoned or self.client_gone()
+
+    def put(self, item: Any) -> None:
+        self.out.put((self.index, item))
+
+
+@dataclass
+class Request:
+    """A validated request: its jobs (one per choice, sharing one output queue), whether it streams, its options."""
+
+    jobs: list[Job]
+    chat: bool
+    stream: bool
+    format: RequestFormat
+
+    def watch(self, client_gone: Callable[[], bool]) -> None:
+        """Tells every job how to learn that the client has left."""
+        for job in self.jobs:
+            job.client_gone = client_gone
 
 
 @dataclass(eq=False)
@@ -119,6 +159,8 @@ class _Running:
     job: Job
     sequence: Sequence
     text: TextStream
+    pushed: int = 0  # the sequence's tokens handed to `text`
+    records: list[TokenLogprob] = field(default_factory=list)  # log-probabilities not handed out yet
 
 
 def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
@@ -151,6 +193,10 @@ class LLMServer:
         tokenizer = model.tokenizer
         longest = max((len(tokenizer.decode([i]).encode()) for i in range(tokenizer.vocab_size)), default=1)
         self.max_prompt_bytes = model.context_length * 4 * (longest + 1)
+        self._vocabulary: Vocabulary | None = None  # made for the first constrained request
+        self._anchor = text_anchor(tokenizer)
+        self._spelled: dict[int, bytes] = {}
+        self._embedder: Embedder | None = None  # made by the worker for the first embeddings request
         self.worker = threading.Thread(target=self._work, name="kiln-llm-worker", daemon=True)
         self.worker.start()
 
@@ -180,11 +226,14 @@ class LLMServer:
         gone, a failure)."""
         job.started_at = time.monotonic()
         if self.aborting:
-            job.out.put(shutting_down_error())
+            job.put(shutting_down_error())
             self._close(job)
             return
         if job.left():
             self._finish(job, "cancelled")
+            return
+        if job.embed_inputs is not None:
+            self._embed(job, job.embed_inputs)
             return
         options = dict(job.options)
         text = TextStream(self.model.tokenizer, job.result, options.pop("stop", ()))
@@ -192,7 +241,7 @@ class LLMServer:
         try:
             sequence = self.batch.start(job.prompt_ids, stop_ids=self.model.tokenizer.stop_ids, **options)
         except Exception as error:  # reported to the waiting request; the worker goes on with the others
-            job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
+            job.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
             self._finish(job, "failed")
             return
         job.result.stats = sequence.stats
@@ -206,7 +255,7 @@ class LLMServer:
         except Exception as error:
             for run in list(self._running.values()):
                 self.batch.cancel(run.sequence)
-                run.job.out.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
+                run.job.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
                 del self._running[run.sequence]
                 self._finish(run.job, "failed")
             return
@@ -218,20 +267,25 @@ class LLMServer:
         is aborting (503) or the client has left (its slot is freed for the next job)."""
         job, sequence, text = run.job, run.sequence, run.text
         for token in tokens:
+            if text.stopped:
+                break
+            if sequence.logprobs is not None and token not in sequence.stop_ids:
+                run.records.append(sequence.logprob_entries[run.pushed])
+            run.pushed += 1
             delta = text.push(token)
             if delta:
-                job.first_text_at = job.first_text_at or time.monotonic()
-                job.out.put(delta)
+                self._hand_out(run, delta)
         if text.stopped or sequence.finished:
             outcome = "finished"
             tail = text.finish()
-            if tail:
-                job.first_text_at = job.first_text_at or time.monotonic()
-                job.out.put(tail)
+            if sequence.constraint is not None and sequence.constraint.complete:
+                job.result.finish_reason = "stop"
+            if tail or run.records:
+                self._hand_out(run, tail)
         elif self.aborting:
             outcome = "failed"
-            job.out.put(RequestError(503, "the server shut down before the generation finished",
-                                     code="server_shutting_down"))  # fmt: skip
+            job.put(RequestError(503, "the server shut down before the generation finished",
+                                 code="server_shutting_down"))  # fmt: skip
         elif job.left():
             outcome = "cancelled"
         else:
@@ -239,6 +293,20 @@ class LLMServer:
         self.batch.cancel(sequence)  # no-op for a sequence that ended by itself
         del self._running[sequence]
         self._finish(job, outcome)
+
+    def _embed(self, job: Job, inputs: list[list[int]]) -> None:
+        try:
+            if self._embedder is None:
+                self._embedder = Embedder(self.model.loaded)
+            job.put([self._embedder.embed(ids) for ids in inputs])
+        except Exception as error:
+            job.put(RequestError(500, f"embedding failed: {type(error).__name__}: {error}"))
+        self._close(job)
+
+    def _hand_out(self, run: _Running, delta: str) -> None:
+        run.job.first_text_at = run.job.first_text_at or time.monotonic()
+        run.job.put((delta, run.records))
+        run.records = []
 
     def _finish(self, job: Job, outcome: str) -> None:
         """Counts an ended job in the metrics and closes its output."""
@@ -254,33 +322,42 @@ class LLMServer:
     def _close(self, job: Job) -> None:
         with self._lock:
             self.pending -= 1
-        job.out.put(_DONE)
+        job.put(_DONE)
 
-    def enqueue(self, job: Job) -> None:
-        """Queues `job` for the worker; RequestError 429 (with Retry-After) when `max_queue` jobs wait already, 503
-        while shutting down."""
+    def enqueue(self, request: Request) -> None:
+        """Queues the request's jobs for the worker; RequestError 429 (with Retry-After) when they would make more
+        than `max_queue` jobs wait (a request of more choices than that is taken when none waits), 503 while shutting
+        down."""
         with self._lock:
             if not self.accepting:
                 raise shutting_down_error()
             waiting = self.jobs.qsize()
-            if waiting >= self.limits.max_queue:
+            if waiting and waiting + len(request.jobs) > self.limits.max_queue:
                 retry = max(1, math.ceil(self.seconds_per_job * (waiting + 1) / self.limits.max_batch))
                 raise RequestError(429, f"{waiting} requests are waiting already (the limit); retry in {retry} s",
                                    code="queue_full", headers={"Retry-After": str(retry)})  # fmt: skip
-            job.queued_at = time.monotonic()
-            self.pending += 1
-            self.jobs.put(job)
+            for job in request.jobs:
+                job.queued_at = time.monotonic()
+                self.pending += 1
+                self.jobs.put(job)
 
-    def results(self, job: Job) -> Generator[str, None, None]:
-        """`job`'s text deltas as the worker produces them (raises what the worker raised). Closing this iterator
-        early (the client left) tells the worker to stop the generation."""
+    def results(self, request: Request) -> Generator[tuple[int, Piece | None], None, None]:
+        """(choice index, piece) as the worker produces them, and (index, None) when a choice has ended (raises what
+        the worker raised). Closing this iterator early (the client left) tells the worker to stop the jobs."""
+        out, left = request.jobs[0].out, len(request.jobs)
         try:
-            while (item := job.out.get()) is not _DONE:
+            while left:
+                index, item = out.get()
                 if isinstance(item, Exception):
                     raise item
-                yield item
+                if item is _DONE:
+                    left -= 1
+                    yield index, None
+                else:
+                    yield index, item
         finally:
-            job.abandoned = True
+            for job in request.jobs:
+                job.abandoned = True
 
     # -- shutdown ------------------------------------------------------------------------------------------------
     def stop_accepting(self) -> None:
@@ -329,8 +406,8 @@ class LLMServer:
         }
         return self.metrics.render(gauges)
 
-    def prepare(self, body: Any, chat: bool) -> tuple[Job, bool]:
-        """Validates a request body; the job to queue and whether the client asked for a stream."""
+    def prepare(self, body: Any, chat: bool) -> Request:
+        """Validates a request body into the request to queue (its jobs, whether it streams, its output options)."""
         if not isinstance(body, dict):
             raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
         model = body.get("model")
@@ -341,10 +418,15 @@ class LLMServer:
                                "model", "model_not_found")  # fmt: skip
         param = "messages" if chat else "prompt"
         try:
+            output = parse_format(body, chat)
+        except FormatError as error:
+            raise RequestError(400, str(error), error.param) from None
+        try:
             if chat:
                 messages = validate_messages(body.get("messages"))
                 self._check_bytes(sum(len(str(m.get("content") or "").encode()) for m in messages), param)
-                prompt_ids = self.model.encode_chat(messages)
+                tools = [dict(tool) for tool in output.tools.values()] or None
+                prompt_ids = self.model.encode_chat(messages, tools=tools)
             else:
                 prompt = body.get("prompt")
                 if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -377,13 +459,94 @@ class LLMServer:
             "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
             "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
             "top_k": 0,
-            "seed": seed,
             "stop": stop,
+            "logprobs": output.logprobs,
         }
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise RequestError(400, f"'stream' must be true or false, got {stream!r}", "stream")
-        return Job(prompt_ids, options), stream
+        out: queue.Queue[Any] = queue.Queue()
+        jobs = []
+        for index in range(output.n):
+            constraint = None if output.grammar is None else TokenConstraint(output.grammar, self.vocabulary)
+            job_seed = seed if seed is None or index == 0 else _choice_seed(seed, index)
+            jobs.append(Job(prompt_ids, {**options, "seed": job_seed, "constraint": constraint}, out, index))
+        return Request(jobs, chat, stream, output)
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The token texts for grammar masks (made once, at the first constrained request)."""
+        with self._lock:
+            if self._vocabulary is None:
+                self._vocabulary = Vocabulary.of(self.model.tokenizer, self.model.loaded.config.vocab_size)
+            return self._vocabulary
+
+    def spell(self, token: int) -> bytes:
+        """A token's bytes in log-probability records (its text as it reads after other text, or the bytes its
+        vocabulary entry stands for when that text is part of a character)."""
+        if token not in self._spelled:
+            text = token_text(self.model.tokenizer.decode, token, self._anchor)
+            data = raw_bytes(self.model.tokenizer.token(token)) if "\ufffd" in text else None
+            self._spelled[token] = text.encode() if data is None else data
+        return self._spelled[token]
+
+    def prepare_embeddings(self, body: Any) -> Job:
+        """Validates an embeddings request body (input: a string, strings, token ids, or lists of token ids) into
+        the job to queue (its `options` hold `encoding_format`)."""
+        if not isinstance(body, dict):
+            raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        model = body.get("model")
+        if not isinstance(model, str):
+            raise RequestError(400, "'model' is required (a string)", "model")
+        if model != self.model.name:
+            raise RequestError(404, f"the model {model!r} does not exist; this server has {self.model.name!r}",
+                               "model", "model_not_found")  # fmt: skip
+        given = body.get("input")
+        if isinstance(given, str) or (isinstance(given, list) and given and all(_is_id(i) for i in given)):
+            given = [given]
+        if not isinstance(given, list) or not given or len(given) > 2048:
+            raise RequestError(400, f"'input' must be a string, a list of 1 to 2048 strings, token ids or lists of "
+                               f"token ids, got {given!r:.80}", "input")  # fmt: skip
+        vocab, inputs = self.model.loaded.config.vocab_size, []
+        for position, item in enumerate(given):
+            if isinstance(item, str) and item:
+                self._check_bytes(len(item.encode()), "input")
+                ids = self.model.encode_prompt(item)
+            elif isinstance(item, list) and item and all(_is_id(i) and i < vocab for i in item):
+                ids = list(item)
+            else:
+                raise RequestError(400, f"input[{position}] must be a non-empty string or list of token ids in [0, "
+                                   f"{vocab}), got {item!r:.80}", "input")  # fmt: skip
+            if len(ids) > self.model.context_length:
+                raise RequestError(400, f"input[{position}] has {len(ids)} tokens; the model's context length is "
+                                   f"{self.model.context_length}", "input", "context_length_exceeded")  # fmt: skip
+            inputs.append(ids)
+        encoding = body.get("encoding_format") or "float"
+        if encoding not in ("float", "base64"):
+            raise RequestError(400, f"'encoding_format' must be 'float' or 'base64', got {encoding!r:.40}",
+                               "encoding_format")  # fmt: skip
+        dimensions = body.get("dimensions")
+        if dimensions is not None and dimensions != self.model.loaded.config.dim:
+            raise RequestError(400, f"'dimensions' can only be the model's {self.model.loaded.config.dim}, got "
+                               f"{dimensions!r:.40}", "dimensions")  # fmt: skip
+        job = Job([], {"encoding_format": encoding}, embed_inputs=inputs)
+        job.result.prompt_tokens = sum(len(ids) for ids in inputs)
+        return job
+
+    def embeddings(self, job: Job) -> dict[str, Any]:
+        """The embeddings response body: {object: "list", data: [{object: "embedding", index, embedding}], ...}."""
+        request = Request([job], False, False, RequestFormat())
+        with closing(self.results(request)) as items:
+            vectors = cast(list[np.ndarray], next(item for _, item in items if item is not None))
+        data = []
+        for index, vector in enumerate(vectors):
+            values: Any = vector.astype(np.float32).tolist()
+            if job.options["encoding_format"] == "base64":
+                values = base64.b64encode(vector.astype("<f4").tobytes()).decode()
+            data.append({"object": "embedding", "index": index, "embedding": values})
+        tokens = job.result.prompt_tokens
+        return {"object": "list", "data": data, "model": self.model.name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
 
     def _check_bytes(self, size: int, param: str) -> None:
         if size > self.max_prompt_bytes:
@@ -391,48 +554,101 @@ class LLMServer:
                                f"{self.model.context_length} tokens of this vocabulary can hold); the model's context "
                                f"length is {self.model.context_length}", param, "context_length_exceeded")  # fmt: skip
 
-    def usage(self, result: Completion) -> dict[str, Any]:
-        """OpenAI's usage record; `prompt_tokens_details.cached_tokens` counts the prompt tokens whose cache rows an
-        earlier request left (the prefix cache) and that were not computed again."""
-        return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                "total_tokens": result.prompt_tokens + result.completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": result.stats.cached_tokens}}  # fmt: skip
+    def usage(self, request: Request) -> dict[str, Any]:
+        """OpenAI's usage record (the prompt counted once, the completion tokens of every choice);
+        `prompt_tokens_details.cached_tokens` counts the prompt tokens whose cache rows an earlier request left (the
+        prefix cache) and that were not computed again."""
+        results = [job.result for job in request.jobs]
+        prompt, completion = results[0].prompt_tokens, sum(result.completion_tokens for result in results)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": results[0].stats.cached_tokens}}  # fmt: skip
 
-    def response(self, job: Job, chat: bool, ident: str, created: int) -> dict[str, Any]:
+    def _tool_call(self, request: Request, text: str) -> dict[str, Any] | None:
+        """The tool call a chat choice's text makes, in OpenAI's shape, or None."""
+        if request.format.tool_mode == "none":
+            return None
+        call = read_tool_call(text, request.format.tools)
+        return None if call is None else tool_call_record(*call)
+
+    def response(self, request: Request, ident: str, created: int) -> dict[str, Any]:
         """The non-streaming response body (after the whole generation)."""
-        with closing(self.results(job)) as deltas:
-            text = "".join(deltas)
-        result = job.result
-        if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": result.finish_reason, "logprobs": None}  # fmt: skip
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": result.finish_reason, "logprobs": None}
-        return {"id": ident, "object": "chat.completion" if chat else "text_completion", "created": created,
-                "model": self.model.name, "choices": [choice], "usage": self.usage(result)}  # fmt: skip
-
-    def chunks(
-        self, job: Job, chat: bool, ident: str, created: int, usage: bool
-    ) -> Generator[dict[str, Any], None, None]:
-        """The streaming response's chunks: the text deltas, then one with the finish reason (and usage)."""
-        kind = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(delta: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
-            if chat:
-                content: dict[str, Any] = {} if delta is None else {"content": delta}
-                if first:
-                    content = {"role": "assistant", "content": ""}
-                choice: dict[str, Any] = {"index": 0, "delta": content, "finish_reason": finish, "logprobs": None}
+        texts: list[list[str]] = [[] for _ in request.jobs]
+        records: list[list[TokenLogprob]] = [[] for _ in request.jobs]
+        with closing(self.results(request)) as pieces:
+            for index, piece in pieces:
+                if piece is not None:
+                    texts[index].append(piece[0])
+                    records[index].extend(piece[1])
+        choices = []
+        for job, parts, entries in zip(request.jobs, texts, records, strict=True):
+            text, finish = "".join(parts), job.result.finish_reason
+            logprobs = None
+            if request.chat:
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                call = self._tool_call(request, text)
+                if call is not None:
+                    message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+                if request.format.logprobs is not None:
+                    logprobs = chat_logprobs(entries, self.spell)
+                choices.append({"index": job.index, "message": message, "finish_reason": finish, "logprobs": logprobs})
             else:
-                choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+                if request.format.logprobs is not None:
+                    logprobs = completion_logprobs(entries, self.spell, b"")
+                choices.append({"index": job.index, "text": text, "finish_reason": finish, "logprobs": logprobs})
+        return {"id": ident, "object": "chat.completion" if request.chat else "text_completion", "created": created,
+                "model": self.model.name, "choices": choices, "usage": self.usage(request)}  # fmt: skip
+
+    def chunks(self, request: Request, ident: str, created: int, usage: bool) -> Generator[dict[str, Any], None, None]:
+        """The streaming response's chunks: each choice's text deltas (with their log-probabilities), then one with
+        its finish reason, and the usage last when asked for. A forced tool call comes whole, as one delta with
+        `tool_calls`, when its choice ends."""
+        chat, kind = request.chat, "chat.completion.chunk" if request.chat else "text_completion"
+        calls = request.format.tool_mode == "call"
+        held = [""] * len(request.jobs)  # a forced tool call's text so far
+        spelled = [b""] * len(request.jobs)  # the bytes of each choice's tokens so far (for text offsets)
+
+        def chunk(index: int, delta: dict[str, Any] | str, finish: str | None, logprobs: Any = None) -> dict[str, Any]:
+            if chat:
+                choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+            else:
+                choice = {"index": index, "text": delta, "finish_reason": finish, "logprobs": logprobs}
             return {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [choice]}
 
         if chat:
-            yield chunk(None, None, first=True)
-        with closing(self.results(job)) as deltas:
-            for delta in deltas:
-                yield chunk(delta, None)
-        yield chunk(None, job.result.finish_reason)
+            for job in request.jobs:
+                yield chunk(job.index, {"role": "assistant", "content": ""}, None)
+        with closing(self.results(request)) as pieces:
+            for index, piece in pieces:
+                job = request.jobs[index]
+                if piece is None:
+                    finish = job.result.finish_reason
+                    call = self._tool_call(request, held[index]) if calls else None
+                    if call is not None:
+                        yield chunk(index, {"tool_calls": [{"index": 0, **call}]}, None)
+                        finish = "tool_calls"
+                    yield chunk(index, {} if chat else "", finish)
+                    continue
+                text, entries = piece
+                if calls:
+                    held[index] += text
+                    continue
+                logprobs = None
+                if request.format.logprobs is not None:
+                    if chat:
+                        logprobs = chat_logprobs(entries, self.spell)
+                    else:
+                        logprobs = completion_logprobs(entries, self.spell, spelled[index])
+                        spelled[index] += b"".join(self.spell(entry.token) for entry in entries)
+                yield chunk(index, {"content": text} if chat else text, None, logprobs)
         if usage:
             yield {"id": ident, "object": kind, "created": created, "model": self.model.name, "choices": [],
-                   "usage": self.usage(job.result)}  # fmt: skip
+                   "usage": self.usage(request)}  # fmt: skip
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` > 0 of a request with `seed` (choice 0 draws with `seed` itself)."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0]) & _MAX_SEED

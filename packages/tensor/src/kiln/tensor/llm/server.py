@@ -1,10 +1,11 @@
 """`python -m kiln.tensor.llm serve --model PATH --port N`: an OpenAI-compatible HTTP server for one local model.
 
-Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, each answered in the shapes of
-OpenAI's API (streaming as server-sent events `data: {...}` ending with `data: [DONE]` when `"stream": true`), with
-`usage` counts; `GET /health` (200, or 503 while shutting down) and `GET /metrics` (Prometheus text). Every refused
-request gets a JSON error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), malformed HTTP
-included. The request logic lives in `kiln.tensor.llm.openai_api` (`LLMServer`); this module is its transport.
+Endpoints: `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/embeddings`, each
+answered in the shapes of OpenAI's API (streaming as server-sent events `data: {...}` ending with `data: [DONE]`
+when `"stream": true`), with `usage` counts; `GET /health` (200, or 503 while shutting down) and `GET /metrics`
+(Prometheus text). Every refused request gets a JSON error in OpenAI's shape (`{"error": {"message", "type",
+"param", "code"}}`), malformed HTTP included. The request logic lives in `kiln.tensor.llm.openai_api`
+(`LLMServer`); this module is its transport.
 
 The HTTP stack is the standard library's `ThreadingHTTPServer`, configured for careless or hostile clients
 (`ServerLimits`): a listen backlog of 128, a cap on open connections (more wait in the backlog), a deadline for a
@@ -42,7 +43,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
-from kiln.tensor.llm.openai_api import LLMServer, RequestError, ServerLimits
+from kiln.tensor.llm.openai_api import LLMServer, Request, RequestError, ServerLimits
+from kiln.tensor.llm.request_format import RequestFormat
 from kiln.tensor.llm.session import ChatModel
 
 if TYPE_CHECKING:
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["LLMHTTPServer", "LLMServer", "RequestError", "ServerLimits", "make_server", "serve", "shut_down"]
 
 _ROUTES = {"/v1/models": "GET", "/health": "GET", "/metrics": "GET", "/v1/completions": "POST",
-           "/v1/chat/completions": "POST"}  # fmt: skip
+           "/v1/chat/completions": "POST", "/v1/embeddings": "POST"}  # fmt: skip
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -197,7 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command != _ROUTES[route]:
                 raise RequestError(405, f"{route} answers {_ROUTES[route]}, not {self.command}",
                                    code="method_not_allowed", headers={"Allow": _ROUTES[route]})  # fmt: skip
-            if self.command == "POST":
+            if route == "/v1/embeddings":
+                self._embed()
+            elif self.command == "POST":
                 self._generate(route == "/v1/chat/completions")
             elif route == "/health":
                 self._send_json(*self.server.logic.health())
@@ -255,17 +259,25 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:  # JSONDecodeError, invalid UTF-8, an integer of too many digits
             raise RequestError(400, f"the request body is not valid JSON: {error}", code="invalid_json") from None
 
+    def _embed(self) -> None:
+        logic = self.server.logic
+        job = logic.prepare_embeddings(self._read_body())
+        connection = self.connection
+        job.client_gone = lambda: _peer_closed(connection)
+        logic.enqueue(Request([job], False, False, RequestFormat()))
+        self._send_json(200, logic.embeddings(job))
+
     def _generate(self, chat: bool) -> None:
         body = self._read_body()
         logic = self.server.logic
-        job, stream = logic.prepare(body, chat)
+        request = logic.prepare(body, chat)
         connection = self.connection
-        job.client_gone = lambda: _peer_closed(connection)
-        logic.enqueue(job)
+        request.watch(lambda: _peer_closed(connection))
+        logic.enqueue(request)
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
-        if not stream:
-            self._send_json(200, logic.response(job, chat, ident, created))
+        if not request.stream:
+            self._send_json(200, logic.response(request, ident, created))
             return
         options = body.get("stream_options") or {}
         usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
@@ -275,7 +287,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.streaming = True  # from here on, an error is an event of the stream
-        with closing(logic.chunks(job, chat, ident, created, usage)) as chunks:
+        with closing(logic.chunks(request, ident, created, usage)) as chunks:
             try:
                 for item in chunks:
                     self._write(f"data: {json.dumps(item)}\n\n".encode())

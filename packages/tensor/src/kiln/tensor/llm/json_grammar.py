@@ -1,0 +1,548 @@
+"""Grammar-constrained decoding for JSON: a character automaton over a JSON schema and a per-step token mask.
+
+`compile_schema(schema)` turns a JSON schema of the supported subset into nodes (`Node`), refusing any other keyword
+with `SchemaError` (which names it). The subset: `type` (object, array, string, number, integer, boolean, null, or a
+list of those), `properties`, `required`, `additionalProperties` (true or false: only the listed keys are written;
+an object without `properties` takes any keys and values), `items`, `enum` (scalars), nested freely; `title`,
+`description`, `default`, `examples` and `$schema` are annotations and ignored. `JSON_OBJECT` is JSON mode's
+schema: any object.
+
+The automaton reads the text one character at a time; a state is an immutable tuple of frames (the innermost last),
+so a state is shared, never copied, when many continuations are tried. It accepts compact JSON (no whitespace but one
+optional space after `:` and `,`), object keys of a schema's `properties` at most once each, in any order, and `}`
+only once every `required` key is there. `remaining(state)` is the fewest characters that complete the document from
+a state; a token is allowed only when the state after it can still be completed within the tokens left, so a
+generation that has a one-character token for each character it needs always ends with a document that parses and
+matches the schema, before `max_tokens` runs out.
+
+`TokenConstraint` applies this to a vocabulary: the token texts are put in a trie, and the mask of a step is the set of
+tokens whose text the automaton accepts from the current state (walking the trie, pruning at the first refused
+character). Inside a string, tokens without `"`, `\\` or control characters leave the state unchanged and are
+allowed as a block; only the others are walked. The stop ids are allowed once the document is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kiln.tensor.llm.tokenizer import Tokenizer
+
+__all__ = ["JSON_OBJECT", "Node", "SchemaError", "TokenConstraint", "Vocabulary", "accepts", "compile_schema", "feed",
+           "initial", "make_node", "remaining", "text_anchor", "token_text", "token_texts"]  # fmt: skip
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "strict"})
+_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum"}) | _ANNOTATIONS
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_DIGITS = "0123456789"
+_HEX = "0123456789abcdefABCDEF"
+
+
+class SchemaError(ValueError):
+    """A JSON schema outside the supported subset; `keyword` names what was refused."""
+
+    def __init__(self, message: str, keyword: str) -> None:
+        super().__init__(message)
+        self.keyword = keyword
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """A compiled schema: `kind` is one of _TYPES, "any" (any JSON value), "enum" or "union" (`options`, told apart
+    by their first character)."""
+
+    kind: str
+    properties: tuple[tuple[str, Node], ...] | None = None  # object: None takes any key with any value
+    required: frozenset[str] = frozenset()
+    items: Node | None = None  # array
+    literals: tuple[str, ...] = ()  # enum: the values' JSON texts
+    options: tuple[Node, ...] = ()  # union
+    shortest: int = field(default=1, compare=False)  # the fewest characters of a value
+
+    def prop(self, name: str) -> Node:
+        return dict(self.properties or ())[name]
+
+
+def make_node(kind: str, **fields: Any) -> Node:
+    """A `Node` with its `shortest` value length worked out."""
+    node = Node(kind, **fields)
+    object.__setattr__(node, "shortest", _shortest(node))
+    return node
+
+
+def _shortest(node: Node) -> int:
+    if node.kind == "string":
+        return 2
+    if node.kind in ("boolean", "null"):
+        return 4
+    if node.kind == "enum":
+        return min(len(text) for text in node.literals)
+    if node.kind == "union":
+        return min(option.shortest for option in node.options)
+    if node.kind == "object":
+        return 1 + _rest_cost(node, node.required) - (1 if node.required else 0)
+    if node.kind == "array":
+        return 2
+    return 1  # number, integer, any (a digit)
+
+
+def _key(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)
+
+
+def _rest_cost(node: Node, missing: Iterable[str]) -> int:
+    """Characters that close an object after a value: each missing required key as `,"key":value`, then `}`."""
+    return 1 + sum(2 + len(_key(name)) + node.prop(name).shortest for name in missing)
+
+
+ANY = Node("any")
+JSON_OBJECT = make_node("object")
+"""JSON mode (`response_format: {"type": "json_object"}`): any object."""
+
+
+def compile_schema(schema: Any, path: str = "schema") -> Node:
+    """The node of a JSON schema (see the module docstring); SchemaError names an unsupported keyword or value."""
+    if not isinstance(schema, Mapping):
+        raise SchemaError(f"{path} must be a JSON object (a schema), got {schema!r:.80}", "type")
+    for keyword in schema:
+        if keyword not in _KEYWORDS:
+            raise SchemaError(f"{path} uses the keyword {keyword!r}, which constrained decoding does not support "
+                              f"(supported: {', '.join(sorted(_KEYWORDS - _ANNOTATIONS))})", str(keyword))  # fmt: skip
+    if "enum" in schema:
+        values = schema["enum"]
+        if not isinstance(values, list) or not values:
+            raise SchemaError(f"{path}.enum must be a non-empty list, got {values!r:.80}", "enum")
+        for value in values:
+            if isinstance(value, (dict, list)):
+                raise SchemaError(f"{path}.enum holds {value!r:.40}; only strings, numbers, booleans and null "
+                                  "are supported", "enum")  # fmt: skip
+        return make_node("enum", literals=tuple(json.dumps(v, ensure_ascii=False, allow_nan=False) for v in values))
+    kind = schema.get("type")
+    if kind is None:
+        if "properties" in schema:
+            kind = "object"
+        elif "items" in schema:
+            kind = "array"
+        else:
+            return ANY
+    if isinstance(kind, list):
+        if not kind or any(k not in _TYPES for k in kind):
+            raise SchemaError(f"{path}.type must name types among {_TYPES}, got {kind!r:.80}", "type")
+        options = tuple(compile_schema({**schema, "type": k}, path) for k in dict.fromkeys(kind))
+        return options[0] if len(options) == 1 else make_node("union", options=options)
+    if kind not in _TYPES:
+        raise SchemaError(f"{path}.type must be one of {_TYPES}, got {kind!r:.80}", "type")
+    if kind == "object":
+        return _compile_object(schema, path)
+    if kind == "array":
+        items = schema.get("items")
+        return make_node("array", items=ANY if items is None else compile_schema(items, f"{path}.items"))
+    return make_node(kind)
+
+
+def _compile_object(schema: Mapping[str, Any], path: str) -> Node:
+    properties = schema.get("properties")
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", properties is None)
+    if properties is None:
+        if required:
+            raise SchemaError(f"{path}.required names keys but the object has no 'properties'", "required")
+        if extra is False:
+            return make_node("object", properties=())
+        if extra is not True:
+            raise SchemaError(f"{path}.additionalProperties must be true or false, got {extra!r:.80}",
+                              "additionalProperties")  # fmt: skip
+        return JSON_OBJECT
+    if not isinstance(properties, Mapping):
+        raise SchemaError(f"{path}.properties must be an object, got {properties!r:.80}", "properties")
+    if not isinstance(extra, bool):  # only the listed keys are written, which any boolean allows
+        raise SchemaError(f"{path}.additionalProperties must be true or false, got {extra!r:.80}",
+                          "additionalProperties")  # fmt: skip
+    if not isinstance(required, list) or any(name not in properties for name in required):
+        raise SchemaError(f"{path}.required must list keys of 'properties', got {required!r:.80}", "required")
+    compiled = tuple((str(name), compile_schema(sub, f"{path}.properties.{name}")) for name, sub in properties.items())
+    return make_node("object", properties=compiled, required=frozenset(required))
+
+
+# -- the automaton ------------------------------------------------------------------------------------------------
+# Frames: ("wait", node, space_ok) a value not begun; ("str", escape) escape 0, -1 after "\", 1..4 hex digits to go;
+# ("num", phase, integer); ("lit", candidates, text); ("obj", node, phase, seen, key) with key the text of a key
+# being read (or its name once read); ("arr", node, phase). A state is a tuple of frames, () once the value is done.
+State = tuple[tuple[Any, ...], ...]
+_NUMBER_DONE = frozenset({"zero", "int", "frac", "exp"})
+
+
+def initial(node: Node | Sequence[Node]) -> State:
+    """The state before the first character of a value of `node`, or of any of several nodes (read side by side:
+    an ("alt", states) frame, alone in its state, holds the states of those still possible)."""
+    if isinstance(node, Node):
+        return (("wait", node, False),)
+    return (("alt", tuple(initial(n) for n in node)),)
+
+
+def _begin(node: Node, char: str) -> tuple[tuple[Any, ...], ...] | None:
+    """The frames of a value of `node` that starts with `char`, or None."""
+    kind = node.kind
+    if kind == "union":
+        for option in node.options:
+            if (frames := _begin(option, char)) is not None:
+                return frames
+        return None
+    if kind == "any":
+        for option in (JSON_OBJECT, _ANY_ARRAY, _STRING, _NUMBER, _BOOLEAN, _NULL):
+            if (frames := _begin(option, char)) is not None:
+                return frames
+        return None
+    if kind == "string":
+        return (("str", 0),) if char == '"' else None
+    if kind in ("number", "integer"):
+        if char == "-":
+            return (("num", "sign", kind == "integer"),)
+        if char in _DIGITS:
+            return (("num", "zero" if char == "0" else "int", kind == "integer"),)
+        return None
+    if kind in ("boolean", "null", "enum"):
+        literals = ("true", "false") if kind == "boolean" else ("null",) if kind == "null" else node.literals
+        matching = tuple(text for text in literals if text.startswith(char))
+        return (("lit", matching, char),) if matching else None
+    if kind == "object":
+        return (("obj", node, "open", frozenset(), ""),) if char == "{" else None
+    if kind == "array":
+        return (("arr", node, "open"),) if char == "[" else None
+    raise AssertionError(kind)
+
+
+_ANY_ARRAY = Node("array", items=ANY)
+_STRING, _NUMBER, _BOOLEAN, _NULL = Node("string"), Node("number"), Node("boolean"), Node("null")
+
+
+def _done(stack: State) -> State:
+    """The state after the value on top of `stack` (already popped) ended."""
+    if not stack:
+        return ()
+    top = stack[-1]
+    if top[0] == "obj":
+        _, node, phase, seen, key = top
+        if phase == "key":  # a key of a free object
+            return (*stack[:-1], ("obj", node, "colon", seen, key))
+        return (*stack[:-1], ("obj", node, "after", seen | {key}, ""))
+    return (*stack[:-1], ("arr", top[1], "after"))
+
+
+def _names_left(node: Node, seen: frozenset[str]) -> list[str]:
+    return [name for name, _ in node.properties or () if name not in seen]
+
+
+def _key_start(stack: State, node: Node, seen: frozenset[str]) -> State | None:
+    """A `"` that opens a key of the object on top of `stack`."""
+    if node.properties is None:
+        return (*stack[:-1], ("obj", node, "key", seen, ""), ("str", 0))
+    if not _names_left(node, seen):
+        return None
+    return (*stack[:-1], ("obj", node, "key", seen, '"'))
+
+
+def feed(state: State, char: str) -> State | None:
+    """The state after `char`, or None when no document of the schema continues so."""
+    if not state:
+        return None
+    top, below = state[-1], state[:-1]
+    tag = top[0]
+    if tag == "alt":
+        alive = tuple(following for s in top[1] if (following := feed(s, char)) is not None)
+        return None if not alive else alive[0] if len(alive) == 1 else (("alt", alive),)
+    if tag == "wait":
+        _, node, space_ok = top
+        if char == " " and space_ok:
+            return (*below, ("wait", node, False))
+        frames = _begin(node, char)
+        return None if frames is None else (*below, *frames)
+    if tag == "str":
+        escape = top[1]
+        if escape == -1:
+            if char == "u":
+                return (*below, ("str", 4))
+            return (*below, ("str", 0)) if char in '"\\/bfnrt' else None
+        if escape > 0:
+            return (*below, ("str", escape - 1)) if char in _HEX else None
+        if char == '"':
+            return _done(below)
+        if char == "\\":
+            return (*below, ("str", -1))
+        return None if ord(char) < 0x20 else state
+    if tag == "num":
+        step = _number_step(top[1], char, top[2])
+        if step is not None:
+            return (*below, ("num", step, top[2]))
+        return feed(_done(below), char) if top[1] in _NUMBER_DONE and below else None
+    if tag == "lit":
+        _, candidates, text = top
+        longer = text + char
+        matching = tuple(c for c in candidates if c.startswith(longer))
+        if matching:
+            return (*below, ("lit", matching, longer))
+        return feed(_done(below), char) if text in candidates and below else None
+    if tag == "obj":
+        return _feed_object(state, top, char)
+    return _feed_array(state, top, char)
+
+
+def _number_step(phase: str, char: str, integer: bool) -> str | None:
+    digit = char in _DIGITS
+    if phase == "sign":
+        return ("zero" if char == "0" else "int") if digit else None
+    if phase in ("zero", "int"):
+        if digit:
+            return "int" if phase == "int" else None
+        if integer:
+            return None
+        return "dot" if char == "." else "e" if char in "eE" else None
+    if phase in ("dot", "frac"):
+        if digit:
+            return "frac"
+        return "e" if phase == "frac" and char in "eE" and not integer else None
+    if phase == "e":
+        return "exp" if digit else "esign" if char in "+-" else None
+    return "exp" if digit else None  # esign, exp
+
+
+def _feed_object(state: State, top: tuple[Any, ...], char: str) -> State | None:
+    _, node, phase, seen, key = top
+    below = state[:-1]
+    closable = node.required <= seen
+    if phase in ("open", "comma", "comma_sp"):
+        if char == '"':
+            return _key_start(state, node, seen)
+        if phase == "open" and char == "}":
+            return _done(below) if closable else None
+        if phase == "comma" and char == " ":
+            return (*below, ("obj", node, "comma_sp", seen, ""))
+        return None
+    if phase == "key":  # a key of the listed properties (a free object's key is a "str" frame above)
+        longer = key + char
+        for name in _names_left(node, seen):
+            if _key(name) == longer:
+                return (*below, ("obj", node, "colon", seen, name))
+        if any(_key(name).startswith(longer) for name in _names_left(node, seen)):
+            return (*below, ("obj", node, "key", seen, longer))
+        return None
+    if phase == "colon":
+        if char != ":":
+            return None
+        value = ANY if node.properties is None else node.prop(key)
+        return (*below, ("obj", node, "value", seen, key), ("wait", value, True))
+    if phase == "after":
+        if char == ",":
+            more = node.properties is None or bool(_names_left(node, seen))
+            return (*below, ("obj", node, "comma", seen, "")) if more else None
+        return _done(below) if char == "}" and closable else None
+    return None
+
+
+def _feed_array(state: State, top: tuple[Any, ...], char: str) -> State | None:
+    _, node, phase = top
+    below = state[:-1]
+    if char == "]" and phase in ("open", "after"):
+        return _done(below)
+    if phase == "open":
+        return feed((*below, ("arr", node, "value"), ("wait", node.items, False)), char)
+    if phase == "after" and char == ",":
+        return (*below, ("arr", node, "value"), ("wait", node.items, True))
+    return None
+
+
+def remaining(state: State) -> int:
+    """The fewest characters that complete the document from `state` (0: complete)."""
+    return sum(_frame_cost(frame) for frame in state)
+
+
+def _frame_cost(frame: tuple[Any, ...]) -> int:
+    tag = frame[0]
+    if tag == "alt":
+        return min(remaining(s) for s in frame[1])
+    if tag == "wait":
+        return int(frame[1].shortest)
+    if tag == "str":
+        escape = frame[1]
+        return 1 + (1 if escape == -1 else max(escape, 0))
+    if tag == "num":
+        return 0 if frame[1] in _NUMBER_DONE else 1
+    if tag == "lit":
+        _, candidates, text = frame
+        return min(len(c) - len(text) for c in candidates)
+    if tag == "arr":
+        return 1
+    node: Node = frame[1]
+    phase: str = frame[2]
+    seen: frozenset[str] = frame[3]
+    key: str = frame[4]
+    missing = node.required - seen
+    if node.properties is None:
+        return {"open": 1, "key": 3, "colon": 3, "value": 1, "after": 1}.get(phase, 5)
+    if phase == "key":
+        names = [n for n in _names_left(node, seen) if _key(n).startswith(key)]
+        return min(len(_key(n)) - len(key) + 1 + node.prop(n).shortest + _rest_cost(node, missing - {n})
+                   for n in names)  # fmt: skip
+    if phase == "colon":
+        return 1 + node.prop(key).shortest + _rest_cost(node, missing - {key})
+    if phase == "value":
+        return _rest_cost(node, missing - {key})
+    if phase == "after":
+        return _rest_cost(node, missing)
+    if phase == "open":
+        return _rest_cost(node, missing) - (1 if missing else 0)
+    # after a comma: one more key must come
+    if missing:
+        return _rest_cost(node, missing) - 1
+    return 1 + min(len(_key(n)) + 1 + node.prop(n).shortest for n in _names_left(node, seen))
+
+
+def accepts(node: Node, text: str) -> bool:
+    """Whether `text` is a complete document of `node` for the automaton."""
+    state: State | None = initial(node)
+    for char in text:
+        state = feed(state, char) if state is not None else None
+    return state is not None and remaining(state) == 0
+
+
+# -- the token mask ---------------------------------------------------------------------------------------------------
+class _Trie:
+    """Token texts by character: `children` char -> _Trie, `ids` the tokens ending here."""
+
+    __slots__ = ("children", "ids")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Trie] = {}
+        self.ids: list[int] = []
+
+    def add(self, text: str, token_id: int) -> None:
+        node = self
+        for char in text:
+            node = node.children.setdefault(char, _Trie())
+        node.ids.append(token_id)
+
+
+def _plain(text: str) -> bool:
+    return all(char not in '"\\' and ord(char) >= 0x20 for char in text)
+
+
+class Vocabulary:
+    """A tokenizer's token texts prepared for masks: the tries, the tokens plain inside a string, the stop ids."""
+
+    def __init__(self, texts: Mapping[int, str], size: int, stop_ids: Iterable[int]) -> None:
+        self.size = size
+        self.stop_ids = sorted(i for i in stop_ids if 0 <= i < size)
+        self.trie, self.special = _Trie(), _Trie()  # every token; those not plain inside a string
+        self.plain = np.zeros(size, bool)
+        self.texts = dict(texts)
+        for token_id, text in texts.items():
+            if not text or "\ufffd" in text:
+                continue
+            self.trie.add(text, token_id)
+            if _plain(text):
+                self.plain[token_id] = True
+            else:
+                self.special.add(text, token_id)
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer, size: int) -> Vocabulary:
+        """The vocabulary of `tokenizer` for a model of `size` logits (special tokens never allowed but to stop)."""
+        texts = token_texts(tokenizer.decode, tokenizer.vocab_size, tokenizer.special_ids | tokenizer.stop_ids,
+                            text_anchor(tokenizer))  # fmt: skip
+        return cls(texts, size, tokenizer.stop_ids)
+
+
+class TokenConstraint:
+    """One generation constrained to a JSON document of `node` (or of one of several nodes): `mask(tokens_left)`
+    before each token, `advance` with the chosen token. `complete` once the text is a whole document; `closed` when
+    no character may follow."""
+
+    def __init__(self, node: Node | Sequence[Node], vocabulary: Vocabulary) -> None:
+        self.node, self.vocabulary = node, vocabulary
+        self.state: State = initial(node)
+        self.text = ""
+
+    @property
+    def complete(self) -> bool:
+        return remaining(self.state) == 0
+
+    @property
+    def closed(self) -> bool:
+        return self.state == ()
+
+    def mask(self, tokens_left: int) -> np.ndarray:
+        """The tokens allowed now (a bool array over the vocabulary) when at most `tokens_left` tokens (this one
+        included) may follow. When no token keeps the shortest completion within that budget (counted at one
+        character per token, so it may be too strict), every token the grammar allows is (the text may then end cut
+        short by the length limit). ValueError when the grammar allows none (the vocabulary lacks the characters)."""
+        allowed = self._mask(tokens_left - 1)
+        if not allowed.any():
+            allowed = self._mask(1 << 62)
+        if not allowed.any():
+            raise ValueError(f"no token of the vocabulary continues the JSON document {self.text[-60:]!r}")
+        return allowed
+
+    def _mask(self, budget: int) -> np.ndarray:
+        vocabulary = self.vocabulary
+        allowed = np.zeros(vocabulary.size, bool)
+        state = self.state
+        if self.complete:
+            allowed[vocabulary.stop_ids] = True
+        top = state[-1] if state else None
+        if top is not None and top[0] == "str" and top[1] == 0:
+            if remaining(state) <= budget:
+                allowed |= vocabulary.plain
+            self._walk(vocabulary.special, state, budget, allowed)
+        else:
+            self._walk(vocabulary.trie, state, budget, allowed)
+        return allowed
+
+    @staticmethod
+    def _walk(trie: _Trie, state: State, budget: int, allowed: np.ndarray) -> None:
+        pending: list[tuple[_Trie, State]] = [(trie, state)]
+        while pending:
+            node, current = pending.pop()
+            for char, child in node.children.items():
+                following = feed(current, char)
+                if following is None:
+                    continue
+                if child.ids and remaining(following) <= budget:
+                    allowed[child.ids] = True
+                if child.children:
+                    pending.append((child, following))
+
+    def advance(self, token: int) -> None:
+        """Moves past `token` (a stop id leaves the state as it is)."""
+        if token in self.vocabulary.stop_ids:
+            return
+        text = self.vocabulary.texts.get(token, "")
+        for char in text:
+            following = feed(self.state, char)
+            if following is None:
+                raise ValueError(f"the token {token} ({text!r}) does not continue the JSON document {self.text!r}")
+            self.state = following
+        self.text += text
+
+
+def token_text(decode: Callable[[list[int]], str], token_id: int, anchor: int | None) -> str:
+    """A token's text as it reads after other text: decode([anchor, id]) less decode([anchor]) (SentencePiece drops
+    the leading space of a text's first token); "\ufffd" when that is not a clean cut."""
+    if anchor is None:
+        return decode([token_id])
+    prefix, both = decode([anchor]), decode([anchor, token_id])
+    return both[len(prefix) :] if both.startswith(prefix) else "\ufffd"
+
+
+def token_texts(decode: Callable[[list[int]], str], size: int, special: set[int], anchor: int | None) -> dict[int, str]:
+    """`token_text` of every token id below `size` but the `special` ones."""
+    return {token_id: token_text(decode, token_id, anchor) for token_id in range(size) if token_id not in special}
+
+
+def text_anchor(tokenizer: Tokenizer) -> int | None:
+    """The token of "a" when it is one token (the anchor of `token_text`), else None."""
+    ids = tokenizer.encode("a", add_special=False)
+    return ids[0] if len(ids) == 1 else None
