@@ -5,7 +5,9 @@ Basic indices (ints, slices with any step, None, Ellipsis) become movement ops: 
 integer index tensors broadcast together, and their broadcast dims replace the indexed dims in place when those are
 adjacent, else they go first. An advanced index is a one-hot selection over the flattened indexed dims (compare
 the row-major position with every position, then sum) in the product form codegen's gather rewrite (pm_gather)
-turns into one indexed load per output element: the work is the output's, not the indexed dims' (`_one_hot_sum`).
+turns into one indexed load per output element: the work is the output's, not the indexed dims'
+(kiln.tensor.ops.advanced_index). A write `x[index] = v` finds each position's last write by a max over the writes
+and takes its row by the same gather: work positions x writes, the dims not indexed riding along as whole rows.
 
 Known limits: a bool mask Tensor is realized to learn the result's shape (like PyTorch, which syncs too); integer
 index *Tensors* are lazy, so they are bounds-checked only with the knob CHECK=1 (IndexError naming the bad index);
