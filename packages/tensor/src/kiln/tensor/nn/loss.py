@@ -5,6 +5,7 @@ calling the function of the same name in `kiln.tensor.nn.functional`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from kiln.tensor.nn import functional as F
 from kiln.tensor.nn.distance import PairwiseDistance
@@ -26,7 +27,19 @@ class _Loss(Module):
         self.reduction = legacy_reduction(size_average, reduce, reduction)
 
 
-class _WeightedLoss(_Loss):
+class _PairLoss(_Loss):
+    """A loss of (input, target) whose forward is `_function(input, target, **keywords)`: subclasses set `_function`
+    (a staticmethod of the functional form) and `_keywords` (the attributes passed by name)."""
+
+    _function: ClassVar[Callable[..., Tensor]]
+    _keywords: ClassVar[tuple[str, ...]] = ("reduction",)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """`_function` of input and target with the loss's settings."""
+        return type(self)._function(input, target, **{name: getattr(self, name) for name in self._keywords})
+
+
+class _WeightedLoss(_PairLoss):
     weight: Tensor | None
 
     def __init__(
@@ -45,15 +58,13 @@ def _optional_buffer(module: Module, name: str, tensor: Tensor | None) -> None:
         module.register_buffer(name, tensor)
 
 
-class L1Loss(_Loss):
+class L1Loss(_PairLoss):
     """Mean (or sum) of |input - target|, like `torch.nn.L1Loss`."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.l1_loss(input, target, reduction)."""
-        return F.l1_loss(input, target, reduction=self.reduction)
+    _function = staticmethod(F.l1_loss)
 
 
-class MSELoss(_Loss):
+class MSELoss(_PairLoss):
     """Mean (or sum) of (input - target)**2, like `torch.nn.MSELoss`.
 
     Example:
@@ -61,13 +72,14 @@ class MSELoss(_Loss):
         5.0
     """
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.mse_loss(input, target, reduction)."""
-        return F.mse_loss(input, target, reduction=self.reduction)
+    _function = staticmethod(F.mse_loss)
 
 
 class CrossEntropyLoss(_WeightedLoss):
     """Cross entropy of logits against class indices or probabilities, like `torch.nn.CrossEntropyLoss`."""
+
+    _function = staticmethod(F.cross_entropy)
+    _keywords = ("weight", "ignore_index", "reduction", "label_smoothing")
 
     def __init__(
         self, weight: Tensor | None = None, size_average: bool | None = None, ignore_index: int = -100,
@@ -76,16 +88,12 @@ class CrossEntropyLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing)."""
-        return F.cross_entropy(
-            input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction,
-            label_smoothing=self.label_smoothing,
-        )  # fmt: skip
-
 
 class NLLLoss(_WeightedLoss):
     """Negative log likelihood of log-probabilities at class indices, like `torch.nn.NLLLoss`."""
+
+    _function = staticmethod(F.nll_loss)
+    _keywords = ("weight", "ignore_index", "reduction")
 
     def __init__(
         self, weight: Tensor | None = None, size_average: bool | None = None, ignore_index: int = -100,
@@ -94,21 +102,19 @@ class NLLLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.nll_loss(input, target, weight, ignore_index, reduction)."""
-        return F.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
-
 
 class BCELoss(_WeightedLoss):
     """Binary cross entropy of probabilities, like `torch.nn.BCELoss`."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.binary_cross_entropy(input, target, weight, reduction)."""
-        return F.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
+    _function = staticmethod(F.binary_cross_entropy)
+    _keywords = ("weight", "reduction")
 
 
-class BCEWithLogitsLoss(_Loss):
+class BCEWithLogitsLoss(_PairLoss):
     """Binary cross entropy of logits (`pos_weight` scaling the positive term), like `torch.nn.BCEWithLogitsLoss`."""
+
+    _function = staticmethod(F.binary_cross_entropy_with_logits)
+    _keywords = ("weight", "reduction", "pos_weight")
 
     weight: Tensor | None
     pos_weight: Tensor | None
@@ -121,15 +127,12 @@ class BCEWithLogitsLoss(_Loss):
         _optional_buffer(self, "weight", weight)
         _optional_buffer(self, "pos_weight", pos_weight)
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.binary_cross_entropy_with_logits(input, target, weight, reduction, pos_weight)."""
-        return F.binary_cross_entropy_with_logits(
-            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
-        )
 
-
-class SmoothL1Loss(_Loss):
+class SmoothL1Loss(_PairLoss):
     """Quadratic below `beta`, linear above, like `torch.nn.SmoothL1Loss`."""
+
+    _function = staticmethod(F.smooth_l1_loss)
+    _keywords = ("reduction", "beta")
 
     def __init__(
         self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean", beta: float = 1.0
@@ -137,25 +140,23 @@ class SmoothL1Loss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.beta = beta
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.smooth_l1_loss(input, target, reduction, beta)."""
-        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
-
-class HuberLoss(_Loss):
+class HuberLoss(_PairLoss):
     """Quadratic below `delta`, delta-scaled linear above, like `torch.nn.HuberLoss`."""
+
+    _function = staticmethod(F.huber_loss)
+    _keywords = ("reduction", "delta")
 
     def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
         super().__init__(reduction=reduction)
         self.delta = delta
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.huber_loss(input, target, reduction, delta)."""
-        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
-
-class KLDivLoss(_Loss):
+class KLDivLoss(_PairLoss):
     """Kullback-Leibler divergence of log-probabilities from `target`, like `torch.nn.KLDivLoss`."""
+
+    _function = staticmethod(F.kl_div)
+    _keywords = ("reduction", "log_target")
 
     def __init__(
         self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean",
@@ -163,10 +164,6 @@ class KLDivLoss(_Loss):
     ) -> None:  # fmt: skip
         super().__init__(size_average, reduce, reduction)
         self.log_target = log_target
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.kl_div(input, target, reduction, log_target)."""
-        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 class _MarginLoss(_Loss):
@@ -209,12 +206,10 @@ class HingeEmbeddingLoss(_MarginLoss):
         return F.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
 
 
-class SoftMarginLoss(_Loss):
+class SoftMarginLoss(_PairLoss):
     """log(1 + exp(-target input)), like `torch.nn.SoftMarginLoss`."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.soft_margin_loss(input, target, reduction)."""
-        return F.soft_margin_loss(input, target, reduction=self.reduction)
+    _function = staticmethod(F.soft_margin_loss)
 
 
 class TripletMarginLoss(_Loss):
@@ -270,21 +265,21 @@ class NLLLoss2d(NLLLoss):
 class MultiLabelSoftMarginLoss(_WeightedLoss):
     """Per-class logistic loss averaged over classes, like `torch.nn.MultiLabelSoftMarginLoss`."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.multilabel_soft_margin_loss(input, target, weight, reduction)."""
-        return F.multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)
+    _function = staticmethod(F.multilabel_soft_margin_loss)
+    _keywords = ("weight", "reduction")
 
 
-class MultiLabelMarginLoss(_Loss):
+class MultiLabelMarginLoss(_PairLoss):
     """Hinge loss between each target class and each other class, like `torch.nn.MultiLabelMarginLoss`."""
 
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.multilabel_margin_loss(input, target, reduction)."""
-        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+    _function = staticmethod(F.multilabel_margin_loss)
 
 
 class MultiMarginLoss(_WeightedLoss):
     """Multi-class hinge loss, like `torch.nn.MultiMarginLoss`."""
+
+    _function = staticmethod(F.multi_margin_loss)
+    _keywords = ("p", "margin", "weight", "reduction")
 
     def __init__(
         self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, size_average: bool | None = None,
@@ -296,10 +291,6 @@ class MultiMarginLoss(_WeightedLoss):
             raise ValueError(f"MultiMarginLoss: expected weight to be None or 1D tensor, got {weight.ndim}D instead")
         super().__init__(weight, size_average, reduce, reduction)
         self.p, self.margin = p, margin
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        """F.multi_margin_loss(input, target, p, margin, weight, reduction)."""
-        return F.multi_margin_loss(input, target, self.p, self.margin, self.weight, reduction=self.reduction)
 
 
 class TripletMarginWithDistanceLoss(_Loss):
