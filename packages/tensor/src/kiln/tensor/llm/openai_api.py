@@ -194,6 +194,7 @@ class LLMServer:
         longest = max((len(tokenizer.decode([i]).encode()) for i in range(tokenizer.vocab_size)), default=1)
         self.max_prompt_bytes = model.context_length * 4 * (longest + 1)
         self._vocabulary: Vocabulary | None = None  # made for the first constrained request
+        self._vocabulary_lock = threading.Lock()  # not `_lock`: the enqueues must not wait for the vocabulary
         self._anchor = text_anchor(tokenizer)
         self._spelled: dict[int, bytes] = {}
         self._embedder: Embedder | None = None  # made by the worker for the first embeddings request
@@ -476,7 +477,7 @@ class LLMServer:
     @property
     def vocabulary(self) -> Vocabulary:
         """The token texts for grammar masks (made once, at the first constrained request)."""
-        with self._lock:
+        with self._vocabulary_lock:
             if self._vocabulary is None:
                 self._vocabulary = Vocabulary.of(self.model.tokenizer, self.model.loaded.config.vocab_size)
             return self._vocabulary
