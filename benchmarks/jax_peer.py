@@ -7,13 +7,14 @@ prints why when no such Python was given or jax does not import there: every JAX
 
 Rows (keys): "matmul N" (float32 N x N), "softmax" / "log_softmax" / "layer_norm" over (4096, 1024), "conv2d",
 "conv2d input grad", "conv2d weight grad" (tensor_bench's (32,16,32,32) x (32,16,3,3), padding 1; the gradients
-through `jax.vjp` of the convolution, the primal output unused and removed by XLA), "mlp step" (the quickstart step
-of mlp_step.py: MLP 2-64-64-2, cross-entropy, the gradients' joint norm clipped to 0.5, SGD with momentum 0.9,
-lr 0.3, the loss read on the host), "cnn step" (train_bench.py's small CNN on a (128, 1, 28, 28) batch, plain SGD
-lr 0.01) and "resblock step" (train_bench.py's ResNet basic block with BatchNorm in training mode, running
-statistics updated, on a (32, 16, 16, 16) batch, plain SGD lr 0.01). Each function is one `jax.jit`; a step takes
-and returns its whole state (parameters, momenta, running statistics). Every figure is the median of `repeats`
-timed calls after a warm-up of at least 0.25 s (compilation included there), each call waited for
+through `jax.vjp` of the convolution, the primal output unused and removed by XLA), "max_pool2d backward" (2x2
+windows over (32,16,32,32), through `jax.vjp`: the forward's maxima and the input gradient), "mlp step" (the
+quickstart step of mlp_step.py: MLP 2-64-64-2, cross-entropy, the gradients' joint norm clipped to 0.5, SGD with
+momentum 0.9, lr 0.3, the loss read on the host), "cnn step" (train_bench.py's small CNN on a (128, 1, 28, 28)
+batch, plain SGD lr 0.01) and "resblock step" (train_bench.py's ResNet basic block with BatchNorm in training mode,
+running statistics updated, on a (32, 16, 16, 16) batch, plain SGD lr 0.01). Each function is one `jax.jit`; a
+step takes and returns its whole state (parameters, momenta, running statistics). Every figure is the median of
+`repeats` timed calls after a warm-up of at least 0.25 s (compilation included there), each call waited for
 (`block_until_ready`, or the loss read as a float for the steps).
 """
 
@@ -135,6 +136,9 @@ JAX_SCRIPT = textwrap.dedent(
         if key == "conv2d weight grad":
             gradient = jax.jit(lambda x, g: jax.vjp(lambda w: conv(x, w, 1), weights)[1](g)[0])
             return ready(gradient, images, grad)
+        if key == "max_pool2d backward":
+            source, upstream = normal(32, 16, 32, 32), normal(32, 16, 16, 16)
+            return ready(jax.jit(lambda x, g: jax.vjp(pool, x)[1](g)[0]), source, upstream)
         steps = {"mlp step": mlp_step, "cnn step": cnn_step, "resblock step": resblock_step}
         return steps[key]() if key in steps else None
     print(json.dumps({"version": jax.__version__, "devices": str(jax.devices())}), flush=True)

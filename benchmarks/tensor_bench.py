@@ -16,7 +16,7 @@ same load on a shared machine); its gradients go through `torch.nn.grad` (no for
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
 - conv2d (32,16,32,32) x (32,16,3,3), padding 1, and its input and weight gradients: GFLOP/s (numpy: im2col +
-  tensordot)
+  tensordot); max_pool2d 2x2 over (32,16,32,32) with its input gradient: GB/s
 - first-call latency of a never-seen kernel (schedule + codegen + compile + run; the median over five new kernels),
   in ms; per-op cost of `x = x + 1` realized on a 16-element tensor, in microseconds (the median of five runs of
   1000 ops after the warm-up)
@@ -153,6 +153,13 @@ TORCH_SCRIPT = TORCH_STEPS + textwrap.dedent(
             return lambda: torch.nn.grad.conv2d_input(images.shape, weights, grad, padding=1)
         if key == "conv2d weight grad":
             return lambda: torch.nn.grad.conv2d_weight(images, weights.shape, grad, padding=1)
+        if key == "max_pool2d backward":
+            source, upstream = r(32, 16, 32, 32, requires_grad=True), r(32, 16, 16, 16)
+            def pool_grad():
+                with torch.enable_grad():
+                    pooled = torch.nn.functional.max_pool2d(source, 2)
+                    return torch.autograd.grad(pooled, source, upstream)[0]
+            return pool_grad
         if key == "per-op":
             t = torch.zeros(16)
             return lambda: steps(t)
@@ -452,6 +459,36 @@ def bench_conv(table: Table, device: str, repeats: int) -> None:
         table.row(f"{name} (32,16,32,32)", name, kiln, reference, CONV_FLOPS, "GFLOP/s", target)
 
 
+def _max_pool_grad_numpy(images: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    # each 2x2 window's gradient goes to its maximum (random data: no ties)
+    b, c, h, w = images.shape
+    windows = images.reshape(b, c, h // 2, 2, w // 2, 2)
+    hits = windows == windows.max(axis=(3, 5), keepdims=True)
+    return (hits * grad[:, :, :, None, :, None]).reshape(b, c, h, w).astype(np.float32)
+
+
+def bench_max_pool_backward(table: Table, device: str, repeats: int) -> None:
+    """max_pool2d(2) over (32, 16, 32, 32) and its input gradient, computed together (the gradient needs the
+    forward's maxima; torch: `autograd.grad` through `max_pool2d`; JAX: `jax.vjp`, jitted); GB/s of the input,
+    the upstream gradient and the result."""
+    rng = np.random.default_rng(6)
+    images = rng.standard_normal(CONV_IMAGES).astype(np.float32)
+    grad_values = rng.standard_normal((32, 16, 16, 16)).astype(np.float32)
+    source = Tensor(images, device=device, requires_grad=True).realize()
+    grad = Tensor(grad_values, device=device).realize()
+
+    def build() -> Tensor:
+        return source.max_pool2d(2).gradient(source, gradient=grad)[0]
+
+    kiln = _median_seconds(_kiln_runner(build, device), repeats)
+    reference = _median_seconds(lambda: _max_pool_grad_numpy(images, grad_values), repeats)
+    np.testing.assert_allclose(build().numpy(), _max_pool_grad_numpy(images, grad_values), rtol=1e-6)
+    amount = 4 * (2 * images.size + grad_values.size)
+    table.row(
+        "max_pool2d 2x2 backward (32,16,32,32)", "max_pool2d backward", kiln, reference, amount, "GB/s", ">= 1x torch"
+    )
+
+
 def bench_first_call(table: Table, device: str) -> None:
     # kernel structures no earlier run built (a constant derived from the clock, so no disk cache holds them), five
     # of them (one length each: a new structure, not a lifted constant of the last one); the median of their times
@@ -583,6 +620,7 @@ def main() -> None:
         ("sum", lambda: bench_sum(table, device, elements, repeats)),
         ("rows", lambda: bench_rows(table, device, repeats)),
         ("conv", lambda: bench_conv(table, device, repeats)),
+        ("pool", lambda: bench_max_pool_backward(table, device, repeats)),
         ("first call", lambda: bench_first_call(table, device)),
         ("per-op", lambda: bench_per_op(table, device, 100 if quick else 1000)),
         ("step", lambda: bench_training_step(table, device, repeats)),
