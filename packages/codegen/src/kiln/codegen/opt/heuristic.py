@@ -42,6 +42,9 @@ The recipe, in order (each step is skipped when its opt is illegal):
        tile: the columns upcast by the widest of VECTOR_MATRIX_LANES that divides them (padded as above), the reduce
        rolled ((1, 1024) @ (1024, 2048): 3.5 -> 0.17 ms of kernel time; step 3v had unrolled the reduce along x and
        read W a column at a time).
+       An operand may be a fused elementwise expression (the previous layer's bias add and ReLU behind the padding
+       guard, a residual add): its main load, the one whose index spans the ranges of all its loads, stands for it
+       (`conv_tiles.operand_index`; without it resnet18.onnx's fused convolutions fell to step 3 at 0.3-1 GFLOP/s).
    2r. A product of two loads without a register tile (the weight gradient of a convolution: a small output and a
        long reduce over the image) unrolls its innermost reduce axis, along which the loads are contiguous, by the
        vector width (padded up to it when that at most doubles it); the lowering keeps the lanes as separate
@@ -51,6 +54,12 @@ The recipe, in order (each step is skipped when its opt is illegal):
        times), or the one such axis by 8 (a matrix-vector product's rows). One output alone waits on each add's
        latency: the conv2d (32,16,32,32) weight gradient measured 2.5x less CPU time with the 4 x 4 tile, a
        4096 x 4096 matrix-vector product ~15% less with 8 rows (A/B, process CPU time, loaded machine).
+   2s. A product whose output axes no operand reads contiguously and that step 2r does not take (a stride-2
+       convolution; the 2 x 2 and 4 x 4 images of a network's last stages) gets a tile of gathered columns
+       (`conv_tiles.strided_tile`): the innermost output axis of at least 8 that only one operand walks (the output
+       width, else the channels) by 16 or 8, the longest axis only the other walks by 8 or 4, rows first.
+       resnet18.onnx at batch 16 (DEBUG=2, medians of 7 runs, loaded 2-core box): the 7x7 stride-2 stem 62 -> 15
+       ms, the fused 3x3 convolutions 19-34 -> 0.3-1.5 ms each, the sum of kernel times 394 -> 88 ms.
    3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
        divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it when a loop of 4 or more steps is left (16-64
        exps of a softmax at once; a sum or max reads whole vectors into independent accumulator vectors; a short
@@ -89,6 +98,7 @@ from collections.abc import Callable
 from kiln.codegen.kernel_info import KernelOptError, Opt, OptOps
 from kiln.codegen.loop_structure import range_by_axis
 from kiln.codegen.opt.apply import apply_opt, prepare_axes
+from kiln.codegen.opt.conv_tiles import operand_index, strided_tile
 from kiln.codegen.opt.kernel_axes import (
     axes_of,
     constant_size,
@@ -177,8 +187,16 @@ def _is_padded_copy(sink: UOp) -> bool:
 
 
 def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
-    """`_matmul_operands`, also through padding guards: a matmul or a convolution (vector-ALU CPU renderers)."""
-    return _matmul_operands(sink, _strip_padding)
+    """`_matmul_operands`, also through padding guards and fused elementwise inputs (`conv_tiles.operand_index`: a
+    bias add and ReLU of the previous layer): a matmul or a convolution (vector-ALU CPU renderers)."""
+    reduces = reduces_of(sink)
+    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+        return None
+    product = _strip_casts(reduces[0].src[0])
+    if product.op is not Ops.MUL:
+        return None
+    left, right = (operand_index(_strip_padding(s)) for s in product.src)
+    return None if left is None or right is None else (left, right)
 
 
 def _store_indices(sink: UOp) -> list[UOp]:
@@ -519,6 +537,10 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
         products = _product_loads(build.sink)
         tiled = products is not None and _vector_matmul_tile(build, products)
         tiled = tiled or (products is not None and _vector_product_unroll(build, products))
+        # 2s. no output axis read contiguously (a stride-2 convolution, a 2 x 2 image): a tile of gathered columns
+        tiled = tiled or (
+            products is not None and strided_tile(build, products, _output_axes(build.sink), _stride_near_origin)
+        )
         if tiled or _vector_reduce_unroll(build):
             blocked = unrolled = True
             if not tiled:
