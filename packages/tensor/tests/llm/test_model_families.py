@@ -134,8 +134,10 @@ def test_unsupported_family_options_are_refused() -> None:
     base = {"vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}
     deepseek = base | {"model_type": "deepseek_v2", "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2,
                        "v_head_dim": 2, "n_routed_experts": 2, "moe_intermediate_size": 4}  # fmt: skip
-    with pytest.raises(NotImplementedError, match="group_limited_greedy"):
-        LlamaConfig.from_hf_config(deepseek | {"topk_method": "group_limited_greedy"})
+    with pytest.raises(NotImplementedError, match="'noaux_tc'"):
+        LlamaConfig.from_hf_config(deepseek | {"topk_method": "noaux_tc"})
+    with pytest.raises(ValueError, match="n_group dividing the 2 experts"):
+        LlamaConfig.from_hf_config(deepseek | {"topk_method": "group_limited_greedy", "n_group": 3, "topk_group": 1})
     with pytest.raises(NotImplementedError, match=r"partial_rotary_factor 0\.5"):
         LlamaConfig.from_hf_config(base | {"model_type": "phi3", "rope_parameters": {"partial_rotary_factor": 0.5}})
     with pytest.raises(NotImplementedError, match="'gelu'"):
@@ -193,3 +195,19 @@ def test_deepseek2_gguf_with_kv_b_split_per_head() -> None:
     np.testing.assert_allclose(prompt_logits(path, "deepseek2"), expected["logits"], atol=2e-5, rtol=0)
     got = list(Generator(loaded).generate(expected["prompt"].tolist(), max_tokens=len(expected["greedy"])))
     assert got == expected["greedy"].tolist()
+
+
+def test_deepseek2_group_limited_routing() -> None:
+    """Full DeepSeek-V2's routing (top-2 of 8 experts within the best 1 of 4 groups, a group scored by its best
+    expert), with a plain query projection (no q_lora): logits and greedy tokens against transformers; routing
+    over every group instead gives other logits, so the groups are what makes the match."""
+    folder = FIXTURES / "deepseek2_groups"
+    expected = np.load(folder / "expected.npz")
+    loaded = load_model(folder)
+    assert (loaded.config.expert_groups, loaded.config.expert_groups_used, loaded.config.q_lora_rank) == (4, 1, 0)
+    np.testing.assert_allclose(prompt_logits(folder, "deepseek2_groups"), expected["logits"], atol=2e-5, rtol=0)
+    got = list(Generator(loaded).generate(expected["prompt"].tolist(), max_tokens=len(expected["greedy"])))
+    assert got == expected["greedy"].tolist()
+    ungrouped = Transformer(dataclasses.replace(loaded.config, expert_groups=0), loaded.model.weights)
+    logits = ungrouped(Tensor(expected["prompt"].reshape(1, -1).astype(np.int32)), 0).numpy()[0]
+    assert np.abs(logits - expected["logits"]).max() > 1e-3

@@ -38,6 +38,8 @@ class LlamaConfig:
     shared_expert_dim: int = 0  # the hidden size of a MoE layer's shared expert (Qwen MoE), 0: none
     norm_topk_prob: bool = True
     expert_weights_scale: float = 1.0  # DeepSeek: the routed experts' shares times this
+    expert_groups: int = 0  # DeepSeek-V2 group-limited routing: the experts in this many groups (0: no groups)
+    expert_groups_used: int = 0  # ... of which each token picks from the best this many (by their best expert)
     shared_expert_gated: bool = True  # Qwen MoE: a sigmoid gate on the shared expert; DeepSeek: none
     leading_dense_layers: int = 0  # DeepSeek: the first layers have a dense feed-forward of dense_hidden_dim
     dense_hidden_dim: int = 0

@@ -75,8 +75,16 @@ def hf_overrides(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
     method = hf.get("topk_method", "greedy")
-    if method != "greedy":
-        raise NotImplementedError(f"deepseek_v2 topk_method {method!r} is not supported (only 'greedy')")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise NotImplementedError(f"deepseek_v2 topk_method {method!r} is not supported (greedy, group_limited_greedy)")
+    groups = int(hf.get("n_group") or 0) if method == "group_limited_greedy" else 0
+    groups_used = int(hf.get("topk_group") or 0) if groups else 0
+    experts = int(hf["n_routed_experts"])
+    if groups and (experts % groups or not 1 <= groups_used <= groups):
+        raise ValueError(
+            f"group-limited routing needs n_group dividing the {experts} experts and 1 <= topk_group <= n_group, "
+            f"got n_group={groups}, topk_group={groups_used}"
+        )
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     rope.pop("rope_theta", None)
     kind = rope.get("rope_type", rope.get("type"))
@@ -103,7 +111,9 @@ def _deepseek_hf(hf: dict[str, Any]) -> dict[str, Any]:
         "qk_nope_head_dim": nope,
         "v_head_dim": int(hf["v_head_dim"]),
         "attention_scale": scale,
-        "n_experts": int(hf["n_routed_experts"]),
+        "n_experts": experts,
+        "expert_groups": groups,
+        "expert_groups_used": groups_used,
         "hidden_dim": expert_ff,
         "dense_hidden_dim": int(hf["intermediate_size"]),
         "leading_dense_layers": int(hf.get("first_k_dense_replace") or 0),

@@ -451,6 +451,7 @@ class MoE(WeightModule):
             self.ffn_down_shexp = Projection(config.shared_expert_dim, dim)
         self._experts, self._used, self._normalize = experts, config.n_experts_used, config.norm_topk_prob
         self._scale = config.expert_weights_scale
+        self._groups, self._groups_used = config.expert_groups, config.expert_groups_used
 
     def __call__(self, h: Tensor) -> Tensor:
         return self.forward(h)
@@ -459,6 +460,8 @@ class MoE(WeightModule):
         """The routed (and shared) experts' output (B, T, dim) of the residual stream h."""
         x: Tensor = self.ffn_norm(h)
         probs = self.ffn_gate_inp(x).softmax(-1)  # (B, T, E)
+        if self._groups > 1:  # DeepSeek-V2's group-limited routing: the experts of the best groups only
+            probs = self._in_best_groups(probs)
         top, chosen = probs.topk(self._used, dim=-1)
         if self._normalize:
             top = top / top.sum(-1, keepdim=True)
@@ -473,6 +476,15 @@ class MoE(WeightModule):
             gated_share = hasattr(self, "ffn_gate_inp_shexp")
             out = out + (shared * self.ffn_gate_inp_shexp(x).sigmoid() if gated_share else shared)
         return out
+
+    def _in_best_groups(self, probs: Tensor) -> Tensor:
+        """probs (B, T, E) with the experts outside each token's `expert_groups_used` best groups (a group's score:
+        its best expert's) set to 0, so that the top-k picks from those groups only."""
+        groups, per_group = self._groups, self._experts // self._groups
+        grouped = probs.reshape(*probs.shape[:-1], groups, per_group)  # (B, T, G, E / G)
+        _, best = grouped.amax(-1).topk(self._groups_used, dim=-1)  # (B, T, used)
+        kept = (best.unsqueeze(-1) == Tensor.arange(groups)).any(-2)  # (B, T, G)
+        return kept.unsqueeze(-1).where(grouped, 0.0).reshape(probs.shape)
 
     def _gathered(self, x: Tensor, top: Tensor, chosen: Tensor) -> Tensor:
         """Each token's k experts with their matrices gathered for it (the one-hot product below reads the picked
