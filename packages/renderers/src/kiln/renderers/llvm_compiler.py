@@ -1,11 +1,18 @@
 """The LLVM IR renderer's compiler: llvmlite in this process (no subprocess), and in-process loading.
 
-`LLVMCompiler.compile` parses the IR with llvmlite, optimizes it for the host CPU (the new pass manager at -O2, loop
-and SLP vectorization on) and returns a relocatable ELF object. A relocatable object cannot be handed to the
-system's dynamic loader, and linking it into a shared object needs an external linker (a subprocess), so
-`LLVMCompiler.load` links the object in process with LLVM's own runtime linker (MCJIT through llvmlite: it applies
-the relocations and resolves libm symbols such as fmod from this process) and returns the kernel's address; the
-execution engine stays alive with the returned `HostKernel`.
+`LLVMCompiler.compile` parses the IR with llvmlite, optimizes it for the host CPU and returns a relocatable ELF
+object. The IR pipeline is the LLVM_PIPELINE knob's: by default ('kernel') a few cleanup passes (instcombine, CFG
+simplification, GVN, dead code elimination), since kiln's own opts already upcast (vectorized), unrolled and hoisted
+the kernel, and LLVM's -O2 pipeline spent about as long as the code generator (its loop passes, vectorizers and
+repeated instcombines found little left to do); 'O2' is LLVM's default -O2 pipeline with both vectorizers. Kernels
+over narrow types (half, bfloat16's i16, i8) take -O2 even under 'kernel': the renderer converts their lanes one by
+one and LLVM's SLP vectorizer packs those conversions (the float16 matmul ran at half speed without it). Machine
+code is generated at -O2 either way (instruction selection, the greedy register allocator, machine LICM).
+
+A relocatable object cannot be handed to the system's dynamic loader, and linking it into a shared object needs an
+external linker (a subprocess), so `LLVMCompiler.load` links the object in process with LLVM's own runtime linker
+(MCJIT through llvmlite: it applies the relocations and resolves libm symbols such as fmod from this process) and
+returns the kernel's address; the execution engine stays alive with the returned `HostKernel`.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import ctypes.util
 import functools
 import hashlib
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -22,11 +30,34 @@ from kiln.codegen import KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.core_launcher import llvm_ir_launcher_source
 from kiln.renderers.host_kernel import HostCompiler, HostKernel, kernel_parameters, objdump_disassembly
-from kiln.renderers.toolchain import ToolchainCompiler, ToolchainNotFoundError, llvm_options, llvmlite_binding
+from kiln.renderers.toolchain import (
+    LLVM_PIPELINE,
+    ToolchainCompiler,
+    ToolchainNotFoundError,
+    llvm_options,
+    llvmlite_binding,
+)
+
+KERNEL_PIPELINE_PASSES = (
+    "sroa",
+    "instruction_combine",
+    "simplify_cfg",
+    "loop_unroll",
+    "new_gvn",
+    "dead_code_elimination",
+)
+"""The 'kernel' pipeline (LLVM_PIPELINE): llvmlite's pass names, run once each in this order. SROA keeps a register
+tile's accumulator (an alloca the renderer loads and stores whole) in registers: without it the 1024 matmul ran at a
+third of its speed; instcombine folds the index arithmetic and casts the renderer spells out, simplifycfg removes the
+loops' constant emptiness checks and merges blocks, loop-unroll fully unrolls short loops kiln left without its
+unroll-disable hint (as -O2 does), GVN shares what instcombine exposed, and DCE drops what is left unused."""
+
+NARROW_TYPES = re.compile(r"\b(half|bfloat|i16|i8)\b")
+"""Under the 'kernel' pipeline, a kernel whose source names one of these types still takes -O2 (`pipeline_for`)."""
 
 
 class LLVMCompiler(HostCompiler, ToolchainCompiler):
-    """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (-O2, vectorizers on).
+    """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (LLVM_PIPELINE's passes).
 
     `load` links the object in process (MCJIT) and returns the kernel. llvmlite is not thread-safe, so compiles,
     loads and the disposal of dropped kernels' engines are serialized by one process-wide lock.
@@ -99,11 +130,31 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         return f"llvmlite {llvmlite.__version__} LLVM {version} {llvm.get_process_triple()} cpu={cpu}"
 
     @property
+    def pipeline(self) -> str:
+        """The IR optimization pipeline compiles run: the LLVM_PIPELINE knob ('kernel' or 'O2'), read per compile."""
+        return LLVM_PIPELINE.value()
+
+    def pipeline_for(self, source: str) -> str:
+        """The pipeline `source` goes through: 'O2' under the knob's 'O2', and under 'kernel' for kernels over
+        NARROW_TYPES (their lane-by-lane conversions need LLVM's SLP vectorizer); else 'kernel'."""
+        pipeline = self.pipeline
+        return "O2" if pipeline == "O2" or NARROW_TYPES.search(source) is not None else pipeline
+
+    @property
     def flags(self) -> tuple[str, ...]:
-        """The optimization level, vectorizers, code model and the process's LLVM options (`LLVM_OPTIONS`; every
-        other option is LLVM's default)."""
+        """The IR pipeline (its passes), the code generator's level, code model and the process's LLVM options
+        (`LLVM_OPTIONS`; every other option is LLVM's default): five entries, then the options."""
         level = f"-O{self.optimization_level}"
-        return (level, "loop-vectorize", "slp-vectorize", "code-model=large", "reloc=static", *llvm_options(self.llvm))
+        if self.pipeline == "O2":  # the entries binaries were cached under before the 'kernel' pipeline existed
+            head: tuple[str, ...] = (level, "loop-vectorize", "slp-vectorize")
+        else:
+            # the choice per source is part of the key through the rule: its passes and the narrow types
+            head = (
+                f"pipeline={','.join(KERNEL_PIPELINE_PASSES)}",
+                f"codegen={level}",
+                f"{level} with vectorizers for {NARROW_TYPES.pattern}",
+            )
+        return (*head, "code-model=large", "reloc=static", *llvm_options(self.llvm))
 
     @flags.setter
     def flags(self, value: tuple[str, ...]) -> None:
@@ -145,10 +196,17 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         module.triple = machine.triple
         module.data_layout = str(machine.target_data)
         options = llvm.create_pipeline_tuning_options(speed_level=self.optimization_level)
-        options.loop_vectorization = True
-        options.slp_vectorization = True
-        builder = llvm.create_pass_builder(machine, options)
-        builder.getModulePassManager().run(module, builder)
+        if self.pipeline_for(source) == "O2":
+            options.loop_vectorization = True
+            options.slp_vectorization = True
+            builder = llvm.create_pass_builder(machine, options)
+            builder.getModulePassManager().run(module, builder)
+            return module
+        builder = llvm.create_pass_builder(machine, options)  # the analyses the passes ask for, for this target
+        passes = llvm.create_new_module_pass_manager()
+        for name in KERNEL_PIPELINE_PASSES:
+            getattr(passes, f"add_{name}_pass")()
+        passes.run(module, builder)
         return module
 
     def load(self, binary: bytes, signature: KernelSignature) -> HostKernel:

@@ -26,6 +26,17 @@ CPU_CC = register_knob(
     "C compiler of the CPU C renderer: 'gcc', 'clang', or a path to a compiler; empty: the first of gcc, clang, cc.",
 )
 
+LLVM_PIPELINE = register_knob(
+    "LLVM_PIPELINE",
+    str,
+    "kernel",
+    "IR optimization pipeline of the LLVM IR renderer's compiler: 'kernel' (a few cleanup passes: kiln's own opts "
+    "already upcast and unrolled the kernel; about half the compile time of 'O2'; kernels over half, bfloat16 or "
+    "8/16-bit integers still take -O2, whose SLP vectorizer packs their lane conversions) or 'O2' (LLVM's default "
+    "-O2 pipeline with the loop and SLP vectorizers for every kernel). Part of the compile-cache key.",
+    choices=("kernel", "O2"),
+)
+
 C_COMPILER_CANDIDATES: tuple[str, ...] = ("gcc", "clang", "cc")
 """The compilers tried in order when CPU_CC is empty (gcc first: it compiled the corpus fastest, see the README)."""
 
