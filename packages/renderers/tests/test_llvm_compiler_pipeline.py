@@ -6,6 +6,8 @@ apart (a binary built by one pipeline is never handed out for the other).
 
 from __future__ import annotations
 
+import pickle
+
 import cpu_kernels as kernels
 import numpy as np
 import pytest
@@ -134,3 +136,13 @@ def test_kernels_over_narrow_types_take_o2_under_the_kernel_pipeline(dtype: DTyp
         o2 = compiler.optimized_ir(program.source)
     if narrow:
         assert compiler.optimized_ir(program.source) == o2
+
+
+def test_a_compiler_pickles_without_llvmlite_objects_and_compiles_after() -> None:
+    # BEAM sends the renderer to its build workers: llvmlite's module and target machine stay behind
+    renderer = LLVMRenderer()
+    program = Program(get_program(_matmul_sink(8), renderer, []))
+    copy = pickle.loads(pickle.dumps(renderer))
+    assert copy.compiler.identity == renderer.compiler.identity
+    with Context(DISABLE_COMPILER_CACHE=True):
+        assert copy.compiler.compile(program.source) == renderer.compiler.compile(program.source)

@@ -72,6 +72,11 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         self._identity: str | None = None
         self._host_cpu: tuple[str, str] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickled compiler carries (to a BEAM build worker): its identity and host CPU, not llvmlite's
+        module or target machine (remade on first use)."""
+        return {**self.__dict__, "_llvm": None, "_target_machine": None}
+
     @property
     def llvm(self) -> Any:
         """`llvmlite.binding`, initialized (ToolchainNotFoundError when llvmlite is missing)."""

@@ -217,6 +217,20 @@ class Knobs:
         "4 the kernel source; 5 the optimized kernel sink; 6 the linearized uops.",
     )
     BEAM = register_knob("BEAM", int, 0, "Beam width of the kernel optimization search; 0 uses the heuristics only.")
+    BEAM_WORKERS = register_knob(
+        "BEAM_WORKERS",
+        int,
+        0,
+        "Worker processes that build BEAM's candidate kernels in parallel (timing stays serial); 0: min(cores, 8); "
+        "1: build them in the searching process.",
+    )
+    BEAM_TIMEOUT = register_knob(
+        "BEAM_TIMEOUT",
+        float,
+        60.0,
+        "Seconds a BEAM worker may spend building one candidate; past it the worker is killed and replaced and the "
+        "candidate skipped.",
+    )
     NOOPT = register_knob("NOOPT", bool, False, "Apply no kernel optimizations (no upcast, local or unroll).")
     VIZ = register_knob(
         "VIZ", bool, False, "Record graph-rewrite traces for kiln.viz (read when kiln.uops is imported)."

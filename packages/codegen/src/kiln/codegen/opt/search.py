@@ -1,7 +1,9 @@
 """BEAM search over opt sequences: time candidate programs with a caller-supplied timer, keep the fastest.
 
 Codegen knows the search space and the algorithm; the layer that owns devices supplies `timer(program) -> seconds`
-(ARCHITECTURE.md). Results are cached on disk per kernel, renderer, device and beam width.
+(ARCHITECTURE.md). Results are cached on disk per kernel, renderer, device and beam width. Each step's candidates are
+built in BEAM_WORKERS worker processes (kiln.codegen.opt.beam_workers) and timed here in order, so the search finds
+what the serial one does for the same timings.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from dataclasses import dataclass
 from kiln.codegen.disk_cache import DiskCache
 from kiln.codegen.kernel_info import KernelOptError, Opt, OptOps
 from kiln.codegen.opt.apply import apply_opt, apply_opts
+from kiln.codegen.opt.beam_workers import BuildFailure, beam_worker_count, can_send, shared_pool
 from kiln.codegen.opt.kernel_axes import axes_of
 from kiln.codegen.program import Program
 from kiln.codegen.renderer import Renderer
-from kiln.uops import AxisKind, UOp
+from kiln.uops import AxisKind, UOp, knobs
 
 Timer = Callable[[Program], float]
 """Seconds one run of a program takes (lower is better). May raise RuntimeError for a program that cannot run."""
@@ -95,13 +98,22 @@ class _Candidate:
 
 
 def beam_search(
-    sink: UOp, renderer: Renderer, timer: Timer, width: int, *, max_steps: int = 16, use_cache: bool = True
+    sink: UOp,
+    renderer: Renderer,
+    timer: Timer,
+    width: int,
+    *,
+    max_steps: int = 16,
+    use_cache: bool = True,
+    workers: int | None = None,
 ) -> tuple[Opt, ...]:
     """The fastest opt sequence found by a beam search of `width` over `candidate_opts`, timed with `timer`.
 
     Each step extends every sequence of the beam by every legal opt, times the distinct kernels that produces
     and keeps the `width` fastest; the search stops when a step finds nothing faster or after `max_steps`.
-    Candidates whose timer raises RuntimeError are skipped. The result is cached on disk (see `beam_cache_key`).
+    Candidates whose build or timer raises RuntimeError are skipped. The result is cached on disk (see
+    `beam_cache_key`). `workers` (default: the BEAM_WORKERS knob) processes build each step's candidates; with more
+    than one, a candidate whose build runs past BEAM_TIMEOUT seconds is skipped (its worker is replaced).
     """
     from kiln.codegen.lifecycle import get_program
     from kiln.codegen.opt.optimize import prepare_kernel
@@ -114,11 +126,30 @@ def beam_search(
 
     sink = prepare_kernel(sink, renderer)  # the kernel the opts will apply to (get_program prepares it the same way)
 
-    def measure(opts: tuple[Opt, ...]) -> float | None:
+    count = beam_worker_count() if workers is None else workers
+    if count < 1:
+        raise ValueError(f"beam_search needs at least one worker, got {count}")
+    if count > 1 and not can_send(sink, renderer):
+        count = 1  # a renderer that cannot be pickled (it holds a module, a handle ...) builds in this process
+
+    def measure(opts: tuple[Opt, ...], program: UOp | None = None) -> float | None:
         try:
-            return timer(Program(get_program(sink, renderer, opts)))
+            return timer(Program(program if program is not None else get_program(sink, renderer, opts)))
         except RuntimeError:
             return None
+
+    def measure_all(candidates: list[tuple[Opt, ...]]) -> list[float | None]:
+        if count == 1 or len(candidates) < 2:
+            return [measure(opts) for opts in candidates]
+        built = shared_pool(count).build([(sink, renderer, opts) for opts in candidates], float(knobs.BEAM_TIMEOUT))
+        timings: list[float | None] = []
+        for opts, result in zip(candidates, built, strict=True):
+            if isinstance(result, BuildFailure):
+                # skipped like the serial search's RuntimeError; any other error is raised here, as serially
+                timings.append(None if result.runtime or result.timed_out else measure(opts))
+            else:
+                timings.append(measure(opts, result))
+        return timings
 
     baseline = measure(())
     if baseline is None:
@@ -127,18 +158,20 @@ def beam_search(
     beam = [best]
     seen: set[UOp] = {apply_opts(sink, (), renderer).replace(arg=None)}
     for _ in range(max_steps):
-        timed: list[_Candidate] = []
+        step: list[tuple[Opt, ...]] = []
         for entry in beam:
             state = apply_opts(sink, entry.opts, renderer)
             for opt in candidate_opts(state, renderer):
-                opts = (*entry.opts, opt)
                 shape = apply_opt(state, opt, renderer).replace(arg=None)
                 if shape in seen:
                     continue  # another order of the same opts reaches the same kernel
                 seen.add(shape)
-                seconds = measure(opts)
-                if seconds is not None:
-                    timed.append(_Candidate(seconds, opts))
+                step.append((*entry.opts, opt))
+        timed = [
+            _Candidate(seconds, opts)
+            for opts, seconds in zip(step, measure_all(step), strict=True)
+            if seconds is not None
+        ]
         if not timed:
             break
         timed.sort(key=lambda candidate: candidate.seconds)
