@@ -5,7 +5,8 @@ source is compiled `--runs` times with the disk cache off, and the median is tha
 compiler: the median and the 90th percentile over kernels, the total for the corpus, and, as the reference measured
 in the same run, the compile latency of the smallest possible kernel (the toolchain's fixed cost: process start,
 pass setup, writing the object). A compiler "passes" when every corpus kernel it compiled runs correctly (checked
-against the case's numpy reference); the CPU default is the fastest-compiling one that passes.
+against the case's numpy reference); the CPU default is the fastest-compiling one that passes. llvmlite is measured
+twice in the same run: with its default IR pipeline (LLVM_PIPELINE=kernel) and with LLVM's -O2 (LLVM_PIPELINE=O2).
 
     uv run python benchmarks/compile_bench.py [--runs N] [--compilers gcc,clang,llvm]
 """
@@ -84,15 +85,16 @@ def main() -> None:
     parser.add_argument("--compilers", default="gcc,clang,llvm", help="comma-separated: gcc, clang, llvm")
     args = parser.parse_args()
     corpus = load_corpus()
-    candidates: dict[str, Renderer] = {}
+    candidates: dict[str, tuple[Renderer, dict[str, str]]] = {}
     for name in args.compilers.split(","):
         if name == "llvm":
             if importlib.util.find_spec("llvmlite") is None:
                 print("llvmlite: not installed, skipped")
                 continue
-            candidates["llvmlite"] = LLVMRenderer()
+            candidates["llvmlite"] = (LLVMRenderer(), {"LLVM_PIPELINE": "kernel"})
+            candidates["llvmlite -O2"] = (LLVMRenderer(), {"LLVM_PIPELINE": "O2"})
         elif shutil.which(name) is not None:
-            candidates[name] = CRenderer(name)
+            candidates[name] = (CRenderer(name), {})
         else:
             print(f"{name}: not installed, skipped")
     print(f"{len(corpus.CORPUS)} corpus kernels, median of {args.runs} compiles each, disk cache off\n")
@@ -101,8 +103,8 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     results: dict[str, float] = {}
-    with Context(DISABLE_COMPILER_CACHE=True):
-        for name, renderer in candidates.items():
+    for name, (renderer, overrides) in candidates.items():
+        with Context(DISABLE_COMPILER_CACHE=True, **overrides):
             compiler = renderer.compiler
             assert compiler is not None
             sources = [
@@ -110,7 +112,8 @@ def main() -> None:
                 for c in corpus.CORPUS
             ]
             latencies = sorted(median_seconds(compiler.compile, source, args.runs) for source in sources)
-            trivial = median_seconds(compiler.compile, TRIVIAL_LLVM if name == "llvmlite" else TRIVIAL_C, args.runs)
+            trivial_source = TRIVIAL_LLVM if name.startswith("llvmlite") else TRIVIAL_C
+            trivial = median_seconds(compiler.compile, trivial_source, args.runs)
             ok = passes(corpus, renderer)
             median = statistics.median(latencies)
             p90 = latencies[int(0.9 * (len(latencies) - 1))]
