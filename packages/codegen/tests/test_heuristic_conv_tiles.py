@@ -84,3 +84,48 @@ def test_convolution_gets_a_register_tile_and_computes_what_numpy_computes(
     buffers = [out, *(a.reshape(-1) for a in (image, weight, bias_in, bias_out))]
     run_program(program, buffers, {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out.reshape(expected.shape), expected)
+
+
+def _block_with_shortcut(batch: int, inputs: int, outputs: int, size: int) -> UOp:
+    # a residual block's output in one kernel: a 3x3 convolution (padding 1) of act (size x size, `inputs` channels)
+    # plus the 1x1 stride-2 downsampling shortcut of x (2 * size wide, `outputs // 2` channels); two reduces:
+    # out[n, o, y, x] = sum_{c, u, v} act[n, c, y + u - 1, x + v - 1] w[o, c, u, v] + sum_d x[n, d, 2y, 2x] s[o, d]
+    shortcut = outputs // 2
+    out = buffer(0, batch * outputs * size * size)
+    act, weight = buffer(1, batch * inputs * size * size), buffer(2, outputs * inputs * 9)
+    wide, short_weight = buffer(3, batch * shortcut * 4 * size * size), buffer(4, outputs * shortcut)
+    n, o, y, x = (UOp.range(s, axis) for axis, s in enumerate((batch, outputs, size, size)))
+    c, u, v, d = (UOp.range(s, axis, AxisKind.REDUCE) for axis, s in ((4, inputs), (5, 3), (6, 3), (7, shortcut)))
+    iy, ix = y + u - 1, x + v - 1
+    valid = (iy >= 0) & (iy < size) & (ix >= 0) & (ix < size)
+    value = act.index(((n * inputs + c) * size + iy) * size + ix, valid).load()
+    conv = (valid.where(value, 0.0) * weight.index(((o * inputs + c) * 3 + u) * 3 + v).load()).reduce(c, u, v)
+    wide_value = wide.index(((n * shortcut + d) * 2 * size + 2 * y) * 2 * size + 2 * x).load()
+    short = (wide_value * short_weight.index(o * shortcut + d).load()).reduce(d)
+    target = out.index(((n * outputs + o) * size + y) * size + x)
+    return kernel(target.store(conv + short).end(n, o, y, x))
+
+
+def test_convolution_with_a_fused_shortcut_takes_the_tile_of_its_longer_reduce() -> None:
+    # the 3x3 reduce (4 * 9 = 36 steps) is longer than the shortcut's (8): its operands pick the tile, channels x
+    # the contiguous output width (before, the kernel had no tile: an unroll of the shortcut's reduce)
+    batch, inputs, outputs, size = 2, 4, 16, 8
+    renderer = _VectorCPU()
+    sink = _block_with_shortcut(batch, inputs, outputs, size)
+    opts = hand_coded_optimizations(sink, renderer)
+    assert opts[:2] == (Opt(UPCAST, 1, 8), Opt(UPCAST, 3, 8)) and all(
+        opt.op in (THREAD, OptOps.SWAP) for opt in opts[2:]
+    )
+    rng = np.random.default_rng(12)
+    act = rng.integers(-4, 4, (batch, inputs, size, size)).astype(np.float32)
+    weight = rng.integers(-4, 4, (outputs, inputs, 3, 3)).astype(np.float32)
+    wide = rng.integers(-4, 4, (batch, outputs // 2, 2 * size, 2 * size)).astype(np.float32)
+    short_weight = rng.integers(-4, 4, (outputs, outputs // 2)).astype(np.float32)
+    zero = np.zeros(inputs, np.float32), np.zeros(outputs, np.float32)
+    expected = _numpy_conv(act, weight, *zero, 1, False)
+    expected += np.einsum("ndyx,od->noyx", wide[:, :, ::2, ::2], short_weight)
+    program = Program(get_program(sink, renderer, list(opts)))
+    out = np.full(expected.size, np.nan, np.float32)
+    buffers = [out, *(a.reshape(-1) for a in (act, weight, wide, short_weight))]
+    run_program(program, buffers, {}, *program.launch_dims({}))
+    np.testing.assert_array_equal(out.reshape(expected.shape), expected)

@@ -45,6 +45,9 @@ The recipe, in order (each step is skipped when its opt is illegal):
        An operand may be a fused elementwise expression (the previous layer's bias add and ReLU behind the padding
        guard, a residual add): its main load, the one whose index spans the ranges of all its loads, stands for it
        (`conv_tiles.operand_index`; without it resnet18.onnx's fused convolutions fell to step 3 at 0.3-1 GFLOP/s).
+       A kernel of several such sums (a residual block's 3x3 convolution plus its 1x1 downsampling shortcut) takes
+       the tile of its longest reduce, shared by all (resnet18's three such kernels: ~20 -> 0.3 ms each; they had
+       an unroll of the shortcut's reduce, whose results differed from onnxruntime's by 0.017 of 0.24).
    2r. A product of two loads without a register tile (the weight gradient of a convolution: a small output and a
        long reduce over the image) unrolls its innermost reduce axis, along which the loads are contiguous, by the
        vector width (padded up to it when that at most doubles it); the lowering keeps the lanes as separate
@@ -189,14 +192,18 @@ def _is_padded_copy(sink: UOp) -> bool:
 def _product_loads(sink: UOp) -> tuple[UOp, UOp] | None:
     """`_matmul_operands`, also through padding guards and fused elementwise inputs (`conv_tiles.operand_index`: a
     bias add and ReLU of the previous layer): a matmul or a convolution (vector-ALU CPU renderers)."""
-    reduces = reduces_of(sink)
-    if len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
-        return None
-    product = _strip_casts(reduces[0].src[0])
-    if product.op is not Ops.MUL:
-        return None
-    left, right = (operand_index(_strip_padding(s)) for s in product.src)
-    return None if left is None or right is None else (left, right)
+    # several reduces, each a sum of such a product (a residual block's 3x3 convolution and its 1x1 downsampling
+    # shortcut in one kernel): the one with the longest reduce picks the tile, which both share
+    found: list[tuple[int, tuple[UOp, UOp]]] = []
+    for reduction in reduces_of(sink):
+        product = _strip_casts(reduction.src[0])
+        if reduction.arg is not Ops.ADD or product.op is not Ops.MUL:
+            return None
+        left, right = (operand_index(_strip_padding(s)) for s in product.src)
+        if left is None or right is None:
+            return None
+        found.append((product_of_sizes([r for r in reduction.src[1:] if r.op is Ops.RANGE]), (left, right)))
+    return max(found, key=lambda pair: pair[0])[1] if found else None
 
 
 def _store_indices(sink: UOp) -> list[UOp]:
