@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from kiln.tensor.llm.server import make_server
+from kiln.tensor.llm.session import ChatModel, load_chat_model
 
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -92,3 +97,22 @@ def chat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         }
     numpy_io.save_file(weights, str(folder / "model.safetensors"))
     return folder
+
+
+@pytest.fixture(scope="module")
+def model(chat_model_dir: Path) -> ChatModel:
+    """The tiny chat model loaded once per test module."""
+    return load_chat_model(chat_model_dir)
+
+
+@pytest.fixture(scope="module")
+def client(model: ChatModel) -> Iterator[object]:
+    """The official `openai` client talking to `model` served on an ephemeral port for the module."""
+    openai = pytest.importorskip("openai")
+    httpd, logic = make_server(model, port=0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield openai.OpenAI(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="unused", max_retries=0)
+    httpd.shutdown()
+    httpd.server_close()
+    logic.close()

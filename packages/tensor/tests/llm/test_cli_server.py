@@ -20,12 +20,7 @@ from typing import Any
 import pytest
 
 from kiln.tensor.llm.server import make_server
-from kiln.tensor.llm.session import ChatModel, load_chat_model
-
-
-@pytest.fixture(scope="module")
-def model(chat_model_dir: Path) -> ChatModel:
-    return load_chat_model(chat_model_dir)
+from kiln.tensor.llm.session import ChatModel
 
 
 def greedy_text(model: ChatModel, ids: list[int], max_tokens: int) -> tuple[str, int]:

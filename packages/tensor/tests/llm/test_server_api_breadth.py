@@ -4,17 +4,12 @@ forward logits), `n`, JSON mode, JSON schemas and forced tool calls (the text al
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from kiln.tensor.llm import load_model
-from kiln.tensor.llm.server import make_server
-from kiln.tensor.llm.session import ChatModel, load_chat_model
 from kiln.tensor.tensor import Tensor
 
 openai = pytest.importorskip("openai")
@@ -25,22 +20,6 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": 
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "time", "parameters": {"type": "object", "properties": {
              "zone": {"type": ["string", "null"]}}, "required": ["zone"]}}}]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def model(chat_model_dir: Path) -> ChatModel:
-    return load_chat_model(chat_model_dir)
-
-
-@pytest.fixture(scope="module")
-def client(model: ChatModel) -> Iterator[object]:
-    httpd, logic = make_server(model, port=0)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield openai.OpenAI(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="unused", max_retries=0)
-    httpd.shutdown()
-    httpd.server_close()
-    logic.close()
 
 
 def numpy_log_softmax(row: np.ndarray) -> np.ndarray:

@@ -10,24 +10,18 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kiln.tensor.llm.batching import Sequence
 from kiln.tensor.llm.server import LLMHTTPServer, ServerLimits, make_server, shut_down
-from kiln.tensor.llm.session import ChatModel, load_chat_model
+from kiln.tensor.llm.session import ChatModel
 
 openai = pytest.importorskip("openai")
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "and", "numbers", "12345", "code",
          "range", "def", "main", "return"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def model(chat_model_dir: Path) -> ChatModel:
-    return load_chat_model(chat_model_dir)
 
 
 @pytest.fixture

@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from kiln.tensor.llm.server import make_server
-from kiln.tensor.llm.session import ChatModel, load_chat_model
+from kiln.tensor.llm.session import ChatModel
 
 openai = pytest.importorskip("openai")
-
-
-@pytest.fixture(scope="module")
-def model(chat_model_dir: Path) -> ChatModel:
-    return load_chat_model(chat_model_dir)
-
-
-@pytest.fixture(scope="module")
-def client(model: ChatModel) -> Iterator[object]:
-    httpd, logic = make_server(model, port=0)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield openai.OpenAI(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="unused", max_retries=0)
-    httpd.shutdown()
-    httpd.server_close()
-    logic.close()
 
 
 def greedy_text(model: ChatModel, ids: list[int], max_tokens: int) -> tuple[str, int]:
