@@ -1,13 +1,13 @@
 """The LLVM IR renderer's compiler: llvmlite in this process (no subprocess), and in-process loading.
 
-`LLVMCompiler.compile` parses the IR with llvmlite, optimizes it for the host CPU and returns a relocatable ELF
-object. The IR pipeline is the LLVM_PIPELINE knob's: by default ('kernel') a few cleanup passes (instcombine, CFG
-simplification, GVN, dead code elimination), since kiln's own opts already upcast (vectorized), unrolled and hoisted
-the kernel, and LLVM's -O2 pipeline spent about as long as the code generator (its loop passes, vectorizers and
-repeated instcombines found little left to do); 'O2' is LLVM's default -O2 pipeline with both vectorizers. Kernels
-over narrow types (half, bfloat16's i16, i8) take -O2 even under 'kernel': the renderer converts their lanes one by
-one and LLVM's SLP vectorizer packs those conversions (the float16 matmul ran at half speed without it). Machine
-code is generated at -O2 either way (instruction selection, the greedy register allocator, machine LICM).
+`LLVMCompiler.compile` parses the IR with llvmlite, optimizes it for the host CPU and returns a relocatable ELF object.
+The IR pipeline is the LLVM_PIPELINE knob's: by default ('kernel') a few cleanup passes (SROA, instcombine, CFG
+simplification, full unrolling of short loops, dead code elimination), since kiln's own opts already upcast (vectorized)
+and unrolled the kernel, and LLVM's -O2 pipeline spent about as long as the code generator (its loop passes, vectorizers
+and repeated instcombines found little left to do); 'O2' is LLVM's default -O2 pipeline with both vectorizers. Kernels
+over narrow types (half, bfloat16's i16, i8) take -O2 even under 'kernel': the renderer converts their lanes one by one
+and LLVM's SLP vectorizer packs those conversions (the float16 matmul ran at half speed without it). Machine code is
+generated at -O2 either way (instruction selection, the greedy register allocator, machine LICM).
 
 A relocatable object cannot be handed to the system's dynamic loader, and linking it into a shared object needs an
 external linker (a subprocess), so `LLVMCompiler.load` links the object in process with LLVM's own runtime linker
@@ -43,14 +43,15 @@ KERNEL_PIPELINE_PASSES = (
     "instruction_combine",
     "simplify_cfg",
     "loop_unroll",
-    "new_gvn",
     "dead_code_elimination",
 )
 """The 'kernel' pipeline (LLVM_PIPELINE): llvmlite's pass names, run once each in this order. SROA keeps a register
 tile's accumulator (an alloca the renderer loads and stores whole) in registers: without it the 1024 matmul ran at a
 third of its speed; instcombine folds the index arithmetic and casts the renderer spells out, simplifycfg removes the
 loops' constant emptiness checks and merges blocks, loop-unroll fully unrolls short loops kiln left without its
-unroll-disable hint (as -O2 does), GVN shares what instcombine exposed, and DCE drops what is left unused."""
+unroll-disable hint (as -O2 does), and DCE drops what is left unused. No GVN: llvmlite offers only NewGVN, and with it
+the input gradient of the nn conformance case conv2d_basic came out wrong (right under -O2 and without NewGVN; not
+traced further); kiln's uops are already free of common subexpressions."""
 
 NARROW_TYPES = re.compile(r"\b(half|bfloat|i16|i8)\b")
 """Under the 'kernel' pipeline, a kernel whose source names one of these types still takes -O2 (`pipeline_for`)."""
