@@ -9,7 +9,8 @@ speaking HTTP with the standard library. Each client sends `--requests` completi
 them). Per client count: aggregate completion tokens/s (all clients' tokens over the wall time), the per-request
 latency (median / max) and the ratio to one client. The references in the same run: the batch-1 `Generator`'s
 decode tokens/s on the same model without the server, and the `BatchedGenerator`'s steps alone with as many
-sequences as clients (what the server adds is HTTP, text and scheduling; a prefill stalls the others' steps).
+sequences as clients (what the server adds is HTTP, text and scheduling; a joining request's prompt is prefilled
+`--prefill-chunk` tokens per step, between the others' decode steps).
 Every client count is run once untimed first (compiles).
 
     uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8] [--new 64] [--requests 3]
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=64, help="new tokens per request")
     parser.add_argument("--max-batch", type=int, default=8, help="the server's --max-batch")
     parser.add_argument("--max-context", type=int, default=512, help="the KV cache positions")
+    parser.add_argument("--prefill-chunk", type=int, default=64, help="prompt tokens prefilled between decode steps")
     args = parser.parse_args()
     counts = [int(item) for item in args.clients.split(",") if item]
 
@@ -132,7 +134,7 @@ def main() -> None:
     single = statistics.median(rates)
     print(f"reference: Generator (batch 1, no server) decode {single:7.1f} tok/s")
     model = ChatModel(loaded, byte_tokenizer(shape["vocab"]), None)
-    batched = model.batched(args.max_batch)  # the server's own: its steps compile once
+    batched = model.batched(args.max_batch, args.prefill_chunk)  # the server's own: its steps compile once
     for count in counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
         rates = []
         for _ in range(3):
@@ -145,7 +147,9 @@ def main() -> None:
         print(f"reference: BatchedGenerator (no server), {count} sequences: decode {max(rates):7.1f} tok/s "
               f"aggregate (best of 3)")  # fmt: skip
 
-    limits = ServerLimits(max_batch=args.max_batch, max_queue=max(64, 2 * max(counts)))
+    limits = ServerLimits(
+        max_batch=args.max_batch, prefill_chunk=args.prefill_chunk, max_queue=max(64, 2 * max(counts))
+    )
     httpd, logic = make_server(model, port=0, limits=limits)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

@@ -23,6 +23,13 @@ Prefix cache per slot: each slot remembers the token in each of its cache rows. 
 whose rows begin with the longest part of its prompt (the slot that held the same conversation; a slot above the
 running ones only for `MIN_PREFIX_REUSE` tokens or more), else the lowest free slot; it keeps those rows and
 prefills only the rest, as `Generator` does for its single slot.
+
+Chunked prefill between decode steps: `start` prefills a prompt at once, the others waiting; `join` only takes the
+slot, and each `step` then prefills one chunk (`prefill_chunk` tokens) of the oldest joining request before it
+decodes one token for every sequence already decoding, so a long prompt arriving delays a running stream by one
+chunk per token, not by its whole prefill (`prefill` and `decode` are the two halves of a step). A joining
+sequence's slot sits in the decode steps as a free slot (position max_context: it writes nothing), and its first
+token comes from the step that prefills its last chunk.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kiln.tensor.jit import TinyJit, Variable
-from kiln.tensor.llm.generate import PREFILL_CHUNK, GenerationStats, check_request, reusable_prefix, sample
+from kiln.tensor.llm.generate import GenerationStats, check_request, reusable_prefix, sample
 from kiln.tensor.llm.json_grammar import TokenConstraint
 from kiln.tensor.llm.logprobs import TokenLogprob, token_logprob
 from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_row
@@ -42,11 +49,14 @@ from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
-__all__ = ["DEFAULT_SLOTS", "MIN_PREFIX_REUSE", "BatchedGenerator", "Sequence"]
+__all__ = ["DEFAULT_SLOTS", "JOIN_CHUNK", "MIN_PREFIX_REUSE", "BatchedGenerator", "Sequence"]
 
 DEFAULT_SLOTS = 8
 """Sequences decoded together when no number is given (the server's `--max-batch`)."""
 MIN_PREFIX_REUSE = 16
+JOIN_CHUNK = 64
+"""Prompt tokens a joining sequence prefills per step when no number is given (the server's `--prefill-chunk`):
+the running streams wait about one such chunk's forward for each of their tokens while a prompt arrives."""
 """The shortest cached beginning of a prompt worth taking a slot above the running ones for."""
 
 
@@ -75,6 +85,8 @@ class Sequence:
     constraint: TokenConstraint | None = None
     """Sample each token on the host among the tokens this grammar allows (kiln.tensor.llm.json_grammar)."""
     logprob_entries: list[TokenLogprob] = field(default_factory=list)
+    prefilled: int = 0
+    """The prompt tokens its slot's rows hold so far (len(prompt) once it decodes)."""
 
     @property
     def needs_logits(self) -> bool:
@@ -96,7 +108,7 @@ class BatchedGenerator:
         ValueError: slots or prefill_chunk below 1.
     """
 
-    def __init__(self, loaded: LoadedModel, slots: int = DEFAULT_SLOTS, prefill_chunk: int = PREFILL_CHUNK) -> None:
+    def __init__(self, loaded: LoadedModel, slots: int = DEFAULT_SLOTS, prefill_chunk: int = JOIN_CHUNK) -> None:
         for name, value in (("slots", slots), ("prefill_chunk", prefill_chunk)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -115,6 +127,7 @@ class BatchedGenerator:
         self.host_steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}  # the steps that return logits too
         self.lone_steps: dict[tuple[SamplingMode, bool], TinyJit[Tensor]] = {}
         self.running: list[Sequence | None] = [None] * slots
+        self.joining: list[tuple[Sequence, Tensor]] = []  # the sequences still prefilling (oldest first), params
         self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
 
     # -- the jitted steps ------------------------------------------------------------------------------------------
@@ -171,10 +184,12 @@ class BatchedGenerator:
             self.lone_steps[(mode, logits)] = TinyJit(decode)
         return self.lone_steps[(mode, logits)]
 
-    def width(self) -> int:
-        """The slots the next step runs over: the smallest power of two (or all slots) covering every running
-        slot, so that a few requests do not pay for a full batch (new requests take the lowest free slots)."""
-        highest = max((slot for slot, held in enumerate(self.running) if held is not None), default=0)
+    def width(self, sequences: list[Sequence] | None = None) -> int:
+        """The slots a step over `sequences` (default: every running one) runs over: the smallest power of two (or
+        all slots) covering their slots, so that a few requests do not pay for a full batch (new requests take the
+        lowest free slots)."""
+        held = self.active if sequences is None else sequences
+        highest = max((sequence.slot for sequence in held), default=0)
         width = 1
         while width <= highest:
             width *= 2
@@ -183,8 +198,14 @@ class BatchedGenerator:
     # -- requests --------------------------------------------------------------------------------------------------
     @property
     def active(self) -> list[Sequence]:
-        """The sequences decoding now, by slot."""
+        """The sequences in a slot now (decoding or still prefilling), by slot."""
         return [sequence for sequence in self.running if sequence is not None]
+
+    @property
+    def decoding(self) -> list[Sequence]:
+        """The sequences whose prompt is prefilled (each step decodes a token for them), by slot."""
+        waiting = {id(sequence) for sequence, _ in self.joining}
+        return [sequence for sequence in self.active if id(sequence) not in waiting]
 
     def free_slots(self) -> int:
         """How many more sequences can start now."""
@@ -202,11 +223,42 @@ class BatchedGenerator:
         stop_ids: set[int] | None = None,
         logprobs: int | None = None,
         constraint: TokenConstraint | None = None,
+        chunked: bool = False,
     ) -> Sequence:
         """Starts a request in a free slot: prefills its prompt (all but the part its slot's rows hold already) and
         samples its first token (`tokens[0]`, none when max_tokens is 0). The settings mean what they mean for
         `Generator.generate`, and greedy output equals its output for the same prompt. `logprobs` and `constraint`
         are `Sequence`'s (a constrained token is drawn on the host from the masked logits with the same settings).
+        `chunked`: only take the slot, as `join` (the next steps prefill the prompt, a chunk each).
+
+        Raises:
+            ValueError: a bad request (as `Generator.generate`).
+            RuntimeError: no free slot (`free_slots()` is 0).
+        """
+        sequence = self.join(prompt_ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                             seed=seed, stop_ids=stop_ids, logprobs=logprobs, constraint=constraint)  # fmt: skip
+        while not chunked:
+            index = next((i for i, (joining, _) in enumerate(self.joining) if joining is sequence), None)
+            if index is None:
+                return sequence
+            self._prefill_chunk(index)
+        return sequence
+
+    def join(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_ids: set[int] | None = None,
+        logprobs: int | None = None,
+        constraint: TokenConstraint | None = None,
+    ) -> Sequence:
+        """Takes a free slot for a request (as `start`) without prefilling it: the next steps prefill its prompt one
+        chunk each, between their decodes, and the step of its last chunk gives its first token.
 
         Raises:
             ValueError: a bad request (as `Generator.generate`).
@@ -224,18 +276,13 @@ class BatchedGenerator:
             return sequence
         slot = self._choose_slot(prompt)
         first = reusable_prefix(self.cached_tokens[slot], prompt)
-        started = time.perf_counter()
-        sequence.slot = slot
+        sequence.slot, sequence.prefilled = slot, first
         self.running[slot] = sequence
-        try:
-            token = self._prefill(sequence, first)
-        except BaseException:
-            self._release(sequence)
-            raise
+        del self.cached_tokens[slot][first:]
         stats = sequence.stats
         stats.cached_tokens, stats.prefill_tokens = first, len(prompt) - first
-        stats.prefill_seconds = time.perf_counter() - started
-        self._produced(sequence, token)
+        params = Tensor(np.array(sampling_row(temperature, top_k, top_p, sequence.rng), np.float32))
+        self.joining.append((sequence, params))
         return sequence
 
     def _choose_slot(self, prompt: list[int]) -> int:
@@ -250,30 +297,49 @@ class BatchedGenerator:
 
         return max((slot for slot, held in enumerate(self.running) if held is None), key=value)
 
-    def _prefill(self, sequence: Sequence, first: int) -> int:
-        """Writes prompt[first:] into the sequence's slot rows first.. chunk by chunk (see `Generator.prefill`)."""
+    def _prefill_chunk(self, index: int = 0) -> tuple[Sequence, int] | None:
+        """Writes the next chunk of the joining sequence `self.joining[index]` into its slot's rows (see
+        `Generator.prefill`: a chunk ending near the end of the cache starts earlier); after its last chunk the
+        sequence decodes and (sequence, its first token) is returned. A failure frees its slot."""
+        sequence, params = self.joining[index]
         prompt, slot, context = sequence.prompt, sequence.slot, self.model.max_context
-        host = sequence.needs_logits
-        step, token = self.prefill_step(sequence.mode, host), -1
-        cached = self.cached_tokens[slot]
-        del cached[first:]
-        params = Tensor(np.array(sampling_row(sequence.temperature, sequence.top_k, sequence.top_p, sequence.rng),
-                                 np.float32))  # fmt: skip
-        for begin in range(first, len(prompt), self.chunk):
+        started = time.perf_counter()
+        try:
+            host = sequence.needs_logits
+            begin = sequence.prefilled
             end = min(begin + self.chunk, len(prompt))
             start = min(begin, context - self.chunk)
             chunk = prompt[start:end]
             tokens = np.zeros((1, self.chunk), np.int32)
             tokens[0, : len(chunk)] = chunk
-            out = step(Tensor(tokens), self.slot_variable.bind(slot), self.chunk_start_variable.bind(start),
-                       self.length_variable.bind(len(chunk)), params)  # fmt: skip
+            out = self.prefill_step(sequence.mode, host)(
+                Tensor(tokens), self.slot_variable.bind(slot), self.chunk_start_variable.bind(start),
+                self.length_variable.bind(len(chunk)), params)  # fmt: skip
             values = out.numpy().reshape(-1)
             token = int(values[-1])
             if host and end == len(prompt):
                 token = self._choose(sequence, values[:-1], token)
-            cached[start:] = prompt[start:end]
+        except BaseException:
+            del self.joining[index]
+            self._release(sequence)
+            raise
+        self.cached_tokens[slot][start:] = chunk
+        sequence.prefilled = end
+        sequence.stats.prefill_seconds += time.perf_counter() - started
+        if end < len(prompt):
+            return None
+        del self.joining[index]
         sequence.position = len(prompt)
-        return token
+        self._produced(sequence, token)
+        return sequence, token
+
+    def prefill(self) -> list[tuple[Sequence, int]]:
+        """Prefills one chunk of the oldest joining sequence (none: nothing); returns [(sequence, first token)]
+        when that was its last chunk, else []. A failure frees that sequence's slot alone."""
+        if not self.joining:
+            return []
+        done = self._prefill_chunk(0)
+        return [] if done is None else [done]
 
     def _choose(self, sequence: Sequence, logits: np.ndarray, token: int) -> int:
         """The token of a sequence whose step brought its logits back: the device's choice `token`, or a draw among
@@ -289,12 +355,20 @@ class BatchedGenerator:
         return token
 
     def step(self) -> list[tuple[Sequence, int]]:
-        """Decodes one token for every running sequence in one jitted pass; returns (sequence, token) for each, in
-        slot order. A sequence that ends with its token frees its slot."""
-        running = self.active
+        """One chunk of the oldest joining sequence's prefill (`prefill`), then one token for every sequence that
+        was decoding before it (`decode`); returns (sequence, token) for each token made, the first token of a
+        sequence whose prefill ended first."""
+        decoding = self.decoding
+        return self.prefill() + self.decode(decoding)
+
+    def decode(self, running: list[Sequence] | None = None) -> list[tuple[Sequence, int]]:
+        """Decodes one token for every decoding sequence (or those of `running` still decoding) in one jitted pass;
+        returns (sequence, token) for each, in slot order. A sequence that ends with its token frees its slot."""
+        decoding = self.decoding
+        running = decoding if running is None else [s for s in running if any(s is d for d in decoding)]
         if not running:
             return []
-        context, vocab, width = self.model.max_context, self.config.vocab_size, self.width()
+        context, vocab, width = self.model.max_context, self.config.vocab_size, self.width(running)
         started = time.perf_counter()
         tokens = np.zeros((width, 1), np.int32)
         positions = np.full((width,), context, np.int32)  # a free slot's position matches no row
@@ -350,11 +424,13 @@ class BatchedGenerator:
             self._release(sequence)
 
     def cancel(self, sequence: Sequence) -> None:
-        """Ends a sequence before its end (its client left): its slot is free for the next request."""
+        """Ends a sequence before its end (its client left; also while it is prefilling): its slot is free for the
+        next request."""
         sequence.finished = True
         self._release(sequence)
 
     def _release(self, sequence: Sequence) -> None:
+        self.joining = [(joining, params) for joining, params in self.joining if joining is not sequence]
         if 0 <= sequence.slot < self.slots and self.running[sequence.slot] is sequence:
             self.running[sequence.slot] = None
 

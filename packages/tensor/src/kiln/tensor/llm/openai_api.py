@@ -3,12 +3,14 @@
 `LLMServer` validates a request body (`prepare`) into a job, queues it (`enqueue`: a bounded queue, 429 with a
 `Retry-After` beyond `ServerLimits.max_queue`), and one worker thread runs them with continuous batching
 (kiln.tensor.llm.batching): it admits queued jobs in arrival order into the free sequence slots between decode
-steps (a job's prefill runs then), each step decodes one token for every running job at once, and each job's tokens
-become text through its own `TextStream` (stop strings applied). After every step the worker asks each job whether
-its client has left (`Job.client_gone`, given by the transport, or the response's reader stopped) and frees the
-slot of one that has, so an abandoned request stops within one decode step. The response bodies (`response`,
-`chunks`), `/health` and `/metrics` (`ServerMetrics`) and the shutdown steps (`stop_accepting`, `drain`, `abort`,
-`close`) live here too. A refused request raises `RequestError`, whose `body()` is OpenAI's error shape.
+steps; each step prefills one chunk (`ServerLimits.prefill_chunk` tokens) of the oldest admitted prompt, then
+decodes one token for every job decoding already (so a long prompt arriving delays the running streams by a chunk
+per token, not by its whole prefill), and each job's tokens become text through its own `TextStream` (stop strings
+applied). After every step the worker asks each job whether its client has left (`Job.client_gone`, given by the
+transport, or the response's reader stopped) and frees the slot of one that has, so an abandoned request stops
+within one decode step. The response bodies (`response`, `chunks`), `/health` and `/metrics` (`ServerMetrics`) and
+the shutdown steps (`stop_accepting`, `drain`, `abort`, `close`) live here too. A refused request raises
+`RequestError`, whose `body()` is OpenAI's error shape.
 
 A request becomes a `Request` of `n` jobs (one per choice, sharing one output queue, each item tagged with its
 choice's index), each with the output options of kiln.tensor.llm.request_format: log-probabilities (the worker hands
@@ -37,7 +39,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from kiln.tensor.llm.batching import Sequence
+from kiln.tensor.llm.batching import JOIN_CHUNK, Sequence
 from kiln.tensor.llm.chat_template import validate_messages
 from kiln.tensor.llm.embeddings import Embedder
 from kiln.tensor.llm.json_grammar import TokenConstraint, Vocabulary, text_anchor, token_text
@@ -62,6 +64,8 @@ class ServerLimits:
     """Generations waiting for a free sequence slot; one more is refused (429 with Retry-After)."""
     max_batch: int = 8
     """Generations decoded together (the sequence slots of the batched decode step, each with its KV cache rows)."""
+    prefill_chunk: int = JOIN_CHUNK
+    """Prompt tokens a joining generation prefills between two decode steps of the running ones."""
     max_connections: int = 128
     """Connections served at once; further ones wait in the listen backlog."""
     backlog: int = 128
@@ -79,7 +83,7 @@ class ServerLimits:
     """Host names served beyond the loopback names and the bound address ("*": any)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_queue", "max_batch", "max_connections", "backlog"):
+        for name in ("max_body_bytes", "max_queue", "max_batch", "prefill_chunk", "max_connections", "backlog"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
@@ -180,7 +184,7 @@ class LLMServer:
         self.model, self.limits = model, limits or ServerLimits()
         self.metrics = ServerMetrics()
         self.jobs: queue.Queue[Job | None] = queue.Queue()  # bounded by `enqueue`, so the stop marker always fits
-        self.batch = model.batched(self.limits.max_batch)
+        self.batch = model.batched(self.limits.max_batch, self.limits.prefill_chunk)
         self._running: dict[Sequence, _Running] = {}  # the worker's jobs in sequence slots
         self.accepting, self.aborting = True, False
         self.pending = 0  # jobs queued or running (under _lock)
@@ -223,8 +227,8 @@ class LLMServer:
                 self._step()
 
     def _admit(self, job: Job) -> None:
-        """Starts `job` in a free slot (its prefill and first token), or ends it at once (shutting down, its client
-        gone, a failure)."""
+        """Starts `job` in a free slot (the next steps prefill it, a chunk each), or ends it at once (shutting down,
+        its client gone, a failure)."""
         job.started_at = time.monotonic()
         if self.aborting:
             job.put(shutting_down_error())
@@ -240,7 +244,7 @@ class LLMServer:
         text = TextStream(self.model.tokenizer, job.result, options.pop("stop", ()))
         job.result.prompt_tokens = len(job.prompt_ids)
         try:
-            sequence = self.batch.start(job.prompt_ids, stop_ids=self.model.tokenizer.stop_ids, **options)
+            sequence = self.batch.start(job.prompt_ids, stop_ids=self.model.tokenizer.stop_ids, chunked=True, **options)
         except Exception as error:  # reported to the waiting request; the worker goes on with the others
             job.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
             self._finish(job, "failed")
@@ -250,11 +254,17 @@ class LLMServer:
         self._advance(run, sequence.tokens)
 
     def _step(self) -> None:
-        """One decode step of every running job; a failure fails them all (the step's cache rows are unknown)."""
+        """One step: a prefill chunk of the oldest joining job, then a decode step of every job decoding before. A
+        failed chunk fails its job alone (its slot was freed, the step went no further); a failed decode fails them
+        all (the step's cache rows are unknown)."""
+        joining = self.batch.joining[0][0] if self.batch.joining else None
         try:
             produced = self.batch.step()
         except Exception as error:
-            for run in list(self._running.values()):
+            failed = list(self._running.values())
+            if joining is not None and not joining.finished and self.batch.running[joining.slot] is not joining:
+                failed = [self._running[joining]]
+            for run in failed:
                 self.batch.cancel(run.sequence)
                 run.job.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
                 del self._running[run.sequence]

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.tensor.llm.batching import DEFAULT_SLOTS, BatchedGenerator
+from kiln.tensor.llm.batching import DEFAULT_SLOTS, JOIN_CHUNK, BatchedGenerator
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.generate import GenerationStats, Generator
 from kiln.tensor.llm.tokenizer import Tokenizer, read_tokenizer_config
@@ -151,16 +151,16 @@ class ChatModel:
     def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate | None) -> None:
         self.loaded, self.tokenizer, self._template = loaded, tokenizer, template
         self.generator = Generator(loaded)
-        self._batched: dict[int, BatchedGenerator] = {}
+        self._batched: dict[tuple[int, int], BatchedGenerator] = {}
         self.name = loaded.name
         self.context_length = loaded.model.max_context  # the KV cache's positions: prompt plus completion
 
-    def batched(self, slots: int = DEFAULT_SLOTS) -> BatchedGenerator:
-        """The model's `BatchedGenerator` of `slots` sequence slots (made once per slot count: its steps compile
-        once, and its cache rows serve the prefix cache across servers)."""
-        if slots not in self._batched:
-            self._batched[slots] = BatchedGenerator(self.loaded, slots)
-        return self._batched[slots]
+    def batched(self, slots: int = DEFAULT_SLOTS, prefill_chunk: int = JOIN_CHUNK) -> BatchedGenerator:
+        """The model's `BatchedGenerator` of `slots` sequence slots prefilling `prefill_chunk` tokens a step (made
+        once per pair: its steps compile once, and its cache rows serve the prefix cache across servers)."""
+        if (slots, prefill_chunk) not in self._batched:
+            self._batched[(slots, prefill_chunk)] = BatchedGenerator(self.loaded, slots, prefill_chunk)
+        return self._batched[(slots, prefill_chunk)]
 
     @property
     def template(self) -> ChatTemplate:
