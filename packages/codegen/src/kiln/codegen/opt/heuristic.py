@@ -47,7 +47,7 @@ The recipe, in order (each step is skipped when its opt is illegal):
        (`conv_tiles.operand_index`; without it resnet18.onnx's fused convolutions fell to step 3 at 0.3-1 GFLOP/s).
        A kernel of several such sums (a residual block's 3x3 convolution plus its 1x1 downsampling shortcut) takes
        the tile of its longest reduce, shared by all (resnet18's three such kernels: ~20 -> 0.3 ms each; they had
-       an unroll of the shortcut's reduce, whose results differed from onnxruntime's by 0.017 of 0.24).
+       an unroll of the shortcut's reduce).
    2r. A product of two loads without a register tile (the weight gradient of a convolution: a small output and a
        long reduce over the image) unrolls its innermost reduce axis, along which the loads are contiguous, by the
        vector width (padded up to it when that at most doubles it); the lowering keeps the lanes as separate
