@@ -445,8 +445,10 @@ def test_a_signal_lets_requests_in_flight_finish(model: ChatModel, chat_model_di
 
 
 @pytest.mark.parametrize(
-    "options", [["--max-queue", "0"], ["--read-timeout", "-1"], ["--shutdown-grace", "inf"], ["--max-body-bytes", "x"]]
-)
+    "options",
+    [["--max-queue", "0"], ["--read-timeout", "-1"], ["--shutdown-grace", "inf"], ["--max-body-bytes", "x"],
+     ["--prefill-chunk", "0"]],
+)  # fmt: skip
 def test_serve_refuses_bad_limits(options: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--model", "unused", *options])
@@ -456,3 +458,23 @@ def test_serve_refuses_bad_limits(options: list[str], capsys: pytest.CaptureFixt
 def test_serve_refuses_an_empty_api_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--model", "unused", "--api-key", " "]) == 2
     assert "--api-key" in capsys.readouterr().err
+
+
+def test_serve_passes_the_limits_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import kiln.tensor.llm.cli as cli
+
+    made: list[ServerLimits] = []
+
+    def recording(**fields: Any) -> ServerLimits:
+        made.append(ServerLimits(**fields))
+        return made[-1]
+
+    def missing(*args: Any, **kwargs: Any) -> ChatModel:
+        raise FileNotFoundError("no model here")
+
+    monkeypatch.setattr(cli, "ServerLimits", recording)
+    monkeypatch.setattr(cli, "load_chat_model", missing)
+    assert main(["serve", "--model", "unused", "--prefill-chunk", "16", "--max-batch", "3"]) == 1
+    assert "no model here" in capsys.readouterr().err
+    assert made[-1].prefill_chunk == 16 and made[-1].max_batch == 3  # (made[0]: the parser's defaults)
+    assert ServerLimits().prefill_chunk == 64  # the option's default is the library's

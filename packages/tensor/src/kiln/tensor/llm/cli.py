@@ -6,8 +6,9 @@
 
 `--max-context N` (both) sizes the KV cache: prompt plus completion fit N positions (default min(trained, 4096)).
 `serve` listens on 127.0.0.1 unless `--host` says otherwise; its limits (`--api-key`, `--allow-host`,
-`--max-body-bytes`, `--max-queue`, `--max-batch`, `--max-connections`, `--read-timeout`, `--shutdown-grace`) are
-`kiln.tensor.llm.openai_api.ServerLimits`; `--max-batch` requests decode together (continuous batching).
+`--max-body-bytes`, `--max-queue`, `--max-batch`, `--prefill-chunk`, `--max-connections`, `--read-timeout`,
+`--shutdown-grace`) are `kiln.tensor.llm.openai_api.ServerLimits`; `--max-batch` requests decode together
+(continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps.
 
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
@@ -91,6 +92,12 @@ def _serve_parser() -> argparse.ArgumentParser:
         ("--max-body-bytes", _at_least_one, defaults.max_body_bytes, "largest request body (default %(default)s; 413)"),
         ("--max-queue", _at_least_one, defaults.max_queue, "requests waiting for a slot (default %(default)s; 429)"),
         ("--max-batch", _at_least_one, defaults.max_batch, "requests decoded together (default %(default)s)"),
+        (
+            "--prefill-chunk",
+            _at_least_one,
+            defaults.prefill_chunk,
+            "prompt tokens prefilled between two decode steps (default %(default)s)",
+        ),
         ("--max-connections", _at_least_one, defaults.max_connections, "connections served at once (%(default)s)"),
         (
             "--read-timeout",
@@ -117,7 +124,7 @@ def _serve(argv: Sequence[str], err: TextIO) -> int:
         return 2
     limits = ServerLimits(
         max_body_bytes=args.max_body_bytes, max_queue=args.max_queue, max_batch=args.max_batch,
-        max_connections=args.max_connections,
+        prefill_chunk=args.prefill_chunk, max_connections=args.max_connections,
         read_timeout=args.read_timeout, shutdown_grace=args.shutdown_grace, api_key=args.api_key,
         allowed_hosts=tuple(args.allow_host),
     )  # fmt: skip
