@@ -149,11 +149,16 @@ JAX_SCRIPT = textwrap.dedent(
 )
 
 
-class JaxReference:
-    """The JAX subprocess: `seconds(key)` is its median for row `key` (None for a row it has no reference for)."""
+class PeerProcess:
+    """A reference framework in a subprocess of another Python, timing one row on request (`seconds(key)`: its
+    median for row `key`, None for a row it has no reference for), right after kiln's own run of the same row so
+    that both see the same load on a shared machine. The script prints a JSON line about itself, then answers each
+    key read from stdin with a JSON number or null."""
 
-    def __init__(self, python: str, repeats: int) -> None:
-        command = [python, "-c", JAX_SCRIPT, str(repeats)]
+    name = "reference"
+
+    def __init__(self, python: str, script: str, *arguments: object) -> None:
+        command = [python, "-c", script, *map(str, arguments)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.about: dict[str, object] = json.loads(self._line())
 
@@ -161,11 +166,11 @@ class JaxReference:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the JAX reference process stopped (exit status {self.process.poll()})")
+            raise RuntimeError(f"the {self.name} reference process stopped (exit status {self.process.poll()})")
         return line
 
     def seconds(self, key: str) -> float | None:
-        """JAX's median seconds for row `key`, None for a row it has no reference for."""
+        """The peer's median seconds for row `key`, None for a row it has no reference for."""
         assert self.process.stdin is not None
         self.process.stdin.write(key + "\n")
         self.process.stdin.flush()
@@ -177,6 +182,15 @@ class JaxReference:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait()
+
+
+class JaxReference(PeerProcess):
+    """The JAX subprocess (jit, XLA CPU)."""
+
+    name = "JAX"
+
+    def __init__(self, python: str, repeats: int) -> None:
+        super().__init__(python, JAX_SCRIPT, repeats)
 
 
 def start(python: str | None, repeats: int) -> JaxReference | None:

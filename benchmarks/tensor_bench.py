@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import subprocess
 import textwrap
@@ -47,7 +46,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from jax_peer import JaxReference
+from jax_peer import JaxReference, PeerProcess
 from jax_peer import start as start_jax
 from mlp_step import mlp_step
 from train_bench import MODELS, TORCH_STEPS, step_runner
@@ -193,35 +192,13 @@ TORCH_SCRIPT = TORCH_STEPS + textwrap.dedent(
 )
 
 
-class TorchReference:
-    """torch eager in a subprocess (`python` has torch), timing one row on request: right after kiln's own run of
-    the same row, so that both see the same load on a shared machine."""
+class TorchReference(PeerProcess):
+    """torch eager in a subprocess (`python` has torch)."""
+
+    name = "torch"
 
     def __init__(self, python: str, repeats: int, elements: int) -> None:
-        command = [python, "-c", TORCH_SCRIPT, str(repeats), str(elements)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.about: dict[str, object] = json.loads(self._line())
-
-    def _line(self) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the torch reference process stopped (exit status {self.process.poll()})")
-        return line
-
-    def seconds(self, key: str) -> float | None:
-        """torch's median seconds for row `key`, None for a row it has no reference for."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(key + "\n")
-        self.process.stdin.flush()
-        value: float | None = json.loads(self._line())
-        return value
-
-    def close(self) -> None:
-        """Ends the subprocess."""
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait()
+        super().__init__(python, TORCH_SCRIPT, repeats, elements)
 
 
 class Table:
