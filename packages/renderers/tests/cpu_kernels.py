@@ -228,6 +228,16 @@ def matmul_kernel() -> UOp:
     return UOp(Ops.SINK, dtypes.void, (out.index(i * 8 + j).store(total).end(i, j),), KernelInfo("matmul"))
 
 
+def square_matmul_kernel(size: int, name: str = "matmul") -> UOp:
+    """A (size, size) float32 matmul, every buffer size * size elements, the reduce an explicit REDUCE node."""
+    c, a, b = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size * size), arg=slot) for slot in range(3))
+    i, j = UOp.range(size, 0, AxisKind.LOOP), UOp.range(size, 1, AxisKind.LOOP)
+    k = UOp.range(size, 2, AxisKind.REDUCE)
+    product = a.index(i * size + k).load() * b.index(k * size + j).load()
+    total = UOp(Ops.REDUCE, dtypes.float32, (product, k), Ops.ADD)
+    return UOp(Ops.SINK, dtypes.void, (c.index(i * size + j).store(total).end(i, j),), KernelInfo(name))
+
+
 def threaded_gather_case(rows: int = 64, width: int = 48, table_rows: int = 10) -> tuple[UOp, list[Opt]]:
     """out[i, j] = table[row[i], j] spread over 2 cores: the loaded row may be any int32, so the offsets are int64
     while core_id stays the convention's int32 (issue 36: LLVM rejected `mul i64 %core_id` of an `i32 %core_id`).

@@ -14,7 +14,7 @@ import pytest
 
 from kiln.codegen import Program, get_program
 from kiln.codegen.compiler import _compile_cache
-from kiln.codegen.kernel_info import KernelInfo, Opt, OptOps
+from kiln.codegen.kernel_info import Opt, OptOps
 from kiln.renderers import LLVMRenderer
 from kiln.renderers.llvm_compiler import KERNEL_PIPELINE_PASSES
 from kiln.renderers.toolchain import LLVM_PIPELINE, llvm_options
@@ -25,13 +25,8 @@ pytest.importorskip("llvmlite")
 PIPELINES = ("kernel", "O2")
 
 
-def _matmul_sink(size: int) -> UOp:
-    c, a, b = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size * size), arg=slot) for slot in range(3))
-    i, j = UOp.range(size, 0, AxisKind.LOOP), UOp.range(size, 1, AxisKind.LOOP)
-    k = UOp.range(size, 2, AxisKind.REDUCE)
-    product = a.index(i * size + k).load() * b.index(k * size + j).load()
-    total = UOp(Ops.REDUCE, dtypes.float32, (product, k), Ops.ADD)
-    return UOp(Ops.SINK, dtypes.void, (c.index(i * size + j).store(total).end(i, j),), KernelInfo("pipeline_mm"))
+def _matmul(size: int) -> UOp:
+    return kernels.square_matmul_kernel(size, "pipeline_mm")
 
 
 def test_the_default_pipeline_is_the_kernel_one() -> None:
@@ -40,7 +35,7 @@ def test_the_default_pipeline_is_the_kernel_one() -> None:
 
 
 def test_an_unknown_pipeline_is_refused_naming_the_choices() -> None:
-    program = Program(get_program(_matmul_sink(8), LLVMRenderer(), []))
+    program = Program(get_program(_matmul(8), LLVMRenderer(), []))
     with pytest.raises(ValueError, match=r"'kernel', 'O2'"), Context(LLVM_PIPELINE="O3"):
         LLVMRenderer().compiler.compile(program.source)
 
@@ -64,7 +59,7 @@ def test_each_pipeline_has_its_own_compile_cache_key() -> None:
 
 def test_a_compile_under_one_pipeline_is_not_reused_for_the_other(tmp_path: object) -> None:
     compiler = LLVMRenderer().compiler
-    program = Program(get_program(_matmul_sink(16), LLVMRenderer()))
+    program = Program(get_program(_matmul(16), LLVMRenderer()))
     with Context(CACHEDIR=str(tmp_path), DISABLE_COMPILER_CACHE=False):
         with Context(LLVM_PIPELINE="kernel"):
             kernel_binary = compiler.compile_cached(program.source)
@@ -81,7 +76,7 @@ def test_the_register_tile_stays_in_registers(pipeline: str) -> None:
     # the heuristic's matmul tile accumulates in an alloca the renderer loads and stores whole; both pipelines must
     # promote it (SROA), or every step of the reduction goes through memory
     renderer = LLVMRenderer()
-    program = Program(get_program(_matmul_sink(64), renderer))
+    program = Program(get_program(_matmul(64), renderer))
     assert " alloca " in program.source
     with Context(LLVM_PIPELINE=pipeline):
         optimized = renderer.compiler.optimized_ir(program.source)
@@ -98,7 +93,7 @@ def test_matmul_matches_numpy_under_each_pipeline(pipeline: str, opts: list[Opt]
     a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
     out = np.zeros(size * size, np.float32)
     with Context(LLVM_PIPELINE=pipeline, DISABLE_COMPILER_CACHE=True):
-        program = Program(get_program(_matmul_sink(size), renderer, opts))
+        program = Program(get_program(_matmul(size), renderer, opts))
         kernels.run_native(program, renderer.compiler, [out, a.reshape(-1), b.reshape(-1)], {})
     np.testing.assert_allclose(out.reshape(size, size), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
@@ -141,7 +136,7 @@ def test_kernels_over_narrow_types_take_o2_under_the_kernel_pipeline(dtype: DTyp
 def test_a_compiler_pickles_without_llvmlite_objects_and_compiles_after() -> None:
     # BEAM sends the renderer to its build workers: llvmlite's module and target machine stay behind
     renderer = LLVMRenderer()
-    program = Program(get_program(_matmul_sink(8), renderer, []))
+    program = Program(get_program(_matmul(8), renderer, []))
     copy = pickle.loads(pickle.dumps(renderer))
     assert copy.compiler.identity == renderer.compiler.identity
     with Context(DISABLE_COMPILER_CACHE=True):

@@ -183,25 +183,16 @@ def test_vector_kernels_match_interpreter(kind: str, dtype: DType, renderer: LLV
     assert any(f"<16 x {t}>" in program.source for t in ("float", "double", "i32", "i8", "i64", "i1"))
 
 
-def _matmul_sink(size: int) -> UOp:
-    c, a, b = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size * size), arg=slot) for slot in range(3))
-    i, j = UOp.range(size, 0, AxisKind.LOOP), UOp.range(size, 1, AxisKind.LOOP)
-    k = UOp.range(size, 2, AxisKind.REDUCE)
-    product = a.index(i * size + k).load() * b.index(k * size + j).load()
-    total = UOp(Ops.REDUCE, dtypes.float32, (product, k), Ops.ADD)
-    return UOp(Ops.SINK, dtypes.void, (c.index(i * size + j).store(total).end(i, j),), KernelInfo("matmul"))
-
-
 def test_matmul_tile_is_fused_vector_code_and_matches_numpy(renderer: LLVMRenderer) -> None:
     size = 64
-    program = Program(get_program(_matmul_sink(size), renderer))
+    program = Program(get_program(kernels.square_matmul_kernel(size), renderer))
     # the heuristic's register tile: rows x 32 columns, accumulated with one fma per 16-lane register
     assert "@llvm.fma.v" in program.source and "load <16 x float>" in program.source
     _check_matmul(program, renderer, size, seed=3)
 
 
 def _check_matmul(program: Program, renderer: LLVMRenderer, size: int, seed: int) -> None:
-    """Runs a `_matmul_sink(size)` program natively on random inputs against numpy."""
+    """Runs a `kernels.square_matmul_kernel(size)` program natively on random inputs against numpy."""
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
     out = np.zeros(size * size, np.float32)
@@ -212,7 +203,7 @@ def _check_matmul(program: Program, renderer: LLVMRenderer, size: int, seed: int
 def test_output_loops_carry_llvms_no_unroll_hint_and_reduction_loops_do_not(renderer: LLVMRenderer) -> None:
     # no opts: two output loops (i, j) around a reduction loop (k), each with its own latch branch
     size = 8
-    program = Program(get_program(_matmul_sink(size), renderer, []))
+    program = Program(get_program(kernels.square_matmul_kernel(size), renderer, []))
     latches = [line.strip() for line in program.source.splitlines() if "%loop_again" in line and "br i1" in line]
     assert len(latches) == 3
     hinted = [line for line in latches if ", !llvm.loop !" in line]
