@@ -24,13 +24,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from typing import TypeVar, overload
 
 import numpy as np
 
 from kiln.codegen import Program, Renderer, beam_search, get_program
-from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRunner, ProgramRunner, copy_between
+from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
 from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
@@ -39,6 +38,7 @@ from kiln.tensor.realize.buffers import attach_buffer, buffer_of
 from kiln.tensor.realize.capture import Recording
 from kiln.tensor.realize.fast_path import OUTPUT, EagerFastPath
 from kiln.tensor.realize.graph_lock import graph_lock, serialized
+from kiln.tensor.realize.method import Method
 from kiln.tensor.realize.random_state import RandomState
 from kiln.tensor.realize.tensor_registry import TensorRegistry
 from kiln.tensor.schedule import (
@@ -73,20 +73,6 @@ __all__ = [
 ]
 
 RecordingT = TypeVar("RecordingT", bound=Recording)
-
-
-@dataclass(frozen=True)
-class Method:
-    """A kernel ready to launch: the program, the kernel slot each program parameter takes, the loaded runner and
-    the program's cost estimates. `queue`: the queue-driven device a run of a plan may submit the launch to in one
-    list with its neighbours (a runner with fixed launch sizes and no variables), else None."""
-
-    program: Program
-    slots: tuple[int, ...]
-    runner: ProgramRunner
-    flops: int
-    mem_bytes: int
-    queue: HCQCompiled | None = None
 
 
 _DEBUG = knobs.get_knob("DEBUG")  # read on every run: the Knob itself, not through the registry's attribute

@@ -29,16 +29,13 @@ cache lifted into buffers, fixed for the key's constant), are remembered.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kiln.runtime import Buffer
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
+from kiln.tensor.realize.method import Method
 from kiln.tensor.schedule.items import KernelStep, OutputSlot, SchedulePlan
 from kiln.tensor.schedule.normalize import OVERWRITTEN, SELF_EPOCH
 from kiln.uops import DType, GroupOp, Ops, UOp
-
-if TYPE_CHECKING:
-    from kiln.tensor.realize.engine import Method
 
 __all__ = ["FIXED", "OUTPUT", "EagerFastPath", "FastEntry", "structure_of"]
 
