@@ -1,10 +1,10 @@
 """Normalization layers: `BatchNorm1d`, `BatchNorm2d`, `BatchNorm3d` (running statistics), `LayerNorm`, `GroupNorm`,
 `RMSNorm`.
 
-BatchNorm in training mode updates its running statistics lazily (an ASSIGN on each of its buffers). The update
-travels with the module: it is realized when the buffers are read, before the layer's next forward, or, in a function
-TinyJit captures, at the end of the capture with the other pending writes to the state the function reaches (so every
-replay updates the statistics). Nothing outside the module holds it.
+BatchNorm in training mode writes its running mean, variance and batch count in place, after computing its output, as
+one simultaneous write (`write_many`: one schedule per layer and forward, in program order like PyTorch's three
+in-place updates; the forward's input, which the statistics read, is computed in that schedule). TinyJit captures
+that schedule, so every replay updates the statistics.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from kiln.tensor.nn import init
 from kiln.tensor.nn.arguments import check_positive_int
 from kiln.tensor.nn.module import Module
+from kiln.tensor.ops.normalization import running_updates
+from kiln.tensor.realize.mutation import write_many
 from kiln.tensor.tensor import Tensor
 from kiln.uops import Ops, dtypes
 
@@ -81,8 +83,10 @@ class _BatchNorm(_ChannelNorm):
             # cumulative moving average: momentum 1 / batches seen; that count is on the host after the realize
             count = int(self.num_batches_tracked.item()) + 1
             momentum = 1.0 / count
-        result = x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, True, momentum, self.eps)
-        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        result = x.batch_norm(None, None, self.weight, self.bias, True, momentum, self.eps)
+        # the three statistics in one simultaneous write: one schedule per layer and forward, not three
+        updates = running_updates(x, self.running_mean, self.running_var, momentum)
+        write_many([*updates, (self.num_batches_tracked, self.num_batches_tracked + 1)])
         return result
 
     def extra_repr(self) -> str:

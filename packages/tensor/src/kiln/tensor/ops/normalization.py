@@ -2,7 +2,9 @@
 
 Each normalizes by statistics over some dims, (x - mean) / sqrt(var + eps) with the biased variance, then applies an
 optional per-feature weight and bias. 16-bit floats compute their statistics in float32 and round once at the end.
-batch_norm in training mode also updates the running statistics in place (`Tensor.assign`, realized with them).
+batch_norm in training mode also updates the running statistics in place: both buffers in one simultaneous write
+(`write_many`, one schedule); `running_updates` gives those writes to a caller that adds its own (BatchNorm's
+batch counter).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Self
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_same_device
+from kiln.tensor.realize.mutation import write_many
 from kiln.uops import DType, dtypes
 
-__all__ = ["NormalizationMixin"]
+__all__ = ["NormalizationMixin", "running_updates"]
 
 
 def _require_optional(value: TensorT | None, what: str) -> TensorT | None:
@@ -58,6 +61,26 @@ def _affine(x: TensorT, weight: TensorT | None, bias: TensorT | None, view: Sequ
     if bias is not None:
         x = x + bias._cast(x.dtype).reshape(*view)
     return x
+
+
+def running_updates(
+    x: TensorT, running_mean: TensorT | None, running_var: TensorT | None, momentum: float
+) -> list[tuple[TensorT, TensorT]]:
+    """The training-mode updates of batch norm's running statistics from the input `x` (batch, channels, *):
+    (buffer, new value) pairs, running = (1 - momentum) * running + momentum * batch statistic (the variance
+    unbiased), for `write_many` to apply as one simultaneous write (one schedule)."""
+    compute = _compute_dtype(x, "batch_norm")
+    axes = (0, *range(2, x.ndim))
+    statistics = x._cast(compute).detach()
+    updates: list[tuple[TensorT, TensorT]] = []
+    if running_mean is not None:
+        blended = running_mean._cast(compute) * (1 - momentum) + statistics.mean(axes) * momentum
+        updates.append((running_mean, blended._cast(running_mean.dtype)))
+    if running_var is not None:
+        unbiased = statistics.var(axes, correction=1)
+        blended = running_var._cast(compute) * (1 - momentum) + unbiased * momentum
+        updates.append((running_var, blended._cast(running_var.dtype)))
+    return updates
 
 
 class NormalizationMixin(TensorCore):
@@ -140,13 +163,9 @@ class NormalizationMixin(TensorCore):
         if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
             raise TypeError(f"batch_norm momentum must be a number, got {momentum!r}")
         result = _affine(_normalized(x, axes, epsilon), checked_weight, checked_bias, view)._cast(self.dtype)
-        statistics = x.detach()
-        batch_mean = statistics.mean(axes)
-        if mean_in is not None:
-            mean_in.assign((mean_in._cast(compute) * (1 - momentum) + batch_mean * momentum)._cast(mean_in.dtype))
-        if var_in is not None:
-            unbiased = statistics.var(axes, correction=1)
-            var_in.assign((var_in._cast(compute) * (1 - momentum) + unbiased * momentum)._cast(var_in.dtype))
+        updates = running_updates(self, mean_in, var_in, momentum)
+        if updates:
+            write_many(updates)
         return result
 
     def group_norm(
