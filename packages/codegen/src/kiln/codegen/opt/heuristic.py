@@ -57,6 +57,12 @@ The recipe, in order (each step is skipped when its opt is illegal):
        times), or the one such axis by 8 (a matrix-vector product's rows). One output alone waits on each add's
        latency: the conv2d (32,16,32,32) weight gradient measured 2.5x less CPU time with the 4 x 4 tile, a
        4096 x 4096 matrix-vector product ~15% less with 8 rows (A/B, process CPU time, loaded machine).
+       A product of few rows (2 .. FEW_ROWS, an LLM decode step of that many sequences) against an output axis of
+       the other operand FEW_ROWS_RATIO times longer upcasts all its rows instead, nothing else: the long matrix is
+       read once, each loaded vector of it used by every row. An operand decoded from bytes (an F16 GGUF matrix:
+       element i from bytes 2i and 2i + 1) counts as contiguous along the reduce (`_element_stride`); for one row
+       it stays with step 3v. The 100M llama's output layer, (8, 768) @ (32000, 768).T from F16 bytes, had step
+       2s's gathered 8 x 16 tile with the reduce rolled (~1.2 GB/s in the 8-row decode step).
    2s. A product whose output axes no operand reads contiguously and that step 2r does not take (a stride-2
        convolution; the 2 x 2 and 4 x 4 images of a network's last stages) gets a tile of gathered columns
        (`conv_tiles.strided_tile`): the innermost output axis of at least 8 that only one operand walks (the output
@@ -380,7 +386,10 @@ def _vector_product_unroll(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
         return False
     last = reduce_axes[-1]
     size = constant_size(last)
-    strides = [_stride_near_origin(index.src[1], last) for index in operands]
+    strides = [_element_stride(build.sink, index, last) for index in operands]
+    packed = strides != [_stride_near_origin(index.src[1], last) for index in operands]
+    if packed and _few_rows_axis(build, operands) is None:
+        return False  # one decoded row (a matrix-vector product) stays with step 3v's long unroll
     if size is None or size < width // 2 or 1 not in strides or not all(s in (0, 1) for s in strides):
         return False
     if _divides_axis(list(operands), last):
@@ -396,18 +405,62 @@ def _vector_product_unroll(build: _Builder, operands: tuple[UOp, UOp]) -> bool:
     return False
 
 
+def _element_stride(sink: UOp, index: UOp, rng: UOp) -> int | None:
+    """`_stride_near_origin` of `index` along `rng`, counted in decoded elements: an operand decoded from bytes (an
+    F16 GGUF matrix: the bytes at 2i and 2i + 1 make element i) loads s bytes per element, at the main index plus 0 ..
+    s - 1, so a stride of s bytes is a stride of one element."""
+    stride = _stride_near_origin(index.src[1], rng)
+    if stride is None or stride < 2:
+        return stride
+    offsets: set[int] = set()
+    for node in sink.toposort():
+        if node.op is Ops.INDEX and len(node.src) > 1 and node.src[0] is index.src[0]:
+            difference = (node.src[1] - index.src[1]).simplify()
+            if difference.op is Ops.CONST:
+                offsets.add(int(difference.arg))
+    return 1 if offsets >= set(range(stride)) else stride
+
+
+def _walked_axes(build: _Builder, operands: tuple[UOp, UOp], fits: Callable[[int], bool]) -> dict[int, UOp]:
+    """The outermost output axis of a size that `fits` that only operand 0 walks, and that only operand 1 walks."""
+    walked: dict[int, UOp] = {}
+    for rng in _output_axes(build.sink):
+        strides = [_stride_near_origin(index.src[1], rng) for index in operands]
+        if None not in strides and strides.count(0) == 1 and fits(constant_size(rng) or 0):
+            walked.setdefault(0 if strides[0] else 1, rng)
+    return walked
+
+
+def _few_rows_axis(build: _Builder, operands: tuple[UOp, UOp]) -> UOp | None:
+    """The rows axis of a product with few rows (2 .. FEW_ROWS) against an output axis of the other operand at least
+    FEW_ROWS_RATIO times as long (see FEW_ROWS), else None."""
+    walked = list(_walked_axes(build, operands, lambda size: size > 1).values())
+    if len(walked) != 2:
+        return None
+    short, long = sorted(walked, key=lambda rng: constant_size(rng) or 0)
+    short_size, long_size = constant_size(short) or 0, constant_size(long) or 0
+    return short if short_size <= FEW_ROWS and long_size >= FEW_ROWS_RATIO * short_size else None
+
+
+FEW_ROWS_RATIO = 64
+"""How many times longer than the rows the other operand's output axis must be for a few-rows product (step 2r)."""
+FEW_ROWS = 16
+"""Most rows of a product with few rows (an LLM decode step of that many sequences: (R, K) @ (K, N) with N much
+larger) that step 2r upcasts whole: the matrix is then read once, each loaded vector of it used by every row."""
+
+
 def _product_rows(build: _Builder, operands: tuple[UOp, UOp]) -> None:
     """Output lanes for a product that step 2r unrolls along its reduce (see the module docstring): UPCAST by 4 the
     outermost output axis that only the first operand walks and the outermost that only the second walks (a 4 x 4
     tile: every loaded vector serves 4 outputs), or by 8 the one such axis there is (a matrix-vector product's
     rows). Applied before the unroll, so each output's unrolled lanes are one contiguous load; the accumulators are
     independent chains of fused multiply-adds where one output alone would wait on each add's latency."""
-    walked: dict[int, UOp] = {}
-    for rng in _output_axes(build.sink):
-        strides = [_stride_near_origin(index.src[1], rng) for index in operands]
-        if None in strides or strides.count(0) != 1 or (constant_size(rng) or 0) % 4:
-            continue
-        walked.setdefault(0 if strides[0] else 1, rng)
+    few = _few_rows_axis(build, operands)
+    if few is not None:
+        # few rows against a long matrix: all the rows in registers, the matrix read once
+        build.attempt(Opt(OptOps.UPCAST, few.arg.axis, constant_size(few) or 0))
+        return
+    walked = _walked_axes(build, operands, lambda size: size % 4 == 0)
     if len(walked) == 2:
         for rng in sorted(walked.values(), key=lambda r: r.arg.axis, reverse=True):
             build.attempt(Opt(OptOps.UPCAST, rng.arg.axis, 4))
