@@ -417,8 +417,8 @@ class LLMServer:
         }
         return self.metrics.render(gauges)
 
-    def prepare(self, body: Any, chat: bool) -> Request:
-        """Validates a request body into the request to queue (its jobs, whether it streams, its output options)."""
+    def _addressed_to_me(self, body: Any) -> dict[str, Any]:
+        """`body` as a JSON object whose `model` is this server's (a 400 or 404 RequestError otherwise)."""
         if not isinstance(body, dict):
             raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
         model = body.get("model")
@@ -427,6 +427,11 @@ class LLMServer:
         if model != self.model.name:
             raise RequestError(404, f"the model {model!r} does not exist; this server has {self.model.name!r}",
                                "model", "model_not_found")  # fmt: skip
+        return body
+
+    def prepare(self, body: Any, chat: bool) -> Request:
+        """Validates a request body into the request to queue (its jobs, whether it streams, its output options)."""
+        body = self._addressed_to_me(body)
         param = "messages" if chat else "prompt"
         try:
             output = parse_format(body, chat)
@@ -504,14 +509,7 @@ class LLMServer:
     def prepare_embeddings(self, body: Any) -> Job:
         """Validates an embeddings request body (input: a string, strings, token ids, or lists of token ids) into
         the job to queue (its `options` hold `encoding_format`)."""
-        if not isinstance(body, dict):
-            raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise RequestError(400, "'model' is required (a string)", "model")
-        if model != self.model.name:
-            raise RequestError(404, f"the model {model!r} does not exist; this server has {self.model.name!r}",
-                               "model", "model_not_found")  # fmt: skip
+        body = self._addressed_to_me(body)
         given = body.get("input")
         if isinstance(given, str) or (isinstance(given, list) and given and all(_is_id(i) for i in given)):
             given = [given]
