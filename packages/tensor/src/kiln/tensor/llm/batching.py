@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Unpack
 
 import numpy as np
 
 from kiln.tensor.jit import TinyJit, Variable
-from kiln.tensor.llm.generate import GenerationStats, check_request, reusable_prefix, sample
+from kiln.tensor.llm.generate import GenerationStats, SamplingOptions, SamplingSettings, reusable_prefix, sample
 from kiln.tensor.llm.json_grammar import TokenConstraint
 from kiln.tensor.llm.logprobs import TokenLogprob, token_logprob
 from kiln.tensor.llm.sampling import SamplingMode, sample_on_device, sampling_row
@@ -49,7 +50,7 @@ from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 from kiln.uops import dtypes
 
-__all__ = ["DEFAULT_SLOTS", "JOIN_CHUNK", "MIN_PREFIX_REUSE", "BatchedGenerator", "Sequence"]
+__all__ = ["DEFAULT_SLOTS", "JOIN_CHUNK", "MIN_PREFIX_REUSE", "BatchedGenerator", "RequestOptions", "Sequence"]
 
 DEFAULT_SLOTS = 8
 """Sequences decoded together when no number is given (the server's `--max-batch`)."""
@@ -58,6 +59,14 @@ JOIN_CHUNK = 64
 """Prompt tokens a joining sequence prefills per step when no number is given (the server's `--prefill-chunk`):
 the running streams wait about one such chunk's forward for each of their tokens while a prompt arrives."""
 """The shortest cached beginning of a prompt worth taking a slot above the running ones for."""
+
+
+class RequestOptions(SamplingOptions, total=False):
+    """A batched request's keyword settings: the sampling ones (`SamplingOptions`), plus `logprobs` and
+    `constraint` (`Sequence`'s)."""
+
+    logprobs: int | None
+    constraint: TokenConstraint | None
 
 
 @dataclass(eq=False)
@@ -212,18 +221,7 @@ class BatchedGenerator:
         return self.running.count(None)
 
     def start(
-        self,
-        prompt_ids: list[int],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_ids: set[int] | None = None,
-        logprobs: int | None = None,
-        constraint: TokenConstraint | None = None,
-        chunked: bool = False,
+        self, prompt_ids: list[int], *, max_tokens: int, chunked: bool = False, **options: Unpack[RequestOptions]
     ) -> Sequence:
         """Starts a request in a free slot: prefills its prompt (all but the part its slot's rows hold already) and
         samples its first token (`tokens[0]`, none when max_tokens is 0). The settings mean what they mean for
@@ -235,8 +233,7 @@ class BatchedGenerator:
             ValueError: a bad request (as `Generator.generate`).
             RuntimeError: no free slot (`free_slots()` is 0).
         """
-        sequence = self.join(prompt_ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                             seed=seed, stop_ids=stop_ids, logprobs=logprobs, constraint=constraint)  # fmt: skip
+        sequence = self.join(prompt_ids, max_tokens=max_tokens, **options)
         while not chunked:
             index = next((i for i, (joining, _) in enumerate(self.joining) if joining is sequence), None)
             if index is None:
@@ -244,19 +241,7 @@ class BatchedGenerator:
             self._prefill_chunk(index)
         return sequence
 
-    def join(
-        self,
-        prompt_ids: list[int],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_ids: set[int] | None = None,
-        logprobs: int | None = None,
-        constraint: TokenConstraint | None = None,
-    ) -> Sequence:
+    def join(self, prompt_ids: list[int], *, max_tokens: int, **options: Unpack[RequestOptions]) -> Sequence:
         """Takes a free slot for a request (as `start`) without prefilling it: the next steps prefill its prompt one
         chunk each, between their decodes, and the step of its last chunk gives its first token.
 
@@ -264,13 +249,17 @@ class BatchedGenerator:
             ValueError: a bad request (as `Generator.generate`).
             RuntimeError: no free slot (`free_slots()` is 0).
         """
-        check_request(prompt_ids, max_tokens, temperature, top_k, top_p, self.model.max_context, self.config.vocab_size)
+        logprobs, constraint = options.pop("logprobs", None), options.pop("constraint", None)
+        settings = SamplingSettings.of(options)
+        settings.check(prompt_ids, max_tokens, self.model.max_context, self.config.vocab_size)
+        temperature, top_k, top_p = settings.temperature, settings.top_k, settings.top_p
         if None not in self.running:
             raise RuntimeError(f"all {self.slots} sequence slots are running; start a request when one is free")
         prompt = list(prompt_ids)
         mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
-        sequence = Sequence(prompt, max_tokens, temperature, top_k, top_p, set(stop_ids or ()),
-                            np.random.default_rng(seed), mode, logprobs=logprobs, constraint=constraint)  # fmt: skip
+        rng = np.random.default_rng(settings.seed)
+        sequence = Sequence(prompt, max_tokens, temperature, top_k, top_p, set(settings.stop_ids), rng, mode,
+                            logprobs=logprobs, constraint=constraint)  # fmt: skip
         if max_tokens == 0:
             sequence.finished = True
             return sequence

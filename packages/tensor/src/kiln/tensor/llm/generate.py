@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -36,7 +37,16 @@ from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["PREFILL_CHUNK", "GenerationStats", "Generator", "check_request", "reusable_prefix", "sample"]
+__all__ = [
+    "PREFILL_CHUNK",
+    "GenerationStats",
+    "Generator",
+    "SamplingOptions",
+    "SamplingSettings",
+    "check_request",
+    "reusable_prefix",
+    "sample",
+]
 
 PREFILL_CHUNK = 256
 """Prompt tokens per call of the jitted prefill step (a longer prompt takes several calls)."""
@@ -60,6 +70,51 @@ class GenerationStats:
     @property
     def decode_tokens_per_second(self) -> float:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+class SamplingOptions(TypedDict, total=False):
+    """The keyword settings of a request besides `max_tokens` (`Generator.generate`, `BatchedGenerator.start`):
+    `temperature` (0: greedy), `top_k` (0: every token), `top_p`, the `seed` of its random draws and the `stop_ids`
+    that end it; `SamplingSettings.of` gives the missing ones their defaults."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+    stop_ids: set[int] | None
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """A request's sampling settings with every default filled in (see `SamplingOptions`)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, options: SamplingOptions) -> SamplingSettings:
+        """The settings given as keywords, the others at their defaults.
+
+        Raises:
+            TypeError: a keyword that is no sampling setting (as a misspelt keyword argument would).
+        """
+        unknown = sorted(set(options) - SamplingOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(
+                f"unexpected request settings {unknown}; expected some of {sorted(SamplingOptions.__optional_keys__)}"
+            )
+        stop_ids = options.get("stop_ids")
+        return cls(
+            options.get("temperature", 0.0), options.get("top_k", 0), options.get("top_p", 1.0),
+            options.get("seed"), frozenset(stop_ids or ()),
+        )  # fmt: skip
+
+    def check(self, prompt_ids: list[int], max_tokens: int, context: int, vocab: int) -> None:
+        """`check_request` of a prompt with these settings."""
+        check_request(prompt_ids, max_tokens, self.temperature, self.top_k, self.top_p, context, vocab)
 
 
 def sample(logits: np.ndarray, temperature: float, top_k: int, top_p: float, rng: np.random.Generator) -> int:
@@ -188,17 +243,7 @@ class Generator:
         self.position = 0
         self.cached_tokens.clear()
 
-    def generate(
-        self,
-        prompt_ids: list[int],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_ids: set[int] | None = None,
-    ) -> Iterator[int]:
+    def generate(self, prompt_ids: list[int], *, max_tokens: int, **options: Unpack[SamplingOptions]) -> Iterator[int]:
         """Yields up to `max_tokens` new token ids after `prompt_ids`, stopping after a token in `stop_ids` (which is
         yielded) or at the end of the context (the model's `max_context`). The cache rows of the longest beginning
         of the prompt that earlier calls left in the cache are reused (`last_stats.cached_tokens`).
@@ -207,14 +252,13 @@ class Generator:
             ValueError: an empty prompt, a prompt longer than the context, a token outside the vocabulary, or a
                 negative max_tokens / temperature, top_k < 0, top_p outside (0, 1].
         """
-        check_request(prompt_ids, max_tokens, temperature, top_k, top_p, self.model.max_context, self.config.vocab_size)
-        return self._generate(list(prompt_ids), max_tokens, temperature, top_k, top_p, seed, stop_ids or set())
+        settings = SamplingSettings.of(options)
+        settings.check(prompt_ids, max_tokens, self.model.max_context, self.config.vocab_size)
+        return self._generate(list(prompt_ids), max_tokens, settings)
 
-    def _generate(
-        self, prompt: list[int], max_tokens: int, temperature: float, top_k: int, top_p: float, seed: int | None,
-        stop_ids: set[int],
-    ) -> Iterator[int]:  # fmt: skip
-        rng = np.random.default_rng(seed)
+    def _generate(self, prompt: list[int], max_tokens: int, settings: SamplingSettings) -> Iterator[int]:
+        temperature, top_k, top_p, stop_ids = settings.temperature, settings.top_k, settings.top_p, settings.stop_ids
+        rng = np.random.default_rng(settings.seed)
         stats = self.last_stats = GenerationStats()
         if max_tokens == 0:
             return
