@@ -8,9 +8,10 @@ is built without memory too (`iota`). Random tensors come from the counter-based
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Hashable
-from typing import Self, cast
+from typing import Any, Self, TypedDict, TypeVar, Unpack, cast
 
 import numpy as np
 
@@ -32,7 +33,31 @@ from kiln.tensor.realize.engine import default_engine
 from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, is_symbolic, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
-__all__ = ["CreationMixin", "DTypeMixin", "iota"]
+__all__ = ["CreationMixin", "DTypeMixin", "TensorOptions", "iota", "torch_keywords"]
+
+
+class TensorOptions(TypedDict, total=False):
+    """The keyword arguments of every function that makes a tensor, PyTorch's: the dtype (None or absent: the
+    function's default), the device (the default device) and whether the result requires a gradient."""
+
+    dtype: DType | None
+    device: str | tuple[str, ...] | None
+    requires_grad: bool | None
+
+
+FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
+
+
+def torch_keywords(function: FunctionT) -> FunctionT:
+    """`function`, whose `**options: Unpack[TensorOptions]` `inspect.signature` (and `help`) shows as PyTorch's
+    keyword-only `dtype=None, device=None, requires_grad=None` (mypy reads the TypedDict itself)."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    for name, annotation in TensorOptions.__annotations__.items():
+        spelled = getattr(annotation, "__forward_arg__", annotation)  # the text, as the other parameters show theirs
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=spelled))
+    function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return function
 
 
 def iota(kind: type[TensorT], size: int, device: str | tuple[str, ...] | None = None) -> TensorT:
@@ -109,8 +134,19 @@ def _build_iota(kind: type[TensorT], size: int, device: str) -> TensorT:
     return total._movement(Ops.RESHAPE, (1 << bits,))._movement(Ops.SHRINK, ((0, size),))
 
 
-def _float_dtype(dtype: DType | None, what: str) -> DType:
-    result = dtypes.default_float if dtype is None else check_dtype(dtype)
+def _dtype_or(options: TensorOptions, default: DType) -> DType:
+    """The dtype `options` ask for (checked), else `default`."""
+    dtype = options.get("dtype")
+    return default if dtype is None else check_dtype(dtype)
+
+
+def _float_by_default(options: TensorOptions) -> TensorOptions:
+    """`options` whose absent dtype is `dtypes.default_float`."""
+    return {**options, "dtype": options.get("dtype") or dtypes.default_float}
+
+
+def _float_dtype(options: TensorOptions, what: str) -> DType:
+    result = _dtype_or(options, dtypes.default_float)
     if not dtypes.is_float(result):
         raise TypeError(f"{what} makes floating-point tensors, got dtype {result!r}")
     return result
@@ -123,10 +159,10 @@ def _check_real(value: object, what: str) -> None:
         raise ValueError(f"{what} must be finite, got {value!r}")
 
 
-def _with_grad(tensor: TensorT, requires_grad: bool | None) -> TensorT:
+def _with_grad(tensor: TensorT, options: TensorOptions) -> TensorT:
     # every creation function ends here: the device must be able to store the dtype asked for
     check_device_dtype(tensor.device, tensor.dtype)
-    if requires_grad is not None:
+    if (requires_grad := options.get("requires_grad")) is not None:
         tensor.requires_grad = requires_grad
     return tensor
 
@@ -157,25 +193,25 @@ def _largest_shape(dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(max_int(size) for size in dims)
 
 
-def _cut(values: TensorT, dims: tuple[int, ...], requires_grad: bool | None) -> TensorT:
+def _cut(values: TensorT, dims: tuple[int, ...], options: TensorOptions) -> TensorT:
     """Random `values` drawn at the largest shape, cut to the symbolic shape `dims`.
 
     A random tensor of a shape with bound Variables draws the stream of its largest shape (the same values as the
     int shape of every variable at its upper bound) and keeps the leading `dims`: one kernel serves every value, and
     two values of a variable give consistent prefixes (`rand(n, 4)` at n = 3 is the first 3 rows of n = 7's). Only
     the kept elements are computed (the cut fuses into the generator)."""
-    return _with_grad(values._movement(Ops.SHRINK, tuple((0, size) for size in dims)), requires_grad)
+    return _with_grad(values._movement(Ops.SHRINK, tuple((0, size) for size in dims)), options)
 
 
 def _random_tensor(
-    kind: type[TensorT], dims: tuple[int, ...], device: str | tuple[str, ...] | None, requires_grad: bool | None,
-    draw: Callable[[int], TensorT],
-) -> TensorT:  # fmt: skip
-    """The random tensor of shape `dims` whose `count` flat values `draw(count)` makes (in the result's dtype); a
+    kind: type[TensorT], shape: tuple[ShapeArgument, ...], options: TensorOptions, draw: Callable[[int], TensorT]
+) -> TensorT:
+    """The random tensor of `shape` whose `count` flat values `draw(count)` makes (in the result's dtype); a
     symbolic shape draws at its largest and is cut (`_cut`)."""
+    dims = shape_argument(shape)
     if is_symbolic(dims):
-        return _cut(_random_tensor(kind, _largest_shape(dims), device, None, draw), dims, requires_grad)
-    return _with_grad(draw(math.prod(dims))._movement(Ops.RESHAPE, dims), requires_grad)
+        return _cut(_random_tensor(kind, _largest_shape(dims), {}, draw), dims, options)
+    return _with_grad(draw(math.prod(dims))._movement(Ops.RESHAPE, dims), options)
 
 
 def _unit_interval(bits: TensorT, dtype: DType) -> TensorT:
@@ -293,13 +329,8 @@ class CreationMixin(DTypeMixin):
     # ------------------------------------------------------------------------------------------------------------
 
     @classmethod
-    def empty(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def empty(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """A tensor of `shape` in new, uninitialized memory.
 
         Example:
@@ -309,17 +340,18 @@ class CreationMixin(DTypeMixin):
         from kiln.runtime import Buffer
 
         dims = shape_argument(shape)
-        target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
-        target = canonical_device(device)
+        target_dtype = _dtype_or(options, dtypes.default_float)
+        target = canonical_device(options.get("device"))
         if isinstance(target, tuple):  # memory on each of several devices: one empty tensor copied to each
-            return _with_grad(cls.empty(*dims, dtype=target_dtype, device=target[0]).to(target), requires_grad)
+            return _with_grad(cls.empty(*dims, dtype=target_dtype, device=target[0]).to(target), options)
         size = max_numel(dims)  # a symbolic shape gets the memory of its largest value
         node = graph.buffer_uop(target, size, target_dtype)
         attach_buffer(node, Buffer(target, size, target_dtype).allocate())
         if not isinstance(count := math.prod(dims), int):
             node = graph.shrink(node, ((0, cast(int, count)),))
-        return _with_grad(cls._from_uop(graph.reshape(node, dims)), requires_grad)
+        return _with_grad(cls._from_uop(graph.reshape(node, dims)), options)
 
+    # full, eye and zeros_like keep TensorCore's signature, which also takes the options by position
     @classmethod
     def full(
         cls,
@@ -335,55 +367,45 @@ class CreationMixin(DTypeMixin):
             >>> Tensor.full((2,), 7).tolist()
             [7, 7]
         """
+        options: TensorOptions = {"dtype": dtype, "device": device, "requires_grad": requires_grad}
         value = scalar_value(fill_value)
-        target_dtype = dtypes.from_py(value) if dtype is None else check_dtype(dtype)
+        target_dtype = _dtype_or(options, dtypes.from_py(value))
         check_constant_fits(value, target_dtype)
         if isinstance(value, float) and not math.isfinite(value) and not dtypes.is_float(target_dtype):
             raise ValueError(f"cannot fill a {target_dtype!r} tensor with {value!r}")
         dims = shape_argument((shape,))
-        return _with_grad(cls._const(value, dims, target_dtype, device), requires_grad)
+        return _with_grad(cls._const(value, dims, target_dtype, device), options)
 
     @classmethod
-    def zeros(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def zeros(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """A tensor of `shape` filled with zeros (default dtype: `dtypes.default_float`).
 
         Example:
             >>> Tensor.zeros(2, 2).tolist()
             [[0.0, 0.0], [0.0, 0.0]]
         """
-        return cls.full(shape_argument(shape), 0, dtype or dtypes.default_float, device, requires_grad)
+        return cls.full(shape_argument(shape), 0, **_float_by_default(options))
 
     @classmethod
-    def ones(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def ones(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """A tensor of `shape` filled with ones (default dtype: `dtypes.default_float`).
 
         Example:
             >>> Tensor.ones(3).tolist()
             [1.0, 1.0, 1.0]
         """
-        return cls.full(shape_argument(shape), 1, dtype or dtypes.default_float, device, requires_grad)
+        return cls.full(shape_argument(shape), 1, **_float_by_default(options))
 
     @classmethod
+    @torch_keywords
     def arange(
         cls,
         start: int | float,
         stop: int | float | None = None,
         step: int | float = 1,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
+        **options: Unpack[TensorOptions],
     ) -> Self:
         """The values start, start + step, ... below `stop` (one argument: 0 .. start - 1), like PyTorch.
 
@@ -395,11 +417,12 @@ class CreationMixin(DTypeMixin):
         """
         if stop is None:
             start, stop = 0, start
+        dtype, device = options.get("dtype"), options.get("device")
         if carries_variable(stop):  # a jitted function's Tensor of a bound variable: the variable
             variable_stop = cast(UOp, as_size(stop, "arange stop"))
-            return _with_grad(_symbolic_arange(cls, start, variable_stop, step, dtype, device), requires_grad)
+            return _with_grad(_symbolic_arange(cls, start, variable_stop, step, dtype, device), options)
         if isinstance(stop, (BoundVariable, Variable, UOp)):
-            return _with_grad(_symbolic_arange(cls, start, stop, step, dtype, device), requires_grad)
+            return _with_grad(_symbolic_arange(cls, start, stop, step, dtype, device), options)
         values = [scalar_value(v) for v in (start, stop, step)]
         if any(isinstance(v, bool) for v in values):
             raise TypeError(f"arange takes int or float arguments, got start={start!r} stop={stop!r} step={step!r}")
@@ -412,7 +435,7 @@ class CreationMixin(DTypeMixin):
         ends = (first, first + (size - 1) * increment) if size else (first,)
         # int arguments whose values pass the default int's range count in int64, as PyTorch infers
         natural = dtypes.default_float if any(isinstance(v, float) for v in values) else dtypes.from_py(list(ends))
-        target_dtype = natural if dtype is None else check_dtype(dtype)
+        target_dtype = _dtype_or(options, natural)
         for end in ends:
             check_constant_fits(end, target_dtype)
         positions = iota(cls, size, device)
@@ -422,18 +445,11 @@ class CreationMixin(DTypeMixin):
             result = result._binary(Ops.MUL, result._const(increment, result.shape, compute, result.device))
         if first != 0:
             result = result._binary(Ops.ADD, result._const(first, result.shape, compute, result.device))
-        return _with_grad(result._cast(target_dtype), requires_grad)
+        return _with_grad(result._cast(target_dtype), options)
 
     @classmethod
-    def linspace(
-        cls,
-        start: int | float,
-        end: int | float,
-        steps: int,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def linspace(cls, start: int | float, end: int | float, steps: int, **options: Unpack[TensorOptions]) -> Self:
         """`steps` evenly spaced values from `start` to `end` inclusive (computed from both ends, like PyTorch).
 
         Example:
@@ -444,10 +460,11 @@ class CreationMixin(DTypeMixin):
         if count < 0:
             raise ValueError(f"linspace steps must be >= 0, got {count}")
         low, high = float(scalar_value(start)), float(scalar_value(end))
-        target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
+        target_dtype = _dtype_or(options, dtypes.default_float)
         compute = target_dtype if dtypes.is_float(target_dtype) else dtypes.default_float
+        device = options.get("device")
         if count <= 1:
-            return _with_grad(cls.full((count,), low, compute, device)._cast(target_dtype), requires_grad)
+            return _with_grad(cls.full((count,), low, dtype=compute, device=device)._cast(target_dtype), options)
         step = (high - low) / (count - 1)
         index = iota(cls, count, device)._cast(compute)
         shape, where = index.shape, index.device
@@ -460,7 +477,7 @@ class CreationMixin(DTypeMixin):
             Ops.SUB, remaining._binary(Ops.MUL, cls._const(step, shape, compute, where))
         )
         lower_half = index._binary(Ops.CMPLT, cls._const(count // 2, shape, compute, where))
-        return _with_grad(lower_half._ternary(Ops.WHERE, from_start, from_end)._cast(target_dtype), requires_grad)
+        return _with_grad(lower_half._ternary(Ops.WHERE, from_start, from_end)._cast(target_dtype), options)
 
     @classmethod
     def eye(
@@ -484,7 +501,7 @@ class CreationMixin(DTypeMixin):
         target_dtype = dtypes.default_float if dtype is None else check_dtype(dtype)
         row = iota(cls, rows, device)._movement(Ops.RESHAPE, (rows, 1))._movement(Ops.EXPAND, (rows, columns))
         column = iota(cls, columns, device)._movement(Ops.RESHAPE, (1, columns))._movement(Ops.EXPAND, (rows, columns))
-        return _with_grad(row._binary(Ops.CMPEQ, column)._cast(target_dtype), requires_grad)
+        return _with_grad(row._binary(Ops.CMPEQ, column)._cast(target_dtype), {"requires_grad": requires_grad})
 
     # ------------------------------------------------------------------------------------------------------------
     # random
@@ -503,92 +520,57 @@ class CreationMixin(DTypeMixin):
         default_engine().random.reset(seed)
 
     @classmethod
-    def rand(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def rand(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """Uniform random numbers in [0, 1).
 
         Example:
             >>> values = Tensor.rand(100).numpy(); bool(((values >= 0) & (values < 1)).all())
             True
         """
-        dims = shape_argument(shape)
-        target_dtype = _float_dtype(dtype, "rand")
+        target_dtype, device = _float_dtype(options, "rand"), options.get("device")
         return _random_tensor(
-            cls,
-            dims,
-            device,
-            requires_grad,
-            lambda count: _unit_interval(_random_bits(cls, count, device), target_dtype),
+            cls, shape, options, lambda count: _unit_interval(_random_bits(cls, count, device), target_dtype)
         )
 
     @classmethod
-    def randn(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def randn(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """Standard normal random numbers (Box-Muller transform of two uniform numbers per element).
 
         Example:
             >>> bool(abs(Tensor.randn(10000).numpy().mean()) < 0.05)
             True
         """
-        dims = shape_argument(shape)
-        target_dtype = _float_dtype(dtype, "randn")
-        return _random_tensor(
-            cls, dims, device, requires_grad, lambda count: _normal_values(cls, count, device, target_dtype)
-        )
+        target_dtype, device = _float_dtype(options, "randn"), options.get("device")
+        return _random_tensor(cls, shape, options, lambda count: _normal_values(cls, count, device, target_dtype))
 
     @classmethod
-    def randint(
-        cls,
-        *shape: ShapeArgument,
-        low: int = 0,
-        high: int = 10,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def randint(cls, *shape: ShapeArgument, low: int = 0, high: int = 10, **options: Unpack[TensorOptions]) -> Self:
         """Uniform random integers in [low, high) (at most 2**32 distinct values).
 
         Example:
             >>> values = Tensor.randint(1000, low=-2, high=3).numpy(); (int(values.min()), int(values.max()))
             (-2, 2)
         """
-        dims = shape_argument(shape)
         lowest, highest = check_int(low, "randint low"), check_int(high, "randint high")
         span = highest - lowest
         if not 0 < span <= 2**32:
             raise ValueError(f"randint needs low < high with at most 2**32 values, got low={lowest} high={highest}")
-        target_dtype = dtypes.default_int if dtype is None else check_dtype(dtype)
+        target_dtype, device = _dtype_or(options, dtypes.default_int), options.get("device")
         if not dtypes.is_int(target_dtype):
             raise TypeError(f"randint makes integer tensors, got dtype {target_dtype!r}")
         if lowest < dtypes.min(target_dtype) or highest - 1 > dtypes.max(target_dtype):
             raise ValueError(f"randint range [{lowest}, {highest}) does not fit in {target_dtype!r}")
         return _random_tensor(
-            cls,
-            dims,
-            device,
-            requires_grad,
-            lambda count: _integer_values(cls, count, device, lowest, span, target_dtype),
+            cls, shape, options, lambda count: _integer_values(cls, count, device, lowest, span, target_dtype)
         )
 
     @classmethod
+    @torch_keywords
     def uniform(
-        cls,
-        *shape: ShapeArgument,
-        low: float = 0.0,
-        high: float = 1.0,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
+        cls, *shape: ShapeArgument, low: float = 0.0, high: float = 1.0, **options: Unpack[TensorOptions]
     ) -> Self:
         """Uniform random numbers in [low, high).
 
@@ -600,18 +582,13 @@ class CreationMixin(DTypeMixin):
         _check_real(high, "uniform high")
         if not low <= high:
             raise ValueError(f"uniform needs low <= high, got low={low!r} high={high!r}")
-        values = cls.rand(*shape, dtype=dtype, device=device)
-        return _with_grad(values * (high - low) + low, requires_grad)
+        values = cls.rand(*shape, dtype=options.get("dtype"), device=options.get("device"))
+        return _with_grad(values * (high - low) + low, options)
 
     @classmethod
+    @torch_keywords
     def normal(
-        cls,
-        *shape: ShapeArgument,
-        mean: float = 0.0,
-        std: float = 1.0,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
+        cls, *shape: ShapeArgument, mean: float = 0.0, std: float = 1.0, **options: Unpack[TensorOptions]
     ) -> Self:
         """Normal random numbers with the given mean and standard deviation.
 
@@ -623,72 +600,51 @@ class CreationMixin(DTypeMixin):
         _check_real(std, "normal std")
         if not std >= 0:
             raise ValueError(f"normal needs std >= 0, got std={std!r}")
-        values = cls.randn(*shape, dtype=dtype, device=device)
-        return _with_grad(values * std + mean, requires_grad)
+        values = cls.randn(*shape, dtype=options.get("dtype"), device=options.get("device"))
+        return _with_grad(values * std + mean, options)
 
     # ------------------------------------------------------------------------------------------------------------
-    # *_like
+    # *_like: this tensor's shape, and its dtype and device unless given
     # ------------------------------------------------------------------------------------------------------------
 
-    def full_like(
-        self,
-        fill_value: ConstType,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def full_like(self, fill_value: ConstType, **options: Unpack[TensorOptions]) -> Self:
         """A tensor of this one's shape (and dtype and device, unless given) filled with `fill_value`.
 
         Example:
             >>> Tensor([1, 2]).full_like(5).tolist()
             [5, 5]
         """
-        return self.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
+        return self.full(self.shape, fill_value, **self._like(options))
 
     def zeros_like(
         self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
     ) -> Self:
         """Zeros of this tensor's shape (and dtype and device, unless given)."""
-        return self.full_like(0, dtype, device, requires_grad)
+        return self.full_like(0, dtype=dtype, device=device, requires_grad=requires_grad)
 
-    def ones_like(
-        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
-    ) -> Self:
+    @torch_keywords
+    def ones_like(self, **options: Unpack[TensorOptions]) -> Self:
         """Ones of this tensor's shape (and dtype and device, unless given)."""
-        return self.full_like(1, dtype, device, requires_grad)
+        return self.full_like(1, **options)
 
-    def empty_like(
-        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
-    ) -> Self:
+    @torch_keywords
+    def empty_like(self, **options: Unpack[TensorOptions]) -> Self:
         """Uninitialized memory of this tensor's shape (and dtype and device, unless given)."""
-        return self.empty(
-            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
-        )
+        return self.empty(self.shape, **self._like(options))
 
-    def rand_like(
-        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
-    ) -> Self:
+    @torch_keywords
+    def rand_like(self, **options: Unpack[TensorOptions]) -> Self:
         """Uniform [0, 1) random numbers of this tensor's shape (and float dtype and device, unless given)."""
-        return self.rand(
-            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
-        )
+        return self.rand(self.shape, **self._like(options))
 
-    def randn_like(
-        self, dtype: DType | None = None, device: str | tuple[str, ...] | None = None, requires_grad: bool | None = None
-    ) -> Self:
+    @torch_keywords
+    def randn_like(self, **options: Unpack[TensorOptions]) -> Self:
         """Standard normal random numbers of this tensor's shape (and float dtype and device, unless given)."""
-        return self.randn(
-            self.shape, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad
-        )
+        return self.randn(self.shape, **self._like(options))
 
-    def randint_like(
-        self,
-        low: int = 0,
-        high: int | None = None,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def randint_like(self, low: int = 0, high: int | None = None, **options: Unpack[TensorOptions]) -> Self:
         """Uniform random integers in [low, high) of this tensor's shape (and dtype and device, unless given).
 
         Like PyTorch, one bound is the upper one: `randint_like(x, 5)` draws from [0, 5). A float dtype gets the
@@ -701,9 +657,19 @@ class CreationMixin(DTypeMixin):
         """
         if high is None:
             low, high = 0, low
-        target = self.dtype if dtype is None else check_dtype(dtype)
+        like = self._like(options)
+        target = cast(DType, like["dtype"])
         if target == dtypes.bool:
             raise TypeError(f"randint_like makes integer or float tensors, got dtype {target!r}")
         integer_dtype = target if dtypes.is_int(target) else dtypes.int64
-        values = self.randint(self.shape, low=low, high=high, dtype=integer_dtype, device=device or self.device)
-        return _with_grad(values._cast(target), requires_grad)
+        values = self.randint(self.shape, low=low, high=high, dtype=integer_dtype, device=like["device"])
+        return _with_grad(values._cast(target), options)
+
+    def _like(self, options: TensorOptions) -> TensorOptions:
+        """`options` with this tensor's dtype and device where they are not given (a given dtype is checked)."""
+        dtype = options.get("dtype")
+        return {
+            "dtype": self.dtype if dtype is None else check_dtype(dtype),
+            "device": options.get("device") or self.device,
+            "requires_grad": options.get("requires_grad"),
+        }

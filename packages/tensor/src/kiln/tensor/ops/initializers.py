@@ -18,13 +18,11 @@ The numbers come from the global generator (`Tensor.manual_seed`), through `Tens
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Self
+from typing import Self, Unpack
 
 from kiln.tensor.core import ShapeArgument, TensorCore, TensorT
 from kiln.tensor.ops._checks import shape_argument
-
-if TYPE_CHECKING:
-    from kiln.uops import DType
+from kiln.tensor.ops.creation import TensorOptions, torch_keywords
 
 __all__ = ["InitializerMixin", "initializer_bound"]
 
@@ -71,61 +69,44 @@ def initializer_bound(name: str, shape: tuple[int, ...], parameter: float | None
 
 
 def _draw(
-    kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None,
-    dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None,
-) -> TensorT:  # fmt: skip
+    kind: type[TensorT], name: str, shape: tuple[ShapeArgument, ...], parameter: float | None, options: TensorOptions
+) -> TensorT:
     """A `name` initialiser's tensor: N(0, std) for the *_normal ones, else U(-bound, bound) (`initializer_bound`)."""
     dims = shape_argument(shape, f"{name} shape")
     spread = initializer_bound(name, dims, parameter)
     if name.endswith("_normal"):
-        return kind.normal(dims, mean=0.0, std=spread, dtype=dtype, device=device, requires_grad=requires_grad)
-    return kind.uniform(dims, low=-spread, high=spread, dtype=dtype, device=device, requires_grad=requires_grad)
+        return kind.normal(dims, mean=0.0, std=spread, **options)
+    return kind.uniform(dims, low=-spread, high=spread, **options)
 
 
 class InitializerMixin(TensorCore):
     """Weight initialisers (class methods)."""
 
     @classmethod
-    def scaled_uniform(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def scaled_uniform(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """U(-1, 1) / sqrt(prod(shape)) (tinygrad's).
 
         Example:
             >>> bool(Tensor.scaled_uniform(4, 4).abs().max().item() <= 0.25)
             True
         """
-        return _draw(cls, "scaled_uniform", shape, None, dtype, device, requires_grad)
+        return _draw(cls, "scaled_uniform", shape, None, options)
 
     @classmethod
-    def glorot_uniform(
-        cls,
-        *shape: ShapeArgument,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def glorot_uniform(cls, *shape: ShapeArgument, **options: Unpack[TensorOptions]) -> Self:
         """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (tinygrad's, Keras's GlorotUniform).
 
         Example:
             >>> bool(Tensor.glorot_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _draw(cls, "glorot_uniform", shape, None, dtype, device, requires_grad)
+        return _draw(cls, "glorot_uniform", shape, None, options)
 
     @classmethod
-    def kaiming_uniform(
-        cls,
-        *shape: ShapeArgument,
-        a: float = 0.01,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def kaiming_uniform(cls, *shape: ShapeArgument, a: float = 0.01, **options: Unpack[TensorOptions]) -> Self:
         """U(-b, b) with b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's; PyTorch's
         kaiming_uniform_ with leaky-relu slope `a` and fan_in mode).
 
@@ -133,34 +114,22 @@ class InitializerMixin(TensorCore):
             >>> Tensor.kaiming_uniform(8, 2, 3, 3).shape
             (8, 2, 3, 3)
         """
-        return _draw(cls, "kaiming_uniform", shape, _number(a, "kaiming_uniform a"), dtype, device, requires_grad)
+        return _draw(cls, "kaiming_uniform", shape, _number(a, "kaiming_uniform a"), options)
 
     @classmethod
-    def kaiming_normal(
-        cls,
-        *shape: ShapeArgument,
-        a: float = 0.01,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def kaiming_normal(cls, *shape: ShapeArgument, a: float = 0.01, **options: Unpack[TensorOptions]) -> Self:
         """N(0, std) with std = sqrt(2 / (1 + a^2)) / sqrt(prod(shape[1:])) (tinygrad's).
 
         Example:
             >>> Tensor.kaiming_normal(8, 4).shape
             (8, 4)
         """
-        return _draw(cls, "kaiming_normal", shape, _number(a, "kaiming_normal a"), dtype, device, requires_grad)
+        return _draw(cls, "kaiming_normal", shape, _number(a, "kaiming_normal a"), options)
 
     @classmethod
-    def xavier_uniform(
-        cls,
-        *shape: ShapeArgument,
-        gain: float = 1.0,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def xavier_uniform(cls, *shape: ShapeArgument, gain: float = 1.0, **options: Unpack[TensorOptions]) -> Self:
         """U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out)), PyTorch's xavier_uniform_ fans (shape[1] and
         shape[0], each times prod(shape[2:])).
 
@@ -168,21 +137,15 @@ class InitializerMixin(TensorCore):
             >>> bool(Tensor.xavier_uniform(3, 3).abs().max().item() <= 1.0)
             True
         """
-        return _draw(cls, "xavier_uniform", shape, _number(gain, "xavier_uniform gain"), dtype, device, requires_grad)
+        return _draw(cls, "xavier_uniform", shape, _number(gain, "xavier_uniform gain"), options)
 
     @classmethod
-    def xavier_normal(
-        cls,
-        *shape: ShapeArgument,
-        gain: float = 1.0,
-        dtype: DType | None = None,
-        device: str | tuple[str, ...] | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    @torch_keywords
+    def xavier_normal(cls, *shape: ShapeArgument, gain: float = 1.0, **options: Unpack[TensorOptions]) -> Self:
         """N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out)) (PyTorch's xavier_normal_).
 
         Example:
             >>> Tensor.xavier_normal(4, 6).shape
             (4, 6)
         """
-        return _draw(cls, "xavier_normal", shape, _number(gain, "xavier_normal gain"), dtype, device, requires_grad)
+        return _draw(cls, "xavier_normal", shape, _number(gain, "xavier_normal gain"), options)
