@@ -30,7 +30,7 @@ def assert_reads_own(memory: Memory, table: BlockTable, tokens: list[int], windo
 
 
 def test_two_sequences_sharing_a_system_prompt_store_it_once() -> None:
-    pool, memory = BlockPool(blocks=32, block_size=4), {}
+    pool, memory = BlockPool(blocks=32, block_size=4), Memory()
     system = list(range(100, 110))  # 10 tokens: 2 full blocks and 2 rows of a third
     first_prompt, second_prompt = [*system, 1, 2, 3], [*system, 7, 8]
     first, reused = pool.open(first_prompt, 20)
@@ -42,20 +42,21 @@ def test_two_sequences_sharing_a_system_prompt_store_it_once() -> None:
     assert second.blocks[:2] == first.blocks[:2] and second.blocks[2] == first.blocks[2]
     copies = second.write(reused, second_prompt[reused:])
     # the third block is shared and written after its 2 system rows: copied first, the two full blocks stay shared
-    assert copies == [BlockCopy(first.blocks[2], second.blocks[2], 2)]
+    shared, copied = first.blocks[2], second.blocks[2]
+    assert shared is not None and copied is not None and copies == [BlockCopy(shared, copied, 2)]
     for copy in copies:
         for offset in range(copy.rows):
             memory[copy.target * 4 + offset] = memory[copy.source * 4 + offset]
     for position in range(reused, len(second_prompt)):
         memory[second.row(position)] = tuple(second_prompt[: position + 1])
     assert pool.held == 4 + 1  # the system prompt's 2 full blocks once; a third block each
-    assert pool.references[first.blocks[0]] == pool.references[first.blocks[1]] == 2
+    assert [pool.references[block] for block in first.blocks[:2] if block is not None] == [2, 2]
     assert_reads_own(memory, first, first_prompt)
     assert_reads_own(memory, second, second_prompt)
 
 
 def test_the_second_turn_reuses_the_conversation() -> None:
-    pool, memory = BlockPool(blocks=16, block_size=4), {}
+    pool, memory = BlockPool(blocks=16, block_size=4), Memory()
     prompt, answer = [5, 6, 7, 8, 9, 10], [11, 12, 13]
     turn, _ = pool.open(prompt, 32)
     conversation = [*prompt, *answer]
@@ -85,7 +86,7 @@ def test_a_pool_smaller_than_the_demand_refuses_then_admits() -> None:
 
 
 def test_a_sliding_window_frees_the_blocks_behind_it() -> None:
-    pool, memory = BlockPool(blocks=8, block_size=4), {}
+    pool, memory = BlockPool(blocks=8, block_size=4), Memory()
     tokens = list(range(1, 41))
     table, _ = pool.open(tokens[:1], most_tokens=40, window=6)
     assert table.reserved == 3  # ceil(6 / 4) + 1: the window spans at most 3 blocks
@@ -137,7 +138,7 @@ def test_every_sequence_reads_its_own_rows(data: st.DataObject) -> None:
     sequence reads its own prefixes through its table, reference counts equal the tables holding a block, and
     nothing is promised twice."""
     size = data.draw(st.integers(1, 4))
-    pool, memory = BlockPool(blocks=data.draw(st.integers(4, 24)), block_size=size), {}
+    pool, memory = BlockPool(blocks=data.draw(st.integers(4, 24)), block_size=size), Memory()
     live: list[tuple[BlockTable, list[int], int]] = []  # table, its tokens, its most positions
     for _ in range(data.draw(st.integers(1, 25))):
         action = data.draw(st.sampled_from(["open", "decode", "close"]))
