@@ -295,17 +295,10 @@ class RNN(RNNBase):
         return output, hidden
 
 
-class LSTM(RNNBase):
-    """A long short-term memory stack, like `torch.nn.LSTM` (gates input, forget, cell, output; with proj_size > 0 the
-    hidden state is projected by weight_hr to proj_size).
+class _GatedRNN(RNNBase):
+    """`LSTM` and `GRU`: torch's RNNBase arguments after the mode, which the class names."""
 
-    Input as `RNN`, optional (h_0, c_0); returns (output (L, N, D * H_out), (h_n, c_n)) with H_out = proj_size or
-    hidden_size, c_n (D * num_layers, N, hidden_size).
-
-    Example:
-        >>> output, (h_n, c_n) = LSTM(3, 4, batch_first=True)(Tensor.randn(2, 5, 3)); output.shape, c_n.shape
-        ((2, 5, 4), (1, 2, 4))
-    """
+    mode = ""
 
     def __init__(
         self,
@@ -319,9 +312,23 @@ class LSTM(RNNBase):
         proj_size: int = 0,
         device: str | None = None,
     ) -> None:
-        super().__init__(
-            "LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size, device
-        )
+        arguments = (input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size)
+        super().__init__(self.mode, *arguments, device)
+
+
+class LSTM(_GatedRNN):
+    """A long short-term memory stack, like `torch.nn.LSTM` (gates input, forget, cell, output; with proj_size > 0 the
+    hidden state is projected by weight_hr to proj_size).
+
+    Input as `RNN`, optional (h_0, c_0); returns (output (L, N, D * H_out), (h_n, c_n)) with H_out = proj_size or
+    hidden_size, c_n (D * num_layers, N, hidden_size).
+
+    Example:
+        >>> output, (h_n, c_n) = LSTM(3, 4, batch_first=True)(Tensor.randn(2, 5, 3)); output.shape, c_n.shape
+        ((2, 5, 4), (1, 2, 4))
+    """
+
+    mode = "LSTM"
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """(output, (h_n, c_n)); see the class docstring for shapes."""
@@ -331,30 +338,17 @@ class LSTM(RNNBase):
         return output, (hidden, cell)
 
 
-class GRU(RNNBase):
+class GRU(_GatedRNN):
     """A gated recurrent unit stack, like `torch.nn.GRU` (gates reset, update, new).
 
-    Input and h_0 as `RNN`; returns (output, h_n).
+    Input and h_0 as `RNN`; returns (output, h_n). Its arguments are LSTM's, as in torch (a proj_size is refused).
 
     Example:
         >>> output, h_n = GRU(3, 4, bidirectional=True)(Tensor.randn(5, 2, 3)); output.shape, h_n.shape
         ((5, 2, 8), (2, 2, 4))
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        device: str | None = None,
-    ) -> None:
-        super().__init__(
-            "GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, device=device
-        )
+    mode = "GRU"
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(output, h_n); see the class docstring for shapes."""
