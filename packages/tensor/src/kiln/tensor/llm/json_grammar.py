@@ -15,25 +15,31 @@ a state; a token is allowed only when the state after it can still be completed 
 generation that has a one-character token for each character it needs always ends with a document that parses and
 matches the schema, before `max_tokens` runs out.
 
-`TokenConstraint` applies this to a vocabulary: the token texts are put in a trie, and the mask of a step is the set of
-tokens whose text the automaton accepts from the current state (walking the trie, pruning at the first refused
-character). Inside a string, tokens without `"`, `\\` or control characters leave the state unchanged and are
-allowed as a block; only the others are walked. The stop ids are allowed once the document is complete.
+`TokenConstraint` applies this to a vocabulary (`Vocabulary`): a mask is one comparison of the state's cost array
+(`remaining` after each token, the largest value where the automaton refuses it) with the tokens left. A state's
+cost array is worked out at its first use by one walk of the vocabulary's prefix index (kiln.tensor.llm.grammar_index),
+pruned at the first refused character, with inside a string every token without `"`, `\\` or control characters
+taken as a block; it is kept by the vocabulary under the state's canonical form (a free object's keys left out), so
+the many repeated states of a document (inside a string, after a colon, ...) cost a lookup. The stop ids are allowed
+once the document is complete.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kiln.tensor.llm.grammar_index import TokenIndex, is_special
 from kiln.tensor.llm.tokenizer import Tokenizer
 
 __all__ = ["JSON_OBJECT", "Node", "SchemaError", "TokenConstraint", "Vocabulary", "accepts", "compile_schema", "feed",
-           "initial", "make_node", "remaining", "text_anchor", "token_text", "token_texts"]  # fmt: skip
+           "initial", "make_node", "remaining", "text_anchor", "token_costs", "token_text", "token_texts"]  # fmt: skip
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "strict"})
 _KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum"}) | _ANNOTATIONS
@@ -410,43 +416,103 @@ def accepts(node: Node, text: str) -> bool:
 
 
 # -- the token mask ---------------------------------------------------------------------------------------------------
-class _Trie:
-    """Token texts by character: `children` char -> _Trie, `ids` the tokens ending here."""
-
-    __slots__ = ("children", "ids")
-
-    def __init__(self) -> None:
-        self.children: dict[str, _Trie] = {}
-        self.ids: list[int] = []
-
-    def add(self, text: str, token_id: int) -> None:
-        node = self
-        for char in text:
-            node = node.children.setdefault(char, _Trie())
-        node.ids.append(token_id)
+_NEVER16, _NEVER32 = 0xFFFF, 0x7FFFFFFF  # the cost of a refused token in a uint16 / int32 cost array
 
 
-def _plain(text: str) -> bool:
-    return all(char not in '"\\' and ord(char) >= 0x20 for char in text)
+def _in_string(state: State) -> bool:
+    """Whether `state` is inside a string's body (not in an escape), where only `is_special` characters matter."""
+    return bool(state) and state[-1][0] == "str" and state[-1][1] == 0
+
+
+def _ascii_only(state: State) -> bool:
+    """Whether only ASCII characters can continue `state`: JSON's structure is ASCII; strings, the keys of a schema's
+    properties and enum literals need not be."""
+    if not state:
+        return True
+    top = state[-1]
+    if top[0] == "alt":
+        return all(_ascii_only(s) for s in top[1])
+    if top[0] == "lit":
+        return all(text.isascii() for text in top[1])
+    return top[0] != "str" and not (top[0] == "obj" and top[2] == "key")
+
+
+def _canonical(state: State) -> State:
+    """`state` less what cannot change a mask: a free object's `seen` keys and key (it takes any key, any value)."""
+    frames = []
+    for frame in state:
+        if frame[0] == "obj" and frame[1].properties is None:
+            frame = ("obj", frame[1], frame[2])
+        elif frame[0] == "alt":
+            frame = ("alt", tuple(_canonical(s) for s in frame[1]))
+        frames.append(frame)
+    return tuple(frames)
+
+
+def token_costs(index: TokenIndex, state: State) -> np.ndarray:
+    """`remaining` of the state after each token of `index` (in its sorted order) from `state`, or _NEVER32 where the
+    automaton refuses the token: one walk of the prefix tree, refusing a subtree at its first refused character and,
+    inside a string, taking every token that has no special character past the string's start as one block."""
+    costs = np.full(len(index), _NEVER32, np.int32)
+    pending: list[tuple[int, int, int, State, bool]] = [(0, len(index), 0, state, _in_string(state))]
+    while pending:
+        lo, hi, depth, current, entered = pending.pop()
+        inside = _in_string(current)
+        if entered:  # the string's body began at this depth: tokens without special characters after it stay there
+            block = index.last_special[lo:hi] < depth
+            costs[lo:hi][block] = remaining(current)
+        if depth >= index.width:
+            _tail(index, lo, hi, depth, current, costs)
+            continue
+        children = index.children(lo, hi, depth)
+        if children.ended and not inside:  # (inside a string, the block above took them)
+            costs[lo : lo + children.ended] = remaining(current)
+        if inside:  # only subtrees with a special character after this depth are left
+            chosen: Iterable[int] = np.flatnonzero(children.latest >= depth).tolist()
+        else:
+            chosen = range(len(children.chars))
+        ascii_only = not inside and _ascii_only(current)
+        for k in chosen:
+            char = children.chars[k]
+            if inside and not is_special(char):
+                pending.append((children.starts[k], children.stops[k], depth + 1, current, False))
+                continue
+            if ascii_only and ord(char) >= 0x80:
+                break  # the children are in code point order
+            following = feed(current, char)
+            if following is not None:
+                pending.append((children.starts[k], children.stops[k], depth + 1, following, _in_string(following)))
+    return costs
+
+
+def _tail(index: TokenIndex, lo: int, hi: int, depth: int, state: State, costs: np.ndarray) -> None:
+    """The tokens of sorted range [lo, hi) past the index's width, one character at a time."""
+    inside = _in_string(state)
+    for position in range(lo, hi):
+        if inside and index.last_special[position] < depth:
+            continue  # taken as a block where the string began
+        current: State | None = state
+        for char in index.texts[position][depth:]:
+            current = feed(current, char) if current is not None else None
+        if current is not None:
+            costs[position] = remaining(current)
 
 
 class Vocabulary:
-    """A tokenizer's token texts prepared for masks: the tries, the tokens plain inside a string, the stop ids."""
+    """A tokenizer's token texts prepared for masks: the prefix index (kiln.tensor.llm.grammar_index), the stop ids,
+    and the cost arrays of the grammar states met so far (least recently used dropped beyond `cache_bytes`): the
+    JSON states repeat (inside a string, after a colon, ...), so most masks are one comparison over an array."""
 
-    def __init__(self, texts: Mapping[int, str], size: int, stop_ids: Iterable[int]) -> None:
+    def __init__(self, texts: Mapping[int, str], size: int, stop_ids: Iterable[int], cache_bytes: int = 64 << 20,
+                 width: int = 32) -> None:  # fmt: skip
         self.size = size
         self.stop_ids = sorted(i for i in stop_ids if 0 <= i < size)
-        self.trie, self.special = _Trie(), _Trie()  # every token; those not plain inside a string
-        self.plain = np.zeros(size, bool)
         self.texts = dict(texts)
-        for token_id, text in texts.items():
-            if not text or "\ufffd" in text:
-                continue
-            self.trie.add(text, token_id)
-            if _plain(text):
-                self.plain[token_id] = True
-            else:
-                self.special.add(text, token_id)
+        self.index = TokenIndex({i: text for i, text in texts.items() if 0 <= i < size}, width)
+        self.cache_bytes = cache_bytes
+        self._costs: OrderedDict[State, np.ndarray] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, tokenizer: Tokenizer, size: int) -> Vocabulary:
@@ -454,6 +520,29 @@ class Vocabulary:
         texts = token_texts(tokenizer.decode, tokenizer.vocab_size, tokenizer.special_ids | tokenizer.stop_ids,
                             text_anchor(tokenizer))  # fmt: skip
         return cls(texts, size, tokenizer.stop_ids)
+
+    def costs(self, state: State) -> np.ndarray:
+        """`remaining` after each token id from `state` (uint16, or int32 when a cost does not fit), the array's
+        largest value where the token is refused."""
+        key = _canonical(state)
+        with self._lock:
+            found = self._costs.get(key)
+            if found is not None:
+                self._costs.move_to_end(key)
+                return found
+        walked = token_costs(self.index, state)
+        accepted = walked[walked != _NEVER32]
+        small = accepted.size == 0 or int(accepted.max()) < _NEVER16
+        by_id = np.full(self.size, _NEVER16 if small else _NEVER32, np.uint16 if small else np.int32)
+        by_id[self.index.ids] = walked.astype(by_id.dtype) if small else walked
+        if small:
+            by_id[self.index.ids[walked == _NEVER32]] = _NEVER16
+        with self._lock:
+            self._costs[key] = by_id
+            self._cached_bytes += by_id.nbytes
+            while self._cached_bytes > self.cache_bytes and len(self._costs) > 1:
+                self._cached_bytes -= self._costs.popitem(last=False)[1].nbytes
+        return by_id
 
 
 class TokenConstraint:
@@ -479,41 +568,21 @@ class TokenConstraint:
         included) may follow. When no token keeps the shortest completion within that budget (counted at one
         character per token, so it may be too strict), every token the grammar allows is (the text may then end cut
         short by the length limit). ValueError when the grammar allows none (the vocabulary lacks the characters)."""
-        allowed = self._mask(tokens_left - 1)
+        costs = self.vocabulary.costs(self.state)
+        never = int(np.iinfo(costs.dtype).max)
+        complete = self.complete
+        allowed = self._allowed(costs, min(tokens_left - 1, never - 1), complete)
         if not allowed.any():
-            allowed = self._mask(1 << 62)
+            allowed = self._allowed(costs, never - 1, complete)
         if not allowed.any():
             raise ValueError(f"no token of the vocabulary continues the JSON document {self.text[-60:]!r}")
         return allowed
 
-    def _mask(self, budget: int) -> np.ndarray:
-        vocabulary = self.vocabulary
-        allowed = np.zeros(vocabulary.size, bool)
-        state = self.state
-        if self.complete:
-            allowed[vocabulary.stop_ids] = True
-        top = state[-1] if state else None
-        if top is not None and top[0] == "str" and top[1] == 0:
-            if remaining(state) <= budget:
-                allowed |= vocabulary.plain
-            self._walk(vocabulary.special, state, budget, allowed)
-        else:
-            self._walk(vocabulary.trie, state, budget, allowed)
+    def _allowed(self, costs: np.ndarray, budget: int, complete: bool) -> np.ndarray:
+        allowed = costs <= budget if budget >= 0 else np.zeros(costs.shape, bool)
+        if complete:
+            allowed[self.vocabulary.stop_ids] = True
         return allowed
-
-    @staticmethod
-    def _walk(trie: _Trie, state: State, budget: int, allowed: np.ndarray) -> None:
-        pending: list[tuple[_Trie, State]] = [(trie, state)]
-        while pending:
-            node, current = pending.pop()
-            for char, child in node.children.items():
-                following = feed(current, char)
-                if following is None:
-                    continue
-                if child.ids and remaining(following) <= budget:
-                    allowed[child.ids] = True
-                if child.children:
-                    pending.append((child, following))
 
     def advance(self, token: int) -> None:
         """Moves past `token` (a stop id leaves the state as it is)."""

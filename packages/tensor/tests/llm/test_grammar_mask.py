@@ -1,0 +1,148 @@
+"""The fast token mask (the prefix index walk and the per-state cost cache of kiln.tensor.llm.json_grammar) against a
+slow reference written here: every token's text fed to the automaton one character at a time from the state, taken
+when the state after it can still be completed within the budget. Random vocabularies (rich in JSON's special
+characters, with tokens longer than the index width so the one-by-one tail is used), random schemas and the random
+states reached by drawing allowed tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kiln.tensor.llm import json_grammar
+from kiln.tensor.llm.grammar_index import TokenIndex
+from kiln.tensor.llm.json_grammar import JSON_OBJECT, Node, TokenConstraint, Vocabulary, compile_schema, feed, remaining
+
+ALPHABET = [*'{}[]":, \\"tfrueanl0123456789-.eE+uabcdefxyzé中\n\t', "é", '"', '"']
+PIECES = ['{"', '":', '",', '"}', "}}", "]}", ', "', ": ", "true", "null", "false", '"a"', '"key"', '"b":', "\\n"]
+PIECES += ["\\u00"]
+
+
+def random_vocabulary(rng: np.random.Generator, size: int) -> dict[int, str]:
+    texts: dict[int, str] = {}
+    for token_id in range(size):
+        if rng.random() < 0.15:
+            text = PIECES[int(rng.integers(len(PIECES)))] + "".join(rng.choice(ALPHABET, size=int(rng.integers(0, 3))))
+        else:
+            text = "".join(rng.choice(ALPHABET, size=int(rng.integers(1, 9))))
+        texts[token_id] = text
+    for token_id, char in enumerate('{}[]":,0123456789truefalsn ', start=size):  # every character one token
+        texts[token_id] = char
+    texts[len(texts)] = ""  # no text: never allowed
+    texts[len(texts)] = "a\ufffd"  # part of a character: never allowed
+    return texts
+
+
+def random_schema(rng: np.random.Generator, depth: int) -> dict[str, Any]:
+    kinds = ["string", "number", "integer", "boolean", "null", "enum", "union"]
+    kinds += ["object", "array", "free"] * (depth > 0)
+    kind = kinds[int(rng.integers(len(kinds)))]
+    if kind == "enum":
+        pool = ["a", "bc", 1, 2.5, True, None, "é"]
+        return {"enum": [pool[i] for i in rng.choice(len(pool), size=int(rng.integers(1, 4)), replace=False)]}
+    if kind == "union":
+        return {"type": ["string", "null"] if rng.random() < 0.5 else ["integer", "boolean"]}
+    if kind == "array":
+        return {"type": "array", "items": random_schema(rng, depth - 1)}
+    if kind == "free":
+        return {"type": "object"}
+    if kind == "object":
+        names = ["a", "b", "key", "é"][: int(rng.integers(1, 5))]
+        required = [name for name in names if rng.random() < 0.5]
+        properties = {name: random_schema(rng, depth - 1) for name in names}
+        return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return {"type": kind}
+
+
+def reference_mask(
+    state: json_grammar.State, texts: dict[int, str], size: int, stops: list[int], tokens_left: int
+) -> np.ndarray:
+    """The mask by trying each token (json_grammar's rule: the budget, then any token the grammar allows)."""
+    after: dict[int, int] = {}
+    for token_id, text in texts.items():
+        if not text or "\ufffd" in text:
+            continue
+        current: json_grammar.State | None = state
+        for char in text:
+            current = feed(current, char) if current is not None else None
+        if current is not None:
+            after[token_id] = remaining(current)
+    complete = remaining(state) == 0
+    for budget in (tokens_left - 1, 1 << 62):
+        allowed = np.zeros(size, bool)
+        allowed[[i for i, cost in after.items() if cost <= budget]] = True
+        if complete:
+            allowed[stops] = True
+        if allowed.any():
+            return allowed
+    return allowed
+
+
+def check_generation(node: Node | list[Node], vocabulary: Vocabulary, texts: dict[int, str], rng: np.random.Generator,
+                     tokens: int) -> int:  # fmt: skip
+    """Draws a generation among the allowed tokens, checking every mask against the reference; the masks checked."""
+    constraint = TokenConstraint(node, vocabulary)
+    for step in range(tokens):
+        left = tokens - step
+        expected = reference_mask(constraint.state, texts, vocabulary.size, vocabulary.stop_ids, left)
+        if not expected.any():
+            with pytest.raises(ValueError, match="no token"):
+                constraint.mask(left)
+            return step
+        got = constraint.mask(left)
+        assert got.dtype == np.bool_ and got.shape == (vocabulary.size,)
+        wrong = np.flatnonzero(got != expected)
+        assert not wrong.size, (constraint.text, [(int(i), texts.get(int(i)), bool(got[i])) for i in wrong[:5]])
+        choices = np.flatnonzero(expected)
+        token = int(choices[int(rng.integers(len(choices)))])
+        if token in vocabulary.stop_ids:
+            return step + 1
+        constraint.advance(token)
+        if constraint.closed:
+            return step + 1
+    return tokens
+
+
+@pytest.mark.parametrize("width", [3, 32])
+def test_fast_masks_equal_the_reference_on_random_schemas_and_vocabularies(width: int) -> None:
+    rng = np.random.default_rng(width)
+    checked = 0
+    for case in range(6):
+        texts = random_vocabulary(rng, 300)
+        size = len(texts) + 3  # logits past the tokenizer's texts
+        stop = len(texts) + 1
+        vocabulary = Vocabulary(texts, size, [stop], width=width, cache_bytes=[0, 1 << 20][case % 2])
+        nodes: list[Node | list[Node]] = [JSON_OBJECT, compile_schema(random_schema(rng, 3))]
+        nodes.append([compile_schema(random_schema(rng, 2)), compile_schema(random_schema(rng, 2))])
+        for node in nodes:
+            for tokens in (4, 12, 40):  # tight budgets take the fallback path too
+                checked += check_generation(node, vocabulary, texts, rng, tokens)
+    assert checked > 300
+
+
+def test_the_cache_serves_repeated_states_with_the_same_masks() -> None:
+    rng = np.random.default_rng(3)
+    texts = random_vocabulary(rng, 200)
+    vocabulary = Vocabulary(texts, len(texts), [len(texts) - 2])
+    for _ in range(3):  # the second and third generations meet cached states
+        check_generation(JSON_OBJECT, vocabulary, texts, rng, 30)
+    assert len(vocabulary._costs) > 1
+
+
+def test_index_ranges_are_the_tokens_sharing_a_prefix() -> None:
+    texts = {0: "ab", 1: "a", 2: "abc", 3: "b\x00", 4: "b", 5: 'a"b', 6: "a", 7: "", 8: "x\ufffd"}
+    index = TokenIndex(texts, width=2)
+    assert index.texts == ["a", "a", 'a"b', "ab", "abc", "b", "b\x00"]
+    assert index.ids.tolist() == [1, 6, 5, 0, 2, 4, 3]
+    assert index.last_special.tolist() == [-1, -1, 1, -1, -1, -1, 1]
+    root = index.children(0, len(index), 0)
+    assert (root.ended, root.chars, root.starts, root.stops) == (0, ["a", "b"], [0, 5], [5, 7])
+    under_a = index.children(0, 5, 1)
+    assert (under_a.ended, under_a.chars, under_a.starts, under_a.stops) == (2, ['"', "b"], [2, 3], [3, 5])
+    assert under_a.latest.tolist() == [1, -1]
+    under_b = index.children(5, 7, 1)  # "b" ends here; NUL is a character, not the padding
+    assert (under_b.ended, under_b.chars) == (1, ["\x00"])
+    with pytest.raises(ValueError, match="width"):
+        TokenIndex(texts, width=0)
