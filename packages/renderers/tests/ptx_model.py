@@ -4,7 +4,9 @@ Each instruction follows NVIDIA's PTX ISA reference as read for the renderer (in
 width, shifts clamp their count, `cvt` to a narrower integer keeps the low bits and `cvt.sN.sM` sign-extends the low
 M bits, `selp d, a, b, p` is p ? a : b, `max.f32` ignores a NaN, `setp.neu` is true for NaN, `cvt.rzi` truncates,
 `cvt.rn.f16x2.f32 d, a, b` puts a in the upper half). Threads run one after another, so kernels with barriers are
-not modelled. Integer registers hold unsigned bit patterns, float registers Python floats (float32 values rounded).
+not modelled, except that a kernel with `mma.sync` runs each warp's lanes up to their next mma together: the warp
+then executes it (`ptx_mma.py`) and its lanes go on. Integer registers hold unsigned bit patterns, float registers
+Python floats (float32 values rounded).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 import numpy as np
+from ptx_mma import WARP, f16_bits_to_float, mma_m16n8k16, pack_pair
 
 _WIDTH = {"%r": 32, "%rd": 64, "%h": 16}
 _FLOAT_TYPES = {"f32", "f64"}
@@ -80,14 +83,22 @@ class PTXModel:
         params: dict[str, int] = {}
         for name in self.parameters:
             params[name] = (int(name[4:]) + 1) << 40 if name.startswith("data") else var_vals[name[4:]]
+        warps = any(line.startswith("mma.") for line in self.instructions)
         for gz in range(global_size[2]):
             for gy in range(global_size[1]):
                 for gx in range(global_size[0]):
                     shared = {name: bytearray(size) for name, size in self.arrays.items()}
-                    for tz in range(local_size[2]):
-                        for ty in range(local_size[1]):
-                            for tx in range(local_size[0]):
-                                Thread(self, views, params, shared, memory, (gx, gy, gz), (tx, ty, tz)).run()
+                    threads = [
+                        Thread(self, views, params, shared, memory, (gx, gy, gz), (tx, ty, tz))
+                        for tz in range(local_size[2])
+                        for ty in range(local_size[1])
+                        for tx in range(local_size[0])
+                    ]  # in linear thread id order: lane = id % 32
+                    if not warps:
+                        for thread in threads:
+                            thread.run()
+                    for first in range(0, len(threads) if warps else 0, WARP):
+                        _run_warp(threads[first : first + WARP])
 
 
 class Thread:
@@ -189,6 +200,13 @@ class Thread:
     # ---- execution ----
 
     def run(self) -> None:
+        """Run the thread alone to its end (a warp instruction raises: see `_run_warp`)."""
+        for pc, _, _ in self.steps():
+            raise AssertionError(f"instruction {pc} needs its whole warp: {self.model.instructions[pc]}")
+
+    def steps(self) -> Iterator[tuple[int, str, list[str]]]:
+        """Run the thread, stopping before each warp instruction (mma) to yield (pc, opcode, operands); the warp
+        executes it and sets the destination registers before the thread resumes."""
         program, labels = self.model.instructions, self.model.labels
         pc, steps = 0, 0
         while pc < len(program):
@@ -207,6 +225,9 @@ class Thread:
                 return
             if opcode.startswith("bra"):
                 pc = labels[operands[0]]
+                continue
+            if opcode.startswith("mma."):
+                yield pc - 1, opcode, operands
                 continue
             self.execute(opcode, operands)
 
@@ -234,8 +255,6 @@ class Thread:
             self.set(operands[0], math.isfinite(float(self.value(operands[1], "f64"))))  # type: ignore[arg-type]
         elif name == "cvt":
             self._cvt(parts, operands)
-        elif name == "mma":
-            raise AssertionError("mma is not modelled")
         else:
             self._arithmetic(name, parts, type_name, operands)
 
@@ -282,8 +301,15 @@ class Thread:
     def _cvt(self, parts: list[str], operands: list[str]) -> None:
         modifiers = parts[1:-2]
         target, source = parts[-2], parts[-1]
-        if target == "f16x2" or source == "f16" or target == "f16":
-            raise AssertionError("f16 conversions are not modelled")
+        if target in ("f16x2", "bf16x2") and modifiers == ["rn"] and source == "f32":
+            high, low = (float(self.value(operand, "f32")) for operand in operands[1:3])  # type: ignore[arg-type]
+            self.set(operands[0], pack_pair(target, high, low))
+            return
+        if (target, source) == ("f32", "f16") and not modifiers:
+            self.set(operands[0], f16_bits_to_float(self.int_of(operands[1], "b16")))
+            return
+        if "f16" in (target, source) or "bf16" in (target, source) or target.endswith("x2"):
+            raise AssertionError(f"cvt.{'.'.join(parts[1:])} is not modelled")
         value = self._typed(operands[1], source)
         if target in _FLOAT_TYPES:
             if "rzi" in modifiers:
@@ -351,6 +377,33 @@ class Thread:
             "rem": lambda: _truncating_division(values_int[0], values_int[1])[1],
         }
         self.set(destination, operations[name]())
+
+
+def _run_warp(threads: list[Thread]) -> None:
+    """Run the lanes of one warp: each up to its next mma (or its end); all lanes must meet at the same mma, which
+    the warp then executes, writing each lane's D registers."""
+    runs = [thread.steps() for thread in threads]
+    while True:
+        stops = [next(run, None) for run in runs]
+        if all(stop is None for stop in stops):
+            return
+        places = {stop[0] if stop is not None else None for stop in stops}
+        assert len(places) == 1 and len(threads) == WARP, f"the lanes of a warp diverge at an mma: {places}"
+        _, opcode, operands = next(stop for stop in stops if stop is not None)
+        c_type = opcode.split(".")[-1]
+        lanes = []
+        for thread in threads:
+            a, b, c = (_split(operand.strip("{}")) for operand in operands[1:4])
+            lanes.append(
+                (
+                    [thread.int_of(r, "b32") for r in a],
+                    [thread.int_of(r, "b32") for r in b],
+                    [thread.value(r, "f32") if c_type == "f32" else thread.int_of(r, "b32") for r in c],
+                )
+            )
+        for thread, values in zip(threads, mma_m16n8k16(opcode, lanes)):  # type: ignore[arg-type]
+            for register, value in zip(_split(operands[0].strip("{}")), values):
+                thread.set(register, value)
 
 
 def _truncating_division(a: int, b: int) -> tuple[int, int]:

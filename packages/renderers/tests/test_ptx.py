@@ -86,8 +86,9 @@ def test_tensor_cores_assemble(arch: str) -> None:
     renderer = PTXRenderer(arch)
     for core in renderer.tensor_cores:
         source = renderer.render(wmma_program(core, renderer), "wmma")
-        accumulate = "f32.f16.f16.f32" if core.dtype_out == dtypes.float32 else "f16.f16.f16.f16"
-        assert source.count(f"mma.sync.aligned.m16n8k16.row.col.{accumulate}") == 1
+        inputs = "bf16.bf16" if core.dtype_in == dtypes.bfloat16 else "f16.f16"
+        accumulate = "f32" if core.dtype_out == dtypes.float32 else "f16"
+        assert source.count(f"mma.sync.aligned.m16n8k16.row.col.{accumulate}.{inputs}.{accumulate}") == 1
         cubin = renderer.compiler.assemble(source)
         assert cubin[:4] == b"\x7fELF" and b"kiln_kernel" in cubin
     with pytest.raises(ValueError, match="no tensor core"):

@@ -3,8 +3,8 @@
 The source needs no header: vectors are small aligned structs of their own, float16 and the fp8 formats are
 emulated (values in float32, memory in raw bits, every result rounded back, see `float_emulation`) and bfloat16 is
 emulated by codegen, so neither `cuda_fp16.h` nor `cuda_bf16.h` (which the NVRTC wheel does not ship) is included.
-Tensor cores are reached with inline PTX `mma.sync` (sm_80+): the float32 lanes of the operands are converted to
-f16 pairs exactly (they hold float16 values).
+Tensor cores are reached with inline PTX `mma.sync` (sm_80+), f16 and bf16 inputs: the float32 lanes of the operands
+are packed into f16 or bf16 pairs exactly (they hold float16 or bfloat16 values).
 
 The kernel is `extern "C" __global__ void kiln_kernel(buffers by slot..., variables by name...)`, with
 `__launch_bounds__` of its block size; gidx/lidx are blockIdx/threadIdx (dimension 0 = x).
@@ -143,29 +143,21 @@ class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA):
         return name, f"struct __align__({alignment}) {name} {{ {element} v[{dtype.count}]; }};"
 
     def wmma_body(self, writer: CStyleWriter, core: TensorCore, types: tuple[str, str, str]) -> list[str]:
-        """One mma.sync on float32-carried f16 operands: each register pair packed into an f16x2 (exactly: they hold
-        float16 values)."""
+        """One mma.sync on float32-carried f16 or bf16 operands: each register pair packed into an f16x2 or bf16x2
+        (exactly: they hold float16 or bfloat16 values)."""
         c_type = types[2]
-        pack = writer.require_helper(
-            "kiln_pack_f16x2",
-            lambda: (
-                f"{self.dialect.helper_prefix}unsigned int kiln_pack_f16x2(float low, float high) {{\n"
-                "  unsigned int packed;\n"
-                '  asm("{ .reg .f16 l, h; cvt.rn.f16.f32 l, %1; cvt.rn.f16.f32 h, %2; mov.b32 %0, {l, h}; }"'
-                ' : "=r"(packed) : "f"(low), "f"(high));\n'
-                "  return packed;\n}"
-            ),
-        )
+        pack = self._pack_helper(writer, core.dtype_in)
         lines = [
             f"  unsigned int ra[4] = {{{', '.join(f'{pack}(a.v[{2 * i}], a.v[{2 * i + 1}])' for i in range(4))}}};",
             f"  unsigned int rb[2] = {{{pack}(b.v[0], b.v[1]), {pack}(b.v[2], b.v[3])}};",
         ]
         a_operands = "{%4, %5, %6, %7}" if core.dtype_out == dtypes.float32 else "{%2, %3, %4, %5}"
         if core.dtype_out == dtypes.float32:
+            inputs = "bf16.bf16" if core.dtype_in == dtypes.bfloat16 else "f16.f16"
             return [
                 *lines,
                 f"  {c_type} d = c;",
-                '  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, '
+                f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{inputs}.f32 {{%0, %1, %2, %3}}, '
                 f'{a_operands}, {{%8, %9}}, {{%0, %1, %2, %3}};"',
                 '    : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3])',
                 '    : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));',
@@ -185,3 +177,26 @@ class CUDARenderer(CStyleRenderer[CUDACompiler], target=NVIDIA):
             "  }",
             "  return d;",
         ]
+
+    def _pack_helper(self, writer: CStyleWriter, dtype: DType) -> str:
+        """The helper packing two float32-carried `dtype` (float16 or bfloat16) values into one 32-bit register, the
+        first in the low half. A bfloat16 carried in float32 is the float32's upper 16 bits (its low bits are zero),
+        so the pair is cut out of the bits; float16 is converted (exactly: the values are float16's)."""
+        if dtype == dtypes.bfloat16:
+            return writer.require_helper(
+                "kiln_pack_bf16x2",
+                lambda: (
+                    f"{self.dialect.helper_prefix}unsigned int kiln_pack_bf16x2(float low, float high) {{\n"
+                    "  return (__float_as_uint(high) & 0xFFFF0000u) | (__float_as_uint(low) >> 16);\n}"
+                ),
+            )
+        return writer.require_helper(
+            "kiln_pack_f16x2",
+            lambda: (
+                f"{self.dialect.helper_prefix}unsigned int kiln_pack_f16x2(float low, float high) {{\n"
+                "  unsigned int packed;\n"
+                '  asm("{ .reg .f16 l, h; cvt.rn.f16.f32 l, %1; cvt.rn.f16.f32 h, %2; mov.b32 %0, {l, h}; }"'
+                ' : "=r"(packed) : "f"(low), "f"(high));\n'
+                "  return packed;\n}"
+            ),
+        )

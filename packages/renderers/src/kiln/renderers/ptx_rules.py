@@ -406,12 +406,14 @@ def _bitcast(ctx: PTXWriter, uop: UOp) -> str:
 
 
 def _wmma(ctx: PTXWriter, uop: UOp, core: TensorCore) -> list[str]:
-    """mma.sync m16n8k16 row.col on float32-carried f16 operands (PTX ISA "mma.m16n8k16" fragments)."""
+    """mma.sync m16n8k16 row.col on float32-carried f16 or bf16 operands (PTX ISA "mma.m16n8k16" fragments)."""
     a, b, c = (ctx.values[s] for s in uop.src)
+    pair = "bf16x2" if core.dtype_in == dtypes.bfloat16 else "f16x2"
 
     def pack(low: str, high: str) -> str:
+        # exact: the float32 registers hold values of the input format; the first source goes to the upper half
         packed = ctx.register("b32")
-        ctx.emit(f"cvt.rn.f16x2.f32 {packed}, {high}, {low};")  # the first source goes to the upper half
+        ctx.emit(f"cvt.rn.{pair}.f32 {packed}, {high}, {low};")
         return packed
 
     a_packed = [pack(a[2 * i], a[2 * i + 1]) for i in range(4)]
@@ -419,8 +421,9 @@ def _wmma(ctx: PTXWriter, uop: UOp, core: TensorCore) -> list[str]:
     a_list, b_list = "{" + ", ".join(a_packed) + "}", "{" + ", ".join(b_packed) + "}"
     if core.dtype_out == dtypes.float32:
         d = [ctx.register("f32") for _ in range(4)]
+        inputs = "bf16.bf16" if core.dtype_in == dtypes.bfloat16 else "f16.f16"
         ctx.emit(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            f"mma.sync.aligned.m16n8k16.row.col.f32.{inputs}.f32 "
             f"{{{', '.join(d)}}}, {a_list}, {b_list}, {{{', '.join(c)}}};"
         )
         return d

@@ -44,11 +44,19 @@ _M16N8K16_A = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), 
 _M16N8K16_B = FragmentLayout(((2, 0), (4, 0), (0, 1), (0, 2), (0, 4)), ((1, 0), (8, 0)))
 _M16N8K16_C = FragmentLayout(((0, 2), (0, 4), (1, 0), (2, 0), (4, 0)), ((0, 1), (8, 0)))
 
-TENSOR_CORES_SM80 = _cores((8, 16, 16), 32, (8, 4, 4), (_M16N8K16_A, _M16N8K16_B, _M16N8K16_C), _HALF_IN)
-"""mma.sync.aligned.m16n8k16.row.col with f16 inputs and f32 or f16 accumulators (sm_80+): per lane 8 A registers
-(four f16x2), 4 B registers (two f16x2), 4 accumulators (four f32 or two f16x2). A WMMA's vector lanes are the
-fragment's registers in layout order (A: a0..a7, B: b0..b3, C/D: c0..c3); a register pair 2r, 2r+1 is packed into
-one f16x2 with the even register in the low half (PTX ISA, same section)."""
+TENSOR_CORES_SM80 = _cores(
+    (8, 16, 16),
+    32,
+    (8, 4, 4),
+    (_M16N8K16_A, _M16N8K16_B, _M16N8K16_C),
+    (*_HALF_IN, (dtypes.bfloat16, dtypes.float32)),
+)
+"""mma.sync.aligned.m16n8k16.row.col (sm_80+) with f16 inputs and f32 or f16 accumulators, then bf16 inputs with
+f32 accumulators (`.f32.bf16.bf16.f32`; the ISA has no bf16 accumulator): per lane 8 A registers (four f16x2 or
+bf16x2), 4 B registers (two), 4 accumulators (four f32 or two f16x2). The .bf16 fragments are laid out as the .f16
+ones (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" covers both). A WMMA's vector lanes are
+the fragment's registers in layout order (A: a0..a7, B: b0..b3, C/D: c0..c3); a register pair 2r, 2r+1 is packed
+into one 32-bit register with the even register in the low half (PTX ISA, same section)."""
 
 # ---- AMD ------------------------------------------------------------------------------------------------------
 

@@ -13,6 +13,10 @@ into
     out[mo*TM + rowC(lane, e), no*TN + colC(lane, e)] = f(acc[e])      for e in registers of C
 
 where mo, no, ko keep the axis numbers of M, N, K. The accumulator pass later feeds the accumulator into the WMMA.
+
+`Opt(TC, axis, index)` names one of `renderer.tensor_cores`; `Opt(TC, axis, -1)` takes the first unit the kernel
+fits, in the renderer's order: the unit whose input dtype is the loads' (float16 or bfloat16) and whose accumulator
+is the sum's dtype.
 """
 
 from __future__ import annotations
@@ -29,11 +33,18 @@ def _fail(message: str) -> KernelOptError:
     return KernelOptError(f"TC: {message}")
 
 
+ANY_TENSOR_CORE = -1
+"""The TC opt's arg that picks the first of the renderer's tensor cores the kernel fits."""
+
+
 def _tensor_core(opt: Opt, renderer: Renderer) -> TensorCore:
     if not renderer.tensor_cores:
         raise KernelOptError(f"TC needs a renderer with tensor cores; {renderer!r} has none")
     if not isinstance(opt.arg, int) or isinstance(opt.arg, bool) or not 0 <= opt.arg < len(renderer.tensor_cores):
-        raise _fail(f"arg must be a tensor core index 0..{len(renderer.tensor_cores) - 1}, got {opt.arg!r}")
+        raise _fail(
+            f"arg must be a tensor core index 0..{len(renderer.tensor_cores) - 1} or {ANY_TENSOR_CORE} (the first "
+            f"that fits), got {opt.arg!r}"
+        )
     tc = renderer.tensor_cores[opt.arg]
     if tc.layouts is None:
         raise _fail(f"tensor core {tc} declares no fragment layouts")
@@ -89,6 +100,18 @@ def _coordinate(layout: FragmentLayout, lane: UOp, element: int) -> tuple[UOp, U
 
 def apply_tensor_core(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
     """`sink` with its matmul mapped onto tensor core `opt.arg` over REDUCE axis `opt.axis` (module docstring)."""
+    if opt.arg == ANY_TENSOR_CORE and not isinstance(opt.arg, bool) and renderer.tensor_cores:
+        refusals = []
+        for index in range(len(renderer.tensor_cores)):
+            try:
+                return _apply_tensor_core(sink, Opt(opt.op, opt.axis, index), renderer)
+            except KernelOptError as error:
+                refusals.append(f"{renderer.tensor_cores[index]}: {error}")
+        raise _fail(f"the kernel fits none of {renderer!r}'s tensor cores ({'; '.join(refusals)})")
+    return _apply_tensor_core(sink, opt, renderer)
+
+
+def _apply_tensor_core(sink: UOp, opt: Opt, renderer: Renderer) -> UOp:
     tc = _tensor_core(opt, renderer)
     assert tc.layouts is not None
     if applied_opts(sink):
