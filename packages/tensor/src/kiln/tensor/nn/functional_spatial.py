@@ -8,9 +8,11 @@ from `kiln.tensor.nn.functional`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, cast
 
 from kiln.tensor.ops.pooling import Size
 from kiln.tensor.tensor import Tensor
@@ -384,43 +386,31 @@ def fold(
     return image if input.ndim == 3 else image.squeeze(0)
 
 
-def max_pool1d_with_indices(
-    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
-    ceil_mode: bool = False, return_indices: bool = False,
-) -> Any:  # fmt: skip
-    """(values, flat indices) of `max_pool1d`, like `torch.nn.functional.max_pool1d_with_indices`."""
-    return input.max_pool1d(kernel_size, stride, padding, dilation, ceil_mode, True)
+P = ParamSpec("P")
 
 
-def max_pool2d_with_indices(
-    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
-    ceil_mode: bool = False, return_indices: bool = False,
-) -> Any:  # fmt: skip
-    """(values, flat indices) of `max_pool2d`, like `torch.nn.functional.max_pool2d_with_indices`."""
-    return input.max_pool2d(kernel_size, stride, padding, dilation, ceil_mode, True)
+def _with_indices(pool: Callable[P, Any]) -> Callable[P, Any]:
+    """torch's `<pool>_with_indices`: `pool` (a max pool with `return_indices`), with its arguments, always returning
+    (values, flat indices)."""
+    signature, name = inspect.signature(pool), f"{pool.__name__}_with_indices"
+
+    @functools.wraps(pool)
+    def with_indices(*args: P.args, **kwargs: P.kwargs) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["return_indices"] = True
+        return cast(Callable[..., Any], pool)(*bound.args, **bound.kwargs)
+
+    with_indices.__name__ = with_indices.__qualname__ = name
+    with_indices.__doc__ = f"(values, indices) of `{pool.__name__}`, like `torch.nn.functional.{name}`."
+    return with_indices
 
 
-def max_pool3d_with_indices(
-    input: Tensor, kernel_size: Size, stride: Size | None = None, padding: Size = 0, dilation: Size = 1,
-    ceil_mode: bool = False, return_indices: bool = False,
-) -> Any:  # fmt: skip
-    """(values, flat indices) of `max_pool3d`, like `torch.nn.functional.max_pool3d_with_indices`."""
-    return input.max_pool3d(kernel_size, stride, padding, dilation, ceil_mode, True)
-
-
-def adaptive_max_pool1d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
-    """(values, indices) of `adaptive_max_pool1d`, like `torch.nn.functional.adaptive_max_pool1d_with_indices`."""
-    return input.adaptive_max_pool1d(output_size, True)
-
-
-def adaptive_max_pool2d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
-    """(values, indices) of `adaptive_max_pool2d`, like `torch.nn.functional.adaptive_max_pool2d_with_indices`."""
-    return input.adaptive_max_pool2d(output_size, True)
-
-
-def adaptive_max_pool3d_with_indices(input: Tensor, output_size: OutputSize, return_indices: bool = False) -> Any:
-    """(values, indices) of `adaptive_max_pool3d`, like `torch.nn.functional.adaptive_max_pool3d_with_indices`."""
-    return input.adaptive_max_pool3d(output_size, True)
+max_pool1d_with_indices = _with_indices(max_pool1d)
+max_pool2d_with_indices = _with_indices(max_pool2d)
+max_pool3d_with_indices = _with_indices(max_pool3d)
+adaptive_max_pool1d_with_indices = _with_indices(adaptive_max_pool1d)
+adaptive_max_pool2d_with_indices = _with_indices(adaptive_max_pool2d)
+adaptive_max_pool3d_with_indices = _with_indices(adaptive_max_pool3d)
 
 
 def lp_pool1d(
