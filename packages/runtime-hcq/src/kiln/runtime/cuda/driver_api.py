@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -153,8 +153,21 @@ class DriverAPI:
                 function.restype = ctypes.c_int  # type: ignore[attr-defined]
             self._functions[name] = function
 
-    def _lookup(self, name: str) -> Callable[..., int]:
-        for symbol in _ALTERNATIVES.get(name, (name,)):
+    def bind(self, prototypes: Mapping[str, tuple[tuple[str, ...], tuple[Any, ...]]]) -> None:
+        """Makes more driver functions callable by name, on first use (the graph API of `cuda_graph`): each
+        `name: (symbols, argument types)` binds the first of `symbols` the library has; OSError when it has none."""
+        for name, (symbols, argtypes) in prototypes.items():
+            if name in self._functions:
+                continue
+            function = self._lookup(name, symbols)
+            if isinstance(self.library, ctypes.CDLL):
+                function.argtypes = list(argtypes)  # type: ignore[attr-defined]
+                function.restype = ctypes.c_int  # type: ignore[attr-defined]
+            self._functions[name] = function
+
+    def _lookup(self, name: str, symbols: tuple[str, ...] | None = None) -> Callable[..., int]:
+        candidates = symbols if symbols is not None else _ALTERNATIVES.get(name, (name,))
+        for symbol in candidates:
             try:
                 function: Callable[..., int] = getattr(self.library, symbol)
             except AttributeError:
