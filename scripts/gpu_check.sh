@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # kiln on a real NVIDIA GPU, as one bounded run: the CUDA device and renderer tests, the op conformance suite on
-# CUDA (CUDA C through NVRTC and PTX), the tensor test suite with DEV=CUDA, and the backend bench on CUDA.
+# CUDA (CUDA C through NVRTC and PTX), the tensor test suite with DEV=CUDA, and the GPU bench (issue 42's rows:
+# bf16/f16 tensor-core matmul, copy and elementwise bandwidth, cached op, JIT replay and CUDA graph, BEAM).
 #
-#   bash scripts/gpu_check.sh [LOG_DIR] [TENSOR_SECONDS]
-#   STEPS=machine,runtime,tensor bash scripts/gpu_check.sh ...   # a subset of: machine,runtime,ptx,cpu,tensor,bench
+#   bash scripts/gpu_check.sh [LOG_DIR] [TENSOR_SECONDS] [BENCH_SECONDS]
+#   STEPS=machine,runtime,tensor bash scripts/gpu_check.sh ...
+#
+# Steps (each bounded by `timeout`; worst case in parentheses): machine (~20 s), runtime (120 s), ptx (60 s),
+# cpu (90 s), tensor (TENSOR_SECONDS, 200), bench (BENCH_SECONDS + 30, default 390: benchmarks/gpu_bench.py),
+# backend (60 s: benchmarks/backend_bench.py --quick). The default, machine,runtime,ptx,bench, stays under 10
+# minutes; STEPS=machine,bench (~7 min) gives the bench figures alone, STEPS=machine,runtime,ptx,tensor (~7 min)
+# the correctness checks alone.
 #
 # Runs from the repository root with any Python >= 3.11 that has numpy, llvmlite, pytest, pytest-xdist and
 # hypothesis (it puts packages/*/src on PYTHONPATH, so nothing is installed); NVRTC comes from the
@@ -13,6 +20,7 @@ set -u
 cd "$(dirname "$0")/.."
 LOG=${1:-/tmp/kiln-gpu}
 TENSOR_SECONDS=${2:-200}
+BENCH_SECONDS=${3:-360}
 mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 export PYTHONPATH=$(printf '%s:' "$PWD"/packages/*/src)
@@ -20,7 +28,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 WORKERS=$(( $(nproc) > 12 ? 12 : $(nproc) ))
 # a per-test limit where pytest-timeout is installed
 TO=(); $PY -c "import pytest_timeout" 2>/dev/null && TO=(--timeout 120)
-STEPS=${STEPS:-machine,runtime,ptx,cpu,tensor,bench}
+STEPS=${STEPS:-machine,runtime,ptx,bench}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 step() { echo; echo "== $1"; }
 summary() { grep -E "^(FAILED|ERROR)|passed|failed|crashed" | cut -c1-300; }
@@ -49,8 +57,9 @@ if want runtime; then
   step "runtime + renderer tests (CUDA)"
   timeout 120 $PY -m pytest -p no:cacheprovider -n "$WORKERS" -q -rfE "${TO[@]}" \
     packages/runtime-hcq/tests/test_cuda_device.py packages/runtime-hcq/tests/test_conformance.py \
-    packages/runtime-hcq/tests/test_builtin_devices.py packages/renderers/tests/test_cuda.py \
-    packages/renderers/tests/test_ptx.py 2>&1 | tee "$LOG/runtime.txt" | summary
+    packages/runtime-hcq/tests/test_builtin_devices.py packages/runtime-hcq/tests/test_cuda_graph.py \
+    packages/renderers/tests/test_cuda.py packages/renderers/tests/test_ptx.py \
+    packages/renderers/tests/test_nvidia_tensor_cores.py 2>&1 | tee "$LOG/runtime.txt" | summary
 fi
 
 if want ptx; then
@@ -78,6 +87,14 @@ if want tensor; then
 fi
 
 if want bench; then
+  step "GPU bench: kiln vs torch (cuBLAS) in one run (bounded to ${BENCH_SECONDS}s + 30s)"
+  # BEAM's candidate builds in parallel worker processes; BEAM gets what is left of the budget (a child process)
+  BEAM_WORKERS=${BEAM_WORKERS:-8} timeout $((BENCH_SECONDS + 30)) $PY benchmarks/gpu_bench.py \
+    --budget "$BENCH_SECONDS" 2>&1 | tee "$LOG/gpu_bench.txt" | tail -40
+  echo "exit ${PIPESTATUS[0]}"
+fi
+
+if want backend; then
   step "backend bench on CUDA (quick)"
   timeout 60 $PY benchmarks/backend_bench.py --quick --devices CUDA 2>&1 | tee "$LOG/bench.txt" | tail -30
 fi
