@@ -1,11 +1,6 @@
-"""Grammar-constrained decoding for JSON: a character automaton over a JSON schema and a per-step token mask.
-
-`compile_schema(schema)` turns a JSON schema of the supported subset into nodes (`Node`), refusing any other keyword
-with `SchemaError` (which names it). The subset: `type` (object, array, string, number, integer, boolean, null, or a
-list of those), `properties`, `required`, `additionalProperties` (true or false: only the listed keys are written;
-an object without `properties` takes any keys and values), `items`, `enum` (scalars), nested freely; `title`,
-`description`, `default`, `examples` and `$schema` are annotations and ignored. `JSON_OBJECT` is JSON mode's
-schema: any object.
+"""Grammar-constrained decoding for JSON: a character automaton over a compiled JSON schema
+(kiln.tensor.llm.json_schema: `compile_schema`, `Node`, `SchemaError`, `JSON_OBJECT`, importable from here too) and a
+per-step token mask.
 
 The automaton reads the text one character at a time; a state is an immutable tuple of frames (the innermost last),
 so a state is shared, never copied, when many continuations are tried. It accepts compact JSON (no whitespace but one
@@ -26,152 +21,31 @@ once the document is complete.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kiln.tensor.llm.grammar_index import TokenIndex, is_special
+from kiln.tensor.llm.json_schema import (
+    ANY,
+    JSON_OBJECT,
+    Node,
+    SchemaError,
+    compile_schema,
+    key_text,
+    make_node,
+    rest_cost,
+)
 from kiln.tensor.llm.tokenizer import Tokenizer
 
 __all__ = ["JSON_OBJECT", "Node", "SchemaError", "TokenConstraint", "Vocabulary", "accepts", "compile_schema", "feed",
            "initial", "make_node", "remaining", "text_anchor", "token_costs", "token_text", "token_texts"]  # fmt: skip
 
-_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "strict"})
-_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "items", "enum"}) | _ANNOTATIONS
-_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 _DIGITS = "0123456789"
 _HEX = "0123456789abcdefABCDEF"
-
-
-class SchemaError(ValueError):
-    """A JSON schema outside the supported subset; `keyword` names what was refused."""
-
-    def __init__(self, message: str, keyword: str) -> None:
-        super().__init__(message)
-        self.keyword = keyword
-
-
-@dataclass(frozen=True, eq=False)
-class Node:
-    """A compiled schema: `kind` is one of _TYPES, "any" (any JSON value), "enum" or "union" (`options`, told apart
-    by their first character)."""
-
-    kind: str
-    properties: tuple[tuple[str, Node], ...] | None = None  # object: None takes any key with any value
-    required: frozenset[str] = frozenset()
-    items: Node | None = None  # array
-    literals: tuple[str, ...] = ()  # enum: the values' JSON texts
-    options: tuple[Node, ...] = ()  # union
-    shortest: int = field(default=1, compare=False)  # the fewest characters of a value
-
-    def prop(self, name: str) -> Node:
-        return dict(self.properties or ())[name]
-
-
-def make_node(kind: str, **fields: Any) -> Node:
-    """A `Node` with its `shortest` value length worked out."""
-    node = Node(kind, **fields)
-    object.__setattr__(node, "shortest", _shortest(node))
-    return node
-
-
-def _shortest(node: Node) -> int:
-    if node.kind == "string":
-        return 2
-    if node.kind in ("boolean", "null"):
-        return 4
-    if node.kind == "enum":
-        return min(len(text) for text in node.literals)
-    if node.kind == "union":
-        return min(option.shortest for option in node.options)
-    if node.kind == "object":
-        return 1 + _rest_cost(node, node.required) - (1 if node.required else 0)
-    if node.kind == "array":
-        return 2
-    return 1  # number, integer, any (a digit)
-
-
-def _key(name: str) -> str:
-    return json.dumps(name, ensure_ascii=False)
-
-
-def _rest_cost(node: Node, missing: Iterable[str]) -> int:
-    """Characters that close an object after a value: each missing required key as `,"key":value`, then `}`."""
-    return 1 + sum(2 + len(_key(name)) + node.prop(name).shortest for name in missing)
-
-
-ANY = Node("any")
-JSON_OBJECT = make_node("object")
-"""JSON mode (`response_format: {"type": "json_object"}`): any object."""
-
-
-def compile_schema(schema: Any, path: str = "schema") -> Node:
-    """The node of a JSON schema (see the module docstring); SchemaError names an unsupported keyword or value."""
-    if not isinstance(schema, Mapping):
-        raise SchemaError(f"{path} must be a JSON object (a schema), got {schema!r:.80}", "type")
-    for keyword in schema:
-        if keyword not in _KEYWORDS:
-            raise SchemaError(f"{path} uses the keyword {keyword!r}, which constrained decoding does not support "
-                              f"(supported: {', '.join(sorted(_KEYWORDS - _ANNOTATIONS))})", str(keyword))  # fmt: skip
-    if "enum" in schema:
-        values = schema["enum"]
-        if not isinstance(values, list) or not values:
-            raise SchemaError(f"{path}.enum must be a non-empty list, got {values!r:.80}", "enum")
-        for value in values:
-            if isinstance(value, (dict, list)):
-                raise SchemaError(f"{path}.enum holds {value!r:.40}; only strings, numbers, booleans and null "
-                                  "are supported", "enum")  # fmt: skip
-        return make_node("enum", literals=tuple(json.dumps(v, ensure_ascii=False, allow_nan=False) for v in values))
-    kind = schema.get("type")
-    if kind is None:
-        if "properties" in schema:
-            kind = "object"
-        elif "items" in schema:
-            kind = "array"
-        else:
-            return ANY
-    if isinstance(kind, list):
-        if not kind or any(k not in _TYPES for k in kind):
-            raise SchemaError(f"{path}.type must name types among {_TYPES}, got {kind!r:.80}", "type")
-        options = tuple(compile_schema({**schema, "type": k}, path) for k in dict.fromkeys(kind))
-        return options[0] if len(options) == 1 else make_node("union", options=options)
-    if kind not in _TYPES:
-        raise SchemaError(f"{path}.type must be one of {_TYPES}, got {kind!r:.80}", "type")
-    if kind == "object":
-        return _compile_object(schema, path)
-    if kind == "array":
-        items = schema.get("items")
-        return make_node("array", items=ANY if items is None else compile_schema(items, f"{path}.items"))
-    return make_node(kind)
-
-
-def _compile_object(schema: Mapping[str, Any], path: str) -> Node:
-    properties = schema.get("properties")
-    required = schema.get("required", [])
-    extra = schema.get("additionalProperties", properties is None)
-    if properties is None:
-        if required:
-            raise SchemaError(f"{path}.required names keys but the object has no 'properties'", "required")
-        if extra is False:
-            return make_node("object", properties=())
-        if extra is not True:
-            raise SchemaError(f"{path}.additionalProperties must be true or false, got {extra!r:.80}",
-                              "additionalProperties")  # fmt: skip
-        return JSON_OBJECT
-    if not isinstance(properties, Mapping):
-        raise SchemaError(f"{path}.properties must be an object, got {properties!r:.80}", "properties")
-    if not isinstance(extra, bool):  # only the listed keys are written, which any boolean allows
-        raise SchemaError(f"{path}.additionalProperties must be true or false, got {extra!r:.80}",
-                          "additionalProperties")  # fmt: skip
-    if not isinstance(required, list) or any(name not in properties for name in required):
-        raise SchemaError(f"{path}.required must list keys of 'properties', got {required!r:.80}", "required")
-    compiled = tuple((str(name), compile_schema(sub, f"{path}.properties.{name}")) for name, sub in properties.items())
-    return make_node("object", properties=compiled, required=frozenset(required))
 
 
 # -- the automaton ------------------------------------------------------------------------------------------------
@@ -331,9 +205,9 @@ def _feed_object(state: State, top: tuple[Any, ...], char: str) -> State | None:
     if phase == "key":  # a key of the listed properties (a free object's key is a "str" frame above)
         longer = key + char
         for name in _names_left(node, seen):
-            if _key(name) == longer:
+            if key_text(name) == longer:
                 return (*below, ("obj", node, "colon", seen, name))
-        if any(_key(name).startswith(longer) for name in _names_left(node, seen)):
+        if any(key_text(name).startswith(longer) for name in _names_left(node, seen)):
             return (*below, ("obj", node, "key", seen, longer))
         return None
     if phase == "colon":
@@ -390,21 +264,21 @@ def _frame_cost(frame: tuple[Any, ...]) -> int:
     if node.properties is None:
         return {"open": 1, "key": 3, "colon": 3, "value": 1, "after": 1}.get(phase, 5)
     if phase == "key":
-        names = [n for n in _names_left(node, seen) if _key(n).startswith(key)]
-        return min(len(_key(n)) - len(key) + 1 + node.prop(n).shortest + _rest_cost(node, missing - {n})
+        names = [n for n in _names_left(node, seen) if key_text(n).startswith(key)]
+        return min(len(key_text(n)) - len(key) + 1 + node.prop(n).shortest + rest_cost(node, missing - {n})
                    for n in names)  # fmt: skip
     if phase == "colon":
-        return 1 + node.prop(key).shortest + _rest_cost(node, missing - {key})
+        return 1 + node.prop(key).shortest + rest_cost(node, missing - {key})
     if phase == "value":
-        return _rest_cost(node, missing - {key})
+        return rest_cost(node, missing - {key})
     if phase == "after":
-        return _rest_cost(node, missing)
+        return rest_cost(node, missing)
     if phase == "open":
-        return _rest_cost(node, missing) - (1 if missing else 0)
+        return rest_cost(node, missing) - (1 if missing else 0)
     # after a comma: one more key must come
     if missing:
-        return _rest_cost(node, missing) - 1
-    return 1 + min(len(_key(n)) + 1 + node.prop(n).shortest for n in _names_left(node, seen))
+        return rest_cost(node, missing) - 1
+    return 1 + min(len(key_text(n)) + 1 + node.prop(n).shortest for n in _names_left(node, seen))
 
 
 def accepts(node: Node, text: str) -> bool:

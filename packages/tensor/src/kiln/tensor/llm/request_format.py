@@ -2,7 +2,7 @@
 `tools` / `tool_choice`, validated into a `RequestFormat`; and tool calls read back from the generated text.
 
 - `response_format: {"type": "json_object"}` constrains the text to a JSON object, `{"type": "json_schema",
-  "json_schema": {"name", "schema"}}` to a document of the schema (kiln.tensor.llm.json_grammar; an unsupported
+  "json_schema": {"name", "schema"}}` to a document of the schema (kiln.tensor.llm.json_schema; an unsupported
   keyword is a 400 naming it);
 - `tool_choice: "required"` or `{"type": "function", "function": {"name"}}` constrains the text to a call
   `{"name": ..., "arguments": {...}}` of one of the tools (its `parameters` as the arguments' schema), answered as
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.tensor.llm.json_grammar import JSON_OBJECT, Node, SchemaError, compile_schema, make_node
+from kiln.tensor.llm.json_schema import JSON_OBJECT, Node, SchemaError, compile_schema, make_node
 from kiln.tensor.llm.logprobs import MAX_TOP_LOGPROBS
 
 __all__ = ["MAX_CHOICES", "FormatError", "RequestFormat", "parse_format", "read_tool_call", "tool_call_record"]
