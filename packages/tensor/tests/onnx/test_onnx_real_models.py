@@ -150,3 +150,23 @@ def test_model_under_tinyjit_matches_onnxruntime(name: str) -> None:
         results = jitted(**{key: Tensor(value) for key, value in feeds.items()})
         _assert_close(results, _reference(path, feeds), runner.outputs)
         assert (jitted.captured is not None) == (call >= 1)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "lstm", "mobilenet"])
+def test_plain_calls_replay_and_match_onnxruntime(name: str) -> None:
+    """Four plain calls with new data each time: the graph is translated by the first two (the second under the
+    replay cache's capture), the third and fourth replay its kernels."""
+    path = MODELS / f"{name}.onnx"
+    runner = OnnxRunner(path)
+    translations = [0]
+    run = runner.replays.run
+
+    def counted(inputs: Any) -> Any:
+        translations[0] += 1
+        return run(inputs)
+
+    runner.replays.run = counted
+    for _ in range(4):
+        feeds = INPUTS[name](2)
+        _assert_close(runner(feeds), _reference(path, feeds), runner.outputs)
+    assert translations[0] == 2

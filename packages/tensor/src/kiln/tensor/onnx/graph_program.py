@@ -267,6 +267,18 @@ class GraphProgram:
             raise TypeError(f"input {entry.name!r}: expected a tensor, got {type(value).__name__}")
         return self._feed(entry, value)
 
+    def tensor_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Tensor] | None:
+        """Every graph input of `feeds` as the Tensor `run` would make of it, or None when the graph takes a
+        sequence, an optional or an input of undeclared type (those stay on the plain path), or one is missing."""
+        tensors: dict[str, Tensor] = {}
+        for entry in self.inputs:
+            if entry.kind != "tensor" or entry.dtype is None or entry.name not in feeds:
+                return None
+            value = self._feed_value(entry, feeds[entry.name])
+            assert isinstance(value, Tensor)
+            tensors[entry.name] = value
+        return tensors
+
     def _feed_sequence(self, entry: GraphInput, value: Any) -> TensorSequence:
         if isinstance(value, TensorSequence):
             return value

@@ -30,6 +30,7 @@ from kiln.tensor.onnx.function_expansion import expand_schema_functions
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import default_opset, open_model
 from kiln.tensor.onnx.registry import OPERATORS
+from kiln.tensor.onnx.replay_cache import ReplayCache
 from kiln.tensor.onnx.values import user_value
 
 __all__ = ["OnnxRunner"]
@@ -56,6 +57,7 @@ class OnnxRunner:
         self.opset = default_opset(opened)
         self.model = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
         self.graph = GraphProgram(self.model.graph, self.opset, external_base=external_base)
+        self.replays = ReplayCache(self.graph.run)
 
     @property
     def inputs(self) -> list[GraphInput]:
@@ -76,4 +78,6 @@ class OnnxRunner:
         if unknown:
             expected = ", ".join(entry.name for entry in self.graph.inputs)
             raise ValueError(f"OnnxRunner: unknown input(s) {', '.join(unknown)}; the model takes {expected}")
-        return {name: user_value(value) for name, value in self.graph.run(inputs).items()}
+        tensors = self.graph.tensor_feeds(inputs)
+        results = self.graph.run(inputs) if tensors is None else self.replays(tensors)
+        return {name: user_value(value) for name, value in results.items()}
