@@ -10,7 +10,7 @@ float32/float64 in float registers. Facts about instructions are from NVIDIA's P
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kiln.codegen import KernelSignature, Renderer, TensorCore
 from kiln.renderers.c_style import variable_name
@@ -516,33 +516,39 @@ def _endif(ctx: PTXWriter, uop: UOp) -> list[str]:
     return []
 
 
-def _barrier(ctx: PTXWriter) -> list[str]:
+def _barrier(ctx: PTXWriter, uop: UOp) -> list[str]:
     ctx.emit("bar.sync 0;")
     return []
 
 
-pm_ptx = PatternMatcher(
-    [
-        (UPat(Ops.DEFINE_GLOBAL, name="uop"), _define_global),
-        (UPat(Ops.DEFINE_VAR, name="uop"), _define_variable),
-        (UPat((Ops.DEFINE_LOCAL, Ops.DEFINE_REG), name="uop"), _define_memory),
-        (UPat(Ops.SPECIAL, name="uop"), _special),
-        (UPat(Ops.CONST, name="uop"), lambda ctx, uop: [ctx.constant(uop.arg, uop.dtype)]),
-        (UPat(Ops.AFTER, name="uop"), lambda ctx, uop: ctx.values[uop.src[0]]),
-        (UPat(Ops.INDEX, name="uop"), _index),
-        (UPat(Ops.LOAD, name="uop"), _load),
-        (UPat(Ops.STORE, name="uop"), _store),
-        (UPat(Ops.RANGE, name="uop"), _range),
-        (UPat(Ops.END, name="uop"), _end),
-        (UPat(Ops.IF, name="uop"), _if),
-        (UPat(Ops.ENDIF, name="uop"), _endif),
-        (UPat(Ops.BARRIER), _barrier),
-        (UPat(GroupOp.ALU, name="uop"), lambda ctx, uop: [_alu(ctx, uop)]),
-        (UPat(Ops.CAST, name="uop"), lambda ctx, uop: [_cast(ctx, uop)]),
-        (UPat(Ops.BITCAST, name="uop"), lambda ctx, uop: [_bitcast(ctx, uop)]),
-        (UPat(Ops.VECTORIZE, name="uop"), lambda ctx, uop: [ctx.scalar(s) for s in uop.src]),
-        (UPat(Ops.GEP, name="uop"), lambda ctx, uop: [ctx.values[uop.src[0]][lane] for lane in uop.arg]),
-        (UPat(Ops.WMMA, name="uop"), lambda ctx, uop: _wmma(ctx, uop, tensor_core_of(ctx.renderer, uop))),
-    ]
-)
+def _one_register(rule: Callable[[PTXWriter, UOp], str]) -> Callable[[PTXWriter, UOp], list[str]]:
+    """A rule computing one register, as a pattern's rule (which returns the uop's registers)."""
+    return lambda ctx, uop: [rule(ctx, uop)]
+
+
+_RULES: dict[Ops | tuple[Ops, ...] | frozenset[Ops], Callable[[PTXWriter, UOp], list[str]]] = {
+    Ops.DEFINE_GLOBAL: _define_global,
+    Ops.DEFINE_VAR: _define_variable,
+    (Ops.DEFINE_LOCAL, Ops.DEFINE_REG): _define_memory,
+    Ops.SPECIAL: _special,
+    Ops.CONST: lambda ctx, uop: [ctx.constant(uop.arg, uop.dtype)],
+    Ops.AFTER: lambda ctx, uop: ctx.values[uop.src[0]],
+    Ops.INDEX: _index,
+    Ops.LOAD: _load,
+    Ops.STORE: _store,
+    Ops.RANGE: _range,
+    Ops.END: _end,
+    Ops.IF: _if,
+    Ops.ENDIF: _endif,
+    Ops.BARRIER: _barrier,
+    GroupOp.ALU: _one_register(_alu),
+    Ops.CAST: _one_register(_cast),
+    Ops.BITCAST: _one_register(_bitcast),
+    Ops.VECTORIZE: lambda ctx, uop: [ctx.scalar(s) for s in uop.src],
+    Ops.GEP: lambda ctx, uop: [ctx.values[uop.src[0]][lane] for lane in uop.arg],
+    Ops.WMMA: lambda ctx, uop: _wmma(ctx, uop, tensor_core_of(ctx.renderer, uop)),
+}
+"""The rule of each op (or group of ops): the uop's registers, its instructions emitted into the PTXWriter."""
+
+pm_ptx = PatternMatcher([(UPat(ops, name="uop"), rule) for ops, rule in _RULES.items()])
 """uop -> its registers, the instructions computing them emitted into the PTXWriter (ctx)."""

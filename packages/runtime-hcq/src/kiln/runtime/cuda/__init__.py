@@ -3,6 +3,7 @@
 from kiln.runtime.cuda.context import CUDAContext, LaunchTimer
 from kiln.runtime.cuda.cuda_allocator import CUDAAllocator
 from kiln.runtime.cuda.cuda_device import CUDADevice
+from kiln.runtime.cuda.cuda_graph import CUDAGraphBatch, graph_device
 from kiln.runtime.cuda.cuda_runner import CUDAProgramRunner
 from kiln.runtime.cuda.driver_api import CUDAError, DeviceAttribute, DriverAPI, load_driver_library
 
@@ -10,10 +11,12 @@ __all__ = [
     "CUDAAllocator",
     "CUDADevice",
     "CUDAError",
+    "CUDAGraphBatch",
     "CUDAProgramRunner",
     "DeviceAttribute",
     "DriverAPI",
     "CUDAContext",
     "LaunchTimer",
+    "graph_device",
     "load_driver_library",
 ]
