@@ -9,10 +9,12 @@ letters, until the size is reached; the last id is the stop token (no text). A "
 uniformly among the allowed ones (numpy, seeded) with a budget of `--tokens` tokens, so the grammar states visited are
 the ones a model's sampling would reach, nested values included; the budget forces the document closed at the end.
 
-Figures per vocabulary and grammar: index time (building `Vocabulary` from the texts plus the first mask, i.e. what
-the first constrained request waits for), then the median and p95 of `TokenConstraint.mask` over every token of
-`--runs` generations (the first of which is the first request). The reference in the same run is numpy's boolean
-comparison over the vocabulary (`cost <= budget` on a uint16 array), the floor of any mask built over a dense array.
+Figures per vocabulary: `Vocabulary.of` on a byte-level `tokenizers` tokenizer of those texts (decoding every token,
+then indexing: what the server's first constrained request waits for). Per vocabulary and grammar: the index time
+(building `Vocabulary` from the texts plus the first mask), then the median and p95 of `TokenConstraint.mask` over
+every token of `--runs` generations (the first of which is the first request). The reference in the same run is
+numpy's boolean comparison over the vocabulary (`cost <= budget` on a uint16 array), the floor of any mask built over
+a dense array.
 `--compare FILE` measures another version of json_grammar.py too (e.g. `git show <commit>:packages/tensor/src/kiln/
 tensor/llm/json_grammar.py > /tmp/before.py`), its generations interleaved with this one's, and prints the ratios.
 
@@ -100,6 +102,28 @@ def synthetic_vocabulary(size: int, seed: int = 0) -> dict[int, str]:
     return {index: ("\ufffd" if text.startswith("\ufffd") else text) for index, text in enumerate(ordered)}
 
 
+def byte_level_tokenizer(texts: dict[int, str], size: int) -> Any:
+    """A kiln Tokenizer (byte-level BPE, no merges) whose token `i` decodes to `texts[i]` (the "\ufffd" ones to the
+    byte `i`, a part of a character), with the stop token `<|end|>` last: what `Vocabulary.of` reads."""
+    import tokenizers
+
+    from kiln.tensor.llm.tokenizer import Tokenizer
+
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]  # bytes spelled as themselves
+    others = [byte for byte in range(256) if byte not in printable]
+    spelling = {byte: chr(byte) for byte in printable} | {byte: chr(256 + k) for k, byte in enumerate(others)}
+    names = {}
+    for token_id, text in texts.items():
+        data = bytes([token_id]) if text == "\ufffd" else text.encode()
+        names["".join(spelling[byte] for byte in data)] = token_id
+    names["<|end|>"] = size - 1
+    backend = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=names, merges=[]))
+    backend.add_special_tokens(["<|end|>"])
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    return Tokenizer(backend, eos_id=size - 1)
+
+
 def generate(grammar: ModuleType, node: Any, vocabulary: Any, tokens: int, seed: int) -> tuple[list[float], str]:
     """Seconds of each mask of one generation (tokens drawn uniformly among the allowed ones), and its text."""
     rng = np.random.default_rng(seed)
@@ -151,6 +175,13 @@ def main() -> None:
           f"{'numpy floor ms':>15}")  # fmt: skip
     for size in (int(part) for part in args.vocab.split(",")):
         texts = synthetic_vocabulary(size)
+        tokenizer = byte_level_tokenizer(texts, size)
+        seconds = {}
+        for version, module in versions.items():
+            start = time.perf_counter()
+            module.Vocabulary.of(tokenizer, size)
+            seconds[version] = time.perf_counter() - start
+        print(f"{size:>7} Vocabulary.of(tokenizer) s: " + ", ".join(f"{v} {t:.3f}" for v, t in seconds.items()))
         floor = np.zeros(size, np.uint16)
         for name in ("json_object", "json_schema"):
             prepared = {version: prepare(module, texts, size, name, args.tokens)

@@ -6,6 +6,7 @@ states reached by drawing allowed tokens."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,18 @@ import pytest
 
 from kiln.tensor.llm import json_grammar
 from kiln.tensor.llm.grammar_index import TokenIndex
-from kiln.tensor.llm.json_grammar import JSON_OBJECT, Node, TokenConstraint, Vocabulary, compile_schema, feed, remaining
+from kiln.tensor.llm.json_grammar import (
+    JSON_OBJECT,
+    Node,
+    TokenConstraint,
+    Vocabulary,
+    compile_schema,
+    feed,
+    remaining,
+    text_anchor,
+    token_texts,
+)
+from kiln.tensor.llm.session import load_chat_model
 
 ALPHABET = [*'{}[]":, \\"tfrueanl0123456789-.eE+uabcdefxyzé中\n\t', "é", '"', '"']
 PIECES = ['{"', '":', '",', '"}', "}}", "]}", ', "', ": ", "true", "null", "false", '"a"', '"key"', '"b":', "\\n"]
@@ -146,3 +158,15 @@ def test_index_ranges_are_the_tokens_sharing_a_prefix() -> None:
     assert (under_b.ended, under_b.chars) == (1, ["\x00"])
     with pytest.raises(ValueError, match="width"):
         TokenIndex(texts, width=0)
+
+
+def test_a_tokenizers_vocabulary_holds_each_token_decoded_after_the_anchor(chat_model_dir: Path) -> None:
+    """`Vocabulary.of` decodes the whole vocabulary in one batch; the reference decodes one token at a time."""
+    model = load_chat_model(chat_model_dir)
+    tokenizer = model.tokenizer
+    vocabulary = Vocabulary.of(tokenizer, model.loaded.config.vocab_size)
+    special = tokenizer.special_ids | tokenizer.stop_ids
+    expected = token_texts(tokenizer.decode, tokenizer.vocab_size, special, text_anchor(tokenizer))
+    assert vocabulary.texts == expected
+    assert special and not special & set(vocabulary.texts)
+    assert vocabulary.stop_ids == sorted(tokenizer.stop_ids)

@@ -9,18 +9,23 @@ Tokens longer than `width` are followed one by one past that depth (`tail`).
 
 `last_special[i]` is the position of the last `"`, `\\` or control character in the i-th sorted text (-1: none):
 inside a JSON string only those characters change the automaton's state, so every token of a range whose
-`last_special` is before the depth where the string began leaves the state as it is, and is taken as a block.
+`last_special` is before the depth where the string began leaves the state as it is, and is taken as a block. The
+others are read from their first special character on, which `string_tails` groups: the distinct tails, in an index
+of their own, each walked once for all the tokens that end with it.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Children", "TokenIndex", "is_special"]
+__all__ = ["Children", "Tails", "TokenIndex", "is_special"]
+
+_SPECIAL = re.compile(r'["\\\x00-\x1f]')  # the characters `is_special` takes
 
 
 def is_special(char: str) -> bool:
@@ -41,6 +46,17 @@ class Children:
     latest: np.ndarray
 
 
+@dataclass(frozen=True)
+class Tails:
+    """Tokens of a range grouped by their tail (the text from the first special character at or after a depth on):
+    `index` holds the distinct tails, and the token at sorted position `positions[k]` has the tail at `index`'s sorted
+    position `tails[k]`."""
+
+    index: TokenIndex
+    positions: np.ndarray
+    tails: np.ndarray
+
+
 class TokenIndex:
     """The texts of `texts` (token id -> text; empty texts and ones holding "\\ufffd" are left out) sorted, with the
     lazily built prefix tree described in the module docstring. `ids[i]` is the token id of the i-th sorted text."""
@@ -48,10 +64,12 @@ class TokenIndex:
     def __init__(self, texts: Mapping[int, str], width: int = 32) -> None:
         if width < 1:
             raise ValueError(f"TokenIndex width must be a positive number of characters, got {width}")
-        kept = sorted((text, token_id) for token_id, text in texts.items() if text and "\ufffd" not in text)
-        self.texts = [text for text, _ in kept]
-        self.ids = np.array([token_id for _, token_id in kept], np.int64)
-        self.lengths = np.array([len(text) for text in self.texts], np.int64)
+        ids = [token_id for token_id, text in texts.items() if text and "\ufffd" not in text]
+        unsorted = [texts[token_id] for token_id in ids]
+        order = sorted(range(len(unsorted)), key=unsorted.__getitem__)
+        self.texts = [unsorted[k] for k in order]
+        self.ids = np.array(ids, np.int64)[np.array(order, np.int64)] if ids else np.zeros(0, np.int64)
+        self.lengths = np.fromiter(map(len, self.texts), np.int64, len(self.texts))
         longest = int(self.lengths.max(initial=0))
         self.width = max(1, min(width, longest))
         # The first `width` code points of each text (0 past its end: `lengths` tells a NUL from the padding).
@@ -65,6 +83,7 @@ class TokenIndex:
             last[position] = max((i for i, char in enumerate(text) if is_special(char)), default=-1)
         self.last_special = last.astype(np.int64)
         self._children: dict[tuple[int, int], Children] = {}
+        self._tails: dict[tuple[int, int, int], Tails | None] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -85,4 +104,28 @@ class TokenIndex:
         made = Children(ended, [chr(code) for code in column[offsets].tolist()], starts, [*starts[1:], hi], latest)
         with self._lock:
             self._children[key] = made
+        return made
+
+    def string_tails(self, lo: int, hi: int, start: int) -> Tails | None:
+        """The tokens of sorted range [lo, hi) with a special character at or after position `start`, grouped by
+        their text from the first such character on (None: there are none)."""
+        key = (lo, hi, start)
+        if key in self._tails:
+            return self._tails[key]
+        positions = lo + np.flatnonzero(self.last_special[lo:hi] >= start)
+        numbers: dict[str, int] = {}
+        which = []
+        for position in positions.tolist():
+            text = self.texts[position]
+            found = _SPECIAL.search(text, start)
+            assert found is not None  # last_special >= start
+            which.append(numbers.setdefault(text[found.start() :], len(numbers)))
+        made = None
+        if numbers:
+            index = TokenIndex({number: tail for tail, number in numbers.items()}, self.width)
+            rank = np.empty(len(numbers), np.int64)
+            rank[index.ids] = np.arange(len(index))
+            made = Tails(index, positions, rank[np.array(which, np.int64)])
+        with self._lock:
+            self._tails[key] = made
         return made

@@ -28,14 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from kiln.tensor.llm.grammar_index import TokenIndex, is_special
+from kiln.tensor.llm.grammar_index import TokenIndex
 from kiln.tensor.llm.json_schema import (
     ANY,
     JSON_OBJECT,
     Node,
     SchemaError,
     compile_schema,
-    key_text,
     make_node,
     rest_cost,
 )
@@ -205,9 +204,9 @@ def _feed_object(state: State, top: tuple[Any, ...], char: str) -> State | None:
     if phase == "key":  # a key of the listed properties (a free object's key is a "str" frame above)
         longer = key + char
         for name in _names_left(node, seen):
-            if key_text(name) == longer:
+            if node.key_texts[name] == longer:
                 return (*below, ("obj", node, "colon", seen, name))
-        if any(key_text(name).startswith(longer) for name in _names_left(node, seen)):
+        if any(node.key_texts[name].startswith(longer) for name in _names_left(node, seen)):
             return (*below, ("obj", node, "key", seen, longer))
         return None
     if phase == "colon":
@@ -264,8 +263,8 @@ def _frame_cost(frame: tuple[Any, ...]) -> int:
     if node.properties is None:
         return {"open": 1, "key": 3, "colon": 3, "value": 1, "after": 1}.get(phase, 5)
     if phase == "key":
-        names = [n for n in _names_left(node, seen) if key_text(n).startswith(key)]
-        return min(len(key_text(n)) - len(key) + 1 + node.prop(n).shortest + rest_cost(node, missing - {n})
+        names = [n for n in _names_left(node, seen) if node.key_texts[n].startswith(key)]
+        return min(len(node.key_texts[n]) - len(key) + 1 + node.prop(n).shortest + rest_cost(node, missing - {n})
                    for n in names)  # fmt: skip
     if phase == "colon":
         return 1 + node.prop(key).shortest + rest_cost(node, missing - {key})
@@ -278,7 +277,7 @@ def _frame_cost(frame: tuple[Any, ...]) -> int:
     # after a comma: one more key must come
     if missing:
         return rest_cost(node, missing) - 1
-    return 1 + min(len(key_text(n)) + 1 + node.prop(n).shortest for n in _names_left(node, seen))
+    return 1 + min(len(node.key_texts[n]) + 1 + node.prop(n).shortest for n in _names_left(node, seen))
 
 
 def accepts(node: Node, text: str) -> bool:
@@ -325,46 +324,53 @@ def _canonical(state: State) -> State:
 
 def token_costs(index: TokenIndex, state: State) -> np.ndarray:
     """`remaining` of the state after each token of `index` (in its sorted order) from `state`, or _NEVER32 where the
-    automaton refuses the token: one walk of the prefix tree, refusing a subtree at its first refused character and,
-    inside a string, taking every token that has no special character past the string's start as one block."""
+    automaton refuses the token: one walk of the prefix tree, refusing a subtree at its first refused character; inside
+    a string, the tokens that stay in it are taken as one block and the others are read from their first special
+    character on, each distinct tail once (`TokenIndex.string_tails`)."""
     costs = np.full(len(index), _NEVER32, np.int32)
-    pending: list[tuple[int, int, int, State, bool]] = [(0, len(index), 0, state, _in_string(state))]
+    _walk(index, state, costs, _in_string(state))
+    return costs
+
+
+def _walk(index: TokenIndex, state: State, costs: np.ndarray, in_body: bool) -> None:
+    """Fills `costs` for the tokens of `index` read from `state`. `in_body`: `state` is a string's body where the
+    index's texts begin (else the root's children are read one by one, as a string's tails must be)."""
+    pending: list[tuple[int, int, int, State]] = [(0, len(index), 0, state)]
     while pending:
-        lo, hi, depth, current, entered = pending.pop()
-        inside = _in_string(current)
-        if entered:  # the string's body began at this depth: tokens without special characters after it stay there
-            block = index.last_special[lo:hi] < depth
-            costs[lo:hi][block] = remaining(current)
+        lo, hi, depth, current = pending.pop()
+        if _in_string(current) and (depth or in_body):
+            _string_body(index, lo, hi, depth, current, costs)
+            continue
         if depth >= index.width:
             _tail(index, lo, hi, depth, current, costs)
             continue
         children = index.children(lo, hi, depth)
-        if children.ended and not inside:  # (inside a string, the block above took them)
+        if children.ended:
             costs[lo : lo + children.ended] = remaining(current)
-        if inside:  # only subtrees with a special character after this depth are left
-            chosen: Iterable[int] = np.flatnonzero(children.latest >= depth).tolist()
-        else:
-            chosen = range(len(children.chars))
-        ascii_only = not inside and _ascii_only(current)
-        for k in chosen:
-            char = children.chars[k]
-            if inside and not is_special(char):
-                pending.append((children.starts[k], children.stops[k], depth + 1, current, False))
-                continue
+        ascii_only = _ascii_only(current)
+        for k, char in enumerate(children.chars):
             if ascii_only and ord(char) >= 0x80:
                 break  # the children are in code point order
             following = feed(current, char)
             if following is not None:
-                pending.append((children.starts[k], children.stops[k], depth + 1, following, _in_string(following)))
-    return costs
+                pending.append((children.starts[k], children.stops[k], depth + 1, following))
+
+
+def _string_body(index: TokenIndex, lo: int, hi: int, depth: int, state: State, costs: np.ndarray) -> None:
+    """The tokens of sorted range [lo, hi) whose text from `depth` on is read in the string body `state`: those
+    without a special character from there on stay in it; the others go as their tails do from `state`."""
+    block = index.last_special[lo:hi] < depth
+    costs[lo:hi][block] = remaining(state)
+    tails = index.string_tails(lo, hi, depth)
+    if tails is not None:
+        tail_costs = np.full(len(tails.index), _NEVER32, np.int32)
+        _walk(tails.index, state, tail_costs, False)
+        costs[tails.positions] = tail_costs[tails.tails]
 
 
 def _tail(index: TokenIndex, lo: int, hi: int, depth: int, state: State, costs: np.ndarray) -> None:
     """The tokens of sorted range [lo, hi) past the index's width, one character at a time."""
-    inside = _in_string(state)
     for position in range(lo, hi):
-        if inside and index.last_special[position] < depth:
-            continue  # taken as a block where the string began
         current: State | None = state
         for char in index.texts[position][depth:]:
             current = feed(current, char) if current is not None else None
@@ -391,8 +397,15 @@ class Vocabulary:
     @classmethod
     def of(cls, tokenizer: Tokenizer, size: int) -> Vocabulary:
         """The vocabulary of `tokenizer` for a model of `size` logits (special tokens never allowed but to stop)."""
-        texts = token_texts(tokenizer.decode, tokenizer.vocab_size, tokenizer.special_ids | tokenizer.stop_ids,
-                            text_anchor(tokenizer))  # fmt: skip
+        special = tokenizer.special_ids | tokenizer.stop_ids
+        ids = [token_id for token_id in range(tokenizer.vocab_size) if token_id not in special]
+        anchor = text_anchor(tokenizer)
+        # `token_text` for every id at once: the backend decodes the whole batch in native code
+        prefix = "" if anchor is None else tokenizer.decode([anchor])
+        batch = [[token_id] if anchor is None else [anchor, token_id] for token_id in ids]
+        decoded = tokenizer.backend.decode_batch(batch, skip_special_tokens=False)
+        texts = {token_id: both[len(prefix) :] if both.startswith(prefix) else "\ufffd"
+                 for token_id, both in zip(ids, decoded, strict=True)}  # fmt: skip
         return cls(texts, size, tokenizer.stop_ids)
 
     def costs(self, state: State) -> np.ndarray:
@@ -405,12 +418,9 @@ class Vocabulary:
                 self._costs.move_to_end(key)
                 return found
         walked = token_costs(self.index, state)
-        accepted = walked[walked != _NEVER32]
-        small = accepted.size == 0 or int(accepted.max()) < _NEVER16
+        small = int(walked.max(initial=0, where=walked != _NEVER32)) < _NEVER16
         by_id = np.full(self.size, _NEVER16 if small else _NEVER32, np.uint16 if small else np.int32)
-        by_id[self.index.ids] = walked.astype(by_id.dtype) if small else walked
-        if small:
-            by_id[self.index.ids[walked == _NEVER32]] = _NEVER16
+        by_id[self.index.ids] = np.minimum(walked, _NEVER16).astype(np.uint16) if small else walked
         with self._lock:
             self._costs[key] = by_id
             self._cached_bytes += by_id.nbytes

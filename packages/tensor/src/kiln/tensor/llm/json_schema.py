@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = ["ANY", "JSON_OBJECT", "Node", "SchemaError", "compile_schema", "key_text", "make_node", "rest_cost"]
@@ -45,7 +46,16 @@ class Node:
     shortest: int = field(default=1, compare=False)  # the fewest characters of a value
 
     def prop(self, name: str) -> Node:
-        return dict(self.properties or ())[name]
+        return self._by_name[name]
+
+    @cached_property
+    def _by_name(self) -> dict[str, Node]:
+        return dict(self.properties or ())
+
+    @cached_property
+    def key_texts(self) -> dict[str, str]:
+        """Each property's name -> the JSON text of its key."""
+        return {name: key_text(name) for name, _ in self.properties or ()}
 
 
 def make_node(kind: str, **fields: Any) -> Node:
@@ -78,7 +88,7 @@ def key_text(name: str) -> str:
 
 def rest_cost(node: Node, missing: Iterable[str]) -> int:
     """Characters that close an object after a value: each missing required key as `,"key":value`, then `}`."""
-    return 1 + sum(2 + len(key_text(name)) + node.prop(name).shortest for name in missing)
+    return 1 + sum(2 + len(node.key_texts[name]) + node.prop(name).shortest for name in missing)
 
 
 ANY = Node("any")
