@@ -49,15 +49,25 @@ FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
 
 
 def torch_keywords(function: FunctionT) -> FunctionT:
-    """`function`, whose `**options: Unpack[TensorOptions]` `inspect.signature` (and `help`) shows as PyTorch's
-    keyword-only `dtype=None, device=None, requires_grad=None` (mypy reads the TypedDict itself)."""
+    """`function`, whose `**options: Unpack[TensorOptions]` take PyTorch's keyword-only `dtype=None, device=None,
+    requires_grad=None`: `inspect.signature` (and `help`) shows them, and any other keyword is a TypeError, as for a
+    named parameter (mypy reads the TypedDict itself)."""
     signature = inspect.signature(function)
     parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     for name, annotation in TensorOptions.__annotations__.items():
         spelled = getattr(annotation, "__forward_arg__", annotation)  # the text, as the other parameters show theirs
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=spelled))
-    function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    return function
+    accepted = frozenset(parameter.name for parameter in parameters)
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name in kwargs:
+            if name not in accepted:
+                raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}")
+        return function(*args, **kwargs)
+
+    checked.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return cast(FunctionT, checked)
 
 
 def iota(kind: type[TensorT], size: int, device: str | tuple[str, ...] | None = None) -> TensorT:

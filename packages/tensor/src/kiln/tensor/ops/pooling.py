@@ -16,6 +16,7 @@ from typing import Any, Self
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.dimensioned import dimensioned
 from kiln.tensor.ops.linalg import accumulated_sum
 from kiln.tensor.ops.padding import spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
@@ -172,25 +173,44 @@ def _avg_pool(
     return totals / counts.reshape(counts.shape[: geometry.spatial])
 
 
+def _max_pool_nd(
+    self: TensorT,
+    dims: int,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, f"max_pool{dims}d")
+
+
+def _lp_pool_nd(
+    self: TensorT, dims: int, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+) -> TensorT:
+    name = f"lp_pool{dims}d"
+    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
+        raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
+    kernel = int_tuple(kernel_size, dims, f"{name} kernel_size", minimum=1)
+    averages = _avg_pool(self.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
+    sums = averages.sign() * averages.abs().relu() * math.prod(kernel)
+    return sums.pow(1.0 / norm_type)
+
+
 class PoolingMixin(TensorCore):
     """Max and average pooling (PyTorch's `torch.nn.functional.*_pool*d` with the input as `self`)."""
 
-    def max_pool1d(
-        self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        dilation: Size = 1,
-        ceil_mode: bool = False,
-        return_indices: bool = False,
-    ) -> Any:
+    max_pool1d = dimensioned(
+        _max_pool_nd,
+        1,
         """Max pooling over the last dim; see `max_pool2d`.
 
         Example:
             >>> Tensor([[[1.0, 3.0, 2.0, 0.0]]]).max_pool1d(2).tolist()
             [[[3.0, 2.0]]]
-        """
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool1d")
+        """,
+    )
 
     def max_pool2d(
         self,
@@ -221,22 +241,16 @@ class PoolingMixin(TensorCore):
         """
         return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
 
-    def max_pool3d(
-        self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        dilation: Size = 1,
-        ceil_mode: bool = False,
-        return_indices: bool = False,
-    ) -> Any:
+    max_pool3d = dimensioned(
+        _max_pool_nd,
+        3,
         """Max pooling over the last three dims; see `max_pool2d`.
 
         Example:
             >>> Tensor.arange(8.0).reshape(1, 1, 2, 2, 2).max_pool3d(2).item()
             7.0
-        """
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool3d")
+        """,
+    )
 
     def avg_pool1d(
         self,
@@ -301,20 +315,19 @@ class PoolingMixin(TensorCore):
             self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d", dilation
         )
 
-    def lp_pool1d(
-        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Self:
+    lp_pool1d = dimensioned(
+        _lp_pool_nd,
+        1,
         """Power-average pooling over the last dim; see `lp_pool2d`.
 
         Example:
             >>> Tensor([[[3.0, 4.0]]]).lp_pool1d(2, 2).tolist()
             [[[5.0]]]
-        """
-        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool1d")
-
-    def lp_pool2d(
-        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Self:
+        """,
+    )
+    lp_pool2d = dimensioned(
+        _lp_pool_nd,
+        2,
         """(sum of x ** p over each window) ** (1 / p) over the last two dims, like `torch.nn.functional.lp_pool2d`
         (computed as PyTorch does: an average pool of x ** p times the kernel size, so a ceil_mode window that
         is cut short is scaled up to the full kernel).
@@ -322,25 +335,15 @@ class PoolingMixin(TensorCore):
         Example:
             >>> Tensor([[[[1.0, 1.0], [1.0, 1.0]]]]).lp_pool2d(1, 2).tolist()
             [[[[4.0]]]]
-        """
-        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool2d")
-
-    def lp_pool3d(
-        self, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
-    ) -> Self:
+        """,
+    )
+    lp_pool3d = dimensioned(
+        _lp_pool_nd,
+        3,
         """Power-average pooling over the last three dims; see `lp_pool2d`.
 
         Example:
             >>> Tensor.ones(1, 1, 2, 2, 2).lp_pool3d(1, 2).item()
             8.0
-        """
-        return _lp_pool(self, norm_type, kernel_size, stride, ceil_mode, "lp_pool3d")
-
-
-def _lp_pool(x: TensorT, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool, name: str) -> TensorT:
-    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
-        raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
-    kernel = int_tuple(kernel_size, int(name[-2]), f"{name} kernel_size", minimum=1)
-    averages = _avg_pool(x.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
-    sums = averages.sign() * averages.abs().relu() * math.prod(kernel)
-    return sums.pow(1.0 / norm_type)
+        """,
+    )

@@ -12,11 +12,12 @@ nothing (PyTorch raises).
 from __future__ import annotations
 
 import math
-from typing import Any, Self
+from typing import Any
 
 from kiln.tensor.core import TensorCore, TensorT
 from kiln.tensor.ops._checks import check_int, check_same_device
 from kiln.tensor.ops.creation import iota
+from kiln.tensor.ops.dimensioned import dimensioned
 from kiln.tensor.ops.windows import int_tuple
 from kiln.uops import dtypes
 
@@ -98,33 +99,34 @@ def _max_unpool(
     return result.reshape(*leading, *sizes)
 
 
+def _max_unpool_nd(
+    self: TensorT,
+    dims: int,
+    indices: TensorT,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: tuple[int, ...] | None = None,
+) -> TensorT:
+    return _max_unpool(self, indices, kernel_size, stride, padding, output_size, dims)
+
+
 class UnpoolingMixin(TensorCore):
     """Max unpooling (PyTorch's `torch.nn.functional.max_unpool*d` with the pooled values as `self`)."""
 
-    def max_unpool1d(
-        self,
-        indices: Self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        output_size: tuple[int, ...] | None = None,
-    ) -> Self:
+    max_unpool1d = dimensioned(
+        _max_unpool_nd,
+        1,
         """Max unpooling of the last dim; see `max_unpool2d`.
 
         Example:
             >>> Tensor([[[5.0, 7.0]]]).max_unpool1d(Tensor([[[1, 2]]]), 2).tolist()
             [[[0.0, 5.0, 7.0, 0.0]]]
-        """
-        return _max_unpool(self, indices, kernel_size, stride, padding, output_size, 1)
-
-    def max_unpool2d(
-        self,
-        indices: Self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        output_size: tuple[int, ...] | None = None,
-    ) -> Self:
+        """,
+    )
+    max_unpool2d = dimensioned(
+        _max_unpool_nd,
+        2,
         """Each value placed at its index (a flat position in its (batch, channel) plane of the output), zeros
         elsewhere, like `torch.nn.functional.max_unpool2d`.
 
@@ -137,21 +139,15 @@ class UnpoolingMixin(TensorCore):
         Example:
             >>> Tensor([[[[4.0]]]]).max_unpool2d(Tensor([[[[3]]]]), 2).tolist()
             [[[[0.0, 0.0], [0.0, 4.0]]]]
-        """
-        return _max_unpool(self, indices, kernel_size, stride, padding, output_size, 2)
-
-    def max_unpool3d(
-        self,
-        indices: Self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        output_size: tuple[int, ...] | None = None,
-    ) -> Self:
+        """,
+    )
+    max_unpool3d = dimensioned(
+        _max_unpool_nd,
+        3,
         """Max unpooling of the last three dims; see `max_unpool2d`.
 
         Example:
             >>> Tensor([[[[[1.0]]]]]).max_unpool3d(Tensor([[[[[7]]]]]), 2).sum().item()
             1.0
-        """
-        return _max_unpool(self, indices, kernel_size, stride, padding, output_size, 3)
+        """,
+    )
