@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -339,16 +339,27 @@ def normalize(
                 else:
                     stack.append(view)
                 continue
-            waiting = len(stack)
-            for source in reversed(sources):
-                if source not in resolved:
-                    stack.append(source)
-            if len(stack) != waiting:
-                expanded.add(node)
+            if _descend(node, sources, stack, resolved, expanded):
                 continue
         stack.pop()
         _rebuild(node, resolved, lifting, epoch)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
+
+
+def _descend(
+    node: UOp, sources: tuple[UOp, ...], stack: list[UOp], resolved: Mapping[UOp, object], expanded: set[UOp]
+) -> bool:
+    """One step down of the post-order walks (`normalize`, `walk_structure`): pushes the unresolved `sources` of
+    `node`, the top of `stack`; True when there were any (`node` is then `expanded`: when it is on top again, every
+    source is resolved)."""
+    waiting = len(stack)
+    for source in reversed(sources):
+        if source not in resolved:
+            stack.append(source)
+    if len(stack) == waiting:
+        return False
+    expanded.add(node)
+    return True
 
 
 def _rebuild(node: UOp, resolved: dict[UOp, UOp], lifting: bool, epoch: int) -> None:
@@ -576,12 +587,7 @@ def walk_structure(uops: Sequence[UOp], numbering: StructureNumbering) -> Struct
                 else:
                     stack.append(view)
                 continue
-            waiting = len(stack)
-            for source in reversed(sources):
-                if source not in resolved:
-                    stack.append(source)
-            if len(stack) != waiting:
-                expanded.add(node)
+            if _descend(node, sources, stack, resolved, expanded):
                 continue
         stack.pop()
         content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
