@@ -13,7 +13,13 @@ sequences as clients (what the server adds is HTTP, text and scheduling; a joini
 `--prefill-chunk` tokens per step, between the others' decode steps).
 Every client count is run once untimed first (compiles).
 
+Both KV layouts are measured in the same run (`--layouts`): `slots`, a (max-context)-row cache per sequence slot
+(`BatchedGenerator`), and `paged`, one pool of `--kv-blocks` blocks of 16 rows per layer shared by every sequence
+(`PagedBatchedGenerator`; by default the blocks `--max-batch` requests of this load need), each with the KV
+memory it reserves.
+
     uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8] [--new 64] [--requests 3]
+        [--layouts slots,paged] [--kv-blocks N]
 """
 
 from __future__ import annotations
@@ -104,14 +110,18 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=8, help="the server's --max-batch")
     parser.add_argument("--max-context", type=int, default=512, help="the KV cache positions")
     parser.add_argument("--prefill-chunk", type=int, default=64, help="prompt tokens prefilled between decode steps")
+    parser.add_argument("--layouts", default="slots,paged", help="KV layouts to measure: slots, paged")
+    parser.add_argument("--kv-blocks", type=int, default=0, help="the paged pool's blocks (0: what the load needs)")
     args = parser.parse_args()
     counts = [int(item) for item in args.clients.split(",") if item]
+    layouts = [item for item in args.layouts.split(",") if item]
+    per_request = -(-(args.prompt + args.new) // 16)
+    kv_blocks = args.kv_blocks or args.max_batch * (per_request + 1) + 1  # a copied block each, the scratch block
 
     import gguf
 
     from kiln.tensor.llm import load_model
     from kiln.tensor.llm.generate import Generator
-    from kiln.tensor.llm.server import ServerLimits, make_server
     from kiln.tensor.llm.session import ChatModel
 
     bench = _llm_bench()
@@ -133,8 +143,19 @@ def main() -> None:
         rates.append(generator.last_stats.decode_tokens_per_second)
     single = statistics.median(rates)
     print(f"reference: Generator (batch 1, no server) decode {single:7.1f} tok/s")
-    model = ChatModel(loaded, byte_tokenizer(shape["vocab"]), None)
+    tokenizer = byte_tokenizer(shape["vocab"])
+    for layout in layouts:
+        model = ChatModel(loaded, tokenizer, None, kv_blocks=kv_blocks if layout == "paged" else None)
+        measure(model, layout, args, ids, counts)
+
+
+def measure(model: Any, layout: str, args: argparse.Namespace, ids: list[int], counts: list[int]) -> None:
+    """The batched steps alone, then the server under 1 .. N clients, with one KV layout."""
+    from kiln.tensor.llm.server import ServerLimits, make_server
+
     batched = model.batched(args.max_batch, args.prefill_chunk)  # the server's own: its steps compile once
+    blocks = f" ({model.kv_blocks} blocks of 16 rows)" if model.kv_blocks else ""
+    print(f"layout {layout}: KV memory reserved {batched.kv_bytes() / 2**20:.1f} MiB{blocks}")
     for count in counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
         rates = []
         for _ in range(3):
@@ -144,8 +165,8 @@ def main() -> None:
             while batched.active:
                 produced += len(batched.step())
             rates.append(produced / (time.perf_counter() - started))
-        print(f"reference: BatchedGenerator (no server), {count} sequences: decode {max(rates):7.1f} tok/s "
-              f"aggregate (best of 3)")  # fmt: skip
+        print(f"reference: {type(batched).__name__} (no server), {count} sequences: decode {max(rates):7.1f} "
+              f"tok/s aggregate (best of 3)")  # fmt: skip
 
     limits = ServerLimits(
         max_batch=args.max_batch, prefill_chunk=args.prefill_chunk, max_queue=max(64, 2 * max(counts))
@@ -160,7 +181,7 @@ def main() -> None:
             load(url, model.name, clients, 2, args.prompt, args.new)  # compiles this width's steps, then captures
             got = load(url, model.name, clients, args.requests, args.prompt, args.new)
             baseline = baseline or got["tok_s"]
-            print(f"{clients:3d} client{'s' if clients > 1 else ' '}: {got['tok_s']:7.1f} tok/s aggregate "
+            print(f"{layout}: {clients:3d} client{'s' if clients > 1 else ' '}: {got['tok_s']:7.1f} tok/s aggregate "
                   f"({got['tokens']:.0f} tokens)  latency median {got['median']:6.2f} s  max {got['max']:6.2f} s  "
                   f"{got['tok_s'] / baseline:5.2f}x one client's")  # fmt: skip
     finally:

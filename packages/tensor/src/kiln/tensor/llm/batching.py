@@ -130,7 +130,7 @@ class BatchedGenerator:
         self.chunk_start_variable = Variable("chunk_start", 0, context - self.chunk)
         self.end_variable = Variable("end", 1, context)
         self.position_variable = Variable("position", 0, context - 1)
-        self.model._caches(slots)  # allocated before the steps are captured: the replays write these very buffers
+        self._allocate()
         self.prefills: dict[tuple[SamplingMode, bool], TinyJit[Tensor]] = {}
         self.steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}
         self.host_steps: dict[tuple[SamplingMode, int], TinyJit[Tensor]] = {}  # the steps that return logits too
@@ -138,6 +138,15 @@ class BatchedGenerator:
         self.running: list[Sequence | None] = [None] * slots
         self.joining: list[tuple[Sequence, Tensor]] = []  # the sequences still prefilling (oldest first), params
         self.cached_tokens: list[list[int]] = [[] for _ in range(slots)]  # per slot, the token in each cache row
+
+    def _allocate(self) -> None:
+        """Allocates the KV memory before the steps are captured (their replays write these very buffers)."""
+        self.model._caches(self.slots)
+
+    def kv_bytes(self) -> int:
+        """The bytes of KV memory this generator's steps use (allocated whether the rows are used or not)."""
+        caches = [block.attention.allocate_cache(self.slots) for block in self.model.blk]
+        return sum(t.numel() * t.dtype.itemsize for pair in caches for t in pair)
 
     # -- the jitted steps ------------------------------------------------------------------------------------------
     def prefill_step(self, mode: SamplingMode, logits: bool = False) -> TinyJit[Tensor]:
@@ -253,7 +262,7 @@ class BatchedGenerator:
         settings = SamplingSettings.of(options)
         settings.check(prompt_ids, max_tokens, self.model.max_context, self.config.vocab_size)
         temperature, top_k, top_p = settings.temperature, settings.top_k, settings.top_p
-        if None not in self.running:
+        if not self.free_slots():
             raise RuntimeError(f"all {self.slots} sequence slots are running; start a request when one is free")
         prompt = list(prompt_ids)
         mode = SamplingMode.of(temperature, top_k, top_p, self.config.vocab_size)
@@ -263,16 +272,27 @@ class BatchedGenerator:
         if max_tokens == 0:
             sequence.finished = True
             return sequence
-        slot = self._choose_slot(prompt)
-        first = reusable_prefix(self.cached_tokens[slot], prompt)
-        sequence.slot, sequence.prefilled = slot, first
-        self.running[slot] = sequence
-        del self.cached_tokens[slot][first:]
-        stats = sequence.stats
-        stats.cached_tokens, stats.prefill_tokens = first, len(prompt) - first
-        params = Tensor(np.array(sampling_row(temperature, top_k, top_p, sequence.rng), np.float32))
-        self.joining.append((sequence, params))
+        first = self._place(sequence)
+        if first is not None:
+            self._enter(sequence, first)
         return sequence
+
+    def _enter(self, sequence: Sequence, first: int) -> None:
+        """Puts a placed sequence in its slot, to be prefilled from prompt token `first` on."""
+        sequence.prefilled = first
+        self.running[sequence.slot] = sequence
+        stats = sequence.stats
+        stats.cached_tokens, stats.prefill_tokens = first, len(sequence.prompt) - first
+        row = sampling_row(sequence.temperature, sequence.top_k, sequence.top_p, sequence.rng)
+        self.joining.append((sequence, Tensor(np.array(row, np.float32))))
+
+    def _place(self, sequence: Sequence) -> int | None:
+        """Gives a joining sequence its slot (and its KV memory); returns how many prompt tokens it reuses (None:
+        it waits for KV memory, which a paged pool may lack for now: kiln.tensor.llm.paged_batching)."""
+        slot = sequence.slot = self._choose_slot(sequence.prompt)
+        first = reusable_prefix(self.cached_tokens[slot], sequence.prompt)
+        del self.cached_tokens[slot][first:]
+        return first
 
     def _choose_slot(self, prompt: list[int]) -> int:
         """The free slot for `prompt`: the one whose rows hold the longest beginning of it, else the lowest. A slot
@@ -357,21 +377,9 @@ class BatchedGenerator:
         running = decoding if running is None else [s for s in running if any(s is d for d in decoding)]
         if not running:
             return []
-        context, vocab, width = self.model.max_context, self.config.vocab_size, self.width(running)
+        context, width = self.model.max_context, self.width(running)
         started = time.perf_counter()
-        tokens = np.zeros((width, 1), np.int32)
-        positions = np.full((width,), context, np.int32)  # a free slot's position matches no row
-        params = np.zeros((width, 5), np.float32)
-        params[:, 0], params[:, 2], params[:, 4] = 1.0, 1.0, 1.0
-        for sequence in running:
-            tokens[sequence.slot, 0] = sequence.tokens[-1]
-            positions[sequence.slot] = sequence.position
-            params[sequence.slot] = sequence.params(vocab)
-        modes = [sequence.mode for sequence in running]
-        if all(mode.greedy for mode in modes):
-            mode = SamplingMode(greedy=True)
-        else:
-            mode = SamplingMode(False, any(m.top_k for m in modes), any(m.top_p for m in modes))
+        tokens, positions, params, mode = self._step_inputs(running, width, context)
         end = self.end_variable.bind(max(sequence.position for sequence in running) + 1)
         for sequence in running:  # a step that fails leaves the rows from here on unknown
             del self.cached_tokens[sequence.slot][sequence.position :]
@@ -383,10 +391,34 @@ class BatchedGenerator:
             out = step(Tensor(tokens), position, Tensor(np.ascontiguousarray(params[0, :4]))).numpy()
         else:
             out = self.decode_step(mode, width, host)(Tensor(tokens), Tensor(positions), end, Tensor(params)).numpy()
-        seconds = time.perf_counter() - started
-        produced = []
         for sequence in running:
             self.cached_tokens[sequence.slot].append(sequence.tokens[-1])
+        return self._decoded(running, out, host, time.perf_counter() - started)
+
+    def _step_inputs(
+        self, running: list[Sequence], width: int, free_position: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SamplingMode]:
+        """A decode step's tokens (W, 1), positions (W,) (`free_position` for a slot nobody decodes in), sampling
+        parameters (W, 5) and mode (the union of the running sequences' modes)."""
+        tokens = np.zeros((width, 1), np.int32)
+        positions = np.full((width,), free_position, np.int32)
+        params = np.zeros((width, 5), np.float32)
+        params[:, 0], params[:, 2], params[:, 4] = 1.0, 1.0, 1.0
+        for sequence in running:
+            tokens[sequence.slot, 0] = sequence.tokens[-1]
+            positions[sequence.slot] = sequence.position
+            params[sequence.slot] = sequence.params(self.config.vocab_size)
+        modes = [sequence.mode for sequence in running]
+        if all(mode.greedy for mode in modes):
+            return tokens, positions, params, SamplingMode(greedy=True)
+        return tokens, positions, params, SamplingMode(False, any(m.top_k for m in modes), any(m.top_p for m in modes))
+
+    def _decoded(
+        self, running: list[Sequence], out: np.ndarray, host: bool, seconds: float
+    ) -> list[tuple[Sequence, int]]:
+        """The tokens a decode step made for `running` (its output `out`, with the logits when `host`), recorded."""
+        produced = []
+        for sequence in running:
             sequence.position += 1
             sequence.stats.decode_tokens += 1
             sequence.stats.decode_seconds += seconds

@@ -170,20 +170,13 @@ class BlockPool:
         back. Returns (table, tokens reused).
 
         Raises:
-            KVPoolExhausted: the pool cannot promise those blocks now.
+            KVPoolExhausted: the pool cannot promise those blocks now (`fits` says whether it ever can).
         """
-        size = self.block_size
-        needed = -(-most_tokens // size)
-        found, matched = self.match(prompt) if window is None else ([], 0)
-        if window is not None:  # never shared: each block it releases is free again and promised back to it
-            needed = min(needed, -(-(window + largest_write - 1) // size) + 1)
-        partial = matched % size != 0  # its last matched block is written into: maybe a copy
-        promise = max(needed - len(found), 0) + (1 if partial else 0)
-        taken_from_cache = sum(1 for block in found if self.references[block] == 0)
-        if promise + taken_from_cache > self.available:
+        found, matched, promise, cached = self._plan(prompt, most_tokens, window, largest_write)
+        if promise + cached > self.available:
             raise KVPoolExhausted(
                 f"the KV pool cannot hold another sequence of {most_tokens} positions: it needs {promise} more "
-                f"blocks of {size} rows, {self.available - taken_from_cache} of {self.capacity} are free; "
+                f"blocks of {self.block_size} rows, {self.available - cached} of {self.capacity} are free; "
                 "wait for a running sequence to end or give the pool more blocks"
             )
         for block in found:
@@ -191,6 +184,28 @@ class BlockPool:
         table = BlockTable(self, list(found), matched, promise)
         self.promised += promise
         return table, matched
+
+    def fits(
+        self, prompt: list[int], most_tokens: int, window: int | None = None, largest_write: int = 1
+    ) -> tuple[bool, bool]:
+        """Whether `open` with these arguments succeeds now, and whether it could in an otherwise empty pool."""
+        _, _, promise, cached = self._plan(prompt, most_tokens, window, largest_write)
+        alone = self._plan([], most_tokens, window, largest_write)[2]
+        return promise + cached <= self.available, alone <= self.capacity
+
+    def _plan(
+        self, prompt: list[int], most_tokens: int, window: int | None, largest_write: int
+    ) -> tuple[list[int], int, int, int]:
+        """(the cached blocks it takes, the tokens they hold, the blocks to promise, how many of the taken blocks
+        leave the cached list) of an `open`."""
+        size = self.block_size
+        needed = -(-most_tokens // size)
+        found, matched = self.match(prompt) if window is None and prompt else ([], 0)
+        if window is not None:  # never shared: each block it releases is free again and promised back to it
+            needed = min(needed, -(-(window + largest_write - 1) // size) + 1)
+        partial = matched % size != 0  # its last matched block is written into: maybe a copy
+        promise = max(needed - len(found), 0) + (1 if partial else 0)
+        return found, matched, promise, sum(1 for block in found if self.references[block] == 0)
 
     def write(self, table: BlockTable, start: int, tokens: list[int]) -> list[BlockCopy]:
         """`BlockTable.write`."""

@@ -29,6 +29,7 @@ __all__ = [
     "Experts",
     "FeedForward",
     "MoE",
+    "PageRows",
     "Positions",
     "Projection",
     "Rotary",
@@ -229,6 +230,18 @@ class Rotary:
 
 
 @dataclass(frozen=True)
+class PageRows:
+    """Where a pass's keys and values go in a paged KV pool of `pool_rows` rows (kiln.tensor.llm.paged_cache), and
+    which rows it reads: `write` (B * T,) int32, the pool row of each new key in the pass's (sequence, token)
+    order; `read` (B, end) int32, the pool row of each sequence's positions 0 .. end - 1 (a position it does not
+    hold reads a row that its mask hides)."""
+
+    pool_rows: int
+    write: Tensor
+    read: Tensor
+
+
+@dataclass(frozen=True)
 class Positions:
     """Where a forward pass's T tokens sit in the KV cache: rows start .. end - 1 (ints, or symbolic sizes over
     bound Variables), their rotary cos / sin ((T, D/2), or (B, 1, 1, D/2) for one token per sequence at its own
@@ -238,6 +251,9 @@ class Positions:
     `window_mask` (with a config's sliding window): the mask of the sliding layers, which also hides the keys more
     than the window behind each query (also for one query); `local_cos` / `local_sin`: the rotary of the sliding
     layers where it has another base (Gemma 3).
+
+    `pages` (a paged KV pool instead of per-slot rows): the rows of the full-attention layers, `window_pages` those
+    of the sliding layers (their own pool, whose blocks behind the window are released).
 
     Two ways to address a cache of several sequence slots (`cache_batch` of them):
     - `slot` (a size, maybe symbolic): a batch-1 pass writes and reads that slot's rows only (a request's prefill);
@@ -258,6 +274,8 @@ class Positions:
     window_mask: Tensor | None = None
     local_cos: Tensor | None = None
     local_sin: Tensor | None = None
+    pages: PageRows | None = None
+    window_pages: PageRows | None = None
 
     def of_layer(self, sliding: bool) -> tuple[Tensor, Tensor, Tensor | None]:
         """(cos, sin, mask) of a layer: a sliding-window layer's mask hides the keys before its window (`window_mask`,
@@ -273,11 +291,14 @@ class CachedAttention(WeightModule):
     """The KV cache of an attention layer: per batch size, a (key, value) pair of private buffers (not weights),
     (batch, cache_heads, max_context, width) each, written in place row by row."""
 
+    _sliding = False  # whether the layer sees a sliding window only (its paged rows are `window_pages`)
+
     def __init__(self, cache_heads: int, key_width: int, value_width: int, max_context: int) -> None:
         super().__init__()
         self._cache_shapes = ((cache_heads, max_context, key_width), (cache_heads, max_context, value_width))
         # one cache per batch size: a batch-1 generator and a batched one share the weights, not the cache rows
         self._caches: dict[int, tuple[Tensor, Tensor]] = {}
+        self._pools: dict[int, tuple[Tensor, Tensor]] = {}  # paged pools by their number of rows
 
     def __call__(self, h: Tensor, where: Positions) -> Tensor:
         return self.forward(h, where)
@@ -307,9 +328,28 @@ class CachedAttention(WeightModule):
             )
         return self._caches[batch]
 
+    @property
+    def pools(self) -> list[tuple[Tensor, Tensor]]:
+        """Every allocated paged (key, value) pool, (cache_heads, rows, width) each."""
+        return list(self._pools.values())
+
+    def allocate_pool(self, rows: int) -> tuple[Tensor, Tensor]:
+        """The paged (key, value) pool of `rows` rows shared by every sequence: the same buffers on every call (new
+        zeroed ones the first time)."""
+        if rows not in self._pools:
+            (heads, _, key_width), (_, _, value_width) = self._cache_shapes
+            self._pools[rows] = (
+                Tensor.zeros(heads, rows, key_width).contiguous().realize(),
+                Tensor.zeros(heads, rows, value_width).contiguous().realize(),
+            )
+        return self._pools[rows]
+
     def store(self, k: Tensor, v: Tensor, where: Positions) -> tuple[Tensor, Tensor]:
         """Writes the pass's keys and values k, v (B, cache_heads, T, width) to their cache rows (an indexed store)
         and returns the cache rows 0 .. where.end - 1 the pass attends over, (B, cache_heads, end, width) each."""
+        pages = where.window_pages if self._sliding and where.window_pages is not None else where.pages
+        if pages is not None:
+            return self._store_paged(k, v, pages)
         batch = k.shape[0]
         key_cache, value_cache = self.allocate_cache(where.cache_batch or batch)
         if where.slot is not None:  # one slot of a batched cache: its rows only
@@ -327,6 +367,17 @@ class CachedAttention(WeightModule):
                 value_cache[:, :, where.start : where.end].assign(v),
             )
         return key_cache[:, :, : where.end], value_cache[:, :, : where.end]
+
+    def _store_paged(self, k: Tensor, v: Tensor, pages: PageRows) -> tuple[Tensor, Tensor]:
+        """The paged store: each new key and value to its pool row (an indexed write into the pool buffers), then
+        each sequence's rows gathered through its row map (a gather that reads only the rows it picks)."""
+        key_pool, value_pool = self.allocate_pool(pages.pool_rows)
+        batch, heads, length = k.shape[0], k.shape[1], k.shape[2]
+        count = length if batch == 1 else batch * length  # a prefill's symbolic length stays that variable
+        key_pool[:, pages.write] = k.permute(1, 0, 2, 3).reshape(heads, count, k.shape[3])
+        value_pool[:, pages.write] = v.permute(1, 0, 2, 3).reshape(heads, count, v.shape[3])
+        Tensor.realize_all(key_pool, value_pool)
+        return key_pool[:, pages.read].permute(1, 0, 2, 3), value_pool[:, pages.read].permute(1, 0, 2, 3)
 
 
 def attend(scores: Tensor, values: Tensor, mask: Tensor | None, softcap: float) -> Tensor:

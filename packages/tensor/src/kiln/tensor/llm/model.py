@@ -23,7 +23,7 @@ import numpy as np
 from kiln.tensor.jit import BoundVariable
 from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.latent_attention import LatentAttention
-from kiln.tensor.llm.layers import Block, Positions, Projection, Rotary, TokenEmbedding, WeightModule
+from kiln.tensor.llm.layers import Block, PageRows, Positions, Projection, Rotary, TokenEmbedding, WeightModule
 from kiln.tensor.llm.quantized import Weight, linear
 from kiln.tensor.nn import RMSNorm
 from kiln.tensor.symbolic import Size, as_size, bound_int, describe_variables, format_shape, max_int
@@ -91,8 +91,10 @@ class Transformer(WeightModule):
         return [block.attention.allocate_cache(batch) for block in self.blk]
 
     def cache_bytes(self) -> int:
-        """The bytes the allocated KV caches hold (0 before the first forward pass allocates them)."""
-        return sum(t.numel() * t.dtype.itemsize for pair in self.caches for t in pair)
+        """The bytes the allocated KV caches and paged KV pools hold (0 before the first forward pass allocates
+        them)."""
+        pairs = [*self.caches, *(pool for block in self.blk for pool in block.attention.pools)]
+        return sum(t.numel() * t.dtype.itemsize for pair in pairs for t in pair)
 
     def reset(self) -> None:
         """Zeroes the KV caches in place (the same buffers, so a jitted step stays valid)."""
@@ -125,6 +127,7 @@ class Transformer(WeightModule):
         last_only: bool = False,
         slot: int | Tensor | BoundVariable | None = None,
         slots: int = 1,
+        pages: tuple[PageRows, PageRows | None] | None = None,
     ) -> Tensor:
         """Logits (B, T, vocab) of embedded tokens `h` (B, T, dim) placed at cache positions start_pos ..
         start_pos + T - 1, attending over positions 0 .. start_pos + T - 1 only. `last_only`: the logits of the
@@ -142,6 +145,9 @@ class Transformer(WeightModule):
 
         `slot` (with `slots`, the batch of a cache of sequence slots, kiln.tensor.llm.batching): a batch-1 pass
         that writes and reads that slot's rows of the `slots`-row cache (an int, or a bound Variable).
+
+        `pages` (the rows of the full-attention layers and of the sliding ones, kiln.tensor.llm.paged_cache): the
+        pass writes and reads the rows of a paged KV pool instead of the per-batch cache.
         """
         config = self.config
         if h.ndim != 3 or h.shape[2] != config.dim:
@@ -163,7 +169,12 @@ class Transformer(WeightModule):
         local_cos = local_sin = None
         if self._local_rotary is not None:
             local_cos, local_sin = self._local_rotary.angles(queries_at.float())
-        if slot is None:
+        if pages is not None:
+            where = Positions(
+                start, end, cos, sin, mask, self._rotary, window_mask=window, local_cos=local_cos,
+                local_sin=local_sin, pages=pages[0], window_pages=pages[1],
+            )  # fmt: skip
+        elif slot is None:
             where = Positions(
                 start, end, cos, sin, mask, self._rotary, window_mask=window, local_cos=local_cos, local_sin=local_sin
             )
@@ -177,7 +188,8 @@ class Transformer(WeightModule):
                 start, end, cos, sin, mask, self._rotary, cache_batch=slots, slot=row, window_mask=window,
                 local_cos=local_cos, local_sin=local_sin,
             )  # fmt: skip
-        self._caches(where.cache_batch or batch)
+        if pages is None:
+            self._caches(where.cache_batch or batch)
         for block in self.blk:
             h = block(h, where)
         if last_only:
@@ -185,14 +197,20 @@ class Transformer(WeightModule):
         return self._head(h)
 
     def forward_batched_decode(
-        self, h: Tensor, positions: Tensor, end: int | Tensor | BoundVariable, slots: int | None = None
+        self,
+        h: Tensor,
+        positions: Tensor,
+        end: int | Tensor | BoundVariable,
+        slots: int | None = None,
+        pages: tuple[PageRows, PageRows | None] | None = None,
     ) -> Tensor:
         """Logits (W, 1, vocab) of one embedded token per sequence slot 0 .. W - 1, `h` (W, 1, dim), each at its own
         cache position `positions` (W,) int32 of the cache of `slots` sequence slots (default W): slot s writes its
         key and value to row positions[s] and attends over its rows 0 .. positions[s]. The pass reads rows 0 ..
         end - 1 of every slot (`end` > every position: an int or a bound Variable, so one set of kernels serves
         every value) and masks each slot's rows past its position; a slot nobody uses computes values that nobody
-        reads (a position of max_context writes no row).
+        reads (a position of max_context writes no row). With `pages` (as `forward_embedded`'s), each sequence's row
+        goes to the paged pool row its `write` names and it reads its rows through its `read` map.
 
         Raises:
             ValueError: h not (W, 1, dim), positions not (W,), W above slots, or end outside [1, max_context].
@@ -219,12 +237,18 @@ class Transformer(WeightModule):
             window = seen.where(0.0, float("-inf")).unsqueeze(1).unsqueeze(1).unsqueeze(1)  # (W, 1, 1, 1, end)
         if self._local_rotary is not None:
             local_cos, local_sin = self._slot_angles(self._local_rotary, positions)
-        rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(width, 1, 1, 1)  # (W, 1, end, 1)
-        where = Positions(
-            0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows, window_mask=window,
-            local_cos=local_cos, local_sin=local_sin,
-        )  # fmt: skip
-        self._caches(slots)
+        if pages is not None:
+            where = Positions(
+                0, stop, cos, sin, mask, self._rotary, window_mask=window, local_cos=local_cos, local_sin=local_sin,
+                pages=pages[0], window_pages=pages[1],
+            )  # fmt: skip
+        else:
+            rows = keys_at.unsqueeze(-1).unsqueeze(0).unsqueeze(0) == at.reshape(width, 1, 1, 1)  # (W, 1, end, 1)
+            where = Positions(
+                0, stop, cos, sin, mask, self._rotary, cache_batch=slots, rows=rows, window_mask=window,
+                local_cos=local_cos, local_sin=local_sin,
+            )  # fmt: skip
+            self._caches(slots)
         for block in self.blk:
             h = block(h, where)
         return self._head(h)

@@ -15,6 +15,7 @@ from pathlib import Path
 from kiln.tensor.llm.batching import DEFAULT_SLOTS, JOIN_CHUNK, BatchedGenerator
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.generate import GenerationStats, Generator
+from kiln.tensor.llm.paged_batching import PagedBatchedGenerator
 from kiln.tensor.llm.tokenizer import Tokenizer, read_tokenizer_config
 from kiln.tensor.llm.weights import LoadedModel, load_model
 
@@ -148,19 +149,29 @@ class TextStream:
 class ChatModel:
     """A model ready to talk: `encode_prompt` / `encode_chat`, then `stream_text` or `complete`."""
 
-    def __init__(self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate | None) -> None:
+    def __init__(
+        self, loaded: LoadedModel, tokenizer: Tokenizer, template: ChatTemplate | None, kv_blocks: int | None = None
+    ) -> None:
         self.loaded, self.tokenizer, self._template = loaded, tokenizer, template
+        self.kv_blocks = kv_blocks
+        """With a number: `batched` decodes over a paged KV pool of that many blocks per layer group
+        (kiln.tensor.llm.paged_batching) instead of a (max_context)-row cache per slot."""
         self.generator = Generator(loaded)
-        self._batched: dict[tuple[int, int], BatchedGenerator] = {}
+        self._batched: dict[tuple[int, int, int | None], BatchedGenerator] = {}
         self.name = loaded.name
         self.context_length = loaded.model.max_context  # the KV cache's positions: prompt plus completion
 
     def batched(self, slots: int = DEFAULT_SLOTS, prefill_chunk: int = JOIN_CHUNK) -> BatchedGenerator:
         """The model's `BatchedGenerator` of `slots` sequence slots prefilling `prefill_chunk` tokens a step (made
-        once per pair: its steps compile once, and its cache rows serve the prefix cache across servers)."""
-        if (slots, prefill_chunk) not in self._batched:
-            self._batched[(slots, prefill_chunk)] = BatchedGenerator(self.loaded, slots, prefill_chunk)
-        return self._batched[(slots, prefill_chunk)]
+        once per pair: its steps compile once, and its cache rows serve the prefix cache across servers); a
+        `PagedBatchedGenerator` over `kv_blocks` blocks when the model has that number."""
+        key = (slots, prefill_chunk, self.kv_blocks)
+        if key not in self._batched:
+            if self.kv_blocks is None:
+                self._batched[key] = BatchedGenerator(self.loaded, slots, prefill_chunk)
+            else:
+                self._batched[key] = PagedBatchedGenerator(self.loaded, slots, prefill_chunk, kv_blocks=self.kv_blocks)
+        return self._batched[key]
 
     @property
     def template(self) -> ChatTemplate:

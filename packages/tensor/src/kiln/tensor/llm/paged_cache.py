@@ -1,0 +1,194 @@
+"""`PagedCache`: a model's KV memory as paged pools shared by every sequence (kiln.tensor.llm.kv_pool's blocks).
+
+The attention layers fall in at most two groups: the full-attention layers and the sliding-window ones (Mistral's
+sliding window, Gemma 2/3's local layers). Each group has one `BlockPool` of `blocks` blocks of `block_size` rows,
+and each layer of the group a (key, value) pool of blocks * block_size rows on the device (`allocate_pool`); a
+sequence has one `BlockTable` per group, and the same block id addresses the same rows in every layer of its group.
+
+A pass gets, per group, a `PageRows`: the pool row of each new key (`write`) and the rows of each sequence's
+positions (`read`), both int32 Tensors built on the host from the block tables, so a new request, a new block or a
+copy compiles nothing. A copy-on-write of a shared block is one jitted step over every layer of the group (the
+block's rows gathered, then written to the new block). The sliding group's blocks wholly behind the window are
+released after each pass; it shares no prefix (a prompt's blocks there are computed again), and its pool only needs
+the blocks its windows span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kiln.tensor.jit import TinyJit
+from kiln.tensor.llm.kv_pool import SCRATCH_BLOCK, BlockCopy, BlockPool, BlockTable
+from kiln.tensor.llm.layers import CachedAttention, PageRows
+from kiln.tensor.llm.model import Transformer
+from kiln.tensor.symbolic import Size
+from kiln.tensor.tensor import Tensor
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache"]
+
+DEFAULT_BLOCK_SIZE = 16
+"""Rows per block when no size is given."""
+
+
+@dataclass
+class PageGroup:
+    """The layers sharing one block pool: `window` (None: full attention) and their attention modules."""
+
+    window: int | None
+    pool: BlockPool
+    layers: list[CachedAttention]
+    copy_step: TinyJit[Tensor] | None = None
+
+    @property
+    def rows(self) -> int:
+        """The rows of each layer's device pool."""
+        return self.pool.blocks * self.pool.block_size
+
+
+class PagedCache:
+    """The paged KV memory of `model` for up to `slots` sequences writing at most `chunk` positions a pass: a pool
+    of `blocks` blocks of `block_size` rows for the full-attention layers, and one for the sliding layers sized to
+    what `slots` windows span (at most `blocks`).
+
+    Raises:
+        ValueError: blocks below 2 or block_size below 1.
+    """
+
+    def __init__(self, model: Transformer, blocks: int, block_size: int, slots: int, chunk: int) -> None:
+        config = model.config
+        attentions = [block.attention for block in model.blk]
+        full = [layer for index, layer in enumerate(attentions) if not config.is_sliding(index)]
+        sliding = [layer for index, layer in enumerate(attentions) if config.is_sliding(index)]
+        self.groups: list[PageGroup] = []
+        if full:
+            self.groups.append(PageGroup(None, BlockPool(blocks, block_size), full))
+        if sliding:
+            window = config.sliding_window
+            span = -(-(window + chunk - 1) // block_size) + 1
+            self.groups.append(PageGroup(window, BlockPool(min(blocks, slots * span + 1), block_size), sliding))
+        self.block_size, self.chunk, self.context = block_size, chunk, model.max_context
+        for group in self.groups:
+            for layer in group.layers:
+                layer.allocate_pool(group.rows)
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether a prompt's cached beginning is reused (not with sliding layers: their blocks are not shared)."""
+        return all(group.window is None for group in self.groups)
+
+    def fits(self, prompt: list[int], most_tokens: int) -> tuple[bool, bool]:
+        """Whether `open` succeeds now, and whether it could in empty pools (`BlockPool.fits` of every group)."""
+        answers = [group.pool.fits(*self._open_arguments(group, prompt, most_tokens)) for group in self.groups]
+        return all(now for now, _ in answers), all(ever for _, ever in answers)
+
+    def _open_arguments(
+        self, group: PageGroup, prompt: list[int], most_tokens: int
+    ) -> tuple[list[int], int, int | None, int]:
+        """`BlockPool.open`'s arguments for a group: a full-attention group matches the prompt's beginning when
+        every group shares prefixes; a sliding one writes a chunk between two slides."""
+        if group.window is None:
+            return (prompt if self.shares_prefixes else prompt[:1]), most_tokens, None, 1
+        return prompt, most_tokens, group.window, self.chunk
+
+    def open(self, prompt: list[int], most_tokens: int) -> tuple[list[BlockTable], int]:
+        """A sequence's tables, one per group (see `BlockPool.open`), and the prompt tokens they reuse.
+
+        Raises:
+            KVPoolExhausted: a group's pool cannot promise the blocks (no table is left open then).
+        """
+        tables: list[BlockTable] = []
+        try:
+            for group in self.groups:
+                tables.append(group.pool.open(*self._open_arguments(group, prompt, most_tokens))[0])
+        except BaseException:
+            for table in tables:
+                table.close()
+            raise
+        return tables, min(table.length for table in tables)
+
+    def write(self, tables: list[BlockTable], start: int, tokens: list[int]) -> None:
+        """Makes positions start .. start + len(tokens) - 1 of a sequence writable: the block copies the tables ask
+        for are made on the device now."""
+        for group, table in zip(self.groups, tables, strict=True):
+            for copy in table.write(start, tokens):
+                self._copy(group, copy)
+
+    def slide(self, tables: list[BlockTable], position: int) -> None:
+        """Releases the sliding groups' blocks that a query at `position` or later no longer sees."""
+        for group, table in zip(self.groups, tables, strict=True):
+            if group.window is not None:
+                table.slide(position, group.window)
+
+    def forget(self, tables: list[BlockTable], start: int) -> None:
+        """Forgets the tokens from `start` on (a failed pass left those rows unknown)."""
+        for table in tables:
+            table.pool.forget(table, start)
+
+    def pages(self, rows: list[list[tuple[BlockTable, int, int] | None]], per: int) -> list[Tensor]:
+        """The write and read Tensors of a pass, two per group: the write rows (W * per,) int32 and the read maps
+        (W, max_context) int32, from `rows[group][s]` = (table, first written position, positions written) of
+        batch row s (None: nobody's); a row nobody writes goes to the scratch block, a position nobody holds
+        reads it."""
+        out = []
+        for group_rows in rows:
+            width = len(group_rows)
+            write = np.full((width, per), SCRATCH_BLOCK * self.block_size, np.int32)
+            read = np.full((width, self.context), SCRATCH_BLOCK * self.block_size, np.int32)
+            for index, entry in enumerate(group_rows):
+                if entry is not None:
+                    table, first, count = entry
+                    write[index, :count] = [table.row(position) for position in range(first, first + count)]
+                    mapped = table.rows(table.length)
+                    read[index, : len(mapped)] = mapped
+            out += [Tensor(write.reshape(-1)), Tensor(read)]
+        return out
+
+    def page_rows(self, arrays: list[Tensor], write_count: Size, end: Size) -> list[PageRows]:
+        """Inside a jitted step: the `PageRows` of each group from its write and read Tensors (`arrays`, two per
+        group), the writes cut to `write_count` and the reads to positions 0 .. end - 1."""
+        return [
+            PageRows(group.rows, arrays[2 * index][:write_count], arrays[2 * index + 1][:, :end])
+            for index, group in enumerate(self.groups)
+        ]
+
+    def model_pages(self, rows: list[PageRows]) -> tuple[PageRows, PageRows | None]:
+        """The (full-attention, sliding) rows a model pass takes (a model of sliding layers only: both the same)."""
+        by_window = {group.window is None: page for group, page in zip(self.groups, rows, strict=True)}
+        full = by_window.get(True, by_window.get(False))
+        assert full is not None, "a model has at least one attention layer"
+        return full, by_window.get(False)
+
+    def _copy(self, group: PageGroup, copy: BlockCopy) -> None:
+        """Copies a block's rows to another block in every layer of the group (one jitted step for every copy)."""
+        if group.copy_step is None:
+
+            def copy_rows(source: Tensor, target: Tensor) -> Tensor:
+                written = []
+                for layer in group.layers:
+                    for pool in layer.allocate_pool(group.rows):
+                        pool[:, target] = pool[:, source]
+                        written.append(pool)
+                Tensor.realize_all(*written)
+                return source + 0
+
+            group.copy_step = TinyJit(copy_rows)
+        size = self.block_size
+        source = np.arange(copy.source * size, (copy.source + 1) * size, dtype=np.int32)
+        target = np.arange(copy.target * size, (copy.target + 1) * size, dtype=np.int32)
+        group.copy_step(Tensor(source), Tensor(target)).realize()
+
+    def close(self, tables: list[BlockTable]) -> None:
+        """Gives a sequence's blocks back (cached for later prompts while the pool does not need them)."""
+        for table in tables:
+            table.close()
+
+    def pool_bytes(self) -> int:
+        """The bytes of every layer's device pools."""
+        pools = [layer.allocate_pool(group.rows) for group in self.groups for layer in group.layers]
+        return sum(t.numel() * t.dtype.itemsize for pair in pools for t in pair)
+
+    def held_blocks(self) -> list[int]:
+        """The blocks sequences hold now, per group."""
+        return [group.pool.held for group in self.groups]
