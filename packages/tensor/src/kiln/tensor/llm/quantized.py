@@ -13,6 +13,7 @@ import math
 from kiln.tensor.ops._checks import ShapeError
 from kiln.tensor.state.quantization import GGMLType, block_format, dequantize
 from kiln.tensor.tensor import Tensor
+from kiln.uops import dtypes
 
 __all__ = ["QuantizedWeight", "linear"]
 
@@ -46,6 +47,25 @@ class QuantizedWeight:
             raise IndexError(f"row {index} of a quantized weight of shape {self.shape}")
         size = self.raw.numel() // self.shape[0]
         return dequantize(self.raw[index * size : (index + 1) * size], self.ggml_type, (1, self.shape[1]))
+
+    def take_rows(self, tokens: Tensor) -> Tensor:
+        """Rows `tokens` (int ids, any shape) of a (rows, cols) weight, decoded: float32 (*tokens.shape, cols).
+
+        The picked rows' bytes are gathered first (a one-hot product over the raw rows, which codegen's gather
+        rewrite turns into reading the picked rows only), then only they are decoded. The one-hot product over the
+        decoded table instead read the table through an expand over the tokens, so the scheduler decoded the whole
+        table into a float matrix of its own for every prompt (the 100M bench model's prefill: a 98 MB kernel,
+        `E_2_48000_8_2_16`, before its gather). Ids outside [0, rows) pick zero bytes (rows of zeros for every
+        format whose zero bytes decode to 0)."""
+        if len(self.shape) != 2:
+            raise ValueError(f"take_rows needs a (rows, cols) weight, got a quantized weight of shape {self.shape}")
+        rows, cols = self.shape
+        size = self.raw.numel() // rows
+        hot = (tokens.reshape(-1, 1, 1) == Tensor.arange(rows, device=self.raw.device).reshape(1, rows, 1)).where(1, 0)
+        table = self.raw.reshape(1, rows, size).cast(dtypes.int32)
+        picked = (hot * table).sum(1, dtype=dtypes.int32).cast(dtypes.uint8)
+        block = block_format(self.ggml_type)
+        return block.decode(picked.reshape(-1, block.type_size)).reshape(*tokens.shape, cols)
 
     @property
     def nbytes(self) -> int:
