@@ -309,12 +309,8 @@ class MovementMixin(TensorCore):
             [1, 2, 3]
         """
         if isinstance(self, (list, tuple)):  # Tensor.cat([a, b], dim=1) or Tensor.cat([a, b], 1), torch's forms
-            if len(others) == 1 and isinstance(others[0], int):
-                others, dim = (), others[0]
-            items = [*self, *others]
-            if not items:
-                raise ValueError("cat needs at least one tensor")
-            return items[0].cat(*items[1:], dim=dim)
+            first, rest, dim = _listed(self, others, dim, "cat")
+            return first.cat(*rest, dim=dim)
         tensors = (self, *others)
         _check_tensors(tensors, "cat")
         if self.ndim == 0:
@@ -366,12 +362,8 @@ class MovementMixin(TensorCore):
             [[1, 2], [3, 4]]
         """
         if isinstance(self, (list, tuple)):  # Tensor.stack([a, b], dim=1) or Tensor.stack([a, b], 1), torch's forms
-            if len(others) == 1 and isinstance(others[0], int):
-                others, dim = (), others[0]
-            items = [*self, *others]
-            if not items:
-                raise ValueError("stack needs at least one tensor")
-            return items[0].stack(*items[1:], dim=dim)
+            first, rest, dim = _listed(self, others, dim, "stack")
+            return first.stack(*rest, dim=dim)
         tensors = (self, *others)
         _check_tensors(tensors, "stack")
         for position, tensor in enumerate(tensors):
@@ -479,6 +471,17 @@ class MovementMixin(TensorCore):
             [[1, 2], [0, 4]]
         """
         return _triangle(self, check_int(diagonal, "triu diagonal"), lower=False)
+
+
+def _listed(items: Sequence[TensorT], others: tuple[Any, ...], dim: int, what: str) -> tuple[TensorT, list[Any], int]:
+    """torch's list form of a join, `Tensor.cat([a, b], dim=1)` or `Tensor.cat([a, b], 1)`: (the first tensor, the
+    others, the dim)."""
+    if len(others) == 1 and isinstance(others[0], int):
+        return _listed(items, (), others[0], what)
+    tensors = [*items, *others]
+    if not tensors:
+        raise ValueError(f"{what} needs at least one tensor")
+    return tensors[0], tensors[1:], dim
 
 
 def _check_tensors(tensors: tuple[Any, ...], what: str) -> None:
