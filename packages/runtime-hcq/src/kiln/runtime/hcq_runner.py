@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kiln.codegen import Program
 from kiln.runtime.buffer import Buffer
@@ -49,6 +49,11 @@ class HCQProgramRunner(ProgramRunner):
         self._inline_blocks: dict[tuple[int, ...], HCQArgsState] = {}
         # whether `kernel_for` is this class's (the loaded kernel for any buffers): then a launch reads `kernel`
         self._kernel_unbound = type(self).kernel_for is HCQProgramRunner.kernel_for
+        # the entry point `launch_direct` calls, found on its first call (subclasses set `kernel` after this), and
+        # the mask of the low address bits the slots need clear (the largest alignment any slot needs, minus one)
+        self._direct_entry: Callable[..., None] | None = None
+        self._direct_known = False
+        self._alignment_mask = max((alignment for _, alignment in self._slot_alignments), default=1) - 1
 
     def __call__(
         self, buffers: Sequence[Buffer], var_vals: Mapping[str, int] | None = None, wait: bool = False
@@ -70,6 +75,38 @@ class HCQProgramRunner(ProgramRunner):
                 return None
             return self._launch(Launch(buffers, addresses, (), dims[0], dims[1], wait))
         return super().__call__(buffers, var_vals, wait)
+
+    def launch_direct(self, buffers: Sequence[Buffer]) -> bool:
+        """Runs the kernel at once in the calling thread on `buffers` (one per used slot, in slot order, allocated)
+        when it is a one-core native kernel that may run inline, nothing is profiled, every buffer is aligned as the
+        kernel reads it and the device is idle; returns False, having run nothing, otherwise (then call the runner).
+        The caller vouches that the buffers fit the slots: buffers of the dtypes, sizes and device this runner
+        accepted for them before (the eager lane's keys), so only their addresses are read."""
+        entry = self._direct_entry
+        if entry is None:
+            if self._direct_known:
+                return False
+            entry = self._find_direct_entry()
+            if entry is None:
+                return False
+        if profiling_enabled():
+            return False
+        mask = self._alignment_mask
+        addresses = []
+        for buffer in buffers:
+            address: int = buffer._opaque.address
+            if address & mask:
+                return False
+            addresses.append(address)
+        return self.device.launch_direct(entry, tuple(addresses))
+
+    def _find_direct_entry(self) -> Callable[..., None] | None:
+        # a one-core native kernel (`NativeKernel.direct_entry`) of an inline launch with the pointers first
+        entry = getattr(self.kernel, "direct_entry", None)
+        direct = self._inline_call and self._kernel_unbound and self.arg_layout.pointers_first and callable(entry)
+        self._direct_entry = entry if direct else None
+        self._direct_known = True
+        return self._direct_entry
 
     @property
     def batchable(self) -> bool:

@@ -71,6 +71,12 @@ class NativeKernel:
     address: int = 0
     owner: object = None
 
+    @property
+    def direct_entry(self) -> Callable[..., None] | None:
+        """What a launch may call at once with the buffer addresses alone (`HCQCompiled.launch_direct`): the loaded
+        kernel when it runs on one core, else None (a multi-core launch goes through the pool)."""
+        return None if self.takes_core_id else self.kernel
+
     def __call__(self, args: HCQArgsState, global_size: LaunchSize, local_size: LaunchSize) -> None:
         # the kernel takes the pointers, then the variables: the block's own order when pointers come first
         layout = args.layout

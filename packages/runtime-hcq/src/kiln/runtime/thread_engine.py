@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from kiln.runtime.command_queue import (
@@ -193,6 +193,31 @@ class ThreadQueueEngine:
                     if not callable(program):
                         raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {name}")
                     program(args, global_size, local_size)
+                    signal.set(value)
+                except Exception as error:  # kept like a queued failure: seen at the next wait or submit
+                    self.error = error
+                    signal.fail(error)
+                except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
+                    signal.set(value)
+                    raise
+        finally:
+            self._finish_one()
+        return True
+
+    def run_direct_inline(
+        self, function: Callable[..., None], arguments: tuple[int, ...], signal: TimelineSignal, value: int
+    ) -> bool:
+        """`run_call_inline` of a native kernel's own entry point: `function(*arguments)` (its buffer addresses)
+        without an argument block or launch sizes, under the same conditions (an idle engine that has not failed),
+        the same lock and the same failure handling. False, having run nothing, when the engine is not idle."""
+        if self._closed or self.error is not None:
+            return False
+        if not self._claim_idle():
+            return False
+        try:
+            with self._run_lock:
+                try:
+                    function(*arguments)
                     signal.set(value)
                 except Exception as error:  # kept like a queued failure: seen at the next wait or submit
                     self.error = error

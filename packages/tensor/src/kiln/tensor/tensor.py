@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from kiln.tensor.ops import (
     TrigonometricMixin,
 )
 from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
-from kiln.tensor.realize import engine
+from kiln.tensor.realize import eager_lane, engine
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
@@ -87,6 +87,9 @@ class _TensorType(type):
     @no_grad.setter
     def no_grad(cls, value: object) -> None:
         raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
+
+
+_AUTOGRAD_REQUIRES_GRAD: property = AutogradMixin.__dict__["requires_grad"]  # the setter `Tensor` extends
 
 
 class _InstanceNoGrad:
@@ -152,8 +155,94 @@ class Tensor(
     __array_priority__: ClassVar[float] = 1000.0
 
     uop: UOp
-    requires_grad: bool | None
     grad: Tensor | None
+
+    if not TYPE_CHECKING:  # (to the type checker, `uop` is a plain attribute and no other name is found here)
+
+        def __getattr__(self, name: str) -> Any:
+            # only missing attributes come here: the `uop` of a tensor the eager lane made (built on first use)
+            if name == "uop":
+                state = self.__dict__
+                value = state.get("_lane")
+                if value is not None:
+                    node = eager_lane.node_of(value)
+                    state["uop"] = node
+                    state.pop("_lane", None)
+                    return node
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """Whether gradients are tracked for this tensor: True, False (explicitly not) or None (not set).
+
+        Results of operations require grad when any input does (outside `no_grad`).
+        """
+        value: bool | None = self.__dict__.get("_requires_grad")
+        return value
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if "_lane" in self.__dict__:  # an eager-lane tensor gets its graph node first (gradients find leaves by it)
+            _ = self.uop
+        _AUTOGRAD_REQUIRES_GRAD.__set__(self, value)
+
+    @classmethod
+    def _from_lane(cls, value: eager_lane.LaneValue) -> Self:
+        """A Tensor whose state is an eager-lane value (`kiln.tensor.realize.eager_lane`): no graph node until one
+        is asked for."""
+        tensor = cls.__new__(cls)
+        state = tensor.__dict__
+        state["_lane"] = value
+        state["_requires_grad"] = None
+        state["grad"] = None
+        track(tensor)
+        return tensor
+
+    def _lane_or(self, method: str, other: Any, result: Any) -> Self:
+        # (the normal path's `result` of `self <method> other`: the eager lane learns it when it can launch it)
+        if type(other) in (int, float) and type(self) is Tensor:
+            eager_lane.learn(self, method, other, result)
+        return result  # type: ignore[no-any-return]
+
+    def __add__(self, other: Self | ConstType) -> Self:
+        if (value := eager_lane.pending(self, "add", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("add", other, ElementwiseMixin.__add__(self, other))
+
+    def __radd__(self, other: ConstType) -> Self:
+        if (value := eager_lane.pending(self, "radd", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("radd", other, ElementwiseMixin.__radd__(self, other))
+
+    def __sub__(self, other: Self | ConstType) -> Self:
+        if (value := eager_lane.pending(self, "sub", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("sub", other, ElementwiseMixin.__sub__(self, other))
+
+    def __rsub__(self, other: ConstType) -> Self:
+        if (value := eager_lane.pending(self, "rsub", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("rsub", other, ElementwiseMixin.__rsub__(self, other))
+
+    def __mul__(self, other: Self | ConstType) -> Self:
+        if (value := eager_lane.pending(self, "mul", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("mul", other, ElementwiseMixin.__mul__(self, other))
+
+    def __rmul__(self, other: ConstType) -> Self:
+        if (value := eager_lane.pending(self, "rmul", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("rmul", other, ElementwiseMixin.__rmul__(self, other))
+
+    def __truediv__(self, other: Self | ConstType) -> Self:
+        if (value := eager_lane.pending(self, "truediv", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("truediv", other, ElementwiseMixin.__truediv__(self, other))
+
+    def __rtruediv__(self, other: ConstType) -> Self:
+        if (value := eager_lane.pending(self, "rtruediv", other)) is not None and type(self) is Tensor:
+            return self._from_lane(value)
+        return self._lane_or("rtruediv", other, ElementwiseMixin.__rtruediv__(self, other))
 
     def _init_from_data(
         self, data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None
@@ -394,6 +483,8 @@ class Tensor(
 
     def realize(self, *others: Tensor) -> Tensor:
         """Computes this tensor (and `others`, in one schedule) into buffers; returns self."""
+        if not others and (value := self.__dict__.get("_lane")) is not None and eager_lane.run(value):
+            return self  # the eager lane launched its kernel (or it was realized already)
         Tensor.realize_all(self, *others)
         return self
 

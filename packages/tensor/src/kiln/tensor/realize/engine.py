@@ -59,6 +59,7 @@ from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
 __all__ = [
     "Engine",
     "Method",
+    "buffer_node",
     "clear_method_cache",
     "compiled_program",
     "default_engine",
@@ -143,19 +144,24 @@ class _PreparedPlan:
         )
 
 
-def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
-    """A new BUFFER node for an output of a run, with its (unallocated) runtime Buffer attached."""
-    # the plan's output specs are valid buffer specs already, so the node is built directly (no re-checks). The
-    # next op on a result asks for its shape and device at once: a BUFFER node's are (size,) and its device
-    # (graph._infer_shape / _infer_device), so they go into graph's per-node caches now instead of by a graph walk;
-    # and a BUFFER node has no movement chain to fold.
-    node = UOp(Ops.BUFFER, dtype, (), BufferArg(next(_fresh_numbers), size, device))
+def buffer_node(buffer: Buffer) -> UOp:
+    """A new BUFFER node holding `buffer` (a base buffer of a valid spec: an output of a run)."""
+    # built directly (the spec is valid: no re-checks). The next op on a result asks for its shape and device at
+    # once: a BUFFER node's are (size,) and its device (graph._infer_shape / _infer_device), so they go into graph's
+    # per-node caches now instead of by a graph walk; and a BUFFER node has no movement chain to fold.
+    size, device = buffer.size, buffer.device
+    node = UOp(Ops.BUFFER, buffer.dtype, (), BufferArg(next(_fresh_numbers), size, device))
     SHAPE.set(node, (size,))
     DEVICE.set(node, device)
     mark_folded(node)
-    buffer = Buffer(device, size, dtype)
     BUFFER_SLOT.set(node, buffer)
-    return node, buffer
+    return node
+
+
+def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
+    """A new BUFFER node for an output of a run, with its (unallocated) runtime Buffer attached."""
+    buffer = Buffer(device, size, dtype)
+    return buffer_node(buffer), buffer
 
 
 def _constant_bytes(node: UOp) -> bytes:

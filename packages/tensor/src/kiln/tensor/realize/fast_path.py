@@ -29,6 +29,7 @@ cache lifted into buffers, fixed for the key's constant), are remembered.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kiln.runtime import Buffer
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
@@ -112,13 +113,28 @@ class EagerFastPath:
         self.limit = limit
         self.hits = 0
         self._entries: dict[FastKey, FastEntry] = {}  # first in, first out
+        # the eager lane's entries (`kiln.tensor.realize.eager_lane`), by its key, built from these: read directly
+        # on every op of a tensor and a number; first in, first out; cleared with them
+        self.lanes: dict[FastKey, Any] = {}  # (`eager_lane.LaneEntry`: that module builds on this one)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        """Forgets every entry (the engine's plans or programs were cleared)."""
+        """Forgets every entry and every eager lane entry (the engine's plans or programs were cleared)."""
         self._entries.clear()
+        self.lanes.clear()
+
+    def entry(self, key: FastKey) -> FastEntry | None:
+        """The entry of a `structure_of` key, or None."""
+        return self._entries.get(key)
+
+    def remember_lane(self, key: FastKey, lane: Any) -> None:
+        """Keeps an eager lane entry under `key` (the oldest first out past `limit`)."""
+        lanes = self.lanes
+        if key not in lanes and len(lanes) >= self.limit:
+            del lanes[next(iter(lanes))]
+        lanes[key] = lane
 
     def find(self, root: UOp) -> tuple[FastEntry, list[Buffer | None]] | None:
         """The entry of `root`'s structure and the Buffer under each of its sources (None for a source over no
