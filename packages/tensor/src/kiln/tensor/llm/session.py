@@ -249,6 +249,7 @@ def load_chat_model(
     *,
     max_context: int | None = None,
     chat_template: str | os.PathLike[str] | None = None,
+    kv_blocks: int | None = None,
 ) -> ChatModel:
     """Loads a model (GGUF or safetensors folder), its tokenizer and its chat template.
 
@@ -256,9 +257,10 @@ def load_chat_model(
         path: the .gguf file or the model's folder.
         max_context: as `load_model`.
         chat_template: a Jinja file to use instead of the model's own template.
+        kv_blocks: decode requests together over a paged KV pool of this many blocks (`ChatModel.kv_blocks`).
     """
     loaded = load_model(path, max_context=max_context)
     tokenizer = load_tokenizer(loaded)
     found = find_chat_template(loaded, chat_template)
     template = None if found is None else ChatTemplate(found[0], _special_token_texts(tokenizer), found[1])
-    return ChatModel(loaded, tokenizer, template)
+    return ChatModel(loaded, tokenizer, template, kv_blocks)
