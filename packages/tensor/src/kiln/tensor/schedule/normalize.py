@@ -291,15 +291,13 @@ def normalize(
     # iterative post-order walk (sources left to right); a realized node stands for its view (movement ops over
     # BUFFER nodes). A node is pushed again under its unresolved sources and finished when it comes back on top.
     stack: list[UOp] = list(reversed(uops))
-    # nodes whose sources were pushed: when one is on top again, every source is resolved (a DAG: the nodes above it
-    # on the stack are its own sources and theirs), so it is finished without its checks again
+    # nodes whose sources were pushed (`_descend`): on top again, every source is resolved (a DAG), so it is finished
     expanded: set[UOp] = set()
     while stack:
         node = stack[-1]
         if node in resolved:
             stack.pop()
             continue
-        sources = node.src
         if node not in expanded:
             if self_epoch(node) == epoch:
                 resolved[node] = pure_form(node) or node
@@ -339,21 +337,17 @@ def normalize(
                 else:
                     stack.append(view)
                 continue
-            if _descend(node, sources, stack, resolved, expanded):
+            if _descend(node, stack, resolved, expanded):
                 continue
         stack.pop()
         _rebuild(node, resolved, lifting, epoch)
     return NormalizedGraph(tuple([resolved[uop] for uop in uops]), tuple(inputs), tuple(constants))
 
 
-def _descend(
-    node: UOp, sources: tuple[UOp, ...], stack: list[UOp], resolved: Mapping[UOp, object], expanded: set[UOp]
-) -> bool:
-    """One step down of the post-order walks (`normalize`, `walk_structure`): pushes the unresolved `sources` of
-    `node`, the top of `stack`; True when there were any (`node` is then `expanded`: when it is on top again, every
-    source is resolved)."""
+def _descend(node: UOp, stack: list[UOp], resolved: Mapping[UOp, object], expanded: set[UOp]) -> bool:
+    """Pushes the unresolved sources of `node`, the top of a walk's `stack`; True (`node` then expanded) if any."""
     waiting = len(stack)
-    for source in reversed(sources):
+    for source in reversed(node.src):
         if source not in resolved:
             stack.append(source)
     if len(stack) == waiting:
@@ -587,7 +581,7 @@ def walk_structure(uops: Sequence[UOp], numbering: StructureNumbering) -> Struct
                 else:
                     stack.append(view)
                 continue
-            if _descend(node, sources, stack, resolved, expanded):
+            if _descend(node, stack, resolved, expanded):
                 continue
         stack.pop()
         content = (node.op, node.dtype, content_arg(node.arg), content_arg(node.tag), *[resolved[s] for s in sources])
