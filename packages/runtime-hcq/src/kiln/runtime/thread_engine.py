@@ -208,25 +208,26 @@ class ThreadQueueEngine:
         self, function: Callable[..., None], arguments: tuple[int, ...], signal: TimelineSignal, value: int
     ) -> bool:
         """`run_call_inline` of a native kernel's own entry point: `function(*arguments)` (its buffer addresses)
-        without an argument block or launch sizes, under the same conditions (an idle engine that has not failed),
-        the same lock and the same failure handling. False, having run nothing, when the engine is not idle."""
-        if self._closed or self.error is not None:
+        without an argument block or launch sizes, under the same conditions (an idle engine that has not failed)
+        and failure handling. False, having run nothing, when the engine is not idle.
+
+        It claims nothing: holding `_run_lock` with nothing outstanding means nothing is queued or running (the
+        worker holds that lock while it runs a list and counts a list done after it lets go), and a list submitted
+        meanwhile waits for the lock, so it runs after this launch, as it was submitted after it."""
+        if self._closed or self.error is not None or self._outstanding:
             return False
-        if not self._claim_idle():
-            return False
-        try:
-            with self._run_lock:
-                try:
-                    function(*arguments)
-                    signal.set(value)
-                except Exception as error:  # kept like a queued failure: seen at the next wait or submit
-                    self.error = error
-                    signal.fail(error)
-                except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
-                    signal.set(value)
-                    raise
-        finally:
-            self._finish_one()
+        with self._run_lock:
+            if self._outstanding:
+                return False
+            try:
+                function(*arguments)
+                signal.set(value)
+            except Exception as error:  # kept like a queued failure: seen at the next wait or submit
+                self.error = error
+                signal.fail(error)
+            except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
+                signal.set(value)
+                raise
         return True
 
     def _claim_idle(self) -> bool:
