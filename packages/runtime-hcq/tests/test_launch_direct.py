@@ -33,9 +33,9 @@ def _buffers(seed: int) -> tuple[list[Buffer], list[np.ndarray]]:
 
 
 def _output(buffer: Buffer) -> np.ndarray:
-    out = np.empty(buffer.size, np.float32)
-    buffer.copyout(memoryview(out).cast("B"))
-    return out
+    raw = np.empty(buffer.nbytes, np.uint8)
+    buffer.copyout(raw)
+    return raw.view(np.float32)
 
 
 def test_a_direct_launch_gives_numpys_values_and_advances_the_timeline() -> None:
