@@ -10,6 +10,7 @@ from kiln.tensor.nn.functional import fold
 from kiln.tensor.onnx.attributes import Attributes
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import one_of, operator
+from kiln.tensor.onnx.strided_conv import space_to_depth_convolution
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["convolution", "spatial_pads"]
@@ -95,7 +96,12 @@ def _conv(call: NodeCall) -> Tensor:
     kernel = weight.shape[2:]
     strides, dilations = _kernel_geometry(call, kernel)
     pads = spatial_pads(call.attributes, x.shape[2:], kernel, strides, dilations)
-    return convolution(_pad_spatial(x, pads), weight, bias, strides, dilations, call.attributes.int("group", 1))
+    padded, groups = _pad_spatial(x, pads), call.attributes.int("group", 1)
+    weight_host = call.host_values[1] if len(call.host_values) > 1 else None
+    regrouped = space_to_depth_convolution(padded, weight, weight_host, bias, strides, dilations, groups)
+    if regrouped is not None:
+        return regrouped
+    return convolution(padded, weight, bias, strides, dilations, groups)
 
 
 @operator(
