@@ -24,8 +24,10 @@ from kiln.tensor.llm.json_grammar import (
     remaining,
     text_anchor,
     token_texts,
+    vocabulary_texts,
 )
 from kiln.tensor.llm.session import load_chat_model
+from kiln.tensor.llm.tokenizer import Tokenizer
 
 ALPHABET = [*'{}[]":, \\"tfrueanl0123456789-.eE+uabcdefxyzé中\n\t', "é", '"', '"']
 PIECES = ['{"', '":', '",', '"}', "}}", "]}", ', "', ": ", "true", "null", "false", '"a"', '"key"', '"b":', "\\n"]
@@ -170,3 +172,26 @@ def test_a_tokenizers_vocabulary_holds_each_token_decoded_after_the_anchor(chat_
     assert vocabulary.texts == expected
     assert special and not special & set(vocabulary.texts)
     assert vocabulary.stop_ids == sorted(tokenizer.stop_ids)
+
+
+def test_vocabulary_texts_equal_one_by_one_decoding_for_other_and_odd_vocabularies() -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    # a SentencePiece-like vocabulary (decoded by the backend in one batch)
+    pieces = {"<unk>": 0, "\u2581a": 1, "a": 2, "\u2581hello": 3, "lo": 4, "\u2581": 5, "\u2581\u00e9t\u00e9": 6}
+    metaspace = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=pieces, merges=[], unk_token="<unk>"))
+    metaspace.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    metaspace.decoder = tokenizers.decoders.Metaspace()
+    # byte-level entries, with odd ones: a raw space, a raw CJK character (not GPT-2's spelling), half of a
+    # two-byte character, an added token that is not special, a special one
+    names = {"a": 0, "\u0120b": 1, "\u00c3\u00a9": 2, " x": 3, "\u4e2d": 4, "\u00c3": 5, "\u010a\u0109": 6}
+    names["\u00a0y"] = 7  # a raw no-break space: UTF-8's two bytes, not the byte 0xA0
+    byte_level = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=names, merges=[]))
+    byte_level.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    byte_level.decoder = tokenizers.decoders.ByteLevel()
+    byte_level.add_tokens(["<tool>"])
+    byte_level.add_special_tokens(["<|end|>"])
+    for tokenizer in (Tokenizer(metaspace), Tokenizer(byte_level, eos_id=9)):
+        special = tokenizer.special_ids | tokenizer.stop_ids
+        expected = token_texts(tokenizer.decode, tokenizer.vocab_size, special, text_anchor(tokenizer))
+        assert vocabulary_texts(tokenizer) == expected
+    assert vocabulary_texts(Tokenizer(byte_level, eos_id=9))[2] == "\u00e9"

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import tokenizers
 
 from kiln.tensor.llm.grammar_index import TokenIndex
 from kiln.tensor.llm.json_schema import (
@@ -41,7 +42,8 @@ from kiln.tensor.llm.json_schema import (
 from kiln.tensor.llm.tokenizer import Tokenizer
 
 __all__ = ["JSON_OBJECT", "Node", "SchemaError", "TokenConstraint", "Vocabulary", "accepts", "compile_schema", "feed",
-           "initial", "make_node", "remaining", "text_anchor", "token_costs", "token_text", "token_texts"]  # fmt: skip
+           "initial", "make_node", "remaining", "text_anchor", "token_costs", "token_text", "token_texts",
+           "vocabulary_texts"]  # fmt: skip
 
 _DIGITS = "0123456789"
 _HEX = "0123456789abcdefABCDEF"
@@ -388,7 +390,8 @@ class Vocabulary:
         self.size = size
         self.stop_ids = sorted(i for i in stop_ids if 0 <= i < size)
         self.texts = dict(texts)
-        self.index = TokenIndex({i: text for i, text in texts.items() if 0 <= i < size}, width)
+        inside = min(texts, default=0) >= 0 and max(texts, default=0) < size
+        self.index = TokenIndex(texts if inside else {i: text for i, text in texts.items() if 0 <= i < size}, width)
         self.cache_bytes = cache_bytes
         self._costs: OrderedDict[State, np.ndarray] = OrderedDict()
         self._cached_bytes = 0
@@ -397,16 +400,7 @@ class Vocabulary:
     @classmethod
     def of(cls, tokenizer: Tokenizer, size: int) -> Vocabulary:
         """The vocabulary of `tokenizer` for a model of `size` logits (special tokens never allowed but to stop)."""
-        special = tokenizer.special_ids | tokenizer.stop_ids
-        ids = [token_id for token_id in range(tokenizer.vocab_size) if token_id not in special]
-        anchor = text_anchor(tokenizer)
-        # `token_text` for every id at once: the backend decodes the whole batch in native code
-        prefix = "" if anchor is None else tokenizer.decode([anchor])
-        batch = [[token_id] if anchor is None else [anchor, token_id] for token_id in ids]
-        decoded = tokenizer.backend.decode_batch(batch, skip_special_tokens=False)
-        texts = {token_id: both[len(prefix) :] if both.startswith(prefix) else "\ufffd"
-                 for token_id, both in zip(ids, decoded, strict=True)}  # fmt: skip
-        return cls(texts, size, tokenizer.stop_ids)
+        return cls(vocabulary_texts(tokenizer), size, tokenizer.stop_ids)
 
     def costs(self, state: State) -> np.ndarray:
         """`remaining` after each token id from `state` (uint16, or int32 when a cost does not fit), the array's
@@ -499,3 +493,43 @@ def text_anchor(tokenizer: Tokenizer) -> int | None:
     """The token of "a" when it is one token (the anchor of `token_text`), else None."""
     ids = tokenizer.encode("a", add_special=False)
     return ids[0] if len(ids) == 1 else None
+
+
+def vocabulary_texts(tokenizer: Tokenizer) -> dict[int, str]:
+    """`token_texts` of every token but the special ones and the stop ids, at once: a byte-level vocabulary's texts
+    are its entries' bytes (GPT-2's spelling undone, then UTF-8 with U+FFFD for what is not a whole character, as the
+    backend's decoder does); any other vocabulary is decoded in one batch by the backend."""
+    special = tokenizer.special_ids | tokenizer.stop_ids
+    ids = [token_id for token_id in range(tokenizer.vocab_size) if token_id not in special]
+    backend = tokenizer.backend
+    added = backend.get_added_tokens_decoder()
+    texts: dict[int, str] = {}
+    if isinstance(backend.decoder, tokenizers.decoders.ByteLevel):
+        for token_id in ids:
+            name = backend.id_to_token(token_id)
+            if name is None or token_id in added:
+                continue
+            try:
+                texts[token_id] = name.translate(_BYTE_OF_SPELLING).encode("latin-1").decode("utf-8", "replace")
+            except UnicodeEncodeError:  # not GPT-2's spelling: decoded below
+                continue
+    anchor = text_anchor(tokenizer)
+    rest = [token_id for token_id in ids if token_id not in texts]
+    prefix = "" if anchor is None else tokenizer.decode([anchor])
+    batch = [[token_id] if anchor is None else [anchor, token_id] for token_id in rest]
+    for token_id, both in zip(rest, backend.decode_batch(batch, skip_special_tokens=False), strict=True):
+        texts[token_id] = both[len(prefix) :] if both.startswith(prefix) else "\ufffd"  # as `token_text` cuts
+    return texts
+
+
+def _byte_spellings() -> dict[int, int]:
+    """GPT-2's byte-level spelling undone, as a `str.translate` table: the printable bytes are spelled as themselves,
+    the others as 256, 257, ... in byte order; each maps to the character whose code is the byte. The other bytes as
+    themselves are no spelling: they map past latin-1, so that encoding refuses them."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [byte for byte in range(256) if byte not in printable]
+    spelled = {byte: byte for byte in printable} | {256 + k: byte for k, byte in enumerate(others)}
+    return spelled | {byte: 0xFFFF for byte in others}
+
+
+_BYTE_OF_SPELLING = _byte_spellings()
