@@ -57,6 +57,23 @@ def test_greedy_sequences_joining_and_leaving_equal_each_alone(model: str, file:
     assert {width for _, width, _ in batched.paged_steps} <= {1, 2, 3}
 
 
+def test_seeded_sampling_and_logprobs_equal_each_alone() -> None:
+    loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
+    requests = [
+        {"prompt_ids": [1, 5, 9], "max_tokens": 10, "temperature": 0.9, "top_k": 20, "seed": 1},
+        {"prompt_ids": [2, 3], "max_tokens": 12, "temperature": 0.0, "logprobs": 2},
+        {"prompt_ids": [7, 8, 9, 10], "max_tokens": 8, "temperature": 1.3, "top_p": 0.8, "seed": 2},
+        {"prompt_ids": [1, 5, 9, 4], "max_tokens": 9, "temperature": 0.7, "seed": 3},
+    ]
+    expected = []
+    for request in requests:
+        options = {key: value for key, value in request.items() if key not in ("prompt_ids", "logprobs")}
+        expected.append(list(Generator(loaded).generate(request["prompt_ids"], **options)))  # type: ignore[arg-type]
+    batched = PagedBatchedGenerator(loaded, slots=4, prefill_chunk=8, kv_blocks=32, block_size=4)
+    got = run_all(batched, requests, join_at=[0, 0, 1, 2])
+    assert got == expected
+
+
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral_sw", "deepseek2"])
 def test_transformers_tokens_among_other_sequences(family: str) -> None:
     """Sliding windows (their own pool, released behind the window), Gemma 3's local rotary and MLA's latent rows

@@ -23,6 +23,8 @@ import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = ["ROOT", "SCRATCH_BLOCK", "BlockCopy", "BlockPool", "BlockTable", "KVPoolExhausted"]
 
 SCRATCH_BLOCK = 0
@@ -71,15 +73,14 @@ class BlockTable:
             raise IndexError(f"position {position} lies in a block released outside the window")
         return block * self.pool.block_size + position % self.pool.block_size
 
-    def rows(self, count: int) -> list[int]:
+    def rows(self, count: int) -> np.ndarray:
         """The pool rows of positions 0 .. count - 1 (a released block's positions read the scratch block's rows,
         which a sliding layer's mask hides)."""
         size = self.pool.block_size
-        out = []
-        for position in range(count):
-            block = self.blocks[position // size] if position // size < len(self.blocks) else None
-            out.append((SCRATCH_BLOCK if block is None else block) * size + position % size)
-        return out
+        blocks = [SCRATCH_BLOCK if block is None else block for block in self.blocks[: -(-count // size)]]
+        blocks += [SCRATCH_BLOCK] * (-(-count // size) - len(blocks))
+        starts = np.array(blocks, np.int64).reshape(-1, 1) * size
+        return (starts + np.arange(size)).reshape(-1)[:count]
 
     def write(self, start: int, tokens: list[int]) -> list[BlockCopy]:
         """Makes positions start .. start + len(tokens) - 1 writable for `tokens` (start <= length: a sequence
