@@ -18,7 +18,7 @@ from enum import IntEnum
 from kiln.tensor.tensor import Tensor
 from kiln.uops import DType, dtypes
 
-__all__ = ["GGML_BLOCKS", "BlockFormat", "GGMLType", "dequantize"]
+__all__ = ["GGML_BLOCKS", "RUN_DECODES", "BlockFormat", "GGMLType", "RunDecode", "dequantize"]
 
 QK_K = 256  # elements of a K-quant super-block
 
@@ -175,20 +175,54 @@ def _k_scales_mins(raw: Tensor) -> tuple[Tensor, Tensor]:
     return _float(scales).reshape(-1, 8, 1), _float(mins).reshape(-1, 8, 1)
 
 
-def _q4_k(raw: Tensor) -> Tensor:
+def _k_run_scales(raw: Tensor) -> tuple[Tensor, Tensor]:
+    """Q4_K / Q5_K: each 32-run's step d * scale and offset dmin * min, float32 (blocks, 8, 1): a value of the run
+    decodes as step * q - offset (both products exact in float32: 11-bit d times a 6-bit scale)."""
     scales, mins = _k_scales_mins(raw)
-    quants = _float(_nibbles(raw[:, 16:144].reshape(-1, 4, 32)).reshape(-1, 8, 32))
-    values = _f16(raw, 0).reshape(-1, 1, 1) * scales * quants - _f16(raw, 2).reshape(-1, 1, 1) * mins
-    return values.reshape(-1, QK_K)
+    return _f16(raw, 0).reshape(-1, 1, 1) * scales, _f16(raw, 2).reshape(-1, 1, 1) * mins
+
+
+def _q4_k_quants(raw: Tensor) -> Tensor:
+    """Q4_K's 4-bit quants as float32 (blocks, 8, 32): run 2 p holds the low nibbles of bytes 32 p .. 32 p + 31,
+    run 2 p + 1 their high nibbles."""
+    return _float(_nibbles(raw[:, 16:144].reshape(-1, 4, 32)).reshape(-1, 8, 32))
+
+
+def _q5_k_quants(raw: Tensor) -> Tensor:
+    """Q5_K's 5-bit quants as float32 (blocks, 8, 32): nibbles like Q4_K's, bit j of qh[l] the fifth bit of run j."""
+    high = _bits(raw[:, 16:48], 1, dim=-2)  # (blocks, 8, 32): bit j of qh[l] belongs to sub-block j
+    low = _nibbles(raw[:, 48:176].reshape(-1, 4, 32)).reshape(-1, 8, 32)
+    return _float(low | (high << 4))
+
+
+def _q4_k(raw: Tensor) -> Tensor:
+    step, offset = _k_run_scales(raw)
+    return (step * _q4_k_quants(raw) - offset).reshape(-1, QK_K)
 
 
 def _q5_k(raw: Tensor) -> Tensor:
-    scales, mins = _k_scales_mins(raw)
-    high = _bits(raw[:, 16:48], 1, dim=-2)  # (blocks, 8, 32): bit j of qh[l] belongs to sub-block j
-    low = _nibbles(raw[:, 48:176].reshape(-1, 4, 32)).reshape(-1, 8, 32)
-    quants = _float(low | (high << 4))
-    values = _f16(raw, 0).reshape(-1, 1, 1) * scales * quants - _f16(raw, 2).reshape(-1, 1, 1) * mins
-    return values.reshape(-1, QK_K)
+    step, offset = _k_run_scales(raw)
+    return (step * _q5_k_quants(raw) - offset).reshape(-1, QK_K)
+
+
+@dataclass(frozen=True)
+class RunDecode:
+    """A format whose every 32-run decodes as step * quant - offset: `run_scales` gives the float32 step and offset
+    of each run of the raw blocks (blocks, runs per block, 1), `quants` the float32 quants (blocks, runs, 32).
+
+    Both are the decoder's own terms, so step * quants - offset is the decoded value bit for bit; a product that
+    keeps the (few, read-only) steps and offsets decoded once reads them as two floats per run instead of
+    decoding six-bit fields and float16s for every run of every product."""
+
+    run_scales: Callable[[Tensor], tuple[Tensor, Tensor]]
+    quants: Callable[[Tensor], Tensor]
+
+
+RUN_DECODES: dict[GGMLType, RunDecode] = {
+    GGMLType.Q4_K: RunDecode(_k_run_scales, _q4_k_quants),
+    GGMLType.Q5_K: RunDecode(_k_run_scales, _q5_k_quants),
+}
+"""The ggml types decoded run by run as step * quant - offset (kiln.tensor.llm.quantized keeps their steps)."""
 
 
 def _q6_k(raw: Tensor) -> Tensor:
