@@ -158,6 +158,25 @@ class Buffer:
         self.offset = base.offset + offset
         self.options = base.options
 
+    @classmethod
+    def allocated_like(cls, other: Buffer) -> Buffer:
+        """A new base buffer of `other`'s device, size, dtype and options, allocated by `other`'s allocator (an
+        allocated buffer): the constructor's checks and device lookup are skipped, `other` passed them (the eager
+        lane makes each output like the previous one)."""
+        allocator = other._allocator
+        if allocator is None:
+            raise RuntimeError(f"allocated_like needs an allocated buffer, got {other!r}")
+        buffer = cls.__new__(cls)
+        buffer.device, buffer.size, buffer.dtype, buffer.options = other.device, other.size, other.dtype, other.options
+        nbytes = buffer._nbytes = other._nbytes
+        buffer._views = None
+        buffer._base = None
+        buffer.offset = 0
+        buffer._allocator = None  # (set once the memory is there: a failed allocation leaves nothing to free)
+        buffer._opaque = allocator.alloc(nbytes or 1, other.options)
+        buffer._allocator = allocator
+        return buffer
+
     # -- properties --------------------------------------------------------------------------------------------------
     @property
     def base(self) -> Buffer:

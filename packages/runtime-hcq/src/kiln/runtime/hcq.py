@@ -324,6 +324,25 @@ class HCQCompiled(DeviceBase):
                 self.timeline_value = value + 1
             return ran
 
+    def launch_direct_many(self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]]) -> bool:
+        """`launch_direct` of several native entry points in order, as one list (one timeline value): each
+        `function(*arguments)` of `calls` in the calling thread when the compute engine can (`run_direct_list`) and
+        everything submitted before is done; False, having run nothing, otherwise."""
+        run_direct_list = getattr(self.compute_engine, "run_direct_list", None)
+        if run_direct_list is None:
+            return False
+        timeline = self.timeline_signal
+        with self._submit_lock:
+            value = self.timeline_value
+            try:
+                ran = timeline._memory[0] >= value - 1 and run_direct_list(calls, timeline, value)
+            except BaseException:
+                self._interrupted_at(value)
+                raise
+            if ran:
+                self.timeline_value = value + 1
+            return bool(ran)
+
     def _run_here(
         self, value: int, run_inline: Callable[[Sequence[HCQCommand]], bool], commands: Sequence[HCQCommand]
     ) -> bool:

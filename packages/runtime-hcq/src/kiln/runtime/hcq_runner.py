@@ -86,7 +86,7 @@ class HCQProgramRunner(ProgramRunner):
         if entry is None:
             if self._direct_known:
                 return False
-            entry = self._find_direct_entry()
+            entry = self.direct_call()
             if entry is None:
                 return False
         if profiling_enabled():
@@ -100,13 +100,23 @@ class HCQProgramRunner(ProgramRunner):
             addresses.append(address)
         return self.device.launch_direct(entry, tuple(addresses))
 
-    def _find_direct_entry(self) -> Callable[..., None] | None:
-        # a one-core native kernel (`NativeKernel.direct_entry`) of an inline launch with the pointers first
+    def direct_call(self) -> Callable[..., None] | None:
+        """What a direct launch calls with the buffer addresses (in slot order) alone: the entry point of a one-core
+        native kernel (`NativeKernel.direct_entry`) of an inline launch without variables, else None. The caller
+        runs it through `HCQCompiled.launch_direct` / `launch_direct_many` (the queue's order), on addresses aligned
+        to `alignment_mask`."""
+        if self._direct_known:
+            return self._direct_entry
         entry = getattr(self.kernel, "direct_entry", None)
         direct = self._inline_call and self._kernel_unbound and self.arg_layout.pointers_first and callable(entry)
         self._direct_entry = entry if direct else None
         self._direct_known = True
         return self._direct_entry
+
+    @property
+    def alignment_mask(self) -> int:
+        """The low address bits every buffer of a launch must have clear (the largest slot alignment, minus one)."""
+        return self._alignment_mask
 
     @property
     def batchable(self) -> bool:

@@ -230,6 +230,28 @@ class ThreadQueueEngine:
                 raise
         return True
 
+    def run_direct_list(
+        self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]], signal: TimelineSignal, value: int
+    ) -> bool:
+        """`run_direct_inline` of several entry points in order, then the one signal (a replayed list of kernels):
+        the same conditions, lock and failure handling (a failing call stops the list, as on the worker)."""
+        if self._closed or self.error is not None or self._outstanding:
+            return False
+        with self._run_lock:
+            if self._outstanding:
+                return False
+            try:
+                for function, arguments in calls:
+                    function(*arguments)
+                signal.set(value)
+            except Exception as error:  # kept like a queued failure: seen at the next wait or submit
+                self.error = error
+                signal.fail(error)
+            except BaseException:  # the caller was interrupted: the rest is abandoned, the engine stays usable
+                signal.set(value)
+                raise
+        return True
+
     def _claim_idle(self) -> bool:
         """Claims the idle engine for an inline list (counted as outstanding); False if anything is outstanding."""
         with self._state_lock:

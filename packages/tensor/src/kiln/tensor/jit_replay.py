@@ -10,6 +10,7 @@ kernels when kernels with variables replayed one by one: 3 ms of a 15 ms step at
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -88,7 +89,7 @@ class ReplayBatch:
     not read or write an argument and have no variables reuse the command built at capture; the others get a fresh
     one per replay (the call's buffers, variable values and launch sizes)."""
 
-    __slots__ = ("commands", "device", "inline", "patched")
+    __slots__ = ("commands", "device", "direct", "direct_patched", "inline", "kept", "patched")
 
     def __init__(self, device: HCQCompiled, steps: list[CapturedStep]) -> None:
         self.device = device
@@ -106,8 +107,32 @@ class ReplayBatch:
                 self.commands.append(_command(runner, step.buffers, None))
         # tiny kernels only: run the list in the calling thread when the device is idle (no thread handoff)
         self.inline = all(step.runner.inline for step in steps)
+        self.direct: list[tuple[Callable[..., None], tuple[int, ...]]] | None = None
+        self.direct_patched: list[tuple[int, HCQProgramRunner, list[Buffer | None], tuple[tuple[int, int], ...]]] = []
+        self.kept = [step.buffers for step in steps]  # the captured buffers the prebuilt addresses point into
+        if self.inline:
+            self._prebind(steps)
+
+    def _prebind(self, steps: list[CapturedStep]) -> None:
+        # every kernel a one-core native one without variables: the replay is a flat loop of entry-point calls on
+        # addresses worked out here (`HCQCompiled.launch_direct_many`); a kernel touching an argument gets its
+        # addresses per call
+        calls: list[tuple[Callable[..., None], tuple[int, ...]]] = []
+        for index, step in enumerate(steps):
+            runner = step.runner
+            entry = runner.direct_call() if isinstance(runner, HCQProgramRunner) and not step.var_vals else None
+            if entry is None:
+                return
+            present = cast(list[Buffer], step.buffers)
+            calls.append((entry, runner.buffer_addresses(present)))
+            if step.patches:
+                self.direct_patched.append((index, runner, step.buffers, step.patches))
+        self.direct = calls
 
     def __call__(self, inputs: list[Buffer], values: dict[str, int]) -> None:
+        direct = self.direct
+        if direct is not None and not knobs.PROFILE and self._call_direct(direct, inputs):
+            return
         commands = self.commands
         if self.patched:
             commands = list(commands)
@@ -119,6 +144,34 @@ class ReplayBatch:
                 commands[index] = _command(runner, buffers, var_vals)
         # every None (a kernel touching an argument) was replaced above
         self.device.launch_many(cast(list[ExecCommand], commands), inline=self.inline)
+
+    def _call_direct(self, direct: list[tuple[Callable[..., None], tuple[int, ...]]], inputs: list[Buffer]) -> bool:
+        # the flat loop of entry-point calls, when the arguments are aligned and the device is idle
+        calls = _direct_calls(self, direct, inputs)
+        return calls is not None and self.device.launch_direct_many(calls)
+
+
+def _aligned(addresses: tuple[int, ...], mask: int) -> bool:
+    return all(not address & mask for address in addresses)
+
+
+def _direct_calls(
+    batch: ReplayBatch, direct: list[tuple[Callable[..., None], tuple[int, ...]]], inputs: list[Buffer]
+) -> list[tuple[Callable[..., None], tuple[int, ...]]] | None:
+    """The batch's calls with the arguments' addresses in (checked like a launch's), or None when one is not
+    aligned as its kernel reads it (then the exec commands run)."""
+    if not batch.direct_patched:
+        return direct
+    calls = list(direct)
+    for index, runner, template, patches in batch.direct_patched:
+        buffers = list(template)
+        for position, number in patches:
+            buffers[position] = inputs[number]
+        addresses = runner.buffer_addresses(cast(list[Buffer], buffers))
+        if not _aligned(addresses, runner.alignment_mask):
+            return None
+        calls[index] = (calls[index][0], addresses)
+    return calls
 
 
 def replay_segments(steps: list[CapturedStep]) -> list[ReplayStep | ReplayBatch]:

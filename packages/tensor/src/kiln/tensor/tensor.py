@@ -47,6 +47,7 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize import eager_lane, engine
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
+from kiln.tensor.realize.graph_lock import graph_lock
 from kiln.tensor.realize.mutation import share_root_before_realize, track, write
 from kiln.tensor.schedule import alias_base, realized_view, record_realized
 from kiln.tensor.sharding import gathered, lower_sharded
@@ -195,7 +196,10 @@ class Tensor(
         state["_lane"] = value
         state["_requires_grad"] = None
         state["grad"] = None
-        track(tensor)
+        entry = value.entry
+        assert entry is not None  # a pending value
+        with graph_lock:  # `track`, with the engine at hand (the one whose lane made the value: the current one)
+            entry.engine.tensors.track(tensor)
         return tensor
 
     def _lane_or(self, method: str, other: Any, result: Any) -> Self:

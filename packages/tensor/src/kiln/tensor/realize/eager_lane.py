@@ -30,6 +30,7 @@ realized (it holds its output Buffer). Anything the lane does not cover takes th
 from __future__ import annotations
 
 import time
+from math import prod
 from typing import TYPE_CHECKING
 
 from kiln.runtime import Buffer
@@ -73,6 +74,7 @@ class LaneEntry:
         "fixed",
         "flops",
         "layout",
+        "like_source",
         "mem_bytes",
         "op",
         "output",
@@ -101,6 +103,10 @@ class LaneEntry:
         self.position, self.constant = position, node.src[1 - position]
         self.output, self.reshape = output, reshape
         self.layout: Layout = (node.dtype, graph.shape_of(node), output[0])
+        # whether the output has the operand's size and dtype (then it is made like the operand's buffer; an ALU
+        # op's operands and result share one device)
+        operand = node.src[position]
+        self.like_source = output[1:] == (prod(graph.shape_of(operand)), operand.dtype)
 
 
 class LaneValue:
@@ -256,8 +262,10 @@ def run(value: LaneValue) -> bool:
                 return False
         if not buffer.is_allocated:
             return False
-        device, size, dtype = entry.output
-        output = Buffer(device, size, dtype).allocate()
+        if entry.like_source and buffer.options is None:  # (the usual op: an output of its operand's spec)
+            output = Buffer.allocated_like(buffer)
+        else:
+            output = Buffer(*entry.output).allocate()
         buffers: list[Buffer] = []
         for kind, fixed in zip(entry.pattern, entry.fixed):
             buffers.append(output if kind == OUTPUT else buffer if kind == SOURCE else fixed)  # type: ignore[arg-type]
