@@ -10,8 +10,8 @@ scheduling it and running its kernels. torch runs in a subprocess on
 the same shapes (its own random data) with its default threads and times each row right after kiln's run of it (the
 same load on a shared machine); its gradients go through `torch.nn.grad` (no forward pass). Rows:
 - float32 matmul 512 / 1024 / 2048 and batched (8, 512, 512) @ (8, 512, 512): GFLOP/s (numpy: its BLAS); at 1024 also
-  a transposed right operand, a single row times the matrix (1, 1024) @ (1024, 1024), a narrow right operand
-  (1024, 16), and float16 / bfloat16 inputs accumulated in
+  a transposed right operand (A @ B.T) and a transposed left one (A.T @ B), a single row times the matrix
+  (1, 1024) @ (1024, 1024), a narrow right operand (1024, 16), and float16 / bfloat16 inputs accumulated in
   float32 (numpy: float32 on the same values; torch: the same dtype)
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
@@ -119,6 +119,10 @@ TORCH_SCRIPT = TORCH_STEPS + textwrap.dedent(
             size = int(key.split()[2])
             a, b = r(size, size), r(size, size)
             return lambda: a @ b.T
+        if key.startswith("matmul TL "):
+            size = int(key.split()[2])
+            a, b = r(size, size), r(size, size)
+            return lambda: a.T @ b
         if key.startswith("matmul narrow "):
             size = int(key.split()[2])
             a, b = r(size, size), r(size, 16)
@@ -264,8 +268,8 @@ def bench_batched_matmul(table: Table, device: str, repeats: int) -> None:
 
 
 def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) -> None:
-    """The matmul shapes and dtypes that must not fall off a cliff: a transposed right operand, one row times the
-    matrix (a vector-matrix product), a small right operand (n columns = 16), and float16 / bfloat16 inputs
+    """The matmul shapes and dtypes that must not fall off a cliff: a transposed right or left operand, one row times
+    the matrix (a vector-matrix product), a small right operand (n columns = 16), and float16 / bfloat16 inputs
     accumulated in float32 (numpy: its float32 matmul on the same values; torch: the same dtype)."""
     from kiln.tensor import dtypes
 
@@ -282,6 +286,14 @@ def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) ->
             f"matmul T {size}",
             lambda: a @ b.T,
             lambda: a_values @ b_values.T,
+            flops,
+            1e-3,
+        ),
+        (
+            f"matmul transposed @ {size}",
+            f"matmul TL {size}",
+            lambda: a.T @ b,
+            lambda: a_values.T @ b_values,
             flops,
             1e-3,
         ),
