@@ -383,7 +383,17 @@ def _tail(index: TokenIndex, lo: int, hi: int, depth: int, state: State, costs: 
 class Vocabulary:
     """A tokenizer's token texts prepared for masks: the prefix index (kiln.tensor.llm.grammar_index), the stop ids,
     and the cost arrays of the grammar states met so far (least recently used dropped beyond `cache_bytes`): the
-    JSON states repeat (inside a string, after a colon, ...), so most masks are one comparison over an array."""
+    JSON states repeat (inside a string, after a colon, ...), so most masks are one comparison over an array.
+
+    Args:
+        texts: token id -> the token's text as it reads after other text (`vocabulary_texts`); empty texts and ones
+            holding U+FFFD (a part of a character) are never allowed.
+        size: the model's logits (ids from `texts` at or past it are left out).
+        stop_ids: the ids allowed once the document is complete.
+        cache_bytes: the most bytes of cost arrays kept (one array is 2 bytes per logit).
+        width: the characters of each text the prefix index holds in its numpy matrix (longer texts are read on one
+            by one past it).
+    """
 
     def __init__(self, texts: Mapping[int, str], size: int, stop_ids: Iterable[int], cache_bytes: int = 64 << 20,
                  width: int = 32) -> None:  # fmt: skip
@@ -403,8 +413,8 @@ class Vocabulary:
         return cls(vocabulary_texts(tokenizer), size, tokenizer.stop_ids)
 
     def costs(self, state: State) -> np.ndarray:
-        """`remaining` after each token id from `state` (uint16, or int32 when a cost does not fit), the array's
-        largest value where the token is refused."""
+        """`remaining` after each token id from `state` (uint16, or int32 when a cost does not fit; read-only), the
+        array's largest value where the token is refused."""
         key = _canonical(state)
         with self._lock:
             found = self._costs.get(key)
@@ -415,9 +425,11 @@ class Vocabulary:
         small = int(walked.max(initial=0, where=walked != _NEVER32)) < _NEVER16
         by_id = np.full(self.size, _NEVER16 if small else _NEVER32, np.uint16 if small else np.int32)
         by_id[self.index.ids] = np.minimum(walked, _NEVER16).astype(np.uint16) if small else walked
+        by_id.flags.writeable = False  # shared by every constraint meeting the state
         with self._lock:
-            self._costs[key] = by_id
-            self._cached_bytes += by_id.nbytes
+            if key not in self._costs:  # (another thread may have walked the same state meanwhile)
+                self._costs[key] = by_id
+                self._cached_bytes += by_id.nbytes
             while self._cached_bytes > self.cache_bytes and len(self._costs) > 1:
                 self._cached_bytes -= self._costs.popitem(last=False)[1].nbytes
         return by_id

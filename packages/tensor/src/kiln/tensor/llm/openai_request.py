@@ -111,7 +111,8 @@ class RequestReader:
         # space when decoding one token), times 4 for normalizers that fold characters: a prompt with more bytes
         # than the context times that cannot fit, and is refused before it is tokenized.
         tokenizer = model.tokenizer
-        longest = max((len(tokenizer.decode([i]).encode()) for i in range(tokenizer.vocab_size)), default=1)
+        alone = tokenizer.backend.decode_batch([[i] for i in range(tokenizer.vocab_size)], skip_special_tokens=False)
+        longest = max((len(text.encode()) for text in alone), default=1)
         self.max_prompt_bytes = model.context_length * 4 * (longest + 1)
         self._vocabulary: Vocabulary | None = None  # made for the first constrained request
         self._vocabulary_lock = threading.Lock()  # its own lock: the enqueues must not wait for the vocabulary
