@@ -202,52 +202,6 @@ class Tensor(
             entry.engine.tensors.track(tensor)
         return tensor
 
-    def _lane_or(self, method: str, other: Any, result: Any) -> Self:
-        # (the normal path's `result` of `self <method> other`: the eager lane learns it when it can launch it)
-        if type(other) in (int, float) and type(self) is Tensor:
-            eager_lane.learn(self, method, other, result)
-        return result  # type: ignore[no-any-return]
-
-    def __add__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "add", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("add", other, ElementwiseMixin.__add__(self, other))
-
-    def __radd__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "radd", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("radd", other, ElementwiseMixin.__radd__(self, other))
-
-    def __sub__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "sub", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("sub", other, ElementwiseMixin.__sub__(self, other))
-
-    def __rsub__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rsub", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("rsub", other, ElementwiseMixin.__rsub__(self, other))
-
-    def __mul__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "mul", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("mul", other, ElementwiseMixin.__mul__(self, other))
-
-    def __rmul__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rmul", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("rmul", other, ElementwiseMixin.__rmul__(self, other))
-
-    def __truediv__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "truediv", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("truediv", other, ElementwiseMixin.__truediv__(self, other))
-
-    def __rtruediv__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rtruediv", other)) is not None and type(self) is Tensor:
-            return self._from_lane(value)
-        return self._lane_or("rtruediv", other, ElementwiseMixin.__rtruediv__(self, other))
-
     def _init_from_data(
         self, data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None
     ) -> None:

@@ -23,6 +23,7 @@ from kiln.tensor.ops.promotion import (
     scalar_value,
     true_divide_dtype,
 )
+from kiln.tensor.realize import eager_lane
 from kiln.tensor.symbolic import VariableValue, combined_size
 from kiln.uops import ConstType, DType, Ops, dtypes
 
@@ -428,23 +429,46 @@ class ElementwiseMixin(OperandMixin):
     # Python operators
     # ------------------------------------------------------------------------------------------------------------
 
+    # `tensor <op> number` first asks the eager lane (`kiln.tensor.realize.eager_lane`): met before on a buffer of the
+    # same layout, the op makes no graph node; otherwise the normal path builds one, and the lane learns the op from it
+
     def __add__(self, other: Self | ConstType) -> Self:
-        return self._sized(self._arithmetic(Ops.ADD, other, "add"), "+", other, False)
+        if (value := eager_lane.pending(self, "add", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("add", other, self._sized(self._arithmetic(Ops.ADD, other, "add"), "+", other, False))
 
     def __radd__(self, other: ConstType) -> Self:
-        return self._sized(self._arithmetic(Ops.ADD, other, "add", reverse=True), "+", other, True)
+        if (value := eager_lane.pending(self, "radd", other)) is not None:
+            return self._from_lane(value)
+        result = self._arithmetic(Ops.ADD, other, "add", reverse=True)
+        return self._learned("radd", other, self._sized(result, "+", other, True))
 
     def __sub__(self, other: Self | ConstType) -> Self:
-        return self._sized(self._subtract(other, reverse=False), "-", other, False)
+        if (value := eager_lane.pending(self, "sub", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("sub", other, self._sized(self._subtract(other, reverse=False), "-", other, False))
 
     def __rsub__(self, other: ConstType) -> Self:
-        return self._sized(self._subtract(other, reverse=True), "-", other, True)
+        if (value := eager_lane.pending(self, "rsub", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("rsub", other, self._sized(self._subtract(other, reverse=True), "-", other, True))
 
     def __mul__(self, other: Self | ConstType) -> Self:
-        return self._sized(self._arithmetic(Ops.MUL, other, "mul"), "*", other, False)
+        if (value := eager_lane.pending(self, "mul", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("mul", other, self._sized(self._arithmetic(Ops.MUL, other, "mul"), "*", other, False))
 
     def __rmul__(self, other: ConstType) -> Self:
-        return self._sized(self._arithmetic(Ops.MUL, other, "mul", reverse=True), "*", other, True)
+        if (value := eager_lane.pending(self, "rmul", other)) is not None:
+            return self._from_lane(value)
+        result = self._arithmetic(Ops.MUL, other, "mul", reverse=True)
+        return self._learned("rmul", other, self._sized(result, "*", other, True))
+
+    def _learned(self, method: str, other: object, result: Self) -> Self:
+        # the normal path's `result` of `self <method> other`: the eager lane learns it when it can launch it
+        if type(other) is int or type(other) is float:
+            eager_lane.learn(self, method, other, result)
+        return result
 
     def _sized(self, result: Self, op: str, other: object, reverse: bool) -> Self:
         """`result` of `self <op> other`; when this tensor stands for a bound Variable's size (a jitted function's
@@ -455,10 +479,14 @@ class ElementwiseMixin(OperandMixin):
         return result
 
     def __truediv__(self, other: Self | ConstType) -> Self:
-        return self.div(other)
+        if (value := eager_lane.pending(self, "truediv", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("truediv", other, self.div(other))
 
     def __rtruediv__(self, other: ConstType) -> Self:
-        return self.div(other, reverse=True)
+        if (value := eager_lane.pending(self, "rtruediv", other)) is not None:
+            return self._from_lane(value)
+        return self._learned("rtruediv", other, self.div(other, reverse=True))
 
     def __floordiv__(self, other: Self | ConstType) -> Self:
         return self._floor_divide(other, reverse=False)

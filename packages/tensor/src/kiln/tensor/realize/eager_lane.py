@@ -45,7 +45,6 @@ from kiln.uops import DType, GroupOp, Ops, UOp, dtypes, knobs
 
 if TYPE_CHECKING:
     from kiln.runtime import ProgramRunner
-    from kiln.tensor.core import TensorCore
 
 __all__ = ["LaneEntry", "LaneValue", "lane_key", "learn", "node_of", "pending", "run"]
 
@@ -136,7 +135,7 @@ def lane_key(method: str, layout: Layout, number: int | float) -> tuple[object, 
     return (method, layout, type(number), number, dtypes.default_float, dtypes.default_int)
 
 
-def pending(tensor: TensorCore, method: str, number: object) -> LaneValue | None:
+def pending(tensor: object, method: str, number: object) -> LaneValue | None:
     """The pending lane value of `tensor <method> number` when its key was learned and the lane may take it (see
     the module doc), else None (the normal path builds the node)."""
     kind = type(number)
@@ -165,7 +164,7 @@ def pending(tensor: TensorCore, method: str, number: object) -> LaneValue | None
     return LaneValue(entry, source)
 
 
-def learn(tensor: TensorCore, method: str, number: int | float, result: TensorCore) -> None:
+def learn(tensor: object, method: str, number: int | float, result: object) -> None:
     """Remembers `tensor <method> number` (whose normal-path result is `result`) when the fast path has an entry
     for `result`'s node, that node is a binary op over `tensor`'s node and a constant, and the lane can launch it."""
     if type(number) not in (int, float) or (type(number) is float and number == 0.0):
