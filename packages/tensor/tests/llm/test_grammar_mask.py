@@ -195,3 +195,18 @@ def test_vocabulary_texts_equal_one_by_one_decoding_for_other_and_odd_vocabulari
         expected = token_texts(tokenizer.decode, tokenizer.vocab_size, special, text_anchor(tokenizer))
         assert vocabulary_texts(tokenizer) == expected
     assert vocabulary_texts(Tokenizer(byte_level, eos_id=9))[2] == "\u00e9"
+
+
+def test_requests_with_equal_schemas_share_their_cached_states() -> None:
+    rng = np.random.default_rng(8)
+    texts = random_vocabulary(rng, 200)
+    vocabulary = Vocabulary(texts, len(texts), [len(texts) - 2])
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"enum": ["x", 1]}},
+                                               "b": {"type": "string"}}, "required": ["a", "b"]}  # fmt: skip
+    first, again = compile_schema(schema), compile_schema(schema)
+    assert first is not again and first == again and hash(first) == hash(again)
+    assert compile_schema({**schema, "required": ["a"]}) != first
+    check_generation(first, vocabulary, texts, np.random.default_rng(1), 40)
+    states = len(vocabulary._costs)
+    check_generation(again, vocabulary, texts, np.random.default_rng(1), 40)  # the same draws: every state cached
+    assert len(vocabulary._costs) == states > 3

@@ -32,10 +32,11 @@ class SchemaError(ValueError):
         self.keyword = keyword
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Node:
     """A compiled schema: `kind` is one of _TYPES, "any" (any JSON value), "enum" or "union" (`options`, told apart
-    by their first character)."""
+    by their first character). Equal schemas compile to equal nodes (with one hash, worked out once), so the grammar
+    states of two requests with the same schema share their cached masks."""
 
     kind: str
     properties: tuple[tuple[str, Node], ...] | None = None  # object: None takes any key with any value
@@ -44,6 +45,13 @@ class Node:
     literals: tuple[str, ...] = ()  # enum: the values' JSON texts
     options: tuple[Node, ...] = ()  # union
     shortest: int = field(default=1, compare=False)  # the fewest characters of a value
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.kind, self.properties, self.required, self.items, self.literals, self.options))
 
     def prop(self, name: str) -> Node:
         return self._by_name[name]
