@@ -1,10 +1,6 @@
 """`dimensioned`: torch's 1-d / 2-d / 3-d siblings of a spatial Tensor method (`max_unpool1d`, `max_unpool2d`, ...)
-made from one implementation that takes the number of spatial dims.
-
-The implementation is `function(self, dims, *arguments)`; each sibling is a method with the implementation's other
-parameters, which mypy checks at every call (`Concatenate` and `ParamSpec` keep their names, kinds and types) and
-`inspect.signature` shows as PyTorch's.
-"""
+from one implementation `function(x, dims, *arguments)`: each is a method with the implementation's other parameters,
+which mypy checks at every call (`Concatenate` and `ParamSpec` keep them) and `inspect.signature` shows."""
 
 from __future__ import annotations
 
@@ -22,8 +18,8 @@ ResultT = TypeVar("ResultT")
 def dimensioned(
     function: Callable[Concatenate[SelfT, int, P], ResultT], dims: int, doc: str
 ) -> Callable[Concatenate[SelfT, P], ResultT]:
-    """The method `function(self, dims, ...)` for `dims` spatial dims, named `function`'s name with its `nd` replaced
-    by `dims`d (`_max_unpool_nd` -> `max_unpool1d`), documented by `doc`."""
+    """The method `function(self, dims, ...)` for `dims` spatial dims, named after `function` (`_max_unpool_nd` ->
+    `max_unpool1d`), documented by `doc`."""
     if not function.__name__.endswith("_nd"):
         raise ValueError(f"dimensioned needs a function named '<method>_nd', got {function.__name__!r}")
 
@@ -32,7 +28,7 @@ def dimensioned(
 
     signature = inspect.signature(function)
     first, _, *rest = signature.parameters.values()
-    method.__signature__ = signature.replace(parameters=[first, *rest])  # type: ignore[attr-defined]
+    method.__signature__ = signature.replace(parameters=[first.replace(name="self"), *rest])  # type: ignore[attr-defined]
     method.__name__ = method.__qualname__ = f"{function.__name__.removeprefix('_').removesuffix('_nd')}{dims}d"
     method.__module__, method.__doc__ = function.__module__, doc
     return method

@@ -98,9 +98,17 @@ def _lowest(dtype: DType) -> float | int | bool:
     return -math.inf if dtypes.is_float(dtype) else dtypes.min(dtype)
 
 
-def _max_pool(
-    x: TensorT, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, indices: bool, name: str
-) -> TensorT | tuple[TensorT, TensorT]:
+def _max_pool_nd(
+    x: TensorT,
+    spatial: int,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Any:
+    name, indices = f"max_pool{spatial}d", return_indices
     geometry = _Geometry(x, kernel_size, stride, padding, dilation, ceil_mode, name)
     if not isinstance(indices, bool):
         raise TypeError(f"{name} return_indices must be a bool, got {indices!r}")
@@ -173,27 +181,14 @@ def _avg_pool(
     return totals / counts.reshape(counts.shape[: geometry.spatial])
 
 
-def _max_pool_nd(
-    self: TensorT,
-    dims: int,
-    kernel_size: Size,
-    stride: Size | None = None,
-    padding: Size = 0,
-    dilation: Size = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = False,
-) -> Any:
-    return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, f"max_pool{dims}d")
-
-
 def _lp_pool_nd(
-    self: TensorT, dims: int, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
+    x: TensorT, dims: int, norm_type: float, kernel_size: Size, stride: Size | None = None, ceil_mode: bool = False
 ) -> TensorT:
     name = f"lp_pool{dims}d"
     if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or norm_type == 0:
         raise ValueError(f"{name} norm_type must be a non-zero number, got {norm_type!r}")
     kernel = int_tuple(kernel_size, dims, f"{name} kernel_size", minimum=1)
-    averages = _avg_pool(self.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
+    averages = _avg_pool(x.pow(norm_type), kernel, stride, 0, ceil_mode, True, None, name)
     sums = averages.sign() * averages.abs().relu() * math.prod(kernel)
     return sums.pow(1.0 / norm_type)
 
@@ -239,7 +234,7 @@ class PoolingMixin(TensorCore):
             >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(2).tolist()
             [[[[4.0]]]]
         """
-        return _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
+        return _max_pool_nd(self, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
     max_pool3d = dimensioned(
         _max_pool_nd,

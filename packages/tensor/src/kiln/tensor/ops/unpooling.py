@@ -61,8 +61,14 @@ def _output_sizes(
     return sizes
 
 
-def _max_unpool(
-    x: TensorT, indices: Any, kernel_size: Any, stride: Any, padding: Any, output_size: Any, spatial: int
+def _max_unpool_nd(
+    x: TensorT,
+    spatial: int,
+    indices: TensorT,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: tuple[int, ...] | None = None,
 ) -> TensorT:
     name = f"max_unpool{spatial}d"
     if not isinstance(indices, TensorCore):
@@ -97,18 +103,6 @@ def _max_unpool(
     written = kept.where(values, 0)._cast(x.dtype).sum(-2)
     result = summed + (written - summed).detach()
     return result.reshape(*leading, *sizes)
-
-
-def _max_unpool_nd(
-    self: TensorT,
-    dims: int,
-    indices: TensorT,
-    kernel_size: Size,
-    stride: Size | None = None,
-    padding: Size = 0,
-    output_size: tuple[int, ...] | None = None,
-) -> TensorT:
-    return _max_unpool(self, indices, kernel_size, stride, padding, output_size, dims)
 
 
 class UnpoolingMixin(TensorCore):
