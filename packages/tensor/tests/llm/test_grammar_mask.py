@@ -155,7 +155,9 @@ def test_index_ranges_are_the_tokens_sharing_a_prefix() -> None:
     assert (root.ended, root.chars, root.starts, root.stops) == (0, ["a", "b"], [0, 5], [5, 7])
     under_a = index.children(0, 5, 1)
     assert (under_a.ended, under_a.chars, under_a.starts, under_a.stops) == (2, ['"', "b"], [2, 3], [3, 5])
-    assert under_a.latest.tolist() == [1, -1]
+    tails = index.string_tails(0, 5, 1)  # the texts under "a" with a special character from position 1 on
+    assert tails is not None and tails.index.texts == ['"b'] and tails.positions.tolist() == [2]
+    assert tails.tails.tolist() == [0] and index.string_tails(3, 5, 2) is None
     under_b = index.children(5, 7, 1)  # "b" ends here; NUL is a character, not the padding
     assert (under_b.ended, under_b.chars) == (1, ["\x00"])
     with pytest.raises(ValueError, match="width"):

@@ -36,14 +36,13 @@ def is_special(char: str) -> bool:
 @dataclass(frozen=True)
 class Children:
     """The subtrees of one node: `ended` tokens (sorted positions [lo, lo + ended)) have the node's prefix as their
-    whole text; child k holds the sorted range [starts[k], stops[k]) of the texts with `chars[k]` at position depth,
-    and `latest[k]` is the largest `last_special` in that range."""
+    whole text; child k holds the sorted range [starts[k], stops[k]) of the texts with `chars[k]` at position depth
+    (in code point order)."""
 
     ended: int
     chars: list[str]
     starts: list[int]
     stops: list[int]
-    latest: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -99,9 +98,8 @@ class TokenIndex:
         first = lo + ended
         column = self.codes[first:hi, depth]
         offsets = np.flatnonzero(np.concatenate([[hi > first], column[1:] != column[:-1]])).astype(np.int64)
-        latest = np.maximum.reduceat(self.last_special[first:hi], offsets) if hi > first else np.zeros(0, np.int64)
         starts = (offsets + first).tolist()
-        made = Children(ended, [chr(code) for code in column[offsets].tolist()], starts, [*starts[1:], hi], latest)
+        made = Children(ended, [chr(code) for code in column[offsets].tolist()], starts, [*starts[1:], hi])
         with self._lock:
             self._children[key] = made
         return made

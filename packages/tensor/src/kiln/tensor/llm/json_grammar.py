@@ -13,10 +13,11 @@ matches the schema, before `max_tokens` runs out.
 `TokenConstraint` applies this to a vocabulary (`Vocabulary`): a mask is one comparison of the state's cost array
 (`remaining` after each token, the largest value where the automaton refuses it) with the tokens left. A state's
 cost array is worked out at its first use by one walk of the vocabulary's prefix index (kiln.tensor.llm.grammar_index),
-pruned at the first refused character, with inside a string every token without `"`, `\\` or control characters
-taken as a block; it is kept by the vocabulary under the state's canonical form (a free object's keys left out), so
-the many repeated states of a document (inside a string, after a colon, ...) cost a lookup. The stop ids are allowed
-once the document is complete.
+pruned at the first refused character; inside a string, the tokens without `"`, `\\` or control characters are taken
+as one block and the others are read from their first such character on, each distinct tail once. The array is kept
+by the vocabulary under the state's canonical form (a free object's keys left out; equal schemas give equal nodes),
+so the many repeated states of a document (inside a string, after a colon, ...) and of later requests with the same
+schema cost a lookup. The stop ids are allowed once the document is complete.
 """
 
 from __future__ import annotations
