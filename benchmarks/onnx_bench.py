@@ -4,12 +4,13 @@ LSTM, and int8 models from onnxruntime's quantization tools), at batch 1 and 16.
 
     uv run python benchmarks/onnx_bench.py [--runs N] [--models resnet18,bert] [--warm-cache]
 
-For each model and batch: kiln's OnnxRunner called plainly and wrapped in TinyJit, and onnxruntime's CPU provider
-(2 intra-op threads; kiln's CPU device uses the host's cores, 2 on the reference machine), each the median of N
-timed runs after warm-up, outputs read back to numpy. Every kiln result is checked against onnxruntime's first
-(rtol 1e-3: the int8 models may round a value a step apart). "first run" is loading the file and the first call at
-batch 1: translation and kernel compilation with the compiler's disk cache off (--warm-cache keeps it on), next to
-onnxruntime's session creation and first run.
+For each model and batch: kiln's OnnxRunner called plainly (from the third call with the same input shapes a plain
+call replays the kernels OnnxRunner captured on the second: see kiln.tensor.onnx.replay_cache) and wrapped in TinyJit,
+and onnxruntime's CPU provider (2 intra-op threads; kiln's CPU device uses the host's cores, 2 on the reference
+machine), each the median of N timed runs after warm-up, outputs read back to numpy. Every kiln result is checked
+against onnxruntime's first (rtol 1e-3: the int8 models may round a value a step apart). "first run" is loading the
+file and the first call at batch 1: translation and kernel compilation with the compiler's disk cache off
+(--warm-cache keeps it on), next to onnxruntime's session creation and first run.
 """
 
 from __future__ import annotations

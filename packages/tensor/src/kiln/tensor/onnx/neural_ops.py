@@ -96,7 +96,13 @@ def _conv(call: NodeCall) -> Tensor:
     kernel = weight.shape[2:]
     strides, dilations = _kernel_geometry(call, kernel)
     pads = spatial_pads(call.attributes, x.shape[2:], kernel, strides, dilations)
-    padded, groups = _pad_spatial(x, pads), call.attributes.int("group", 1)
+    groups = call.attributes.int("group", 1)
+    if math.prod(kernel) > 1 or groups > 1:
+        # each input element is read once per tap (and per output channel): an input the scheduler would fuse (the
+        # previous layer's bias, activation, residual add) is computed once into memory, not again at every read
+        # (resnet18.onnx at batch 16: the kernels' CPU time 8.7 -> 4.5 ms; mobilenet.onnx 8.5 -> 6.7 ms)
+        x = x.contiguous()
+    padded = _pad_spatial(x, pads)
     weight_host = call.host_values[1] if len(call.host_values) > 1 else None
     regrouped = space_to_depth_convolution(padded, weight, weight_host, bias, strides, dilations, groups)
     if regrouped is not None:
