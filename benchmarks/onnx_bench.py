@@ -26,6 +26,7 @@ import numpy as np
 import onnxruntime  # type: ignore[import-untyped]
 
 from kiln.tensor import Tensor, TinyJit
+from kiln.tensor.jit_replay import CapturedStep, ReplayStep
 from kiln.tensor.onnx import OnnxRunner
 from kiln.uops import Context
 
@@ -136,16 +137,52 @@ def steady(name: str, batch: int, runs: int) -> tuple[float, float, float]:
     return plain, jit, ort
 
 
+def kernel_profile(name: str, batch: int, runs: int) -> None:
+    """Prints each kernel of the model's TinyJit capture at `batch` with its process CPU time (both cores' work, so
+    other load on the machine barely moves it), the median of `runs` launches of that kernel alone."""
+    feeds = WORKLOADS[name](batch, np.random.default_rng(batch))
+    runner = OnnxRunner(MODELS / f"{name}.onnx")
+    jitted = TinyJit(lambda **inputs: runner(inputs))
+    arguments = {key: Tensor(value) for key, value in feeds.items()}
+    for _ in range(3):
+        jitted(**arguments)
+    assert jitted.captured is not None
+    total = 0.0
+    print(f"{name} batch {batch}: the captured kernels, process CPU time of one launch (median of {runs})")
+    # workers that poll after a launch would count their polling as CPU time
+    with Context(CPU_SPIN=0):
+        for step in jitted.captured.steps:
+            if step.runner is None:
+                continue
+            launch = ReplayStep(CapturedStep(step.runner, step.buffers, (), step.var_vals))
+            timings = []
+            for _ in range(runs):
+                start = time.process_time()
+                launch([], {})
+                timings.append(time.process_time() - start)
+            seconds = statistics.median(timings)
+            total += seconds
+            print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms")
+    print(f"  {'sum':<40}{1e3 * total:>9.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="timed runs per measurement (median)")
     parser.add_argument("--models", default=",".join(WORKLOADS), help="comma-separated model names")
     parser.add_argument("--warm-cache", action="store_true", help="first runs may read the compiler's disk cache")
+    parser.add_argument(
+        "--kernels", type=int, metavar="BATCH", help="instead: each kernel's CPU time under TinyJit at BATCH"
+    )
     arguments = parser.parse_args()
     names = [name for name in arguments.models.split(",") if name]
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if arguments.kernels is not None:
+        for name in names:
+            kernel_profile(name, arguments.kernels, arguments.runs)
+        return
     print(f"onnxruntime {onnxruntime.__version__} CPU provider, {THREADS} threads; median of {arguments.runs} runs")
     header = (
         f"{'model':<20}{'batch':>6}{'kiln ms':>10}{'kiln jit ms':>13}{'ort ms':>10}{'jit/ort':>9}"
