@@ -37,9 +37,10 @@ from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
-from kiln.tensor.realize.engine import Engine, buffer_node, default_engine, grad_disabled
+from kiln.tensor.realize.engine import Engine, default_engine, grad_disabled
 from kiln.tensor.realize.fast_path import FIXED, OUTPUT, structure_of
 from kiln.tensor.realize.graph_lock import graph_lock
+from kiln.tensor.realize.plan_run import buffer_node
 from kiln.tensor.schedule.normalize import OVERWRITTEN
 from kiln.uops import DType, GroupOp, Ops, UOp, dtypes, knobs
 

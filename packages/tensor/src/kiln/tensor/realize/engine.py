@@ -18,7 +18,6 @@ per kernel (name, launch size, time, GFLOP/s, GB/s). `GlobalCounters` accumulate
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -29,24 +28,27 @@ from typing import TypeVar, overload
 import numpy as np
 
 from kiln.codegen import Program, Renderer, beam_search, get_program
-from kiln.runtime import Buffer, Device, ExecCommand, HCQCompiled, HCQProgramRunner, copy_between
+from kiln.runtime import Buffer, Device, HCQCompiled, HCQProgramRunner, copy_between
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.device import load, renderer_for
-from kiln.tensor.graph import DEVICE, SHAPE, BufferArg, mark_folded
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
-from kiln.tensor.realize.buffers import attach_buffer, buffer_of
+from kiln.tensor.realize.buffers import buffer_of
 from kiln.tensor.realize.capture import Recording
 from kiln.tensor.realize.fast_path import OUTPUT, EagerFastPath
 from kiln.tensor.realize.graph_lock import graph_lock, serialized
 from kiln.tensor.realize.method import Method
+from kiln.tensor.realize.plan_run import (
+    LaunchBatch,
+    PreparedPlan,
+    output_node,
+    result_views,
+    temporary_buffers,
+)
 from kiln.tensor.realize.random_state import RandomState
 from kiln.tensor.realize.tensor_registry import TensorRegistry
 from kiln.tensor.schedule import (
-    BufferSource,
     CopyStep,
-    InputSlot,
     KernelStep,
-    OutputSlot,
     SchedulePlan,
     realized_view,
     record_realized,
@@ -54,12 +56,11 @@ from kiln.tensor.schedule import (
 from kiln.tensor.schedule.cache import ScheduleCache
 from kiln.tensor.schedule.normalize import capture_scope, const_key
 from kiln.tensor.sharding import lower_roots
-from kiln.uops import DType, Ops, UOp, dtypes, knobs, sym_infer
+from kiln.uops import DType, Ops, UOp, knobs, sym_infer
 
 __all__ = [
     "Engine",
     "Method",
-    "buffer_node",
     "clear_method_cache",
     "compiled_program",
     "default_engine",
@@ -78,10 +79,6 @@ RecordingT = TypeVar("RecordingT", bound=Recording)
 
 _DEBUG = knobs.get_knob("DEBUG")  # read on every run: the Knob itself, not through the registry's attribute
 
-# numbers for the BUFFER nodes the engine makes (outputs, re-issued inputs), disjoint from graph.buffer_uop's; shared
-# by every Engine, so node numbers stay unique in the process
-_fresh_numbers = itertools.count(1 << 40)
-
 
 def _slots_of(ast: UOp, program: Program) -> tuple[int, ...]:
     """The kernel buffer slots a launch passes: 0..last used one. Codegen may prove some buffers never read (every
@@ -93,98 +90,10 @@ def _slots_of(ast: UOp, program: Program) -> tuple[int, ...]:
     return tuple(range(signature.slot_count))
 
 
-class _PreparedPlan:
-    """What every run of one plan needs beyond the plan, worked out on its first run.
-
-    A run keeps its runtime Buffers in one list: the outputs, then the temporaries, then the inputs. `steps` holds
-    each step with the positions in that list of the buffers it takes (a kernel's slots, or a copy's destination and
-    source), so a run never resolves a `BufferRef` again. `outputs` is each output's (device, size, dtype);
-    `bare_views` each view that is a bare buffer, or a reshape of one (the usual view of a result that is not
-    1-D), as (is output, number, reshape or None), so it needs no graph substitution; `views_are_outputs` when every
-    view is its output itself. `single_kernel`: the step and its positions when the plan is one kernel step and has no
-    temporaries, else None.
-    """
-
-    __slots__ = ("arguments", "bare_views", "outputs", "plan", "single_kernel", "steps", "views_are_outputs")
-
-    def __init__(self, plan: SchedulePlan) -> None:
-        self.plan = plan
-        self.outputs = tuple((spec.device, spec.size, spec.dtype) for spec in plan.outputs)
-        first = {
-            BufferSource.OUTPUT: 0,
-            BufferSource.TEMPORARY: len(plan.outputs),
-            BufferSource.INPUT: len(plan.outputs) + len(plan.temporaries),
-        }
-        steps: list[tuple[KernelStep | CopyStep, tuple[int, ...]]] = []
-        for step in plan.steps:
-            refs = step.buffers if isinstance(step, KernelStep) else (step.destination, step.source)
-            steps.append((step, tuple(first[ref.source] + ref.number for ref in refs)))
-        self.steps = tuple(steps)
-        # a plan of one kernel and nothing else (the usual plan of one small op): run without the step loop
-        self.single_kernel: tuple[KernelStep, tuple[int, ...]] | None = None
-        # for a single kernel: its Method and the positions of the buffers its program takes (set by the first run)
-        self.arguments: tuple[Method, tuple[int, ...]] | None = None
-        if len(steps) == 1 and not plan.temporaries and isinstance(steps[0][0], KernelStep):
-            self.single_kernel = (steps[0][0], steps[0][1])
-        bare: list[tuple[bool, int, UOp | None] | None] = []
-        for view in plan.views:
-            reshape = view if view.op is Ops.RESHAPE else None
-            base = view.src[0] if reshape is not None else view
-            slot = base.arg if base.op is Ops.BUFFER else None
-            if isinstance(slot, InputSlot):
-                bare.append((False, slot.position, reshape))
-            elif isinstance(slot, OutputSlot):
-                bare.append((True, slot.number, reshape))
-            else:
-                bare.append(None)
-        self.bare_views = tuple(bare)
-        # the views are the outputs themselves, in order (a result that is one buffer): a run returns its output nodes
-        self.views_are_outputs = len(bare) == len(plan.outputs) and all(
-            view == (True, number, None) for number, view in enumerate(bare)
-        )
-
-
-def buffer_node(buffer: Buffer) -> UOp:
-    """A new BUFFER node holding `buffer` (a base buffer of a valid spec: an output of a run)."""
-    # built directly (the spec is valid: no re-checks). The next op on a result asks for its shape and device at
-    # once: a BUFFER node's are (size,) and its device (graph._infer_shape / _infer_device), so they go into graph's
-    # per-node caches now instead of by a graph walk; and a BUFFER node has no movement chain to fold.
-    size, device = buffer.size, buffer.device
-    node = UOp(Ops.BUFFER, buffer.dtype, (), BufferArg(next(_fresh_numbers), size, device))
-    SHAPE.set(node, (size,))
-    DEVICE.set(node, device)
-    mark_folded(node)
-    BUFFER_SLOT.set(node, buffer)
-    return node
-
-
-def _output_node(device: str, size: int, dtype: DType) -> tuple[UOp, Buffer]:
-    """A new BUFFER node for an output of a run, with its (unallocated) runtime Buffer attached."""
-    buffer = Buffer(device, size, dtype)
-    return buffer_node(buffer), buffer
-
-
 def _constant_bytes(node: UOp) -> bytes:
     # normalize lifts only constants of dtypes numpy can hold
     assert node.dtype.fmt is not None
     return np.array([node.arg], dtype=np.dtype(node.dtype.fmt)).tobytes()
-
-
-def _slot_buffer(device: str, nbytes: int) -> Buffer:
-    """A base of at least `nbytes` raw bytes for temporaries: uint8, or uint32 words on a device that stores no
-    uint8 (WEBGPU)."""
-    if dtypes.uint8 in Device[device].supported_dtypes:
-        return Buffer(device, max(1, nbytes), dtypes.uint8)
-    return Buffer(device, max(1, -(-nbytes // 4)), dtypes.uint32)
-
-
-def _temporary_buffers(plan: SchedulePlan) -> list[Buffer]:
-    """The temporaries of one run: views into one raw base per memory slot of the plan (`memory_planner`)."""
-    slots = [
-        _slot_buffer(plan.temporaries[plan.temporary_slots.index(slot)].device, size).allocate()
-        for slot, size in enumerate(plan.slot_bytes)
-    ]
-    return [slots[slot].view(spec.size, spec.dtype) for spec, slot in zip(plan.temporaries, plan.temporary_slots)]
 
 
 def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
@@ -195,84 +104,6 @@ def _debug_kernel(step: KernelStep, method: Method, seconds: float) -> None:
         f"*** {step.device:<7} {method.program.name:<32} {launch_text:<36} {seconds * 1e3:9.3f} ms"
         f" {method.flops / seconds / 1e9:9.2f} GFLOP/s {method.mem_bytes / seconds / 1e9:9.2f} GB/s"
     )
-
-
-def _views(plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp], output_nodes: list[UOp]) -> list[UOp]:
-    # placeholders -> real BUFFER nodes; an overwritten input gets a fresh node, so graphs built on the old node
-    # (and values realized from them) are never mistaken for graphs of the new contents
-    replaced = inputs
-    if plan.written_inputs:
-        replaced = list(inputs)
-        for position in plan.written_inputs:
-            old = inputs[position]
-            arg: BufferArg = old.arg
-            fresh = UOp(Ops.BUFFER, old.dtype, (), BufferArg(next(_fresh_numbers), arg.size, arg.device))
-            attach_buffer(fresh, buffer_of(old))
-            replaced[position] = fresh
-    results = []
-    for view, bare in zip(plan.views, prepared.bare_views):
-        if bare is not None:  # the view is one buffer or a reshape of one: no graph to walk
-            is_output, number, reshape = bare
-            node = output_nodes[number] if is_output else replaced[number]
-            if reshape is not None:
-                node = UOp(Ops.RESHAPE, reshape.dtype, (node,), reshape.arg, reshape.tag)
-            results.append(node)
-            continue
-        mapping: dict[UOp, UOp] = {}
-        for node in view.toposort():
-            if node.op is Ops.BUFFER:
-                slot = node.arg
-                if isinstance(slot, InputSlot):
-                    mapping[node] = replaced[slot.position]
-                elif isinstance(slot, OutputSlot):
-                    mapping[node] = output_nodes[slot.number]
-        results.append(view.substitute(mapping))
-    return results
-
-
-class _LaunchBatch:
-    """Kernel launches of one run of a plan, collected as exec commands and submitted as one list per run of
-    consecutive launches on one queue-driven device (`HCQCompiled.launch_many`, which keeps their order after
-    everything submitted before). The counters are updated as `Engine.run_kernel_step` does (the time is the
-    host-side time of building and submitting the list)."""
-
-    __slots__ = ("commands", "device", "inline", "profiling", "started")
-
-    def __init__(self) -> None:
-        self.commands: list[ExecCommand] = []
-        self.device: HCQCompiled | None = None
-        self.inline = True
-        self.profiling = knobs.PROFILE
-        self.started = 0
-
-    def add(self, method: Method, buffers: list[Buffer]) -> None:
-        queue = method.queue
-        assert queue is not None and isinstance(method.runner, HCQProgramRunner)
-        if queue is not self.device:
-            self.flush()
-            self.device = queue
-        if not self.commands:
-            self.started = time.perf_counter_ns()
-        try:
-            command = method.runner.exec_command(buffers, self.profiling)
-        except Exception:
-            self.flush()  # the launches before the bad one still run, as they would one by one
-            raise
-        self.commands.append(command)
-        self.inline = self.inline and method.runner.inline
-        GlobalCounters.kernel_count += 1
-        GlobalCounters.flops += method.flops
-        GlobalCounters.mem_bytes += method.mem_bytes
-
-    def flush(self) -> None:
-        """Submits the collected commands (if any)."""
-        if not self.commands:
-            return
-        assert self.device is not None
-        commands, self.commands = self.commands, []
-        self.device.launch_many(commands, inline=self.inline)
-        self.inline = True
-        GlobalCounters.time_ns += time.perf_counter_ns() - self.started
 
 
 def _device_timer(device: str) -> Callable[[Program], float]:
@@ -327,7 +158,7 @@ class Engine:
         self._methods: OrderedDict[tuple[UOp, str], Method] = OrderedDict()  # least recently used first out
         self._renderers: dict[str, Renderer] = {}
         # by id(plan); each entry keeps its plan alive, so an id is never reused while it is here
-        self._prepared: dict[int, _PreparedPlan] = {}
+        self._prepared: dict[int, PreparedPlan] = {}
         # one-element buffers holding lifted constants, by (dtype, device, value): read-only, so calls share them
         self._constant_buffers: OrderedDict[tuple[DType, str, tuple[type, object]], Buffer] = OrderedDict()
 
@@ -452,12 +283,12 @@ class Engine:
         found.copyin(_constant_bytes(node))
         return found
 
-    def _prepare(self, plan: SchedulePlan) -> _PreparedPlan:
+    def _prepare(self, plan: SchedulePlan) -> PreparedPlan:
         prepared = self._prepared.get(id(plan))
         if prepared is None or prepared.plan is not plan:
             if len(self._prepared) >= 4096:  # plans the schedule cache let go of: start over
                 self._prepared.clear()
-            prepared = self._prepared[id(plan)] = _PreparedPlan(plan)
+            prepared = self._prepared[id(plan)] = PreparedPlan(plan)
         return prepared
 
     # -- running -------------------------------------------------------------------------------------------------
@@ -496,7 +327,7 @@ class Engine:
         # consecutive kernels of one queue-driven device go to its queue as one list (one submission, one handoff to
         # the queue's thread), as TinyJit replays them; not while DEBUG waits for each kernel or a capture records
         # each launch
-        batch = _LaunchBatch() if debug < 2 and recorder is None and len(prepared.steps) > 1 else None
+        batch = LaunchBatch() if debug < 2 and recorder is None and len(prepared.steps) > 1 else None
         for step, positions in prepared.steps:
             if type(step) is KernelStep:
                 if batch is not None:
@@ -527,28 +358,28 @@ class Engine:
                 Device[device].synchronize()
             total = (time.perf_counter_ns() - started) / 1e6
             print(f"scheduled {kernels} kernels, {len(plan.steps) - kernels} copies in {total:.3f} ms")
-        return _views(plan, prepared, inputs, output_nodes)
+        return result_views(plan, prepared, inputs, output_nodes)
 
     def _run_buffers(
-        self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]
+        self, plan: SchedulePlan, prepared: PreparedPlan, inputs: Sequence[UOp]
     ) -> tuple[list[UOp], list[Buffer]]:
         """The output nodes of a run and its Buffers in one list: outputs, temporaries, inputs. Outputs and
         temporaries are allocated before any kernel is compiled: a size past memory raises OutOfMemoryError at once."""
         output_nodes: list[UOp] = []
         buffers: list[Buffer] = []
         for device, size, dtype in prepared.outputs:
-            node, buffer = _output_node(device, size, dtype)
+            node, buffer = output_node(device, size, dtype)
             buffer.allocate()  # an empty output gets one byte of memory to be read
             output_nodes.append(node)
             buffers.append(buffer)
         if plan.temporaries:
-            buffers.extend(_temporary_buffers(plan))
+            buffers.extend(temporary_buffers(plan))
         for node in inputs:
             found = BUFFER_SLOT.get(node) if node.op is Ops.BUFFER else None
             buffers.append(found if found is not None else self.input_buffer(node))
         return output_nodes, buffers
 
-    def _run_single_kernel(self, plan: SchedulePlan, prepared: _PreparedPlan, inputs: Sequence[UOp]) -> list[UOp]:
+    def _run_single_kernel(self, plan: SchedulePlan, prepared: PreparedPlan, inputs: Sequence[UOp]) -> list[UOp]:
         # `run_plan` of a plan that is one kernel step (no DEBUG output, no capture): the same buffers, launch,
         # counters and views, without the step loop and its batching
         assert prepared.single_kernel is not None
@@ -564,7 +395,7 @@ class Engine:
         GlobalCounters.kernel_count += 1
         GlobalCounters.flops += method.flops
         GlobalCounters.mem_bytes += method.mem_bytes
-        return output_nodes if prepared.views_are_outputs else _views(plan, prepared, inputs, output_nodes)
+        return output_nodes if prepared.views_are_outputs else result_views(plan, prepared, inputs, output_nodes)
 
     @serialized
     def realize(self, uops: Sequence[UOp]) -> list[UOp]:
@@ -597,7 +428,7 @@ class Engine:
                 return None
             entry, sources = found
             device, size, dtype = entry.output
-            node, output = _output_node(device, size, dtype)
+            node, output = output_node(device, size, dtype)
             output.allocate()
             arguments: list[Buffer] = []
             for source, fixed in zip(entry.sources, entry.fixed):
