@@ -437,7 +437,11 @@ class Engine:
                 arguments.append(buffer)
             method = entry.method
             begin = time.perf_counter_ns()
-            method.runner(arguments, entry.step.var_vals)
+            runner = method.runner
+            # the entry's buffers have the dtypes and sizes the slow path's launch checked: an idle CPU queue calls
+            # the kernel's entry point at once (`HCQProgramRunner.launch_direct`)
+            if not isinstance(runner, HCQProgramRunner) or not runner.launch_direct(arguments):
+                runner(arguments, entry.step.var_vals)
             GlobalCounters.time_ns += time.perf_counter_ns() - begin
             GlobalCounters.kernel_count += 1
             GlobalCounters.flops += method.flops
