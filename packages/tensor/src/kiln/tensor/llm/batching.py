@@ -30,6 +30,10 @@ decodes one token for every sequence already decoding, so a long prompt arriving
 chunk per token, not by its whole prefill (`prefill` and `decode` are the two halves of a step). A joining
 sequence's slot sits in the decode steps as a free slot (position max_context: it writes nothing), and its first
 token comes from the step that prefills its last chunk.
+
+`PagedBatchedGenerator` (kiln.tensor.llm.paged_batching) serves the same requests over a paged KV pool shared by
+every slot instead of a (max_context)-row cache per slot: blocks held as positions fill, prefixes shared across
+slots and turns, sliding-window layers freeing the blocks behind their window.
 """
 
 from __future__ import annotations
