@@ -2,8 +2,10 @@
 
 The decode (kiln.tensor.state.quantization) is only elementwise and movement ops on the uint8 bytes, so the scheduler
 fuses it into the kernel that reads the weight: for a decode step's few rows, `x @ weight.T` becomes one reduction
-that decodes each block as it multiplies, and the float matrix never exists in memory. A prompt's rows (BATCHED_ROWS)
-get the weight decoded once into a float matrix that the tiled matmul reads.
+that decodes each block as it multiplies, and the float matrix never exists in memory (a Q4_K / Q5_K weight keeps
+its runs' steps and offsets decoded once: `QuantizedWeight.run_scales`). A prompt's rows (BATCHED_ROWS) get the weight
+decoded once into a float matrix that the tiled matmul reads. An embedding lookup (`QuantizedWeight.take_rows`)
+gathers the picked rows' bytes before decoding them.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def _blocked_product(x: Tensor, weight: QuantizedWeight) -> Tensor:
     Q5_0 4.2 -> 0.14 (its fifth bits decoded by shifts: kiln.tensor.state.quantization). The 100M bench model's
     Q8_0 decode went from 20.8 to ~120 tok/s, its prefill from 46 to ~195. (The merged product of a 2-D input of 64
     or more rows gets a matmul register tile and was faster in isolation, but slower in the model: prefill 62
-    tok/s.)"""
+    tok/s.) A Q4_K / Q5_K weight's runs read their step and offset from `run_scales`' table."""
     rows, cols = weight.shape
     runs = cols // GROUP  # whole: `linear` takes this path for rows of whole runs (every block-quantized format's)
     if weight.ggml_type in RUN_DECODES:
