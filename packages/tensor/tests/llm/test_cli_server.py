@@ -200,3 +200,23 @@ def test_serve_command_shuts_down_cleanly_on_ctrl_c(chat_model_dir: Path) -> Non
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
     assert "shutting down" in process.stderr.read()
+
+
+def test_serve_command_over_a_paged_kv_pool(model: ChatModel, chat_model_dir: Path) -> None:
+    assert run_cli("serve", "--model", str(chat_model_dir), "--kv-blocks", "0").returncode == 2
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kiln.tensor.llm", "serve", "--model", str(chat_model_dir), "--port", "0",
+         "--kv-blocks", "40"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", process.stderr.readline())
+        assert match
+        body = {"model": model.name, "prompt": "the quick brown", "max_tokens": 5, "temperature": 0}
+        status, answer = post(f"http://127.0.0.1:{match.group(1)}/v1/completions", body)
+        expected, _ = greedy_text(model, model.encode_prompt("the quick brown"), 5)
+        assert status == 200 and answer["choices"][0]["text"] == expected
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0

@@ -76,3 +76,23 @@ def test_concurrent_requests_sharing_a_system_prompt(paged: ChatModel, client: A
         assert shared > 10 and answer.usage.prompt_tokens_details.cached_tokens >= shared
     batched = paged.batched(4, 64)
     assert isinstance(batched, PagedBatchedGenerator) and batched.held_blocks() == [0]  # all blocks went back
+
+
+def test_a_request_larger_than_the_whole_pool_is_a_400(chat_model_dir: Path) -> None:
+    tiny = load_chat_model(chat_model_dir, kv_blocks=3)  # 3 blocks of 16 rows; one is the scratch block
+    httpd, _ = make_server(tiny, port=0, limits=ServerLimits(max_batch=2, max_queue=4))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        small = openai.OpenAI(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="unused",
+                              max_retries=0, timeout=120.0)  # fmt: skip
+        messages = [{"role": "user", "content": "the quick brown fox jumps over the lazy dog " * 4}]
+        with pytest.raises(openai.BadRequestError) as caught:
+            small.chat.completions.create(model=tiny.name, messages=messages, max_tokens=40, temperature=0)
+        assert "block" in str(caught.value)
+        fits = small.chat.completions.create(model=tiny.name, messages=[{"role": "user", "content": "fox"}],
+                                             max_tokens=3, temperature=0)  # fmt: skip
+        assert fits.choices[0].message.content == alone(tiny, [{"role": "user", "content": "fox"}], 3)
+    finally:
+        shut_down(httpd, grace=5.0)
+        thread.join(5.0)

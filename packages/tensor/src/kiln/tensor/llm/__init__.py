@@ -11,7 +11,9 @@ from kiln.tensor.llm.batching import BatchedGenerator
 from kiln.tensor.llm.chat_template import ChatTemplate
 from kiln.tensor.llm.config import LlamaConfig
 from kiln.tensor.llm.generate import GenerationStats, Generator
+from kiln.tensor.llm.kv_pool import KVPoolExhausted
 from kiln.tensor.llm.model import Transformer
+from kiln.tensor.llm.paged_batching import PagedBatchedGenerator
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 from kiln.tensor.llm.tokenizer import Tokenizer
 from kiln.tensor.llm.weights import LoadedModel, load_model
@@ -23,8 +25,10 @@ __all__ = [
     "Completion",
     "GenerationStats",
     "Generator",
+    "KVPoolExhausted",
     "LlamaConfig",
     "LoadedModel",
+    "PagedBatchedGenerator",
     "Tokenizer",
     "Transformer",
     "load_chat_model",

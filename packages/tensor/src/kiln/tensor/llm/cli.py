@@ -8,7 +8,8 @@
 `serve` listens on 127.0.0.1 unless `--host` says otherwise; its limits (`--api-key`, `--allow-host`,
 `--max-body-bytes`, `--max-queue`, `--max-batch`, `--prefill-chunk`, `--max-connections`, `--read-timeout`,
 `--shutdown-grace`) are `kiln.tensor.llm.openai_api.ServerLimits`; `--max-batch` requests decode together
-(continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps.
+(continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps;
+`--kv-blocks N` decodes them over a paged KV pool of N blocks shared by every request (`kv_pool.py`).
 
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
@@ -114,6 +115,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     ]
     for option, kind, default, help_text in limits:
         parser.add_argument(option, type=kind, default=default, help=help_text)
+    parser.add_argument(
+        "--kv-blocks", type=_at_least_one, default=None, metavar="N",
+        help="decode over a paged KV pool of N blocks of 16 rows shared by all requests (prefix blocks reused "
+        "across requests and turns) instead of max-batch x context rows reserved per slot",
+    )  # fmt: skip
     return parser
 
 
@@ -129,7 +135,9 @@ def _serve(argv: Sequence[str], err: TextIO) -> int:
         allowed_hosts=tuple(args.allow_host),
     )  # fmt: skip
     try:
-        model = load_chat_model(args.model, max_context=args.max_context, chat_template=args.chat_template)
+        model = load_chat_model(
+            args.model, max_context=args.max_context, chat_template=args.chat_template, kv_blocks=args.kv_blocks
+        )
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: cannot load the model: {error}", file=err)
         return 1

@@ -37,6 +37,7 @@ import numpy as np
 from kiln.tensor.llm.batching import JOIN_CHUNK, Sequence
 from kiln.tensor.llm.embeddings import Embedder
 from kiln.tensor.llm.json_grammar import text_anchor, token_text
+from kiln.tensor.llm.kv_pool import KVPoolExhausted
 from kiln.tensor.llm.logprobs import TokenLogprob, chat_logprobs, completion_logprobs, raw_bytes
 from kiln.tensor.llm.openai_request import Job, Piece, Request, RequestError, RequestReader, shutting_down_error
 from kiln.tensor.llm.request_format import RequestFormat, read_tool_call, tool_call_record
@@ -162,6 +163,10 @@ class LLMServer(RequestReader):
         job.result.prompt_tokens = len(job.prompt_ids)
         try:
             sequence = self.batch.start(job.prompt_ids, stop_ids=self.model.tokenizer.stop_ids, chunked=True, **options)
+        except KVPoolExhausted as error:  # longer than the whole paged pool can ever hold: the request's fault
+            job.put(RequestError(400, str(error)))
+            self._finish(job, "failed")
+            return
         except Exception as error:  # reported to the waiting request; the worker goes on with the others
             job.put(RequestError(500, f"generation failed: {type(error).__name__}: {error}"))
             self._finish(job, "failed")
