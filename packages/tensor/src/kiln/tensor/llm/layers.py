@@ -166,8 +166,12 @@ class TokenEmbedding(WeightModule):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(*tokens.shape, dim) float32: a one-hot product with the table, which codegen's gather rewrite
-        (kiln.codegen.opt.gather) turns into reading the picked rows only, also for a quantized table (its rows
-        decoded in the same kernel). The kernel depends on the tokens' shape, not on their values."""
+        (kiln.codegen.opt.gather) turns into reading the picked rows only. A quantized table's picked rows are
+        gathered as bytes and only they are decoded (`QuantizedWeight.take_rows`; a one-hot product over the decoded
+        table had the scheduler decode the whole table first). The kernel depends on the tokens' shape, not on their
+        values."""
+        if isinstance(self.weight, QuantizedWeight):
+            return self.weight.take_rows(tokens)
         matrix = self.matrix()
         vocab, dim = self.num_embeddings, self.embedding_dim
         # a broadcast product summed over the vocabulary, not `@`: the matmul of 2 or more rows is laid out for

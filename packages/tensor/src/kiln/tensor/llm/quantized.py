@@ -66,7 +66,7 @@ class QuantizedWeight:
         size = self.raw.numel() // rows
         hot = (tokens.reshape(-1, 1, 1) == Tensor.arange(rows, device=self.raw.device).reshape(1, rows, 1)).where(1, 0)
         table = self.raw.reshape(1, rows, size).cast(dtypes.int32)
-        picked = (hot * table).sum(1, dtype=dtypes.int32).cast(dtypes.uint8)
+        picked = (hot * table).sum(1, dtype=dtypes.int32).cast(dtypes.uint8).contiguous()  # stored as bytes
         block = block_format(self.ggml_type)
         return block.decode(picked.reshape(-1, block.type_size)).reshape(*tokens.shape, cols)
 
