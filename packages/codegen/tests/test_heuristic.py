@@ -34,10 +34,25 @@ def test_matmul_on_cpu_blocks_registers_and_spreads_over_cores() -> None:
 
 
 def test_matmul_on_gpu_blocks_registers_and_uses_locals() -> None:
-    # a 4x4 register block, k unrolled by 4; then locals innermost first within 128 threads: j (16 left) by 16,
-    # i (16 left) by 8
-    opts = hand_coded_optimizations(matmul(64, 64, 64), GPU)
+    # without tensor cores (step 0 off): a 4x4 register block, k unrolled by 4; then locals innermost first within
+    # 128 threads: j (16 left) by 16, i (16 left) by 8
+    with Context(TENSOR_CORES=False):
+        opts = hand_coded_optimizations(matmul(64, 64, 64), GPU)
     assert opts == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 4), Opt(LOCAL, 1, 16), Opt(LOCAL, 0, 8))
+
+
+def test_matmul_on_gpu_takes_the_tensor_core_its_dtypes_fit() -> None:
+    # step 0: the GPU-like renderer's float32 8x8x8 unit fits a float32 matmul; nothing else is applied; the
+    # program's values equal numpy's
+    sink = matmul(64, 64, 64)
+    assert hand_coded_optimizations(sink, GPU) == (Opt(OptOps.TC, 2, -1),)
+    program = Program(get_program(sink, GPU))
+    assert [u.op for u in program.uops].count(Ops.WMMA) == 1
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    out = np.zeros(64 * 64, np.float32)
+    run_program(program, [out, a.ravel(), b.ravel()], {}, *program.launch_dims({}))
+    np.testing.assert_allclose(out.reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_small_matmul_gets_no_threads() -> None:

@@ -20,7 +20,7 @@ from kiln.renderers.cuda import CUDARenderer
 from kiln.renderers.nvrtc import nvrtc_available
 from kiln.renderers.ptx import PTXCompiler, PTXRenderer
 from kiln.renderers.tensor_cores import TENSOR_CORES_SM80
-from kiln.uops import AxisKind, DType, Ops, UOp, dtypes
+from kiln.uops import AxisKind, Context, DType, Ops, UOp, dtypes
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC missing: pip install 'kiln-renderers[cuda]'")
 needs_ptxas = pytest.mark.usefixtures("requires_ptxas")
@@ -203,3 +203,30 @@ def test_bf16_matmul_ptx_assembles(arch: str) -> None:
     program = Program(get_program(matmul(64, 32, 64, dtypes.bfloat16), PTXRenderer(arch), [Opt(OptOps.TC, 2, ANY)]))
     assert program.source.count("cvt.rn.bf16x2.f32") == 6  # 4 A and 2 B registers per mma
     PTXCompiler(arch).compile(program.source)  # ptxas --gpu-name <arch>: a rejection raises
+
+
+def heuristic_wmmas(sink: UOp) -> int:
+    """How many WMMA the heuristic opts (no opts given) leave in `sink`'s program for the CUDA renderer."""
+    return [u.op for u in Program(get_program(sink, TextCUDARenderer("sm_80"))).uops].count(Ops.WMMA)
+
+
+@pytest.mark.parametrize(
+    ("dtype_in", "dtype_out"),
+    [(dtypes.bfloat16, dtypes.float32), (dtypes.float16, dtypes.float32), (dtypes.float16, dtypes.float16)],
+)
+def test_the_heuristic_puts_a_half_precision_matmul_on_tensor_cores(dtype_in: DType, dtype_out: DType) -> None:
+    # no opts given: the heuristic's step 0 picks the unit; the interpreter's and PTX model's results equal numpy's
+    program = Program(get_program(matmul(32, 16, 48, dtype_in, dtype_out), TextCUDARenderer("sm_80")))
+    assert [u.op for u in program.uops].count(Ops.WMMA) == 1
+    run_matmul(program, (32, 16, 48), dtype_in, dtype_out, "interpreter")
+    ptx = Program(get_program(matmul(32, 16, 32, dtype_in, dtype_out), TextPTXRenderer("sm_80")))
+    assert ptx.source.count("mma.sync.aligned.m16n8k16") == 1
+    run_matmul(ptx, (32, 16, 32), dtype_in, dtype_out, "ptx model")
+    with Context(TENSOR_CORES=False):  # the knob turns it off
+        assert heuristic_wmmas(matmul(32, 16, 48, dtype_in, dtype_out)) == 0
+
+
+def test_the_heuristic_keeps_products_no_unit_fits_off_tensor_cores() -> None:
+    assert heuristic_wmmas(matmul(32, 16, 48, dtypes.float32)) == 0
+    assert heuristic_wmmas(matmul(32, 16, 48, dtypes.bfloat16, dtypes.bfloat16)) == 0  # no bf16 accumulator
+    assert heuristic_wmmas(matmul(32, 16, 12, dtypes.float16)) == 0  # a reduce of 12: no k=16 unit divides it

@@ -232,6 +232,13 @@ class Knobs:
         "candidate skipped.",
     )
     NOOPT = register_knob("NOOPT", bool, False, "Apply no kernel optimizations (no upcast, local or unroll).")
+    TENSOR_CORES = register_knob(
+        "TENSOR_CORES",
+        bool,
+        True,
+        "Let the heuristic opts put a matmul on the renderer's tensor cores (the first unit its dtypes fit: float16 "
+        "or bfloat16 inputs on NVIDIA sm_80+, AMD, Metal); 0: never (BEAM and explicit opts still may).",
+    )
     VIZ = register_knob(
         "VIZ", bool, False, "Record graph-rewrite traces for kiln.viz (read when kiln.uops is imported)."
     )

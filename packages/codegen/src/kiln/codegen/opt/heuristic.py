@@ -1,6 +1,9 @@
 """`hand_coded_optimizations`: a fixed recipe of opts that is good without search, on CPUs and GPUs.
 
 The recipe, in order (each step is skipped when its opt is illegal):
+0. A matmul-shaped kernel on a renderer with tensor cores (knob TENSOR_CORES, on by default): TC on its last reduce
+   axis with the first unit its dtypes fit (`Opt(TC, axis, -1)`: float16 / bfloat16 inputs); nothing else is
+   applied. float32 products, and shapes no unit divides, go on to step 1.
 1. Small output, long reduce, renderer with shared memory: GROUPTOP the last reduce axis by the largest of
    256/128/64/32/16 that divides it; the threads of a block share the reduce. Nothing else is applied.
 2. Matmul-shaped kernels (one REDUCE of a product of two loads): register blocking. Each output axis that one
@@ -124,8 +127,9 @@ from kiln.codegen.opt.kernel_axes import (
     reduces_of,
     stride_of,
 )
+from kiln.codegen.opt.tensor_core_opt import ANY_TENSOR_CORE
 from kiln.codegen.renderer import Renderer
-from kiln.uops import AxisKind, Ops, PtrDType, UOp
+from kiln.uops import AxisKind, Ops, PtrDType, UOp, knobs
 
 MATMUL_TILES = ((8, 32), (4, 32), (16, 16), (8, 16), (4, 16), (8, 8), (2, 16), (4, 8), (2, 8))
 """(rows, columns) register tiles of matmul-shaped kernels on vector-ALU CPU renderers, best first; those larger
@@ -643,6 +647,11 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
     build = _Builder(prepare_axes(sink, renderer), renderer)
     reduce_axes = axes_of(build.sink, AxisKind.REDUCE)
     output_size = product_of_sizes(_output_axes(build.sink))
+
+    # 0. tensor cores for a matmul whose dtypes fit a unit
+    product = bool(renderer.tensor_cores) and bool(reduce_axes) and _matmul_operands(build.sink) is not None
+    if knobs.TENSOR_CORES and product and build.attempt(Opt(OptOps.TC, reduce_axes[-1].arg.axis, ANY_TENSOR_CORE)):
+        return tuple(build.opts)
 
     # 1. group reduce for a small output and a long reduction
     if renderer.has_local and renderer.has_shared and reduce_axes and output_size <= GROUP_OUTPUT_LIMIT:
