@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from renderers_for_tests import CPULikeRenderer, ScalarRenderer
+from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
 from sinks_for_tests import matmul
 
 from kiln.codegen import DiskCache, KernelInfo, Opt, OptOps, Program, beam_search, candidate_opts
@@ -53,6 +53,15 @@ def test_candidates_include_reduce_blocks_that_leave_two_or_more_blocks() -> Non
     sink = apply_opts(matmul(4, 4, 64), [], SCALAR)
     blocks = [opt for opt in candidate_opts(sink, SCALAR) if opt.op is OptOps.BLOCK]
     assert blocks == [Opt(OptOps.BLOCK, 2, 8), Opt(OptOps.BLOCK, 2, 16), Opt(OptOps.BLOCK, 2, 32)]
+
+
+def test_candidates_on_a_renderer_with_tensor_cores_include_the_unit_that_fits() -> None:
+    gpu = GPULikeRenderer()  # a float32 8x8x8 unit: a float32 matmul fits it; after it, no second TC
+    sink = apply_opts(matmul(16, 16, 16), [], gpu)
+    assert [opt for opt in candidate_opts(sink, gpu) if opt.op is OptOps.TC] == [Opt(OptOps.TC, 2, -1)]
+    after = apply_opts(matmul(16, 16, 16), [Opt(OptOps.TC, 2, -1)], gpu)
+    assert not [opt for opt in candidate_opts(after, gpu) if opt.op is OptOps.TC]
+    assert not [opt for opt in candidate_opts(sink, SCALAR) if opt.op is OptOps.TC]  # no units: no candidate
 
 
 def test_wide_beam_finds_the_known_best(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from kiln.codegen.kernel_info import KernelOptError, Opt, OptOps
 from kiln.codegen.opt.apply import apply_opt, apply_opts
 from kiln.codegen.opt.beam_workers import BuildFailure, beam_worker_count, can_send, shared_pool
 from kiln.codegen.opt.kernel_axes import axes_of
+from kiln.codegen.opt.tensor_core_opt import ANY_TENSOR_CORE
 from kiln.codegen.program import Program
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, UOp, knobs
@@ -54,6 +55,8 @@ def candidate_opts(sink: UOp, renderer: Renderer) -> list[Opt]:
     for op, kinds, amounts in kinds_amounts:
         for rng in axes_of(sink, *kinds):
             candidates.extend(Opt(op, rng.arg.axis, amount) for amount in amounts)
+    if renderer.tensor_cores:  # each reduce axis on the first tensor core unit the kernel's dtypes fit
+        candidates.extend(Opt(OptOps.TC, rng.arg.axis, ANY_TENSOR_CORE) for rng in axes_of(sink, AxisKind.REDUCE))
     # launch dimensions on GPUs, loop nesting on CPUs, the order of upcast lanes
     for kind in (AxisKind.GLOBAL, AxisKind.LOOP, AxisKind.UPCAST):
         same = axes_of(sink, kind)
