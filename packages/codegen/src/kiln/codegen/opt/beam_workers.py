@@ -69,10 +69,18 @@ def _knob_values() -> dict[str, Any]:
     return {knob.name: knob.value() for knob in knobs.all()}
 
 
+_READY = "ready"
+_STARTUP_SECONDS = 120.0
+"""How long a spawned worker may take to start (import kiln) before it counts as dead; not part of any job's timeout:
+under load a fresh worker's imports took seconds, and counted against the job they started with they failed
+candidates that build in milliseconds."""
+
+
 def _worker_main(connection: Connection) -> None:
     """A worker's loop: build each job it receives, send back (index, PROGRAM uop or BuildFailure); None ends it."""
     from kiln.codegen.lifecycle import get_program
 
+    connection.send(_READY)  # started and imported: from here on a job's time is its build's
     while True:
         try:
             message = connection.recv()
@@ -94,7 +102,7 @@ def _worker_main(connection: Connection) -> None:
 
 
 class _Worker:
-    __slots__ = ("connection", "process")
+    __slots__ = ("connection", "process", "ready")
 
     def __init__(self, context: Any) -> None:
         parent, child = context.Pipe()
@@ -102,6 +110,16 @@ class _Worker:
         self.process.start()
         child.close()
         self.connection: Connection = parent
+        self.ready = False
+
+    def wait_ready(self) -> bool:
+        """Waits for the worker's start-up message (once); False when it died or did not start in time."""
+        if not self.ready:
+            try:
+                self.ready = self.connection.poll(_STARTUP_SECONDS) and self.connection.recv() == _READY
+            except (EOFError, OSError):
+                return False
+        return self.ready
 
     def stop(self, kill: bool) -> None:
         if kill:
@@ -147,8 +165,10 @@ class BuildPool:
             while pending and idle:
                 worker, index = idle.pop(), pending.popleft()
                 try:
+                    if not worker.wait_ready():
+                        raise OSError("the build worker did not start")
                     worker.connection.send((index, values, jobs[index]))
-                except (OSError, ValueError):  # a worker that died while idle
+                except (OSError, ValueError):  # a worker that died while idle, or never started
                     pending.appendleft(index)
                     idle.append(self._replace(worker))
                     continue
