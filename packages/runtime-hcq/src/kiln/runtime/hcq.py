@@ -72,7 +72,7 @@ class HCQCompiled(DeviceBase):
         self.copy_engine = copy_engine
         # the engine's way of running a launch in the caller's thread (software engines), looked up once
         self._run_call_inline = getattr(compute_engine, "run_call_inline", None)
-        self._run_direct_inline = getattr(compute_engine, "run_direct_inline", None)
+        self._run_direct_list = getattr(compute_engine, "run_direct_list", None)
         self.timeline_signal = TimelineSignal(0, name=f"{name} timeline")
         self.timeline_value = 1  # the value the next submission signals
         self._pending_profile: list[_PendingProfile] = []
@@ -307,28 +307,15 @@ class HCQCompiled(DeviceBase):
 
     def launch_direct(self, function: Callable[..., None], arguments: tuple[int, ...]) -> bool:
         """`launch_inline` of a native kernel's own entry point: `function(*arguments)` in the calling thread when
-        the compute engine can (`run_direct_inline`) and everything submitted before is done; False, having run
-        nothing, otherwise. Same order and failure handling as `launch_inline`, without an argument block."""
-        run_direct_inline = self._run_direct_inline
-        if run_direct_inline is None:
-            return False
-        timeline = self.timeline_signal
-        with self._submit_lock:
-            value = self.timeline_value
-            try:
-                ran = timeline._memory[0] >= value - 1 and run_direct_inline(function, arguments, timeline, value)
-            except BaseException:
-                self._interrupted_at(value)
-                raise
-            if ran:
-                self.timeline_value = value + 1
-            return ran
+        the compute engine can and everything submitted before is done; False, having run nothing, otherwise. Same
+        order and failure handling as `launch_inline`, without an argument block."""
+        return self.launch_direct_many(((function, arguments),))
 
     def launch_direct_many(self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]]) -> bool:
         """`launch_direct` of several native entry points in order, as one list (one timeline value): each
         `function(*arguments)` of `calls` in the calling thread when the compute engine can (`run_direct_list`) and
         everything submitted before is done; False, having run nothing, otherwise."""
-        run_direct_list = getattr(self.compute_engine, "run_direct_list", None)
+        run_direct_list = self._run_direct_list
         if run_direct_list is None:
             return False
         timeline = self.timeline_signal

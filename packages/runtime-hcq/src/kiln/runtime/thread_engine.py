@@ -204,37 +204,17 @@ class ThreadQueueEngine:
             self._finish_one()
         return True
 
-    def run_direct_inline(
-        self, function: Callable[..., None], arguments: tuple[int, ...], signal: TimelineSignal, value: int
-    ) -> bool:
-        """`run_call_inline` of a native kernel's own entry point: `function(*arguments)` (its buffer addresses)
-        without an argument block or launch sizes, under the same conditions (an idle engine that has not failed)
-        and failure handling. False, having run nothing, when the engine is not idle.
-
-        It claims nothing: holding `_run_lock` with nothing outstanding means nothing is queued or running (the
-        worker holds that lock while it runs a list and counts a list done after it lets go), and a list submitted
-        meanwhile waits for the lock, so it runs after this launch, as it was submitted after it."""
-        if self._closed or self.error is not None or self._outstanding:
-            return False
-        with self._run_lock:
-            if self._outstanding:
-                return False
-            try:
-                function(*arguments)
-                signal.set(value)
-            except Exception as error:  # kept like a queued failure: seen at the next wait or submit
-                self.error = error
-                signal.fail(error)
-            except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
-                signal.set(value)
-                raise
-        return True
-
     def run_direct_list(
         self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]], signal: TimelineSignal, value: int
     ) -> bool:
-        """`run_direct_inline` of several entry points in order, then the one signal (a replayed list of kernels):
-        the same conditions, lock and failure handling (a failing call stops the list, as on the worker)."""
+        """`run_call_inline` of native kernels' own entry points: each `function(*arguments)` of `calls` (its buffer
+        addresses) in order, then the one signal, without argument blocks or launch sizes, under the same conditions
+        (an idle engine that has not failed) and failure handling (a failing call stops the list, as on the worker).
+        False, having run nothing, when the engine is not idle.
+
+        It claims nothing: holding `_run_lock` with nothing outstanding means nothing is queued or running (the
+        worker holds that lock while it runs a list and counts a list done after it lets go), and a list submitted
+        meanwhile waits for the lock, so it runs after these calls, as it was submitted after them."""
         if self._closed or self.error is not None or self._outstanding:
             return False
         with self._run_lock:

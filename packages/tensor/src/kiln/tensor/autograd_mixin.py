@@ -75,6 +75,8 @@ class AutogradMixin(TensorCore):
     def requires_grad(self, value: bool | None) -> None:
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"requires_grad must be a bool or None, got {value!r}")
+        if "_lane" in self.__dict__:  # an eager-lane tensor gets its graph node first (gradients find leaves by it)
+            _ = self.uop
         uop: UOp | None = self.__dict__.get("uop")
         if value is True and uop is not None and not dtypes.is_float(uop.dtype):
             raise RuntimeError(f"only float tensors can require gradients, this tensor is {uop.dtype!r}")

@@ -90,9 +90,6 @@ class _TensorType(type):
         raise AttributeError(f"{_NO_GRAD_IS_READ_ONLY}; got an assignment of {value!r}")
 
 
-_AUTOGRAD_REQUIRES_GRAD: property = AutogradMixin.__dict__["requires_grad"]  # the setter `Tensor` extends
-
-
 class _InstanceNoGrad:
     """`tensor.no_grad` on an instance: the same read-only flag (an assignment would otherwise silently shadow it)."""
 
@@ -171,21 +168,6 @@ class Tensor(
                     state.pop("_lane", None)
                     return node
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    @property
-    def requires_grad(self) -> bool | None:
-        """Whether gradients are tracked for this tensor: True, False (explicitly not) or None (not set).
-
-        Results of operations require grad when any input does (outside `no_grad`).
-        """
-        value: bool | None = self.__dict__.get("_requires_grad")
-        return value
-
-    @requires_grad.setter
-    def requires_grad(self, value: bool | None) -> None:
-        if "_lane" in self.__dict__:  # an eager-lane tensor gets its graph node first (gradients find leaves by it)
-            _ = self.uop
-        _AUTOGRAD_REQUIRES_GRAD.__set__(self, value)
 
     @classmethod
     def _from_lane(cls, value: eager_lane.LaneValue) -> Self:

@@ -337,12 +337,18 @@ class BatchedGenerator:
             self._release(sequence)
             raise
         self.cached_tokens[slot][start:] = chunk
+        return self._chunk_written(index, end, started, token)
+
+    def _chunk_written(self, index: int, end: int, started: float, token: int) -> tuple[Sequence, int] | None:
+        """After a chunk of `self.joining[index]` up to prompt position `end` was written (its prefill started at
+        `started`, perf_counter): the sequence's progress; after its last chunk it decodes, its first token `token`."""
+        sequence = self.joining[index][0]
         sequence.prefilled = end
         sequence.stats.prefill_seconds += time.perf_counter() - started
-        if end < len(prompt):
+        if end < len(sequence.prompt):
             return None
         del self.joining[index]
-        sequence.position = len(prompt)
+        sequence.position = len(sequence.prompt)
         self._produced(sequence, token)
         return sequence, token
 

@@ -175,14 +175,7 @@ class PagedBatchedGenerator(BatchedGenerator):
             self._release(sequence)
             raise
         self.cache.slide(tables, end)
-        sequence.prefilled = end
-        sequence.stats.prefill_seconds += time.perf_counter() - started
-        if end < len(prompt):
-            return None
-        del self.joining[index]
-        sequence.position = len(prompt)
-        self._produced(sequence, token)
-        return sequence, token
+        return self._chunk_written(index, end, started, token)
 
     def decode(self, running: list[Sequence] | None = None) -> list[tuple[Sequence, int]]:
         """As `BatchedGenerator.decode`, over the paged pool (one jitted step for every width, also width 1)."""
