@@ -16,21 +16,9 @@ from kiln.tensor.llm.kv_pool import KVPoolExhausted
 from kiln.tensor.llm.paged_batching import PagedBatchedGenerator
 from kiln.tensor.llm.weights import LoadedModel
 
+from .test_batching import run_all
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-
-
-def run_all(batched: BatchedGenerator, requests: list[dict], join_at: list[int]) -> list[list[int]]:  # type: ignore[type-arg]
-    """Runs `requests` through the batch, request i joining before step join_at[i] (waiting for a free slot)."""
-    sequences: list[Sequence | None] = [None] * len(requests)
-    step = 0
-    while any(s is None or not s.finished for s in sequences):
-        for index, request in enumerate(requests):
-            if sequences[index] is None and join_at[index] <= step and batched.free_slots():
-                sequences[index] = batched.start(**request)
-        batched.step()
-        step += 1
-        assert step < 500
-    return [s.tokens for s in sequences if s is not None]
 
 
 def alone(loaded: LoadedModel, prompt: list[int], max_tokens: int) -> list[int]:
