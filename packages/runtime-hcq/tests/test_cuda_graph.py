@@ -142,8 +142,11 @@ def fake() -> Iterator[FakeGraphLibcuda]:
     library = FakeGraphLibcuda(gpus=1)
     api = DriverAPI(library)
     Device.register("GRAPHCUDA", lambda name: CUDADevice(name, api))
-    yield library
-    Device.forget("GRAPHCUDA")
+    Device.forget("GRAPHCUDA")  # a device another test opened under this name holds another library
+    try:
+        yield library
+    finally:
+        Device.forget("GRAPHCUDA")
 
 
 @dataclass
@@ -245,9 +248,14 @@ def test_replays_check_variables_and_steps_are_checked(fake: FakeGraphLibcuda) -
 def test_a_driver_without_the_graph_api_is_named() -> None:
     library = FakeLibcuda(gpus=1)
     device = CUDADevice("GRAPHCUDA", DriverAPI(library))  # the device opens without the graph functions
-    program = Program(get_program(doubled("plain"), _GraphRenderer()))
-    library.programs[program.binary or b""] = program
-    runner = device.load_program(program)
-    with pytest.raises(OSError, match="libcuda has no function 'cuStreamCreate'"):
-        CUDAGraphBatch(device, [Step(runner, [Buffer("GRAPHCUDA", SIZE, dtypes.int32)] * 2)])
+    Device.register("GRAPHCUDA", lambda name: device)  # the buffers below live on it
+    Device.forget("GRAPHCUDA")  # not one another test opened under this name
+    try:
+        program = Program(get_program(doubled("plain"), _GraphRenderer()))
+        library.programs[program.binary or b""] = program
+        runner = device.load_program(program)
+        with pytest.raises(OSError, match="libcuda has no function 'cuStreamCreate'"):
+            CUDAGraphBatch(device, [Step(runner, [Buffer("GRAPHCUDA", SIZE, dtypes.int32)] * 2)])
+    finally:
+        Device.forget("GRAPHCUDA")
     assert ctypes.sizeof(KernelNodeParams) == 72  # cuda.h's CUDA_KERNEL_NODE_PARAMS_v2 on a 64-bit host

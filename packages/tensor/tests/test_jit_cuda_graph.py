@@ -19,8 +19,11 @@ from kiln.uops import UOp, dtypes
 
 def _register(library: FakeLibcuda) -> Iterator[FakeLibcuda]:
     Device.register("GRAPHCUDA", lambda name: CUDADevice(name, DriverAPI(library)))
-    yield library
-    Device.forget("GRAPHCUDA")
+    Device.forget("GRAPHCUDA")  # a device another test opened under this name holds another library
+    try:
+        yield library
+    finally:
+        Device.forget("GRAPHCUDA")
 
 
 @pytest.fixture
@@ -65,13 +68,17 @@ def test_a_run_of_cuda_kernels_replays_as_one_graph(fake: FakeLibcuda) -> None:
     assert fake.calls.count("cuGraphLaunch") == 2  # one launch per replay for both kernels
 
 
-def test_a_driver_without_the_graph_api_replays_kernel_by_kernel_and_says_so() -> None:
-    for library in _register(FakeLibcuda(gpus=1)):
-        steps, _ = captured(library)
-        with pytest.warns(RuntimeWarning, match="replays 2 CUDA kernels one by one: .*cuStreamCreate"):
-            segments = replay_segments(steps)
-        assert [type(segment) for segment in segments] == [ReplayStep, ReplayStep, ReplayStep]
-        source, out = np.arange(SIZE, dtype=np.int32), buffer()
-        for segment in segments:
-            segment([buffer(source), out], {"k": 1})
-        np.testing.assert_array_equal(out.numpy(), (source * 3 + 1) * 2)
+@pytest.fixture
+def graphless() -> Iterator[FakeLibcuda]:
+    yield from _register(FakeLibcuda(gpus=1))
+
+
+def test_a_driver_without_the_graph_api_replays_kernel_by_kernel_and_says_so(graphless: FakeLibcuda) -> None:
+    steps, _ = captured(graphless)
+    with pytest.warns(RuntimeWarning, match="replays 2 CUDA kernels one by one: .*cuStreamCreate"):
+        segments = replay_segments(steps)
+    assert [type(segment) for segment in segments] == [ReplayStep, ReplayStep, ReplayStep]
+    source, out = np.arange(SIZE, dtype=np.int32), buffer()
+    for segment in segments:
+        segment([buffer(source), out], {"k": 1})
+    np.testing.assert_array_equal(out.numpy(), (source * 3 + 1) * 2)
