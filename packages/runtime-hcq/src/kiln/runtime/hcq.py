@@ -129,6 +129,14 @@ class HCQCompiled(DeviceBase):
             return
         cause = self._engine_error()
         if cause is None and all(callable(getattr(engine, "after_fork_in_child", None)) for engine in self._engines()):
+            if launching and not self._failed_before_fork:
+                # another thread of the parent was handing out the next value while earlier work is still queued: its
+                # list may be kept in a queue or not. The value is used up either way: a list that only signals it
+                # after the one before is queued now, ahead of any work of the child, so the child's next value is a
+                # new one (reusing it let the parent's kept list signal the child's launch done before it ran)
+                value = self.timeline_value
+                self.compute_engine.submit_commands([WaitCommand(timeline, value - 1), SignalCommand(timeline, value)])
+                self.timeline_value, target = value + 1, value
             self._resume_after_fork = target
             return
         timeline.fail(self._fork_error(target, cause))
