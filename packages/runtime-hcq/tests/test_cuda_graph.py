@@ -15,33 +15,19 @@ from typing import Any
 import numpy as np
 import pytest
 from fake_libcuda import INVALID_VALUE, SUCCESS, FakeLibcuda, out
+from test_cuda_device import FakeCUDARenderer
 
-from kiln.codegen import Compiler, KernelInfo, KernelSignature, Program, Renderer, format_linear, get_program
+from kiln.codegen import KernelInfo, Program, get_program
 from kiln.runtime import Buffer, Device
 from kiln.runtime.cuda import CUDADevice, DriverAPI
 from kiln.runtime.cuda.cuda_graph import CUDAGraphBatch, KernelNodeParams, graph_device
 from kiln.uops import Ops, UOp, dtypes
 
 
-class _SourceCompiler(Compiler):
-    identity = "fake graph compiler 1"
+class _GraphRenderer(FakeCUDARenderer):
+    """test_cuda_device's fake GPU target, for the device kind GRAPHCUDA."""
 
-    def compile(self, source: str) -> bytes:
-        return source.encode()
-
-
-class _GraphRenderer(Renderer):
     device = "GRAPHCUDA"
-    has_local = True
-    has_shared = True
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    local_size_max = 1024
-    shared_max = 49152
-    compiler = _SourceCompiler()
-
-    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
-        return "// fake ptx\n" + format_linear(uops)
 
 
 @dataclass

@@ -179,13 +179,7 @@ class BatchedGenerator:
             def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor) -> Tensor:
                 embedded = self.model.embed(tokens)
                 rows = self.model.forward_batched_decode(embedded, positions, end, slots=self.slots)[:, 0, :]
-                greedy = rows.argmax(-1).cast(dtypes.int32)
-                if mode.greedy:
-                    chosen = greedy
-                else:
-                    drawn = Tensor.cat(*[sample_on_device(rows[s], params[s, :4], mode) for s in range(width)])
-                    chosen = (params[:, 4] > 0.5).where(greedy, drawn)
-                return _with_logits(rows, chosen) if logits else chosen
+                return chosen_tokens(rows, params, mode, width, logits)
 
             steps[(mode, width)] = TinyJit(decode)
         return steps[(mode, width)]
@@ -464,6 +458,19 @@ class BatchedGenerator:
         self.joining = [(joining, params) for joining, params in self.joining if joining is not sequence]
         if 0 <= sequence.slot < self.slots and self.running[sequence.slot] is sequence:
             self.running[sequence.slot] = None
+
+
+def chosen_tokens(rows: Tensor, params: Tensor, mode: SamplingMode, width: int, logits: bool) -> Tensor:
+    """The token of each of the `width` slots from its logits row `rows` (width, vocab): the argmax when every slot
+    is greedy, else a draw under `mode` with each slot's sampling `params` row (greedy slots keep their argmax);
+    with `logits` the rows come along (`_with_logits`)."""
+    greedy = rows.argmax(-1).cast(dtypes.int32)
+    if mode.greedy:
+        chosen = greedy
+    else:
+        drawn = Tensor.cat(*[sample_on_device(rows[s], params[s, :4], mode) for s in range(width)])
+        chosen = (params[:, 4] > 0.5).where(greedy, drawn)
+    return _with_logits(rows, chosen) if logits else chosen
 
 
 def _with_logits(logits: Tensor, tokens: Tensor) -> Tensor:

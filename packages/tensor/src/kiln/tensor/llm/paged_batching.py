@@ -22,14 +22,13 @@ import time
 import numpy as np
 
 from kiln.tensor.jit import TinyJit
-from kiln.tensor.llm.batching import DEFAULT_SLOTS, JOIN_CHUNK, BatchedGenerator, Sequence, _with_logits
+from kiln.tensor.llm.batching import DEFAULT_SLOTS, JOIN_CHUNK, BatchedGenerator, Sequence, _with_logits, chosen_tokens
 from kiln.tensor.llm.kv_pool import BlockTable, KVPoolExhausted
 from kiln.tensor.llm.paged_cache import DEFAULT_BLOCK_SIZE, PagedCache
 from kiln.tensor.llm.sampling import SamplingMode, sample_on_device
 from kiln.tensor.llm.weights import LoadedModel
 from kiln.tensor.symbolic import as_size
 from kiln.tensor.tensor import Tensor
-from kiln.uops import dtypes
 
 __all__ = ["PagedBatchedGenerator"]
 
@@ -89,13 +88,7 @@ class PagedBatchedGenerator(BatchedGenerator):
             def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor, *arrays: Tensor) -> Tensor:
                 pages = self.cache.model_pages(self.cache.page_rows(list(arrays), width, as_size(end, "end")))
                 rows = self.model.forward_batched_decode(self.model.embed(tokens), positions, end, pages=pages)[:, 0]
-                greedy = rows.argmax(-1).cast(dtypes.int32)
-                if mode.greedy:
-                    chosen = greedy
-                else:
-                    drawn = Tensor.cat(*[sample_on_device(rows[s], params[s, :4], mode) for s in range(width)])
-                    chosen = (params[:, 4] > 0.5).where(greedy, drawn)
-                return _with_logits(rows, chosen) if logits else chosen
+                return chosen_tokens(rows, params, mode, width, logits)
 
             self.paged_steps[(mode, width, logits)] = TinyJit(decode)
         return self.paged_steps[(mode, width, logits)]
