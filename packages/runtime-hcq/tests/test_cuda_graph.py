@@ -132,7 +132,7 @@ def fake() -> Iterator[FakeGraphLibcuda]:
     try:
         yield library
     finally:
-        Device.forget("GRAPHCUDA")
+        Device.unregister("GRAPHCUDA")  # closes the device too: no later test meets this fake library
 
 
 @dataclass
@@ -243,5 +243,5 @@ def test_a_driver_without_the_graph_api_is_named() -> None:
         with pytest.raises(OSError, match="libcuda has no function 'cuStreamCreate'"):
             CUDAGraphBatch(device, [Step(runner, [Buffer("GRAPHCUDA", SIZE, dtypes.int32)] * 2)])
     finally:
-        Device.forget("GRAPHCUDA")
+        Device.unregister("GRAPHCUDA")  # closes the device too: no later test meets this fake library
     assert ctypes.sizeof(KernelNodeParams) == 72  # cuda.h's CUDA_KERNEL_NODE_PARAMS_v2 on a 64-bit host

@@ -74,6 +74,30 @@ def test_devices_open_lazily_once_per_canonical_name() -> None:
     assert registry["CNT:1"] is not second
 
 
+def test_unregister_closes_the_kinds_devices_and_forgets_the_kind() -> None:
+    CountingDevice.opened.clear()
+    registry = registry_with(CNT=CountingDevice, OTHER=CountingDevice)
+    first, other = registry["cnt"], registry["other"]
+    registry["cnt:1"]
+    registry.unregister("cnt")
+    assert registry.kinds() == ["OTHER"] and registry["OTHER"] is other
+    with pytest.raises(ValueError, match="unknown device kind 'CNT'"):
+        registry["CNT"]
+    registry.register("CNT", CountingDevice)  # registered again: a fresh device, not the one opened before
+    assert registry["CNT"] is not first
+    assert CountingDevice.opened == ["CNT", "OTHER", "CNT:1", "CNT"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"), [("NEVER", "was not registered at run time"), ("CNT:1", "without a suffix")]
+)
+def test_unregister_rejects_unknown_kinds_and_suffixes(kind: str, message: str) -> None:
+    registry = registry_with(CNT=CountingDevice)
+    with pytest.raises(ValueError, match=message):
+        registry.unregister(kind)
+    assert registry.kinds() == ["CNT"]
+
+
 def test_unavailable_device_is_reraised_and_not_cached() -> None:
     registry = registry_with(GONE=MissingHardware)
     for _ in range(2):

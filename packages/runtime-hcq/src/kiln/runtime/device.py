@@ -337,6 +337,24 @@ class DeviceRegistry:
             self._registered[canonical_kind] = DeviceKind(canonical_kind, target, "registered", factory)
             self.refresh()
 
+    def unregister(self, kind: str) -> None:
+        """Removes a kind added by `register`, closing (after synchronizing) every opened device of that kind.
+
+        Raises ValueError for a kind that was not registered at run time (built-in and entry-point kinds stay)."""
+        canonical_kind, suffix = _split_name(kind)
+        if suffix:
+            raise ValueError(f"unregister() takes a device kind without a suffix, got {kind!r}")
+        with self._lock:
+            if canonical_kind not in self._registered:
+                listing = ", ".join(self._registered) or "none"
+                raise ValueError(f"{canonical_kind!r} was not registered at run time; registered kinds: {listing}")
+            opened = [name for name in self._opened if name.partition(":")[0] == canonical_kind]
+            devices = [self._opened.pop(name) for name in opened]
+            del self._registered[canonical_kind]
+            self.refresh()
+        for device in devices:
+            device.synchronize()
+
     def kinds(self) -> list[str]:
         """Every known device kind: built-ins in table order, then entry points by name, then registered kinds."""
         with self._lock:
