@@ -98,7 +98,7 @@ class HCQProgramRunner(ProgramRunner):
             if address & mask:
                 return False
             addresses.append(address)
-        return self.device.launch_direct(entry, tuple(addresses))
+        return self.device.launch_direct_many(((entry, tuple(addresses)),))
 
     def direct_call(self) -> Callable[..., None] | None:
         """What a direct launch calls with the buffer addresses (in slot order) alone: the entry point of a one-core

@@ -30,10 +30,12 @@ realized (it holds its output Buffer). Anything the lane does not cover takes th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import TYPE_CHECKING
 
 from kiln.runtime import Buffer
+from kiln.runtime.knobs import lru_enabled
 from kiln.tensor import graph
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
@@ -58,6 +60,8 @@ Layout = tuple[DType, tuple[int, ...], str]
 """An operand's or a result's (dtype, shape, device)."""
 
 SOURCE = -3  # a program parameter taking the operand's buffer (OUTPUT and FIXED as in the fast path)
+SPARE_COUNT = 2  # recycled output buffers kept per lane entry
+SPARE_BYTES = 1 << 16  # the largest output buffer recycled (a larger one goes back to the allocator)
 
 
 class LaneEntry:
@@ -73,6 +77,7 @@ class LaneEntry:
         "engine",
         "fixed",
         "flops",
+        "launch_direct",
         "layout",
         "like_source",
         "mem_bytes",
@@ -82,6 +87,7 @@ class LaneEntry:
         "position",
         "reshape",
         "runner",
+        "spare",
         "tag",
     )
 
@@ -98,6 +104,8 @@ class LaneEntry:
         reshape: UOp | None,
     ) -> None:
         self.engine, self.runner, self.pattern, self.fixed = engine, runner, pattern, fixed
+        # an HCQ runner's `launch_direct` (the kernel called at once, in this thread), or None
+        self.launch_direct: Callable[[Sequence[Buffer]], bool] | None = getattr(runner, "launch_direct", None)
         self.flops, self.mem_bytes = costs
         self.op, self.dtype, self.arg, self.tag = node.op, node.dtype, node.arg, node.tag
         self.position, self.constant = position, node.src[1 - position]
@@ -107,20 +115,35 @@ class LaneEntry:
         # op's operands and result share one device)
         operand = node.src[position]
         self.like_source = output[1:] == (prod(graph.shape_of(operand)), operand.dtype)
+        # output buffers of this key's dead values, for its next launches (`LaneValue.__del__`); none kept where
+        # the output is large (the allocator's cache may have to hand it back) or the LRU knob is off
+        self.spare: list[Buffer] | None = [] if output[1] * output[2].nbytes <= SPARE_BYTES and lru_enabled() else None
 
 
 class LaneValue:
     """A lane tensor's state: pending (`entry` and `source` set) or realized (`buffer` set). `node` is the graph
-    node built for it, once asked for (`node_of`); `layout` is its (dtype, shape, device)."""
+    node built for it, once asked for (`node_of`); `layout` is its (dtype, shape, device); `spare` is its entry's
+    list of recycled output buffers (kept once realized, when the entry is let go).
 
-    __slots__ = ("buffer", "entry", "layout", "node", "source")
+    A realized value whose node was never built is the only holder of its output buffer (the lane made it, and
+    nothing reads a lane value's buffer but the lane's next launch on it, which holds the value meanwhile), so
+    when it dies the buffer goes to `spare` for the next launch of the key, skipping the allocator and a new
+    Buffer object. A value whose node was built leaves its buffer to the graph (a view, a write, any other op)."""
+
+    __slots__ = ("buffer", "entry", "layout", "node", "source", "spare")
 
     def __init__(self, entry: LaneEntry, source: UOp | LaneValue) -> None:
         self.entry: LaneEntry | None = entry
         self.source: UOp | LaneValue | None = source
         self.layout = entry.layout
+        self.spare = entry.spare
         self.buffer: Buffer | None = None
         self.node: UOp | None = None
+
+    def __del__(self) -> None:
+        buffer, spare = self.buffer, self.spare
+        if buffer is not None and spare is not None and self.node is None and len(spare) < SPARE_COUNT:
+            spare.append(buffer)
 
 
 def operand_layout(node: UOp) -> Layout | None:
@@ -262,18 +285,21 @@ def run(value: LaneValue) -> bool:
                 return False
         if not buffer.is_allocated:
             return False
-        if entry.like_source and buffer.options is None:  # (the usual op: an output of its operand's spec)
+        spare = entry.spare
+        if spare:  # a dead value's output (allocated, of this entry's spec; only runs, under the lock, take them)
+            output = spare.pop()
+        elif entry.like_source and buffer.options is None:  # (the usual op: an output of its operand's spec)
             output = Buffer.allocated_like(buffer)
         else:
             output = Buffer(*entry.output).allocate()
-        buffers: list[Buffer] = []
-        for kind, fixed in zip(entry.pattern, entry.fixed):
-            buffers.append(output if kind == OUTPUT else buffer if kind == SOURCE else fixed)  # type: ignore[arg-type]
-        runner = entry.runner
+        buffers: list[Buffer] = [
+            output if kind == OUTPUT else buffer if kind == SOURCE else fixed  # type: ignore[misc]
+            for kind, fixed in zip(entry.pattern, entry.fixed)
+        ]
         begin = time.perf_counter_ns()
-        launch_direct = getattr(runner, "launch_direct", None)  # (an HCQ runner's: the kernel called at once)
+        launch_direct = entry.launch_direct
         if launch_direct is None or not launch_direct(buffers):
-            runner(buffers, None)
+            entry.runner(buffers, None)
         GlobalCounters.time_ns += time.perf_counter_ns() - begin
         GlobalCounters.kernel_count += 1
         GlobalCounters.flops += entry.flops
