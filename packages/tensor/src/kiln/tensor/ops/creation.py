@@ -1,4 +1,5 @@
-"""`CreationMixin`: new tensors (zeros, ones, full, arange, linspace, eye, random tensors, *_like) and dtype casts.
+"""`CreationMixin`: new tensors (zeros, ones, full, arange, linspace, eye, random tensors, *_like), over the
+dtype casts of `DTypeMixin` (`kiln.tensor.ops.casting`).
 
 Constant tensors are CONST nodes broadcast to a shape: they take no memory and fuse into their consumers. `arange`
 is built without memory too (`iota`). Random tensors come from the counter-based Threefry generator of
@@ -8,10 +9,9 @@ is built without memory too (`iota`). Random tensors come from the counter-based
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from collections.abc import Callable, Hashable
-from typing import Any, Self, TypedDict, TypeVar, Unpack, cast
+from typing import Self, Unpack, cast
 
 import numpy as np
 
@@ -26,48 +26,16 @@ from kiln.tensor.ops._checks import (
     check_size,
     shape_argument,
 )
+from kiln.tensor.ops.casting import DTypeMixin
 from kiln.tensor.ops.promotion import scalar_value
 from kiln.tensor.ops.random import threefry2x32
+from kiln.tensor.ops.tensor_options import TensorOptions, torch_keywords
 from kiln.tensor.realize.buffers import attach_buffer
 from kiln.tensor.realize.engine import default_engine
 from kiln.tensor.symbolic import BoundVariable, Variable, as_size, carries_variable, is_symbolic, max_int, max_numel
 from kiln.uops import ConstType, DType, Ops, UOp, dtypes
 
 __all__ = ["CreationMixin", "DTypeMixin", "TensorOptions", "iota", "torch_keywords"]
-
-
-class TensorOptions(TypedDict, total=False):
-    """The keyword arguments of every function that makes a tensor, PyTorch's: the dtype (None or absent: the
-    function's default), the device (the default device) and whether the result requires a gradient."""
-
-    dtype: DType | None
-    device: str | tuple[str, ...] | None
-    requires_grad: bool | None
-
-
-FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
-
-
-def torch_keywords(function: FunctionT) -> FunctionT:
-    """`function`, whose `**options: Unpack[TensorOptions]` take PyTorch's keyword-only `dtype=None, device=None,
-    requires_grad=None`: `inspect.signature` (and `help`) shows them, and any other keyword is a TypeError, as for a
-    named parameter (mypy reads the TypedDict itself)."""
-    signature = inspect.signature(function)
-    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    for name, annotation in TensorOptions.__annotations__.items():
-        spelled = getattr(annotation, "__forward_arg__", annotation)  # the text, as the other parameters show theirs
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=spelled))
-    accepted = frozenset(parameter.name for parameter in parameters)
-
-    @functools.wraps(function)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        for name in kwargs:
-            if name not in accepted:
-                raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}")
-        return function(*args, **kwargs)
-
-    checked.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    return cast(FunctionT, checked)
 
 
 def iota(kind: type[TensorT], size: int, device: str | tuple[str, ...] | None = None) -> TensorT:
@@ -258,77 +226,6 @@ def _integer_values(
     offset = scaled._binary(Ops.SHR, bits._const(32, bits.shape, dtypes.uint64, bits.device))
     start = bits._const(lowest, bits.shape, dtypes.int64, bits.device)
     return offset._cast(dtypes.int64)._binary(Ops.ADD, start)._cast(dtype)
-
-
-class DTypeMixin(TensorCore):
-    """Casts between dtypes (kept apart so the method names float/int/bool never shadow the builtins)."""
-
-    def cast(self, dtype: DType) -> Self:
-        """This tensor's values converted to `dtype` (floats to ints truncate toward zero; ints wrap around).
-
-        Example:
-            >>> Tensor([1.7, -1.7]).cast(dtypes.int32).tolist()
-            [1, -1]
-        """
-        target = check_dtype(dtype)
-        check_device_dtype(self.device, target)
-        return self._cast(target)
-
-    def bitcast(self, dtype: DType) -> Self:
-        """This tensor's bits reinterpreted as `dtype` of the same item size.
-
-        Example:
-            >>> Tensor([1.0]).bitcast(dtypes.uint32).tolist()
-            [1065353216]
-        """
-        target = check_dtype(dtype)
-        if target.itemsize != self.dtype.itemsize:
-            raise TypeError(
-                f"bitcast needs dtypes of one item size: {self.dtype!r} has {self.dtype.itemsize} bytes, "
-                f"{target!r} has {target.itemsize}"
-            )
-        check_device_dtype(self.device, target)
-        return self._bitcast(target)
-
-    def float(self) -> Self:
-        """This tensor as float32."""
-        return self.cast(dtypes.float32)
-
-    def half(self) -> Self:
-        """This tensor as float16."""
-        return self.cast(dtypes.float16)
-
-    def double(self) -> Self:
-        """This tensor as float64."""
-        return self.cast(dtypes.float64)
-
-    def int(self) -> Self:
-        """This tensor as int32."""
-        return self.cast(dtypes.int32)
-
-    def long(self) -> Self:
-        """This tensor as int64."""
-        return self.cast(dtypes.int64)
-
-    def bool(self) -> Self:
-        """This tensor as bool (nonzero is True)."""
-        return self.cast(dtypes.bool)
-
-    def bfloat16(self) -> Self:
-        """This tensor as bfloat16."""
-        return self.cast(dtypes.bfloat16)
-
-    def short(self) -> Self:
-        """This tensor as int16."""
-        return self.cast(dtypes.int16)
-
-    def char(self) -> Self:
-        """This tensor as int8."""
-        return self.cast(dtypes.int8)
-
-    def byte(self) -> Self:
-        """This tensor as uint8."""
-        return self.cast(dtypes.uint8)
 
 
 class CreationMixin(DTypeMixin):

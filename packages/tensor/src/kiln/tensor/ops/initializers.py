@@ -22,7 +22,7 @@ from typing import Self, Unpack
 
 from kiln.tensor.core import ShapeArgument, TensorCore, TensorT
 from kiln.tensor.ops._checks import shape_argument
-from kiln.tensor.ops.creation import TensorOptions, torch_keywords
+from kiln.tensor.ops.tensor_options import TensorOptions, torch_keywords
 
 __all__ = ["InitializerMixin", "initializer_bound"]
 
