@@ -29,10 +29,24 @@ from kiln.runtime import Buffer
 from kiln.tensor import graph
 from kiln.tensor.core import TensorCore
 from kiln.tensor.realize.buffers import SLOT as _BUFFER_SLOT
-from kiln.tensor.realize.buffers import buffer_of, has_buffer
+from kiln.tensor.realize.buffers import buffer_of
 from kiln.tensor.realize.engine import default_engine, engines_in_context, realize_uops
 from kiln.tensor.realize.graph_lock import serialized
-from kiln.tensor.realize.views import VIEW_OPS, check_writable, place, region_writable, store_chain, view_root
+from kiln.tensor.realize.graph_reads import (
+    check_gradient_operands,
+    computes_new_values,
+    reads_a_buffer,
+    reads_by_storage,
+    reads_other_target,
+    rebind,
+    storage_of,
+    storage_reads,
+    target_base,
+    to_snapshot,
+    unrealized,
+    unrealized_nodes,
+)
+from kiln.tensor.realize.views import check_writable, place, region_writable, store_chain, view_root
 from kiln.tensor.schedule import (
     alias_base,
     forget_realized_into,
@@ -40,7 +54,7 @@ from kiln.tensor.schedule import (
     realized_view,
     record_realized,
 )
-from kiln.uops import NodeSlot, Ops, UOp
+from kiln.uops import Ops, UOp
 
 __all__ = [
     "GraphHolder",
@@ -83,145 +97,6 @@ def _alive() -> list[GraphHolder]:
 def live_count() -> int:
     """How many tracked tensors are alive."""
     return len(_alive())
-
-
-def _target_base(node: UOp) -> UOp | None:
-    # the buffer under the movement ops of a write's target (the planner rejects PAD and EXPAND there)
-    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.ASSIGN, Ops.CONTIGUOUS):
-        node = node.src[0]
-    return node if node.op is Ops.BUFFER else None
-
-
-def _storage(node: UOp) -> Buffer | None:
-    return buffer_of(node) if node.op is Ops.BUFFER and has_buffer(node) else None
-
-
-def _reads(uop: UOp, storage: Buffer) -> list[UOp]:
-    """Nodes of `uop`'s not-yet-realized graph through which it reads `storage`: BUFFER nodes of it, and realized
-    nodes whose buffer view reads it."""
-    found: list[UOp] = []
-
-    def descend(node: UOp) -> bool:
-        return node.op is not Ops.BUFFER and realized_view(node) is None
-
-    for node in uop.toposort(gate=descend):
-        if node.op is Ops.BUFFER:
-            if _storage(node) is storage:
-                found.append(node)
-            continue
-        view = realized_view(node)
-        if view is not None and any(_storage(inner) is storage for inner in view.toposort()):
-            found.append(node)
-    return found
-
-
-def _view_over(node: UOp, storage: Buffer, replacement: UOp) -> UOp:
-    # the buffer view realized node `node` lives in, with each BUFFER node of `storage` made `replacement`
-    view = realized_view(node)
-    assert view is not None
-    return view.substitute({inner: replacement for inner in view.toposort() if _storage(inner) is storage})
-
-
-def _rebind(uop: UOp, reads: Iterable[UOp], storage: Buffer, replacement: UOp) -> UOp:
-    # each BUFFER node of `storage` becomes `replacement`; a realized node reading it becomes its view rebuilt so
-    mapping = {node: replacement if node.op is Ops.BUFFER else _view_over(node, storage, replacement) for node in reads}
-    return uop.substitute(mapping)
-
-
-# A realized node whose buffer was written after it was built: its values now live in a snapshot. A gradient that
-# needs them as an operand (`s = v * v; v.mul_(2); s.backward()`) is PyTorch's version-counter error.
-_MODIFIED: NodeSlot[bool] = NodeSlot(
-    "tensor_modified_in_place", __name__, "a realized node whose buffer an in-place write changed after it was built"
-)
-
-
-def check_gradient_operands(gradients: Iterable[UOp], forward: set[UOp]) -> None:
-    """Raises PyTorch's RuntimeError when a node that the gradients added to the forward graph (`forward`, its
-    nodes) reads, as an operand (through view ops only), a value a later in-place write replaced: PyTorch saved
-    that tensor for backward and its version has changed since."""
-    if not any(engine.tensors.modified_count for engine in engines_in_context()):
-        return  # no node was ever marked: nothing to find
-    for gradient in gradients:
-        for node in gradient.toposort(gate=lambda n: n not in forward):
-            if node in forward:
-                continue
-            for source in node.src:
-                operand = source
-                while operand.op in VIEW_OPS and not _MODIFIED.has(operand):
-                    operand = operand.src[0]
-                if _MODIFIED.has(operand):
-                    raise RuntimeError(
-                        "one of the variables needed for gradient computation has been modified by an inplace "
-                        f"operation: a tensor of shape {list(graph.shape_of(operand))} was written in place after "
-                        "it was used; its old version is needed here (clone() it before the write)"
-                    )
-
-
-def _to_snapshot(uop: UOp, reads: Iterable[UOp], storage: Buffer, snapshot: UOp) -> UOp:
-    """`uop` reading the copy `snapshot` of `storage`'s old contents instead of `storage`: its BUFFER nodes of the
-    storage are replaced; a realized node reading it keeps its place in the graph (and so its gradient path) and is
-    recorded as realized into the copy (every graph still holding it means the old values)."""
-    mapping: dict[UOp, UOp] = {}
-    for node in reads:
-        if node.op is Ops.BUFFER:
-            mapping[node] = snapshot
-            continue
-        record_realized(node, _view_over(node, storage, snapshot))
-        _MODIFIED.set(node, True)
-        default_engine().tensors.modified_count += 1
-    return uop.substitute(mapping) if mapping else uop
-
-
-def _unrealized(node: UOp) -> bool:
-    return node.op is not Ops.BUFFER and realized_view(node) is None
-
-
-def _reads_a_buffer(uop: UOp, memo: dict[UOp, bool] | None = None) -> bool:
-    """Whether `uop`'s graph reads memory: holds a BUFFER node or a realized node. `memo` (node -> answer) shares the
-    walk between calls on overlapping graphs (the tensors of one training step all share its graph)."""
-    memo = {} if memo is None else memo
-    found = memo.get(uop)
-    if found is not None:
-        return found
-    if uop.op is Ops.BUFFER or realized_view(uop) is not None:
-        memo[uop] = True
-        return True
-    # depth-first, stopping at the first node that reads memory: then every node on the path reads it; a node
-    # whose sources are all exhausted reads none. Each node is decided once across the calls sharing `memo`.
-    path = [(uop, iter(uop.src))]
-    while path:
-        node, sources = path[-1]
-        for source in sources:
-            known = memo.get(source)
-            if known is False:
-                continue
-            if known is True or source.op is Ops.BUFFER or realized_view(source) is not None:
-                for on_path, _ in path:
-                    memo[on_path] = True
-                return True
-            path.append((source, iter(source.src)))
-            break
-        else:
-            path.pop()
-            memo[node] = False
-    return False
-
-
-def _unrealized_nodes(roots: Iterable[UOp]) -> set[UOp]:
-    """Every node of the graphs of `roots`, not descending into realized nodes or buffers (one shared walk)."""
-    seen: set[UOp] = set()
-    stack = list(roots)
-    pop, push, visit, buffer_op = stack.pop, stack.append, seen.add, Ops.BUFFER
-    while stack:  # plain loops and local names: this walks a whole training step's graph on every optimizer step
-        node = pop()
-        if node in seen:
-            continue
-        visit(node)
-        if node.op is not buffer_op and realized_view(node) is None:
-            for source in node.src:
-                if source not in seen:
-                    push(source)
-    return seen
 
 
 def _written_view(node: UOp) -> bool:
@@ -296,7 +171,7 @@ def materialize(root: UOp, holders: Iterable[GraphHolder]) -> None:
         view = graph.reshape(view, shape)
     # a graph that reads no memory (constants, random numbers) is never recorded: hash-consing makes it the node of
     # every equal graph of the program, which must not read this tensor's storage
-    recorded = _reads_a_buffer(root)
+    recorded = reads_a_buffer(root)
     if recorded:
         record_realized(root, view)
     for holder in holders:
@@ -405,7 +280,7 @@ def _write_into(
     into the buffer (a value assigned earlier, copy on write) keep their values."""
     node = graph.fold_movement_chains(node)
     node = realized_view(node) or node
-    base = _target_base(node)
+    base = target_base(node)
     assert base is not None
     storage = buffer_of(base)
     shares_value = (
@@ -413,14 +288,14 @@ def _write_into(
         and value_holder.uop is value
         and alias_base(value) is None
         and realized_view(value) is None
-        and _reads_a_buffer(value)
+        and reads_a_buffer(value)
     )
     skipped = {id(holder) for holder in skip}
     viewing = {id(holder) for holder in views_of}
     aliases: list[tuple[GraphHolder, list[UOp]]] = []
     readers: list[tuple[GraphHolder, list[UOp]]] = []
     shared: list[GraphHolder] = []
-    value_nodes = set(value.toposort(gate=_unrealized))
+    value_nodes = set(value.toposort(gate=unrealized))
     for holder in _alive():
         if id(holder) in skipped or (shares_value and holder is value_holder):
             continue
@@ -430,12 +305,12 @@ def _write_into(
             if _BUFFER_SLOT.get(view_of) is storage:
                 aliases.append((holder, [view_of]))
             continue
-        if held in value_nodes and held is not value and _unrealized(held) and _reads_a_buffer(held):
+        if held in value_nodes and held is not value and unrealized(held) and reads_a_buffer(held):
             # a live tensor the value computes anyway (a batch_norm input, a gradient): realized with the write, so
             # it is not computed again later (and, read before the write, needs no snapshot)
             shared.append(holder)
             continue
-        reads = _reads(held, storage)
+        reads = storage_reads(held, storage)
         if reads:
             is_view = id(holder) in viewing or _written_view(held)
             (aliases if is_view else readers).append((holder, reads))
@@ -447,7 +322,7 @@ def _write_into(
         assign = graph.assign(node, value)
     roots = [assign]
     # a value kept for gradients reads the old contents when its gradient is computed: it needs the snapshot too
-    value_reads = _reads(value, storage) if keep_graph else []
+    value_reads = storage_reads(value, storage) if keep_graph else []
     if readers or value_reads:  # a copy of the old contents, made before the write, for the readers built before it
         snapshot_target = graph.buffer_uop(base.arg.device, base.arg.size, base.dtype)
         roots.append(graph.assign(snapshot_target, base))
@@ -458,19 +333,19 @@ def _write_into(
     for holder, view in zip(shared, views[first_shared:]):
         if getattr(holder, "requires_grad", None) is not True:  # like Tensor.realize_all
             holder.uop = view
-    new_base = _target_base(views[0])
+    new_base = target_base(views[0])
     assert new_base is not None
     for holder, reads in aliases:
-        holder.uop = _rebind(holder.uop, reads, storage, new_base)
+        holder.uop = rebind(holder.uop, reads, storage, new_base)
     # values realized into the buffer earlier are gone (the live tensors reading them are rebound below)
     old_nodes = {base}
     for _, reads in aliases + readers:
         for read in reads:
-            old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+            old_nodes.update(n for n in (realized_view(read) or read).toposort() if storage_of(n) is storage)
     for holder, reads in readers:
-        holder.uop = _to_snapshot(holder.uop, reads, storage, views[snapshot_at])
+        holder.uop = to_snapshot(holder.uop, reads, storage, views[snapshot_at])
     # gradients flow through the ASSIGN into the value, which reads the snapshot of the old contents
-    kept_value = _to_snapshot(value, value_reads, storage, views[snapshot_at]) if value_reads else value
+    kept_value = to_snapshot(value, value_reads, storage, views[snapshot_at]) if value_reads else value
     for old in old_nodes:
         forget_realized_into(old)
         mark_overwritten(old)
@@ -481,44 +356,6 @@ def _write_into(
     kept = graph.assign(views[0], kept_value)
     record_realized(kept, views[0])
     return kept
-
-
-def _reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[UOp]]:
-    """Like `_reads`, for several buffers in one walk: id(buffer) -> the nodes through which `uop` reads it."""
-    found: dict[int, list[UOp]] = {}
-
-    def descend(node: UOp) -> bool:
-        return node.op is not Ops.BUFFER and realized_view(node) is None
-
-    for node in uop.toposort(gate=descend):
-        if node.op is Ops.BUFFER:
-            storage = _storage(node)
-            if storage is not None and id(storage) in storages:
-                found.setdefault(id(storage), []).append(node)
-            continue
-        view = realized_view(node)
-        if view is None:
-            continue
-        for key in {id(s) for s in (_storage(inner) for inner in view.toposort()) if s is not None}:
-            if key in storages:
-                found.setdefault(key, []).append(node)
-    return found
-
-
-def _reads_other_target(value: UOp, own: Buffer, storages: dict[int, Buffer]) -> bool:
-    """Whether `value` reads one of the written buffers `storages` other than its own target's `own`."""
-    others = {key for key in storages if key != id(own)}
-    return bool(others) and any(key in others for key in _reads_by_storage(value, storages))
-
-
-def _computes_new_values(uop: UOp) -> bool:
-    """Whether realizing `uop` computes values into new memory (not a view of memory that is already realized)."""
-    node = uop
-    while node.op in graph.MOVEMENT_OPS or node.op in (Ops.DETACH, Ops.CONTIGUOUS):
-        if realized_view(node) is not None:
-            return False
-        node = node.src[0]
-    return realized_view(node) is None and node.op not in (Ops.BUFFER, Ops.CONST)
 
 
 @serialized
@@ -540,7 +377,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     for target, value_holder in writes:
         node = graph.fold_movement_chains(target.uop)
         node = realized_view(node) or node
-        base = _target_base(node)
+        base = target_base(node)
         if base is None:  # no buffer: the tensor just takes the value (as in `write`)
             target.uop = value_holder.uop
             continue
@@ -553,7 +390,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             raise ValueError(f"write_many: two writes target one buffer (of {storage.size} elements); write it once")
         storages[id(storage)] = storage
     skip = {id(holder) for write_ in targets for holder in (write_[0], write_[4])}
-    value_nodes = _unrealized_nodes(value_holder.uop for *_, value_holder in targets)
+    value_nodes = unrealized_nodes(value_holder.uop for *_, value_holder in targets)
     reads_memo: dict[UOp, bool] = {}
     aliases: list[tuple[GraphHolder, int, list[UOp]]] = []
     readers: list[tuple[GraphHolder, dict[int, list[UOp]]]] = []
@@ -568,12 +405,12 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             if viewed is not None and id(viewed) in storages:
                 aliases.append((holder, id(viewed), [view_of]))
             continue
-        if held in value_nodes and _unrealized(held) and _reads_a_buffer(held, reads_memo):
+        if held in value_nodes and unrealized(held) and reads_a_buffer(held, reads_memo):
             shared.append(holder)  # computed by the values anyway: realized with the writes, no snapshot needed
             continue
-        reads_of = _reads_by_storage(held, storages)
+        reads_of = reads_by_storage(held, storages)
         if reads_of:
-            if _computes_new_values(held):
+            if computes_new_values(held):
                 # a lazy result read after the step (the loss): computed in the same schedule, before the writes,
                 # instead of snapshotting the buffers it reads and computing it again later
                 shared.append(holder)
@@ -583,7 +420,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     for _, node, _, storage, value_holder in targets:
         # normalizing merges the movement chains of the roots (no fold_movement_chains walk here)
         value = value_holder.uop
-        if _reads_other_target(value, storage, storages):
+        if reads_other_target(value, storage, storages):
             # first computed into a buffer of its own: the other target's write is then ordered after this read
             value = graph.contiguous(value)
         # else the value is computed into its target in place, one kernel (an SGD update reads only its own
@@ -604,14 +441,14 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             holder.uop = view
     new_bases: dict[int, UOp] = {}
     for index, (_, _, _, storage, _) in enumerate(targets):
-        new_base = _target_base(views[index])
+        new_base = target_base(views[index])
         assert new_base is not None
         new_bases[id(storage)] = new_base
     for holder, key, alias_reads in aliases:
-        holder.uop = _rebind(holder.uop, alias_reads, storages[key], new_bases[key])
+        holder.uop = rebind(holder.uop, alias_reads, storages[key], new_bases[key])
     for holder, by_storage in readers:
         for key, reader_reads in by_storage.items():
-            holder.uop = _rebind(holder.uop, reader_reads, storages[key], views[snapshot_of[key]])
+            holder.uop = rebind(holder.uop, reader_reads, storages[key], views[snapshot_of[key]])
     for _, _, base, storage, _ in targets:
         old_nodes = {base}
         for _, key, alias_reads in aliases:
@@ -619,7 +456,7 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
                 old_nodes.update(alias_reads)
         for _, by_storage in readers:
             for read in by_storage.get(id(storage), []):
-                old_nodes.update(n for n in (realized_view(read) or read).toposort() if _storage(n) is storage)
+                old_nodes.update(n for n in (realized_view(read) or read).toposort() if storage_of(n) is storage)
         for old in old_nodes:
             forget_realized_into(old)
             mark_overwritten(old)
@@ -628,6 +465,6 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
     values_memo: dict[UOp, bool] = {}
     for index, (target, _, _, _, value_holder) in enumerate(targets):
         value = value_holder.uop
-        if alias_base(value) is None and realized_view(value) is None and _reads_a_buffer(value, values_memo):
+        if alias_base(value) is None and realized_view(value) is None and reads_a_buffer(value, values_memo):
             record_realized(value, views[index])  # the value's tensor reads the written contents (copy on write)
         target.uop = views[index]
