@@ -22,89 +22,57 @@ def _inplace_note(inplace: bool, lead: str = ", ") -> str:
     return f"{lead}inplace=True" if inplace else ""
 
 
-class ReLU(AppliedFunction):
+class ReLU(AppliedFunction, function=F.relu, arguments=("inplace",)):
     """max(x, 0), like `torch.nn.ReLU`."""
-
-    _function = staticmethod(F.relu)
-    _arguments = ("inplace",)
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
 
-class ReLU6(ReLU):
-    """min(max(x, 0), 6), like `torch.nn.ReLU6`."""
-
-    _function = staticmethod(F.relu6)
+class ReLU6(ReLU, function=F.relu6, doc="min(max(x, 0), 6)"): ...
 
 
-class SELU(ReLU):
-    """The self-normalizing ELU, like `torch.nn.SELU`."""
-
-    _function = staticmethod(F.selu)
+class SELU(ReLU, function=F.selu, doc="The self-normalizing ELU"): ...
 
 
-class SiLU(ReLU):
-    """x * sigmoid(x), like `torch.nn.SiLU`."""
-
-    _function = staticmethod(F.silu)
+class SiLU(ReLU, function=F.silu, doc="x * sigmoid(x)"): ...
 
 
-class Mish(ReLU):
-    """x * tanh(softplus(x)), like `torch.nn.Mish`."""
-
-    _function = staticmethod(F.mish)
+class Mish(ReLU, function=F.mish, doc="x * tanh(softplus(x))"): ...
 
 
-class Hardswish(ReLU):
+class Hardswish(ReLU, function=F.hardswish):
     """x * relu6(x + 3) / 6, like `torch.nn.Hardswish` (whose repr does not show inplace)."""
-
-    _function = staticmethod(F.hardswish)
 
     def extra_repr(self) -> str:
         return ""
 
 
-class Hardsigmoid(Hardswish):
-    """relu6(x + 3) / 6, like `torch.nn.Hardsigmoid`."""
-
-    _function = staticmethod(F.hardsigmoid)
+class Hardsigmoid(Hardswish, function=F.hardsigmoid, doc="relu6(x + 3) / 6"): ...
 
 
-class LeakyReLU(AppliedFunction):
+class LeakyReLU(AppliedFunction, function=F.leaky_relu, arguments=("negative_slope", "inplace")):
     """x where positive, negative_slope * x elsewhere, like `torch.nn.LeakyReLU`."""
-
-    _function = staticmethod(F.leaky_relu)
-    _arguments = ("negative_slope", "inplace")
 
     def __init__(self, negative_slope: float = 1e-2, inplace: bool = False) -> None:
         super().__init__()
         self.negative_slope, self.inplace = negative_slope, inplace
 
 
-class ELU(AppliedFunction):
+class ELU(AppliedFunction, function=F.elu, arguments=("alpha", "inplace")):
     """x where positive, alpha (exp(x) - 1) elsewhere, like `torch.nn.ELU`."""
-
-    _function = staticmethod(F.elu)
-    _arguments = ("alpha", "inplace")
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha, self.inplace = alpha, inplace
 
 
-class CELU(ELU):
-    """max(0, x) + min(0, alpha (exp(x / alpha) - 1)), like `torch.nn.CELU`."""
-
-    _function = staticmethod(F.celu)
+class CELU(ELU, function=F.celu, doc="max(0, x) + min(0, alpha (exp(x / alpha) - 1))"): ...
 
 
-class GELU(AppliedFunction):
+class GELU(AppliedFunction, function=F.gelu, arguments=("approximate",)):
     """The Gaussian error linear unit (`approximate` 'none' or 'tanh'), like `torch.nn.GELU`."""
-
-    _function = staticmethod(F.gelu)
-    _arguments = ("approximate",)
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -116,22 +84,16 @@ class GELU(AppliedFunction):
         return f"approximate={self.approximate!r}"
 
 
-class Softplus(AppliedFunction):
+class Softplus(AppliedFunction, function=F.softplus, arguments=("beta", "threshold")):
     """log(1 + exp(beta x)) / beta, linear above `threshold`, like `torch.nn.Softplus`."""
-
-    _function = staticmethod(F.softplus)
-    _arguments = ("beta", "threshold")
 
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__()
         self.beta, self.threshold = beta, threshold
 
 
-class Hardtanh(AppliedFunction):
+class Hardtanh(AppliedFunction, function=F.hardtanh, arguments=("min_val", "max_val", "inplace")):
     """x clamped to [min_val, max_val], like `torch.nn.Hardtanh`."""
-
-    _function = staticmethod(F.hardtanh)
-    _arguments = ("min_val", "max_val", "inplace")
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
@@ -140,22 +102,16 @@ class Hardtanh(AppliedFunction):
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
 
-class Threshold(AppliedFunction):
+class Threshold(AppliedFunction, function=F.threshold, arguments=("threshold", "value", "inplace")):
     """x where x > threshold, else value, like `torch.nn.Threshold`."""
-
-    _function = staticmethod(F.threshold)
-    _arguments = ("threshold", "value", "inplace")
 
     def __init__(self, threshold: float, value: float, inplace: bool = False) -> None:
         super().__init__()
         self.threshold, self.value, self.inplace = threshold, value, inplace
 
 
-class Hardshrink(AppliedFunction):
+class Hardshrink(AppliedFunction, function=F.hardshrink, arguments=("lambd",)):
     """x where |x| > lambd, else 0, like `torch.nn.Hardshrink`."""
-
-    _function = staticmethod(F.hardshrink)
-    _arguments = ("lambd",)
 
     def __init__(self, lambd: float = 0.5) -> None:
         super().__init__()
@@ -165,71 +121,41 @@ class Hardshrink(AppliedFunction):
         return f"{self.lambd}"
 
 
-class Softshrink(Hardshrink):
-    """x shrunk toward 0 by lambd, like `torch.nn.Softshrink`."""
-
-    _function = staticmethod(F.softshrink)
+class Softshrink(Hardshrink, function=F.softshrink, doc="x shrunk toward 0 by lambd"): ...
 
 
-class Tanh(AppliedFunction):
-    """tanh(x), like `torch.nn.Tanh`."""
-
-    _function = staticmethod(F.tanh)
+class Tanh(AppliedFunction, function=F.tanh, doc="tanh(x)"): ...
 
 
-class Sigmoid(AppliedFunction):
-    """1 / (1 + exp(-x)), like `torch.nn.Sigmoid`."""
-
-    _function = staticmethod(F.sigmoid)
+class Sigmoid(AppliedFunction, function=F.sigmoid, doc="1 / (1 + exp(-x))"): ...
 
 
-class LogSigmoid(AppliedFunction):
-    """log(sigmoid(x)), like `torch.nn.LogSigmoid`."""
-
-    _function = staticmethod(F.logsigmoid)
+class LogSigmoid(AppliedFunction, function=F.logsigmoid, doc="log(sigmoid(x))"): ...
 
 
-class Softsign(AppliedFunction):
-    """x / (1 + |x|), like `torch.nn.Softsign`."""
-
-    _function = staticmethod(F.softsign)
+class Softsign(AppliedFunction, function=F.softsign, doc="x / (1 + |x|)"): ...
 
 
-class Tanhshrink(AppliedFunction):
-    """x - tanh(x), like `torch.nn.Tanhshrink`."""
-
-    _function = staticmethod(F.tanhshrink)
+class Tanhshrink(AppliedFunction, function=F.tanhshrink, doc="x - tanh(x)"): ...
 
 
-class Softmax(AppliedFunction):
+class Softmax(AppliedFunction, function=F.softmax, arguments=("dim",)):
     """softmax along `dim`, like `torch.nn.Softmax` (dim=None: torch's legacy choice, 0 for 0-, 1- and 3-d
     inputs, else 1, with its deprecation warning)."""
-
-    _function = staticmethod(F.softmax)
-    _arguments = ("dim",)
 
     def __init__(self, dim: int | None = None) -> None:
         super().__init__()
         self.dim = dim
 
 
-class LogSoftmax(Softmax):
-    """log(softmax(x)) along `dim`, like `torch.nn.LogSoftmax`."""
-
-    _function = staticmethod(F.log_softmax)
+class LogSoftmax(Softmax, function=F.log_softmax, doc="log(softmax(x)) along `dim`"): ...
 
 
-class Softmin(Softmax):
-    """softmax(-x) along `dim`, like `torch.nn.Softmin`."""
-
-    _function = staticmethod(F.softmin)
+class Softmin(Softmax, function=F.softmin, doc="softmax(-x) along `dim`"): ...
 
 
-class GLU(AppliedFunction):
+class GLU(AppliedFunction, function=F.glu, arguments=("dim",)):
     """a * sigmoid(b) for the halves a, b of the input along `dim`, like `torch.nn.GLU`."""
-
-    _function = staticmethod(F.glu)
-    _arguments = ("dim",)
 
     def __init__(self, dim: int = -1) -> None:
         super().__init__()

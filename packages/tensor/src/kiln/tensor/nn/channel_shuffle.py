@@ -8,11 +8,8 @@ from kiln.tensor.nn.applied import AppliedFunction
 __all__ = ["ChannelShuffle"]
 
 
-class ChannelShuffle(AppliedFunction):
+class ChannelShuffle(AppliedFunction, function=F.channel_shuffle, arguments=("groups",)):
     """Splits the channels of (N, C, *) into `groups` and interleaves them, like `torch.nn.ChannelShuffle`."""
-
-    _function = staticmethod(F.channel_shuffle)
-    _arguments = ("groups",)
 
     def __init__(self, groups: int) -> None:
         super().__init__()

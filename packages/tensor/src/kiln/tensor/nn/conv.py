@@ -9,6 +9,7 @@ from typing import Any
 
 from kiln.tensor.nn import init
 from kiln.tensor.nn.arguments import check_positive_int
+from kiln.tensor.nn.dimensioned import Dimensioned
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -36,11 +37,9 @@ def _check_channels(in_channels: int, out_channels: int, groups: int, kind: str)
         )
 
 
-class _Convolution(Module):
+class _Convolution(Module, Dimensioned):
     """What a convolution and a transposed one share: checked channel counts and per-dim sizes, and torch's default
     initialisation of the weight and bias."""
-
-    dims = 0
 
     def _set_sizes(
         self,
@@ -67,7 +66,7 @@ class _Convolution(Module):
         self.bias = init.uniform((self.out_channels,), -bound, bound, device=device) if bias else None
 
 
-class _ConvNd(_Convolution):
+class _ConvNd(_Convolution, summary="{dims}-d convolution over (batch, in_channels, *spatial)"):
     def __init__(
         self,
         in_channels: int,
@@ -103,7 +102,7 @@ class _ConvNd(_Convolution):
         )
 
 
-class Conv1d(_ConvNd):
+class Conv1d(_ConvNd, dims=1):
     """1-d convolution over (batch, in_channels, length), like `torch.nn.Conv1d`.
 
     Example:
@@ -111,10 +110,8 @@ class Conv1d(_ConvNd):
         (1, 4, 8)
     """
 
-    dims = 1
 
-
-class Conv2d(_ConvNd):
+class Conv2d(_ConvNd, dims=2):
     """2-d convolution over (batch, in_channels, height, width), like `torch.nn.Conv2d`.
 
     Example:
@@ -122,16 +119,11 @@ class Conv2d(_ConvNd):
         (2, 8, 5, 5)
     """
 
-    dims = 2
+
+class Conv3d(_ConvNd, dims=3): ...
 
 
-class Conv3d(_ConvNd):
-    """3-d convolution over (batch, in_channels, depth, height, width), like `torch.nn.Conv3d`."""
-
-    dims = 3
-
-
-class _ConvTransposeNd(_Convolution):
+class _ConvTransposeNd(_Convolution, summary="{dims}-d transposed convolution"):
     def __init__(
         self,
         in_channels: int,
@@ -161,13 +153,10 @@ class _ConvTransposeNd(_Convolution):
         return result
 
 
-class ConvTranspose1d(_ConvTransposeNd):
-    """1-d transposed convolution, like `torch.nn.ConvTranspose1d`."""
-
-    dims = 1
+class ConvTranspose1d(_ConvTransposeNd, dims=1): ...
 
 
-class ConvTranspose2d(_ConvTransposeNd):
+class ConvTranspose2d(_ConvTransposeNd, dims=2):
     """2-d transposed convolution, like `torch.nn.ConvTranspose2d`.
 
     Example:
@@ -175,15 +164,11 @@ class ConvTranspose2d(_ConvTransposeNd):
         (1, 2, 6, 6)
     """
 
-    dims = 2
 
-
-class ConvTranspose3d(_ConvTransposeNd):
+class ConvTranspose3d(_ConvTransposeNd, dims=3):
     """3-d transposed convolution over (batch, in_channels, depth, height, width), like `torch.nn.ConvTranspose3d`.
 
     Example:
         >>> ConvTranspose3d(2, 3, 2, stride=2)(Tensor.ones(1, 2, 2, 2, 2)).shape
         (1, 3, 4, 4, 4)
     """
-
-    dims = 3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 
 from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.dimensioned import Dimensioned
 from kiln.tensor.nn.normalization import _ChannelNorm
 from kiln.tensor.tensor import Tensor
 from kiln.uops import Ops
@@ -19,8 +20,11 @@ from kiln.uops import Ops
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
 
-class _InstanceNorm(_ChannelNorm):
-    spatial_dims = 0
+class _InstanceNorm(
+    _ChannelNorm,
+    Dimensioned,
+    summary="Instance normalization of (N, C, *spatial) or (C, *spatial), {dims} spatial dims",
+):
     running_mean: Tensor | None
     running_var: Tensor | None
 
@@ -36,7 +40,7 @@ class _InstanceNorm(_ChannelNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes each instance of (N, C, *spatial) or unbatched (C, *spatial)."""
-        unbatched = self.spatial_dims + 1
+        unbatched = self.dims + 1
         if x.ndim not in (unbatched, unbatched + 1):
             raise ValueError(f"expected {unbatched}D or {unbatched + 1}D input (got {x.ndim}D input)")
         feature_dim = x.ndim - unbatched
@@ -69,13 +73,10 @@ class _InstanceNorm(_ChannelNorm):
         )
 
 
-class InstanceNorm1d(_InstanceNorm):
-    """Instance normalization of (N, C, L) or (C, L), like `torch.nn.InstanceNorm1d`."""
-
-    spatial_dims = 1
+class InstanceNorm1d(_InstanceNorm, dims=1): ...
 
 
-class InstanceNorm2d(_InstanceNorm):
+class InstanceNorm2d(_InstanceNorm, dims=2):
     """Instance normalization of (N, C, H, W) or (C, H, W), like `torch.nn.InstanceNorm2d`.
 
     Example:
@@ -83,10 +84,5 @@ class InstanceNorm2d(_InstanceNorm):
         (2, 3, 4, 4)
     """
 
-    spatial_dims = 2
 
-
-class InstanceNorm3d(_InstanceNorm):
-    """Instance normalization of (N, C, D, H, W) or (C, D, H, W), like `torch.nn.InstanceNorm3d`."""
-
-    spatial_dims = 3
+class InstanceNorm3d(_InstanceNorm, dims=3): ...

@@ -9,11 +9,8 @@ from kiln.tensor.nn.applied import AppliedFunction
 __all__ = ["LocalResponseNorm"]
 
 
-class LocalResponseNorm(AppliedFunction):
+class LocalResponseNorm(AppliedFunction, function=F.local_response_norm, arguments=("size", "alpha", "beta", "k")):
     """x / (k + alpha * mean of x**2 over `size` neighbouring channels)**beta, like `torch.nn.LocalResponseNorm`."""
-
-    _function = staticmethod(F.local_response_norm)
-    _arguments = ("size", "alpha", "beta", "k")
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
         super().__init__()

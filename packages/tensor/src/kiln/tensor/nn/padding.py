@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.dimensioned import Dimensioned
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -16,8 +17,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class _PadNd(Module):
-    dims = 0
+class _PadNd(Module, Dimensioned):
     mode = "constant"
 
     def __init__(self, padding: int | Sequence[int], value: float = 0.0) -> None:
@@ -36,7 +36,7 @@ class _PadNd(Module):
         return f"{self.padding}"
 
 
-class _ConstantPadNd(_PadNd):
+class _ConstantPadNd(_PadNd, summary="Pads {last_dims} with `value`"):
     def __init__(self, padding: int | Sequence[int], value: float) -> None:
         super().__init__(padding, value)
 
@@ -44,36 +44,36 @@ class _ConstantPadNd(_PadNd):
         return f"padding={self.padding}, value={self.value}"
 
 
-class ConstantPad1d(_ConstantPadNd):
-    """Pads the last dim with `value`, like `torch.nn.ConstantPad1d`."""
-
-    dims = 1
-
-
-class ConstantPad2d(_ConstantPadNd):
-    """Pads the last 2 dims with `value`, like `torch.nn.ConstantPad2d`."""
-
-    dims = 2
-
-
-class ConstantPad3d(_ConstantPadNd):
-    """Pads the last 3 dims with `value`, like `torch.nn.ConstantPad3d`."""
-
-    dims = 3
-
-
-class _ZeroPadNd(_PadNd):
+class _ZeroPadNd(_PadNd, summary="Pads {last_dims} with zeros"):
     def __init__(self, padding: int | Sequence[int]) -> None:
         super().__init__(padding, 0.0)
 
 
-class ZeroPad1d(_ZeroPadNd):
-    """Pads the last dim with zeros, like `torch.nn.ZeroPad1d`."""
-
-    dims = 1
+class _ReflectionPadNd(_ZeroPadNd, summary="Pads {last_dims} by reflection (the edge not repeated)"):
+    mode = "reflect"
 
 
-class ZeroPad2d(_ZeroPadNd):
+class _ReplicationPadNd(_ZeroPadNd, summary="Pads {last_dims} by repeating the edges"):
+    mode = "replicate"
+
+
+class _CircularPadNd(_ZeroPadNd, summary="Pads {last_dims} by wrapping around"):
+    mode = "circular"
+
+
+class ConstantPad1d(_ConstantPadNd, dims=1): ...
+
+
+class ConstantPad2d(_ConstantPadNd, dims=2): ...
+
+
+class ConstantPad3d(_ConstantPadNd, dims=3): ...
+
+
+class ZeroPad1d(_ZeroPadNd, dims=1): ...
+
+
+class ZeroPad2d(_ZeroPadNd, dims=2):
     """Pads the last 2 dims with zeros, like `torch.nn.ZeroPad2d`.
 
     Example:
@@ -81,64 +81,32 @@ class ZeroPad2d(_ZeroPadNd):
         (1, 1, 4, 4)
     """
 
-    dims = 2
+
+class ZeroPad3d(_ZeroPadNd, dims=3): ...
 
 
-class ZeroPad3d(_ZeroPadNd):
-    """Pads the last 3 dims with zeros, like `torch.nn.ZeroPad3d`."""
-
-    dims = 3
+class ReflectionPad1d(_ReflectionPadNd, dims=1): ...
 
 
-class ReflectionPad1d(_ZeroPadNd):
-    """Pads the last dim by reflection (the edge not repeated), like `torch.nn.ReflectionPad1d`."""
-
-    dims, mode = 1, "reflect"
+class ReflectionPad2d(_ReflectionPadNd, dims=2): ...
 
 
-class ReflectionPad2d(_ZeroPadNd):
-    """Pads the last 2 dims by reflection, like `torch.nn.ReflectionPad2d`."""
-
-    dims, mode = 2, "reflect"
+class ReflectionPad3d(_ReflectionPadNd, dims=3): ...
 
 
-class ReflectionPad3d(_ZeroPadNd):
-    """Pads the last 3 dims by reflection, like `torch.nn.ReflectionPad3d`."""
-
-    dims, mode = 3, "reflect"
+class ReplicationPad1d(_ReplicationPadNd, dims=1): ...
 
 
-class ReplicationPad1d(_ZeroPadNd):
-    """Pads the last dim by repeating the edge, like `torch.nn.ReplicationPad1d`."""
-
-    dims, mode = 1, "replicate"
+class ReplicationPad2d(_ReplicationPadNd, dims=2): ...
 
 
-class ReplicationPad2d(_ZeroPadNd):
-    """Pads the last 2 dims by repeating the edges, like `torch.nn.ReplicationPad2d`."""
-
-    dims, mode = 2, "replicate"
+class ReplicationPad3d(_ReplicationPadNd, dims=3): ...
 
 
-class ReplicationPad3d(_ZeroPadNd):
-    """Pads the last 3 dims by repeating the edges, like `torch.nn.ReplicationPad3d`."""
-
-    dims, mode = 3, "replicate"
+class CircularPad1d(_CircularPadNd, dims=1): ...
 
 
-class CircularPad1d(_ZeroPadNd):
-    """Pads the last dim by wrapping around, like `torch.nn.CircularPad1d`."""
-
-    dims, mode = 1, "circular"
+class CircularPad2d(_CircularPadNd, dims=2): ...
 
 
-class CircularPad2d(_ZeroPadNd):
-    """Pads the last 2 dims by wrapping around, like `torch.nn.CircularPad2d`."""
-
-    dims, mode = 2, "circular"
-
-
-class CircularPad3d(_ZeroPadNd):
-    """Pads the last 3 dims by wrapping around, like `torch.nn.CircularPad3d`."""
-
-    dims, mode = 3, "circular"
+class CircularPad3d(_CircularPadNd, dims=3): ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.tensor.nn.dimensioned import Dimensioned
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -13,9 +14,7 @@ __all__ = ["AvgPool1d", "AvgPool2d", "AvgPool3d", "MaxPool1d", "MaxPool2d", "Max
 Size = int | tuple[int, ...]
 
 
-class _MaxPool(Module):
-    dims = 0
-
+class _MaxPool(Module, Dimensioned, summary="{dims}-d max pooling"):
     def __init__(
         self,
         kernel_size: Size,
@@ -35,9 +34,7 @@ class _MaxPool(Module):
         return method(self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices)
 
 
-class _AvgPool(Module):
-    dims = 0
-
+class _AvgPool(Module, Dimensioned, summary="{dims}-d average pooling"):
     def __init__(
         self,
         kernel_size: Size,
@@ -63,13 +60,10 @@ class _AvgPool(Module):
         return result
 
 
-class MaxPool1d(_MaxPool):
-    """1-d max pooling, like `torch.nn.MaxPool1d`."""
-
-    dims = 1
+class MaxPool1d(_MaxPool, dims=1): ...
 
 
-class MaxPool2d(_MaxPool):
+class MaxPool2d(_MaxPool, dims=2):
     """2-d max pooling, like `torch.nn.MaxPool2d`.
 
     Example:
@@ -77,28 +71,14 @@ class MaxPool2d(_MaxPool):
         (1, 1, 2, 2)
     """
 
-    dims = 2
+
+class MaxPool3d(_MaxPool, dims=3): ...
 
 
-class MaxPool3d(_MaxPool):
-    """3-d max pooling, like `torch.nn.MaxPool3d`."""
-
-    dims = 3
+class AvgPool1d(_AvgPool, dims=1): ...
 
 
-class AvgPool1d(_AvgPool):
-    """1-d average pooling, like `torch.nn.AvgPool1d`."""
-
-    dims = 1
+class AvgPool2d(_AvgPool, dims=2): ...
 
 
-class AvgPool2d(_AvgPool):
-    """2-d average pooling, like `torch.nn.AvgPool2d`."""
-
-    dims = 2
-
-
-class AvgPool3d(_AvgPool):
-    """3-d average pooling, like `torch.nn.AvgPool3d`."""
-
-    dims = 3
+class AvgPool3d(_AvgPool, dims=3): ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln.tensor.nn import functional as F
+from kiln.tensor.nn.dimensioned import Dimensioned
 from kiln.tensor.nn.module import Module
 from kiln.tensor.tensor import Tensor
 
@@ -19,9 +20,7 @@ def _spread(value: int | Sequence[int], dims: int, what: str) -> tuple[int, ...]
     return values
 
 
-class _MaxUnpoolNd(Module):
-    dims = 0
-
+class _MaxUnpoolNd(Module, Dimensioned, summary="The inverse of `MaxPool{dims}d(return_indices=True)`"):
     def __init__(
         self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
         padding: int | Sequence[int] = 0,
@@ -42,19 +41,10 @@ class _MaxUnpoolNd(Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class MaxUnpool1d(_MaxUnpoolNd):
-    """The inverse of `MaxPool1d(return_indices=True)`, like `torch.nn.MaxUnpool1d`."""
-
-    dims = 1
+class MaxUnpool1d(_MaxUnpoolNd, dims=1): ...
 
 
-class MaxUnpool2d(_MaxUnpoolNd):
-    """The inverse of `MaxPool2d(return_indices=True)`, like `torch.nn.MaxUnpool2d`."""
-
-    dims = 2
+class MaxUnpool2d(_MaxUnpoolNd, dims=2): ...
 
 
-class MaxUnpool3d(_MaxUnpoolNd):
-    """The inverse of `MaxPool3d(return_indices=True)`, like `torch.nn.MaxUnpool3d`."""
-
-    dims = 3
+class MaxUnpool3d(_MaxUnpoolNd, dims=3): ...

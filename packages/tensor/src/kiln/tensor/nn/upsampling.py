@@ -61,22 +61,16 @@ class UpsamplingBilinear2d(Upsample):
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-class PixelShuffle(AppliedFunction):
+class PixelShuffle(AppliedFunction, function=F.pixel_shuffle, arguments=("upscale_factor",)):
     """(*, C r**2, H, W) -> (*, C, H r, W r), like `torch.nn.PixelShuffle`."""
-
-    _function = staticmethod(F.pixel_shuffle)
-    _arguments = ("upscale_factor",)
 
     def __init__(self, upscale_factor: int) -> None:
         super().__init__()
         self.upscale_factor = upscale_factor
 
 
-class PixelUnshuffle(AppliedFunction):
+class PixelUnshuffle(AppliedFunction, function=F.pixel_unshuffle, arguments=("downscale_factor",)):
     """(*, C, H r, W r) -> (*, C r**2, H, W), like `torch.nn.PixelUnshuffle`."""
-
-    _function = staticmethod(F.pixel_unshuffle)
-    _arguments = ("downscale_factor",)
 
     def __init__(self, downscale_factor: int) -> None:
         super().__init__()
