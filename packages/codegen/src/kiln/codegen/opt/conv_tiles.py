@@ -7,6 +7,9 @@ has several loads. Its main load is the one whose index depends on every range a
 activation `x`, not the per-channel bias `b`): along the output axes the others are then constant or move with it,
 so the strides of the main load stand for the operand. Without this the fused convolutions of resnet18.onnx fell to
 step 3 (one upcast axis) at 0.3-1 GFLOP/s.
+
+Also the reduce unroll of a weight gradient's output tile (step 2r, `unroll_inner_lanes`): its lanes must be the
+innermost ones.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kiln.codegen.kernel_info import Opt, OptOps
+from kiln.codegen.opt.kernel_axes import axes_of, constant_size
 from kiln.codegen.renderer import Renderer
-from kiln.uops import Ops, UOp
+from kiln.uops import AxisKind, Ops, UOp
 
-__all__ = ["STRIDED_TILES", "operand_index", "strided_tile"]
+__all__ = ["STRIDED_TILES", "operand_index", "strided_tile", "unroll_inner_lanes"]
 
 STRIDED_TILES = ((8, 16), (4, 16), (8, 8), (4, 8))
 """(rows, columns) tiles of a product whose columns no operand reads contiguously (`strided_tile`), best first."""
@@ -106,3 +110,30 @@ def strided_tile(
                     return True
     build.sink, build.opts = start_sink, start_opts
     return False
+
+
+def unroll_inner_lanes(build: TileBuilder, axis: int, width: int) -> bool:
+    """UNROLL reduce `axis` by `width` (step 2r of the heuristic: a convolution's weight gradient, its output tile
+    upcast first), or by the largest half of it (down to 4) whose lanes are then the innermost ones when the whole-width
+    unroll would leave them outside the tile's. Returns whether an UNROLL was applied.
+
+    Lanes are ordered by axis number, and an UNROLL by an axis's whole size keeps its number while the splits of the
+    output tile's UPCASTs took new, higher ones: the image row's lanes then come outside the tile's, so each loaded
+    row vector is scattered over the tile lane by lane. The conv2d (32,16,16,16) x (16,16,3,3) weight gradient (a
+    16-wide row: the ResNet block of benchmarks/train_bench.py) compiled so to ~1500 instructions of permutes and
+    spills per reduce step at ~2 GFLOP/s; unrolled by 8 (a new, innermost axis) each half row is one vector load
+    that the 4 x 4 tile uses as is: ~230 instructions, ~85 GFLOP/s (AVX-512 LLVM, BEAM's timer, loaded 2-core box).
+    A row padded up to the width (PADTO: 11 -> 16, the small CNN's second convolution) is read by masked lane loads
+    either way and keeps the whole-width unroll (unrolled by 8 it measured 7x slower)."""
+    padded = any(opt.op is OptOps.PADTO and opt.axis == axis for opt in build.opts)
+    start_sink, start_opts = build.sink, list(build.opts)
+    amount = width
+    while amount >= 4 and not padded:
+        if build.attempt(Opt(OptOps.UNROLL, axis, amount)):
+            lanes = axes_of(build.sink, AxisKind.UPCAST, AxisKind.UNROLL)
+            innermost = max(lanes, key=lambda rng: rng.arg.axis)
+            if innermost.arg.kind is AxisKind.UNROLL and constant_size(innermost) == amount:
+                return True
+        build.sink, build.opts = start_sink, list(start_opts)
+        amount //= 2
+    return build.attempt(Opt(OptOps.UNROLL, axis, width))
