@@ -28,6 +28,7 @@ __all__ = [
     "rebind",
     "storage_of",
     "storage_reads",
+    "storages_read",
     "target_base",
     "to_snapshot",
     "unrealized",
@@ -197,10 +198,52 @@ def reads_by_storage(uop: UOp, storages: dict[int, Buffer]) -> dict[int, list[UO
     return found
 
 
-def reads_other_target(value: UOp, own: Buffer, storages: dict[int, Buffer]) -> bool:
-    """Whether `value` reads one of the written buffers `storages` other than its own target's `own`."""
-    others = {key for key in storages if key != id(own)}
-    return bool(others) and any(key in others for key in reads_by_storage(value, storages))
+def reads_other_target(
+    value: UOp, own: Buffer, storages: dict[int, Buffer], memo: dict[UOp, frozenset[int]] | None = None
+) -> bool:
+    """Whether `value` reads one of the written buffers `storages` other than its own target's `own`. `memo` (node
+    -> the keys of `storages` it reads) shares the walk between the values of one update (an optimizer step's
+    values all read one gradient graph: walked once, not once per parameter)."""
+    if len(storages) < 2:
+        return False
+    return any(key != id(own) for key in storages_read(value, storages, {} if memo is None else memo))
+
+
+_NONE: frozenset[int] = frozenset()
+
+
+def storages_read(root: UOp, storages: dict[int, Buffer], memo: dict[UOp, frozenset[int]]) -> frozenset[int]:
+    """The keys of `storages` (id of a buffer) whose buffers `root`'s graph reads, as `reads_by_storage` finds them
+    (BUFFER nodes, and realized nodes whose view reads them; no walk below either); each node's answer is kept in
+    `memo` for the next root."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in memo:
+            stack.pop()
+            continue
+        if node.op is Ops.BUFFER:
+            storage = storage_of(node)
+            memo[node] = frozenset((id(storage),)) if storage is not None and id(storage) in storages else _NONE
+            stack.pop()
+            continue
+        view = realized_view(node)
+        if view is not None:
+            read = {id(s) for s in map(storage_of, view.toposort()) if s is not None and id(s) in storages}
+            memo[node] = frozenset(read) if read else _NONE
+            stack.pop()
+            continue
+        waiting = False
+        for source in node.src:
+            if source not in memo:
+                stack.append(source)
+                waiting = True
+        if waiting:
+            continue
+        stack.pop()
+        found = [memo[source] for source in node.src if memo[source]]
+        memo[node] = _NONE if not found else found[0] if len(found) == 1 else frozenset().union(*found)
+    return memo[root]
 
 
 def computes_new_values(uop: UOp) -> bool:

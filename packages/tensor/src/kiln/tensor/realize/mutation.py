@@ -417,10 +417,11 @@ def write_many(writes: Sequence[tuple[GraphHolder, GraphHolder]]) -> None:
             else:
                 readers.append((holder, reads_of))
     roots: list[UOp] = []
+    other_memo: dict[UOp, frozenset[int]] = {}  # one walk of the graph the values share
     for _, node, _, storage, value_holder in targets:
         # normalizing merges the movement chains of the roots (no fold_movement_chains walk here)
         value = value_holder.uop
-        if reads_other_target(value, storage, storages):
+        if reads_other_target(value, storage, storages, other_memo):
             # first computed into a buffer of its own: the other target's write is then ordered after this read
             value = graph.contiguous(value)
         # else the value is computed into its target in place, one kernel (an SGD update reads only its own
