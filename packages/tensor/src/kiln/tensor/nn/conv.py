@@ -1,6 +1,17 @@
 """Convolution layers: `Conv1d`, `Conv2d`, `Conv3d`, `ConvTranspose1d`, `ConvTranspose2d`,
 `ConvTranspose3d` (torch.nn's arguments and
-default initialisation: weight kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) with fan_in from the weight)."""
+default initialisation: weight kaiming_uniform(a=sqrt(5)), bias U(+-1/sqrt(fan_in)) with fan_in from the weight).
+
+Example:
+    >>> Conv1d(2, 4, 3)(Tensor.ones(1, 2, 10)).shape
+    (1, 4, 8)
+    >>> Conv2d(1, 8, 3, padding=1)(Tensor.ones(2, 1, 5, 5)).shape
+    (2, 8, 5, 5)
+    >>> ConvTranspose2d(4, 2, 2, stride=2)(Tensor.ones(1, 4, 3, 3)).shape
+    (1, 2, 6, 6)
+    >>> ConvTranspose3d(2, 3, 2, stride=2)(Tensor.ones(1, 2, 2, 2, 2)).shape
+    (1, 3, 4, 4, 4)
+"""
 
 from __future__ import annotations
 
@@ -15,8 +26,11 @@ from kiln.tensor.tensor import Tensor
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
+Sizes = int | tuple[int, ...]
+"""A size per spatial dim, or one int for every dim."""
 
-def _tuple(value: int | tuple[int, ...], dims: int, what: str) -> tuple[int, ...]:
+
+def _tuple(value: Sizes, dims: int, what: str) -> tuple[int, ...]:
     items = (value,) * dims if isinstance(value, int) and not isinstance(value, bool) else value
     if (
         not isinstance(items, tuple)
@@ -42,13 +56,7 @@ class _Convolution(Module, Dimensioned):
     initialisation of the weight and bias."""
 
     def _set_sizes(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | tuple[int, ...],
-        stride: int | tuple[int, ...],
-        dilation: int | tuple[int, ...],
-        groups: int,
+        self, in_channels: int, out_channels: int, kernel_size: Sizes, stride: Sizes, dilation: Sizes, groups: int
     ) -> str:
         """Checks and stores the sizes; returns the layer's class name for the messages of further checks."""
         kind = type(self).__name__
@@ -68,17 +76,9 @@ class _Convolution(Module, Dimensioned):
 
 class _ConvNd(_Convolution, summary="{dims}-d convolution over (batch, in_channels, *spatial)"):
     def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | tuple[int, ...],
-        stride: int | tuple[int, ...] = 1,
-        padding: int | tuple[int, ...] | str = 0,
-        dilation: int | tuple[int, ...] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        device: str | None = None,
-    ) -> None:
+        self, in_channels: int, out_channels: int, kernel_size: Sizes, stride: Sizes = 1, padding: Sizes | str = 0,
+        dilation: Sizes = 1, groups: int = 1, bias: bool = True, device: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         kind = self._set_sizes(in_channels, out_channels, kernel_size, stride, dilation, groups)
         self.padding: tuple[int, ...] | str = (
@@ -102,41 +102,11 @@ class _ConvNd(_Convolution, summary="{dims}-d convolution over (batch, in_channe
         )
 
 
-class Conv1d(_ConvNd, dims=1):
-    """1-d convolution over (batch, in_channels, length), like `torch.nn.Conv1d`.
-
-    Example:
-        >>> Conv1d(2, 4, 3)(Tensor.ones(1, 2, 10)).shape
-        (1, 4, 8)
-    """
-
-
-class Conv2d(_ConvNd, dims=2):
-    """2-d convolution over (batch, in_channels, height, width), like `torch.nn.Conv2d`.
-
-    Example:
-        >>> Conv2d(1, 8, 3, padding=1)(Tensor.ones(2, 1, 5, 5)).shape
-        (2, 8, 5, 5)
-    """
-
-
-class Conv3d(_ConvNd, dims=3): ...
-
-
 class _ConvTransposeNd(_Convolution, summary="{dims}-d transposed convolution"):
     def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | tuple[int, ...],
-        stride: int | tuple[int, ...] = 1,
-        padding: int | tuple[int, ...] = 0,
-        output_padding: int | tuple[int, ...] = 0,
-        groups: int = 1,
-        bias: bool = True,
-        dilation: int | tuple[int, ...] = 1,
-        device: str | None = None,
-    ) -> None:
+        self, in_channels: int, out_channels: int, kernel_size: Sizes, stride: Sizes = 1, padding: Sizes = 0,
+        output_padding: Sizes = 0, groups: int = 1, bias: bool = True, dilation: Sizes = 1, device: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         kind = self._set_sizes(in_channels, out_channels, kernel_size, stride, dilation, groups)
         self.padding = _tuple(padding, self.dims, f"{kind} padding")
@@ -153,22 +123,19 @@ class _ConvTransposeNd(_Convolution, summary="{dims}-d transposed convolution"):
         return result
 
 
+class Conv1d(_ConvNd, dims=1): ...
+
+
+class Conv2d(_ConvNd, dims=2): ...
+
+
+class Conv3d(_ConvNd, dims=3): ...
+
+
 class ConvTranspose1d(_ConvTransposeNd, dims=1): ...
 
 
-class ConvTranspose2d(_ConvTransposeNd, dims=2):
-    """2-d transposed convolution, like `torch.nn.ConvTranspose2d`.
-
-    Example:
-        >>> ConvTranspose2d(4, 2, 2, stride=2)(Tensor.ones(1, 4, 3, 3)).shape
-        (1, 2, 6, 6)
-    """
+class ConvTranspose2d(_ConvTransposeNd, dims=2): ...
 
 
-class ConvTranspose3d(_ConvTransposeNd, dims=3):
-    """3-d transposed convolution over (batch, in_channels, depth, height, width), like `torch.nn.ConvTranspose3d`.
-
-    Example:
-        >>> ConvTranspose3d(2, 3, 2, stride=2)(Tensor.ones(1, 2, 2, 2, 2)).shape
-        (1, 3, 4, 4, 4)
-    """
+class ConvTranspose3d(_ConvTransposeNd, dims=3): ...

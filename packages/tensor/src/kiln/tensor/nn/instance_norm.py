@@ -5,6 +5,10 @@ With `track_running_stats` the running mean and variance are updated in training
 instances' statistics, as `F.instance_norm` does) and normalize in eval mode; like torch, `num_batches_tracked` is
 kept in the state dict but never counted. The running updates are lazy writes (ASSIGN) realized when read or,
 at the latest, before the layer's next forward.
+
+Example:
+    >>> InstanceNorm2d(3)(Tensor.randn(2, 3, 4, 4)).shape
+    (2, 3, 4, 4)
 """
 
 from __future__ import annotations
@@ -76,13 +80,7 @@ class _InstanceNorm(
 class InstanceNorm1d(_InstanceNorm, dims=1): ...
 
 
-class InstanceNorm2d(_InstanceNorm, dims=2):
-    """Instance normalization of (N, C, H, W) or (C, H, W), like `torch.nn.InstanceNorm2d`.
-
-    Example:
-        >>> InstanceNorm2d(3)(Tensor.randn(2, 3, 4, 4)).shape
-        (2, 3, 4, 4)
-    """
+class InstanceNorm2d(_InstanceNorm, dims=2): ...
 
 
 class InstanceNorm3d(_InstanceNorm, dims=3): ...

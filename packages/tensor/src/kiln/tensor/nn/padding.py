@@ -1,5 +1,10 @@
 """Padding layers (`ZeroPad*`, `ConstantPad*`, `ReflectionPad*`, `ReplicationPad*`, `CircularPad*` in 1, 2 and 3
-spatial dims), like `torch.nn`'s: `padding` is an int (every side) or (left, right[, top, bottom[, front, back]])."""
+spatial dims), like `torch.nn`'s: `padding` is an int (every side) or (left, right[, top, bottom[, front, back]]).
+
+Example:
+    >>> ZeroPad2d(1)(Tensor.ones(1, 1, 2, 2)).shape
+    (1, 1, 4, 4)
+"""
 
 from __future__ import annotations
 
@@ -73,13 +78,7 @@ class ConstantPad3d(_ConstantPadNd, dims=3): ...
 class ZeroPad1d(_ZeroPadNd, dims=1): ...
 
 
-class ZeroPad2d(_ZeroPadNd, dims=2):
-    """Pads the last 2 dims with zeros, like `torch.nn.ZeroPad2d`.
-
-    Example:
-        >>> ZeroPad2d(1)(Tensor.ones(1, 1, 2, 2)).shape
-        (1, 1, 4, 4)
-    """
+class ZeroPad2d(_ZeroPadNd, dims=2): ...
 
 
 class ZeroPad3d(_ZeroPadNd, dims=3): ...
