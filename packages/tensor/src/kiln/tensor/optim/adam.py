@@ -69,19 +69,10 @@ class Adam(MomentsOptimizer):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        amsgrad: bool = False,
-        *,
-        maximize: bool = False,
-        decoupled_weight_decay: bool = False,
-        b1: float | None = None,
-        b2: float | None = None,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+        weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+        decoupled_weight_decay: bool = False, b1: float | None = None, b2: float | None = None,
+    ) -> None:  # fmt: skip
         defaults = dict(lr=lr, betas=tinygrad_betas(betas, b1, b2), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
         super().__init__(params, {**defaults, "maximize": maximize, "decoupled_weight_decay": decoupled_weight_decay})
 
@@ -107,28 +98,12 @@ class AdamW(Adam):
     plain gradient. Default weight_decay 0.01."""
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        amsgrad: bool = False,
-        *,
-        maximize: bool = False,
-        b1: float | None = None,
+        self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+        weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False, b1: float | None = None,
         b2: float | None = None,
-    ) -> None:
-        super().__init__(
-            params,
-            lr,
-            tinygrad_betas(betas, b1, b2),
-            eps,
-            weight_decay,
-            amsgrad,
-            maximize=maximize,
-            decoupled_weight_decay=True,
-        )
+    ) -> None:  # fmt: skip
+        betas = tinygrad_betas(betas, b1, b2)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, decoupled_weight_decay=True)
 
 
 class LAMB(MomentsOptimizer):
@@ -138,17 +113,9 @@ class LAMB(MomentsOptimizer):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam: bool = False,
-        *,
-        b1: float | None = None,
-        b2: float | None = None,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+        weight_decay: float = 0.0, adam: bool = False, *, b1: float | None = None, b2: float | None = None,
+    ) -> None:  # fmt: skip
         defaults = {"lr": lr, "betas": tinygrad_betas(betas, b1, b2), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, {**defaults, "adam": adam})
 

@@ -37,16 +37,9 @@ class Adagrad(Optimizer):
     nonnegative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-2,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        eps: float = 1e-10,
-        *,
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False,
+    ) -> None:  # fmt: skip
         initial = initial_accumulator_value
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, initial_accumulator_value=initial)
         super().__init__(params, {**defaults, "eps": eps, "maximize": maximize})
@@ -75,15 +68,9 @@ class Adamax(MomentsOptimizer):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 2e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        *,
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+        weight_decay: float = 0.0, *, maximize: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
@@ -117,17 +104,10 @@ class NAdam(MomentsOptimizer):
     scalar_state = frozenset({"mu_product"})
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 2e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        momentum_decay: float = 4e-3,
-        decoupled_weight_decay: bool = False,
-        *,
+        self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+        weight_decay: float = 0.0, momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False, *,
         maximize: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay)
         super().__init__(params, {**defaults, "decoupled_weight_decay": decoupled_weight_decay, "maximize": maximize})
 
@@ -172,16 +152,9 @@ class RAdam(MomentsOptimizer):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        decoupled_weight_decay: bool = False,
-        *,
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+        weight_decay: float = 0.0, decoupled_weight_decay: bool = False, *, maximize: bool = False,
+    ) -> None:  # fmt: skip
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         defaults.update(decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
         self._factors: dict[int, Tensor] = {}  # group index -> [adaptive factor, plain factor] of this step

@@ -26,14 +26,9 @@ class Adadelta(Optimizer):
     nonnegative = ("eps", "weight_decay")
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1.0,
-        rho: float = 0.9,
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
+        self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0,
         maximize: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
 
     def validate(self, group: Mapping[str, Any]) -> None:
@@ -68,13 +63,9 @@ class Rprop(Optimizer):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-2,
-        etas: tuple[float, float] = (0.5, 1.2),
-        step_sizes: tuple[float, float] = (1e-6, 50.0),
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-2, etas: tuple[float, float] = (0.5, 1.2),
+        step_sizes: tuple[float, float] = (1e-6, 50.0), maximize: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(params, {"lr": lr, "etas": etas, "step_sizes": step_sizes, "maximize": maximize})
 
     def validate(self, group: Mapping[str, Any]) -> None:
@@ -125,15 +116,9 @@ class ASGD(Optimizer):
     nonnegative = ("weight_decay",)
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-2,
-        lambd: float = 1e-4,
-        alpha: float = 0.75,
-        t0: float = 1e6,
-        weight_decay: float = 0.0,
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6,
+        weight_decay: float = 0.0, maximize: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(
             params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay, maximize=maximize)
         )

@@ -40,18 +40,10 @@ class LARS(Optimizer):
     nonnegative = ("momentum", "weight_decay", "tcoef")
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        ns_steps: int = 0,
-        ns_coefficients: tuple[float, ...] | None = None,
-        nesterov: bool = False,
-        classic: bool = True,
-        pre_wd: bool = True,
-        tcoef: float = 1e-3,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 1e-4, ns_steps: int = 0,
+        ns_coefficients: tuple[float, ...] | None = None, nesterov: bool = False, classic: bool = True,
+        pre_wd: bool = True, tcoef: float = 1e-3,
+    ) -> None:  # fmt: skip
         defaults: dict[str, Any] = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps)
         defaults.update(ns_coefficients=ns_coefficients, nesterov=nesterov, classic=classic, pre_wd=pre_wd, tcoef=tcoef)
         super().__init__(params, defaults)
@@ -119,24 +111,10 @@ class Muon(LARS):
     """
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        momentum: float = 0.95,
-        weight_decay: float = 0.1,
-        ns_steps: int = 5,
-        ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
-        nesterov: bool = True,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.95, weight_decay: float = 0.1, ns_steps: int = 5,
+        ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
+    ) -> None:  # fmt: skip
         super().__init__(
-            params,
-            lr,
-            momentum,
-            weight_decay,
-            ns_steps,
-            ns_coefficients,
-            nesterov,
-            classic=False,
-            pre_wd=False,
+            params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False, pre_wd=False,
             tcoef=0.0,
-        )
+        )  # fmt: skip

@@ -396,17 +396,9 @@ class SGD(Optimizer):
     nonnegative = ("momentum", "weight_decay")
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-3,
-        momentum: float = 0.0,
-        dampening: float = 0.0,
-        weight_decay: float = 0.0,
-        nesterov: bool = False,
-        maximize: bool = False,
-        *,
-        classic: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+        weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, *, classic: bool = False,
+    ) -> None:  # fmt: skip
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay)
         defaults.update(nesterov=nesterov, maximize=maximize)
         if classic:  # tinygrad's flag: absent unless set, so the groups keep torch's keys

@@ -24,16 +24,9 @@ class RMSprop(Optimizer):
     nonnegative = ("alpha", "eps", "weight_decay", "momentum")
 
     def __init__(
-        self,
-        params: ParamsT,
-        lr: float = 1e-2,
-        alpha: float = 0.99,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        momentum: float = 0.0,
-        centered: bool = False,
-        maximize: bool = False,
-    ) -> None:
+        self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
+        momentum: float = 0.0, centered: bool = False, maximize: bool = False,
+    ) -> None:  # fmt: skip
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
         super().__init__(params, {**defaults, "maximize": maximize})
 
