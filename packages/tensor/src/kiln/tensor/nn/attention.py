@@ -34,14 +34,9 @@ class MultiheadAttention(Module):
     """
 
     def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        batch_first: bool = False,
+        self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, batch_first: bool = False,
         device: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         check_positive_int(num_heads, "MultiheadAttention num_heads")
         if embed_dim % num_heads:
@@ -57,16 +52,10 @@ class MultiheadAttention(Module):
             self.out_proj.bias = init.zeros((embed_dim,), device=device)
 
     def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        key_padding_mask: Tensor | None = None,
-        need_weights: bool = True,
-        attn_mask: Tensor | None = None,
-        average_attn_weights: bool = True,
+        self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+        need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
         is_causal: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         """(attention output, attention weights or None); see the class docstring for shapes and masks."""
         unbatched = query.ndim == 2
         if unbatched:

@@ -106,15 +106,9 @@ def _triplet(
 
 
 def cross_entropy(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    size_average: bool | None = None,
-    ignore_index: int = -100,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    label_smoothing: float = 0.0,
-) -> Tensor:
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
+    ignore_index: int = -100, reduce: bool | None = None, reduction: str = "mean", label_smoothing: float = 0.0,
+) -> Tensor:  # fmt: skip
     """Cross entropy of logits `input` (N, C, *) or (C,) against class indices or class probabilities `target`,
     like `torch.nn.functional.cross_entropy` (class `weight`, `ignore_index`, `label_smoothing`).
 
@@ -127,14 +121,9 @@ def cross_entropy(
 
 
 def nll_loss(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    size_average: bool | None = None,
-    ignore_index: int = -100,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
+    ignore_index: int = -100, reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """Negative log likelihood of log-probabilities `input` (N, C, *) at class indices `target`, like
     `torch.nn.functional.nll_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -142,38 +131,26 @@ def nll_loss(
 
 
 def mse_loss(
-    input: Tensor,
-    target: Tensor,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    weight: Tensor | None = None,
-) -> Tensor:
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
+    reduction: str = "mean", weight: Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """(input - target)**2, reduced; an elementwise `weight` multiplies each term ('mean' then divides by the
     weights' sum), like `torch.nn.functional.mse_loss`."""
     return _distance_loss(input, target, legacy_reduction(size_average, reduce, reduction), weight, squared=True)
 
 
 def l1_loss(
-    input: Tensor,
-    target: Tensor,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    weight: Tensor | None = None,
-) -> Tensor:
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
+    reduction: str = "mean", weight: Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """|input - target|, reduced; an elementwise `weight` as in `mse_loss`, like `torch.nn.functional.l1_loss`."""
     return _distance_loss(input, target, legacy_reduction(size_average, reduce, reduction), weight, squared=False)
 
 
 def smooth_l1_loss(
-    input: Tensor,
-    target: Tensor,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    beta: float = 1.0,
-) -> Tensor:
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
+    reduction: str = "mean", beta: float = 1.0,
+) -> Tensor:  # fmt: skip
     """0.5 d**2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target), like
     `torch.nn.functional.smooth_l1_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -192,13 +169,9 @@ def huber_loss(
 
 
 def binary_cross_entropy(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
+    reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """-(target log(input) + (1 - target) log(1 - input)) for probabilities `input`, like
     `torch.nn.functional.binary_cross_entropy` (log terms clamped at -100)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -206,14 +179,9 @@ def binary_cross_entropy(
 
 
 def binary_cross_entropy_with_logits(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    pos_weight: Tensor | None = None,
-) -> Tensor:
+    input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: bool | None = None,
+    reduce: bool | None = None, reduction: str = "mean", pos_weight: Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """`binary_cross_entropy(sigmoid(input), target)` computed stably from logits, `pos_weight` scaling the positive
     term, like `torch.nn.functional.binary_cross_entropy_with_logits`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -221,13 +189,9 @@ def binary_cross_entropy_with_logits(
 
 
 def kl_div(
-    input: Tensor,
-    target: Tensor,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-    log_target: bool = False,
-) -> Tensor:
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
+    reduction: str = "mean", log_target: bool = False,
+) -> Tensor:  # fmt: skip
     """target (log target - input) for log-probabilities `input` (`log_target`: target given as log-probabilities),
     like `torch.nn.functional.kl_div` ('batchmean' divides the sum by the batch size)."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -235,27 +199,18 @@ def kl_div(
 
 
 def margin_ranking_loss(
-    input1: Tensor,
-    input2: Tensor,
-    target: Tensor,
-    margin: float = 0.0,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average: bool | None = None,
+    reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """max(0, -target (input1 - input2) + margin), like `torch.nn.functional.margin_ranking_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     return input1.margin_ranking_loss(input2, target, margin, reduction)
 
 
 def hinge_embedding_loss(
-    input: Tensor,
-    target: Tensor,
-    margin: float = 1.0,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
+    input: Tensor, target: Tensor, margin: float = 1.0, size_average: bool | None = None, reduce: bool | None = None,
     reduction: str = "mean",
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """input where target is 1, max(0, margin - input) where it is -1, like
     `torch.nn.functional.hinge_embedding_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -263,26 +218,18 @@ def hinge_embedding_loss(
 
 
 def soft_margin_loss(
-    input: Tensor,
-    target: Tensor,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
+    input: Tensor, target: Tensor, size_average: bool | None = None, reduce: bool | None = None,
     reduction: str = "mean",
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """log(1 + exp(-target input)), like `torch.nn.functional.soft_margin_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
     return _reduce((-target * input).softplus(), reduction)
 
 
 def cosine_embedding_loss(
-    input1: Tensor,
-    input2: Tensor,
-    target: Tensor,
-    margin: float = 0.0,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average: bool | None = None,
+    reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """1 - cos(input1, input2) where target is 1, max(0, cos - margin) where it is -1 (cosine over the last dim),
     like `torch.nn.functional.cosine_embedding_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -305,17 +252,9 @@ def cosine_embedding_loss(
 
 
 def triplet_margin_loss(
-    anchor: Tensor,
-    positive: Tensor,
-    negative: Tensor,
-    margin: float = 1.0,
-    p: float = 2,
-    eps: float = 1e-6,
-    swap: bool = False,
-    size_average: bool | None = None,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2, eps: float = 1e-6,
+    swap: bool = False, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """max(0, margin + d(anchor, positive) - d(anchor, negative)) with the p-norm `pairwise_distance` (`swap`: the
     smaller of d(anchor, negative) and d(positive, negative)), like `torch.nn.functional.triplet_margin_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -329,15 +268,9 @@ def triplet_margin_loss(
 
 
 def poisson_nll_loss(
-    input: Tensor,
-    target: Tensor,
-    log_input: bool = True,
-    full: bool = False,
-    size_average: bool | None = None,
-    eps: float = 1e-8,
-    reduce: bool | None = None,
-    reduction: str = "mean",
-) -> Tensor:
+    input: Tensor, target: Tensor, log_input: bool = True, full: bool = False, size_average: bool | None = None,
+    eps: float = 1e-8, reduce: bool | None = None, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """Poisson negative log likelihood: exp(input) - target input (`log_input`), else input - target log(input + eps);
     `full` adds Stirling's term for target > 1, like `torch.nn.functional.poisson_nll_loss`."""
     reduction = legacy_reduction(size_average, reduce, reduction)
@@ -350,13 +283,8 @@ def poisson_nll_loss(
 
 
 def gaussian_nll_loss(
-    input: Tensor,
-    target: Tensor,
-    var: Tensor | float,
-    full: bool = False,
-    eps: float = 1e-6,
-    reduction: str = "mean",
-) -> Tensor:
+    input: Tensor, target: Tensor, var: Tensor | float, full: bool = False, eps: float = 1e-6, reduction: str = "mean",
+) -> Tensor:  # fmt: skip
     """0.5 (log(max(var, eps)) + (input - target)**2 / max(var, eps)) (+ 0.5 log(2 pi) with `full`), like
     `torch.nn.functional.gaussian_nll_loss` (a `var` with one dim fewer, or a last dim of 1, broadcasts)."""
     if not isinstance(var, Tensor):

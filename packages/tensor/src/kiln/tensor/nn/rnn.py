@@ -57,12 +57,9 @@ def _gru_step(projected: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Ten
 
 
 def _lstm_step(
-    projected: Tensor,
-    state: tuple[Tensor, Tensor],
-    weight_hh: Tensor,
-    bias_hh: Tensor | None,
+    projected: Tensor, state: tuple[Tensor, Tensor], weight_hh: Tensor, bias_hh: Tensor | None,
     weight_hr: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     hidden, cell = state
     gates = projected + hidden.linear(weight_hh, bias_hh)
     input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, -1)
@@ -77,18 +74,10 @@ class RNNBase(Module):
     """The shared part of `RNN`, `LSTM` and `GRU`: parameters, shape checks and the stacked bidirectional unroll."""
 
     def __init__(
-        self,
-        mode: str,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        proj_size: int = 0,
+        self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+        batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
         device: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         if mode not in _GATES:
             raise ValueError(f"Unrecognized RNN mode: {mode!r}, expected one of {sorted(_GATES)}")
@@ -272,17 +261,9 @@ class RNN(RNNBase):
     """
 
     def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        nonlinearity: str = "tanh",
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        device: str | None = None,
-    ) -> None:
+        self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh", bias: bool = True,
+        batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, device: str | None = None,
+    ) -> None:  # fmt: skip
         self.nonlinearity = nonlinearity
         mode = _nonlinearity_mode(nonlinearity)
         super().__init__(
@@ -301,17 +282,9 @@ class _GatedRNN(RNNBase):
     mode = ""
 
     def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        proj_size: int = 0,
-        device: str | None = None,
-    ) -> None:
+        self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True, batch_first: bool = False,
+        dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0, device: str | None = None,
+    ) -> None:  # fmt: skip
         arguments = (input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size)
         super().__init__(self.mode, *arguments, device)
 
@@ -411,13 +384,9 @@ class RNNCell(RNNCellBase):
     """
 
     def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        bias: bool = True,
-        nonlinearity: str = "tanh",
+        self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
         device: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         _nonlinearity_mode(nonlinearity)
         super().__init__(input_size, hidden_size, bias, 1, device)
         self.nonlinearity = nonlinearity

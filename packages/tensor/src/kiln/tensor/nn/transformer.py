@@ -96,18 +96,10 @@ class _TransformerLayer(Module):
     attends_to_memory: ClassVar[bool] = False
 
     def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: str | None = None,
-    ) -> None:
+        self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+        activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+        norm_first: bool = False, bias: bool = True, device: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
 
         def attention() -> MultiheadAttention:
@@ -157,12 +149,9 @@ class TransformerEncoderLayer(_TransformerLayer):
     """
 
     def forward(
-        self,
-        src: Tensor,
-        src_mask: Tensor | None = None,
-        src_key_padding_mask: Tensor | None = None,
+        self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
-    ) -> Tensor:
+    ) -> Tensor:  # fmt: skip
         """The layer's output, shaped like `src` ((S, N, E), (N, S, E) with batch_first, or (S, E))."""
         _layer_input(src, self.d_model, type(self).__name__)
         x = src
@@ -187,16 +176,10 @@ class TransformerDecoderLayer(_TransformerLayer):
     attends_to_memory = True
 
     def forward(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        tgt_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        tgt_key_padding_mask: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
-        tgt_is_causal: bool = False,
-        memory_is_causal: bool = False,
-    ) -> Tensor:
+        self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False, memory_is_causal: bool = False,
+    ) -> Tensor:  # fmt: skip
         """The layer's output, shaped like `tgt`."""
         _layer_input(tgt, self.d_model, type(self).__name__)
         _layer_input(memory, self.d_model, type(self).__name__)
@@ -241,13 +224,9 @@ class TransformerEncoder(Module):
     """
 
     def __init__(
-        self,
-        encoder_layer: Module,
-        num_layers: int,
-        norm: Module | None = None,
-        enable_nested_tensor: bool = True,
+        self, encoder_layer: Module, num_layers: int, norm: Module | None = None, enable_nested_tensor: bool = True,
         mask_check: bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         self.layers = _layer_copies(encoder_layer, num_layers, "TransformerEncoder", "encoder_layer")
         self.num_layers = num_layers
@@ -256,12 +235,9 @@ class TransformerEncoder(Module):
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
 
     def forward(
-        self,
-        src: Tensor,
-        mask: Tensor | None = None,
-        src_key_padding_mask: Tensor | None = None,
+        self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
         is_causal: bool | None = None,
-    ) -> Tensor:
+    ) -> Tensor:  # fmt: skip
         """`src` through every layer (with the same masks), then `norm`."""
         x = src
         for layer in self.layers:
@@ -286,29 +262,18 @@ class TransformerDecoder(Module):
         self.norm = norm
 
     def forward(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        tgt_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        tgt_key_padding_mask: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
-        tgt_is_causal: bool | None = None,
-        memory_is_causal: bool = False,
-    ) -> Tensor:
+        self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool | None = None, memory_is_causal: bool = False,
+    ) -> Tensor:  # fmt: skip
         """`tgt` through every layer, each attending over `memory`, then `norm`."""
         x = tgt
         for layer in self.layers:
             x = layer(
-                x,
-                memory,
-                tgt_mask=tgt_mask,
-                memory_mask=memory_mask,
-                tgt_key_padding_mask=tgt_key_padding_mask,
-                memory_key_padding_mask=memory_key_padding_mask,
-                tgt_is_causal=bool(tgt_is_causal),
+                x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
                 memory_is_causal=memory_is_causal,
-            )
+            )  # fmt: skip
         return x if self.norm is None else self.norm(x)
 
 
@@ -324,22 +289,11 @@ class Transformer(Module):
     """
 
     def __init__(
-        self,
-        d_model: int = 512,
-        nhead: int = 8,
-        num_encoder_layers: int = 6,
-        num_decoder_layers: int = 6,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        custom_encoder: Module | None = None,
-        custom_decoder: Module | None = None,
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: str | None = None,
-    ) -> None:
+        self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048, dropout: float = 0.1, activation: str | Callable[[Tensor], Tensor] = "relu",
+        custom_encoder: Module | None = None, custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5,
+        batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         options: dict[str, Any] = {
             "dim_feedforward": dim_feedforward,
@@ -368,19 +322,11 @@ class Transformer(Module):
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
 
     def forward(
-        self,
-        src: Tensor,
-        tgt: Tensor,
-        src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        src_key_padding_mask: Tensor | None = None,
-        tgt_key_padding_mask: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
-        src_is_causal: bool | None = None,
-        tgt_is_causal: bool | None = None,
-        memory_is_causal: bool = False,
-    ) -> Tensor:
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None, tgt_is_causal: bool | None = None, memory_is_causal: bool = False,
+    ) -> Tensor:  # fmt: skip
         """The decoder's output for `tgt` (shaped like `tgt`) given the encoded `src`."""
         batch_dim = 0 if self.batch_first else 1
         if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
@@ -389,15 +335,10 @@ class Transformer(Module):
             raise RuntimeError("the feature number of src and tgt must be equal to d_model")
         memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
         result: Tensor = self.decoder(
-            tgt,
-            memory,
-            tgt_mask=tgt_mask,
-            memory_mask=memory_mask,
-            tgt_key_padding_mask=tgt_key_padding_mask,
-            memory_key_padding_mask=memory_key_padding_mask,
-            tgt_is_causal=tgt_is_causal,
+            tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
             memory_is_causal=memory_is_causal,
-        )
+        )  # fmt: skip
         return result
 
     @staticmethod
