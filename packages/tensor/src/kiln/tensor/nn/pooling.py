@@ -34,6 +34,15 @@ class _MaxPool(Module, Dimensioned, summary="{dims}-d max pooling"):
         return method(self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode, self.return_indices)
 
 
+class MaxPool1d(_MaxPool, dims=1): ...
+
+
+class MaxPool2d(_MaxPool, dims=2): ...
+
+
+class MaxPool3d(_MaxPool, dims=3): ...
+
+
 class _AvgPool(Module, Dimensioned, summary="{dims}-d average pooling"):
     def __init__(
         self, kernel_size: Size, stride: Size | None = None, padding: Size = 0, ceil_mode: bool = False,
@@ -50,15 +59,6 @@ class _AvgPool(Module, Dimensioned, summary="{dims}-d average pooling"):
             arguments.append(self.divisor_override)
         result: Tensor = getattr(x, f"avg_pool{self.dims}d")(*arguments)
         return result
-
-
-class MaxPool1d(_MaxPool, dims=1): ...
-
-
-class MaxPool2d(_MaxPool, dims=2): ...
-
-
-class MaxPool3d(_MaxPool, dims=3): ...
 
 
 class AvgPool1d(_AvgPool, dims=1): ...
