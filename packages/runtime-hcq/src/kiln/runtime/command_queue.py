@@ -34,19 +34,17 @@ LaunchSize = tuple[SymbolicInt, SymbolicInt, SymbolicInt]
 
 
 @dataclass(frozen=True)
-class WaitCommand:
+class _SignalValueCommand:
+    signal: TimelineSignal
+    value: SymbolicInt
+
+
+class WaitCommand(_SignalValueCommand):
     """Block the queue until `signal` reaches `value`."""
 
-    signal: TimelineSignal
-    value: SymbolicInt
 
-
-@dataclass(frozen=True)
-class SignalCommand:
+class SignalCommand(_SignalValueCommand):
     """Set `signal` to `value` once every earlier command of the queue is done."""
-
-    signal: TimelineSignal
-    value: SymbolicInt
 
 
 @dataclass(frozen=True)
