@@ -7,12 +7,19 @@ and unrolled the kernel, and LLVM's -O2 pipeline spent about as long as the code
 and repeated instcombines found little left to do); 'O2' is LLVM's default -O2 pipeline with both vectorizers. Kernels
 over narrow types (half, bfloat16's i16, i8) take -O2 even under 'kernel': the renderer converts their lanes one by one
 and LLVM's SLP vectorizer packs those conversions (the float16 matmul ran at half speed without it). Machine code is
-generated at -O2 either way (instruction selection, the greedy register allocator, machine LICM).
+generated at -O2 either way (instruction selection, the greedy register allocator, machine LICM), except for a kernel
+whose source carries QUICK_CODEGEN_MARK (the renderer marks kernels of little work): under 'kernel' it takes LLVM's -O0
+code generator (fast instruction selection and register allocation; the IR passes still run, so the IR is what
+`optimized_ir` shows for any kernel), which builds a small kernel in about half the time; its code is slower by
+about a microsecond a launch at most, at the work the renderer allows.
 
 A relocatable object cannot be handed to the system's dynamic loader, and linking it into a shared object needs an
 external linker (a subprocess), so `LLVMCompiler.load` links the object in process with LLVM's own runtime linker
 (MCJIT through llvmlite: it applies the relocations and resolves libm symbols such as fmod from this process) and
 returns the kernel's address; the execution engine stays alive with the returned `HostKernel`.
+
+Compiles cannot overlap on threads: llvmlite holds one process-wide lock around every call into LLVM (its
+`ffi._LLVMLock`), though it releases the GIL, so Python work on another thread runs meanwhile.
 """
 
 from __future__ import annotations
@@ -56,6 +63,13 @@ traced further); kiln's uops are already free of common subexpressions."""
 NARROW_TYPES = re.compile(r"\b(half|bfloat|i16|i8)\b")
 """Under the 'kernel' pipeline, a kernel whose source names one of these types still takes -O2 (`pipeline_for`)."""
 
+_NARROW_TYPE_NAMES = ("half", "bfloat", "i16", "i8")
+
+QUICK_CODEGEN_MARK = "; kiln codegen: quick"
+"""The second line of a kernel source that asks, under the 'kernel' pipeline, for LLVM's quick (-O0) code
+generator (`is_quick`). The renderer writes it (LLVMRenderer.quick_codegen_work); being part of the
+source, it is part of the compile-cache key."""
+
 
 class LLVMCompiler(HostCompiler, ToolchainCompiler):
     """LLVM IR -> a relocatable object for the host CPU, with llvmlite in this process (LLVM_PIPELINE's passes).
@@ -65,18 +79,21 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
     """
 
     optimization_level = 2
+    quick_optimization_level = 0
+    """The code generator's level for a source marked QUICK_CODEGEN_MARK (under the 'kernel' pipeline)."""
     _lock = threading.Lock()
 
     def __init__(self) -> None:
         self._llvm: Any = None
         self._target_machine: Any = None
+        self._quick_target_machine: Any = None
         self._identity: str | None = None
         self._host_cpu: tuple[str, str] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """What a pickled compiler carries (to a BEAM build worker): its identity and host CPU, not llvmlite's
         module or target machine (remade on first use)."""
-        return {**self.__dict__, "_llvm": None, "_target_machine": None}
+        return {**self.__dict__, "_llvm": None, "_target_machine": None, "_quick_target_machine": None}
 
     @property
     def llvm(self) -> Any:
@@ -101,7 +118,16 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
             self._host_cpu = (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
         return self._host_cpu
 
-    def _new_target_machine(self) -> Any:
+    def target_machine_for(self, source: str) -> Any:
+        """The target machine that generates `source`'s machine code: a quick one (`quick_optimization_level`) when
+        `is_quick(source)`, else `target_machine`."""
+        if not self.is_quick(source):
+            return self.target_machine
+        if self._quick_target_machine is None:
+            self._quick_target_machine = self._new_target_machine(self.quick_optimization_level)
+        return self._quick_target_machine
+
+    def _new_target_machine(self, level: int | None = None) -> Any:
         llvm = self.llvm
         target = llvm.Target.from_triple(llvm.get_process_triple())
         cpu, features = self.host_cpu
@@ -114,7 +140,7 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         return target.create_target_machine(
             cpu=cpu,
             features=features,
-            opt=self.optimization_level,
+            opt=self.optimization_level if level is None else level,
             reloc="static",
             codemodel="large",
         )
@@ -144,7 +170,18 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
         """The pipeline `source` goes through: 'O2' under the knob's 'O2', and under 'kernel' for kernels over
         NARROW_TYPES (their lane-by-lane conversions need LLVM's SLP vectorizer); else 'kernel'."""
         pipeline = self.pipeline
-        return "O2" if pipeline == "O2" or NARROW_TYPES.search(source) is not None else pipeline
+        if pipeline == "O2":
+            return pipeline
+        # the substring test first: a large kernel's source took the regular expression ~3 ms to scan
+        narrow = any(name in source for name in _NARROW_TYPE_NAMES) and NARROW_TYPES.search(source) is not None
+        return "O2" if narrow else pipeline
+
+    def is_quick(self, source: str) -> bool:
+        """Whether `source`'s machine code comes from the quick (-O0) code generator: its second line is
+        QUICK_CODEGEN_MARK and the pipeline is 'kernel'."""
+        first_line_end = source.find("\n")
+        marked = first_line_end >= 0 and source.startswith(QUICK_CODEGEN_MARK, first_line_end + 1)
+        return marked and self.pipeline == "kernel"
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -157,7 +194,7 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
             # the choice per source is part of the key through the rule: its passes and the narrow types
             head = (
                 f"pipeline={','.join(KERNEL_PIPELINE_PASSES)}",
-                f"codegen={level}",
+                f"codegen={level}, -O{self.quick_optimization_level} under {QUICK_CODEGEN_MARK!r}",
                 f"{level} with vectorizers for {NARROW_TYPES.pattern}",
             )
         return (*head, "code-model=large", "reloc=static", *llvm_options(self.llvm))
@@ -182,7 +219,7 @@ class LLVMCompiler(HostCompiler, ToolchainCompiler):
 
     def _compile_locked(self, source: str) -> bytes:
         module = self._optimized_module(source)
-        return bytes(self.target_machine.emit_object(module))
+        return bytes(self.target_machine_for(source).emit_object(module))
 
     def _optimized_module(self, source: str) -> Any:
         # the caller holds the lock; the module is freed when the caller drops it (under the lock)
