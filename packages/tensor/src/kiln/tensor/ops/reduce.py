@@ -105,9 +105,7 @@ class ReduceMixin(TensorCore):
             >>> Tensor([[1, 2], [3, 4]]).sum(axis=0).tolist()
             [4, 6]
         """
-        axes = self._axes(axis, dim, "sum")
-        target, accumulate = _sum_dtypes(self.dtype, dtype)
-        return self._cast(accumulate)._reduce_axes(Ops.ADD, axes, keepdim)._cast(target)
+        return self._accumulated(Ops.ADD, self._axes(axis, dim, "sum"), keepdim, dtype)
 
     def prod(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
         """The product over `axis` (default: all). Integers and bools multiply to int64 (like PyTorch).
@@ -116,9 +114,12 @@ class ReduceMixin(TensorCore):
             >>> Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
             [2, 12]
         """
-        axes = self._axes(axis, dim, "prod")
+        return self._accumulated(Ops.MUL, self._axes(axis, dim, "prod"), keepdim, dtype)
+
+    def _accumulated(self, op: Ops, axes: tuple[int, ...], keepdim: bool, dtype: DType | None) -> Self:
+        # sum / prod: integers and bools accumulate in int64, `dtype` overrides
         target, accumulate = _sum_dtypes(self.dtype, dtype)
-        return self._cast(accumulate)._reduce_axes(Ops.MUL, axes, keepdim)._cast(target)
+        return self._cast(accumulate)._reduce_axes(op, axes, keepdim)._cast(target)
 
     def mean(self, axis: Axis = None, keepdim: bool = False, *, dim: Axis = None, dtype: DType | None = None) -> Self:
         """The mean over `axis` (default: all); floating point only, like PyTorch (NaN over an empty range).

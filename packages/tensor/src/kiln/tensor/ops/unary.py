@@ -186,11 +186,7 @@ class UnaryMixin(TensorCore):
             >>> Tensor([-1.5, 1.5]).floor().tolist()
             [-2.0, 1.0]
         """
-        if not dtypes.is_float(self.dtype):
-            return self
-        truncated = self._unary(Ops.TRUNC)
-        lower = truncated._binary(Ops.SUB, self._scalar_like(1))
-        return self._binary(Ops.CMPLT, truncated)._ternary(Ops.WHERE, lower, truncated)
+        return self._rounded_away_from_truncation(downward=True)
 
     def ceil(self) -> Self:
         """Rounded toward +inf (integers are unchanged).
@@ -199,11 +195,16 @@ class UnaryMixin(TensorCore):
             >>> Tensor([-1.5, 1.5]).ceil().tolist()
             [-1.0, 2.0]
         """
+        return self._rounded_away_from_truncation(downward=False)
+
+    def _rounded_away_from_truncation(self, downward: bool) -> Self:
+        # floor / ceil: the truncation, moved one step down (up) where it lies above (below) the value
         if not dtypes.is_float(self.dtype):
             return self
         truncated = self._unary(Ops.TRUNC)
-        upper = truncated._binary(Ops.ADD, self._scalar_like(1))
-        return truncated._binary(Ops.CMPLT, self)._ternary(Ops.WHERE, upper, truncated)
+        moved = truncated._binary(Ops.SUB if downward else Ops.ADD, self._scalar_like(1))
+        beyond = self._binary(Ops.CMPLT, truncated) if downward else truncated._binary(Ops.CMPLT, self)
+        return beyond._ternary(Ops.WHERE, moved, truncated)
 
     def round(self) -> Self:
         """Rounded to the nearest integer, halves to even (like PyTorch and numpy; integers are unchanged).
