@@ -48,12 +48,11 @@ from kiln.tensor.graph_inference import (
     SHAPE,
     Placement,
     Shape,
-    _devices_match,
-    _shapes_match,
     _simplified,
     const_value,
     device_of,
     multi_shape,
+    operands_agree,
     placement_of,
     shape_of,
 )
@@ -182,8 +181,8 @@ def alu(op: Ops, *operands: UOp) -> UOp:
     """The ALU op `op` over `operands` of one shape and device (and one dtype; WHERE takes a bool condition)."""
     if op not in GroupOp.ALU:
         raise ValueError(f"{op!r} is not an ALU op; expected one of GroupOp.ALU")
-    shape = _shapes_match(operands, op)
-    device = _devices_match(operands, op)
+    shape = operands_agree(operands, op, shape_of, "have one shape (broadcast first)")
+    device = operands_agree(operands, op, placement_of, "be on one device (use .to(device))")
     node = operands[0].alu(op, *operands[1:])
     # an elementwise op has its operands' shape and device: cached now, so no inference runs for the new node
     SHAPE.setdefault(node, shape)

@@ -152,13 +152,14 @@ def const_value(uop: UOp) -> ConstType | None:
     return value
 
 
-def _shapes_match(uops: Sequence[UOp], op: Ops) -> Shape:
-    # plain loop, no generators: this runs on every elementwise op built
-    first = shape_of(uops[0])
+def operands_agree(uops: Sequence[UOp], op: Ops, fact: Callable[[UOp], T], requirement: str) -> T:
+    """`fact` (shape_of, placement_of) of the operands of `op`, which must agree; ValueError naming `requirement`
+    and each operand's value otherwise."""
+    # plain loop, no generators: this runs twice on every elementwise op built
+    first = fact(uops[0])
     for u in uops[1:]:
-        if shape_of(u) != first:
-            shapes = [shape_of(u) for u in uops]
-            raise ValueError(f"{op.name}: operands must have one shape (broadcast first), got {shapes}")
+        if fact(u) != first:
+            raise ValueError(f"{op.name}: operands must {requirement}, got {[fact(u) for u in uops]}")
     return first
 
 
@@ -171,15 +172,6 @@ def device_of(uop: UOp) -> str:
     if isinstance(device, tuple):
         raise ValueError(f"expected a tensor on one device, got one sharded over {list(device)}")
     return device
-
-
-def _devices_match(uops: Sequence[UOp], op: Ops) -> Placement:
-    first = placement_of(uops[0])
-    for u in uops[1:]:
-        if placement_of(u) != first:
-            devices = [placement_of(u) for u in uops]
-            raise ValueError(f"{op.name}: operands must be on one device (use .to(device)), got {devices}")
-    return first
 
 
 def _simplified(size: int) -> int:
