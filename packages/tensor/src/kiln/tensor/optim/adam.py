@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_betas, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_betas, decayed_each
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -81,8 +81,7 @@ class Adam(MomentsOptimizer):
         t = self.advance(index)
         correction1, correction2 = bias_correction(group, 0, t), bias_correction(group, 1, t)
         lr, eps = group.value("lr"), float(group["eps"])
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             m, v = self.moments(group, parameter, gradient)
             if group["amsgrad"]:
                 peak = self.state_buffer(parameter, "max_exp_avg_sq")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kiln.tensor.optim.adam import MomentsOptimizer, bias_correction
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed_each
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.realize import engine
 from kiln.tensor.tensor import Tensor
@@ -49,8 +49,7 @@ class Adagrad(Optimizer):
         t = self.advance(index)
         rate = group.value("lr") / ((t - 1.0) * float(group["lr_decay"]) + 1.0)
         eps, initial = float(group["eps"]), float(group["initial_accumulator_value"])
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             total = self.state_buffer(parameter, "sum", initial)
             new_total = total + gradient * gradient
             self.write(total, new_total)
@@ -78,8 +77,7 @@ class Adamax(MomentsOptimizer):
         t = self.advance(index)
         rate = group.value("lr") / bias_correction(group, 0, t)
         eps = float(group["eps"])
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             m = self.state_buffer(parameter, "exp_avg")
             new_m = m * group.value("betas", 0).cast(m.dtype) + gradient * group.complement("betas", 0).cast(m.dtype)
             self.write(m, new_m)
@@ -124,8 +122,7 @@ class NAdam(MomentsOptimizer):
         beta1, lr, eps = group.value("betas", 0), group.value("lr"), float(group["eps"])
         mu = beta1 * (1.0 - 0.5 * (t * decay_rate).exp())
         mu_next = beta1 * (1.0 - 0.5 * ((t + 1.0) * decay_rate).exp())
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             product = self.state_buffer(parameter, "mu_product", 1.0, ())
             new_product = product * mu.cast(product.dtype)
             self.write(product, new_product)
@@ -193,8 +190,7 @@ class RAdam(MomentsOptimizer):
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The moments and the parameters."""
         factors, eps = self._factors[index], float(group["eps"])
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             m, v = self.moments(group, parameter, gradient)
             scale = factors[0].cast(m.dtype) / (v.sqrt() + eps) + factors[1].cast(m.dtype)
             self.assign_parameter(parameter, weights - m * scale)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, check_number, decayed_each
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -40,8 +40,7 @@ class Adadelta(Optimizer):
         """The two running averages and the parameters."""
         rho, eps, lr = float(group["rho"]), float(group["eps"]), group.value("lr")
         self.advance(index)
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             square, accumulated = self.state_buffer(parameter, "square_avg"), self.state_buffer(parameter, "acc_delta")
             new_square = square * rho + gradient * gradient * (1.0 - rho)
             delta = (accumulated + eps).sqrt() / (new_square + eps).sqrt() * gradient
@@ -134,8 +133,7 @@ class ASGD(Optimizer):
         lambd, alpha, t0 = float(group["lambd"]), float(group["alpha"]), float(group["t0"])
         lr = group.value("lr")
         t = self.advance(index)
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             eta = self.state_buffer(parameter, "eta", float(group["lr"]), ())
             mu = self.state_buffer(parameter, "mu", 1.0, ())
             average = self.state_buffer(parameter, "ax")

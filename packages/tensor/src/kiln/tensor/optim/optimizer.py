@@ -15,7 +15,7 @@ integer tensor (a counter a state-dict walk also returns) is never optimized.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,6 +65,14 @@ def decayed(group: ParamGroup, parameter: Tensor, gradient: Tensor) -> tuple[Ten
     elif weight_decay:
         gradient = gradient + weights * weight_decay
     return weights, gradient
+
+
+def decayed_each(
+    group: ParamGroup, parameters: list[Tensor], gradients: list[Tensor]
+) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """(parameter, weights, gradient) of each of a group's parameters, `decayed`: the loop an update rule runs."""
+    for parameter, gradient in zip(parameters, gradients):
+        yield parameter, *decayed(group, parameter, gradient)
 
 
 # torch's names of hyperparameters in its "Invalid ...: x" messages, where they are not "<name> value"
@@ -415,8 +423,7 @@ class SGD(Optimizer):
         """p -= lr * (the momentum-filtered gradient), and the momentum buffers."""
         lr, momentum = group.value("lr"), group.value("momentum")
         dampening, classic = float(group["dampening"]), bool(group.get("classic"))
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             if classic:  # tinygrad's classic momentum: the rate scales the gradient before the momentum
                 gradient = gradient * lr.cast(gradient.dtype)
             if group["momentum"]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.tensor.optim.optimizer import Optimizer, ParamsT, decayed
+from kiln.tensor.optim.optimizer import Optimizer, ParamsT, decayed_each
 from kiln.tensor.optim.param_group import ParamGroup
 from kiln.tensor.tensor import Tensor
 
@@ -33,8 +33,7 @@ class RMSprop(Optimizer):
     def update_group(self, group: ParamGroup, index: int, parameters: list[Tensor], gradients: list[Tensor]) -> None:
         """The running averages, momentum buffers and parameters."""
         alpha, eps, lr = float(group["alpha"]), float(group["eps"]), group.value("lr")
-        for parameter, gradient in zip(parameters, gradients):
-            weights, gradient = decayed(group, parameter, gradient)
+        for parameter, weights, gradient in decayed_each(group, parameters, gradients):
             square = self.state_buffer(parameter, "square_avg")
             new_square = square * alpha + gradient * gradient * (1.0 - alpha)
             self.write(square, new_square)
