@@ -88,6 +88,19 @@ def _layer_input(x: Tensor, d_model: int, what: str) -> None:
         raise ValueError(f"{what} expects inputs of shape (S, N, {d_model}) or (S, {d_model}), got {x.shape}")
 
 
+def _attended(
+    attention: MultiheadAttention, dropout: Dropout, x: Tensor, memory: Tensor, mask: Tensor | None,
+    padding: Tensor | None, is_causal: bool,
+) -> Tensor:  # fmt: skip
+    """dropout(attention of queries `x` over keys and values `memory`): a layer's self- (memory = x) or cross-attention
+    block."""
+    attended, _ = attention(
+        x, memory, memory, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
+    )
+    result: Tensor = dropout(attended)
+    return result
+
+
 class _TransformerLayer(Module):
     """What the encoder and decoder layers share: self-attention, the feed-forward block and their norms and dropouts,
     built in torch's attribute order (so parameters and state_dict keys line up), plus, for the decoder
@@ -127,11 +140,7 @@ class _TransformerLayer(Module):
         self.d_model = d_model
 
     def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool) -> Tensor:
-        attended, _ = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
-        )
-        result: Tensor = self.dropout1(attended)
-        return result
+        return _attended(self.self_attn, self.dropout1, x, x, mask, padding, is_causal)
 
     def _feed_forward(self, x: Tensor, dropout: Dropout) -> Tensor:
         """linear2(dropout(activation(linear1(x)))) through the block's last dropout (`dropout`)."""
@@ -196,11 +205,7 @@ class TransformerDecoderLayer(_TransformerLayer):
     def _cross_attention(
         self, x: Tensor, memory: Tensor, mask: Tensor | None, padding: Tensor | None, is_causal: bool
     ) -> Tensor:
-        attended, _ = self.multihead_attn(
-            x, memory, memory, attn_mask=mask, key_padding_mask=padding, need_weights=False, is_causal=is_causal
-        )
-        result: Tensor = self.dropout2(attended)
-        return result
+        return _attended(self.multihead_attn, self.dropout2, x, memory, mask, padding, is_causal)
 
 
 def _layer_copies(layer: object, num_layers: object, what: str, argument: str) -> ModuleList:
