@@ -10,7 +10,7 @@ from renderers_for_tests import CPULikeRenderer
 from sinks_for_tests import buffer, kernel, matmul
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
-from kiln.codegen.opt import heuristic
+from kiln.codegen.opt import product_tiles
 from kiln.uops import AxisKind, UOp, dtypes
 
 UPCAST, SWAP, BLOCK, THREAD = OptOps.UPCAST, OptOps.SWAP, OptOps.BLOCK, OptOps.THREAD
@@ -81,8 +81,8 @@ def test_paneled_transposed_product_computes_what_numpy_computes(
     m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the sizes scaled down so a kernel the interpreter runs quickly gets several panels of 32
-    monkeypatch.setattr(heuristic, "REDUCE_PANEL_BYTES", 32 * n * 4)
-    monkeypatch.setattr(heuristic, "STREAM_SWAP_BYTES", k * m * 4)
+    monkeypatch.setattr(product_tiles, "REDUCE_PANEL_BYTES", 32 * n * 4)
+    monkeypatch.setattr(product_tiles, "STREAM_SWAP_BYTES", k * m * 4)
     renderer = _VectorCPU()
     sink = _left_transposed(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
