@@ -13,6 +13,10 @@ same load on a shared machine); its gradients go through `torch.nn.grad` (no for
   a transposed right operand (A @ B.T) and a transposed left one (A.T @ B), a single row times the matrix
   (1, 1024) @ (1024, 1024), a narrow right operand (1024, 16), and float16 / bfloat16 inputs accumulated in
   float32 (numpy: float32 on the same values; torch: the same dtype)
+- a language model's prefill products x @ W.T: 64 rows of x against a (32000, 768), (2048, 768) and (768, 2048)
+  weight (the 100M llama's output layer and feed-forward projections), the weight float32 or float16 read as
+  float32 (`x @ W.float().T`, as kiln.tensor.llm's linear does): GFLOP/s (numpy and torch: the same expression;
+  `--only prefill` runs these rows alone)
 - fused chain exp2(relu(a*b+c)*0.5+a) over 16M float32: GB/s of the 4 arrays read and written
 - sum over 16M float32; softmax, log_softmax and layer_norm over (4096, 1024): GB/s (input read + output written)
 - conv2d (32,16,32,32) x (32,16,3,3), padding 1, and its input and weight gradients: GFLOP/s (numpy: im2col +
@@ -136,6 +140,11 @@ TORCH_SCRIPT = TORCH_STEPS + textwrap.dedent(
             dtype = torch.float16 if "float16" == key.split()[1] else torch.bfloat16
             a, b = r(size, size).to(dtype), r(size, size).to(dtype)
             return lambda: a @ b
+        if key.startswith("matmul prefill "):
+            _, _, rows, columns, inner, name = key.split()
+            x = r(int(rows), int(inner))
+            w = r(int(columns), int(inner)).to(getattr(torch, name))
+            return lambda: x @ w.float().T
         if key == "batched matmul":
             a, b = r(8, 512, 512), r(8, 512, 512)
             return lambda: a @ b
@@ -265,6 +274,38 @@ def bench_batched_matmul(table: Table, device: str, repeats: int) -> None:
     table.row(
         "matmul (8,512,512)@(8,512,512)", "batched matmul", kiln, reference, 2 * 8 * 512**3, "GFLOP/s", ">= 0.8x numpy"
     )
+
+
+PREFILL_SHAPES = ((64, 32000, 768), (64, 2048, 768), (64, 768, 2048))
+"""(rows, out_features, in_features) of the prefill rows: x (rows, in) @ W.T with W (out, in)."""
+
+
+def bench_prefill(table: Table, device: str, repeats: int, quick: bool) -> None:
+    """x @ W.float().T for a prompt of 64 rows against the 100M llama's weights, float32 and float16 (issue 42's
+    prefill products; numpy: float32 on the same values)."""
+    rng = np.random.default_rng(11)
+    for rows, columns, inner in PREFILL_SHAPES[1:] if quick else PREFILL_SHAPES:
+        x_values = rng.standard_normal((rows, inner)).astype(np.float32)
+        x = Tensor(x_values, device=device)
+        for name in ("float32", "float16"):
+            w_values = (rng.standard_normal((columns, inner)) * 0.05).astype(name)
+            w = Tensor(w_values, device=device)
+            wide = w_values.astype(np.float32)
+            kiln = _median_seconds(_kiln_runner(lambda x=x, w=w: x @ w.float().T, device), repeats)
+            reference = _median_seconds(lambda x=x_values, w=w_values: x @ np.asarray(w, np.float32).T, repeats)
+            expected = x_values @ wide.T
+            got = (x @ w.float().T).numpy()
+            np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3 * float(np.abs(expected).max()))
+            table.row(
+                f"prefill ({rows},{inner}) @ ({columns},{inner}).T {name[:1]}{name[-2:]}",
+                f"matmul prefill {rows} {columns} {inner} {name}",
+                kiln,
+                reference,
+                2 * rows * columns * inner,
+                "GFLOP/s",
+                ">= 150 GFLOP/s",
+                None,
+            )
 
 
 def bench_matmul_variants(table: Table, device: str, size: int, repeats: int) -> None:
@@ -604,6 +645,7 @@ def main() -> None:
 
     groups: tuple[tuple[str, Callable[[], None]], ...] = (
         ("matmul", matmuls),
+        ("matmul prefill", lambda: bench_prefill(table, device, repeats, quick)),
         ("batched", lambda: bench_batched_matmul(table, device, repeats)),
         ("chain", lambda: bench_chain(table, device, elements, repeats)),
         ("sum", lambda: bench_sum(table, device, elements, repeats)),
