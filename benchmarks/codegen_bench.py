@@ -8,6 +8,8 @@ The second table is the cost a user feels: building each kernel of a real tensor
 step: an MLP 2-64-64-2 on 400 points, cross-entropy, backward, gradient clipping, SGD with momentum; taken through a
 fresh realize `Engine`, no JIT) with the device's own renderer, from kernel sink to a compiled binary (the compiler's
 disk cache off), split into lowering (optimize to SOURCE) and compiling. Target (issue 16): median build <= 15 ms.
+The third line builds the same kernels again in one call, one `get_program` after the other and with `get_programs`
+(kiln.codegen.lifecycle: each compile on a compile thread, overlapping the next kernel's lowering): wall clock.
 
     uv run python benchmarks/codegen_bench.py [--runs N] [--clock process] [--device CPU]
 
@@ -22,12 +24,12 @@ import statistics
 import time
 from collections.abc import Callable
 
-from kiln.codegen import KernelInfo, Program, Renderer, format_linear, get_program
+from kiln.codegen import KernelInfo, KernelSignature, Program, Renderer, format_linear, get_program
 from kiln.uops import AxisKind, Ops, UOp, dtypes
 
 
 class _Text(Renderer):
-    def render(self, uops: list[UOp], name: str) -> str:
+    def render(self, uops: list[UOp], name: str, signature: KernelSignature | None = None) -> str:
         return format_linear(uops)
 
 
@@ -97,6 +99,55 @@ def kernels_per_second(
     return statistics.median(rates)
 
 
+def training_step_sinks(device: str) -> list[UOp]:
+    """The kernel sinks two quickstart-style training steps on `device` build, in the order the engine built them."""
+    from mlp_step import mlp_step
+
+    from kiln.tensor.realize.engine import Engine, Method, use_engine
+
+    class RecordingEngine(Engine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sinks: list[UOp] = []
+
+        def compiled_program(self, ast: UOp, device: str) -> Method:
+            before = self.programs_built
+            method = super().compiled_program(ast, device)
+            if self.programs_built > before:
+                self.sinks.append(ast)
+            return method
+
+    step = mlp_step(device)
+    engine = RecordingEngine()
+    with use_engine(engine):
+        for _ in range(2):  # the second step builds the optimizer's momentum kernels
+            step().item()
+    return engine.sinks
+
+
+def pipelined_builds(device: str, runs: int) -> tuple[int, float, float]:
+    """(kernels, sequential seconds, pipelined seconds): wall-clock medians of building every kernel of a training
+    step from its sink to a binary, one `get_program` after the other and with `get_programs` (each compile on a
+    compile thread while the next kernel is lowered), interleaved, the compiler's disk cache off."""
+    from kiln.codegen.lifecycle import get_programs
+    from kiln.tensor.device import renderer_for
+    from kiln.uops import Context
+
+    sinks = training_step_sinks(device)
+    renderer = renderer_for(device)
+    sequential, pipelined = [], []
+    with Context(DISABLE_COMPILER_CACHE=True):
+        for _ in range(runs):
+            start = time.perf_counter()
+            one_by_one = [get_program(sink, renderer) for sink in sinks]
+            sequential.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            together = get_programs(sinks, renderer)
+            pipelined.append(time.perf_counter() - start)
+            assert together == one_by_one
+    return len(sinks), statistics.median(sequential), statistics.median(pipelined)
+
+
 def training_step_builds(device: str, clock: Callable[[], float]) -> list[tuple[str, float, float]]:
     """(kernel name, build seconds, compile seconds) of every kernel two quickstart-style training steps on `device`
     build (no JIT; a fresh realize Engine, the compiler's disk cache off). The build time is what the engine spends
@@ -164,6 +215,12 @@ def main() -> None:
     print(
         f"build per kernel: median {statistics.median(build_ms):.2f} ms, max {max(build_ms):.2f} ms, "
         f"total {sum(build_ms):.0f} ms; of which compiling: median {statistics.median(compile_ms):.2f} ms"
+    )
+    kernels, sequential, pipelined = pipelined_builds(device, max(3, runs // 3))
+    print(
+        f"\nthe same {kernels} kernels built in one call, wall clock: one after the other {sequential * 1e3:.0f} ms, "
+        f"with each compile overlapping the next kernel's lowering (get_programs) {pipelined * 1e3:.0f} ms "
+        f"({sequential / pipelined:.2f}x)"
     )
 
 

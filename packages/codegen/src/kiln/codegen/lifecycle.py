@@ -9,11 +9,16 @@ PROGRAM(SINK, DEVICE, LINEAR, SOURCE, BINARY)  BINARY.arg = renderer.compiler.co
 
 The signature (kiln.codegen.kernel_signature) is worked out here once, when the program is linearized; the renderer
 prints its parameter list from it and every layer above reads it through `Program.signature`.
+
+`get_programs` builds several kernels with each compile overlapping the next kernel's lowering: a compiler call
+releases the GIL (llvmlite's and a C compiler's process both do), so one compile thread and the caller's Python work
+run on two cores. Compiles stay serial (one thread): llvmlite takes one process-wide lock around every LLVM call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from kiln.codegen.kernel_info import KernelInfo, Opt
 from kiln.codegen.kernel_signature import KernelSignature
@@ -44,8 +49,14 @@ def _render_stage(ctx: Renderer, program: UOp, linear: UOp) -> UOp:
 def _compile_stage(ctx: Renderer, program: UOp, source: UOp) -> UOp | None:
     if ctx.compiler is None:
         return None
-    binary = UOp(Ops.BINARY, arg=ctx.compiler.compile_cached(source.arg))
-    return program.replace(src=(*program.src, binary), arg=program.arg.compiled_by(ctx.compiler))
+    return _with_binary(program, ctx, ctx.compiler.compile_cached(source.arg))
+
+
+def _with_binary(program: UOp, renderer: Renderer, binary: bytes) -> UOp:
+    # the last stage's result: the rendered PROGRAM with its BINARY, signed by the compiler that made it
+    assert renderer.compiler is not None
+    compiled = UOp(Ops.BINARY, arg=binary)
+    return program.replace(src=(*program.src, compiled), arg=program.arg.compiled_by(renderer.compiler))
 
 
 _sink_device = (UPat(Ops.SINK), UPat(Ops.DEVICE))
@@ -65,12 +76,47 @@ pm_program_lifecycle = PatternMatcher(
 """One rule per stage of the PROGRAM lifecycle (ctx: the Renderer)."""
 
 
-def _grow(program: UOp, renderer: Renderer) -> UOp:
-    # apply the stage rules to the PROGRAM node only, checking each stage
-    while (grown := pm_program_lifecycle.rewrite(program, ctx=renderer)) is not None:
+def _grow(program: UOp, renderer: Renderer, until: Ops | None = None) -> UOp:
+    # apply the stage rules to the PROGRAM node only, checking each stage (and stopping once stage `until` is there)
+    while program.src[-1].op is not until:
+        grown = pm_program_lifecycle.rewrite(program, ctx=renderer)
+        if grown is None:
+            break
         type_verify([grown, *grown.src[1:]], pm_spec_program)
         program = grown
     return program
+
+
+def get_programs(asts: Sequence[UOp], renderer: Renderer, opts: Sequence[Opt] | None = None) -> list[UOp]:
+    """`get_program(ast, renderer, opts)` of each kernel sink of `asts`, in order; each kernel's compile runs on a
+    compile thread while the next kernel is optimized, lowered and rendered here (see the module docstring).
+
+    The first error (a bad sink, a compiler's) is raised after the compiles already queued have finished. With
+    tracing on, or a renderer without a compiler, the kernels are built one after the other as `get_program` does.
+    """
+    compiler = renderer.compiler
+    if compiler is None or trace.STATE.enabled or len(asts) < 2:
+        return [get_program(ast, renderer, opts) for ast in asts]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-compile") as compile_thread:
+        rendered: list[tuple[UOp, Future[bytes]]] = []
+        for ast in asts:
+            _check_arguments(ast, renderer)
+            program = _build_program(ast, renderer, opts, until=Ops.SOURCE)
+            rendered.append((program, compile_thread.submit(compiler.compile_cached, program.src[3].arg)))
+    programs = []
+    for program, binary in rendered:
+        compiled = _with_binary(program, renderer, binary.result())
+        type_verify([compiled, *compiled.src[1:]], pm_spec_program)
+        programs.append(compiled)
+    return programs
+
+
+def _check_arguments(ast: UOp, renderer: Renderer) -> None:
+    if not isinstance(ast, UOp) or ast.op is not Ops.SINK:
+        raise TypeError(f"get_program needs a kernel SINK, got {ast!r}")
+    if not isinstance(renderer, Renderer):
+        raise TypeError(f"get_program needs a Renderer, got {renderer!r}")
+    type_verify(ast, pm_spec_kernel)
 
 
 def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None) -> UOp:
@@ -78,11 +124,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None)
 
     Read the result through `Program(...)`; only codegen builds or indexes PROGRAM uops.
     """
-    if not isinstance(ast, UOp) or ast.op is not Ops.SINK:
-        raise TypeError(f"get_program needs a kernel SINK, got {ast!r}")
-    if not isinstance(renderer, Renderer):
-        raise TypeError(f"get_program needs a Renderer, got {renderer!r}")
-    type_verify(ast, pm_spec_kernel)
+    _check_arguments(ast, renderer)
     if not trace.STATE.enabled:
         return _build_program(ast, renderer, opts)
     with trace.trace_group("kernel") as group:
@@ -92,7 +134,7 @@ def get_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None = None)
     return program
 
 
-def _build_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None) -> UOp:
+def _build_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None, until: Ops | None = None) -> UOp:
     sink = run_stage("optimize", ast, lambda kernel: optimize_kernel(kernel, renderer, opts))
     if knobs.DEBUG >= 3:
         print(f"{sink.arg.name}: applied opts {list(sink.arg.applied_opts)}")
@@ -100,7 +142,7 @@ def _build_program(ast: UOp, renderer: Renderer, opts: Sequence[Opt] | None) -> 
         print(print_graph(sink))
     program = UOp(Ops.PROGRAM, src=(sink, UOp(Ops.DEVICE, arg=renderer.device)))
     type_verify([program, program.src[1]], pm_spec_program)
-    program = _grow(program, renderer)
+    program = _grow(program, renderer, until)
     if knobs.DEBUG >= 6:
         print(format_linear(list(program.src[2].src)))
     if knobs.DEBUG >= 4:
