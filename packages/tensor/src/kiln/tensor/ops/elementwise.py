@@ -285,17 +285,8 @@ class ElementwiseMixin(OperandMixin):
 
     __hash__ = object.__hash__  # `==` builds a tensor, so hashing stays by identity (like PyTorch)
 
-    def __lt__(self, other: Self | ConstType) -> Self:
-        return self.lt(other)
-
-    def __le__(self, other: Self | ConstType) -> Self:
-        return self.le(other)
-
-    def __gt__(self, other: Self | ConstType) -> Self:
-        return self.gt(other)
-
-    def __ge__(self, other: Self | ConstType) -> Self:
-        return self.ge(other)
+    # the operators are the methods themselves (one call less per comparison)
+    __lt__, __le__, __gt__, __ge__ = lt, le, gt, ge
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
