@@ -8,9 +8,15 @@ For each model and batch: kiln's OnnxRunner called plainly (from the third call 
 call replays the kernels OnnxRunner captured on the second: see kiln.tensor.onnx.replay_cache) and wrapped in TinyJit,
 and onnxruntime's CPU provider (2 intra-op threads; kiln's CPU device uses the host's cores, 2 on the reference
 machine), each the median of N timed runs after warm-up, outputs read back to numpy. Every kiln result is checked
-against onnxruntime's first (rtol 1e-3: the int8 models may round a value a step apart). "first run" is loading the
-file and the first call at batch 1: translation and kernel compilation with the compiler's disk cache off
-(--warm-cache keeps it on), next to onnxruntime's session creation and first run.
+against onnxruntime's first (rtol 1e-3: the int8 models may round a value a step apart). The "cpu" columns are the
+process CPU time of one call (both cores' work), which other load on a shared machine barely moves, where wall time
+there mostly measures the wait for a core. Neither side's idle threads poll for work there (polling counts as CPU
+time): kiln's core-pool workers sleep at once (CPU_SPIN=0, for the whole run unless --spin) and onnxruntime's
+session for the cpu column has `allow_spinning` 0. "kernels" is the TinyJit capture's launches at that batch and
+the distinct programs among them. "first run" is loading the file and the first call at batch 1, with the
+compiler's disk cache off (--warm-cache keeps it on), next to onnxruntime's session creation and first run;
+"codegen s" is its share spent building kernels (lowering, rendering, the C compiler and loading), "cc s" the C
+compiler's part of that, and "built" how many programs it built.
 """
 
 from __future__ import annotations
@@ -18,16 +24,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime  # type: ignore[import-untyped]
 
+from kiln.codegen.compiler import Compiler
 from kiln.tensor import Tensor, TinyJit
 from kiln.tensor.jit_replay import CapturedStep, ReplayStep
 from kiln.tensor.onnx import OnnxRunner
+from kiln.tensor.realize.engine import Engine, use_engine
 from kiln.uops import Context
 
 MODELS = Path(__file__).resolve().parent.parent / "packages" / "tensor" / "tests" / "onnx" / "models"
@@ -70,22 +80,26 @@ WORKLOADS: dict[str, Callable[[int, np.random.Generator], dict[str, np.ndarray]]
 }
 
 
-def _median_seconds(function: Callable[[], Any], runs: int, warmup: int = 2) -> float:
+def _median_seconds(
+    function: Callable[[], Any], runs: int, warmup: int = 2, clock: Callable[[], float] = time.perf_counter
+) -> float:
     for _ in range(warmup):
         function()
     timings = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start = clock()
         function()
-        timings.append(time.perf_counter() - start)
+        timings.append(clock() - start)
     return statistics.median(timings)
 
 
-def _session(path: Path) -> Any:
+def _session(path: Path, spinning: bool = True) -> Any:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -100,25 +114,68 @@ def _check(name: str, ours: list[np.ndarray], reference: list[np.ndarray]) -> No
             raise AssertionError(f"{name}: kiln differs from onnxruntime by {np.abs(got - expected).max():.3g}")
 
 
-def first_run(name: str, cold: bool) -> tuple[float, float]:
+@dataclass
+class FirstRun:
+    kiln: float  # seconds: load, translate, schedule, build every kernel, run
+    codegen: float  # of which building kernels (Engine.compiled_program)
+    cc: float  # of which the C compiler (Compiler.compile_cached)
+    built: int  # programs built
+    ort: float  # onnxruntime's session creation and first run
+
+
+@contextmanager
+def _timed(owner: type, method: str, totals: list[float]) -> Iterator[None]:
+    """Adds the seconds spent in `owner.method` to totals[0] inside the block (an instrument of this script only)."""
+    original = getattr(owner, method)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals[0] += time.perf_counter() - start
+
+    setattr(owner, method, timed)
+    try:
+        yield
+    finally:
+        setattr(owner, method, original)
+
+
+def first_run(name: str, cold: bool) -> FirstRun:
     """Seconds to load and run once at batch 1: kiln (disk compile cache off when `cold`), onnxruntime."""
     path = MODELS / f"{name}.onnx"
     feeds = WORKLOADS[name](1, np.random.default_rng(0))
+    codegen, cc = [0.0], [0.0]
+    engine = Engine()
     start = time.perf_counter()
-    with Context(DISABLE_COMPILER_CACHE=cold):
+    timers = (_timed(Engine, "compiled_program", codegen), _timed(Compiler, "compile_cached", cc))
+    with Context(DISABLE_COMPILER_CACHE=cold), timers[0], timers[1], use_engine(engine):
         runner = OnnxRunner(path)
         _arrays(runner(feeds), runner.outputs)
     kiln = time.perf_counter() - start
     start = time.perf_counter()
     _session(path).run(None, feeds)
-    return kiln, time.perf_counter() - start
+    return FirstRun(kiln, codegen[0], cc[0], engine.programs_built, time.perf_counter() - start)
 
 
-def steady(name: str, batch: int, runs: int) -> tuple[float, float, float]:
-    """Median seconds per call at `batch`: kiln plain, kiln under TinyJit, onnxruntime."""
+@dataclass
+class Steady:
+    plain: float  # seconds per call, wall: kiln plain, kiln TinyJit, onnxruntime
+    jit: float
+    ort: float
+    jit_cpu: float  # process CPU seconds per call: kiln TinyJit, onnxruntime without spinning threads
+    ort_cpu: float
+    kernels: int  # launches of the TinyJit capture
+    programs: int  # distinct programs among them
+
+
+def steady(name: str, batch: int, runs: int) -> Steady:
+    """Per call at `batch`: kiln plain, kiln under TinyJit, onnxruntime (wall and CPU time), kernel counts."""
     path = MODELS / f"{name}.onnx"
     feeds = WORKLOADS[name](batch, np.random.default_rng(batch))
     session = _session(path)
+    quiet = _session(path, spinning=False)
     reference = [np.asarray(value) for value in session.run(None, feeds)]
     runner = OnnxRunner(path)
     names = runner.outputs
@@ -132,9 +189,14 @@ def steady(name: str, batch: int, runs: int) -> tuple[float, float, float]:
     for _ in range(3):  # capture on the second call, replay from the third
         result = jit_call()
     _check(f"{name} batch {batch} (TinyJit)", result, reference)
+    assert jitted.captured is not None
+    runners = [step.runner for step in jitted.captured.steps if step.runner is not None]
     jit = _median_seconds(jit_call, runs)
     ort = _median_seconds(lambda: session.run(None, feeds), runs)
-    return plain, jit, ort
+    jit_cpu = _median_seconds(jit_call, runs, clock=time.process_time)
+    ort_cpu = _median_seconds(lambda: quiet.run(None, feeds), runs, clock=time.process_time)
+    programs = len({id(getattr(launcher, "program", launcher)) for launcher in runners})
+    return Steady(plain, jit, ort, jit_cpu, ort_cpu, len(runners), programs)
 
 
 def kernel_profile(name: str, batch: int, runs: int) -> None:
@@ -149,20 +211,18 @@ def kernel_profile(name: str, batch: int, runs: int) -> None:
     assert jitted.captured is not None
     total = 0.0
     print(f"{name} batch {batch}: the captured kernels, process CPU time of one launch (median of {runs})")
-    # workers that poll after a launch would count their polling as CPU time
-    with Context(CPU_SPIN=0):
-        for step in jitted.captured.steps:
-            if step.runner is None:
-                continue
-            launch = ReplayStep(CapturedStep(step.runner, step.buffers, (), step.var_vals))
-            timings = []
-            for _ in range(runs):
-                start = time.process_time()
-                launch([], {})
-                timings.append(time.process_time() - start)
-            seconds = statistics.median(timings)
-            total += seconds
-            print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms")
+    for step in jitted.captured.steps:
+        if step.runner is None:
+            continue
+        launch = ReplayStep(CapturedStep(step.runner, step.buffers, (), step.var_vals))
+        timings = []
+        for _ in range(runs):
+            start = time.process_time()
+            launch([], {})
+            timings.append(time.process_time() - start)
+        seconds = statistics.median(timings)
+        total += seconds
+        print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms")
     print(f"  {'sum':<40}{1e3 * total:>9.3f} ms")
 
 
@@ -171,6 +231,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="timed runs per measurement (median)")
     parser.add_argument("--models", default=",".join(WORKLOADS), help="comma-separated model names")
     parser.add_argument("--warm-cache", action="store_true", help="first runs may read the compiler's disk cache")
+    parser.add_argument("--spin", action="store_true", help="kiln's idle core-pool workers poll (CPU_SPIN default)")
     parser.add_argument(
         "--kernels", type=int, metavar="BATCH", help="instead: each kernel's CPU time under TinyJit at BATCH"
     )
@@ -179,26 +240,37 @@ def main() -> None:
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-    if arguments.kernels is not None:
-        for name in names:
-            kernel_profile(name, arguments.kernels, arguments.runs)
-        return
-    print(f"onnxruntime {onnxruntime.__version__} CPU provider, {THREADS} threads; median of {arguments.runs} runs")
+    # read when kiln's CPU device starts its core pool, i.e. at the first kernel
+    with Context(CPU_SPIN=1000 if arguments.spin else 0):
+        if arguments.kernels is not None:
+            for name in names:
+                kernel_profile(name, arguments.kernels, arguments.runs)
+        else:
+            _table(names, arguments.runs, arguments.warm_cache)
+
+
+def _table(names: list[str], runs: int, warm_cache: bool) -> None:
+    print(f"onnxruntime {onnxruntime.__version__} CPU provider, {THREADS} threads; median of {runs} runs")
     header = (
-        f"{'model':<20}{'batch':>6}{'kiln ms':>10}{'kiln jit ms':>13}{'ort ms':>10}{'jit/ort':>9}"
-        f"{'first run kiln s':>18}{'ort s':>8}"
+        f"{'model':<18}{'batch':>6}{'kiln ms':>9}{'jit ms':>9}{'ort ms':>9}{'jit cpu':>9}{'ort cpu':>9}"
+        f"{'cpu ratio':>10}{'kernels':>10}   first run: {'kiln s':>7}{'codegen s':>10}{'cc s':>7}{'built':>6}"
+        f"{'ort s':>7}"
     )
     print(header)
     print("-" * len(header))
     for name in names:
-        first_kiln, first_ort = first_run(name, cold=not arguments.warm_cache)
+        first = first_run(name, cold=not warm_cache)
         for batch in (1, 16):
-            plain, jit, ort = steady(name, batch, arguments.runs)
-            first = f"{first_kiln:>18.2f}{first_ort:>8.2f}" if batch == 1 else ""
-            print(
-                f"{name:<20}{batch:>6}{1e3 * plain:>10.2f}{1e3 * jit:>13.2f}{1e3 * ort:>10.2f}{jit / ort:>9.2f}{first}",
-                flush=True,
+            run = steady(name, batch, runs)
+            line = (
+                f"{name:<18}{batch:>6}{1e3 * run.plain:>9.2f}{1e3 * run.jit:>9.2f}{1e3 * run.ort:>9.2f}"
+                f"{1e3 * run.jit_cpu:>9.2f}{1e3 * run.ort_cpu:>9.2f}{run.jit_cpu / run.ort_cpu:>10.2f}"
+                f"{f'{run.kernels}/{run.programs}':>10}"
             )
+            if batch == 1:
+                line += f"{'':>14}{first.kiln:>7.2f}{first.codegen:>10.2f}{first.cc:>7.2f}{first.built:>6}"
+                line += f"{first.ort:>7.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

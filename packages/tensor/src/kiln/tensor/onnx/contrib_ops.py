@@ -16,6 +16,7 @@ import numpy as np
 from kiln.tensor import dtypes
 from kiln.tensor.onnx.attention_ops import cache_rows, rotate
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.materialize import materialized_if_computed
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import MICROSOFT_DOMAIN, all_checks, operator
 from kiln.tensor.tensor import Tensor
@@ -104,6 +105,8 @@ def _skip_layer_normalization(call: NodeCall) -> tuple[Tensor, Tensor, Tensor, T
     total = x + skip
     if bias is not None:
         total = total + bias
+    # read three times (mean, variance, result) and handed out: computed once, in the kernel of the product before
+    total = materialized_if_computed(total)
     normalized, mean, inverse = _normalize(total, call.attributes.float("epsilon", 1e-12), simplified)
     result = normalized * gamma
     if beta is not None:

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.materialize import materialized_if_computed, shared_product_inputs
 from kiln.tensor.onnx.model_file import initializer_array
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, MICROSOFT_DOMAIN, OperatorRule, rule_for
@@ -187,6 +188,8 @@ class GraphProgram:
             if name not in known:
                 raise ValueError(f"{where}: output {name!r} is produced by no node")
         self._folds: dict[tuple[Any, ...], dict[int, list[tuple[Tensor | None, np.ndarray[Any, Any] | None]]]] = {}
+        # computed once into memory for all their readers (see materialize.py)
+        self.materialized = shared_product_inputs(graph)
 
     def _check_value_type(self, value: onnx.ValueInfoProto, kind: str) -> DType | None:
         which = value.type.WhichOneof("value")
@@ -409,6 +412,8 @@ class GraphProgram:
                     tensor = tensor.realize()
                     if known is None and tensor.numel() <= _HOST_COPY_LIMIT:
                         known = np.asarray(tensor.numpy())
+                elif name in self.materialized:
+                    tensor = materialized_if_computed(tensor)
                 values[name] = tensor
                 if known is not None:
                     host[name] = known

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from kiln.tensor import dtypes
 from kiln.tensor.nn.functional import fold
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.materialize import materialized_if_computed, materialized_if_costly
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import one_of, operator
 from kiln.tensor.onnx.strided_conv import space_to_depth_convolution
@@ -18,9 +19,17 @@ __all__ = ["convolution", "spatial_pads"]
 _AUTO_PAD = ["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]
 
 
+def _product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b, each operand computed into memory first when it holds a transcendental the product would recompute
+    at every read (each of a's elements is read once per column of b, each of b's once per row of a)."""
+    rows = a.shape[-2] if a.ndim >= 2 else 1
+    columns = b.shape[-1] if b.ndim >= 2 else 1
+    return materialized_if_costly(a, columns).matmul(materialized_if_costly(b, rows))
+
+
 @operator("MatMul")
 def _matmul(call: NodeCall) -> Tensor:
-    return call.tensor(0).matmul(call.tensor(1))
+    return _product(call.tensor(0), call.tensor(1))
 
 
 @operator("Gemm", attributes=["alpha", "beta", "transA", "transB", "broadcast"])
@@ -31,7 +40,7 @@ def _gemm(call: NodeCall) -> Tensor:
     if call.attributes.int("transB", 0):
         b = b.T
     alpha, beta = call.attributes.float("alpha", 1.0), call.attributes.float("beta", 1.0)
-    result = a.matmul(b)
+    result = _product(a, b)
     if alpha != 1.0:
         result = result * alpha
     if c is not None:
@@ -337,7 +346,8 @@ def _instance_normalization(call: NodeCall) -> Tensor:
 
 @operator("LayerNormalization", attributes=["axis", "epsilon", "stash_type"])
 def _layer_normalization(call: NodeCall) -> tuple[Tensor, Tensor, Tensor]:
-    x, scale, bias = call.tensor(0), call.tensor(1), call.optional(2)
+    # read three times (mean, variance, result): an input still to compute would be computed thrice, in 3 kernels
+    x, scale, bias = materialized_if_computed(call.tensor(0)), call.tensor(1), call.optional(2)
     axis = call.attributes.int("axis", -1) % x.ndim
     axes = tuple(range(axis, x.ndim))
     compute = x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 from kiln.tensor import dtypes
+from kiln.tensor.onnx.materialize import materialized_if_computed
 from kiln.tensor.onnx.node_call import NodeCall
 from kiln.tensor.onnx.registry import operator
 from kiln.tensor.tensor import Tensor
@@ -100,7 +101,8 @@ operator("ArgMin", attributes=["axis", "keepdims", "select_last_index"])(_arg_re
 
 def _softmax_family(function: Callable[[Tensor, int], Tensor]) -> Callable[[NodeCall], Tensor]:
     def handler(call: NodeCall) -> Tensor:
-        x = call.tensor(0)
+        # read three times (max, sum, result): an input still to compute would be computed thrice, in 3 kernels
+        x = materialized_if_computed(call.tensor(0))
         if call.opset >= 13:
             return function(x, call.attributes.int("axis", -1) % x.ndim)
         # before opset 13 the input is seen as 2-D: dims before `axis` by dims from `axis`

@@ -26,6 +26,7 @@ from kiln.tensor.onnx import (  # noqa: F401
     shape_ops,
     signal_ops,
 )
+from kiln.tensor.onnx.batchnorm_folding import fold_batch_normalizations
 from kiln.tensor.onnx.function_expansion import expand_schema_functions
 from kiln.tensor.onnx.graph_program import GraphInput, GraphProgram
 from kiln.tensor.onnx.model_file import default_opset, open_model
@@ -55,7 +56,8 @@ class OnnxRunner:
     def __init__(self, model: str | os.PathLike[str] | bytes | onnx.ModelProto):
         opened, external_base = open_model(model)
         self.opset = default_opset(opened)
-        self.model = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
+        expanded = expand_schema_functions(opened, self.opset, lambda op_type: op_type in OPERATORS)
+        self.model = fold_batch_normalizations(expanded, external_base)
         self.graph = GraphProgram(self.model.graph, self.opset, external_base=external_base)
         self.replays = ReplayCache(self.graph.run)
 
