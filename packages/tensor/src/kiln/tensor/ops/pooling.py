@@ -114,10 +114,16 @@ def _max_pool_nd(
         raise TypeError(f"{name} return_indices must be a bool, got {indices!r}")
     if x.dtype == dtypes.bool:
         raise TypeError(f"{name} is not defined for bool tensors; cast to an integer or float dtype first")
+    routed = x.requires_grad is True and not type(x)._grad_disabled
+    if routed:
+        # training reads the input three times (the first largest tap, its value, the backward's routing): a lazy
+        # input (a convolution and its ReLU) is computed once into a buffer rather than inside each of those kernels,
+        # where its reduce got no register tile (the small CNN of benchmarks/train_bench.py: three ~1-2 ms kernels
+        # each computing the first convolution at ~5 GFLOP/s)
+        x = x.contiguous()
     pairs = geometry.pairs(x.ndim)
     windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
     axes = geometry.window_axes(x.ndim)
-    routed = x.requires_grad is True and not type(x)._grad_disabled
     if not indices and not routed:
         return windows.amax(axes)
     # a window's answer is its first largest value (NaN counting as the largest, like PyTorch)
