@@ -1,7 +1,8 @@
 """Quantized matrix products of kiln.tensor.llm (`linear` on a GGUF weight) per weight format, against numpy's copy.
 
 A (rows, cols) weight (default (32000, 768): the bench model's output layer) of random values is encoded per format
-(F16, Q8_0, Q4_K, Q6_K by default: `--formats`; the K-quants by llm_bench's encoders) and multiplied by `--tokens`
+(F16, Q8_0, Q4_K, Q6_K by default: `--formats`; the K-quants by llm_bench's encoders; F16 as GGUF bytes decoded in
+the kernel, as `load_model` reads an F16 file) and multiplied by `--tokens`
 rows of input (default 1 and 64: a decode step's matrix-vector product and a prefill's batched product), each as a
 TinyJit replay like the model's jitted steps. A one-row product is memory-bound: its figure is GB/s of the weight's
 bytes, next to numpy's copy of as many bytes (`np.copyto`, counting the bytes read and written, measured in the same
@@ -28,14 +29,17 @@ from llm_bench import _encode
 
 from kiln.tensor import Tensor, TinyJit
 from kiln.tensor.llm.quantized import QuantizedWeight, Weight, linear
+from kiln.tensor.state.quantization import dequantize
 
 
 def weight_of(kind: str, values: np.ndarray) -> tuple[Weight, int]:
-    """`values` encoded as ggml type `kind` into a kiln weight (a float16 Tensor for F16), and its byte count."""
+    """`values` encoded as ggml type `kind` into a kiln weight as `load_model` makes it from a GGUF file (F16: the
+    bytes decoded lazily, in whatever kernel reads them), and its byte count."""
     ggml_type = gguf.GGMLQuantizationType[kind]
     if ggml_type == gguf.GGMLQuantizationType.F16:
         half = values.astype(np.float16)
-        return Tensor(half).realize(), half.nbytes
+        raw = Tensor(half.view(np.uint8).reshape(-1)).realize()
+        return dequantize(raw, int(ggml_type), values.shape), half.nbytes
     raw = np.ascontiguousarray(_encode(values, ggml_type).reshape(-1))
     return QuantizedWeight(Tensor(raw).realize(), int(ggml_type), values.shape), raw.nbytes
 
