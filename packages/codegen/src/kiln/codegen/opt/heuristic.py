@@ -93,6 +93,7 @@ from kiln.codegen.opt.product_tiles import (
     vector_matmul_tile,
     vector_product_unroll,
 )
+from kiln.codegen.opt.quantized_products import unroll_shared_loads
 from kiln.codegen.opt.tensor_core_opt import ANY_TENSOR_CORE
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp, knobs
@@ -301,6 +302,8 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
         tiled = tiled or (
             products is not None and strided_tile(build, products, output_axes(build.sink), stride_near_origin)
         )
+        if tiled:
+            unroll_shared_loads(build)  # a Q4_K / Q5_K product's nibble loop: one byte load feeds both nibbles
         if tiled or _vector_reduce_unroll(build):
             blocked = unrolled = True
             if not tiled:
