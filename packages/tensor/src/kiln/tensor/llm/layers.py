@@ -241,8 +241,13 @@ class PageRows:
     hold reads a row that its mask hides)."""
 
     pool_rows: int
-    write: Tensor
+    write: Tensor | None
     read: Tensor
+    sources: Tensor | None = None
+    """Instead of `write`, for a decode step (one key per sequence): (region,) int32, the batch row + 1 whose new
+    key goes to each of the pool rows 0 .. region - 1 (0: the row keeps its value), `region` a bound size just past
+    the highest row written; one kernel rewrites those rows only (a scatter through `write` rewrites every row of
+    the pool and first searches every row among the writes)."""
 
 
 @dataclass(frozen=True)
@@ -377,11 +382,28 @@ class CachedAttention(WeightModule):
         each sequence's rows gathered through its row map (a gather that reads only the rows it picks)."""
         key_pool, value_pool = self.allocate_pool(pages.pool_rows)
         batch, heads, length = k.shape[0], k.shape[1], k.shape[2]
-        count = length if batch == 1 else batch * length  # a prefill's symbolic length stays that variable
-        key_pool[:, pages.write] = k.permute(1, 0, 2, 3).reshape(heads, count, k.shape[3])
-        value_pool[:, pages.write] = v.permute(1, 0, 2, 3).reshape(heads, count, v.shape[3])
-        Tensor.realize_all(key_pool, value_pool)
+        if pages.sources is not None:  # a decode step: one key per sequence, rows 0 .. region - 1 rewritten
+            stores = []
+            for pool, new in ((key_pool, k), (value_pool, v)):
+                region = pool[:, : pages.sources.shape[0]]
+                stores.append(region.assign(_scattered(pages.sources, new[:, :, 0].permute(1, 0, 2), region)))
+            Tensor.realize_all(*stores)
+        else:
+            assert pages.write is not None, "a pass writes through write rows or write_at"
+            count = length if batch == 1 else batch * length  # a prefill's symbolic length stays that variable
+            key_pool[:, pages.write] = k.permute(1, 0, 2, 3).reshape(heads, count, k.shape[3])
+            value_pool[:, pages.write] = v.permute(1, 0, 2, 3).reshape(heads, count, v.shape[3])
+            Tensor.realize_all(key_pool, value_pool)
         return key_pool[:, pages.read].permute(1, 0, 2, 3), value_pool[:, pages.read].permute(1, 0, 2, 3)
+
+
+def _scattered(sources: Tensor, new: Tensor, region: Tensor) -> Tensor:
+    """`region` (heads, R, width) with row r replaced by new[:, sources[r] - 1] where sources[r] > 0 (new: (heads,
+    W, width)): the pick is a one-hot sum over the W rows, which codegen's gather rewrite turns into one load."""
+    count, batch = sources.shape[0], new.shape[1]
+    hot = ((sources - 1).reshape(count, 1) == Tensor.arange(batch).reshape(1, batch)).where(1.0, 0.0)
+    picked = (hot.reshape(1, count, batch, 1) * new.reshape(new.shape[0], 1, batch, new.shape[2])).sum(2)
+    return (sources > 0).reshape(1, count, 1).where(picked.cast(region.dtype), region)
 
 
 def attend(scores: Tensor, values: Tensor, mask: Tensor | None, softcap: float) -> Tensor:

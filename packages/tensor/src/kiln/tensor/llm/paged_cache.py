@@ -23,7 +23,7 @@ from kiln.tensor.jit import TinyJit
 from kiln.tensor.llm.kv_pool import SCRATCH_BLOCK, BlockCopy, BlockPool, BlockTable
 from kiln.tensor.llm.layers import CachedAttention, PageRows
 from kiln.tensor.llm.model import Transformer
-from kiln.tensor.symbolic import Size
+from kiln.tensor.symbolic import BoundVariable, Size, Variable
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache"]
@@ -69,6 +69,10 @@ class PagedCache:
             span = -(-(window + chunk - 1) // block_size) + 1
             self.groups.append(PageGroup(window, BlockPool(min(blocks, slots * span + 1), block_size), sliding))
         self.block_size, self.chunk, self.context = block_size, chunk, model.max_context
+        # how many pool rows a decode step rewrites, per group: bound per step, so one capture serves every count
+        self.region_variables = [
+            Variable(f"pool_region_{index}", 1, group.rows) for index, group in enumerate(self.groups)
+        ]
         for group in self.groups:
             for layer in group.layers:
                 layer.allocate_pool(group.rows)
@@ -144,6 +148,36 @@ class PagedCache:
                     read[index, : len(mapped)] = mapped
             out += [Tensor(write.reshape(-1)), Tensor(read)]
         return out
+
+    def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> tuple[list[Tensor], list[BoundVariable]]:
+        """A decode step's inputs from `rows[group][s]` = (table, the position batch row s writes) (None: nobody's):
+        per group the read map (W, max_context) int32 and the sources (pool rows,) int32 (see `PageRows.sources`),
+        then per group how many rows the step rewrites (a bound Variable: one past the highest row written). A
+        row nobody writes goes to the scratch block, a position nobody holds reads it."""
+        scratch = SCRATCH_BLOCK * self.block_size
+        arrays, regions = [], []
+        for variable, group, group_rows in zip(self.region_variables, self.groups, rows, strict=True):
+            read = np.full((len(group_rows), self.context), scratch, np.int32)
+            sources = np.zeros(group.rows, np.int32)
+            for index, entry in enumerate(group_rows):
+                row = scratch
+                if entry is not None:
+                    table, position = entry
+                    row = table.row(position)
+                    mapped = table.rows(table.length)
+                    read[index, : len(mapped)] = mapped
+                sources[row] = index + 1
+            arrays += [Tensor(read), Tensor(sources)]
+            regions.append(variable.bind(int(np.flatnonzero(sources).max()) + 1))
+        return arrays, regions
+
+    def decode_page_rows(self, arrays: list[Tensor], regions: list[Size], end: Size) -> list[PageRows]:
+        """Inside a jitted decode step: the `PageRows` of each group from its read map (cut to positions
+        0 .. end - 1) and sources (cut to the group's region), as `decode_pages` made them."""
+        return [
+            PageRows(group.rows, None, arrays[2 * index][:, :end], arrays[2 * index + 1][: regions[index]])
+            for index, group in enumerate(self.groups)
+        ]
 
     def page_rows(self, arrays: list[Tensor], write_count: Size, end: Size) -> list[PageRows]:
         """Inside a jitted step: the `PageRows` of each group from its write and read Tensors (`arrays`, two per
