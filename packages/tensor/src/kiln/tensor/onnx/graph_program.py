@@ -172,8 +172,11 @@ class GraphProgram:
             if array.size <= _HOST_COPY_LIMIT:
                 self.initializer_host[initializer.name] = np.array(array)  # not a view of a mapped file
         self.inputs: list[GraphInput] = []
+        # an initializer also listed as a graph input is a default a caller may override (IR version 4 and later)
+        self.defaults: dict[str, GraphInput] = {}
         for value in graph.input:
             if value.name in self.initializers:
+                self.defaults[value.name] = self._graph_input(value, subgraph=bool(outer_names))
                 continue
             self.inputs.append(self._graph_input(value, subgraph=bool(outer_names)))
         self.outputs = [value.name for value in graph.output]
@@ -332,8 +335,16 @@ class GraphProgram:
             host.pop(entry.name, None)
             if isinstance(feed, np.ndarray) and feed.size <= _HOST_COPY_LIMIT and entry.dtype is None:
                 host[entry.name] = feed
-        # folds depend on the input shapes (through Shape)
-        signature = tuple(_shapes(values[entry.name]) for entry in self.inputs)
+        overridden = sorted(name for name in feeds if name in self.defaults)
+        for name in overridden:
+            values[name] = self._feed_value(self.defaults[name], feeds[name])
+            static.discard(name)
+            host.pop(name, None)
+        # folds depend on the input shapes (through Shape), and on which defaults are overridden (those never fold)
+        signature = (
+            *(_shapes(values[entry.name]) for entry in self.inputs),
+            *((name, _shapes(values[name])) for name in overridden),
+        )
         folds = self._folds.pop(signature, None)
         if folds is None:
             folds = {}
