@@ -9,7 +9,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 onnxruntime = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import NodeProto, TensorProto, helper, numpy_helper  # noqa: E402
 
 from kiln.tensor import Tensor, TinyJit  # noqa: E402
 from kiln.tensor.onnx import OnnxRunner  # noqa: E402
@@ -25,7 +25,12 @@ def _array(*shape: int, positive: bool = False) -> np.ndarray:
 
 
 def _model(
-    nodes: list, inputs: list, outputs: list[str], initializers: dict[str, np.ndarray], opset: int, rank: int = 4
+    nodes: list[NodeProto],
+    inputs: list[tuple[str, tuple[int, ...]]],
+    outputs: list[str],
+    initializers: dict[str, np.ndarray],
+    opset: int,
+    rank: int = 4,
 ) -> bytes:
     graph = helper.make_graph(
         nodes,
@@ -58,15 +63,17 @@ def _statistics(channels: int) -> dict[str, np.ndarray]:
     }
 
 
-def _conv_batch_norm(channels: int, group: int, conv_bias: bool, opset: int, **bn_attributes: object) -> bytes:
+def _conv_batch_norm(channels: int, group: int, conv_bias: bool, opset: int, **bn_attributes: float | int) -> bytes:
     initializers = {"w": _array(channels, 8 // group, 3, 3), **_statistics(channels)}
     conv_inputs = ["x", "w"]
     if conv_bias:
         initializers["b"] = _array(channels)
         conv_inputs.append("b")
+    normalization = helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["y"])
+    normalization.attribute.extend(helper.make_attribute(name, value) for name, value in bn_attributes.items())
     nodes = [
         helper.make_node("Conv", conv_inputs, ["c"], pads=[1, 1, 1, 1], group=group),
-        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["y"], **bn_attributes),
+        normalization,
         helper.make_node("Relu", ["y"], ["z"]),
     ]
     return _model(nodes, [("x", (2, 8, 10, 10))], ["z"], initializers, opset)
@@ -86,7 +93,7 @@ def _op_types(runner: OnnxRunner) -> list[str]:
     ],
 )
 def test_batch_normalization_after_a_conv_folds_into_it(
-    channels: int, group: int, conv_bias: bool, opset: int, attributes: dict[str, object]
+    channels: int, group: int, conv_bias: bool, opset: int, attributes: dict[str, float | int]
 ) -> None:
     model = _conv_batch_norm(channels, group, conv_bias, opset, **attributes)
     runner = _matches_onnxruntime(model, {"x": _array(2, 8, 10, 10)})
