@@ -10,13 +10,14 @@ them). Per client count: aggregate completion tokens/s (all clients' tokens over
 latency (median / max) and the ratio to one client. The references in the same run: the batch-1 `Generator`'s
 decode tokens/s on the same model without the server, and the `BatchedGenerator`'s steps alone with as many
 sequences as clients (what the server adds is HTTP, text and scheduling; a joining request's prompt is prefilled
-`--prefill-chunk` tokens per step, between the others' decode steps).
+`--prefill-chunk` tokens per step, between the others' decode steps), and before both the decode step alone
+(every sequence prefilled first; its fastest and median time).
 Every client count is run once untimed first (compiles).
 
 Both KV layouts are measured in the same run (`--layouts`): `slots`, a (max-context)-row cache per sequence slot
 (`BatchedGenerator`), and `paged`, one pool of `--kv-blocks` blocks of 16 rows per layer shared by every sequence
-(`PagedBatchedGenerator`; by default the blocks `--max-batch` requests of this load need), each with the KV
-memory it reserves.
+(`PagedBatchedGenerator`; by default the server's: as many rows as the slots, kiln.tensor.llm.paged_cache's
+`default_kv_blocks`), each with the KV memory it reserves.
 
     uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8] [--new 64] [--requests 3]
         [--layouts slots,paged] [--kv-blocks N]
@@ -111,18 +112,19 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=512, help="the KV cache positions")
     parser.add_argument("--prefill-chunk", type=int, default=64, help="prompt tokens prefilled between decode steps")
     parser.add_argument("--layouts", default="slots,paged", help="KV layouts to measure: slots, paged")
-    parser.add_argument("--kv-blocks", type=int, default=0, help="the paged pool's blocks (0: what the load needs)")
+    parser.add_argument("--kv-blocks", type=int, default=0, help="the paged pool's blocks (0: the server's default)")
     args = parser.parse_args()
     counts = [int(item) for item in args.clients.split(",") if item]
     layouts = [item for item in args.layouts.split(",") if item]
-    per_request = -(-(args.prompt + args.new) // 16)
-    kv_blocks = args.kv_blocks or args.max_batch * (per_request + 1) + 1  # a copied block each, the scratch block
 
     import gguf
 
     from kiln.tensor.llm import load_model
     from kiln.tensor.llm.generate import Generator
+    from kiln.tensor.llm.paged_cache import default_kv_blocks
     from kiln.tensor.llm.session import ChatModel
+
+    kv_blocks = args.kv_blocks or default_kv_blocks(args.max_batch, args.max_context)  # the server's default
 
     bench = _llm_bench()
     shape = bench.SIZES[args.size]
@@ -156,6 +158,20 @@ def measure(model: Any, layout: str, args: argparse.Namespace, ids: list[int], c
     batched = model.batched(args.max_batch, args.prefill_chunk)  # the server's own: its steps compile once
     blocks = f" ({model.kv_blocks} blocks of 16 rows)" if model.kv_blocks else ""
     print(f"layout {layout}: KV memory reserved {batched.kv_bytes() / 2**20:.1f} MiB{blocks}")
+    for count in counts:  # the decode step alone: `count` sequences at positions past the prompt, no prefill
+        steps = []
+        for _ in range(3):
+            for index in range(count):
+                batched.start(ids[: len(ids) - index], max_tokens=args.new)
+            while batched.joining:
+                batched.step()
+            while batched.active:
+                started = time.perf_counter()
+                batched.decode()
+                steps.append(time.perf_counter() - started)
+        fastest, median = min(steps) * 1e3, statistics.median(steps) * 1e3
+        print(f"reference: {type(batched).__name__} decode step alone, {count} sequences: fastest {fastest:7.2f} ms, "
+              f"median {median:7.2f} ms ({len(steps)} steps)")  # fmt: skip
     for count in counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
         rates = []
         for _ in range(3):

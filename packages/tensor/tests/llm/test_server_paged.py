@@ -1,10 +1,15 @@
 """The server over the paged KV pool (`ChatModel(kv_blocks=...)`), driven by the official `openai` client: the
 second turn of a chat and a request sharing another's system prompt prefill only their new tokens
 (`usage.prompt_tokens_details.cached_tokens`), and every answer equals the request run alone by the batch-1
-generator."""
+generator; `serve` decodes over the paged pool unless `--kv-layout slots` says otherwise."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -96,3 +101,38 @@ def test_a_request_larger_than_the_whole_pool_is_a_400(chat_model_dir: Path) -> 
     finally:
         shut_down(httpd, grace=5.0)
         thread.join(5.0)
+
+
+def _serve_process(chat_model_dir: Path, *options: str) -> tuple[subprocess.Popen[str], str, str]:
+    """`serve` in a child process: (the process, its URL, its KV cache line)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kiln.tensor.llm", "serve", "--model", str(chat_model_dir), "--port", "0", *options],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert process.stderr is not None
+    match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", process.stderr.readline())
+    assert match
+    return process, f"http://127.0.0.1:{match.group(1)}/v1", process.stderr.readline().strip()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+def test_serve_decodes_over_the_paged_pool_by_default(paged: ChatModel, chat_model_dir: Path) -> None:
+    conflicting = [sys.executable, "-m", "kiln.tensor.llm", "serve", "--model", str(chat_model_dir), "--kv-layout",
+                   "slots", "--kv-blocks", "40"]  # fmt: skip
+    refused = subprocess.run(conflicting, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--kv-blocks" in refused.stderr
+    blocks = 8 * -(-paged.context_length // 16) + 8 + 1  # the default --max-batch 8 slots' rows, a copy each, scratch
+    for options, line in (
+        ((), f"KV cache: a paged pool of {blocks} blocks of 16 rows shared by the requests"),
+        (("--kv-layout", "slots"), f"KV cache: 8 request slots of {paged.context_length} rows each"),
+    ):
+        process, url, shown = _serve_process(chat_model_dir, *options)
+        try:
+            assert shown == line
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120.0)
+            messages = [{"role": "user", "content": "the quick brown"}]
+            answer = client.chat.completions.create(model=paged.name, messages=messages, max_tokens=5, temperature=0)
+            assert answer.choices[0].message.content == alone(paged, messages, 5)
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=60) == 0

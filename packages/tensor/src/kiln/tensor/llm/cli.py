@@ -8,8 +8,9 @@
 `serve` listens on 127.0.0.1 unless `--host` says otherwise; its limits (`--api-key`, `--allow-host`,
 `--max-body-bytes`, `--max-queue`, `--max-batch`, `--prefill-chunk`, `--max-connections`, `--read-timeout`,
 `--shutdown-grace`) are `kiln.tensor.llm.openai_api.ServerLimits`; `--max-batch` requests decode together
-(continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps;
-`--kv-blocks N` decodes them over a paged KV pool of N blocks shared by every request (`kv_pool.py`).
+(continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps, their KV
+memory one paged pool shared by every request (`kv_pool.py`; `--kv-blocks N` blocks, by default the slot layout's
+memory) or, with `--kv-layout slots`, max-batch x max-context rows reserved per request slot.
 
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from kiln.tensor.llm.arguments import context_argument
+from kiln.tensor.llm.paged_cache import default_kv_blocks
 from kiln.tensor.llm.server import ServerLimits, serve
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 
@@ -116,9 +118,14 @@ def _serve_parser() -> argparse.ArgumentParser:
     for option, kind, default, help_text in limits:
         parser.add_argument(option, type=kind, default=default, help=help_text)
     parser.add_argument(
+        "--kv-layout", choices=["paged", "slots"], default="paged",
+        help="paged (default): one KV pool of 16-row blocks shared by all requests, prefix blocks reused across "
+        "requests and turns; slots: max-batch x context rows reserved per request slot",
+    )  # fmt: skip
+    parser.add_argument(
         "--kv-blocks", type=_at_least_one, default=None, metavar="N",
-        help="decode over a paged KV pool of N blocks of 16 rows shared by all requests (prefix blocks reused "
-        "across requests and turns) instead of max-batch x context rows reserved per slot",
+        help="the paged pool's blocks of 16 rows (default: what max-batch requests of the whole context fill, plus "
+        "one per request and the scratch block: the slot layout's memory)",
     )  # fmt: skip
     return parser
 
@@ -134,6 +141,9 @@ def _serve(argv: Sequence[str], err: TextIO) -> int:
         read_timeout=args.read_timeout, shutdown_grace=args.shutdown_grace, api_key=args.api_key,
         allowed_hosts=tuple(args.allow_host),
     )  # fmt: skip
+    if args.kv_layout == "slots" and args.kv_blocks is not None:
+        print("error: --kv-blocks sizes the paged pool; it does not go with --kv-layout slots", file=err)
+        return 2
     try:
         model = load_chat_model(
             args.model, max_context=args.max_context, chat_template=args.chat_template, kv_blocks=args.kv_blocks
@@ -141,6 +151,8 @@ def _serve(argv: Sequence[str], err: TextIO) -> int:
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: cannot load the model: {error}", file=err)
         return 1
+    if args.kv_layout == "paged" and model.kv_blocks is None:
+        model.kv_blocks = default_kv_blocks(args.max_batch, model.context_length)
     return serve(model, args.host, args.port, limits, err)
 
 

@@ -26,10 +26,17 @@ from kiln.tensor.llm.model import Transformer
 from kiln.tensor.symbolic import BoundVariable, Size, Variable
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache", "default_kv_blocks"]
 
 DEFAULT_BLOCK_SIZE = 16
 """Rows per block when no size is given."""
+
+
+def default_kv_blocks(slots: int, context: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """The blocks of a pool holding what `slots` slots of `context` rows hold (every request at the whole
+    context at once), plus a block per slot for a copy-on-write and the scratch block: the slot layout's memory,
+    which the pool then shares (a prefix held once, short requests leaving room for more)."""
+    return slots * -(-context // block_size) + slots + 1
 
 
 @dataclass

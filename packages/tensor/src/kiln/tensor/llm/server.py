@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from kiln.tensor.llm.openai_api import LLMServer, Request, RequestError, ServerLimits
+from kiln.tensor.llm.paged_cache import DEFAULT_BLOCK_SIZE
 from kiln.tensor.llm.request_format import RequestFormat
 from kiln.tensor.llm.session import ChatModel
 
@@ -483,6 +484,11 @@ def serve(model: ChatModel, host: str = "127.0.0.1", port: int = 8000, limits: S
     address, bound_port = str(httpd.server_address[0]), int(httpd.server_address[1])
     shown = f"[{address}]" if ":" in address else address
     print(f"serving {model.name!r} on http://{shown}:{bound_port}/v1 (Ctrl-C to stop)", file=err, flush=True)
+    if model.kv_blocks:
+        layout = f"a paged pool of {model.kv_blocks} blocks of {DEFAULT_BLOCK_SIZE} rows shared by the requests"
+    else:
+        layout = f"{logic.limits.max_batch} request slots of {model.context_length} rows each"
+    print(f"KV cache: {layout}", file=err, flush=True)
     stop = threading.Event()
 
     def on_signal(number: int, frame: FrameType | None) -> None:
