@@ -176,19 +176,6 @@ def _blocked_product(x: Tensor, weight: QuantizedWeight) -> Tensor:
         step, offset = weight.run_scales()
         blocks = weight.raw.reshape(-1, block_format(weight.ggml_type).type_size)
         matrix = step * RUN_DECODES[weight.ggml_type].quants(blocks).reshape(rows, runs, GROUP) - offset
-        # runs 2p and 2p + 1 are the low and high nibbles of the same 32 bytes: the pair axis (NIBBLE_PAIR) is a
-        # reduce axis of its own, which the kernel's byte loads do not walk
-        shape = (runs // NIBBLE_PAIR, NIBBLE_PAIR, GROUP)
-        product = x.reshape(*x.shape[:-1], 1, *shape) * matrix.reshape(rows, *shape)
-        return product.sum((-3, -2, -1))
-    matrix = weight.dequantized().reshape(rows, runs, GROUP)
+    else:
+        matrix = weight.dequantized().reshape(rows, runs, GROUP)
     return (x.reshape(*x.shape[:-1], 1, runs, GROUP) * matrix).sum((-2, -1))
-
-
-NIBBLE_PAIR = 2
-"""Runs of a RUN_DECODES format (Q4_K, Q5_K) that share their quant bytes: run 2p holds the low nibbles of 32 bytes,
-run 2p + 1 their high nibbles (Q5_K's fifth bits come from one 32-byte field for all 8 runs of a block). `_blocked_
-product` sums them as a reduce axis of this size that the byte loads do not walk, so an opt that unrolls it
-(codegen's `kiln.codegen.opt.quantized_products`) loads each byte once for both of its values. Without that unroll
-the kernel is the one of a single runs axis (llvm-mca, sapphirerapids, per value of a (32000, 768) Q4_K matrix
-times a vector: 0.30 cycles either way; 0.25 with the pair unrolled)."""
