@@ -33,6 +33,8 @@ The recipe, in order (each step is skipped when its opt is illegal):
        width, else the channels) by 16 or 8, the longest axis only the other walks by 8 or 4, rows first.
        resnet18.onnx at batch 16 (DEBUG=2, medians of 7 runs, loaded 2-core box): the 7x7 stride-2 stem 62 -> 15
        ms, the fused 3x3 convolutions 19-34 -> 0.3-1.5 ms each, the sum of kernel times 394 -> 88 ms.
+       After any of these tiles, a Q4_K / Q5_K product's 2-long nibble reduce axis is unrolled
+       (`quantized_products.unroll_shared_loads`): one byte load feeds both nibbles.
    3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
        divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it when a loop of 4 or more steps is left (16-64
        exps of a softmax at once; a sum or max reads whole vectors into independent accumulator vectors; a short

@@ -436,7 +436,10 @@ def _dot_stream_order(build: TileBuilder, operands: tuple[UOp, UOp], walked: dic
     """SWAP the two output loops of a 4 x 4 dot-product tile (step 2r) so that the loop over the bigger operand's rows
     is the outer one, when that operand is bigger than STREAM_SWAP_BYTES: it is then read once, each group of its
     rows reused from L1 by every row tile of the smaller operand, which stays in L2 (x @ W.T for a prompt of 64 rows
-    against a (32000, 768) weight; rows outside read W from memory once per row tile)."""
+    against a (32000, 768) weight; rows outside read W from memory once per row tile). Only for one reduce axis (a
+    matrix product): a convolution's weight gradient, which reduces over images and pixels, keeps its order."""
+    if len(axes_of(build.sink, AxisKind.REDUCE)) != 1:
+        return
     sizes = [buffer_bytes(index.src[0]) for index in operands]
     big = 0 if sizes[0] > sizes[1] else 1
     if sizes[big] <= STREAM_SWAP_BYTES or sizes[1 - big] * 2 > STREAM_SWAP_BYTES:
