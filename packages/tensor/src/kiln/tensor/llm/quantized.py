@@ -102,9 +102,6 @@ def linear(x: Tensor, weight: Weight, bias: Tensor | None = None) -> Tensor:
             out = _blocked_product(x.float(), weight)
         else:  # a prompt's rows: each block decoded once into a float matrix that the matmul's tiles share
             out = x.float().contiguous() @ weight.dequantized().contiguous().T
-    elif isinstance(weight, Tensor) and weight.ndim == 2 and not _few_rows(x):
-        # a prompt's rows times a float16 / bfloat16 matrix or a GGUF matrix decoded from its bytes: see BATCHED_ROWS
-        out = x.float().contiguous() @ weight.float().contiguous().T
     else:
         matrix = weight.dequantized() if isinstance(weight, QuantizedWeight) else weight.float()
         out = x.float() @ matrix.T
@@ -125,14 +122,7 @@ already split into a decode and a tiled kernel, stays at about 10 ms. In the 100
 (Q4_K_M), the contiguous input took the attention output projection from 35 to 6 ms a layer; all the kernels of
 a 64-token forward of the Q8_0 model summed 1.9 and 2.1 s before, 1.3 and 1.1 s after (eager, DEBUG=2, same VM).
 At 8 rows (the server's decode of 8 slots) both forms took about 1 ms (Q8_0, Q4_K): such a step keeps the fused
-product.
-
-A plain matrix (a Tensor: float16, bfloat16, or a GGUF F16 / F32 matrix decoded lazily from its bytes) times as many
-rows is converted first into a float32 matrix of its own too. Read in the product itself, a GGUF matrix's elements
-come from two or four byte loads each, and the product of 64 rows by it took a tile of gathered columns (8 x 16) at
-about 2 GFLOP/s: a (2048, 768) F16 GGUF matrix times 64 rows took 17-22 ms, 8.7-9.7 ms with the float32 matrix first
-(a 0.5 ms decode, then the 4 x 4 dot-product tile; minimum of 8 rounds of 3 TinyJit replays, two runs, loaded 2-core
-VM). A realized float16 matrix measured the same either way (3.3 and 3.4 ms); a realized float32 one is not copied."""
+product."""
 
 
 def _check_columns(x: Tensor, weight: QuantizedWeight) -> None:
