@@ -38,8 +38,8 @@ def weight_of(kind: str, values: np.ndarray) -> tuple[Weight, int]:
     ggml_type = gguf.GGMLQuantizationType[kind]
     if ggml_type == gguf.GGMLQuantizationType.F16:
         half = values.astype(np.float16)
-        raw = Tensor(half.view(np.uint8).reshape(-1)).realize()
-        return dequantize(raw, int(ggml_type), values.shape), half.nbytes
+        data = Tensor(half.view(np.uint8).reshape(-1)).realize()
+        return dequantize(data, int(ggml_type), values.shape), half.nbytes
     raw = np.ascontiguousarray(_encode(values, ggml_type).reshape(-1))
     return QuantizedWeight(Tensor(raw).realize(), int(ggml_type), values.shape), raw.nbytes
 
