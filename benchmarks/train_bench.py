@@ -14,7 +14,11 @@ another process busy) the loops run 33 and 39 kernels a step, 11.1 and 11.5 ms w
 and 10.3 ms; while backward left the gradients lazy they ran 114 and 120 kernels, 37 and 40 ms (SGD 39, 11.5 ms).
 Since issue 42 `optim.SGD` runs the assign loop's 33 kernels (`write_many` computes a value that reads no other
 write's target inside its ASSIGN kernel instead of copying it through a buffer of its own); on the ResNet block
-below both run 49 kernels a step and the `-=` loop 57 (its right-hand side is a live tensor computed first).
+below both run 47 kernels a step and the `-=` loop 55 (its right-hand side is a live tensor computed first).
+Later in issue 42 the small CNN's max pooling computes its lazy input (conv + ReLU) into a buffer once in training
+(35 kernels a step, not 33; the sum of its kernels' times 14.7 -> 10.5 ms), and the ResNet block's weight gradients
+(a 16-wide image row) and BatchNorm (one-pass statistics, a gradient shortcut) cut its process CPU time per jitted
+step ~3x on the loaded 2-core box.
 The second step (issue 42) is a ResNet basic block with BatchNorm in training mode (conv 16->16 3x3 pad 1, BN,
 relu, conv, BN, identity shortcut, relu, global average pool, linear 16->10) on a (32, 16, 16, 16) batch, each step
 also writing BN's running statistics. Each peer is optional and skipped with a message when it is not installed;
