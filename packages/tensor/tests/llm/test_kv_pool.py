@@ -55,6 +55,27 @@ def test_two_sequences_sharing_a_system_prompt_store_it_once() -> None:
     assert_reads_own(memory, second, second_prompt)
 
 
+def test_a_block_its_holder_still_writes_into_is_not_shared() -> None:
+    """A prompt arriving while another sequence is between two chunks of its prefill (or decoding) takes its full
+    blocks, not the one it is writing: that sequence was promised no copy of its own block."""
+    pool, memory = BlockPool(blocks=8, block_size=4), Memory()
+    first_tokens = [1, 2, 3, 4, 5, 6]  # a full block and 2 rows of a second
+    first, _ = pool.open(first_tokens, 8)
+    write(memory, first, first_tokens, 0, first_tokens)
+    second_tokens = [1, 2, 3, 4, 5, 6, 9]
+    second, reused = pool.open(second_tokens, 8)
+    assert reused == 4 and second.blocks == first.blocks[:1]
+    write(memory, second, second_tokens, reused, second_tokens[reused:])
+    first_tokens += [7, 8]
+    write(memory, first, first_tokens, 6, [7, 8])  # its own block still: no copy, within its promise
+    assert_reads_own(memory, first, first_tokens)
+    assert_reads_own(memory, second, second_tokens)
+    first.close()
+    third_tokens = [1, 2, 3, 4, 5, 6, 7, 0]
+    _, reused = pool.open(third_tokens, 9)  # nobody holds the second block now: it is taken whole
+    assert reused == 7
+
+
 def test_the_second_turn_reuses_the_conversation() -> None:
     pool, memory = BlockPool(blocks=16, block_size=4), Memory()
     prompt, answer = [5, 6, 7, 8, 9, 10], [11, 12, 13]

@@ -90,6 +90,21 @@ def test_two_requests_sharing_a_system_prompt_store_it_once() -> None:
     assert second.tokens == alone(loaded, second_prompt, 3)
 
 
+def test_requests_arriving_together_compute_their_shared_prompt_once() -> None:
+    loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
+    system = list(range(10, 30))  # 20 tokens: 5 blocks of 4, prefilled by the first in chunks of 8
+    prompts = [[*system, 40, 41], [*system, 50, 51, 52], [*system, 60], [7, 8, 9]]
+    batched = PagedBatchedGenerator(loaded, slots=4, prefill_chunk=8, kv_blocks=40, block_size=4)
+    sequences = [batched.join(prompt, max_tokens=4) for prompt in prompts]
+    assert batched.waiting == sequences[1:]  # the others wait for the first's system prompt blocks (FIFO)
+    finish(batched, *sequences)
+    stats = [(sequence.stats.cached_tokens, sequence.stats.prefill_tokens) for sequence in sequences]
+    assert stats == [(0, 22), (20, 3), (20, 1), (0, 3)]
+    for sequence, prompt in zip(sequences, prompts, strict=True):
+        assert sequence.tokens == alone(loaded, prompt, 4)
+    assert batched.held_blocks() == [0]
+
+
 def test_the_second_turn_prefills_only_the_new_tokens() -> None:
     loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
     batched = PagedBatchedGenerator(loaded, slots=2, prefill_chunk=8, kv_blocks=40, block_size=4)

@@ -103,6 +103,27 @@ def test_a_request_larger_than_the_whole_pool_is_a_400(chat_model_dir: Path) -> 
         thread.join(5.0)
 
 
+def test_requests_arriving_together_share_their_system_prompt(paged: ChatModel, client: Any) -> None:
+    system = "You answer in the voice of a patient old librarian, briefly."  # not cached by another test
+    questions = ["numbers 12345", "def main", "return range", "the dog jumps"]
+    conversations = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in questions]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda messages: client.chat.completions.create(
+                    model=paged.name, messages=messages, max_tokens=6, temperature=0
+                ),
+                conversations,
+            )
+        )
+    for messages, answer in zip(conversations, answers, strict=True):
+        assert answer.choices[0].message.content == alone(paged, messages, 6)
+    first, *others = [paged.encode_chat(messages) for messages in conversations]
+    shared = min(next(i for i, (a, b) in enumerate(zip(first, ids, strict=False)) if a != b) for ids in others)
+    reused = sorted(answer.usage.prompt_tokens_details.cached_tokens for answer in answers)
+    assert shared > 16 and all(count >= shared // 16 * 16 for count in reused[1:])  # all but the first took its blocks
+
+
 def _serve_process(chat_model_dir: Path, *options: str) -> tuple[subprocess.Popen[str], str, str]:
     """`serve` in a child process: (the process, its URL, its KV cache line)."""
     process = subprocess.Popen(

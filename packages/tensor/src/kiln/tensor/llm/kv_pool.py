@@ -138,7 +138,8 @@ class BlockPool:
     # -- sequences -------------------------------------------------------------------------------------------------
     def match(self, prompt: list[int]) -> tuple[list[int], int]:
         """The cached blocks holding the longest beginning of `prompt` (at most len(prompt) - 1 tokens: the last
-        one is computed again for its logits) and how many tokens they hold; the last block may hold it partly."""
+        one is computed again for its logits) and how many tokens they hold; the last block may hold it partly. A
+        block not yet full that a sequence holds is not taken (that sequence writes on into it)."""
         limit, size = len(prompt) - 1, self.block_size
         found: list[int] = []
         matched, parent = 0, ROOT
@@ -147,6 +148,8 @@ class BlockPool:
             best, best_length = -1, 0
             for block in self.children.get(parent, {}):
                 held = self.tokens[block]
+                if len(held) < size and self.references[block] > 0:
+                    continue  # its holder still writes into it: a copy it was never promised
                 length = 0
                 while length < len(wanted) and length < len(held) and held[length] == wanted[length]:
                     length += 1

@@ -7,6 +7,9 @@ and prefills only the rest, a sliding-window layer gives back the blocks its win
 cannot promise its blocks (its prompt plus `max_tokens`) now waits in `waiting` until running ones give theirs back
 (each `step` places the waiting ones first, oldest first), never running out in the middle of its decode; one
 that needs more blocks than the whole pool has is refused at `join` with `KVPoolExhausted` (a RuntimeError).
+Requests that arrive together sharing a beginning (a system prompt) share its blocks too: one whose prompt begins
+with a block or more that a prefilling sequence is still writing waits in `waiting` until those blocks are written,
+then takes them and prefills only the rest.
 
 The jitted steps take each group's write rows and read maps as int32 Tensors (kiln.tensor.llm.layers.PageRows)
 besides the tokens, positions and sampling parameters; the prefill writes its chunk's rows through the map and reads
@@ -119,10 +122,27 @@ class PagedBatchedGenerator(BatchedGenerator):
                 f"{most} positions of KV memory, more than the paged pool holds ({self.kv_blocks - 1} blocks of "
                 f"{self.block_size} rows); ask for fewer tokens or give the pool more blocks (kv_blocks)"
             )
-        if not now or self.waiting:
+        if not now or self.waiting or self._prefix_pending(sequence):
             self.waiting.append(sequence)
             return None
         return self._open(sequence)
+
+    def _prefix_pending(self, sequence: Sequence) -> bool:
+        """Whether a sequence still prefilling is writing a beginning of this prompt (a block or more) that this one
+        can take once it is written: then this one waits for those blocks instead of computing them a second time
+        (requests sharing a system prompt that arrive together)."""
+        if not self.cache.shares_prefixes:
+            return False
+        prompt = sequence.prompt[: len(sequence.prompt) - 1]  # the last token is computed again for its logits
+        for other, _params in self.joining:
+            shared = 0
+            for mine, theirs in zip(prompt, other.prompt, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+            if shared >= self.block_size and other.prefilled < shared:
+                return True
+        return False
 
     def _most_positions(self, sequence: Sequence) -> int:
         return min(len(sequence.prompt) + sequence.max_tokens, self.model.max_context)
@@ -134,8 +154,11 @@ class PagedBatchedGenerator(BatchedGenerator):
         return reused
 
     def admit(self) -> None:
-        """Places the waiting sequences, oldest first, while the pool can promise their blocks."""
+        """Places the waiting sequences, oldest first, while the pool can promise their blocks and no prefilling
+        sequence is still writing blocks the oldest one will take (`_prefix_pending`)."""
         while self.waiting and self.cache.fits(self.waiting[0].prompt, self._most_positions(self.waiting[0]))[0]:
+            if self._prefix_pending(self.waiting[0]):
+                break
             sequence = self.waiting.pop(0)
             self._enter(sequence, self._open(sequence))
 
@@ -157,8 +180,8 @@ class PagedBatchedGenerator(BatchedGenerator):
             chunk = prompt[start:end]
             tokens = np.zeros((1, self.chunk), np.int32)
             tokens[0, : len(chunk)] = chunk
-            self.cache.write(tables, start, chunk)
-            arrays = self.cache.pages([[(table, start, len(chunk))] for table in tables], self.chunk)
+            self.cache.write(tables, begin, prompt[begin:end])
+            arrays = self.cache.prefill_pages(tables, start, len(chunk), begin)
             out = self.paged_prefill_step(sequence.mode, host)(
                 Tensor(tokens), self.chunk_start_variable.bind(start), self.length_variable.bind(len(chunk)), params,
                 *arrays,
@@ -168,7 +191,7 @@ class PagedBatchedGenerator(BatchedGenerator):
             if host and end == len(prompt):
                 token = self._choose(sequence, values[:-1], token)
         except BaseException:
-            self.cache.forget(tables, start)
+            self.cache.forget(tables, begin)
             del self.joining[index]
             self._release(sequence)
             raise

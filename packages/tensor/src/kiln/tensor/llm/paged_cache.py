@@ -137,23 +137,20 @@ class PagedCache:
         for table in tables:
             table.pool.forget(table, start)
 
-    def pages(self, rows: list[list[tuple[BlockTable, int, int] | None]], per: int) -> list[Tensor]:
-        """The write and read Tensors of a pass, two per group: the write rows (W * per,) int32 and the read maps
-        (W, max_context) int32, from `rows[group][s]` = (table, first written position, positions written) of
-        batch row s (None: nobody's); a row nobody writes goes to the scratch block, a position nobody holds
-        reads it."""
+    def prefill_pages(self, tables: list[BlockTable], start: int, count: int, fresh: int) -> list[Tensor]:
+        """The write and read Tensors of a sequence's prefill chunk over positions start .. start + count - 1, two per
+        group: the write rows (chunk,) int32 and the read map (1, max_context) int32. The positions before `fresh`
+        (a chunk moved back from the context's end computes rows the sequence holds already, maybe shared with
+        others since) write the scratch block, and so do the chunk's padded rows; a position nobody holds reads it."""
+        scratch = SCRATCH_BLOCK * self.block_size
         out = []
-        for group_rows in rows:
-            width = len(group_rows)
-            write = np.full((width, per), SCRATCH_BLOCK * self.block_size, np.int32)
-            read = np.full((width, self.context), SCRATCH_BLOCK * self.block_size, np.int32)
-            for index, entry in enumerate(group_rows):
-                if entry is not None:
-                    table, first, count = entry
-                    write[index, :count] = [table.row(position) for position in range(first, first + count)]
-                    mapped = table.rows(table.length)
-                    read[index, : len(mapped)] = mapped
-            out += [Tensor(write.reshape(-1)), Tensor(read)]
+        for table in tables:
+            write = np.full(self.chunk, scratch, np.int32)
+            write[:count] = [table.row(at) if at >= fresh else scratch for at in range(start, start + count)]
+            read = np.full((1, self.context), scratch, np.int32)
+            mapped = table.rows(table.length)
+            read[0, : len(mapped)] = mapped
+            out += [Tensor(write), Tensor(read)]
         return out
 
     def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> tuple[list[Tensor], list[BoundVariable]]:
