@@ -33,8 +33,6 @@ The recipe, in order (each step is skipped when its opt is illegal):
        width, else the channels) by 16 or 8, the longest axis only the other walks by 8 or 4, rows first.
        resnet18.onnx at batch 16 (DEBUG=2, medians of 7 runs, loaded 2-core box): the 7x7 stride-2 stem 62 -> 15
        ms, the fused 3x3 convolutions 19-34 -> 0.3-1.5 ms each, the sum of kernel times 394 -> 88 ms.
-       After any of these tiles, a Q4_K / Q5_K product's 2-long nibble reduce axis is unrolled
-       (`quantized_products.unroll_shared_loads`): one byte load feeds both nibbles.
    3v. Else the innermost reduce axis along which a load is contiguous is unrolled by the widest vector width that
        divides it, or by up to REDUCE_ACCUMULATOR_VECTORS times it when a loop of 4 or more steps is left (16-64
        exps of a softmax at once; a sum or max reads whole vectors into independent accumulator vectors; a short
@@ -95,7 +93,6 @@ from kiln.codegen.opt.product_tiles import (
     vector_matmul_tile,
     vector_product_unroll,
 )
-from kiln.codegen.opt.quantized_products import unroll_shared_loads
 from kiln.codegen.opt.tensor_core_opt import ANY_TENSOR_CORE
 from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, Ops, UOp, knobs
@@ -304,8 +301,6 @@ def hand_coded_optimizations(sink: UOp, renderer: Renderer) -> tuple[Opt, ...]:
         tiled = tiled or (
             products is not None and strided_tile(build, products, output_axes(build.sink), stride_near_origin)
         )
-        if tiled:
-            unroll_shared_loads(build)  # a Q4_K / Q5_K product's nibble loop: one byte load feeds both nibbles
         if tiled or _vector_reduce_unroll(build):
             blocked = unrolled = True
             if not tiled:
