@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-__all__ = ["context_argument"]
+__all__ = ["context_argument", "int_at_least"]
 
 
-def _context_size(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of positions, got {text}")
-    return value
+def int_at_least(least: int, expected: str) -> Callable[[str], int]:
+    """An argparse `type`: the int the text spells, at least `least` (else an error saying `expected`)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
+    return parse
 
 
 def context_argument(parser: argparse.ArgumentParser) -> None:
     """`--max-context N`: the KV cache's positions (prompt plus completion); shared with `serve`."""
     parser.add_argument(
-        "--max-context", type=_context_size, default=None,
+        "--max-context", type=int_at_least(1, "a positive number of positions"), default=None,
         help="positions the KV cache holds, prompt plus completion (default: min(the trained context, 4096))",
     )  # fmt: skip

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from kiln.tensor.llm.arguments import context_argument
+from kiln.tensor.llm.arguments import context_argument, int_at_least
 from kiln.tensor.llm.paged_cache import default_kv_blocks
 from kiln.tensor.llm.server import ServerLimits, serve
 from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
@@ -30,11 +30,8 @@ from kiln.tensor.llm.session import ChatModel, Completion, load_chat_model
 __all__ = ["main"]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
-    return value
+_positive_int = int_at_least(0, "a non-negative integer")
+_at_least_one = int_at_least(1, "an integer >= 1")
 
 
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,13 +62,6 @@ def _positive_number(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
-    return value
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
     return value
 
 
