@@ -296,22 +296,9 @@ class HCQCompiled(DeviceBase):
         nothing, otherwise (then `launch` it). The order of work on the device is the same either way, and a failure
         is kept like a queued one. The exec command is never built for a launch that runs here."""
         run_call_inline = self._run_call_inline
-        if run_call_inline is None:
-            return False
-        timeline = self.timeline_signal
-        with self._submit_lock:
-            value = self.timeline_value
-            # `_run_here` written out: every cached small op launches here (a call more measured ~0.3-0.7 us per op)
-            try:
-                ran = timeline._memory[0] >= value - 1 and run_call_inline(  # `timeline.value`, without the property
-                    program, args, global_size, local_size, name, timeline, value
-                )
-            except BaseException:
-                self._interrupted_at(value)
-                raise
-            if ran:
-                self.timeline_value = value + 1
-            return ran
+        return run_call_inline is not None and self._run_next(
+            run_call_inline, program, args, global_size, local_size, name
+        )
 
     def launch_direct(self, function: Callable[..., None], arguments: tuple[int, ...]) -> bool:
         """`launch_inline` of a native kernel's own entry point: `function(*arguments)` in the calling thread when
@@ -324,13 +311,17 @@ class HCQCompiled(DeviceBase):
         `function(*arguments)` of `calls` in the calling thread when the compute engine can (`run_direct_list`) and
         everything submitted before is done; False, having run nothing, otherwise."""
         run_direct_list = self._run_direct_list
-        if run_direct_list is None:
-            return False
+        return run_direct_list is not None and self._run_next(run_direct_list, calls)
+
+    def _run_next(self, run: Callable[..., bool], *arguments: object) -> bool:
+        """`run(*arguments, timeline, value)` (an engine's inline run) with the next timeline value when everything
+        submitted before is done (`_run_here`); False, having run nothing, otherwise or when the engine refused."""
         timeline = self.timeline_signal
         with self._submit_lock:
             value = self.timeline_value
+            # `_run_here` written out: every cached small op launches here (a call more measured ~0.3-0.7 us per op)
             try:
-                ran = timeline._memory[0] >= value - 1 and run_direct_list(calls, timeline, value)
+                ran = timeline._memory[0] >= value - 1 and run(*arguments, timeline, value)  # (`timeline.value`)
             except BaseException:
                 self._interrupted_at(value)
                 raise

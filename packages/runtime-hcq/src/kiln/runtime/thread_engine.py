@@ -182,35 +182,22 @@ class ThreadQueueEngine:
         value: int,
     ) -> bool:
         """`run_exec_inline` of the exec command these fields would make, without making it (a launch that runs
-        here never needs the command object; the caller builds one only when this refuses)."""
-        if self._closed or self.error is not None:
-            return False
-        if not self._claim_idle():
-            return False
-        try:
-            with self._run_lock:
-                try:
-                    if not callable(program):
-                        raise TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {name}")
-                    program(args, global_size, local_size)
-                    signal.set(value)
-                except Exception as error:  # kept like a queued failure: seen at the next wait or submit
-                    self.error = error
-                    signal.fail(error)
-                except BaseException:  # the caller was interrupted: the launch is abandoned, the engine stays usable
-                    signal.set(value)
-                    raise
-        finally:
-            self._finish_one()
-        return True
+        here never needs the command object; the caller builds one only when this refuses): `run_direct_list` of
+        the one call `program(args, global_size, local_size)`. A program that is not callable fails the launch as
+        it fails on the worker."""
+        if callable(program):
+            return self.run_direct_list(((program, (args, global_size, local_size)),), signal, value)
+        error = TypeError(f"{self.name!r} runs Python callables, got {type(program).__name__} for {name}")
+        return self.run_direct_list(((_raise, (error,)),), signal, value)
 
     def run_direct_list(
-        self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]], signal: TimelineSignal, value: int
+        self, calls: Sequence[tuple[Callable[..., None], tuple[object, ...]]], signal: TimelineSignal, value: int
     ) -> bool:
-        """`run_call_inline` of native kernels' own entry points: each `function(*arguments)` of `calls` (its buffer
-        addresses) in order, then the one signal, without argument blocks or launch sizes, under the same conditions
-        (an idle engine that has not failed) and failure handling (a failing call stops the list, as on the worker).
-        False, having run nothing, when the engine is not idle.
+        """Runs each `function(*arguments)` of `calls` (a native kernel's entry point and its buffer addresses, or a
+        Python kernel and its argument block and launch sizes) in the calling thread, in order, then sets `signal`
+        to `value`, when the engine is idle and has not failed; False, having run nothing, otherwise. A failing call
+        stops the list and is kept like a queued failure (`error`, the signal failed: seen at the next wait or
+        submit); an interrupt of the calling thread abandons the rest, sets the signal and goes on to the caller.
 
         It claims nothing: holding `_run_lock` with nothing outstanding means nothing is queued or running (the
         worker holds that lock while it runs a list and counts a list done after it lets go), and a list submitted
@@ -323,3 +310,8 @@ class ThreadQueueEngine:
             pass
         else:
             raise TypeError(f"unknown command {command!r}")
+
+
+def _raise(error: BaseException) -> None:
+    # a launch that fails with `error` (kept like a queued failure by `run_direct_list`)
+    raise error
