@@ -1,7 +1,7 @@
 """The server over the paged KV pool (`ChatModel(kv_blocks=...)`), driven by the official `openai` client: the
 second turn of a chat and a request sharing another's system prompt prefill only their new tokens
 (`usage.prompt_tokens_details.cached_tokens`), and every answer equals the request run alone by the batch-1
-generator; `serve` decodes over the paged pool unless `--kv-layout slots` says otherwise."""
+generator; `serve --kv-layout paged` sizes the pool as the slot layout's memory."""
 
 from __future__ import annotations
 
@@ -137,15 +137,15 @@ def _serve_process(chat_model_dir: Path, *options: str) -> tuple[subprocess.Pope
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
-def test_serve_decodes_over_the_paged_pool_by_default(paged: ChatModel, chat_model_dir: Path) -> None:
+def test_serve_kv_layouts(paged: ChatModel, chat_model_dir: Path) -> None:
     conflicting = [sys.executable, "-m", "kiln.tensor.llm", "serve", "--model", str(chat_model_dir), "--kv-layout",
                    "slots", "--kv-blocks", "40"]  # fmt: skip
     refused = subprocess.run(conflicting, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--kv-blocks" in refused.stderr
     blocks = 8 * -(-paged.context_length // 16) + 8 + 1  # the default --max-batch 8 slots' rows, a copy each, scratch
     for options, line in (
-        ((), f"KV cache: a paged pool of {blocks} blocks of 16 rows shared by the requests"),
-        (("--kv-layout", "slots"), f"KV cache: 8 request slots of {paged.context_length} rows each"),
+        (("--kv-layout", "paged"), f"KV cache: a paged pool of {blocks} blocks of 16 rows shared by the requests"),
+        ((), f"KV cache: 8 request slots of {paged.context_length} rows each"),
     ):
         process, url, shown = _serve_process(chat_model_dir, *options)
         try:
