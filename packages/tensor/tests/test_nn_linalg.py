@@ -261,6 +261,29 @@ def test_a_large_matmul_copies_its_right_operand_into_panels(rows: int, inner: i
     np.testing.assert_array_equal(right_grad.numpy(), a.T @ weights)
 
 
+@pytest.mark.parametrize(
+    ("rows", "cast", "kernels"),
+    [(64, False, 1), (256, True, 1), (511, False, 1), (512, False, 2), (64, None, 2)],
+)
+def test_a_prompt_times_a_transposed_weight_reads_it_in_place(rows: int, cast: bool | None, kernels: int) -> None:
+    # x @ W.T (nn.Linear's form) with W stored reads W in place below TRANSPOSED_PACKED_MINIMUM_ROWS rows: one kernel;
+    # from it, or when W is computed on the way (cast None: W + 0 is not stored), the panel copy comes first
+    from kiln.tensor.ops.linalg import PACKED_MINIMUM_ELEMENTS, TRANSPOSED_PACKED_MINIMUM_ROWS
+
+    generator = np.random.default_rng(rows)
+    a = generator.integers(-3, 4, (rows, 768)).astype(np.float32)
+    w = generator.integers(-3, 4, (1000, 768)).astype(np.float32)
+    assert w.size >= PACKED_MINIMUM_ELEMENTS
+    assert (rows < TRANSPOSED_PACKED_MINIMUM_ROWS) == (kernels == 1 or cast is None)
+    weight = Tensor(w.astype(np.float16) if cast else w).realize()
+    right = weight.float().T if cast else (weight + 0).T if cast is None else weight.T
+    left = Tensor(a).realize()
+    GlobalCounters.reset()
+    product = (left @ right).realize()
+    assert GlobalCounters.kernel_count == kernels
+    np.testing.assert_array_equal(product.numpy(), a @ w.T)
+
+
 def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
     """float32 -> the nearest bfloat16 (ties to even), as float32: the top 16 bits, rounded."""
     bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
