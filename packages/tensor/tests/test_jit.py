@@ -174,6 +174,18 @@ def test_rebound_closed_over_tensors_raise() -> None:
         jitted(Tensor(np.ones(2, np.float32)))
 
 
+@pytest.mark.parametrize("key", ["w", 3])
+def test_rebound_tensors_in_a_dict_raise_whatever_their_key(key: object) -> None:
+    weights = {"other": Tensor(np.ones(2, np.float32)), key: Tensor(np.full(2, 2.0, np.float32))}
+    jitted = _captured(lambda x: x * weights[key], Tensor(np.ones(2, np.float32)))
+    np.testing.assert_array_equal(jitted(Tensor(np.full(2, 5.0, np.float32))).numpy(), [10.0, 10.0])
+    weights["other"] = Tensor(np.zeros(2, np.float32))  # not read by the function: still fine
+    jitted(Tensor(np.ones(2, np.float32)))
+    weights[key] = Tensor(np.full(2, 3.0, np.float32))
+    with pytest.raises(RuntimeError, match="is no longer the tensor"):
+        jitted(Tensor(np.ones(2, np.float32)))
+
+
 def test_seed_change_after_capture_raises() -> None:
     jitted = _captured(lambda x: x + Tensor.rand(3), Tensor(np.ones(3, np.float32)))
     Tensor.manual_seed(12345)
