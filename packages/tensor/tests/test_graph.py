@@ -8,7 +8,7 @@ from engine_graphs import apply_numpy, movement_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.tensor import graph
+from kiln.tensor import graph, graph_inference
 from kiln.tensor.graph import BufferArg, ReduceArg, device_of, shape_of
 from kiln.uops import Ops, UOp, dtypes
 
@@ -164,7 +164,7 @@ def test_deep_graph_shape_is_iterative() -> None:
 
 def test_movement_builders_cache_the_shape_and_device_inference_would_give() -> None:
     # each builder stores its node's shape and device when it builds it; the oracle is the inference that runs for
-    # nodes built without them (graph._infer_shape, and a device is its first source's)
+    # nodes built without them (graph_inference._infer_shape, and a device is its first source's)
     base = graph.reshape(graph.buffer_uop("PYTHON", 24, dtypes.float32), (2, 3, 4))
     nodes = [
         graph.reshape(base, (6, 4)),
@@ -175,6 +175,6 @@ def test_movement_builders_cache_the_shape_and_device_inference_would_give() -> 
         graph.flip(base, (True, False, True)),
     ]
     for node in nodes:
-        assert graph.SHAPE.get(node) == graph._infer_shape(node), node.op
+        assert graph.SHAPE.get(node) == graph_inference._infer_shape(node), node.op
         assert graph.DEVICE.get(node) in (None, "PYTHON") and device_of(node) == "PYTHON"
     assert [shape_of(node) for node in nodes] == [(6, 4), (4, 2, 3), (2, 5, 3, 4), (3, 5, 8), (1, 2, 4), (2, 3, 4)]

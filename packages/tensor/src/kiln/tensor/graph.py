@@ -56,7 +56,6 @@ from kiln.tensor.graph_inference import (
     placement_of,
     shape_of,
 )
-from kiln.tensor.graph_inference import _infer_shape as _infer_shape  # test_graph checks the slots by it
 from kiln.tensor.symbolic import (
     check_symbolic_size,
     format_shape,
