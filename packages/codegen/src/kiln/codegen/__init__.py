@@ -14,7 +14,7 @@ from kiln.codegen.kernel_signature import (
     KernelSignature,
     VariableParameter,
 )
-from kiln.codegen.lifecycle import get_program, pm_program_lifecycle
+from kiln.codegen.lifecycle import get_program, get_programs, pm_program_lifecycle
 from kiln.codegen.linearizer import format_linear, linearize
 from kiln.codegen.lowering.pipeline import LOWERING_PASSES, LoweringPass, lower
 from kiln.codegen.opt import (
@@ -81,6 +81,7 @@ __all__ = [
     "choose_opts",
     "format_linear",
     "get_program",
+    "get_programs",
     "hand_coded_optimizations",
     "linearize",
     "lower",

@@ -44,7 +44,7 @@ class PreparedPlan:
     temporaries, else None.
     """
 
-    __slots__ = ("arguments", "bare_views", "outputs", "plan", "single_kernel", "steps", "views_are_outputs")
+    __slots__ = ("arguments", "bare_views", "built", "outputs", "plan", "single_kernel", "steps", "views_are_outputs")
 
     def __init__(self, plan: SchedulePlan) -> None:
         self.plan = plan
@@ -59,6 +59,8 @@ class PreparedPlan:
             refs = step.buffers if isinstance(step, KernelStep) else (step.destination, step.source)
             steps.append((step, tuple(first[ref.source] + ref.number for ref in refs)))
         self.steps = tuple(steps)
+        # whether the first run built the programs of the kernels together (Engine.build_programs)
+        self.built = False
         # a plan of one kernel and nothing else (the usual plan of one small op): run without the step loop
         self.single_kernel: tuple[KernelStep, tuple[int, ...]] | None = None
         # for a single kernel: its Method and the positions of the buffers its program takes (set by the first run)
