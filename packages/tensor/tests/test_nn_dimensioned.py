@@ -3,13 +3,10 @@ docstring from the class keywords."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import inspect
 import re
 
 import numpy as np
-import pytest
 
 from kiln.tensor import Tensor, nn
 from kiln.tensor.nn.applied import AppliedFunction
@@ -54,14 +51,3 @@ def test_the_keywords_set_the_function_and_arguments_of_a_new_layer() -> None:
 
     assert Scaled(3.0)(Tensor([1.0, 2.0])).tolist() == [3.0, 6.0]
     assert Scaled(3.0).extra_repr() == "factor=3.0"
-
-
-@pytest.mark.parametrize("module", ["padding", "pooling", "instance_norm", "conv"])
-def test_the_family_modules_examples(module: str) -> None:
-    globs = {"Tensor": Tensor, **{name: getattr(nn, name) for name in nn.__all__}}
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    tests = doctest.DocTestFinder().find(importlib.import_module(f"kiln.tensor.nn.{module}"), globs=globs)
-    assert sum(len(test.examples) for test in tests) > 0
-    for test in tests:
-        runner.run(test)
-    assert runner.summarize(verbose=False).failed == 0

@@ -304,7 +304,9 @@ def test_to_keeps_tied_weights_tied() -> None:
     assert len(model.parameters()) == 1
 
 
-@pytest.mark.parametrize("module", ["module", "rnn", "transformer", "tinygrad_names"])
+@pytest.mark.parametrize(
+    "module", ["module", "rnn", "transformer", "tinygrad_names", "padding", "pooling", "instance_norm", "conv"]
+)
 def test_docstring_examples(module: str) -> None:
     globs = {"Tensor": Tensor, **{name: getattr(nn, name) for name in nn.__all__}}
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
