@@ -77,3 +77,11 @@ class ScalarRenderer(TextRenderer):
     """The plainest target: no threads, no vectors (every load and store is scalar)."""
 
     device = "TESTSCALAR"
+
+
+class VectorCPU(CPULikeRenderer):
+    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
+
+    device = "TESTVECTORCPU"
+    vector_alu = True
+    vector_widths = (4, 8, 16)

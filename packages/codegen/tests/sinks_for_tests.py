@@ -44,3 +44,17 @@ def symbolic_scale(high: int) -> UOp:
     out, a = buffer(0, high), buffer(1, high)
     i = UOp.range(n, 0)
     return kernel(out.index(i).store(a.index(i).load() * 2.0).end(i))
+
+
+def conv_weight_gradient(batch: int, outputs: int, inputs: int, size: int) -> UOp:
+    """conv2d's weight gradient, padding 1, 3 x 3 taps: w[o, c, u, v] = sum_{n, y, x} g[n, o, y, x] * p[n, c, y+u, x+v]
+    with p the padded image (size + 2 wide, the buffer the convolution writes first); axes o, c, u, v are the
+    outputs, n, y, x the reduce."""
+    padded = size + 2
+    w = buffer(0, outputs * inputs * 9)
+    g, p = buffer(1, batch * outputs * size * size), buffer(2, batch * inputs * padded * padded)
+    o, c, u, v = (UOp.range(n, axis) for axis, n in enumerate((outputs, inputs, 3, 3)))
+    n, y, x = (UOp.range(s, axis, AxisKind.REDUCE) for axis, s in ((4, batch), (5, size), (6, size)))
+    grad = g.index(((n * outputs + o) * size + y) * size + x).load()
+    image = p.index(((n * inputs + c) * padded + y + u) * padded + x + v).load()
+    return kernel(w.index(((o * inputs + c) * 3 + u) * 3 + v).store((grad * image).reduce(n, y, x)).end(o, c, u, v))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
-from sinks_for_tests import buffer, kernel
+from renderers_for_tests import VectorCPU
+from sinks_for_tests import conv_weight_gradient
 
 from kiln.codegen import Opt, OptOps, Program, get_program, run_program
 from kiln.codegen.kernel_info import KernelOptError
@@ -17,14 +17,6 @@ from kiln.codegen.renderer import Renderer
 from kiln.uops import AxisKind, UOp
 
 UPCAST, UNROLL, PADTO = OptOps.UPCAST, OptOps.UNROLL, OptOps.PADTO
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 class _Build:
@@ -40,20 +32,6 @@ class _Build:
             return False
         self.opts.append(opt)
         return True
-
-
-def _weight_gradient(batch: int, inputs: int, outputs: int, size: int) -> UOp:
-    # dw[o, c, u, v] = sum_{n, y, x} g[n, o, y, x] * padded[n, c, y + u, x + v]: a (size + 2)-wide padded input (the
-    # buffer the convolution writes first) and a size-wide upstream gradient; axes o, c, u, v then n, y, x (reduce)
-    wide = size + 2
-    out = buffer(0, outputs * inputs * 9)
-    grad, padded = buffer(1, batch * outputs * size * size), buffer(2, batch * inputs * wide * wide)
-    o, c, u, v = (UOp.range(s, axis) for axis, s in enumerate((outputs, inputs, 3, 3)))
-    n, y, x = (UOp.range(s, axis, AxisKind.REDUCE) for axis, s in ((4, batch), (5, size), (6, size)))
-    upstream = grad.index(((n * outputs + o) * size + y) * size + x).load()
-    image = padded.index(((n * inputs + c) * wide + y + u) * wide + x + v).load()
-    total = (upstream * image).reduce(n, y, x)
-    return kernel(out.index(((o * inputs + c) * 3 + u) * 3 + v).store(total).end(o, c, u, v))
 
 
 def _innermost_lanes(sink: UOp) -> UOp:
@@ -75,8 +53,8 @@ def test_weight_gradient_unroll_keeps_the_row_lanes_inside_and_computes_numpys_g
     size: int, padded: bool, unrolled: int
 ) -> None:
     batch, inputs, outputs = 2, 4, 8
-    renderer = _VectorCPU()
-    build = _Build(_weight_gradient(batch, inputs, outputs, size), renderer)
+    renderer = VectorCPU()
+    build = _Build(conv_weight_gradient(batch, outputs, inputs, size), renderer)
     # the heuristic's 4 x 4 output tile of step 2r, then the row padded up to the width where it needs it
     assert build.attempt(Opt(UPCAST, 1, 4)) and build.attempt(Opt(UPCAST, 0, 4))
     if padded:
@@ -92,7 +70,7 @@ def test_weight_gradient_unroll_keeps_the_row_lanes_inside_and_computes_numpys_g
     wide = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(wide, (size, size), axis=(2, 3))  # (n, c, u, v, y, x)
     expected = np.einsum("noyx,ncuvyx->ocuv", grad, windows)
-    program = Program(get_program(_weight_gradient(batch, inputs, outputs, size), renderer, build.opts))
+    program = Program(get_program(conv_weight_gradient(batch, outputs, inputs, size), renderer, build.opts))
     out = np.full(expected.size, np.nan, np.float32)
     run_program(program, [out, grad.reshape(-1), wide.reshape(-1)], {}, *program.launch_dims({}))
     np.testing.assert_array_equal(out.reshape(expected.shape), expected)
@@ -100,6 +78,6 @@ def test_weight_gradient_unroll_keeps_the_row_lanes_inside_and_computes_numpys_g
 
 def test_without_a_legal_unroll_nothing_is_applied() -> None:
     # a 2-wide row: no unroll of 4 or more fits, and the whole-width one of 16 is illegal
-    build = _Build(_weight_gradient(1, 2, 2, 2), _VectorCPU())
+    build = _Build(conv_weight_gradient(1, 2, 2, 2), VectorCPU())
     assert not unroll_inner_lanes(build, 6, 16)
     assert build.opts == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer
-from sinks_for_tests import buffer, elementwise_add, kernel, matmul, row_sum
+from renderers_for_tests import CPULikeRenderer, GPULikeRenderer, ScalarRenderer, VectorCPU
+from sinks_for_tests import buffer, conv_weight_gradient, elementwise_add, kernel, matmul, row_sum
 
 from kiln.codegen import (
     Opt,
@@ -115,27 +115,19 @@ def test_heuristic_programs_compute_the_matmul(renderer: Renderer) -> None:
     np.testing.assert_allclose(out.reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
 
 
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
-
-
 def test_matmul_on_vector_cpu_tiles_rows_then_32_contiguous_columns() -> None:
     # rows (i: only a walks it) by 8 first, then columns (j: b is contiguous) by 32: a proper split gets the larger
     # axis number, so the columns are the inner lanes (b's row is one vector); k stays rolled; 64/8 rows -> THREAD 8
-    opts = hand_coded_optimizations(matmul(64, 64, 64), _VectorCPU())
+    opts = hand_coded_optimizations(matmul(64, 64, 64), VectorCPU())
     assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(THREAD, 0, 8))
 
 
 def test_matmul_on_vector_cpu_never_puts_rows_inside_the_columns() -> None:
     # 32 columns upcast whole keep axis 1 (below the rows' new axis 3): the rows would be the inner lanes, so the
     # two upcast axes swap numbers and the columns become the inner lanes (b's row is one vector load)
-    opts = hand_coded_optimizations(matmul(64, 32, 64), _VectorCPU())
+    opts = hand_coded_optimizations(matmul(64, 32, 64), VectorCPU())
     assert opts[:3] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 1, 3))
-    sink = apply_opts(matmul(64, 32, 64), list(opts), _VectorCPU())
+    sink = apply_opts(matmul(64, 32, 64), list(opts), VectorCPU())
     lanes = sorted(axes_of(sink, AxisKind.UPCAST), key=lambda r: r.arg.axis)
     assert [constant_size(r) for r in lanes] == [8, 32]  # rows outer, columns inner
 
@@ -144,7 +136,7 @@ def test_matmul_on_vector_cpu_never_puts_rows_inside_the_columns() -> None:
 def test_narrow_right_operand_gets_a_whole_columns_tile(columns: int) -> None:
     # (m, k) @ (k, 16 or 32): the columns upcast whole and swapped inside, at most 8 rows (16 x 16 measured 1.5x the
     # time of 8 x 16 on (1024, 1024) @ (1024, 16)); the result matches numpy
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     opts = hand_coded_optimizations(matmul(64, columns, 64), renderer)
     assert opts[:3] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, columns), Opt(OptOps.SWAP, 1, 3))
     rng = np.random.default_rng(9)
@@ -158,18 +150,18 @@ def test_narrow_right_operand_gets_a_whole_columns_tile(columns: int) -> None:
 def test_matmul_on_vector_cpu_puts_the_columns_outside_when_the_contiguous_operand_is_big() -> None:
     # b is k x n = 1024 x 512 float32 (2 MiB >= STREAM_SWAP_BYTES): each 32-column panel of b should stay in cache
     # while a streams, so the columns loop (axis 1) goes outside the rows loop (axis 0); THREAD then splits columns
-    opts = hand_coded_optimizations(matmul(256, 512, 1024), _VectorCPU())
+    opts = hand_coded_optimizations(matmul(256, 512, 1024), VectorCPU())
     assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(THREAD, 0, 8))
     # a smaller b (1 MiB) stays where it was
-    assert OptOps.SWAP not in {opt.op for opt in hand_coded_optimizations(matmul(256, 512, 512), _VectorCPU())}
+    assert OptOps.SWAP not in {opt.op for opt in hand_coded_optimizations(matmul(256, 512, 512), VectorCPU())}
     # 16-bit operands (widened after each load) measured slower swapped: a 4 MiB float16 b keeps the rows outside
-    wide = hand_coded_optimizations(matmul(256, 1024, 2048, dtypes.float16), _VectorCPU())
+    wide = hand_coded_optimizations(matmul(256, 1024, 2048, dtypes.float16), VectorCPU())
     assert OptOps.SWAP not in {opt.op for opt in wide}
-    assert OptOps.SWAP in {opt.op for opt in hand_coded_optimizations(matmul(256, 1024, 2048), _VectorCPU())}
+    assert OptOps.SWAP in {opt.op for opt in hand_coded_optimizations(matmul(256, 1024, 2048), VectorCPU())}
 
 
 def test_swapped_matmul_tile_computes_what_numpy_computes() -> None:
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     rng = np.random.default_rng(6)
     a, b = (rng.integers(-4, 4, (64, 64)).astype(np.float32) for _ in range(2))
     opts = [Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(OptOps.SWAP, 0, 1), Opt(THREAD, 0, 2)]
@@ -189,22 +181,22 @@ def test_row_exp_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_up_to_four_v
     # the exp-sum of a softmax: the reduce axis is unrolled by up to 4 widest vectors (64 exps, 4 independent
     # accumulator chains) when that divides it and leaves a loop of at least 4 steps, else by the largest such
     # multiple of the width (192: 3 vectors, 128: 2), else the width (96 and 80: too short for more than one)
-    assert hand_coded_optimizations(_row_exp_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 64), Opt(THREAD, 0, 8))
-    assert hand_coded_optimizations(_row_exp_sum(64, 192), _VectorCPU())[0] == Opt(UNROLL, 1, 48)
-    assert hand_coded_optimizations(_row_exp_sum(64, 128), _VectorCPU())[0] == Opt(UNROLL, 1, 32)
-    assert hand_coded_optimizations(_row_exp_sum(64, 96), _VectorCPU()) == (Opt(UNROLL, 1, 16),)
-    assert hand_coded_optimizations(_row_exp_sum(64, 80), _VectorCPU()) == (Opt(UNROLL, 1, 16),)
+    assert hand_coded_optimizations(_row_exp_sum(64, 1024), VectorCPU()) == (Opt(UNROLL, 1, 64), Opt(THREAD, 0, 8))
+    assert hand_coded_optimizations(_row_exp_sum(64, 192), VectorCPU())[0] == Opt(UNROLL, 1, 48)
+    assert hand_coded_optimizations(_row_exp_sum(64, 128), VectorCPU())[0] == Opt(UNROLL, 1, 32)
+    assert hand_coded_optimizations(_row_exp_sum(64, 96), VectorCPU()) == (Opt(UNROLL, 1, 16),)
+    assert hand_coded_optimizations(_row_exp_sum(64, 80), VectorCPU()) == (Opt(UNROLL, 1, 16),)
 
 
 def test_plain_row_sum_on_vector_cpu_unrolls_the_contiguous_reduce_by_vectors() -> None:
     # 64 lanes of the row (contiguous: four vector loads) accumulate on their own and are added up after the loop
     # (16 rows in lanes would load 16 scalars from 16 rows per step: measured 2x slower on the 16M sum)
-    assert hand_coded_optimizations(row_sum(64, 1024), _VectorCPU()) == (Opt(UNROLL, 1, 64), Opt(THREAD, 0, 8))
+    assert hand_coded_optimizations(row_sum(64, 1024), VectorCPU()) == (Opt(UNROLL, 1, 64), Opt(THREAD, 0, 8))
 
 
 @pytest.mark.parametrize("sink_name", ["matmul", "row_sum"])
 def test_vector_cpu_opts_compute_what_numpy_computes(sink_name: str) -> None:
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     rng = np.random.default_rng(5)
     if sink_name == "matmul":
         sink = matmul(64, 64, 64)
@@ -233,7 +225,7 @@ def test_vector_cpu_pads_untileable_matmul_sizes_and_computes_what_numpy_compute
     m: int, n: int, k: int, column_padding: int | None
 ) -> None:
     # columns/rows no tile divides are padded up (PADTO, see the heuristic's docstring); padding lanes store nothing
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = matmul(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
     assert next((opt.arg for opt in opts if opt.op is OptOps.PADTO and opt.axis == 1), None) == column_padding
@@ -270,7 +262,7 @@ def test_vector_cpu_unrolls_the_contiguous_reduce_of_an_untileable_product(
 ) -> None:
     # no columns axis (b walks j by k, not 1): step 2r unrolls the reduce by 16 (11 padded to 16 first); the deferred
     # fold keeps the accumulator lanes; integer-valued floats make the reassociated sum exact
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _transposed_product(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts[: len(expected)] == expected and all(opt.op is THREAD for opt in opts[len(expected) :])
@@ -295,7 +287,7 @@ def _gradient_like(channels: int, width: int, taps: int, k: int) -> UOp:
 
 def test_vector_cpu_tries_every_columns_and_rows_candidate() -> None:
     # t (3 wide) cannot be tiled; j = 11 is padded to 16 and tiled with the 8 channels as rows
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _gradient_like(8, 11, 3, 16)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts[:3] == (Opt(OptOps.PADTO, 1, 16), Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 16))
@@ -309,7 +301,7 @@ def test_vector_cpu_tries_every_columns_and_rows_candidate() -> None:
 
 def test_short_reduce_under_output_lanes_on_vector_cpu_is_unrolled_fully() -> None:
     # no vector width divides 5: 16 output lanes, then the 5-long reduce has no loop left
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = row_sum(64, 5)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts == (Opt(UPCAST, 0, 16), Opt(UNROLL, 1, 0))
@@ -320,7 +312,7 @@ def test_short_reduce_under_output_lanes_on_vector_cpu_is_unrolled_fully() -> No
     np.testing.assert_array_equal(out, x.sum(axis=1))
 
 
-class _VectorCPU64(_VectorCPU):
+class _VectorCPU64(VectorCPU):
     """An AVX2-like vector CPU: register tiles of at most 64 accumulator lanes."""
 
     register_tile_lanes = 64
@@ -342,13 +334,13 @@ def test_matmul_tile_fits_the_renderers_register_tile_lanes() -> None:
 
 def test_vector_cpu_reduce_unroll_needs_8_lanes_and_an_undivided_index() -> None:
     # 26 = 2 x 13: no 8+ lane vector divides it, the rows keep their 16 output lanes
-    assert hand_coded_optimizations(row_sum(64, 26), _VectorCPU()) == (Opt(UPCAST, 0, 16),)
+    assert hand_coded_optimizations(row_sum(64, 26), VectorCPU()) == (Opt(UPCAST, 0, 16),)
     # the reduce index of a flattened (16, 5, 5) view divides the axis: not unrolled (output lanes as for 26)
     out, a = buffer(0, 64), buffer(1, 64 * 400)
     i, k = UOp.range(64, 0), UOp.range(400, 1, AxisKind.REDUCE)
     flattened = i * 400 + (k // 25) * 25 + (k // 5 % 5) * 5 + k % 5
     sink = kernel(out.index(i).store(a.index(flattened).load().reduce(k)).end(i))
-    assert all(opt.op is not UNROLL for opt in hand_coded_optimizations(sink, _VectorCPU()))
+    assert all(opt.op is not UNROLL for opt in hand_coded_optimizations(sink, VectorCPU()))
 
 
 def _padded_rows(rows: int, width: int, compute: bool) -> UOp:
@@ -365,7 +357,7 @@ def _padded_rows(rows: int, width: int, compute: bool) -> UOp:
 def test_padded_copy_on_vector_cpu_keeps_its_rolled_loop_but_computed_values_get_2_lanes() -> None:
     # 34 columns: only 2 divides them; a padded copy stays a rolled loop (LLVM's vectorizer masks the loads), an
     # exp2 of the padded values still gets its 2 lanes; both compute numpy's values
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     renderer.vector_widths = (2, 4, 8, 16)  # the LLVM renderer's
     copy_opts = hand_coded_optimizations(_padded_rows(64, 34, False), renderer)
     exp_opts = hand_coded_optimizations(_padded_rows(64, 34, True), renderer)
@@ -380,29 +372,18 @@ def test_padded_copy_on_vector_cpu_keeps_its_rolled_loop_but_computed_values_get
         np.testing.assert_array_equal(out.reshape(64, 34), np.exp2(padded) if compute else padded)
 
 
-def _weight_gradient(batch: int, outputs: int, inputs: int, size: int) -> UOp:
-    # conv2d's weight gradient, padding 1, 3 x 3 taps: w[o, c, u, v] = sum_{n, y, x} g[n, o, y, x] * p[n, c, y+u, x+v]
-    # with p the padded image (size + 2 wide); axes o, c, u, v are the outputs, n, y, x the reduce
-    padded = size + 2
-    w = buffer(0, outputs * inputs * 9)
-    g, p = buffer(1, batch * outputs * size * size), buffer(2, batch * inputs * padded * padded)
-    o, c, u, v = (UOp.range(n, axis) for axis, n in enumerate((outputs, inputs, 3, 3)))
-    n, y, x = (UOp.range(s, axis, AxisKind.REDUCE) for axis, s in ((4, batch), (5, size), (6, size)))
-    grad = g.index(((n * outputs + o) * size + y) * size + x).load()
-    image = p.index(((n * inputs + c) * padded + y + u) * padded + x + v).load()
-    return kernel(w.index(((o * inputs + c) * 3 + u) * 3 + v).store((grad * image).reduce(n, y, x)).end(o, c, u, v))
-
-
 def test_vector_cpu_blocks_the_batch_of_a_weight_gradient_whose_operands_outgrow_the_cache() -> None:
     # step 7: an 18 KiB output, 6.5 MiB of operands each re-read by the output loops the other walks: blocks of 8
     # of the 32 images (1.6 MiB of operands each); not when the operands fit (4 images), nor for a big output
-    opts = hand_coded_optimizations(_weight_gradient(32, 32, 16, 32), _VectorCPU())
+    opts = hand_coded_optimizations(conv_weight_gradient(32, 32, 16, 32), VectorCPU())
     assert opts[-1] == Opt(OptOps.BLOCK, 4, 8)
     assert all(
-        opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(_weight_gradient(4, 32, 16, 32), _VectorCPU())
+        opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(conv_weight_gradient(4, 32, 16, 32), VectorCPU())
     )
-    assert all(opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(matmul(2048, 2048, 2048), _VectorCPU()))
-    assert all(opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(_weight_gradient(32, 32, 16, 32), CPU))
+    assert all(opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(matmul(2048, 2048, 2048), VectorCPU()))
+    assert all(
+        opt.op is not OptOps.BLOCK for opt in hand_coded_optimizations(conv_weight_gradient(32, 32, 16, 32), CPU)
+    )
 
 
 def test_blocked_weight_gradient_computes_what_numpy_computes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -410,8 +391,8 @@ def test_blocked_weight_gradient_computes_what_numpy_computes(monkeypatch: pytes
     monkeypatch.setattr(heuristic, "BLOCK_REUSED_BYTES", 1024)
     monkeypatch.setattr(heuristic, "BLOCK_PANEL_BYTES", 11000)
     batch, outputs, inputs, size = 16, 4, 4, 8
-    renderer = _VectorCPU()
-    sink = _weight_gradient(batch, outputs, inputs, size)
+    renderer = VectorCPU()
+    sink = conv_weight_gradient(batch, outputs, inputs, size)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts[-1] == Opt(OptOps.BLOCK, 4, 4)
     rng = np.random.default_rng(9)
@@ -434,9 +415,9 @@ def _vector_matrix(n: int, k: int) -> UOp:
 @pytest.mark.parametrize(
     ("renderer", "n", "k", "expected"),
     [
-        (_VectorCPU(), 2048, 64, (Opt(UPCAST, 0, 64),)),
-        (_VectorCPU(), 48, 32, (Opt(UPCAST, 0, 16),)),
-        (_VectorCPU(), 1000, 16, (Opt(OptOps.PADTO, 0, 32), Opt(UPCAST, 0, 64))),
+        (VectorCPU(), 2048, 64, (Opt(UPCAST, 0, 64),)),
+        (VectorCPU(), 48, 32, (Opt(UPCAST, 0, 16),)),
+        (VectorCPU(), 1000, 16, (Opt(OptOps.PADTO, 0, 32), Opt(UPCAST, 0, 64))),
         (_VectorCPU64(), 2048, 64, (Opt(UPCAST, 0, 64),)),
         (_VectorCPU64(), 24, 8, (Opt(UPCAST, 0, 8),)),
     ],

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
+from renderers_for_tests import VectorCPU
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
 from kiln.uops import AxisKind, UOp
 
 UPCAST, THREAD = OptOps.UPCAST, OptOps.THREAD
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 def _conv(batch: int, inputs: int, outputs: int, size: int, stride: int, fused: bool) -> UOp:
@@ -70,7 +62,7 @@ def _numpy_conv(
 def test_convolution_gets_a_register_tile_and_computes_what_numpy_computes(
     batch: int, inputs: int, outputs: int, size: int, stride: int, fused: bool, tile: tuple[Opt, ...]
 ) -> None:
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _conv(batch, inputs, outputs, size, stride, fused)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts[: len(tile)] == tile and all(opt.op is THREAD for opt in opts[len(tile) :])
@@ -110,7 +102,7 @@ def test_convolution_with_a_fused_shortcut_takes_the_tile_of_its_longer_reduce()
     # the 3x3 reduce (4 * 9 = 36 steps) is longer than the shortcut's (8): its operands pick the tile, channels x
     # the contiguous output width (before, the kernel had no tile: an unroll of the shortcut's reduce)
     batch, inputs, outputs, size = 2, 4, 16, 8
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _block_with_shortcut(batch, inputs, outputs, size)
     opts = hand_coded_optimizations(sink, renderer)
     assert opts[:2] == (Opt(UPCAST, 1, 8), Opt(UPCAST, 3, 8)) and all(

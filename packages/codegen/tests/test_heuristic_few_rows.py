@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
+from renderers_for_tests import VectorCPU
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
 from kiln.uops import AxisKind, UOp, dtypes
 
 UPCAST, UNROLL, THREAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 def _weight_value(weight: UOp, element: UOp, half_bytes: bool) -> UOp:
@@ -64,20 +56,20 @@ def _few_rows_product(rows: int, columns: int, depth: int, half_bytes: bool) -> 
 )
 def test_decode_output_layer_reads_the_weight_once(rows: int, half_bytes: bool, tile: tuple[Opt, ...]) -> None:
     # the 100M llama's output layer: (R, 768) @ (32000, 768).T
-    opts = hand_coded_optimizations(_few_rows_product(rows, 32000, 768, half_bytes), _VectorCPU())
+    opts = hand_coded_optimizations(_few_rows_product(rows, 32000, 768, half_bytes), VectorCPU())
     assert opts[: len(tile)] == tile and all(opt.op is THREAD for opt in opts[len(tile) :])
 
 
 def test_many_rows_keep_the_four_by_four_tile() -> None:
     # 64 rows against 2048 columns is no few-rows product (32x, under FEW_ROWS_RATIO; and over FEW_ROWS rows)
-    opts = hand_coded_optimizations(_few_rows_product(64, 2048, 256, False), _VectorCPU())
+    opts = hand_coded_optimizations(_few_rows_product(64, 2048, 256, False), VectorCPU())
     assert opts[:3] == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(UNROLL, 2, 16))
 
 
 @pytest.mark.parametrize(("rows", "half_bytes"), [(1, True), (2, True), (8, False), (8, True), (16, True)])
 def test_few_rows_product_computes_what_numpy_computes(rows: int, half_bytes: bool) -> None:
     columns, depth = 2048, 96
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _few_rows_product(rows, columns, depth, half_bytes)
     opts = hand_coded_optimizations(sink, renderer)
     rng = np.random.default_rng(rows)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
+from renderers_for_tests import VectorCPU
 from sinks_for_tests import buffer, kernel, matmul
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
@@ -14,14 +14,6 @@ from kiln.codegen.opt import product_tiles
 from kiln.uops import AxisKind, UOp, dtypes
 
 UPCAST, SWAP, BLOCK, THREAD = OptOps.UPCAST, OptOps.SWAP, OptOps.BLOCK, OptOps.THREAD
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 def _left_transposed(m: int, n: int, k: int) -> UOp:
@@ -43,14 +35,14 @@ def _left_transposed(m: int, n: int, k: int) -> UOp:
 def test_transposed_left_operand_blocks_the_reduce_and_keeps_the_rows_outside(
     m: int, n: int, k: int, panel: int
 ) -> None:
-    opts = hand_coded_optimizations(_left_transposed(m, n, k), _VectorCPU())
+    opts = hand_coded_optimizations(_left_transposed(m, n, k), VectorCPU())
     assert opts[:3] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(BLOCK, 2, panel))
     assert SWAP not in {opt.op for opt in opts} and opts[3].op is THREAD
 
 
 def test_contiguous_left_operand_keeps_its_order_and_no_panels() -> None:
     # a[i, k] is contiguous along the reduce (one line serves 16 steps): the big b still puts the columns outside
-    opts = hand_coded_optimizations(matmul(256, 1024, 1024), _VectorCPU())
+    opts = hand_coded_optimizations(matmul(256, 1024, 1024), VectorCPU())
     assert opts == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32), Opt(SWAP, 0, 1), Opt(THREAD, 0, 8))
 
 
@@ -63,7 +55,7 @@ def test_contiguous_left_operand_keeps_its_order_and_no_panels() -> None:
     ],
 )
 def test_short_reduce_near_rows_or_small_left_operand_get_no_panels(m: int, n: int, k: int) -> None:
-    assert BLOCK not in {opt.op for opt in hand_coded_optimizations(_left_transposed(m, n, k), _VectorCPU())}
+    assert BLOCK not in {opt.op for opt in hand_coded_optimizations(_left_transposed(m, n, k), VectorCPU())}
 
 
 def test_float16_output_is_not_blocked() -> None:
@@ -72,7 +64,7 @@ def test_float16_output_is_not_blocked() -> None:
     i, j, r = UOp.range(1024, 0), UOp.range(512, 1), UOp.range(512, 2, AxisKind.REDUCE)
     total = (a.index(r * 1024 + i).load() * b.index(r * 512 + j).load()).reduce(r)
     sink = kernel(c.index(i * 512 + j).store(total.cast(dtypes.float16)).end(i, j))
-    opts = hand_coded_optimizations(sink, _VectorCPU())
+    opts = hand_coded_optimizations(sink, VectorCPU())
     assert opts[:2] == (Opt(UPCAST, 0, 8), Opt(UPCAST, 1, 32)) and BLOCK not in {opt.op for opt in opts}
 
 
@@ -83,7 +75,7 @@ def test_paneled_transposed_product_computes_what_numpy_computes(
     # the sizes scaled down so a kernel the interpreter runs quickly gets several panels of 32
     monkeypatch.setattr(product_tiles, "REDUCE_PANEL_BYTES", 32 * n * 4)
     monkeypatch.setattr(product_tiles, "STREAM_SWAP_BYTES", k * m * 4)
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _left_transposed(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
     assert Opt(BLOCK, 2, 32) in opts

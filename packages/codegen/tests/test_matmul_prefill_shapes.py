@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
+from renderers_for_tests import VectorCPU
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
@@ -15,14 +15,6 @@ from kiln.codegen.opt import product_tiles
 from kiln.uops import AxisKind, Ops, UOp, dtypes
 
 UPCAST, UNROLL, SWAP, THREAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.SWAP, OptOps.THREAD
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 def _prefill(m: int, n: int, k: int, weight_dtype: dtypes.DType = dtypes.float32) -> UOp:
@@ -46,7 +38,7 @@ def _prefill(m: int, n: int, k: int, weight_dtype: dtypes.DType = dtypes.float32
     ],
 )
 def test_big_weight_goes_outside_the_prompt_rows(n: int, k: int, weight_dtype: dtypes.DType) -> None:
-    opts = hand_coded_optimizations(_prefill(64, n, k, weight_dtype), _VectorCPU())
+    opts = hand_coded_optimizations(_prefill(64, n, k, weight_dtype), VectorCPU())
     assert opts[:3] == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4), Opt(SWAP, 0, 1))
     assert opts[3] == Opt(UNROLL, 2, 16) and opts[4].op is THREAD
 
@@ -59,7 +51,7 @@ def test_big_weight_goes_outside_the_prompt_rows(n: int, k: int, weight_dtype: d
     ],
 )
 def test_small_weight_or_big_input_keeps_the_rows_outside(m: int, n: int, k: int) -> None:
-    opts = hand_coded_optimizations(_prefill(m, n, k), _VectorCPU())
+    opts = hand_coded_optimizations(_prefill(m, n, k), VectorCPU())
     assert opts[:2] == (Opt(UPCAST, 1, 4), Opt(UPCAST, 0, 4)) and SWAP not in {opt.op for opt in opts}
 
 
@@ -67,7 +59,7 @@ def test_small_weight_or_big_input_keeps_the_rows_outside(m: int, n: int, k: int
 def test_swapped_dot_tile_computes_what_numpy_computes(m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # sizes scaled down (the interpreter runs the kernel) with the threshold scaled along
     monkeypatch.setattr(product_tiles, "STREAM_SWAP_BYTES", n * k * 4 - 1)
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _prefill(m, n, k)
     opts = hand_coded_optimizations(sink, renderer)
     assert Opt(SWAP, 0, 1) in opts and Opt(UNROLL, 2, 16) in opts

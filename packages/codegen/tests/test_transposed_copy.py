@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from renderers_for_tests import CPULikeRenderer
+from renderers_for_tests import VectorCPU
 from sinks_for_tests import buffer, kernel
 
 from kiln.codegen import Opt, OptOps, Program, get_program, hand_coded_optimizations, run_program
 from kiln.uops import UOp
 
 UPCAST, SWAP, THREAD = OptOps.UPCAST, OptOps.SWAP, OptOps.THREAD
-
-
-class _VectorCPU(CPULikeRenderer):
-    """A CPU whose ALU ops stay vectors (like the LLVM IR renderer): 4-, 8- and 16-wide."""
-
-    device = "TESTVECTORCPU"
-    vector_alu = True
-    vector_widths = (4, 8, 16)
 
 
 def _transpose(rows: int, columns: int, scale: float | None = None) -> UOp:
@@ -31,13 +23,13 @@ def _transpose(rows: int, columns: int, scale: float | None = None) -> UOp:
 
 
 def test_transpose_walks_the_loaded_rows_innermost() -> None:
-    opts = hand_coded_optimizations(_transpose(1024, 1024), _VectorCPU())
+    opts = hand_coded_optimizations(_transpose(1024, 1024), VectorCPU())
     assert opts[:2] == (Opt(UPCAST, 1, 16), Opt(SWAP, 0, 1)) and opts[2].op is THREAD
 
 
 def test_scaled_transpose_swaps_too() -> None:
     # elementwise math on the one loaded value does not change what the loads and stores walk
-    opts = hand_coded_optimizations(_transpose(256, 256, 2.0), _VectorCPU())
+    opts = hand_coded_optimizations(_transpose(256, 256, 2.0), VectorCPU())
     assert opts[:2] == (Opt(UPCAST, 1, 16), Opt(SWAP, 0, 1))
 
 
@@ -52,19 +44,19 @@ def _transpose_plus(size: int) -> UOp:
 @pytest.mark.parametrize("sink", [_transpose(1024, 8), _transpose_plus(256)], ids=["near-rows", "two-loads"])
 def test_other_copies_keep_their_loop_order(sink: UOp) -> None:
     # a's rows 8 floats apart: the innermost loop stays within a line; a second load read along the stores
-    assert SWAP not in {opt.op for opt in hand_coded_optimizations(sink, _VectorCPU())}
+    assert SWAP not in {opt.op for opt in hand_coded_optimizations(sink, VectorCPU())}
 
 
 def test_contiguous_copy_keeps_its_loop_order() -> None:
     out, a = buffer(0, 64 * 64), buffer(1, 64 * 64)
     i, j = UOp.range(64, 0), UOp.range(64, 1)
     sink = kernel(out.index(i * 64 + j).store(a.index(i * 64 + j).load()).end(i, j))
-    assert SWAP not in {opt.op for opt in hand_coded_optimizations(sink, _VectorCPU())}
+    assert SWAP not in {opt.op for opt in hand_coded_optimizations(sink, VectorCPU())}
 
 
 @pytest.mark.parametrize(("rows", "columns"), [(64, 48), (32, 128)])
 def test_swapped_transpose_is_numpys(rows: int, columns: int) -> None:
-    renderer = _VectorCPU()
+    renderer = VectorCPU()
     sink = _transpose(rows, columns)
     opts = hand_coded_optimizations(sink, renderer)
     assert Opt(SWAP, 0, 1) in opts
