@@ -224,3 +224,45 @@ def test_a_layer_normalization_of_a_residual_sum_runs_in_one_kernel() -> None:
     # the first product with its bias and residual, the normalization (mean, variance and result in one kernel, its
     # input read from memory), the second product with its residual
     assert _captured_launches(model, feeds) == 3
+
+
+def _operations(model: bytes, feeds: dict[str, np.ndarray]) -> set[Ops]:
+    """The ops of the lazy graph a first call (a plain run: later calls may replay realized kernels) leaves."""
+    (value,) = OnnxRunner(model)(feeds).values()
+    return {node.op for node in value.uop.toposort()}
+
+
+@pytest.mark.parametrize("power", [2.0, 3.0, 2.5])
+def test_pow_of_a_known_small_integer_is_products(power: float) -> None:
+    nodes = [helper.make_node("Pow", ["x", "p"], ["y"])]
+    model = _model(nodes, [("x", (3, 5))], ["y"], {"p": np.array(power, np.float32)}, 17, rank=2)
+    x = _array(3, 5)
+    x[0, :2] = [-2.0, 0.0]
+    if power == 2.5:
+        x = np.abs(x)  # a negative base to a fractional power is NaN
+    runner = _matches_onnxruntime(model, {"x": x})
+    # 2 and 3 multiply; another exponent (or an unknown one) stays a general power
+    assert (Ops.POW in _operations(model, {"x": x})) == (power == 2.5)
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), np.power(x, np.float32(power)), rtol=1e-6)
+
+
+def test_pow_of_a_scalar_by_a_one_element_exponent_has_the_broadcast_shape() -> None:
+    nodes = [helper.make_node("Pow", ["x", "p"], ["y"])]
+    model = _model(nodes, [("x", ())], ["y"], {"p": np.array([2.0], np.float32)}, 17, rank=1)
+    result = _matches_onnxruntime(model, {"x": np.array(-3.0, np.float32)})({"x": np.array(-3.0, np.float32)})
+    assert result["y"].shape == (1,)
+    assert result["y"].numpy().tolist() == [9.0]
+
+
+@pytest.mark.parametrize("op_type", ["LayerNormalization", "InstanceNormalization", "MeanVarianceNormalization"])
+def test_a_normalization_squares_by_a_product(op_type: str) -> None:
+    inputs = ["x", "gamma", "beta"] if op_type != "MeanVarianceNormalization" else ["x"]
+    nodes = [helper.make_node(op_type, inputs, ["y"])]
+    weights = {"gamma": _array(6), "beta": _array(6)} if op_type == "LayerNormalization" else {}
+    if op_type == "InstanceNormalization":
+        weights = {"gamma": _array(4), "beta": _array(4)}
+    model = _model(nodes, [("x", (2, 4, 3, 6))], ["y"], weights, 17)
+    x = _array(2, 4, 3, 6) * 3.0 + 1.0
+    _matches_onnxruntime(model, {"x": x})
+    # the variance's square is x * x, not a general power (log2 and exp2 per element)
+    assert Ops.POW not in _operations(model, {"x": x})

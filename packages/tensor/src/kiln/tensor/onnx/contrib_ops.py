@@ -45,9 +45,10 @@ def _normalize(x: Tensor, epsilon: float, simplified: bool, axis: int = -1) -> t
         inverse = ((compute * compute).mean(axes, keepdim=True) + epsilon).rsqrt()
         return (compute * inverse).cast(x.dtype), mean, inverse
     mean = compute.mean(axes, keepdim=True)
-    variance = ((compute - mean) ** 2).mean(axes, keepdim=True)
+    centered = compute - mean  # squared as a product, not a general power (log2 and exp2 per element)
+    variance = (centered * centered).mean(axes, keepdim=True)
     inverse = (variance + epsilon).rsqrt()
-    return ((compute - mean) * inverse).cast(x.dtype), mean, inverse
+    return (centered * inverse).cast(x.dtype), mean, inverse
 
 
 @operator("Gelu", domain=_MS)

@@ -107,6 +107,13 @@ for _name, _binary_function in _BINARY.items():
 def _pow(call: NodeCall) -> Tensor:
     base, exponent = call.tensor(0), call.tensor(1)
     if dtypes.is_float(base.dtype):
+        # a known exponent of 2 or 3 (a variance, tanh-GELU's cube) is products, not a general power: log2 and exp2
+        # with the C99 special cases per element
+        known = call.host_values[1]
+        power = float(known.reshape(-1)[0]) if known is not None and known.size == 1 else None
+        if power in (2.0, 3.0) and known is not None and known.ndim <= base.ndim:  # the result has base's shape
+            square = base * base
+            return square if power == 2.0 else square * base
         return base.pow(exponent.cast(base.dtype))
     # an integer base keeps its type: compute in float64 and round (the reference truncates exact results)
     return base.cast(dtypes.float64).pow(exponent.cast(dtypes.float64)).round().cast(base.dtype)

@@ -324,12 +324,13 @@ def _batch_normalization(call: NodeCall) -> Tensor | tuple[Tensor, Tensor, Tenso
     # batch statistics (population variance) normalize; the running ones move toward them by 1 - momentum
     axes = (0, *range(2, x.ndim))
     batch_mean = x.mean(axes)
-    batch_variance = ((x - batch_mean.reshape(shape)) ** 2).mean(axes)
+    batch_centered = x - batch_mean.reshape(shape)
+    batch_variance = (batch_centered * batch_centered).mean(axes)
     momentum = call.attributes.float("momentum", 0.9)
     running_mean = mean * momentum + batch_mean * (1 - momentum)
     running_variance = variance * momentum + batch_variance * (1 - momentum)
     inverse = (batch_variance.reshape(shape) + epsilon).rsqrt()
-    result = (x - batch_mean.reshape(shape)) * inverse * scale.reshape(shape) + bias.reshape(shape)
+    result = batch_centered * inverse * scale.reshape(shape) + bias.reshape(shape)
     return result, running_mean, running_variance
 
 
@@ -338,8 +339,9 @@ def _instance_normalization(call: NodeCall) -> Tensor:
     x, scale, bias = call.tensor(0), call.tensor(1), call.tensor(2)
     axes = tuple(range(2, x.ndim))
     mean = x.mean(axes, keepdim=True)
-    variance = ((x - mean) ** 2).mean(axes, keepdim=True)
-    normalized = (x - mean) * (variance + call.attributes.float("epsilon", 1e-5)).rsqrt()
+    centered = x - mean
+    variance = (centered * centered).mean(axes, keepdim=True)
+    normalized = centered * (variance + call.attributes.float("epsilon", 1e-5)).rsqrt()
     shape = _channel_shape(x)
     return normalized * scale.reshape(shape) + bias.reshape(shape)
 
@@ -352,9 +354,11 @@ def _layer_normalization(call: NodeCall) -> tuple[Tensor, Tensor, Tensor]:
     axes = tuple(range(axis, x.ndim))
     compute = x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
     mean = compute.mean(axes, keepdim=True)
-    variance = ((compute - mean) ** 2).mean(axes, keepdim=True)
+    # squared as a product: `** 2` would be a general power (log2 and exp2 per element)
+    centered = compute - mean
+    variance = (centered * centered).mean(axes, keepdim=True)
     inverse = (variance + call.attributes.float("epsilon", 1e-5)).rsqrt()
-    result = ((compute - mean) * inverse).cast(x.dtype) * scale
+    result = (centered * inverse).cast(x.dtype) * scale
     if bias is not None:
         result = result + bias
     return result, mean, inverse
@@ -377,8 +381,9 @@ def _group_normalization(call: NodeCall) -> Tensor:
     batch, channels = x.shape[0], x.shape[1]
     grouped = x.reshape(batch, groups, -1)
     mean = grouped.mean(-1, keepdim=True)
-    variance = ((grouped - mean) ** 2).mean(-1, keepdim=True)
-    normalized = ((grouped - mean) * (variance + call.attributes.float("epsilon", 1e-5)).rsqrt()).reshape(x.shape)
+    centered = grouped - mean
+    variance = (centered * centered).mean(-1, keepdim=True)
+    normalized = (centered * (variance + call.attributes.float("epsilon", 1e-5)).rsqrt()).reshape(x.shape)
     if call.opset < 21:
         # opset 18's scale and bias have one value per group
         scale = scale.repeat_interleave(channels // groups)
@@ -404,8 +409,9 @@ def _mean_variance_normalization(call: NodeCall) -> Tensor:
     x = call.tensor(0)
     axes = tuple(axis % x.ndim for axis in (call.attributes.ints("axes") or [0, 2, 3]))
     mean = x.mean(axes, keepdim=True)
-    variance = ((x - mean) ** 2).mean(axes, keepdim=True)
-    return (x - mean) / (variance.sqrt() + 1e-9)
+    centered = x - mean
+    variance = (centered * centered).mean(axes, keepdim=True)
+    return centered / (variance.sqrt() + 1e-9)
 
 
 @operator("LRN", attributes=["alpha", "beta", "bias", "size"])
