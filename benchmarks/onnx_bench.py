@@ -14,9 +14,9 @@ there mostly measures the wait for a core. Neither side's idle threads poll for 
 time): kiln's core-pool workers sleep at once (CPU_SPIN=0, for the whole run unless --spin) and onnxruntime's
 session for the cpu column has `allow_spinning` 0. "kernels" is the TinyJit capture's launches at that batch and
 the distinct programs among them. "first run" is loading the file and the first call at batch 1, with the
-compiler's disk cache off (--warm-cache keeps it on), next to onnxruntime's session creation and first run;
-"codegen s" is its share spent building kernels (lowering, rendering, the C compiler and loading), "cc s" the C
-compiler's part of that, and "built" how many programs it built.
+compiler's disk cache off (--warm-cache keeps it on), next to onnxruntime's session creation and first run; "load s"
+is its OnnxRunner(path) part, "codegen s" its share spent building kernels (lowering, rendering, the C compiler and
+loading), "cc s" the C compiler's part of that, and "built" how many programs it built.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from kiln.tensor import Tensor, TinyJit
 from kiln.tensor.jit_replay import CapturedStep, ReplayStep
 from kiln.tensor.onnx import OnnxRunner
 from kiln.tensor.realize.engine import Engine, use_engine
-from kiln.uops import Context
+from kiln.uops import Context, sym_infer
 
 MODELS = Path(__file__).resolve().parent.parent / "packages" / "tensor" / "tests" / "onnx" / "models"
 THREADS = 2
@@ -117,7 +117,8 @@ def _check(name: str, ours: list[np.ndarray], reference: list[np.ndarray]) -> No
 @dataclass
 class FirstRun:
     kiln: float  # seconds: load, translate, schedule, build every kernel, run
-    codegen: float  # of which building kernels (Engine.compiled_program)
+    load: float  # of which OnnxRunner(path): parse, check, fold batch norms, read the initializers
+    codegen: float  # of which building kernels (Engine.build_programs and compiled_program)
     cc: float  # of which the C compiler (Compiler.compile_cached)
     built: int  # programs built
     ort: float  # onnxruntime's session creation and first run
@@ -149,14 +150,22 @@ def first_run(name: str, cold: bool) -> FirstRun:
     codegen, cc = [0.0], [0.0]
     engine = Engine()
     start = time.perf_counter()
-    timers = (_timed(Engine, "compiled_program", codegen), _timed(Compiler, "compile_cached", cc))
-    with Context(DISABLE_COMPILER_CACHE=cold), timers[0], timers[1], use_engine(engine):
+    # a plan's first run builds its kernels together (build_programs); a kernel run alone builds its own
+    together, alone = _timed(Engine, "build_programs", codegen), _timed(Engine, "compiled_program", codegen)
+    with (
+        Context(DISABLE_COMPILER_CACHE=cold),
+        together,
+        alone,
+        _timed(Compiler, "compile_cached", cc),
+        use_engine(engine),
+    ):
         runner = OnnxRunner(path)
+        load = time.perf_counter() - start
         _arrays(runner(feeds), runner.outputs)
     kiln = time.perf_counter() - start
     start = time.perf_counter()
     _session(path).run(None, feeds)
-    return FirstRun(kiln, codegen[0], cc[0], engine.programs_built, time.perf_counter() - start)
+    return FirstRun(kiln, load, codegen[0], cc[0], engine.programs_built, time.perf_counter() - start)
 
 
 @dataclass
@@ -201,7 +210,8 @@ def steady(name: str, batch: int, runs: int) -> Steady:
 
 def kernel_profile(name: str, batch: int, runs: int) -> None:
     """Prints each kernel of the model's TinyJit capture at `batch` with its process CPU time (both cores' work, so
-    other load on the machine barely moves it), the median of `runs` launches of that kernel alone."""
+    other load on the machine barely moves it), the median of `runs` launches of that kernel alone, and its GFLOP
+    per second of that CPU time (codegen's flop estimate of the program)."""
     feeds = WORKLOADS[name](batch, np.random.default_rng(batch))
     runner = OnnxRunner(MODELS / f"{name}.onnx")
     jitted = TinyJit(lambda **inputs: runner(inputs))
@@ -222,7 +232,11 @@ def kernel_profile(name: str, batch: int, runs: int) -> None:
             timings.append(time.process_time() - start)
         seconds = statistics.median(timings)
         total += seconds
-        print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms")
+        program = getattr(step.runner, "program", None)
+        flops = 0 if program is None else sym_infer(program.estimates.flops, step.var_vals)
+        # per second of process CPU time: both cores' work, so a kernel on two cores shows half its wall rate
+        rate = f"{flops / max(seconds, 1e-9) / 1e9:>9.2f} GFLOP/s (cpu)" if flops else ""
+        print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms{rate}")
     print(f"  {'sum':<40}{1e3 * total:>9.3f} ms")
 
 
@@ -253,8 +267,8 @@ def _table(names: list[str], runs: int, warm_cache: bool) -> None:
     print(f"onnxruntime {onnxruntime.__version__} CPU provider, {THREADS} threads; median of {runs} runs")
     header = (
         f"{'model':<18}{'batch':>6}{'kiln ms':>9}{'jit ms':>9}{'ort ms':>9}{'jit cpu':>9}{'ort cpu':>9}"
-        f"{'cpu ratio':>10}{'kernels':>10}   first run: {'kiln s':>7}{'codegen s':>10}{'cc s':>7}{'built':>6}"
-        f"{'ort s':>7}"
+        f"{'cpu ratio':>10}{'kernels':>10}   first run: {'kiln s':>7}{'load s':>7}{'codegen s':>10}{'cc s':>7}"
+        f"{'built':>6}{'ort s':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -268,8 +282,8 @@ def _table(names: list[str], runs: int, warm_cache: bool) -> None:
                 f"{f'{run.kernels}/{run.programs}':>10}"
             )
             if batch == 1:
-                line += f"{'':>14}{first.kiln:>7.2f}{first.codegen:>10.2f}{first.cc:>7.2f}{first.built:>6}"
-                line += f"{first.ort:>7.2f}"
+                line += f"{'':>14}{first.kiln:>7.2f}{first.load:>7.2f}{first.codegen:>10.2f}{first.cc:>7.2f}"
+                line += f"{first.built:>6}{first.ort:>7.2f}"
             print(line, flush=True)
 
 
