@@ -101,13 +101,14 @@ class CDialect:
         lane: one lane of a vector expression, given `vector` and `lane` (an int).
         bitcast: a bit cast, given `type` and `value`; None: through a union (C) or memcpy (C++).
         long_suffix: the suffix of a 64-bit integer literal (before it, `u` for unsigned ones).
-        int64, uint64, uint32: the helpers' spellings of these integer types.
+        uint32: the helpers' spelling of uint32 (`int64` and `uint64` are the scalar types' own names).
         unsigned_signed_arithmetic: signed 32/64-bit ADD, SUB, MUL and NEG are computed in the unsigned type of the
             same width, for languages where signed overflow is undefined and no flag makes it wrap.
         helper_float: the float type the float -> int helper computes in, and `helper_float_suffix` its literals'.
         not_finite: the test that `x` is NaN or infinite, given `x`.
         float_modulo: `x` truncated and reduced modulo `m` (2**64, exactly), given `x` and `m`.
-        nonfinite_float: a float32 NaN or infinity made from its bits, given `bits` (an int); None: by builtins.
+        nonfinite_float: a float32 NaN or infinity made from its bits, given `bits` (an int); None: the `bitcast`
+            of the bits as an unsigned literal where the dialect has one, else by builtins.
         nonfinite_double: the same for float64, given `bits` and `unsigned` ("u" when the sign bit is set, else "").
     """
 
@@ -136,8 +137,6 @@ class CDialect:
     lane: str = "{vector}[{lane}]"
     bitcast: str | None = None
     long_suffix: str = "ll"
-    int64: str = "long long"
-    uint64: str = "unsigned long long"
     uint32: str = "unsigned int"
     unsigned_signed_arithmetic: bool = False
     helper_float: str = "double"
@@ -147,6 +146,27 @@ class CDialect:
     nonfinite_float: str | None = None
     nonfinite_double: str | None = None
 
+    def __post_init__(self) -> None:
+        # a dialect with a bit-cast template spells a NaN or an infinity as the bit cast of its unsigned bits
+        if self.bitcast is not None:
+            for name, dtype, suffix in (
+                ("nonfinite_float", dtypes.float32, "u"),
+                ("nonfinite_double", dtypes.float64, "u" + self.long_suffix),
+            ):
+                type_name = self.scalar_types.get(dtype)
+                if getattr(self, name) is None and type_name is not None:
+                    object.__setattr__(self, name, self.bitcast.format(type=type_name, value="{bits:#x}" + suffix))
+
+    @property
+    def int64(self) -> str:
+        """The helpers' spelling of int64."""
+        return self.scalar_types[dtypes.int64]
+
+    @property
+    def uint64(self) -> str:
+        """The helpers' spelling of uint64."""
+        return self.scalar_types[dtypes.uint64]
+
 
 C_DIALECT = CDialect("C")
 """GNU C for the host compilers (gcc, clang): vector extensions, builtins, `restrict` buffers."""
@@ -154,9 +174,7 @@ C_DIALECT = CDialect("C")
 SHORT_NAMES_DIALECT = CDialect(
     "OpenCL C / MSL",
     scalar_types=SHORT_SCALAR_TYPES,
-    long_suffix="l",
-    int64="long",  # OpenCL C reserves `long long`; MSL has only `long` / `ulong` (64-bit)
-    uint64="ulong",
+    long_suffix="l",  # OpenCL C reserves `long long`; MSL has only `long` / `ulong` (64-bit)
     unsigned_signed_arithmetic=True,
     not_finite="!isfinite({x})",
 )

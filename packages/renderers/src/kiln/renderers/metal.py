@@ -136,13 +136,12 @@ METAL_DIALECT = dataclasses.replace(
     builtin_vectors=VECTOR_COUNTS,
     bool_vector_element=None,  # MSL has bool vectors
     vector_literal="{type}({lanes})",
-    bitcast="as_type<{type}>({value})",
+    bitcast="as_type<{type}>({value})",  # NaN and the infinities too, as float bits (half and bfloat convert exactly)
     # MSL has no double: the conversion computes in float; for |x| >= 2**64 a float is a multiple of 2**41, so
     # x - trunc(x / 2**64) * 2**64 is exact
     helper_float="float",
     helper_float_suffix="f",
     float_modulo="{x} - trunc({x} / {m}) * {m}",
-    nonfinite_float="as_type<float>({bits:#x}u)",  # half and bfloat convert it (exactly: NaN or an infinity)
 )
 """MSL: C++ with address spaces, `[[buffer(n)]]` arguments, built-in and packed vectors, `as_type<T>` bit casts."""
 

@@ -168,8 +168,6 @@ OPENCL_DIALECT = dataclasses.replace(
     bitcast="as_{type}({value})",
     uint32="uint",
     float_modulo="fmod(trunc({x}), {m})",
-    nonfinite_float="as_float({bits:#x}u)",
-    nonfinite_double="as_double({bits:#x}ul)",
 )
 """OpenCL C 1.2: address-space qualifiers, built-in vector types, `as_<type>` bit casts, 64-bit `long`."""
 
