@@ -23,29 +23,16 @@ class AMHardware(Protocol):
         mmhub_count: MMHUB instances, one per AID on MI300 (4 on MI300X), 1 on RDNA3.
     """
 
-    @property
-    def generation(self) -> GfxGeneration: ...
+    generation: GfxGeneration
+    vram_size: int
+    bar_address: int
+    bar_size: int
+    hive_id: int | None
+    xcc_count: int
+    mmhub_count: int
 
     @property
-    def vram(self) -> PhysicalMemory: ...
-
-    @property
-    def vram_size(self) -> int: ...
-
-    @property
-    def bar_address(self) -> int: ...
-
-    @property
-    def bar_size(self) -> int: ...
-
-    @property
-    def hive_id(self) -> int | None: ...
-
-    @property
-    def xcc_count(self) -> int: ...
-
-    @property
-    def mmhub_count(self) -> int: ...
+    def vram(self) -> PhysicalMemory: ...  # read-only: an implementation's own memory class is a PhysicalMemory
 
     def read_register(self, hub: Hub, register: AMRegister, instance: int = 0) -> int:
         """Read a 32-bit register of instance `instance` of `hub`."""

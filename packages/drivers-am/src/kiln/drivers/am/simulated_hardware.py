@@ -160,13 +160,17 @@ class SimulatedAMHardware:
             if not 1 <= count <= 16:
                 raise ValueError(f"{name} must be 1..16, got {count}")
         self.platform = platform
-        self._generation = generation
+        # the AMHardware protocol's attributes, with the masks and hub counts read below
+        self.generation = generation
         self._masks = HUB_REGISTER_MASKS[generation]
-        self._vram = SparseMemory(vram_size)
+        self.vram = SparseMemory(vram_size)
+        self.vram_size = self.bar_size = vram_size  # the whole VRAM is visible through the BAR (resizable BAR)
+        self.xcc_count, self.mmhub_count = xcc_count, mmhub_count
         self._counts = {Hub.GC: xcc_count, Hub.MM: mmhub_count}
         self.hive = hive
+        self.hive_id = None if hive is None else hive.hive_id
         self.xgmi = hive.join(self) if hive is not None else XgmiNode()
-        self._bar_address = platform.attach(self)
+        self.bar_address = platform.attach(self)
         self._registers: dict[tuple[Hub, int, AMRegister], int] = {}
         lfb_cntl, lfb_size = self.xgmi.to_registers()
         self.mmus: dict[tuple[Hub, int], SoftwareMMU] = {}
@@ -175,7 +179,7 @@ class SimulatedAMHardware:
         for hub, instance in self.hub_instances():
             self._registers[hub, instance, AMRegister.MC_VM_XGMI_LFB_CNTL] = lfb_cntl
             self._registers[hub, instance, AMRegister.MC_VM_XGMI_LFB_SIZE] = lfb_size
-            self.mmus[hub, instance] = SoftwareMMU(generation, self, self._vram.read, vram_size, hub, instance)
+            self.mmus[hub, instance] = SoftwareMMU(generation, self, self.vram.read, vram_size, hub, instance)
             self._semaphore_held[hub, instance] = False
             self._ack_unread[hub, instance] = False
         self.invalidation_requests: dict[Hub, int] = dict.fromkeys(Hub, 0)
@@ -186,48 +190,6 @@ class SimulatedAMHardware:
     def hub_instances(self) -> list[tuple[Hub, int]]:
         """Every (hub, instance) of this GPU: each XCC's GC hub, then each MMHUB."""
         return [(hub, instance) for hub in Hub for instance in range(self._counts[hub])]
-
-    @property
-    def xcc_count(self) -> int:
-        """GC hub instances (one per XCC)."""
-        return self._counts[Hub.GC]
-
-    @property
-    def mmhub_count(self) -> int:
-        """MMHUB instances (one per AID on MI300)."""
-        return self._counts[Hub.MM]
-
-    # ---- the AMHardware protocol --------------------------------------------------------------------------------
-
-    @property
-    def generation(self) -> GfxGeneration:
-        """The GC generation of this GPU."""
-        return self._generation
-
-    @property
-    def vram(self) -> SparseMemory:
-        """The simulated VRAM."""
-        return self._vram
-
-    @property
-    def vram_size(self) -> int:
-        """Bytes of VRAM."""
-        return self._vram.size
-
-    @property
-    def bar_address(self) -> int:
-        """Bus address of the (full-size) VRAM BAR."""
-        return self._bar_address
-
-    @property
-    def bar_size(self) -> int:
-        """The whole VRAM is visible through the BAR (a resizable-BAR setup)."""
-        return self._vram.size
-
-    @property
-    def hive_id(self) -> int | None:
-        """The hive this GPU belongs to, if any."""
-        return None if self.hive is None else self.hive.hive_id
 
     def _key(self, hub: Hub, instance: int) -> tuple[Hub, int]:
         if not 0 <= instance < self._counts[hub]:
@@ -323,7 +285,7 @@ class SimulatedAMHardware:
                 assert self.hive is not None
                 parts.append(self.hive.read(address, length))
             else:
-                parts.append(self._vram.read(address, length))
+                parts.append(self.vram.read(address, length))
         return b"".join(parts)
 
     def write_virtual(self, va: int, data: bytes, hub: Hub = Hub.GC, instance: int = 0) -> None:
@@ -337,5 +299,5 @@ class SimulatedAMHardware:
                 assert self.hive is not None
                 self.hive.write(address, piece)
             else:
-                self._vram.write(address, piece)
+                self.vram.write(address, piece)
             position += length

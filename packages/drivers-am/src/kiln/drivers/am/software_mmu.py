@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kiln.drivers.am.gfx_generation import GfxGeneration
 from kiln.drivers.am.hub_spec import HUB_REGISTER_MASKS, field_value
@@ -83,39 +83,34 @@ class WalkerError(RuntimeError):
     """The tables or registers hold something the hardware would not accept (a malformed entry)."""
 
 
+@dataclass(eq=False)
 class SoftwareMMU:
     """Translates virtual addresses of VM context 0 of one hub by walking the page tables in local VRAM.
 
-    Args:
+    Attributes:
         generation: selects the entry layout.
         registers: the device's registers (context setup and XGMI placement are read from them on every walk).
         read_vram: reads bytes at an offset of this device's own VRAM.
         vram_size: bytes of VRAM; a table outside it is a walker error.
         hub: which hub's context this MMU models.
         instance: which instance of that hub (XCC for GC, AID for MM).
+        invalidations: how many invalidation requests reached this MMU.
     """
 
-    def __init__(
-        self,
-        generation: GfxGeneration,
-        registers: RegisterAccess,
-        read_vram: Callable[[int, int], bytes],
-        vram_size: int,
-        hub: Hub = Hub.GC,
-        instance: int = 0,
-    ) -> None:
-        self.generation = generation
-        self.registers = registers
-        self.read_vram = read_vram
-        self.vram_size = vram_size
-        self.hub = hub
-        self.instance = instance
-        self._l1_ptes: dict[int, Translation] = {}
-        self._l2_ptes: dict[int, Translation] = {}
-        # Directory-entry caches by walk level (0: PDB2 entries = PDE2 ... 2: PDB0 entries = PDE0), keyed by the VA
-        # range the entry covers (context offset >> level shift).
-        self._pdes: tuple[dict[int, int], dict[int, int], dict[int, int]] = ({}, {}, {})
-        self.invalidations = 0
+    generation: GfxGeneration
+    registers: RegisterAccess
+    read_vram: Callable[[int, int], bytes]
+    vram_size: int
+    hub: Hub = Hub.GC
+    instance: int = 0
+    invalidations: int = field(default=0, init=False)
+    _l1_ptes: dict[int, Translation] = field(default_factory=dict, init=False, repr=False)
+    _l2_ptes: dict[int, Translation] = field(default_factory=dict, init=False, repr=False)
+    # Directory-entry caches by walk level (0: PDB2 entries = PDE2 ... 2: PDB0 entries = PDE0), keyed by the VA
+    # range the entry covers (context offset >> level shift).
+    _pdes: tuple[dict[int, int], dict[int, int], dict[int, int]] = field(
+        default_factory=lambda: ({}, {}, {}), init=False, repr=False
+    )
 
     def invalidate(
         self, *, l1_ptes: bool = True, l2_ptes: bool = True, pde0: bool = True, pde1: bool = True, pde2: bool = True

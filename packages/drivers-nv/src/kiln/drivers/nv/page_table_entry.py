@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 PAGE_SHIFT = 12  # every *_ADDRESS_SHIFT in both headers is 0xc
 BIG_TABLE_ADDRESS_SHIFT = 8  # NV_MMU_VER2/VER3_DUAL_PDE_ADDRESS_BIG_SHIFT: 64 KiB-page tables are 256-byte aligned
@@ -50,21 +50,27 @@ class DirectoryAperture(enum.IntEnum):
 
 
 @dataclass(frozen=True)
-class PteFields:
-    """The fields of one leaf entry (4 KiB PTE, 2 MiB PTE in a dual-PDE slot, 512 MiB PTE at PDE1).
-
-    `address` is the byte address the page starts at: a VRAM offset for VIDEO and PEER, a bus address for SYSTEM_*.
-    `volatile` means uncached (ver2 VOL bit; ver3 PCF "uncached").
-    """
+class Leaf:
+    """A page-table leaf: the byte address its page starts at and the page's flags, as the encoder takes them
+    (`PteFields`) and the software MMU reports them (its `Translation`). `volatile` means uncached (ver2 VOL bit;
+    ver3 PCF "uncached"); `peer_id` names the GPU of a PEER page."""
 
     address: int
-    aperture: Aperture
+    _: KW_ONLY
     peer_id: int = 0
     volatile: bool = False
     privileged: bool = False
     read_only: bool = False
     atomic_disable: bool = False
     kind: int = KIND_GENERIC_MEMORY
+
+
+@dataclass(frozen=True)
+class PteFields(Leaf):
+    """The fields of one leaf entry (4 KiB PTE, 2 MiB PTE in a dual-PDE slot, 512 MiB PTE at PDE1): `address` is a
+    VRAM offset for VIDEO and PEER, a bus address for SYSTEM_*; the flags are keywords."""
+
+    aperture: Aperture
 
 
 def _put(value: int, high: int, low: int, what: str) -> int:

@@ -1,9 +1,9 @@
 """A software GMMU: translates a GPU virtual address by walking the page tables stored in simulated VRAM.
 
 This is the oracle the memory manager is tested against, so it deliberately shares no decoding code with the encoder
-(`page_table_entry.py` / `page_table_format.py`): every field is extracted here from the raw bits again, from the
-same public layouts (tu102 dev_mmu.h `NV_MMU_VER2_*`, gh100 dev_mmu.h `NV_MMU_VER3_*`, in NVIDIA's
-open-gpu-kernel-modules).
+(`page_table_entry.py` / `page_table_format.py`; only the `Leaf` record a translation is reported in is theirs): every
+field is extracted here from the raw bits again, from the same public layouts (tu102 dev_mmu.h `NV_MMU_VER2_*`, gh100
+dev_mmu.h `NV_MMU_VER3_*`, in NVIDIA's open-gpu-kernel-modules).
 
 Walk rules modelled (ver2: PDE3 -> PDE2 -> PDE1 -> PDE0 -> PT; ver3 adds PDE4 above):
 * a directory entry is a leaf when bit 0 (IS_PTE) is set, which the hardware honours at PDE1 (512 MiB page) and
@@ -21,6 +21,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+from kiln.drivers.nv.page_table_entry import Leaf
+
 
 class ReadableMemory(Protocol):
     """What the walker needs from VRAM."""
@@ -37,6 +39,9 @@ class MemoryTarget(enum.Enum):
     SYSTEM_NON_COHERENT = "system-non-coherent"
 
 
+_FLAG_NAMES = ("volatile", "privileged", "read_only", "atomic_disable")
+"""The leaf's one-bit flags, in the order of their bits in both formats."""
+
 _PTE_TARGETS = (MemoryTarget.VIDEO, MemoryTarget.PEER, MemoryTarget.SYSTEM_COHERENT, MemoryTarget.SYSTEM_NON_COHERENT)
 
 
@@ -51,23 +56,16 @@ class TranslationFault(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Translation:
+class Translation(Leaf):
     """Where one virtual address goes: the physical byte address, the memory it is in and the leaf's flags.
 
     `address` is a VRAM offset for VIDEO (this GPU) and PEER (GPU `peer_id`), a bus address for SYSTEM_*.
     `level` is the page-table level where the walk ended (0 = root); `page_size` the size of that leaf's page.
     """
 
-    address: int
     target: MemoryTarget
     level: int
     page_size: int
-    peer_id: int = 0
-    volatile: bool = False
-    privileged: bool = False
-    read_only: bool = False
-    atomic_disable: bool = False
-    kind: int = 0
 
 
 def _bits(value: int, high: int, low: int) -> int:
@@ -183,20 +181,16 @@ class SoftwareMMU:
         if self.version == 2:
             base = (_bits(raw, 32, 8) if local else _bits(raw, 53, 8)) << 12  # ADDRESS_VID 32:8 / ADDRESS_SYS 53:8
             peer_id = _bits(raw, 35, 33) if target is MemoryTarget.PEER else 0  # ADDRESS_VID_PEER 35:33
-            volatile, privileged, read_only = bool(raw >> 3 & 1), bool(raw >> 5 & 1), bool(raw >> 6 & 1)
-            atomic_disable, kind = bool(raw >> 7 & 1), _bits(raw, 63, 56)
+            flag_bits, kind = (3, 5, 6, 7), _bits(raw, 63, 56)  # VOL 3, PRIVILEGE 5, READ_ONLY 6, ATOMIC_DISABLE 7
         else:
             video = target is MemoryTarget.VIDEO
             base = (_bits(raw, 39, 12) if video else _bits(raw, 51, 12)) << 12  # ADDRESS_VID 39:12 / ADDRESS 51:12
             peer_id = _bits(raw, 63, 61) if target is MemoryTarget.PEER else 0  # PEER_ID 63:61
-            pcf = _bits(raw, 7, 3)  # PCF bits: 0 uncached, 1 privileged, 2 read-only, 3 no-atomic, 4 ACD
-            volatile, privileged, read_only = bool(pcf & 1), bool(pcf & 2), bool(pcf & 4)
-            atomic_disable, kind = bool(pcf & 8), _bits(raw, 11, 8)
+            # PCF 7:3, its bits: 0 uncached, 1 privileged, 2 read-only, 3 no-atomic, 4 ACD
+            flag_bits, kind = (3, 4, 5, 6), _bits(raw, 11, 8)
+        flags = {name: bool(raw >> bit & 1) for name, bit in zip(_FLAG_NAMES, flag_bits, strict=True)}
         page_size = 1 << page_shift
         if base % page_size:
             raise TranslationFault(vaddr, level, f"{page_size:#x}-byte page at misaligned address {base:#x}")
         address = base + (vaddr & (page_size - 1))
-        # every local is named after its field, in the fields' order
-        return Translation(
-            address, target, level, page_size, peer_id, volatile, privileged, read_only, atomic_disable, kind
-        )
+        return Translation(address, target, level, page_size, peer_id=peer_id, kind=kind, **flags)
