@@ -243,6 +243,21 @@ done:
 """
 
 
+def _pause_blocks(pause: str, count: str, counted: str, every: int, back: str, store: str | None = None) -> str:
+    """The `pause:` and `yield:` blocks of a polling loop in LLVM IR: pause the core, count the poll in `%<count>.next`
+    (stored to `store` when given), yield the thread when `counted` is a multiple of `every`, then branch to `back`."""
+    stored = f"\n  store i64 %{count}.next, ptr {store}, align 8" if store is not None else ""
+    return f"""pause:
+  {pause}
+  %{count}.next = add i64 %{count}, 1{stored}
+  %{count}.rest = urem i64 {counted}, {every}
+  %{count}.yield = icmp eq i64 %{count}.rest, 0
+  br i1 %{count}.yield, label %yield, label %{back}
+yield:
+  %yielded = call i32 @sched_yield()
+  br label %{back}"""
+
+
 def llvm_ir_launcher_source(machine: str | None = None) -> str:
     """The launcher in LLVM IR (opaque pointers; `machine` picks the pause instruction, default the host's)."""
     if _is_x86(machine):
@@ -374,15 +389,7 @@ wait:
   %finished = load atomic i64, ptr %finished.p acquire, align 8
   %done = icmp sge i64 %finished, %count
   br i1 %done, label %out, label %pause
-pause:
-  {pause}
-  %polls.next = add i64 %polls, 1
-  %polls.rest = urem i64 %polls, {_YIELD_EVERY_LAUNCHER}
-  %polls.yield = icmp eq i64 %polls.rest, 0
-  br i1 %polls.yield, label %yield, label %wait
-yield:
-  %yielded = call i32 @sched_yield()
-  br label %wait
+{_pause_blocks(pause, "polls", "%polls", _YIELD_EVERY_LAUNCHER, "wait")}
 out:
   ret i64 0
 }}
@@ -430,16 +437,7 @@ count:
   %idle = load i64, ptr %idle.v, align 8
   %tired = icmp sge i64 %idle, %budget
   br i1 %tired, label %park, label %pause
-pause:
-  {pause}
-  %idle.next = add i64 %idle, 1
-  store i64 %idle.next, ptr %idle.v, align 8
-  %idle.rest = urem i64 %idle.next, {_YIELD_EVERY_WORKER}
-  %idle.yield = icmp eq i64 %idle.rest, 0
-  br i1 %idle.yield, label %yield, label %look
-yield:
-  %yielded = call i32 @sched_yield()
-  br label %look
+{_pause_blocks(pause, "idle", "%idle.next", _YIELD_EVERY_WORKER, "look", store="%idle.v")}
 park:
   store atomic i64 1, ptr %parked.p seq_cst, align 8
   %again = load atomic i64, ptr %s seq_cst, align 8

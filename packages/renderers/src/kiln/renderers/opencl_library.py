@@ -79,49 +79,51 @@ _ERROR_NAMES = {
     -1001: "CL_PLATFORM_NOT_FOUND_KHR",
 }
 
-_handle = ctypes.c_void_p
 _size = ctypes.c_size_t
 _int = ctypes.c_int32
 _uint = ctypes.c_uint32
 _ulong = ctypes.c_uint64
-_pointer = ctypes.c_void_p
+_pointer = ctypes.c_void_p  # also every handle (cl_platform_id, cl_context, cl_mem ...): an opaque pointer
 _int_pointer = ctypes.POINTER(ctypes.c_int32)
 
 # name -> (result type, argument types), as in cl.h
 _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "clGetPlatformIDs": (_int, (_uint, _pointer, ctypes.POINTER(_uint))),
-    "clGetPlatformInfo": (_int, (_handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clGetDeviceIDs": (_int, (_handle, _ulong, _uint, _pointer, ctypes.POINTER(_uint))),
-    "clGetDeviceInfo": (_int, (_handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clCreateContext": (_handle, (_pointer, _uint, _pointer, _pointer, _pointer, _int_pointer)),
-    "clCreateCommandQueue": (_handle, (_handle, _handle, _ulong, _int_pointer)),
-    "clCreateProgramWithSource": (_handle, (_handle, _uint, _pointer, _pointer, _int_pointer)),
-    "clCreateProgramWithBinary": (_handle, (_handle, _uint, _pointer, _pointer, _pointer, _int_pointer, _int_pointer)),
-    "clBuildProgram": (_int, (_handle, _uint, _pointer, ctypes.c_char_p, _pointer, _pointer)),
-    "clGetProgramBuildInfo": (_int, (_handle, _handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clGetProgramInfo": (_int, (_handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clReleaseProgram": (_int, (_handle,)),
-    "clCreateKernel": (_handle, (_handle, ctypes.c_char_p, _int_pointer)),
-    "clSetKernelArg": (_int, (_handle, _uint, _size, _pointer)),
-    "clReleaseKernel": (_int, (_handle,)),
+    "clGetPlatformInfo": (_int, (_pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clGetDeviceIDs": (_int, (_pointer, _ulong, _uint, _pointer, ctypes.POINTER(_uint))),
+    "clGetDeviceInfo": (_int, (_pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clCreateContext": (_pointer, (_pointer, _uint, _pointer, _pointer, _pointer, _int_pointer)),
+    "clCreateCommandQueue": (_pointer, (_pointer, _pointer, _ulong, _int_pointer)),
+    "clCreateProgramWithSource": (_pointer, (_pointer, _uint, _pointer, _pointer, _int_pointer)),
+    "clCreateProgramWithBinary": (
+        _pointer,
+        (_pointer, _uint, _pointer, _pointer, _pointer, _int_pointer, _int_pointer),
+    ),
+    "clBuildProgram": (_int, (_pointer, _uint, _pointer, ctypes.c_char_p, _pointer, _pointer)),
+    "clGetProgramBuildInfo": (_int, (_pointer, _pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clGetProgramInfo": (_int, (_pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clReleaseProgram": (_int, (_pointer,)),
+    "clCreateKernel": (_pointer, (_pointer, ctypes.c_char_p, _int_pointer)),
+    "clSetKernelArg": (_int, (_pointer, _uint, _size, _pointer)),
+    "clReleaseKernel": (_int, (_pointer,)),
     "clEnqueueNDRangeKernel": (
         _int,
-        (_handle, _handle, _uint, _pointer, _pointer, _pointer, _uint, _pointer, _pointer),
+        (_pointer, _pointer, _uint, _pointer, _pointer, _pointer, _uint, _pointer, _pointer),
     ),
-    "clCreateBuffer": (_handle, (_handle, _ulong, _size, _pointer, _int_pointer)),
-    "clCreateSubBuffer": (_handle, (_handle, _ulong, _uint, _pointer, _int_pointer)),
-    "clReleaseMemObject": (_int, (_handle,)),
-    "clEnqueueWriteBuffer": (_int, (_handle, _handle, _uint, _size, _size, _pointer, _uint, _pointer, _pointer)),
-    "clEnqueueReadBuffer": (_int, (_handle, _handle, _uint, _size, _size, _pointer, _uint, _pointer, _pointer)),
-    "clEnqueueCopyBuffer": (_int, (_handle, _handle, _handle, _size, _size, _size, _uint, _pointer, _pointer)),
-    "clEnqueueMarkerWithWaitList": (_int, (_handle, _uint, _pointer, _pointer)),
+    "clCreateBuffer": (_pointer, (_pointer, _ulong, _size, _pointer, _int_pointer)),
+    "clCreateSubBuffer": (_pointer, (_pointer, _ulong, _uint, _pointer, _int_pointer)),
+    "clReleaseMemObject": (_int, (_pointer,)),
+    "clEnqueueWriteBuffer": (_int, (_pointer, _pointer, _uint, _size, _size, _pointer, _uint, _pointer, _pointer)),
+    "clEnqueueReadBuffer": (_int, (_pointer, _pointer, _uint, _size, _size, _pointer, _uint, _pointer, _pointer)),
+    "clEnqueueCopyBuffer": (_int, (_pointer, _pointer, _pointer, _size, _size, _size, _uint, _pointer, _pointer)),
+    "clEnqueueMarkerWithWaitList": (_int, (_pointer, _uint, _pointer, _pointer)),
     "clWaitForEvents": (_int, (_uint, _pointer)),
-    "clGetEventInfo": (_int, (_handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clGetEventProfilingInfo": (_int, (_handle, _uint, _size, _pointer, ctypes.POINTER(_size))),
-    "clReleaseEvent": (_int, (_handle,)),
-    "clFlush": (_int, (_handle,)),
-    "clFinish": (_int, (_handle,)),
-    "clReleaseCommandQueue": (_int, (_handle,)),
+    "clGetEventInfo": (_int, (_pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clGetEventProfilingInfo": (_int, (_pointer, _uint, _size, _pointer, ctypes.POINTER(_size))),
+    "clReleaseEvent": (_int, (_pointer,)),
+    "clFlush": (_int, (_pointer,)),
+    "clFinish": (_int, (_pointer,)),
+    "clReleaseCommandQueue": (_int, (_pointer,)),
 }
 
 
