@@ -1,19 +1,18 @@
-"""The UOp: the one immutable, hash-consed node of the IR, with its builders and Python operators."""
+"""The UOp: the one immutable, hash-consed node of the IR, and its builders (its arithmetic: UOpMath, uop_math.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 from kiln.uops.args import AxisKind, RangeArg, SpecialArg, VarArg
 from kiln.uops.dtype import ConstType, DType, PtrDType, dtypes, truncate
 from kiln.uops.node_text import nested_repr, render, stable_repr
 from kiln.uops.ops import GroupOp, Ops
 from kiln.uops.range_analysis import bounds
-
-Operand: TypeAlias = "UOp | int | float | bool"
+from kiln.uops.uop_math import UOpMath
 
 
 # Hash-consing table: content tuple -> weak reference to the one live UOp with that content. The reference's
@@ -89,7 +88,7 @@ _INDEX: Final = dtypes.index
 _KEEP: Final = object()
 
 
-class UOp:
+class UOp(UOpMath):
     """An immutable IR node: `op` applied to `src` producing a value of `dtype`, with payload `arg` and `tag`.
 
     Building the same content twice returns the same object (hash-consing), so equality is identity and a UOp is
@@ -387,7 +386,7 @@ class UOp:
         return UOp(Ops.END, dtypes.void, (self, *ranges))
 
     # ----------------------------------------------------------------------------------------------------------
-    # ALU builders
+    # ALU node, casts (the ALU builders by name and Python's operators: UOpMath)
     # ----------------------------------------------------------------------------------------------------------
 
     def alu(self, op: Ops, *others: UOp) -> UOp:
@@ -412,20 +411,6 @@ class UOp:
             out_dtype = operands[0].dtype
         return UOp(op, out_dtype, srcs)
 
-    def _operand(self, value: object) -> UOp:
-        # a Python constant joins an expression in the expression's dtype
-        if isinstance(value, UOp):
-            return value
-        if isinstance(value, float) and not dtypes.is_float(self.dtype):
-            raise TypeError(f"cannot combine the float constant {value!r} with a {self.dtype!r} UOp; cast first")
-        if isinstance(value, (int, float)):
-            return self.const_like(value)
-        raise TypeError(f"cannot combine {value!r} of type {type(value).__name__} with a UOp")
-
-    def _require_int(self, what: str) -> None:
-        if not (dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype)):
-            raise TypeError(f"{what} needs an integer or bool dtype, got {self.dtype!r}")
-
     def cast(self, dtype: DType) -> UOp:
         """This value converted to `dtype` (CAST); a cast to the same dtype returns self."""
         return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
@@ -437,174 +422,6 @@ class UOp:
                 f"bitcast needs equal sizes: {self.dtype!r} has {self.dtype.nbytes} bytes, {dtype!r} {dtype.nbytes}"
             )
         return self if dtype == self.dtype else UOp(Ops.BITCAST, dtype, (self,))
-
-    def where(self, if_true: Operand, if_false: Operand) -> UOp:
-        """`if_true` where this bool is true, else `if_false` (WHERE)."""
-        anchor = if_true if isinstance(if_true, UOp) else if_false
-        if not isinstance(anchor, UOp):
-            raise TypeError("where needs at least one UOp branch to take the dtype from")
-        return self.alu(Ops.WHERE, anchor._operand(if_true), anchor._operand(if_false))
-
-    def lt(self, other: Operand) -> UOp:
-        """self < other (CMPLT)."""
-        return self.alu(Ops.CMPLT, self._operand(other))
-
-    def ne(self, other: Operand) -> UOp:
-        """self != other (CMPNE)."""
-        return self.alu(Ops.CMPNE, self._operand(other))
-
-    def eq(self, other: Operand) -> UOp:
-        """self == other (CMPEQ)."""
-        return self.alu(Ops.CMPEQ, self._operand(other))
-
-    def logical_not(self) -> UOp:
-        """not self, for a bool UOp."""
-        return self.ne(True)
-
-    def maximum(self, other: Operand) -> UOp:
-        """max(self, other) (MAX)."""
-        return self.alu(Ops.MAX, self._operand(other))
-
-    def minimum(self, other: Operand) -> UOp:
-        """min(self, other), built as a WHERE over a comparison."""
-        other_uop = self._operand(other)
-        return self.lt(other_uop).where(self, other_uop)
-
-    def idiv(self, other: Operand) -> UOp:
-        """Integer division truncating toward zero (IDIV, C semantics)."""
-        self._require_int("idiv")
-        return self.alu(Ops.IDIV, self._operand(other))
-
-    def mod(self, other: Operand) -> UOp:
-        """Remainder with the dividend's sign (MOD, C semantics)."""
-        self._require_int("mod")
-        return self.alu(Ops.MOD, self._operand(other))
-
-    def reciprocal(self) -> UOp:
-        """1 / self (RECIPROCAL)."""
-        return self.alu(Ops.RECIPROCAL)
-
-    def exp2(self) -> UOp:
-        """2 ** self (EXP2)."""
-        return self.alu(Ops.EXP2)
-
-    def log2(self) -> UOp:
-        """log2(self) (LOG2)."""
-        return self.alu(Ops.LOG2)
-
-    def sin(self) -> UOp:
-        """sin(self) (SIN)."""
-        return self.alu(Ops.SIN)
-
-    def sqrt(self) -> UOp:
-        """sqrt(self) (SQRT)."""
-        return self.alu(Ops.SQRT)
-
-    def trunc(self) -> UOp:
-        """self rounded toward zero (TRUNC)."""
-        return self.alu(Ops.TRUNC)
-
-    # ----------------------------------------------------------------------------------------------------------
-    # Python operators (== and != stay identity: use .eq / .ne)
-    # ----------------------------------------------------------------------------------------------------------
-
-    def __add__(self, other: Operand) -> UOp:
-        return self.alu(Ops.ADD, self._operand(other))
-
-    def __radd__(self, other: Operand) -> UOp:
-        return self._operand(other).alu(Ops.ADD, self)
-
-    def __sub__(self, other: Operand) -> UOp:
-        return self.alu(Ops.SUB, self._operand(other))
-
-    def __rsub__(self, other: Operand) -> UOp:
-        return self._operand(other).alu(Ops.SUB, self)
-
-    def __mul__(self, other: Operand) -> UOp:
-        return self.alu(Ops.MUL, self._operand(other))
-
-    def __rmul__(self, other: Operand) -> UOp:
-        return self._operand(other).alu(Ops.MUL, self)
-
-    def __floordiv__(self, other: Operand) -> UOp:
-        return self.idiv(other)
-
-    def __rfloordiv__(self, other: Operand) -> UOp:
-        return self._operand(other).idiv(self)
-
-    def __mod__(self, other: Operand) -> UOp:
-        return self.mod(other)
-
-    def __rmod__(self, other: Operand) -> UOp:
-        return self._operand(other).mod(self)
-
-    def __truediv__(self, other: Operand) -> UOp:
-        if not dtypes.is_float(self.dtype):
-            raise TypeError(f"'/' builds FDIV and needs a float dtype, got {self.dtype!r}; use '//' for ints")
-        return self.alu(Ops.FDIV, self._operand(other))
-
-    def __rtruediv__(self, other: Operand) -> UOp:
-        return self._operand(other).__truediv__(self)
-
-    def __pow__(self, other: Operand) -> UOp:
-        return self.alu(Ops.POW, self._operand(other))
-
-    def __rpow__(self, other: Operand) -> UOp:
-        return self._operand(other).alu(Ops.POW, self)
-
-    def __and__(self, other: Operand) -> UOp:
-        self._require_int("'&'")
-        return self.alu(Ops.AND, self._operand(other))
-
-    def __rand__(self, other: Operand) -> UOp:
-        return self._operand(other).__and__(self)
-
-    def __or__(self, other: Operand) -> UOp:
-        self._require_int("'|'")
-        return self.alu(Ops.OR, self._operand(other))
-
-    def __ror__(self, other: Operand) -> UOp:
-        return self._operand(other).__or__(self)
-
-    def __xor__(self, other: Operand) -> UOp:
-        self._require_int("'^'")
-        return self.alu(Ops.XOR, self._operand(other))
-
-    def __rxor__(self, other: Operand) -> UOp:
-        return self._operand(other).__xor__(self)
-
-    def __lshift__(self, other: Operand) -> UOp:
-        self._require_int("'<<'")
-        return self.alu(Ops.SHL, self._operand(other))
-
-    def __rlshift__(self, other: Operand) -> UOp:
-        return self._operand(other).__lshift__(self)
-
-    def __rshift__(self, other: Operand) -> UOp:
-        self._require_int("'>>'")
-        return self.alu(Ops.SHR, self._operand(other))
-
-    def __rrshift__(self, other: Operand) -> UOp:
-        return self._operand(other).__rshift__(self)
-
-    def __neg__(self) -> UOp:
-        return self.alu(Ops.NEG)
-
-    def __invert__(self) -> UOp:
-        self._require_int("'~'")
-        return self ^ self.const_like(-1)
-
-    def __lt__(self, other: Operand) -> UOp:
-        return self.lt(other)
-
-    def __gt__(self, other: Operand) -> UOp:
-        return self._operand(other).lt(self)
-
-    def __le__(self, other: Operand) -> UOp:
-        return self._operand(other).lt(self).logical_not()
-
-    def __ge__(self, other: Operand) -> UOp:
-        return self.lt(other).logical_not()
 
 
 # the setters of UOp's field slots (member descriptors), for UOp.__new__
