@@ -14,123 +14,38 @@ together), so the interpreter *checks* what lock-step would otherwise hide:
 
 Control flow runs with a mask of running threads: IF narrows it, ENDIF restores it, a RANGE whose size differs per
 thread runs to the largest size with the finished threads masked off. Value semantics (bit-exact floats, wrapping
-integers, emulated bfloat16/fp8) are those of `kiln.codegen.numpy_semantics`.
+integers, emulated bfloat16/fp8) are those of `kiln.codegen.numpy_semantics`; the memory, the run state and the checks
+of every access are `kiln.codegen.interpreter_memory`'s.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kiln.codegen.kernel_signature import CORE_ID
-from kiln.codegen.numpy_semantics import (
-    Array,
-    alu_kernel,
-    bitcast,
-    cast,
-    compute_dtype,
-    constant_array,
-    from_storage,
-    storage_dtype,
-    to_storage,
+from kiln.codegen.interpreter_memory import (
+    DataRaceError,
+    InterpreterError,
+    LaunchGrid,
+    Loop,
+    Memory,
+    Pointer,
+    RunState,
+    read,
+    start_tracking,
+    write,
 )
+from kiln.codegen.kernel_signature import CORE_ID
+from kiln.codegen.numpy_semantics import Array, alu_kernel, bitcast, cast, compute_dtype, constant_array, storage_dtype
 from kiln.codegen.tensor_core import FragmentLayout, WmmaArg
 from kiln.uops import DType, GroupOp, MemoryScope, Ops, PtrDType, UOp, dtypes
 
-
-class InterpreterError(RuntimeError):
-    """A linear program did something undefined while it ran (out-of-bounds access, divergent barrier, ...)."""
-
-
-class DataRaceError(InterpreterError):
-    """Two threads touched one memory element without a barrier ordering them (a result would depend on timing)."""
-
+Step = Callable[[RunState], None]
+"""What a straight-line uop compiles to: it reads its sources' values from the run state and writes its own."""
 
 _SPECIAL_NAMES = ("gidx0", "gidx1", "gidx2", "lidx0", "lidx1", "lidx2", CORE_ID)
-
-
-@dataclass(frozen=True)
-class LaunchGrid:
-    """The threads of one launch: `cores` x global blocks x local threads, thread ids running fastest over lidx0."""
-
-    global_size: tuple[int, int, int]
-    local_size: tuple[int, int, int]
-    cores: int = 1
-
-    @property
-    def threads_per_block(self) -> int:
-        return math.prod(self.local_size)
-
-    @property
-    def blocks(self) -> int:
-        return self.cores * math.prod(self.global_size)
-
-    @property
-    def threads(self) -> int:
-        return self.blocks * self.threads_per_block
-
-    def special_values(self) -> dict[str, Array]:
-        """The value of every SPECIAL name for every thread."""
-        thread = np.arange(self.threads, dtype=np.int64)
-        local, block = thread % self.threads_per_block, thread // self.threads_per_block
-        grid_block = block % math.prod(self.global_size)
-        values: dict[str, Array] = {CORE_ID: block // math.prod(self.global_size)}
-        for dim in range(3):
-            values[f"lidx{dim}"] = local % self.local_size[dim]
-            local = local // self.local_size[dim]
-            values[f"gidx{dim}"] = grid_block % self.global_size[dim]
-            grid_block = grid_block // self.global_size[dim]
-        return values
-
-
-@dataclass
-class _Memory:
-    """One memory object: `data` has a row per instance (1 global, 1 per block local, 1 per thread register)."""
-
-    name: str
-    dtype: DType
-    scope: MemoryScope
-    data: Array
-    row_of_thread: Array
-    initialized: Array | None = None
-    writer: Array | None = None
-    write_epoch: Array | None = None
-    reader: Array | None = None
-    read_epoch: Array | None = None
-
-    @property
-    def size(self) -> int:
-        return int(self.data.shape[1])
-
-
-@dataclass(frozen=True)
-class _Pointer:
-    memory: _Memory
-    offset: Array  # (rows,) scalar offsets, or (rows, lanes) one address per lane
-    gate: Array | None
-
-
-@dataclass
-class _Loop:
-    range_position: int
-    iteration: int
-    stop: int
-    size: Array
-    outer_mask: Array | None
-
-
-@dataclass
-class _State:
-    grid: LaunchGrid
-    values: list[Any]
-    mask: Array | None = None
-    mask_stack: list[Array | None] = field(default_factory=list)
-    loops: list[_Loop] = field(default_factory=list)
-    epoch: int = 0
 
 
 def run_program(
@@ -172,8 +87,7 @@ class Interpreter:
         self.var_vals: dict[str, int] = {}
         self.buffers: Sequence[np.ndarray] = ()
         self.specials: dict[str, Array] | None = None
-        self.track = False
-        self.steps: list[Callable[[_State], None] | None] = [self._compile(i, u) for i, u in enumerate(self.uops)]
+        self.steps: list[Step | None] = [self._compile(i, u) for i, u in enumerate(self.uops)]
 
     def _match_blocks(self) -> dict[int, int]:
         # RANGE -> position of its END (END -> the RANGEs it closes is read at run time), IF -> its ENDIF
@@ -246,15 +160,14 @@ class Interpreter:
         """Run the program once on `buffers` (see `run_program`)."""
         var_vals = dict(var_vals or {})
         grid = self.launch_grid(var_vals, global_size, local_size)
-        state = _State(grid, [None] * len(self.uops))
+        state = RunState(grid, [None] * len(self.uops))
         self.var_vals = var_vals
         self.buffers = buffers
         self.specials = grid.special_values() if grid.threads > 1 else None
-        self.track = grid.threads > 1
         with np.errstate(all="ignore"):
             self._execute(state)
 
-    def _execute(self, state: _State) -> None:
+    def _execute(self, state: RunState) -> None:
         steps, uops, jump = self.steps, self.uops, self.jump
         pc, count = 0, len(uops)
         while pc < count:
@@ -284,25 +197,25 @@ class Interpreter:
                 self._barrier(state, pc)
                 pc += 1
 
-    def _enter_range(self, state: _State, pc: int) -> int:
+    def _enter_range(self, state: RunState, pc: int) -> int:
         size = state.values[self.sources[pc][0]]
         running = state.mask
         stop = int(size.max()) if running is None or size.shape[0] == 1 else int(size[running].max(initial=0))
         if stop <= 0:
             return self.jump[pc] + 1
-        loop = _Loop(pc, 0, stop, size, running)
+        loop = Loop(pc, 0, stop, size, running)
         state.loops.append(loop)
         self._start_iteration(state, loop)
         return pc + 1
 
-    def _start_iteration(self, state: _State, loop: _Loop) -> None:
+    def _start_iteration(self, state: RunState, loop: Loop) -> None:
         state.values[loop.range_position] = np.array([loop.iteration], dtype=loop.size.dtype)
         if loop.size.shape[0] > 1:  # per-thread trip counts: threads past their count stop running
             state.mask = _combine(loop.outer_mask, loop.iteration < loop.size)
         else:
             state.mask = loop.outer_mask
 
-    def _end_range(self, state: _State, pc: int) -> int:
+    def _end_range(self, state: RunState, pc: int) -> int:
         closes = {self.position[s] for s in self.uops[pc].src if s.op is Ops.RANGE}
         while state.loops and state.loops[-1].range_position in closes:
             loop = state.loops[-1]
@@ -314,7 +227,7 @@ class Interpreter:
             state.mask = loop.outer_mask
         return pc + 1
 
-    def _barrier(self, state: _State, pc: int) -> None:
+    def _barrier(self, state: RunState, pc: int) -> None:
         if state.mask is not None:
             per_block = state.mask.reshape(state.grid.blocks, state.grid.threads_per_block)
             if np.any(per_block.any(axis=1) & ~per_block.all(axis=1)):
@@ -323,7 +236,7 @@ class Interpreter:
 
     # ---- compilation of straight-line uops ---------------------------------------------------------------------
 
-    def _compile(self, i: int, uop: UOp) -> Callable[[_State], None] | None:
+    def _compile(self, i: int, uop: UOp) -> Step | None:
         op, sources = uop.op, self.sources[i]
         if op in (Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER):
             return None
@@ -331,7 +244,7 @@ class Interpreter:
             operand = uop.src[1].dtype if op is Ops.WHERE else uop.src[0].dtype
             kernel = alu_kernel(op, uop.dtype, operand)
 
-            def run_alu(state: _State) -> None:
+            def run_alu(state: RunState) -> None:
                 state.values[i] = kernel(tuple(state.values[s] for s in sources), state.mask)
 
             return run_alu
@@ -340,21 +253,21 @@ class Interpreter:
             raise ValueError(f"the interpreter cannot run {op!r} (uop {i}); is the program fully lowered?")
         return builder(self, i, uop, sources)
 
-    def _memory_for(self, i: int, uop: UOp, state: _State) -> _Memory:
+    def _memory_for(self, i: int, uop: UOp, state: RunState) -> Memory:
         dtype = uop.dtype
         assert isinstance(dtype, PtrDType)
         element = dtype.base.scalar()
         size = dtype.size * dtype.base.count
         grid = state.grid
         if uop.op is Ops.DEFINE_GLOBAL:
-            return self._global_memory(uop, element, size)
+            return self._global_memory(uop, element, size, state.track)
         if size < 0:
             raise ValueError(f"{uop.op!r} (uop {i}) needs a known size, got {dtype!r}")
         if uop.op is Ops.DEFINE_LOCAL:
             rows, row_of_thread = grid.blocks, np.arange(grid.threads) // grid.threads_per_block
         else:
             rows, row_of_thread = grid.threads, np.arange(grid.threads)
-        memory = _Memory(
+        memory = Memory(
             f"{uop.op.name}[{uop.arg}]",
             element,
             dtype.scope,
@@ -362,11 +275,11 @@ class Interpreter:
             row_of_thread.astype(np.int64),
         )
         memory.initialized = np.zeros((rows, size), dtype=bool)
-        if self.track and uop.op is Ops.DEFINE_LOCAL:
-            _start_tracking(memory, readers=True)
+        if state.track and uop.op is Ops.DEFINE_LOCAL:
+            start_tracking(memory, readers=True)
         return memory
 
-    def _global_memory(self, uop: UOp, element: DType, size: int) -> _Memory:
+    def _global_memory(self, uop: UOp, element: DType, size: int, track: bool) -> Memory:
         slot = uop.arg
         if not isinstance(slot, int) or not 0 <= slot < len(self.buffers):
             raise ValueError(f"DEFINE_GLOBAL slot {slot!r} has no buffer: {len(self.buffers)} buffers were given")
@@ -379,130 +292,10 @@ class Interpreter:
         flat = buffer.reshape(-1).view(storage)
         if size >= 0 and flat.shape[0] < size:
             raise ValueError(f"buffer {slot} holds {flat.shape[0]} elements, the program declares {size}")
-        memory = _Memory(f"buffer {slot}", element, MemoryScope.GLOBAL, flat.reshape(1, -1), np.zeros(1, np.int64))
-        if self.track:
-            _start_tracking(memory, readers=False)
+        memory = Memory(f"buffer {slot}", element, MemoryScope.GLOBAL, flat.reshape(1, -1), np.zeros(1, np.int64))
+        if track:
+            start_tracking(memory, readers=False)
         return memory
-
-    # ---- memory access -----------------------------------------------------------------------------------------
-
-    def access(
-        self, state: _State, pointer: _Pointer, lanes: int, gate: Array | None
-    ) -> tuple[Array, Array, Array | None, Array | None]:
-        """Rows, addresses, running lanes (None: all) and thread ids (None: untracked) of an access, all (n, lanes)."""
-        memory = pointer.memory
-        offset = pointer.offset.astype(np.int64)
-        addresses = offset if offset.ndim == 2 else offset[:, None] + np.arange(lanes, dtype=np.int64)
-        rows = memory.row_of_thread[:, None]
-        running = _all_of(pointer.gate, gate, state.mask)
-        shapes = [addresses.shape, rows.shape] + ([running.shape] if running is not None else [])
-        threads = None
-        if self.track and memory.writer is not None:
-            shapes.append((state.grid.threads, 1))
-        shape = np.broadcast_shapes(*shapes)
-        addresses, rows = np.broadcast_to(addresses, shape), np.broadcast_to(rows, shape)
-        if running is not None:
-            running = np.broadcast_to(running, shape)
-            if running.all():
-                running = None
-        if self.track and memory.writer is not None:
-            threads = np.broadcast_to(np.arange(state.grid.threads)[:, None], shape)
-        outside = (addresses < 0) | (addresses >= memory.size)
-        if running is not None:
-            outside = outside & running
-        if outside.any():
-            where = np.argwhere(outside)[0]
-            raise InterpreterError(
-                f"out-of-bounds access to {memory.name} (size {memory.size}): address {addresses[tuple(where)]} "
-                f"in thread row {where[0]}"
-            )
-        if running is not None:
-            addresses = np.where(running, addresses, 0)
-        return rows, addresses, running, threads
-
-    def contiguous(self, state: _State, pointer: _Pointer, lanes: int, gate: Array | None) -> slice | None:
-        """The elements of an ungated, unmasked, untracked access at one address (one thread in loops)."""
-        offset = pointer.offset
-        if self.track or state.mask is not None or pointer.gate is not None or gate is not None:
-            return None
-        if offset.ndim != 1 or offset.shape[0] != 1 or pointer.memory.row_of_thread.shape[0] != 1:
-            return None
-        start = int(offset[0])
-        if start < 0 or start + lanes > pointer.memory.size:
-            raise InterpreterError(
-                f"out-of-bounds access to {pointer.memory.name} (size {pointer.memory.size}): address {start}"
-            )
-        return slice(start, start + lanes)
-
-    def load(
-        self, state: _State, pointer: _Pointer, dtype: DType, alternative: Array | None, gate: Array | None
-    ) -> Array:
-        """The values a LOAD of `dtype` through `pointer` reads (gated-off lanes give `alternative`, default 0)."""
-        memory = pointer.memory
-        lanes = dtype.count
-        elements = self.contiguous(state, pointer, lanes, gate)
-        if elements is not None:
-            row = int(memory.row_of_thread[0])
-            if memory.initialized is not None and not memory.initialized[row, elements].all():
-                raise InterpreterError(f"read of never-written {memory.name} at addresses {elements.start}..")
-            values = from_storage(memory.data[row, elements].copy(), memory.dtype)  # a copy: later stores must not show
-            return values[None, :] if dtype.count > 1 else values
-        if memory.size == 0:
-            raw = np.zeros((1, lanes), storage_dtype(memory.dtype))
-            rows = addresses = np.zeros((1, lanes), np.int64)
-            running: Array | None = np.zeros((1, lanes), bool)
-            threads = None
-        else:
-            rows, addresses, running, threads = self.access(state, pointer, lanes, gate)
-            raw = memory.data[rows, addresses]
-        if memory.initialized is not None:
-            uninitialized = ~memory.initialized[rows, addresses]
-            if running is not None:
-                uninitialized &= running
-            if uninitialized.any():
-                raise InterpreterError(f"read of never-written {memory.name} at address {addresses[uninitialized][0]}")
-        if threads is not None:
-            _check_read(memory, rows, addresses, running, threads, state)
-        values = from_storage(raw, memory.dtype)
-        enabled = _all_of(pointer.gate, gate)
-        if enabled is not None:
-            fallback = alternative if alternative is not None else np.zeros(1, compute_dtype(dtype))
-            values = np.where(enabled, values, fallback if fallback.ndim == 2 else fallback[:, None])
-        return values if dtype.count > 1 else values[:, 0]
-
-    def store(self, state: _State, pointer: _Pointer, value: Array, dtype: DType, gate: Array | None) -> None:
-        """Write `value` through `pointer` for every running, gated-on lane."""
-        memory = pointer.memory
-        elements = self.contiguous(state, pointer, dtype.count, gate)
-        if elements is not None:
-            row = int(memory.row_of_thread[0])
-            memory.data[row, elements] = to_storage(value, memory.dtype).reshape(-1)
-            if memory.initialized is not None:
-                memory.initialized[row, elements] = True
-            return
-        if memory.size == 0:
-            return
-        rows, addresses, running, threads = self.access(state, pointer, dtype.count, gate)
-        raw = to_storage(value if value.ndim == 2 else value[:, None], memory.dtype)
-        raw = np.broadcast_to(raw, rows.shape)
-        if running is not None:
-            rows, addresses, raw = rows[running], addresses[running], raw[running]
-            threads = threads[running] if threads is not None else None
-        if threads is not None:
-            _check_write(memory, rows.reshape(-1), addresses.reshape(-1), raw.reshape(-1), threads.reshape(-1), state)
-        memory.data[rows, addresses] = raw
-        if memory.initialized is not None:
-            memory.initialized[rows, addresses] = True
-
-
-def _all_of(*conditions: Array | None) -> Array | None:
-    """The lanes where every given condition holds, as (rows, lanes) or (rows, 1); None when none is given."""
-    result: Array | None = None
-    for condition in conditions:
-        if condition is not None:
-            condition = condition if condition.ndim == 2 else condition[:, None]
-            result = condition if result is None else result & condition
-    return result
 
 
 def _combine(mask: Array | None, condition: Array) -> Array | None:
@@ -542,126 +335,39 @@ def _variable_value(uop: UOp, var_vals: Mapping[str, int]) -> Array:
     return np.array([value], dtype=compute_dtype(uop.dtype))
 
 
-# ---- race tracking (only when more than one thread runs) -----------------------------------------------------------
-
-
-def _start_tracking(memory: _Memory, readers: bool) -> None:
-    shape = memory.data.shape
-    memory.writer = np.full(shape, -1, np.int64)
-    memory.write_epoch = np.zeros(shape, np.int64)
-    if readers:
-        memory.reader = np.full(shape, -1, np.int64)
-        memory.read_epoch = np.zeros(shape, np.int64)
-
-
-def _unordered(state: _State, earlier: Array, earlier_epoch: Array, thread: Array) -> Array:
-    # an earlier access by another thread is ordered before this one only by a barrier of their common block
-    per_block = state.grid.threads_per_block
-    ordered = (earlier // per_block == thread // per_block) & (earlier_epoch < state.epoch)
-    return np.asarray((earlier >= 0) & (earlier != thread) & ~ordered)
-
-
-def _check_read(
-    memory: _Memory, rows: Array, addresses: Array, running: Array | None, threads: Array, state: _State
-) -> None:
-    if running is not None:
-        rows, addresses, threads = rows[running], addresses[running], threads[running]
-    rows, addresses, threads = rows.reshape(-1), addresses.reshape(-1), threads.reshape(-1)
-    assert memory.writer is not None and memory.write_epoch is not None
-    writer = memory.writer[rows, addresses]
-    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads)
-    if racing.any():
-        k = int(np.argmax(racing))
-        raise DataRaceError(
-            f"thread {threads[k]} reads {memory.name}[{addresses[k]}] written by thread {writer[k]} "
-            f"without a barrier between them"
-        )
-    if memory.reader is None or memory.read_epoch is None or threads.size == 0:
-        return
-    # remember who read each element in this barrier interval: one thread id, or -2 for several
-    previous = np.where(memory.read_epoch[rows, addresses] == state.epoch, memory.reader[rows, addresses], -1)
-    keys = rows * memory.size + addresses
-    unique, inverse = np.unique(keys, return_inverse=True)
-    low = np.full(unique.shape, np.iinfo(np.int64).max)
-    high = np.full(unique.shape, -1)
-    np.minimum.at(low, inverse, threads)
-    np.maximum.at(high, inverse, threads)
-    several = (low[inverse] != high[inverse]) | ((previous != -1) & (previous != threads))
-    memory.reader[rows, addresses] = np.where(several, -2, threads)
-    memory.read_epoch[rows, addresses] = state.epoch
-
-
-def _check_write(memory: _Memory, rows: Array, addresses: Array, raw: Array, threads: Array, state: _State) -> None:
-    assert memory.writer is not None and memory.write_epoch is not None
-    if threads.size == 0:
-        return
-    bits = raw.view(np.dtype(f"u{raw.dtype.itemsize}")) if raw.dtype != np.bool_ else raw
-    old = memory.data[rows, addresses]
-    old_bits = old.view(np.dtype(f"u{old.dtype.itemsize}")) if old.dtype != np.bool_ else old
-    changes = bits != old_bits
-    writer = memory.writer[rows, addresses]
-    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads) & changes
-    what = "writes a different value than thread {other} wrote"
-    if memory.reader is not None and memory.read_epoch is not None:
-        reader = memory.reader[rows, addresses]
-        current = memory.read_epoch[rows, addresses] == state.epoch
-        read_race = current & (reader != -1) & (reader != threads) & changes
-        if read_race.any() and not racing.any():
-            racing, writer, what = read_race, reader, "overwrites a value thread {other} (-2: several) read"
-    # two threads of this very step writing different values to one element
-    keys = rows * memory.size + addresses
-    order = np.lexsort((threads, keys))
-    same = keys[order][1:] == keys[order][:-1]
-    clash = same & (bits[order][1:] != bits[order][:-1]) & (threads[order][1:] != threads[order][:-1])
-    if clash.any() and not racing.any():
-        k = int(order[1:][np.argmax(clash)])
-        other = int(threads[order[:-1][np.argmax(clash)]])
-        racing = np.zeros_like(racing)
-        racing[k] = True
-        writer = np.full_like(writer, other)
-        what = "writes a different value than thread {other} in the same step"
-    if racing.any():
-        k = int(np.argmax(racing))
-        raise DataRaceError(
-            f"thread {threads[k]} {what.format(other=writer[k])} to {memory.name}[{addresses[k]}] without a barrier"
-        )
-    memory.writer[rows, addresses] = threads
-    memory.write_epoch[rows, addresses] = state.epoch
-
-
 # ---- builders of straight-line steps -------------------------------------------------------------------------------
 
-Builder = Callable[[Interpreter, int, UOp, tuple[int, ...]], Callable[[_State], None]]
+Builder = Callable[[Interpreter, int, UOp, tuple[int, ...]], Step]
 
 
-def _build_define(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
-    def define(state: _State) -> None:
+def _build_define(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
+    def define(state: RunState) -> None:
         if state.values[i] is None:  # allocated once even inside a loop
             state.values[i] = interpreter._memory_for(i, uop, state)
 
     return define
 
 
-def _build_constant(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_constant(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     value = constant_array(uop.dtype, uop.arg)
 
-    def constant(state: _State) -> None:
+    def constant(state: RunState) -> None:
         state.values[i] = value
 
     return constant
 
 
-def _build_variable(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
-    def variable(state: _State) -> None:
+def _build_variable(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
+    def variable(state: RunState) -> None:
         state.values[i] = _variable_value(uop, interpreter.var_vals)
 
     return variable
 
 
-def _build_special(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_special(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     dtype = compute_dtype(uop.dtype)
 
-    def special(state: _State) -> None:
+    def special(state: RunState) -> None:
         specials = interpreter.specials
         values = specials[uop.arg.name] if specials is not None else np.zeros(1, np.int64)
         state.values[i] = values.astype(dtype)
@@ -669,62 +375,62 @@ def _build_special(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[in
     return special
 
 
-def _build_index(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_index(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     if len(sources) not in (2, 3):
         raise ValueError(f"INDEX (uop {i}) needs (pointer, offset[, gate]) after lowering, got {len(sources)} sources")
 
-    def index(state: _State) -> None:
+    def index(state: RunState) -> None:
         base = state.values[sources[0]]
         gate = state.values[sources[2]] if len(sources) == 3 else None
-        if isinstance(base, _Pointer):  # an INDEX of an INDEX adds offsets
+        if isinstance(base, Pointer):  # an INDEX of an INDEX adds offsets
             offset = base.offset + state.values[sources[1]]
             gate = base.gate if gate is None else gate if base.gate is None else base.gate & gate
             base = base.memory
         else:
             offset = state.values[sources[1]]
-        state.values[i] = _Pointer(base, np.asarray(offset), gate)
+        state.values[i] = Pointer(base, np.asarray(offset), gate)
 
     return index
 
 
-def _build_load(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_load(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     # void sources (a STORE, an END, a BARRIER) only order the load after them
     sources = tuple(s for s, source in zip(sources, uop.src) if source.dtype != dtypes.void)
     if len(sources) not in (1, 3):
         raise ValueError(f"LOAD (uop {i}) takes (index) or (index, alternative, gate), got {len(sources)} sources")
 
-    def load(state: _State) -> None:
+    def load(state: RunState) -> None:
         pointer = state.values[sources[0]]
         alternative = state.values[sources[1]] if len(sources) == 3 else None
         gate = state.values[sources[2]] if len(sources) == 3 else None
-        state.values[i] = interpreter.load(state, pointer, uop.dtype, alternative, gate)
+        state.values[i] = read(state, pointer, uop.dtype, alternative, gate)
 
     return load
 
 
-def _build_store(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_store(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     if len(sources) not in (2, 3):
         raise ValueError(f"STORE (uop {i}) takes (index, value[, gate]), got {len(sources)} sources")
     dtype = uop.src[1].dtype
 
-    def store(state: _State) -> None:
+    def store(state: RunState) -> None:
         gate = state.values[sources[2]] if len(sources) == 3 else None
-        interpreter.store(state, state.values[sources[0]], state.values[sources[1]], dtype, gate)
+        write(state, state.values[sources[0]], state.values[sources[1]], dtype, gate)
 
     return store
 
 
-def _build_cast(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_cast(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     source_dtype, convert = uop.src[0].dtype, cast if uop.op is Ops.CAST else bitcast
 
-    def run(state: _State) -> None:
+    def run(state: RunState) -> None:
         state.values[i] = convert(state.values[sources[0]], source_dtype, uop.dtype)
 
     return run
 
 
-def _build_vectorize(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
-    def vectorize(state: _State) -> None:
+def _build_vectorize(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
+    def vectorize(state: RunState) -> None:
         lanes = [state.values[s] for s in sources]
         if uop.op is Ops.CAT:
             lanes = [lane if lane.ndim == 2 else lane[:, None] for lane in lanes]
@@ -736,12 +442,12 @@ def _build_vectorize(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[
     return vectorize
 
 
-def _build_gep(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_gep(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     lanes = tuple(uop.arg) if isinstance(uop.arg, tuple) else (uop.arg,)
     select: int | list[int] = lanes[0] if len(lanes) == 1 else list(lanes)
     scalar_source = uop.src[0].dtype.count == 1
 
-    def gep(state: _State) -> None:
+    def gep(state: RunState) -> None:
         value = state.values[sources[0]]
         if scalar_source:  # lane 0 of a scalar, repeated
             state.values[i] = value if isinstance(select, int) else np.stack([value] * len(lanes), axis=-1)
@@ -751,15 +457,15 @@ def _build_gep(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, .
     return gep
 
 
-def _build_after(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_after(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     # AFTER(value, *effects) is its first source, placed after the effects (the linearizer already ordered them)
-    def after(state: _State) -> None:
+    def after(state: RunState) -> None:
         state.values[i] = state.values[sources[0]]
 
     return after
 
 
-def _build_vconst(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_vconst(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     return _build_constant(interpreter, i, uop, sources)
 
 
@@ -770,7 +476,7 @@ def _fragment_positions(layout: FragmentLayout) -> tuple[Array, Array]:
     return positions[..., 0], positions[..., 1]
 
 
-def _build_wmma(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Callable[[_State], None]:
+def _build_wmma(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, ...]) -> Step:
     # the warp-level product: gather each warp's tiles from its lanes' fragments, multiply, scatter D back
     arg = uop.arg
     if not isinstance(arg, WmmaArg) or len(sources) != 3:
@@ -787,7 +493,7 @@ def _build_wmma(interpreter: Interpreter, i: int, uop: UOp, sources: tuple[int, 
         matrix[:, rows, columns] = lanes
         return matrix
 
-    def wmma(state: _State) -> None:
+    def wmma(state: RunState) -> None:
         grid = state.grid
         if grid.threads_per_block % arg.threads:
             raise InterpreterError(
