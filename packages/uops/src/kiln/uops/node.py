@@ -17,22 +17,18 @@ __all__ = ["GraphNode"]
 
 
 class GraphNode(Hashable, Protocol):
-    """A node of an immutable IR graph: `op` applied to `src`, producing `dtype`, with payload `arg` and `tag`."""
+    """A node of an immutable IR graph: `op` applied to `src`, producing `dtype`, with payload `arg` and `tag`.
+
+    The fields are read, never written, through this protocol (a UOp refuses writes at run time)."""
+
+    op: Ops
+    dtype: DType
 
     @property
-    def op(self) -> Ops: ...
+    def src(self) -> tuple[GraphNode, ...]: ...  # a property: a UOp's sources are UOps, a subtype
 
-    @property
-    def dtype(self) -> DType: ...
-
-    @property
-    def src(self) -> tuple[GraphNode, ...]: ...
-
-    @property
-    def arg(self) -> Any: ...
-
-    @property
-    def tag(self) -> Any: ...
+    arg: Any
+    tag: Any
 
     @property
     def vmin(self) -> ConstType: ...
