@@ -21,6 +21,7 @@ from kiln.uops import DType, MemoryScope
 __all__ = [
     "DataRaceError",
     "InterpreterError",
+    "LastAccess",
     "LaunchGrid",
     "Loop",
     "Memory",
@@ -74,6 +75,19 @@ class LaunchGrid:
         return values
 
 
+@dataclass(frozen=True)
+class LastAccess:
+    """Of each element of a tracked memory: the thread of its last access of one kind (-1: none yet; -2: several
+    readers) and the barrier epoch it happened in."""
+
+    thread: Array
+    epoch: Array
+
+    @classmethod
+    def none_yet(cls, shape: tuple[int, ...]) -> LastAccess:
+        return cls(np.full(shape, -1, np.int64), np.zeros(shape, np.int64))
+
+
 @dataclass
 class Memory:
     """One memory object: `data` has a row per instance (1 global, 1 per block local, 1 per thread register)."""
@@ -84,10 +98,8 @@ class Memory:
     data: Array
     row_of_thread: Array
     initialized: Array | None = None
-    writer: Array | None = None
-    write_epoch: Array | None = None
-    reader: Array | None = None
-    read_epoch: Array | None = None
+    writes: LastAccess | None = None
+    reads: LastAccess | None = None
 
     @property
     def size(self) -> int:
@@ -142,7 +154,7 @@ def access(
     running = _all_of(pointer.gate, gate, state.mask)
     shapes = [addresses.shape, rows.shape] + ([running.shape] if running is not None else [])
     threads = None
-    if state.track and memory.writer is not None:
+    if state.track and memory.writes is not None:
         shapes.append((state.grid.threads, 1))
     shape = np.broadcast_shapes(*shapes)
     addresses, rows = np.broadcast_to(addresses, shape), np.broadcast_to(rows, shape)
@@ -150,7 +162,7 @@ def access(
         running = np.broadcast_to(running, shape)
         if running.all():
             running = None
-    if state.track and memory.writer is not None:
+    if state.track and memory.writes is not None:
         threads = np.broadcast_to(np.arange(state.grid.threads)[:, None], shape)
     outside = (addresses < 0) | (addresses >= memory.size)
     if running is not None:
@@ -256,11 +268,9 @@ def _all_of(*conditions: Array | None) -> Array | None:
 
 def start_tracking(memory: Memory, readers: bool) -> None:
     shape = memory.data.shape
-    memory.writer = np.full(shape, -1, np.int64)
-    memory.write_epoch = np.zeros(shape, np.int64)
+    memory.writes = LastAccess.none_yet(shape)
     if readers:
-        memory.reader = np.full(shape, -1, np.int64)
-        memory.read_epoch = np.zeros(shape, np.int64)
+        memory.reads = LastAccess.none_yet(shape)
 
 
 def _unordered(state: RunState, earlier: Array, earlier_epoch: Array, thread: Array) -> Array:
@@ -276,19 +286,20 @@ def _check_read(
     if running is not None:
         rows, addresses, threads = rows[running], addresses[running], threads[running]
     rows, addresses, threads = rows.reshape(-1), addresses.reshape(-1), threads.reshape(-1)
-    assert memory.writer is not None and memory.write_epoch is not None
-    writer = memory.writer[rows, addresses]
-    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads)
+    writes, reads = memory.writes, memory.reads
+    assert writes is not None
+    writer = writes.thread[rows, addresses]
+    racing = _unordered(state, writer, writes.epoch[rows, addresses], threads)
     if racing.any():
         k = int(np.argmax(racing))
         raise DataRaceError(
             f"thread {threads[k]} reads {memory.name}[{addresses[k]}] written by thread {writer[k]} "
             f"without a barrier between them"
         )
-    if memory.reader is None or memory.read_epoch is None or threads.size == 0:
+    if reads is None or threads.size == 0:
         return
     # remember who read each element in this barrier interval: one thread id, or -2 for several
-    previous = np.where(memory.read_epoch[rows, addresses] == state.epoch, memory.reader[rows, addresses], -1)
+    previous = np.where(reads.epoch[rows, addresses] == state.epoch, reads.thread[rows, addresses], -1)
     keys = rows * memory.size + addresses
     unique, inverse = np.unique(keys, return_inverse=True)
     low = np.full(unique.shape, np.iinfo(np.int64).max)
@@ -296,24 +307,25 @@ def _check_read(
     np.minimum.at(low, inverse, threads)
     np.maximum.at(high, inverse, threads)
     several = (low[inverse] != high[inverse]) | ((previous != -1) & (previous != threads))
-    memory.reader[rows, addresses] = np.where(several, -2, threads)
-    memory.read_epoch[rows, addresses] = state.epoch
+    reads.thread[rows, addresses] = np.where(several, -2, threads)
+    reads.epoch[rows, addresses] = state.epoch
 
 
 def _check_write(memory: Memory, rows: Array, addresses: Array, raw: Array, threads: Array, state: RunState) -> None:
-    assert memory.writer is not None and memory.write_epoch is not None
+    writes, reads = memory.writes, memory.reads
+    assert writes is not None
     if threads.size == 0:
         return
     bits = raw.view(np.dtype(f"u{raw.dtype.itemsize}")) if raw.dtype != np.bool_ else raw
     old = memory.data[rows, addresses]
     old_bits = old.view(np.dtype(f"u{old.dtype.itemsize}")) if old.dtype != np.bool_ else old
     changes = bits != old_bits
-    writer = memory.writer[rows, addresses]
-    racing = _unordered(state, writer, memory.write_epoch[rows, addresses], threads) & changes
+    writer = writes.thread[rows, addresses]
+    racing = _unordered(state, writer, writes.epoch[rows, addresses], threads) & changes
     what = "writes a different value than thread {other} wrote"
-    if memory.reader is not None and memory.read_epoch is not None:
-        reader = memory.reader[rows, addresses]
-        current = memory.read_epoch[rows, addresses] == state.epoch
+    if reads is not None:
+        reader = reads.thread[rows, addresses]
+        current = reads.epoch[rows, addresses] == state.epoch
         read_race = current & (reader != -1) & (reader != threads) & changes
         if read_race.any() and not racing.any():
             racing, writer, what = read_race, reader, "overwrites a value thread {other} (-2: several) read"
@@ -334,5 +346,5 @@ def _check_write(memory: Memory, rows: Array, addresses: Array, raw: Array, thre
         raise DataRaceError(
             f"thread {threads[k]} {what.format(other=writer[k])} to {memory.name}[{addresses[k]}] without a barrier"
         )
-    memory.writer[rows, addresses] = threads
-    memory.write_epoch[rows, addresses] = state.epoch
+    writes.thread[rows, addresses] = threads
+    writes.epoch[rows, addresses] = state.epoch
