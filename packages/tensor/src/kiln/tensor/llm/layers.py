@@ -161,10 +161,11 @@ class PageRows:
     write: Tensor | None
     read: Tensor
     sources: Tensor | None = None
-    """Instead of `write`, for a decode step (one key per sequence): (region,) int32, the batch row + 1 whose new
-    key goes to each of the pool rows 0 .. region - 1 (0: the row keeps its value), `region` a bound size just past
-    the highest row written; one kernel rewrites those rows only (a scatter through `write` rewrites every row of
-    the pool and first searches every row among the writes)."""
+    """Instead of `write`, for a decode step (one key per sequence): (rows,) int32, the batch row + 1 whose new key
+    goes to each of the pool rows tail .. tail + rows - 1 (0: the row keeps its value). Those rows, a block per
+    sequence slot after the pool's blocks, hold each decoding sequence's newest block until it is full and copied
+    into its block's rows, so a step rewrites a block per sequence, not the pool."""
+    tail: int = 0
 
 
 @dataclass(frozen=True)
@@ -295,18 +296,19 @@ class CachedAttention(WeightModule):
         return key_cache[:, :, : where.end], value_cache[:, :, : where.end]
 
     def _store_paged(self, k: Tensor, v: Tensor, pages: PageRows) -> tuple[Tensor, Tensor]:
-        """The paged store: each new key and value to its pool row (an indexed write into the pool buffers), then
-        each sequence's rows gathered through its row map (a gather that reads only the rows it picks)."""
+        """The paged store: each new key and value to its pool row (an indexed write into the pool buffers; a
+        decode step's into its slot's tail block), then each sequence's rows gathered through its row map (a gather
+        that reads only the rows it picks)."""
         key_pool, value_pool = self.allocate_pool(pages.pool_rows)
         batch, heads, length = k.shape[0], k.shape[1], k.shape[2]
-        if pages.sources is not None:  # a decode step: one key per sequence, rows 0 .. region - 1 rewritten
+        if pages.sources is not None:  # a decode step: one key per sequence, rows tail .. tail + rows - 1 rewritten
             stores = []
             for pool, new in ((key_pool, k), (value_pool, v)):
-                region = pool[:, : pages.sources.shape[0]]
+                region = pool[:, pages.tail : pages.tail + pages.sources.shape[0]]
                 stores.append(region.assign(_scattered(pages.sources, new[:, :, 0].permute(1, 0, 2), region)))
             Tensor.realize_all(*stores)
         else:
-            assert pages.write is not None, "a pass writes through write rows or write_at"
+            assert pages.write is not None, "a pass writes through write rows or sources"
             count = length if batch == 1 else batch * length  # a prefill's symbolic length stays that variable
             key_pool[:, pages.write] = k.permute(1, 0, 2, 3).reshape(heads, count, k.shape[3])
             value_pool[:, pages.write] = v.permute(1, 0, 2, 3).reshape(heads, count, v.shape[3])

@@ -84,17 +84,14 @@ class PagedBatchedGenerator(BatchedGenerator):
 
     def paged_decode_step(self, mode: SamplingMode, width: int, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted decode step over slots 0 .. width - 1: (tokens (W, 1) int32, positions (W,) int32, end, params
-        (W, 5) float32, then per group its read map (W, max_context) and sources (pool rows,), then per group how
-        many rows the step rewrites, a bound Variable; see kiln.tensor.llm.layers.PageRows) -> each slot's next
-        token id (W,) int32 (with `logits`: each slot's logits and its id, (W, vocab + 1) float32)."""
+        (W, 5) float32, then per group its read map (W, max_context) and sources (W * block_size,); see
+        kiln.tensor.llm.layers.PageRows) -> each slot's next token id (W,) int32 (with `logits`: each slot's
+        logits and its id, (W, vocab + 1) float32)."""
         if (mode, width, logits) not in self.paged_steps:
-            groups = len(self.cache.groups)
 
-            def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor, *inputs: Tensor) -> Tensor:
-                arrays = list(inputs[: 2 * groups])
-                regions = [as_size(size, "a rewritten region") for size in inputs[2 * groups :]]
+            def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor, *arrays: Tensor) -> Tensor:
                 stop = as_size(end, "end")
-                pages = self.cache.model_pages(self.cache.decode_page_rows(arrays, regions, stop))
+                pages = self.cache.model_pages(self.cache.decode_page_rows(list(arrays), stop))
                 rows = self.model.forward_batched_decode(self.model.embed(tokens), positions, end, pages=pages)[:, 0]
                 return chosen_tokens(rows, params, mode, width, logits)
 
@@ -216,9 +213,10 @@ class PagedBatchedGenerator(BatchedGenerator):
                 self.cache.write(tables, sequence.position, [sequence.tokens[-1]])
                 for group, table in enumerate(tables):
                     rows[group][sequence.slot] = (table, sequence.position)
-            arrays, regions = self.cache.decode_pages(rows)
+            arrays = self.cache.decode_pages(rows)
             step = self.paged_decode_step(mode, width, host)
-            out = step(Tensor(tokens), Tensor(positions), end, Tensor(params), *arrays, *regions).numpy()
+            out = step(Tensor(tokens), Tensor(positions), end, Tensor(params), *arrays).numpy()
+            self.cache.decoded(rows)
         except BaseException:
             for sequence in running:
                 self.cache.forget(self.tables[sequence], sequence.position)

@@ -8,14 +8,22 @@ sequence has one `BlockTable` per group, and the same block id addresses the sam
 A pass gets, per group, a `PageRows`: the pool row of each new key (`write`) and the rows of each sequence's
 positions (`read`), both int32 Tensors built on the host from the block tables, so a new request, a new block or a
 copy compiles nothing. A copy-on-write of a shared block is one jitted step over every layer of the group (the
-block's rows gathered, then written to the new block). The sliding group's blocks wholly behind the window are
+block's rows gathered, then written to the new block).
+
+A decode step writes only its sequences' tail rows: each layer's pool has, after its blocks' rows, a tail of one
+block per sequence slot, where a decoding sequence's newest block lives (`PageRows.sources`: the step rewrites those
+few rows, where a write through a row map into the blocks' rows rewrote every row up to the highest one written).
+Its read map sends the positions the tail holds to the tail's rows. When the block is full, or its sequence ends,
+one jitted step per group copies the tail's rows into the block's rows (`_flush`, rows at offsets bound per call);
+a block is only shared once its rows are there (a block its holder still writes into is never taken by another
+prompt). The sliding group's blocks wholly behind the window are
 released after each pass; it shares no prefix (a prompt's blocks there are computed again), and its pool only needs
 the blocks its windows span.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,10 +31,10 @@ from kiln.tensor.jit import TinyJit
 from kiln.tensor.llm.kv_pool import SCRATCH_BLOCK, BlockCopy, BlockPool, BlockTable
 from kiln.tensor.llm.layers import CachedAttention, PageRows
 from kiln.tensor.llm.model import Transformer
-from kiln.tensor.symbolic import BoundVariable, Size, Variable
+from kiln.tensor.symbolic import Size, Variable, as_size
 from kiln.tensor.tensor import Tensor
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache", "default_kv_blocks"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache", "Tail", "default_kv_blocks"]
 
 DEFAULT_BLOCK_SIZE = 16
 """Rows per block when no size is given."""
@@ -41,17 +49,38 @@ def default_kv_blocks(slots: int, context: int, block_size: int = DEFAULT_BLOCK_
 
 @dataclass
 class PageGroup:
-    """The layers sharing one block pool: `window` (None: full attention) and their attention modules."""
+    """The layers sharing one block pool: `window` (None: full attention) and their attention modules; `slots`
+    sequence slots, each with a tail block after the pool's blocks."""
 
     window: int | None
     pool: BlockPool
     layers: list[CachedAttention]
+    slots: int = 0
     copy_step: TinyJit[Tensor] | None = None
+    flush_step: TinyJit[None] | None = None
+    flush_variables: tuple[Variable, Variable, Variable] | None = None
+    tails: list[Tail | None] = field(default_factory=list)
+    """Per sequence slot, the block its tail rows hold (None: none)."""
 
     @property
     def rows(self) -> int:
-        """The rows of each layer's device pool."""
+        """The rows of the blocks in each layer's device pool (the slots' tail blocks follow them)."""
         return self.pool.blocks * self.pool.block_size
+
+    @property
+    def buffer_rows(self) -> int:
+        """The rows of each layer's device pool: the blocks', then a tail block per sequence slot."""
+        return (self.pool.blocks + self.slots) * self.pool.block_size
+
+
+@dataclass
+class Tail:
+    """The block of `table` (its `index`-th) whose rows from offset `first` on live in a slot's tail rows (the rows
+    before `first` were written into the pool before the tail took the block)."""
+
+    table: BlockTable
+    index: int
+    first: int
 
 
 class PagedCache:
@@ -75,14 +104,17 @@ class PagedCache:
             window = config.sliding_window
             span = -(-(window + chunk - 1) // block_size) + 1
             self.groups.append(PageGroup(window, BlockPool(min(blocks, slots * span + 1), block_size), sliding))
-        self.block_size, self.chunk, self.context = block_size, chunk, model.max_context
-        # how many pool rows a decode step rewrites, per group: bound per step, so one capture serves every count
-        self.region_variables = [
-            Variable(f"pool_region_{index}", 1, group.rows) for index, group in enumerate(self.groups)
-        ]
-        for group in self.groups:
+        self.block_size, self.chunk, self.context, self.slots = block_size, chunk, model.max_context, slots
+        for index, group in enumerate(self.groups):
+            group.slots, group.tails = slots, [None] * slots
+            # a flush's block row, tail row and first offset: bound per call, so one capture serves every block
+            group.flush_variables = (
+                Variable(f"flush_target_{index}", 0, group.rows - block_size),
+                Variable(f"flush_source_{index}", group.rows, group.buffer_rows - block_size),
+                Variable(f"flush_first_{index}", 0, block_size - 1),
+            )
             for layer in group.layers:
-                layer.allocate_pool(group.rows)
+                layer.allocate_pool(group.buffer_rows)
 
     @property
     def shares_prefixes(self) -> bool:
@@ -153,33 +185,82 @@ class PagedCache:
             out += [Tensor(write), Tensor(read)]
         return out
 
-    def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> tuple[list[Tensor], list[BoundVariable]]:
-        """A decode step's inputs from `rows[group][s]` = (table, the position batch row s writes) (None: nobody's):
-        per group the read map (W, max_context) int32 and the sources (pool rows,) int32 (see `PageRows.sources`),
-        then per group how many rows the step rewrites (a bound Variable: one past the highest row written). A
-        row nobody writes goes to the scratch block, a position nobody holds reads it."""
-        scratch = SCRATCH_BLOCK * self.block_size
-        arrays, regions = [], []
-        for variable, group, group_rows in zip(self.region_variables, self.groups, rows, strict=True):
+    def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> list[Tensor]:
+        """A decode step's inputs from `rows[group][s]` = (table, the position slot s writes) (None: nobody's): per
+        group the read map (W, max_context) int32 and the sources (W * block_size,) int32 (see `PageRows.sources`):
+        each sequence writes its slot's tail row, and reads the positions its tail holds there. A position nobody
+        holds reads the scratch block. Call `decoded` after the step."""
+        size, scratch = self.block_size, SCRATCH_BLOCK * self.block_size
+        arrays = []
+        for group, group_rows in zip(self.groups, rows, strict=True):
             read = np.full((len(group_rows), self.context), scratch, np.int32)
-            sources = np.zeros(group.rows, np.int32)
-            for index, entry in enumerate(group_rows):
-                row = scratch
-                if entry is not None:
-                    table, position = entry
-                    row = table.row(position)
-                    mapped = table.rows(table.length)
-                    read[index, : len(mapped)] = mapped
-                sources[row] = index + 1
+            sources = np.zeros(len(group_rows) * size, np.int32)
+            for slot, entry in enumerate(group_rows):
+                if entry is None:
+                    continue
+                table, position = entry
+                index, offset = divmod(position, size)
+                tail = self._tail(group, slot, table, index, offset)
+                mapped = table.rows(table.length)
+                read[slot, : len(mapped)] = mapped
+                start, stop = index * size + tail.first, min(table.length, (index + 1) * size)
+                read[slot, start:stop] = group.rows + slot * size + np.arange(tail.first, stop - index * size)
+                sources[slot * size + offset] = slot + 1
             arrays += [Tensor(read), Tensor(sources)]
-            regions.append(variable.bind(int(np.flatnonzero(sources).max()) + 1))
-        return arrays, regions
+        return arrays
 
-    def decode_page_rows(self, arrays: list[Tensor], regions: list[Size], end: Size) -> list[PageRows]:
-        """Inside a jitted decode step: the `PageRows` of each group from its read map (cut to positions
-        0 .. end - 1) and sources (cut to the group's region), as `decode_pages` made them."""
+    def _tail(self, group: PageGroup, slot: int, table: BlockTable, index: int, offset: int) -> Tail:
+        """The slot's tail for block `index` of `table` (a new one from `offset` on, after flushing another)."""
+        tail = group.tails[slot]
+        if tail is not None and (tail.table is not table or tail.index != index):
+            self._flush(group, slot)
+            tail = None
+        if tail is None:
+            tail = group.tails[slot] = Tail(table, index, offset)
+        return tail
+
+    def decoded(self, rows: list[list[tuple[BlockTable, int] | None]]) -> None:
+        """After a decode step over `rows` (as `decode_pages`): the tails whose block the step filled go to the
+        pool."""
+        for group, group_rows in zip(self.groups, rows, strict=True):
+            for slot, entry in enumerate(group_rows):
+                if entry is not None and entry[1] % self.block_size == self.block_size - 1:
+                    self._flush(group, slot)
+
+    def _flush(self, group: PageGroup, slot: int) -> None:
+        """Copies a slot's tail rows into its block's pool rows in every layer of the group (one jitted step for
+        every block and offset), and frees the tail."""
+        tail = group.tails[slot]
+        group.tails[slot] = None
+        if tail is None or tail.table.closed or tail.index >= len(tail.table.blocks):
+            return
+        block = tail.table.blocks[tail.index]
+        if block is None:  # released behind a sliding window
+            return
+        size = self.block_size
+        if group.flush_step is None:
+
+            def flush(target: Tensor, source: Tensor, first: Tensor) -> None:
+                offset = as_size(first, "the tail's first offset")
+                to = as_size(target, "the flushed block's row") + offset
+                start = as_size(source, "the tail's row") + offset
+                count = size - offset
+                written = []
+                for layer in group.layers:
+                    for pool in layer.allocate_pool(group.buffer_rows):
+                        written.append(pool[:, to : to + count].assign(pool[:, start : start + count]))
+                Tensor.realize_all(*written)
+
+            group.flush_step = TinyJit(flush)
+        assert group.flush_variables is not None, "PagedCache sets every group's flush variables"
+        target, source, first = group.flush_variables
+        group.flush_step(target.bind(block * size), source.bind(group.rows + slot * size), first.bind(tail.first))
+
+    def decode_page_rows(self, arrays: list[Tensor], end: Size) -> list[PageRows]:
+        """Inside a jitted decode step: the `PageRows` of each group from its read map (cut to positions 0 ..
+        end - 1) and sources, as `decode_pages` made them."""
         return [
-            PageRows(group.rows, None, arrays[2 * index][:, :end], arrays[2 * index + 1][: regions[index]])
+            PageRows(group.buffer_rows, None, arrays[2 * index][:, :end], arrays[2 * index + 1], group.rows)
             for index, group in enumerate(self.groups)
         ]
 
@@ -187,7 +268,7 @@ class PagedCache:
         """Inside a jitted step: the `PageRows` of each group from its write and read Tensors (`arrays`, two per
         group), the writes cut to `write_count` and the reads to positions 0 .. end - 1."""
         return [
-            PageRows(group.rows, arrays[2 * index][:write_count], arrays[2 * index + 1][:, :end])
+            PageRows(group.buffer_rows, arrays[2 * index][:write_count], arrays[2 * index + 1][:, :end])
             for index, group in enumerate(self.groups)
         ]
 
@@ -205,7 +286,7 @@ class PagedCache:
             def copy_rows(source: Tensor, target: Tensor) -> Tensor:
                 written = []
                 for layer in group.layers:
-                    for pool in layer.allocate_pool(group.rows):
+                    for pool in layer.allocate_pool(group.buffer_rows):
                         pool[:, target] = pool[:, source]
                         written.append(pool)
                 Tensor.realize_all(*written)
@@ -218,13 +299,17 @@ class PagedCache:
         group.copy_step(Tensor(source), Tensor(target)).realize()
 
     def close(self, tables: list[BlockTable]) -> None:
-        """Gives a sequence's blocks back (cached for later prompts while the pool does not need them)."""
-        for table in tables:
+        """Gives a sequence's blocks back (cached for later prompts while the pool does not need them), its tail
+        rows copied into the pool first (a later prompt may take that block)."""
+        for group, table in zip(self.groups, tables, strict=True):
+            for slot, tail in enumerate(group.tails):
+                if tail is not None and tail.table is table:
+                    self._flush(group, slot)
             table.close()
 
     def pool_bytes(self) -> int:
-        """The bytes of every layer's device pools."""
-        pools = [layer.allocate_pool(group.rows) for group in self.groups for layer in group.layers]
+        """The bytes of every layer's device pools (their tails included)."""
+        pools = [layer.allocate_pool(group.buffer_rows) for group in self.groups for layer in group.layers]
         return sum(t.numel() * t.dtype.itemsize for pair in pools for t in pair)
 
     def held_blocks(self) -> list[int]:
