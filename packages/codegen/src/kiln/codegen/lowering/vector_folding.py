@@ -10,7 +10,7 @@ since memory access reads each lane's address as a scalar expression.
 
 from __future__ import annotations
 
-from kiln.uops import GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kiln.uops import GroupOp, NodeSlot, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
 
 
 def lane_of(value: UOp, lane: int) -> UOp:
@@ -43,11 +43,27 @@ def _fold_gep(gep: UOp, x: UOp) -> UOp | None:
     return None
 
 
+_INDEX_MATH: NodeSlot[bool] = NodeSlot(
+    "index_math", __name__, "whether a node is index math: of dtypes.index, or bool computed from index math alone"
+)
+
+
 def _is_index_math(node: UOp) -> bool:
+    # bool math is index math only when it is computed from index math (a gate's comparisons of indices); an OR of
+    # float comparisons (a relu's `x < 0 or x == 0`) is data and stays a vector op
     scalar = node.dtype.scalar()
     if scalar == dtypes.index:
         return True
-    return scalar == dtypes.bool and all(source.dtype.scalar() in (dtypes.index, dtypes.bool) for source in node.src)
+    if scalar != dtypes.bool:
+        return False
+    known = _INDEX_MATH.get(node)
+    if known is None:
+        known = all(
+            _is_index_math(source) if source.dtype.scalar() == dtypes.bool else source.dtype.scalar() == dtypes.index
+            for source in node.src
+        )
+        _INDEX_MATH.set(node, known)
+    return known
 
 
 def _fold_gep_keep_alu(gep: UOp, x: UOp) -> UOp | None:
