@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from kiln.codegen import CORE_ID, Access, KernelSignature
 from kiln.renderers.c_style import ENTRY_NAME
 from kiln.renderers.llvm_compiler import (
+    NARROW_TYPES_MARK,
     QUICK_CODEGEN_MARK,
     LLVMCompiler,
     host_has_vector_ldexp,
@@ -248,6 +249,7 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
             [
                 f"; kiln {type(self).__name__} kernel {name}",
                 *([QUICK_CODEGEN_MARK] if quick else []),
+                *([NARROW_TYPES_MARK] if uses_narrow_types(uops) else []),
                 f"define void @{ENTRY_NAME}({', '.join(parameters)}) nounwind {{",
                 "entry:",
                 *body,
@@ -257,6 +259,25 @@ class LLVMRenderer(TargetRenderer[LLVMCompiler], target=CPU):
                 "",
             ]
         )
+
+
+_NARROW_MEMORY_TYPES = frozenset({"i8", "i16"})
+
+
+def uses_narrow_types(uops: Sequence[UOp]) -> bool:
+    """Whether linear program `uops` computes in float16 or loads or stores i8 / i16 outside registers (int8, uint8,
+    int16, uint16, bool, and the narrow formats emulated in them): its source then carries NARROW_TYPES_MARK."""
+    for uop in uops:
+        dtype = uop.dtype
+        if uop.op is Ops.LOAD or uop.op is Ops.STORE:
+            pointer = uop.src[0].dtype
+            if isinstance(pointer, PtrDType) and pointer.scope is not MemoryScope.REG:
+                narrow = memory_type(pointer.base.scalar()) in _NARROW_MEMORY_TYPES
+                if narrow:
+                    return True
+        elif not isinstance(dtype, PtrDType) and dtype.scalar() == dtypes.float16:
+            return True
+    return False
 
 
 def work_per_launch(uops: Sequence[UOp]) -> int | None:
