@@ -233,7 +233,7 @@ def kernel_profile(name: str, batch: int, runs: int) -> None:
         seconds = statistics.median(timings)
         total += seconds
         program = getattr(step.runner, "program", None)
-        flops = 0 if program is None else sym_infer(program.estimates.flops, step.var_vals)
+        flops = 0 if program is None else sym_infer(program.estimates.flops, step.var_vals or {})
         # per second of process CPU time: both cores' work, so a kernel on two cores shows half its wall rate
         rate = f"{flops / max(seconds, 1e-9) / 1e9:>9.2f} GFLOP/s (cpu)" if flops else ""
         print(f"  {step.runner.name:<40}{1e3 * seconds:>9.3f} ms{rate}")

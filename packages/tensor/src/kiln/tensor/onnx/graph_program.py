@@ -17,16 +17,20 @@ import numpy as np
 import onnx
 
 from kiln.tensor.onnx.attributes import Attributes
+from kiln.tensor.onnx.host_folding import host_fold
 from kiln.tensor.onnx.materialize import materialized_if_computed, shared_product_inputs
 from kiln.tensor.onnx.model_file import initializer_array
 from kiln.tensor.onnx.node_call import NodeCall
-from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, MICROSOFT_DOMAIN, OperatorRule, rule_for
+from kiln.tensor.onnx.registry import DEFAULT_DOMAINS, MICROSOFT_DOMAIN, OPERATORS, OperatorRule, rule_for
 from kiln.tensor.onnx.types import dtype_of_element_type, element_type_name, numpy_dtype_of_element_type
 from kiln.tensor.onnx.values import OptionalValue, TensorSequence, Value
 from kiln.tensor.tensor import Tensor
 from kiln.uops.dtype import DType
 
 __all__ = ["GraphInput", "GraphProgram", "tensor_from_array"]
+
+# What a rule's handler returns: one output, or one per output (None for one left out)
+_Result = Value | np.ndarray[Any, Any] | Sequence[Value | np.ndarray[Any, Any] | None]
 
 # Folded values are kept for this many distinct sets of input shapes.
 _FOLD_SIGNATURES = 32
@@ -356,6 +360,17 @@ class GraphProgram:
             self._run_node(node, values, host, static, folds)
         return {name: values[name] for name in self.outputs}
 
+    def _host_folded(
+        self, node: CompiledNode, host: dict[str, np.ndarray[Any, Any]], static: set[str]
+    ) -> np.ndarray[Any, Any] | None:
+        """The node's one output computed with numpy (host_folding.py) when it would fold and every input is a
+        known value; None otherwise."""
+        if not self.folding or len(node.outputs) != 1 or node.rule is not OPERATORS.get(node.op_type):
+            return None
+        if not node.rule.deterministic or node.subgraphs or not all(name in static for name in node.inputs):
+            return None  # an empty name (a missing optional input) is never in static
+        return host_fold(node.op_type, [host.get(name) for name in node.inputs], node.attributes)
+
     def _run_node(
         self,
         node: CompiledNode,
@@ -374,20 +389,22 @@ class GraphProgram:
                 if array is not None:
                     host[name] = array
             return
-        call = NodeCall(
-            node.name,
-            node.op_type,
-            self.opset,
-            node.attributes,
-            [values[name] if name else None for name in node.inputs],
-            [host.get(name) if name else None for name in node.inputs],
-            len(node.outputs),
-            {name: BoundSubgraph(program, values, host) for name, program in node.subgraphs.items()},
-        )
-        try:
-            result = node.rule.handler(call)
-        except (ValueError, TypeError, IndexError, NotImplementedError, RuntimeError) as error:
-            raise _with_node(error, f"{self.where}: node {node.name} ({node.op_type})") from error
+        result: _Result | None = self._host_folded(node, host, static)
+        if result is None:
+            call = NodeCall(
+                node.name,
+                node.op_type,
+                self.opset,
+                node.attributes,
+                [values[name] if name else None for name in node.inputs],
+                [host.get(name) if name else None for name in node.inputs],
+                len(node.outputs),
+                {name: BoundSubgraph(program, values, host) for name, program in node.subgraphs.items()},
+            )
+            try:
+                result = node.rule.handler(call)
+            except (ValueError, TypeError, IndexError, NotImplementedError, RuntimeError) as error:
+                raise _with_node(error, f"{self.where}: node {node.name} ({node.op_type})") from error
         results = list(result) if isinstance(result, list | tuple) else [result]
         if len(results) < len(node.outputs):
             results += [None] * (len(node.outputs) - len(results))
