@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Any, Final
 
 from kiln.uops.node import GraphNode
@@ -17,8 +18,14 @@ from kiln.uops.ops import Ops
 __all__ = ["nested_repr", "render", "stable_repr"]
 
 
+_PLAIN_TYPES: Final = frozenset({type(None), bool, int, float, str, bytes})
+"""Types whose repr is already stable (most args and tags: a plain check first keeps UOp.key cheap)."""
+
+
 def stable_repr(value: Any) -> str:
     """repr, except that sets are sorted (their order depends on per-process string hashing); used by UOp.key."""
+    if type(value) in _PLAIN_TYPES:
+        return repr(value)
     if isinstance(value, (set, frozenset)):
         return f"{type(value).__name__}({{{', '.join(sorted(stable_repr(item) for item in value))}}})"
     if isinstance(value, tuple):
@@ -26,9 +33,14 @@ def stable_repr(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = ", ".join(f"{f.name}={stable_repr(getattr(value, f.name))}" for f in dataclasses.fields(value))
+        fields = ", ".join(f"{name}={stable_repr(getattr(value, name))}" for name in _field_names(type(value)))
         return f"{type(value).__name__}({fields})"
     return repr(value)
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(kind))
 
 
 _MAX_INDENT: Final = 64

@@ -34,6 +34,32 @@ class _SourceKind(enum.Enum):
     REPEAT = enum.auto()  # one UPat: every source matches it
 
 
+def _binary(op: Ops, doc: str | None = None) -> Callable[[UPat, PatternOperand], UPat]:
+    # a UPat method: op over the pattern and one operand
+    def method(self: UPat, other: PatternOperand) -> UPat:
+        return self.alu(op, other)
+
+    method.__doc__ = doc
+    return method
+
+
+def _reflected(op: Ops) -> Callable[[UPat, PatternOperand], UPat]:
+    # a UPat method: op over the operand and the pattern (`1 + x`, `y > x`)
+    def method(self: UPat, other: PatternOperand) -> UPat:
+        return _as_pattern(other).alu(op, self)
+
+    return method
+
+
+def _unary(op: Ops, doc: str | None = None) -> Callable[[UPat], UPat]:
+    # a UPat method: op over the pattern alone
+    def method(self: UPat) -> UPat:
+        return self.alu(op)
+
+    method.__doc__ = doc
+    return method
+
+
 class UPat:
     """A pattern over UOps.
 
@@ -141,88 +167,26 @@ class UPat:
         """A WHERE with this pattern as the condition."""
         return self.alu(Ops.WHERE, if_true, if_false)
 
-    def lt(self, other: PatternOperand) -> UPat:
-        """CMPLT(self, other)."""
-        return self.alu(Ops.CMPLT, other)
-
-    def ne(self, other: PatternOperand) -> UPat:
-        """CMPNE(self, other), either order."""
-        return self.alu(Ops.CMPNE, other)
-
-    def eq(self, other: PatternOperand) -> UPat:
-        """CMPEQ(self, other), either order."""
-        return self.alu(Ops.CMPEQ, other)
-
-    def maximum(self, other: PatternOperand) -> UPat:
-        """MAX(self, other), either order."""
-        return self.alu(Ops.MAX, other)
-
-    def idiv(self, other: PatternOperand) -> UPat:
-        """IDIV(self, other)."""
-        return self.alu(Ops.IDIV, other)
-
-    def mod(self, other: PatternOperand) -> UPat:
-        """MOD(self, other)."""
-        return self.alu(Ops.MOD, other)
-
-    def reciprocal(self) -> UPat:
-        """RECIPROCAL(self)."""
-        return self.alu(Ops.RECIPROCAL)
-
     def logical_not(self) -> UPat:
         """CMPNE(self, True), the form UOp.logical_not builds."""
         return self.ne(True)
 
-    def __add__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.ADD, other)
-
-    def __radd__(self, other: PatternOperand) -> UPat:
-        return _as_pattern(other).alu(Ops.ADD, self)
-
-    def __sub__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.SUB, other)
-
-    def __rsub__(self, other: PatternOperand) -> UPat:
-        return _as_pattern(other).alu(Ops.SUB, self)
-
-    def __mul__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.MUL, other)
-
-    def __rmul__(self, other: PatternOperand) -> UPat:
-        return _as_pattern(other).alu(Ops.MUL, self)
-
-    def __floordiv__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.IDIV, other)
-
-    def __mod__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.MOD, other)
-
-    def __truediv__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.FDIV, other)
-
-    def __and__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.AND, other)
-
-    def __or__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.OR, other)
-
-    def __xor__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.XOR, other)
-
-    def __lshift__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.SHL, other)
-
-    def __rshift__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.SHR, other)
-
-    def __neg__(self) -> UPat:
-        return self.alu(Ops.NEG)
-
-    def __lt__(self, other: PatternOperand) -> UPat:
-        return self.alu(Ops.CMPLT, other)
-
-    def __gt__(self, other: PatternOperand) -> UPat:
-        return _as_pattern(other).alu(Ops.CMPLT, self)
+    # one-op sugar (`_binary`, `_unary`, `_reflected`): `x.lt(y)` / `x < y` is CMPLT(x, y), `y > x` too
+    lt = __lt__ = _binary(Ops.CMPLT, "CMPLT(self, other).")
+    __gt__ = _reflected(Ops.CMPLT)
+    ne = _binary(Ops.CMPNE, "CMPNE(self, other), either order.")
+    eq = _binary(Ops.CMPEQ, "CMPEQ(self, other), either order.")
+    maximum = _binary(Ops.MAX, "MAX(self, other), either order.")
+    idiv = __floordiv__ = _binary(Ops.IDIV, "IDIV(self, other).")
+    mod = __mod__ = _binary(Ops.MOD, "MOD(self, other).")
+    reciprocal = _unary(Ops.RECIPROCAL, "RECIPROCAL(self).")
+    __neg__ = _unary(Ops.NEG)
+    __add__, __radd__ = _binary(Ops.ADD), _reflected(Ops.ADD)
+    __sub__, __rsub__ = _binary(Ops.SUB), _reflected(Ops.SUB)
+    __mul__, __rmul__ = _binary(Ops.MUL), _reflected(Ops.MUL)
+    __truediv__ = _binary(Ops.FDIV)
+    __and__, __or__, __xor__ = _binary(Ops.AND), _binary(Ops.OR), _binary(Ops.XOR)
+    __lshift__, __rshift__ = _binary(Ops.SHL), _binary(Ops.SHR)
 
     # ------------------------------------------------------------------------------------------------------------
     # matching
