@@ -7,7 +7,10 @@ rows of input (default 1 and 64: a decode step's matrix-vector product and a pre
 TinyJit replay like the model's jitted steps. A one-row product is memory-bound: its figure is GB/s of the weight's
 bytes, next to numpy's copy of as many bytes (`np.copyto`, counting the bytes read and written, measured in the same
 round, interleaved) and the share of that copy rate it reaches (issue 42 asks >= 80% for every format). Batched
-products print GFLOP/s and the same GB/s of weight bytes (one decode of the weight per call).
+products print GFLOP/s and the same GB/s of weight bytes (one decode of the weight per call). The CPU columns
+count process CPU time (all of kiln's threads; numpy's copy runs on one): `CPU ms` per call and `CPU share`, kiln's
+weight bytes per CPU second over the copy's bytes per CPU second, which a machine busier than its cores distorts
+less than wall time (run with CPU_SPIN=0, else kiln's polling workers count too).
 
     uv run python benchmarks/quant_bench.py [--rows 32000] [--cols 768] [--formats F16,Q8_0,Q4_K,Q6_K]
         [--tokens 1,64] [--rounds 3] [--repeats 15]
@@ -44,14 +47,16 @@ def weight_of(kind: str, values: np.ndarray) -> tuple[Weight, int]:
     return QuantizedWeight(Tensor(raw).realize(), int(ggml_type), values.shape), raw.nbytes
 
 
-def fastest_seconds(run: Callable[[], object], repeats: int) -> float:
-    """The fastest of `repeats` calls: on a shared machine another process's load only ever slows a call down."""
-    times = []
+def fastest_seconds(run: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """The fastest of `repeats` calls in wall time and in process CPU time (each minimum on its own): on a shared
+    machine another process's load only ever slows a call down."""
+    times, cpu_times = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         run()
         times.append(time.perf_counter() - started)
-    return min(times)
+        cpu_times.append(time.process_time() - cpu_started)
+    return min(times), min(cpu_times)
 
 
 def product_runner(weight: Weight, tokens: int, cols: int) -> Callable[[], object]:
@@ -74,12 +79,14 @@ def bench_format(kind: str, values: np.ndarray, tokens_list: list[int], rounds: 
         for _ in range(rounds):  # interleaved: each round's kiln and copy figures see the same load
             kiln_times.append(fastest_seconds(run, repeats))
             copy_times.append(fastest_seconds(lambda: np.copyto(target, source), repeats))
-        seconds, copy_seconds = statistics.median(kiln_times), statistics.median(copy_times)
+        seconds, copy_seconds = (statistics.median(wall for wall, _ in got) for got in (kiln_times, copy_times))
+        cpu, copy_cpu = (statistics.median(cpu for _, cpu in got) for got in (kiln_times, copy_times))
         weight_rate, copy_rate = nbytes / seconds / 1e9, 2 * nbytes / copy_seconds / 1e9
+        cpu_share = (nbytes / max(cpu, 1e-9)) / (2 * nbytes / max(copy_cpu, 1e-9))
         flops = 2 * rows * cols * tokens / seconds / 1e9
         print(
             f"| {kind:5} | {tokens:6} | {nbytes / 1e6:8.1f} | {seconds * 1e3:8.3f} | {weight_rate:7.2f} | "
-            f"{copy_rate:7.2f} | {weight_rate / copy_rate:6.0%} | {flops:8.1f} |"
+            f"{copy_rate:7.2f} | {weight_rate / copy_rate:6.0%} | {cpu * 1e3:8.3f} | {cpu_share:6.0%} | {flops:8.1f} |"
         )
 
 
@@ -98,8 +105,8 @@ def main() -> None:
     tokens_list = [int(part) for part in arguments.tokens.split(",")]
     rows, cols = arguments.rows, arguments.cols
     print(f"weight ({rows}, {cols}) times (tokens, {cols}); median of {arguments.rounds} rounds of the fastest call")
-    print("| format | tokens | MB | ms | weight GB/s | copy GB/s (r+w) | share | GFLOP/s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| format | tokens | MB | ms | weight GB/s | copy GB/s (r+w) | share | CPU ms | CPU share | GFLOP/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for kind in arguments.formats.split(","):
         bench_format(kind, values, tokens_list, arguments.rounds, arguments.repeats)
 
