@@ -72,7 +72,7 @@ class HCQCompiled(DeviceBase):
         self.copy_engine = copy_engine
         # the engine's way of running a launch in the caller's thread (software engines), looked up once
         self._run_call_inline = getattr(compute_engine, "run_call_inline", None)
-        self._run_direct_list = getattr(compute_engine, "run_direct_list", None)
+        self._run_direct_now = getattr(compute_engine, "run_direct_now", None)
         self.timeline_signal = TimelineSignal(0, name=f"{name} timeline")
         self.timeline_value = 1  # the value the next submission signals
         self._pending_profile: list[_PendingProfile] = []
@@ -301,17 +301,36 @@ class HCQCompiled(DeviceBase):
         )
 
     def launch_direct(self, function: Callable[..., None], arguments: tuple[int, ...]) -> bool:
-        """`launch_inline` of a native kernel's own entry point: `function(*arguments)` in the calling thread when
-        the compute engine can and everything submitted before is done; False, having run nothing, otherwise. Same
-        order and failure handling as `launch_inline`, without an argument block."""
+        """A native kernel's own entry point run at once: `function(*arguments)` in the calling thread when the
+        compute engine can and everything submitted before is done; False, having run nothing, otherwise. The
+        launch is done when this returns, so it takes no timeline value (a failing one takes one, failed: seen at
+        the next wait, as a queued failure is)."""
         return self.launch_direct_many(((function, arguments),))
 
     def launch_direct_many(self, calls: Sequence[tuple[Callable[..., None], tuple[int, ...]]]) -> bool:
-        """`launch_direct` of several native entry points in order, as one list (one timeline value): each
-        `function(*arguments)` of `calls` in the calling thread when the compute engine can (`run_direct_list`) and
-        everything submitted before is done; False, having run nothing, otherwise."""
-        run_direct_list = self._run_direct_list
-        return run_direct_list is not None and self._run_next(run_direct_list, calls)
+        """`launch_direct` of several native entry points in order: each `function(*arguments)` of `calls` in the
+        calling thread when the compute engine can (`run_direct_now`) and everything submitted before is done;
+        False, having run nothing, otherwise.
+
+        Synchronous and after all earlier work, the launch needs no timeline value: waiters of earlier values are
+        released already, `synchronize` has nothing more to wait for, and a buffer freed after it is past its last
+        use (the allocator compares the values submitted and completed, both unchanged). This skips the signal's
+        lock and write of a queued or inline launch (every cached small op and TinyJit replay launches here)."""
+        run_direct_now = self._run_direct_now
+        if run_direct_now is None:
+            return False
+        timeline = self.timeline_signal
+        with self._submit_lock:
+            value = self.timeline_value
+            if timeline._memory[0] < value - 1:  # (`timeline.value`) earlier work is still under way
+                return False
+            outcome = run_direct_now(calls)
+            if outcome is True or outcome is False:
+                return outcome
+            # a call failed (the engine keeps the error): a timeline value fails with it, as a queued launch's would
+            self.timeline_value = value + 1
+            timeline.fail(outcome)
+            return True
 
     def _run_next(self, run: Callable[..., bool], *arguments: object) -> bool:
         """`run(*arguments, timeline, value)` (an engine's inline run) with the next timeline value when everything

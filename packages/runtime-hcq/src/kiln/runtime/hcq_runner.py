@@ -100,6 +100,40 @@ class HCQProgramRunner(ProgramRunner):
             addresses.append(address)
         return self.device.launch_direct_many(((entry, tuple(addresses)),))
 
+    def direct_launcher(self, slots: Sequence[int | Buffer]) -> Callable[[Buffer, Buffer], bool] | None:
+        """`launch_direct` made once for a launch that repeats with two buffers changing: a function of
+        (first, second) that runs the kernel on the buffers `slots` names (in slot order: 0 the first, 1 the second,
+        a Buffer itself for a fixed one), or None when the kernel is not one a direct launch runs (`direct_call`).
+        The function returns False, having run nothing, where `launch_direct` would (PROFILE, a misaligned buffer, a
+        busy device). The caller vouches for the buffers as for `launch_direct` (the eager lane, per key)."""
+        function = self.direct_call()
+        if function is None:
+            return None
+        mask, launch_many = self._alignment_mask, self.device.launch_direct_many
+        layout = tuple(slots)
+        if layout == (0, 1) or layout == (1, 0):  # (the usual op: its output and one operand)
+            swapped = layout == (1, 0)
+
+            def launch_two(first: Buffer, second: Buffer) -> bool:
+                one, two = first._opaque.address, second._opaque.address
+                if (one | two) & mask or profiling_enabled():
+                    return False
+                return launch_many(((function, (two, one) if swapped else (one, two)),))
+
+            return launch_two
+
+        def launch(first: Buffer, second: Buffer) -> bool:
+            addresses = []
+            for slot in layout:
+                buffer = slot if isinstance(slot, Buffer) else first if slot == 0 else second
+                address: int = buffer._opaque.address
+                if address & mask:
+                    return False
+                addresses.append(address)
+            return not profiling_enabled() and launch_many(((function, tuple(addresses)),))
+
+        return launch
+
     def direct_call(self) -> Callable[..., None] | None:
         """What a direct launch calls with the buffer addresses (in slot order) alone: the entry point of a one-core
         native kernel (`NativeKernel.direct_entry`) of an inline launch without variables, else None. The caller

@@ -219,6 +219,26 @@ class ThreadQueueEngine:
                 raise
         return True
 
+    def run_direct_now(self, calls: Sequence[tuple[Callable[..., None], tuple[object, ...]]]) -> bool | Exception:
+        """`run_direct_list` without a signal, for a launch the caller makes synchronous (`HCQCompiled.launch_direct`:
+        done when this returns, after everything submitted before, so it needs no timeline value): each
+        `function(*arguments)` of `calls` in the calling thread, in order, when the engine is idle and has not
+        failed. Returns True when they ran, False (having run nothing) otherwise, or the error of a failing call
+        (kept in `error` as a queued failure is; the rest of the list is skipped: the caller fails a timeline value
+        with it). An interrupt of the calling thread abandons the rest and goes on to the caller."""
+        if self._closed or self.error is not None or self._outstanding:
+            return False
+        with self._run_lock:
+            if self._outstanding:
+                return False
+            try:
+                for function, arguments in calls:
+                    function(*arguments)
+            except Exception as error:
+                self.error = error
+                return error
+        return True
+
     def _claim_idle(self) -> bool:
         """Claims the idle engine for an inline list (counted as outstanding); False if anything is outstanding."""
         with self._state_lock:

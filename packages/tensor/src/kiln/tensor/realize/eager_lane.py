@@ -30,7 +30,7 @@ realized (it holds its output Buffer). Anything the lane does not cover takes th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -77,7 +77,7 @@ class LaneEntry:
         "engine",
         "fixed",
         "flops",
-        "launch_direct",
+        "launcher",
         "layout",
         "like_source",
         "mem_bytes",
@@ -104,8 +104,14 @@ class LaneEntry:
         reshape: UOp | None,
     ) -> None:
         self.engine, self.runner, self.pattern, self.fixed = engine, runner, pattern, fixed
-        # an HCQ runner's `launch_direct` (the kernel called at once, in this thread), or None
-        self.launch_direct: Callable[[Sequence[Buffer]], bool] | None = getattr(runner, "launch_direct", None)
+        # an HCQ runner's direct launcher of (output, operand) (the kernel called at once, in this thread), or None
+        self.launcher: Callable[[Buffer, Buffer], bool] | None = None
+        direct_launcher = getattr(runner, "direct_launcher", None)
+        slots: list[int | Buffer] = []
+        for kind, buffer in zip(pattern, fixed):
+            slots.append(0 if kind == OUTPUT else 1 if kind == SOURCE else buffer if buffer is not None else -1)
+        if direct_launcher is not None and -1 not in slots:
+            self.launcher = direct_launcher(slots)
         self.flops, self.mem_bytes = costs
         self.op, self.dtype, self.arg, self.tag = node.op, node.dtype, node.arg, node.tag
         self.position, self.constant = position, node.src[1 - position]
@@ -292,13 +298,13 @@ def run(value: LaneValue) -> bool:
             output = Buffer.allocated_like(buffer)
         else:
             output = Buffer(*entry.output).allocate()
-        buffers: list[Buffer] = [
-            output if kind == OUTPUT else buffer if kind == SOURCE else fixed  # type: ignore[misc]
-            for kind, fixed in zip(entry.pattern, entry.fixed)
-        ]
         begin = time.perf_counter_ns()
-        launch_direct = entry.launch_direct
-        if launch_direct is None or not launch_direct(buffers):
+        launcher = entry.launcher
+        if launcher is None or not launcher(output, buffer):
+            buffers: list[Buffer] = [
+                output if kind == OUTPUT else buffer if kind == SOURCE else fixed  # type: ignore[misc]
+                for kind, fixed in zip(entry.pattern, entry.fixed)
+            ]
             entry.runner(buffers, None)
         GlobalCounters.time_ns += time.perf_counter_ns() - begin
         GlobalCounters.kernel_count += 1
