@@ -153,18 +153,20 @@ class Rotary:
 @dataclass(frozen=True)
 class PageRows:
     """Where a pass's keys and values go in a paged KV pool of `pool_rows` rows (kiln.tensor.llm.paged_cache), and
-    which rows it reads: `write` (B * T,) int32, the pool row of each new key in the pass's (sequence, token)
-    order; `read` (B, end) int32, the pool row of each sequence's positions 0 .. end - 1 (a position it does not
-    hold reads a row that its mask hides)."""
+    which rows it reads: `read` (B, end) int32, the pool row of each sequence's positions 0 .. end - 1 (a position
+    it does not hold reads a row that its mask hides). A pass writes either `pieces` or `sources`."""
 
     pool_rows: int
-    write: Tensor | None
     read: Tensor
+    pieces: tuple[tuple[Size, Size, Size], ...] = ()
+    """A prefill's writes (one sequence): (pool row, first key, count) per run of its keys into consecutive pool
+    rows (a block's), each a slice store of `count` rows (sizes bound per call; a run the chunk does not need writes
+    one row into the scratch block)."""
     sources: Tensor | None = None
-    """Instead of `write`, for a decode step (one key per sequence): (rows,) int32, the batch row + 1 whose new key
-    goes to each of the pool rows tail .. tail + rows - 1 (0: the row keeps its value). Those rows, a block per
-    sequence slot after the pool's blocks, hold each decoding sequence's newest block until it is full and copied
-    into its block's rows, so a step rewrites a block per sequence, not the pool."""
+    """A decode step's (one key per sequence): (rows,) int32, the batch row + 1 whose new key goes to each of the
+    pool rows tail .. tail + rows - 1 (0: the row keeps its value). Those rows, a block per sequence slot after the
+    pool's blocks, hold each decoding sequence's newest block until it is full and copied into its block's rows, so a
+    step rewrites a block per sequence, not the pool."""
     tail: int = 0
 
 
@@ -300,19 +302,21 @@ class CachedAttention(WeightModule):
         decode step's into its slot's tail block), then each sequence's rows gathered through its row map (a gather
         that reads only the rows it picks)."""
         key_pool, value_pool = self.allocate_pool(pages.pool_rows)
-        batch, heads, length = k.shape[0], k.shape[1], k.shape[2]
+        length = k.shape[2]
         if pages.sources is not None:  # a decode step: one key per sequence, rows tail .. tail + rows - 1 rewritten
             stores = []
             for pool, new in ((key_pool, k), (value_pool, v)):
                 region = pool[:, pages.tail : pages.tail + pages.sources.shape[0]]
                 stores.append(region.assign(_scattered(pages.sources, new[:, :, 0].permute(1, 0, 2), region)))
             Tensor.realize_all(*stores)
-        else:
-            assert pages.write is not None, "a pass writes through write rows or sources"
-            count = length if batch == 1 else batch * length  # a prefill's symbolic length stays that variable
-            key_pool[:, pages.write] = k.permute(1, 0, 2, 3).reshape(heads, count, k.shape[3])
-            value_pool[:, pages.write] = v.permute(1, 0, 2, 3).reshape(heads, count, v.shape[3])
-            Tensor.realize_all(key_pool, value_pool)
+        else:  # a prefill chunk: its runs of keys into consecutive pool rows, a slice store each
+            span = max(max_int(first) + max_int(count) for _, first, count in pages.pieces)
+            stores = []
+            for pool, new in ((key_pool, k), (value_pool, v)):
+                rows = new[0].pad((0, 0, 0, span - length))  # (heads, span, width): every run's keys in range
+                for row, first, count in pages.pieces:
+                    stores.append(pool[:, row : row + count].assign(rows[:, first : first + count]))
+            Tensor.realize_all(*stores)
         return key_pool[:, pages.read].permute(1, 0, 2, 3), value_pool[:, pages.read].permute(1, 0, 2, 3)
 
 

@@ -66,13 +66,17 @@ class PagedBatchedGenerator(BatchedGenerator):
     # -- the jitted steps ------------------------------------------------------------------------------------------
     def paged_prefill_step(self, mode: SamplingMode, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted prefill of one sequence's chunk: (tokens (1, chunk) int32 zero-padded, position, length, params
-        (4,) float32, then per group its write rows (chunk,) and read map (1, max_context)) -> the token id (1,)
-        int32 sampled after the chunk's last token (with `logits`: the last position's logits and the id)."""
+        (4,) float32, then per group its read map (1, max_context), then per group its pieces' bound sizes: see
+        kiln.tensor.llm.layers.PageRows) -> the token id (1,) int32 sampled after the chunk's last token (with
+        `logits`: the last position's logits and the id)."""
         if (mode, logits) not in self.paged_prefills:
 
-            def prefill(tokens: Tensor, start_pos: Tensor, length: Tensor, params: Tensor, *arrays: Tensor) -> Tensor:
+            def prefill(tokens: Tensor, start_pos: Tensor, length: Tensor, params: Tensor, *inputs: Tensor) -> Tensor:
                 count = as_size(length, "the prefill length")
-                pages = self.cache.page_rows(list(arrays), count, as_size(start_pos, "the chunk start") + count)
+                groups = len(self.cache.groups)
+                reads = list(inputs[:groups])
+                sizes = [as_size(size, "a written piece's size") for size in inputs[groups:]]
+                pages = self.cache.page_rows(reads, sizes, as_size(start_pos, "the chunk start") + count)
                 embedded = self.model.embed(tokens[:, :count])
                 rows = self.cache.model_pages(pages)
                 row = self.model.forward_embedded(embedded, start_pos, last_only=True, pages=rows)
@@ -178,10 +182,10 @@ class PagedBatchedGenerator(BatchedGenerator):
             tokens = np.zeros((1, self.chunk), np.int32)
             tokens[0, : len(chunk)] = chunk
             self.cache.write(tables, begin, prompt[begin:end])
-            arrays = self.cache.prefill_pages(tables, start, len(chunk), begin)
+            reads, sizes = self.cache.prefill_pages(tables, start, len(chunk), begin)
             out = self.paged_prefill_step(sequence.mode, host)(
                 Tensor(tokens), self.chunk_start_variable.bind(start), self.length_variable.bind(len(chunk)), params,
-                *arrays,
+                *reads, *sizes,
             )  # fmt: skip
             values = out.numpy().reshape(-1)
             token = int(values[-1])

@@ -31,7 +31,7 @@ from kiln.tensor.jit import TinyJit
 from kiln.tensor.llm.kv_pool import SCRATCH_BLOCK, BlockCopy, BlockPool, BlockTable
 from kiln.tensor.llm.layers import CachedAttention, PageRows
 from kiln.tensor.llm.model import Transformer
-from kiln.tensor.symbolic import Size, Variable, as_size
+from kiln.tensor.symbolic import BoundVariable, Size, Variable, as_size
 from kiln.tensor.tensor import Tensor
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "PageGroup", "PagedCache", "Tail", "default_kv_blocks"]
@@ -59,6 +59,7 @@ class PageGroup:
     copy_step: TinyJit[Tensor] | None = None
     flush_step: TinyJit[None] | None = None
     flush_variables: tuple[Variable, Variable, Variable] | None = None
+    piece_variables: list[tuple[Variable, Variable, Variable]] = field(default_factory=list)
     tails: list[Tail | None] = field(default_factory=list)
     """Per sequence slot, the block its tail rows hold (None: none)."""
 
@@ -113,6 +114,15 @@ class PagedCache:
                 Variable(f"flush_source_{index}", group.rows, group.buffer_rows - block_size),
                 Variable(f"flush_first_{index}", 0, block_size - 1),
             )
+            # a prefill chunk's runs of positions inside one block: (pool row, first key, count), bound per call
+            group.piece_variables = [
+                (
+                    Variable(f"piece_row_{index}_{piece}", 0, group.rows - 1),
+                    Variable(f"piece_first_{index}_{piece}", 0, self.chunk - 1),
+                    Variable(f"piece_count_{index}_{piece}", 1, block_size),
+                )
+                for piece in range(-(-self.chunk // block_size) + 1)
+            ]
             for layer in group.layers:
                 layer.allocate_pool(group.buffer_rows)
 
@@ -169,21 +179,30 @@ class PagedCache:
         for table in tables:
             table.pool.forget(table, start)
 
-    def prefill_pages(self, tables: list[BlockTable], start: int, count: int, fresh: int) -> list[Tensor]:
-        """The write and read Tensors of a sequence's prefill chunk over positions start .. start + count - 1, two per
-        group: the write rows (chunk,) int32 and the read map (1, max_context) int32. The positions before `fresh`
-        (a chunk moved back from the context's end computes rows the sequence holds already, maybe shared with
-        others since) write the scratch block, and so do the chunk's padded rows; a position nobody holds reads it."""
-        scratch = SCRATCH_BLOCK * self.block_size
-        out = []
-        for table in tables:
-            write = np.full(self.chunk, scratch, np.int32)
-            write[:count] = [table.row(at) if at >= fresh else scratch for at in range(start, start + count)]
+    def prefill_pages(
+        self, tables: list[BlockTable], start: int, count: int, fresh: int
+    ) -> tuple[list[Tensor], list[BoundVariable]]:
+        """The inputs of a sequence's prefill chunk over positions start .. start + count - 1: per group the read map
+        (1, max_context) int32 (a position nobody holds reads the scratch block), then per group its pieces' bound
+        sizes (see `PageRows.pieces`): the chunk's positions from `fresh` on, cut at block ends (a chunk moved back
+        from the context's end computes rows the sequence holds already, maybe shared with others since: those are
+        not written), and a piece it does not need writes its first key into the scratch block."""
+        size, scratch = self.block_size, SCRATCH_BLOCK * self.block_size
+        reads, sizes = [], []
+        for group, table in zip(self.groups, tables, strict=True):
             read = np.full((1, self.context), scratch, np.int32)
             mapped = table.rows(table.length)
             read[0, : len(mapped)] = mapped
-            out += [Tensor(write), Tensor(read)]
-        return out
+            reads.append(Tensor(read))
+            runs, at = [], max(start, fresh)
+            while at < start + count:
+                stop = min(start + count, (at // size + 1) * size)
+                runs.append((table.row(at), at - start, stop - at))
+                at = stop
+            runs += [(scratch, 0, 1)] * (len(group.piece_variables) - len(runs))
+            for variables, values in zip(group.piece_variables, runs, strict=True):
+                sizes += [variable.bind(value) for variable, value in zip(variables, values, strict=True)]
+        return reads, sizes
 
     def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> list[Tensor]:
         """A decode step's inputs from `rows[group][s]` = (table, the position slot s writes) (None: nobody's): per
@@ -260,17 +279,21 @@ class PagedCache:
         """Inside a jitted decode step: the `PageRows` of each group from its read map (cut to positions 0 ..
         end - 1) and sources, as `decode_pages` made them."""
         return [
-            PageRows(group.buffer_rows, None, arrays[2 * index][:, :end], arrays[2 * index + 1], group.rows)
+            PageRows(group.buffer_rows, arrays[2 * index][:, :end], sources=arrays[2 * index + 1], tail=group.rows)
             for index, group in enumerate(self.groups)
         ]
 
-    def page_rows(self, arrays: list[Tensor], write_count: Size, end: Size) -> list[PageRows]:
-        """Inside a jitted step: the `PageRows` of each group from its write and read Tensors (`arrays`, two per
-        group), the writes cut to `write_count` and the reads to positions 0 .. end - 1."""
-        return [
-            PageRows(group.buffer_rows, arrays[2 * index][:write_count], arrays[2 * index + 1][:, :end])
-            for index, group in enumerate(self.groups)
-        ]
+    def page_rows(self, reads: list[Tensor], sizes: list[Size], end: Size) -> list[PageRows]:
+        """Inside a jitted prefill: the `PageRows` of each group from its read map (cut to positions 0 .. end - 1)
+        and its pieces' sizes, as `prefill_pages` made them."""
+        out, at = [], 0
+        for group, read in zip(self.groups, reads, strict=True):
+            count = len(group.piece_variables)
+            flat = sizes[at : at + 3 * count]
+            at += 3 * count
+            pieces = tuple((flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i in range(count))
+            out.append(PageRows(group.buffer_rows, read[:, :end], pieces=pieces))
+        return out
 
     def model_pages(self, rows: list[PageRows]) -> tuple[PageRows, PageRows | None]:
         """The (full-attention, sliding) rows a model pass takes (a model of sliding layers only: both the same)."""
