@@ -10,17 +10,19 @@ bottom, ...) which may be asymmetric; negative amounts crop. `lp_pool` is PyTorc
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Self
 
 from kiln.tensor.core import TensorCore, TensorT
+from kiln.tensor.gradient import set_gradient_shortcut
 from kiln.tensor.ops._checks import check_int
 from kiln.tensor.ops.creation import iota
 from kiln.tensor.ops.dimensioned import dimensioned
 from kiln.tensor.ops.linalg import accumulated_sum
 from kiln.tensor.ops.padding import spatial_padding
 from kiln.tensor.ops.windows import int_tuple, sliding_windows
-from kiln.uops import DType, dtypes
+from kiln.uops import DType, UOp, dtypes
 
 __all__ = ["PoolingMixin"]
 
@@ -98,6 +100,60 @@ def _lowest(dtype: DType) -> float | int | bool:
     return -math.inf if dtypes.is_float(dtype) else dtypes.min(dtype)
 
 
+def _tap(padded: TensorT, geometry: _Geometry, offsets: tuple[int, ...]) -> TensorT:
+    """The tap at `offsets` (one per spatial dim) of every window of the padded input: shape (*leading, *out),
+    element [..., o] = padded[..., o * stride + offsets]."""
+    spatial = geometry.spatial
+    leading = padded.ndim - spatial
+    bounds = [(0, extent) for extent in padded.shape[:leading]]
+    for offset, count, step in zip(offsets, geometry.out, geometry.stride):
+        bounds.append((offset, offset + (count - 1) * step + 1))
+    strided = sliding_windows(padded.shrink(bounds), (1,) * spatial, geometry.stride, (1,) * spatial)
+    return strided.reshape(strided.shape[: leading + spatial])
+
+
+def _routed_max(padded: TensorT, geometry: _Geometry) -> TensorT:
+    """Max pooling in training over windows that tile the input (kernel == stride, no dilation): each window's first
+    largest tap (NaN counting as the largest, like PyTorch) is picked by comparing its taps one after another
+    elementwise (a chain of WHEREs); the gradient shortcut sends each window's whole gradient to that tap, computed
+    over the input in window layout (*leading, out, kernel, ...) where each element compares its own tap number with
+    its window's choice (the same comparisons, made again in the backward kernel: nothing is stored for them).
+    Forward and backward are then one elementwise kernel each, where an argmax over the window dims took three
+    reduce kernels (the window's largest value, its first position and the picked value) besides the routing kernel
+    (the small CNN of benchmarks/train_bench.py: 35 -> 30 kernels a step, its poolings' ~1.8 ms of reduce kernels
+    -> ~0.7 ms of elementwise ones, kernel times, loaded 2-core box)."""
+    taps = [_tap(padded, geometry, offsets) for offsets in itertools.product(*(range(k) for k in geometry.kernel))]
+    result, choice = taps[0], taps[0]._const(0, taps[0].shape, dtypes.int32, padded.device)
+    for position, tap in enumerate(taps[1:], 1):
+        # not (tap <= result): strictly larger, or a NaN tap (the first of equal taps stays); nothing replaces a NaN
+        better = (tap <= result).logical_not() & result.isnan().logical_not()
+        result = better.where(tap, result)
+        choice = better.where(position, choice)
+    spatial, wrap = geometry.spatial, type(padded)._from_uop
+    leading = padded.shape[: padded.ndim - spatial]
+    # (*leading, out_1, 1, out_2, 1, ...): each window's values beside its taps' dims
+    beside = (*leading, *itertools.chain.from_iterable((count, 1) for count in geometry.out))
+    numbers = iota(type(padded), len(taps), padded.device)._cast(dtypes.int32).reshape(*geometry.kernel)
+    numbers = numbers.reshape(*itertools.chain.from_iterable((1, taps) for taps in geometry.kernel))
+    covered = [count * taps for count, taps in zip(geometry.out, geometry.kernel)]
+
+    # the rule keeps graph nodes, not tensors (a tensor kept alive is a value the scheduler would store)
+    choice_node, numbers_node = choice.uop, numbers.uop
+
+    def rule(node: UOp, upstream: UOp, wanted: tuple[bool, ...]) -> tuple[UOp | None, ...]:
+        picked = wrap(choice_node).reshape(*beside) == wrap(numbers_node)
+        routed = picked.where(wrap(upstream).reshape(*beside), 0)
+        grid = routed.reshape(*leading, *covered)
+        rest = [(0, 0)] * len(leading) + [(0, size - part) for size, part in zip(padded.shape[len(leading) :], covered)]
+        return (grid.pad(rest).uop,)
+
+    if len(taps) == 1:
+        return result
+    set_gradient_shortcut(result.uop, (padded.uop,), rule)
+    # a buffer: the next layer (a convolution) reads each value many times, and would otherwise fuse the comparisons
+    return result
+
+
 def _max_pool_nd(
     x: TensorT,
     spatial: int,
@@ -122,7 +178,10 @@ def _max_pool_nd(
         # each computing the first convolution at ~5 GFLOP/s)
         x = x.contiguous()
     pairs = geometry.pairs(x.ndim)
-    windows = geometry.windows(x.pad(pairs, value=_lowest(x.dtype)))
+    padded = x.pad(pairs, value=_lowest(x.dtype))
+    if routed and not indices and geometry.kernel == geometry.stride and set(geometry.dilation) == {1}:
+        return _routed_max(padded, geometry)
+    windows = geometry.windows(padded)
     axes = geometry.window_axes(x.ndim)
     if not indices and not routed:
         return windows.amax(axes)
@@ -185,6 +244,22 @@ def _avg_pool(
         counted = ones.pad(spatial_pairs)
     counts = accumulated_sum(geometry.windows(counted), tuple(range(geometry.spatial, 2 * geometry.spatial)))
     return totals / counts.reshape(counts.shape[: geometry.spatial])
+
+
+def _avg_pool_nd(
+    x: TensorT,
+    spatial: int,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    dilation: Size = 1,
+) -> TensorT:
+    return _avg_pool(
+        x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, f"avg_pool{spatial}d", dilation
+    )
 
 
 def _lp_pool_nd(
@@ -292,29 +367,20 @@ class PoolingMixin(TensorCore):
             >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d(2).tolist()
             [[[[2.5]]]]
         """
-        return _avg_pool(
-            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool2d", dilation
+        return _avg_pool_nd(
+            self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, dilation
         )
 
-    def avg_pool3d(
-        self,
-        kernel_size: Size,
-        stride: Size | None = None,
-        padding: Size = 0,
-        ceil_mode: bool = False,
-        count_include_pad: bool = True,
-        divisor_override: int | None = None,
-        dilation: Size = 1,
-    ) -> Self:
+    avg_pool3d = dimensioned(
+        _avg_pool_nd,
+        3,
         """Average pooling over the last three dims; see `avg_pool2d`.
 
         Example:
             >>> Tensor.arange(8.0).reshape(1, 1, 2, 2, 2).avg_pool3d(2).item()
             3.5
-        """
-        return _avg_pool(
-            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, "avg_pool3d", dilation
-        )
+        """,
+    )
 
     lp_pool1d = dimensioned(
         _lp_pool_nd,
