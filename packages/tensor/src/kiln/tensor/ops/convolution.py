@@ -141,16 +141,51 @@ def _convolve(
     summed_axes = tuple(range(3 + spatial, len(full)))
     product = graph.reduce_axis(graph.binary_alu(Ops.MUL, inputs, filters), Ops.ADD, summed_axes)
     result = windows._result(graph.reshape(graph.cast(product, dtype), (batch, out_channels, *out)), weight)
-    _attach_gradient_shortcut(result, x, weight, stride, padding, dilation, groups, name)
+    _attach_gradient_shortcut(result, x, weight, windows, stride, padding, dilation, groups, name)
     if bias is not None:
         result = result + bias._cast(dtype).reshape(1, out_channels, *((1,) * spatial))
     return result
+
+
+WEIGHT_GRADIENT_SPLIT_CHANNELS = 32
+"""Weights with fewer (out_channels x in_channels / groups) pairs than this have their gradient summed in batch parts
+(`_split_weight_gradient`): the weight gradient's register tile (4 x 4 channels, or 8 of one) leaves them less than
+two iterations of channel loops for the CPU threads."""
+WEIGHT_GRADIENT_PARTS = 2
+"""How many batch parts `_split_weight_gradient` sums separately."""
+
+
+def _split_weight_gradient(upstream: TensorT, windows: TensorT, weight: TensorT, groups: int) -> TensorT | None:
+    """The weight gradient of a convolution with a small weight, summed over WEIGHT_GRADIENT_PARTS parts of the batch
+    in one kernel (an outer output loop the CPU threads split) and the parts then added (a tiny second kernel); None
+    for WEIGHT_GRADIENT_SPLIT_CHANNELS channel pairs or more, or a batch that does not split evenly.
+
+    The plain weight gradient reduces over the whole batch and image into the few weight elements: its output loops
+    are the kernel taps and channels the register tile left, often of odd sizes (3 x 3) that no thread count
+    divides, so it ran on one core (the small CNN's first convolution, (8, 1, 3, 3) over (128, 26, 26): 1.4 ms, the
+    step's longest kernel, loaded 2-core box)."""
+    batch = windows.shape[0]
+    parts = WEIGHT_GRADIENT_PARTS
+    out_channels, group_channels, *kernel = weight.shape
+    if out_channels * group_channels >= WEIGHT_GRADIENT_SPLIT_CHANNELS or batch % parts or batch < 2 * parts:
+        return None
+    out = windows.shape[2 : 2 + len(kernel)]
+    ones = (1,) * len(kernel)
+    # (parts, batch / parts, groups, 1, group_channels, *out, *kernel) x (.., groups, out / groups, 1, *out, *ones)
+    inputs = windows.reshape(parts, batch // parts, groups, 1, group_channels, *out, *kernel)
+    grads = upstream.reshape(parts, batch // parts, groups, out_channels // groups, 1, *out, *ones)
+    summed = (1, *range(5, 5 + len(kernel)))
+    compute = accumulate_dtype(weight.dtype)
+    # (parts, groups, out / groups, group_channels, *kernel)
+    partial = (grads._cast(compute) * inputs._cast(compute)).sum(summed)
+    return partial.sum(0).reshape(out_channels, group_channels, *kernel)._cast(weight.dtype)
 
 
 def _attach_gradient_shortcut(
     result: TensorT,
     x: TensorT,
     weight: TensorT,
+    windows: TensorT,
     stride: tuple[int, ...],
     padding: tuple[tuple[int, int], ...],
     dilation: tuple[int, ...],
@@ -160,6 +195,9 @@ def _attach_gradient_shortcut(
     """Gives `result` (the convolution of `x` with `weight`, both already of the result's dtype) the input gradient
     as a transposed convolution and the weight gradient by the primitives' rules (see the module doc)."""
     wrap = type(x)._from_uop
+    # the rule keeps graph nodes, not tensors: a tensor kept alive is a value someone may read, which the scheduler
+    # stores in a buffer of its own (the windows: an im2col copy)
+    window_node = windows.uop
     in_sizes, kernel, out = x.shape[2:], weight.shape[2:], result.shape[2:]
     # the padded input's tail that no window reaches ((padded - span) % stride elements) gets no gradient
     cuts = tuple(
@@ -173,7 +211,11 @@ def _attach_gradient_shortcut(
             adjoint = _adjoint_convolution(wrap(upstream), wrap(weight.uop), None, stride, cuts, dilation, groups, name)
             input_gradient = adjoint.uop
         if wanted[1]:
-            weight_gradient = partial_gradient(node, upstream, weight.uop, constants=(x.uop,))
+            split = _split_weight_gradient(wrap(upstream), wrap(window_node), weight, groups)
+            if split is not None:
+                weight_gradient = split.uop
+            else:
+                weight_gradient = partial_gradient(node, upstream, weight.uop, constants=(x.uop,))
         return input_gradient, weight_gradient
 
     set_gradient_shortcut(result.uop, (x.uop, weight.uop), rule)
