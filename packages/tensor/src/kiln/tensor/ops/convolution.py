@@ -16,7 +16,7 @@ the CPU device). Its weight gradient is the primitives' rule (already one reduce
 from __future__ import annotations
 
 import math
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from kiln.tensor import graph
 from kiln.tensor.core import TensorCore, TensorT
@@ -87,17 +87,20 @@ def _padding_pairs(
     return spatial_padding(padding, len(kernel), f"{name} padding")
 
 
+class _Steps(NamedTuple):
+    """How a convolution's windows step (stride and dilation per spatial dim), its groups, and its name in errors."""
+
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    name: str
+
+
 def _convolve(
-    x: TensorT,
-    weight: TensorT,
-    bias: TensorT | None,
-    stride: tuple[int, ...],
-    padding: tuple[tuple[int, int], ...],
-    dilation: tuple[int, ...],
-    groups: int,
-    name: str,
+    x: TensorT, weight: TensorT, bias: TensorT | None, padding: tuple[tuple[int, int], ...], steps: _Steps
 ) -> TensorT:
     """The convolution of batched `x` (batch, in_channels, *spatial) with `weight` (checked arguments)."""
+    stride, dilation, groups, name = steps
     spatial = len(stride)
     batch, in_channels = x.shape[:2]
     out_channels, group_channels = weight.shape[:2]
@@ -141,7 +144,7 @@ def _convolve(
     summed_axes = tuple(range(3 + spatial, len(full)))
     product = graph.reduce_axis(graph.binary_alu(Ops.MUL, inputs, filters), Ops.ADD, summed_axes)
     result = windows._result(graph.reshape(graph.cast(product, dtype), (batch, out_channels, *out)), weight)
-    _attach_gradient_shortcut(result, x, weight, windows, stride, padding, dilation, groups, name)
+    _attach_gradient_shortcut(result, x, weight, windows, padding, steps)
     if bias is not None:
         result = result + bias._cast(dtype).reshape(1, out_channels, *((1,) * spatial))
     return result
@@ -182,18 +185,11 @@ def _split_weight_gradient(upstream: TensorT, windows: TensorT, weight: TensorT,
 
 
 def _attach_gradient_shortcut(
-    result: TensorT,
-    x: TensorT,
-    weight: TensorT,
-    windows: TensorT,
-    stride: tuple[int, ...],
-    padding: tuple[tuple[int, int], ...],
-    dilation: tuple[int, ...],
-    groups: int,
-    name: str,
+    result: TensorT, x: TensorT, weight: TensorT, windows: TensorT, padding: tuple[tuple[int, int], ...], steps: _Steps
 ) -> None:
     """Gives `result` (the convolution of `x` with `weight`, both already of the result's dtype) the input gradient
     as a transposed convolution and the weight gradient by the primitives' rules (see the module doc)."""
+    stride, dilation, groups, _ = steps
     wrap = type(x)._from_uop
     # the rule keeps graph nodes, not tensors: a tensor kept alive is a value someone may read, which the scheduler
     # stores in a buffer of its own (the windows: an im2col copy)
@@ -208,7 +204,7 @@ def _attach_gradient_shortcut(
     def rule(node: UOp, upstream: UOp, wanted: tuple[bool, ...]) -> Gradients:
         input_gradient = weight_gradient = None
         if wanted[0]:
-            adjoint = _adjoint_convolution(wrap(upstream), wrap(weight.uop), None, stride, cuts, dilation, groups, name)
+            adjoint = _adjoint_convolution(wrap(upstream), wrap(weight.uop), None, cuts, steps)
             input_gradient = adjoint.uop
         if wanted[1]:
             split = _split_weight_gradient(wrap(upstream), wrap(window_node), weight, groups)
@@ -222,20 +218,14 @@ def _attach_gradient_shortcut(
 
 
 def _adjoint_convolution(
-    x: TensorT,
-    weight: TensorT,
-    bias: TensorT | None,
-    stride: tuple[int, ...],
-    cuts: tuple[tuple[int, int], ...],
-    dilation: tuple[int, ...],
-    groups: int,
-    name: str,
+    x: TensorT, weight: TensorT, bias: TensorT | None, cuts: tuple[tuple[int, int], ...], steps: _Steps
 ) -> TensorT:
     """The transposed convolution of batched `x` with `weight` (in_channels, out_channels / groups, *kernel): the
     full output ((in - 1) * stride + dilation * (kernel - 1) + 1 per spatial dim) less `cuts` (before, after) per
     dim (a negative cut adds zeros). It is the stride-1 convolution of `x` spread out by the stride and framed by
     dilation * (kernel - 1) - cut zeros (cropped where negative), with the kernel flipped and its channel dims
     swapped within each group."""
+    stride, dilation, groups, name = steps
     spatial = len(stride)
     in_channels, out_per_group = x.shape[1], weight.shape[1]
     kernel = weight.shape[2:]
@@ -248,7 +238,7 @@ def _adjoint_convolution(
         0, 2, 1, *range(3, 3 + spatial)
     )
     filters = grouped.reshape(out_per_group * groups, in_channels // groups, *kernel).flip(*range(2, 2 + spatial))
-    return _convolve(_spread(x, stride), filters, bias, (1,) * spatial, frame, dilation, groups, name)
+    return _convolve(_spread(x, stride), filters, bias, frame, _Steps((1,) * spatial, dilation, groups, name))
 
 
 def _convolution(
@@ -269,7 +259,7 @@ def _convolution(
     count = _check_groups(groups, name)
     checked_bias = _check_bias(bias, weight.shape[0], name)
     batched = x.unsqueeze(0) if unbatched else x
-    result = _convolve(batched, weight, checked_bias, strides, pads, dilations, count, name)
+    result = _convolve(batched, weight, checked_bias, pads, _Steps(strides, dilations, count, name))
     return result.reshape(result.shape[1:]) if unbatched else result
 
 
@@ -321,7 +311,7 @@ def _transposed_convolution(
     checked_bias = _check_bias(bias, out_channels, name)
     # `padding` takes that much off each side of the full output, `output_padding` gives some back at the end
     cuts = tuple((before, after - more) for (before, after), more in zip(pads, extra))
-    result = _adjoint_convolution(batched, weight, checked_bias, strides, cuts, dilations, count, name)
+    result = _adjoint_convolution(batched, weight, checked_bias, cuts, _Steps(strides, dilations, count, name))
     return result.reshape(result.shape[1:]) if unbatched else result
 
 
