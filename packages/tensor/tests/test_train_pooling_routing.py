@@ -5,6 +5,7 @@ against a numpy reference, with ties, NaNs, infinities, signed zeros, padding an
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def _reference(x: np.ndarray, kernel: tuple[int, ...], padding: int, upstream: n
             values[(*lead, *window)] = cells[_first_largest(cells)]
             grad[(*lead, *(c + o for c, o in zip(corner, pick)))] += upstream[(*lead, *window)]
     inner = tuple(slice(padding, padding + size) for size in x.shape[-spatial:])
-    return values, grad[(..., *inner)]
+    index: tuple[Any, ...] = (..., *inner)
+    return values, grad[index]
 
 
 CASES = [
