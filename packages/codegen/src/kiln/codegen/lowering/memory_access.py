@@ -6,6 +6,10 @@ its alignment is proven: c and the root are multiples of w (buffers are assumed 
 lanes become scalar accesses. Register memory (accumulators) is accessed lane by lane, except on renderers with
 vector ALU ops, which read and write the accumulator's lanes as one vector. Lanes reading the
 same address share one load; of lanes writing the same address the last one wins, as in the loop it came from.
+
+A word assembled from its bytes (`b0 | b1 << 8 | ...` of byte loads at consecutive addresses: how a GGUF F16 / F32
+matrix is decoded from its raw bytes) is read as one access of all its bytes, reinterpreted (BITCAST) as the word
+(`_merge_byte_words`, vector-ALU renderers): the byte loads of a 16-lane unroll were 32 gathered single bytes.
 """
 
 from __future__ import annotations
@@ -154,8 +158,110 @@ def _legalize_store(ctx: Renderer, store: UOp, index: UOp, value: UOp) -> UOp | 
     return stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
 
 
+ByteLane = tuple[UOp, UOp | None, int]
+"""(pointer, root, constant) of one byte lane: it reads pointer[root + constant]."""
+
+
+def _byte_lanes(value: UOp) -> list[ByteLane] | None:
+    """The address of every lane of `value`, a byte vector made of ungated loads (wide or scalar, picked lane by lane
+    through GEP / VECTORIZE: what `_legalize_load` left), else None."""
+    if value.op is Ops.VECTORIZE:
+        lanes: list[ByteLane] = []
+        for source in value.src:
+            found = _byte_lanes(source)
+            if found is None:
+                return None
+            lanes.extend(found)
+        return lanes
+    if value.op is Ops.GEP:
+        found = _byte_lanes(value.src[0])
+        return None if found is None else [found[lane] for lane in value.arg]
+    if value.op is not Ops.LOAD or len(value.src) != 1 or value.src[0].op is not Ops.INDEX:
+        return None
+    index = value.src[0]
+    if len(index.src) != 2 or index.dtype.count != 1:
+        return None
+    root, constant = _split_offset(index.src[1], subtraction=True)
+    return [(index.src[0], root, constant + lane) for lane in range(value.dtype.count)]
+
+
+def _shift_amount(node: UOp) -> int | None:
+    """The shift of every lane of a constant shift amount (CONST, VCONST or VECTORIZE of one CONST), else None."""
+    if node.op is Ops.CONST:
+        return int(node.arg)
+    if node.op is Ops.VCONST and len(set(node.arg)) == 1:
+        return int(node.arg[0])
+    if node.op is Ops.VECTORIZE and all(s is node.src[0] for s in node.src) and node.src[0].op is Ops.CONST:
+        return int(node.src[0].arg)
+    return None
+
+
+def _word_terms(word: UOp) -> dict[int, UOp] | None:
+    """The byte vectors of an OR tree of `CAST(bytes) << 8 k` terms, by k, else None."""
+    terms: dict[int, UOp] = {}
+    pending = [word]
+    while pending:
+        node = pending.pop()
+        if node.op is Ops.OR:
+            pending.extend(node.src)
+            continue
+        shift = 0
+        if node.op is Ops.SHL:
+            amount = _shift_amount(node.src[1])
+            if amount is None or amount % 8:
+                return None
+            shift, node = amount // 8, node.src[0]
+        if node.op is not Ops.CAST or node.src[0].dtype.scalar() != dtypes.uint8 or shift in terms:
+            return None
+        terms[shift] = node.src[0]
+    return terms
+
+
+def _merge_byte_words(ctx: Renderer, word: UOp) -> UOp | None:
+    """`b0 | b1 << 8 | ... | b(s-1) << 8 (s - 1)` (unsigned, s bytes) of byte loads at consecutive addresses -> the s
+    bytes of each lane loaded together and reinterpreted as the word (see the module docstring)."""
+    scalar = word.dtype.scalar()
+    if not ctx.vector_alu or scalar not in (dtypes.uint16, dtypes.uint32, dtypes.uint64):
+        return None
+    size = scalar.itemsize
+    terms = _word_terms(word)
+    if terms is None or sorted(terms) != list(range(size)):
+        return None
+    lanes = [_byte_lanes(terms[byte]) for byte in range(size)]
+    first = lanes[0]
+    if first is None or any(found is None or len(found) != word.dtype.count for found in lanes):
+        return None
+    pointer = first[0][0]
+    for byte, found in enumerate(lanes):
+        assert found is not None
+        for (lane_pointer, root, constant), (_, first_root, first_constant) in zip(found, first):
+            if lane_pointer is not pointer or root is not first_root or constant != first_constant + byte:
+                return None
+    offsets = [
+        UOp.const(dtypes.index, constant + byte) if root is None else root + (constant + byte)
+        for _, root, constant in first
+        for byte in range(size)
+    ]
+    # each run of consecutive bytes as one access, whatever its width (LLVM splits what no register holds): split into
+    # the renderer's widths, the words' conversions were packed back by shuffles across the pieces
+    widths = [width for width in range(len(offsets), 1, -1) if width % size == 0]
+    runs, placement = _plan(offsets, [None] * len(offsets), widths, unaligned=True)
+    loads = [UOp(Ops.LOAD, dtypes.uint8.vec(run[2]), (_address(pointer, run),)) for run in runs]
+    words: list[UOp] = []
+    for lane in range(word.dtype.count):
+        access, position = placement[lane * size]
+        whole = runs[access][2] % size == 0 and position % size == 0
+        if whole and all(placement[lane * size + byte] == (access, position + byte) for byte in range(size)):
+            words.append(loads[access].bitcast(scalar.vec(runs[access][2] // size)).gep(position // size))
+        else:  # its bytes straddle two accesses: gathered into one word
+            gathered = [loads[a].gep(p) for a, p in placement[lane * size : (lane + 1) * size]]
+            words.append(UOp.vectorize(*gathered).bitcast(scalar))
+    return UOp.vectorize(*words)
+
+
 pm_memory_access = PatternMatcher(
     [
+        (UPat(Ops.OR, name="word"), _merge_byte_words),
         (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="index"),), name="load"), _legalize_load),
         (UPat(Ops.STORE, src=(UPat(Ops.INDEX, name="index"), UPat.var("value")), name="store"), _legalize_store),
     ]

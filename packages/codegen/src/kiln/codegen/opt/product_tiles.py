@@ -50,9 +50,12 @@ Vector-ALU CPU renderers (LLVM IR) take these steps in place of the heuristic's 
     A product of few rows (2 .. FEW_ROWS, an LLM decode step of that many sequences) against an output axis of
     the other operand FEW_ROWS_RATIO times longer upcasts all its rows instead, nothing else: the long matrix is
     read once, each loaded vector of it used by every row. An operand decoded from bytes (an F16 GGUF matrix:
-    element i from bytes 2i and 2i + 1) counts as contiguous along the reduce (`_element_stride`); for one row
-    it stays with step 3v. The 100M llama's output layer, (8, 768) @ (32000, 768).T from F16 bytes, had step
-    2s's gathered 8 x 16 tile with the reduce rolled (~1.2 GB/s in the 8-row decode step).
+    element i from bytes 2i and 2i + 1) counts as contiguous along the reduce (`_element_stride`), and the
+    lowering reads each element's bytes in one access (`lowering.memory_access`); for one row it stays with step
+    3v. The 100M llama's output layer, (8, 768) @ (32000, 768).T from F16 bytes, had step 2s's gathered 8 x 16
+    tile with the reduce rolled (~1.2 GB/s in the 8-row decode step); a prompt's 64 rows by the same matrix had
+    it too until the byte pairs were merged: 17 -> ~80 GFLOP/s of process CPU time (F32 bytes, (2048, 768): 10 ->
+    ~75; loaded 2-core box, minimum of 10 TinyJit replays each).
     A 4 x 4 tile whose bigger operand exceeds STREAM_SWAP_BYTES while the other fits in half of it (a language
     model's prefill, x @ W.T: 64 rows of x against a (32000, 768) or (2048, 768) weight, both contiguous along the
     reduce) puts the loop over the big operand's rows outside (SWAP, `_dot_stream_order`): W is read once, each 4
@@ -350,7 +353,7 @@ def vector_product_unroll(build: TileBuilder, operands: tuple[UOp, UOp]) -> bool
     size = constant_size(last)
     strides = [_element_stride(build.sink, index, last) for index in operands]
     packed = strides != [stride_near_origin(index.src[1], last) for index in operands]
-    if packed and _few_rows_axis(build, operands) is None:
+    if packed and len(_walked_axes(build, operands, lambda size: size > 1)) < 2:
         return False  # one decoded row (a matrix-vector product) stays with step 3v's long unroll
     if size is None or size < width // 2 or 1 not in strides or not all(s in (0, 1) for s in strides):
         return False
