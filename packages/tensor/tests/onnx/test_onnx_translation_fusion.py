@@ -266,3 +266,29 @@ def test_a_normalization_squares_by_a_product(op_type: str) -> None:
     _matches_onnxruntime(model, {"x": x})
     # the variance's square is x * x, not a general power (log2 and exp2 per element)
     assert Ops.POW not in _operations(model, {"x": x})
+
+
+def test_a_gather_of_table_rows_reads_the_picked_rows_only() -> None:
+    table = _array(512, 16)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)]
+    graph = helper.make_graph(
+        nodes,
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3, 5])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [3, 5, 16])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    ids = np.array([[0, 511, -1, -512, 7], [3, 3, 100, 200, 300], [1, 2, 4, 8, 16]], np.int64)
+    _matches_onnxruntime(model, {"ids": ids})
+    runner = OnnxRunner(model)
+    jitted = TinyJit(lambda **inputs: runner(inputs))
+    for _ in range(3):
+        (result,) = jitted(ids=Tensor(ids)).values()
+    np.testing.assert_array_equal(result.numpy(), table[ids])
+    assert jitted.captured is not None
+    programs = [step.runner.program for step in jitted.captured.steps if step.runner is not None]
+    # int32 row positions let codegen's gather rewrite load one row per index; int64 ones kept a compare (and a
+    # multiply-add) against each of the 512 rows for every output element
+    work = sum(int(program.estimates.flops) for program in programs)
+    assert work < 15 * 16 * 512
