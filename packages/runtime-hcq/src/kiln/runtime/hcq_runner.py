@@ -11,6 +11,11 @@ from kiln.runtime.hcq import HCQCompiled
 from kiln.runtime.kernel_args import HCQArgsState
 from kiln.runtime.knobs import profiling_enabled
 from kiln.runtime.program_runner import Launch, ProgramRunner
+from kiln.uops import knobs
+
+_PROFILE = knobs.get_knob(
+    "PROFILE"
+)  # read on every direct launch: the Knob itself (`profiling_enabled` without a call)
 
 __all__ = ["HCQProgramRunner"]
 
@@ -116,7 +121,7 @@ class HCQProgramRunner(ProgramRunner):
 
             def launch_two(first: Buffer, second: Buffer) -> bool:
                 one, two = first._opaque.address, second._opaque.address
-                if (one | two) & mask or profiling_enabled():
+                if (one | two) & mask or _PROFILE.value():
                     return False
                 return launch_many(((function, (two, one) if swapped else (one, two)),))
 

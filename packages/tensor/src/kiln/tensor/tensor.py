@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -46,7 +46,6 @@ from kiln.tensor.ops._checks import check_constant_fits, check_device_dtype
 from kiln.tensor.realize import eager_lane, engine
 from kiln.tensor.realize.buffers import buffer_of, has_buffer
 from kiln.tensor.realize.engine import realize_uops
-from kiln.tensor.realize.graph_lock import graph_lock
 from kiln.tensor.realize.mutation import track, write
 from kiln.tensor.schedule import realized_view
 from kiln.tensor.sharding import gathered, lower_sharded
@@ -169,21 +168,6 @@ class Tensor(
                     state.pop("_lane", None)
                     return node
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    @classmethod
-    def _from_lane(cls, value: eager_lane.LaneValue) -> Self:
-        """A Tensor whose state is an eager-lane value (`kiln.tensor.realize.eager_lane`): no graph node until one
-        is asked for."""
-        tensor = cls.__new__(cls)
-        state = tensor.__dict__
-        state["_lane"] = value
-        state["_requires_grad"] = None
-        state["grad"] = None
-        entry = value.entry
-        assert entry is not None  # a pending value
-        with graph_lock:  # `track`, with the engine at hand (the one whose lane made the value: the current one)
-            entry.engine.tensors.track(tensor)
-        return tensor
 
     def _init_from_data(
         self, data: Any, dtype: DType | None, device: str | tuple[str, ...] | None, requires_grad: bool | None

@@ -424,34 +424,34 @@ class ElementwiseMixin(OperandMixin):
     # same layout, the op makes no graph node; otherwise the normal path builds one, and the lane learns the op from it
 
     def __add__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "add", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "add", other)) is not None:
+            return result
         return self._learned("add", other, self._sized(self._arithmetic(Ops.ADD, other, "add"), "+", other, False))
 
     def __radd__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "radd", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "radd", other)) is not None:
+            return result
         result = self._arithmetic(Ops.ADD, other, "add", reverse=True)
         return self._learned("radd", other, self._sized(result, "+", other, True))
 
     def __sub__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "sub", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "sub", other)) is not None:
+            return result
         return self._learned("sub", other, self._sized(self._subtract(other, reverse=False), "-", other, False))
 
     def __rsub__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rsub", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "rsub", other)) is not None:
+            return result
         return self._learned("rsub", other, self._sized(self._subtract(other, reverse=True), "-", other, True))
 
     def __mul__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "mul", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "mul", other)) is not None:
+            return result
         return self._learned("mul", other, self._sized(self._arithmetic(Ops.MUL, other, "mul"), "*", other, False))
 
     def __rmul__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rmul", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "rmul", other)) is not None:
+            return result
         result = self._arithmetic(Ops.MUL, other, "mul", reverse=True)
         return self._learned("rmul", other, self._sized(result, "*", other, True))
 
@@ -470,13 +470,13 @@ class ElementwiseMixin(OperandMixin):
         return result
 
     def __truediv__(self, other: Self | ConstType) -> Self:
-        if (value := eager_lane.pending(self, "truediv", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "truediv", other)) is not None:
+            return result
         return self._learned("truediv", other, self.div(other))
 
     def __rtruediv__(self, other: ConstType) -> Self:
-        if (value := eager_lane.pending(self, "rtruediv", other)) is not None:
-            return self._from_lane(value)
+        if (result := eager_lane.pending(self, "rtruediv", other)) is not None:
+            return result
         return self._learned("rtruediv", other, self.div(other, reverse=True))
 
     def __floordiv__(self, other: Self | ConstType) -> Self:

@@ -32,14 +32,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from math import prod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kiln.runtime import Buffer
 from kiln.runtime.knobs import lru_enabled
 from kiln.tensor import graph
 from kiln.tensor.counters import GlobalCounters
 from kiln.tensor.realize.buffers import SLOT as BUFFER_SLOT
-from kiln.tensor.realize.engine import Engine, default_engine, grad_disabled
+from kiln.tensor.realize.engine import _PROCESS_ENGINE, Engine, _context, default_engine, grad_disabled
 from kiln.tensor.realize.fast_path import FIXED, OUTPUT, structure_of
 from kiln.tensor.realize.graph_lock import graph_lock
 from kiln.tensor.realize.plan_run import buffer_node
@@ -58,6 +58,8 @@ _BINARY = frozenset(GroupOp.Binary)
 
 Layout = tuple[DType, tuple[int, ...], str]
 """An operand's or a result's (dtype, shape, device)."""
+
+T = TypeVar("T")
 
 SOURCE = -3  # a program parameter taking the operand's buffer (OUTPUT and FIXED as in the fast path)
 SPARE_COUNT = 2  # recycled output buffers kept per lane entry
@@ -165,13 +167,14 @@ def lane_key(method: str, layout: Layout, number: int | float) -> tuple[object, 
     return (method, layout, type(number), number, dtypes.default_float, dtypes.default_int)
 
 
-def pending(tensor: object, method: str, number: object) -> LaneValue | None:
-    """The pending lane value of `tensor <method> number` when its key was learned and the lane may take it (see
-    the module doc), else None (the normal path builds the node)."""
+def pending(tensor: T, method: str, number: object) -> T | None:
+    """A new tensor of `tensor`'s class holding the pending lane value of `tensor <method> number` (no graph node)
+    when its key was learned and the lane may take it (see the module doc), else None (the normal path builds the
+    node). The tensor is registered with the engine that made it, as every new tensor is."""
     kind = type(number)
     if kind is not float and kind is not int:
         return None
-    state = vars(tensor)
+    state = tensor.__dict__
     if (state.get("_requires_grad") is True and not grad_disabled()) or state.get("_bound_size") is not None:
         return None
     source = state.get("_lane")
@@ -185,13 +188,22 @@ def pending(tensor: object, method: str, number: object) -> LaneValue | None:
             return None
     if kind is float and number == 0.0:
         return None
-    engine = default_engine()
+    engines = _context.engines  # (`default_engine()` written out: every op of a tensor and a number asks)
+    engine = engines[-1] if engines else _PROCESS_ENGINE
     entry: LaneEntry | None = engine.fast.lanes.get(
         (method, layout, kind, number, dtypes.default_float, dtypes.default_int)
     )
     if entry is None or engine._capture is not None:
         return None
-    return LaneValue(entry, source)
+    cls = type(tensor)
+    result = cls.__new__(cls)
+    made = result.__dict__
+    made["_lane"] = LaneValue(entry, source)
+    made["_requires_grad"] = None
+    made["grad"] = None
+    with graph_lock:
+        engine.tensors.track(result)  # type: ignore[arg-type]  # (a Tensor: the lane only sees it as an object)
+    return result
 
 
 def learn(tensor: object, method: str, number: int | float, result: object) -> None:
@@ -272,7 +284,13 @@ def run(value: LaneValue) -> bool:
     if entry is None:
         return True
     engine = entry.engine
-    if engine._capture is not None or _DEBUG.value() >= 1 or value.node is not None or default_engine() is not engine:
+    engines = _context.engines  # (`default_engine()` written out, as in `pending`)
+    if (
+        engine._capture is not None
+        or value.node is not None
+        or (engines[-1] if engines else _PROCESS_ENGINE) is not engine
+        or _DEBUG.value() >= 1
+    ):
         return False
     with graph_lock:
         if value.entry is None:  # another thread realized it meanwhile
