@@ -11,7 +11,10 @@ disk cache off), split into lowering (optimize to SOURCE) and compiling. Target 
 The third line builds the same kernels again in one call, one `get_program` after the other and with `get_programs`
 (kiln.codegen.lifecycle: each compile on a compile thread, overlapping the next kernel's lowering): wall clock.
 
-    uv run python benchmarks/codegen_bench.py [--runs N] [--clock process] [--device CPU]
+    uv run python benchmarks/codegen_bench.py [--runs N] [--clock process] [--device CPU] [--first-call N]
+
+`--first-call N` prints instead where tensor_bench's "first call of a new kernel" spends its time, stage by stage
+(benchmarks/first_call_stages.py), over N new kernels.
 
 `--clock process` times with this process's CPU time instead of wall-clock time: steadier on a machine shared with
 other jobs (the work is single-threaded, so the two agree on an idle machine).
@@ -23,6 +26,8 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+
+from first_call_stages import first_call_stages
 
 from kiln.codegen import KernelInfo, KernelSignature, Program, Renderer, format_linear, get_program
 from kiln.uops import AxisKind, Ops, UOp, dtypes
@@ -192,7 +197,13 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "process"), default="wall", help="wall-clock or process CPU time")
     parser.add_argument("--device", default="CPU", help="device of the training-step kernels (default CPU)")
     parser.add_argument("--verbose", action="store_true", help="print each training-step kernel's build time")
+    parser.add_argument(
+        "--first-call", type=int, metavar="N", help="instead: the per-stage CPU time of N first calls of new kernels"
+    )
     arguments = parser.parse_args()
+    if arguments.first_call is not None:
+        first_call_stages(arguments.first_call)  # first_call_stages.py
+        return
     runs = arguments.runs
     clock = time.process_time if arguments.clock == "process" else time.perf_counter
     print(f"{'kernel':<12} {'renderer':<9} {'heuristic opts':>17} {'no opts (ref)':>17}  opts")
