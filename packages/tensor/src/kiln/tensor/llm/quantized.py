@@ -122,7 +122,15 @@ already split into a decode and a tiled kernel, stays at about 10 ms. In the 100
 (Q4_K_M), the contiguous input took the attention output projection from 35 to 6 ms a layer; all the kernels of
 a 64-token forward of the Q8_0 model summed 1.9 and 2.1 s before, 1.3 and 1.1 s after (eager, DEBUG=2, same VM).
 At 8 rows (the server's decode of 8 slots) both forms took about 1 ms (Q8_0, Q4_K): such a step keeps the fused
-product."""
+product.
+
+Where a 64-row product's time goes now ((2048, 768) and (768, 2048) weights, process CPU time with CPU_SPIN=0,
+minimum of 30 TinyJit replays on the loaded 2-core VM): the decode kernel 0.85-1.1 ms for every format (Q8_0, Q4_K,
+Q6_K alike: it writes 6.3 MB of float32, so the writes bound it, not the format's arithmetic), the matmul 2.3 ms
+(~140 GFLOP/s). Tried and slower: the decode inside the matmul's tile (Q8_0: 9.0 against 3.3 ms: the tile decodes
+each weight vector again for every row tile), the weight cut into 256- or 512-row parts each decoded and multiplied
+apart and concatenated (8-10 ms: the concatenation's schedule); Q4_K decoded from `run_scales`' table was no
+faster (0.96 against 0.97 ms)."""
 
 
 def _check_columns(x: Tensor, weight: QuantizedWeight) -> None:
@@ -159,7 +167,19 @@ def _blocked_product(x: Tensor, weight: QuantizedWeight) -> Tensor:
     Q5_0 4.2 -> 0.14 (its fifth bits decoded by shifts: kiln.tensor.state.quantization). The 100M bench model's
     Q8_0 decode went from 20.8 to ~120 tok/s, its prefill from 46 to ~195. (The merged product of a 2-D input of 64
     or more rows gets a matmul register tile and was faster in isolation, but slower in the model: prefill 62
-    tok/s.) A Q4_K / Q5_K weight's runs read their step and offset from `run_scales`' table."""
+    tok/s.) A Q4_K / Q5_K weight's runs read their step and offset from `run_scales`' table.
+
+    What bounds these kernels (llvm-mca -mcpu=sapphirerapids of the innermost loop after kiln's IR passes, one
+    vector times a (2048, 768) weight): Q8_0 0.14 cycles per value, Q4_K 0.23, Q6_K 0.44. Q8_0's few ops per value
+    leave it memory-bound on two cores (~89% of numpy's copy rate); Q4_K spends 7 and Q6_K ~13 512-bit vector ops per
+    16 values (widen, shift, mask, convert, scale, fused multiply-add) on the two ports that run them, so those ports
+    bound them, not memory nor the accumulators' latency: Q6_K summed as 2 or 3 partial sums (one accumulator each)
+    came to 0.43 and 0.42 cycles per value, Q6_K with the 8-row tile the others get (its quants first in the
+    product, so that the tile takes them as the operand) 0.45, the bit fields widened to 16 instead of 32 bits 0.44
+    (Q4_K 0.24), and Q4_K as step * (x * q) with the offsets times x's run sums apart (one multiply less per value)
+    lost its row tile (6.4 against 3.6 ms of CPU time for (32000, 768)). A faster Q4_K / Q6_K vector product needs
+    fewer ops per value than exact float32 decoding allows: llama.cpp multiplies 8-bit integers (its activations
+    quantized to 8 bits, VNNI)."""
     rows, cols = weight.shape
     runs = cols // GROUP  # whole: `linear` takes this path for rows of whole runs (every block-quantized format's)
     if weight.ggml_type in RUN_DECODES:
