@@ -9,6 +9,7 @@ hand, a hash collision of the file names) also reads as missing instead of handi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -21,7 +22,13 @@ _DIGEST_SIZE = 32
 
 def cache_root() -> Path:
     """The directory kiln caches live in: the CACHEDIR knob (default: the user's cache directory + /kiln)."""
-    return Path(knobs.CACHEDIR).expanduser()
+    return _expanded(knobs.CACHEDIR)
+
+
+@functools.lru_cache(maxsize=16)
+def _expanded(directory: str) -> Path:
+    # each compile reads the root twice (lookup and write): Path(...).expanduser() cost ~10 us a time
+    return Path(directory).expanduser()
 
 
 class DiskCache:
@@ -40,20 +47,26 @@ class DiskCache:
 
     def path_of(self, key: str) -> Path:
         """The file holding `key` (keys are hashed, so any string is a valid key)."""
-        digest = hashlib.sha256(key.encode()).hexdigest()
-        return self.directory / digest[:2] / f"{digest}.bin"
+        return self._path_of(hashlib.sha256(key.encode()).digest())
+
+    def _path_of(self, key_digest: bytes) -> Path:
+        # one Path built from text: each `/` join costs about as much as hashing a kernel's source
+        root = self._root if self._root is not None else cache_root()
+        name = key_digest.hex()
+        return Path(f"{root}/{self.namespace}/{name[:2]}/{name}.bin")
 
     def get(self, key: str) -> bytes | None:
         """The stored value of `key`, or None when it is missing, truncated or corrupted."""
+        key_digest = hashlib.sha256(key.encode()).digest()
         try:
-            data = self.path_of(key).read_bytes()
+            data = self._path_of(key_digest).read_bytes()
         except OSError:
             return None
         key_end = len(_MAGIC) + _DIGEST_SIZE
         header = key_end + _DIGEST_SIZE
         if len(data) < header or not data.startswith(_MAGIC):
             return None
-        if data[len(_MAGIC) : key_end] != hashlib.sha256(key.encode()).digest():
+        if data[len(_MAGIC) : key_end] != key_digest:
             return None  # an entry of another key
         payload = data[header:]
         if hashlib.sha256(payload).digest() != data[key_end:header]:
@@ -62,8 +75,9 @@ class DiskCache:
 
     def put(self, key: str, value: bytes) -> None:
         """Store `value` under `key` atomically; an unwritable cache directory is silently skipped (it is a cache)."""
-        path = self.path_of(key)
-        entry = _MAGIC + hashlib.sha256(key.encode()).digest() + hashlib.sha256(value).digest() + value
+        key_digest = hashlib.sha256(key.encode()).digest()
+        path = self._path_of(key_digest)
+        entry = _MAGIC + key_digest + hashlib.sha256(value).digest() + value
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, [entry], durable=False)
