@@ -11,7 +11,9 @@ References: llama.cpp (the `llama-cpp-python` package) on the same GGUF file wit
 `llama_cpp`, else $KILN_LLAMA_PYTHON; skipped with a message when neither has it). Its prefill is one `eval` of the
 prompt, its decode one `eval` per token with the argmax of the last logits; the greedy ids of each decode run are
 compared with kiln's and a mismatch is printed (`--llama-omp-wait`: OMP_WAIT_POLICY of its threads, passive by
-default: see `bench_llama`). Each format row gets its kiln / llama.cpp ratio. transformers'
+default: see `bench_llama`). Each format row gets its kiln / llama.cpp ratio, and the ratio of process CPU time
+per token (llama.cpp's over kiln's: above 1, kiln spends less), which a machine busier than its cores distorts far
+less than wall time (set CPU_SPIN=0, else kiln's polling workers count; llama.cpp's passive wait sleeps). transformers'
 LlamaForCausalLM (float32, eager, KV cache) of the same shape and random weights of its own runs under a Python that
 has torch (`--torch-python PATH`; skipped when not given). Each format is measured in a fresh process; figures are
 medians over `--runs`, with each process's peak RSS.
@@ -109,26 +111,29 @@ def argmax():  # greedy: the last evaluated position's logits (llama.cpp's own b
 
 def prefill(tokens):
     llm.reset()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     llm.eval(tokens)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu_started
 
 prefill(ids[:7])  # warm-up, like kiln's
-result = {"prefill": {}, "decode": {}, "ids": {}}
+result = {"prefill": {}, "decode": {}, "ids": {}, "cpu_ms": {"prefill": {}, "decode": {}}}
 for length in prompts:
     times = [prefill(ids[:length]) for _ in range(runs + 1)]
-    result["prefill"][length] = {"first": times[0], "tok_s": length / statistics.median(times[1:])}
+    result["prefill"][length] = {"first": times[0][0], "tok_s": length / statistics.median(t for t, _ in times[1:])}
+    result["cpu_ms"]["prefill"][length] = 1e3 * statistics.median(cpu for _, cpu in times[1:]) / length
 for position in positions:
-    rates = []
+    rates, cpus = [], []
     for _ in range(runs):
         prefill(ids[:position])
         out = [argmax()]
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(new):
             llm.eval(out[-1:])
             out.append(argmax())
         rates.append(new / (time.perf_counter() - started))
+        cpus.append(1e3 * (time.process_time() - cpu_started) / new)
     result["decode"][position] = statistics.median(rates)
+    result["cpu_ms"]["decode"][position] = statistics.median(cpus)
     result["ids"][position] = out
 result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 result["version"] = llama_cpp.__version__
@@ -305,7 +310,14 @@ def _ratios(kiln: dict[str, Any], llama: dict[str, Any]) -> str:
     decode = "  ".join(
         f"pos {position}: {rate / llama['decode'][str(position)]:.2f}x" for position, rate in kiln["decode"].items()
     )
-    return f"prefill {prefill}  decode {decode}"
+    if "cpu_ms" not in kiln or "cpu_ms" not in llama:
+        return f"prefill {prefill}  decode {decode}"
+    cpu = "  ".join(
+        f"{stage} {key}: {llama['cpu_ms'][stage][str(key)] / mine:.2f}x"
+        for stage in ("prefill", "decode")
+        for key, mine in kiln["cpu_ms"][stage].items()
+    )
+    return f"prefill {prefill}  decode {decode}  |  CPU time per token, llama.cpp's over kiln's: {cpu}"
 
 
 def _same_ids(kiln: dict[str, Any], llama: dict[str, Any]) -> str:
@@ -328,7 +340,7 @@ def _same_ids(kiln: dict[str, Any], llama: dict[str, Any]) -> str:
 def bench_kiln(
     path: Path, prompts: list[int], positions: list[int], new: int, runs: int, max_context: int | None,
     temperature: float,
-) -> dict[str, object]:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
     """Prefill figures per prompt length (the first prompt of that length, compile included, then the median
     tokens/s of `runs` more) and decode tokens/s after a prompt of each position's length, in this process."""
     from kiln.tensor.llm import Generator, load_model
@@ -341,26 +353,34 @@ def bench_kiln(
     ids = prompt_ids(loaded.config.vocab_size, max(prompts + positions))
     sampling = {"temperature": temperature, "top_k": 40, "top_p": 0.95} if temperature else {}
     list(generator.generate(ids[:7], max_tokens=4, **sampling))  # warm-up: a prompt length measured nowhere
-    result: dict[str, object] = {"prefill": {}, "decode": {}}
+    result: dict[str, Any] = {"prefill": {}, "decode": {}, "cpu_ms": {"prefill": {}, "decode": {}}}
     for length in prompts:
         generator.reset()  # every prefill measured here starts from an empty cache (no prefix reuse)
         started = time.perf_counter()
         list(generator.generate(ids[:length], max_tokens=1, **sampling))
         first = time.perf_counter() - started
-        rates = []
+        rates, cpus = [], []
         for run in range(runs):
             generator.reset()
+            cpu_started = time.process_time()
             list(generator.generate(ids[:length], max_tokens=1, seed=run, **sampling))  # type: ignore[arg-type]
+            cpus.append(1e3 * (time.process_time() - cpu_started) / length)
             rates.append(generator.last_stats.prefill_tokens_per_second)
-        result["prefill"][length] = {"first": first, "tok_s": statistics.median(rates)}  # type: ignore[index]
+        result["prefill"][length] = {"first": first, "tok_s": statistics.median(rates)}
+        result["cpu_ms"]["prefill"][length] = statistics.median(cpus)
     result["ids"] = {}
     for position in positions:
-        rates = []
+        rates, cpus = [], []
         for run in range(runs):
-            out = list(generator.generate(ids[:position], max_tokens=new + 1, seed=run, **sampling))  # type: ignore[arg-type]
+            tokens = generator.generate(ids[:position], max_tokens=new + 1, seed=run, **sampling)  # type: ignore[arg-type]
+            out = [next(tokens)]  # the prompt's token: the decode's CPU time starts after it
+            cpu_started = time.process_time()
+            out += list(tokens)
+            cpus.append(1e3 * (time.process_time() - cpu_started) / max(len(out) - 1, 1))
             rates.append(generator.last_stats.decode_tokens_per_second)
-        result["decode"][position] = statistics.median(rates)  # type: ignore[index]
-        result["ids"][position] = out  # type: ignore[index]
+        result["decode"][position] = statistics.median(rates)
+        result["cpu_ms"]["decode"][position] = statistics.median(cpus)
+        result["ids"][position] = out
     result["weights"] = loaded.model.parameter_bytes()
     result["cache_mb"] = loaded.model.cache_bytes() / 2**20
     return result
@@ -378,6 +398,11 @@ def _report(who: str, got: dict[str, Any], extra: str) -> None:
     decode = "  ".join(f"pos {position}: {rate:6.2f} tok/s" for position, rate in got["decode"].items())
     print(f"{who}: prefill {prefill}")
     print(f"{' ' * len(who)}  decode  {decode}  peak RSS {got['rss_mb']:.0f} MiB{extra}")
+    if "cpu_ms" in got:
+        cpu = "  ".join(
+            f"{stage} {key}: {ms:.2f}" for stage in ("prefill", "decode") for key, ms in got["cpu_ms"][stage].items()
+        )
+        print(f"{' ' * len(who)}  CPU ms per token  {cpu}")
 
 
 def main() -> None:
