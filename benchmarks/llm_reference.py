@@ -70,7 +70,8 @@ def q8_0_round_trip(x: np.ndarray) -> np.ndarray:
     scale = np.abs(blocks).max(-1, keepdims=True) / 127
     inverse = np.divide(1, scale, out=np.zeros_like(scale), where=scale != 0)
     quants = np.rint(blocks * inverse)
-    return (quants * scale.astype(np.float16).astype(np.float64)).reshape(x.shape)
+    decoded: np.ndarray = quants * scale.astype(np.float16).astype(np.float64)
+    return decoded.reshape(x.shape)
 
 
 def to_half(x: np.ndarray) -> np.ndarray:
@@ -91,7 +92,8 @@ def logits(
         return x @ weights[name].T
 
     def rms_norm(x: np.ndarray, gain: np.ndarray) -> np.ndarray:
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * gain
+        normed: np.ndarray = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * gain
+        return normed
 
     angles = np.arange(count)[:, None] * 10000.0 ** (-np.arange(0, head_dim, 2) / head_dim)
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
@@ -123,7 +125,8 @@ def logits(
         x = rms_norm(h, weights[prefix + "ffn_norm.weight"])
         gate, up = product(x, prefix + "ffn_gate.weight"), product(x, prefix + "ffn_up.weight")
         h = h + product(gate / (1 + np.exp(-gate)) * up, prefix + "ffn_down.weight")
-    return product(rms_norm(h[-1:], weights["output_norm.weight"]), "output.weight")[0]
+    last: np.ndarray = product(rms_norm(h[-1:], weights["output_norm.weight"]), "output.weight")[0]
+    return last
 
 
 def greedy(
