@@ -18,7 +18,10 @@ below both run 47 kernels a step and the `-=` loop 55 (its right-hand side is a 
 Later in issue 42 the small CNN's max pooling computes its lazy input (conv + ReLU) into a buffer once in training
 (35 kernels a step, not 33; the sum of its kernels' times 14.7 -> 10.5 ms), and the ResNet block's weight gradients
 (a 16-wide image row) and BatchNorm (one-pass statistics, a gradient shortcut) cut its process CPU time per jitted
-step ~3x on the loaded 2-core box.
+step ~3x on the loaded 2-core box. Round 8: max pooling in training compares its 2 x 2 taps elementwise (forward and
+backward one elementwise kernel each, not three argmax reduce kernels and a routing kernel) and the first
+convolution's weight gradient (8 x 1 x 3 x 3) sums two batch halves in one threaded kernel: 31 kernels a step with
+`optim.SGD` or the assign loop (the `-=` loop 37); the ResNet block keeps 47 / 55.
 The second step (issue 42) is a ResNet basic block with BatchNorm in training mode (conv 16->16 3x3 pad 1, BN,
 relu, conv, BN, identity shortcut, relu, global average pool, linear 16->10) on a (32, 16, 16, 16) batch, each step
 also writing BN's running statistics. Each peer is optional and skipped with a message when it is not installed;
