@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 from kiln.tensor.schedule.items import SchedulePlan
 from kiln.tensor.schedule.normalize import (
@@ -93,10 +94,8 @@ class ScheduleCache:
         self.misses += 1
         plan = plan_schedule(UOp(Ops.SINK, src=roots))
         if unbound is not None:
-            if len(self._unbound) >= self.max_plans:
-                self._unbound.popitem(last=False)
-            self._unbound[unbound[0]] = plan
-        self._remember(roots, plan)
+            _keep(self._unbound, unbound[0], plan, self.max_plans)
+        _keep(self._plans, roots, plan, self.max_plans)
         return plan
 
     def lookup_rebound(self, roots: tuple[UOp, ...]) -> SchedulePlan | None:
@@ -114,21 +113,20 @@ class ScheduleCache:
         self.rebinds += 1
         self._unbound.move_to_end(unbound[0])
         plan = general.rebound(unbound[1])
-        self._remember(roots, plan)
+        _keep(self._plans, roots, plan, self.max_plans)
         return plan
 
-    def _remember(self, roots: tuple[UOp, ...], plan: SchedulePlan) -> None:
-        if len(self._plans) >= self.max_plans:
-            self._plans.popitem(last=False)  # the least recently used entry
-        self._plans[roots] = plan
+    def _found(self, table: OrderedDict[Any, SchedulePlan], key: object) -> SchedulePlan | None:
+        # the plan under `key` in one of the LRU tables, made the most recently used and counted as a hit; or None
+        plan = table.get(key)
+        if plan is not None:
+            self.hits += 1
+            table.move_to_end(key)
+        return plan
 
     def lookup(self, roots: tuple[UOp, ...]) -> SchedulePlan | None:
         """The cached plan of the normalized nodes `roots`, or None (counted as a hit only when found)."""
-        plan = self._plans.get(roots)
-        if plan is not None:
-            self.hits += 1
-            self._plans.move_to_end(roots)
-        return plan
+        return self._found(self._plans, roots)
 
     def structure_key(self, uops: Sequence[UOp]) -> StructureKey | None:
         """`structure_key(uops)` in this cache's numbering (see `walk`)."""
@@ -194,17 +192,11 @@ class ScheduleCache:
 
     def lookup_key(self, key: tuple[object, ...]) -> SchedulePlan | None:
         """The plan remembered for `StructureKey.key` `key`, or None (counted as a hit only when found)."""
-        plan = self._keyed.get(key)
-        if plan is not None:
-            self.hits += 1
-            self._keyed.move_to_end(key)
-        return plan
+        return self._found(self._keyed, key)
 
     def remember_key(self, key: tuple[object, ...], plan: SchedulePlan) -> None:
         """Remembers `plan` for `key`: the plan of the graph that key was made of, normalized without lifting."""
-        if len(self._keyed) >= self.max_plans:
-            self._keyed.popitem(last=False)
-        self._keyed[key] = plan
+        _keep(self._keyed, key, plan, self.max_plans)
 
     def varying_constants(self, masked_roots: tuple[UOp, ...], constants: tuple[ConstKey, ...]) -> frozenset[int]:
         """The numbers of the constants whose value differed between the calls seen with the structure
@@ -254,3 +246,10 @@ class ScheduleCache:
         self.hits = 0
         self.misses = 0
         self.rebinds = 0
+
+
+def _keep(table: OrderedDict[Any, SchedulePlan], key: object, plan: SchedulePlan, limit: int) -> None:
+    """Puts `plan` under `key` in an LRU table of at most `limit` plans (the least recently used entry first out)."""
+    if len(table) >= limit:
+        table.popitem(last=False)
+    table[key] = plan
