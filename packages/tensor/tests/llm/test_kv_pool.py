@@ -120,6 +120,39 @@ def test_a_sliding_window_frees_the_blocks_behind_it() -> None:
     assert pool.held == 2
 
 
+def test_a_sliding_window_prompt_takes_only_the_blocks_its_window_sees() -> None:
+    """The second turn of a sliding-window conversation reuses the cached blocks the window of its next position
+    sees; the blocks before them are not needed (here the first one is even evicted: a full-attention match would
+    find nothing)."""
+    pool, memory = BlockPool(blocks=8, block_size=4), Memory()  # 7 usable blocks
+    tokens, window = list(range(1, 31)), 6
+    first, reused = pool.open(tokens[:20], most_tokens=20, window=window, largest_write=4)
+    for start in range(0, 20, 4):  # a prefill in chunks of 4, sliding after each
+        write(memory, first, tokens, start, tokens[start : start + 4])
+        first.slide(start + 4, window)
+    assert reused == 0 and first.blocks[:3] == [None, None, None]
+    first.close()
+    other_tokens = [90, 91, 92, 93, 94, 95, 96, 97, 98]
+    other, _ = pool.open(other_tokens, most_tokens=12)  # takes the 2 unused blocks, then evicts the oldest cached
+    write(memory, other, other_tokens, 0, other_tokens)
+    assert pool.match(tokens[:26])[1] == 0  # from the start: the first block is gone
+    second, reused = pool.open(tokens[:26], most_tokens=30, window=window, largest_write=4)
+    assert reused == 20  # positions 15 .. 19 are what position 20 sees: blocks 3 and 4
+    assert second.blocks[:3] == [None, None, None] and second.blocks[3:] == first_blocks(pool, tokens, 3, 5)
+    for start in range(20, 30, 4):
+        write(memory, second, tokens, start, tokens[start : min(start + 4, 30)])
+        second.slide(min(start + 4, 30), window)
+        assert_reads_own(memory, second, tokens, window=window)
+    assert_reads_own(memory, other, other_tokens)
+
+
+def first_blocks(pool: BlockPool, tokens: list[int], begin: int, end: int) -> list[int]:
+    """The cached blocks holding blocks begin .. end - 1 of `tokens` (by their tokens: every block is full)."""
+    size = pool.block_size
+    wanted = [tokens[index * size : (index + 1) * size] for index in range(begin, end)]
+    return [next(block for block in range(pool.blocks) if pool.tokens[block] == want) for want in wanted]
+
+
 def test_cached_blocks_are_evicted_least_recently_used_first() -> None:
     pool = BlockPool(blocks=4, block_size=2)  # 3 usable blocks
     for prompt in ([1, 2, 9], [3, 4, 9], [5, 6, 9]):
@@ -188,5 +221,46 @@ def test_every_sequence_reads_its_own_rows(data: st.DataObject) -> None:
             for block in table.blocks:
                 assert block is not None
                 holders[block] += 1
+        assert holders == pool.references
+        assert pool.promised == sum(table.reserved for table, _, _ in live) and pool.available >= 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_every_sliding_sequence_reads_its_own_window(data: st.DataObject) -> None:
+    """As above over a sliding window: tables take the cached blocks their window sees (`match` with the window),
+    slide after every write, and every open sequence reads its own prefixes over the positions its next query sees."""
+    size, window = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 6))
+    pool, memory = BlockPool(blocks=data.draw(st.integers(4, 24)), block_size=size), Memory()
+    live: list[tuple[BlockTable, list[int], int]] = []
+    for _ in range(data.draw(st.integers(1, 25))):
+        action = data.draw(st.sampled_from(["open", "decode", "close"]))
+        if action == "open":
+            prompt = data.draw(st.lists(st.integers(0, 2), min_size=1, max_size=12))
+            most = len(prompt) + data.draw(st.integers(0, 6))
+            try:
+                table, reused = pool.open(prompt, most, window=window, largest_write=len(prompt))
+            except KVPoolExhausted:
+                continue
+            assert reused == pool.match(prompt, window)[1] or reused <= len(prompt) - 1
+            write(memory, table, prompt, reused, prompt[reused:])
+            table.slide(table.length, window)
+            live.append((table, list(prompt), most))
+        elif action == "decode" and live:
+            table, tokens, most = live[data.draw(st.integers(0, len(live) - 1))]
+            if table.length < most:
+                tokens.append(data.draw(st.integers(0, 2)))
+                write(memory, table, tokens, table.length, tokens[table.length :])
+                table.slide(table.length, window)
+        elif action == "close" and live:
+            table, _, _ = live.pop(data.draw(st.integers(0, len(live) - 1)))
+            table.close()
+        for table, tokens, _ in live:
+            assert_reads_own(memory, table, tokens, window=window)
+        holders = [0] * pool.blocks
+        for table, _, _ in live:
+            for block in table.blocks:
+                if block is not None:
+                    holders[block] += 1
         assert holders == pool.references
         assert pool.promised == sum(table.reserved for table, _, _ in live) and pool.available >= 0

@@ -121,6 +121,22 @@ def test_the_second_turn_prefills_only_the_new_tokens() -> None:
     assert second.tokens == alone(loaded, turn, 5)
 
 
+def test_a_sliding_window_models_second_turn_reuses_the_blocks_its_window_sees() -> None:
+    """Mistral with a window of 5 on every layer: the next turn takes the cached blocks its window still sees (the
+    earlier ones were released) and prefills only its new tokens, producing what it produces alone."""
+    loaded = load_model(FIXTURES / "mistral_sw")
+    batched = PagedBatchedGenerator(loaded, slots=2, prefill_chunk=4, kv_blocks=64, block_size=2)
+    prompt = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+    first = batched.start(prompt, max_tokens=6)
+    finish(batched, first)
+    turn = [*prompt, *first.tokens, 40, 41, 42]
+    second = batched.start(turn, max_tokens=5)
+    # the cache holds the prompt and the first five answers (the sixth was sampled but never fed back)
+    assert (second.stats.cached_tokens, second.stats.prefill_tokens) == (len(prompt) + 5, 4)
+    finish(batched, second)
+    assert second.tokens == alone(loaded, turn, 5)
+
+
 def test_a_pool_smaller_than_the_demand_queues_or_refuses() -> None:
     loaded = load_model(FIXTURES / "llama" / "llama-q4_0.gguf")
     batched = PagedBatchedGenerator(loaded, slots=4, prefill_chunk=8, kv_blocks=9, block_size=4)  # 8 blocks

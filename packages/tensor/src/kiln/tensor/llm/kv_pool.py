@@ -136,47 +136,69 @@ class BlockPool:
         return len(self.unused) + len(self.cached) - self.promised
 
     # -- sequences -------------------------------------------------------------------------------------------------
-    def match(self, prompt: list[int]) -> tuple[list[int], int]:
+    def match(self, prompt: list[int], window: int | None = None) -> tuple[list[int | None], int]:
         """The cached blocks holding the longest beginning of `prompt` (at most len(prompt) - 1 tokens: the last
         one is computed again for its logits) and how many tokens they hold; the last block may hold it partly. A
-        block not yet full that a sequence holds is not taken (that sequence writes on into it)."""
-        limit, size = len(prompt) - 1, self.block_size
-        found: list[int] = []
-        matched, parent = 0, ROOT
-        while matched < limit:
-            wanted = prompt[matched : min(matched + size, limit)]
-            best, best_length = -1, 0
-            for block in self.children.get(parent, {}):
-                held = self.tokens[block]
-                if len(held) < size and self.references[block] > 0:
-                    continue  # its holder still writes into it: a copy it was never promised
-                length = 0
-                while length < len(wanted) and length < len(held) and held[length] == wanted[length]:
-                    length += 1
-                if length > best_length:
-                    best, best_length = block, length
-            if best_length == 0:
-                break
-            found.append(best)
-            matched += best_length
-            if best_length < size:
-                break
-            parent = _digest(parent, self.tokens[best])
+        block not yet full that a sequence holds is not taken (that sequence writes on into it). With a sliding
+        `window`, only the blocks of the positions the next query sees are needed (the keys before them are
+        hidden): the blocks before those are None, cached or not; and only blocks nobody holds are taken (a window
+        table holds its blocks alone, so that each block it releases is free again: see `open`)."""
+        found, matched, _ = self._match(prompt, window)
         return found, matched
+
+    def _match(self, prompt: list[int], window: int | None) -> tuple[list[int | None], int, list[bytes]]:
+        """`match`, and the digests of the prompt's full blocks up to the tokens matched."""
+        limit, size = len(prompt) - 1, self.block_size
+        entries: list[tuple[int, int] | None] = []  # per block of the prompt: the cached block holding it, length
+        digests: list[bytes] = []
+        while len(entries) * size < limit:
+            wanted = prompt[len(entries) * size : min((len(entries) + 1) * size, limit)]
+            best, length = self._cached_child(digests[-1] if digests else ROOT, wanted, window is not None)
+            entries.append((best, length) if length else None)
+            if len(wanted) < size or (window is None and length < size):
+                break
+            digests.append(_digest(digests[-1] if digests else ROOT, wanted))
+        for last in range(len(entries) - 1, -1, -1):
+            entry = entries[last]
+            if entry is None or (window is None and last > 0 and entries[last - 1] is None):
+                continue
+            matched = last * size + entry[1]
+            first = 0 if window is None else max(matched - window + 1, 0) // size  # the first block still seen
+            held = entries[first:last]
+            if all(item is not None and item[1] == size for item in held):
+                found: list[int | None] = [None] * first
+                found += [item[0] for item in entries[first : last + 1] if item is not None]
+                return found, matched, digests[: matched // size]
+        return [], 0, []
+
+    def _cached_child(self, parent: bytes, wanted: list[int], free_only: bool) -> tuple[int, int]:
+        """The block after digest `parent` holding the longest beginning of `wanted` and that length (-1, 0: none);
+        `free_only`: a block nobody holds."""
+        best, best_length = -1, 0
+        for block in self.children.get(parent, {}):
+            held = self.tokens[block]
+            if self.references[block] > 0 and (free_only or len(held) < self.block_size):
+                continue  # its holder still writes into it (a copy it was never promised), or a window table's
+            length = 0
+            while length < len(wanted) and length < len(held) and held[length] == wanted[length]:
+                length += 1
+            if length > best_length:
+                best, best_length = block, length
+        return best, best_length
 
     def open(
         self, prompt: list[int], most_tokens: int, window: int | None = None, largest_write: int = 1
     ) -> tuple[BlockTable, int]:
         """A table for a sequence of `prompt` that will hold at most `most_tokens` positions (prompt included): the
         cached blocks of its beginning taken (`match`), the blocks it may still need promised. A table with a
-        sliding `window` shares no block (it reuses nothing) and is promised the blocks a window spans (before the
-        largest write it makes between two `slide`s, `largest_write` positions), each block it releases promised
-        back. Returns (table, tokens reused).
+        sliding `window` takes the cached blocks its window still sees (`match`) and is promised the blocks a window
+        spans (before the largest write it makes between two `slide`s, `largest_write` positions), each block it
+        releases promised back. Returns (table, tokens reused).
 
         Raises:
             KVPoolExhausted: the pool cannot promise those blocks now (`fits` says whether it ever can).
         """
-        found, matched, promise, cached = self._plan(prompt, most_tokens, window, largest_write)
+        found, matched, promise, cached, digests = self._plan(prompt, most_tokens, window, largest_write)
         if promise + cached > self.available:
             raise KVPoolExhausted(
                 f"the KV pool cannot hold another sequence of {most_tokens} positions: it needs {promise} more "
@@ -184,8 +206,9 @@ class BlockPool:
                 "wait for a running sequence to end or give the pool more blocks"
             )
         for block in found:
-            self._take(block)
-        table = BlockTable(self, list(found), matched, promise)
+            if block is not None:
+                self._take(block)
+        table = BlockTable(self, list(found), matched, promise, digests=digests)
         self.promised += promise
         return table, matched
 
@@ -193,23 +216,24 @@ class BlockPool:
         self, prompt: list[int], most_tokens: int, window: int | None = None, largest_write: int = 1
     ) -> tuple[bool, bool]:
         """Whether `open` with these arguments succeeds now, and whether it could in an otherwise empty pool."""
-        _, _, promise, cached = self._plan(prompt, most_tokens, window, largest_write)
+        _, _, promise, cached, _ = self._plan(prompt, most_tokens, window, largest_write)
         alone = self._plan([], most_tokens, window, largest_write)[2]
         return promise + cached <= self.available, alone <= self.capacity
 
     def _plan(
         self, prompt: list[int], most_tokens: int, window: int | None, largest_write: int
-    ) -> tuple[list[int], int, int, int]:
+    ) -> tuple[list[int | None], int, int, int, list[bytes]]:
         """(the cached blocks it takes, the tokens they hold, the blocks to promise, how many of the taken blocks
-        leave the cached list) of an `open`."""
+        leave the cached list, the digests of its full blocks) of an `open`."""
         size = self.block_size
         needed = -(-most_tokens // size)
-        found, matched = self.match(prompt) if window is None and prompt else ([], 0)
-        if window is not None:  # never shared: each block it releases is free again and promised back to it
+        found, matched, digests = self._match(prompt, window) if prompt else ([], 0, [])
+        if window is not None:  # each block it releases is free again and promised back to it
             needed = min(needed, -(-(window + largest_write - 1) // size) + 1)
+        taken = [block for block in found if block is not None]
         partial = matched % size != 0  # its last matched block is written into: maybe a copy
-        promise = max(needed - len(found), 0) + (1 if partial else 0)
-        return found, matched, promise, sum(1 for block in found if self.references[block] == 0)
+        promise = max(needed - len(taken), 0) + (1 if partial else 0)
+        return found, matched, promise, sum(1 for block in taken if self.references[block] == 0), digests
 
     def write(self, table: BlockTable, start: int, tokens: list[int]) -> list[BlockCopy]:
         """`BlockTable.write`."""
@@ -316,7 +340,10 @@ class BlockPool:
         self._unlink(block)
         self.tokens[block] = self.tokens[block][:offset] + written
         del table.digests[index:]
-        self._link(block, self._parent_of(table, index))
+        parent = self._parent_of(table, index)
+        self._link(block, parent)
+        if parent is not None and len(self.tokens[block]) == self.block_size:  # kept when a window releases it
+            table.digests.append(_digest(parent, self.tokens[block]))
 
     def _parent_of(self, table: BlockTable, index: int) -> bytes | None:
         """The digest of the table's tokens before its block `index` (None when a block before it is released or

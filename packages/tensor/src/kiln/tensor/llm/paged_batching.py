@@ -132,8 +132,8 @@ class PagedBatchedGenerator(BatchedGenerator):
         """Whether a sequence still prefilling is writing a beginning of this prompt (a block or more) that this one
         can take once it is written: then this one waits for those blocks instead of computing them a second time
         (requests sharing a system prompt that arrive together)."""
-        if not self.cache.shares_prefixes:
-            return False
+        if any(group.window is not None for group in self.cache.groups):
+            return False  # a sliding group takes only the blocks nobody holds (kiln.tensor.llm.kv_pool.BlockPool.match)
         prompt = sequence.prompt[: len(sequence.prompt) - 1]  # the last token is computed again for its logits
         for other, _params in self.joining:
             shared = 0

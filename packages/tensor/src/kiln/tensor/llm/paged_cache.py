@@ -8,7 +8,8 @@ sequence has one `BlockTable` per group, and the same block id addresses the sam
 A pass gets, per group, a `PageRows`: the pool row of each new key (`write`) and the rows of each sequence's
 positions (`read`), both int32 Tensors built on the host from the block tables, so a new request, a new block or a
 copy compiles nothing. A copy-on-write of a shared block is one jitted step over every layer of the group (the
-block's rows gathered, then written to the new block).
+block's rows gathered, then written to the new block). A prompt reuses the beginning that every group holds: the
+full-attention group's blocks of it, and the sliding group's blocks that the window of its next position sees.
 
 A decode step writes only its sequences' tail rows: each layer's pool has, after its blocks' rows, a tail of one
 block per sequence slot, where a decoding sequence's newest block lives (`PageRows.sources`: the step rewrites those
@@ -16,9 +17,10 @@ few rows, where a write through a row map into the blocks' rows rewrote every ro
 Its read map sends the positions the tail holds to the tail's rows. When the block is full, or its sequence ends,
 one jitted step per group copies the tail's rows into the block's rows (`_flush`, rows at offsets bound per call);
 a block is only shared once its rows are there (a block its holder still writes into is never taken by another
-prompt). The sliding group's blocks wholly behind the window are
-released after each pass; it shares no prefix (a prompt's blocks there are computed again), and its pool only needs
-the blocks its windows span.
+prompt).
+
+The sliding group's blocks wholly behind the window are released after each pass (kept cached while the pool does
+not need them), and its pool only needs the blocks its windows span.
 """
 
 from __future__ import annotations
@@ -126,24 +128,32 @@ class PagedCache:
             for layer in group.layers:
                 layer.allocate_pool(group.buffer_rows)
 
-    @property
-    def shares_prefixes(self) -> bool:
-        """Whether a prompt's cached beginning is reused (not with sliding layers: their blocks are not shared)."""
-        return all(group.window is None for group in self.groups)
+    def reusable(self, prompt: list[int]) -> int:
+        """How many of the prompt's first tokens every group's cached blocks hold (a sliding group: the blocks its
+        window still sees; see `BlockPool.match`)."""
+        reused = len(prompt) - 1
+        while reused > 0:
+            shortest = min(group.pool.match(prompt[: reused + 1], group.window)[1] for group in self.groups)
+            if shortest == reused:
+                break
+            reused = shortest  # a shorter beginning may need a sliding group's earlier blocks: match again
+        return max(reused, 0)
 
     def fits(self, prompt: list[int], most_tokens: int) -> tuple[bool, bool]:
         """Whether `open` succeeds now, and whether it could in empty pools (`BlockPool.fits` of every group)."""
-        answers = [group.pool.fits(*self._open_arguments(group, prompt, most_tokens)) for group in self.groups]
+        reused = self.reusable(prompt)
+        answers = [group.pool.fits(*self._open_arguments(group, prompt, most_tokens, reused)) for group in self.groups]
         return all(now for now, _ in answers), all(ever for _, ever in answers)
 
     def _open_arguments(
-        self, group: PageGroup, prompt: list[int], most_tokens: int
+        self, group: PageGroup, prompt: list[int], most_tokens: int, reused: int
     ) -> tuple[list[int], int, int | None, int]:
-        """`BlockPool.open`'s arguments for a group: a full-attention group matches the prompt's beginning when
-        every group shares prefixes; a sliding one writes a chunk between two slides."""
+        """`BlockPool.open`'s arguments for a group: the prompt cut to match `reused` tokens at most (what every
+        group holds); a sliding group writes a chunk between two slides."""
+        mine = prompt[: reused + 1]
         if group.window is None:
-            return (prompt if self.shares_prefixes else prompt[:1]), most_tokens, None, 1
-        return prompt, most_tokens, group.window, self.chunk
+            return mine, most_tokens, None, 1
+        return mine, most_tokens, group.window, self.chunk
 
     def open(self, prompt: list[int], most_tokens: int) -> tuple[list[BlockTable], int]:
         """A sequence's tables, one per group (see `BlockPool.open`), and the prompt tokens they reuse.
@@ -152,9 +162,10 @@ class PagedCache:
             KVPoolExhausted: a group's pool cannot promise the blocks (no table is left open then).
         """
         tables: list[BlockTable] = []
+        reused = self.reusable(prompt)
         try:
             for group in self.groups:
-                tables.append(group.pool.open(*self._open_arguments(group, prompt, most_tokens))[0])
+                tables.append(group.pool.open(*self._open_arguments(group, prompt, most_tokens, reused))[0])
         except BaseException:
             for table in tables:
                 table.close()
