@@ -1,4 +1,4 @@
-"""kiln.tensor.llm's server under load: aggregate tokens/s with 1 and 8 concurrent clients (continuous batching).
+"""kiln.tensor.llm's server under load: aggregate tokens/s with 1, 8 and 16 concurrent clients (continuous batching).
 
 The model is llm_bench.py's random-weight llama (default about 100M parameters, `--size small` for a quick run)
 written as a GGUF file (`--format`, default F16); its tokenizer is a byte-level BPE over the model's vocabulary
@@ -14,13 +14,15 @@ sequences as clients (what the server adds is HTTP, text and scheduling; a joini
 (every sequence prefilled first; its fastest and median time).
 Every client count is run once untimed first (compiles).
 
-Both KV layouts are measured in the same run (`--layouts`): `slots`, a (max-context)-row cache per sequence slot
-(`BatchedGenerator`), and `paged`, one pool of `--kv-blocks` blocks of 16 rows per layer shared by every sequence
+Both KV layouts are measured in the same run (`--layouts`), one after the other per measurement (the decode step
+alone, the batched steps alone, then the server per client count), so that a change in the machine's load falls on
+both: `paged`, the server's default, one pool of `--kv-blocks` blocks of 16 rows per layer shared by every sequence
 (`PagedBatchedGenerator`; by default the server's: as many rows as the slots, kiln.tensor.llm.paged_cache's
-`default_kv_blocks`), each with the KV memory it reserves.
+`default_kv_blocks`), and `slots`, a (max-context)-row cache per sequence slot (`BatchedGenerator`), each with the
+KV memory it reserves. The last lines give each layout's figures over the first one's.
 
-    uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8] [--new 64] [--requests 3]
-        [--layouts slots,paged] [--kv-blocks N]
+    uv run python benchmarks/llm_serve_bench.py [--size 100m|small] [--clients 1,8,16] [--new 64] [--requests 3]
+        [--layouts paged,slots] [--kv-blocks N]
 """
 
 from __future__ import annotations
@@ -104,14 +106,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=["100m", "small"], default="100m")
     parser.add_argument("--format", default="F16", help="the GGUF weight type (F16, Q8_0, Q4_0, F32, ...)")
-    parser.add_argument("--clients", default="1,8", help="concurrent client counts to measure")
+    parser.add_argument("--clients", default="1,8,16", help="concurrent client counts to measure")
     parser.add_argument("--requests", type=int, default=3, help="completions per client, one after another")
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per request")
     parser.add_argument("--new", type=int, default=64, help="new tokens per request")
     parser.add_argument("--max-batch", type=int, default=8, help="the server's --max-batch")
     parser.add_argument("--max-context", type=int, default=512, help="the KV cache positions")
     parser.add_argument("--prefill-chunk", type=int, default=64, help="prompt tokens prefilled between decode steps")
-    parser.add_argument("--layouts", default="slots,paged", help="KV layouts to measure: slots, paged")
+    parser.add_argument("--layouts", default="paged,slots", help="KV layouts to measure: paged, slots")
     parser.add_argument("--kv-blocks", type=int, default=0, help="the paged pool's blocks (0: the server's default)")
     args = parser.parse_args()
     counts = [int(item) for item in args.clients.split(",") if item]
@@ -146,64 +148,89 @@ def main() -> None:
     single = statistics.median(rates)
     print(f"reference: Generator (batch 1, no server) decode {single:7.1f} tok/s")
     tokenizer = byte_tokenizer(shape["vocab"])
-    for layout in layouts:
-        model = ChatModel(loaded, tokenizer, None, kv_blocks=kv_blocks if layout == "paged" else None)
-        measure(model, layout, args, ids, counts)
+    models = [ChatModel(loaded, tokenizer, None, kv_blocks if layout == "paged" else None) for layout in layouts]
+    batched = [model.batched(args.max_batch, args.prefill_chunk) for model in models]  # the servers' own generators
+    for layout, model, each in zip(layouts, models, batched, strict=True):
+        blocks = f" ({model.kv_blocks} blocks of 16 rows)" if model.kv_blocks else ""
+        print(f"layout {layout}: KV memory reserved {each.kv_bytes() / 2**20:.1f} MiB{blocks}")
+    figures: dict[str, dict[str, float]] = {layout: {} for layout in layouts}
+    batch_counts = sorted({min(count, args.max_batch) for count in counts})  # more clients than slots queue
+    for count in batch_counts:  # the decode step alone: `count` sequences at positions past the prompt, no prefill
+        for layout, each in zip(layouts, batched, strict=True):
+            fastest, median, steps = decode_steps(each, ids, count, args.new)
+            figures[layout][f"decode step, {count} sequences (fastest, 1/ms)"] = 1 / fastest
+            print(f"{layout}: decode step alone, {count:2d} sequences: fastest {fastest:7.2f} ms, median "
+                  f"{median:7.2f} ms ({steps} steps)")  # fmt: skip
+    for count in batch_counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
+        for layout, each in zip(layouts, batched, strict=True):
+            rate = batched_rate(each, ids, count, args.new)
+            figures[layout][f"batched steps, {count} sequences (tok/s)"] = rate
+            print(f"{layout}: {type(each).__name__} (no server), {count:2d} sequences: decode {rate:7.1f} tok/s "
+                  f"aggregate (best of 3)")  # fmt: skip
+    serve_all(models, layouts, args, counts, figures)
+    first = layouts[0]
+    for layout in layouts[1:]:
+        for what, value in figures[layout].items():
+            print(f"{layout} over {first}: {what}: {value / figures[first][what]:5.2f}x")
 
 
-def measure(model: Any, layout: str, args: argparse.Namespace, ids: list[int], counts: list[int]) -> None:
-    """The batched steps alone, then the server under 1 .. N clients, with one KV layout."""
+def decode_steps(batched: Any, ids: list[int], count: int, new: int) -> tuple[float, float, int]:
+    """The fastest and median decode step (ms) of `count` sequences prefilled first, over 3 rounds, and the steps."""
+    steps = []
+    for _ in range(3):
+        for index in range(count):
+            batched.start(ids[: len(ids) - index], max_tokens=new)
+        while batched.joining:
+            batched.step()
+        while batched.active:
+            started = time.perf_counter()
+            batched.decode()
+            steps.append(time.perf_counter() - started)
+    return min(steps) * 1e3, statistics.median(steps) * 1e3, len(steps)
+
+
+def batched_rate(batched: Any, ids: list[int], count: int, new: int) -> float:
+    """The best of 3 aggregate tokens/s of `count` sequences joining and decoding together (no HTTP, no text)."""
+    rates = []
+    for _ in range(3):
+        for index in range(count):
+            batched.start(ids[: len(ids) - index], max_tokens=new)
+        started, produced = time.perf_counter(), 0
+        while batched.active:
+            produced += len(batched.step())
+        rates.append(produced / (time.perf_counter() - started))
+    return max(rates)
+
+
+def serve_all(
+    models: list[Any], layouts: list[str], args: argparse.Namespace, counts: list[int], figures: dict[str, Any]
+) -> None:
+    """A server per layout on 127.0.0.1, then per client count each server under that many clients in turn."""
     from kiln.tensor.llm.server import ServerLimits, make_server
-
-    batched = model.batched(args.max_batch, args.prefill_chunk)  # the server's own: its steps compile once
-    blocks = f" ({model.kv_blocks} blocks of 16 rows)" if model.kv_blocks else ""
-    print(f"layout {layout}: KV memory reserved {batched.kv_bytes() / 2**20:.1f} MiB{blocks}")
-    for count in counts:  # the decode step alone: `count` sequences at positions past the prompt, no prefill
-        steps = []
-        for _ in range(3):
-            for index in range(count):
-                batched.start(ids[: len(ids) - index], max_tokens=args.new)
-            while batched.joining:
-                batched.step()
-            while batched.active:
-                started = time.perf_counter()
-                batched.decode()
-                steps.append(time.perf_counter() - started)
-        fastest, median = min(steps) * 1e3, statistics.median(steps) * 1e3
-        print(f"reference: {type(batched).__name__} decode step alone, {count} sequences: fastest {fastest:7.2f} ms, "
-              f"median {median:7.2f} ms ({len(steps)} steps)")  # fmt: skip
-    for count in counts:  # the batched steps alone: `count` sequences decoding together, no HTTP, no text
-        rates = []
-        for _ in range(3):
-            for index in range(count):
-                batched.start(ids[: len(ids) - index], max_tokens=args.new)
-            started, produced = time.perf_counter(), 0
-            while batched.active:
-                produced += len(batched.step())
-            rates.append(produced / (time.perf_counter() - started))
-        print(f"reference: {type(batched).__name__} (no server), {count} sequences: decode {max(rates):7.1f} "
-              f"tok/s aggregate (best of 3)")  # fmt: skip
 
     limits = ServerLimits(
         max_batch=args.max_batch, prefill_chunk=args.prefill_chunk, max_queue=max(64, 2 * max(counts))
     )
-    httpd, logic = make_server(model, port=0, limits=limits)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1/completions"
+    servers = [make_server(model, port=0, limits=limits) for model in models]
+    for httpd, _ in servers:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        baseline = None
+        baselines: dict[str, float] = {}
         for clients in counts:
-            load(url, model.name, clients, 2, args.prompt, args.new)  # compiles this width's steps, then captures
-            got = load(url, model.name, clients, args.requests, args.prompt, args.new)
-            baseline = baseline or got["tok_s"]
-            print(f"{layout}: {clients:3d} client{'s' if clients > 1 else ' '}: {got['tok_s']:7.1f} tok/s aggregate "
-                  f"({got['tokens']:.0f} tokens)  latency median {got['median']:6.2f} s  max {got['max']:6.2f} s  "
-                  f"{got['tok_s'] / baseline:5.2f}x one client's")  # fmt: skip
+            for layout, model, (httpd, _) in zip(layouts, models, servers, strict=True):
+                url = f"http://127.0.0.1:{httpd.server_address[1]}/v1/completions"
+                load(url, model.name, clients, 2, args.prompt, args.new)  # compiles this width's steps, captures
+                got = load(url, model.name, clients, args.requests, args.prompt, args.new)
+                baseline = baselines.setdefault(layout, got["tok_s"])
+                figures[layout][f"server, {clients} clients (tok/s)"] = got["tok_s"]
+                print(f"{layout}: {clients:3d} client{'s' if clients > 1 else ' '}: {got['tok_s']:7.1f} tok/s "
+                      f"aggregate ({got['tokens']:.0f} tokens)  latency median {got['median']:6.2f} s  max "
+                      f"{got['max']:6.2f} s  {got['tok_s'] / baseline:5.2f}x one client's")  # fmt: skip
     finally:
-        httpd.shutdown()
-        httpd.server_close()
-        logic.close()
+        for httpd, logic in servers:
+            httpd.shutdown()
+            httpd.server_close()
+            logic.close()
 
 
 if __name__ == "__main__":
