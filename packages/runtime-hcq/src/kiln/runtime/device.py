@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kiln.codegen import Program, Renderer
 from kiln.runtime.allocator import Allocator
@@ -211,6 +211,30 @@ class DeviceBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+class QueuedTimeline(Protocol):
+    """A device queue's completion timeline (OpenCL's events, WebGPU's submissions): `wait()` waits for all so far."""
+
+    def wait(self, value: int | None = None) -> None: ...
+
+
+class QueuedDevice(DeviceBase):
+    """A device whose work runs in order on one queue with a timeline, named by a one-line `description`."""
+
+    timeline: QueuedTimeline
+
+    @property
+    def description(self) -> str:
+        """What the device is (platform, adapter, version), shown by `python -m kiln.runtime` and in its repr."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} ({self.description})>"
+
+    def synchronize(self) -> None:
+        """Waits for everything enqueued so far (the timeline's last value)."""
+        self.timeline.wait()
 
 
 @dataclass(frozen=True)

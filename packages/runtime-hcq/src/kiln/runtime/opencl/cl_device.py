@@ -24,7 +24,7 @@ from kiln.renderers.opencl_library import (
     opencl_target,
 )
 from kiln.renderers.toolchain import ToolchainNotFoundError
-from kiln.runtime.device import DeviceBase, DeviceUnavailable, find_dtypes, find_renderers
+from kiln.runtime.device import DeviceUnavailable, QueuedDevice, find_dtypes, find_renderers
 from kiln.runtime.opencl.cl_allocator import CLAllocator
 from kiln.runtime.opencl.cl_runner import CLProgramRunner
 from kiln.runtime.opencl.cl_timeline import CLTimeline
@@ -34,7 +34,7 @@ from kiln.uops import dtypes
 __all__ = ["CLDevice"]
 
 
-class CLDevice(DeviceBase):
+class CLDevice(QueuedDevice):
     """One OpenCL device: buffers, an in-order queue whose events form a timeline, program loading, launches.
 
     Args:
@@ -45,6 +45,7 @@ class CLDevice(DeviceBase):
         queue: the cl_command_queue; timeline: the queue's events as a timeline signal.
     """
 
+    timeline: CLTimeline
     renderer_family = "CL"
 
     def __init__(self, name: str) -> None:
@@ -68,17 +69,10 @@ class CLDevice(DeviceBase):
             stored = stored - {dtypes.float64}
         self.supported_dtypes = stored
 
-    def __repr__(self) -> str:
-        return f"<CLDevice {self.name} ({self.target.platform_name} / {self.target.device_name})>"
-
     @property
     def description(self) -> str:
         """ "<platform> / <device> (<OpenCL version>)", shown by `python -m kiln.runtime`."""
         return f"{self.target.platform_name} / {self.target.device_name} ({self.target.device_version})"
-
-    def synchronize(self) -> None:
-        """Waits for every command enqueued so far (the timeline's last value)."""
-        self.timeline.wait()
 
     def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """An OpenCL renderer building for this device (its index over all platforms)."""

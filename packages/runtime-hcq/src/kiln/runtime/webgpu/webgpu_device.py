@@ -12,7 +12,7 @@ from __future__ import annotations
 from kiln.codegen import Program, Renderer
 from kiln.renderers.toolchain import ToolchainNotFoundError
 from kiln.renderers.webgpu_library import WebGPUTarget, load_wgpu, webgpu_target
-from kiln.runtime.device import DeviceBase, DeviceUnavailable, find_dtypes, find_renderers
+from kiln.runtime.device import DeviceUnavailable, QueuedDevice, find_dtypes, find_renderers
 from kiln.runtime.program_runner import ProgramRunner
 from kiln.runtime.webgpu.webgpu_allocator import WebGPUAllocator
 from kiln.runtime.webgpu.webgpu_runner import WebGPUProgramRunner
@@ -21,7 +21,7 @@ from kiln.runtime.webgpu.webgpu_timeline import WebGPUTimeline
 __all__ = ["WebGPUDevice"]
 
 
-class WebGPUDevice(DeviceBase):
+class WebGPUDevice(QueuedDevice):
     """The WebGPU device: storage buffers, a queue whose submissions form a timeline, pipelines, dispatches.
 
     Args:
@@ -31,6 +31,7 @@ class WebGPUDevice(DeviceBase):
         target: the adapter, the device requested from it and their limits; timeline: the queue's submissions.
     """
 
+    timeline: WebGPUTimeline
     renderer_family = "WEBGPU"
 
     def __init__(self, name: str) -> None:
@@ -50,17 +51,10 @@ class WebGPUDevice(DeviceBase):
         self.renderers = find_renderers("WEBGPU")
         self.supported_dtypes = find_dtypes("WEBGPU")
 
-    def __repr__(self) -> str:
-        return f"<WebGPUDevice {self.name} ({self.target.adapter_name})>"
-
     @property
     def description(self) -> str:
         """ "<adapter> (<backend>, <adapter type>)", shown by `python -m kiln.runtime`."""
         return f"{self.target.adapter_name} ({self.target.backend}, {self.target.adapter_type})"
-
-    def synchronize(self) -> None:
-        """Waits for every submission so far."""
-        self.timeline.wait()
 
     def create_renderer(self, renderer_class: type[Renderer]) -> Renderer:
         """A WGSL renderer allowed as many storage buffers per kernel as the adapter binds."""
