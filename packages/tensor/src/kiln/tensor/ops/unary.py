@@ -313,8 +313,10 @@ class UnaryMixin(TensorCore):
             polynomial = t * 0.0
             for coefficient in reversed(_ERF_COEFFICIENTS):
                 polynomial = (polynomial + coefficient) * t
-            # exp(-m*m) with m*m capped: the gradient of an overflowing square would be 0 * inf = NaN
-            result = 1.0 - polynomial * (-(magnitude.minimum(1e4) ** 2)).exp()
+            # exp(-m*m) with m capped: the gradient of an overflowing square would be 0 * inf = NaN; the square is a
+            # product, not a power (a power is log2, exp2 and its special cases per element)
+            capped = magnitude.minimum(1e4)
+            result = 1.0 - polynomial * (-(capped * capped)).exp()
             return (x < 0).where(-result, result)
 
         return self._math(body)
