@@ -128,3 +128,49 @@ def test_renderer_without_vector_alu_keeps_byte_loads() -> None:
     out, program = _run(sink, CPULikeRenderer(), x, weight.view(np.uint8), rows * columns)
     np.testing.assert_array_equal(out.reshape(rows, columns), x @ weight.astype(np.float32).T)
     assert all(dtype.scalar() == dtypes.uint8 for dtype in _weight_loads(program))
+
+
+def _chunk_product(most: int, columns: int, heads: int, size: int, split_heads: bool) -> UOp:
+    """A prefill chunk's rows times an F16 GGUF matrix: out[i, j] = sum_k x[i, k] * w[j, k] for i < length (a bound
+    Variable); `split_heads`: x read in the attention output's layout, x[k / size, i, k % size] for heads of `size`
+    values ((k / size) / 3 and (k / size) % 3 of three groups of heads: the index the scheduler builds)."""
+    depth = heads * size
+    length = UOp.variable("length", 1, most)
+    out, x = buffer(0, most * columns), buffer(1, most * depth)
+    weight = buffer(2, 2 * columns * depth, dtypes.uint8)
+    i, j, k = UOp.range(length, 0), UOp.range(columns, 1), UOp.range(depth, 2, AxisKind.REDUCE)
+    if split_heads:
+        head = k // size
+        row = (head // 3) * (length * size * 3) + (head % 3) * (length * size) + i * size + k % size
+    else:
+        row = i * depth + k
+    product = x.index(row).load() * _decoded(weight, j * depth + k, 2, (0, 1))
+    return kernel(out.index(i * columns + j).store(product.reduce(k)).end(i, j))
+
+
+@pytest.mark.parametrize("split_heads", [False, True])
+def test_chunk_rows_times_half_bytes_take_the_dot_product_tile(split_heads: bool) -> None:
+    # the 100M llama's prefill: its rows are a bound Variable, which no output axis of `_walked_axes` is; with the
+    # heads' layout, the division of the head number by 3 kept the attention output projection out of step 2r too
+    # (it took step 2s's gathered 16 columns with the reduce rolled: ~25% of a 64-token prefill's kernel time)
+    most, columns, heads, size = 8, 32, 6, 16
+    sink = _chunk_product(most, columns, heads, size, split_heads)
+    renderer = VectorCPU()
+    opts = hand_coded_optimizations(sink, renderer)
+    assert Opt(UPCAST, 1, 4) in opts and Opt(UNROLL, 2, 16) in opts
+    for length in (3, 8):
+        x = _values((length, heads * size), np.float32, length)
+        weight = _values((columns, heads * size), np.float16, 10)
+        stored = np.zeros(most * heads * size, np.float32)
+        # x's rows in the kernel's layout: heads outermost when split, each head's (length, size) block
+        if split_heads:
+            blocks = x.reshape(length, heads, size).transpose(1, 0, 2).reshape(-1)
+            stored[: blocks.size] = blocks
+        else:
+            stored[: x.size] = x.reshape(-1)
+        program = Program(get_program(sink, renderer, list(opts)))
+        out = np.full(most * columns, np.nan, np.float32)
+        values = {"length": length}
+        run_program(program, [out, stored, weight.view(np.uint8).reshape(-1)], values, *program.launch_dims(values))
+        got = out[: length * columns].reshape(length, columns)
+        np.testing.assert_array_equal(got, x @ weight.astype(np.float32).T)

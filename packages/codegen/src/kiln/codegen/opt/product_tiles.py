@@ -55,7 +55,11 @@ Vector-ALU CPU renderers (LLVM IR) take these steps in place of the heuristic's 
     3v. The 100M llama's output layer, (8, 768) @ (32000, 768).T from F16 bytes, had step 2s's gathered 8 x 16
     tile with the reduce rolled (~1.2 GB/s in the 8-row decode step); a prompt's 64 rows by the same matrix had
     it too until the byte pairs were merged: 17 -> ~80 GFLOP/s of process CPU time (F32 bytes, (2048, 768): 10 ->
-    ~75; loaded 2-core box, minimum of 10 TinyJit replays each).
+    ~75; loaded 2-core box, minimum of 10 TinyJit replays each). A prefill chunk's rows (a bound Variable, so no
+    constant axis) count as many rows (`_symbolic_rows`), and the reduce's index may divide it by a multiple of the
+    width, also through a chain ((k / 64) / 3: an attention output read in its heads' layout, `divides_axis`):
+    the 100M llama's attention output projection from F16 bytes had step 2s's gathered 16 columns, ~25% of a
+    64-token prefill's kernel time; the prefill's process CPU time went 0.53 -> 0.35 s (minimum of 4 prompts).
     A 4 x 4 tile whose bigger operand exceeds STREAM_SWAP_BYTES while the other fits in half of it (a language
     model's prefill, x @ W.T: 64 rows of x against a (32000, 768) or (2048, 768) weight, both contiguous along the
     reduce) puts the loop over the big operand's rows outside (SWAP, `_dot_stream_order`): W is read once, each 4
@@ -151,17 +155,31 @@ def divides_axis(indices: list[UOp], rng: UOp, width: int = 0) -> bool:
     k/25, k/5%5): after an unroll the simplifier leaves it as lane-by-lane division (measured 2x slower than output
     lanes on the small CNN's linear layer). A divisor that is a multiple of `width` keeps each unrolled vector
     inside one block (k/32 and k%32 of a quantized row's 32-value blocks under a 16-lane unroll are a block number
-    and a contiguous lane), so it does not count."""
+    and a contiguous lane), so it does not count; nor does a division of such a block number ((k/64)/3: the heads
+    of an attention output read as one row, a block of 192 values)."""
     for index in indices:
         for node in index.src[1].toposort():
             if node.op not in (Ops.IDIV, Ops.MOD) or rng not in node.toposort():
                 continue
-            divisor = node.src[1]
-            if node.op is Ops.MOD and not (divisor.op is Ops.CONST and width and divisor.arg % width == 0):
+            divisor = _chained_divisor(node)
+            if node.op is Ops.MOD and not (divisor and width and divisor % width == 0):
                 continue  # a plain modulo of the axis was never the problem; only through a division below
-            if not (width and divisor.op is Ops.CONST and divisor.arg % width == 0):
+            if not (width and divisor and divisor % width == 0):
                 return True
     return False
+
+
+def _chained_divisor(node: UOp) -> int | None:
+    """The constant by which `node` (an IDIV or MOD) divides what lies under its chain of constant divisions: 3 for
+    k % 3, 192 for (k / 64) / 3; None for a divisor that is not a constant."""
+    total = 1
+    divisor = node.src[1]
+    if divisor.op is not Ops.CONST:
+        return None
+    total, node = int(divisor.arg), node.src[0]
+    while node.op is Ops.IDIV and node.src[1].op is Ops.CONST:
+        total, node = total * int(node.src[1].arg), node.src[0]
+    return total
 
 
 def buffer_bytes(pointer: UOp) -> int:
@@ -353,11 +371,11 @@ def vector_product_unroll(build: TileBuilder, operands: tuple[UOp, UOp]) -> bool
     size = constant_size(last)
     strides = [_element_stride(build.sink, index, last) for index in operands]
     packed = strides != [stride_near_origin(index.src[1], last) for index in operands]
-    if packed and len(_walked_axes(build, operands, lambda size: size > 1)) < 2:
+    if packed and len(_walked_axes(build, operands, lambda size: size > 1)) < 2 and not _symbolic_rows(operands):
         return False  # one decoded row (a matrix-vector product) stays with step 3v's long unroll
     if size is None or size < width // 2 or 1 not in strides or not all(s in (0, 1) for s in strides):
         return False
-    if divides_axis(list(operands), last):
+    if divides_axis(list(operands), last, width):
         return False
     start_sink, start_opts = build.sink, list(build.opts)
     _product_rows(build, operands)
@@ -394,6 +412,12 @@ def _walked_axes(build: TileBuilder, operands: tuple[UOp, UOp], fits: Callable[[
         if None not in strides and strides.count(0) == 1 and fits(constant_size(rng) or 0):
             walked.setdefault(0 if strides[0] else 1, rng)
     return walked
+
+
+def _symbolic_rows(operands: tuple[UOp, UOp]) -> bool:
+    """Whether the operands' indices hold a symbolic size (a prompt chunk's rows, x @ W.T with x's row count a bound
+    Variable): such a product has many rows, whatever the output axis sizes `_walked_axes` sees."""
+    return any(node.op is Ops.DEFINE_VAR for index in operands for node in index.src[1].toposort())
 
 
 def _few_rows_axis(build: TileBuilder, operands: tuple[UOp, UOp]) -> UOp | None:
