@@ -174,7 +174,7 @@ def pending(tensor: T, method: str, number: object) -> T | None:
     kind = type(number)
     if kind is not float and kind is not int:
         return None
-    state = tensor.__dict__
+    state = vars(tensor)
     if (state.get("_requires_grad") is True and not grad_disabled()) or state.get("_bound_size") is not None:
         return None
     source = state.get("_lane")
@@ -197,7 +197,7 @@ def pending(tensor: T, method: str, number: object) -> T | None:
         return None
     cls = type(tensor)
     result = cls.__new__(cls)
-    made = result.__dict__
+    made = vars(result)
     made["_lane"] = LaneValue(entry, source)
     made["_requires_grad"] = None
     made["grad"] = None
