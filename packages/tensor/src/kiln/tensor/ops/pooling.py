@@ -123,7 +123,9 @@ def _routed_max(padded: TensorT, geometry: _Geometry) -> TensorT:
     (the small CNN of benchmarks/train_bench.py: 35 -> 30 kernels a step, its poolings' ~1.8 ms of reduce kernels
     -> ~0.7 ms of elementwise ones, kernel times, loaded 2-core box)."""
     taps = [_tap(padded, geometry, offsets) for offsets in itertools.product(*(range(k) for k in geometry.kernel))]
-    result, choice = taps[0], taps[0]._const(0, taps[0].shape, dtypes.int32, padded.device)
+    # the chosen tap's number in a byte (a window of up to 256 taps): a stored choice is a quarter of int32's bytes
+    number = dtypes.uint8 if len(taps) <= 256 else dtypes.int32
+    result, choice = taps[0], taps[0]._const(0, taps[0].shape, number, padded.device)
     for position, tap in enumerate(taps[1:], 1):
         # not (tap <= result): strictly larger, or a NaN tap (the first of equal taps stays); nothing replaces a NaN
         better = (tap <= result).logical_not() & result.isnan().logical_not()
@@ -133,7 +135,7 @@ def _routed_max(padded: TensorT, geometry: _Geometry) -> TensorT:
     leading = padded.shape[: padded.ndim - spatial]
     # (*leading, out_1, 1, out_2, 1, ...): each window's values beside its taps' dims
     beside = (*leading, *itertools.chain.from_iterable((count, 1) for count in geometry.out))
-    numbers = iota(type(padded), len(taps), padded.device)._cast(dtypes.int32).reshape(*geometry.kernel)
+    numbers = iota(type(padded), len(taps), padded.device)._cast(number).reshape(*geometry.kernel)
     numbers = numbers.reshape(*itertools.chain.from_iterable((1, taps) for taps in geometry.kernel))
     covered = [count * taps for count, taps in zip(geometry.out, geometry.kernel)]
 
