@@ -31,8 +31,9 @@ LLVM_PIPELINE = register_knob(
     str,
     "kernel",
     "IR optimization pipeline of the LLVM IR renderer's compiler: 'kernel' (a few cleanup passes: kiln's own opts "
-    "already upcast and unrolled the kernel; about half the compile time of 'O2'; kernels over half, bfloat16 or "
-    "8/16-bit integers still take -O2, whose SLP vectorizer packs their lane conversions) or 'O2' (LLVM's default "
+    "already upcast and unrolled the kernel; about half the compile time of 'O2'; kernels the renderer marks for "
+    "narrow types (float16/bfloat16 math, 8/16-bit integers loaded or stored) still take -O2, whose SLP vectorizer "
+    "packs their lane conversions) or 'O2' (LLVM's default "
     "-O2 pipeline with the loop and SLP vectorizers for every kernel). Part of the compile-cache key.",
     choices=("kernel", "O2"),
 )
