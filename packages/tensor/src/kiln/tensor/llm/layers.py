@@ -154,7 +154,7 @@ class Rotary:
 class PageRows:
     """Where a pass's keys and values go in a paged KV pool of `pool_rows` rows (kiln.tensor.llm.paged_cache), and
     which rows it reads: `read` (B, end) int32, the pool row of each sequence's positions 0 .. end - 1 (a position
-    it does not hold reads a row that its mask hides). A pass writes either `pieces` or `sources`."""
+    it does not hold reads a row that its mask hides). A pass writes `pieces`, `sources` or `tail_row`."""
 
     pool_rows: int
     read: Tensor
@@ -168,6 +168,9 @@ class PageRows:
     pool's blocks, hold each decoding sequence's newest block until it is full and copied into its block's rows, so a
     step rewrites a block per sequence, not the pool."""
     tail: int = 0
+    tail_row: Size | None = None
+    """Instead of `sources`, for a decode step of one sequence: the pool row its new key goes to (a slice store of
+    one row, bound per step)."""
 
 
 @dataclass(frozen=True)
@@ -303,7 +306,10 @@ class CachedAttention(WeightModule):
         that reads only the rows it picks)."""
         key_pool, value_pool = self.allocate_pool(pages.pool_rows)
         length = k.shape[2]
-        if pages.sources is not None:  # a decode step: one key per sequence, rows tail .. tail + rows - 1 rewritten
+        if pages.tail_row is not None:  # a decode step of one sequence: a slice store of its row
+            row = pages.tail_row
+            Tensor.realize_all(key_pool[:, row : row + 1].assign(k[0]), value_pool[:, row : row + 1].assign(v[0]))
+        elif pages.sources is not None:  # a decode step: one key per sequence, rows tail .. tail + rows - 1 rewritten
             stores = []
             for pool, new in ((key_pool, k), (value_pool, v)):
                 region = pool[:, pages.tail : pages.tail + pages.sources.shape[0]]

@@ -88,14 +88,16 @@ class PagedBatchedGenerator(BatchedGenerator):
 
     def paged_decode_step(self, mode: SamplingMode, width: int, logits: bool = False) -> TinyJit[Tensor]:
         """The jitted decode step over slots 0 .. width - 1: (tokens (W, 1) int32, positions (W,) int32, end, params
-        (W, 5) float32, then per group its read map (W, max_context) and sources (W * block_size,); see
-        kiln.tensor.llm.layers.PageRows) -> each slot's next token id (W,) int32 (with `logits`: each slot's
-        logits and its id, (W, vocab + 1) float32)."""
+        (W, 5) float32, then per group its read map (W, max_context) and sources (W * block_size,), or for W = 1
+        per group its read map, then the row it writes; see kiln.tensor.llm.layers.PageRows) -> each slot's next
+        token id (W,) int32 (with `logits`: each slot's logits and its id, (W, vocab + 1) float32)."""
         if (mode, width, logits) not in self.paged_steps:
 
-            def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor, *arrays: Tensor) -> Tensor:
+            def decode(tokens: Tensor, positions: Tensor, end: Tensor, params: Tensor, *inputs: Tensor) -> Tensor:
                 stop = as_size(end, "end")
-                pages = self.cache.model_pages(self.cache.decode_page_rows(list(arrays), stop))
+                count = len(self.cache.groups) * (1 if width == 1 else 2)
+                written = [as_size(row, "the written row") for row in inputs[count:]]
+                pages = self.cache.model_pages(self.cache.decode_page_rows(list(inputs[:count]), written, stop))
                 rows = self.model.forward_batched_decode(self.model.embed(tokens), positions, end, pages=pages)[:, 0]
                 return chosen_tokens(rows, params, mode, width, logits)
 
@@ -217,9 +219,9 @@ class PagedBatchedGenerator(BatchedGenerator):
                 self.cache.write(tables, sequence.position, [sequence.tokens[-1]])
                 for group, table in enumerate(tables):
                     rows[group][sequence.slot] = (table, sequence.position)
-            arrays = self.cache.decode_pages(rows)
+            arrays, written = self.cache.decode_pages(rows)
             step = self.paged_decode_step(mode, width, host)
-            out = step(Tensor(tokens), Tensor(positions), end, Tensor(params), *arrays).numpy()
+            out = step(Tensor(tokens), Tensor(positions), end, Tensor(params), *arrays, *written).numpy()
             self.cache.decoded(rows)
         except BaseException:
             for sequence in running:

@@ -61,6 +61,7 @@ class PageGroup:
     copy_step: TinyJit[Tensor] | None = None
     flush_step: TinyJit[None] | None = None
     flush_variables: tuple[Variable, Variable, Variable] | None = None
+    tail_variable: Variable | None = None
     piece_variables: list[tuple[Variable, Variable, Variable]] = field(default_factory=list)
     tails: list[Tail | None] = field(default_factory=list)
     """Per sequence slot, the block its tail rows hold (None: none)."""
@@ -116,6 +117,7 @@ class PagedCache:
                 Variable(f"flush_source_{index}", group.rows, group.buffer_rows - block_size),
                 Variable(f"flush_first_{index}", 0, block_size - 1),
             )
+            group.tail_variable = Variable(f"tail_row_{index}", group.rows, group.buffer_rows - 1)
             # a prefill chunk's runs of positions inside one block: (pool row, first key, count), bound per call
             group.piece_variables = [
                 (
@@ -215,13 +217,14 @@ class PagedCache:
                 sizes += [variable.bind(value) for variable, value in zip(variables, values, strict=True)]
         return reads, sizes
 
-    def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> list[Tensor]:
+    def decode_pages(self, rows: list[list[tuple[BlockTable, int] | None]]) -> tuple[list[Tensor], list[BoundVariable]]:
         """A decode step's inputs from `rows[group][s]` = (table, the position slot s writes) (None: nobody's): per
         group the read map (W, max_context) int32 and the sources (W * block_size,) int32 (see `PageRows.sources`):
         each sequence writes its slot's tail row, and reads the positions its tail holds there. A position nobody
-        holds reads the scratch block. Call `decoded` after the step."""
+        holds reads the scratch block. A step of one slot (W = 1) takes per group its read map and the pool row it
+        writes (a bound Variable) instead. Call `decoded` after the step."""
         size, scratch = self.block_size, SCRATCH_BLOCK * self.block_size
-        arrays = []
+        arrays, written = [], []
         for group, group_rows in zip(self.groups, rows, strict=True):
             read = np.full((len(group_rows), self.context), scratch, np.int32)
             sources = np.zeros(len(group_rows) * size, np.int32)
@@ -236,8 +239,13 @@ class PagedCache:
                 start, stop = index * size + tail.first, min(table.length, (index + 1) * size)
                 read[slot, start:stop] = group.rows + slot * size + np.arange(tail.first, stop - index * size)
                 sources[slot * size + offset] = slot + 1
-            arrays += [Tensor(read), Tensor(sources)]
-        return arrays
+            if len(group_rows) == 1:
+                assert group.tail_variable is not None, "PagedCache sets every group's tail variable"
+                written.append(group.tail_variable.bind(group.rows + int(sources.argmax())))
+                arrays.append(Tensor(read))
+            else:
+                arrays += [Tensor(read), Tensor(sources)]
+        return arrays, written
 
     def _tail(self, group: PageGroup, slot: int, table: BlockTable, index: int, offset: int) -> Tail:
         """The slot's tail for block `index` of `table` (a new one from `offset` on, after flushing another)."""
@@ -286,9 +294,14 @@ class PagedCache:
         target, source, first = group.flush_variables
         group.flush_step(target.bind(block * size), source.bind(group.rows + slot * size), first.bind(tail.first))
 
-    def decode_page_rows(self, arrays: list[Tensor], end: Size) -> list[PageRows]:
+    def decode_page_rows(self, arrays: list[Tensor], written: list[Size], end: Size) -> list[PageRows]:
         """Inside a jitted decode step: the `PageRows` of each group from its read map (cut to positions 0 ..
         end - 1) and sources, as `decode_pages` made them."""
+        if written:  # one slot: its row to write
+            return [
+                PageRows(group.buffer_rows, arrays[index][:, :end], tail=group.rows, tail_row=written[index])
+                for index, group in enumerate(self.groups)
+            ]
         return [
             PageRows(group.buffer_rows, arrays[2 * index][:, :end], sources=arrays[2 * index + 1], tail=group.rows)
             for index, group in enumerate(self.groups)
