@@ -1,7 +1,8 @@
 """The server over the paged KV pool (`ChatModel(kv_blocks=...)`), driven by the official `openai` client: the
 second turn of a chat and a request sharing another's system prompt prefill only their new tokens
 (`usage.prompt_tokens_details.cached_tokens`), and every answer equals the request run alone by the batch-1
-generator; `serve --kv-layout paged` sizes the pool as the slot layout's memory."""
+generator; `serve` runs over a paged pool by default, sized as the slot layout's memory (`--kv-layout slots` keeps
+a cache per request slot)."""
 
 from __future__ import annotations
 
@@ -144,8 +145,8 @@ def test_serve_kv_layouts(paged: ChatModel, chat_model_dir: Path) -> None:
     assert refused.returncode == 2 and "--kv-blocks" in refused.stderr
     blocks = 8 * -(-paged.context_length // 16) + 8 + 1  # the default --max-batch 8 slots' rows, a copy each, scratch
     for options, line in (
-        (("--kv-layout", "paged"), f"KV cache: a paged pool of {blocks} blocks of 16 rows shared by the requests"),
-        ((), f"KV cache: 8 request slots of {paged.context_length} rows each"),
+        ((), f"KV cache: a paged pool of {blocks} blocks of 16 rows shared by the requests"),
+        (("--kv-layout", "slots"), f"KV cache: 8 request slots of {paged.context_length} rows each"),
     ):
         process, url, shown = _serve_process(chat_model_dir, *options)
         try:

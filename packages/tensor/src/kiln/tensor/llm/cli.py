@@ -9,8 +9,9 @@
 `--max-body-bytes`, `--max-queue`, `--max-batch`, `--prefill-chunk`, `--max-connections`, `--read-timeout`,
 `--shutdown-grace`) are `kiln.tensor.llm.openai_api.ServerLimits`; `--max-batch` requests decode together
 (continuous batching), a joining prompt prefilled `--prefill-chunk` tokens between two decode steps, their KV
-memory max-batch x max-context rows reserved per request slot or, with `--kv-layout paged` (or `--kv-blocks N`), one
-paged pool shared by every request (`kv_pool.py`; N blocks, by default the slot layout's memory).
+memory one paged pool shared by every request (`kv_pool.py`; `--kv-blocks N` blocks of 16 rows, by default the
+memory of max-batch requests of the whole context; prefix blocks reused across requests and turns) or, with
+`--kv-layout slots`, max-batch x max-context rows reserved per request slot.
 
 Generated text goes to stdout as it is produced; prefill and decode speeds (tokens/s) go to stderr.
 """
@@ -108,10 +109,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     for option, kind, default, help_text in limits:
         parser.add_argument(option, type=kind, default=default, help=help_text)
     parser.add_argument(
-        "--kv-layout", choices=["slots", "paged"], default=None,
-        help="slots (default): max-batch x context rows reserved per request slot; paged (the default with "
-        "--kv-blocks): one KV pool of 16-row blocks shared by all requests, prefix blocks reused across requests "
-        "and turns",
+        "--kv-layout", choices=["paged", "slots"], default="paged",
+        help="paged (default): one KV pool of 16-row blocks shared by all requests, prefix blocks reused across "
+        "requests and turns; slots: max-batch x context rows reserved per request slot",
     )  # fmt: skip
     parser.add_argument(
         "--kv-blocks", type=_at_least_one, default=None, metavar="N",
@@ -132,7 +132,7 @@ def _serve(argv: Sequence[str], err: TextIO) -> int:
         read_timeout=args.read_timeout, shutdown_grace=args.shutdown_grace, api_key=args.api_key,
         allowed_hosts=tuple(args.allow_host),
     )  # fmt: skip
-    layout = args.kv_layout or ("slots" if args.kv_blocks is None else "paged")
+    layout = args.kv_layout
     if layout == "slots" and args.kv_blocks is not None:
         print("error: --kv-blocks sizes the paged pool; it does not go with --kv-layout slots", file=err)
         return 2
