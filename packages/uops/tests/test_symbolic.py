@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.uops import Ops, UOp, dtypes, graph_rewrite, live_uop_count
+from kiln.uops import Ops, UOp, dtypes, exec_alu, graph_rewrite, live_uop_count, truncate
 from kiln.uops.symbolic import pm_symbolic, pm_symbolic_simple, render, simplify, sym_infer
 
 a = UOp.variable("a", 0, 10)
@@ -176,6 +176,28 @@ def test_float_identities_that_are_not_exact_stay() -> None:
     assert simplify(f.trunc()).op is Ops.TRUNC  # trunc(2.5) is 2.0
     assert simplify(a.trunc()) is a
     assert simplify(f.lt(f)) is UOp.const(dtypes.bool, False)
+
+
+def test_power_by_one_and_two_fold_to_the_base_and_its_square() -> None:
+    f = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0).index(UOp.const(dtypes.index, 0)).load()
+    assert simplify(f.alu(Ops.POW, f.const_like(1.0))) is f
+    square = simplify(f.alu(Ops.POW, f.const_like(2.0)))
+    assert square.op is Ops.MUL and square.src == (f, f)
+    assert simplify(f.alu(Ops.POW, f.const_like(3.0))).op is Ops.POW  # x * x * x would round twice
+    assert simplify(f.alu(Ops.POW, f.const_like(0.5))).op is Ops.POW  # sqrt(-0.0) is -0.0, pow(-0.0, 0.5) is +0.0
+    assert simplify(a.alu(Ops.POW, a.const_like(2))).op is Ops.MUL
+    # the folded forms give what the general power defines (C99 pow), special values included
+    values = [0.0, -0.0, 1.5, -1.5, 3.0e-30, -7.25, 1.0e20, -1.0e200, math.inf, -math.inf, math.nan, 5e-324]
+    for dtype in (dtypes.float32, dtypes.float64):
+        for value in (truncate(dtype, v) for v in values):
+            for exponent in (1.0, 2.0):
+                expected = exec_alu(Ops.POW, dtype, (value, exponent))
+                folded = value if exponent == 1.0 else exec_alu(Ops.MUL, dtype, (value, value))
+                if math.isnan(expected):
+                    assert math.isnan(folded), (dtype, value, exponent)
+                else:
+                    assert folded == expected and math.copysign(1, folded) == math.copysign(1, expected), (
+                        dtype, value, exponent, folded, expected)  # fmt: skip
 
 
 def test_division_by_zero_is_left_alone() -> None:

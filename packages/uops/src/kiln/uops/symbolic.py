@@ -137,6 +137,10 @@ pm_symbolic_simple = PatternMatcher(
         (_x >> 0, lambda x: x),
         (_x & UPat.cvar("c", vec=False), lambda x, c: x if _all_ones(x, c) else None),
         (UPat(Ops.TRUNC, src=(_x,)), lambda x: x if _int_or_bool(x) else None),  # integers are whole already
+        # pow(x, 1) is x (NaN and -0.0 included); pow(x, 2) is x * x, one rounding of the exact square as C's pow
+        # gives, without the general power's log2, exp2 and special cases per element
+        (UPat(Ops.POW, src=(_x, UPat.const(None, 1))), lambda x: x),
+        (UPat(Ops.POW, src=(_x, UPat.const(None, 2))), lambda x: x * x),
         # ** absorbing elements **
         (_x * 0, lambda x: x.const_like(0) if _int_or_bool(x) else None),
         (_x & 0, lambda x: x.const_like(0) if _int_or_bool(x) else None),
