@@ -202,22 +202,7 @@ class ThreadQueueEngine:
         It claims nothing: holding `_run_lock` with nothing outstanding means nothing is queued or running (the
         worker holds that lock while it runs a list and counts a list done after it lets go), and a list submitted
         meanwhile waits for the lock, so it runs after these calls, as it was submitted after them."""
-        if self._closed or self.error is not None or self._outstanding:
-            return False
-        with self._run_lock:
-            if self._outstanding:
-                return False
-            try:
-                for function, arguments in calls:
-                    function(*arguments)
-                signal.set(value)
-            except Exception as error:  # kept like a queued failure: seen at the next wait or submit
-                self.error = error
-                signal.fail(error)
-            except BaseException:  # the caller was interrupted: the rest is abandoned, the engine stays usable
-                signal.set(value)
-                raise
-        return True
+        return self._run_now(calls, signal, value) is not False
 
     def run_direct_now(self, calls: Sequence[tuple[Callable[..., None], tuple[object, ...]]]) -> bool | Exception:
         """`run_direct_list` without a signal, for a launch the caller makes synchronous (`HCQCompiled.launch_direct`:
@@ -226,6 +211,17 @@ class ThreadQueueEngine:
         failed. Returns True when they ran, False (having run nothing) otherwise, or the error of a failing call
         (kept in `error` as a queued failure is; the rest of the list is skipped: the caller fails a timeline value
         with it). An interrupt of the calling thread abandons the rest and goes on to the caller."""
+        return self._run_now(calls, None, 0)
+
+    def _run_now(
+        self,
+        calls: Sequence[tuple[Callable[..., None], tuple[object, ...]]],
+        signal: TimelineSignal | None,
+        value: int,
+    ) -> bool | Exception:
+        """The two direct runs' one body: the calls in order under `_run_lock` when idle (False: nothing ran), then
+        `signal` set to `value` if there is one; a failing call is kept as a queued failure (and fails the signal)
+        and returned; an interrupt sets the signal and goes on to the caller."""
         if self._closed or self.error is not None or self._outstanding:
             return False
         with self._run_lock:
@@ -234,9 +230,17 @@ class ThreadQueueEngine:
             try:
                 for function, arguments in calls:
                     function(*arguments)
-            except Exception as error:
+            except Exception as error:  # kept like a queued failure: seen at the next wait or submit
                 self.error = error
+                if signal is not None:
+                    signal.fail(error)
                 return error
+            except BaseException:  # the caller was interrupted: the rest is abandoned, the engine stays usable
+                if signal is not None:
+                    signal.set(value)
+                raise
+            if signal is not None:
+                signal.set(value)
         return True
 
     def _claim_idle(self) -> bool:
